@@ -1,0 +1,52 @@
+# kvbudget: two entry points for a newcomer.
+#   make demo   creates .venv, installs kvbudget, runs the acceptance demo (the main job)
+#   make test   creates .venv, installs kvbudget with its test tools, runs every check
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip --disable-pip-version-check -q
+
+.PHONY: demo test venv install install-test lint typecheck layers unit llamacpp browser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python
+	$(PIP) install -e .
+
+install-test: $(BIN)/python
+	$(PIP) install -e '.[test]'
+
+demo: install
+	$(BIN)/kvbudget accept examples/acceptance-demo.yaml --out reports/demo
+
+lint: install-test
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+
+typecheck: install-test
+	$(BIN)/mypy
+
+layers: install-test
+	$(BIN)/lint-imports
+
+unit: install-test
+	$(BIN)/pytest
+
+# Builds llama-server once per machine (cached under ~/.cache/kvbudget) and runs the real-engine tests.
+llamacpp: install-test
+	bash scripts/llama-server.sh
+	$(BIN)/pytest -m llamacpp -o addopts=-q
+
+test: install-test
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest
+	@if [ -x scripts/llama-server.sh ] && [ -z "$$KVBUDGET_SKIP_LLAMACPP" ]; then \
+	  bash scripts/llama-server.sh && $(BIN)/pytest -m llamacpp -o addopts=-q; \
+	else echo "llama.cpp tests not run (KVBUDGET_SKIP_LLAMACPP set or no build script)"; fi
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""L3: capacity acceptance: plan file, environment lock, nine-cell execution, verdicts, A/B."""

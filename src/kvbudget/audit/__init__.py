@@ -1,0 +1,1 @@
+"""L3: audits: cross-tenant prefix-cache isolation and reused-KV correctness."""

@@ -1,0 +1,1 @@
+"""Command-line edge: thin commands that parse, validate, call one function and render."""

@@ -1,0 +1,121 @@
+"""The ``kvbudget`` command group.
+
+Subcommands live in their own modules (``kvbudget.cli.<name>``) and are loaded lazily, so
+``kvbudget calc`` does not import the simulator or the web server. Every
+:class:`~kvbudget.errors.KvbudgetError` becomes one line on stderr (``Kind: message``) and a
+non-zero exit; so do click's usage errors. Set ``KVBUDGET_DEBUG=1`` to see tracebacks of
+unexpected errors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import click
+
+from kvbudget import __version__
+from kvbudget.errors import KvbudgetError
+
+#: command name -> "module:attribute" of its click command. Each needs docs/commands/<name>.md.
+COMMANDS: dict[str, str] = {
+    "calc": "kvbudget.cli.calc:calc",
+    "models": "kvbudget.cli.models:models",
+    "plan": "kvbudget.cli.plan:plan",
+    "gpus": "kvbudget.cli.plan:gpus",
+    "sim": "kvbudget.cli.sim:sim",
+    "bench": "kvbudget.cli.bench:bench",
+    "serve": "kvbudget.cli.serve:serve",
+    "accept": "kvbudget.cli.accept:accept",
+    "report": "kvbudget.cli.report:report",
+    "audit": "kvbudget.cli.audit:audit",
+    "web": "kvbudget.cli.web:web",
+    "calibrate": "kvbudget.cli.calibrate:calibrate",
+}
+
+
+def available_commands() -> dict[str, str]:
+    """Commands whose module exists in this installation."""
+    found: dict[str, str] = {}
+    for name, target in COMMANDS.items():
+        module_name = target.split(":", 1)[0]
+        if importlib.util.find_spec(module_name) is not None:
+            found[name] = target
+    return found
+
+
+class LazyGroup(click.Group):
+    """A group that imports a subcommand's module only when it is invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(available_commands())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = available_commands().get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":", 1)
+        module = importlib.import_module(module_name)
+        command = getattr(module, attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kvbudget")
+def cli() -> None:
+    """kvbudget: auditable KV-cache budgets for LLM serving.
+
+    calc (structural bytes) -> plan (engine pool, GPUs) -> sim (what-if) ->
+    bench (measure a real engine) -> accept (nine-cell verdicts and report).
+    """
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point with one-line errors."""
+    try:
+        result = cli.main(args=argv, prog_name="kvbudget", standalone_mode=False)
+    except KvbudgetError as exc:
+        click.echo(exc.one_line(), err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.UsageError as exc:
+        hint = ""
+        if exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"UsageError: {_one_line(exc.format_message())}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"Error: {_one_line(exc.format_message())}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("KVBUDGET_DEBUG"):
+            raise
+        click.echo(
+            f"InternalError: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(this is a kvbudget bug; rerun with KVBUDGET_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        sys.exit(70)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine at the CLI edge (the only place ``asyncio.run`` is called)."""
+    import asyncio
+
+    return asyncio.run(coro)

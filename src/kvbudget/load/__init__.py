@@ -1,0 +1,1 @@
+"""L2: async OpenAI-compatible load runner and Prometheus scraping (real HTTP)."""

@@ -1,0 +1,1 @@
+"""L1: latency metrics, percentiles with confidence intervals, A/B statistics, SLOs."""

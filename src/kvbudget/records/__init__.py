@@ -1,0 +1,1 @@
+"""L0: per-request records, metric samples and versioned result documents."""

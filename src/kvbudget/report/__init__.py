@@ -1,0 +1,1 @@
+"""L4: render result documents to Markdown, HTML (charts) and CSV."""

@@ -1,0 +1,1 @@
+"""L2: deterministic discrete-event simulator of a serving engine and a cluster."""

@@ -1,0 +1,1 @@
+"""L5: the web calculator page and its JSON API."""

@@ -1,0 +1,1 @@
+"""L1: workloads: arrivals, lengths, prompt prefixes and tenants, the nine-cell matrix, traces."""
