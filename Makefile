@@ -39,6 +39,7 @@ llamacpp: install-test
 	$(BIN)/pytest -m llamacpp -o addopts=-q
 
 test: install-test
+	bash scripts/ensure-chromium.sh
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
