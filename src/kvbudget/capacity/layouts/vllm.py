@@ -1,0 +1,246 @@
+"""vLLM v1 paged layout: one spec per decoder layer, as ``get_kv_cache_spec`` builds them.
+
+Sources (paraphrased in ``/work/shared/reference/engines-kv-accounting.md``):
+
+* ``vllm/v1/kv_cache_interface.py`` (§1): ``page_size_bytes`` is one block of one layer on one
+  rank. Attention: ``B * H * (D + Dv) * s`` (+ ``2*B*H*4`` fp32 scales for the per-token-head
+  dtypes; nvfp4 packs ``d//2 + d//16`` per row). MLA (§1.3): ``B * (kv_lora_rank+rope) * s``,
+  no factor 2, one "head" whatever the TP size; ``fp8_ds_mla`` is ``B * 656``.
+  ``max_memory_usage_bytes``: full ``cdiv(L, B) * page``; sliding
+  ``(cdiv(min(W - 1 + T_b, L), B) + 1) * page``; chunked local ``cdiv(min(C + T_b, L), B) * page``;
+  mamba ``page * (1 + spec)`` (mode ``none``), ``page * (2 + spec)`` (``align``),
+  ``cdiv(L, B) * page`` (``all``).
+* ``MambaStateShapeCalculator`` (``mamba_utils.py``, §1.6): state shapes per rank; state dtypes
+  follow the model dtype (``mamba_cache_dtype=auto``), not ``--kv-cache-dtype``.
+* ``HybridAttentionMambaModelConfig.verify_and_update_config`` (§1.6): with attention and mamba
+  layers the attention block size becomes ``16 * cdiv(mamba_page, 16 * attn_page_per_token)``
+  (unless the user's block size is already at least that) and the mamba page is padded to the
+  attention page.
+* ``ModelConfig.get_num_kv_heads`` (§3.4): ``max(1, kv_heads // tp)``; MLA -> 1.
+  ``get_pp_indices`` (``vllm/distributed/utils.py``): ``L // pp`` layers per stage, the remainder
+  goes to stages ``[-2], [-3], ...``, never to the last.
+* Block size (§3.4): 16 by default on CUDA; MLA defaults to 64 here (FlashMLA on Hopper forces a
+  multiple of 64; CUTLASS MLA on Blackwell uses 128; pass ``block_size`` to choose).
+
+KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
+as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
+that group layers must skip ``kind == "none"`` (see :func:`kv_layers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
+
+VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
+MambaCacheMode = Literal["none", "align", "all"]
+
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_MLA_BLOCK_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class VllmLayerSpec:
+    """One layer's KV cache spec on one rank, as vLLM v1 sees it."""
+
+    layer_index: int
+    kind: VllmKind
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    real_page_size_bytes: int = 0  # before mamba padding (equals page_size_bytes otherwise)
+    num_speculative_blocks: int = 0
+    mamba_cache_mode: MambaCacheMode = "none"
+
+    def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
+        page, block = self.page_size_bytes, self.block_size
+        if self.kind in ("full", "mla"):
+            return cdiv(max_model_len, block) * page
+        if self.kind == "sliding":
+            assert self.sliding_window is not None
+            num_tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+            return (cdiv(num_tokens, block) + 1) * page
+        if self.kind == "chunked":
+            assert self.attention_chunk_size is not None
+            num_tokens = min(self.attention_chunk_size + max_num_batched_tokens, max_model_len)
+            return cdiv(num_tokens, block) * page
+        if self.kind == "mamba":
+            if self.mamba_cache_mode == "all":
+                return cdiv(max_model_len, block) * page
+            if self.mamba_cache_mode == "align":
+                return page * (2 + self.num_speculative_blocks)
+            return page * (1 + self.num_speculative_blocks)
+        return 0
+
+
+def get_pp_indices(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
+    """``[start, end)`` of the layers pipeline stage ``pp_rank`` holds (vLLM's split)."""
+    if pp_size < 1 or not 0 <= pp_rank < pp_size:
+        raise ConfigError(
+            f"pp_rank {pp_rank} is outside 0..{pp_size - 1}; choose a rank below --pp",
+            field="pp_rank",
+        )
+    partitions = [num_layers // pp_size] * pp_size
+    for i in range(2, num_layers % pp_size + 2):
+        partitions[-i] += 1
+    start = sum(partitions[:pp_rank])
+    return start, start + partitions[pp_rank]
+
+
+def heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """KV heads one TP rank holds: ``max(1, kv_heads // tp)`` (replicated when kv_heads < tp)."""
+    if tp < 1:
+        raise ConfigError(f"tp: must be >= 1, got {tp}", field="tp")
+    if num_kv_heads % tp and tp % num_kv_heads:
+        raise ConfigError(
+            f"tp: {tp} does not divide the {num_kv_heads} KV heads and is not a multiple of them; "
+            "vLLM refuses this; choose a TP size that divides or is a multiple of the KV heads",
+            field="tp",
+        )
+    return max(1, num_kv_heads // tp)
+
+
+def attention_page_bytes(layer: FullAttention, dtype: KvDtype, tp: int, block_size: int) -> int:
+    """One block of one head-based attention layer on one rank."""
+    if dtype.mla_bytes_per_token is not None:
+        raise ConfigError(
+            f"kv dtype {dtype.name} is only for MLA models; choose fp8 or auto", field="kv_dtype"
+        )
+    heads = heads_per_rank(layer.num_kv_heads, tp)
+    return block_size * heads * (dtype.row_bytes(layer.head_dim) + dtype.row_bytes(layer.v_dim))
+
+
+def mla_page_bytes(layer: MLA, dtype: KvDtype, block_size: int) -> int:
+    """One block of one MLA layer (not split by TP)."""
+    if dtype.mla_bytes_per_token is not None:
+        return block_size * dtype.mla_bytes_per_token
+    if dtype.row_scale_bytes or dtype.nvfp4:
+        raise ConfigError(
+            f"kv dtype {dtype.name} is not modelled for MLA layers; choose auto, fp8 or fp8_ds_mla",
+            field="kv_dtype",
+        )
+    return block_size * dtype.row_bytes(layer.latent_dim)
+
+
+def mamba_page_bytes(
+    layer: StateLayer, state_bytes: int, tp: int, ssm_state_bytes: int | None = None
+) -> int:
+    """One state page (one sequence's state of one layer on one rank)."""
+    ssm_bytes = state_bytes if ssm_state_bytes is None else ssm_state_bytes
+    return layer.conv_elements(tp) * state_bytes + layer.ssm_elements(tp) * ssm_bytes
+
+
+def _model_dtype_bytes(spec: ModelSpec) -> int:
+    size = spec.dtype_bytes
+    return 2 if size is None or size == 4 else size
+
+
+def vllm_layer_specs(
+    spec: ModelSpec,
+    *,
+    kv_dtype: str = "auto",
+    tp: int = 1,
+    pp: int = 1,
+    pp_rank: int = 0,
+    block_size: int | None = None,
+    mamba_cache_mode: MambaCacheMode = "none",
+    mamba_ssm_state_bytes: int | None = None,
+) -> list[VllmLayerSpec]:
+    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank.
+
+    ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
+    ``mamba_ssm_state_bytes`` overrides the recurrent state element size (``--mamba-ssm-cache-dtype``).
+    """
+    if pp < 1:
+        raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
+    if block_size is not None and block_size < 1:
+        raise ConfigError(f"block_size: must be >= 1, got {block_size}", field="block_size")
+    dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
+    state_bytes = _model_dtype_bytes(spec)
+    start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
+    layers: list[LayerSpec] = list(spec.layers[start:end])
+    # block size and hybrid raise are decided on the whole model (vLLM's config is global)
+    has_mla = any(layer.kind == "mla" for layer in spec.layers)
+    attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
+    mamba_page_padded: int | None = None
+    states = [layer for layer in spec.layers if isinstance(layer, StateLayer)]
+    attns = [layer for layer in spec.layers if isinstance(layer, FullAttention | MLA)]
+    if states and attns:
+        mamba_page = max(
+            mamba_page_bytes(s, state_bytes, tp, mamba_ssm_state_bytes) for s in states
+        )
+        first = attns[0]
+        per_token = (
+            mla_page_bytes(first, dtype, 1)
+            if isinstance(first, MLA)
+            else attention_page_bytes(first, dtype, tp, 1)
+        )
+        raised = 16 * cdiv(mamba_page, 16 * per_token)
+        if block_size is None or block_size < raised:
+            attn_block = raised
+        mamba_page_padded = attn_block * per_token
+    out: list[VllmLayerSpec] = []
+    for layer in layers:
+        out.append(
+            _one(
+                layer,
+                dtype,
+                tp,
+                attn_block,
+                state_bytes,
+                mamba_ssm_state_bytes,
+                mamba_page_padded,
+                mamba_cache_mode,
+            )
+        )
+    return out
+
+
+def _one(
+    layer: LayerSpec,
+    dtype: KvDtype,
+    tp: int,
+    block: int,
+    state_bytes: int,
+    ssm_bytes: int | None,
+    mamba_page_padded: int | None,
+    mamba_cache_mode: MambaCacheMode,
+) -> VllmLayerSpec:
+    idx = layer.layer_index
+    if isinstance(layer, MLA):
+        page = mla_page_bytes(layer, dtype, block)
+        return VllmLayerSpec(idx, "mla", block, page, real_page_size_bytes=page)
+    if isinstance(layer, FullAttention):
+        page = attention_page_bytes(layer, dtype, tp, block)
+        window = getattr(layer, "sliding_window", None) if layer.kind == "sliding" else None
+        chunk = getattr(layer, "attention_chunk_size", None) if layer.kind == "chunked" else None
+        kind: VllmKind = "sliding" if window else "chunked" if chunk else "full"
+        return VllmLayerSpec(
+            idx,
+            kind,
+            block,
+            page,
+            sliding_window=window,
+            attention_chunk_size=chunk,
+            real_page_size_bytes=page,
+        )
+    if isinstance(layer, StateLayer):
+        real = mamba_page_bytes(layer, state_bytes, tp, ssm_bytes)
+        page = max(real, mamba_page_padded or 0)
+        return VllmLayerSpec(
+            idx, "mamba", block, page, real_page_size_bytes=real, mamba_cache_mode=mamba_cache_mode
+        )
+    return VllmLayerSpec(idx, "none", block, 0)
+
+
+def kv_layers(specs: list[VllmLayerSpec]) -> list[VllmLayerSpec]:
+    """The specs that hold KV (drops ``kind == "none"``)."""
+    return [s for s in specs if s.kind != "none"]

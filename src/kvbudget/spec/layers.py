@@ -1,0 +1,270 @@
+"""One frozen dataclass per layer kind; each knows its own structural bytes.
+
+Structural bytes are the engine-neutral size of what a layer must keep per token (attention
+kinds) or per sequence (state kinds) for a given element size in bytes. Engine layouts
+(``kvbudget.capacity.layouts``) decide blocks, padding, groups, windows and per-rank splits on
+top of these fields; a layer never decides how an engine pages it.
+
+Kinds (``kind`` class attribute):
+
+* ``full``: ordinary softmax attention (MHA, GQA, MQA): K and V of ``num_kv_heads`` heads.
+* ``sliding``: sliding-window attention; stores the same per token, but only the last window.
+* ``chunked``: chunked local attention (Llama 4): attends inside ``attention_chunk_size`` chunks.
+* ``mla``: multi-head latent attention (DeepSeek-V2/V3): one latent of ``kv_lora_rank`` plus
+  the shared rotary key ``qk_rope_head_dim`` per token, no factor 2, not split by tensor parallel.
+* ``state``: fixed-size recurrent state (Mamba, Mamba2, gated delta net, lightning/linear
+  attention): bytes per sequence, whatever the length.
+* ``shared``: reuses another layer's K/V (Gemma-3n): stores nothing itself.
+* ``none``: a layer with no attention cache at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+StateKind = Literal["mamba", "mamba2", "gdn", "linear"]
+
+
+def _check_positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class FullAttention:
+    """Full softmax attention: K (``head_dim``) and V (``v_head_dim``) for each KV head per token."""
+
+    kind: ClassVar[str] = "full"
+    layer_index: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int = 0  # 0 means "same as head_dim"
+
+    def __post_init__(self) -> None:
+        _check_positive("num_kv_heads", self.num_kv_heads)
+        _check_positive("head_dim", self.head_dim)
+
+    @property
+    def v_dim(self) -> int:
+        """V head size (``head_dim`` unless the model declares a different one)."""
+        return self.v_head_dim or self.head_dim
+
+    def elements_per_token(self) -> int:
+        """K plus V elements one token needs in this layer (all KV heads)."""
+        return self.num_kv_heads * (self.head_dim + self.v_dim)
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        """Structural bytes per token: ``num_kv_heads * (head_dim + v_head_dim) * element_bytes``."""
+        return self.elements_per_token() * element_bytes
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        """Bytes one sequence of ``num_tokens`` keeps in this layer."""
+        return self.kept_tokens(num_tokens) * self.bytes_per_token(element_bytes)
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        """Tokens this layer keeps for a sequence of ``num_tokens`` (all of them)."""
+        return num_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindow(FullAttention):
+    """Sliding-window attention: like full attention but only the last ``sliding_window`` matter.
+
+    Structurally a sequence needs at most ``sliding_window`` tokens; what an engine really
+    keeps (transformers ``window - 1``, vLLM whole blocks plus one) is the layout's business.
+    """
+
+    kind: ClassVar[str] = "sliding"
+    sliding_window: int = 0
+
+    def __post_init__(self) -> None:
+        FullAttention.__post_init__(self)
+        _check_positive("sliding_window", self.sliding_window)
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return min(num_tokens, self.sliding_window)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedLocal(FullAttention):
+    """Chunked local attention (Llama 4 RoPE layers): tokens attend within their chunk.
+
+    Structurally at most ``attention_chunk_size`` tokens are needed per sequence.
+    """
+
+    kind: ClassVar[str] = "chunked"
+    attention_chunk_size: int = 0
+
+    def __post_init__(self) -> None:
+        FullAttention.__post_init__(self)
+        _check_positive("attention_chunk_size", self.attention_chunk_size)
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return min(num_tokens, self.attention_chunk_size)
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """Multi-head latent attention: one latent vector per token, shared by all heads.
+
+    Per token per layer: ``kv_lora_rank + qk_rope_head_dim`` elements (DeepSeek-V2/V3: 576).
+    No factor 2 (the latent serves K and V) and tensor parallel does not split it.
+    """
+
+    kind: ClassVar[str] = "mla"
+    layer_index: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_heads: int = 0  # query heads; never used for bytes
+
+    def __post_init__(self) -> None:
+        _check_positive("kv_lora_rank", self.kv_lora_rank)
+        _check_positive("qk_rope_head_dim", self.qk_rope_head_dim)
+
+    @property
+    def latent_dim(self) -> int:
+        """Elements of the cached latent per token: ``kv_lora_rank + qk_rope_head_dim``."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def elements_per_token(self) -> int:
+        return self.latent_dim
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        return self.latent_dim * element_bytes
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return num_tokens
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        return num_tokens * self.bytes_per_token(element_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class StateLayer:
+    """A fixed-size recurrent state per sequence (Mamba, Mamba2, gated delta net, linear attention).
+
+    Fields are the model's global (TP=1) sizes:
+
+    * ``mamba``: conv ``(conv_kernel-1, intermediate_size)``, ssm ``(intermediate_size, state_size)``.
+    * ``mamba2``: conv ``(conv_kernel-1, intermediate_size + 2*n_groups*state_size)``,
+      ssm ``(num_heads, head_dim, state_size)``.
+    * ``gdn`` (gated delta net): conv ``(conv_kernel-1, 2*num_k_heads*head_k_dim + num_heads*head_dim)``,
+      ssm ``(num_heads, head_dim, head_k_dim)`` where ``num_heads``/``head_dim`` are the V heads.
+    * ``linear`` (lightning / linear attention): no conv, state ``(num_heads, head_dim, head_dim)``.
+
+    Shapes follow vLLM's ``MambaStateShapeCalculator`` (``mamba_utils.py``); transformers keeps
+    a conv window of ``conv_kernel`` (not ``-1``), which its layout accounts for.
+    """
+
+    kind: ClassVar[str] = "state"
+    layer_index: int
+    state_kind: StateKind
+    conv_kernel: int = 0
+    intermediate_size: int = 0
+    state_size: int = 0
+    n_groups: int = 0
+    num_heads: int = 0
+    head_dim: int = 0
+    num_k_heads: int = 0
+    head_k_dim: int = 0
+
+    def conv_channels(self, tp: int = 1) -> int:
+        """Conv-state channels on one rank (mamba2 pads ``n_groups`` up to a multiple of TP)."""
+        if self.state_kind == "mamba":
+            return self.intermediate_size // tp
+        if self.state_kind == "mamba2":
+            groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
+            return (self.intermediate_size + 2 * groups * self.state_size) // tp
+        if self.state_kind == "gdn":
+            return (2 * self.num_k_heads * self.head_k_dim + self.num_heads * self.head_dim) // tp
+        return 0
+
+    def conv_shape(self, tp: int = 1, *, num_speculative_tokens: int = 0) -> tuple[int, ...]:
+        """Conv state as vLLM stores it: ``(conv_kernel - 1 + spec, channels / tp)``; () if none."""
+        if self.state_kind == "linear" or self.conv_kernel <= 0:
+            return ()
+        extra = 0 if self.state_kind == "mamba" else num_speculative_tokens
+        return (self.conv_kernel - 1 + extra, self.conv_channels(tp))
+
+    def ssm_shape(self, tp: int = 1) -> tuple[int, ...]:
+        """Recurrent (temporal) state on one rank."""
+        if self.state_kind == "mamba":
+            return (self.intermediate_size // tp, self.state_size)
+        if self.state_kind == "mamba2":
+            return (self.num_heads // tp, self.head_dim, self.state_size)
+        if self.state_kind == "gdn":
+            return (self.num_heads // tp, self.head_dim, self.head_k_dim)
+        return (self.num_heads // tp, self.head_dim, self.head_dim)
+
+    def conv_elements(self, tp: int = 1) -> int:
+        shape = self.conv_shape(tp)
+        return math.prod(shape) if shape else 0
+
+    def ssm_elements(self, tp: int = 1) -> int:
+        return math.prod(self.ssm_shape(tp))
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        """State layers do not grow with tokens."""
+        return 0
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return 0
+
+    def bytes_per_state(self, element_bytes: int, ssm_element_bytes: int | None = None) -> int:
+        """Bytes of one sequence's state (TP=1); ``ssm_element_bytes`` defaults to ``element_bytes``."""
+        ssm_bytes = element_bytes if ssm_element_bytes is None else ssm_element_bytes
+        return self.conv_elements() * element_bytes + self.ssm_elements() * ssm_bytes
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        """Bytes one sequence keeps, independent of ``num_tokens``."""
+        return self.bytes_per_state(element_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class KVShared:
+    """A layer that reuses the K/V of ``source_layer_index`` (Gemma-3n); it stores nothing.
+
+    ``source_kind`` is the kind of the layer it reads (``full`` or ``sliding``).
+    """
+
+    kind: ClassVar[str] = "shared"
+    layer_index: int
+    source_layer_index: int
+    source_kind: str = "full"
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        return 0
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return 0
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class NoAttention:
+    """A layer without any attention cache (e.g. a pure MLP block)."""
+
+    kind: ClassVar[str] = "none"
+    layer_index: int
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        return 0
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return 0
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        return 0
+
+
+LayerSpec = FullAttention | SlidingWindow | ChunkedLocal | MLA | StateLayer | KVShared | NoAttention
+
+#: Attention kinds whose per-token bytes come from ``num_kv_heads`` and ``head_dim``.
+HEAD_KINDS = ("full", "sliding", "chunked")
+LAYER_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared", "none")
