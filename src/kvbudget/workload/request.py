@@ -33,8 +33,10 @@ class PlannedRequest:
     - ``priority``: scheduler priority (lower value = served first, as in vLLM).
     - ``cancel_after_tokens``: abort the request after this many output tokens, or ``None``.
     - ``cell_id``: matrix cell (``"short/single"``) or scenario id, or ``None``.
-    - ``shared_prefix_tokens``: how many leading prompt tokens came from the shared part
-      (system prompt / tools / document, plus earlier turns of a session); 0 when none.
+    - ``shared_prefix_tokens``: length of the leading run of prompt tokens that other
+      requests share by construction (system prompt, tool/document group, earlier turns of
+      the session) — what a prefix cache can reuse at best. A dynamic field placed *before*
+      the shared part makes it 0.
     - ``turn_index``: 0-based turn within a session (0 outside sessions).
     """
 

@@ -1,0 +1,200 @@
+"""``WorkloadSpec`` (what YAML files and CLI flags build) and ``generate``.
+
+``generate(spec, rng)`` is deterministic: the same spec and the same seeded generator give
+the same list of :class:`PlannedRequest`, sorted by (arrival, turn, session).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvbudget.errors import ConfigError
+from kvbudget.workload.arrival_specs import ArrivalSpec, ClosedLoopArrivals
+from kvbudget.workload.lengths import FixedLength, LengthSpec
+from kvbudget.workload.prefixes import (
+    PrefixSpec,
+    PromptBuilder,
+    SessionSpec,
+    TenantSpec,
+    zipf_probabilities,
+)
+from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.tokenizer import DEFAULT_VOCAB_SIZE, MIN_VOCAB_SIZE, get_tokenizer
+from kvbudget.workload.traces import TraceReplaySpec, read_trace, requests_from_trace
+
+
+class WorkloadSpec(BaseModel):
+    """A workload: arrivals, lengths, prompt structure, tenants, sessions, cancellations."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    cell_id: str | None = Field(None, description="matrix cell or scenario id")
+    num_requests: int | None = Field(None, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    arrivals: ArrivalSpec = Field(default_factory=lambda: ClosedLoopArrivals(concurrency=1))
+    input_tokens: LengthSpec = Field(default_factory=lambda: FixedLength(value=1024))
+    output_tokens: LengthSpec = Field(default_factory=lambda: FixedLength(value=128))
+    input_tokens_include_prefix: bool = Field(
+        True,
+        description="input_tokens is the whole prompt (shared part included); "
+        "false: it is the unique part only",
+    )
+    prefix: PrefixSpec = Field(default_factory=PrefixSpec)
+    tenants: TenantSpec = Field(default_factory=TenantSpec)
+    sessions: SessionSpec = Field(default_factory=SessionSpec)
+    cancel_fraction: float = Field(0.0, ge=0, le=1)
+    cancel_after_tokens: int = Field(1, ge=1)
+    priorities: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    priority_weights: list[float] | None = None
+    vocab_size: int = Field(DEFAULT_VOCAB_SIZE, ge=MIN_VOCAB_SIZE)
+    keep_prompt_text: bool = False
+    trace: TraceReplaySpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadSpec:
+        if self.trace is None and self.num_requests is None and self.duration_s is None:
+            raise ValueError("set num_requests or duration_s (or both)")
+        if self.priority_weights is not None and len(self.priority_weights) != len(self.priorities):
+            raise ValueError(
+                f"priority_weights has {len(self.priority_weights)} entries for "
+                f"{len(self.priorities)} priorities"
+            )
+        return self
+
+    @property
+    def closed_loop_concurrency(self) -> int | None:
+        """Concurrency for closed-loop workloads, else ``None``."""
+        a = self.arrivals
+        return a.concurrency if isinstance(a, ClosedLoopArrivals) else None
+
+
+def workload_from_dict(data: Any) -> WorkloadSpec:
+    """Validate a mapping into a ``WorkloadSpec``; errors become one-line ``ConfigError``s."""
+    try:
+        return WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "workload"
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{…}"
+        raise ConfigError(
+            f"workload field {loc}={shown}: {err['msg']} (see docs/workloads.md)", field=loc
+        ) from None
+
+
+def load_workload_yaml(path: str | Path) -> WorkloadSpec:
+    """Read a workload YAML file (see docs/workloads.md for the schema)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"workload file {str(p)!r} does not exist", field="path")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML ({exc})", field="path") from None
+    return workload_from_dict(data if data is not None else {})
+
+
+def _choice(rng: np.random.Generator, n: int, p: np.ndarray, size: int) -> np.ndarray:
+    if n == 1:
+        return np.zeros(size, dtype=np.int64)
+    return rng.choice(n, size=size, p=p).astype(np.int64)
+
+
+def generate(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedRequest]:
+    """Plan every request of ``spec`` with randomness drawn only from ``rng``."""
+    tok = get_tokenizer(spec.vocab_size)
+    base_seed = int(rng.integers(0, 2**62))
+    if spec.trace is not None:
+        records = read_trace(spec.trace.path)
+        return requests_from_trace(
+            records,
+            tok,
+            base_seed=base_seed,
+            default_block_size=spec.trace.block_size,
+            speedup=spec.trace.speedup,
+            num_requests=spec.num_requests,
+            duration_s=spec.duration_s,
+            cell_id=spec.cell_id,
+        )
+    turns = spec.sessions.num_turns
+    cap = None if spec.num_requests is None else math.ceil(spec.num_requests / turns)
+    starts = spec.arrivals.times(rng, cap, spec.duration_s)
+    num_sessions = int(starts.size)
+    tenants = spec.tenants
+    tenant_idx = _choice(rng, len(tenants.names), tenants.probabilities(), num_sessions)
+    pfx = spec.prefix
+    groups = (
+        _choice(rng, pfx.num_groups, zipf_probabilities(pfx.num_groups, pfx.zipf_s), num_sessions)
+        if pfx.num_groups
+        else None
+    )
+    first_len = spec.input_tokens.sample(rng, num_sessions)
+    out_len = spec.output_tokens.sample(rng, num_sessions * turns).reshape(num_sessions, turns)
+    out_len = np.maximum(out_len, 1)
+    user_dist = spec.sessions.user_tokens or spec.input_tokens
+    user_len = user_dist.sample(rng, num_sessions * (turns - 1)).reshape(num_sessions, turns - 1)
+    pw = np.asarray(spec.priority_weights or [1.0] * len(spec.priorities), dtype=np.float64)
+    prio = _choice(rng, len(spec.priorities), pw / pw.sum(), num_sessions * turns)
+    cancel = rng.random(num_sessions * turns) < spec.cancel_fraction
+    dynamic_all = tok.random_ids(rng, num_sessions * pfx.dynamic_tokens).reshape(
+        num_sessions, pfx.dynamic_tokens
+    )
+    builder = PromptBuilder(pfx, tok, base_seed)
+    overhead = pfx.shared_tokens + pfx.dynamic_tokens if spec.input_tokens_include_prefix else 0
+    unique_len = np.maximum(first_len - overhead, 1)
+    unique_all = tok.random_ids(rng, int(unique_len.sum()) + int(user_len.sum()))
+    cursor = 0
+    salts = {name: tenants.salt_for(name, base_seed) for name in tenants.names}
+    rows: list[tuple[float, int, int, PlannedRequest]] = []
+    for s in range(num_sessions):
+        tenant = tenants.names[int(tenant_idx[s])]
+        group = None if groups is None else int(groups[s])
+        shared = builder.shared_part(int(tenant_idx[s]), group)
+        unique = unique_all[cursor : cursor + int(unique_len[s])]
+        cursor += int(unique_len[s])
+        ids_arr, reusable = builder.compose(shared, dynamic_all[s], unique)
+        ids = tuple(ids_arr.tolist())
+        session_id = f"s{s:06d}" if turns > 1 else None
+        for k in range(turns):
+            if k > 0:
+                prev_out = tok.output_ids(ids, int(out_len[s, k - 1]))
+                n_user = int(user_len[s, k - 1])
+                user = unique_all[cursor : cursor + n_user].tolist()
+                cursor += n_user
+                reusable = len(ids) + len(prev_out)
+                ids = ids + tuple(prev_out) + tuple(user)
+            j = s * turns + k
+            arrival_s = float(starts[s]) + k * spec.sessions.turn_interval_s
+            req = PlannedRequest(
+                request_id="",
+                arrival_s=arrival_s,
+                prompt_token_ids=ids,
+                output_tokens=int(out_len[s, k]),
+                prompt_text=tok.decode(ids) if spec.keep_prompt_text else None,
+                tenant=tenant,
+                cache_salt=salts[tenant],
+                session_id=session_id,
+                prefix_group=group,
+                priority=int(spec.priorities[int(prio[j])]),
+                cancel_after_tokens=spec.cancel_after_tokens if cancel[j] else None,
+                cell_id=spec.cell_id,
+                shared_prefix_tokens=int(reusable),
+                turn_index=k,
+            )
+            rows.append((arrival_s, k, s, req))
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    if spec.num_requests is not None:
+        rows = rows[: spec.num_requests]
+    return [_with_id(r[3], i) for i, r in enumerate(rows)]
+
+
+def _with_id(req: PlannedRequest, index: int) -> PlannedRequest:
+    return replace(req, request_id=f"r{index:06d}")

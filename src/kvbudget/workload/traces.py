@@ -1,0 +1,213 @@
+"""Trace import/export as JSONL with block hash ids (prompts never stored as text by default).
+
+One JSON object per line. Export writes::
+
+    {"request_id": "r000000", "arrival_s": 0.0, "input_length": 1000, "output_length": 128,
+     "block_size": 16, "hash_ids": [0, 1, 2, ...], "prompt_sha256": "…", "tenant": "default",
+     "session_id": null, "prefix_group": 3}
+
+``hash_ids`` follow the Mooncake trace convention: the prompt is cut into blocks of
+``block_size`` tokens (the last block may be partial); block ``i`` gets the chain hash
+``sha256(hash[i-1] | cache_salt if i == 0 | token ids of block i as little-endian uint32)``
+and each distinct chain hash is numbered 0, 1, 2 … in order of first appearance in the file.
+Two requests share hash id ``k`` at position ``i`` exactly when their first ``i+1`` blocks
+are identical (and their salts equal), so a replay reproduces the prefix-sharing structure
+without the text. ``prompt_sha256`` is the sha256 of the prompt text (UTF-8). Token ids are
+written (``prompt_token_ids``) only with ``keep_prompts=True``.
+
+Import accepts that format and Mooncake's (``timestamp`` in milliseconds instead of
+``arrival_s``; ``block_size`` absent: pass it, Mooncake uses 512). Without
+``prompt_token_ids`` each hash id's block is regenerated deterministically from
+``(base_seed, hash_id)`` so identical ids give identical tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvbudget.errors import ConfigError
+from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.tokenizer import SyntheticTokenizer
+
+
+class TraceRecord(BaseModel):
+    """One line of a trace file."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    request_id: str | None = None
+    arrival_s: float | None = Field(None, ge=0)
+    timestamp: float | None = Field(None, ge=0, description="Mooncake: milliseconds")
+    input_length: int = Field(ge=1)
+    output_length: int = Field(ge=1)
+    hash_ids: list[int] = Field(default_factory=list)
+    block_size: int | None = Field(None, ge=1)
+    prompt_sha256: str | None = None
+    prompt_token_ids: list[int] | None = None
+    tenant: str = "default"
+    session_id: str | None = None
+    prefix_group: int | None = None
+
+    def arrival(self) -> float:
+        if self.arrival_s is not None:
+            return self.arrival_s
+        if self.timestamp is not None:
+            return self.timestamp / 1000.0
+        return 0.0
+
+
+class TraceReplaySpec(BaseModel):
+    """The ``trace:`` block of a workload: replay a JSONL trace."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    block_size: int = Field(512, ge=1, description="for lines without block_size (Mooncake)")
+    speedup: float = Field(1.0, gt=0, description="divide recorded arrival times by this")
+
+
+def block_chain_hashes(
+    token_ids: Sequence[int], block_size: int, cache_salt: str | None = None
+) -> list[bytes]:
+    """sha256 chain over blocks of ``block_size`` tokens (last block may be partial)."""
+    ids = np.asarray(token_ids, dtype="<u4")
+    parent = b""
+    out: list[bytes] = []
+    for start in range(0, ids.size, block_size):
+        h = hashlib.sha256(parent)
+        if start == 0 and cache_salt:
+            h.update(cache_salt.encode("utf-8"))
+        h.update(ids[start : start + block_size].tobytes())
+        parent = h.digest()
+        out.append(parent)
+    return out
+
+
+def export_trace(
+    requests: Iterable[PlannedRequest],
+    path: str | Path,
+    *,
+    block_size: int = 16,
+    keep_prompts: bool = False,
+    tokenizer: SyntheticTokenizer | None = None,
+) -> int:
+    """Write ``requests`` as JSONL; returns the number of lines written."""
+    if block_size < 1:
+        raise ConfigError(f"block_size={block_size} must be >= 1", field="block_size")
+    ids_of: dict[bytes, int] = {}
+    count = 0
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for req in requests:
+            chain = block_chain_hashes(req.prompt_token_ids, block_size, req.cache_salt)
+            hash_ids = [ids_of.setdefault(h, len(ids_of)) for h in chain]
+            text = req.prompt_text
+            if text is None:
+                text = (
+                    tokenizer.decode(req.prompt_token_ids) if tokenizer is not None else req.text()
+                )
+            line: dict[str, object] = {
+                "request_id": req.request_id,
+                "arrival_s": req.arrival_s,
+                "input_length": req.prompt_tokens,
+                "output_length": req.output_tokens,
+                "block_size": block_size,
+                "hash_ids": hash_ids,
+                "prompt_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                "tenant": req.tenant,
+                "session_id": req.session_id,
+                "prefix_group": req.prefix_group,
+            }
+            if keep_prompts:
+                line["prompt_token_ids"] = list(req.prompt_token_ids)
+            fh.write(json.dumps(line, separators=(",", ":")) + "\n")
+            count += 1
+    return count
+
+
+def read_trace(path: str | Path) -> list[TraceRecord]:
+    """Parse a JSONL trace; a bad line is a ``ConfigError`` naming the line and field."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"trace file {str(p)!r} does not exist; check trace.path", field="path")
+    out: list[TraceRecord] = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                out.append(TraceRecord.model_validate(json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(
+                    f"{p}:{lineno}: not valid JSON ({exc.msg}); each line must be one object",
+                    field="trace",
+                ) from None
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                raise ConfigError(
+                    f"{p}:{lineno}: field {loc}={err.get('input')!r}: {err['msg']}",
+                    field=loc,
+                ) from None
+    return out
+
+
+def requests_from_trace(
+    records: Sequence[TraceRecord],
+    tokenizer: SyntheticTokenizer,
+    *,
+    base_seed: int,
+    default_block_size: int = 512,
+    speedup: float = 1.0,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    cell_id: str | None = None,
+) -> list[PlannedRequest]:
+    """Turn trace records into planned requests (arrivals shifted to start at 0)."""
+    if not records:
+        return []
+    order = sorted(range(len(records)), key=lambda i: records[i].arrival())
+    t0 = records[order[0]].arrival()
+    blocks: dict[int, np.ndarray] = {}
+    out: list[PlannedRequest] = []
+    for i in order:
+        rec = records[i]
+        arrival_s = (rec.arrival() - t0) / speedup
+        if duration_s is not None and arrival_s >= duration_s:
+            break
+        if num_requests is not None and len(out) >= num_requests:
+            break
+        if rec.prompt_token_ids is not None:
+            ids = tuple(int(x) for x in rec.prompt_token_ids)
+        else:
+            bs = rec.block_size or default_block_size
+            pieces: list[np.ndarray] = []
+            for h in rec.hash_ids:
+                block = blocks.get(h)
+                if block is None:
+                    block = tokenizer.random_ids(np.random.default_rng([base_seed, h]), bs)
+                    blocks[h] = block
+                pieces.append(block)
+            have = sum(p.size for p in pieces)
+            if have < rec.input_length:  # hash ids missing or too few: fresh tail tokens
+                tail_rng = np.random.default_rng([base_seed, 1 << 40, i])
+                pieces.append(tokenizer.random_ids(tail_rng, rec.input_length - have))
+            ids = tuple(np.concatenate(pieces)[: rec.input_length].tolist())
+        out.append(
+            PlannedRequest(
+                request_id=rec.request_id or f"r{len(out):06d}",
+                arrival_s=float(arrival_s),
+                prompt_token_ids=ids,
+                output_tokens=rec.output_length,
+                tenant=rec.tenant,
+                session_id=rec.session_id,
+                prefix_group=rec.prefix_group,
+                cell_id=cell_id,
+            )
+        )
+    return out
