@@ -1,0 +1,56 @@
+"""Deterministic event queue: a heap keyed ``(time_s, priority, seq)``.
+
+Ties in time are broken by ``priority`` (lower first), then by ``seq``, a per-queue counter
+that increases with every push, so two events with the same time and priority pop in the order
+they were pushed. Nothing depends on object identity or hash order; the same pushes give the
+same pops in every process.
+
+Priorities used by the cluster (lower runs first at equal times):
+``PRIO_STEP_DONE`` (a replica's step ends and its tokens are emitted) before
+``PRIO_TRANSFER_DONE`` before ``PRIO_ARRIVAL`` before ``PRIO_SAMPLE``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+PRIO_STEP_DONE = 0
+PRIO_TRANSFER_DONE = 1
+PRIO_ARRIVAL = 2
+PRIO_SCALE = 3
+PRIO_SAMPLE = 4
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class EventQueue(Generic[T]):
+    """A min-heap of ``(time_s, priority, seq, payload)``; ``seq`` is this queue's counter."""
+
+    _heap: list[tuple[float, int, int, T]] = field(default_factory=list)
+    _seq: int = 0
+
+    def push(self, time_s: float, priority: int, payload: T) -> int:
+        """Add an event; returns its sequence number."""
+        seq = self._seq
+        self._seq += 1
+        heapq.heappush(self._heap, (time_s, priority, seq, payload))
+        return seq
+
+    def pop(self) -> tuple[float, int, int, T]:
+        """Remove and return the earliest event."""
+        return heapq.heappop(self._heap)
+
+    def peek_time(self) -> float | None:
+        """Time of the earliest event, or ``None`` when empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    @property
+    def num_pushed(self) -> int:
+        """Events pushed so far (the per-run counter)."""
+        return self._seq

@@ -1,0 +1,156 @@
+"""Per-request block tables over the KV cache groups, on top of the shared block pool.
+
+vLLM V1 keeps one pool of ``num_gpu_blocks`` blocks; every KV cache group takes its blocks from
+it (a block id covers one page of every layer of its group). Per group kind:
+
+* ``full``: ``cdiv(tokens, block_size)`` blocks;
+* ``sliding``: blocks wholly before ``num_computed_tokens - window + 1`` are released to the
+  pool and their slots replaced by the null block (vLLM ``remove_skipped_blocks``);
+* ``state``: one block per sequence (a fixed state page), whatever its length.
+
+Prefix caching (hash lookup and registration of full blocks) applies when every group is full
+attention; hybrid sliding/state models run without it (documented in docs/simulator.md).
+"""
+
+from __future__ import annotations
+
+from kvbudget.sim.blockpool import NULL_BLOCK_ID, BlockPool
+from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.prefix import BlockHash, max_cache_hit_tokens
+from kvbudget.sim.request import SimRequest
+
+
+class KVCacheManager:
+    """Allocates, caches and frees a request's blocks in every group."""
+
+    __slots__ = ("block_size", "caching", "kinds", "max_model_len", "num_groups", "pool", "windows")
+
+    def __init__(self, config: ReplicaConfig, pool: BlockPool) -> None:
+        self.pool = pool
+        self.block_size = config.block_size
+        self.kinds = tuple(g.kind for g in config.kv_groups)
+        self.windows = tuple(g.sliding_window_tokens or 0 for g in config.kv_groups)
+        self.num_groups = len(self.kinds)
+        self.caching = config.prefix_caching_effective
+        self.max_model_len = config.max_model_len
+
+    def init_request(self, req: SimRequest) -> None:
+        """Give a new or preempted request empty block tables."""
+        req.block_ids = [[] for _ in range(self.num_groups)]
+        req.num_skipped_blocks = [0] * self.num_groups
+        req.num_cached_blocks = 0
+
+    @staticmethod
+    def key(group: int, block_hash: BlockHash) -> BlockHash:
+        """Hash-table key of a block hash in ``group`` (group 0 uses the bare hash)."""
+        return block_hash if group == 0 else (group, block_hash)
+
+    def find_cache_hit(self, req: SimRequest) -> tuple[list[list[int]], int]:
+        """Cached blocks per group for the longest cached prefix, and its length in tokens."""
+        if not self.caching:
+            return [], 0
+        req.update_block_hashes(req.num_tokens)
+        pool = self.pool
+        hits: list[list[int]] = [[] for _ in range(self.num_groups)]
+        num_blocks = 0
+        for block_hash in req.block_hashes:
+            found = [pool.get_cached_block(self.key(g, block_hash)) for g in range(self.num_groups)]
+            if any(b is None for b in found):
+                break
+            for g, b in enumerate(found):
+                assert b is not None
+                hits[g].append(b)
+            num_blocks += 1
+        num_tokens = max_cache_hit_tokens(num_blocks, self.block_size, req.num_tokens)
+        keep = num_tokens // self.block_size
+        return [h[:keep] for h in hits], num_tokens
+
+    def num_blocks_to_allocate(self, req: SimRequest, num_tokens_need: int) -> int:
+        """New blocks the request needs to hold ``num_tokens_need`` tokens (all groups)."""
+        total = 0
+        size = self.block_size
+        for g, kind in enumerate(self.kinds):
+            have = len(req.block_ids[g])
+            if kind == "state":
+                total += 0 if have else 1
+            else:
+                total += max(0, -(-num_tokens_need // size) - have)
+        return total
+
+    def _remove_skipped(self, req: SimRequest, num_computed_tokens: int) -> None:
+        size = self.block_size
+        for g, kind in enumerate(self.kinds):
+            if kind != "sliding":
+                continue
+            first_useful = max(0, num_computed_tokens - self.windows[g] + 1)
+            target = min(first_useful // size, len(req.block_ids[g]))
+            start = req.num_skipped_blocks[g]
+            if target <= start:
+                continue
+            table = req.block_ids[g]
+            released = table[start:target]
+            for i in range(start, target):
+                table[i] = NULL_BLOCK_ID
+            req.num_skipped_blocks[g] = target
+            self.pool.free(reversed(released))
+
+    def allocate_slots(
+        self,
+        req: SimRequest,
+        num_new_tokens: int,
+        hit_blocks: list[list[int]] | None = None,
+        num_hit_tokens: int = 0,
+    ) -> bool:
+        """Make room for ``num_new_tokens`` more tokens; ``False`` (nothing taken) if no room."""
+        pool = self.pool
+        num_computed = req.num_computed_tokens + num_hit_tokens
+        need = min(num_computed + num_new_tokens, self.max_model_len)
+        self._remove_skipped(req, num_computed)
+        hits = hit_blocks or []
+        num_new = 0
+        size = self.block_size
+        for g, kind in enumerate(self.kinds):
+            have = len(req.block_ids[g]) + (len(hits[g]) if hits else 0)
+            if kind == "state":
+                num_new += 0 if have else 1
+            else:
+                num_new += max(0, -(-need // size) - have)
+        ref = pool.ref_cnt
+        num_evictable_hits = sum(1 for group in hits for b in group if ref[b] == 0)
+        if num_new + num_evictable_hits > pool.num_free_blocks:
+            return False
+        for g in range(self.num_groups):
+            table = req.block_ids[g]
+            if hits and hits[g]:
+                pool.touch(hits[g])
+                table.extend(hits[g])
+        for g, kind in enumerate(self.kinds):
+            table = req.block_ids[g]
+            if kind == "state":
+                if not table:
+                    table.extend(pool.allocate(1))
+            else:
+                extra = -(-need // size) - len(table)
+                if extra > 0:
+                    table.extend(pool.allocate(extra))
+        if self.caching:
+            self._cache_full_blocks(req, min(need, req.num_tokens))
+        return True
+
+    def _cache_full_blocks(self, req: SimRequest, num_tokens: int) -> None:
+        num_full = num_tokens // self.block_size
+        if num_full <= req.num_cached_blocks:
+            return
+        req.update_block_hashes(num_tokens)
+        pool = self.pool
+        hashes = req.block_hashes
+        for i in range(req.num_cached_blocks, num_full):
+            for g in range(self.num_groups):
+                pool.cache_block(req.block_ids[g][i], self.key(g, hashes[i]))
+        req.num_cached_blocks = num_full
+
+    def free(self, req: SimRequest) -> None:
+        """Release every block of ``req`` (tail first, group by group)."""
+        for table in req.block_ids:
+            self.pool.free(reversed(table))
+        self.init_request(req)

@@ -1,0 +1,149 @@
+"""A request inside the simulated engine (mutable state, slotted for speed).
+
+Token content: the prompt's token ids, then generated tokens. Generated token ids are a
+deterministic function of a per-request seed drawn from the engine's ``numpy`` generator when
+the request is added (:func:`generated_token_id`), so stepping one decode step at a time and
+advancing many at once give identical ids and block hashes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from kvbudget.sim.prefix import BlockHash, ChainHasher
+
+Status = Literal["waiting", "loading", "running", "finished", "aborted"]
+
+_MIX = 2654435761  # Knuth's multiplicative constant
+
+
+def generated_token_id(seed: int, index: int, vocab_size: int) -> int:
+    """Token id of output ``index`` (0-based) of a request whose seed is ``seed``."""
+    return (seed + (index + 1) * _MIX) % vocab_size
+
+
+class PlannedRequestLike(Protocol):
+    """What the engine reads from ``kvbudget.workload.PlannedRequest`` (duck-typed)."""
+
+    request_id: str
+    arrival_s: float
+    prompt_token_ids: tuple[int, ...]
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """A request as the engine receives it."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_output_tokens: int
+    arrival_s: float = 0.0
+    priority: int = 0
+    cache_salt: str | None = None
+    adapter_id: str | None = None
+    mm_hashes: tuple[str, ...] = ()
+    session_id: str | None = None
+    tenant: str = "default"
+    cell_id: str | None = None
+    cancel_after_tokens: int | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Prompt length in tokens."""
+        return len(self.prompt_token_ids)
+
+
+def as_engine_request(req: Any) -> EngineRequest:
+    """Accept an :class:`EngineRequest` or a ``PlannedRequest``-like object."""
+    if isinstance(req, EngineRequest):
+        return req
+    return EngineRequest(
+        request_id=str(req.request_id),
+        prompt_token_ids=tuple(req.prompt_token_ids),
+        max_output_tokens=int(req.output_tokens),
+        arrival_s=float(getattr(req, "arrival_s", 0.0)),
+        priority=int(getattr(req, "priority", 0) or 0),
+        cache_salt=getattr(req, "cache_salt", None),
+        adapter_id=getattr(req, "adapter_id", None),
+        mm_hashes=tuple(getattr(req, "mm_hashes", ()) or ()),
+        session_id=getattr(req, "session_id", None),
+        tenant=str(getattr(req, "tenant", "default") or "default"),
+        cell_id=getattr(req, "cell_id", None),
+        cancel_after_tokens=getattr(req, "cancel_after_tokens", None),
+    )
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """Scheduler-side state of one request."""
+
+    spec: EngineRequest
+    seed: int
+    vocab_size: int
+    hasher: ChainHasher | None
+    arrival_order: int
+    status: Status = "waiting"
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    #: tokens whose KV is being reloaded from a lower tier (computed once the load ends)
+    loading_until_s: float = 0.0
+    #: block ids per KV group (null block 0 marks released sliding-window slots)
+    block_ids: list[list[int]] = field(default_factory=list)
+    #: number of leading blocks per group already released (sliding window)
+    num_skipped_blocks: list[int] = field(default_factory=list)
+    block_hashes: list[BlockHash] = field(default_factory=list)
+    #: how many of this request's blocks (group 0) are registered in the hash table
+    num_cached_blocks: int = 0
+    num_preemptions: int = 0
+    #: prompt tokens served from the cache at first scheduling, by tier ("gpu", "cpu", ...)
+    cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    finish_reason: str | None = None
+    has_been_scheduled: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.spec.request_id
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.spec.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt + generated tokens so far (the newest one not yet computed)."""
+        return len(self.spec.prompt_token_ids) + self.num_output_tokens
+
+    @property
+    def max_tokens(self) -> int:
+        """Length when finished (the last generated token is never computed)."""
+        return len(self.spec.prompt_token_ids) + self.spec.max_output_tokens - 1
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens served from any cache tier at first scheduling."""
+        return sum(self.cached_tokens_by_tier.values())
+
+    def token_ids(self, upto: int) -> list[int] | tuple[int, ...]:
+        """The first ``upto`` tokens (prompt then generated)."""
+        prompt = self.spec.prompt_token_ids
+        if upto <= len(prompt):
+            return prompt
+        out = list(prompt)
+        out.extend(
+            generated_token_id(self.seed, j, self.vocab_size) for j in range(upto - len(prompt))
+        )
+        return out
+
+    def update_block_hashes(self, num_tokens: int) -> None:
+        """Extend the hash chain to every full block within the first ``num_tokens``."""
+        if self.hasher is None:
+            return
+        size = self.hasher.block_size
+        if (len(self.block_hashes) + 1) * size > num_tokens:
+            return
+        self.hasher.extend(self.block_hashes, self.token_ids(num_tokens), num_tokens)

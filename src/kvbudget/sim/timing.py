@@ -1,0 +1,260 @@
+"""Step-time models: how long one engine step takes, given what it computes.
+
+Two models, selectable by name; every simulated figure is labelled with the model's ``name``.
+
+``roofline`` (:class:`RooflineTiming`), from the GPU catalog and the model structure:
+
+* FLOPs = ``2 * active_params * tokens`` (all tokens of the step, prefill and decode) plus the
+  attention term ``4 * layers * q_heads * head_dim * pairs``, where ``pairs`` counts
+  (query, key) pairs: ``n * (c + (n + 1) / 2)`` for a prefill chunk of ``n`` tokens after ``c``
+  computed ones, and ``c + 1`` for a decode token at context ``c``;
+* bytes = weights (read once per step) + KV read (``kv_bytes_per_token * context``) + KV written;
+* per rank: FLOPs, weights and KV divided by the tensor-parallel size ``tp``;
+* ``time = max(flops / (peak * compute_efficiency), bytes / (bandwidth * bandwidth_efficiency))
+  + tp_allreduce + step_overhead_s``; the all-reduce cost is two ring all-reduces per layer of
+  ``tokens * hidden * 2`` bytes: ``2 * (tp - 1) / tp * bytes / link_bandwidth + latency``.
+
+``calibrated`` (:class:`CalibratedTiming`), fitted to measured points stored in a JSON profile
+(:class:`CalibrationProfile`): prefill ``t = a0 + a1*T + a2*T^2`` and decode
+``t = b0 + b1*batch + b2*context`` by non-negative least squares (``scipy.optimize.nnls``); a
+mixed step costs ``max(a0, b0) + a1*P + 2*a2*pairs + b1*n + b2*ctx``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvbudget.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one step computes, aggregated over its requests."""
+
+    num_prefill_tokens: int = 0
+    #: sum over prefill chunks of n * (c + (n + 1) / 2)
+    prefill_pairs: float = 0.0
+    #: sum over prefill chunks of c + n (KV the chunk attends over)
+    prefill_context_tokens: int = 0
+    num_decode_seqs: int = 0
+    #: sum over decode requests of their context (tokens attended)
+    decode_context_tokens: int = 0
+
+
+class StepTimeModel(Protocol):
+    """Anything that prices a step."""
+
+    name: str
+
+    def step_time_s(self, shape: BatchShape) -> float: ...
+
+    def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float: ...
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCost:
+    """The model figures the roofline needs (from ``ModelSpec`` or a ``PlanResult``)."""
+
+    model_id: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    head_dim: int
+    #: parameters touched per token (all of them for dense models; active ones for MoE)
+    num_active_params: float
+    weights_bytes: float
+    #: KV bytes of one token over all layers, whole model (not per rank)
+    kv_bytes_per_token: float
+    activation_bytes: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPerf:
+    """The GPU figures the roofline needs (from the GPU catalog)."""
+
+    name: str
+    memory_bytes: float
+    bandwidth_bytes_per_s: float
+    peak_flops: float
+    link_bytes_per_s: float = 0.0
+
+
+class RooflineParams(BaseModel):
+    """Efficiency factors and fixed costs of the roofline model (documented defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute_efficiency: float = Field(default=0.55, gt=0, le=1)
+    bandwidth_efficiency: float = Field(default=0.80, gt=0, le=1)
+    step_overhead_s: float = Field(default=0.002, ge=0)
+    allreduce_latency_s: float = Field(default=8e-6, ge=0)
+    #: used when the GPU has no link bandwidth in the catalog (PCIe-class, bytes/s)
+    default_link_bytes_per_s: float = Field(default=50e9, gt=0)
+
+
+class RooflineTiming:
+    """Roofline step time for one replica (``tp`` GPUs)."""
+
+    def __init__(
+        self, model: ModelCost, gpu: GpuPerf, *, tp: int = 1, params: RooflineParams | None = None
+    ) -> None:
+        if tp < 1:
+            raise ConfigError(f"tp: must be >= 1, got {tp}", field="tp")
+        self.model = model
+        self.gpu = gpu
+        self.tp = tp
+        self.params = params or RooflineParams()
+        self.name = "roofline"
+        p = self.params
+        self._flops_per_token = 2.0 * model.num_active_params / tp
+        self._attn_flops_per_pair = (
+            4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp
+        )
+        self._kv_per_token = model.kv_bytes_per_token / tp
+        self._weights = model.weights_bytes / tp
+        self._flops_rate = gpu.peak_flops * p.compute_efficiency
+        self._byte_rate = gpu.bandwidth_bytes_per_s * p.bandwidth_efficiency
+        link = gpu.link_bytes_per_s or p.default_link_bytes_per_s
+        self._ar_per_token = (
+            0.0
+            if tp == 1
+            else 2 * model.num_layers * 2 * (tp - 1) / tp * model.hidden_size * 2 / link
+        )
+        self._ar_fixed = 0.0 if tp == 1 else 2 * model.num_layers * p.allreduce_latency_s
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        if tokens == 0:
+            return 0.0
+        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * (
+            shape.prefill_pairs + shape.decode_context_tokens
+        )
+        kv_tokens = shape.prefill_context_tokens + shape.decode_context_tokens + tokens
+        num_bytes = self._weights + self._kv_per_token * kv_tokens
+        compute_s = flops / self._flops_rate
+        memory_s = num_bytes / self._byte_rate
+        comm_s = self._ar_fixed + self._ar_per_token * tokens
+        return max(compute_s, memory_s) + comm_s + self.params.step_overhead_s
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        """A pure decode step (fast path used when advancing many steps)."""
+        return self.step_time_s(
+            BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
+        )
+
+    def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float:
+        """A lone prefill of ``num_tokens`` after ``context_tokens`` cached ones."""
+        return self.step_time_s(
+            BatchShape(
+                num_prefill_tokens=num_tokens,
+                prefill_pairs=num_tokens * (context_tokens + (num_tokens + 1) / 2),
+                prefill_context_tokens=context_tokens + num_tokens,
+            )
+        )
+
+
+class CalibrationProfile(BaseModel):
+    """Measured step times of one engine/model/GPU, stored as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model_id: str
+    gpu: str
+    tp: int = Field(default=1, ge=1)
+    engine: str = Field(description="engine and version the points were measured on")
+    #: (prefill tokens, seconds)
+    prefill_points: list[tuple[int, float]] = Field(min_length=3)
+    #: (batch size, total context tokens of the batch, seconds)
+    decode_points: list[tuple[int, int, float]] = Field(min_length=3)
+
+    @classmethod
+    def load(cls, path: str | Path) -> CalibrationProfile:
+        """Read a profile; bad files raise a one-line ConfigError."""
+        try:
+            return cls.model_validate(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError, ValidationError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(
+                f"timing profile {path}: cannot use it ({first}); see docs/simulator.md "
+                "for the format",
+                field="timing_profile",
+            ) from exc
+
+
+class CalibratedTiming:
+    """Step time fitted (non-negative least squares) to a :class:`CalibrationProfile`."""
+
+    def __init__(self, profile: CalibrationProfile) -> None:
+        from scipy.optimize import nnls
+
+        self.profile = profile
+        self.name = f"calibrated:{profile.name}"
+        pre = np.array(profile.prefill_points, dtype=float)
+        a_matrix = np.column_stack([np.ones(len(pre)), pre[:, 0], pre[:, 0] ** 2])
+        self.prefill_coef: tuple[float, float, float] = tuple(  # type: ignore[assignment]
+            float(x) for x in nnls(a_matrix, pre[:, 1])[0]
+        )
+        dec = np.array(profile.decode_points, dtype=float)
+        b_matrix = np.column_stack([np.ones(len(dec)), dec[:, 0], dec[:, 1]])
+        self.decode_coef: tuple[float, float, float] = tuple(  # type: ignore[assignment]
+            float(x) for x in nnls(b_matrix, dec[:, 2])[0]
+        )
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        a0, a1, a2 = self.prefill_coef
+        b0, b1, b2 = self.decode_coef
+        if shape.num_prefill_tokens == 0 and shape.num_decode_seqs == 0:
+            return 0.0
+        if shape.num_prefill_tokens == 0:
+            return b0 + b1 * shape.num_decode_seqs + b2 * shape.decode_context_tokens
+        base = b0 if shape.num_decode_seqs and b0 > a0 else a0
+        return (
+            base
+            + a1 * shape.num_prefill_tokens
+            + 2 * a2 * shape.prefill_pairs
+            + b1 * shape.num_decode_seqs
+            + b2 * shape.decode_context_tokens
+        )
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        b0, b1, b2 = self.decode_coef
+        return b0 + b1 * num_seqs + b2 * context_tokens
+
+    def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float:
+        return self.step_time_s(
+            BatchShape(
+                num_prefill_tokens=num_tokens,
+                prefill_pairs=num_tokens * (context_tokens + (num_tokens + 1) / 2),
+                prefill_context_tokens=context_tokens + num_tokens,
+            )
+        )
+
+
+class FixedTiming:
+    """Constant-per-token timing for tests and the embedded server's simplest mode."""
+
+    def __init__(
+        self, *, step_s: float = 0.01, per_token_s: float = 0.0, name: str = "fixed"
+    ) -> None:
+        self.step_s = step_s
+        self.per_token_s = per_token_s
+        self.name = name
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        return 0.0 if tokens == 0 else self.step_s + self.per_token_s * tokens
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        return self.step_time_s(BatchShape(num_decode_seqs=num_seqs))
+
+    def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float:
+        return self.step_time_s(BatchShape(num_prefill_tokens=num_tokens))
