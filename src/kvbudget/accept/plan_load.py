@@ -1,0 +1,140 @@
+"""The load section of an acceptance plan: three input tiers x three concurrency tiers.
+
+Seed step 3 ("准备负载"): input tiers come from real, de-identified length distributions or are
+marked as a planning scenario; concurrency tiers carry a duration and a fixed arrival mode;
+sample prompts are kept as hashes with token counts and the template version.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from kvbudget.accept.plan_lock import StrictModel
+
+INPUT_TIERS: tuple[str, ...] = ("short", "medium", "long")
+CONCURRENCY_TIERS: tuple[str, ...] = ("single", "normal", "peak")
+DataSource = Literal["real_data", "planning_scenario"]
+ArrivalMode = Literal["closed", "poisson", "constant", "burst"]
+
+
+class InputTier(StrictModel):
+    """Prompt lengths (server-side tokens, template included) and the output length."""
+
+    min_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=1, description="max_tokens asked of the engine (ignore_eos)")
+    source: DataSource = "planning_scenario"
+    data_ref: str | None = Field(
+        default=None, description="where the real distribution came from (required for real_data)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> InputTier:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError(
+                f"@max_tokens: must be >= min_tokens (got {self.max_tokens} < {self.min_tokens}); "
+                "fix the tier range"
+            )
+        if self.source == "real_data" and not self.data_ref:
+            raise ValueError(
+                "@data_ref: source 'real_data' needs data_ref (which log, which dates); "
+                "otherwise mark the tier source: planning_scenario"
+            )
+        return self
+
+
+class ConcurrencyTier(StrictModel):
+    """How many requests are in flight and how they arrive."""
+
+    concurrency: int = Field(ge=1, description="clients in flight (closed) or the in-flight cap")
+    duration_s: float = Field(gt=0, description="how long the tier is held")
+    arrival: ArrivalMode = "closed"
+    rate_per_s: float | None = Field(default=None, gt=0, description="for poisson/constant")
+    source: DataSource = "planning_scenario"
+    data_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ConcurrencyTier:
+        if self.arrival in ("poisson", "constant") and self.rate_per_s is None:
+            raise ValueError(
+                f"@rate_per_s: arrival '{self.arrival}' needs rate_per_s (requests per second); "
+                "give it or use arrival: closed"
+            )
+        if self.source == "real_data" and not self.data_ref:
+            raise ValueError(
+                "@data_ref: source 'real_data' needs data_ref; otherwise mark it planning_scenario"
+            )
+        return self
+
+
+class SamplePrompt(StrictModel):
+    """A de-identified sample prompt: never its text, only the hash and counts."""
+
+    tier: Literal["short", "medium", "long"]
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    prompt_tokens: int = Field(ge=1)
+    template_version: str
+    tokenizer: str | None = None
+
+
+class Warmup(StrictModel):
+    requests: int = Field(default=8, ge=0, description="uniform warm-up requests, not scored")
+    input_tokens: int = Field(default=256, ge=1)
+    output_tokens: int = Field(default=32, ge=1)
+
+
+class SharedPrefix(StrictModel):
+    """Shared system prompt / tool definitions placed before the varying part."""
+
+    tokens: int = Field(default=0, ge=0)
+    num_groups: int = Field(default=1, ge=1)
+    num_tenants: int = Field(default=1, ge=1)
+
+
+class LoadPlan(StrictModel):
+    tiers: dict[Literal["short", "medium", "long"], InputTier]
+    concurrency: dict[Literal["single", "normal", "peak"], ConcurrencyTier]
+    order: list[str] | None = Field(
+        default=None,
+        description="cells as 'input/concurrency' in run order; default row by row, "
+        "single -> normal -> peak",
+    )
+    repetitions: int = Field(default=2, ge=1)
+    max_requests_per_cell: int = Field(default=200, ge=1, description="hard cap per repetition")
+    template_version: str = "unspecified"
+    warmup: Warmup = Field(default_factory=Warmup)
+    shared_prefix: SharedPrefix = Field(default_factory=SharedPrefix)
+    samples: list[SamplePrompt] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> LoadPlan:
+        for name in INPUT_TIERS:
+            if name not in self.tiers:
+                raise ValueError(f"@tiers: missing tier '{name}'; declare short, medium and long")
+        for name in CONCURRENCY_TIERS:
+            if name not in self.concurrency:
+                raise ValueError(
+                    f"@concurrency: missing tier '{name}'; declare single, normal and peak"
+                )
+        if self.order is not None:
+            valid = {f"{i}/{c}" for i in INPUT_TIERS for c in CONCURRENCY_TIERS}
+            for cell in self.order:
+                if cell not in valid:
+                    raise ValueError(
+                        f"@order: unknown cell {cell!r}; write 'input/concurrency' "
+                        "such as 'short/single'"
+                    )
+            if len(set(self.order)) != len(self.order):
+                raise ValueError("@order: a cell is listed twice; list each cell at most once")
+        return self
+
+    def cell_order(self) -> list[tuple[str, str]]:
+        """(input tier, concurrency tier) in run order; unlisted cells follow, row by row."""
+        default = [(i, c) for i in INPUT_TIERS for c in CONCURRENCY_TIERS]
+        if not self.order:
+            return default
+        listed = [tuple(cell.split("/", 1)) for cell in self.order]
+        rest = [cell for cell in default if cell not in listed]
+        return [(a, b) for a, b in listed] + rest

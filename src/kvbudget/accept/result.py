@@ -1,0 +1,194 @@
+"""The acceptance result document (``OUT/report.json``), versioned and self-describing.
+
+Every number in it says what it is: ``computed`` (arithmetic: ledger, budgets), ``simulated``
+(the simulator, with its timing model named) or ``measured`` (a real engine named with its
+version and hardware). ``kvbudget report report.json`` re-renders Markdown and HTML from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvbudget.records import FigureKind, ResultDocument
+
+Verdict = Literal["pass", "fail", "untested", "not_comparable"]
+OverallVerdict = Literal["pass", "fail", "blocked", "untested"]
+VERDICT_ORDER: dict[str, int] = {"pass": 0, "untested": 1, "not_comparable": 2, "fail": 3}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LockEntry(_Model):
+    field: str
+    value: Any = None
+    status: Literal["confirmed", "requested", "unconfirmed", "not_applicable", "mismatch"]
+    source: str | None = None
+    note: str | None = None
+    observed: Any = None
+
+
+class Budget(_Model):
+    """One of the three budgets (seed: 结构估算 / 引擎缓存池 / 整机峰值)."""
+
+    name: Literal["structural", "engine_pool", "device_peak"]
+    bytes: int | None
+    kind: FigureKind
+    what: str
+    note: str | None = None
+
+
+class LedgerEntry(_Model):
+    name: str
+    value: Any
+    source: str
+    kind: FigureKind = "computed"
+    note: str | None = None
+
+
+class Ledger(_Model):
+    entries: list[LedgerEntry] = Field(default_factory=list)
+    budgets: list[Budget] = Field(default_factory=list)
+    pool: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class PercentileCI(_Model):
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+
+class MetricSummary(_Model):
+    """Percentiles with bootstrap confidence intervals and the sample count."""
+
+    n: int
+    mean: float | None = None
+    percentiles: dict[str, PercentileCI] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+    def pct(self, name: str) -> float | None:
+        item = self.percentiles.get(name)
+        return None if item is None else item.value
+
+
+class Check(_Model):
+    """One judged condition of a cell, with the numbers behind it."""
+
+    name: str
+    verdict: Verdict
+    reason: str
+    observed: float | None = None
+    limit: float | None = None
+    kind: FigureKind | None = None
+
+
+class TimeSeries(_Model):
+    t_s: list[float] = Field(default_factory=list)
+    kv_usage: list[float] = Field(default_factory=list)
+    num_running: list[float] = Field(default_factory=list)
+    num_waiting: list[float] = Field(default_factory=list)
+
+
+class CellResult(_Model):
+    cell_id: str
+    input_tier: str
+    concurrency_tier: str
+    order: int
+    verdict: Verdict
+    reasons: list[str]
+    checks: list[Check] = Field(default_factory=list)
+    kind: FigureKind | None = None
+    repetitions: int = 0
+    num_requests: int = 0
+    num_ok: int = 0
+    num_error: int = 0
+    num_cancelled: int = 0
+    num_oom: int = 0
+    num_preemptions: int = 0
+    error_rate: float | None = None
+    prompt_tokens_mean: float | None = None
+    summaries: dict[str, MetricSummary] = Field(default_factory=dict)
+    throughput: dict[str, float] = Field(default_factory=dict)
+    prefix_hit_rate_tokens: float | None = None
+    peak_kv_usage: float | None = None
+    kv_usage_after_drain: float | None = None
+    timeseries: TimeSeries = Field(default_factory=TimeSeries)
+    samples_ttft_s: list[float] = Field(default_factory=list)
+    samples_tpot_s: list[float] = Field(default_factory=list)
+    quality: list[dict[str, Any]] = Field(default_factory=list)
+    output_excerpts: list[str] = Field(default_factory=list)
+
+
+class StopStatus(_Model):
+    name: str
+    declared: str
+    status: Literal["not_triggered", "triggered", "untested"]
+    cells: list[str] = Field(default_factory=list)
+    detail: str = ""
+
+
+class MetricDelta(_Model):
+    cell_id: str
+    metric: str
+    n_baseline: int
+    n_variant: int
+    baseline_pct: float | None
+    variant_pct: float | None
+    pct_diff: float | None
+    pct_diff_low: float | None
+    pct_diff_high: float | None
+    hl_shift: float | None
+    p_value: float | None
+    p_holm: float | None
+    significant: bool
+
+
+class ComparisonResult(_Model):
+    name: str
+    factor: str
+    verdict: Verdict
+    reasons: list[str]
+    baseline_value: Any = None
+    variant_value: Any = None
+    differences: list[str] = Field(default_factory=list)
+    percentile: float = 95.0
+    alpha: float = 0.05
+    deltas: list[MetricDelta] = Field(default_factory=list)
+    conclusions: dict[str, str] = Field(default_factory=dict)
+
+
+class Anomaly(_Model):
+    code: str
+    title: str
+    evidence: str
+    cells: list[str] = Field(default_factory=list)
+    advice: str
+
+
+class AcceptResult(ResultDocument):
+    """The acceptance result (kind ``accept``)."""
+
+    kind: Literal["accept"] = "accept"
+    name: str
+    seed: int
+    plan: dict[str, Any]
+    plan_sha256: str
+    target: dict[str, Any]
+    lock: list[LockEntry]
+    blocking: list[str]
+    ledger: Ledger
+    baseline: dict[str, Any] = Field(default_factory=dict)
+    warmup: dict[str, Any] = Field(default_factory=dict)
+    cells: list[CellResult]
+    stop_conditions: list[StopStatus]
+    comparisons: list[ComparisonResult] = Field(default_factory=list)
+    anomalies: list[Anomaly] = Field(default_factory=list)
+    audits: dict[str, Any] = Field(default_factory=dict)
+    verdict: OverallVerdict
+    verdict_reasons: list[str]
+    rollback: list[str] = Field(default_factory=list)
+    canary: list[str] = Field(default_factory=list)
