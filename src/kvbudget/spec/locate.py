@@ -1,0 +1,118 @@
+"""Find a model's ``config.json``: a path, a snapshot directory, the catalog or the HF cache.
+
+Order: an existing path (file or directory) wins, then a bundled catalog id, then a repo id in
+the local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``). Nothing is downloaded
+unless ``allow_download`` is true (the CLI's ``--download``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kvbudget.errors import SpecError
+from kvbudget.spec.catalog import find_catalog_entry
+
+Origin = Literal["file", "snapshot", "catalog", "hf_cache", "download"]
+
+_SNAPSHOT_RE = re.compile(
+    r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<rev>[0-9a-f]{7,64})"
+)
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """A config file that was found and read."""
+
+    model_id: str
+    path: Path
+    origin: Origin
+    sha256: str
+    revision: str | None
+    raw: dict[str, Any] = field(repr=False)
+
+
+def _read(path: Path, model_id: str, origin: Origin) -> ConfigSource:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(
+            f"model: cannot read {path}: {exc.strerror}; check the path", field="model"
+        ) from None
+    try:
+        raw = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"model: {path} is not valid JSON (line {exc.lineno}: {exc.msg}); pass a Hugging Face config.json",
+            field="model",
+        ) from None
+    if not isinstance(raw, dict):
+        raise SpecError(
+            f"model: {path} holds a JSON {type(raw).__name__}, not an object; pass a config.json",
+            field="model",
+        )
+    match = _SNAPSHOT_RE.search(path.resolve().as_posix())
+    revision = match.group("rev") if match else None
+    if match and origin in ("file", "snapshot"):
+        model_id = f"{match.group('org')}/{match.group('name')}"
+    return ConfigSource(model_id, path, origin, hashlib.sha256(data).hexdigest(), revision, raw)
+
+
+def _from_hf_cache(repo_id: str, allow_download: bool) -> ConfigSource | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        return None
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return _read(Path(cached), repo_id, "hf_cache")
+    if not allow_download:
+        return None
+    from huggingface_hub import hf_hub_download
+
+    try:
+        downloaded = hf_hub_download(repo_id, "config.json")
+    except Exception as exc:
+        raise SpecError(
+            f"model: could not download config.json of {repo_id!r} ({type(exc).__name__}); check the id and network",
+            field="model",
+        ) from None
+    return _read(Path(downloaded), repo_id, "download")
+
+
+def locate_config(ref: str, *, allow_download: bool = False) -> ConfigSource:
+    """Find and read the config for ``ref`` (path, snapshot dir, catalog id or cached repo id)."""
+    text = ref.strip()
+    if not text:
+        raise SpecError(
+            "model: empty reference; pass a config.json path, a catalog id or a repo id",
+            field="model",
+        )
+    path = Path(text).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise SpecError(
+                f"model: directory {path} has no config.json; pass the snapshot directory",
+                field="model",
+            )
+        return _read(config, path.name, "snapshot")
+    if path.is_file():
+        return _read(path, path.parent.name or path.stem, "file")
+    entry = find_catalog_entry(text)
+    if entry is not None:
+        return _read(entry.path, entry.model_id, "catalog")
+    if _REPO_ID_RE.match(text):
+        found = _from_hf_cache(text, allow_download)
+        if found is not None:
+            return found
+    raise SpecError(
+        f"model: {text!r} is not a file, not a bundled catalog id (see 'kvbudget models') and not in the "
+        "local Hugging Face cache; pass a config.json path or snapshot directory, or add --download",
+        field="model",
+    )

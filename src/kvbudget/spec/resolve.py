@@ -1,0 +1,229 @@
+"""Resolve a model reference into a :class:`ModelSpec` with a provenance ledger.
+
+``resolve_model(ref)`` accepts a ``config.json`` path, a snapshot directory, a bundled catalog
+id or a repo id in the local Hugging Face cache (see :mod:`kvbudget.spec.locate`). Multimodal
+wrappers are read through their ``text_config``. Architecture rules live in
+:mod:`kvbudget.spec.architectures`. A model whose architecture kvbudget does not model, or whose
+config lacks a required field, resolves with ``status="not_applicable"`` and the exact list of
+fields to supply (``--set key=value``); nothing is guessed silently.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kvbudget.errors import ConfigError
+from kvbudget.spec.architectures import ARCH, BUILDERS, WRAPPER_TEXT_TYPES
+from kvbudget.spec.fields import FieldReader
+from kvbudget.spec.locate import ConfigSource, locate_config
+from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.provenance import LedgerEntry
+
+ResolveStatus = Literal["resolved", "not_applicable"]
+
+#: defaults an architecture applies when a real checkpoint omits the key (transformers' config class)
+_ARCH_FIELD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"max_position_embeddings": 131072, "vocab_size": 262208},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    """The outcome of resolving a model reference."""
+
+    status: ResolveStatus
+    spec: ModelSpec | None
+    ledger: tuple[LedgerEntry, ...]
+    missing: tuple[str, ...] = ()
+    reason: str = ""
+    model_id: str = ""
+    source: ConfigSource | None = field(default=None, repr=False)
+
+
+def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["key=value", ...]`` -> dict; values are JSON when they parse (``8``, ``true``, ``null``)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(
+                f"--set: {pair!r} is not key=value; write e.g. --set num_key_value_heads=8",
+                field="set",
+            )
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def resolve_model(
+    ref: str, *, overrides: dict[str, Any] | None = None, allow_download: bool = False
+) -> ResolvedModel:
+    """Find the config for ``ref`` and turn it into a spec (or a not-applicable verdict)."""
+    source = locate_config(ref, allow_download=allow_download)
+    return resolve_config(source, overrides=overrides)
+
+
+def resolve_config(
+    source: ConfigSource, *, overrides: dict[str, Any] | None = None
+) -> ResolvedModel:
+    raw = source.raw
+    text = raw.get("text_config")
+    cfg: dict[str, Any] = text if isinstance(text, dict) else raw
+    prefix = "text_config." if cfg is not raw else ""
+    location = source.model_id if source.origin == "catalog" else str(source.path)
+    reader = FieldReader(
+        cfg,
+        prefix=prefix,
+        location=f"catalog:{location}" if source.origin == "catalog" else location,
+        config_source="catalog" if source.origin == "catalog" else "config",
+        sha256=source.sha256,
+        revision=source.revision,
+        overrides=overrides,
+    )
+    top_type = raw.get("model_type")
+    archs = raw.get("architectures") or []
+    architecture = (
+        str(archs[0]) if isinstance(archs, list) and archs else str(top_type or "unknown")
+    )
+    reader.record(
+        "architecture",
+        architecture,
+        reader.config_source,
+        location=f"{reader.location}:architectures[0]",
+    )
+    if prefix:
+        reader.record(
+            "text_config",
+            True,
+            reader.config_source,
+            note="multimodal wrapper: KV fields read from text_config",
+        )
+    default_type = WRAPPER_TEXT_TYPES.get(str(top_type)) if prefix else top_type
+    model_type = reader.get("model_type", default=default_type, default_source=ARCH, required=False)
+    builder = BUILDERS.get(str(model_type))
+    if builder is None:
+        known = ", ".join(sorted(BUILDERS))
+        return _not_applicable(
+            source,
+            reader,
+            ["model_type"],
+            f"model_type {model_type!r} ({architecture}) is not modelled; kvbudget knows {known}. The formula does not "
+            "apply; measure, use the explicit mode (--layers/--kv-heads/--head-dim/--dtype-bytes), or "
+            "--set model_type=llama if every layer is plain full attention",
+        )
+    layers = builder(reader, str(model_type))
+    if reader.missing or layers is None:
+        missing = reader.missing or ["layer structure"]
+        fix = " ".join(f"--set {k}=..." for k in missing)
+        return _not_applicable(
+            source, reader, missing, f"config lacks {', '.join(missing)}; supply them with {fix}"
+        )
+    spec = ModelSpec(
+        model_id=source.model_id,
+        architecture=architecture,
+        model_type=str(model_type),
+        layers=tuple(layers),
+        **_other_fields(reader, raw, str(model_type)),
+        raw_config=cfg,
+    )
+    unused = reader.unused_overrides()
+    if unused:
+        raise ConfigError(
+            f"--set: {', '.join(unused)} is not read for model_type {model_type}; remove it or check the key name",
+            field="set",
+        )
+    ledger = tuple(reader.entries.values())
+    return ResolvedModel(
+        "resolved", _with_ledger(spec, ledger), ledger, model_id=source.model_id, source=source
+    )
+
+
+def _with_ledger(spec: ModelSpec, ledger: tuple[LedgerEntry, ...]) -> ModelSpec:
+    from dataclasses import replace
+
+    return replace(spec, ledger=ledger)
+
+
+def _not_applicable(
+    source: ConfigSource, reader: FieldReader, missing: list[str], reason: str
+) -> ResolvedModel:
+    ledger = tuple(reader.entries.values())
+    return ResolvedModel(
+        "not_applicable", None, ledger, tuple(missing), reason, source.model_id, source
+    )
+
+
+def _first(reader: FieldReader, keys: tuple[str, ...], name: str) -> Any:
+    for key in keys:
+        if reader.has(key):
+            return reader.get(key, name=name, required=False)
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> dict[str, Any]:
+    defaults = _ARCH_FIELD_DEFAULTS.get(model_type, {})
+
+    def opt(key: str) -> Any:
+        if key in defaults:
+            return reader.get(key, default=defaults[key], default_source=ARCH, required=False)
+        return reader.get(key, required=False)
+
+    dtype = _first(reader, ("torch_dtype", "dtype"), "torch_dtype")
+    if dtype is None and raw is not reader.config:
+        dtype = raw.get("torch_dtype") or raw.get("dtype")
+        if dtype is not None:
+            reader.record(
+                "torch_dtype",
+                dtype,
+                reader.config_source,
+                location=f"{reader.location}:torch_dtype",
+            )
+    if dtype is None:
+        reader.record(
+            "torch_dtype",
+            None,
+            "default",
+            note="config names no dtype; KV 'auto' means bfloat16 on vLLM/SGLang",
+        )
+    intermediate = opt("intermediate_size")
+    quant = raw.get("quantization_config") or reader.config.get("quantization_config")
+    return {
+        "hidden_size": _int_or_none(opt("hidden_size")),
+        "num_attention_heads": _int_or_none(reader.peek("num_attention_heads")),
+        "vocab_size": _int_or_none(opt("vocab_size")),
+        "intermediate_size": _int_or_none(
+            intermediate if not isinstance(intermediate, list) else max(intermediate)
+        ),
+        "max_position_embeddings": _int_or_none(opt("max_position_embeddings")),
+        "torch_dtype": str(dtype) if dtype is not None else None,
+        "tie_word_embeddings": bool(
+            reader.peek("tie_word_embeddings", raw.get("tie_word_embeddings", False))
+        ),
+        "num_experts": _int_or_none(
+            _first(reader, ("num_experts", "num_local_experts", "n_routed_experts"), "num_experts")
+        ),
+        "num_experts_per_tok": _int_or_none(
+            _first(reader, ("num_experts_per_tok", "moe_topk"), "num_experts_per_tok")
+        ),
+        "moe_intermediate_size": _int_or_none(
+            _first(
+                reader, ("moe_intermediate_size", "intermediate_size_mlp"), "moe_intermediate_size"
+            )
+        ),
+        "num_shared_experts": _int_or_none(
+            _first(reader, ("n_shared_experts", "num_shared_experts"), "num_shared_experts")
+        ),
+        "shared_expert_intermediate_size": _int_or_none(
+            _first(reader, ("shared_expert_intermediate_size",), "shared_expert_intermediate_size")
+        ),
+        "quantization_config": quant if isinstance(quant, dict) else None,
+    }
