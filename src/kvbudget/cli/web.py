@@ -1,0 +1,42 @@
+"""``kvbudget web``: serve the calculator page and its JSON API (loopback by default)."""
+
+from __future__ import annotations
+
+import click
+
+from kvbudget.web.server import DEFAULT_HOST, DEFAULT_PORT, check_bindable, is_loopback
+
+
+@click.command("web")
+@click.option(
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address to listen on. Keep the loopback default unless you mean to expose the page: "
+    "it has no authentication.",
+)
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="TCP port to listen on.",
+)
+def web(host: str, port: int) -> None:
+    """Serve the KV-cache calculator page, model planner, chart and result viewer.
+
+    The page loads nothing from the network; every figure comes from the JSON API under
+    /api/... (OpenAPI at /openapi.json, a local API page at /docs), which calls the same
+    library functions as 'kvbudget calc' and 'kvbudget plan'. Stop with Ctrl-C.
+    """
+    from kvbudget.web.server import serve
+
+    check_bindable(host, port)
+    if not is_loopback(host):
+        click.echo(
+            f"warning: listening on {host}, not loopback; anyone who can reach it can use the "
+            "page (no authentication)",
+            err=True,
+        )
+    click.echo(f"kvbudget web: http://{host}:{port}/  (Ctrl-C to stop)", err=True)
+    serve(host, port)

@@ -1,0 +1,144 @@
+"""The FastAPI application: the page, its static assets and the JSON API.
+
+Security posture: the page loads nothing from another origin (a strict Content-Security-Policy
+says so to the browser), the interactive docs are a local page (FastAPI's default ``/docs``
+pulls Swagger UI from a CDN, so it is disabled), request bodies are capped, and every error is
+one JSON line ``{"error": "Kind: message", "field": ...}`` with status 400 (bad input) or 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from kvbudget import __version__
+from kvbudget.errors import KvbudgetError
+from kvbudget.web.api import router
+
+#: Largest request body accepted (a config.json is a few KiB; a result document a few MiB).
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'none'; object-src 'none'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+
+SECURITY_HEADERS: dict[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+
+
+def static_dir() -> Path:
+    """The shipped page assets (package data ``kvbudget/web/static``)."""
+    return Path(str(resources.files("kvbudget.web") / "static"))
+
+
+def error_response(status_code: int, line: str, field: str | None = None) -> JSONResponse:
+    """The API's one error shape."""
+    body: dict[str, Any] = {"error": " ".join(line.split())}
+    if field:
+        body["field"] = field
+    return JSONResponse(body, status_code=status_code)
+
+
+def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
+    """First pydantic error as a CLI-style one-liner naming the field, the value and the fix."""
+    errors = exc.errors()
+    if not errors:
+        return "ConfigError: request body is not valid; send a JSON object", None
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    field = ".".join(loc) if loc else None
+    kind = str(first.get("type", ""))
+    value = first.get("input")
+    if kind == "missing":
+        text = f"{field}: missing; add it to the request (see /docs)"
+    elif kind == "extra_forbidden":
+        text = f"{field}: unknown field (value {value!r}); remove it or check the spelling in /docs"
+    elif kind in {"json_invalid", "model_attributes_type", "dict_type"} and not loc:
+        text = "request body: not a JSON object; send Content-Type: application/json with {...}"
+    else:
+        msg = str(first.get("msg", "invalid"))
+        where = field or "request body"
+        text = f"{where}: {msg}, got {value!r}; fix the value (see /docs for the type)"
+    more = f" ({len(errors)} problems; first shown)" if len(errors) > 1 else ""
+    return f"ConfigError: {text}{more}", (loc[0] if loc else None)
+
+
+def create_app() -> FastAPI:
+    """Build the app (one per server; tests build their own)."""
+    app = FastAPI(
+        title="kvbudget web API",
+        version=__version__,
+        description=(
+            "JSON API behind the kvbudget calculator page. Every figure is computed by the same "
+            "library functions as the kvbudget CLI. Errors: HTTP 400 with "
+            '{"error": "ConfigError: ...", "field": "..."}.'
+        ),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+
+    @app.middleware("http")
+    async def guard(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            response: Response = error_response(
+                413,
+                f"ConfigError: request body of {length} bytes is larger than the "
+                f"{MAX_BODY_BYTES // (1024 * 1024)} MiB limit; send a smaller document",
+            )
+        else:
+            try:
+                response = await call_next(request)
+            except Exception as exc:  # last resort: never a traceback to the client
+                response = error_response(
+                    500,
+                    f"InternalError: {type(exc).__name__}: {exc} (this is a kvbudget bug)",
+                )
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        if request.url.path.startswith("/api/"):
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @app.exception_handler(KvbudgetError)
+    async def kvbudget_error(request: Request, exc: KvbudgetError) -> JSONResponse:
+        return error_response(400, exc.one_line(), exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        line, field = validation_line(exc)
+        return error_response(400, line, field)
+
+    app.include_router(router)
+
+    assets = static_dir()
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(assets / "index.html", media_type="text/html; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs_page() -> FileResponse:
+        return FileResponse(assets / "api.html", media_type="text/html; charset=utf-8")
+
+    app.mount("/static", StaticFiles(directory=assets), name="static")
+    return app

@@ -1,0 +1,82 @@
+"""Request bodies of the JSON API (pydantic, ``extra="forbid"``).
+
+Counts arrive as JSON numbers or as the strings the CLI accepts (``"4096"``, ``"128K"``,
+``"128Ki"``); they are read with :func:`kvbudget.units.parse_count`, the same parser the CLI
+flags use, so the web and the command line refuse the same inputs with the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+
+from kvbudget.errors import ConfigError
+from kvbudget.units import parse_count
+
+#: A count as JSON sends it: 4096, 4096.0 or "4K" (bools are refused).
+RawCount = StrictInt | StrictFloat | StrictStr
+
+Engine = Literal["hf", "vllm", "sglang", "llamacpp"]
+
+
+def count(value: RawCount | None, *, field: str, minimum: int = 1) -> int:
+    """Parse one count with the CLI's parser; a one-line ConfigError naming ``field``."""
+    if value is None:
+        raise ConfigError(f"{field}: missing; give an integer >= {minimum}", field=field)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ConfigError(
+                f"{field}: {value!r} is not a whole number; give a positive integer", field=field
+            )
+        value = int(value)
+    return parse_count(value, field=field, minimum=minimum)
+
+
+class ExplicitCalcRequest(BaseModel):
+    """The seed's explicit-input calculator (``kvbudget calc --layers ... --seqs ...``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layers: RawCount = Field(description="cached layers (positive integer)")
+    kv_heads: RawCount = Field(description="KV heads per layer (not query heads)")
+    head_dim: RawCount = Field(description="dimension of one head")
+    dtype_bytes: StrictInt | StrictFloat | StrictStr = Field(
+        description="bytes per element (e.g. 2 for fp16/bf16, 1 for fp8)"
+    )
+    tokens: RawCount = Field(description="tokens kept per sequence")
+    seqs: RawCount = Field(default=1, description="sequences held at the same time")
+    assumptions: dict[str, bool] = Field(
+        default_factory=dict,
+        description="assumption key -> confirmed by the user; a key left out is not confirmed",
+    )
+
+
+class ModelRequest(BaseModel):
+    """Model mode: a catalog id or a pasted config.json, an engine and a deployment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, description="catalog id, e.g. meta-llama/Llama-3.1-8B")
+    config: dict[str, Any] | None = Field(
+        default=None, description="a pasted Hugging Face config.json (JSON object)"
+    )
+    engine: Engine = "vllm"
+    kv_dtype: str = "auto"
+    tp: RawCount = 1
+    pp: RawCount = 1
+    gpu: str | None = Field(default=None, description="GPU catalog id (see /api/meta)")
+    gpu_memory_utilization: StrictFloat | StrictInt = 0.9
+    max_model_len: RawCount | None = Field(
+        default=None, description="tokens per request; defaults to the model's own maximum"
+    )
+    seqs: RawCount = 1
+    block_size: RawCount | None = None
+
+
+class DocumentRequest(BaseModel):
+    """A result document pasted or uploaded into the viewer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    document: Any = Field(description="the parsed JSON of a report.json / sim / bench document")

@@ -1,0 +1,107 @@
+"""Run the web app with uvicorn: in the foreground (``kvbudget web``) or in a thread (tests)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+
+from kvbudget.errors import ConfigError
+from kvbudget.web.app import create_app
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Fail early, in one line, when the address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"port: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                "pick a free port with --port or another address with --host",
+                field="port",
+            ) from exc
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port the OS says is free right now on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def make_server(host: str, port: int) -> uvicorn.Server:
+    """A uvicorn server for the app, quiet (no access log: paths may carry user data)."""
+    config = uvicorn.Config(
+        create_app(),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    """Serve until interrupted (the ``kvbudget web`` command)."""
+    check_bindable(host, port)
+    make_server(host, port).run()
+
+
+class BackgroundServer:
+    """The app on a loopback port in a daemon thread; ``with BackgroundServer() as url: ...``."""
+
+    def __init__(
+        self, host: str = DEFAULT_HOST, port: int | None = None, start_timeout_s: float = 20.0
+    ):
+        if not is_loopback(host):
+            raise ConfigError(f"host: background servers bind loopback only, got {host!r}")
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.start_timeout_s = start_timeout_s
+        self.server = make_server(self.host, self.port)
+        self.thread = threading.Thread(target=self.server.run, name="kvbudget-web", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.server.should_exit = True
+                raise RuntimeError(f"web server did not start on {self.url}")
+            time.sleep(0.05)
+        return self.url
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10.0)

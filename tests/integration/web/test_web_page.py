@@ -1,0 +1,213 @@
+"""The page end to end in headless Debian Chromium, driven by Playwright.
+
+The server runs on a free loopback port in a thread. Every test also checks that the page wrote
+no console errors (CSP violations included) and asked no host other than the loopback server.
+The expected 4 GiB is the seed's worked example: 2 x 32 x 8 x 128 x 2 x 4096 x 8 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+SEED_TOTAL_BYTES = 2 * 32 * 8 * 128 * 2 * 4096 * 8  # = 4 * 2**30
+
+if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
+    pytest.skip(
+        "Debian chromium is missing; run scripts/ensure-chromium.sh (apt-get install chromium)",
+        allow_module_level=True,
+    )
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@dataclass
+class PageLog:
+    """What the page did that a test must not see."""
+
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    foreign_requests: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    from kvbudget.web.server import BackgroundServer
+
+    with BackgroundServer() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: Any, server_url: str) -> Iterator[tuple[Any, PageLog]]:
+    log = PageLog()
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    loopback = urlsplit(server_url).netloc
+
+    def guard(route: Any) -> None:
+        url = route.request.url
+        parts = urlsplit(url)
+        if parts.scheme in ("data", "blob") or parts.netloc == loopback:
+            route.continue_()
+        else:
+            log.foreign_requests.append(url)
+            route.abort()
+
+    context.route("**/*", guard)
+    page = context.new_page()
+    page.on(
+        "console", lambda msg: log.console_errors.append(msg.text) if msg.type == "error" else None
+    )
+    page.on("pageerror", lambda exc: log.page_errors.append(str(exc)))
+    page.on("request", lambda req: log.requests.append(req.url))
+    page.goto(server_url + "/")
+    page.wait_for_selector("body[data-ready='true']", timeout=15_000)
+    try:
+        yield page, log
+    finally:
+        context.close()
+    assert log.console_errors == [], log.console_errors
+    assert log.page_errors == [], log.page_errors
+    assert log.foreign_requests == [], log.foreign_requests
+    assert all(urlsplit(u).netloc == loopback for u in log.requests if u.startswith("http")), (
+        log.requests
+    )
+
+
+def fill_seed_example(page: Any) -> None:
+    page.fill("#layers", "32")
+    page.fill("#kv_heads", "8")
+    page.fill("#head_dim", "128")
+    page.select_option("#dtype_bytes", "2")
+    page.fill("#tokens", "4,096".replace(",", ""))
+    page.fill("#seqs", "8")
+
+
+def assumption_boxes(page: Any) -> list[Any]:
+    boxes = page.query_selector_all("[data-assumption]")
+    assert boxes, "the assumption checklist did not render"
+    return boxes
+
+
+def test_seed_example_reads_four_gib(page: tuple[Any, PageLog]) -> None:
+    p, _ = page
+    fill_seed_example(p)
+    for box in assumption_boxes(p):
+        box.check()
+    p.click("#explicit-submit")
+    p.wait_for_selector("#explicit-result:not([hidden])")
+    total_text = p.text_content("#explicit-total") or ""
+    assert total_text.startswith("4.00 GiB"), total_text
+    assert f"{SEED_TOTAL_BYTES:,}" in total_text
+    rows = p.query_selector_all("#explicit-figures tr")
+    cells = [[c.text_content() for c in row.query_selector_all("th,td")] for row in rows]
+    assert cells[-1][0] == "total"
+    assert cells[-1][1] == f"{SEED_TOTAL_BYTES:,}"
+    assert cells[-1][3] == "4"
+    assert "exact" in (p.text_content("#explicit-status") or "")
+
+
+def test_unticking_an_assumption_changes_the_status(page: tuple[Any, PageLog]) -> None:
+    p, _ = page
+    fill_seed_example(p)
+    boxes = assumption_boxes(p)
+    for box in boxes:
+        box.check()
+    p.click("#explicit-submit")
+    p.wait_for_selector("#explicit-status.exact")
+    boxes[0].uncheck()
+    p.click("#explicit-submit")
+    p.wait_for_selector("#explicit-status.structural_reference")
+    status = p.text_content("#explicit-status") or ""
+    assert "structural_reference" in status
+    assert "reference" in status.lower()
+    reasons = p.text_content("#explicit-reasons") or ""
+    assert "✗" in reasons
+
+
+def test_bad_count_marks_the_field_with_the_fix(page: tuple[Any, PageLog]) -> None:
+    p, log = page
+    fill_seed_example(p)
+    before = len(log.requests)
+    p.fill("#layers", "0")
+    p.fill("#tokens", "4096.5")
+    p.click("#explicit-submit")
+    assert p.get_attribute("#layers", "aria-invalid") == "true"
+    assert "≥ 1" in (p.text_content("#err-layers") or "")
+    assert p.get_attribute("#tokens", "aria-invalid") == "true"
+    assert "whole number" in (p.text_content("#err-tokens") or "")
+    assert len(log.requests) == before, "invalid input must not be sent"
+
+
+def test_malformed_config_shows_the_error(page: tuple[Any, PageLog]) -> None:
+    p, log = page
+    p.click("#tab-model")
+    p.check("#source-config")
+    p.fill("#config", '{"model_type": "llama", "num_hidden_layers": 32,')
+    before = len(log.requests)
+    p.click("#model-submit")
+    error = p.text_content("#err-config") or ""
+    assert "not valid JSON" in error
+    assert p.get_attribute("#config", "aria-invalid") == "true"
+    assert len(log.requests) == before
+
+
+def test_pasted_markup_in_a_document_is_shown_as_text(page: tuple[Any, PageLog]) -> None:
+    p, _ = page
+    p.click("#tab-viewer")
+    hostile = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+    doc = {
+        "schema_version": 1,
+        "kind": "bench",
+        "provenance": {"kind": "measured", "engine": "vllm", "engine_version": "0.11.0"},
+        "figures": [{"name": hostile, "value": 1.5, "unit": "s", "kind": "measured"}],
+        "note": hostile,
+    }
+    p.fill("#doc-text", json.dumps(doc))
+    p.click("#doc-show")
+    p.wait_for_selector("#doc-result:not([hidden])")
+    assert p.evaluate("window.__pwned === undefined")
+    assert p.query_selector("#doc-result img") is None
+    assert p.query_selector("#doc-result script") is None
+    assert hostile in (p.text_content("#doc-result") or "")
+    assert "measured" in (p.text_content("#doc-summary") or "")
+
+
+def test_malformed_document_shows_the_error(page: tuple[Any, PageLog]) -> None:
+    p, _ = page
+    p.click("#tab-viewer")
+    p.fill("#doc-text", '{"kind": "sim", ')
+    p.click("#doc-show")
+    assert "not valid JSON" in (p.text_content("#doc-error") or "")
