@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Write a tiny random-weight GGUF model that llama.cpp's `llama-server` can load.
+
+Two variants, both with the real Llama-3 BPE tokenizer (copied from the vocab-only file
+`ggml-vocab-llama-bpe.gguf` that ships with llama.cpp) and seeded N(0, 0.02) f16 weights:
+
+* ``llama``  - 4 layers, GQA 8 query heads / 2 KV heads, head_dim 32, hidden 256, FFN 512,
+  every layer full attention.
+* ``gemma2`` - the same dims with Gemma-2's interleaved sliding-window attention: llama.cpp marks
+  layers 0 and 2 as sliding (window ``--sliding-window`` tokens, default 128) and layers 1 and 3
+  as full attention, and gives the sliding layers their own, smaller KV cache.
+
+The writer is the gguf-py package vendored in the same llama.cpp tree as the binary (cached by
+``scripts/llama-server.sh``), so file format and binary always match.
+
+Usage::
+
+    python scripts/tiny_gguf.py OUT.gguf [--arch llama|gemma2] [--seed 0] [--sliding-window 128]
+
+Outputs are random weights: the text they generate is gibberish; they exist to exercise the
+engine's memory layout, scheduler, prompt cache and metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_LLAMACPP_PY_VERSION = "0.3.36"
+
+# Minimal Llama-3 chat template (the vocab-only file carries none).
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    " + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TinyDims:
+    """Model dimensions (the same for both variants)."""
+
+    num_layers: int = 4
+    hidden_size: int = 256
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    ffn_size: int = 512
+    context_length: int = 4096
+    rope_base: float = 500000.0
+    rms_eps: float = 1e-5
+
+
+def llamacpp_cache_dir() -> Path:
+    """The directory `scripts/llama-server.sh` fills (binary, gguf-py, vocab files)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    version = os.environ.get("KVBUDGET_LLAMACPP_PY_VERSION", DEFAULT_LLAMACPP_PY_VERSION)
+    return root / "kvbudget" / "llama.cpp" / version
+
+
+def _import_gguf(gguf_py_dir: Path) -> Any:
+    if not (gguf_py_dir / "gguf" / "__init__.py").is_file():
+        raise SystemExit(
+            f"tiny_gguf: gguf-py not found at {gguf_py_dir}; run `bash scripts/llama-server.sh` "
+            "first (it caches the vendored gguf-py next to the binary) or pass --gguf-py DIR"
+        )
+    sys.path.insert(0, str(gguf_py_dir))
+    import gguf
+
+    return gguf
+
+
+def _field(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        raise SystemExit(f"tiny_gguf: vocab file lacks '{key}'")
+    return field.contents()
+
+
+def build_tiny_gguf(
+    out_path: Path,
+    *,
+    arch: str = "llama",
+    seed: int = 0,
+    sliding_window_tokens: int = 128,
+    gguf_py_dir: Path | None = None,
+    vocab_path: Path | None = None,
+    dims: TinyDims | None = None,
+) -> Path:
+    """Write the model to ``out_path`` (atomically) and return the path."""
+    if arch not in ("llama", "gemma2"):
+        raise SystemExit(f"tiny_gguf: --arch {arch!r} is not supported; use llama or gemma2")
+    d = dims or TinyDims()
+    cache = llamacpp_cache_dir()
+    gguf = _import_gguf(gguf_py_dir or cache / "gguf-py")
+    vocab = vocab_path or cache / "models" / "ggml-vocab-llama-bpe.gguf"
+    if not vocab.is_file():
+        raise SystemExit(f"tiny_gguf: vocab file {vocab} not found; run scripts/llama-server.sh")
+
+    reader = gguf.GGUFReader(str(vocab))
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    token_types = _field(reader, "tokenizer.ggml.token_type")
+    merges = _field(reader, "tokenizer.ggml.merges")
+    vocab_size = len(tokens)
+
+    rng = np.random.default_rng(seed)
+
+    def weight(rows: int, cols: int) -> np.ndarray[Any, Any]:
+        # numpy shape (out, in); gguf stores the reversed shape (in, out) as ggml expects.
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+
+    def ones(n: int) -> np.ndarray[Any, Any]:
+        return np.ones(n, dtype=np.float32)
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
+    writer = gguf.GGUFWriter(str(tmp_path), arch=arch)
+    writer.add_name(f"kvbudget-tiny-{arch}-random-seed{seed}")
+    writer.add_block_count(d.num_layers)
+    writer.add_context_length(d.context_length)
+    writer.add_embedding_length(d.hidden_size)
+    writer.add_feed_forward_length(d.ffn_size)
+    writer.add_head_count(d.num_heads)
+    writer.add_head_count_kv(d.num_kv_heads)
+    writer.add_key_length(d.head_dim)
+    writer.add_value_length(d.head_dim)
+    writer.add_layer_norm_rms_eps(d.rms_eps)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    if arch == "llama":
+        writer.add_rope_dimension_count(d.head_dim)
+        writer.add_rope_freq_base(d.rope_base)
+        writer.add_vocab_size(vocab_size)
+    else:
+        writer.add_sliding_window(sliding_window_tokens)
+        writer.add_attn_logit_softcapping(50.0)
+        writer.add_final_logit_softcapping(30.0)
+
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(128000)
+    writer.add_eos_token_id(128009)  # <|eot_id|>; llama.cpp also treats 128001 as end-of-generation
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+    h, kv = d.hidden_size, d.num_kv_heads * d.head_dim
+    q = d.num_heads * d.head_dim
+    writer.add_tensor("token_embd.weight", weight(vocab_size, h))
+    writer.add_tensor("output_norm.weight", ones(h))
+    if arch == "llama":
+        writer.add_tensor("output.weight", weight(vocab_size, h))
+    for i in range(d.num_layers):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", ones(h))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(q, h))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(kv, h))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(kv, h))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(h, q))
+        if arch == "gemma2":
+            writer.add_tensor(f"blk.{i}.post_attention_norm.weight", ones(h))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones(h))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(d.ffn_size, h))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(d.ffn_size, h))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(h, d.ffn_size))
+        if arch == "gemma2":
+            writer.add_tensor(f"blk.{i}.post_ffw_norm.weight", ones(h))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp_path.replace(out_path)
+    return out_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="path of the .gguf file to write")
+    parser.add_argument("--arch", choices=["llama", "gemma2"], default="llama")
+    parser.add_argument("--seed", type=int, default=0, help="weight RNG seed (default 0)")
+    parser.add_argument(
+        "--sliding-window",
+        type=int,
+        default=128,
+        help="gemma2 only: sliding window in tokens (default 128)",
+    )
+    parser.add_argument("--gguf-py", type=Path, default=None, help="vendored gguf-py directory")
+    parser.add_argument("--vocab", type=Path, default=None, help="vocab-only GGUF file")
+    args = parser.parse_args(argv)
+    if args.sliding_window < 1:
+        parser.error(f"--sliding-window must be >= 1 (got {args.sliding_window})")
+    path = build_tiny_gguf(
+        args.out,
+        arch=args.arch,
+        seed=args.seed,
+        sliding_window_tokens=args.sliding_window,
+        gguf_py_dir=args.gguf_py,
+        vocab_path=args.vocab,
+    )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
