@@ -1,0 +1,180 @@
+"""``PlanRequest`` (input, pydantic) and ``PlanResult`` (output, frozen): the plan's contract.
+
+The simulator builds a replica from a :class:`PlanResult` (one source of truth): its block pool
+has ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens in each of
+``groups``; a sequence of ``n`` tokens holds ``blocks_for_tokens(n)`` blocks; the scheduler
+uses ``max_num_batched_tokens`` and ``max_num_seqs``; the timing model reads ``gpu`` and
+``weights``. Every figure here is ``computed`` (arithmetic), never measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvbudget.capacity.memory import RankMemory
+from kvbudget.capacity.pool import KvCacheGroup, MambaCacheMode
+from kvbudget.capacity.sglang_pool import SglangPool
+from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.spec.hardware import GpuSpec
+from kvbudget.units import GiB
+
+Engine = Literal["vllm", "sglang"]
+
+
+class PlanRequest(BaseModel):
+    """What to plan. Sizes are bytes; ``None`` means "use the engine's default / estimate"."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="catalog id, config.json path or snapshot directory")
+    gpu: str | None = Field(default=None, description="catalog GPU id or alias (kvbudget gpus)")
+    gpu_memory_bytes: int | None = Field(default=None, gt=0, description="device memory override")
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    engine: Engine = "vllm"
+    engine_version: str | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
+    max_model_len: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    kv_dtype: str = "auto"
+    block_size: int | None = Field(default=None, ge=1)
+    weights_bytes: int | None = Field(default=None, ge=0)
+    activation_bytes: int | None = Field(default=None, ge=0)
+    non_torch_bytes: int | None = Field(default=None, ge=0)
+    cudagraph_bytes: int | None = Field(default=None, ge=0)
+    snapshot: str | None = None
+    api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
+    mamba_cache_mode: MambaCacheMode = "none"
+    num_gpu_blocks_override: int | None = Field(default=None, ge=1)
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
+    page_size: int | None = Field(default=None, ge=1, description="SGLang page size (tokens)")
+    max_total_tokens: int | None = Field(
+        default=None, ge=1, description="SGLang --max-total-tokens"
+    )
+    headroom_fraction: float = Field(
+        default=0.05, ge=0, lt=1, description="device-peak margin for fragmentation/workspace"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """The engine's KV pool for one replica (TP x PP GPUs) and everything it was derived from."""
+
+    model_id: str
+    engine: Engine
+    engine_version: str
+    gpu: GpuSpec
+    tp: int
+    pp: int
+    kv_dtype: str
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    groups: tuple[KvCacheGroup, ...]
+    group_size: int
+    num_padding_layers: int
+    page_size_bytes: int
+    num_blocks: int
+    num_usable_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    available_kv_bytes: int
+    fits: bool
+    needed_bytes: int
+    estimated_max_model_len: int | None
+    error: str | None
+    log_lines: tuple[str, ...]
+    kv_bytes_per_token_per_rank: int
+    kv_bytes_per_token_replica: int
+    weights: WeightsEstimate
+    ranks: tuple[RankMemory, ...]
+    mamba_cache_mode: MambaCacheMode = "none"
+    sglang: SglangPool | None = None
+    notes: tuple[str, ...] = ()
+    figure: str = "computed"
+    defaults_applied: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def weights_bytes(self) -> int:
+        """Weights on the most loaded GPU."""
+        return self.weights.max_rank_bytes
+
+    def blocks_for_tokens(self, num_tokens: int) -> int:
+        """Blocks one sequence of ``num_tokens`` holds across all groups (window-bounded)."""
+        if self.engine == "sglang":
+            return -(-num_tokens // self.block_size) if num_tokens > 0 else 0
+        return sum(
+            g.blocks_for_tokens(num_tokens, self.max_num_batched_tokens, self.mamba_cache_mode)
+            for g in self.groups
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "figure": self.figure,
+            "model": self.model_id,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "gpu": self.gpu.to_dict(),
+            "tp": self.tp,
+            "pp": self.pp,
+            "num_gpus": self.num_gpus,
+            "kv_dtype": self.kv_dtype,
+            "max_model_len": self.max_model_len,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "block_size": self.block_size,
+            "num_blocks": self.num_blocks,
+            "num_usable_blocks": self.num_usable_blocks,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": self.max_concurrency,
+            "available_kv_bytes": self.available_kv_bytes,
+            "available_kv_gib": round(self.available_kv_bytes / GiB, 2),
+            "fits": self.fits,
+            "needed_bytes": self.needed_bytes,
+            "estimated_max_model_len": self.estimated_max_model_len,
+            "error": self.error,
+            "log_lines": list(self.log_lines),
+            "page_size_bytes": self.page_size_bytes,
+            "group_size": self.group_size,
+            "num_padding_layers": self.num_padding_layers,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "kind": g.kind,
+                    "num_layers": g.num_layers,
+                    "layer_indices": list(g.layer_indices),
+                    "num_padding_layers": g.num_padding_layers,
+                    "block_size": g.block_size,
+                    "page_size_bytes": g.page_size_bytes,
+                    "sliding_window": g.sliding_window,
+                    "attention_chunk_size": g.attention_chunk_size,
+                }
+                for g in self.groups
+            ],
+            "kv_bytes_per_token_per_rank": self.kv_bytes_per_token_per_rank,
+            "kv_bytes_per_token_replica": self.kv_bytes_per_token_replica,
+            "weights": {
+                "total_bytes": self.weights.total_bytes,
+                "per_rank_bytes": list(self.weights.per_rank_bytes),
+                "source": self.weights.source,
+                "method": self.weights.method,
+                "num_params": self.weights.num_params,
+                "quantization": self.weights.quantization,
+                "notes": list(self.weights.notes),
+            },
+            "breakdown": [rank.to_dict() for rank in self.ranks],
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "sglang": self.sglang.to_dict() if self.sglang else None,
+            "defaults_applied": dict(self.defaults_applied),
+            "notes": list(self.notes),
+        }

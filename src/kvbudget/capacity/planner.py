@@ -1,0 +1,315 @@
+"""``make_plan(PlanRequest) -> PlanResult``: the engine's KV pool for one replica.
+
+vLLM: layer specs from ``capacity.layouts.vllm`` -> groups (``pool.group_layers``) -> per-rank
+memory (``memory``) -> ``num_blocks`` (min over pipeline stages) -> the start-up log lines, the
+concurrency figure and the fit check, each as the requested engine version computes them.
+SGLang: ``mem_fraction_static`` -> rest memory -> ``max_total_num_tokens`` (``sglang_pool``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvbudget.capacity import pool as vpool
+from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.vllm import (
+    VllmLayerSpec,
+    get_pp_indices,
+    kv_layers,
+    vllm_layer_specs,
+)
+from kvbudget.capacity.memory import (
+    MemoryTerm,
+    RankMemory,
+    available_kv_bytes,
+    estimate_activation_bytes,
+    estimate_cudagraph_bytes,
+    estimate_non_torch_bytes,
+    flag_term,
+)
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, vllm_behaviour
+from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
+from kvbudget.errors import ConfigError
+from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import GiB
+
+__all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_gpu"]
+
+
+def resolve_gpu(request: PlanRequest) -> GpuSpec:
+    """The catalog GPU, optionally with its memory replaced by ``--gpu-memory``."""
+    if request.gpu is None and request.gpu_memory_bytes is None:
+        raise ConfigError(
+            "gpu: no device given; pass --gpu H100 (see 'kvbudget gpus') or --gpu-memory 80GiB",
+            field="gpu",
+        )
+    base = get_gpu(request.gpu) if request.gpu else None
+    if request.gpu_memory_bytes is not None:
+        return custom_gpu(request.gpu_memory_bytes, base=base)
+    assert base is not None
+    return base
+
+
+def batch_defaults(
+    gpu: GpuSpec, *, api_server: bool, version: tuple[int, int, int]
+) -> tuple[int, int, str]:
+    """vLLM V1 ``max_num_batched_tokens`` / ``max_num_seqs`` defaults (reference §3.4)."""
+    big = gpu.memory_bytes >= 70 * GiB
+    a100_excluded = version >= (0, 9, 0) and "a100" in gpu.device_name.lower()
+    if big and not a100_excluded:
+        tokens = 8192 if api_server else 16384
+        return tokens, 1024, f">= 70 GiB device ({'API server' if api_server else 'LLM class'})"
+    tokens = 2048 if api_server else 8192
+    why = "A100 excluded (PR #17885)" if big else "< 70 GiB device"
+    return tokens, 256, f"{why} ({'API server' if api_server else 'LLM class'})"
+
+
+def _resolve_spec(request: PlanRequest, spec: ModelSpec | None) -> ModelSpec:
+    if spec is not None:
+        return spec
+    from kvbudget.spec.resolve import resolve_model  # CALC's resolver (L0)
+
+    resolved = resolve_model(request.model)
+    found: ModelSpec | None = getattr(resolved, "spec", None)
+    if found is None:
+        raise ConfigError(
+            f"model: {request.model!r} could not be resolved into layers "
+            f"({getattr(resolved, 'status', 'unknown')}); see 'kvbudget calc --model {request.model}'",
+            field="model",
+        )
+    return found
+
+
+def _to_pool_layer(spec: VllmLayerSpec) -> vpool.PoolLayer:
+    kind = spec.kind
+    assert kind != "none"
+    return vpool.PoolLayer(
+        layer_index=spec.layer_index,
+        kind=kind,
+        block_size=spec.block_size,
+        page_size_bytes=spec.page_size_bytes,
+        sliding_window=spec.sliding_window,
+        attention_chunk_size=spec.attention_chunk_size,
+        num_speculative_blocks=spec.num_speculative_blocks,
+    )
+
+
+def plan_terms(
+    request: PlanRequest,
+    spec: ModelSpec,
+    weights: WeightsEstimate,
+    pp_rank: int,
+    t_b: int,
+    max_seqs: int,
+) -> tuple[MemoryTerm, MemoryTerm, MemoryTerm, MemoryTerm]:
+    w = weights.per_rank_bytes[pp_rank]
+    weights_term = MemoryTerm(
+        "weights", w, "flag" if weights.source == "flag" else weights.source, weights.method
+    )
+    act = (
+        flag_term("activation", request.activation_bytes, "--activation-bytes")
+        if request.activation_bytes is not None
+        else estimate_activation_bytes(
+            spec, tp=request.tp, max_num_batched_tokens=t_b, max_num_seqs=max_seqs
+        )
+    )
+    non_torch = (
+        flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
+        if request.non_torch_bytes is not None
+        else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
+    )
+    graphs = (
+        flag_term("cudagraph", request.cudagraph_bytes, "--cudagraph-bytes")
+        if request.cudagraph_bytes is not None
+        else estimate_cudagraph_bytes(spec)
+    )
+    return weights_term, act, non_torch, graphs
+
+
+def _per_token_bytes(layers: list[VllmLayerSpec], rank_layers: set[int]) -> int:
+    return sum(
+        (s.real_page_size_bytes or s.page_size_bytes) // s.block_size
+        for s in layers
+        if s.kind in ("full", "mla", "sliding", "chunked") and s.layer_index in rank_layers
+    )
+
+
+def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult:
+    """Plan one replica; ``spec`` skips model resolution (tests, callers that already have it)."""
+    model = _resolve_spec(request, spec)
+    if request.pp > model.num_layers:
+        raise ConfigError(
+            f"pp: {request.pp} stages for {model.num_layers} layers; choose --pp <= {model.num_layers}",
+            field="pp",
+        )
+    gpu = resolve_gpu(request)
+    max_model_len = request.max_model_len or model.max_position_embeddings
+    if not max_model_len:
+        raise ConfigError(
+            "max_model_len: the config has no max_position_embeddings; pass --max-model-len",
+            field="max_model_len",
+        )
+    snapshot = Path(request.snapshot) if request.snapshot else None
+    weights = estimate_weights(
+        model, tp=request.tp, pp=request.pp, snapshot=snapshot, weights_bytes=request.weights_bytes
+    )
+    if request.engine == "sglang":
+        from kvbudget.capacity.planner_sglang import make_sglang_plan
+
+        return make_sglang_plan(request, model, gpu, weights, max_model_len)
+    return _make_vllm_plan(request, model, gpu, weights, max_model_len)
+
+
+def _make_vllm_plan(
+    request: PlanRequest,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    weights: WeightsEstimate,
+    max_model_len: int,
+) -> PlanResult:
+    version_text = request.engine_version or DEFAULT_VLLM_VERSION
+    behaviour = vllm_behaviour(version_text)
+    defaults: dict[str, str] = {}
+    notes = list(behaviour.notes)
+    if request.engine_version is None:
+        defaults["engine_version"] = f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
+    t_b_default, seqs_default, why = batch_defaults(
+        gpu, api_server=request.api_server, version=behaviour.version
+    )
+    t_b = request.max_num_batched_tokens or t_b_default
+    max_seqs = request.max_num_seqs or seqs_default
+    if request.max_num_batched_tokens is None:
+        defaults["max_num_batched_tokens"] = f"{t_b} ({why})"
+    if request.max_num_seqs is None:
+        defaults["max_num_seqs"] = f"{max_seqs} ({why})"
+    util = request.gpu_memory_utilization or behaviour.default_gpu_memory_utilization
+    if request.gpu_memory_utilization is None:
+        defaults["gpu_memory_utilization"] = f"{util} (vLLM default; the newest snapshot uses 0.92)"
+    kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
+    all_specs = vllm_layer_specs(
+        model,
+        kv_dtype=request.kv_dtype,
+        tp=request.tp,
+        pp=1,
+        block_size=request.block_size,
+        mamba_cache_mode=request.mamba_cache_mode,
+    )
+    pool_layers = vpool.raise_attention_block_for_mamba(
+        [_to_pool_layer(s) for s in kv_layers(all_specs)]
+    )
+    groups = vpool.group_layers(pool_layers, strided=behaviour.strided_groups)
+    ranks: list[RankMemory] = []
+    per_token_rank = 0
+    per_token_replica = 0
+    for p in range(request.pp):
+        start, end = get_pp_indices(model.num_layers, p, request.pp)
+        rank_layers = set(range(start, end))
+        w, act, non_torch, graphs = plan_terms(request, model, weights, p, t_b, max_seqs)
+        requested, avail = available_kv_bytes(
+            total_bytes=gpu.memory_bytes,
+            gpu_memory_utilization=util,
+            weights=w.num_bytes,
+            activation=act.num_bytes,
+            non_torch=non_torch.num_bytes,
+            cudagraph=graphs.num_bytes,
+            subtract_cudagraph=behaviour.subtracts_cudagraphs,
+            kv_cache_memory_bytes=request.kv_cache_memory_bytes,
+        )
+        size = vpool.group_size_on(groups, rank_layers)
+        blocks = vpool.num_blocks_for(avail, groups, rank_layers)
+        page = groups[0].page_size_bytes if groups else 0
+        ranks.append(
+            RankMemory(
+                pp_rank=p,
+                total_bytes=gpu.memory_bytes,
+                gpu_memory_utilization=util,
+                requested_bytes=requested,
+                weights=w,
+                activation=act,
+                non_torch=non_torch,
+                cudagraph=graphs,
+                cudagraph_subtracted=behaviour.subtracts_cudagraphs,
+                kv_cache_memory_override=request.kv_cache_memory_bytes is not None,
+                available_kv_bytes=avail,
+                num_layers=end - start,
+                group_size=size,
+                num_blocks=blocks,
+                kv_pool_bytes=blocks * page * size,
+            )
+        )
+        rank_tok = _per_token_bytes(all_specs, rank_layers)
+        per_token_rank = max(per_token_rank, rank_tok)
+        per_token_replica += rank_tok * request.tp
+    num_blocks = min(r.num_blocks for r in ranks)
+    if request.num_gpu_blocks_override is not None:
+        notes.append(f"num_gpu_blocks_override: {num_blocks} -> {request.num_gpu_blocks_override}")
+        num_blocks = request.num_gpu_blocks_override
+    mode = request.mamba_cache_mode
+    conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)
+    tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)
+    tightest = min(ranks, key=lambda r: r.available_kv_bytes)
+    needed = vpool.needed_bytes(groups, max_model_len, t_b, mode)
+    error: str | None = None
+    estimated: int | None = None
+    fits = True
+    if groups and (tightest.available_kv_bytes <= 0 or needed > tightest.available_kv_bytes):
+        fits = False
+        avail = max(0, tightest.available_kv_bytes)
+        estimated = vpool.estimate_max_model_len(avail, groups, max_model_len, t_b, mode)
+        error = vpool.fit_error_text(
+            behaviour,
+            available_bytes=tightest.available_kv_bytes,
+            needed=needed,
+            max_model_len=max_model_len,
+            estimated_len=estimated,
+            kv_tokens=num_blocks * (groups[0].block_size if groups else 0),
+        )
+    if request.pp > 1:
+        notes.append(
+            "fit check counts every layer of the model against one stage's memory, as the engine "
+            "log of issue vllm#34076 shows; num_blocks is min over stages of avail // page // layers_on_stage"
+        )
+    lines = vpool.log_lines(
+        behaviour,
+        available_bytes=tightest.available_kv_bytes,
+        num_blocks=num_blocks,
+        tokens=tokens,
+        concurrency=conc,
+        max_model_len=max_model_len,
+    )
+    return PlanResult(
+        model_id=model.model_id,
+        engine="vllm",
+        engine_version=version_text,
+        gpu=gpu,
+        tp=request.tp,
+        pp=request.pp,
+        kv_dtype=kv_dtype.name,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=t_b,
+        max_num_seqs=max_seqs,
+        block_size=min((g.block_size for g in groups), default=request.block_size or 16),
+        groups=tuple(groups),
+        group_size=vpool.group_size_on(groups),
+        num_padding_layers=sum(g.num_padding_layers for g in groups),
+        page_size_bytes=groups[0].page_size_bytes if groups else 0,
+        num_blocks=num_blocks,
+        num_usable_blocks=max(0, num_blocks - 1),
+        kv_cache_tokens=tokens,
+        max_concurrency=conc,
+        available_kv_bytes=tightest.available_kv_bytes,
+        fits=fits,
+        needed_bytes=needed,
+        estimated_max_model_len=estimated,
+        error=error,
+        log_lines=lines,
+        kv_bytes_per_token_per_rank=per_token_rank,
+        kv_bytes_per_token_replica=per_token_replica,
+        weights=weights,
+        ranks=tuple(ranks),
+        mamba_cache_mode=mode,
+        notes=tuple(notes) + weights.notes,
+        defaults_applied=defaults,
+    )

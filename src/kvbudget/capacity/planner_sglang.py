@@ -1,0 +1,192 @@
+"""SGLang branch of :func:`kvbudget.capacity.planner.make_plan` (reference §7)."""
+
+from __future__ import annotations
+
+from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.vllm import get_pp_indices, kv_layers, vllm_layer_specs
+from kvbudget.capacity.memory import (
+    CUDA_CONTEXT_BYTES,
+    MemoryTerm,
+    RankMemory,
+    estimate_non_torch_bytes,
+    flag_term,
+)
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.pool import KvCacheGroup
+from kvbudget.capacity.sglang_pool import (
+    SglangPool,
+    kv_allocated_line,
+    max_running_requests,
+    max_total_num_tokens,
+    rest_memory_bytes,
+    sglang_defaults,
+)
+from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
+from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.spec.hardware import GpuSpec
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import MiB
+
+
+def make_sglang_plan(
+    request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate, context_len: int
+) -> PlanResult:
+    """SGLang's token pool for one replica: ``page_size``-token pages, min over PP ranks."""
+    version_text = request.engine_version or DEFAULT_SGLANG_VERSION
+    version = parse_version(version_text)
+    defaults: dict[str, str] = {}
+    notes: list[str] = []
+    if request.engine_version is None:
+        defaults["engine_version"] = f"{DEFAULT_SGLANG_VERSION} (kvbudget default)"
+    rule = sglang_defaults(
+        version, gpu_memory_mib=gpu.memory_bytes / MiB, tp=request.tp, pp=request.pp
+    )
+    frac = request.mem_fraction_static or rule.mem_fraction_static
+    if request.mem_fraction_static is None:
+        defaults["mem_fraction_static"] = f"{frac} ({rule.rule})"
+    page_size = request.page_size or 1
+    kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
+    specs = kv_layers(
+        vllm_layer_specs(model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1)
+    )
+    attn = [s for s in specs if s.kind in ("full", "mla", "sliding", "chunked")]
+    if any(s.kind == "mamba" for s in specs):
+        notes.append(
+            "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"
+        )
+    if any(s.kind in ("sliding", "chunked") for s in attn):
+        notes.append(
+            "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. gpt-oss)"
+        )
+    mla = any(s.kind == "mla" for s in attn)
+    total_free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
+    notes.append(
+        "free memory before weights taken as device memory minus 512 MiB CUDA context (estimate)"
+    )
+    pool_tokens: list[int] = []
+    ranks: list[RankMemory] = []
+    cell_max = 0
+    rest_min = 0
+    replica_per_token = 0
+    for p in range(request.pp):
+        start, end = get_pp_indices(model.num_layers, p, request.pp)
+        cell = sum(s.page_size_bytes for s in attn if start <= s.layer_index < end)
+        cell_max = max(cell_max, cell)
+        replica_per_token += cell * request.tp
+        w = weights.per_rank_bytes[p]
+        other = (
+            flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
+            if request.non_torch_bytes is not None
+            else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
+        )
+        rest = (
+            request.kv_cache_memory_bytes
+            if request.kv_cache_memory_bytes is not None
+            else rest_memory_bytes(
+                total_free_bytes=total_free,
+                weights_bytes=w,
+                other_bytes=other.num_bytes,
+                mem_fraction_static=frac,
+            )
+        )
+        tokens = max_total_num_tokens(
+            rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
+        )
+        pool_tokens.append(tokens)
+        rest_min = rest if p == 0 else min(rest_min, rest)
+        zero = flag_term("activation", 0, "not separated: inside (1 - mem_fraction_static)")
+        ranks.append(
+            RankMemory(
+                pp_rank=p,
+                total_bytes=gpu.memory_bytes,
+                gpu_memory_utilization=frac,
+                requested_bytes=int(total_free * frac),
+                weights=MemoryTerm("weights", w, weights.source, weights.method),
+                activation=zero,
+                non_torch=other,
+                cudagraph=flag_term(
+                    "cudagraph", 0, "not separated: inside (1 - mem_fraction_static)"
+                ),
+                cudagraph_subtracted=False,
+                kv_cache_memory_override=request.kv_cache_memory_bytes is not None,
+                available_kv_bytes=rest,
+                num_layers=end - start,
+                group_size=1,
+                num_blocks=tokens // page_size,
+                kv_pool_bytes=tokens * cell,
+            )
+        )
+    tokens = min(pool_tokens)
+    max_running = request.max_num_seqs or max_running_requests(tokens, context_len)
+    if request.max_num_seqs is None:
+        defaults["max_running_requests"] = (
+            f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
+        )
+    layers_rank0 = [
+        s for s in attn if s.layer_index < get_pp_indices(model.num_layers, 0, request.pp)[1]
+    ]
+    k_per_token = sum(s.page_size_bytes // 2 for s in layers_rank0) if not mla else cell_max
+    line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
+    fits = rest_min > 0 and tokens >= context_len
+    error = None
+    if rest_min <= 0:
+        error = f"Not enough memory. Please try to increase --mem-fraction-static. Current value: {frac}"
+    elif tokens < context_len:
+        error = (
+            f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
+            f"needs more than the pool's {tokens} tokens; lower --context-length or raise --mem-fraction-static"
+        )
+    group = KvCacheGroup(
+        group_id=0,
+        kind="mla" if mla else "full",
+        layer_indices=tuple(s.layer_index for s in attn),
+        num_padding_layers=0,
+        block_size=page_size,
+        page_size_bytes=max((s.page_size_bytes for s in attn), default=0) * page_size,
+    )
+    sg = SglangPool(
+        mem_fraction_static=frac,
+        mem_fraction_rule=rule.rule,
+        cell_size_bytes=cell_max,
+        rest_memory_bytes=rest_min,
+        max_total_num_tokens=tokens,
+        page_size=page_size,
+        max_running_requests=max_running,
+        context_len=context_len,
+        chunked_prefill_size=request.max_num_batched_tokens or rule.chunked_prefill_size,
+        log_line=line,
+    )
+    return PlanResult(
+        model_id=model.model_id,
+        engine="sglang",
+        engine_version=version_text,
+        gpu=gpu,
+        tp=request.tp,
+        pp=request.pp,
+        kv_dtype=kv_dtype.name,
+        max_model_len=context_len,
+        max_num_batched_tokens=sg.chunked_prefill_size,
+        max_num_seqs=max_running,
+        block_size=page_size,
+        groups=(group,),
+        group_size=len(group.layer_indices),
+        num_padding_layers=0,
+        page_size_bytes=group.page_size_bytes,
+        num_blocks=tokens // page_size,
+        num_usable_blocks=tokens // page_size,
+        kv_cache_tokens=tokens,
+        max_concurrency=tokens / context_len,
+        available_kv_bytes=rest_min,
+        fits=fits,
+        needed_bytes=context_len * cell_max,
+        estimated_max_model_len=None if fits else max(0, tokens),
+        error=error,
+        log_lines=(line,),
+        kv_bytes_per_token_per_rank=cell_max,
+        kv_bytes_per_token_replica=replica_per_token,
+        weights=weights,
+        ranks=tuple(ranks),
+        sglang=sg,
+        notes=tuple(notes) + weights.notes,
+        defaults_applied=defaults,
+    )

@@ -1,0 +1,404 @@
+"""vLLM (V1) KV-cache pool: from available bytes to groups, blocks, log lines and the fit check.
+
+Follows the engine's own arithmetic as paraphrased in ``engines-kv-accounting.md``:
+
+* grouping (``get_kv_cache_groups``, §2.1): one group when all layer specs are equal; otherwise
+  pages are unified (smaller pages get a larger block size), layers are bucketed by spec,
+  ``group_size = min(#layers per type)`` (newest: ``max`` when ``max < 1.5*min``), and each type
+  is split into ``cdiv(n, group_size)`` groups (strided newest, contiguous ~v0.9); missing slots
+  are padding layers;
+* ``num_blocks = avail // page // group_size`` per worker, min over workers (§2.2); block 0 is
+  the null block, so ``num_blocks - 1`` blocks are allocatable;
+* "Maximum concurrency" (§2.3) and "GPU KV cache size: N tokens" as each version prints them (§2.4);
+* the "one max-length request must fit" check and its error text (§2.5). Under pipeline parallel
+  the check counts every layer of the model against one worker's memory, as the engine log in
+  issue vllm#34076 shows (48 layers, "24.0 GiB ... needed", estimated length 34736).
+
+Layers come in as :class:`PoolLayer` (what ``capacity.layouts.vllm.VllmLayerSpec`` carries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from kvbudget.capacity.versions import VllmBehaviour
+from kvbudget.errors import SpecError
+from kvbudget.units import GiB, cdiv
+
+PoolKind = Literal["full", "sliding", "chunked", "mla", "mamba"]
+MambaCacheMode = Literal["none", "align", "all"]
+DOCS_LINK = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLayer:
+    """One cache-holding layer on one rank: block size and page (one block of one layer)."""
+
+    layer_index: int
+    kind: PoolKind
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    num_speculative_blocks: int = 0
+
+    def spec_key(self) -> tuple[object, ...]:
+        return (
+            self.kind,
+            self.block_size,
+            self.page_size_bytes,
+            self.sliding_window,
+            self.attention_chunk_size,
+        )
+
+    def max_memory_usage_bytes(
+        self,
+        max_model_len: int,
+        max_num_batched_tokens: int,
+        mamba_cache_mode: MambaCacheMode = "none",
+    ) -> int:
+        """Bytes one max-length request needs in this layer (reference §1.2-§1.6)."""
+        b, page = self.block_size, self.page_size_bytes
+        if self.kind in ("full", "mla"):
+            return cdiv(max_model_len, b) * page
+        if self.kind == "sliding":
+            assert self.sliding_window is not None
+            num_tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+            return (cdiv(num_tokens, b) + 1) * page
+        if self.kind == "chunked":
+            assert self.attention_chunk_size is not None
+            num_tokens = min(self.attention_chunk_size + max_num_batched_tokens, max_model_len)
+            return cdiv(num_tokens, b) * page
+        if mamba_cache_mode == "all":
+            return cdiv(max_model_len, b) * page
+        if mamba_cache_mode == "align":
+            return page * (2 + self.num_speculative_blocks)
+        return page * (1 + self.num_speculative_blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheGroup:
+    """One KV cache group: layers that share block ids (one block = one page in each layer)."""
+
+    group_id: int
+    kind: PoolKind
+    layer_indices: tuple[int, ...]
+    num_padding_layers: int
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    num_speculative_blocks: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_indices)
+
+    def as_layer(self) -> PoolLayer:
+        return PoolLayer(
+            layer_index=self.layer_indices[0] if self.layer_indices else -1,
+            kind=self.kind,
+            block_size=self.block_size,
+            page_size_bytes=self.page_size_bytes,
+            sliding_window=self.sliding_window,
+            attention_chunk_size=self.attention_chunk_size,
+            num_speculative_blocks=self.num_speculative_blocks,
+        )
+
+    def max_blocks_per_request(
+        self,
+        max_model_len: int,
+        max_num_batched_tokens: int,
+        mamba_cache_mode: MambaCacheMode = "none",
+    ) -> int:
+        """``cdiv(max_memory_usage_bytes, page)``: blocks one max-length request holds in this group."""
+        mem = self.as_layer().max_memory_usage_bytes(
+            max_model_len, max_num_batched_tokens, mamba_cache_mode
+        )
+        return cdiv(mem, self.page_size_bytes)
+
+    def blocks_for_tokens(
+        self,
+        num_tokens: int,
+        max_num_batched_tokens: int,
+        mamba_cache_mode: MambaCacheMode = "none",
+    ) -> int:
+        """Blocks a sequence of ``num_tokens`` holds in this group at its peak (window bound)."""
+        if num_tokens <= 0:
+            return 0
+        b = self.block_size
+        full = cdiv(num_tokens, b)
+        if self.kind in ("full", "mla"):
+            return full
+        if self.kind == "sliding":
+            assert self.sliding_window is not None
+            window = min(self.sliding_window - 1 + max_num_batched_tokens, num_tokens)
+            return min(full, cdiv(window, b) + 1)
+        if self.kind == "chunked":
+            assert self.attention_chunk_size is not None
+            chunk = min(self.attention_chunk_size + max_num_batched_tokens, num_tokens)
+            return min(full, cdiv(chunk, b))
+        if mamba_cache_mode == "all":
+            return full
+        return (2 if mamba_cache_mode == "align" else 1) + self.num_speculative_blocks
+
+
+def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+    """Hybrid attention+mamba: raise the attention block size, then pad the mamba page (§1.6).
+
+    ``attn_block = 16 * cdiv(mamba_page, 16 * attn_page_per_token)``; the mamba page is then
+    padded to the attention page. Idempotent when the layout already did it.
+    """
+    mamba = [layer for layer in layers if layer.kind == "mamba"]
+    attn = [layer for layer in layers if layer.kind != "mamba"]
+    if not mamba or not attn:
+        return list(layers)
+    mamba_page = max(layer.page_size_bytes for layer in mamba)
+    out: list[PoolLayer] = []
+    for layer in attn:
+        per_token = layer.page_size_bytes // layer.block_size
+        if layer.page_size_bytes < mamba_page:
+            block = 16 * cdiv(mamba_page, 16 * per_token)
+            layer = replace(layer, block_size=block, page_size_bytes=per_token * block)
+        out.append(layer)
+    attn_page = max(layer.page_size_bytes for layer in out)
+    out.extend(replace(layer, page_size_bytes=attn_page) for layer in mamba)
+    return sorted(out, key=lambda layer: layer.layer_index)
+
+
+def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[KvCacheGroup]:
+    """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1)."""
+    if not layers:
+        return []
+    keys = {layer.spec_key() for layer in layers}
+    if len(keys) == 1:
+        first = layers[0]
+        return [_make_group(0, first, [layer.layer_index for layer in layers], 0)]
+    kinds = {layer.kind for layer in layers}
+    if (
+        len(kinds) == 1
+        and len({layer.block_size for layer in layers}) == 1
+        and kinds <= {"full", "mla"}
+    ):
+        raise SpecError(
+            "layers: full-attention layers with different page sizes form one UniformType group in "
+            "vLLM; kvbudget does not model that case yet; pass --kv-cache-memory and measure",
+            field="layers",
+        )
+    max_page = max(layer.page_size_bytes for layer in layers)
+    unified: list[PoolLayer] = []
+    for layer in layers:
+        if layer.page_size_bytes != max_page:
+            if max_page % layer.page_size_bytes:
+                raise SpecError(
+                    f"layers: page sizes {layer.page_size_bytes} and {max_page} bytes are not "
+                    "multiples; vLLM raises NotImplementedError for this hybrid model",
+                    field="layers",
+                )
+            ratio = max_page // layer.page_size_bytes
+            layer = replace(layer, block_size=layer.block_size * ratio, page_size_bytes=max_page)
+        unified.append(layer)
+    buckets: dict[tuple[object, ...], list[PoolLayer]] = {}
+    for layer in sorted(unified, key=lambda item: item.layer_index):
+        buckets.setdefault(layer.spec_key(), []).append(layer)
+    sizes = [len(bucket) for bucket in buckets.values()]
+    group_size = min(sizes)
+    if strided and max(sizes) < 1.5 * min(sizes):
+        group_size = max(sizes)
+    groups: list[KvCacheGroup] = []
+    for bucket in buckets.values():
+        num_groups = cdiv(len(bucket), group_size)
+        for i in range(num_groups):
+            if strided:
+                members = bucket[i::num_groups]
+            else:
+                members = bucket[i * group_size : (i + 1) * group_size]
+            pad = group_size - len(members)
+            groups.append(
+                _make_group(len(groups), members[0], [m.layer_index for m in members], pad)
+            )
+    return groups
+
+
+def _make_group(group_id: int, proto: PoolLayer, indices: list[int], pad: int) -> KvCacheGroup:
+    return KvCacheGroup(
+        group_id=group_id,
+        kind=proto.kind,
+        layer_indices=tuple(indices),
+        num_padding_layers=pad,
+        block_size=proto.block_size,
+        page_size_bytes=proto.page_size_bytes,
+        sliding_window=proto.sliding_window,
+        attention_chunk_size=proto.attention_chunk_size,
+        num_speculative_blocks=proto.num_speculative_blocks,
+    )
+
+
+def group_size_on(groups: Sequence[KvCacheGroup], rank_layers: set[int] | None = None) -> int:
+    """``max(len(g.layer_names))`` of the groups projected onto one worker's layers."""
+    if not groups:
+        return 0
+    if rank_layers is None:
+        return max(g.num_layers for g in groups)
+    return max(sum(1 for i in g.layer_indices if i in rank_layers) for g in groups)
+
+
+def num_blocks_for(
+    available_bytes: int, groups: Sequence[KvCacheGroup], rank_layers: set[int] | None = None
+) -> int:
+    """``max(0, available // page // group_size)`` on one worker (§2.2); 1 when attention-free."""
+    if not groups:
+        return 1
+    size = group_size_on(groups, rank_layers)
+    if size == 0:
+        return 1
+    page = groups[0].page_size_bytes
+    return max(0, int(available_bytes // page // size))
+
+
+def needed_bytes(
+    groups: Sequence[KvCacheGroup],
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    mamba_cache_mode: MambaCacheMode = "none",
+) -> int:
+    """Bytes one max-length request needs (§2.5): ``group_size * page * Σ_g cdiv(max_mem_g, page)``."""
+    if not groups:
+        return 0
+    page = groups[0].page_size_bytes
+    blocks = sum(
+        g.max_blocks_per_request(max_model_len, max_num_batched_tokens, mamba_cache_mode)
+        for g in groups
+    )
+    return group_size_on(groups) * page * blocks
+
+
+def estimate_max_model_len(
+    available_bytes: int,
+    groups: Sequence[KvCacheGroup],
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    mamba_cache_mode: MambaCacheMode = "none",
+) -> int:
+    """Largest length in ``[1, max_model_len]`` whose need fits (binary search, as the engine); 0 if none."""
+    lo, hi, best = 1, max_model_len, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if needed_bytes(groups, mid, max_num_batched_tokens, mamba_cache_mode) <= available_bytes:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def format_gib_new(num_bytes: int | float) -> str:
+    """vLLM ``format_gib``: ``round(b / 2**30, 2)`` printed as Python prints a float."""
+    return str(round(num_bytes / GiB, 2))
+
+
+def fit_error_text(
+    behaviour: VllmBehaviour,
+    *,
+    available_bytes: int,
+    needed: int,
+    max_model_len: int,
+    estimated_len: int,
+    kv_tokens: int = 0,
+) -> str:
+    """The engine's ValueError text for the fit check (§2.5), for this version."""
+    link = f" See {DOCS_LINK} for more details." if behaviour.error_style == "new" else ""
+    if behaviour.token_line == "v0":
+        return (
+            f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
+            f"that can be stored in KV cache ({kv_tokens}). Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine."
+        )
+    if available_bytes <= 0:
+        return (
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+            f"when initializing the engine.{link}"
+        )
+    if behaviour.error_style == "new":
+        need_txt, avail_txt = format_gib_new(needed), format_gib_new(available_bytes)
+    else:
+        need_txt, avail_txt = f"{needed / GiB:.2f}", f"{available_bytes / GiB:.2f}"
+    estimated_msg = ""
+    if estimated_len > 0:
+        estimated_msg = f"Based on the available memory, the estimated maximum model length is {estimated_len}. "
+    return (
+        f"To serve at least one request with the models's max seq len ({max_model_len}), "
+        f"({need_txt} GiB KV cache is needed, which is larger than the available KV cache memory "
+        f"({avail_txt} GiB). {estimated_msg}Try increasing `gpu_memory_utilization` or decreasing "
+        f"`max_model_len` when initializing the engine.{link}"
+    )
+
+
+def max_concurrency(
+    behaviour: VllmBehaviour,
+    num_blocks: int,
+    groups: Sequence[KvCacheGroup],
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    mamba_cache_mode: MambaCacheMode = "none",
+) -> float:
+    """ "Maximum concurrency for L tokens per request" as this version computes it (§2.3)."""
+    if not groups:
+        return 0.0
+    block = min(g.block_size for g in groups)
+    if behaviour.concurrency == "tokens_over_len":
+        return num_blocks * block / max_model_len
+    per_group = [
+        g.max_blocks_per_request(max_model_len, max_num_batched_tokens, mamba_cache_mode)
+        for g in groups
+    ]
+    if behaviour.concurrency == "sum_cdiv":
+        return num_blocks / sum(per_group)
+    page = groups[0].page_size_bytes
+    total_mem = sum(
+        g.as_layer().max_memory_usage_bytes(max_model_len, max_num_batched_tokens, mamba_cache_mode)
+        for g in groups
+    )
+    return num_blocks / cdiv(total_mem, page)
+
+
+def kv_cache_tokens(
+    behaviour: VllmBehaviour,
+    num_blocks: int,
+    groups: Sequence[KvCacheGroup],
+    concurrency: float,
+    max_model_len: int,
+) -> int:
+    """The N of "GPU KV cache size: N tokens" as this version logs it (§2.4).
+
+    For versions that print no token line (V0, v0.7.0-0.7.2) this is ``num_blocks * block_size``.
+    """
+    if not groups:
+        return 0
+    block = min(g.block_size for g in groups)
+    if behaviour.token_line == "blocks_per_group":
+        return num_blocks // len(groups) * block
+    if behaviour.token_line == "concurrency_x_len":
+        return int(concurrency * max_model_len)
+    return num_blocks * block
+
+
+def log_lines(
+    behaviour: VllmBehaviour,
+    *,
+    available_bytes: int,
+    num_blocks: int,
+    tokens: int,
+    concurrency: float,
+    max_model_len: int,
+) -> tuple[str, ...]:
+    """The capacity lines the engine prints at start-up, for this version."""
+    length = f"{max_model_len:,}" if behaviour.commas_in_len else str(max_model_len)
+    conc = f"Maximum concurrency for {length} tokens per request: {concurrency:.2f}x"
+    if behaviour.token_line == "v0":
+        return (f"# GPU blocks: {num_blocks}, # CPU blocks: (swap space, not modelled)", conc)
+    avail = f"Available KV cache memory: {available_bytes / GiB:.2f} GiB"
+    if behaviour.token_line == "gpu_blocks":
+        return (avail, f"# GPU blocks: {num_blocks}", conc)
+    return (avail, f"GPU KV cache size: {tokens:,} tokens", conc)

@@ -1,0 +1,103 @@
+"""Engine versions: parsing and the version-dependent behaviours the pool arithmetic needs.
+
+Each cut-off cites the reference (``engines-kv-accounting.md``). Where the reference gives an
+era but not a release, the cut-off is marked *assumed* and the plan says so in its notes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvbudget.errors import ConfigError
+
+Version = tuple[int, int, int]
+
+#: default versions when the user does not say (well-documented eras in the reference)
+DEFAULT_VLLM_VERSION = "0.11.0"
+DEFAULT_SGLANG_VERSION = "0.5.4"
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.+\-].*)?\s*$")
+
+
+def parse_version(text: str, *, field: str = "engine_version") -> Version:
+    """``"0.11.0"``, ``"v0.9"``, ``"0.10.1.1"``, ``"0.21.0rc1"`` -> ``(0, 11, 0)`` etc."""
+    match = _VERSION_RE.match(text)
+    if not match:
+        raise ConfigError(
+            f"{field}: cannot read {text!r} as a version; write it like 0.11.0", field=field
+        )
+    major, minor, patch = (int(g) if g else 0 for g in match.groups())
+    return (major, minor, patch)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmBehaviour:
+    """What a vLLM version does at each step of the pool arithmetic."""
+
+    version: Version
+    #: "v0" (no token line, "# GPU blocks"), "gpu_blocks" (v0.7.0-0.7.2), "blocks_x_block_size"
+    #: (v0.7.3-~0.9), "blocks_per_group" (~0.10-0.19), "concurrency_x_len" (>= 0.20)
+    token_line: str
+    #: "tokens_over_len" (v0.7.x and V0: num_blocks*B/L), "cdiv_sum" (~0.9+), "sum_cdiv" (PR #48317)
+    concurrency: str
+    #: True from v0.21.0: CUDA-graph memory is subtracted from the KV budget
+    subtracts_cudagraphs: bool
+    #: True: strided group split and the 1.5x balance rule (newest); False: contiguous and min
+    strided_groups: bool
+    #: error text era: "v09" (``:.2f``, no link) or "new" (round(.,2) and the docs link)
+    error_style: str
+    #: commas in "Maximum concurrency for 32,768 tokens" (v0.7.x printed none)
+    commas_in_len: bool
+    default_gpu_memory_utilization: float
+    notes: tuple[str, ...]
+
+
+def vllm_behaviour(version_text: str) -> VllmBehaviour:
+    """Behaviour table for a vLLM version (reference §2.1-§2.5, §3.2, §3.4)."""
+    v = parse_version(version_text)
+    notes: list[str] = []
+    if v < (0, 7, 0):
+        token_line = "v0"
+    elif v < (0, 7, 3):
+        token_line = "gpu_blocks"
+    elif v < (0, 10, 0):
+        token_line = "blocks_x_block_size"
+        if v >= (0, 9, 0):
+            notes.append(
+                "token-line formula for v0.9.x assumed as num_blocks*block_size (era ~v0.9/0.10)"
+            )
+    elif v < (0, 20, 0):
+        token_line = "blocks_per_group"
+    else:
+        token_line = "concurrency_x_len"
+    if v < (0, 9, 0):
+        concurrency = "tokens_over_len"
+        if v >= (0, 8, 0):
+            notes.append("concurrency for v0.8.x assumed as num_blocks*block_size/max_model_len")
+    elif v < (0, 26, 0):
+        concurrency = "cdiv_sum"
+    else:
+        concurrency = "sum_cdiv"
+        notes.append(
+            "concurrency as num_blocks / sum_g cdiv(max_mem_g, page) (PR #48317, merged 2026-07; "
+            "release assumed v0.26)"
+        )
+    strided = v >= (0, 11, 0)
+    if (0, 10, 0) <= v < (0, 12, 0):
+        notes.append("hybrid group split style (strided, 1.5x rule) assumed from v0.11.0")
+    return VllmBehaviour(
+        version=v,
+        token_line=token_line,
+        concurrency=concurrency,
+        subtracts_cudagraphs=v >= (0, 21, 0),
+        strided_groups=strided,
+        error_style="v09" if v < (0, 10, 0) else "new",
+        commas_in_len=v >= (0, 8, 0),
+        default_gpu_memory_utilization=0.9,
+        notes=tuple(notes),
+    )
+
+
+def format_version(v: Version) -> str:
+    return ".".join(str(x) for x in v)

@@ -1,0 +1,355 @@
+"""Weight bytes of a model, whole and per rank, each figure marked read / computed / estimated.
+
+Order of sources, strongest first:
+
+1. ``--weights-bytes`` (``flag``): a figure read from an engine log ("Model loading took X GiB"),
+   bytes per GPU; used as is on every rank.
+2. A snapshot's ``model.safetensors.index.json`` ``metadata.total_size`` (or the size of a lone
+   ``model.safetensors``): ``read``. The split over ranks is then ``computed`` from the
+   architecture's shares (below) and scaled to the read total.
+3. The architecture's parameter count (``computed`` when every layer kind has a known formula,
+   ``estimated`` when some layers - Mamba / gated delta net / linear attention - are approximated):
+   embeddings (vocab x hidden, lm_head unless ``tie_word_embeddings``), attention projections
+   from the resolved layers (MLA: q/kv low-rank paths), MLP (gated, 3 x hidden x intermediate) or
+   MoE (experts x 3 x hidden x moe_intermediate + router + shared experts), norms.
+
+Quantization (``quantization_config``): ``fp8`` = 1 B per linear weight plus one fp32 scale per
+``weight_block_size`` block; ``awq`` / ``gptq`` = ``bits/8`` B per weight plus per group an fp16
+scale and a packed ``bits``-bit zero (GPTQ ``desc_act`` adds an int32 ``g_idx`` per input row);
+``mxfp4`` (gpt-oss experts) = 0.5 B plus one 1-byte scale per 32. Embeddings, lm_head, norms and
+routers stay in the model dtype. Tensor parallel divides projections and experts by ``tp``
+(KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
+parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first stage, lm_head
+(again, even when tied) and the final norm on the last.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kvbudget.capacity.layouts.vllm import get_pp_indices
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import MLA, FullAttention, KVShared, LayerSpec, NoAttention, StateLayer
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
+
+WeightsSource = Literal["flag", "read", "computed", "estimated"]
+Split = Literal["col", "row", "rep", "kv"]
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    """One weight matrix (``in_features x out_features``), ``count`` copies, how TP splits it."""
+
+    name: str
+    in_features: int
+    out_features: int
+    count: int = 1
+    split: Split = "col"
+    quantizable: bool = True
+    expert: bool = False
+
+    def rank_shape(self, tp: int, kv_heads: int = 0) -> tuple[int, int]:
+        if self.split == "col":
+            return self.in_features, cdiv(self.out_features, tp)
+        if self.split == "row":
+            return cdiv(self.in_features, tp), self.out_features
+        if self.split == "kv" and kv_heads:
+            per_head = self.out_features // kv_heads
+            return self.in_features, max(1, kv_heads // tp) * per_head
+        return self.in_features, self.out_features
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsEstimate:
+    """Weight bytes: ``per_rank_bytes[pp_rank]`` is one GPU of that pipeline stage."""
+
+    total_bytes: int
+    per_rank_bytes: tuple[int, ...]
+    source: WeightsSource
+    method: str
+    num_params: int | None
+    quantization: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def max_rank_bytes(self) -> int:
+        return max(self.per_rank_bytes)
+
+
+def _raw(spec: ModelSpec, key: str, default: Any = None) -> Any:
+    return spec.raw_config.get(key, default)
+
+
+def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list[Matrix], bool]:
+    """Projection matrices of one layer's mixer; the bool is True when approximated."""
+    n_heads = spec.num_attention_heads or 1
+    if isinstance(layer, MLA):
+        nope = layer.qk_nope_head_dim or int(_raw(spec, "qk_nope_head_dim", 128))
+        v_dim = layer.v_head_dim or int(_raw(spec, "v_head_dim", 128))
+        heads = layer.num_heads or n_heads
+        q_lora = _raw(spec, "q_lora_rank")
+        out = []
+        if q_lora:
+            out.append(Matrix("q_a_proj", h, int(q_lora), split="rep"))
+            out.append(Matrix("q_b_proj", int(q_lora), heads * (nope + layer.qk_rope_head_dim)))
+        else:
+            out.append(Matrix("q_proj", h, heads * (nope + layer.qk_rope_head_dim)))
+        out.append(Matrix("kv_a_proj", h, layer.kv_lora_rank + layer.qk_rope_head_dim, split="rep"))
+        out.append(Matrix("kv_b_proj", layer.kv_lora_rank, heads * (nope + v_dim)))
+        out.append(Matrix("o_proj", heads * v_dim, h, split="row"))
+        return out, False
+    if isinstance(layer, FullAttention):
+        d, dv, kv = layer.head_dim, layer.v_dim, layer.num_kv_heads
+        return [
+            Matrix("q_proj", h, n_heads * d),
+            Matrix("k_proj", h, kv * d, split="kv"),
+            Matrix("v_proj", h, kv * dv, split="kv"),
+            Matrix("o_proj", n_heads * dv, h, split="row"),
+        ], False
+    if isinstance(layer, StateLayer):
+        if layer.state_kind == "gdn":
+            k_dim = layer.num_k_heads * layer.head_k_dim
+            v_dim = layer.num_heads * layer.head_dim
+            return [
+                Matrix("in_proj_qkvz", h, 2 * k_dim + 2 * v_dim),
+                Matrix("in_proj_ba", h, 2 * layer.num_heads),
+                Matrix("out_proj", v_dim, h, split="row"),
+            ], True
+        if layer.state_kind == "linear":
+            d = layer.head_dim or h // n_heads
+            return [
+                Matrix("qkv_proj", h, 3 * layer.num_heads * d),
+                Matrix("out_proj", layer.num_heads * d, h, split="row"),
+            ], True
+        inner = layer.intermediate_size or 2 * h
+        extra = (
+            2 * layer.n_groups * layer.state_size + layer.num_heads
+            if layer.state_kind == "mamba2"
+            else inner
+        )
+        return [
+            Matrix("in_proj", h, 2 * inner + extra),
+            Matrix("out_proj", inner, h, split="row"),
+        ], True
+    # KV-shared layers still project Q (and K/V that are discarded in some models); NoAttention none
+    if isinstance(layer, KVShared):
+        d = h // n_heads
+        return [
+            Matrix("q_proj", h, n_heads * d),
+            Matrix("o_proj", n_heads * d, h, split="row"),
+        ], True
+    assert isinstance(layer, NoAttention)
+    return [], False
+
+
+def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
+    if not spec.num_experts:
+        return False
+    first_dense = int(_raw(spec, "first_k_dense_replace", 0) or 0)
+    if index < first_dense:
+        return False
+    if index in (_raw(spec, "mlp_only_layers", []) or []):
+        return False
+    step = int(
+        _raw(spec, "decoder_sparse_step", 0) or _raw(spec, "interleave_moe_layer_step", 0) or 1
+    )
+    if step > 1 and (index + 1) % step != 0:
+        return False
+    period = _raw(spec, "expert_layer_period")
+    if period:
+        return index % int(period) == int(_raw(spec, "expert_layer_offset", 0) or 0)
+    freq = int(_raw(spec, "moe_layer_freq", 1) or 1)
+    return (index - first_dense) % freq == 0
+
+
+def _mlp_matrices(spec: ModelSpec, index: int, h: int) -> list[Matrix]:
+    if _is_moe_layer(spec, index):
+        assert spec.num_experts is not None
+        moe_inter = spec.moe_intermediate_size or spec.intermediate_size or 4 * h
+        out = [
+            Matrix("experts.gate_up", h, 2 * moe_inter, count=spec.num_experts, expert=True),
+            Matrix("experts.down", moe_inter, h, count=spec.num_experts, split="row", expert=True),
+            Matrix("router", h, spec.num_experts, split="rep", quantizable=False),
+        ]
+        shared_inter = spec.shared_expert_intermediate_size or (
+            (spec.num_shared_experts or 0) * moe_inter
+        )
+        if shared_inter:
+            out.append(Matrix("shared.gate_up", h, 2 * shared_inter))
+            out.append(Matrix("shared.down", shared_inter, h, split="row"))
+        return out
+    inter = int(_raw(spec, "intermediate_size_mlp", 0) or spec.intermediate_size or 0)
+    if not inter:
+        return []
+    return [Matrix("mlp.gate_up", h, 2 * inter), Matrix("mlp.down", inter, h, split="row")]
+
+
+def layer_matrices(spec: ModelSpec, index: int) -> tuple[list[Matrix], bool]:
+    """All matrices of decoder layer ``index`` and whether any were approximated."""
+    h = spec.hidden_size
+    if not h:
+        raise ConfigError(
+            "hidden_size: the model config has none; pass --weights-bytes to plan without it",
+            field="hidden_size",
+        )
+    mixer, approx = _attention_matrices(spec.layers[index], spec, h)
+    return mixer + _mlp_matrices(spec, index, h), approx
+
+
+def _matrix_bytes(
+    m: Matrix, shape: tuple[int, int], quant: dict[str, Any] | None, dtype_bytes: int
+) -> int:
+    """Bytes of one copy of ``m`` on one rank with shape ``(in, out)``."""
+    n_in, n_out = shape
+    if not quant or not m.quantizable:
+        return n_in * n_out * dtype_bytes
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        block = quant.get("weight_block_size")
+        scales = cdiv(n_out, int(block[0])) * cdiv(n_in, int(block[1])) if block else 1
+        return n_in * n_out + 4 * scales
+    if method in ("awq", "gptq"):
+        bits = int(quant.get("bits", quant.get("w_bit", 4)))
+        group = int(quant.get("group_size", quant.get("q_group_size", 128)))
+        group = n_in if group <= 0 else group
+        groups = cdiv(n_in, group)
+        packed = cdiv(n_in * n_out * bits, 8)
+        scales = groups * n_out * 2
+        zeros = cdiv(groups * n_out * bits, 8)
+        g_idx = n_in * 4 if method == "gptq" and quant.get("desc_act") else 0
+        return packed + scales + zeros + g_idx
+    if method == "mxfp4":
+        if not m.expert:
+            return n_in * n_out * dtype_bytes
+        return cdiv(n_in * n_out, 2) + cdiv(n_in * n_out, 32)
+    raise ConfigError(
+        f"quantization_config.quant_method: {method!r} is not modelled; pass --weights-bytes "
+        "with the figure from the engine log ('Model loading took X GiB')",
+        field="quantization_config",
+    )
+
+
+def _model_dtype_bytes(spec: ModelSpec) -> int:
+    size = spec.dtype_bytes
+    return 2 if size is None or size == 4 else size
+
+
+def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEstimate:
+    """Weight bytes from the architecture (no snapshot): whole model and per pipeline stage."""
+    h = spec.hidden_size or 0
+    vocab = spec.vocab_size
+    if not h or not vocab:
+        raise ConfigError(
+            "weights: hidden_size and vocab_size are needed to count parameters; pass --weights-bytes",
+            field="weights_bytes",
+        )
+    quant = spec.quantization_config
+    dtype_bytes = _model_dtype_bytes(spec)
+    kv_heads = spec.num_kv_heads() or 0
+    notes: list[str] = []
+    approx_any = False
+    stage_bytes = [0] * pp
+    total_bytes = 0
+    params = 0
+    norm = h * dtype_bytes
+    for p in range(pp):
+        start, end = get_pp_indices(spec.num_layers, p, pp)
+        for i in range(start, end):
+            mats, approx = layer_matrices(spec, i)
+            approx_any = approx_any or approx
+            layer_rank = 2 * norm
+            for m in mats:
+                layer_rank += m.count * _matrix_bytes(
+                    m, m.rank_shape(tp, kv_heads), quant, dtype_bytes
+                )
+                total_bytes += m.count * _matrix_bytes(
+                    m, (m.in_features, m.out_features), quant, dtype_bytes
+                )
+                params += m.count * m.in_features * m.out_features
+            stage_bytes[p] += layer_rank
+            total_bytes += 2 * norm
+            params += 2 * h
+    embed_rank = cdiv(vocab, tp) * h * dtype_bytes
+    stage_bytes[0] += embed_rank
+    lm_head_on_last = (not spec.tie_word_embeddings) or pp > 1
+    if lm_head_on_last:
+        stage_bytes[-1] += embed_rank
+    stage_bytes[-1] += norm
+    embed_total = vocab * h * dtype_bytes
+    total_bytes += embed_total * (1 if spec.tie_word_embeddings else 2) + norm
+    params += vocab * h * (1 if spec.tie_word_embeddings else 2) + h
+    if spec.tie_word_embeddings and pp > 1:
+        notes.append("tied embeddings: the last pipeline stage holds its own copy of lm_head")
+    qname = str((quant or {}).get("quant_method", "none"))
+    if approx_any:
+        notes.append("state-space / linear-attention / KV-shared projections are approximated")
+    notes.append("biases, q/k norms and vision towers are not counted")
+    return WeightsEstimate(
+        total_bytes=total_bytes,
+        per_rank_bytes=tuple(stage_bytes),
+        source="estimated" if approx_any else "computed",
+        method=f"parameter count from the architecture ({params:,} parameters), quantization {qname}",
+        num_params=params,
+        quantization=qname,
+        notes=tuple(notes),
+    )
+
+
+def read_snapshot_total(snapshot: Path) -> int | None:
+    """``metadata.total_size`` of ``model.safetensors.index.json``, or a lone file's size."""
+    index = snapshot / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            data = json.loads(index.read_text("utf-8"))
+            return int(data["metadata"]["total_size"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"snapshot: {index} has no readable metadata.total_size ({exc}); pass --weights-bytes",
+                field="snapshot",
+            ) from exc
+    single = snapshot / "model.safetensors"
+    if single.is_file():
+        return single.stat().st_size
+    return None
+
+
+def estimate_weights(
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    snapshot: Path | None = None,
+    weights_bytes: int | None = None,
+) -> WeightsEstimate:
+    """Weight bytes by the strongest source available (flag > snapshot > architecture)."""
+    if weights_bytes is not None:
+        return WeightsEstimate(
+            total_bytes=weights_bytes * tp * pp,
+            per_rank_bytes=(weights_bytes,) * pp,
+            source="flag",
+            method="--weights-bytes (bytes per GPU, e.g. from the engine log)",
+            num_params=None,
+            quantization=str((spec.quantization_config or {}).get("quant_method", "unknown")),
+        )
+    computed = compute_weights(spec, tp=tp, pp=pp)
+    total_read = read_snapshot_total(snapshot) if snapshot is not None else None
+    if total_read is None:
+        return computed
+    computed_sum = sum(computed.per_rank_bytes) * tp
+    scale = total_read / computed_sum if computed_sum else 1.0
+    return WeightsEstimate(
+        total_bytes=total_read,
+        per_rank_bytes=tuple(int(b * scale) for b in computed.per_rank_bytes),
+        source="read",
+        method=(
+            f"total read from {snapshot} (metadata.total_size = {total_read:,} B); per-rank split "
+            "computed from the architecture's shares"
+        ),
+        num_params=computed.num_params,
+        quantization=computed.quantization,
+        notes=computed.notes,
+    )
