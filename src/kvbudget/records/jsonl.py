@@ -1,6 +1,6 @@
 """JSON Lines: an append-and-flush writer and a reader that survives SIGKILL.
 
-The writer emits each record as one ``write()`` of a complete line followed by ``flush()``,
+The writer emits each record as one unbuffered ``write()`` of a complete line (``O_APPEND``),
 so a process killed with SIGKILL leaves every finished record on disk and at most one partial
 last line. The reader keeps every complete, valid line and reports what it skipped; the writer
 reopened on the same file first cuts such a partial tail so appending continues cleanly.
@@ -51,25 +51,33 @@ def repair_tail(path: Path) -> int:
 
 
 class JsonlWriter:
-    """Append one JSON object per line; every write is flushed (``fsync`` optional)."""
+    """Append one JSON object per line, one ``write()`` each (``fsync`` optional).
+
+    Safe to share one file between processes (``O_APPEND``).
+    """
 
     def __init__(self, path: Path, *, fsync: bool = False) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.repaired_bytes = repair_tail(path)
-        self._fh = path.open("a", encoding="utf-8")
+        # O_APPEND + one write() per line: lines from several processes never interleave
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._fsync = fsync
         self.num_written = 0
 
     def write(self, item: BaseModel | dict[str, Any]) -> None:
+        if self._fd is None:
+            raise ValueError(f"JsonlWriter for {self.path} is closed")
         if isinstance(item, BaseModel):
             line = item.model_dump_json()
         else:
             line = json.dumps(item, separators=(",", ":"), sort_keys=True)
-        self._fh.write(line + "\n")
-        self._fh.flush()
+        data = (line + "\n").encode("utf-8")
+        written = os.write(self._fd, data)
+        while written < len(data):  # rare on regular files; keep the line whole anyway
+            written += os.write(self._fd, data[written:])
         if self._fsync:
-            os.fsync(self._fh.fileno())
+            os.fsync(self._fd)
         self.num_written += 1
 
     def write_many(self, items: Iterable[BaseModel | dict[str, Any]]) -> None:
@@ -77,8 +85,9 @@ class JsonlWriter:
             self.write(item)
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> JsonlWriter:
         return self

@@ -73,6 +73,8 @@ class RequestRecord(BaseModel):
     replica: str | None = None
     session_id: str | None = None
     worker: int | None = None
+    #: 0 for the first run; +1 for each ``--resume`` (each segment has its own timeline)
+    run_segment: int = Field(default=0, ge=0)
     warmup: bool = False
 
     error_kind: ErrorKind | None = None

@@ -1,0 +1,357 @@
+"""Async streaming client for OpenAI-compatible servers (``/v1/completions``, chat).
+
+Hot path: one :class:`aiohttp.ClientSession` whose connection pool is sized to the concurrency;
+the body is read with ``readany()`` and split into SSE events by :class:`SseSplitter`; each
+event is stamped with ``time.perf_counter()`` (CLOCK_MONOTONIC) at the read that carried its
+first byte and kept as raw bytes. JSON is parsed after the stream ends (only a byte search for
+``"content"``/``"text"`` runs per event, to count tokens for cancellation injection), so the
+per-event cost stays a few microseconds.
+
+Outcome taxonomy (``error_kind``): ``connect`` (no connection), ``timeout`` (per-request limit
+hit), ``http_status`` (non-200; short body excerpt kept), ``oom`` (an error whose text says out
+of memory), ``broken_stream`` (connection dropped or malformed event mid-stream),
+``truncated_stream`` (the body ended without ``[DONE]`` or a finish reason), ``cancelled``
+(the client aborted after N tokens on purpose), ``other``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+from kvbudget.load.sse import SseSplitter
+from kvbudget.records import ErrorKind, excerpt
+
+Endpoint = Literal["completions", "chat"]
+ENDPOINT_PATHS: dict[str, str] = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+}
+_OOM_MARKERS = ("out of memory", "outofmemory", "oom", "cuda error: out", "kv cache is full")
+
+
+def looks_like_oom(text: str) -> bool:
+    """Whether an error text reports an out-of-memory condition."""
+    low = text.lower()
+    return any(m in low for m in _OOM_MARKERS)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    """One request to send (prompt text is sent as-is; only its hash is ever stored)."""
+
+    request_id: str
+    prompt: str
+    max_tokens: int
+    model: str
+    endpoint: Endpoint = "completions"
+    ignore_eos: bool = True
+    cache_salt: str | None = None
+    cancel_after_tokens: int | None = None
+    extra_body: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": self.ignore_eos,
+        }
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": self.prompt}]
+        else:
+            body["prompt"] = self.prompt
+        if self.cache_salt is not None:
+            body["cache_salt"] = self.cache_salt
+        if self.extra_body:
+            body.update(self.extra_body)
+        return body
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """Raw outcome of one streamed request (times on the perf_counter clock)."""
+
+    request_id: str
+    status: Literal["ok", "error", "cancelled"] = "ok"
+    error_kind: ErrorKind | None = None
+    http_status: int | None = None
+    error_excerpt: str | None = None
+    sent_s: float | None = None
+    first_token_s: float | None = None
+    done_s: float | None = None
+    chunk_times_s: list[float] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    num_events: int = 0
+    headers: dict[str, str] | None = None
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunk_times_s)
+
+    def output_tokens(self) -> int:
+        """Server-reported completion tokens, else the number of content chunks."""
+        if self.usage_completion_tokens is not None:
+            return self.usage_completion_tokens
+        return len(self.chunk_times_s)
+
+    def token_times_s(self) -> list[float]:
+        """One arrival time per output token.
+
+        Equal to the chunk times when every chunk carried one token (the usual case); when the
+        server reports more tokens than chunks, chunk ``i`` gets ``floor``/``ceil`` of the
+        even share (an approximation; per-chunk times stay exact in ``chunk_times_s``).
+        """
+        chunks = self.chunk_times_s
+        n_tokens = self.output_tokens()
+        if not chunks or n_tokens == len(chunks):
+            return list(chunks)
+        out: list[float] = []
+        n = len(chunks)
+        for i, t in enumerate(chunks):
+            share = (n_tokens * (i + 1)) // n - (n_tokens * i) // n
+            out.extend([t] * share)
+        return out
+
+
+def _fail(out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> StreamOutcome:
+    out.status = "error"
+    out.error_kind = (
+        "oom"
+        if kind in ("http_status", "broken_stream", "other") and looks_like_oom(text)
+        else kind
+    )
+    out.error_excerpt = excerpt(text) if text else None
+    out.done_s = now_s
+    return out
+
+
+class OpenAIClient:
+    """Streaming client bound to one base URL (use as ``async with``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        concurrency: int,
+        timeout_s: float,
+        connect_timeout_s: float = 10.0,
+        api_key: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.concurrency = max(1, concurrency)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self.first_headers: dict[str, str] | None = None
+
+    async def __aenter__(self) -> OpenAIClient:
+        connector = aiohttp.TCPConnector(
+            limit=self.concurrency, limit_per_host=self.concurrency, force_close=False
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
+            headers=self._headers,
+            auto_decompress=False,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("OpenAIClient used outside 'async with'")
+        return self._session
+
+    async def stream(self, req: ClientRequest) -> StreamOutcome:
+        """Send one streaming request; never raises for server or network faults."""
+        out = StreamOutcome(request_id=req.request_id)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._stream(req, out)
+        except TimeoutError:
+            return _fail(
+                out, "timeout", f"no completion within {self.timeout_s:g} s", self._clock()
+            )
+
+    async def _stream(self, req: ClientRequest, out: StreamOutcome) -> StreamOutcome:
+        clock = self._clock
+        payload = json.dumps(req.body()).encode()
+        url = self.base_url + ENDPOINT_PATHS[req.endpoint]
+        out.sent_s = clock()
+        try:
+            resp = await self.session.post(url, data=payload)
+        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+            return _fail(out, "connect", str(exc), clock())
+        except (aiohttp.ClientError, OSError) as exc:
+            return _fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
+        try:
+            out.http_status = resp.status
+            if self.first_headers is None:
+                self.first_headers = dict(resp.headers)
+            if resp.status != 200:
+                try:
+                    body = (await resp.content.read(4096)).decode("utf-8", "replace")
+                except (aiohttp.ClientError, OSError):
+                    body = ""
+                return _fail(out, "http_status", f"HTTP {resp.status}: {body}", clock())
+            return await self._read_events(req, resp, out)
+        finally:
+            resp.release()
+
+    async def _read_events(
+        self, req: ClientRequest, resp: aiohttp.ClientResponse, out: StreamOutcome
+    ) -> StreamOutcome:
+        clock = self._clock
+        splitter = SseSplitter()
+        events: list[tuple[float, bytes]] = []
+        cancel_after = req.cancel_after_tokens
+        content_key = b'"content":"' if req.endpoint == "chat" else b'"text":"'
+        empty_key = b'"content":""' if req.endpoint == "chat" else b'"text":""'
+        num_content = 0
+        saw_done = False
+        reader = resp.content
+        try:
+            while True:
+                chunk = await reader.readany()
+                if not chunk:
+                    break
+                now = clock()
+                for ev in splitter.feed(chunk, now):
+                    data = ev[1]
+                    if data == b"[DONE]":
+                        saw_done = True
+                        continue
+                    events.append(ev)
+                    if content_key in data and empty_key not in data:
+                        num_content += 1
+                if saw_done:
+                    break
+                if cancel_after is not None and num_content >= cancel_after:
+                    resp.close()  # drop the connection: the server sees a disconnect
+                    _parse_events(events, req.endpoint, out)
+                    out.status = "cancelled"
+                    out.error_kind = "cancelled"
+                    out.done_s = now
+                    return out
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            _parse_events(events, req.endpoint, out)
+            return _fail(out, "broken_stream", f"{type(exc).__name__}: {exc}", clock())
+        done_s = clock()
+        problem = _parse_events(events, req.endpoint, out)
+        if problem is not None:
+            kind, text = problem
+            return _fail(out, kind, text, done_s)
+        if not saw_done and out.finish_reason is None:
+            tail = splitter.pending.decode("utf-8", "replace")
+            return _fail(
+                out,
+                "truncated_stream",
+                f"stream ended after {len(events)} events without [DONE] or finish_reason"
+                + (f"; partial event {tail!r}" if tail else ""),
+                done_s,
+            )
+        out.done_s = done_s
+        return out
+
+    async def get_json(self, path: str) -> tuple[int, Any, dict[str, str]]:
+        """GET a JSON endpoint: (status, parsed body or None, headers); never raises."""
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                async with self.session.get(self.base_url + path) as resp:
+                    text = await resp.text()
+                    try:
+                        body = json.loads(text)
+                    except ValueError:
+                        body = None
+                    return resp.status, body, dict(resp.headers)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return 0, None, {}
+
+    async def tokenize_count(self, model: str, text: str) -> int | None:
+        """Token count from the server's ``POST /tokenize`` (vLLM, SGLang, serve), or None."""
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                async with self.session.post(
+                    self.base_url + "/tokenize", json={"model": model, "prompt": text}
+                ) as resp:
+                    if resp.status != 200:
+                        return None
+                    body = await resp.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+            return None
+        if isinstance(body, dict):
+            if isinstance(body.get("count"), int):
+                return int(body["count"])
+            if isinstance(body.get("tokens"), list):
+                return len(body["tokens"])
+        return None
+
+
+def _parse_events(
+    events: list[tuple[float, bytes]], endpoint: Endpoint, out: StreamOutcome
+) -> tuple[ErrorKind, str] | None:
+    """Fill ``out`` from the raw events; return (kind, text) for an error event or bad JSON."""
+    pieces: list[str] = []
+    chunk_times = out.chunk_times_s
+    out.num_events = len(events)
+    for t, data in events:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            out.text = "".join(pieces)
+            return "broken_stream", f"malformed SSE event (not JSON): {data[:80]!r}"
+        if not isinstance(obj, dict):
+            return "broken_stream", f"malformed SSE event (not an object): {data[:80]!r}"
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            out.text = "".join(pieces)
+            return "other", f"error event: {msg}"
+        choices = obj.get("choices") or []
+        if choices:
+            choice = choices[0]
+            if endpoint == "chat":
+                piece = (choice.get("delta") or {}).get("content")
+            else:
+                piece = choice.get("text")
+            if piece:
+                pieces.append(piece)
+                chunk_times.append(t)
+                if out.first_token_s is None:
+                    out.first_token_s = t
+            reason = choice.get("finish_reason")
+            if reason:
+                out.finish_reason = reason
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            out.usage_prompt_tokens = usage.get("prompt_tokens", out.usage_prompt_tokens)
+            out.usage_completion_tokens = usage.get(
+                "completion_tokens", out.usage_completion_tokens
+            )
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                out.cached_tokens = int(details["cached_tokens"])
+    out.text = "".join(pieces)
+    return None

@@ -1,0 +1,87 @@
+"""Configuration of one load run (persisted as ``run.json`` so ``--resume`` can continue it).
+
+The API key itself is never part of the configuration: only the NAME of the environment
+variable that holds it (``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Shape = Literal["closed", "constant", "poisson", "gamma", "burst", "ramp", "planned"]
+TokenCheck = Literal["none", "server", "local"]
+
+
+class RunConfig(BaseModel):
+    """Everything that defines a load run against one OpenAI-compatible endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    model: str
+    endpoint: Literal["completions", "chat"] = "completions"
+    shape: Shape = "closed"
+    #: closed loop: requests kept in flight
+    concurrency: int = Field(default=1, ge=1)
+    #: open loop (constant/poisson/gamma): offered requests per second
+    rate_per_s: float | None = Field(default=None, gt=0)
+    gamma_cv: float = Field(default=1.0, gt=0)
+    #: step ramp: (rate_per_s, stage_s) stages, back to back
+    ramp_stages: list[tuple[float, float]] = Field(default_factory=list)
+    num_requests: int | None = Field(default=None, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    #: the first requests of the run are sent and recorded but excluded from the summary
+    warmup_requests: int = Field(default=0, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    #: open loop: most requests in flight at once (the client waits beyond it; lag shows it)
+    max_inflight: int = Field(default=1024, ge=1)
+    prompt_tokens: int = Field(default=32, ge=1)
+    output_tokens: int = Field(default=64, ge=1)
+    ignore_eos: bool = True
+    vocab_size: int = Field(default=32000, ge=8)
+    cache_salt: str | None = None
+    #: cancellation injection: abort after this many streamed tokens ...
+    cancel_after_tokens: int | None = Field(default=None, ge=1)
+    #: ... on this fraction of requests (seeded)
+    cancel_fraction: float = Field(default=1.0, ge=0, le=1)
+    seed: int = 0
+    workers: int = Field(default=1, ge=1)
+    keep_prompts: bool = False
+    api_key_env: str | None = None
+    check_tokens: TokenCheck = "none"
+    metrics_url: str | None = None
+    scrape_interval_s: float = Field(default=1.0, gt=0)
+    baseline_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> RunConfig:
+        if self.num_requests is None and self.duration_s is None and self.shape != "planned":
+            raise ValueError("give num_requests or duration_s (or both), e.g. --num-requests 200")
+        if self.shape in ("constant", "poisson", "gamma") and self.rate_per_s is None:
+            raise ValueError(
+                f"shape {self.shape!r} is open loop and needs rate_per_s, e.g. --rate 10"
+            )
+        if self.shape == "ramp" and not self.ramp_stages:
+            raise ValueError("shape 'ramp' needs ramp_stages, e.g. --ramp 2:10,4:10,8:10")
+        if self.shape == "burst" and self.num_requests is None:
+            raise ValueError("shape 'burst' sends num_requests at once; give --num-requests")
+        for rate, stage_s in self.ramp_stages:
+            if not (rate > 0 and stage_s > 0 and math.isfinite(rate * stage_s)):
+                raise ValueError(
+                    f"ramp stage ({rate}, {stage_s}) needs a positive rate and duration"
+                )
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.shape != "closed"
+
+    def same_run(self, other: RunConfig) -> list[str]:
+        """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers``."""
+        mine = self.model_dump(exclude={"workers"})
+        theirs = other.model_dump(exclude={"workers"})
+        return sorted(k for k in mine if mine[k] != theirs[k])

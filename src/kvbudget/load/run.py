@@ -1,0 +1,381 @@
+"""A whole load run: workers, metrics scraping, server identity, resume and the summary.
+
+Files in the output directory:
+
+* ``run.json`` — the :class:`RunConfig` (no secrets) and the run id; ``--resume`` checks it;
+* ``requests.jsonl`` — one :class:`RequestRecord` per finished request, appended by every
+  worker process the moment the request ends (a SIGKILLed run keeps all finished ones);
+* ``metrics.jsonl`` — unified :class:`MetricSample` rows (when ``metrics_url`` is set);
+* ``summary.json`` — the :class:`BenchDocument` written at the end.
+
+Timelines: all workers share ``t0`` on CLOCK_MONOTONIC (``time.perf_counter`` on Linux is
+system-wide), so records from different worker processes are on one timeline. A resumed run
+is a new ``run_segment`` with its own ``t0``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from kvbudget.errors import ConfigError, TargetError
+from kvbudget.load.client import OpenAIClient
+from kvbudget.load.config import RunConfig
+from kvbudget.load.identity import safe_headers, server_identity
+from kvbudget.load.prometheus import MetricsScraper, summarize_series
+from kvbudget.load.requests import planned_open_loop
+from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
+from kvbudget.load.summary import bottleneck_warnings, summarize_records
+from kvbudget.records import (
+    JsonlWriter,
+    Provenance,
+    RequestRecord,
+    ResultDocument,
+    read_jsonl,
+    write_document,
+)
+from kvbudget.workload.request import PlannedRequest
+
+REQUESTS_FILE = "requests.jsonl"
+METRICS_FILE = "metrics.jsonl"
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+#: spawned worker processes need this long to import before the common start
+WORKER_START_DELAY_S = 3.0
+
+
+class BenchDocument(ResultDocument):
+    """Result document of ``kvbudget bench`` (kind ``bench``)."""
+
+    kind: str = "bench"
+    config: dict[str, Any]
+    server: dict[str, Any] = Field(default_factory=dict)
+    summary: dict[str, Any] = Field(default_factory=dict)
+    accounting: dict[str, Any] = Field(default_factory=dict)
+    server_metrics: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+    scrape: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def read_api_key(cfg: RunConfig) -> str | None:
+    """The API key from the environment variable named in the config (never stored)."""
+    if cfg.api_key_env is None:
+        return None
+    value = os.environ.get(cfg.api_key_env)
+    if not value:
+        raise ConfigError(
+            f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty; "
+            f"export {cfg.api_key_env}=... or drop --api-key-env",
+            field="api_key_env",
+        )
+    return value
+
+
+def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[str]]:
+    """Check/record run.json; return (segment, ids already recorded)."""
+    run_file = out_dir / RUN_FILE
+    req_file = out_dir / REQUESTS_FILE
+    if resume:
+        if not run_file.exists():
+            raise ConfigError(
+                f"--resume: {run_file} does not exist; there is no run to continue in "
+                f"{out_dir} (start one without --resume)",
+                field="resume",
+            )
+        old = RunConfig.model_validate(json.loads(run_file.read_text())["config"])
+        diff = cfg.same_run(old)
+        if diff:
+            raise ConfigError(
+                f"--resume: the options differ from the recorded run in {out_dir} on "
+                f"{', '.join(diff)}; resume with the same options",
+                field="resume",
+            )
+        if old.duration_s is not None and old.num_requests is None:
+            raise ConfigError(
+                "--resume needs a run with --num-requests (a duration-only run has no fixed "
+                "set of requests to complete)",
+                field="resume",
+            )
+        done = read_jsonl(req_file, RequestRecord).items
+        segment = 1 + max((r.run_segment for r in done), default=-1)
+        return segment, {r.request_id for r in done}
+    if req_file.exists() and req_file.stat().st_size > 0:
+        raise ConfigError(
+            f"--out {out_dir} already holds a run ({req_file}); use --resume to continue it "
+            "or choose another --out",
+            field="out",
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(
+        json.dumps({"config": cfg.model_dump(mode="json"), "created_unix_s": time.time()}, indent=2)
+    )
+    return 0, set()
+
+
+def _worker_main(
+    cfg_json: str,
+    planned: Sequence[PlannedRequest] | None,
+    t0: float,
+    worker: int,
+    num_workers: int,
+    segment: int,
+    skip: set[str],
+    path: str,
+    api_key: str | None,
+    queue: Any,
+) -> None:
+    """Entry point of a spawned worker process."""
+    cfg = RunConfig.model_validate_json(cfg_json)
+    with JsonlWriter(Path(path)) as writer:
+        result = asyncio.run(
+            run_worker(
+                cfg,
+                writer=writer,
+                t0=t0,
+                worker=worker,
+                num_workers=num_workers,
+                segment=segment,
+                planned=planned,
+                skip_ids=skip,
+                api_key=api_key,
+            )
+        )
+    queue.put(result)
+
+
+async def _run_processes(
+    cfg: RunConfig,
+    planned: Sequence[PlannedRequest] | None,
+    t0: float,
+    num_workers: int,
+    segment: int,
+    skip: set[str],
+    path: Path,
+    api_key: str | None,
+    progress_lines: Callable[[int], None] | None,
+) -> list[WorkerResult]:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_worker_main,
+            args=(
+                cfg.model_dump_json(),
+                planned,
+                t0,
+                k,
+                num_workers,
+                segment,
+                skip,
+                str(path),
+                api_key,
+                queue,
+            ),
+            daemon=True,
+        )
+        for k in range(num_workers)
+    ]
+    for p in procs:
+        p.start()
+    results: list[WorkerResult] = []
+    while len(results) < num_workers:
+        while not queue.empty():
+            results.append(queue.get())
+        if progress_lines is not None and path.exists():
+            progress_lines(path.read_bytes().count(b"\n"))
+        if all(not p.is_alive() for p in procs) and queue.empty():
+            break
+        await asyncio.sleep(0.2)
+    for p in procs:
+        p.join(timeout=5)
+    if len(results) < num_workers:
+        codes = [p.exitcode for p in procs]
+        raise TargetError(
+            f"{num_workers - len(results)} of {num_workers} worker processes died "
+            f"(exit codes {codes}); finished records are in {path}; rerun with --resume"
+        )
+    return results
+
+
+async def run_load(
+    cfg: RunConfig,
+    *,
+    out_dir: Path | None = None,
+    planned: Sequence[PlannedRequest] | None = None,
+    resume: bool = False,
+    progress: ProgressFn | None = None,
+    progress_lines: Callable[[int], None] | None = None,
+) -> BenchDocument:
+    """Run the load described by ``cfg`` and return its result document."""
+    api_key = read_api_key(cfg)
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="kvbudget-bench-")
+        out_dir = Path(tmp.name)
+    try:
+        return await _run_in(cfg, out_dir, planned, resume, progress, progress_lines, api_key)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+async def _run_in(
+    cfg: RunConfig,
+    out_dir: Path,
+    planned: Sequence[PlannedRequest] | None,
+    resume: bool,
+    progress: ProgressFn | None,
+    progress_lines: Callable[[int], None] | None,
+    api_key: str | None,
+) -> BenchDocument:
+    segment, skip = _prepare_dir(cfg, out_dir, resume)
+    if planned is None and cfg.open_loop:
+        planned = planned_open_loop(cfg)
+    async with OpenAIClient(
+        cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
+    ) as probe:
+        ident = await server_identity(probe)
+    if ident.get("models_status") == 0:
+        raise TargetError(
+            f"cannot reach {cfg.base_url}/v1/models within {cfg.connect_timeout_s:g} s; "
+            "check --base-url and that the server is up"
+        )
+    num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
+    delay = WORKER_START_DELAY_S if num_workers > 1 else 0.05
+    t0 = time.perf_counter() + cfg.baseline_s + delay
+    scraper = None
+    metrics_writer = None
+    if cfg.metrics_url:
+        metrics_writer = JsonlWriter(out_dir / METRICS_FILE)
+        scraper = MetricsScraper(
+            cfg.metrics_url, interval_s=cfg.scrape_interval_s, t0=t0, writer=metrics_writer
+        )
+        await scraper.baseline(max(0.0, t0 - time.perf_counter() - 0.01))
+    stop = asyncio.Event()
+    scrape_task = asyncio.create_task(scraper.run(stop)) if scraper is not None else None
+    req_path = out_dir / REQUESTS_FILE
+    try:
+        if num_workers == 1:
+            with JsonlWriter(req_path) as writer:
+                results = [
+                    await run_worker(
+                        cfg,
+                        writer=writer,
+                        t0=t0,
+                        segment=segment,
+                        planned=planned,
+                        skip_ids=skip,
+                        api_key=api_key,
+                        progress=progress,
+                    )
+                ]
+        else:
+            results = await _run_processes(
+                cfg, planned, t0, num_workers, segment, skip, req_path, api_key, progress_lines
+            )
+    finally:
+        stop.set()
+        if scrape_task is not None:
+            await scrape_task
+        if metrics_writer is not None:
+            metrics_writer.close()
+    return _finish(cfg, out_dir, ident, results, scraper, segment)
+
+
+def _finish(
+    cfg: RunConfig,
+    out_dir: Path,
+    ident: dict[str, Any],
+    results: list[WorkerResult],
+    scraper: MetricsScraper | None,
+    segment: int,
+) -> BenchDocument:
+    read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
+    records = read.items
+    seg_records = [r for r in records if r.run_segment == segment]
+    summary = summarize_records(records)
+    offered = sum(r.offered for r in results)
+    sent = sum(r.sent for r in results)
+    not_sent = sum(r.not_sent for r in results)
+    wall = max((r.wall_s for r in results), default=0.0)
+    cpu = sum(r.cpu_s for r in results)
+    busy = cpu / (wall * len(results)) if wall > 0 and results else None
+    accounting = {
+        "offered": offered,
+        "sent": sent,
+        "not_sent": not_sent,
+        "recorded_this_segment": len(seg_records),
+        "recorded_total": len(records),
+        "sent_equals_recorded": sent == len(seg_records),
+        "skipped_jsonl_lines": read.skipped_lines,
+        "workers": len(results),
+        "client_cpu_s": cpu,
+        "client_wall_s": wall,
+        "client_cpu_busy_fraction": busy,
+        "max_inflight_seen": sum(r.max_inflight_seen for r in results),
+        "run_segment": segment,
+    }
+    warnings = bottleneck_warnings(
+        summary, open_loop=cfg.open_loop, cpu_busy_fraction=busy, not_sent=not_sent
+    )
+    if sent != len(seg_records):
+        warnings.append(
+            f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"
+        )
+    headers = next((r.headers for r in results if r.headers), None)
+    ident = {**ident, "response_headers": safe_headers(headers)}
+    server_metrics: dict[str, dict[str, float | int | None]] = {}
+    scrape_info: dict[str, Any] = {}
+    if scraper is not None:
+        ends = [r.done_s for r in seg_records if r.done_s is not None]
+        window = (0.0, max(ends) if ends else 0.0)
+        server_metrics = summarize_series(scraper.log.samples, window=window)
+        scrape_info = {
+            "url": cfg.metrics_url,
+            "scrapes": scraper.log.num_scrapes,
+            "failures": len(scraper.log.failures),
+            "first_failures": scraper.log.failures[:5],
+            "engine_names": scraper.log.engine,
+        }
+        if scraper.log.num_scrapes and scraper.log.failures:
+            warnings.append(
+                f"{len(scraper.log.failures)} of {scraper.log.num_scrapes} metric scrapes failed "
+                f"(first: {scraper.log.failures[0][1]})"
+            )
+        for name, text in (("first", scraper.log.first_text), ("last", scraper.log.last_text)):
+            if text is not None:
+                (out_dir / f"metrics_{name}.prom").write_text(text)
+    engine = ident.get("engine") or "unknown OpenAI-compatible server"
+    note = None
+    if engine == "kvbudget-serve":
+        note = (
+            "the engine behind this endpoint is kvbudget's simulator served over HTTP: "
+            "latencies are simulated step times delivered in real time"
+        )
+    doc = BenchDocument(
+        provenance=Provenance(
+            kind="measured",
+            engine=str(engine),
+            engine_version=ident.get("engine_version") or "unknown",
+            hardware="unknown (remote endpoint)",
+            note=note,
+        ),
+        config=cfg.model_dump(mode="json"),
+        server=ident,
+        summary=summary,
+        accounting=accounting,
+        server_metrics=server_metrics,
+        scrape=scrape_info,
+        warnings=warnings,
+    )
+    write_document(out_dir / SUMMARY_FILE, doc)
+    return doc

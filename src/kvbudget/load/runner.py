@@ -1,0 +1,310 @@
+"""One worker of a load run: closed or open loop, every request recorded as it finishes.
+
+Accounting rules (the summary checks them):
+
+* every request that was sent yields exactly one :class:`RequestRecord`, appended to the
+  JSONL file the moment it finishes: ``sent = ok + error + cancelled``;
+* open loop: ``offered`` counts the requests the schedule offered to this worker; a request
+  is sent at its scheduled time, or later when the client is behind (``schedule_lag_s``) or
+  ``max_inflight`` requests are already in flight; requests still unsent when the send
+  window closes (schedule end + ``timeout_s``) are counted as ``not_sent``, never dropped
+  silently;
+* closed loop: ``concurrency`` requests in flight; ``duration_s`` stops issuing new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from kvbudget.load.client import ClientRequest, OpenAIClient, StreamOutcome
+from kvbudget.load.config import RunConfig
+from kvbudget.load.requests import synthetic_request
+from kvbudget.records import JsonlWriter, RequestRecord, derive_latencies, sha256_text
+from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.tokenizer import get_tokenizer
+
+ProgressFn = Callable[[RequestRecord], None]
+
+
+@dataclass
+class WorkerResult:
+    """What one worker did (merged by the caller)."""
+
+    worker: int
+    offered: int = 0
+    sent: int = 0
+    not_sent: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    max_inflight_seen: int = 0
+    headers: dict[str, str] | None = None
+    not_sent_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ctx:
+    cfg: RunConfig
+    client: OpenAIClient
+    writer: JsonlWriter
+    t0: float
+    worker: int
+    segment: int
+    progress: ProgressFn | None
+    result: WorkerResult
+    inflight: int = 0
+
+
+def build_record(
+    cfg: RunConfig,
+    planned: PlannedRequest,
+    out: StreamOutcome,
+    *,
+    t0: float,
+    worker: int,
+    segment: int,
+    warmup: bool,
+    scheduled_s: float | None,
+) -> RequestRecord:
+    """A :class:`RequestRecord` on the run timeline (seconds since ``t0``)."""
+
+    def rel(t: float | None) -> float | None:
+        return None if t is None else t - t0
+
+    sent = rel(out.sent_s)
+    first = rel(out.first_token_s)
+    done = rel(out.done_s)
+    n_out = out.output_tokens()
+    ttft, tpot, e2e = derive_latencies(
+        sent_s=sent, first_token_s=first, done_s=done, output_tokens=n_out
+    )
+    prompt = planned.text()
+    return RequestRecord(
+        request_id=planned.request_id,
+        source="measured",
+        status=out.status,
+        cell_id=planned.cell_id,
+        tenant=planned.tenant,
+        session_id=planned.session_id,
+        worker=worker,
+        run_segment=segment,
+        warmup=warmup,
+        error_kind=out.error_kind,
+        http_status=out.http_status,
+        error_excerpt=out.error_excerpt,
+        finish_reason=out.finish_reason,
+        scheduled_s=scheduled_s,
+        sent_s=sent,
+        first_token_s=first,
+        done_s=done,
+        token_times_s=[t - t0 for t in out.token_times_s()],
+        chunk_times_s=[t - t0 for t in out.chunk_times_s],
+        schedule_lag_s=None if scheduled_s is None or sent is None else sent - scheduled_s,
+        prompt_tokens=out.usage_prompt_tokens,
+        output_tokens=n_out,
+        cached_tokens=out.cached_tokens,
+        token_count_source="usage" if out.usage_completion_tokens is not None else "stream",
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        prompt_sha256=sha256_text(prompt),
+        output_sha256=sha256_text(out.text) if out.text else None,
+        prompt_text=prompt if cfg.keep_prompts else None,
+        output_text=out.text if cfg.keep_prompts else None,
+    )
+
+
+async def _run_one(
+    ctx: _Ctx, planned: PlannedRequest, index: int, scheduled_s: float | None
+) -> None:
+    cfg = ctx.cfg
+    creq = ClientRequest(
+        request_id=planned.request_id,
+        prompt=planned.text(),
+        max_tokens=planned.output_tokens,
+        model=cfg.model,
+        endpoint=cfg.endpoint,
+        ignore_eos=cfg.ignore_eos,
+        cache_salt=planned.cache_salt,
+        cancel_after_tokens=planned.cancel_after_tokens,
+    )
+    ctx.inflight += 1
+    ctx.result.max_inflight_seen = max(ctx.result.max_inflight_seen, ctx.inflight)
+    ctx.result.sent += 1
+    try:
+        out = await ctx.client.stream(creq)
+    finally:
+        ctx.inflight -= 1
+    record = build_record(
+        cfg,
+        planned,
+        out,
+        t0=ctx.t0,
+        worker=ctx.worker,
+        segment=ctx.segment,
+        warmup=index < cfg.warmup_requests,
+        scheduled_s=scheduled_s,
+    )
+    if cfg.check_tokens != "none":
+        record = await _check_tokens(ctx, record, creq.prompt, out.text)
+    ctx.writer.write(record)
+    if ctx.progress is not None:
+        ctx.progress(record)
+
+
+async def _check_tokens(
+    ctx: _Ctx, record: RequestRecord, prompt: str, output: str
+) -> RequestRecord:
+    """Independent token counts (server /tokenize or the local synthetic tokenizer)."""
+    if ctx.cfg.check_tokens == "server":
+        p = await ctx.client.tokenize_count(ctx.cfg.model, prompt)
+        o = await ctx.client.tokenize_count(ctx.cfg.model, output) if output else 0
+    else:
+        tok = get_tokenizer(ctx.cfg.vocab_size)
+        p, o = tok.count(prompt), tok.count(output)
+    return record.model_copy(update={"prompt_tokens_check": p, "output_tokens_check": o})
+
+
+def _closed_source(
+    cfg: RunConfig, planned: Sequence[PlannedRequest] | None, worker: int, num_workers: int
+) -> Iterator[tuple[int, PlannedRequest]]:
+    if planned is not None:
+        for i in range(worker, len(planned), num_workers):
+            yield i, planned[i]
+        return
+    i = worker
+    while cfg.num_requests is None or i < cfg.num_requests:
+        yield i, synthetic_request(cfg, i)
+        i += num_workers
+
+
+async def _closed_loop(
+    ctx: _Ctx,
+    source: Iterator[tuple[int, PlannedRequest]],
+    concurrency: int,
+    skip: set[str],
+) -> None:
+    cfg = ctx.cfg
+    deadline = None if cfg.duration_s is None else ctx.t0 + cfg.duration_s
+    lock = asyncio.Lock()
+
+    async def next_item() -> tuple[int, PlannedRequest] | None:
+        async with lock:
+            for item in source:
+                if item[1].request_id in skip:
+                    continue
+                ctx.result.offered += 1
+                return item
+            return None
+
+    async def loop() -> None:
+        while deadline is None or time.perf_counter() < deadline:
+            item = await next_item()
+            if item is None:
+                return
+            await _run_one(ctx, item[1], item[0], None)
+
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+
+
+async def _open_loop(
+    ctx: _Ctx,
+    items: Sequence[tuple[int, PlannedRequest]],
+    *,
+    rebase: bool,
+) -> None:
+    cfg = ctx.cfg
+    if not items:
+        return
+    base = min(p.arrival_s for _, p in items) if rebase else 0.0
+    last = max(p.arrival_s for _, p in items) - base
+    close_at = ctx.t0 + last + cfg.timeout_s
+    sem = asyncio.Semaphore(cfg.max_inflight)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def guarded(planned: PlannedRequest, index: int, scheduled: float) -> None:
+        try:
+            await _run_one(ctx, planned, index, scheduled)
+        finally:
+            sem.release()
+
+    for pos, (index, planned) in enumerate(items):
+        ctx.result.offered += 1
+        scheduled = planned.arrival_s - base
+        delay = ctx.t0 + scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            await asyncio.wait_for(sem.acquire(), timeout=max(0.0, close_at - time.perf_counter()))
+        except TimeoutError:
+            rest = [p.request_id for _, p in items[pos:]]
+            ctx.result.offered += len(rest) - 1
+            ctx.result.not_sent += len(rest)
+            ctx.result.not_sent_ids.extend(rest)
+            break
+        task = asyncio.create_task(guarded(planned, index, scheduled))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)
+
+
+async def run_worker(
+    cfg: RunConfig,
+    *,
+    writer: JsonlWriter,
+    t0: float,
+    worker: int = 0,
+    num_workers: int = 1,
+    segment: int = 0,
+    planned: Sequence[PlannedRequest] | None = None,
+    skip_ids: set[str] | None = None,
+    api_key: str | None = None,
+    progress: ProgressFn | None = None,
+) -> WorkerResult:
+    """Run this worker's share of the load; starts sending at ``t0`` (perf_counter clock).
+
+    ``planned`` are the requests (closed loop: in order; open loop: with ``arrival_s``); when
+    ``None`` a closed loop generates synthetic requests. ``skip_ids`` are requests already
+    recorded (``--resume``); an open-loop resume rebases the remaining schedule to start at 0.
+    """
+    skip = skip_ids or set()
+    result = WorkerResult(worker=worker)
+    if cfg.open_loop:
+        share = max(1, cfg.max_inflight // num_workers)
+    else:
+        share = cfg.concurrency // num_workers + (
+            1 if worker < cfg.concurrency % num_workers else 0
+        )
+    pool = max(1, share)
+    cpu0 = time.process_time()
+    delay = t0 - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    wall0 = time.perf_counter()
+    async with OpenAIClient(
+        cfg.base_url,
+        concurrency=pool,
+        timeout_s=cfg.timeout_s,
+        connect_timeout_s=cfg.connect_timeout_s,
+        api_key=api_key,
+    ) as client:
+        ctx = _Ctx(cfg, client, writer, t0, worker, segment, progress, result)
+        if cfg.open_loop:
+            assert planned is not None, "open-loop runs need planned requests"
+            mine = [
+                (i, p)
+                for i, p in enumerate(planned)
+                if i % num_workers == worker and p.request_id not in skip
+            ]
+            mine.sort(key=lambda ip: ip[1].arrival_s)
+            await _open_loop(ctx, mine, rebase=bool(skip))
+        elif share > 0:
+            source = _closed_source(cfg, planned, worker, num_workers)
+            await _closed_loop(ctx, source, share, skip)
+        result.headers = client.first_headers
+    result.wall_s = time.perf_counter() - wall0
+    result.cpu_s = time.process_time() - cpu0
+    return result

@@ -1,0 +1,66 @@
+"""A lean Server-Sent-Events splitter that timestamps every event at its first byte.
+
+The client feeds raw body chunks as they arrive, with the monotonic time of arrival. Events are
+separated by a blank line (``\\n\\n`` or ``\\r\\n\\r\\n``); an event's time is the arrival time of
+the chunk that carried its FIRST byte (a user-space client cannot see finer than one read).
+Only ``data:`` lines are kept (comments ``:`` and other fields are ignored), multi-line data is
+joined with ``\\n`` as the SSE specification says.
+"""
+
+from __future__ import annotations
+
+
+class SseSplitter:
+    """Incremental SSE event splitter (bytes in, ``(time_s, data_bytes)`` out)."""
+
+    __slots__ = ("_buf", "_start_s")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._start_s = 0.0
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event that has started but not ended."""
+        return self._buf
+
+    def feed(self, chunk: bytes, now_s: float) -> list[tuple[float, bytes]]:
+        """Add a chunk received at ``now_s``; return the events it completed."""
+        if not self._buf:
+            self._start_s = now_s
+            data = chunk
+        else:
+            data = self._buf + chunk
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        parts = data.split(b"\n\n")
+        self._buf = parts.pop()
+        if not parts:
+            return []
+        out: list[tuple[float, bytes]] = []
+        t = self._start_s
+        for raw in parts:
+            if raw:
+                payload = _data_of(raw)
+                if payload is not None:
+                    out.append((t, payload))
+            t = now_s
+        if self._buf:
+            # the partial event started inside this chunk (or earlier, if nothing completed)
+            self._start_s = now_s
+        return out
+
+
+def _data_of(raw: bytes) -> bytes | None:
+    """The ``data`` field of one event (None if the event has no data lines)."""
+    if raw.startswith(b"data:") and b"\n" not in raw:
+        payload = raw[5:]
+        return payload[1:] if payload.startswith(b" ") else payload
+    lines: list[bytes] = []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            lines.append(value[1:] if value.startswith(b" ") else value)
+    if not lines:
+        return None
+    return b"\n".join(lines)
