@@ -33,10 +33,22 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.layouts.base import get_pp_indices, heads_per_rank
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_MLA_BLOCK_SIZE",
+    "VllmLayerSpec",
+    "blocks_held",
+    "get_pp_indices",
+    "heads_per_rank",
+    "kv_layers",
+    "vllm_layer_specs",
+]
 
 VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
 MambaCacheMode = Literal["none", "align", "all"]
@@ -79,33 +91,6 @@ class VllmLayerSpec:
                 return page * (2 + self.num_speculative_blocks)
             return page * (1 + self.num_speculative_blocks)
         return 0
-
-
-def get_pp_indices(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
-    """``[start, end)`` of the layers pipeline stage ``pp_rank`` holds (vLLM's split)."""
-    if pp_size < 1 or not 0 <= pp_rank < pp_size:
-        raise ConfigError(
-            f"pp_rank {pp_rank} is outside 0..{pp_size - 1}; choose a rank below --pp",
-            field="pp_rank",
-        )
-    partitions = [num_layers // pp_size] * pp_size
-    for i in range(2, num_layers % pp_size + 2):
-        partitions[-i] += 1
-    start = sum(partitions[:pp_rank])
-    return start, start + partitions[pp_rank]
-
-
-def heads_per_rank(num_kv_heads: int, tp: int) -> int:
-    """KV heads one TP rank holds: ``max(1, kv_heads // tp)`` (replicated when kv_heads < tp)."""
-    if tp < 1:
-        raise ConfigError(f"tp: must be >= 1, got {tp}", field="tp")
-    if num_kv_heads % tp and tp % num_kv_heads:
-        raise ConfigError(
-            f"tp: {tp} does not divide the {num_kv_heads} KV heads and is not a multiple of them; "
-            "vLLM refuses this; choose a TP size that divides or is a multiple of the KV heads",
-            field="tp",
-        )
-    return max(1, num_kv_heads // tp)
 
 
 def attention_page_bytes(layer: FullAttention, dtype: KvDtype, tp: int, block_size: int) -> int:
@@ -161,6 +146,7 @@ def vllm_layer_specs(
     """
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
+    heads_per_rank(1, tp)  # validates tp >= 1
     if block_size is not None and block_size < 1:
         raise ConfigError(f"block_size: must be >= 1, got {block_size}", field="block_size")
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
@@ -244,3 +230,33 @@ def _one(
 def kv_layers(specs: list[VllmLayerSpec]) -> list[VllmLayerSpec]:
     """The specs that hold KV (drops ``kind == "none"``)."""
     return [s for s in specs if s.kind != "none"]
+
+
+def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
+    """Blocks one sequence of ``num_tokens`` holds in this layer while its last token is computed.
+
+    Sliding and chunked layers free the blocks their managers skip
+    (``SlidingWindowManager``/``ChunkedLocalAttentionManager.get_num_skipped_tokens`` with
+    ``num_computed_tokens = num_tokens - 1``): sliding skips ``max(0, T - W)`` tokens, chunked skips
+    ``((T - 1) // C) * C``; whole skipped blocks are returned to the pool. A mamba layer holds one
+    state page per sequence (``mamba_cache_mode="none"``).
+    """
+    block = spec.block_size
+    if spec.kind in ("full", "mla"):
+        return cdiv(num_tokens, block)
+    if spec.kind == "sliding":
+        assert spec.sliding_window is not None
+        return cdiv(num_tokens, block) - max(0, num_tokens - spec.sliding_window) // block
+    if spec.kind == "chunked":
+        assert spec.attention_chunk_size is not None
+        return (
+            cdiv(num_tokens, block)
+            - ((num_tokens - 1) // spec.attention_chunk_size * spec.attention_chunk_size) // block
+        )
+    if spec.kind == "mamba":
+        return (
+            1
+            if spec.mamba_cache_mode == "none"
+            else 1 + (1 if spec.mamba_cache_mode == "align" else 0)
+        )
+    return 0

@@ -1,0 +1,161 @@
+"""Result types shared by the engine layouts.
+
+A layout turns a :class:`~kvbudget.spec.model.ModelSpec` plus a load (``tokens`` per sequence,
+``seqs`` sequences per replica) and a parallel plan (``tp``, ``pp``, ``dp``) into bytes per
+pipeline stage on one rank. Tensor-parallel ranks of one stage hold the same bytes (KV heads are
+split or replicated evenly), so a stage is described once and multiplied by ``tp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GroupBytes:
+    """Layers of one kind (and window) on one rank of one stage."""
+
+    kind: str
+    layer_indices: tuple[int, ...]
+    tokens_kept: int  # per sequence (cells / slots for paged engines); 0 for state layers
+    bytes_per_token: int  # growth per cached token per sequence, all layers of the group, one rank
+    bytes_per_sequence: int  # all layers of the group, one rank, one sequence
+    bytes_total: int  # all layers of the group, one rank, all sequences
+    note: str = ""
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_indices)
+
+
+@dataclass(frozen=True, slots=True)
+class StageBytes:
+    """One pipeline stage: the bytes one of its TP ranks holds."""
+
+    pp_rank: int
+    layer_start: int
+    layer_end: int
+    groups: tuple[GroupBytes, ...]
+
+    @property
+    def bytes_per_rank(self) -> int:
+        return sum(g.bytes_total for g in self.groups)
+
+    @property
+    def bytes_per_sequence_per_rank(self) -> int:
+        return sum(g.bytes_per_sequence for g in self.groups)
+
+    @property
+    def bytes_per_token_per_rank(self) -> int:
+        return sum(g.bytes_per_token for g in self.groups)
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutResult:
+    """KV bytes of one deployment under one engine's layout."""
+
+    engine: str
+    kv_dtype: str
+    tokens: int
+    seqs: int
+    tp: int
+    pp: int
+    dp: int
+    stages: tuple[StageBytes, ...]
+    block_size: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def per_rank_max_bytes(self) -> int:
+        """The largest bytes any single rank holds (the one that must fit)."""
+        return max(s.bytes_per_rank for s in self.stages)
+
+    @property
+    def replica_bytes(self) -> int:
+        """One model replica: every stage, every TP rank."""
+        return sum(s.bytes_per_rank for s in self.stages) * self.tp
+
+    @property
+    def total_bytes(self) -> int:
+        """The whole deployment (``dp`` replicas)."""
+        return self.replica_bytes * self.dp
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        """One sequence across one replica's ranks."""
+        return sum(s.bytes_per_sequence_per_rank for s in self.stages) * self.tp
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Growth per cached token of one sequence across one replica (before windows fill)."""
+        return sum(s.bytes_per_token_per_rank for s in self.stages) * self.tp
+
+    def groups(self) -> list[GroupBytes]:
+        return [g for s in self.stages for g in s.groups]
+
+
+def check_load(tokens: int, seqs: int, tp: int, pp: int, dp: int) -> None:
+    """Refuse non-positive counts with a one-line error naming the field."""
+    from kvbudget.errors import ConfigError
+
+    for name, value in (("tokens", tokens), ("seqs", seqs), ("tp", tp), ("pp", pp), ("dp", dp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}", field=name)
+
+
+class LayoutNotApplicable(Exception):
+    """The engine layout cannot represent this structure; the result is ``not_applicable``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def get_pp_indices(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
+    """``[start, end)`` of the layers pipeline stage ``pp_rank`` holds.
+
+    vLLM's split (``vllm/distributed/utils.py`` ``get_pp_indices``): ``L // pp`` layers per stage;
+    the remainder adds one layer to stages ``[-2], [-3], ...``, never to the last.
+    """
+    from kvbudget.errors import ConfigError
+
+    if pp_size < 1 or not 0 <= pp_rank < pp_size:
+        raise ConfigError(
+            f"pp_rank: {pp_rank} is outside 0..{pp_size - 1}; choose a rank below --pp",
+            field="pp_rank",
+        )
+    if pp_size > num_layers:
+        raise ConfigError(
+            f"pp: {pp_size} stages for {num_layers} layers; choose --pp <= {num_layers}", field="pp"
+        )
+    partitions = [num_layers // pp_size] * pp_size
+    for i in range(2, num_layers % pp_size + 2):
+        partitions[-i] += 1
+    start = sum(partitions[:pp_rank])
+    return start, start + partitions[pp_rank]
+
+
+def heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """KV heads one TP rank holds: ``max(1, kv_heads // tp)`` (replicated when kv_heads < tp).
+
+    vLLM and SGLang refuse a TP size that neither divides nor is a multiple of the KV heads.
+    """
+    from kvbudget.errors import ConfigError
+
+    if tp < 1:
+        raise ConfigError(f"tp: must be >= 1, got {tp}", field="tp")
+    if num_kv_heads % tp and tp % num_kv_heads:
+        raise ConfigError(
+            f"tp: {tp} neither divides the {num_kv_heads} KV heads nor is a multiple of them; the engines "
+            "refuse this; choose a TP size that divides or is a multiple of the KV heads",
+            field="tp",
+        )
+    return max(1, num_kv_heads // tp)
+
+
+def group_key(layer: object) -> tuple[str, int | None]:
+    """Layers are grouped by kind and window/chunk size."""
+    kind = str(getattr(layer, "kind", "none"))
+    return kind, getattr(layer, "sliding_window", None) or getattr(
+        layer, "attention_chunk_size", None
+    )
