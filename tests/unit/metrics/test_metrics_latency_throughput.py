@@ -1,0 +1,103 @@
+"""Latencies, throughput, goodput and the run summary from hand-built RequestRecords."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvbudget.metrics.latency import collect_latencies, record_latencies
+from kvbudget.metrics.run import summarize_run
+from kvbudget.metrics.slo import SloSpec, check_percentile_ceiling, goodput, meets_slo
+from kvbudget.metrics.summary import summarize
+from kvbudget.metrics.throughput import throughput
+from kvbudget.records import RequestRecord
+
+
+def rec(rid: str, **kw: Any) -> RequestRecord:
+    base: dict[str, Any] = {"request_id": rid, "source": "simulated", "status": "ok"}
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def test_hand_worked_latencies() -> None:
+    r = rec(
+        "a",
+        sent_s=1.0,
+        first_token_s=1.5,
+        done_s=3.5,
+        output_tokens=5,
+        token_times_s=[1.5, 2.0, 2.0, 3.0, 3.5],
+        chunk_times_s=[1.5, 2.0, 3.0, 3.5],
+    )
+    ttft, tpot, e2e = record_latencies(r)
+    assert ttft == pytest.approx(0.5)
+    assert e2e == pytest.approx(2.5)
+    assert tpot == pytest.approx((2.5 - 0.5) / 4)
+    s = collect_latencies([r])
+    assert s.itl_s.tolist() == pytest.approx([0.5, 0.0, 1.0, 0.5])
+    assert s.itl_chunk_s.tolist() == pytest.approx([0.5, 1.0, 0.5])
+
+
+def test_record_fields_win_and_statuses() -> None:
+    own = rec("a", sent_s=0.0, first_token_s=1.0, done_s=2.0, output_tokens=3, ttft_s=0.25)
+    one_token = rec("b", sent_s=0.0, first_token_s=1.0, done_s=1.0, output_tokens=1)
+    err = rec("c", status="error", error_kind="timeout", sent_s=0.0)
+    cancelled = rec("d", status="cancelled", sent_s=0.0)
+    warm = rec("w", warmup=True, sent_s=0.0, first_token_s=9.0, done_s=9.0, output_tokens=1)
+    s = collect_latencies([own, one_token, err, cancelled, warm])
+    assert s.ttft_s.tolist() == [0.25, 1.0]
+    assert s.tpot_s.tolist() == pytest.approx([(2.0 - 0.25) / 2])  # one-token request: no TPOT
+    assert (s.num_ok, s.num_error, s.num_cancelled) == (2, 1, 1)
+    assert collect_latencies([warm], include_warmup=True).ttft_s.tolist() == [9.0]
+
+
+def records_for_window() -> list[RequestRecord]:
+    return [
+        rec("a", sent_s=0.0, first_token_s=0.5, done_s=4.0, output_tokens=10, prompt_tokens=100),
+        rec("b", sent_s=1.0, first_token_s=3.0, done_s=6.0, output_tokens=20, prompt_tokens=100),
+        rec("c", sent_s=2.0, first_token_s=2.2, done_s=10.0, output_tokens=30, prompt_tokens=100),
+        rec("d", status="error", error_kind="http_status", http_status=500, sent_s=3.0, done_s=3.1),
+    ]
+
+
+def test_throughput_hand_worked() -> None:
+    tp = throughput(records_for_window())
+    assert tp.window_s == pytest.approx(10.0)
+    assert tp.requests_per_s == pytest.approx(0.3)
+    assert tp.output_tokens_per_s == pytest.approx(6.0)
+    assert tp.prompt_tokens_per_s == pytest.approx(30.0)
+    assert (tp.num_requests, tp.num_ok, tp.num_error) == (4, 3, 1)
+    assert throughput([]).requests_per_s is None
+
+
+def test_goodput_hand_worked() -> None:
+    recs = records_for_window()
+    slo = SloSpec(ttft_s_max=1.0)
+    assert [meets_slo(r, slo) for r in recs] == [True, False, True, False]
+    g = goodput(recs, slo)
+    assert g.goodput_fraction == pytest.approx(0.5)
+    assert g.goodput_requests_per_s == pytest.approx(0.2)
+    tight = SloSpec(tpot_s_max=0.2)  # tpot a: 3.5/9=0.39, b: 3/19=0.16, c: 7.8/29=0.27
+    assert [meets_slo(r, tight) for r in recs] == [False, True, False, False]
+
+
+def test_percentile_ceiling_check() -> None:
+    summ = summarize(np.arange(1.0, 101.0), np.random.default_rng(0), metric="ttft_s")
+    # type-7 p50 of 1..100 = 50.5 (worked by hand)
+    check = check_percentile_ceiling(summ, 50, 51.0)
+    assert check.value == pytest.approx(50.5)
+    assert check.point_within is True
+    assert check.interval_within is (summ.percentiles["p50"].ci_high <= 51.0)
+
+
+def test_summarize_run_flat_keys() -> None:
+    out = summarize_run(records_for_window(), np.random.default_rng(0), slo=SloSpec(ttft_s_max=1))
+    flat = out.flat()
+    for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "itl_p99_s", "e2e_p90_s"):
+        assert key in flat
+    assert flat["requests_total"] == 4
+    assert flat["ttft_p50_s"] == pytest.approx(0.5)  # median of 0.5, 2.0, 0.2
+    assert flat["goodput_fraction"] == pytest.approx(0.5)
+    assert any("p99" in w for w in out.warnings)
