@@ -57,7 +57,7 @@ class PlanRequest(BaseModel):
         default=None, ge=1, description="SGLang --max-total-tokens"
     )
     headroom_fraction: float = Field(
-        default=0.05, ge=0, lt=1, description="device-peak margin for fragmentation/workspace"
+        default=0.03, ge=0, lt=1, description="device-peak margin for fragmentation/workspace"
     )
 
 
@@ -98,6 +98,7 @@ class PlanResult:
     sglang: SglangPool | None = None
     notes: tuple[str, ...] = ()
     figure: str = "computed"
+    headroom_fraction: float = 0.03
     defaults_applied: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -175,6 +176,7 @@ class PlanResult:
             "breakdown": [rank.to_dict() for rank in self.ranks],
             "mamba_cache_mode": self.mamba_cache_mode,
             "sglang": self.sglang.to_dict() if self.sglang else None,
+            "headroom_fraction": self.headroom_fraction,
             "defaults_applied": dict(self.defaults_applied),
             "notes": list(self.notes),
         }

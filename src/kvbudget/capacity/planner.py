@@ -311,5 +311,6 @@ def _make_vllm_plan(
         ranks=tuple(ranks),
         mamba_cache_mode=mode,
         notes=tuple(notes) + weights.notes,
+        headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
     )

@@ -188,5 +188,6 @@ def make_sglang_plan(
         ranks=tuple(ranks),
         sglang=sg,
         notes=tuple(notes) + weights.notes,
+        headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
     )

@@ -1,0 +1,272 @@
+"""``kvbudget plan`` (engine pool, three budgets, scenarios) and ``kvbudget gpus`` (GPU catalog)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from pydantic import ValidationError
+
+from kvbudget.capacity.budget import three_budgets
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.scenarios import Scenario, default_scenarios, evaluate_scenario
+from kvbudget.cli.plan_render import render_gpus, render_plan
+from kvbudget.errors import ConfigError, SpecError
+from kvbudget.spec.hardware import load_gpu_catalog
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import parse_bytes, parse_count
+
+#: exit status when the plan is computed but one max-length request does not fit
+EXIT_DOES_NOT_FIT = 3
+
+_SIZE_FLAGS = {
+    "gpu_memory": "gpu_memory_bytes",
+    "kv_cache_memory": "kv_cache_memory_bytes",
+    "weights_bytes": "weights_bytes",
+    "activation_bytes": "activation_bytes",
+    "non_torch_bytes": "non_torch_bytes",
+    "cudagraph_bytes": "cudagraph_bytes",
+}
+_COUNT_FLAGS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "max_total_tokens")
+_PLAIN_FLAGS = (
+    "model",
+    "gpu",
+    "tp",
+    "pp",
+    "engine",
+    "engine_version",
+    "gpu_memory_utilization",
+    "kv_dtype",
+    "block_size",
+    "snapshot",
+    "mamba_cache_mode",
+    "mem_fraction_static",
+    "page_size",
+    "headroom_fraction",
+    "num_gpu_blocks_override",
+)
+
+
+def _validation_error(exc: ValidationError, where: str) -> ConfigError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "input"
+    value = first.get("input")
+    return ConfigError(f"{where}{field}: {first.get('msg')} (got {value!r})", field=field)
+
+
+def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:
+    """A YAML plan file: PlanRequest keys (sizes like ``80GiB`` allowed) plus optional ``scenarios``."""
+    try:
+        data = yaml.safe_load(path.read_text("utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(
+            f"config: cannot read {path}: {' '.join(str(exc).split())}", field="config"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping of plan fields", field="config")
+    raw_scenarios = data.pop("scenarios", None)
+    fields: dict[str, Any] = {}
+    for key, value in data.items():
+        if key.endswith("_bytes") and isinstance(value, str):
+            fields[key] = parse_bytes(value, field=key)
+        elif key in _COUNT_FLAGS and isinstance(value, str):
+            fields[key] = parse_count(value, field=key)
+        else:
+            fields[key] = value
+    scenarios = None
+    if raw_scenarios is not None:
+        if not isinstance(raw_scenarios, list):
+            raise ConfigError("config: scenarios must be a list", field="scenarios")
+        try:
+            scenarios = [Scenario(**item) for item in raw_scenarios]
+        except (ValidationError, TypeError) as exc:
+            if isinstance(exc, ValidationError):
+                raise _validation_error(exc, f"config {path}: scenarios.") from exc
+            raise ConfigError(
+                f"config: scenarios entries must be mappings ({exc})", field="scenarios"
+            ) from exc
+    return fields, scenarios
+
+
+def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanRequest:
+    """Merge the YAML fields with the flags the user gave (flags win)."""
+    merged = dict(file_fields)
+    for flag, key in _SIZE_FLAGS.items():
+        if flags.get(flag) is not None:
+            merged[key] = parse_bytes(flags[flag], field=flag)
+    for key in _COUNT_FLAGS:
+        if flags.get(key) is not None:
+            merged[key] = parse_count(flags[key], field=key)
+    for key in _PLAIN_FLAGS:
+        if flags.get(key) is not None:
+            merged[key] = flags[key]
+    if flags.get("llm_class"):
+        merged["api_server"] = False
+    if "model" not in merged:
+        raise ConfigError(
+            "model: no model given; pass --model meta-llama/Llama-3.1-8B (see 'kvbudget models')",
+            field="model",
+        )
+    try:
+        return PlanRequest(**merged)
+    except ValidationError as exc:
+        raise _validation_error(exc, "") from exc
+
+
+def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
+    from kvbudget.spec.resolve import parse_overrides, resolve_model
+
+    resolved = resolve_model(
+        model, overrides=parse_overrides(list(overrides)) if overrides else None
+    )
+    if resolved.spec is None:
+        missing = ", ".join(resolved.missing) or "unknown fields"
+        raise SpecError(
+            f"model: {model!r} is {resolved.status}: {resolved.reason or 'cannot be mapped'}; "
+            f"supply {missing} with --set key=value or pass a config.json",
+            field="model",
+        )
+    return resolved.spec
+
+
+@click.command("plan")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML plan file (PlanRequest keys + optional scenarios); flags override it.",
+)
+@click.option("--model", help="Catalog id, config.json path or snapshot directory.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config field (recorded as user-supplied).",
+)
+@click.option("--gpu", help="GPU from the catalog (see 'kvbudget gpus'), e.g. H100, L40S.")
+@click.option(
+    "--gpu-memory", help="Device memory per GPU, e.g. 80GiB (replaces the catalog value)."
+)
+@click.option("--tp", type=int, help="Tensor-parallel size (default 1).")
+@click.option("--pp", type=int, help="Pipeline-parallel size (default 1).")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "sglang"]),
+    help="Engine whose pool to model (default vllm).",
+)
+@click.option(
+    "--engine-version",
+    help="Engine version whose arithmetic and log format to use (vLLM default 0.11.0, SGLang 0.5.4).",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    help="vLLM fraction of total device memory (default 0.9).",
+)
+@click.option(
+    "--kv-cache-memory",
+    help="vLLM --kv-cache-memory-bytes: KV bytes per GPU, e.g. 20GiB; overrides utilization.",
+)
+@click.option(
+    "--max-model-len",
+    help="Max tokens per request (default: the config's max_position_embeddings).",
+)
+@click.option("--max-num-batched-tokens", help="Tokens per step (default by device, vLLM §3.4).")
+@click.option("--max-num-seqs", help="Max running sequences (SGLang: max_running_requests).")
+@click.option(
+    "--kv-dtype", help="KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto)."
+)
+@click.option("--block-size", type=int, help="Tokens per block (vLLM default 16; MLA 64).")
+@click.option("--weights-bytes", help="Weights per GPU from an engine log, e.g. 27.72GiB.")
+@click.option("--activation-bytes", help="Peak activation per GPU from an engine log.")
+@click.option("--non-torch-bytes", help="Non-torch memory per GPU from an engine log.")
+@click.option("--cudagraph-bytes", help="CUDA-graph memory per GPU from an engine log.")
+@click.option(
+    "--snapshot", help="Model snapshot directory: weights from model.safetensors.index.json."
+)
+@click.option(
+    "--llm-class",
+    is_flag=True,
+    default=None,
+    help="Use the LLM-class batch defaults instead of 'vllm serve'.",
+)
+@click.option(
+    "--mamba-cache-mode",
+    type=click.Choice(["none", "align", "all"]),
+    help="vLLM mamba cache mode (default none).",
+)
+@click.option(
+    "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."
+)
+@click.option("--page-size", type=int, help="SGLang page size in tokens (default 1).")
+@click.option("--max-total-tokens", help="SGLang --max-total-tokens cap.")
+@click.option(
+    "--num-gpu-blocks-override", type=int, help="vLLM --num-gpu-blocks-override (testing)."
+)
+@click.option(
+    "--headroom-fraction",
+    type=float,
+    help="Device-peak margin as a fraction of device memory (default 0.03).",
+)
+@click.option(
+    "--no-scenarios", is_flag=True, help="Skip the conservative/neutral/high scenario table."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+def plan(
+    config_path: Path | None,
+    overrides: tuple[str, ...],
+    no_scenarios: bool,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """Plan the engine's KV pool, the three budgets and the GPUs a load needs.
+
+    All figures are computed (arithmetic on the engine's formulas), not measured. Exits 3 when
+    one max-length request does not fit (the engine would refuse to start); the output then
+    carries the engine's error text and the estimated maximum model length.
+    """
+    file_fields, scenarios = load_plan_file(config_path) if config_path else ({}, None)
+    request = build_request(file_fields, flags)
+    spec = resolve_spec(request.model, overrides)
+    result = make_plan(request, spec)
+    budgets = three_budgets(result, spec)
+    if no_scenarios:
+        evaluated = []
+    else:
+        chosen = scenarios if scenarios is not None else default_scenarios(result.max_model_len)
+        evaluated = [evaluate_scenario(result, s) for s in chosen]
+    if as_json:
+        doc = {
+            "kind": "kvbudget.plan",
+            "schema_version": 1,
+            **result.to_dict(),
+            "budgets": budgets.to_dict(),
+            "scenarios": [e.to_dict() for e in evaluated],
+            "scenarios_source": "file"
+            if scenarios is not None
+            else "kvbudget defaults (planning assumption)",
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=False))
+    else:
+        render_plan(result, budgets, evaluated, default_scenarios_used=scenarios is None)
+    if not result.fits:
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+@click.command("gpus")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
+def gpus(as_json: bool) -> None:
+    """List the GPU catalog: memory as the device reports it, dense TFLOPS, bandwidths, sources."""
+    catalog = load_gpu_catalog()
+    if as_json:
+        click.echo(
+            json.dumps({"kind": "kvbudget.gpus", "gpus": [g.to_dict() for g in catalog]}, indent=2)
+        )
+        return
+    render_gpus(catalog)

@@ -1,0 +1,210 @@
+"""Rich tables for ``kvbudget plan`` and ``kvbudget gpus``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvbudget.capacity.budget import ThreeBudgets
+from kvbudget.capacity.memory import MemoryTerm
+from kvbudget.capacity.plan_types import PlanResult
+from kvbudget.capacity.scenarios import ScenarioResult
+from kvbudget.spec.hardware import GpuSpec
+from kvbudget.units import GiB, format_bytes
+
+
+def _gib(num_bytes: int | float) -> str:
+    return f"{num_bytes / GiB:.2f}"
+
+
+def _term_row(table: Table, term: MemoryTerm, note: str = "") -> None:
+    table.add_row(term.name, _gib(term.num_bytes), term.source, escape(note or term.method))
+
+
+def render_plan(
+    result: PlanResult,
+    budgets: ThreeBudgets,
+    scenarios: Sequence[ScenarioResult],
+    *,
+    default_scenarios_used: bool,
+    console: Console | None = None,
+) -> None:
+    out = console or Console(soft_wrap=False)
+    head = Table(title="kvbudget plan (computed, not measured)", show_header=False)
+    head.add_column("field", style="bold")
+    head.add_column("value")
+    head.add_row("model", escape(result.model_id))
+    head.add_row("engine", f"{result.engine} {result.engine_version}")
+    head.add_row(
+        "gpu",
+        f"{result.gpu.id}: {format_bytes(result.gpu.memory_bytes)} ({escape(result.gpu.memory_source)})",
+    )
+    head.add_row(
+        "parallel", f"TP {result.tp} x PP {result.pp} = {result.num_gpus} GPU(s) per replica"
+    )
+    head.add_row("kv dtype / block", f"{result.kv_dtype} / {result.block_size} tokens")
+    head.add_row("max_model_len", f"{result.max_model_len:,}")
+    head.add_row("max_num_batched_tokens", f"{result.max_num_batched_tokens:,}")
+    head.add_row("max_num_seqs", f"{result.max_num_seqs:,}")
+    for key, why in result.defaults_applied.items():
+        head.add_row(f"default: {key}", escape(why))
+    out.print(head)
+
+    mem = Table(title="Engine memory per GPU (GiB)")
+    for col in ("term", "GiB", "source", "method"):
+        mem.add_column(col)
+    for rank in result.ranks:
+        if result.pp > 1:
+            mem.add_row(f"[bold]stage {rank.pp_rank}[/bold]", "", "", f"{rank.num_layers} layers")
+        mem.add_row(
+            "requested",
+            _gib(rank.requested_bytes),
+            "computed",
+            f"total x {rank.gpu_memory_utilization}",
+        )
+        _term_row(mem, rank.weights)
+        _term_row(mem, rank.activation)
+        _term_row(mem, rank.non_torch)
+        sub = (
+            "subtracted"
+            if rank.cudagraph_subtracted
+            else "NOT subtracted by this version (sits on top)"
+        )
+        _term_row(mem, rank.cudagraph, f"{sub}; {rank.cudagraph.method}")
+        avail_how = (
+            "--kv-cache-memory (overrides all terms)"
+            if rank.kv_cache_memory_override
+            else "requested - non-KV terms"
+        )
+        mem.add_row("available KV", _gib(rank.available_kv_bytes), "computed", avail_how)
+    out.print(mem)
+
+    pool = Table(title="KV cache pool")
+    for col in ("group", "kind", "layers", "padding", "block", "page bytes", "window/chunk"):
+        pool.add_column(col)
+    for g in result.groups:
+        pool.add_row(
+            str(g.group_id),
+            g.kind,
+            str(g.num_layers),
+            str(g.num_padding_layers),
+            str(g.block_size),
+            f"{g.page_size_bytes:,}",
+            str(g.sliding_window or g.attention_chunk_size or ""),
+        )
+    out.print(pool)
+    summary = Table(show_header=False)
+    summary.add_column("k", style="bold")
+    summary.add_column("v")
+    summary.add_row(
+        "num_blocks",
+        f"{result.num_blocks:,} (usable {result.num_usable_blocks:,}; block 0 is the null block)",
+    )
+    summary.add_row(
+        "kv_cache_tokens", f"{result.kv_cache_tokens:,} (as v{result.engine_version} logs it)"
+    )
+    summary.add_row(
+        "max_concurrency", f"{result.max_concurrency:.2f}x at {result.max_model_len:,} tokens"
+    )
+    summary.add_row(
+        "KV bytes per token",
+        f"{result.kv_bytes_per_token_per_rank:,} per GPU, {result.kv_bytes_per_token_replica:,} per replica",
+    )
+    for line in result.log_lines:
+        summary.add_row("engine log", escape(line))
+    fit = "[green]yes[/green]" if result.fits else "[red]NO[/red]"
+    summary.add_row("one max-length request fits", f"{fit} (needs {_gib(result.needed_bytes)} GiB)")
+    if result.error:
+        summary.add_row("engine error", f"[red]{escape(result.error)}[/red]")
+    if result.estimated_max_model_len is not None:
+        summary.add_row("estimated max model len", f"{result.estimated_max_model_len:,}")
+    out.print(summary)
+
+    bud = Table(title="Three budgets (never substituted for one another)")
+    for col in ("budget", "figure", "what it answers"):
+        bud.add_column(col)
+    s = budgets.structural
+    bud.add_row(
+        "structural",
+        f"{format_bytes(s.total_bytes)} for {s.num_sequences} x {result.max_model_len:,} tokens",
+        "how big the K/V data is (model structure only)",
+    )
+    bud.add_row(
+        "engine pool",
+        f"{format_bytes(budgets.engine_pool_bytes_replica)} per replica",
+        "what the engine allocates for KV",
+    )
+    for peak in budgets.device_peak:
+        verdict = "[green]ok[/green]" if peak.ok else "[red]tight[/red]"
+        bud.add_row(
+            f"device peak (stage {peak.pp_rank})",
+            f"{_gib(peak.peak_bytes)} of {_gib(peak.device_bytes)} GiB, headroom {_gib(peak.headroom_bytes)} GiB "
+            f"(margin {_gib(peak.margin_bytes)}) {verdict}",
+            "context + weights + activation + non-torch + graphs + KV pool",
+        )
+    out.print(bud)
+
+    if scenarios:
+        title = "Scenarios" + (
+            " (kvbudget defaults: planning assumptions, replace with your data)"
+            if default_scenarios_used
+            else ""
+        )
+        sc = Table(title=title)
+        for col in (
+            "scenario",
+            "median/p95 tokens",
+            "peak conc.",
+            "seqs/replica",
+            "limited by",
+            "replicas",
+            "GPUs",
+            "headroom",
+            "CPU tier host",
+        ):
+            sc.add_column(col)
+        for e in scenarios:
+            sc.add_row(
+                escape(e.scenario.name),
+                f"{e.scenario.lengths.median_tokens:,}/{e.scenario.lengths.p95_tokens:,}",
+                str(e.scenario.concurrency),
+                str(e.per_replica_capacity),
+                e.limited_by,
+                "-" if e.replicas_needed is None else str(e.replicas_needed),
+                "-" if e.gpus_needed is None else str(e.gpus_needed),
+                "-" if e.headroom_fraction is None else f"{e.headroom_fraction:+.0%}",
+                format_bytes(e.cpu_kv_host_bytes) if e.cpu_kv_host_bytes else "-",
+            )
+        out.print(sc)
+    for note in result.notes:
+        out.print(f"note: {escape(note)}")
+
+
+def render_gpus(catalog: Sequence[GpuSpec], console: Console | None = None) -> None:
+    out = console or Console(soft_wrap=False)
+    table = Table(title="GPU catalog (dense tensor TFLOPS; memory as the device reports it)")
+    for col in (
+        "id",
+        "memory MiB",
+        "bf16 TFLOPS",
+        "fp8 TFLOPS",
+        "HBM GB/s",
+        "interconnect",
+        "memory source",
+    ):
+        table.add_column(col)
+    for g in catalog:
+        table.add_row(
+            g.id,
+            f"{g.memory_mib:,.0f}",
+            "-" if g.bf16_dense_tflops is None else f"{g.bf16_dense_tflops:,.1f}",
+            "-" if g.fp8_dense_tflops is None else f"{g.fp8_dense_tflops:,.1f}",
+            "-" if g.hbm_bandwidth_gb_s is None else f"{g.hbm_bandwidth_gb_s:,.0f}",
+            f"{escape(g.interconnect)} {g.interconnect_gb_s or '-'} GB/s",
+            escape(g.memory_source),
+        )
+    out.print(table)
+    out.print("Sources per value: kvbudget gpus --json")
