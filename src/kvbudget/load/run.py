@@ -246,8 +246,8 @@ async def _run_in(
         ident = await server_identity(probe)
     if ident.get("models_status") == 0:
         raise TargetError(
-            f"cannot reach {cfg.base_url}/v1/models within {cfg.connect_timeout_s:g} s; "
-            "check --base-url and that the server is up"
+            f"cannot reach {cfg.base_url}/v1/models (connection refused, or no answer within "
+            f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
         )
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     delay = WORKER_START_DELAY_S if num_workers > 1 else 0.05

@@ -1,0 +1,384 @@
+"""``kvbudget bench``: measure an OpenAI-compatible engine under a load shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvbudget.cli.main import run_async
+from kvbudget.errors import ConfigError
+
+_FLAG_OF = {
+    "base_url": "--base-url",
+    "model": "--model",
+    "shape": "--arrival",
+    "concurrency": "--concurrency",
+    "rate_per_s": "--rate",
+    "gamma_cv": "--gamma-cv",
+    "ramp_stages": "--ramp",
+    "num_requests": "--num-requests",
+    "duration_s": "--duration",
+    "timeout_s": "--timeout",
+}
+
+
+def _parse_ramp(text: str | None) -> list[tuple[float, float]]:
+    if not text:
+        return []
+    stages: list[tuple[float, float]] = []
+    for part in text.split(","):
+        try:
+            rate, dur = part.split(":")
+            stages.append((float(rate), float(dur)))
+        except ValueError as exc:
+            raise ConfigError(
+                f"--ramp {text!r}: stage {part!r} is not RATE:SECONDS; write e.g. 2:10,4:10,8:10",
+                field="ramp",
+            ) from exc
+    return stages
+
+
+def _config(values: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from kvbudget.load.config import RunConfig
+
+    try:
+        return RunConfig(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        flag = _FLAG_OF.get(loc, f"--{loc.replace('_', '-')}" if loc else "options")
+        given = values.get(loc) if loc else None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = f"{flag}={given}: " if given is not None else (f"{flag}: " if loc else "")
+        raise ConfigError(f"{where}{msg}", field=loc or None) from exc
+
+
+def bench_json(doc: Any) -> dict[str, Any]:
+    """The ``--json`` document: summary fields on top, then the details."""
+    out: dict[str, Any] = dict(doc.summary)
+    out["server_metrics"] = {
+        name: {
+            k: entry.get(k)
+            for k in ("samples", "min", "max", "last", "baseline", "delta", "rate_per_s")
+            if k in entry
+        }
+        for name, entry in doc.server_metrics.items()
+    }
+    out["accounting"] = doc.accounting
+    out["warnings"] = doc.warnings
+    out["server"] = doc.server
+    out["provenance"] = doc.provenance.model_dump()
+    out["scrape"] = doc.scrape
+    out["schema_version"] = doc.schema_version
+    out["created"] = doc.created
+    return out
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.2f} ms"
+
+
+def _render(doc: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = doc.summary
+    a = doc.accounting
+    console = Console()
+    console.print(
+        f"[bold]kvbudget bench[/] — {doc.provenance.label()}  ({doc.server.get('base_url')})"
+    )
+    if doc.provenance.note:
+        console.print(f"note: {doc.provenance.note}")
+    t = Table(show_header=True, header_style="bold")
+    t.add_column("requests")
+    t.add_column("value", justify="right")
+    for key in (
+        "requests_total",
+        "requests_ok",
+        "requests_error",
+        "requests_cancelled",
+        "requests_warmup",
+    ):
+        t.add_row(key.removeprefix("requests_"), str(s[key]))
+    t.add_row("offered / sent / not sent", f"{a['offered']} / {a['sent']} / {a['not_sent']}")
+    if s["errors_by_kind"]:
+        t.add_row("errors by kind", ", ".join(f"{k}={v}" for k, v in s["errors_by_kind"].items()))
+    console.print(t)
+    lat = Table(show_header=True, header_style="bold")
+    for col in ("metric", "p50", "p99"):
+        lat.add_column(col, justify="right" if col != "metric" else "left")
+    for name in ("ttft", "tpot", "itl", "e2e", "schedule_lag"):
+        lat.add_row(name, _ms(s.get(f"{name}_p50_s")), _ms(s.get(f"{name}_p99_s")))
+    console.print(lat)
+    tput = s.get("output_tokens_per_s")
+    rps = s.get("requests_per_s")
+    console.print(
+        f"throughput: {'-' if tput is None else f'{tput:,.1f}'} output tokens/s, "
+        f"{'-' if rps is None else f'{rps:,.2f}'} requests/s over {s['window_s']:.2f} s; "
+        f"client CPU {a['client_cpu_s']:.2f} s"
+    )
+    if s.get("token_count_check"):
+        console.print(f"token count check: {s['token_count_check']}")
+    for name, entry in doc.server_metrics.items():
+        if name.endswith("_bucket"):
+            continue
+        extra = f", delta {entry['delta']:g}" if "delta" in entry else ""
+        console.print(
+            f"server {name}: last {entry['last']:g} (min {entry['min']:g}, max {entry['max']:g}{extra})"
+        )
+    for w in doc.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+@click.command("bench")
+@click.option("--base-url", required=True, help="Server root, e.g. http://127.0.0.1:8000 (no /v1).")
+@click.option("--model", required=True, help="Model name to put in requests (see GET /v1/models).")
+@click.option(
+    "--endpoint",
+    type=click.Choice(["completions", "chat"]),
+    default="completions",
+    show_default=True,
+    help="/v1/completions or /v1/chat/completions.",
+)
+@click.option(
+    "--metrics-url",
+    default=None,
+    help="Prometheus endpoint to scrape during the run, e.g. http://127.0.0.1:8000/metrics.",
+)
+@click.option(
+    "--scrape-interval",
+    "scrape_interval_s",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds between scrapes.",
+)
+@click.option(
+    "--baseline",
+    "baseline_s",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds of idle metric scraping before the load starts.",
+)
+@click.option(
+    "--arrival",
+    "shape",
+    type=click.Choice(["closed", "constant", "poisson", "gamma", "burst", "ramp"]),
+    default="closed",
+    show_default=True,
+    help="Load shape: closed loop (--concurrency) or an open-loop arrival process.",
+)
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Closed loop: requests kept in flight.",
+)
+@click.option(
+    "--rate", "rate_per_s", default=None, type=float, help="Open loop: requests per second offered."
+)
+@click.option(
+    "--gamma-cv",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Gamma arrivals: coefficient of variation of the gaps (1 = Poisson).",
+)
+@click.option(
+    "--ramp",
+    default=None,
+    help="Step ramp RATE:SECONDS,... e.g. 2:10,4:10,8:10 (Poisson within each step).",
+)
+@click.option(
+    "--num-requests", type=click.IntRange(1), default=None, help="Requests to send (count limit)."
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=float,
+    default=None,
+    help="Seconds to keep sending (time limit).",
+)
+@click.option(
+    "--warmup-requests",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="First requests that are recorded but left out of the summary.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=60.0,
+    show_default=True,
+    type=float,
+    help="Per-request limit, seconds (a request past it is an error of kind timeout).",
+)
+@click.option(
+    "--connect-timeout",
+    "connect_timeout_s",
+    default=10.0,
+    show_default=True,
+    type=float,
+    help="TCP connect limit, seconds.",
+)
+@click.option(
+    "--max-inflight",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Open loop: most requests in flight; beyond it sends wait (and the lag is reported).",
+)
+@click.option(
+    "--prompt-tokens",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Synthetic prompt length (words of kvbudget's synthetic tokenizer).",
+)
+@click.option(
+    "--output-tokens",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="max_tokens of each request (sent with ignore_eos).",
+)
+@click.option("--cache-salt", default=None, help="cache_salt to send with every request (vLLM).")
+@click.option(
+    "--cancel-after-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Cancellation injection: abort requests after this many streamed chunks.",
+)
+@click.option(
+    "--cancel-fraction",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Fraction of requests to cancel (seeded).",
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed of prompts, arrivals and cancellations.",
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Client processes; each paces its share; one merged result.",
+)
+@click.option(
+    "--keep-prompts",
+    is_flag=True,
+    help="Store prompt and output text in the records (default: sha256 only).",
+)
+@click.option(
+    "--api-key-env",
+    default=None,
+    help="Name of the environment variable holding the API key (the key is never written anywhere).",
+)
+@click.option(
+    "--check-tokens",
+    type=click.Choice(["none", "server", "local"]),
+    default="none",
+    show_default=True,
+    help="Check usage token counts against the server's /tokenize or the local synthetic tokenizer.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for run.json, requests.jsonl, metrics.jsonl and summary.json.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --out: send only the requests not yet recorded.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (no progress bar)."
+)
+@click.option("--no-progress", is_flag=True, help="No live progress bar.")
+def bench(**opts: Any) -> None:
+    """Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...).
+
+    Streams every request, times each SSE event at its first byte, and records one JSONL line
+    per request the moment it ends (a killed run keeps them; --resume continues it). Reports
+    TTFT, TPOT, ITL, E2E, throughput, errors by kind (connect, timeout, http_status, oom,
+    broken_stream, truncated_stream, cancelled) and, with --metrics-url, the engine's own
+    KV-cache, prefix-cache and queue metrics on the same timeline.
+    """
+    from kvbudget.load.run import run_load
+
+    out_dir: Path | None = opts.pop("out_dir")
+    resume: bool = opts.pop("resume")
+    as_json: bool = opts.pop("as_json")
+    no_progress: bool = opts.pop("no_progress")
+    if resume and out_dir is None:
+        raise ConfigError("--resume needs --out DIR (the run to continue)", field="resume")
+    opts["ramp_stages"] = _parse_ramp(opts.pop("ramp"))
+    if opts["ramp_stages"] and opts["shape"] == "closed":
+        opts["shape"] = "ramp"
+    cfg = _config(opts)
+    show = not as_json and not no_progress and sys.stderr.isatty()
+    if show:
+        doc = _run_with_progress(cfg, out_dir, resume)
+    else:
+        doc = run_async(run_load(cfg, out_dir=out_dir, resume=resume))
+    if as_json:
+        click.echo(json.dumps(bench_json(doc), indent=2, default=str))
+    else:
+        _render(doc)
+        if out_dir is not None:
+            click.echo(
+                f"records: {out_dir / 'requests.jsonl'}; summary: {out_dir / 'summary.json'}"
+            )
+
+
+def _run_with_progress(cfg: Any, out_dir: Path | None, resume: bool) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kvbudget.load.run import run_load
+
+    total = cfg.num_requests
+    counts = {"ok": 0, "error": 0, "cancelled": 0}
+    with Progress(
+        TextColumn("[bold]bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[detail]}"),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("bench", total=total, detail="")
+
+        def on_record(rec: Any) -> None:
+            counts[rec.status] += 1
+            progress.update(
+                task,
+                advance=1,
+                detail=f"ok {counts['ok']} err {counts['error']} cancelled {counts['cancelled']}",
+            )
+
+        def on_lines(n: int) -> None:
+            progress.update(task, completed=n)
+
+        return run_async(
+            run_load(
+                cfg, out_dir=out_dir, resume=resume, progress=on_record, progress_lines=on_lines
+            )
+        )

@@ -1,0 +1,192 @@
+"""``kvbudget serve``: the simulator's engine behind an OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import click
+
+from kvbudget.cli.main import run_async
+
+
+@click.command("serve")
+@click.option(
+    "--model",
+    required=True,
+    help="Served model name; with --gpu also the model to "
+    "plan (catalog id, config.json path or snapshot directory).",
+)
+@click.option(
+    "--gpu",
+    default=None,
+    help="Plan the replica for this GPU (see 'kvbudget gpus') "
+    "and time steps with the roofline model. Without it the pool is manual.",
+)
+@click.option(
+    "--tp",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Tensor parallel size for the plan (with --gpu).",
+)
+@click.option(
+    "--num-gpu-blocks",
+    type=click.IntRange(2),
+    default=None,
+    help="KV blocks in the pool (manual default 8192; with --gpu overrides the planned number).",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(1),
+    default=None,
+    help="Tokens per KV block (manual default 16).",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(1),
+    default=None,
+    help="Longest prompt + output in tokens (manual default 8192).",
+)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(1),
+    default=None,
+    help="Most requests running at once (manual default 256).",
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Token budget of one step (manual default 8192).",
+)
+@click.option(
+    "--step-ms",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Manual timing: fixed cost of one engine step, milliseconds.",
+)
+@click.option(
+    "--per-token-us",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Manual timing: extra cost per scheduled token, microseconds.",
+)
+@click.option(
+    "--speedup",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Run the simulated clock this many times faster than real time.",
+)
+@click.option("--no-prefix-caching", is_flag=True, help="Disable the prefix cache.")
+@click.option(
+    "--vocab-size",
+    default=32000,
+    show_default=True,
+    type=click.IntRange(8),
+    help="Size of the synthetic tokenizer's vocabulary.",
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed of the engine and of the synthetic output text.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (no authentication: keep loopback unless you mean to expose it).",
+)
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="TCP port (0 picks a free one; the URL is printed on start).",
+)
+def serve(
+    model: str,
+    gpu: str | None,
+    tp: int,
+    num_gpu_blocks: int | None,
+    block_size: int | None,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    step_ms: float,
+    per_token_us: float,
+    speedup: float,
+    no_prefix_caching: bool,
+    vocab_size: int,
+    seed: int,
+    host: str,
+    port: int,
+) -> None:
+    """Serve the simulated engine over OpenAI-compatible HTTP (real time).
+
+    Routes: /v1/models, /v1/completions, /v1/chat/completions (streaming and not),
+    /tokenize, /health, /version, /metrics (vLLM metric names), /reset_prefix_cache.
+    Prompts use kvbudget's deterministic synthetic tokenizer (one token per word); the output
+    is deterministic synthetic text. Latencies are SIMULATED step times delivered in real
+    time, not a measurement of any real engine. Stop with Ctrl-C.
+    """
+    from kvbudget.serve.app import ServeApp
+    from kvbudget.serve.build import ServeEngineOptions, build_engine
+
+    built = build_engine(
+        ServeEngineOptions(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            num_gpu_blocks=num_gpu_blocks,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            step_s=step_ms / 1e3,
+            per_token_s=per_token_us / 1e6,
+            enable_prefix_caching=not no_prefix_caching,
+            vocab_size=vocab_size,
+            seed=seed,
+        )
+    )
+
+    async def main() -> None:
+        app = ServeApp(
+            built.core,
+            model_name=model,
+            max_model_len=built.config.max_model_len,
+            vocab_size=vocab_size,
+            speedup=speedup,
+            timing_name=built.timing_name,
+            output_seed=seed,
+            host=host,
+            port=port,
+        )
+        try:
+            url = await app.start()
+        except OSError as exc:
+            from kvbudget.errors import ConfigError
+
+            raise ConfigError(
+                f"--host {host} --port {port}: cannot listen ({exc.strerror}); choose another "
+                "port or 0 for a free one",
+                field="port",
+            ) from exc
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            click.echo(f"warning: listening on {host}, not loopback (no authentication)", err=True)
+        click.echo(f"kvbudget serve: {url}  model={model}  {built.description}", err=True)
+        click.echo(url, nl=True)  # the URL alone on stdout, for scripts
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await app.stop()
+
+    run_async(main())

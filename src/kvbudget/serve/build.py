@@ -1,0 +1,115 @@
+"""Build the engine core that ``kvbudget serve`` puts behind HTTP.
+
+Two ways:
+
+* **planned** (``--gpu`` given): ``make_plan`` sizes the replica for the model on that GPU
+  (blocks, block size, limits) and the simulator's roofline model times the steps
+  (``kvbudget.sim.fromplan``); the figures served are *simulated* with that timing model;
+* **manual**: a pool of ``num_gpu_blocks`` blocks and a fixed step time
+  (``step_s + per_token_s * tokens``), for tests, demos and load-client checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvbudget.errors import ConfigError
+from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.timing import FixedTiming
+
+
+@dataclass(frozen=True)
+class ServeEngineOptions:
+    model: str
+    gpu: str | None = None
+    tp: int = 1
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    step_s: float = 0.01
+    per_token_s: float = 0.0
+    enable_prefix_caching: bool = True
+    vocab_size: int = 32000
+    seed: int = 0
+
+
+@dataclass
+class BuiltEngine:
+    core: EngineCore
+    config: ReplicaConfig
+    timing_name: str
+    description: str
+
+
+def _manual(opts: ServeEngineOptions) -> BuiltEngine:
+    config = ReplicaConfig(
+        name="serve-0",
+        num_gpu_blocks=opts.num_gpu_blocks or 8192,
+        block_size=opts.block_size or 16,
+        max_model_len=opts.max_model_len or 8192,
+        max_num_seqs=opts.max_num_seqs or 256,
+        max_num_batched_tokens=opts.max_num_batched_tokens or 8192,
+        enable_prefix_caching=opts.enable_prefix_caching,
+    )
+    timing = FixedTiming(step_s=opts.step_s, per_token_s=opts.per_token_s)
+    name = f"fixed(step={opts.step_s:g}s, per_token={opts.per_token_s:g}s)"
+    core = EngineCore(config, timing, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size)
+    desc = (
+        f"manual pool: {config.num_gpu_blocks} blocks x {config.block_size} tokens, "
+        f"max_model_len {config.max_model_len}, timing {name}"
+    )
+    return BuiltEngine(core, config, name, desc)
+
+
+def _planned(opts: ServeEngineOptions) -> BuiltEngine:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+
+    try:
+        fromplan: Any = importlib.import_module("kvbudget.sim.fromplan")
+    except ImportError as exc:  # pragma: no cover - depends on the sim package version
+        raise ConfigError(
+            "--gpu: this kvbudget has no kvbudget.sim.fromplan yet; serve with a manual pool "
+            "(--num-gpu-blocks N, without --gpu)",
+            field="gpu",
+        ) from exc
+    plan = make_plan(
+        PlanRequest(
+            model=opts.model,
+            gpu=opts.gpu,
+            tp=opts.tp,
+            max_model_len=opts.max_model_len,
+            max_num_seqs=opts.max_num_seqs,
+            max_num_batched_tokens=opts.max_num_batched_tokens,
+            block_size=opts.block_size,
+            num_gpu_blocks_override=opts.num_gpu_blocks,
+        )
+    )
+    if not plan.fits:
+        raise ConfigError(f"--model {opts.model} --gpu {opts.gpu}: {plan.error}", field="gpu")
+    config: ReplicaConfig = fromplan.replica_config_from_plan(plan)
+    timing = fromplan.timing_from_plan(plan)
+    core = EngineCore(config, timing, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size)
+    desc = (
+        f"planned: {plan.model_id} on {opts.gpu} (tp {opts.tp}): {config.num_gpu_blocks} blocks x "
+        f"{config.block_size} tokens, max_model_len {config.max_model_len}, timing {timing.name}"
+    )
+    return BuiltEngine(core, config, str(timing.name), desc)
+
+
+def build_engine(opts: ServeEngineOptions) -> BuiltEngine:
+    """The engine core for ``opts`` (planned when ``gpu`` is set, else manual)."""
+    if opts.step_s < 0 or opts.per_token_s < 0:
+        raise ConfigError(
+            f"--step-ms/--per-token-us must be >= 0 (got {opts.step_s * 1e3:g} ms, "
+            f"{opts.per_token_s * 1e6:g} us)",
+            field="step_ms",
+        )
+    return _planned(opts) if opts.gpu else _manual(opts)
