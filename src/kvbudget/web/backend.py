@@ -11,6 +11,7 @@ from typing import Any
 
 from kvbudget import __version__
 from kvbudget.capacity.dtypes import ENGINE_DTYPES
+from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.units import format_bytes
 from kvbudget.web import documents, library, views
@@ -59,13 +60,44 @@ def explicit_calc(request: ExplicitCalcRequest) -> dict[str, Any]:
 
 def model_plan(request: ModelRequest) -> dict[str, Any]:
     """Model mode: resolve, calculate and plan with the library; display rows."""
-    calc_doc, plan_doc = library.model_documents(library.ModelInputs.from_request(request))
-    return views.model_view(calc_doc, plan_doc)
+    inputs = library.ModelInputs.from_request(request)
+    resolved = library.resolve(inputs)
+    result = structural = None
+    if resolved.spec is not None:
+        spec = resolved.spec
+        result = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
+        length = result.max_model_len if result is not None else inputs.max_model_len
+        length = length or spec.max_position_embeddings
+        if length is None:
+            raise ConfigError(
+                "max_model_len: the config has no max_position_embeddings; give a max model length",
+                field="max_model_len",
+            )
+        structural = library.structural(inputs, spec, length, inputs.seqs)
+    return views.model_view(resolved, result, inputs.engine, structural)
 
 
 def chart(request: ModelRequest) -> dict[str, Any]:
-    """KV bytes per sequence and max concurrency over a ladder of context lengths."""
-    return views.chart_view(library.context_ladder(library.ModelInputs.from_request(request)))
+    """KV bytes per sequence and max concurrency over a ladder of context lengths.
+
+    Each point is one library call: the structural bytes of one sequence of that length, and
+    ``make_plan`` with ``max_model_len`` set to it (the engine's own "Maximum concurrency").
+    """
+    inputs = library.ModelInputs.from_request(request)
+    resolved = library.resolve(inputs)
+    if resolved.spec is None:
+        raise SpecError(f"model: {resolved.reason}", field="model")
+    spec = resolved.spec
+    base = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
+    top = base.max_model_len if base is not None else inputs.max_model_len
+    top = top or spec.max_position_embeddings or 4096
+    points = []
+    for num_tokens in library.context_lengths(top):
+        seq_bytes = library.structural(inputs, spec, num_tokens, 1).bytes_per_sequence
+        result = library.plan(inputs, spec, resolved.model_id, num_tokens)
+        concurrency = None if result is None or not result.fits else result.max_concurrency
+        points.append(views.chart_point(num_tokens, seq_bytes, concurrency))
+    return views.chart_view(points, has_concurrency=base is not None, model_id=spec.model_id)
 
 
 def inspect_document(raw: Any) -> dict[str, Any]:

@@ -5,15 +5,31 @@ Every call here is a call the CLI makes too; this module holds no KV arithmetic 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
+from kvbudget.capacity.budget import StructuralBudget, structural_budget
 from kvbudget.capacity.dtypes import dtype_from_element_bytes
-from kvbudget.errors import ConfigError
-from kvbudget.spec.catalog import list_catalog
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError, SpecError
+from kvbudget.spec.catalog import find_catalog_entry, list_catalog
 from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.locate import ConfigSource
+from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.resolve import ResolvedModel, parse_overrides, resolve_config, resolve_model
 from kvbudget.web.schemas import ModelRequest, count
+
+#: label of a pasted config in the ledger
+PASTED = "pasted config.json"
+#: engines ``make_plan`` models (the others get the structural figures only)
+PLAN_ENGINES = ("vllm", "sglang")
+#: most points on the context-length chart
+CHART_POINTS = 9
 
 # Interim (until capacity/assumptions.py lands): the checklist of issue 2.
 _ASSUMPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -34,8 +50,16 @@ def assumption_catalog() -> list[dict[str, str]]:
 
 @lru_cache(maxsize=1)
 def catalog_models() -> list[dict[str, str]]:
-    """Catalog ids for the model picker."""
-    return [{"id": entry.model_id, "layer_kinds": entry.status} for entry in list_catalog()]
+    """Catalog ids for the model picker, with the layer kinds the resolver finds."""
+    models = []
+    for entry in list_catalog():
+        resolved = resolve_model(entry.model_id)
+        if resolved.spec is None:
+            kinds = "not applicable"
+        else:
+            kinds = ", ".join(f"{n} {k}" for k, n in resolved.spec.kind_counts().items())
+        models.append({"id": entry.model_id, "layer_kinds": kinds})
+    return models
 
 
 def element_bytes(raw: int | float | str) -> int:
@@ -111,6 +135,7 @@ class ModelInputs:
     max_model_len: int | None
     seqs: int
     block_size: int | None
+    overrides: tuple[str, ...] = ()
 
     @classmethod
     def from_request(cls, request: ModelRequest) -> ModelInputs:
@@ -141,14 +166,79 @@ class ModelInputs:
             block_size=None
             if request.block_size is None
             else count(request.block_size, field="block_size"),
+            overrides=tuple(request.overrides),
         )
 
 
-def model_documents(inputs: ModelInputs) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Interim until resolve_model and make_plan land."""
-    raise ConfigError("model: model mode is not wired yet", field="model")
+def resolve(inputs: ModelInputs) -> ResolvedModel:
+    """A catalog id or a pasted config.json -> the resolver's verdict (no files, no network).
+
+    Only bundled catalog ids are accepted by name: the server never opens a path or the
+    Hugging Face cache on behalf of a browser. Anything else is pasted as config.json.
+    """
+    overrides = parse_overrides(inputs.overrides) if inputs.overrides else None
+    if inputs.config is not None:
+        text = json.dumps(inputs.config, sort_keys=True).encode()
+        name = inputs.config.get("_name_or_path")
+        source = ConfigSource(
+            model_id=name if isinstance(name, str) and name else PASTED,
+            path=Path(PASTED),
+            origin="file",
+            sha256=hashlib.sha256(text).hexdigest(),
+            revision=None,
+            raw=inputs.config,
+        )
+        return resolve_config(source, overrides=overrides)
+    assert inputs.model is not None
+    entry = find_catalog_entry(inputs.model)
+    if entry is None:
+        raise SpecError(
+            f"model: {inputs.model!r} is not a bundled catalog id; pick one from the list "
+            "(kvbudget models) or paste the model's config.json",
+            field="model",
+        )
+    return resolve_model(entry.model_id, overrides=overrides)
 
 
-def context_ladder(inputs: ModelInputs) -> list[dict[str, Any]]:
-    """Interim until make_plan lands."""
-    raise ConfigError("model: chart is not wired yet", field="model")
+def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) -> PlanRequest:
+    """The PlanRequest the CLI would build from the same flags."""
+    return PlanRequest(
+        model=model_id,
+        gpu=inputs.gpu,
+        tp=inputs.tp,
+        pp=inputs.pp,
+        engine=cast(Any, inputs.engine),
+        gpu_memory_utilization=inputs.gpu_memory_utilization,
+        max_model_len=max_model_len,
+        kv_dtype=inputs.kv_dtype,
+        block_size=inputs.block_size,
+    )
+
+
+def plan(
+    inputs: ModelInputs, spec: ModelSpec, model_id: str, max_model_len: int | None
+) -> PlanResult | None:
+    """``make_plan`` for vLLM and SGLang; None for engines the planner does not model."""
+    if inputs.engine not in PLAN_ENGINES:
+        return None
+    return make_plan(plan_request(inputs, model_id, max_model_len), spec)
+
+
+def context_lengths(max_model_len: int) -> list[int]:
+    """Chart x values: powers of two from 1Ki up to ``max_model_len`` (which is always last)."""
+    lengths = [1 << k for k in range(10, 25) if (1 << k) < max_model_len]
+    lengths = lengths[-(CHART_POINTS - 1) :] if lengths else []
+    return [*lengths, max_model_len]
+
+
+def structural(
+    inputs: ModelInputs, spec: ModelSpec, num_tokens: int, num_sequences: int
+) -> StructuralBudget:
+    """The structural budget (engine-neutral bytes) the planner reports."""
+    return structural_budget(
+        spec,
+        kv_dtype=inputs.kv_dtype,
+        engine=inputs.engine,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+    )

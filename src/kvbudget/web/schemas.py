@@ -72,6 +72,10 @@ class ModelRequest(BaseModel):
     )
     seqs: RawCount = 1
     block_size: RawCount | None = None
+    overrides: list[str] = Field(
+        default_factory=list,
+        description="config overrides as key=value, like the CLI's --set (recorded as user-supplied)",
+    )
 
 
 class DocumentRequest(BaseModel):

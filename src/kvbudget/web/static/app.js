@@ -108,7 +108,7 @@
       const td = el("td", row.display !== undefined ? row.display : row.value);
       if (row.label) td.appendChild(el("span", row.label, "label-tag " + row.label));
       tr.appendChild(td);
-      if (row.note) tr.appendChild(el("td", row.note));
+      tr.appendChild(el("td", row.note || "", "note"));
       tbody.appendChild(tr);
     }
   }
@@ -224,7 +224,14 @@
       engine: $("engine").value,
       kv_dtype: $("kv_dtype").value,
       gpu: $("gpu").value,
+      overrides: $("overrides").value.split("\n").map((x) => x.trim()).filter((x) => x !== ""),
     };
+    for (const pair of body.overrides) {
+      if (!/^[A-Za-z_][\w.]*\s*=/.test(pair)) {
+        fieldError(form, "overrides", `Overrides: "${pair}" is not key=value; write e.g. num_key_value_heads=8.`);
+        bad = true;
+      }
+    }
     for (const [id, name, label, min] of [["tp", "tp", "TP", 1], ["pp", "pp", "PP", 1],
       ["max_model_len", "max_model_len", "Max model length", 1], ["m_seqs", "seqs", "Sequences", 1]]) {
       const raw = $(id).value;
@@ -275,6 +282,8 @@
     renderGrid($("model-ledger-head"), $("model-ledger"), d.ledger);
     renderReasons($("model-reasons"), d.assumptions);
     show($("model-result"), true);
+    clear($("chart"));
+    if (!d.chart) return;
     const chart = await api("POST", "/api/chart", body);
     if (!chart.ok) { clear($("chart")); $("chart-error").textContent = chart.error; return; }
     drawChart($("chart"), chart.data);
@@ -480,7 +489,13 @@
     const m = meta.data;
     $("version").textContent = m.version;
     buildAssumptions(m.assumptions);
-    fillSelect($("kv_dtype"), m.kv_dtypes.map((d) => ({ value: d, label: d })), "auto");
+    const setDtypes = () => {
+      const names = m.kv_dtypes_by_engine[$("engine").value] || ["auto"];
+      const keep = names.includes($("kv_dtype").value) ? $("kv_dtype").value : "auto";
+      fillSelect($("kv_dtype"), names.map((d) => ({ value: d, label: d })), keep);
+    };
+    $("engine").addEventListener("change", setDtypes);
+    setDtypes();
     fillSelect($("model"), m.models.map((x) => ({ value: x.id, label: `${x.id} (${x.layer_kinds})` })), m.default_model);
     fillSelect($("gpu"), m.gpus.map((g) => ({ value: g.id, label: g.label })), m.default_gpu);
     document.body.dataset.ready = "true";
