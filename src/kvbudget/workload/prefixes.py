@@ -148,6 +148,7 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.base_seed = base_seed
         self._cache: dict[tuple[int, int, int], np.ndarray] = {}
+        self._shared: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def _piece(self, kind: str, tenant_index: int, group: int, length: int) -> np.ndarray:
         scope_index = tenant_index if self.spec.scope == "tenant" else -1
@@ -159,24 +160,29 @@ class PromptBuilder:
             self._cache[key] = found
         return found
 
-    def shared_part(self, tenant_index: int, group: int | None) -> np.ndarray:
-        """System prompt followed by the group prefix (may be empty)."""
+    def shared_part(self, tenant_index: int, group: int | None) -> tuple[int, ...]:
+        """System prompt followed by the group prefix (may be empty); cached as a tuple."""
+        scope_index = tenant_index if self.spec.scope == "tenant" else -1
+        key = (scope_index, -1 if group is None else group)
+        found = self._shared.get(key)
+        if found is not None:
+            return found
         parts: list[np.ndarray] = []
         if self.spec.system_prompt_tokens:
             parts.append(self._piece("system", tenant_index, 0, self.spec.system_prompt_tokens))
         if group is not None and self.spec.group_prefix_tokens:
             parts.append(self._piece("group", tenant_index, group, self.spec.group_prefix_tokens))
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate(parts)
+        ids: tuple[int, ...] = tuple(np.concatenate(parts).tolist()) if parts else ()
+        self._shared[key] = ids
+        return ids
 
     def compose(
         self,
-        shared: np.ndarray,
-        dynamic: np.ndarray,
-        unique: np.ndarray,
-    ) -> tuple[np.ndarray, int]:
+        shared: tuple[int, ...],
+        dynamic: tuple[int, ...],
+        unique: tuple[int, ...],
+    ) -> tuple[tuple[int, ...], int]:
         """Lay out one first-turn prompt; returns (ids, reusable shared prefix tokens)."""
-        if self.spec.dynamic_position == "before" and dynamic.size:
-            return np.concatenate([dynamic, shared, unique]), 0
-        return np.concatenate([shared, dynamic, unique]), int(shared.size)
+        if self.spec.dynamic_position == "before" and dynamic:
+            return dynamic + shared + unique, 0
+        return shared + dynamic + unique, len(shared)

@@ -7,7 +7,6 @@ the same list of :class:`PlannedRequest`, sorted by (arrival, turn, session).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,48 +152,43 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedReques
     unique_all = tok.random_ids(rng, int(unique_len.sum()) + int(user_len.sum()))
     cursor = 0
     salts = {name: tenants.salt_for(name, base_seed) for name in tenants.names}
-    rows: list[tuple[float, int, int, PlannedRequest]] = []
+    rows: list[tuple[float, int, int, dict[str, Any]]] = []
     for s in range(num_sessions):
         tenant = tenants.names[int(tenant_idx[s])]
         group = None if groups is None else int(groups[s])
         shared = builder.shared_part(int(tenant_idx[s]), group)
-        unique = unique_all[cursor : cursor + int(unique_len[s])]
+        unique = tuple(unique_all[cursor : cursor + int(unique_len[s])].tolist())
         cursor += int(unique_len[s])
-        ids_arr, reusable = builder.compose(shared, dynamic_all[s], unique)
-        ids = tuple(ids_arr.tolist())
+        dynamic = tuple(dynamic_all[s].tolist())
+        ids, reusable = builder.compose(shared, dynamic, unique)
         session_id = f"s{s:06d}" if turns > 1 else None
         for k in range(turns):
             if k > 0:
                 prev_out = tok.output_ids(ids, int(out_len[s, k - 1]))
                 n_user = int(user_len[s, k - 1])
-                user = unique_all[cursor : cursor + n_user].tolist()
+                user = tuple(unique_all[cursor : cursor + n_user].tolist())
                 cursor += n_user
                 reusable = len(ids) + len(prev_out)
-                ids = ids + tuple(prev_out) + tuple(user)
+                ids = ids + tuple(prev_out) + user
             j = s * turns + k
             arrival_s = float(starts[s]) + k * spec.sessions.turn_interval_s
-            req = PlannedRequest(
-                request_id="",
-                arrival_s=arrival_s,
-                prompt_token_ids=ids,
-                output_tokens=int(out_len[s, k]),
-                prompt_text=tok.decode(ids) if spec.keep_prompt_text else None,
-                tenant=tenant,
-                cache_salt=salts[tenant],
-                session_id=session_id,
-                prefix_group=group,
-                priority=int(spec.priorities[int(prio[j])]),
-                cancel_after_tokens=spec.cancel_after_tokens if cancel[j] else None,
-                cell_id=spec.cell_id,
-                shared_prefix_tokens=int(reusable),
-                turn_index=k,
-            )
-            rows.append((arrival_s, k, s, req))
+            fields: dict[str, Any] = {
+                "arrival_s": arrival_s,
+                "prompt_token_ids": ids,
+                "output_tokens": int(out_len[s, k]),
+                "prompt_text": tok.decode(ids) if spec.keep_prompt_text else None,
+                "tenant": tenant,
+                "cache_salt": salts[tenant],
+                "session_id": session_id,
+                "prefix_group": group,
+                "priority": int(spec.priorities[int(prio[j])]),
+                "cancel_after_tokens": spec.cancel_after_tokens if cancel[j] else None,
+                "cell_id": spec.cell_id,
+                "shared_prefix_tokens": int(reusable),
+                "turn_index": k,
+            }
+            rows.append((arrival_s, k, s, fields))
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     if spec.num_requests is not None:
         rows = rows[: spec.num_requests]
-    return [_with_id(r[3], i) for i, r in enumerate(rows)]
-
-
-def _with_id(req: PlannedRequest, index: int) -> PlannedRequest:
-    return replace(req, request_id=f"r{index:06d}")
+    return [PlannedRequest(request_id=f"r{i:06d}", **r[3]) for i, r in enumerate(rows)]
