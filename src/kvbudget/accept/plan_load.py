@@ -107,6 +107,10 @@ class LoadPlan(StrictModel):
     warmup: Warmup = Field(default_factory=Warmup)
     shared_prefix: SharedPrefix = Field(default_factory=SharedPrefix)
     samples: list[SamplePrompt] = Field(default_factory=list)
+    cancel_fraction: float = Field(
+        default=0.0, ge=0, le=0.5, description="share of requests the client cancels mid-stream"
+    )
+    cancel_after_tokens: int = Field(default=8, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> LoadPlan:

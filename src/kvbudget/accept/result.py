@@ -158,6 +158,7 @@ class ComparisonResult(_Model):
     percentile: float = 95.0
     alpha: float = 0.05
     deltas: list[MetricDelta] = Field(default_factory=list)
+    capacity_ratio: float | None = None
     conclusions: dict[str, str] = Field(default_factory=dict)
 
 

@@ -1,0 +1,249 @@
+"""``run_acceptance``: a plan in, an :class:`AcceptResult` out (seed steps 1-7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget import __version__
+from kvbudget.accept.anomalies import find_anomalies
+from kvbudget.accept.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.lockcheck import (
+    apply_overrides,
+    lock_differences,
+    resolve_lock,
+    single_factor_check,
+)
+from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult, StopStatus
+from kvbudget.accept.run import Progress, TargetFactory, run_matrix
+from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.verdicts import overall_verdict
+from kvbudget.records import Provenance
+
+
+def _failed(cells: Sequence[CellResult], prefix: str) -> tuple[list[str], int]:
+    failed, tested = [], 0
+    for cell in cells:
+        for check in cell.checks:
+            if check.name.startswith(prefix):
+                if check.verdict != "untested":
+                    tested += 1
+                if check.verdict == "fail":
+                    failed.append(cell.cell_id)
+    return sorted(set(failed)), tested
+
+
+def stop_statuses(
+    plan: AcceptPlan, cells: Sequence[CellResult], audits: dict[str, Any]
+) -> list[StopStatus]:
+    """Each declared stop condition: triggered, not triggered, or untested (no evidence)."""
+    stop = plan.stop
+    out: list[StopStatus] = []
+
+    def add(name: str, declared: str, prefix: str) -> None:
+        failed, tested = _failed(cells, prefix)
+        status = "triggered" if failed else ("not_triggered" if tested else "untested")
+        detail = (
+            f"failed in {len(failed)} cell(s)" if failed else f"checked in {tested} cell check(s)"
+        )
+        out.append(
+            StopStatus(name=name, declared=declared, status=status, cells=failed, detail=detail)
+        )
+
+    for metric, ceilings in (("ttft_s", stop.ttft_s), ("tpot_s", stop.tpot_s)):
+        for pct, limit in ceilings.items():
+            add(f"{metric} {pct}", f"<= {limit:g} s", f"{metric} {pct}")
+    add("error rate", f"<= {stop.error_rate_max:g}", "error rate")
+    add("capacity error", "none (engine refuses or runs out of KV)", "capacity")
+    if stop.any_oom:
+        add("OOM", "none", "no OOM")
+    if stop.any_quality_failure:
+        add("quality failure", "none", "quality ")
+    if stop.any_cross_tenant_hit:
+        leak = audits.get("cross_tenant_cached_tokens")
+        if leak is None:
+            out.append(
+                StopStatus(
+                    name="cross-tenant cache hit",
+                    declared="none",
+                    status="untested",
+                    detail="the isolation audit did not run (audits.isolation: true runs it)",
+                )
+            )
+        else:
+            out.append(
+                StopStatus(
+                    name="cross-tenant cache hit",
+                    declared="none",
+                    status="triggered" if leak > 0 else "not_triggered",
+                    detail=f"{leak} cross-tenant cached tokens",
+                )
+            )
+    if stop.host_memory_max_bytes is not None:
+        out.append(
+            StopStatus(
+                name="host memory",
+                declared=f"<= {stop.host_memory_max_bytes} bytes",
+                status="untested",
+                detail="the target reports no host-memory series",
+            )
+        )
+    if stop.transfer_stall_max_s is not None:
+        out.append(
+            StopStatus(
+                name="transfer stall",
+                declared=f"<= {stop.transfer_stall_max_s:g} s",
+                status="untested",
+                detail="the target reports no KV transfer series",
+            )
+        )
+    return out
+
+
+def rollback_steps(plan: AcceptPlan) -> list[str]:
+    rb = plan.rollback
+    steps = [
+        f"Keep the previous release ready: {rb.previous_release or 'NOT DECLARED (blocking)'}.",
+        "Previous launch flags: " + (" ".join(rb.previous_flags) or "NOT DECLARED"),
+        f"Previous KV dtype: {rb.previous_kv_dtype or 'NOT DECLARED'}; block size and max length "
+        "limits as in the previous flags.",
+        "Switch traffic back step by step; health-check each replica (/health) before it gets "
+        "traffic.",
+        "Reset the prefix cache on every replica that changed KV dtype, block size or model "
+        "revision: cached KV must not cross incompatible versions.",
+        f"Target restore time: {rb.max_restore_s:g} s; weights "
+        + (
+            "available offline (no re-download)."
+            if rb.weights_offline_copy
+            else "NOT confirmed offline: include the download time in the restore time."
+        ),
+        "Rollback drill: "
+        + ("done." if rb.drill_done else "NOT done yet — run it before go-live."),
+    ]
+    return steps
+
+
+def canary_steps(plan: AcceptPlan) -> list[str]:
+    c = plan.canary
+    return [
+        f"Send {c.traffic_fraction:.0%} of traffic ({c.sample_source}) to the new configuration.",
+        f"Observe for {c.observation_window_s:g} s: TTFT/TPOT percentiles against the stop "
+        "ceilings, error rate, OOM, KV usage, preemptions, prefix hit rate and quality canaries.",
+        "Stop immediately on any quality, isolation, OOM or recovery failure; widen only after "
+        "the window passes.",
+        "A canary proves technical behaviour under its recorded conditions only.",
+    ]
+
+
+def _provenance(info: TargetInfo) -> Provenance:
+    if info.source == "simulated":
+        return Provenance(kind="simulated", timing_model=info.timing_model or "unknown")
+    return Provenance(
+        kind="measured",
+        engine=info.engine or "unknown",
+        engine_version=info.engine_version,
+        hardware=info.hardware,
+    )
+
+
+def run_acceptance(
+    plan: AcceptPlan,
+    factory: TargetFactory,
+    *,
+    out_dir: Path | None,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> AcceptResult:
+    rng = np.random.default_rng([plan.seed, 7])
+    prepared = factory(plan.lock)
+    target = prepared.target
+    info = target.info
+    try:
+        lock_entries, blocking = resolve_lock(plan.lock, info, computed=prepared.computed_lock)
+        outcome = run_matrix(
+            plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
+        )
+    finally:
+        target.close()
+    comparisons: list[ComparisonResult] = []
+    for comp in plan.comparisons:
+        variant_lock: ObjectLock = apply_overrides(plan.lock, comp.set)
+        diffs = lock_differences(plan.lock, variant_lock)
+        ok, lines = single_factor_check(comp.factor, diffs)
+        if not ok:
+            comparisons.append(
+                not_comparable(comp, lines, "the locks differ in more than the declared factor")
+            )
+            continue
+        variant = factory(variant_lock)
+        try:
+            v_out = run_matrix(plan, variant.target, out_dir=None, cells_subset=comp.cells, rng=rng)
+        finally:
+            variant.target.close()
+        field_name = lines[0].split(":", 1)[0] if lines else comp.factor
+        comparisons.append(
+            judge_comparison(
+                comp,
+                baseline_runs={k: v for k, v in outcome.runs.items() if k in v_out.runs},
+                variant_runs=v_out.runs,
+                baseline_ledger=prepared.ledger,
+                variant_ledger=variant.ledger,
+                differences=lines,
+                baseline_value=getattr(plan.lock, field_name).value
+                if hasattr(plan.lock, field_name)
+                else None,
+                variant_value=comp.set.get(field_name),
+                rng=rng,
+            )
+        )
+    audits: dict[str, Any] = {}
+    if plan.audits.isolation or plan.audits.reuse:
+        audits["note"] = (
+            "audits requested but not run by this version of accept (see kvbudget audit)"
+        )
+    stops = stop_statuses(plan, outcome.cells, audits)
+    verdict, reasons = overall_verdict(
+        stops,
+        blocking,
+        [c.verdict for c in outcome.cells],
+        simulated=info.source == "simulated",
+        comparison_verdicts=[c.verdict for c in comparisons],
+    )
+    anomalies = find_anomalies(plan, prepared.ledger, outcome.baseline, outcome.cells, comparisons)
+    return AcceptResult(
+        provenance=_provenance(info),
+        name=plan.name,
+        seed=plan.seed,
+        plan=plan.model_dump(mode="json"),
+        plan_sha256=plan.canonical_sha256(),
+        target={
+            "kind": info.kind,
+            "source": info.source,
+            "label": info.label,
+            "timing_model": info.timing_model,
+            "engine": info.engine,
+            "engine_version": info.engine_version,
+            "hardware": info.hardware,
+            "synthetic_text": info.synthetic_text,
+            "tool_version": __version__,
+        },
+        lock=lock_entries,
+        blocking=blocking,
+        ledger=prepared.ledger,
+        baseline=outcome.baseline,
+        warmup=outcome.warmup,
+        cells=outcome.cells,
+        stop_conditions=stops,
+        comparisons=comparisons,
+        anomalies=anomalies,
+        audits=audits,
+        verdict=verdict,
+        verdict_reasons=reasons + outcome.notes,
+        rollback=rollback_steps(plan),
+        canary=canary_steps(plan),
+    )

@@ -1,0 +1,144 @@
+"""Turn the repetitions of one cell into its summary and verdict (``CellResult``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.quality import evaluate_checkpoint
+from kvbudget.accept.result import CellResult, MetricSummary, TimeSeries
+from kvbudget.accept.stats import summarize
+from kvbudget.accept.targets import CellRun
+from kvbudget.accept.verdicts import CellEvidence, cell_checks, cell_verdict
+from kvbudget.records import FigureKind, RequestRecord
+
+#: points kept per time series in the result document
+MAX_SERIES_POINTS = 240
+#: raw TTFT/TPOT samples kept per cell for the distribution charts
+MAX_RAW_SAMPLES = 400
+METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+
+
+def _values(records: Sequence[RequestRecord], metric: str) -> list[float]:
+    out: list[float] = []
+    for rec in records:
+        if rec.status != "ok":
+            continue
+        value = getattr(rec, metric)
+        if value is not None:
+            out.append(float(value))
+    return out
+
+
+def _series(runs: Sequence[CellRun]) -> TimeSeries:
+    """The first repetition's KV usage and queue over time, thinned to MAX_SERIES_POINTS."""
+    if not runs:
+        return TimeSeries()
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    for sample in runs[0].samples:
+        by_name.setdefault(sample.name, []).append((sample.timestamp_s, sample.value))
+    kv = by_name.get("kv_usage", [])
+    step = max(1, int(np.ceil(len(kv) / MAX_SERIES_POINTS)))
+
+    def thin(name: str) -> list[float]:
+        return [round(v, 6) for _, v in by_name.get(name, [])[::step]]
+
+    return TimeSeries(
+        t_s=[round(t, 6) for t, _ in kv[::step]],
+        kv_usage=thin("kv_usage"),
+        num_running=thin("num_running"),
+        num_waiting=thin("num_waiting"),
+    )
+
+
+def _thin(values: list[float]) -> list[float]:
+    if len(values) <= MAX_RAW_SAMPLES:
+        return [round(v, 6) for v in values]
+    idx = np.linspace(0, len(values) - 1, MAX_RAW_SAMPLES).astype(int)
+    return [round(values[i], 6) for i in idx]
+
+
+def summarize_cell(
+    plan: AcceptPlan,
+    *,
+    cell_id: str,
+    order: int,
+    runs: Sequence[CellRun],
+    kind: FigureKind,
+    synthetic_text: bool,
+    rng: np.random.Generator,
+    skipped_reason: str | None = None,
+) -> tuple[CellResult, CellEvidence]:
+    """Summaries, checks and verdict of one cell over its repetitions."""
+    input_tier, concurrency_tier = cell_id.split("/", 1)
+    records = [r for run in runs for r in run.records if not r.warmup]
+    summaries: dict[str, MetricSummary] = {m: summarize(_values(records, m), rng) for m in METRICS}
+    capacity_error = next((run.capacity_error for run in runs if run.capacity_error), None)
+    num_oom = sum(1 for r in records if r.error_kind == "oom")
+    num_error = sum(1 for r in records if r.status == "error")
+    outcomes = []
+    for checkpoint in plan.quality:
+        if input_tier not in checkpoint.tiers or skipped_reason is not None or not records:
+            continue
+        outputs = [run.outputs.get(f"quality:{checkpoint.id}:{i}") for i, run in enumerate(runs)]
+        outcomes.append(evaluate_checkpoint(checkpoint, outputs, simulated=synthetic_text))
+    evidence = CellEvidence(
+        cell_id=cell_id,
+        kind=kind,
+        num_requests=len(records),
+        num_error=num_error,
+        num_oom=num_oom,
+        capacity_error=capacity_error,
+        skipped_reason=skipped_reason,
+        summaries=summaries,
+        quality=tuple(outcomes),
+    )
+    checks = cell_checks(plan.stop, evidence)
+    verdict, reasons = cell_verdict(checks)
+    duration = sum(run.duration_s for run in runs)
+    ok = [r for r in records if r.status == "ok"]
+    throughput: dict[str, float] = {}
+    if duration > 0:
+        throughput = {
+            "requests_per_s": len(ok) / duration,
+            "output_tokens_per_s": sum(r.output_tokens for r in ok) / duration,
+        }
+    queries = sum(run.counters.get("prefix_queries_tokens", 0.0) for run in runs)
+    hits = sum(run.counters.get("prefix_hits_tokens", 0.0) for run in runs)
+    kv_peaks = [s.value for run in runs for s in run.samples if s.name == "kv_usage"]
+    after = [run.kv_usage_after_drain for run in runs if run.kv_usage_after_drain is not None]
+    prompt_tokens = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
+    result = CellResult(
+        cell_id=cell_id,
+        input_tier=input_tier,
+        concurrency_tier=concurrency_tier,
+        order=order,
+        verdict=verdict,
+        reasons=reasons,
+        checks=checks,
+        kind=kind if records else None,
+        repetitions=len(runs),
+        num_requests=len(records),
+        num_ok=len(ok),
+        num_error=num_error,
+        num_cancelled=sum(1 for r in records if r.status == "cancelled"),
+        num_oom=num_oom,
+        num_preemptions=int(sum(run.counters.get("preemptions", 0.0) for run in runs)),
+        error_rate=(num_error / len(records)) if records else None,
+        prompt_tokens_mean=float(np.mean(prompt_tokens)) if prompt_tokens else None,
+        summaries=summaries if records else {},
+        throughput=throughput,
+        prefix_hit_rate_tokens=(hits / queries) if queries > 0 else None,
+        peak_kv_usage=max(kv_peaks) if kv_peaks else None,
+        kv_usage_after_drain=max(after) if after else None,
+        timeseries=_series(runs),
+        samples_ttft_s=_thin(_values(records, "ttft_s")),
+        samples_tpot_s=_thin(_values(records, "tpot_s")),
+        quality=[
+            {"checkpoint": o.checkpoint_id, "verdict": o.verdict, "reason": o.reason}
+            for o in outcomes
+        ],
+    )
+    return result, evidence

@@ -1,0 +1,148 @@
+"""Single-factor comparisons (seed step 6): baseline vs a variant that differs in one factor.
+
+A comparison is ``not_comparable`` (with every difference listed) when the two locks differ in
+anything but the declared factor. Otherwise the same requests (same seeds) run on the variant
+and, per cell and metric: Mann-Whitney U (two-sided), Hodges-Lehmann shift, a bootstrap CI of
+the difference of the declared percentile; Holm correction across all the comparison's tests.
+Capacity, latency and cost conclusions are kept apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.result import ComparisonResult, Ledger, MetricDelta, Verdict
+from kvbudget.accept.stats import compare, holm
+from kvbudget.accept.targets import CellRun
+
+#: fewer samples than this per arm make a delta `untested`
+MIN_AB_SAMPLES = 8
+
+
+def _values(runs: Sequence[CellRun], metric: str) -> list[float]:
+    out = []
+    for run in runs:
+        for rec in run.records:
+            value = getattr(rec, metric)
+            if rec.status == "ok" and not rec.warmup and value is not None:
+                out.append(float(value))
+    return out
+
+
+def not_comparable(comparison: Comparison, lines: list[str], why: str) -> ComparisonResult:
+    return ComparisonResult(
+        name=comparison.name,
+        factor=comparison.factor,
+        verdict="not_comparable",
+        reasons=[why],
+        differences=lines,
+        percentile=comparison.percentile,
+        alpha=comparison.alpha,
+    )
+
+
+def _pool_tokens(ledger: Ledger) -> int | None:
+    value = ledger.pool.get("kv_cache_tokens")
+    return int(value) if isinstance(value, int | float) else None
+
+
+def judge_comparison(
+    comparison: Comparison,
+    *,
+    baseline_runs: dict[str, list[CellRun]],
+    variant_runs: dict[str, list[CellRun]],
+    baseline_ledger: Ledger,
+    variant_ledger: Ledger,
+    differences: list[str],
+    baseline_value: object,
+    variant_value: object,
+    rng: np.random.Generator,
+) -> ComparisonResult:
+    """Deltas with intervals, Holm-adjusted, and the three separate conclusions."""
+    raw = []
+    for cell_id in sorted(variant_runs):
+        for metric in comparison.metrics:
+            a = _values(baseline_runs.get(cell_id, []), metric)
+            b = _values(variant_runs[cell_id], metric)
+            raw.append((cell_id, metric, compare(a, b, comparison.percentile, rng)))
+    tested = [i for i, (_, _, r) in enumerate(raw) if r.p_value is not None]
+    adjusted = holm([raw[i][2].p_value or 1.0 for i in tested]) if tested else []
+    p_holm: dict[int, float] = dict(zip(tested, adjusted, strict=True))
+    deltas: list[MetricDelta] = []
+    worse: list[str] = []
+    better: list[str] = []
+    small: list[str] = []
+    for i, (cell_id, metric, r) in enumerate(raw):
+        ph = p_holm.get(i)
+        significant = ph is not None and ph < comparison.alpha
+        deltas.append(
+            MetricDelta(
+                cell_id=cell_id,
+                metric=metric,
+                n_baseline=r.n_baseline,
+                n_variant=r.n_variant,
+                baseline_pct=r.baseline_pct,
+                variant_pct=r.variant_pct,
+                pct_diff=r.pct_diff,
+                pct_diff_low=r.pct_diff_low,
+                pct_diff_high=r.pct_diff_high,
+                hl_shift=r.hl_shift,
+                p_value=r.p_value,
+                p_holm=ph,
+                significant=significant,
+            )
+        )
+        label = (
+            f"{metric} in {cell_id} (HL shift {r.hl_shift:+.4g} s)"
+            if r.hl_shift is not None
+            else ""
+        )
+        if min(r.n_baseline, r.n_variant) < MIN_AB_SAMPLES:
+            small.append(f"{metric} in {cell_id}: n={r.n_baseline}/{r.n_variant}")
+        elif significant and r.hl_shift is not None and r.hl_shift > 0:
+            worse.append(label)
+        elif significant and r.hl_shift is not None and r.hl_shift < 0:
+            better.append(label)
+    verdict: Verdict
+    if worse:
+        verdict = "fail"
+        reasons = ["significantly slower (Holm-adjusted): " + "; ".join(worse)]
+    elif small or not deltas:
+        verdict = "untested"
+        reasons = ["too few samples for a comparison: " + ("; ".join(small) or "no cells")]
+    else:
+        verdict = "pass"
+        reasons = [
+            f"no metric significantly slower at alpha {comparison.alpha} (Holm over "
+            f"{len(tested)} tests)"
+        ]
+    tokens_a = _pool_tokens(baseline_ledger)
+    tokens_b = _pool_tokens(variant_ledger)
+    capacity = "KV pool tokens not known"
+    if tokens_a and tokens_b:
+        capacity = f"KV pool {tokens_a} -> {tokens_b} tokens ({tokens_b / tokens_a:.2f}x, computed)"
+    latency = ("faster: " + "; ".join(better) if better else "no significant speed-up") + (
+        " | slower: " + "; ".join(worse) if worse else ""
+    )
+    return ComparisonResult(
+        name=comparison.name,
+        factor=comparison.factor,
+        verdict=verdict,
+        reasons=reasons,
+        baseline_value=baseline_value,
+        variant_value=variant_value,
+        differences=differences,
+        percentile=comparison.percentile,
+        alpha=comparison.alpha,
+        deltas=deltas,
+        capacity_ratio=(tokens_b / tokens_a) if tokens_a and tokens_b else None,
+        conclusions={
+            "capacity": capacity,
+            "latency": latency,
+            "cost": "not concluded: the plan gives no prices; capacity and latency above are "
+            "the inputs a cost estimate needs",
+        },
+    )

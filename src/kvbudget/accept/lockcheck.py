@@ -1,0 +1,97 @@
+"""Resolve the object lock against what the target observed; diff two locks.
+
+* A field the target read back with the same value becomes ``confirmed`` (its source named);
+  a different value is a ``mismatch`` — both values are shown and the field blocks.
+* A field the target says is meaningless (a simulated GPU's driver) is ``not_applicable``.
+* Every field that ends neither ``confirmed`` nor ``not_applicable`` is on the blocking list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD
+from kvbudget.accept.plan_lock import ObjectLock, flatten_lock, lock_value
+from kvbudget.accept.result import LockEntry
+from kvbudget.accept.targets import TargetInfo
+from kvbudget.errors import ConfigError
+
+
+def resolve_lock(
+    lock: ObjectLock, info: TargetInfo, *, computed: dict[str, tuple[Any, str]] | None = None
+) -> tuple[list[LockEntry], list[str]]:
+    """Lock entries for the report and the blocking list (one line per field)."""
+    computed = computed or {}
+    entries: list[LockEntry] = []
+    blocking: list[str] = []
+    for name, locked in flatten_lock(lock).items():
+        value = lock_value(locked.value)
+        entry = LockEntry(
+            field=name, value=value, status=locked.status, source=locked.source, note=locked.note
+        )
+        if name in computed and (value in (None, "auto") or value == computed[name][0]):
+            got, source = computed[name]
+            entry = entry.model_copy(update={"value": got, "status": "confirmed", "source": source})
+        elif name in info.not_applicable and locked.status != "confirmed":
+            entry = entry.model_copy(
+                update={"status": "not_applicable", "note": info.not_applicable[name]}
+            )
+        elif name in info.observed:
+            got, source = info.observed[name]
+            got = lock_value(got)
+            if value is None or got == value:
+                entry = entry.model_copy(
+                    update={"value": got, "status": "confirmed", "source": source, "observed": got}
+                )
+            else:
+                entry = entry.model_copy(
+                    update={"status": "mismatch", "observed": got, "source": source}
+                )
+        entries.append(entry)
+        if entry.status == "mismatch":
+            blocking.append(
+                f"{name}: plan says {entry.value!r} but {entry.source} reports {entry.observed!r}"
+            )
+        elif entry.status not in ("confirmed", "not_applicable"):
+            why = entry.note or ("not known" if entry.value is None else "requested, not confirmed")
+            shown = "" if entry.value is None else f" = {entry.value!r}"
+            blocking.append(f"{name}{shown}: {entry.status} ({why})")
+    return entries, blocking
+
+
+def apply_overrides(lock: ObjectLock, overrides: dict[str, Any]) -> ObjectLock:
+    """A copy of ``lock`` with top-level fields replaced (``{"kv_dtype": "fp8"}``)."""
+    data = lock.model_dump(mode="json")
+    for key, value in overrides.items():
+        if key not in data:
+            raise ConfigError(
+                f"comparisons.set.{key}: not a lock field; use one of {sorted(data)}",
+                field=f"comparisons.set.{key}",
+            )
+        data[key] = value
+    return ObjectLock.model_validate(data)
+
+
+def lock_differences(baseline: ObjectLock, variant: ObjectLock) -> list[tuple[str, Any, Any]]:
+    """Every flattened field whose value differs: (field, baseline value, variant value)."""
+    a = flatten_lock(baseline)
+    b = flatten_lock(variant)
+    out = []
+    for name in a:
+        va = lock_value(a[name].value)
+        vb = lock_value(b[name].value) if name in b else None
+        if va != vb:
+            out.append((name, va, vb))
+    return out
+
+
+def single_factor_check(
+    factor: str, differences: list[tuple[str, Any, Any]]
+) -> tuple[bool, list[str]]:
+    """(comparable, lines): comparable only when the sole difference is the factor's field."""
+    allowed = FACTOR_LOCK_FIELD[factor]
+    lines = [f"{name}: {a!r} -> {b!r}" for name, a, b in differences]
+    others = [name for name, _, _ in differences if name != allowed]
+    if not differences:
+        return False, ["the variant does not differ from the baseline at all"]
+    return not others, lines

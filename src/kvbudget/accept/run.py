@@ -1,0 +1,221 @@
+"""Run an acceptance plan (seed steps 4-6): idle baseline, warm-up, the nine cells, comparisons.
+
+Order of work:
+
+1. resolve the lock and the capacity ledger; start the target;
+2. record the idle baseline (not counted as KV), then run the uniform warm-up (not scored);
+3. run the cells in the declared order, each ``repetitions`` times. Records are appended to
+   ``OUT/records.jsonl`` and each finished repetition to ``OUT/progress.jsonl`` as they come;
+   ``resume=True`` skips repetitions already there (a resumed simulated run keeps the earlier
+   repetitions' numbers; the engine state is rebuilt by the warm-up, not restored);
+4. on a capacity error the rest of that input tier's row is not run (last passing tier kept, no
+   retry); after any failed cell the idle baseline must recover before the next cell runs;
+5. run each single-factor comparison on its cells with the same requests (same seeds).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.accept.cells import summarize_cell
+from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.result import CellResult, Ledger, Verdict
+from kvbudget.accept.targets import CellRun, Target
+from kvbudget.accept.verdicts import row_stopped
+from kvbudget.accept.workloads import cell_requests, warmup_requests
+from kvbudget.records import JsonlWriter, MetricSample, RequestRecord, read_jsonl_dicts
+
+#: the idle baseline counts as recovered when KV usage is at most this and nothing runs
+RECOVERY_KV_USAGE = 0.01
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTarget:
+    target: Target
+    ledger: Ledger
+    computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
+
+
+TargetFactory = Callable[[ObjectLock], PreparedTarget]
+
+
+@dataclass(slots=True)
+class MatrixOutcome:
+    cells: list[CellResult]
+    runs: dict[str, list[CellRun]]
+    baseline: dict[str, float]
+    warmup: dict[str, Any]
+    notes: list[str]
+
+
+def _run_to_json(cell_id: str, repetition: int, run: CellRun) -> dict[str, Any]:
+    return {
+        "cell_id": cell_id,
+        "repetition": repetition,
+        "duration_s": run.duration_s,
+        "capacity_error": run.capacity_error,
+        "counters": run.counters,
+        "kv_usage_after_drain": run.kv_usage_after_drain,
+        "samples": [s.model_dump(mode="json") for s in run.samples],
+    }
+
+
+def _load_progress(out_dir: Path) -> dict[tuple[str, int], CellRun]:
+    progress = read_jsonl_dicts(out_dir / "progress.jsonl").items
+    records = read_jsonl_dicts(out_dir / "records.jsonl").items
+    by_cell: dict[str, list[RequestRecord]] = {}
+    for raw in records:
+        rec = RequestRecord.model_validate(raw)
+        if rec.cell_id is not None and not rec.warmup:
+            by_cell.setdefault(rec.cell_id, []).append(rec)
+    done: dict[tuple[str, int], CellRun] = {}
+    for item in progress:
+        cell_id = str(item["cell_id"])
+        rep = int(item["repetition"])
+        prefix = f"{cell_id}#{rep}/"
+        recs = [r for r in by_cell.get(cell_id, []) if r.request_id.startswith(prefix)]
+        done[(cell_id, rep)] = CellRun(
+            records=recs,
+            duration_s=float(item["duration_s"]),
+            samples=[MetricSample.model_validate(s) for s in item["samples"]],
+            capacity_error=item["capacity_error"],
+            counters={k: float(v) for k, v in item["counters"].items()},
+            kv_usage_after_drain=item["kv_usage_after_drain"],
+        )
+    return done
+
+
+def _recovered(baseline: dict[str, float]) -> bool:
+    return (
+        baseline.get("kv_usage", 0.0) <= RECOVERY_KV_USAGE
+        and baseline.get("num_running", 0.0) == 0.0
+    )
+
+
+def run_matrix(
+    plan: AcceptPlan,
+    target: Target,
+    *,
+    out_dir: Path | None,
+    resume: bool = False,
+    cells_subset: list[str] | None = None,
+    progress: Progress | None = None,
+    rng: np.random.Generator,
+    tag: str = "",
+) -> MatrixOutcome:
+    """Warm-up then every (or the listed) cell with its repetitions."""
+    info = target.info
+    kind = info.source
+    done = _load_progress(out_dir) if (out_dir is not None and resume) else {}
+    records_out = progress_out = None
+    if out_dir is not None:
+        records_out = JsonlWriter(out_dir / f"records{tag}.jsonl")
+        progress_out = JsonlWriter(out_dir / f"progress{tag}.jsonl")
+    notes: list[str] = []
+    try:
+        baseline = target.idle_baseline()
+        warm = warmup_requests(plan.load, seed=plan.seed)
+        warm_info: dict[str, Any] = {"requests": len(warm), "scored": False}
+        if warm:
+            warm_run = target.run_cell(
+                warm, cell_id="warmup", closed_loop_concurrency=None, duration_s=None, warmup=True
+            )
+            warm_info["duration_s"] = warm_run.duration_s
+            warm_info["errors"] = sum(1 for r in warm_run.records if r.status == "error")
+            if records_out is not None:
+                records_out.write_many(warm_run.records)
+        order = plan.load.cell_order()
+        todo = [
+            (i, a, c)
+            for i, (a, c) in enumerate(order)
+            if cells_subset is None or f"{a}/{c}" in cells_subset
+        ]
+        rows: dict[str, list[tuple[str, Verdict, str | None]]] = {}
+        results: list[CellResult] = []
+        all_runs: dict[str, list[CellRun]] = {}
+        halted: str | None = None
+        total = len(todo) * plan.load.repetitions
+        step = 0
+        for index, input_tier, conc_tier in todo:
+            cell_id = f"{input_tier}/{conc_tier}"
+            stop, why = row_stopped(rows.get(input_tier, []))
+            skipped = halted or (why if stop else None)
+            runs: list[CellRun] = []
+            if skipped is None:
+                for rep in range(plan.load.repetitions):
+                    step += 1
+                    if progress is not None:
+                        progress(cell_id, step, total)
+                    if (cell_id, rep) in done:
+                        runs.append(done[(cell_id, rep)])
+                        continue
+                    requests = cell_requests(
+                        plan.load,
+                        plan.load.tiers[input_tier],  # type: ignore[index]
+                        plan.load.concurrency[conc_tier],  # type: ignore[index]
+                        cell_id=cell_id,
+                        seed=plan.seed,
+                        cell_index=index,
+                        repetition=rep,
+                    )
+                    tier = plan.load.concurrency[conc_tier]  # type: ignore[index]
+                    run = target.run_cell(
+                        requests,
+                        cell_id=cell_id,
+                        closed_loop_concurrency=tier.concurrency
+                        if tier.arrival == "closed"
+                        else None,
+                        duration_s=tier.duration_s,
+                    )
+                    runs.append(run)
+                    if records_out is not None and progress_out is not None:
+                        records_out.write_many(run.records)
+                        progress_out.write(_run_to_json(cell_id, rep, run))
+                    if run.capacity_error is not None:
+                        break  # no repetition, no retry after a capacity error
+            else:
+                step += plan.load.repetitions
+            result, _ = summarize_cell(
+                plan,
+                cell_id=cell_id,
+                order=index,
+                runs=runs,
+                kind=kind,
+                synthetic_text=info.synthetic_text,
+                rng=rng,
+                skipped_reason=skipped,
+            )
+            results.append(result)
+            all_runs[cell_id] = runs
+            if skipped is None:
+                cap = next((r.capacity_error for r in runs if r.capacity_error), None)
+                rows.setdefault(input_tier, []).append((conc_tier, result.verdict, cap))
+                if result.verdict == "fail" and halted is None:
+                    after = target.idle_baseline()
+                    if not _recovered(after):
+                        halted = (
+                            f"not run: the idle baseline did not recover after {cell_id} failed "
+                            f"(kv_usage {after.get('kv_usage', float('nan')):.3f}, "
+                            f"running {after.get('num_running', float('nan')):.0f})"
+                        )
+                        notes.append(halted)
+        return MatrixOutcome(results, all_runs, baseline, warm_info, notes)
+    finally:
+        if records_out is not None:
+            records_out.close()
+        if progress_out is not None:
+            progress_out.close()
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

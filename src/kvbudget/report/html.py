@@ -1,0 +1,148 @@
+"""The self-contained HTML acceptance report (``OUT/report.html``).
+
+No script, no external request (a Content-Security-Policy forbids both); charts are inline SVG;
+every piece of text from the plan, the target or the model is escaped with ``html.escape``.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from kvbudget.accept.result import AcceptResult
+from kvbudget.report.charts import CHARTS, render_charts
+from kvbudget.report.markdown import CELL_HEADER, cell_row
+from kvbudget.units import format_bytes
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#212121}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
+font-size:13px;text-align:left}.pass{background:#c8e6c9}.fail{background:#ffcdd2}
+.untested{background:#eeeeee}.not_comparable{background:#fff9c4}.banner{padding:.6em 1em;
+border-radius:6px;font-size:20px;font-weight:bold}figure{margin:1em 0}
+.note{background:#fff3e0;padding:.5em 1em;border-left:4px solid #ef6c00}
+pre{white-space:pre-wrap;background:#f5f5f5;padding:.5em}
+"""
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _table(header: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{_e(classes[i])}"' if classes else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _list(items: list[str], ordered: bool = False) -> str:
+    tag = "ol" if ordered else "ul"
+    return f"<{tag}>" + "".join(f"<li>{_e(i)}</li>" for i in items) + f"</{tag}>"
+
+
+def render_html(doc: AcceptResult) -> str:
+    charts = render_charts(doc)
+    parts: list[str] = []
+    add = parts.append
+    add("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>")
+    add(f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">")
+    add(f"<title>kvbudget acceptance: {_e(doc.name)}</title><style>{CSS}</style></head><body>")
+    add(f"<h1>Capacity acceptance: {_e(doc.name)}</h1>")
+    add(
+        f"<div class='banner {_e(doc.verdict)}' id='overall-verdict'>Overall verdict: "
+        f"{_e(doc.verdict.upper())}</div>"
+    )
+    add(_list(doc.verdict_reasons))
+    add(
+        f"<p>Figures: <b>{_e(doc.provenance.label())}</b>; capacity figures are <i>computed</i>. "
+        f"Seed {_e(doc.seed)}; kvbudget {_e(doc.tool_version)}; created {_e(doc.created)}.</p>"
+    )
+    if doc.target.get("synthetic_text"):
+        add(
+            "<p class='note'>Simulated target: output text is synthetic, so every quality "
+            "checkpoint is <b>untested</b> (never pass). Nothing here is a measurement.</p>"
+        )
+    add("<h2 id='blocking'>Blocking list (lock fields not confirmed)</h2>")
+    add(_list(doc.blocking or ["none"]))
+    add("<h2>Verdicts (nine cells)</h2>")
+    add(_table(CELL_HEADER, [cell_row(c) for c in doc.cells], [c.verdict for c in doc.cells]))
+    for key, (title, _) in CHARTS.items():
+        if key in ("heatmap", "ttft", "tpot", "timeline"):
+            add(
+                f"<figure class='chart' data-chart='{key}'><figcaption>{_e(title)}</figcaption>"
+                f"{charts[key]}</figure>"
+            )
+    add("<h3>Reasons and checks</h3>")
+    for cell in doc.cells:
+        add(
+            f"<details><summary>{_e(cell.cell_id)}: {_e(cell.verdict)} — "
+            f"{_e('; '.join(cell.reasons))}</summary>"
+        )
+        add(
+            _table(
+                ["check", "verdict", "reason"],
+                [[c.name, c.verdict, c.reason] for c in cell.checks],
+                [c.verdict for c in cell.checks],
+            )
+        )
+        if cell.output_excerpts:
+            add("<p>Model output excerpts (escaped):</p>")
+            for text in cell.output_excerpts:
+                add(f"<pre class='model-output'>{_e(text)}</pre>")
+        add("</details>")
+    add("<h2>Stop conditions (declared before the run)</h2>")
+    add(
+        _table(
+            ["condition", "declared", "status", "cells", "detail"],
+            [
+                [s.name, s.declared, s.status, ", ".join(s.cells), s.detail]
+                for s in doc.stop_conditions
+            ],
+        )
+    )
+    add("<h2>Object lock</h2>")
+    add(
+        _table(
+            ["field", "value", "status", "source", "note"],
+            [[e.field, e.value, e.status, e.source or "", e.note or ""] for e in doc.lock],
+        )
+    )
+    add("<h2>Capacity ledger and the three budgets</h2>")
+    add(
+        f"<figure class='chart' data-chart='budgets'><figcaption>{_e(CHARTS['budgets'][0])}"
+        f"</figcaption>{charts['budgets']}</figure>"
+    )
+    add(
+        _table(
+            ["budget", "size", "kind", "what"],
+            [[b.name, format_bytes(b.bytes or 0), b.kind, b.what] for b in doc.ledger.budgets],
+        )
+    )
+    add(
+        _table(
+            ["input", "value", "source"], [[i.name, i.value, i.source] for i in doc.ledger.entries]
+        )
+    )
+    add(_list([f"warning: {w}" for w in doc.ledger.warnings]) if doc.ledger.warnings else "")
+    add("<h2>Single-factor comparisons</h2>")
+    add(
+        f"<figure class='chart' data-chart='ab'><figcaption>{_e(CHARTS['ab'][0])}</figcaption>"
+        f"{charts['ab']}</figure>"
+    )
+    for c in doc.comparisons:
+        add(f"<h3>{_e(c.name)} ({_e(c.factor)}): {_e(c.verdict)}</h3>")
+        add(_list(c.reasons + c.differences + [f"{k}: {v}" for k, v in c.conclusions.items()]))
+    add("<h2>Anomaly hints</h2>")
+    add(
+        _list(
+            [f"{a.code}: {a.title}. Evidence: {a.evidence}. {a.advice}" for a in doc.anomalies]
+            or ["none raised (each needs its evidence)"]
+        )
+    )
+    add("<h2>Rollback</h2>" + _list(doc.rollback, ordered=True))
+    add("<h2>Canary</h2>" + _list(doc.canary, ordered=True))
+    add("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,170 @@
+"""The Markdown acceptance report (``OUT/report.md``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.units import format_bytes
+
+
+def _fmt(value: float | None, scale: float = 1.0, unit: str = "s") -> str:
+    if value is None:
+        return "—"
+    return f"{value * scale:.3g} {unit}"
+
+
+def _md(text: object) -> str:
+    """Neutralise Markdown/HTML in free text: escape pipes, angle brackets and newlines."""
+    s = (
+        str(text)
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+    )
+    return " ".join(s.split())
+
+
+def split_verdicts(cell: CellResult) -> tuple[str, str]:
+    """(latency/capacity verdict, quality verdict) of a cell, from its checks."""
+    perf = [c.verdict for c in cell.checks if not c.name.startswith("quality ")]
+    qual = [c.verdict for c in cell.checks if c.name.startswith("quality ")]
+
+    def worst(vs: Sequence[str]) -> str:
+        order = {"pass": 0, "untested": 1, "not_comparable": 2, "fail": 3}
+        return max(vs, key=lambda v: order[v]) if vs else "—"
+
+    return worst(perf), worst(qual)
+
+
+def cell_row(cell: CellResult) -> list[str]:
+    perf, qual = split_verdicts(cell)
+    ttft = cell.summaries.get("ttft_s")
+    tpot = cell.summaries.get("tpot_s")
+    return [
+        cell.cell_id,
+        cell.verdict.upper(),
+        perf,
+        qual,
+        _fmt(ttft.pct("p95") if ttft else None),
+        _fmt(tpot.pct("p95") if tpot else None, 1000.0, "ms"),
+        str(cell.num_requests),
+        _fmt(cell.peak_kv_usage, 100.0, "%"),
+    ]
+
+
+CELL_HEADER = [
+    "cell",
+    "verdict",
+    "latency/capacity",
+    "quality",
+    "TTFT p95",
+    "TPOT p95",
+    "n",
+    "peak KV",
+]
+
+
+def render_markdown(doc: AcceptResult) -> str:
+    out: list[str] = []
+    add = out.append
+    add(f"# Capacity acceptance: {_md(doc.name)}\n")
+    add(f"**Overall verdict: {doc.verdict.upper()}**\n")
+    for reason in doc.verdict_reasons:
+        add(f"- {_md(reason)}")
+    add("")
+    add(
+        f"Figures: **{_md(doc.provenance.label())}**. Capacity figures are *computed*. "
+        f"Seed {doc.seed}; kvbudget {doc.tool_version}; plan sha256 `{doc.plan_sha256[:16]}`.\n"
+    )
+    if doc.target.get("synthetic_text"):
+        add(
+            "> Simulated target: output text is synthetic, so every quality checkpoint is "
+            "**untested** (never pass). Nothing here is a measurement.\n"
+        )
+    add("## Blocking list (lock fields not confirmed)\n")
+    if doc.blocking:
+        for item in doc.blocking:
+            add(f"- {_md(item)}")
+    else:
+        add("- none")
+    add("\n## Verdicts (nine cells)\n")
+    add("| " + " | ".join(CELL_HEADER) + " |")
+    add("|" + "---|" * len(CELL_HEADER))
+    for cell in doc.cells:
+        add("| " + " | ".join(_md(x) for x in cell_row(cell)) + " |")
+    add("\n### Reasons\n")
+    for cell in doc.cells:
+        add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))
+    add("\n## Stop conditions (declared before the run)\n")
+    add("| condition | declared | status | cells | detail |\n|---|---|---|---|---|")
+    for s in doc.stop_conditions:
+        add(
+            f"| {_md(s.name)} | {_md(s.declared)} | {s.status} | {_md(', '.join(s.cells))} | "
+            f"{_md(s.detail)} |"
+        )
+    add("\n## Object lock\n")
+    add("| field | value | status | source / note |\n|---|---|---|---|")
+    for e in doc.lock:
+        add(
+            f"| {_md(e.field)} | {_md(e.value)} | {e.status} | {_md(e.source or '')} "
+            f"{_md(e.note or '')} |"
+        )
+    add("\n## Capacity ledger and budgets (computed)\n")
+    add("| budget | bytes | what |\n|---|---|---|")
+    for b in doc.ledger.budgets:
+        add(f"| {b.name} | {format_bytes(b.bytes or 0)} | {_md(b.what)} |")
+    add("\n| input | value | source |\n|---|---|---|")
+    for entry in doc.ledger.entries:
+        add(f"| {_md(entry.name)} | {_md(entry.value)} | {_md(entry.source)} |")
+    for w in doc.ledger.warnings:
+        add(f"- warning: {_md(w)}")
+    add("\n## Load\n")
+    load = doc.plan.get("load", {})
+    for name, tier in load.get("tiers", {}).items():
+        add(
+            f"- input tier **{name}**: {tier['min_tokens']}–{tier['max_tokens']} prompt tokens, "
+            f"{tier['output_tokens']} output tokens — {_md(tier['source']).replace('_', ' ')}"
+        )
+    for name, tier in load.get("concurrency", {}).items():
+        add(
+            f"- concurrency tier **{name}**: {tier['concurrency']} ({tier['arrival']}, "
+            f"{tier['duration_s']} s) — {_md(tier['source']).replace('_', ' ')}"
+        )
+    add(
+        f"- repetitions: {load.get('repetitions')}; warm-up: {_md(doc.warmup)}; "
+        f"idle baseline: {_md(doc.baseline)}"
+    )
+    if doc.comparisons:
+        add("\n## Single-factor comparisons\n")
+        for c in doc.comparisons:
+            add(f"### {_md(c.name)} ({c.factor}): {c.verdict}\n")
+            for r in c.reasons + c.differences:
+                add(f"- {_md(r)}")
+            for key, text in c.conclusions.items():
+                add(f"- {key}: {_md(text)}")
+            if c.deltas:
+                add(
+                    f"\n| cell | metric | baseline p{c.percentile:g} | variant | diff [95% CI] | "
+                    "HL shift | p (Holm) |\n|---|---|---|---|---|---|---|"
+                )
+                for d in c.deltas:
+                    add(
+                        f"| {d.cell_id} | {d.metric} | {_fmt(d.baseline_pct)} | {_fmt(d.variant_pct)} | "
+                        f"{_fmt(d.pct_diff)} [{_fmt(d.pct_diff_low)}, {_fmt(d.pct_diff_high)}] | "
+                        f"{_fmt(d.hl_shift)} | {d.p_holm if d.p_holm is None else f'{d.p_holm:.3g}'} |"
+                    )
+    add("\n## Anomaly hints\n")
+    if not doc.anomalies:
+        add("- none raised (each needs its evidence)")
+    for a in doc.anomalies:
+        add(f"- **{a.code}** — {_md(a.title)}. Evidence: {_md(a.evidence)}. {_md(a.advice)}")
+    add("\n## Rollback\n")
+    for step in doc.rollback:
+        add(f"1. {_md(step)}")
+    add("\n## Canary\n")
+    for step in doc.canary:
+        add(f"1. {_md(step)}")
+    add("")
+    return "\n".join(out)

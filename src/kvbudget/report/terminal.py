@@ -1,0 +1,51 @@
+"""The verdict table printed at the end of ``kvbudget accept`` / ``kvbudget report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvbudget.accept.result import AcceptResult
+from kvbudget.report.markdown import CELL_HEADER, cell_row
+
+STYLE = {
+    "pass": "green",
+    "fail": "red",
+    "untested": "grey50",
+    "not_comparable": "yellow",
+    "blocked": "yellow",
+}
+
+
+def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | None) -> None:
+    console = Console(width=120)
+    table = Table(title=f"{escape(doc.name)} — figures {escape(doc.provenance.label())}")
+    for name in CELL_HEADER:
+        table.add_column(name)
+    for cell in doc.cells:
+        row = [escape(x) for x in cell_row(cell)]
+        row[1] = f"[{STYLE[cell.verdict]}]{row[1]}[/]"
+        table.add_row(*row)
+    console.print(table)
+    if doc.blocking:
+        console.print(
+            f"blocking list: {len(doc.blocking)} lock field(s) not confirmed "
+            "(see the top of the report)"
+        )
+    for comp in doc.comparisons:
+        console.print(
+            f"comparison {escape(comp.name)} ({comp.factor}): {comp.verdict} — "
+            f"{escape('; '.join(comp.reasons))}"
+        )
+    style = STYLE.get(doc.verdict, "white")
+    console.print(f"[bold {style}]overall verdict: {doc.verdict.upper()}[/]")
+    for reason in doc.verdict_reasons:
+        console.print(f"  - {escape(reason)}")
+    if wall_s is not None:
+        console.print(f"wall time {wall_s:.1f} s")
+    for kind in ("html", "md", "json"):
+        if kind in paths:
+            console.print(f"report {kind}: {paths[kind]}")

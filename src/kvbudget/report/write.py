@@ -1,0 +1,30 @@
+"""Write and re-render an acceptance result: ``report.json``, ``report.md``, ``report.html``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvbudget.accept.result import AcceptResult
+from kvbudget.records import read_document, write_document
+from kvbudget.report.html import render_html
+from kvbudget.report.markdown import render_markdown
+
+
+def write_report(doc: AcceptResult, out_dir: Path, *, json_too: bool = True) -> dict[str, Path]:
+    """Write the documents into ``out_dir``; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / "report.json",
+        "md": out_dir / "report.md",
+        "html": out_dir / "report.html",
+    }
+    if json_too:
+        write_document(paths["json"], doc)
+    paths["md"].write_text(render_markdown(doc), encoding="utf-8")
+    paths["html"].write_text(render_html(doc), encoding="utf-8")
+    return paths
+
+
+def load_result(path: Path) -> AcceptResult:
+    """Read a ``report.json`` (one-line ``ReportError`` if it is not an acceptance result)."""
+    return read_document(path, AcceptResult)
