@@ -99,16 +99,14 @@ class BlockPool:
                 f"asked for {num_blocks} blocks with {len(self._free)} free; the scheduler "
                 "must check can_allocate first"
             )
-        free = self._free
+        popitem = self._free.popitem
         ref = self.ref_cnt
         keys = self.block_key
-        out: list[int] = []
-        for _ in range(num_blocks):
-            block_id, _unused = free.popitem(last=False)
+        out = [popitem(False)[0] for _ in range(num_blocks)]
+        for block_id in out:
             if keys[block_id] is not None:
                 self._evict(block_id)
             ref[block_id] = 1
-            out.append(block_id)
         return out
 
     def touch(self, block_ids: Iterable[int]) -> None:

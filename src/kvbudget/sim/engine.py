@@ -89,6 +89,7 @@ class EngineCore:
         *,
         vocab_size: int = 32000,
         on_evict: EvictHook | None = None,
+        keep_finished: bool = False,
     ) -> None:
         self.config = config
         self.timing = timing
@@ -107,6 +108,9 @@ class EngineCore:
         self.generation_tokens = 0
         self.num_finished = 0
         self.num_steps = 0
+        #: finished/aborted requests, kept only when ``keep_finished`` (the offline simulator)
+        self.keep_finished = keep_finished
+        self.finished: list[SimRequest] = []
 
     # ------------------------------------------------------------------ requests
     def add_request(self, req: Any) -> SimRequest:
@@ -170,6 +174,8 @@ class EngineCore:
         self.kv.free(req)
         req.status = "aborted"
         req.finish_reason = "abort"
+        if self.keep_finished:
+            self.finished.append(req)
         return True
 
     def has_work(self) -> bool:
@@ -250,6 +256,8 @@ class EngineCore:
         req.status = "finished"
         self.requests.pop(req.spec.request_id, None)
         self.num_finished += 1
+        if self.keep_finished:
+            self.finished.append(req)
 
     # ------------------------------------------------------------------ cache and stats
     def reset_prefix_cache(self) -> bool:

@@ -5,9 +5,9 @@ that increases with every push, so two events with the same time and priority po
 they were pushed. Nothing depends on object identity or hash order; the same pushes give the
 same pops in every process.
 
-Priorities used by the cluster (lower runs first at equal times):
-``PRIO_STEP_DONE`` (a replica's step ends and its tokens are emitted) before
-``PRIO_TRANSFER_DONE`` before ``PRIO_ARRIVAL`` before ``PRIO_SAMPLE``.
+Priorities used by the cluster (lower runs first at equal times): a KV transfer that ends,
+then arrivals (so a request arriving exactly at a step boundary joins that step), then
+scale-out events, then replica steps, then state samples.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-PRIO_STEP_DONE = 0
-PRIO_TRANSFER_DONE = 1
-PRIO_ARRIVAL = 2
-PRIO_SCALE = 3
+PRIO_TRANSFER_DONE = 0
+PRIO_ARRIVAL = 1
+PRIO_SCALE = 2
+PRIO_STEP = 3
 PRIO_SAMPLE = 4
 
 T = TypeVar("T")

@@ -14,6 +14,8 @@ attention; hybrid sliding/state models run without it (documented in docs/simula
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvbudget.sim.blockpool import NULL_BLOCK_ID, BlockPool
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.prefix import BlockHash, max_cache_hit_tokens
@@ -23,7 +25,16 @@ from kvbudget.sim.request import SimRequest
 class KVCacheManager:
     """Allocates, caches and frees a request's blocks in every group."""
 
-    __slots__ = ("block_size", "caching", "kinds", "max_model_len", "num_groups", "pool", "windows")
+    __slots__ = (
+        "block_size",
+        "caching",
+        "kinds",
+        "max_model_len",
+        "num_groups",
+        "on_cache",
+        "pool",
+        "windows",
+    )
 
     def __init__(self, config: ReplicaConfig, pool: BlockPool) -> None:
         self.pool = pool
@@ -33,6 +44,8 @@ class KVCacheManager:
         self.num_groups = len(self.kinds)
         self.caching = config.prefix_caching_effective
         self.max_model_len = config.max_model_len
+        #: called with the group-0 hashes of newly cached full blocks (write-through tiers)
+        self.on_cache: Callable[[list[BlockHash]], None] | None = None
 
     def init_request(self, req: SimRequest) -> None:
         """Give a new or preempted request empty block tables."""
@@ -139,14 +152,22 @@ class KVCacheManager:
 
     def _cache_full_blocks(self, req: SimRequest, num_tokens: int) -> None:
         num_full = num_tokens // self.block_size
-        if num_full <= req.num_cached_blocks:
+        if not self.caching or num_full <= req.num_cached_blocks:
             return
         req.update_block_hashes(num_tokens)
         pool = self.pool
         hashes = req.block_hashes
-        for i in range(req.num_cached_blocks, num_full):
-            for g in range(self.num_groups):
-                pool.cache_block(req.block_ids[g][i], self.key(g, hashes[i]))
+        start = req.num_cached_blocks
+        cache_block = pool.cache_block
+        table0 = req.block_ids[0]
+        for i in range(start, num_full):
+            cache_block(table0[i], hashes[i])
+        for g in range(1, self.num_groups):
+            table = req.block_ids[g]
+            for i in range(start, num_full):
+                cache_block(table[i], (g, hashes[i]))
+        if self.on_cache is not None:
+            self.on_cache(hashes[req.num_cached_blocks : num_full])
         req.num_cached_blocks = num_full
 
     def free(self, req: SimRequest) -> None:

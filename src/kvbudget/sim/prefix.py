@@ -122,15 +122,33 @@ class ChainHasher:
             block_size, adapter_id=adapter_id, mm_hashes=mm_hashes, cache_salt=cache_salt
         )
 
-    def extend(self, hashes: list[BlockHash], token_ids: Sequence[int], num_tokens: int) -> None:
-        """Append hashes for every newly full block among the first ``num_tokens`` tokens."""
+    def extend(
+        self,
+        hashes: list[BlockHash],
+        token_ids: Sequence[int],
+        num_tokens: int,
+        offset: int = 0,
+    ) -> None:
+        """Append hashes for every newly full block among the first ``num_tokens`` tokens.
+
+        ``token_ids[0]`` is the token at position ``offset`` (a multiple of ``block_size``
+        equal to ``len(hashes) * block_size`` when only new tokens are passed).
+        """
         size = self.block_size
         fn = self._fn
         index = len(hashes)
         parent = hashes[-1] if hashes else self._none
-        while (index + 1) * size <= num_tokens:
-            start = index * size
-            extra = self._extra_first if index == 0 else self._extra_rest
-            parent = fn((parent, tuple(token_ids[start : start + size]), extra))
+        num_full = num_tokens // size
+        if num_full <= index:
+            return
+        lo = index * size - offset
+        chunk = token_ids[lo : num_full * size - offset]
+        blocks = zip(*[iter(chunk)] * size, strict=False)
+        if index == 0:
+            parent = fn((parent, next(blocks), self._extra_first))
             hashes.append(parent)
-            index += 1
+        extra = self._extra_rest
+        append = hashes.append
+        for block in blocks:
+            parent = fn((parent, block, extra))
+            append(parent)

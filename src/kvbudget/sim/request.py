@@ -104,6 +104,11 @@ class SimRequest:
     finish_s: float | None = None
     finish_reason: str | None = None
     has_been_scheduled: bool = False
+    #: lazy decode bookkeeping of the fast path (kvbudget.sim.fastpath); -1 = not lazy
+    lazy_g0: int = -1
+    lazy_c0: int = 0
+    lazy_o0: int = 0
+    running_seq: int = 0
 
     @property
     def request_id(self) -> str:
@@ -128,22 +133,27 @@ class SimRequest:
         """Prompt tokens served from any cache tier at first scheduling."""
         return sum(self.cached_tokens_by_tier.values())
 
-    def token_ids(self, upto: int) -> list[int] | tuple[int, ...]:
-        """The first ``upto`` tokens (prompt then generated)."""
+    def token_slice(self, start: int, end: int) -> list[int] | tuple[int, ...]:
+        """Tokens ``start .. end-1`` (prompt then generated)."""
         prompt = self.spec.prompt_token_ids
-        if upto <= len(prompt):
-            return prompt
-        out = list(prompt)
-        out.extend(
-            generated_token_id(self.seed, j, self.vocab_size) for j in range(upto - len(prompt))
-        )
+        num_prompt = len(prompt)
+        if end <= num_prompt:
+            return prompt[start:end]
+        out = list(prompt[start:num_prompt]) if start < num_prompt else []
+        seed = self.seed
+        vocab = self.vocab_size
+        first = max(start, num_prompt) - num_prompt
+        out.extend((seed + (j + 1) * _MIX) % vocab for j in range(first, end - num_prompt))
         return out
 
     def update_block_hashes(self, num_tokens: int) -> None:
         """Extend the hash chain to every full block within the first ``num_tokens``."""
-        if self.hasher is None:
+        hasher = self.hasher
+        if hasher is None:
             return
-        size = self.hasher.block_size
-        if (len(self.block_hashes) + 1) * size > num_tokens:
+        size = hasher.block_size
+        start = len(self.block_hashes) * size
+        end = (num_tokens // size) * size
+        if end <= start:
             return
-        self.hasher.extend(self.block_hashes, self.token_ids(num_tokens), num_tokens)
+        hasher.extend(self.block_hashes, self.token_slice(start, end), end, offset=start)

@@ -1,0 +1,268 @@
+"""Fast path: the same scheduling as :class:`EngineCore`, with decode tokens advanced lazily.
+
+A decoding request changes in a fully predictable way each step (one more computed token, one
+more output token), so the fast path does not touch it per step. It keeps a global decode-step
+counter ``G``; a decoding request stores ``(g0, c0, o0)`` (counter, computed tokens and outputs
+when it started decoding) and its state at any step is ``c0 + G - g0``. Work is only done where
+something can change:
+
+* block boundaries: a decoder needs a new block when its computed tokens reach a multiple of
+  ``block_size``, i.e. at steps with ``G % block_size == (g0 - c0) % block_size``; decoders are
+  bucketed by that phase, so a step touches only the ~1/block_size of them that cross;
+* finishes: a heap on the step at which each decoder reaches its output length;
+* prefills, admissions and preemptions: done exactly as the explicit engine does them.
+
+The step-time model sees the same batch (decode count and summed context are kept as running
+sums). The result is identical to stepping :class:`EngineCore` (same block ids, eviction order,
+times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads. Used when the
+replica is FCFS, has no sliding-window group, no KV tier and ``max_num_seqs <
+max_num_batched_tokens`` with no ``long_prefill_token_threshold`` (see :func:`fast_path_ok`).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.request import SimRequest
+from kvbudget.sim.timing import BatchShape
+
+
+def fast_path_ok(config: ReplicaConfig) -> bool:
+    """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration."""
+    return (
+        config.policy == "fcfs"
+        and all(g.kind != "sliding" for g in config.kv_groups)
+        and config.max_num_seqs < config.max_num_batched_tokens
+        and config.long_prefill_token_threshold == 0
+    )
+
+
+class FastEngine:
+    """Drives an :class:`EngineCore`'s pool, KV manager and waiting queue with lazy decode."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.config = core.config
+        self.kv = core.kv
+        self.pool = core.pool
+        self.timing = core.timing
+        self.waiting = core.scheduler.waiting
+        self.sched = core.scheduler
+        self.block_size = core.config.block_size
+        self.running: dict[int, SimRequest] = {}
+        self.explicit: dict[int, SimRequest] = {}
+        self.phase: list[dict[int, SimRequest]] = [{} for _ in range(self.block_size)]
+        self.num_decoders = 0
+        self.decode_ctx = 0
+        self.g = 0
+        self._seq = 0
+        self._finish_heap: list[tuple[int, int, int, SimRequest]] = []
+        self.num_steps = 0
+
+    # ------------------------------------------------------------------ lazy bookkeeping
+    def _materialize(self, req: SimRequest) -> None:
+        if req.lazy_g0 >= 0:
+            d = self.g - req.lazy_g0
+            req.num_computed_tokens = req.lazy_c0 + d
+            req.num_output_tokens = req.lazy_o0 + d
+
+    def _add_decoder(self, req: SimRequest) -> None:
+        req.lazy_g0 = self.g
+        req.lazy_c0 = req.num_computed_tokens
+        req.lazy_o0 = req.num_output_tokens
+        self.phase[(self.g - req.lazy_c0) % self.block_size][req.running_seq] = req
+        self.num_decoders += 1
+        self.decode_ctx += req.lazy_c0
+        finish_at = self.g + req.spec.max_output_tokens - req.lazy_o0
+        heapq.heappush(self._finish_heap, (finish_at, req.running_seq, self.g, req))
+
+    def _remove_decoder(self, req: SimRequest) -> None:
+        self._materialize(req)
+        del self.phase[(req.lazy_g0 - req.lazy_c0) % self.block_size][req.running_seq]
+        self.num_decoders -= 1
+        self.decode_ctx -= req.num_computed_tokens
+        req.lazy_g0 = -1
+
+    def _drop_running(self, req: SimRequest) -> None:
+        if req.lazy_g0 >= 0:
+            self._remove_decoder(req)
+            self.kv._cache_full_blocks(req, req.num_computed_tokens)
+        else:
+            self.explicit.pop(req.running_seq, None)
+        del self.running[req.running_seq]
+
+    def _admit(self, req: SimRequest) -> None:
+        req.running_seq = self._seq
+        self._seq += 1
+        self.running[req.running_seq] = req
+
+    def _preempt_last(self) -> SimRequest:
+        victim = self.running[next(reversed(self.running))]
+        self._drop_running(victim)
+        self.kv.free(victim)
+        victim.status = "waiting"
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        self.sched.num_preemptions += 1
+        self.waiting.prepend(victim)
+        return victim
+
+    def has_work(self) -> bool:
+        return bool(self.running) or bool(len(self.waiting))
+
+    def add_request(self, req: object) -> SimRequest:
+        return self.core.add_request(req)
+
+    # ------------------------------------------------------------------ one step
+    def step(self, now_s: float) -> float:
+        """Schedule and apply one step at ``now_s``; returns its duration (0 = nothing ran)."""
+        cfg = self.config
+        kv = self.kv
+        preempted = False
+        # 1. running decoders that cross a block boundary, in running order
+        crossing = self.phase[self.g % self.block_size]
+        if crossing:
+            for seq in list(crossing):
+                req = crossing.get(seq)
+                if req is None or seq not in self.running:
+                    continue
+                self._materialize(req)
+                ok = True
+                while not kv.allocate_slots(req, 1):
+                    victim = self._preempt_last()
+                    preempted = True
+                    if victim is req:
+                        ok = False
+                        break
+                if not ok:
+                    break
+        # 2. the explicit (prefilling) running requests, in running order
+        budget = cfg.max_num_batched_tokens - self.num_decoders
+        scheduled: list[tuple[SimRequest, int]] = []
+        for seq in list(self.explicit):
+            req = self.explicit.get(seq)
+            if req is None or budget <= 0:
+                continue
+            num_new = min(
+                req.num_tokens - req.num_computed_tokens,
+                budget,
+                cfg.max_model_len - req.num_computed_tokens,
+            )
+            if num_new <= 0:
+                continue
+            ok = True
+            while not kv.allocate_slots(req, num_new):
+                victim = self._preempt_last()
+                preempted = True
+                if victim is req:
+                    ok = False
+                    break
+            if not ok:
+                break
+            scheduled.append((req, num_new))
+            budget -= num_new
+        # 3. waiting requests (only if nothing was preempted)
+        if not preempted:
+            budget = self._admit_waiting(now_s, scheduled, budget)
+        if not scheduled and self.num_decoders == 0:
+            return 0.0
+        return self._apply(now_s, scheduled)
+
+    def _admit_waiting(
+        self, now_s: float, scheduled: list[tuple[SimRequest, int]], budget: int
+    ) -> int:
+        cfg = self.config
+        kv = self.kv
+        sched = self.sched
+        while len(self.waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            req = self.waiting.peek()
+            hits: list[list[int]] = []
+            num_hit = 0
+            if req.num_computed_tokens == 0 and kv.caching:
+                hits, num_hit = kv.find_cache_hit(req)
+            num_new = req.num_tokens - num_hit
+            if not cfg.enable_chunked_prefill and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            if not kv.allocate_slots(req, num_new, hits, num_hit):
+                break
+            sched._admit(req, num_hit, 0, "")
+            sched.running.pop()  # the fast path keeps its own running order
+            self._admit(req)
+            self.explicit[req.running_seq] = req
+            req.num_computed_tokens = num_hit
+            req.status = "running"
+            scheduled.append((req, num_new))
+            budget -= num_new
+        return budget
+
+    def _apply(self, now_s: float, scheduled: list[tuple[SimRequest, int]]) -> float:
+        num_prefill = 0
+        pairs = 0.0
+        prefill_ctx = 0
+        extra_decode = 0
+        extra_ctx = 0
+        for req, n in scheduled:
+            c = req.num_computed_tokens
+            if n == 1 and req.num_output_tokens > 0 and c == req.num_tokens - 1:
+                extra_decode += 1
+                extra_ctx += c + 1
+            else:
+                num_prefill += n
+                pairs += n * (c + (n + 1) / 2)
+                prefill_ctx += c + n
+        num_dec = self.num_decoders
+        shape = BatchShape(
+            num_prefill,
+            pairs,
+            prefill_ctx,
+            num_dec + extra_decode,
+            self.decode_ctx + num_dec + extra_ctx,
+        )
+        duration = self.timing.step_time_s(shape)
+        end_s = now_s + duration
+        core = self.core
+        self.num_steps += 1
+        core.num_steps += 1
+        self.g += 1
+        self.decode_ctx += num_dec
+        core.generation_tokens += num_dec
+        finished: list[SimRequest] = []
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self.g:
+            _, seq, g0, req = heapq.heappop(heap)
+            if req.lazy_g0 != g0 or self.running.get(seq) is not req:
+                continue  # stale entry (the request was preempted)
+            finished.append(req)
+        joined: list[SimRequest] = []
+        for req, n in scheduled:
+            if req.first_scheduled_s is None:
+                req.first_scheduled_s = now_s
+            req.num_computed_tokens += n
+            if req.num_computed_tokens < req.num_tokens:
+                continue
+            req.num_output_tokens += 1
+            core.generation_tokens += 1
+            if req.first_token_s is None:
+                req.first_token_s = end_s
+                core.prompt_tokens += req.num_prompt_tokens
+            if req.num_output_tokens >= req.spec.max_output_tokens:
+                finished.append(req)
+            else:
+                joined.append(req)
+        for req in finished:
+            self._drop_running(req)
+            self.kv.free(req)
+            req.status = "finished"
+            req.finish_reason = "length"
+            req.finish_s = end_s
+            core.requests.pop(req.spec.request_id, None)
+            core.num_finished += 1
+            if core.keep_finished:
+                core.finished.append(req)
+        for req in joined:
+            del self.explicit[req.running_seq]
+            self._add_decoder(req)
+        return duration

@@ -1,0 +1,184 @@
+"""A simulated replica: an engine (fast path or explicit), optional KV tiers, its results.
+
+The replica is stepped by the cluster's event loop (:mod:`kvbudget.sim.cluster`): ``step(now)``
+runs one engine step and returns its duration; ``wake_s()`` says when a replica with only
+reloading requests can continue. It also answers the router's questions from its real state:
+outstanding requests, KV usage, queued prefill tokens, the prefix it has cached for a prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.fastpath import FastEngine, fast_path_ok
+from kvbudget.sim.request import SimRequest
+from kvbudget.sim.tiers import Tier, TierConfig, TierStack
+from kvbudget.sim.timing import StepTimeModel
+
+
+@dataclass(slots=True)
+class KVSample:
+    """One sample of a replica's state."""
+
+    time_s: float
+    replica: str
+    kv_usage: float
+    num_running: int
+    num_waiting: int
+
+
+@dataclass(slots=True)
+class ReplicaSetup:
+    """How to build one replica (the cluster may build more later: scale-out)."""
+
+    config: ReplicaConfig
+    timing: StepTimeModel
+    tiers: tuple[TierConfig, ...] = ()
+    #: a remote tier object shared between replicas (built by the cluster)
+    shared_tiers: tuple[Tier, ...] = field(default_factory=tuple)
+    fast_path: bool = True
+
+
+class Replica:
+    """One engine replica inside the cluster."""
+
+    def __init__(
+        self, name: str, setup: ReplicaSetup, rng: np.random.Generator, *, ready_s: float = 0.0
+    ) -> None:
+        self.name = name
+        self.setup = setup
+        cfg = setup.config.model_copy(update={"name": name})
+        self.config = cfg
+        self.timing = setup.timing
+        self.tier_stack: TierStack | None = None
+        if setup.tiers or setup.shared_tiers:
+            block_bytes = cfg.kv_bytes_per_token * cfg.block_size
+            if block_bytes <= 0:
+                from kvbudget.errors import ConfigError
+
+                raise ConfigError(
+                    "tiers: the replica's kv_bytes_per_token is 0 (unknown); tiers need it to "
+                    "size blocks; build the replica from a plan or set kv_bytes_per_token",
+                    field="kv_bytes_per_token",
+                )
+            tiers = [Tier(t, block_bytes) for t in setup.tiers if t.name != "remote"]
+            tiers.extend(setup.shared_tiers)
+            self.tier_stack = TierStack(tiers, setup.timing, cfg.block_size)
+        stack = self.tier_stack
+        self.core = EngineCore(
+            cfg,
+            setup.timing,
+            rng,
+            on_evict=stack.on_gpu_evict if stack is not None else None,
+            keep_finished=True,
+        )
+        if stack is not None:
+            self.core.scheduler.tier_lookup = stack.lookup
+            if stack.has_cpu:
+                self.core.scheduler.on_preempt = stack.on_preempt
+            self.core.kv.on_cache = lambda keys: stack.on_cache(keys, stack.now_s)
+        use_fast = setup.fast_path and stack is None and fast_path_ok(cfg)
+        self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
+        #: the replica accepts work from this time on (cold start for scale-out)
+        self.ready_s = ready_s
+        self.busy = False
+        self.num_routed = 0
+        self.samples: list[KVSample] = []
+
+    # ------------------------------------------------------------------ driving
+    def add(self, req: Any) -> SimRequest:
+        self.num_routed += 1
+        if self.fast is not None:
+            return self.fast.add_request(req)
+        return self.core.add_request(req)
+
+    def has_work(self) -> bool:
+        return self.fast.has_work() if self.fast is not None else self.core.has_work()
+
+    def step(self, now_s: float) -> float:
+        """One engine step at ``now_s``; returns its duration (0 when nothing could run)."""
+        if self.tier_stack is not None:
+            self.tier_stack.now_s = now_s
+        if self.fast is not None:
+            return self.fast.step(now_s)
+        return self.core.step(now_s).duration_s
+
+    def wake_s(self) -> float | None:
+        """When a stalled replica (only reloading requests) can run again."""
+        return self.core.next_ready_s()
+
+    def sample(self, now_s: float) -> None:
+        st = self.core.stats()
+        running = len(self.fast.running) if self.fast is not None else st.num_running
+        self.samples.append(KVSample(now_s, self.name, st.kv_usage, running, st.num_waiting))
+
+    # ------------------------------------------------------------------ router views
+    def num_outstanding(self) -> int:
+        """Requests routed here and not finished."""
+        return len(self.core.requests)
+
+    def kv_usage(self) -> float:
+        return self.core.pool.usage()
+
+    def queued_prefill_tokens(self) -> int:
+        """Prompt tokens still to compute over waiting and running requests."""
+        return sum(
+            max(0, r.num_prompt_tokens - r.num_computed_tokens) for r in self.core.requests.values()
+        )
+
+    def cached_prefix_tokens(self, block_hashes: list[Hashable]) -> tuple[int, int]:
+        """(GPU-cached leading tokens, tier-cached tokens after them) for a hash chain."""
+        pool = self.core.pool
+        if not self.config.prefix_caching_effective:
+            return 0, 0
+        num_gpu = 0
+        for h in block_hashes:
+            if pool.get_cached_block(h) is None:
+                break
+            num_gpu += 1
+        num_tier = 0
+        if self.tier_stack is not None:
+            for h in block_hashes[num_gpu:]:
+                if not any(h in t.blocks for t in self.tier_stack.tiers):
+                    break
+                num_tier += 1
+        size = self.config.block_size
+        return num_gpu * size, num_tier * size
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    def cached_keys(self) -> set[Hashable]:
+        """Every block key cached on the GPU or in a tier (for a stale router index)."""
+        keys: set[Hashable] = set(self.core.pool._cached)
+        if self.tier_stack is not None:
+            for tier in self.tier_stack.tiers:
+                keys.update(tier.blocks)
+        return keys
+
+    def tier_reload_s(self, num_tokens: int) -> float:
+        """Estimated reload time of ``num_tokens`` from the first tier (0 without tiers)."""
+        if num_tokens <= 0 or self.tier_stack is None or not self.tier_stack.tiers:
+            return 0.0
+        tier = self.tier_stack.tiers[0]
+        c = tier.config
+        num_blocks = -(-num_tokens // self.config.block_size)
+        return (
+            c.latency_s
+            + num_blocks * tier.block_bytes / c.bandwidth_bytes_per_s
+            + c.format_s
+            + c.sync_s
+        )
+
+    def finished(self) -> list[SimRequest]:
+        return self.core.finished
+
+    def unfinished(self) -> list[SimRequest]:
+        return list(self.core.requests.values())
