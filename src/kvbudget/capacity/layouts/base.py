@@ -64,6 +64,7 @@ class LayoutResult:
     stages: tuple[StageBytes, ...]
     block_size: int | None = None
     notes: tuple[str, ...] = field(default=())
+    padding: str = ""  # non-empty when the engine rounds the load up (blocks, 256-cell context)
 
     @property
     def per_rank_max_bytes(self) -> int:

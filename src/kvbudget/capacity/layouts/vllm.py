@@ -33,7 +33,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
-from kvbudget.capacity.layouts.base import get_pp_indices, heads_per_rank
+from kvbudget.capacity.layouts.base import (
+    GroupBytes,
+    LayoutResult,
+    StageBytes,
+    check_load,
+    get_pp_indices,
+    heads_per_rank,
+)
+from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
 from kvbudget.spec.model import ModelSpec
@@ -48,6 +56,7 @@ __all__ = [
     "heads_per_rank",
     "kv_layers",
     "vllm_layer_specs",
+    "vllm_layout",
 ]
 
 VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
@@ -260,3 +269,73 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
             else 1 + (1 if spec.mamba_cache_mode == "align" else 0)
         )
     return 0
+
+
+def vllm_layout(
+    spec: ModelSpec,
+    *,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str = "auto",
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    block_size: int | None = None,
+) -> LayoutResult:
+    """Bytes ``seqs`` sequences of ``tokens`` tokens hold in vLLM's paged pool, per stage and rank.
+
+    Each sequence holds :func:`blocks_held` blocks per layer (whole blocks, so the last one may be
+    partly empty; sliding/chunked layers free skipped blocks; mamba layers hold one padded page).
+    """
+    check_load(tokens, seqs, tp, pp, dp)
+    notes: list[str] = []
+    stages: list[StageBytes] = []
+    block = DEFAULT_BLOCK_SIZE
+    for rank in range(pp):
+        start, end = get_pp_indices(spec.num_layers, rank, pp)
+        specs = vllm_layer_specs(
+            spec, kv_dtype=kv_dtype, tp=tp, pp=pp, pp_rank=rank, block_size=block_size
+        )
+        groups: list[GroupBytes] = []
+        for (kind, _w), members in group_by_kind(specs):
+            first = members[0]
+            block = first.block_size if kind != "none" else block
+            held = blocks_held(first, tokens)
+            per_seq = sum(blocks_held(m, tokens) * m.page_size_bytes for m in members)
+            per_token = (
+                0
+                if kind in ("mamba", "none")
+                else sum(m.page_size_bytes for m in members) // first.block_size
+            )
+            kept = 0 if kind in ("mamba", "none") else held * first.block_size
+            groups.append(
+                GroupBytes(
+                    kind,
+                    tuple(m.layer_index for m in members),
+                    kept,
+                    per_token,
+                    per_seq,
+                    per_seq * seqs,
+                    f"{held} block(s) of {first.block_size} tokens per sequence"
+                    if kind != "none"
+                    else "",
+                )
+            )
+        stages.append(StageBytes(rank, start, end, tuple(groups)))
+    dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
+    if tokens % block:
+        notes.append(
+            f"last block of each sequence is partly empty ({tokens} tokens, block {block})"
+        )
+    return LayoutResult(
+        "vllm",
+        dtype.name,
+        tokens,
+        seqs,
+        tp,
+        pp,
+        dp,
+        tuple(stages),
+        block_size=block,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,106 @@
+"""Hugging Face transformers layout: what ``DynamicCache`` holds after a forward pass.
+
+Source: ``transformers/cache_utils.py`` (5.x, read in this venv) and the models' modeling files:
+
+* ``DynamicLayer`` (full attention): K and V ``[batch, kv_heads, seq, head_dim]``.
+* ``DynamicSlidingWindowLayer``: keeps only the last ``sliding_window - 1`` tokens
+  (``full_key_states[:, :, -self.sliding_window + 1:, :]``); chunked layers (Llama 4) use the
+  same class with ``sliding_window = attention_chunk_size`` (``get_layer_types_and_kwargs``).
+* MLA (DeepSeek-V2/V3, ``modeling_deepseek_v3.py``): the cache holds the normalised latent
+  ``[batch, 1, seq, kv_lora_rank]`` as "keys" and the rotary key ``[batch, 1, seq, rope]`` as "values".
+* ``LinearAttentionLayer`` (Mamba in Jamba, gated delta net in Qwen3-Next): a conv state
+  ``[batch, channels, conv_kernel]`` in the model dtype and a recurrent state in float32
+  (Mamba ``[batch, intermediate, d_state]``; GDN ``[batch, v_heads, k_dim, v_dim]``).
+* ``MiniMaxCache.linear_cache``: ``[batch, heads, head_dim, head_dim]`` in the model dtype.
+* KV-shared layers (Gemma-3n consumers) get a ``DummyLayer`` that stores nothing.
+
+Transformers runs in one process, so ``tp`` and ``pp`` must be 1 (``dp`` counts replicas).
+"""
+
+from __future__ import annotations
+
+from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.base import GroupBytes, LayoutResult, StageBytes, check_load
+from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import (
+    MLA,
+    ChunkedLocal,
+    FullAttention,
+    LayerSpec,
+    SlidingWindow,
+    StateLayer,
+)
+from kvbudget.spec.model import ModelSpec
+
+FP32_BYTES = 4
+
+
+def _kept(layer: LayerSpec, tokens: int) -> int:
+    if isinstance(layer, SlidingWindow):
+        return min(tokens, layer.sliding_window - 1)
+    if isinstance(layer, ChunkedLocal):
+        return min(tokens, layer.attention_chunk_size - 1)
+    if layer.kind in ("full", "mla"):
+        return tokens
+    return 0
+
+
+def state_bytes_hf(layer: StateLayer, element_bytes: int) -> int:
+    """One sequence's state as transformers stores it."""
+    if layer.state_kind == "linear":
+        return layer.ssm_elements() * element_bytes
+    conv = layer.conv_channels() * layer.conv_kernel * element_bytes
+    return conv + layer.ssm_elements() * FP32_BYTES
+
+
+def hf_layout(
+    spec: ModelSpec,
+    *,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str = "auto",
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+) -> LayoutResult:
+    """Bytes of the cache transformers returns after one forward of ``tokens`` x ``seqs``."""
+    check_load(tokens, seqs, tp, pp, dp)
+    if tp != 1 or pp != 1:
+        raise ConfigError(
+            f"tp/pp: the hf layout is one process; got tp={tp} pp={pp}; use --tp 1 --pp 1",
+            field="tp",
+        )
+    model_dtype = spec.torch_dtype or "float32"
+    dtype = get_kv_dtype(kv_dtype, engine="hf", model_dtype=model_dtype)
+    s = dtype.block_bytes
+    groups: list[GroupBytes] = []
+    for (kind, _window), layers in group_by_kind(spec.layers):
+        first = layers[0]
+        if isinstance(first, StateLayer):
+            per_seq = sum(
+                state_bytes_hf(layer, s) for layer in layers if isinstance(layer, StateLayer)
+            )
+            per_token = 0
+        elif isinstance(first, FullAttention | MLA):
+            per_token = sum(
+                layer.bytes_per_token(s)
+                for layer in layers
+                if isinstance(layer, FullAttention | MLA)
+            )
+            per_seq = per_token * _kept(first, tokens)
+        else:
+            per_token = per_seq = 0
+        kept = _kept(first, tokens)
+        groups.append(
+            GroupBytes(
+                kind, tuple(x.layer_index for x in layers), kept, per_token, per_seq, per_seq * seqs
+            )
+        )
+    notes = (
+        ()
+        if spec.torch_dtype
+        else ("config names no dtype: transformers loads float32 by default",)
+    )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    return LayoutResult("hf", dtype.name, tokens, seqs, tp, pp, dp, (stage,), notes=notes)

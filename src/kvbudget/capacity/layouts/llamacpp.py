@@ -1,0 +1,141 @@
+"""llama.cpp layout: a preallocated cache of cells x layers, one K and one V tensor per layer.
+
+Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.cpp``,
+``src/llama-kv-cache.cpp``) and ``src/llama-kv-cache-iswa.cpp``:
+
+* ``n_ctx = GGML_PAD(n_ctx, 256)``; not unified (``-np N``): ``n_ctx_seq = GGML_PAD(n_ctx / N, 256)``
+  cells in each of ``N`` streams; unified (``-kvu``): one stream of ``n_ctx`` cells.
+* Per layer: ``ggml_new_tensor_3d(type, n_embd_{k,v}_gqa, kv_size, n_stream)``, so
+  ``bytes = cells x row_bytes(type, n_head_kv * head_dim)`` for K and for V, with ggml block types
+  (q8_0 34 B / 32 elements, q4_0 18 B / 32, ...). K and V types are chosen separately (-ctk/-ctv).
+* Sliding-window (and chunked) layers live in a second cache of
+  ``min(kv_size, GGML_PAD(n_swa * (unified ? n_seq : 1) + n_ubatch, 256))`` cells per stream
+  (``swa_full`` off; ``n_ubatch`` default 512).
+* Recurrent layers (Mamba, gated delta net): f32 conv ``(kernel-1) x channels`` and f32 state per
+  sequence. MLA and lightning attention are not modelled (the layout changes between versions).
+* One ``llama-server`` process: ``tp``/``pp`` are 1; ``dp`` counts servers.
+"""
+
+from __future__ import annotations
+
+from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.base import (
+    GroupBytes,
+    LayoutNotApplicable,
+    LayoutResult,
+    StageBytes,
+    check_load,
+)
+from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import FullAttention, StateLayer
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
+
+PAD = 256
+F32_BYTES = 4
+
+
+def pad256(value: int) -> int:
+    """``GGML_PAD(value, 256)``."""
+    return cdiv(value, PAD) * PAD
+
+
+def llamacpp_cells(
+    tokens: int, seqs: int, *, ctx_size: int | None, unified: bool
+) -> tuple[int, int]:
+    """(cells per stream, streams) for ``-c ctx_size -np seqs`` (ctx defaults to tokens x seqs)."""
+    n_ctx = pad256(ctx_size if ctx_size is not None else tokens * seqs)
+    if unified:
+        return n_ctx, 1
+    return pad256(n_ctx // seqs), seqs
+
+
+def llamacpp_layout(
+    spec: ModelSpec,
+    *,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str = "auto",
+    v_dtype: str | None = None,
+    ctx_size: int | None = None,
+    unified: bool = False,
+    n_ubatch: int = 512,
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+) -> LayoutResult:
+    """Bytes llama.cpp allocates for ``-c ctx_size -np seqs`` (``-ctk kv_dtype -ctv v_dtype``)."""
+    check_load(tokens, seqs, tp, pp, dp)
+    if tp != 1 or pp != 1:
+        raise ConfigError(
+            f"tp/pp: the llamacpp layout is one llama-server; got tp={tp} pp={pp}; use --dp",
+            field="tp",
+        )
+    k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
+    if not unified and cells < tokens:
+        raise ConfigError(
+            f"ctx_size: {ctx_size} gives {cells} cells per slot, fewer than tokens={tokens}; "
+            f"raise -c to at least {tokens * seqs}",
+            field="ctx_size",
+        )
+    groups: list[GroupBytes] = []
+    for (kind, window), layers in group_by_kind(spec.layers):
+        indices = tuple(x.layer_index for x in layers)
+        first = layers[0]
+        if isinstance(first, FullAttention):
+            rows = sum(
+                k_type.row_bytes(x.num_kv_heads * x.head_dim)
+                + v_type.row_bytes(x.num_kv_heads * x.v_dim)
+                for x in layers
+                if isinstance(x, FullAttention)
+            )
+            layer_cells = cells
+            if window is not None:
+                layer_cells = min(cells, pad256(window * (seqs if unified else 1) + n_ubatch))
+            total = rows * layer_cells * streams
+            groups.append(
+                GroupBytes(
+                    kind,
+                    indices,
+                    layer_cells,
+                    rows,
+                    total // seqs,
+                    total,
+                    f"{layer_cells} cells x {streams} streams",
+                )
+            )
+        elif isinstance(first, StateLayer):
+            if first.state_kind == "linear":
+                raise LayoutNotApplicable(
+                    "llama.cpp lightning/linear attention layout is not modelled; measure"
+                )
+            per_seq = sum(
+                (x.conv_elements() + x.ssm_elements()) * F32_BYTES
+                for x in layers
+                if isinstance(x, StateLayer)
+            )
+            groups.append(
+                GroupBytes(
+                    kind, indices, 0, 0, per_seq, per_seq * max(1, seqs), "f32 recurrent state"
+                )
+            )
+        elif kind == "mla":
+            raise LayoutNotApplicable(
+                "llama.cpp's MLA cache layout differs between versions; measure (llama_kv_cache log)"
+            )
+        else:
+            groups.append(GroupBytes(kind, indices, 0, 0, 0, 0))
+    name = k_type.name if v_type.name == k_type.name else f"K {k_type.name} / V {v_type.name}"
+    notes = (
+        f"-c {cells * streams} -np {seqs}{' -kvu' if unified else ''}: {cells} cells x {streams} streams",
+    )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    padding = ""
+    if cells * streams != tokens * seqs:
+        padding = f"context rounded to {cells} cells x {streams} streams for {tokens} tokens x {seqs} sequences"
+    return LayoutResult(
+        "llamacpp", name, tokens, seqs, tp, pp, dp, (stage,), notes=notes, padding=padding
+    )
