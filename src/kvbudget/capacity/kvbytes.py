@@ -111,7 +111,7 @@ def calc_explicit(
         mode="explicit",
         status=status,
         engine="structural",
-        kv_dtype=dtype_from_element_bytes(dtype_bytes).name,
+        kv_dtype=f"{dtype_bytes} bytes/element",
         tokens=tokens,
         seqs=seqs,
         bytes_per_token=per_token,

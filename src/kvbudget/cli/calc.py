@@ -1,0 +1,262 @@
+"""``kvbudget calc``: structural KV-cache bytes, explicit or from a model config."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kvbudget.capacity.assumptions import CHECKLIST
+from kvbudget.capacity.kvbytes import ENGINES, calc_explicit, calc_model
+from kvbudget.capacity.result import CalcResult
+from kvbudget.errors import ConfigError
+from kvbudget.spec.resolve import parse_overrides
+from kvbudget.units import GiB, MiB, parse_count
+
+EXIT_NOT_APPLICABLE = 3
+_EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
+
+
+def _count(name: str, value: str | None, default: int | None = None) -> int | None:
+    if value is None:
+        return default
+    return parse_count(value, field=name.replace("_", "-"))
+
+
+@click.command("calc")
+@click.option(
+    "--model",
+    "model_ref",
+    help="config.json path, snapshot dir, catalog id (see 'kvbudget models') or cached repo id.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key (recorded as user-supplied). Repeatable.",
+)
+@click.option(
+    "--download",
+    is_flag=True,
+    help="Allow downloading config.json from the Hugging Face Hub (off by default).",
+)
+@click.option(
+    "--engine", type=click.Choice(ENGINES), help="Engine layout for --model (default vllm)."
+)
+@click.option(
+    "--kv-dtype",
+    default="auto",
+    show_default=True,
+    help="KV cache dtype (auto = model dtype; fp8, nvfp4, q8_0, ...). For llamacpp this is -ctk.",
+)
+@click.option(
+    "--v-dtype", help="llamacpp only: V cache type (-ctv) when it differs from --kv-dtype."
+)
+@click.option("--tokens", help="Tokens cached per sequence (e.g. 4096, 128K, 128Ki).")
+@click.option("--seqs", help="Sequences held at once per replica [default: 1].")
+@click.option("--tp", help="Tensor-parallel size [default: 1].")
+@click.option("--pp", help="Pipeline-parallel size [default: 1].")
+@click.option("--dp", help="Data-parallel replicas [default: 1].")
+@click.option(
+    "--block-size",
+    help="vllm only: tokens per block (default 16; 64 for MLA; raised for hybrid mamba).",
+)
+@click.option("--layers", help="Explicit mode: number of cache layers.")
+@click.option("--kv-heads", help="Explicit mode: KV heads per layer (not query heads).")
+@click.option("--head-dim", help="Explicit mode: head dimension.")
+@click.option("--dtype-bytes", help="Explicit mode: bytes per element (1, 2 or 4).")
+@click.option(
+    "--assume",
+    "assumes",
+    multiple=True,
+    type=click.Choice([*CHECKLIST, "all"]),
+    help="Explicit mode: confirm a checklist assumption (repeatable; 'all' confirms every one).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document (schema kvbudget.calc/1)."
+)
+def calc(
+    model_ref: str | None,
+    sets: tuple[str, ...],
+    download: bool,
+    engine: str | None,
+    kv_dtype: str,
+    v_dtype: str | None,
+    tokens: str | None,
+    seqs: str | None,
+    tp: str | None,
+    pp: str | None,
+    dp: str | None,
+    block_size: str | None,
+    layers: str | None,
+    kv_heads: str | None,
+    head_dim: str | None,
+    dtype_bytes: str | None,
+    assumes: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """KV-cache bytes per token, per sequence and in total (binary MiB/GiB), with status,
+    assumption checklist and provenance ledger.
+
+    Explicit mode: --layers --kv-heads --head-dim --dtype-bytes --tokens --seqs [--assume ...].
+    Model mode: --model REF --tokens N [--engine --kv-dtype --tp --pp --dp --block-size].
+    Status is exact, structural_reference or not_applicable (exit code 3).
+    """
+    explicit = {
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "dtype_bytes": dtype_bytes,
+    }
+    given = [k for k, v in explicit.items() if v is not None]
+    if tokens is None:
+        raise ConfigError(
+            "tokens: required; give --tokens N (tokens cached per sequence)", field="tokens"
+        )
+    n_tokens = _count("tokens", tokens)
+    n_seqs = _count("seqs", seqs, 1)
+    assert n_tokens is not None and n_seqs is not None
+    if model_ref is None:
+        if not given:
+            raise ConfigError(
+                "model: give --model REF, or the explicit flags --layers --kv-heads --head-dim --dtype-bytes",
+                field="model",
+            )
+        missing = [f"--{k.replace('_', '-')}" for k in _EXPLICIT if explicit[k] is None]
+        if missing:
+            raise ConfigError(
+                f"explicit mode: missing {', '.join(missing)}; give all four or use --model",
+                field=missing[0],
+            )
+        model_only = {
+            "--engine": engine,
+            "--set": sets or None,
+            "--tp": tp,
+            "--pp": pp,
+            "--dp": dp,
+            "--block-size": block_size,
+            "--v-dtype": v_dtype,
+        }
+        extra = [k for k, v in model_only.items() if v is not None] + (
+            ["--kv-dtype"] if kv_dtype != "auto" else []
+        )
+        if extra:
+            raise ConfigError(
+                f"explicit mode: {', '.join(extra)} only apply with --model; use --dtype-bytes for the element size",
+                field=extra[0],
+            )
+        counts = {k: _count(k, v) for k, v in explicit.items()}
+        result = calc_explicit(
+            num_layers=counts["layers"] or 0,
+            num_kv_heads=counts["kv_heads"] or 0,
+            head_dim=counts["head_dim"] or 0,
+            dtype_bytes=counts["dtype_bytes"] or 0,
+            tokens=n_tokens,
+            seqs=n_seqs,
+            confirmed=set(assumes),
+        )
+    else:
+        if given or assumes:
+            flags = [f"--{k.replace('_', '-')}" for k in given] + (["--assume"] if assumes else [])
+            raise ConfigError(
+                f"model mode: {', '.join(flags)} belong to the explicit mode; drop them or drop --model",
+                field="model",
+            )
+        result = calc_model(
+            model_ref,
+            engine=engine or "vllm",
+            engine_source="flag" if engine else "default",
+            kv_dtype=kv_dtype,
+            v_dtype=v_dtype,
+            tokens=n_tokens,
+            seqs=n_seqs,
+            tp=_count("tp", tp, 1) or 1,
+            pp=_count("pp", pp, 1) or 1,
+            dp=_count("dp", dp, 1) or 1,
+            block_size=_count("block_size", block_size),
+            overrides=parse_overrides(list(sets)),
+            allow_download=download,
+        )
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        render(result, Console(width=140))
+    if result.status == "not_applicable":
+        sys.exit(EXIT_NOT_APPLICABLE)
+
+
+def _fmt(num_bytes: int | None) -> str:
+    if num_bytes is None:
+        return "-"
+    return f"{num_bytes:,} B = {num_bytes / MiB:,.3f} MiB = {num_bytes / GiB:,.6f} GiB"
+
+
+def render(result: CalcResult, console: Console) -> None:
+    """The human-readable tables (figures are computed, not measured)."""
+    title = (
+        f"kvbudget calc - {result.model_id or 'explicit input'} - {result.engine} layout (computed)"
+    )
+    summary = Table(title=title, show_header=False)
+    summary.add_row("status", result.status)
+    for reason in result.reasons:
+        summary.add_row("", reason)
+    if result.missing_fields:
+        summary.add_row("supply", ", ".join(f"--set {m}=..." for m in result.missing_fields))
+    summary.add_row("kv dtype", result.kv_dtype)
+    summary.add_row(
+        "load",
+        f"{result.tokens:,} tokens x {result.seqs} sequences; tp {result.tp}, pp {result.pp}, dp {result.dp}",
+    )
+    if result.block_size:
+        summary.add_row("block size", str(result.block_size))
+    summary.add_row("per token", _fmt(result.bytes_per_token))
+    summary.add_row("per sequence", _fmt(result.bytes_per_sequence))
+    summary.add_row("largest rank", _fmt(result.per_rank_max_bytes))
+    summary.add_row("total", _fmt(result.total_bytes))
+    console.print(summary)
+    if result.groups:
+        groups = Table(title="layer groups (one rank)")
+        for col in (
+            "stage",
+            "kind",
+            "layers",
+            "tokens kept",
+            "per token",
+            "per sequence",
+            "all sequences",
+            "note",
+        ):
+            groups.add_column(col)
+        for g in result.groups:
+            groups.add_row(
+                str(g["pp_rank"]),
+                g["kind"],
+                str(g["num_layers"]),
+                f"{g['tokens_kept']:,}",
+                f"{g['bytes_per_token']:,}",
+                f"{g['bytes_per_sequence']:,}",
+                f"{g['bytes_per_rank']:,}",
+                g["note"],
+            )
+        console.print(groups)
+    checks = Table(title="assumption checklist")
+    for col in ("assumption", "holds", "basis", "why"):
+        checks.add_column(col)
+    for a in result.assumptions:
+        checks.add_row(
+            a.text, {True: "yes", False: "no", None: "unconfirmed"}[a.holds], a.basis, a.reason
+        )
+    console.print(checks)
+    ledger = Table(title="ledger (provenance)")
+    for col in ("field", "value", "source", "where", "note / conflict"):
+        ledger.add_column(col, overflow="fold")
+    for e in result.ledger:
+        note = e.note + (f" CONFLICT: {e.conflict}" if e.conflict else "")
+        ledger.add_row(e.field, str(e.value), e.source, e.location, note)
+    console.print(ledger)
+    for note in result.notes:
+        console.print(f"note: {note}")
