@@ -31,6 +31,9 @@ CONTENT_SECURITY_POLICY = (
     "form-action 'none'; frame-ancestors 'none'"
 )
 
+#: library field names -> the API field that carries them (the CLI's --set is "overrides" here)
+FIELD_ALIASES: dict[str, str] = {"set": "overrides", "dtype-bytes": "dtype_bytes"}
+
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
@@ -121,7 +124,8 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(KvbudgetError)
     async def kvbudget_error(request: Request, exc: KvbudgetError) -> JSONResponse:
-        return error_response(400, exc.one_line(), exc.field)
+        field = FIELD_ALIASES.get(exc.field or "", exc.field)
+        return error_response(400, exc.one_line(), field)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -186,7 +186,12 @@ def model_view(
     if resolved.status != "resolved" or resolved.spec is None:
         return {
             "status": "not_applicable",
-            "status_note": resolved.reason,
+            "status_note": resolved.reason
+            + (
+                " (on this page: one key=value per line in Overrides)"
+                if "--set" in resolved.reason
+                else ""
+            ),
             "missing": list(resolved.missing),
             "budgets": [],
             "pool": [],

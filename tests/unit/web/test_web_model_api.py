@@ -161,7 +161,7 @@ def test_overrides_are_applied_like_set(client: TestClient) -> None:
         ({"model": LLAMA, "kv_dtype": "fp3"}, "kv_dtype", "ConfigError"),
         ({"model": LLAMA, "engine": "tgi"}, "engine", "ConfigError"),
         ({"config": [1, 2]}, "config", "ConfigError"),
-        ({"model": LLAMA, "overrides": ["novalue"]}, "set", "ConfigError"),
+        ({"model": LLAMA, "overrides": ["novalue"]}, "overrides", "ConfigError"),
     ],
 )
 def test_bad_model_input_is_one_line_400(
