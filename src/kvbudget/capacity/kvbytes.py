@@ -28,7 +28,7 @@ from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
-from kvbudget.spec.resolve import resolve_model
+from kvbudget.spec.resolve import ResolvedModel, resolve_model
 
 ENGINES = ("hf", "vllm", "sglang", "llamacpp")
 
@@ -214,15 +214,20 @@ def calc_model(
     block_size: int | None = None,
     overrides: dict[str, Any] | None = None,
     allow_download: bool = False,
+    resolved: ResolvedModel | None = None,
 ) -> CalcResult:
-    """Resolve ``ref`` and compute its KV bytes under ``engine``'s layout."""
+    """Resolve ``ref`` and compute its KV bytes under ``engine``'s layout.
+
+    ``resolved`` skips the lookup (the web passes a pasted config resolved in memory).
+    """
     for name, value in (("tokens", tokens), ("seqs", seqs), ("tp", tp), ("pp", pp), ("dp", dp)):
         _positive(name, value)
     if engine not in ENGINES:
         raise ConfigError(
             f"engine: {engine!r} is unknown; choose one of {', '.join(ENGINES)}", field="engine"
         )
-    resolved = resolve_model(ref, overrides=overrides, allow_download=allow_download)
+    if resolved is None:
+        resolved = resolve_model(ref, overrides=overrides, allow_download=allow_download)
     base: dict[str, Any] = {
         "engine": engine,
         "kv_dtype": kv_dtype,
