@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,13 +34,14 @@ ENDPOINT_PATHS: dict[str, str] = {
     "completions": "/v1/completions",
     "chat": "/v1/chat/completions",
 }
-_OOM_MARKERS = ("out of memory", "outofmemory", "oom", "cuda error: out", "kv cache is full")
+_OOM_MARKERS = ("out of memory", "outofmemory", "kv cache is full")
+_OOM_WORD = re.compile(r"\boom\b")
 
 
 def looks_like_oom(text: str) -> bool:
     """Whether an error text reports an out-of-memory condition."""
     low = text.lower()
-    return any(m in low for m in _OOM_MARKERS)
+    return any(m in low for m in _OOM_MARKERS) or _OOM_WORD.search(low) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,13 +291,25 @@ class OpenAIClient:
         except (TimeoutError, aiohttp.ClientError, OSError):
             return 0, None, {}
 
-    async def tokenize_count(self, model: str, text: str) -> int | None:
-        """Token count from the server's ``POST /tokenize`` (vLLM, SGLang, serve), or None."""
+    async def tokenize_count(
+        self, model: str, text: str, *, chat: bool = False, add_special_tokens: bool = True
+    ) -> int | None:
+        """Token count from the server's ``POST /tokenize`` (vLLM, SGLang, serve), or None.
+
+        ``chat=True`` sends the text as one user message so the server applies its chat
+        template, as it did for the request itself. Output text is counted with
+        ``add_special_tokens=False`` (no BOS), as the server counted the generated tokens.
+        """
+        body: dict[str, Any] = {"model": model}
+        if not add_special_tokens:
+            body["add_special_tokens"] = False
+        if chat:
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                async with self.session.post(
-                    self.base_url + "/tokenize", json={"model": model, "prompt": text}
-                ) as resp:
+                async with self.session.post(self.base_url + "/tokenize", json=body) as resp:
                     if resp.status != 200:
                         return None
                     body = await resp.json(content_type=None)

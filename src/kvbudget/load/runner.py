@@ -158,11 +158,16 @@ async def _check_tokens(
     ctx: _Ctx, record: RequestRecord, prompt: str, output: str
 ) -> RequestRecord:
     """Independent token counts (server /tokenize or the local synthetic tokenizer)."""
+    chat = ctx.cfg.endpoint == "chat"
     if ctx.cfg.check_tokens == "server":
-        p = await ctx.client.tokenize_count(ctx.cfg.model, prompt)
-        o = await ctx.client.tokenize_count(ctx.cfg.model, output) if output else 0
+        p = await ctx.client.tokenize_count(ctx.cfg.model, prompt, chat=chat)
+        o: int | None = 0
+        if output:
+            o = await ctx.client.tokenize_count(ctx.cfg.model, output, add_special_tokens=False)
     else:
         tok = get_tokenizer(ctx.cfg.vocab_size)
+        if chat:
+            prompt = tok.render_chat([{"role": "user", "content": prompt}])
         p, o = tok.count(prompt), tok.count(output)
     return record.model_copy(update={"prompt_tokens_check": p, "output_tokens_check": o})
 
