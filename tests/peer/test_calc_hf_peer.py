@@ -1,0 +1,104 @@
+"""Peer test: the ``hf`` layout against transformers' own cache, byte for byte.
+
+For every bundled catalog config, build the real model with transformers on the ``meta`` device
+(no memory, no weights, no download), run one forward of T tokens for 1 and 2 sequences with
+``use_cache=True``, and sum the bytes of the tensors in the returned cache. T is chosen below and
+above every sliding window / attention chunk of the model. The expected number comes from
+transformers, an independent implementation; the layout must match it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbudget.capacity.layouts.hf import hf_layout
+from kvbudget.spec.catalog import list_catalog
+from kvbudget.spec.resolve import resolve_model
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+CACHE_FIELDS = {"keys", "values", "conv_states", "recurrent_states", "linear_cache"}
+
+#: architectures that cannot run on the meta device in this transformers version (reason given)
+META_XFAIL: dict[str, str] = {}
+
+
+def _tensors(obj: Any, out: dict[int, Any], depth: int = 0) -> None:
+    if isinstance(obj, torch.Tensor):
+        out[id(obj)] = obj
+    elif depth < 4 and isinstance(obj, list | tuple):
+        for item in obj:
+            _tensors(item, out, depth + 1)
+    elif depth < 4 and isinstance(obj, dict):
+        for item in obj.values():
+            _tensors(item, out, depth + 1)
+
+
+def cache_bytes(cache_obj: Any) -> int:
+    """Sum of bytes of the K/V/state tensors a transformers cache holds."""
+    found: dict[int, Any] = {}
+    holders = [cache_obj, *getattr(cache_obj, "layers", [])]
+    for holder in holders:
+        for name in CACHE_FIELDS:
+            value = getattr(holder, name, None)
+            if value is not None:
+                _tensors(value, found)
+    return sum(t.numel() * t.element_size() for t in found.values())
+
+
+@cache
+def _model(path: str) -> Any:
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    config = transformers.AutoConfig.for_model(**raw)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.eval()
+    return model
+
+
+def _token_counts(model_id: str) -> list[int]:
+    spec = resolve_model(model_id).spec
+    assert spec is not None
+    windows = {
+        getattr(layer, "sliding_window", 0) or getattr(layer, "attention_chunk_size", 0)
+        for layer in spec.layers
+    }
+    windows.discard(0)
+    counts = {48}
+    for window in windows:
+        counts.add(window - 1)
+        counts.add(window + 16)
+    if not windows:
+        counts.add(300)
+    return sorted(counts)
+
+
+CASES = [
+    pytest.param(entry.model_id, str(entry.path), id=entry.model_id) for entry in list_catalog()
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model_id", "path"), CASES)
+def test_hf_layout_matches_transformers_cache(model_id: str, path: str) -> None:
+    if model_id in META_XFAIL:
+        pytest.xfail(META_XFAIL[model_id])
+    spec = resolve_model(model_id).spec
+    assert spec is not None
+    model = _model(path)
+    for tokens in _token_counts(model_id):
+        for seqs in (1, 2):
+            ids = torch.zeros((seqs, tokens), dtype=torch.long, device="meta")
+            with torch.no_grad():
+                out = model(input_ids=ids, use_cache=True)
+            expected = cache_bytes(out.past_key_values)
+            got = hf_layout(spec, tokens=tokens, seqs=seqs, kv_dtype="bfloat16").total_bytes
+            assert got == expected, (
+                f"{model_id} T={tokens} B={seqs}: hf layout {got} != transformers {expected}"
+            )
