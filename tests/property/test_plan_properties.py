@@ -1,0 +1,142 @@
+"""Properties of the engine pool: monotone in memory, concurrency bounded by blocks, exact fit check."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.pool import PoolLayer, group_layers, needed_bytes, num_blocks_for
+from kvbudget.spec.layers import FullAttention, SlidingWindow
+from kvbudget.spec.model import ModelSpec
+
+GiB = 1 << 30
+
+
+def model(num_layers: int, kv_heads: int, head_dim: int, window_every: int) -> ModelSpec:
+    layers = []
+    for i in range(num_layers):
+        if window_every and i % window_every:
+            layers.append(SlidingWindow(i, kv_heads, head_dim, sliding_window=512))
+        else:
+            layers.append(FullAttention(i, kv_heads, head_dim))
+    return ModelSpec(
+        model_id="prop",
+        architecture="X",
+        model_type="x",
+        layers=tuple(layers),
+        hidden_size=1024,
+        num_attention_heads=16,
+        vocab_size=32000,
+        intermediate_size=4096,
+        max_position_embeddings=65536,
+        torch_dtype="bfloat16",
+    )
+
+
+shapes = st.tuples(
+    st.integers(1, 48),  # layers
+    st.sampled_from([1, 2, 4, 8]),  # kv heads
+    st.sampled_from([64, 128]),  # head dim
+    st.sampled_from([0, 2, 6]),  # sliding pattern (0 = dense)
+    st.sampled_from([1, 2, 4, 8]),  # tp
+    st.sampled_from([1, 2]),  # pp
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, a=st.integers(0, 40 * GiB), b=st.integers(0, 40 * GiB))
+def test_more_memory_never_fewer_blocks(
+    shape: tuple[int, int, int, int, int, int], a: int, b: int
+) -> None:
+    layers, kv, d, every, tp, pp = shape
+    pp = min(pp, layers)
+    spec = model(layers, kv, d, every)
+    lo, hi = sorted((a, b))
+    base = {"model": "prop", "gpu": "H100", "tp": tp, "pp": pp, "max_model_len": 4096}
+    small = make_plan(PlanRequest(**base, kv_cache_memory_bytes=lo), spec)
+    large = make_plan(PlanRequest(**base, kv_cache_memory_bytes=hi), spec)
+    assert small.num_blocks <= large.num_blocks
+    assert small.kv_cache_tokens <= large.kv_cache_tokens
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, mem=st.integers(1 * GiB, 40 * GiB), length=st.integers(1, 65536))
+def test_concurrency_times_blocks_per_request_within_blocks(
+    shape: tuple[int, int, int, int, int, int], mem: int, length: int
+) -> None:
+    layers, kv, d, every, tp, pp = shape
+    pp = min(pp, layers)
+    spec = model(layers, kv, d, every)
+    r = make_plan(
+        PlanRequest(
+            model="prop", gpu="H100", tp=tp, pp=pp, max_model_len=65536, kv_cache_memory_bytes=mem
+        ),
+        spec,
+    )
+    per_request = r.blocks_for_tokens(length)
+    seqs = r.num_usable_blocks // per_request
+    assert seqs * per_request <= r.num_usable_blocks
+    # the engine's own figure: max_concurrency x blocks of one max-length request <= num_blocks
+    max_len_blocks = r.blocks_for_tokens(r.max_model_len)
+    assert int(r.max_concurrency) * max_len_blocks <= r.num_blocks
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layers=st.integers(1, 64),
+    kv=st.sampled_from([1, 2, 4, 8]),
+    d=st.sampled_from([64, 128, 256]),
+    block=st.sampled_from([16, 32]),
+    length=st.integers(1, 131072),
+    avail=st.integers(-GiB, 20 * GiB),
+)
+def test_error_exactly_when_one_max_length_request_does_not_fit(
+    layers: int, kv: int, d: int, block: int, length: int, avail: int
+) -> None:
+    spec = model(layers, kv, d, 0)
+    r = make_plan(
+        PlanRequest(
+            model="prop",
+            gpu="H100",
+            max_model_len=length,
+            block_size=block,
+            kv_cache_memory_bytes=max(0, avail),
+        ),
+        spec,
+    )
+    page = 2 * block * kv * d * 2
+    needed = (
+        layers * -(-length // block) * page
+    )  # N_layers x cdiv(L, B) x page, worked independently
+    fits = max(0, avail) > 0 and needed <= max(0, avail)
+    assert r.fits == fits
+    assert (r.error is None) == fits
+    if not fits and r.estimated_max_model_len:
+        est = r.estimated_max_model_len
+        assert layers * -(-est // block) * page <= avail
+        assert est == length or layers * -(-(est + 1) // block) * page > avail
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_slide=st.integers(1, 30),
+    n_full=st.integers(1, 30),
+    strided=st.booleans(),
+    a=st.integers(0, 10 * GiB),
+    b=st.integers(0, 10 * GiB),
+)
+def test_grouping_covers_every_layer_once_and_blocks_monotone(
+    n_slide: int, n_full: int, strided: bool, a: int, b: int
+) -> None:
+    layers = [PoolLayer(i, "sliding", 16, 4096, sliding_window=128) for i in range(n_slide)]
+    layers += [PoolLayer(n_slide + i, "full", 16, 4096) for i in range(n_full)]
+    groups = group_layers(layers, strided=strided)
+    seen = sorted(i for g in groups for i in g.layer_indices)
+    assert seen == list(range(n_slide + n_full))
+    size = max(g.num_layers for g in groups)
+    assert all(g.num_layers + g.num_padding_layers == size for g in groups)
+    lo, hi = sorted((a, b))
+    assert num_blocks_for(lo, groups) <= num_blocks_for(hi, groups)
+    assert needed_bytes(groups, 1000, 256) <= needed_bytes(groups, 2000, 256)

@@ -1,0 +1,125 @@
+"""``kvbudget plan`` / ``kvbudget gpus``: JSON fields, exit codes, YAML + flags, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kvbudget.cli.plan import gpus, plan
+
+
+def run(args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(plan, args)
+    return result.exit_code, result.stdout, result.stderr if result.stderr_bytes is not None else ""
+
+
+def test_plan_json_fields() -> None:
+    code, out, _ = run(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "H100",
+            "--kv-cache-memory",
+            "10GiB",
+            "--max-model-len",
+            "32768",
+            "--json",
+        ]
+    )
+    assert code == 0
+    doc = json.loads(out)
+    for key in (
+        "num_blocks",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "available_kv_bytes",
+        "estimated_max_model_len",
+        "fits",
+        "breakdown",
+        "budgets",
+        "scenarios",
+        "groups",
+    ):
+        assert key in doc
+    # page 65536 B, 32 layers: 10 GiB // 65536 // 32 = 5120
+    assert doc["num_blocks"] == 5120
+    assert doc["fits"] is True and doc["estimated_max_model_len"] is None
+    assert doc["figure"] == "computed"
+
+
+def test_plan_does_not_fit_exits_3_with_engine_text() -> None:
+    code, out, _ = run(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "H100",
+            "--kv-cache-memory",
+            "1GiB",
+            "--max-model-len",
+            "131072",
+            "--json",
+        ]
+    )
+    assert code == 3
+    doc = json.loads(out)
+    assert doc["fits"] is False
+    # needed = 32 x 8192 x 65536 = 16 GiB; estimate = floor(1 GiB / (32 x 65536)) x 16 = 8192
+    assert doc["estimated_max_model_len"] == 8192
+    assert "(16.0 GiB KV cache is needed" in doc["error"]
+
+
+def test_yaml_file_and_flag_override(tmp_path: Path) -> None:
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text(
+        "model: meta-llama/Llama-3.1-8B\ngpu: H100\nkv_cache_memory_bytes: 10GiB\nmax_model_len: 32768\n"
+        "scenarios:\n  - name: mine\n    lengths: {median_tokens: 1000, p95_tokens: 4000}\n"
+        "    concurrency: 100\n    duration_s: 60\n    quality_gate: canary\n",
+        "utf-8",
+    )
+    code, out, _ = run(["--config", str(cfg), "--tp", "2", "--json"])
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["tp"] == 2 and doc["num_blocks"] == 10240
+    assert [s["scenario"]["name"] for s in doc["scenarios"]] == ["mine"]
+    sc = doc["scenarios"][0]
+    # p95 4000 tokens = cdiv(4000, 16) = 250 blocks; usable 10239 -> 40 sequences; 100 -> 3 replicas
+    assert sc["per_replica_capacity"] == 10239 // 250 == 40
+    assert sc["replicas_needed"] == 3 and sc["gpus_needed"] == 6
+
+
+def test_table_output_runs() -> None:
+    code, out, _ = run(["--model", "openai/gpt-oss-120b", "--gpu", "H100", "--tp", "2"])
+    assert code == 0
+    assert "GPU KV cache size" in out and "Three budgets" in out
+
+
+def test_bad_input_one_line() -> None:
+    for args in (
+        ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "nope"],
+        ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--kv-cache-memory", "lots"],
+        ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvbudget", "plan", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 2, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("ConfigError:"), proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_gpus_json() -> None:
+    result = CliRunner().invoke(gpus, ["--json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert len(doc["gpus"]) >= 15
+    assert all(g["memory_source"] for g in doc["gpus"])
