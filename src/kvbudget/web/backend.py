@@ -11,11 +11,13 @@ from typing import Any
 
 from kvbudget import __version__
 from kvbudget.capacity.dtypes import ENGINE_DTYPES
+from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.hardware import load_gpu_catalog
+from kvbudget.spec.model import ModelSpec
 from kvbudget.units import format_bytes
 from kvbudget.web import documents, library, views
-from kvbudget.web.schemas import ExplicitCalcRequest, ModelRequest, count
+from kvbudget.web.schemas import ExplicitCalcRequest, ModelRequest
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B"
 DEFAULT_GPU = "H100-SXM"
@@ -45,59 +47,62 @@ def meta() -> dict[str, Any]:
 
 
 def explicit_calc(request: ExplicitCalcRequest) -> dict[str, Any]:
-    """The explicit calculator through the library's explicit mode."""
-    result = library.explicit_kv(
-        layers=count(request.layers, field="layers"),
-        kv_heads=count(request.kv_heads, field="kv_heads"),
-        head_dim=count(request.head_dim, field="head_dim"),
-        dtype_bytes=library.element_bytes(request.dtype_bytes),
-        tokens=count(request.tokens, field="tokens"),
-        seqs=count(request.seqs, field="seqs"),
-        assumptions=request.assumptions,
-    )
-    return views.explicit_view(result)
+    """The explicit calculator: ``calc_explicit``, as ``kvbudget calc --layers ...``."""
+    return views.explicit_view(library.explicit(request))
 
 
 def model_plan(request: ModelRequest) -> dict[str, Any]:
-    """Model mode: resolve, calculate and plan with the library; display rows."""
+    """Model mode: resolve, ``calc_model`` at max_model_len, ``make_plan``, three budgets."""
     inputs = library.ModelInputs.from_request(request)
     resolved = library.resolve(inputs)
-    result = structural = None
-    if resolved.spec is not None:
-        spec = resolved.spec
-        result = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
-        length = result.max_model_len if result is not None else inputs.max_model_len
-        length = length or spec.max_position_embeddings
-        if length is None:
-            raise ConfigError(
-                "max_model_len: the config has no max_position_embeddings; give a max model length",
-                field="max_model_len",
-            )
-        structural = library.structural(inputs, spec, length, inputs.seqs)
-    return views.model_view(resolved, result, inputs.engine, structural)
+    spec = resolved.spec
+    if spec is None:
+        calc = library.calc(inputs, resolved, inputs.max_model_len or 1, inputs.seqs)
+        return views.model_view(calc, None, None, None)
+    result = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
+    length = _length(inputs, spec, result)
+    calc = library.calc(inputs, resolved, length, inputs.seqs)
+    structural = library.structural(inputs, spec, length, inputs.seqs)
+    return views.model_view(calc, result, structural, views.budgets_for(result, spec))
+
+
+def _length(inputs: library.ModelInputs, spec: ModelSpec, result: PlanResult | None) -> int:
+    """Tokens per request: the plan's max_model_len, the request's, or the model's maximum."""
+    if result is not None:
+        return result.max_model_len
+    length = inputs.max_model_len or spec.max_position_embeddings
+    if length is None:
+        raise ConfigError(
+            "max_model_len: the config has no max_position_embeddings; give a max model length",
+            field="max_model_len",
+        )
+    return length
 
 
 def chart(request: ModelRequest) -> dict[str, Any]:
     """KV bytes per sequence and max concurrency over a ladder of context lengths.
 
-    Each point is one library call: the structural bytes of one sequence of that length, and
-    ``make_plan`` with ``max_model_len`` set to it (the engine's own "Maximum concurrency").
+    Each point is library calls only: ``calc_model`` for one sequence of that length under the
+    chosen engine layout, and ``make_plan`` with ``max_model_len`` set to it (the engine's own
+    "Maximum concurrency"; None when one request of that length does not fit).
     """
     inputs = library.ModelInputs.from_request(request)
     resolved = library.resolve(inputs)
-    if resolved.spec is None:
-        raise SpecError(f"model: {resolved.reason}", field="model")
     spec = resolved.spec
+    if spec is None:
+        raise SpecError(f"model: {resolved.reason}", field="model")
     base = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
-    top = base.max_model_len if base is not None else inputs.max_model_len
-    top = top or spec.max_position_embeddings or 4096
     points = []
-    for num_tokens in library.context_lengths(top):
-        seq_bytes = library.structural(inputs, spec, num_tokens, 1).bytes_per_sequence
+    for num_tokens in library.context_lengths(_length(inputs, spec, base)):
+        calc = library.calc(inputs, resolved, num_tokens, 1)
+        if calc.bytes_per_sequence is None:
+            raise SpecError(f"model: {'; '.join(calc.reasons)}", field="model")
         result = library.plan(inputs, spec, resolved.model_id, num_tokens)
         concurrency = None if result is None or not result.fits else result.max_concurrency
-        points.append(views.chart_point(num_tokens, seq_bytes, concurrency))
-    return views.chart_view(points, has_concurrency=base is not None, model_id=spec.model_id)
+        points.append(views.chart_point(num_tokens, calc.bytes_per_sequence, concurrency))
+    return views.chart_view(
+        points, has_concurrency=base is not None, model_id=spec.model_id, engine=inputs.engine
+    )
 
 
 def inspect_document(raw: Any) -> dict[str, Any]:

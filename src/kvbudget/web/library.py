@@ -1,6 +1,8 @@
-"""Thin adapter from the web to the calculator and planner libraries (CALC and PLAN).
+"""Thin adapter from the web to the calculator and planner libraries.
 
-Every call here is a call the CLI makes too; this module holds no KV arithmetic of its own.
+Every call here is one the CLI makes too: ``calc_explicit`` / ``calc_model``
+(``kvbudget calc``), ``make_plan`` + ``three_budgets`` (``kvbudget plan``) and the resolver. This
+module parses request fields with the CLI's parsers and holds no KV arithmetic of its own.
 """
 
 from __future__ import annotations
@@ -12,40 +14,30 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
+from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.budget import StructuralBudget, structural_budget
-from kvbudget.capacity.dtypes import dtype_from_element_bytes
+from kvbudget.capacity.kvbytes import calc_explicit, calc_model
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.catalog import find_catalog_entry, list_catalog
-from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.locate import ConfigSource
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import ResolvedModel, parse_overrides, resolve_config, resolve_model
-from kvbudget.web.schemas import ModelRequest, count
+from kvbudget.web.schemas import ExplicitCalcRequest, ModelRequest, count
 
 #: label of a pasted config in the ledger
 PASTED = "pasted config.json"
-#: engines ``make_plan`` models (the others get the structural figures only)
+#: engines ``make_plan`` models (the others get the calculator's figures only)
 PLAN_ENGINES = ("vllm", "sglang")
 #: most points on the context-length chart
 CHART_POINTS = 9
 
-# Interim (until capacity/assumptions.py lands): the checklist of issue 2.
-_ASSUMPTIONS: tuple[tuple[str, str, str], ...] = (
-    ("full_attention", "All cached layers use full attention", "no MLA, no state layers"),
-    ("identical_layers", "All layers are identical", "same KV heads and head dim in every layer"),
-    ("independent_sequences", "Sequences share nothing", "no prefix sharing between sequences"),
-    ("no_sliding_window", "No sliding window or local attention", "every token is kept"),
-    ("no_hybrid_cache", "No hybrid or state cache", "no Mamba / linear-attention state"),
-    ("no_quant_metadata", "No quantization metadata", "no scales or zero points per block"),
-    ("no_block_padding", "No block padding", "engine blocks and alignment ignored"),
-)
-
 
 def assumption_catalog() -> list[dict[str, str]]:
-    """The structural assumptions of the explicit mode: key, label, detail."""
-    return [{"key": k, "label": label, "detail": detail} for k, label, detail in _ASSUMPTIONS]
+    """The calculator's assumption checklist (``kvbudget calc --assume NAME``)."""
+    return [{"key": name, "label": text, "detail": ""} for name, text in CHECKLIST.items()]
 
 
 @lru_cache(maxsize=1)
@@ -62,62 +54,24 @@ def catalog_models() -> list[dict[str, str]]:
     return models
 
 
-def element_bytes(raw: int | float | str) -> int:
-    """``--dtype-bytes``: 1, 2 or 4 (validated by the library's dtype table)."""
-    if isinstance(raw, str):
-        raw = raw.strip()
-        if not raw.replace(".", "", 1).isdigit():
-            raise ConfigError(
-                f"dtype_bytes: {raw!r} is not a number; use 1 (fp8), 2 (fp16/bf16) or 4 (fp32)",
-                field="dtype_bytes",
-            )
-        raw = float(raw)
-    if isinstance(raw, float):
-        if not raw.is_integer():
-            raise ConfigError(
-                f"dtype_bytes: {raw} bytes per element is not supported; use 1 (fp8), 2 (fp16/bf16) or 4 (fp32)",
-                field="dtype_bytes",
-            )
-        raw = int(raw)
-    dtype_from_element_bytes(raw)
-    return raw
-
-
-@dataclass(frozen=True, slots=True)
-class ExplicitResult:
-    status: str
-    bytes_per_token: int
-    bytes_per_sequence: int
-    total_bytes: int
-    assumptions: list[dict[str, Any]]
-
-
-def explicit_kv(
-    *,
-    layers: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype_bytes: int,
-    tokens: int,
-    seqs: int,
-    assumptions: dict[str, bool],
-) -> ExplicitResult:
-    """Interim: to be replaced by capacity.kvbytes explicit mode."""
-    unknown = sorted(set(assumptions) - {k for k, _, _ in _ASSUMPTIONS})
+def explicit(request: ExplicitCalcRequest) -> CalcResult:
+    """``kvbudget calc --layers .. --kv-heads .. --head-dim .. --dtype-bytes .. --tokens .. --seqs ..``."""
+    unknown = sorted(set(request.assumptions) - set(CHECKLIST))
     if unknown:
         raise ConfigError(
-            f"assumptions: unknown key {unknown[0]!r}; use one of "
-            + ", ".join(k for k, _, _ in _ASSUMPTIONS),
+            f"assumptions: unknown item {unknown[0]!r}; the checklist is {', '.join(CHECKLIST)}",
             field="assumptions",
         )
-    layer = FullAttention(layer_index=0, num_kv_heads=kv_heads, head_dim=head_dim)
-    per_token = layer.bytes_per_token(dtype_bytes) * layers
-    rows = [
-        {"key": k, "label": label, "holds": bool(assumptions.get(k, False)), "why": detail}
-        for k, label, detail in _ASSUMPTIONS
-    ]
-    status = "exact" if all(r["holds"] for r in rows) else "structural_reference"
-    return ExplicitResult(status, per_token, per_token * tokens, per_token * tokens * seqs, rows)
+    confirmed = {name for name, holds in request.assumptions.items() if holds}
+    return calc_explicit(
+        num_layers=count(request.layers, field="layers"),
+        num_kv_heads=count(request.kv_heads, field="kv_heads"),
+        head_dim=count(request.head_dim, field="head_dim"),
+        dtype_bytes=count(request.dtype_bytes, field="dtype_bytes"),
+        tokens=count(request.tokens, field="tokens"),
+        seqs=count(request.seqs, field="seqs"),
+        confirmed=confirmed,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +154,26 @@ def resolve(inputs: ModelInputs) -> ResolvedModel:
     return resolve_model(entry.model_id, overrides=overrides)
 
 
+def calc(
+    inputs: ModelInputs, resolved: ResolvedModel, num_tokens: int, num_seqs: int
+) -> CalcResult:
+    """``kvbudget calc --model ... --engine ... --tokens N --seqs S`` on the resolved model."""
+    return calc_model(
+        resolved.model_id,
+        engine=inputs.engine,
+        engine_source="flag",
+        kv_dtype=inputs.kv_dtype,
+        tokens=num_tokens,
+        seqs=num_seqs,
+        tp=inputs.tp,
+        pp=inputs.pp,
+        block_size=inputs.block_size if inputs.engine == "vllm" else None,
+        resolved=resolved,
+    )
+
+
 def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) -> PlanRequest:
-    """The PlanRequest the CLI would build from the same flags."""
+    """The PlanRequest ``kvbudget plan`` builds from the same flags."""
     return PlanRequest(
         model=model_id,
         gpu=inputs.gpu,
@@ -224,17 +196,10 @@ def plan(
     return make_plan(plan_request(inputs, model_id, max_model_len), spec)
 
 
-def context_lengths(max_model_len: int) -> list[int]:
-    """Chart x values: powers of two from 1Ki up to ``max_model_len`` (which is always last)."""
-    lengths = [1 << k for k in range(10, 25) if (1 << k) < max_model_len]
-    lengths = lengths[-(CHART_POINTS - 1) :] if lengths else []
-    return [*lengths, max_model_len]
-
-
 def structural(
     inputs: ModelInputs, spec: ModelSpec, num_tokens: int, num_sequences: int
 ) -> StructuralBudget:
-    """The structural budget (engine-neutral bytes) the planner reports."""
+    """The engine-neutral structural budget, as ``kvbudget plan`` reports it."""
     return structural_budget(
         spec,
         kv_dtype=inputs.kv_dtype,
@@ -242,3 +207,10 @@ def structural(
         num_tokens=num_tokens,
         num_sequences=num_sequences,
     )
+
+
+def context_lengths(max_model_len: int) -> list[int]:
+    """Chart x values: powers of two from 1Ki below ``max_model_len``, then ``max_model_len``."""
+    lengths = [1 << k for k in range(10, 25) if (1 << k) < max_model_len]
+    lengths = lengths[-(CHART_POINTS - 1) :] if lengths else []
+    return [*lengths, max_model_len]

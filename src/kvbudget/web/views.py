@@ -1,21 +1,23 @@
-"""Library results -> display rows for the page (unit conversion and text only, no KV math)."""
+"""Library results -> display rows for the page (unit conversion and text only, no KV math).
+
+Each view also carries the library's own documents under ``raw`` (the ``kvbudget calc --json``
+document, the plan and the three budgets), so API clients get the CLI's numbers unchanged.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
+from kvbudget.capacity.assumptions import Assumption
 from kvbudget.capacity.budget import StructuralBudget, ThreeBudgets, three_budgets
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.spec.resolve import ResolvedModel
+from kvbudget.capacity.result import CalcResult
+from kvbudget.spec.provenance import LedgerEntry
 from kvbudget.units import format_bytes, to_gib, to_mib
-from kvbudget.web.library import ExplicitResult
 
-STATUS_WORDS: dict[str, str] = {
-    "exact": "every structural assumption holds; the formula describes this cache",
-    "structural_reference": "an assumption does not hold or is unconfirmed; a structural reference only",
-    "not_applicable": "the formula does not describe this structure; measure instead",
-}
+SET_HINT = " (on this page: one key=value per line in Overrides)"
 
 
 def _trim(value: float) -> str:
@@ -38,20 +40,45 @@ def byte_row(key: str, name: str, num_bytes: int) -> dict[str, Any]:
     }
 
 
-def explicit_view(result: ExplicitResult) -> dict[str, Any]:
+def figure_rows(result: CalcResult) -> list[dict[str, Any]]:
+    """Per token, per sequence, (largest rank,) total of a calculation; absent ones skipped."""
+    rows = []
+    for key, name, value in (
+        ("per_token", "per token", result.bytes_per_token),
+        ("per_sequence", "per sequence", result.bytes_per_sequence),
+        ("largest_rank", "largest rank (one GPU)", result.per_rank_max_bytes),
+        ("total", f"total ({result.seqs} sequences)", result.total_bytes),
+    ):
+        if value is None or (key == "largest_rank" and result.mode == "explicit"):
+            continue
+        rows.append(byte_row(key, name, value))
+    return rows
+
+
+def assumption_rows(assumptions: Iterable[Assumption]) -> list[dict[str, Any]]:
+    """The checklist: holds only when confirmed (explicit) or derived true (model)."""
+    return [
+        {
+            "key": a.name,
+            "label": a.text,
+            "holds": a.holds is True,
+            "why": a.reason or a.basis,
+        }
+        for a in assumptions
+    ]
+
+
+def explicit_view(result: CalcResult) -> dict[str, Any]:
     """The explicit calculator's answer for the page (and for API clients)."""
-    total = result.total_bytes
+    total = result.total_bytes or 0
     return {
         "status": result.status,
-        "status_words": STATUS_WORDS.get(result.status, ""),
-        "figures": [
-            byte_row("per_token", "per token", result.bytes_per_token),
-            byte_row("per_sequence", "per sequence", result.bytes_per_sequence),
-            byte_row("total", "total", total),
-        ],
+        "status_reasons": result.reasons,
+        "figures": figure_rows(result),
         "total_display": f"{format_bytes(total)} ({total:,} bytes, computed)",
-        "assumptions": result.assumptions,
+        "assumptions": assumption_rows(result.assumptions),
         "label": "computed",
+        "raw": {"calc": result.to_dict()},
     }
 
 
@@ -66,27 +93,60 @@ def _kv(name: str, value: Any, note: str = "", label: str | None = "computed") -
     return row
 
 
-def ledger_table(resolved: ResolvedModel) -> dict[str, Any]:
-    """The resolver's ledger: field, value, source, where, note (conflicts included)."""
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def ledger_table(entries: Iterable[LedgerEntry]) -> dict[str, Any]:
+    """The ledger: field, value, source, where, note (conflicts flagged)."""
     rows = []
-    for entry in resolved.ledger:
+    for entry in entries:
         note = "; ".join(
-            x for x in (entry.note, entry.conflict and f"conflict: {entry.conflict}") if x
+            x for x in (entry.note, entry.conflict and f"CONFLICT: {entry.conflict}") if x
         )
-        rows.append(
-            [
-                entry.field,
-                json.dumps(entry.value) if not isinstance(entry.value, str) else entry.value,
-                entry.source,
-                entry.location,
-                note,
-            ]
-        )
+        rows.append([entry.field, _text(entry.value), entry.source, entry.location, note])
     return {"columns": ["field", "value", "source", "where", "note"], "rows": rows}
 
 
-def groups_table(result: PlanResult) -> dict[str, Any]:
-    """vLLM's KV cache groups (or the SGLang pool's one group) as the planner built them."""
+def layer_groups_table(result: CalcResult) -> dict[str, Any]:
+    """The calculator's layer groups under the engine layout (one rank)."""
+    columns = [
+        "stage",
+        "kind",
+        "layers",
+        "tokens kept",
+        "bytes per token",
+        "bytes per sequence",
+        "all sequences",
+        "note",
+    ]
+    rows = [
+        [
+            g["pp_rank"],
+            g["kind"],
+            g["num_layers"],
+            f"{g['tokens_kept']:,}",
+            f"{g['bytes_per_token']:,}",
+            f"{g['bytes_per_sequence']:,}",
+            f"{g['bytes_per_rank']:,}",
+            g["note"],
+        ]
+        for g in result.groups
+    ]
+    return {"columns": columns, "rows": rows}
+
+
+def pool_groups_table(result: PlanResult) -> dict[str, Any]:
+    """The engine's KV cache groups as the planner built them."""
+    columns = [
+        "group",
+        "kind",
+        "layers",
+        "padding layers",
+        "block size (tokens)",
+        "page bytes (1 block, 1 layer, 1 rank)",
+        "window / chunk",
+    ]
     rows = []
     for group in result.groups:
         limit = group.sliding_window or group.attention_chunk_size
@@ -101,19 +161,11 @@ def groups_table(result: PlanResult) -> dict[str, Any]:
                 "—" if limit is None else f"{limit:,}",
             ]
         )
-    columns = [
-        "group",
-        "kind",
-        "layers",
-        "padding layers",
-        "block size (tokens)",
-        "page bytes (1 block, 1 layer, 1 rank)",
-        "window / chunk",
-    ]
     return {"columns": columns, "rows": rows}
 
 
 def pool_rows(result: PlanResult) -> list[dict[str, Any]]:
+    """Blocks, tokens, concurrency and the engine's own log lines."""
     rows = [
         _kv("engine", f"{result.engine} {result.engine_version}", label=None),
         _kv(
@@ -125,7 +177,7 @@ def pool_rows(result: PlanResult) -> list[dict[str, Any]]:
         _kv("KV dtype", result.kv_dtype, label=None),
         _kv("blocks (per GPU)", f"{result.num_blocks:,} (usable {result.num_usable_blocks:,})"),
         _kv("block size", f"{result.block_size} tokens", label=None),
-        _kv("KV-cache tokens", f"{result.kv_cache_tokens:,}", "as the engine version logs it"),
+        _kv("KV-cache tokens", f"{result.kv_cache_tokens:,}", "as this engine version logs it"),
         _kv(
             "maximum concurrency",
             f"{result.max_concurrency:.2f}x",
@@ -139,8 +191,18 @@ def pool_rows(result: PlanResult) -> list[dict[str, Any]]:
             label=result.weights.source,
         ),
     ]
-    rows.extend(_kv("engine log", line, label=None) for line in result.log_lines)
+    rows.extend(
+        _kv("engine log (as it would print)", line, label=None) for line in result.log_lines
+    )
     return rows
+
+
+def structural_row(structural: StructuralBudget) -> dict[str, Any]:
+    return _kv(
+        f"1. structural ({structural.num_sequences} × {structural.bytes_per_sequence:,} B per sequence)",
+        _fmt_bytes(structural.total_bytes),
+        "how large the K/V data is by structure alone: " + structural.method,
+    )
 
 
 def budget_rows(budgets: ThreeBudgets, structural: StructuralBudget) -> list[dict[str, Any]]:
@@ -168,88 +230,64 @@ def budget_rows(budgets: ThreeBudgets, structural: StructuralBudget) -> list[dic
     return rows
 
 
-def structural_row(structural: StructuralBudget) -> dict[str, Any]:
-    return _kv(
-        f"1. structural ({structural.num_sequences} × {structural.bytes_per_sequence:,} B per sequence)",
-        _fmt_bytes(structural.total_bytes),
-        "how large the K/V data is by structure alone: " + structural.method,
-    )
-
-
 def model_view(
-    resolved: ResolvedModel,
+    calc: CalcResult,
     result: PlanResult | None,
-    engine: str,
     structural: StructuralBudget | None,
+    three: ThreeBudgets | None,
 ) -> dict[str, Any]:
-    """Model mode for the page: status, budgets, pool, groups, ledger, assumptions."""
-    if resolved.status != "resolved" or resolved.spec is None:
-        return {
-            "status": "not_applicable",
-            "status_note": resolved.reason
-            + (
-                " (on this page: one key=value per line in Overrides)"
-                if "--set" in resolved.reason
-                else ""
-            ),
-            "missing": list(resolved.missing),
-            "budgets": [],
-            "pool": [],
-            "fits": False,
-            "fit_message": "",
-            "groups": {"columns": [], "rows": []},
-            "ledger": ledger_table(resolved),
-            "assumptions": [],
-            "chart": False,
-        }
-    spec = resolved.spec
-    kinds = ", ".join(f"{n} {k}" for k, n in spec.kind_counts().items())
+    """Model mode for the page: status, figures, budgets, pool, groups, ledger, assumptions."""
+    reasons = [r + (SET_HINT if "--set" in r else "") for r in calc.reasons]
+    if calc.missing_fields:
+        reasons.append("supply: " + ", ".join(calc.missing_fields) + SET_HINT)
     budgets: list[dict[str, Any]] = []
-    view: dict[str, Any] = {
-        "status": "structural_reference",
-        "status_note": f"{spec.model_id}: {spec.num_layers} layers ({kinds})",
-        "budgets": budgets,
-        "ledger": ledger_table(resolved),
-        "assumptions": [],
-        "chart": result is not None,
-    }
     if structural is not None:
-        view["raw"] = {"structural": structural.to_dict(), "plan": None, "budgets": None}
-        if result is None:
-            budgets.append(structural_row(structural))
-    if result is None or structural is None:
-        view.update(
-            pool=[
-                _kv(
-                    "engine pool",
-                    f"not planned for {engine}",
-                    "kvbudget plan models vllm and sglang",
-                    label=None,
-                )
-            ],
-            fits=True,
-            fit_message="",
-            groups={"columns": [], "rows": []},
+        budgets = (
+            budget_rows(three, structural) if three is not None else [structural_row(structural)]
         )
-        return view
-    three = three_budgets(result, spec)
-    budgets.extend(budget_rows(three, structural))
-    view["raw"] = {
-        "structural": structural.to_dict(),
-        "plan": result.to_dict(),
-        "budgets": three.to_dict(),
-    }
-    view.update(
-        pool=pool_rows(result),
-        fits=result.fits,
-        fit_message=(
+    if result is None:
+        note = f"kvbudget plan models {' and '.join(('vllm', 'sglang'))}; {calc.engine} shows the calculator only"
+        pool = (
+            []
+            if calc.status == "not_applicable"
+            else [_kv("engine pool", "not planned", note, label=None)]
+        )
+        fits, fit_message = True, ""
+    else:
+        pool = pool_rows(result)
+        fits = result.fits
+        fit_message = (
             f"one request of {result.max_model_len:,} tokens fits"
             if result.fits
             else (result.error or "does not fit")
-        ),
-        groups=groups_table(result),
-    )
-    return view
+        )
+    return {
+        "status": calc.status,
+        "status_note": "; ".join(reasons),
+        "model_id": calc.model_id,
+        "figures": figure_rows(calc),
+        "budgets": budgets,
+        "pool": pool,
+        "fits": fits,
+        "fit_message": fit_message,
+        "groups": layer_groups_table(calc),
+        "pool_groups": pool_groups_table(result)
+        if result is not None
+        else {"columns": [], "rows": []},
+        "ledger": ledger_table(calc.ledger),
+        "assumptions": assumption_rows(calc.assumptions),
+        "chart": calc.status != "not_applicable",
+        "raw": {
+            "calc": calc.to_dict(),
+            "structural": structural.to_dict() if structural is not None else None,
+            "plan": result.to_dict() if result is not None else None,
+            "budgets": three.to_dict() if three is not None else None,
+        },
+    }
+
+
+def budgets_for(result: PlanResult | None, spec: Any) -> ThreeBudgets | None:
+    return None if result is None else three_budgets(result, spec)
 
 
 def token_label(num_tokens: int) -> str:
@@ -272,11 +310,12 @@ def chart_point(num_tokens: int, seq_bytes: int, concurrency: float | None) -> d
 
 
 def chart_view(
-    points: list[dict[str, Any]], *, has_concurrency: bool, model_id: str
+    points: list[dict[str, Any]], *, has_concurrency: bool, model_id: str, engine: str
 ) -> dict[str, Any]:
     """Chart series for the page's SVG (every value computed by the library)."""
     return {
-        "title": f"{model_id}: KV bytes per sequence and maximum concurrency against context length",
+        "title": f"{model_id} ({engine} layout): KV bytes per sequence and maximum concurrency "
+        "against context length",
         "points": points,
         "label": "computed",
         "has_concurrency": has_concurrency,

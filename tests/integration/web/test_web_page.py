@@ -144,7 +144,7 @@ def test_seed_example_reads_four_gib(page: tuple[Any, PageLog]) -> None:
     assert f"{SEED_TOTAL_BYTES:,}" in total_text
     rows = p.query_selector_all("#explicit-figures tr")
     cells = [[c.text_content() for c in row.query_selector_all("th,td")] for row in rows]
-    assert cells[-1][0] == "total"
+    assert cells[-1][0] == "total (8 sequences)"
     assert cells[-1][1] == f"{SEED_TOTAL_BYTES:,}"
     assert cells[-1][3] == "4"
     assert "exact" in (p.text_content("#explicit-status") or "")

@@ -223,3 +223,51 @@ def test_document_without_provenance_is_flagged(client: TestClient) -> None:
     refused = client.post("/api/document", json={"document": [1, 2]})
     assert refused.status_code == 400
     assert refused.json()["error"].startswith("ReportError: ")
+
+
+def _without_times(doc: dict[str, Any]) -> dict[str, Any]:
+    doc = dict(doc)
+    doc["ledger"] = [{k: v for k, v in e.items() if k != "read_at"} for e in doc["ledger"]]
+    return doc
+
+
+def test_web_returns_the_cli_calc_document(client: TestClient) -> None:
+    """Same library, same document: the web's raw calc equals `kvbudget calc --json`."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvbudget",
+            "calc",
+            "--layers",
+            "32",
+            "--kv-heads",
+            "8",
+            "--head-dim",
+            "128",
+            "--dtype-bytes",
+            "2",
+            "--tokens",
+            "4096",
+            "--seqs",
+            "8",
+            "--assume",
+            "full_attention",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    cli_doc = json.loads(proc.stdout)
+    web = client.post(
+        "/api/calc/explicit", json={**SEED_EXAMPLE, "assumptions": {"full_attention": True}}
+    ).json()
+    assert _without_times(web["raw"]["calc"]) == _without_times(cli_doc)
+    assert cli_doc["total_bytes"] == SEED_TOTAL_BYTES

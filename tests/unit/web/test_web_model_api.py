@@ -36,6 +36,12 @@ def test_llama_vllm_figures(client: TestClient) -> None:
         client, "/api/model", model=LLAMA, engine="vllm", gpu="H100-SXM", max_model_len=8192, seqs=3
     )
     raw = body["raw"]
+    assert body["status"] == "exact"  # dense GQA, bf16, no blocks padding at 8192 (= 512 x 16)
+    calc = raw["calc"]
+    assert calc["bytes_per_token"] == LLAMA_TOKEN_BYTES
+    assert calc["total_bytes"] == 3 * LLAMA_TOKEN_BYTES * 8192
+    figures = {row["key"]: row["bytes"] for row in body["figures"]}
+    assert figures["total"] == 3 * LLAMA_TOKEN_BYTES * 8192
     assert raw["structural"]["bytes_per_token"] == LLAMA_TOKEN_BYTES
     assert raw["structural"]["bytes_per_sequence"] == LLAMA_TOKEN_BYTES * 8192
     assert raw["structural"]["total_bytes"] == 3 * LLAMA_TOKEN_BYTES * 8192
@@ -72,7 +78,10 @@ def test_engine_without_planner_gives_structural_only(client: TestClient) -> Non
     body = post(client, "/api/model", model=LLAMA, engine="llamacpp", max_model_len=4096)
     assert body["raw"]["plan"] is None
     assert body["raw"]["structural"]["bytes_per_sequence"] == LLAMA_TOKEN_BYTES * 4096
-    assert body["chart"] is False
+    assert body["pool"][0]["value"] == "not planned"
+    chart = post(client, "/api/chart", model=LLAMA, engine="llamacpp", max_model_len=4096)
+    assert chart["has_concurrency"] is False
+    assert all(p["max_concurrency"] is None for p in chart["points"])
 
 
 def test_chart_points_for_a_sliding_window_model(client: TestClient) -> None:
@@ -184,3 +193,20 @@ def test_meta_lists_catalog_gpus_and_dtypes(client: TestClient) -> None:
     assert any(g["id"] == "H100-SXM" for g in meta["gpus"])
     assert "fp8" in meta["kv_dtypes_by_engine"]["vllm"]
     assert "q8_0" in meta["kv_dtypes_by_engine"]["llamacpp"]
+
+
+def test_sliding_model_is_structural_reference_with_the_reason(client: TestClient) -> None:
+    body = post(
+        client,
+        "/api/model",
+        model="google/gemma-2-9b",
+        engine="vllm",
+        gpu="H100-SXM",
+        max_model_len=8192,
+    )
+    assert body["status"] == "structural_reference"
+    failing = {a["key"] for a in body["assumptions"] if not a["holds"]}
+    assert "no_sliding_window" in failing
+    assert "no_sliding_window" in body["status_note"]
+    kinds = {row[1] for row in body["groups"]["rows"]}
+    assert kinds == {"sliding", "full"}

@@ -126,6 +126,18 @@
     }
   }
 
+  function renderFigures(tbody, figures) {
+    clear(tbody);
+    for (const row of figures || []) {
+      const tr = el("tr");
+      tr.appendChild(el("th", row.name)).setAttribute("scope", "row");
+      tr.appendChild(el("td", row.bytes_text));
+      tr.appendChild(el("td", row.mib_text));
+      tr.appendChild(el("td", row.gib_text));
+      tbody.appendChild(tr);
+    }
+  }
+
   function renderReasons(ul, assumptions) {
     clear(ul);
     for (const a of assumptions || []) {
@@ -190,16 +202,7 @@
     if (!result.ok) { show($("explicit-result"), false); showServerError(form, result, "explicit-error"); return; }
     const d = result.data;
     renderStatus($("explicit-status"), d.status);
-    const tbody = $("explicit-figures");
-    clear(tbody);
-    for (const row of d.figures) {
-      const tr = el("tr");
-      tr.appendChild(el("th", row.name)).setAttribute("scope", "row");
-      tr.appendChild(el("td", row.bytes_text));
-      tr.appendChild(el("td", row.mib_text));
-      tr.appendChild(el("td", row.gib_text));
-      tbody.appendChild(tr);
-    }
+    renderFigures($("explicit-figures"), d.figures);
     $("explicit-total").textContent = d.total_display;
     renderReasons($("explicit-reasons"), d.assumptions);
     show($("explicit-result"), true);
@@ -273,12 +276,15 @@
     if (!result.ok) { show($("model-result"), false); showServerError(form, result, "model-error"); return; }
     const d = result.data;
     renderStatus($("model-status"), d.status, d.status_note);
+    $("model-layout").textContent = body.engine;
+    renderFigures($("model-figures"), d.figures);
     renderKv($("model-budgets"), d.budgets);
     renderKv($("model-pool"), d.pool);
     const fit = $("model-fit");
     fit.textContent = d.fit_message || "";
     fit.className = "fit " + (d.fits ? "ok" : "bad");
     renderGrid($("model-groups-head"), $("model-groups"), d.groups);
+    renderGrid($("model-pool-groups-head"), $("model-pool-groups"), d.pool_groups);
     renderGrid($("model-ledger-head"), $("model-ledger"), d.ledger);
     renderReasons($("model-reasons"), d.assumptions);
     show($("model-result"), true);
