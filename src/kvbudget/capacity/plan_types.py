@@ -97,6 +97,7 @@ class PlanResult:
     mamba_cache_mode: MambaCacheMode = "none"
     sglang: SglangPool | None = None
     notes: tuple[str, ...] = ()
+    remedies: tuple[str, ...] = ()
     figure: str = "computed"
     headroom_fraction: float = 0.03
     defaults_applied: dict[str, str] = field(default_factory=dict)
@@ -178,5 +179,6 @@ class PlanResult:
             "sglang": self.sglang.to_dict() if self.sglang else None,
             "headroom_fraction": self.headroom_fraction,
             "defaults_applied": dict(self.defaults_applied),
+            "remedies": list(self.remedies),
             "notes": list(self.notes),
         }

@@ -121,6 +121,8 @@ def render_plan(
         summary.add_row("engine error", f"[red]{escape(result.error)}[/red]")
     if result.estimated_max_model_len is not None:
         summary.add_row("estimated max model len", f"{result.estimated_max_model_len:,}")
+    for remedy in result.remedies:
+        summary.add_row("knob", escape(remedy))
     out.print(summary)
 
     bud = Table(title="Three budgets (never substituted for one another)")

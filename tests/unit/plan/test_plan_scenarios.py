@@ -1,0 +1,154 @@
+"""Length-mix concurrency, scenarios, CPU tier, the three budgets, versions and SGLang defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import lognorm
+
+from kvbudget.capacity.budget import three_budgets
+from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.pool import KvCacheGroup
+from kvbudget.capacity.scenarios import (
+    LengthDistribution,
+    Scenario,
+    concurrency_for_lengths,
+    cpu_tier_host_bytes,
+    evaluate_scenario,
+)
+from kvbudget.capacity.sglang_pool import sglang_defaults
+from kvbudget.capacity.versions import parse_version, vllm_behaviour
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.model import ModelSpec
+
+GiB = 1 << 30
+SPEC = ModelSpec(
+    model_id="t/dense",
+    architecture="LlamaForCausalLM",
+    model_type="llama",
+    layers=tuple(FullAttention(i, 8, 128) for i in range(32)),
+    hidden_size=4096,
+    num_attention_heads=32,
+    vocab_size=128256,
+    intermediate_size=14336,
+    max_position_embeddings=131072,
+    torch_dtype="bfloat16",
+)
+
+
+def dense_plan() -> PlanResult:
+    # page 65536 B x 32 layers; 10 GiB -> 5120 blocks (5119 usable)
+    return make_plan(
+        PlanRequest(model="t", gpu="H100", kv_cache_memory_bytes=10 * GiB, max_model_len=32768),
+        SPEC,
+    )
+
+
+def test_length_mix_by_hand() -> None:
+    r = dense_plan()
+    lengths = np.array([10, 16, 17, 100])
+    c = concurrency_for_lengths(r, lengths)
+    # blocks: cdiv(n, 16) = 1, 1, 2, 7 -> mean 2.75 -> 5119 // 2.75 = 1861
+    assert c.seqs_for_mix == 1861
+    # numpy median 16.5 -> 17 tokens -> 2 blocks -> 2559; p95 (linear) 87.55 -> 88 -> 6 blocks -> 853
+    assert (c.median_tokens, c.blocks_at_median, c.seqs_at_median) == (17, 2, 2559)
+    assert (c.p95_tokens, c.blocks_at_p95, c.seqs_at_p95) == (88, 6, 853)
+    # slots 16+16+32+112 = 176; empty 6+0+15+12 = 33
+    assert c.tail_waste_fraction == pytest.approx(33 / 176)
+
+
+def test_sliding_group_blocks_are_window_bounded() -> None:
+    g = KvCacheGroup(0, "sliding", (0,), 0, 16, 4096, sliding_window=128)
+    # full would be cdiv(10000, 16) = 625; window: cdiv(min(127 + 8192, 10000), 16) + 1 = 521
+    assert g.blocks_for_tokens(10000, 8192) == 521
+    assert g.blocks_for_tokens(100, 8192) == 7  # short sequences: cdiv(100, 16)
+
+
+def test_cpu_tier_host_bytes() -> None:
+    r = dense_plan()
+    # 1000 tokens -> 63 blocks of 16 -> 1008 token slots x 131072 B (32 layers x 2 x 8 x 128 x 2)
+    assert r.kv_bytes_per_token_replica == 131072
+    assert cpu_tier_host_bytes(r, 1000) == 1008 * 131072
+
+
+def test_scenario_replicas_and_headroom() -> None:
+    r = dense_plan()
+    sc = Scenario(
+        name="x",
+        lengths=LengthDistribution(median_tokens=1000, p95_tokens=8000),
+        concurrency=50,
+        duration_s=60,
+        quality_gate="canary",
+    )
+    e = evaluate_scenario(r, sc)
+    # p95 8000 tokens = 500 blocks -> 5119 // 500 = 10 per replica -> 5 replicas, 5 GPUs, 0 % headroom
+    assert e.per_replica_capacity == 10
+    assert (e.replicas_needed, e.gpus_needed) == (5, 5)
+    assert e.headroom_fraction == pytest.approx(0.0)
+
+
+def test_lognormal_grid_matches_scipy() -> None:
+    dist = LengthDistribution(median_tokens=2000, p95_tokens=9000)
+    grid = dist.grid(1_000_000)
+    sigma = np.log(9000 / 2000) / 1.6448536269514722
+    ref = lognorm(s=sigma, scale=2000)
+    assert np.quantile(grid, 0.5) == pytest.approx(ref.ppf(0.5), rel=0.01)
+    assert np.quantile(grid, 0.95) == pytest.approx(ref.ppf(0.95), rel=0.02)
+    with pytest.raises(ValueError):
+        LengthDistribution(median_tokens=10, p95_tokens=5)
+
+
+def test_three_budgets_by_hand() -> None:
+    r = dense_plan()
+    b = three_budgets(r, SPEC)
+    # structural: 32 x 2 x 8 x 128 x 2 = 131072 B per token; 32768 tokens = 4 GiB per sequence;
+    # floor(max_concurrency) = floor(5120 / 2048) = 2 sequences -> 8 GiB
+    assert b.structural.bytes_per_token == 131072
+    assert b.structural.bytes_per_sequence == 4 * GiB
+    assert b.structural.total_bytes == 8 * GiB
+    # engine pool: 5120 blocks x 65536 B x 32 layers = 10 GiB
+    assert b.engine_pool_bytes_per_rank == (10 * GiB,)
+    peak = b.device_peak[0]
+    rank = r.ranks[0]
+    assert peak.peak_bytes == (
+        CUDA_CONTEXT_BYTES
+        + rank.weights.num_bytes
+        + rank.activation.num_bytes
+        + rank.non_torch.num_bytes
+        + rank.cudagraph.num_bytes
+        + 10 * GiB
+    )
+    assert peak.headroom_bytes == r.gpu.memory_bytes - peak.peak_bytes
+
+
+def test_versions() -> None:
+    assert parse_version("v0.10.1.1") == (0, 10, 1)
+    assert parse_version("0.21.0rc1") == (0, 21, 0)
+    with pytest.raises(ConfigError, match="engine_version"):
+        parse_version("latest")
+    assert vllm_behaviour("0.6.3").token_line == "v0"
+    assert vllm_behaviour("0.21.0").subtracts_cudagraphs
+    assert not vllm_behaviour("0.20.1").subtracts_cudagraphs
+
+
+def test_sglang_defaults_by_era() -> None:
+    assert sglang_defaults((0, 3, 0), gpu_memory_mib=81559, tp=8).mem_fraction_static == 0.83
+    assert sglang_defaults((0, 4, 5), gpu_memory_mib=81559, tp=8).mem_fraction_static == 0.81
+    assert sglang_defaults((0, 4, 5), gpu_memory_mib=81559, tp=2).mem_fraction_static == 0.87
+    assert sglang_defaults((0, 4, 5), gpu_memory_mib=81559, tp=16).mem_fraction_static == 0.79
+    # B200 (183359 MiB, > 160 GiB tier): 512 + 16384 x 1.5 + 512 x 2 + 128 = 26240 -> 0.857
+    assert sglang_defaults((0, 5, 4), gpu_memory_mib=183359, tp=1).mem_fraction_static == 0.857
+    # L4 (23034 MiB, < 35 GiB tier, tp < 4): 512 + 2048 x 1.5 + 24 x 2 + 128 = 3760 -> 0.837
+    assert sglang_defaults((0, 5, 4), gpu_memory_mib=23034, tp=1).mem_fraction_static == 0.837
+
+
+def test_remedies_name_numbers() -> None:
+    r = make_plan(
+        PlanRequest(model="t", gpu="H100", kv_cache_memory_bytes=GiB, max_model_len=131072), SPEC
+    )
+    assert not r.fits
+    assert any(x.startswith("--max-model-len 8192") for x in r.remedies)
+    assert any("--kv-cache-memory >= 17179869184" in x for x in r.remedies)
