@@ -16,7 +16,8 @@ Order of sources, strongest first:
 Quantization (``quantization_config``): ``fp8`` = 1 B per linear weight plus one fp32 scale per
 ``weight_block_size`` block; ``awq`` / ``gptq`` = ``bits/8`` B per weight plus per group an fp16
 scale and a packed ``bits``-bit zero (GPTQ ``desc_act`` adds an int32 ``g_idx`` per input row);
-``mxfp4`` (gpt-oss experts) = 0.5 B plus one 1-byte scale per 32. Embeddings, lm_head, norms and
+``mxfp4`` (gpt-oss experts) = 0.5 B plus one 1-byte scale per 32; ``compressed-tensors`` = the
+first config group's ``num_bits`` (8: one fp32 scale per output channel; 4: an fp16 scale per group). Embeddings, lm_head, norms and
 routers stay in the model dtype. Tensor parallel divides projections and experts by ``tp``
 (KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
 parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first stage, lm_head
@@ -222,6 +223,8 @@ def _matrix_bytes(
         zeros = cdiv(groups * n_out * bits, 8)
         g_idx = n_in * 4 if method == "gptq" and quant.get("desc_act") else 0
         return packed + scales + zeros + g_idx
+    if method == "compressed-tensors":
+        return _compressed_tensors_bytes(n_in, n_out, quant)
     if method == "mxfp4":
         if not m.expert:
             return n_in * n_out * dtype_bytes
@@ -231,6 +234,19 @@ def _matrix_bytes(
         "with the figure from the engine log ('Model loading took X GiB')",
         field="quantization_config",
     )
+
+
+def _compressed_tensors_bytes(n_in: int, n_out: int, quant: dict[str, Any]) -> int:
+    """compressed-tensors: the first config group's weight scheme (8-bit: one fp32 scale per
+    output channel; fewer bits: packed with an fp16 scale per ``group_size`` inputs)."""
+    groups = quant.get("config_groups") or {}
+    first: Any = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
+    weights: Any = (first.get("weights") or {}) if isinstance(first, dict) else {}
+    bits = int(weights.get("num_bits", 8))
+    if bits >= 8:
+        return n_in * n_out * bits // 8 + 4 * n_out
+    group = int(weights.get("group_size") or n_in)
+    return cdiv(n_in * n_out * bits, 8) + cdiv(n_in, group) * n_out * 2
 
 
 def _model_dtype_bytes(spec: ModelSpec) -> int:

@@ -116,3 +116,18 @@ def test_flag_wins() -> None:
     w = estimate_weights(spec(), tp=4, weights_bytes=5 << 30)
     assert w.source == "flag"
     assert w.per_rank_bytes == (5 << 30,)
+
+
+def test_compressed_tensors_w8_and_w4() -> None:
+    w8 = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g0": {"weights": {"num_bits": 8}}},
+    }
+    # 1 B per weight + one fp32 scale per output channel
+    assert _matrix_bytes(M, (4096, 4096), w8, 2) == 4096 * 4096 + 4 * 4096
+    w4 = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g0": {"weights": {"num_bits": 4, "group_size": 128}}},
+    }
+    # packed 4-bit + fp16 scale per 128 inputs per output
+    assert _matrix_bytes(M, (4096, 4096), w4, 2) == 4096 * 4096 // 2 + 32 * 4096 * 2
