@@ -40,6 +40,7 @@ def _svg(fig: Figure) -> str:
     text = buf.getvalue()
     text = re.sub(r"^<\?xml[^>]*>\s*", "", text)
     text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
     return text
 
 
