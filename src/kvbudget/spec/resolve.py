@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from kvbudget.errors import ConfigError
 from kvbudget.spec.architectures import ARCH, BUILDERS, WRAPPER_TEXT_TYPES
+from kvbudget.spec.catalog import find_catalog_entry
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.locate import ConfigSource, locate_config
 from kvbudget.spec.model import ModelSpec
@@ -96,6 +97,16 @@ def resolve_config(
         reader.config_source,
         location=f"{reader.location}:architectures[0]",
     )
+    if source.origin == "catalog":
+        entry = find_catalog_entry(source.model_id)
+        if entry is not None:
+            reader.record(
+                "catalog_copy",
+                entry.status,
+                "catalog",
+                location=f"catalog:{entry.path.name}",
+                note=f"bundled copy of the model's config.json ({entry.note or 'see SOURCES.md'})",
+            )
     if prefix:
         reader.record(
             "text_config",
