@@ -267,3 +267,20 @@ def test_llamacpp_swa_cache_gemma3_1b() -> None:
     # 4 * 4096 * 1024 + 22 * 1024 * 1024 = 16,777,216 + 23,068,672 = 39,845,888
     layout = llamacpp_layout(catalog("google/gemma-3-1b-it"), tokens=4096, seqs=1)
     assert layout.total_bytes == 39_845_888
+
+
+def test_sglang_hybrid_state_pool_qwen3_next() -> None:
+    # attention cell: 12 full layers x 2 heads x (256 + 256) x 2 B = 12 x 2,048 per token
+    # state per sequence per GDN layer: conv (3, 8192) bf16 = 49,152 B + ssm (32,128,128) fp32 = 2,097,152 B
+    # T = 1000, 2 sequences: 12*2048*1000*2 + 36*(49,152 + 2,097,152)*2 = 49,152,000 + 154,533,888
+    layout = sglang_layout(catalog("Qwen/Qwen3-Next-80B-A3B-Thinking"), tokens=1000, seqs=2)
+    assert layout.total_bytes == 203_685_888
+
+
+def test_dp_replicas_multiply_and_pp_splits_sglang() -> None:
+    spec = catalog("meta-llama/Llama-3.1-8B")
+    one = vllm_layout(spec, tokens=4096, seqs=1)
+    assert vllm_layout(spec, tokens=4096, seqs=1, dp=3).total_bytes == 3 * one.replica_bytes
+    # PP 2 on SGLang: 16 layers per stage x 8 heads x 256 x 2 B = 65,536 B per token per stage
+    staged = sglang_layout(spec, tokens=10, seqs=1, pp=2)
+    assert [s.bytes_per_rank for s in staged.stages] == [655_360, 655_360]
