@@ -323,10 +323,14 @@ def vllm_layout(
             )
         stages.append(StageBytes(rank, start, end, tuple(groups)))
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
-    if tokens % block:
+    if any(s.kind == "mamba" for st in stages for s in st.groups) and block != block_size:
         notes.append(
-            f"last block of each sequence is partly empty ({tokens} tokens, block {block})"
+            f"attention block size set to {block} tokens so that the attention page >= the mamba page "
+            "(vLLM HybridAttentionMambaModelConfig); mamba pages padded to the attention page"
         )
+    padding = ""
+    if tokens % block:
+        padding = f"last block of each sequence is partly empty ({tokens} tokens, block {block})"
     return LayoutResult(
         "vllm",
         dtype.name,
@@ -338,4 +342,5 @@ def vllm_layout(
         tuple(stages),
         block_size=block,
         notes=tuple(notes),
+        padding=padding,
     )
