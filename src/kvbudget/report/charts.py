@@ -107,6 +107,7 @@ def timelines(doc: AcceptResult) -> str:
             ax.plot(ts.t_s, ts.kv_usage, color="#1565c0", linewidth=1, label="KV usage")
             twin = ax.twinx()
             twin.plot(ts.t_s, ts.num_waiting, color="#ef6c00", linewidth=0.8, label="waiting")
+            twin.set_ylim(0, max(1.0, max(ts.num_waiting, default=0.0) * 1.1))
             twin.tick_params(labelsize=6)
     axes[2][1].set_xlabel("time in cell (s)")
     axes[1][0].set_ylabel("KV usage (blue)")
