@@ -32,7 +32,7 @@ from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
 from kvbudget.load.identity import safe_headers, server_identity
 from kvbudget.load.prometheus import MetricsScraper, summarize_series
-from kvbudget.load.requests import planned_open_loop
+from kvbudget.load.requests import planned_open_loop, synthetic_request
 from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.records import (
@@ -240,6 +240,9 @@ async def _run_in(
     segment, skip = _prepare_dir(cfg, out_dir, resume)
     if planned is None and cfg.open_loop:
         planned = planned_open_loop(cfg)
+    elif planned is None and cfg.num_requests is not None:
+        # generated before the clock starts, so prompt generation is not on the hot path
+        planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
     ) as probe:

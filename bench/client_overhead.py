@@ -1,0 +1,294 @@
+"""Load-client overhead: kvbudget's client against a null server, side by side with peers.
+
+Setup (issue 5): ``client_null_server.py`` (one token per SSE event, as fast as it can) pinned
+to one core with ``taskset``, each client pinned to another core; ~32 prompt and 64 output
+tokens; closed loop at 1, 64 and 256 streams. Per client and concurrency it reports completed
+requests/s, streamed token events/s, client CPU seconds per request, the most streams in
+flight, and the TTFT bias: client TTFT minus the server's own request-received-to-first-event
+time for the same request (matched by the sha256 of the prompt), p50 and p99.
+
+Clients:
+
+* ``kvbudget``: the full ``kvbudget bench`` path (``kvbudget.load.run.run_load``: aiohttp
+  client, SSE timing, one RequestRecord per request appended to JSONL);
+* ``bare``: a minimal asyncio-socket client (no HTTP library, no records): the practical
+  ceiling against this server;
+* ``guidellm`` / ``aiperf``: peers, when their venvs exist (``--peer-venv NAME=PATH``).
+
+Usage::
+
+    .venv/bin/python bench/client_overhead.py --out bench/results/client_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PROMPT_TOKENS = 32
+OUTPUT_TOKENS = 64
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# ----------------------------------------------------------------------------- clients
+async def _kvbudget_client(url: str, concurrency: int, num_requests: int) -> dict[str, Any]:
+    from kvbudget.load.config import RunConfig
+    from kvbudget.load.run import run_load
+    from kvbudget.records import RequestRecord, read_jsonl
+
+    out = Path(tempfile.mkdtemp(prefix="kvb-overhead-"))
+    try:
+        cfg = RunConfig(
+            base_url=url,
+            model="null",
+            concurrency=concurrency,
+            num_requests=num_requests,
+            prompt_tokens=PROMPT_TOKENS,
+            output_tokens=OUTPUT_TOKENS,
+            timeout_s=120,
+        )
+        cpu0 = _cpu_s()
+        doc = await run_load(cfg, out_dir=out)
+        cpu = _cpu_s() - cpu0
+        recs = read_jsonl(out / "requests.jsonl", RequestRecord).items
+        s = doc.summary
+        return {
+            "ok": s["requests_ok"],
+            "errors": s["requests_error"],
+            "window_s": s["window_s"],
+            "events": sum(len(r.chunk_times_s) for r in recs if r.status == "ok"),
+            "cpu_s": cpu,
+            "max_inflight": doc.accounting["max_inflight_seen"],
+            "ttft": {r.prompt_sha256: r.ttft_s for r in recs if r.ttft_s is not None},
+        }
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+async def _bare_client(url: str, concurrency: int, num_requests: int) -> dict[str, Any]:
+    """Minimal asyncio streams client: write the request, read until the chunked end."""
+    from kvbudget.load.config import RunConfig
+    from kvbudget.load.requests import synthetic_request
+
+    host, port = url.removeprefix("http://").split(":")
+    cfg = RunConfig(
+        base_url=url, model="null", num_requests=num_requests, prompt_tokens=PROMPT_TOKENS
+    )
+    prompts = [synthetic_request(cfg, i).text() for i in range(num_requests)]
+    next_i = 0
+    ttft: dict[str, float] = {}
+    events = 0
+    inflight = 0
+    max_inflight = 0
+
+    async def worker() -> None:
+        nonlocal next_i, events, inflight, max_inflight
+        reader, writer = await asyncio.open_connection(host, int(port))
+        while next_i < num_requests:
+            prompt = prompts[next_i]
+            next_i += 1
+            body = json.dumps(
+                {"model": "null", "prompt": prompt, "max_tokens": OUTPUT_TOKENS, "stream": True}
+            ).encode()
+            req = (
+                f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            inflight += 1
+            max_inflight = max(max_inflight, inflight)
+            t0 = time.perf_counter()
+            writer.write(req)
+            first = None
+            buf = b""
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    raise ConnectionError("server closed")
+                if first is None and b'"text"' in data:
+                    first = time.perf_counter()
+                buf += data
+                if buf.endswith(b"0\r\n\r\n"):
+                    break
+            events += buf.count(b'"text":')
+            inflight -= 1
+            assert first is not None
+            ttft[hashlib.sha256(prompt.encode()).hexdigest()] = first - t0
+        writer.close()
+
+    cpu0 = _cpu_s()
+    t = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    window = time.perf_counter() - t
+    return {
+        "ok": num_requests,
+        "errors": 0,
+        "window_s": window,
+        "events": events,
+        "cpu_s": _cpu_s() - cpu0,
+        "max_inflight": max_inflight,
+        "ttft": ttft,
+    }
+
+
+def client_main(kind: str, url: str, concurrency: int, num_requests: int, out: str) -> None:
+    fn = _kvbudget_client if kind == "kvbudget" else _bare_client
+    result = asyncio.run(fn(url, concurrency, num_requests))
+    Path(out).write_text(json.dumps(result))
+
+
+# ----------------------------------------------------------------------------- orchestration
+def _pin(core: int | None) -> list[str]:
+    if core is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(core)]
+
+
+def _http(url: str, method: str = "GET") -> Any:
+    import urllib.request
+
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_ours(kind: str, url: str, concurrency: int, n: int, core: int | None) -> dict[str, Any]:
+    _http(url + "/reset_stats", "POST")
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
+        out = fh.name
+    cmd = [
+        *_pin(core),
+        sys.executable,
+        __file__,
+        "--client",
+        kind,
+        "--url",
+        url,
+        "--concurrency",
+        str(concurrency),
+        "--num-requests",
+        str(n),
+        "--result",
+        out,
+    ]
+    subprocess.run(cmd, check=True, timeout=900)
+    res = json.loads(Path(out).read_text())
+    os.unlink(out)
+    server = _http(url + "/stats")
+    bias = [
+        ttft - (srv[1] - srv[0])
+        for sha, ttft in res.pop("ttft").items()
+        if (srv := server.get(sha)) is not None
+    ]
+    res["ttft_bias_ms_p50"] = float(np.percentile(bias, 50)) * 1e3 if bias else None
+    res["ttft_bias_ms_p99"] = float(np.percentile(bias, 99)) * 1e3 if bias else None
+    res["ttft_bias_matched"] = len(bias)
+    return res
+
+
+def summarize(res: dict[str, Any], n: int) -> dict[str, Any]:
+    w = res["window_s"]
+    return {
+        "requests_ok": res["ok"],
+        "requests_per_s": res["ok"] / w if w else None,
+        "events_per_s": res["events"] / w if w else None,
+        "client_cpu_ms_per_request": res["cpu_s"] / max(1, res["ok"]) * 1e3,
+        "max_inflight": res["max_inflight"],
+        "ttft_bias_ms_p50": res.get("ttft_bias_ms_p50"),
+        "ttft_bias_ms_p99": res.get("ttft_bias_ms_p99"),
+        "ttft_bias_matched": res.get("ttft_bias_matched"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="kvbudget load-client overhead benchmark")
+    ap.add_argument("--client", choices=["kvbudget", "bare"], help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument(
+        "--num-requests",
+        type=int,
+        nargs="+",
+        default=None,
+        help="requests per concurrency (default 1500, 4000, 8000)",
+    )
+    ap.add_argument("--clients", nargs="+", default=["kvbudget", "bare"])
+    ap.add_argument("--server-core", type=int, default=0)
+    ap.add_argument("--client-core", type=int, default=1)
+    ap.add_argument("--no-pin", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if args.client:
+        client_main(args.client, args.url, args.concurrency[0], args.num_requests[0], args.result)
+        return
+    counts = args.num_requests or [
+        {1: 1500, 64: 4000, 256: 8000}.get(c, 40 * c) for c in args.concurrency
+    ]
+    s_core = None if args.no_pin else args.server_core
+    c_core = None if args.no_pin else args.client_core
+    server = subprocess.Popen(
+        [
+            *_pin(s_core),
+            sys.executable,
+            str(HERE / "client_null_server.py"),
+            "--port",
+            "0",
+            "--tokens",
+            str(OUTPUT_TOKENS),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    results: list[dict[str, Any]] = []
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        for conc, n in zip(args.concurrency, counts, strict=True):
+            for kind in args.clients:
+                res = summarize(run_ours(kind, url, conc, n, c_core), n)
+                row = {"client": kind, "concurrency": conc, "num_requests": n, **res}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    doc = {
+        "what": "load-client overhead vs a null SSE server (one token per event)",
+        "figure": "measured",
+        "pinned": None if args.no_pin else {"server_core": s_core, "client_core": c_core},
+        "cpus": os.cpu_count(),
+        "loadavg_after": os.getloadavg(),
+        "prompt_tokens": PROMPT_TOKENS,
+        "output_tokens": OUTPUT_TOKENS,
+        "rows": results,
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
