@@ -1,0 +1,193 @@
+"""The HTTP probe: any OpenAI-compatible endpoint (see :mod:`kvbudget.audit.probes`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+
+from kvbudget.audit.probes import Completion, Observation, TargetIdentity
+from kvbudget.errors import TargetError
+from kvbudget.load.client import ClientRequest, OpenAIClient
+from kvbudget.load.identity import server_identity
+from kvbudget.load.prometheus import parse_exposition
+from kvbudget.records import excerpt
+
+HIT_SERIES = ("prefix_cache_hits_tokens", "prompt_tokens_cached")
+
+
+def _parse_logprobs(
+    choice: dict[str, Any],
+) -> tuple[tuple[str, ...] | None, tuple[dict[str, float], ...] | None]:
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return None, None
+    tokens = lp.get("tokens")
+    tops = lp.get("top_logprobs")
+    tok_out = tuple(str(t) for t in tokens) if isinstance(tokens, list) else None
+    top_out: tuple[dict[str, float], ...] | None = None
+    if isinstance(tops, list) and all(isinstance(t, dict) or t is None for t in tops):
+        top_out = tuple(
+            {str(k): float(v) for k, v in (t or {}).items() if isinstance(v, int | float)}
+            for t in tops
+        )
+    return tok_out, top_out
+
+
+class HttpProbe:
+    """An OpenAI-compatible endpoint (use as ``async with``); every figure is measured."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None,
+        metrics_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.client = OpenAIClient(base_url, concurrency=1, timeout_s=timeout_s, api_key=api_key)
+        self.model = model
+        self.metrics_url = metrics_url
+        self.timeout_s = timeout_s
+        self.metrics_errors = 0
+        self._identity: TargetIdentity | None = None
+
+    async def __aenter__(self) -> HttpProbe:
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.__aexit__(*exc)
+
+    async def identity(self) -> TargetIdentity:
+        if self._identity is not None:
+            return self._identity
+        ident = await server_identity(self.client)
+        if self.model is None:
+            models = ident.get("models") or []
+            if not models:
+                raise TargetError(
+                    f"--model: {self.client.base_url}/v1/models lists no model "
+                    f"(HTTP {ident.get('models_status')}); pass --model NAME"
+                )
+            self.model = str(models[0]["id"])
+        self._identity = TargetIdentity(
+            kind="http",
+            source="measured",
+            engine=ident.get("engine"),
+            engine_version=ident.get("engine_version"),
+            model=self.model,
+            base_url=self.client.base_url,
+            details={k: v for k, v in ident.items() if k not in ("base_url",)},
+        )
+        return self._identity
+
+    def _model(self) -> str:
+        if self.model is None:
+            raise TargetError("HttpProbe used before identity(): no model name")
+        return self.model
+
+    async def send(
+        self,
+        prompt_ids: tuple[int, ...],
+        prompt_text: str,
+        *,
+        tenant: str,
+        cache_salt: str | None,
+        request_id: str,
+    ) -> Observation:
+        req = ClientRequest(
+            request_id=request_id,
+            prompt=prompt_text,
+            max_tokens=1,
+            model=self._model(),
+            cache_salt=cache_salt,
+            extra_body={"temperature": 0},
+        )
+        out = await self.client.stream(req)
+        if out.status != "ok" or out.sent_s is None:
+            return Observation(
+                None, None, None, ok=False, error=f"{out.error_kind}: {out.error_excerpt or ''}"
+            )
+        end = out.first_token_s if out.first_token_s is not None else out.done_s
+        ttft = None if end is None else end - out.sent_s
+        return Observation(ttft, out.cached_tokens, out.usage_prompt_tokens, ok=True)
+
+    async def hit_counter(self) -> float | None:
+        if not self.metrics_url:
+            return None
+        try:
+            async with self.client.session.get(
+                self.metrics_url, timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                if resp.status != 200:
+                    self.metrics_errors += 1
+                    return None
+                text = await resp.text()
+            samples = parse_exposition(text, time.perf_counter())
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+            self.metrics_errors += 1
+            return None
+        values = {s.name: s.value for s in samples if not s.labels}
+        for name in HIT_SERIES:
+            if name in values:
+                return values[name]
+        return None
+
+    async def reset(self) -> bool:
+        try:
+            async with self.client.session.post(
+                self.client.base_url + "/reset_prefix_cache",
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            ) as resp:
+                return resp.status == 200
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
+
+    async def complete(
+        self, prompt_ids: tuple[int, ...], prompt_text: str, *, max_tokens: int, logprobs: int
+    ) -> Completion:
+        body: dict[str, Any] = {
+            "model": self._model(),
+            "prompt": prompt_text,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": False,
+        }
+        if logprobs > 0:
+            body["logprobs"] = logprobs
+        try:
+            async with self.client.session.post(
+                self.client.base_url + "/v1/completions",
+                json=body,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            ) as resp:
+                text = await resp.text()
+                if resp.status != 200:
+                    return _failed(f"HTTP {resp.status}: {excerpt(text)}")
+                obj = await resp.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            return _failed(f"{type(exc).__name__}: {exc}")
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return _failed("response has no choices[0]")
+        choice = choices[0]
+        tokens, tops = _parse_logprobs(choice)
+        cached: int | None = None
+        use = obj.get("usage")
+        if isinstance(use, dict) and isinstance(use.get("prompt_tokens_details"), dict):
+            value = use["prompt_tokens_details"].get("cached_tokens")
+            cached = int(value) if isinstance(value, int) else None
+        return Completion(
+            text=str(choice.get("text") or ""),
+            tokens=tokens,
+            top_logprobs=tops,
+            cached_tokens=cached,
+        )
+
+
+def _failed(error: str) -> Completion:
+    return Completion("", None, None, None, ok=False, error=error)
