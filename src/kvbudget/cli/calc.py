@@ -77,6 +77,48 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
     help="Explicit mode: confirm a checklist assumption (repeatable; 'all' confirms every one).",
 )
 @click.option(
+    "--all-full-attention",
+    "c_full",
+    is_flag=True,
+    help="Explicit mode: same as --assume full_attention.",
+)
+@click.option(
+    "--identical-layers",
+    "c_identical",
+    is_flag=True,
+    help="Explicit mode: same as --assume identical_layers.",
+)
+@click.option(
+    "--independent-seqs",
+    "c_independent",
+    is_flag=True,
+    help="Explicit mode: same as --assume independent_sequences.",
+)
+@click.option(
+    "--no-sliding-window",
+    "c_sliding",
+    is_flag=True,
+    help="Explicit mode: same as --assume no_sliding_window.",
+)
+@click.option(
+    "--no-hybrid-state",
+    "c_hybrid",
+    is_flag=True,
+    help="Explicit mode: same as --assume no_hybrid_state.",
+)
+@click.option(
+    "--no-quant-metadata",
+    "c_quant",
+    is_flag=True,
+    help="Explicit mode: same as --assume no_quant_metadata.",
+)
+@click.option(
+    "--no-block-padding",
+    "c_padding",
+    is_flag=True,
+    help="Explicit mode: same as --assume no_block_padding.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document (schema kvbudget.calc/1)."
 )
 def calc(
@@ -97,6 +139,13 @@ def calc(
     head_dim: str | None,
     dtype_bytes: str | None,
     assumes: tuple[str, ...],
+    c_full: bool,
+    c_identical: bool,
+    c_independent: bool,
+    c_sliding: bool,
+    c_hybrid: bool,
+    c_quant: bool,
+    c_padding: bool,
     as_json: bool,
 ) -> None:
     """KV-cache bytes per token, per sequence and in total (binary MiB/GiB), with status,
@@ -106,6 +155,16 @@ def calc(
     Model mode: --model REF --tokens N [--engine --kv-dtype --tp --pp --dp --block-size].
     Status is exact, structural_reference or not_applicable (exit code 3).
     """
+    confirm_flags = {
+        "full_attention": c_full,
+        "identical_layers": c_identical,
+        "independent_sequences": c_independent,
+        "no_sliding_window": c_sliding,
+        "no_hybrid_state": c_hybrid,
+        "no_quant_metadata": c_quant,
+        "no_block_padding": c_padding,
+    }
+    assumes = (*assumes, *(name for name, on in confirm_flags.items() if on))
     explicit = {
         "layers": layers,
         "kv_heads": kv_heads,
@@ -161,9 +220,11 @@ def calc(
         )
     else:
         if given or assumes:
-            flags = [f"--{k.replace('_', '-')}" for k in given] + (["--assume"] if assumes else [])
+            flags = [f"--{k.replace('_', '-')}" for k in given] + (
+                ["checklist confirmations (--assume ...)"] if assumes else []
+            )
             raise ConfigError(
-                f"model mode: {', '.join(flags)} belong to the explicit mode; drop them or drop --model",
+                f"model mode: {', '.join(flags)} only apply in the explicit mode; drop them or drop --model",
                 field="model",
             )
         result = calc_model(

@@ -183,3 +183,22 @@ def test_models_lists_catalog() -> None:
     assert code == 0 and len(doc["models"]) == 22
     gemma = next(m for m in doc["models"] if m["model_id"] == "google/gemma-3-1b-it")
     assert gemma["layer_kinds"] == {"sliding": 22, "full": 4}
+
+
+def test_readme_confirmation_flags_make_it_exact() -> None:
+    flags = [
+        "--all-full-attention",
+        "--identical-layers",
+        "--independent-seqs",
+        "--no-sliding-window",
+        "--no-hybrid-state",
+        "--no-quant-metadata",
+        "--no-block-padding",
+    ]
+    code, out, _ = run([*SEED, *flags, "--json"])
+    doc = json.loads(out)
+    assert code == 0 and doc["status"] == "exact" and doc["total_bytes"] == 4_294_967_296
+    code, out, _ = run([*SEED, *flags[:-1], "--json"])
+    assert json.loads(out)["status_reasons"] == [
+        "no_block_padding: not confirmed (confirm with --assume no_block_padding)"
+    ]
