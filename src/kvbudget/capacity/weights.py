@@ -27,7 +27,7 @@ parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first sta
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -352,8 +352,17 @@ def estimate_weights(
             quantization=str((spec.quantization_config or {}).get("quant_method", "unknown")),
         )
     computed = compute_weights(spec, tp=tp, pp=pp)
+    if snapshot is not None and not snapshot.is_dir():
+        raise ConfigError(
+            f"snapshot: {snapshot} is not a directory; pass the model snapshot folder "
+            "(the one holding model.safetensors.index.json)",
+            field="snapshot",
+        )
     total_read = read_snapshot_total(snapshot) if snapshot is not None else None
     if total_read is None:
+        if snapshot is not None:
+            note = f"{snapshot} has no model.safetensors(.index.json); weights computed from the architecture"
+            return replace(computed, notes=(*computed.notes, note))
         return computed
     computed_sum = sum(computed.per_rank_bytes) * tp
     scale = total_read / computed_sum if computed_sum else 1.0

@@ -131,3 +131,11 @@ def test_compressed_tensors_w8_and_w4() -> None:
     }
     # packed 4-bit + fp16 scale per 128 inputs per output
     assert _matrix_bytes(M, (4096, 4096), w4, 2) == 4096 * 4096 // 2 + 32 * 4096 * 2
+
+
+def test_snapshot_missing_dir_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="snapshot"):
+        estimate_weights(spec(), snapshot=tmp_path / "nope")
+    w = estimate_weights(spec(), snapshot=tmp_path)  # a folder without safetensors: computed + note
+    assert w.source == "computed"
+    assert any("no model.safetensors" in n for n in w.notes)
