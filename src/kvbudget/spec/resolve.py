@@ -226,9 +226,7 @@ def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> 
             _first(reader, ("num_experts_per_tok", "moe_topk"), "num_experts_per_tok")
         ),
         "moe_intermediate_size": _int_or_none(
-            _first(
-                reader, ("moe_intermediate_size", "intermediate_size_mlp"), "moe_intermediate_size"
-            )
+            _first(reader, ("moe_intermediate_size",), "moe_intermediate_size")
         ),
         "num_shared_experts": _int_or_none(
             _first(reader, ("n_shared_experts", "num_shared_experts"), "num_shared_experts")
