@@ -211,7 +211,7 @@ def test_hand_built_mamba_hybrid_block_raise() -> None:
     layers += [PoolLayer(2, "mamba", 16, 1_000_000), PoolLayer(3, "full", 16, 16 * 4096)]
     raised = raise_attention_block_for_mamba(layers)
     assert {(x.kind, x.block_size, x.page_size_bytes) for x in raised} == {
-        ("mamba", 16, 1_048_576),
+        ("mamba", 256, 1_048_576),
         ("full", 256, 1_048_576),
     }
     groups = group_layers(raised)

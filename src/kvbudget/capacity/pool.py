@@ -149,7 +149,8 @@ def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> list[PoolLay
     """Hybrid attention+mamba: raise the attention block size, then pad the mamba page (§1.6).
 
     ``attn_block = 16 * cdiv(mamba_page, 16 * attn_page_per_token)``; the mamba page is then
-    padded to the attention page. Idempotent when the layout already did it.
+    padded to the attention page; mamba layers take the same block size (vLLM's
+    ``cache_config.block_size``). Idempotent when the layout already did it.
     """
     mamba = [layer for layer in layers if layer.kind == "mamba"]
     attn = [layer for layer in layers if layer.kind != "mamba"]
@@ -164,7 +165,9 @@ def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> list[PoolLay
             layer = replace(layer, block_size=block, page_size_bytes=per_token * block)
         out.append(layer)
     attn_page = max(layer.page_size_bytes for layer in out)
-    out.extend(replace(layer, page_size_bytes=attn_page) for layer in mamba)
+    attn_block = max(layer.block_size for layer in out)
+    # vLLM's MambaSpec takes cache_config.block_size, which now holds the raised attention block
+    out.extend(replace(layer, page_size_bytes=attn_page, block_size=attn_block) for layer in mamba)
     return sorted(out, key=lambda layer: layer.layer_index)
 
 
