@@ -244,3 +244,23 @@ def test_s2_5_old_error_text_two_decimals_no_link(version: str) -> None:
         assert "docs.vllm.ai" not in r.error
     else:
         assert "(24.0 GiB KV cache is needed" in r.error
+
+
+def test_s2_4_qwen35_290864_tokens_vs_33_04x() -> None:
+    # §2.4 (issue #40691, a v0.10-0.19 build): Qwen3.5 logs 290,864 tokens but 33.04x @ 32,768.
+    # Qwen3.5-27B (observed block 784, §1.6): 16 full-attention + 48 GDN layers -> group_size 16
+    # -> 1 full group + 3 mamba groups. Token line: num_blocks // 4 x 784 = 290864 -> num_blocks
+    # in [1484, 1487]; concurrency: num_blocks / (cdiv(32768, 784) + 3 x 1) = num_blocks / 45
+    # = 33.04 only for 1487. Both printed figures follow from the formulas with num_blocks = 1487.
+    from kvbudget.capacity.pool import kv_cache_tokens
+
+    page = 784 * 4096
+    groups = [KvCacheGroup(0, "full", tuple(range(3, 64, 4)), 0, 784, page)]
+    groups += [KvCacheGroup(1 + i, "mamba", tuple(range(16)), 0, 784, page) for i in range(3)]
+    b = vllm_behaviour("0.15.0")
+    conc = max_concurrency(b, 1487, groups, 32768, 2048)
+    assert f"{conc:.2f}" == "33.04"
+    assert kv_cache_tokens(b, 1487, groups, conc, 32768) == 290864
+    # from v0.20 the token line is int(concurrency x L) and agrees with the concurrency
+    new = vllm_behaviour("0.20.1")
+    assert kv_cache_tokens(new, 1487, groups, conc, 32768) == int(1487 / 45 * 32768)
