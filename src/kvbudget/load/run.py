@@ -364,10 +364,12 @@ def _finish(
             "the engine behind this endpoint is kvbudget's simulator served over HTTP: "
             "latencies are simulated step times delivered in real time"
         )
+    version = ident.get("version") or {}
     doc = BenchDocument(
         provenance=Provenance(
             kind="measured",
             engine=str(engine),
+            timing_model=version.get("timing_model") if engine == "kvbudget-serve" else None,
             engine_version=ident.get("engine_version") or "unknown",
             hardware="unknown (remote endpoint)",
             note=note,

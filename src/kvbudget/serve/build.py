@@ -11,9 +11,7 @@ Two ways:
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -70,17 +68,9 @@ def _manual(opts: ServeEngineOptions) -> BuiltEngine:
 
 def _planned(opts: ServeEngineOptions) -> BuiltEngine:
     from kvbudget.capacity.plan_types import PlanRequest
-    from kvbudget.capacity.planner import make_plan
+    from kvbudget.sim.fromplan import plan_replica
 
-    try:
-        fromplan: Any = importlib.import_module("kvbudget.sim.fromplan")
-    except ImportError as exc:  # pragma: no cover - depends on the sim package version
-        raise ConfigError(
-            "--gpu: this kvbudget has no kvbudget.sim.fromplan yet; serve with a manual pool "
-            "(--num-gpu-blocks N, without --gpu)",
-            field="gpu",
-        ) from exc
-    plan = make_plan(
+    plan, config, timing = plan_replica(
         PlanRequest(
             model=opts.model,
             gpu=opts.gpu,
@@ -90,16 +80,14 @@ def _planned(opts: ServeEngineOptions) -> BuiltEngine:
             max_num_batched_tokens=opts.max_num_batched_tokens,
             block_size=opts.block_size,
             num_gpu_blocks_override=opts.num_gpu_blocks,
-        )
+        ),
+        enable_prefix_caching=opts.enable_prefix_caching,
     )
-    if not plan.fits:
-        raise ConfigError(f"--model {opts.model} --gpu {opts.gpu}: {plan.error}", field="gpu")
-    config: ReplicaConfig = fromplan.replica_config_from_plan(plan)
-    timing = fromplan.timing_from_plan(plan)
     core = EngineCore(config, timing, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size)
     desc = (
-        f"planned: {plan.model_id} on {opts.gpu} (tp {opts.tp}): {config.num_gpu_blocks} blocks x "
-        f"{config.block_size} tokens, max_model_len {config.max_model_len}, timing {timing.name}"
+        f"planned: {plan.model_id} on {plan.gpu.id} (tp {plan.tp}): {config.num_gpu_blocks} "
+        f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
+        f"timing {timing.name}"
     )
     return BuiltEngine(core, config, str(timing.name), desc)
 

@@ -1,0 +1,35 @@
+"""How ``kvbudget serve`` builds its engine: manual pool, or the plan for a model on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
+from kvbudget.serve.build import ServeEngineOptions, build_engine
+
+
+def test_manual_pool_uses_the_given_numbers() -> None:
+    built = build_engine(
+        ServeEngineOptions(model="m", num_gpu_blocks=300, block_size=32, step_s=0.005)
+    )
+    assert built.config.num_gpu_blocks == 300
+    assert built.config.block_size == 32
+    assert built.core.stats().num_free_blocks == 299  # block 0 is the null block
+    assert built.timing_name.startswith("fixed")
+
+
+def test_planned_pool_is_the_plan() -> None:
+    opts = ServeEngineOptions(model="meta-llama/Llama-3.1-8B", gpu="H100", max_model_len=8192)
+    built = build_engine(opts)
+    plan = make_plan(PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100", max_model_len=8192))
+    assert built.config.num_gpu_blocks == plan.num_blocks
+    assert built.config.block_size == plan.block_size
+    assert built.config.max_model_len == 8192
+    assert built.timing_name == "roofline"
+
+
+def test_negative_step_time_is_refused() -> None:
+    with pytest.raises(ConfigError, match="step-ms"):
+        build_engine(ServeEngineOptions(model="m", step_s=-0.001))
