@@ -281,3 +281,38 @@ def test_incomplete_config_is_not_applicable_with_the_missing_fields(
     status = p.text_content("#model-status") or ""
     assert "num_key_value_heads" in status
     assert "Overrides" in status
+
+
+def test_document_from_a_file_shows_tables_and_labels(
+    page: tuple[Any, PageLog], tmp_path: Path
+) -> None:
+    p, _ = page
+    p.click("#tab-viewer")
+    doc = {
+        "schema_version": 1,
+        "kind": "accept",
+        "provenance": {"kind": "simulated", "timing_model": "roofline"},
+        "figures": [],
+        "verdict": "fail",
+        "cells": [
+            {
+                "cell_id": "short/single",
+                "verdict": "pass",
+                "kind": "simulated",
+                "num_requests": 126,
+            },
+            {"cell_id": "long/peak", "verdict": "fail", "kind": "simulated", "num_requests": 128},
+        ],
+        "samples": list(range(2000)),
+    }
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    p.set_input_files("#doc-file", str(path))
+    p.wait_for_selector("#doc-result:not([hidden])")
+    assert "simulated (roofline)" in (p.text_content("#doc-summary") or "")
+    tables = p.text_content("#doc-tables") or ""
+    assert "cells (2)" in tables and "long/peak" in tables
+    assert p.query_selector("#doc-tables .verdict-fail") is not None
+    # large arrays are rendered on demand and capped
+    p.click("#doc-tree details details:last-of-type > summary")
+    p.wait_for_selector("#doc-tree >> text=1500 more not shown", timeout=10_000)

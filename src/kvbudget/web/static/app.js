@@ -10,7 +10,7 @@
     not_applicable: "Not applicable: the formula does not describe this structure. No number is given; measure on the engine instead.",
   };
   const MAX_DOC_BYTES = 20 * 1024 * 1024;
-  const MAX_TREE_NODES = 5000;
+  const MAX_TREE_CHILDREN = 500;
   const MAX_TABLE_ROWS = 200;
 
   // ---------- small DOM helpers (text only) ----------
@@ -113,6 +113,15 @@
     }
   }
 
+  // A table cell; long text wraps inside a fixed-width box instead of stretching the table.
+  function cellTd(value) {
+    const text = value === null || value === undefined ? "—" : String(value);
+    const td = el("td");
+    if (text.length > 48) td.appendChild(el("div", text, "cell-long"));
+    else td.textContent = text;
+    return td;
+  }
+
   function renderGrid(thead, tbody, table) {
     clear(thead); clear(tbody);
     const columns = (table && table.columns) || [];
@@ -121,7 +130,7 @@
     thead.appendChild(htr);
     for (const row of (table && table.rows) || []) {
       const tr = el("tr");
-      for (const cell of row) tr.appendChild(el("td", cell === null || cell === undefined ? "—" : cell));
+      for (const cell of row) tr.appendChild(cellTd(cell));
       tbody.appendChild(tr);
     }
   }
@@ -366,9 +375,8 @@
   }
   function isScalar(v) { return v === null || typeof v !== "object"; }
 
-  function renderTree(container, value, key, budget) {
-    if (budget.left <= 0) return;
-    budget.left -= 1;
+  // Objects and arrays render their children only when opened, so a large document stays fast.
+  function renderTree(container, value, key, open) {
     if (isScalar(value)) {
       const div = el("div", null, "leaf");
       if (key !== null) { div.appendChild(el("span", key, "key")); div.appendChild(document.createTextNode(": ")); }
@@ -380,16 +388,27 @@
     }
     const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
     const details = el("details");
-    if (budget.open > 0) { details.open = true; budget.open -= 1; }
     const summary = el("summary");
     if (key !== null) summary.appendChild(el("span", key, "key"));
     summary.appendChild(document.createTextNode(Array.isArray(value) ? ` [${entries.length}]` : ` {${entries.length}}`));
     details.appendChild(summary);
-    for (const [k, v] of entries) {
-      if (budget.left <= 0) { details.appendChild(el("div", "… (truncated)", "leaf")); break; }
-      renderTree(details, v, k, budget);
-    }
+    let filled = false;
+    const fill = () => {
+      if (filled) return;
+      filled = true;
+      for (const [k, v] of entries.slice(0, MAX_TREE_CHILDREN)) renderTree(details, v, k, false);
+      if (entries.length > MAX_TREE_CHILDREN) details.appendChild(el("div", `… ${entries.length - MAX_TREE_CHILDREN} more not shown`, "leaf"));
+    };
+    details.addEventListener("toggle", () => { if (details.open) fill(); });
+    if (open) { fill(); details.open = true; }
     container.appendChild(details);
+  }
+
+  function verdictClass(value) {
+    if (value === true || value === "pass" || value === "passed" || value === "not_triggered") return "verdict-pass";
+    if (value === false || value === "fail" || value === "failed" || value === "triggered") return "verdict-fail";
+    if (value === "untested" || value === "unconfirmed") return "verdict-untested";
+    return "";
   }
 
   function docSummary(doc) {
@@ -417,8 +436,8 @@
         const tr = el("tr");
         for (const c of cols) {
           const cell = r[c];
-          const td = el("td", cell === undefined ? "" : scalarText(cell));
-          if (c === "verdict" || c === "passed") td.className = (cell === true || cell === "pass" || cell === "passed") ? "verdict-pass" : (cell === false || cell === "fail" || cell === "failed") ? "verdict-fail" : "";
+          const td = cellTd(cell === undefined ? "" : scalarText(cell));
+          if (c === "verdict" || c === "passed" || c === "status") td.className = verdictClass(cell);
           const tag = labelTag(cell);
           if (tag) { td.textContent = ""; td.appendChild(tag); }
           tr.appendChild(td);
@@ -426,7 +445,9 @@
         tbody.appendChild(tr);
       }
       table.appendChild(tbody);
-      box.appendChild(table);
+      const wrap = el("div", null, "table-wrap");
+      wrap.appendChild(table);
+      box.appendChild(wrap);
       if (v.length > MAX_TABLE_ROWS) box.appendChild(el("p", `first ${MAX_TABLE_ROWS} of ${v.length} rows shown`, "hint"));
     }
   }
@@ -457,7 +478,7 @@
     renderArrayTables($("doc-tables"), doc);
     const tree = $("doc-tree");
     clear(tree);
-    renderTree(tree, doc, null, { left: MAX_TREE_NODES, open: 1 });
+    renderTree(tree, doc, null, true);
     show($("doc-result"), true);
   }
 
