@@ -1,0 +1,158 @@
+"""Both audits over HTTP (HttpProbe): against ``kvbudget serve``'s app in-process on 127.0.0.1
+and against fake aiohttp servers (one corrupts the output after a cache hit, one never hits).
+
+Expected cached-token counts are worked by hand from the block rule (full 16-token blocks of a
+shared prefix); no test asserts on timing (the machine is shared): verdicts asserted here follow
+from the cached-token counts alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from kvbudget.audit.isolation import IsolationConfig, IsolationResult, run_isolation
+from kvbudget.audit.probe_http import HttpProbe
+from kvbudget.audit.reuse import ReuseConfig, ReuseResult, run_reuse
+from kvbudget.serve.app import ServeApp
+from kvbudget.serve.build import ServeEngineOptions, build_engine
+from kvbudget.workload.tokenizer import get_tokenizer
+
+
+def _with_serve(work: Callable[[HttpProbe], Awaitable[Any]], *, metrics: bool = True) -> Any:
+    async def go() -> Any:
+        built = build_engine(
+            ServeEngineOptions(
+                model="m", num_gpu_blocks=1024, step_s=0.0005, per_token_s=5e-6, max_model_len=2048
+            )
+        )
+        async with ServeApp(
+            built.core, model_name="m", max_model_len=2048, timing_name=built.timing_name
+        ) as app:
+            murl = app.base_url + "/metrics" if metrics else None
+            async with HttpProbe(app.base_url, model=None, metrics_url=murl) as probe:
+                return await work(probe)
+
+    return asyncio.run(go())
+
+
+def test_isolation_over_http_without_salts_detects_the_leak_in_cached_tokens() -> None:
+    cfg = IsolationConfig(trials=6, prefix_tokens=64, suffix_tokens=16, salt_mode="none")
+    res: IsolationResult = _with_serve(lambda p: run_isolation(p, cfg))
+    hits = [r for r in res.trial_records if r.arm == "hit"]
+    assert [r.attacker_cached_tokens for r in hits] == [64] * 6  # 4 full blocks of 16
+    assert [r.hit_counter_delta for r in hits] == [64.0] * 6  # vLLM-named /metrics moved
+    assert [r.attacker_prompt_tokens for r in hits] == [80] * 6
+    assert res.cross_tenant_cached_tokens == 6 * 64
+    assert res.verdict == "leak_detected"
+    assert res.source == "measured" and res.provenance.kind == "measured"
+    assert res.target["engine"] == "kvbudget-serve" and res.target["model"] == "m"
+
+
+def test_isolation_over_http_with_per_tenant_salts_shows_no_cross_tenant_tokens() -> None:
+    cfg = IsolationConfig(trials=6, prefix_tokens=64, suffix_tokens=16, salt_mode="per-tenant")
+    res: IsolationResult = _with_serve(lambda p: run_isolation(p, cfg))
+    assert res.cross_tenant_cached_tokens == 0
+    assert res.positive_control.passed and res.positive_control.evidence == "cached_tokens"
+    pos = [r for r in res.trial_records if r.arm == "positive"]
+    assert [r.attacker_cached_tokens for r in pos] == [64] * 6
+
+
+def test_reuse_over_http_against_the_embedded_server_passes() -> None:
+    cfg = ReuseConfig(num_prompts=2, prompt_tokens=48, max_tokens=5)
+    res: ReuseResult = _with_serve(lambda p: run_reuse(p, cfg))
+    assert res.verdict == "pass", res.reason
+    assert res.reset_available
+    assert [p.hot.cached_tokens for p in res.prompts] == [32, 32]  # 47 tokens -> 2 full blocks
+    assert all(p.hot_vs_cold.verdict == "identical" for p in res.prompts)
+
+
+# ------------------------------------------------------------------ fake servers
+def _fake_app(*, corrupt_after_hit: bool, can_reset: bool) -> web.Application:
+    """A tiny OpenAI-like server: the output is the tokenizer's rule-4 text of the prompt;
+    a prompt seen before counts as a full-prompt cache hit (``cached_tokens = len - 1``)."""
+    tok = get_tokenizer()
+    seen: set[str] = set()
+    hits = {"tokens": 0}
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        ids = tok.encode(body["prompt"])
+        n = int(body["max_tokens"])
+        out = tok.output_ids(ids, n)
+        cached = 0
+        if corrupt_after_hit:
+            if body["prompt"] in seen:
+                cached = len(ids) - 1
+                hits["tokens"] += cached
+                out[n // 2] = (out[n // 2] + 1) % tok.vocab_size or 5  # the corrupted reload
+            seen.add(body["prompt"])
+        text = tok.decode(out)
+        return web.json_response(
+            {
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+                ],
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "completion_tokens": n,
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                },
+            }
+        )
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake", "owned_by": "fake"}]})
+
+    async def reset(request: web.Request) -> web.Response:
+        seen.clear()
+        return web.json_response({"reset": True})
+
+    app = web.Application()
+    app.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models)])
+    if can_reset:
+        app.add_routes([web.post("/reset_prefix_cache", reset)])
+    return app
+
+
+def _with_fake(app: web.Application, work: Callable[[HttpProbe], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        try:
+            async with HttpProbe(f"http://{host}:{port}", model=None) as probe:
+                return await work(probe)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(go())
+
+
+def test_fake_server_that_corrupts_output_after_a_hit_is_caught() -> None:
+    cfg = ReuseConfig(num_prompts=3, prompt_tokens=40, max_tokens=6)
+    app = _fake_app(corrupt_after_hit=True, can_reset=True)
+    res: ReuseResult = _with_fake(app, lambda p: run_reuse(p, cfg))
+    assert res.verdict == "diverged" and res.status == "fail"
+    assert [p.hot.cached_tokens for p in res.prompts] == [39, 39, 39]
+    # whitespace words: the corrupted token is number max_tokens // 2 = 3
+    assert [p.hot_vs_cold.verdict for p in res.prompts] == ["diverged_at_token_3"] * 3
+    # after the reset the fake recomputes: identical to the cold run
+    assert [p.after_reset_vs_cold.verdict for p in res.prompts] == ["identical"] * 3
+
+
+def test_fake_server_that_never_hits_is_reuse_not_exercised() -> None:
+    cfg = ReuseConfig(num_prompts=2, prompt_tokens=40, max_tokens=4)
+    app = _fake_app(corrupt_after_hit=False, can_reset=False)
+    res: ReuseResult = _with_fake(app, lambda p: run_reuse(p, cfg))
+    assert res.verdict == "reuse_not_exercised" and res.status == "inconclusive"
+    assert not res.reset_available
+    assert all(p.after_reset_path == "untested" for p in res.prompts)
+    assert "did not run" in res.reason
+    assert json.loads(res.model_dump_json())["status"] == "inconclusive"
