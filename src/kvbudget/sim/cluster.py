@@ -124,6 +124,13 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
                 assert spec.sample_every_s is not None
                 queue.push(now + spec.sample_every_s, PRIO_SAMPLE, ("sample", None))
     results: list[RequestResult] = list(rejected)
+    routed = {r.request_id for r in rejected}
+    for rep in replicas:
+        routed.update(r.spec.request_id for r in rep.finished())
+        routed.update(rep.core.requests)
+    for req, _ in ordered:
+        if req.request_id not in routed:
+            results.append(_not_run(req, "", "horizon: not arrived"))
     for rep in replicas:
         results.extend(RequestResult.from_sim(r, rep.name) for r in rep.finished())
         for r in rep.unfinished():
@@ -199,29 +206,31 @@ def _route(
     try:
         rep.add(req)
     except KvbudgetError as exc:
-        rejected.append(
-            RequestResult(
-                request_id=req.request_id,
-                replica=rep.name,
-                arrival_s=req.arrival_s,
-                first_scheduled_s=None,
-                first_token_s=None,
-                finish_s=None,
-                prompt_tokens=req.num_prompt_tokens,
-                output_tokens=0,
-                cached_tokens_by_tier={},
-                preemptions=0,
-                status="unfinished",
-                reason=f"rejected: {exc}",
-                tenant=req.tenant,
-                session_id=req.session_id,
-                cell_id=req.cell_id,
-            )
-        )
+        rejected.append(_not_run(req, rep.name, f"rejected: {exc}"))
         return
     if not rep.busy:
         rep.busy = True
         queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", idx))
+
+
+def _not_run(req: EngineRequest, replica: str, reason: str) -> RequestResult:
+    return RequestResult(
+        request_id=req.request_id,
+        replica=replica,
+        arrival_s=req.arrival_s,
+        first_scheduled_s=None,
+        first_token_s=None,
+        finish_s=None,
+        prompt_tokens=req.num_prompt_tokens,
+        output_tokens=0,
+        cached_tokens_by_tier={},
+        preemptions=0,
+        status="unfinished",
+        reason=reason,
+        tenant=req.tenant,
+        session_id=req.session_id,
+        cell_id=req.cell_id,
+    )
 
 
 def _trace_step(rep: Replica, index: int, now: float, duration: float) -> dict[str, Any]:

@@ -102,7 +102,11 @@ class ReplicaConfig(BaseModel):
             if group.kind == "state":
                 total += 1
             elif group.kind == "sliding" and group.sliding_window_tokens is not None:
-                window = min(num_tokens, group.sliding_window_tokens)
+                # vLLM SlidingWindowSpec.max_memory_usage_bytes: a prefill chunk of up to
+                # max_num_batched_tokens is held whole before the window trims it
+                window = min(
+                    num_tokens, group.sliding_window_tokens - 1 + self.max_num_batched_tokens
+                )
                 total += -(-window // self.block_size) + 1
             else:
                 total += -(-num_tokens // self.block_size)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, SimulationError
 from kvbudget.sim.blockpool import BlockPool, EvictHook
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.kvcache import KVCacheManager
@@ -210,6 +210,14 @@ class EngineCore:
         """Schedule, price and apply one step starting at ``now_s``."""
         out = self.scheduler.schedule(now_s)
         if not out.scheduled:
+            sched = self.scheduler
+            if not sched.running and len(sched.waiting):
+                head = sched.waiting.peek()
+                raise SimulationError(
+                    f"request {head.request_id} cannot be scheduled on an idle replica: it "
+                    f"needs {self.config.blocks_for_tokens(head.num_tokens)} KV blocks, "
+                    f"{self.pool.num_free_blocks} are free; give the replica more blocks"
+                )
             return StepResult(0.0, [], 0, len(out.preempted))
         duration = self.timing.step_time_s(self.batch_shape(out))
         end_s = now_s + duration
