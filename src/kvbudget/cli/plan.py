@@ -14,7 +14,12 @@ from pydantic import ValidationError
 from kvbudget.capacity.budget import three_budgets
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
-from kvbudget.capacity.scenarios import Scenario, default_scenarios, evaluate_scenario
+from kvbudget.capacity.scenarios import (
+    LengthDistribution,
+    Scenario,
+    default_scenarios,
+    evaluate_scenario,
+)
 from kvbudget.cli.plan_render import render_gpus, render_plan
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.hardware import load_gpu_catalog
@@ -91,6 +96,36 @@ def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:
                 f"config: scenarios entries must be mappings ({exc})", field="scenarios"
             ) from exc
     return fields, scenarios
+
+
+def flag_scenario(lengths: str, concurrency: str | None, cpu_kv_tokens: str | None) -> Scenario:
+    """One scenario from ``--lengths MEDIAN,P95`` / ``--concurrency`` / ``--cpu-kv-tokens``."""
+    parts = [p.strip() for p in lengths.split(",")]
+    if len(parts) != 2:
+        raise ConfigError(
+            f"lengths: expected MEDIAN,P95 (e.g. 2000,9000), got {lengths!r}", field="lengths"
+        )
+    median = parse_count(parts[0], field="lengths median")
+    p95 = parse_count(parts[1], field="lengths p95")
+    if p95 < median:
+        raise ConfigError(
+            f"lengths: p95 ({p95}) is below the median ({median}); write MEDIAN,P95 with P95 >= MEDIAN",
+            field="lengths",
+        )
+    try:
+        return Scenario(
+            name="your mix",
+            lengths=LengthDistribution(median_tokens=median, p95_tokens=p95),
+            concurrency=parse_count(concurrency, field="concurrency") if concurrency else 64,
+            duration_s=3600,
+            quality_gate="set by you (not given on the command line)",
+            cpu_kv_tokens=parse_count(cpu_kv_tokens, field="cpu_kv_tokens", minimum=0)
+            if cpu_kv_tokens
+            else 0,
+            label="user-supplied length mix (planning input, not measured)",
+        )
+    except ValidationError as exc:
+        raise _validation_error(exc, "") from exc
 
 
 def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanRequest:
@@ -215,12 +250,22 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     help="Device-peak margin as a fraction of device memory (default 0.03).",
 )
 @click.option(
+    "--lengths",
+    metavar="MEDIAN,P95",
+    help="Your length mix (tokens per sequence at its peak), e.g. 2000,9000; replaces the default scenarios.",
+)
+@click.option("--concurrency", help="Peak concurrent sequences for --lengths (default 64).")
+@click.option("--cpu-kv-tokens", help="CPU KV tier size per replica in tokens, for --lengths.")
+@click.option(
     "--no-scenarios", is_flag=True, help="Skip the conservative/neutral/high scenario table."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 def plan(
     config_path: Path | None,
     overrides: tuple[str, ...],
+    lengths: str | None,
+    concurrency: str | None,
+    cpu_kv_tokens: str | None,
     no_scenarios: bool,
     as_json: bool,
     **flags: Any,
@@ -232,6 +277,8 @@ def plan(
     carries the engine's error text and the estimated maximum model length.
     """
     file_fields, scenarios = load_plan_file(config_path) if config_path else ({}, None)
+    if lengths is not None:
+        scenarios = [flag_scenario(lengths, concurrency, cpu_kv_tokens)]
     request = build_request(file_fields, flags)
     spec = resolve_spec(request.model, overrides)
     result = make_plan(request, spec)

@@ -123,3 +123,35 @@ def test_gpus_json() -> None:
     doc = json.loads(result.stdout)
     assert len(doc["gpus"]) >= 15
     assert all(g["memory_source"] for g in doc["gpus"])
+
+
+def test_lengths_flag_scenario() -> None:
+    code, out, _ = run(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "H100",
+            "--kv-cache-memory",
+            "10GiB",
+            "--max-model-len",
+            "32768",
+            "--lengths",
+            "1000,8000",
+            "--concurrency",
+            "50",
+            "--cpu-kv-tokens",
+            "1000",
+            "--json",
+        ]
+    )
+    assert code == 0
+    (sc,) = json.loads(out)["scenarios"]
+    # p95 8000 tokens = 500 blocks; 5119 usable -> 10 per replica -> 5 replicas
+    assert sc["per_replica_capacity"] == 10 and sc["replicas_needed"] == 5
+    # 1000 tokens -> 63 blocks x 16 x 131072 B per token
+    assert sc["cpu_kv_host_bytes"] == 1008 * 131072
+    code, _, _ = run(
+        ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--lengths", "9000,2000"]
+    )
+    assert code != 0
