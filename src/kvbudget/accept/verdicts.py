@@ -6,7 +6,7 @@ Rules (seed: "最终结论逐格注明通过、失败、未测和不可比，空
   a check that could not be made is ``untested`` and a cell with no checks is ``untested``
   — a blank is never a pass;
 * the cell's verdict is its worst check: ``fail`` > ``not_comparable`` > ``untested`` > ``pass``;
-* a percentile claimed on too few samples is ``untested`` (unless even that sample is over the
+* a percentile claimed on too few samples (fewer than ``10 / (1 - q)``) is ``untested`` (unless even that sample is over the
   ceiling, which is a ``fail``);
 * a capacity error (OOM, a request the engine cannot fit) fails the cell and stops its row: the
   later concurrency tiers of the same input tier are ``untested``, the last passing tier is kept,
@@ -17,7 +17,6 @@ Rules (seed: "最终结论逐格注明通过、失败、未测和不可比，空
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,19 +29,18 @@ from kvbudget.accept.result import (
     StopStatus,
     Verdict,
 )
+from kvbudget.metrics.summary import required_samples
 from kvbudget.records import FigureKind
-
-#: "at least this many samples are expected above the percentile" for a percentile claim
-SAMPLES_ABOVE_PERCENTILE = 2
 
 
 def min_samples_for(percentile_name: str) -> int:
-    """Smallest sample that supports a claim about ``pNN``: ``ceil(2 / (1 - q))``.
+    """Smallest sample that supports a claim about ``pNN``: ``ceil(10 / (1 - q))``.
 
-    p50 -> 4, p90 -> 20, p95 -> 40, p99 -> 200 (two samples expected above the percentile).
+    The same rule as the metric summaries' small-sample warning
+    (:func:`kvbudget.metrics.summary.required_samples`): about ten samples beyond the
+    percentile — p50 -> 20, p90 -> 100, p95 -> 200, p99 -> 1000.
     """
-    q = float(percentile_name.lstrip("p")) / 100.0
-    return math.ceil(SAMPLES_ABOVE_PERCENTILE / (1.0 - q) - 1e-9)
+    return required_samples(float(percentile_name.lstrip("p")))
 
 
 def worst(verdicts: Sequence[Verdict]) -> Verdict:

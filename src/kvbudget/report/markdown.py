@@ -51,6 +51,7 @@ def cell_row(cell: CellResult) -> list[str]:
         _fmt(tpot.pct("p95") if tpot else None, 1000.0, "ms"),
         str(cell.num_requests),
         _fmt(cell.peak_kv_usage, 100.0, "%"),
+        str(cell.num_preemptions),
     ]
 
 

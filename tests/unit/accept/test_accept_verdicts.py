@@ -32,30 +32,30 @@ def evidence(**kw: object) -> CellEvidence:
     base: dict[str, object] = {
         "cell_id": "short/single",
         "kind": "measured",
-        "num_requests": 100,
+        "num_requests": 300,
         "num_error": 0,
         "num_oom": 0,
-        "summaries": {"ttft_s": summary(100, p95=1.0), "tpot_s": summary(100, p50=0.02)},
+        "summaries": {"ttft_s": summary(300, p95=1.0), "tpot_s": summary(300, p50=0.02)},
     }
     base.update(kw)
     return CellEvidence(**base)  # type: ignore[arg-type]
 
 
-def test_min_samples_is_two_expected_above_the_percentile() -> None:
-    # worked by hand: 2 / (1 - q)
-    assert min_samples_for("p50") == 4
-    assert min_samples_for("p90") == 20
-    assert min_samples_for("p95") == 40
-    assert min_samples_for("p99") == 200
+def test_min_samples_is_ten_expected_beyond_the_percentile() -> None:
+    # worked by hand: 10 / (1 - q)
+    assert min_samples_for("p50") == 20
+    assert min_samples_for("p90") == 100
+    assert min_samples_for("p95") == 200
+    assert min_samples_for("p99") == 1000
 
 
 def test_percentile_check_outcomes() -> None:
     assert (
-        percentile_check("ttft_s", "p95", 2.0, summary(50, p95=1.5), "measured").verdict == "pass"
+        percentile_check("ttft_s", "p95", 2.0, summary(200, p95=1.5), "measured").verdict == "pass"
     )
-    fail = percentile_check("ttft_s", "p95", 2.0, summary(50, p95=2.5), "measured")
+    fail = percentile_check("ttft_s", "p95", 2.0, summary(200, p95=2.5), "measured")
     assert fail.verdict == "fail" and fail.observed == 2.5 and fail.limit == 2.0
-    small = percentile_check("ttft_s", "p95", 2.0, summary(39, p95=1.5), "measured")
+    small = percentile_check("ttft_s", "p95", 2.0, summary(199, p95=1.5), "measured")
     assert small.verdict == "untested" and "too few" in small.reason
     small_fail = percentile_check("ttft_s", "p95", 2.0, summary(5, p95=3.0), "measured")
     assert small_fail.verdict == "fail" and "only 5 samples" in small_fail.reason
@@ -73,15 +73,15 @@ def test_all_checks_pass_gives_pass_with_numbers() -> None:
 
 
 def test_latency_ceiling_crossed_fails() -> None:
-    ev = evidence(summaries={"ttft_s": summary(100, p95=3.0), "tpot_s": summary(100, p50=0.02)})
+    ev = evidence(summaries={"ttft_s": summary(300, p95=3.0), "tpot_s": summary(300, p50=0.02)})
     verdict, reasons = cell_verdict(cell_checks(STOP, ev))
     assert verdict == "fail"
     assert "3 > ceiling 2" in reasons[0]
 
 
 def test_error_rate_and_oom() -> None:
-    verdict, reasons = cell_verdict(cell_checks(STOP, evidence(num_error=2)))
-    assert verdict == "fail" and "2 errors in 100 requests (2.00%)" in reasons[0]
+    verdict, reasons = cell_verdict(cell_checks(STOP, evidence(num_error=6)))
+    assert verdict == "fail" and "6 errors in 300 requests (2.00%)" in reasons[0]
     verdict, reasons = cell_verdict(cell_checks(STOP, evidence(num_oom=1, num_error=1)))
     assert verdict == "fail" and any("out-of-memory" in r for r in reasons)
 
