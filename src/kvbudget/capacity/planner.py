@@ -183,6 +183,11 @@ def _make_vllm_plan(
     max_seqs = request.max_num_seqs or seqs_default
     if request.max_num_batched_tokens is None:
         defaults["max_num_batched_tokens"] = f"{t_b} ({why})"
+        if behaviour.version < (0, 8, 0):
+            notes.append(
+                "batch defaults are vLLM V1's (reference §3.4); V0-era engines used others - pass "
+                "--max-num-batched-tokens / --max-num-seqs"
+            )
     if request.max_num_seqs is None:
         defaults["max_num_seqs"] = f"{max_seqs} ({why})"
     util = request.gpu_memory_utilization or behaviour.default_gpu_memory_utilization
