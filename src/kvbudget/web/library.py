@@ -81,6 +81,7 @@ class ModelInputs:
     model: str | None
     config: dict[str, Any] | None
     engine: str
+    engine_version: str | None
     kv_dtype: str
     tp: int
     pp: int
@@ -108,6 +109,7 @@ class ModelInputs:
             model=request.model,
             config=request.config,
             engine=request.engine,
+            engine_version=(request.engine_version or "").strip() or None,
             kv_dtype=request.kv_dtype,
             tp=count(request.tp, field="tp"),
             pp=count(request.pp, field="pp"),
@@ -180,6 +182,7 @@ def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) 
         tp=inputs.tp,
         pp=inputs.pp,
         engine=cast(Any, inputs.engine),
+        engine_version=inputs.engine_version,
         gpu_memory_utilization=inputs.gpu_memory_utilization,
         max_model_len=max_model_len,
         kv_dtype=inputs.kv_dtype,

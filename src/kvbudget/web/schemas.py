@@ -66,6 +66,9 @@ class ModelRequest(BaseModel):
     tp: RawCount = 1
     pp: RawCount = 1
     gpu: str | None = Field(default=None, description="GPU catalog id (see /api/meta)")
+    engine_version: str | None = Field(
+        default=None, description="engine version whose log figures to mirror (default: kvbudget's)"
+    )
     gpu_memory_utilization: StrictFloat | StrictInt = 0.9
     max_model_len: RawCount | None = Field(
         default=None, description="tokens per request; defaults to the model's own maximum"

@@ -316,3 +316,28 @@ def test_document_from_a_file_shows_tables_and_labels(
     # large arrays are rendered on demand and capped
     p.click("#doc-tree details details:last-of-type > summary")
     p.wait_for_selector("#doc-tree >> text=1500 more not shown", timeout=10_000)
+
+
+def test_local_api_page_lists_the_endpoints(browser: Any, server_url: str) -> None:
+    context = browser.new_context()
+    errors: list[str] = []
+    foreign: list[str] = []
+    loopback = urlsplit(server_url).netloc
+
+    def guard(route: Any) -> None:
+        if urlsplit(route.request.url).netloc == loopback or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", guard)
+    page = context.new_page()
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto(server_url + "/docs")
+    page.wait_for_selector("#endpoints h3")
+    text = page.text_content("#endpoints") or ""
+    context.close()
+    assert "POST /api/calc/explicit" in text
+    assert "POST /api/model" in text
+    assert errors == [] and foreign == []

@@ -169,6 +169,7 @@ def test_overrides_are_applied_like_set(client: TestClient) -> None:
         ({"model": LLAMA, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "ConfigError"),
         ({"model": LLAMA, "kv_dtype": "fp3"}, "kv_dtype", "ConfigError"),
         ({"model": LLAMA, "engine": "tgi"}, "engine", "ConfigError"),
+        ({"model": LLAMA, "engine_version": "latest"}, "engine_version", "ConfigError"),
         ({"config": [1, 2]}, "config", "ConfigError"),
         ({"model": LLAMA, "overrides": ["novalue"]}, "overrides", "ConfigError"),
     ],

@@ -236,8 +236,13 @@
       engine: $("engine").value,
       kv_dtype: $("kv_dtype").value,
       gpu: $("gpu").value,
+      engine_version: $("engine_version").value.trim() || null,
       overrides: $("overrides").value.split("\n").map((x) => x.trim()).filter((x) => x !== ""),
     };
+    if (body.engine_version !== null && !/^v?[0-9]+(\.[0-9]+){0,2}([.+-][0-9A-Za-z.+-]*)?$/.test(body.engine_version)) {
+      fieldError(form, "engine_version", `Engine version: "${body.engine_version}" is not a version; write e.g. 0.11.0 or leave it empty.`);
+      bad = true;
+    }
     for (const pair of body.overrides) {
       if (!/^[A-Za-z_][\w.]*\s*=/.test(pair)) {
         fieldError(form, "overrides", `Overrides: "${pair}" is not key=value; write e.g. num_key_value_heads=8.`);
