@@ -216,3 +216,20 @@ def test_hand_built_mamba_hybrid_block_raise() -> None:
     }
     groups = group_layers(raised)
     assert len(groups) == 4  # group_size = min(1, 3) = 1 (3 >= 1.5): 3 mamba groups + 1 full
+
+
+def test_gpt_oss_120b_hybrid_manager_disabled_one_group() -> None:
+    # §2.1 step 1: sliding layers become full attention -> one group of 36 layers;
+    # num_blocks = 10 GiB // 32768 // 36 = 327680 // 36 = 9102; concurrency = 9102 / cdiv(131072, 16)
+    spec = resolve_model("openai/gpt-oss-120b").spec
+    assert spec is not None
+    r = plan(
+        spec,
+        kv_cache_memory_bytes=TEN_GIB,
+        max_model_len=131072,
+        disable_hybrid_kv_cache_manager=True,
+    )
+    assert [(g.kind, g.num_layers) for g in r.groups] == [("full", 36)]
+    assert r.num_blocks == 9102
+    assert r.kv_cache_tokens == 9102 * 16
+    assert r.max_concurrency == pytest.approx(9102 / 8192)

@@ -50,6 +50,9 @@ class PlanRequest(BaseModel):
     snapshot: str | None = None
     api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
     mamba_cache_mode: MambaCacheMode = "none"
+    disable_hybrid_kv_cache_manager: bool = Field(
+        default=False, description="vLLM flag: sliding/chunked layers pay the full length"
+    )
     num_gpu_blocks_override: int | None = Field(default=None, ge=1)
     mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
     page_size: int | None = Field(default=None, ge=1, description="SGLang page size (tokens)")

@@ -205,6 +205,12 @@ def _make_vllm_plan(
     pool_layers = vpool.raise_attention_block_for_mamba(
         [_to_pool_layer(s) for s in kv_layers(all_specs)]
     )
+    if request.disable_hybrid_kv_cache_manager:
+        pool_layers = vpool.unify_hybrid_as_full(pool_layers)
+        notes.append(
+            "--disable-hybrid-kv-cache-manager: sliding/chunked layers are treated as full attention "
+            "(the full-length cost is paid)"
+        )
     groups = vpool.group_layers(pool_layers, strided=behaviour.strided_groups)
     ranks: list[RankMemory] = []
     per_token_rank = 0

@@ -171,6 +171,16 @@ def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> list[PoolLay
     return sorted(out, key=lambda layer: layer.layer_index)
 
 
+def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+    """``--disable-hybrid-kv-cache-manager`` (§2.1 step 1): sliding/chunked layers become full."""
+    return [
+        replace(layer, kind="full", sliding_window=None, attention_chunk_size=None)
+        if layer.kind in ("sliding", "chunked")
+        else layer
+        for layer in layers
+    ]
+
+
 def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[KvCacheGroup]:
     """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1)."""
     if not layers:

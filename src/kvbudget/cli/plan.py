@@ -54,6 +54,7 @@ _PLAIN_FLAGS = (
     "page_size",
     "headroom_fraction",
     "num_gpu_blocks_override",
+    "disable_hybrid_kv_cache_manager",
 )
 
 
@@ -248,6 +249,12 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     "--headroom-fraction",
     type=float,
     help="Device-peak margin as a fraction of device memory (default 0.03).",
+)
+@click.option(
+    "--disable-hybrid-kv-cache-manager",
+    is_flag=True,
+    default=None,
+    help="vLLM flag: sliding/chunked layers pay the full length (one group).",
 )
 @click.option(
     "--lengths",
