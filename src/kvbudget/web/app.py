@@ -58,6 +58,12 @@ def error_response(status_code: int, line: str, field: str | None = None) -> JSO
     return JSONResponse(body, status_code=status_code)
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr`` of a user value, cut to ``limit`` characters (errors stay one short line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
     """First pydantic error as a CLI-style one-liner naming the field, the value and the fix."""
     errors = exc.errors()
@@ -71,13 +77,13 @@ def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
     if kind == "missing":
         text = f"{field}: missing; add it to the request (see /docs)"
     elif kind == "extra_forbidden":
-        text = f"{field}: unknown field (value {value!r}); remove it or check the spelling in /docs"
+        text = f"{field}: unknown field (value {_short(value)}); remove it or check the spelling in /docs"
     elif kind in {"json_invalid", "model_attributes_type", "dict_type"} and not loc:
         text = "request body: not a JSON object; send Content-Type: application/json with {...}"
     else:
         msg = str(first.get("msg", "invalid"))
         where = field or "request body"
-        text = f"{where}: {msg}, got {value!r}; fix the value (see /docs for the type)"
+        text = f"{where}: {msg}, got {_short(value)}; fix the value (see /docs for the type)"
     more = f" ({len(errors)} problems; first shown)" if len(errors) > 1 else ""
     return f"ConfigError: {text}{more}", (loc[0] if loc else None)
 
@@ -102,8 +108,14 @@ def create_app() -> FastAPI:
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        if length is None and request.method in ("POST", "PUT", "PATCH"):
             response: Response = error_response(
+                411,
+                "ConfigError: request body without Content-Length; send the JSON body with its "
+                "length (chunked uploads are not accepted)",
+            )
+        elif length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            response = error_response(
                 413,
                 f"ConfigError: request body of {length} bytes is larger than the "
                 f"{MAX_BODY_BYTES // (1024 * 1024)} MiB limit; send a smaller document",

@@ -271,3 +271,20 @@ def test_web_returns_the_cli_calc_document(client: TestClient) -> None:
     ).json()
     assert _without_times(web["raw"]["calc"]) == _without_times(cli_doc)
     assert cli_doc["total_bytes"] == SEED_TOTAL_BYTES
+
+
+def test_body_without_length_is_refused(client: TestClient) -> None:
+    def chunks() -> Any:
+        yield b'{"layers": 32}'
+
+    response = client.post(
+        "/api/calc/explicit", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 411
+    assert response.json()["error"].startswith("ConfigError: ")
+
+
+def test_long_bad_values_are_cut_in_the_error(client: TestClient) -> None:
+    response = client.post("/api/calc/explicit", json={**SEED_EXAMPLE, "layers": ["x"] * 500})
+    assert response.status_code == 400
+    assert len(response.json()["error"]) < 400
