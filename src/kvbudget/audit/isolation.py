@@ -152,6 +152,22 @@ class IsolationResult(ResultDocument):
     num_errors: int
     trial_records: list[TrialRecord]
 
+    def summary(self) -> dict[str, Any]:
+        """The headline fields (what accept's ``audits`` dict and stop conditions read)."""
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "cross_tenant_cached_tokens": self.cross_tenant_cached_tokens,
+            "p_values": self.p_values,
+            "auc": self.auc,
+            "mde_auc": self.mde_auc,
+            "alpha": self.alpha,
+            "trials": self.trials,
+            "positive_control": self.positive_control.passed,
+            "salt_mode": self.salt_mode,
+            "source": self.source,
+        }
+
     def to_markdown(self, heading_level: int = 2) -> str:
         from kvbudget.audit.render import isolation_markdown
 

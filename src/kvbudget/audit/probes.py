@@ -5,14 +5,14 @@ A :class:`Probe` sends one prompt (``max_tokens=1``, greedy) and returns an
 prefix-cache hit counter, resets the prefix cache, and runs a greedy non-streaming completion
 (with logprobs where offered) for the reuse audit.
 
-* :class:`~kvbudget.audit.probe_http.HttpProbe` — any OpenAI-compatible endpoint (``/v1/completions``); figures are
-  ``measured``. The API key is read from an environment variable by the caller and only ever
-  sent in the ``Authorization`` header.
-* :class:`~kvbudget.audit.probe_sim.SimProbe` — the simulator's ``EngineCore`` in virtual time (built like ``kvbudget
-  serve``'s manual pool: :func:`kvbudget.serve.build.build_engine`). TTFT = the virtual time
-  of the first token + a seeded lognormal *simulated client/network jitter*; figures are
-  ``simulated`` with the timing model named. Its output text follows tokenizer rule 4 (a
-  deterministic function of the prompt), as ``kvbudget serve`` does.
+* ``probe_http.HttpProbe`` — any OpenAI-compatible endpoint (``/v1/completions``); figures
+  are ``measured``. The API key is read from an environment variable by the caller and only
+  ever sent in the ``Authorization`` header.
+* ``probe_sim.SimProbe`` — the simulator's ``EngineCore`` in virtual time (built like
+  ``kvbudget serve``'s manual pool: :func:`kvbudget.serve.build.build_engine`). TTFT = the
+  virtual time of the first token + a seeded lognormal *simulated client/network jitter*;
+  figures are ``simulated`` with the timing model named. Its output text follows tokenizer
+  rule 4 (a deterministic function of the prompt), as ``kvbudget serve`` does.
 """
 
 from __future__ import annotations

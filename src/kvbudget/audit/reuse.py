@@ -116,6 +116,19 @@ class ReuseResult(ResultDocument):
     token_basis: str
     prompts: list[PromptResult]
 
+    def summary(self) -> dict[str, Any]:
+        """The headline fields (what accept's ``audits`` dict reads)."""
+        return {
+            "verdict": self.verdict,
+            "status": self.status,
+            "reason": self.reason,
+            "num_prompts": self.num_prompts,
+            "num_reuse_proven": self.num_reuse_proven,
+            "num_diverged": self.num_diverged,
+            "reset_available": self.reset_available,
+            "source": self.source,
+        }
+
     def to_markdown(self, heading_level: int = 2) -> str:
         from kvbudget.audit.render import reuse_markdown
 
