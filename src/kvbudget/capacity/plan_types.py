@@ -32,6 +32,12 @@ class PlanRequest(BaseModel):
     model: str = Field(description="catalog id, config.json path or snapshot directory")
     gpu: str | None = Field(default=None, description="catalog GPU id or alias (kvbudget gpus)")
     gpu_memory_bytes: int | None = Field(default=None, gt=0, description="device memory override")
+    gpu_bf16_tflops: float | None = Field(
+        default=None, gt=0, description="custom device dense BF16 TFLOPS"
+    )
+    gpu_bandwidth_gb_s: float | None = Field(
+        default=None, gt=0, description="custom device memory GB/s"
+    )
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
     engine: Engine = "vllm"

@@ -47,8 +47,18 @@ def resolve_gpu(request: PlanRequest) -> GpuSpec:
             field="gpu",
         )
     base = get_gpu(request.gpu) if request.gpu else None
-    if request.gpu_memory_bytes is not None:
-        return custom_gpu(request.gpu_memory_bytes, base=base)
+    custom = (request.gpu_memory_bytes, request.gpu_bf16_tflops, request.gpu_bandwidth_gb_s)
+    if any(value is not None for value in custom):
+        memory = request.gpu_memory_bytes
+        if memory is None:
+            assert base is not None
+            memory = base.memory_bytes
+        return custom_gpu(
+            memory,
+            base=base,
+            bf16_dense_tflops=request.gpu_bf16_tflops,
+            hbm_bandwidth_gb_s=request.gpu_bandwidth_gb_s,
+        )
     assert base is not None
     return base
 

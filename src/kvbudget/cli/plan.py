@@ -41,6 +41,8 @@ _COUNT_FLAGS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "max_
 _PLAIN_FLAGS = (
     "model",
     "gpu",
+    "gpu_bf16_tflops",
+    "gpu_bandwidth",
     "tp",
     "pp",
     "engine",
@@ -140,7 +142,7 @@ def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanReq
             merged[key] = parse_count(flags[key], field=key)
     for key in _PLAIN_FLAGS:
         if flags.get(key) is not None:
-            merged[key] = flags[key]
+            merged["gpu_bandwidth_gb_s" if key == "gpu_bandwidth" else key] = flags[key]
     if flags.get("llm_class"):
         merged["api_server"] = False
     if "model" not in merged:
@@ -189,6 +191,8 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option(
     "--gpu-memory", help="Device memory per GPU, e.g. 80GiB (replaces the catalog value)."
 )
+@click.option("--gpu-bf16-tflops", type=float, help="Custom device: dense BF16 TFLOPS.")
+@click.option("--gpu-bandwidth", type=float, help="Custom device: memory bandwidth in GB/s.")
 @click.option("--tp", type=int, help="Tensor-parallel size (default 1).")
 @click.option("--pp", type=int, help="Pipeline-parallel size (default 1).")
 @click.option(

@@ -112,11 +112,10 @@ def custom_gpu(
         )
     source = f"flag: --gpu-memory {memory_bytes} bytes"
     if base is not None:
-        update: dict[str, Any] = {
-            "memory_bytes": memory_bytes,
-            "memory_source": source,
-            "custom": True,
-        }
+        update: dict[str, Any] = {"custom": True}
+        if memory_bytes != base.memory_bytes:
+            update["memory_bytes"] = memory_bytes
+            update["memory_source"] = source
         if bf16_dense_tflops is not None:
             update["bf16_dense_tflops"] = bf16_dense_tflops
             update["bf16_source"] = "flag"

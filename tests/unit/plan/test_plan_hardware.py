@@ -58,3 +58,17 @@ def test_custom_device() -> None:
     assert based.memory_bytes == 40 << 30 and based.device_name == "NVIDIA A100-SXM4-80GB"
     with pytest.raises(ConfigError):
         custom_gpu(0)
+
+
+def test_custom_device_through_the_planner() -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import resolve_gpu
+
+    g = resolve_gpu(
+        PlanRequest(
+            model="m", gpu_memory_bytes=64 << 30, gpu_bf16_tflops=500, gpu_bandwidth_gb_s=2000
+        )
+    )
+    assert (g.memory_bytes, g.bf16_dense_tflops, g.hbm_bandwidth_gb_s) == (64 << 30, 500, 2000)
+    h = resolve_gpu(PlanRequest(model="m", gpu="H100", gpu_bandwidth_gb_s=3000))
+    assert h.memory_bytes == 81559 << 20 and h.hbm_bandwidth_gb_s == 3000 and h.custom
