@@ -46,7 +46,7 @@ class ModelSpec:
     moe_intermediate_size: int | None = None
     num_shared_experts: int | None = None
     shared_expert_intermediate_size: int | None = None
-    quantization_config: dict[str, Any] | None = None
+    quantization_config: dict[str, Any] | None = field(default=None, compare=False)
     raw_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     ledger: tuple[LedgerEntry, ...] = field(default=(), compare=False, repr=False)
 
