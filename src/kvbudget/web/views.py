@@ -238,7 +238,7 @@ def model_view(
 ) -> dict[str, Any]:
     """Model mode for the page: status, figures, budgets, pool, groups, ledger, assumptions."""
     reasons = [r + (SET_HINT if "--set" in r else "") for r in calc.reasons]
-    if calc.missing_fields:
+    if calc.missing_fields and not any("--set" in r for r in calc.reasons):
         reasons.append("supply: " + ", ".join(calc.missing_fields) + SET_HINT)
     budgets: list[dict[str, Any]] = []
     if structural is not None:

@@ -301,6 +301,13 @@
     renderGrid($("model-pool-groups-head"), $("model-pool-groups"), d.pool_groups);
     renderGrid($("model-ledger-head"), $("model-ledger"), d.ledger);
     renderReasons($("model-reasons"), d.assumptions);
+    show($("sec-figures"), d.figures.length > 0);
+    show($("sec-budgets"), d.budgets.length > 0);
+    show($("sec-pool"), d.pool.length > 0);
+    show($("sec-groups"), d.groups.rows.length > 0);
+    show($("sec-pool-groups"), d.pool_groups.rows.length > 0);
+    show($("sec-chart"), Boolean(d.chart));
+    show($("sec-assumptions"), d.assumptions.length > 0);
     show($("model-result"), true);
     clear($("chart"));
     if (!d.chart) return;
