@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,8 @@ class ClusterSpec:
     remote_tier: TierConfig | None = None
     max_simulated_s: float | None = None
     trace: bool = False
+    #: closed loop: this many requests in flight; the next one arrives when one finishes
+    concurrency: int | None = None
 
 
 def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
@@ -77,8 +79,17 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
         key=lambda x: (x[0].arrival_s, x[1]),
     )
     queue: EventQueue[tuple[str, Any]] = EventQueue()
-    if ordered:
+    closed = spec.concurrency
+    next_closed = 0
+    if closed is not None:
+        if closed < 1:
+            raise ConfigError(f"concurrency: must be >= 1, got {closed}", field="concurrency")
+        for i in range(min(closed, len(ordered))):
+            queue.push(ordered[i][0].arrival_s, PRIO_ARRIVAL, ("arrival", i))
+        next_closed = min(closed, len(ordered))
+    elif ordered:
         queue.push(ordered[0][0].arrival_s, PRIO_ARRIVAL, ("arrival", 0))
+    num_done = 0
     for scale in spec.scale_out:
         queue.push(scale.at_s, PRIO_SCALE, ("scale", scale))
     if spec.sample_every_s:
@@ -97,6 +108,13 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
         if kind == "step":
             rep = replicas[payload]
             duration = rep.step(now)
+            if closed is not None:
+                done = sum(len(r.finished()) for r in replicas) + len(rejected)
+                while num_done < done and next_closed < len(ordered):
+                    queue.push(now + duration, PRIO_ARRIVAL, ("arrival", next_closed))
+                    next_closed += 1
+                    num_done += 1
+                num_done = done
             if duration > 0:
                 if spec.trace:
                     trace.append(_trace_step(rep, payload, now, duration))
@@ -109,11 +127,18 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
                     rep.busy = False
         elif kind == "arrival":
             req = ordered[payload][0]
-            if payload + 1 < len(ordered):
+            if closed is None and payload + 1 < len(ordered):
                 queue.push(
                     ordered[payload + 1][0].arrival_s, PRIO_ARRIVAL, ("arrival", payload + 1)
                 )
+            num_rejected = len(rejected)
+            if closed is not None:
+                req = replace(req, arrival_s=now)
             _route(req, now, replicas, router, queue, rejected)
+            if closed is not None and len(rejected) > num_rejected and next_closed < len(ordered):
+                queue.push(now, PRIO_ARRIVAL, ("arrival", next_closed))
+                next_closed += 1
+                num_done += 1
         elif kind == "scale":
             rep = build(payload.setup, payload.at_s + payload.cold_start_s)
             replicas.append(rep)

@@ -1,0 +1,204 @@
+"""``kvbudget sim``: simulate a cluster serving a workload (every figure *simulated*)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvbudget.errors import ConfigError
+from kvbudget.units import parse_count
+
+
+def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    wl = dict(base)
+    if opts["requests"] is not None:
+        wl["num_requests"] = parse_count(opts["requests"], field="--requests")
+    if opts["rate"] is not None and opts["concurrency"] is not None:
+        raise ConfigError(
+            "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
+            field="rate",
+        )
+    if opts["rate"] is not None:
+        if opts["rate"] <= 0:
+            raise ConfigError(f"--rate: must be > 0 requests/s, got {opts['rate']}", field="rate")
+        wl["arrivals"] = {"kind": "poisson", "rate_per_s": opts["rate"]}
+    if opts["concurrency"] is not None:
+        wl["arrivals"] = {"kind": "closed", "concurrency": opts["concurrency"]}
+    if opts["input_tokens"] is not None:
+        wl["input_tokens"] = {"kind": "fixed", "value": opts["input_tokens"]}
+    if opts["output_tokens"] is not None:
+        wl["output_tokens"] = {"kind": "fixed", "value": opts["output_tokens"]}
+    groups = opts["prefix_groups"]
+    shared = opts["shared_prefix_tokens"]
+    if groups is not None or shared is not None:
+        prefix = dict(wl.get("prefix", {}))
+        if groups:
+            prefix["num_groups"] = groups
+            prefix["group_prefix_tokens"] = shared or 0
+        elif shared is not None:
+            prefix["system_prompt_tokens"] = shared
+        wl["prefix"] = prefix
+    return wl
+
+
+def _render(summary: dict[str, Any]) -> str:
+    def f(value: Any, unit: str = "", scale: float = 1.0) -> str:
+        return "n/a" if value is None else f"{value * scale:.3f}{unit}"
+
+    lines = [
+        f"kvbudget sim  (figures: simulated, timing model: {summary['timing_model']}, "
+        f"router: {summary['router']})",
+        f"  requests completed   {summary['requests_completed']} of {summary['requests_total']}"
+        + (
+            f"  ({summary['requests_unfinished']} unfinished, see --records-out)"
+            if summary["requests_unfinished"]
+            else ""
+        ),
+        f"  TTFT p50 / p99       {f(summary['ttft_p50_s'], ' s')} / {f(summary['ttft_p99_s'], ' s')}",
+        f"  TPOT p50 / p99       {f(summary['tpot_p50_s'], ' ms', 1e3)} / "
+        f"{f(summary['tpot_p99_s'], ' ms', 1e3)}",
+        f"  prefix hit rate      {summary['prefix_hit_rate_tokens'] * 100:.1f}% of prompt tokens "
+        f"({summary['prefix_cache_hits_tokens']} / {summary['prefix_cache_queries_tokens']}), "
+        f"{summary['prefix_hit_rate_requests'] * 100:.1f}% of requests",
+        f"  preemptions          {summary['num_preemptions']}",
+        f"  GPU KV blocks        {summary['num_gpu_blocks']} "
+        f"({', '.join(f'{k}: {v}' for k, v in summary['num_gpu_blocks_by_replica'].items())})",
+        f"  output throughput    {summary['output_tokens_per_s']:.1f} tokens/s",
+        f"  simulated / wall     {summary['simulated_s']:.2f} s / {summary['wall_s']:.2f} s",
+    ]
+    return "\n".join(lines)
+
+
+@click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False),
+    help="YAML scenario (docs/simulator.md); flags override its fields.",
+)
+@click.option("--model", help="Catalog id or config.json path [default: meta-llama/Llama-3.1-8B].")
+@click.option("--gpu", help="GPU catalog id (kvbudget gpus) [default: H100-SXM].")
+@click.option("--tp", type=int, help="Tensor-parallel size per replica [default: 1].")
+@click.option("--replicas", type=int, help="Number of identical replicas [default: 1].")
+@click.option(
+    "--router",
+    help="round_robin, least_outstanding, least_kv, session, prefix_approx, prefix_precise or cost [default: round_robin].",
+)
+@click.option("--requests", help="Number of requests, e.g. 1000 or 10K [default: 1000].")
+@click.option(
+    "--rate", type=float, help="Poisson arrival rate, requests/s (open loop) [default: 10]."
+)
+@click.option(
+    "--concurrency", type=int, help="Closed loop: requests kept in flight (instead of --rate)."
+)
+@click.option(
+    "--input-tokens",
+    type=int,
+    help="Prompt tokens per request, shared prefix included [default: 1024].",
+)
+@click.option("--output-tokens", type=int, help="Output tokens per request [default: 128].")
+@click.option(
+    "--prefix-groups",
+    type=int,
+    help="Shared-prefix groups (Zipf popularity); 0 = one system prompt.",
+)
+@click.option(
+    "--shared-prefix-tokens",
+    type=int,
+    help="Tokens of the shared prefix (per group, or the system prompt).",
+)
+@click.option(
+    "--prefix-caching/--no-prefix-caching",
+    default=None,
+    help="vLLM automatic prefix caching [default: on].",
+)
+@click.option(
+    "--kv-dtype", help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto]."
+)
+@click.option("--max-num-seqs", type=int, help="Scheduler max_num_seqs [default: the plan's].")
+@click.option("--max-model-len", type=int, help="max_model_len [default: the plan's].")
+@click.option(
+    "--timing-profile",
+    type=click.Path(dir_okay=False),
+    help="Calibrated timing profile (JSON); default: roofline.",
+)
+@click.option(
+    "--max-simulated-s",
+    type=float,
+    help="Stop at this simulated time; requests in flight are reported unfinished.",
+)
+@click.option("--seed", type=int, help="Seed of the workload and the engines [default: 0].")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--trace-out",
+    type=click.Path(dir_okay=False),
+    help="Write a Chrome trace (chrome://tracing, Perfetto) of every step.",
+)
+@click.option(
+    "--records-out",
+    type=click.Path(dir_okay=False),
+    help="Write one RequestRecord per request (JSONL, source=simulated).",
+)
+def sim(**opts: Any) -> None:
+    """Simulate serving: plan-built replicas, a router, a workload; figures are *simulated*.
+
+    Each replica's KV pool comes from the same arithmetic as `kvbudget plan` (one source of
+    truth). Step times come from the roofline model (GPU catalog + model structure) or a
+    calibrated profile; the summary names the model used. See docs/simulator.md for what is
+    and is not modelled.
+    """
+    from kvbudget.sim.cluster import simulate
+    from kvbudget.sim.scenario import (
+        build_cluster,
+        build_workload,
+        load_scenario,
+        scenario_from_dict,
+    )
+
+    data: dict[str, Any] = load_scenario(opts["scenario"]) if opts["scenario"] else {}
+    for key in (
+        "model",
+        "gpu",
+        "tp",
+        "replicas",
+        "router",
+        "kv_dtype",
+        "max_num_seqs",
+        "max_model_len",
+        "timing_profile",
+        "max_simulated_s",
+        "seed",
+    ):
+        if opts[key] is not None:
+            data[key] = opts[key]
+    if opts["prefix_caching"] is not None:
+        data["prefix_caching"] = opts["prefix_caching"]
+    base_wl = data.get("workload") or {
+        "num_requests": 1000,
+        "arrivals": {"kind": "poisson", "rate_per_s": 10.0},
+    }
+    data["workload"] = _workload_from_flags(opts, base_wl)
+    scenario = scenario_from_dict(data)
+    cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
+    requests, concurrency = build_workload(scenario)
+    cluster.concurrency = concurrency
+    result = simulate(requests, cluster, seed=scenario.seed)
+    summary = result.summary()
+    summary["model"] = scenario.model
+    summary["gpu"] = scenario.gpu
+    summary["tp"] = scenario.tp
+    summary["replicas"] = len(result.num_gpu_blocks)
+    if opts["trace_out"]:
+        Path(opts["trace_out"]).write_text(
+            json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
+        )
+    if opts["records_out"]:
+        with Path(opts["records_out"]).open("w") as fh:
+            for record in result.records():
+                fh.write(record.model_dump_json() + "\n")
+    if opts["as_json"]:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        click.echo(_render(summary))

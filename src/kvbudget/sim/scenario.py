@@ -1,0 +1,182 @@
+"""A simulation scenario (YAML or CLI flags) and how it becomes replicas and requests.
+
+Schema (``extra="forbid"``; every field optional except what the defaults cover)::
+
+    model: meta-llama/Llama-3.1-8B     # catalog id / config.json path
+    gpu: H100-SXM                      # catalog GPU (kvbudget gpus)
+    tp: 1
+    kv_dtype: auto
+    replicas: 1                        # identical replicas ...
+    replica_overrides: []              # ... or one entry per replica (heterogeneous):
+                                       #   {gpu: A100-80GB, tp: 2, max_num_seqs: 128}
+    router: round_robin                # see kvbudget.sim.router
+    stale_index_s: 0.0
+    prefix_caching: true
+    policy: fcfs                       # or priority
+    timing_profile: null               # JSON calibration profile; null = roofline
+    roofline: {compute_efficiency: 0.55, ...}
+    tiers: []                          # [{name: cpu, capacity_bytes: ..., bandwidth_bytes_per_s: ...}]
+    remote_tier: null                  # one tier shared by every replica
+    scale_out: []                      # [{at_s: 60, cold_start_s: 90}]
+    max_simulated_s: null
+    sample_every_s: 1.0
+    seed: 0
+    workload: {num_requests: 1000, arrivals: {kind: poisson, rate_per_s: 10}, ...}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.errors import ConfigError
+from kvbudget.sim.cluster import ClusterSpec, ScaleOut
+from kvbudget.sim.config import SchedulingPolicy
+from kvbudget.sim.fromplan import plan_replica
+from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.router import ROUTERS
+from kvbudget.sim.tiers import TierConfig
+from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile, RooflineParams
+from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.spec import WorkloadSpec, generate, workload_from_dict
+
+
+class ReplicaOverride(BaseModel):
+    """Per-replica differences (heterogeneous clusters)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: str | None = None
+    tp: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+
+
+class ScaleOutSpec(BaseModel):
+    """Add one replica (like the first) at ``at_s``, serving after ``cold_start_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_s: float = Field(ge=0)
+    cold_start_s: float = Field(default=60.0, ge=0)
+
+
+class SimScenario(BaseModel):
+    """Everything ``kvbudget sim`` needs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "meta-llama/Llama-3.1-8B"
+    gpu: str = "H100-SXM"
+    tp: int = Field(default=1, ge=1)
+    kv_dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    replicas: int = Field(default=1, ge=1)
+    replica_overrides: list[ReplicaOverride] = Field(default_factory=list)
+    router: str = "round_robin"
+    stale_index_s: float = Field(default=0.0, ge=0)
+    prefix_caching: bool = True
+    policy: SchedulingPolicy = "fcfs"
+    timing_profile: str | None = None
+    roofline: RooflineParams = Field(default_factory=RooflineParams)
+    tiers: list[TierConfig] = Field(default_factory=list)
+    remote_tier: TierConfig | None = None
+    scale_out: list[ScaleOutSpec] = Field(default_factory=list)
+    max_simulated_s: float | None = Field(default=None, gt=0)
+    sample_every_s: float | None = Field(default=1.0, gt=0)
+    seed: int = 0
+    workload: dict[str, Any] = Field(
+        default_factory=lambda: {
+            "num_requests": 1000,
+            "arrivals": {"kind": "poisson", "rate_per_s": 10.0},
+        }
+    )
+
+
+def load_scenario(path: str | Path) -> dict[str, Any]:
+    """Read a YAML scenario into a plain mapping (validated by :func:`scenario_from_dict`)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"scenario {path}: cannot read it ({exc})", field="scenario") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"scenario {path}: expected a mapping at the top", field="scenario")
+    return data
+
+
+def scenario_from_dict(data: dict[str, Any]) -> SimScenario:
+    """Validate; the first problem becomes a one-line ConfigError naming the field."""
+    try:
+        scenario = SimScenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "scenario"
+        raise ConfigError(
+            f"scenario field {where}: {err['msg']} (got {err.get('input')!r})", field=where
+        ) from exc
+    if scenario.router not in ROUTERS:
+        raise ConfigError(
+            f"router: unknown policy {scenario.router!r}; choose one of {', '.join(ROUTERS)}",
+            field="router",
+        )
+    return scenario
+
+
+def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSetup:
+    o = override or ReplicaOverride()
+    request = PlanRequest(
+        model=scenario.model,
+        gpu=o.gpu or scenario.gpu,
+        tp=o.tp or scenario.tp,
+        kv_dtype=scenario.kv_dtype,
+        max_model_len=scenario.max_model_len,
+        max_num_seqs=o.max_num_seqs or scenario.max_num_seqs,
+        max_num_batched_tokens=o.max_num_batched_tokens or scenario.max_num_batched_tokens,
+        gpu_memory_utilization=o.gpu_memory_utilization or scenario.gpu_memory_utilization,
+    )
+    _plan, config, roofline = plan_replica(
+        request,
+        enable_prefix_caching=scenario.prefix_caching,
+        policy=scenario.policy,
+        params=scenario.roofline,
+    )
+    timing: Any = roofline
+    if scenario.timing_profile is not None:
+        timing = CalibratedTiming(CalibrationProfile.load(scenario.timing_profile))
+    tiers = tuple(t for t in scenario.tiers if t.name != "remote")
+    return ReplicaSetup(config=config, timing=timing, tiers=tiers)
+
+
+def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
+    """Replicas (each from its own plan), router, tiers, scale-out."""
+    if scenario.replica_overrides:
+        setups = [_setup(scenario, o) for o in scenario.replica_overrides]
+    else:
+        one = _setup(scenario, None)
+        setups = [one] * scenario.replicas
+    return ClusterSpec(
+        setups=setups,
+        router=scenario.router,
+        stale_s=scenario.stale_index_s,
+        scale_out=[ScaleOut(s.at_s, setups[0], s.cold_start_s) for s in scenario.scale_out],
+        sample_every_s=scenario.sample_every_s,
+        remote_tier=scenario.remote_tier,
+        max_simulated_s=scenario.max_simulated_s,
+        trace=trace,
+    )
+
+
+def build_workload(scenario: SimScenario) -> tuple[list[PlannedRequest], int | None]:
+    """The planned requests and the closed-loop concurrency (``None`` for open loop)."""
+    spec: WorkloadSpec = workload_from_dict(scenario.workload)
+    rng = np.random.default_rng(scenario.seed)
+    return generate(spec, rng), spec.closed_loop_concurrency

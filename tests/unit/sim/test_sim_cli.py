@@ -1,0 +1,79 @@
+"""``kvbudget sim``: JSON keys, flags, scenario file, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kvbudget.cli.sim import sim
+
+REQUIRED = {
+    "requests_completed",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "prefix_hit_rate_tokens",
+    "num_preemptions",
+    "num_gpu_blocks",
+    "simulated_s",
+    "wall_s",
+}
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    result = CliRunner().invoke(sim, args, catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_json_summary_has_the_required_keys(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    records = tmp_path / "records.jsonl"
+    code, out = _run(
+        [
+            "--requests", "40", "--rate", "5", "--input-tokens", "256", "--output-tokens", "16",
+            "--shared-prefix-tokens", "128", "--json", "--trace-out", str(trace),
+            "--records-out", str(records),
+        ]
+    )  # fmt: skip
+    assert code == 0, out
+    summary = json.loads(out)
+    assert set(summary) >= REQUIRED
+    assert summary["figures"] == "simulated" and summary["timing_model"] == "roofline"
+    assert summary["requests_completed"] == 40
+    # 128 of 256 prompt tokens are shared: every request after the first hits them
+    assert summary["prefix_cache_hits_tokens"] == 39 * 128
+    assert json.loads(trace.read_text())["traceEvents"]
+    lines = records.read_text().splitlines()
+    assert len(lines) == 40 and json.loads(lines[0])["source"] == "simulated"
+
+
+def test_no_prefix_caching_gives_zero_hits() -> None:
+    code, out = _run(
+        ["--requests", "20", "--rate", "5", "--input-tokens", "256", "--output-tokens", "8",
+         "--shared-prefix-tokens", "128", "--no-prefix-caching", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads(out)["prefix_hit_rate_tokens"] == 0.0
+
+
+def test_scenario_file_with_flag_override(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "replicas: 2\nrouter: least_outstanding\nworkload:\n  num_requests: 30\n"
+        "  arrivals: {kind: poisson, rate_per_s: 4}\n"
+        "  input_tokens: {kind: fixed, value: 200}\n  output_tokens: {kind: fixed, value: 10}\n"
+    )
+    code, out = _run(["--scenario", str(path), "--requests", "12", "--json"])
+    assert code == 0, out
+    summary = json.loads(out)
+    assert summary["requests_total"] == 12
+    assert summary["replicas"] == 2 and summary["router"] == "least_outstanding"
+
+
+def test_bad_router_is_one_line_config_error() -> None:
+    result = CliRunner().invoke(sim, ["--router", "random", "--requests", "5"])
+    assert result.exit_code != 0
+    assert "unknown policy 'random'" in str(result.exception)
