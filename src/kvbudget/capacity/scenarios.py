@@ -24,6 +24,16 @@ from scipy.stats import norm
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.units import cdiv
 
+#: the seed's stop conditions (停止条件), used when a scenario names none
+DEFAULT_STOP_CONDITIONS = (
+    "a key quality sample fails",
+    "any cross-tenant prefix-cache hit",
+    "any unexpected OOM",
+    "tail latency above the business threshold",
+    "error rate persistently above the limit",
+    "host memory or transfer bandwidth anomaly",
+    "rollback cannot restore within the target time",
+)
 Z95 = float(norm.ppf(0.95))
 GRID_POINTS = 512
 
@@ -64,6 +74,10 @@ class Scenario(BaseModel):
     duration_s: float = Field(gt=0, description="how long the peak lasts")
     quality_gate: str = Field(description="what output quality must hold to pass")
     cpu_kv_tokens: int = Field(default=0, ge=0, description="CPU KV tier size per replica, tokens")
+    stop_conditions: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_STOP_CONDITIONS),
+        description="conditions that stop the run (written before it starts)",
+    )
     label: str = "planning assumption (not measured)"
 
 
