@@ -20,9 +20,10 @@ from kvbudget.accept.lockcheck import (
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult, StopStatus
-from kvbudget.accept.run import Progress, TargetFactory, run_matrix
+from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.accept.verdicts import overall_verdict
+from kvbudget.errors import KvbudgetError
 from kvbudget.records import Provenance
 
 
@@ -160,6 +161,7 @@ def run_acceptance(
     progress: Progress | None = None,
 ) -> AcceptResult:
     rng = np.random.default_rng([plan.seed, 7])
+    check_quality_files(plan)
     prepared = factory(plan.lock)
     target = prepared.target
     info = target.info
@@ -180,7 +182,21 @@ def run_acceptance(
                 not_comparable(comp, lines, "the locks differ in more than the declared factor")
             )
             continue
-        variant = factory(variant_lock)
+        try:
+            variant = factory(variant_lock)
+        except KvbudgetError as exc:
+            comparisons.append(
+                ComparisonResult(
+                    name=comp.name,
+                    factor=comp.factor,
+                    verdict="untested",
+                    reasons=[f"the variant could not be started: {exc.one_line()}"],
+                    differences=lines,
+                    percentile=comp.percentile,
+                    alpha=comp.alpha,
+                )
+            )
+            continue
         try:
             v_out = run_matrix(plan, variant.target, out_dir=None, cells_subset=comp.cells, rng=rng)
         finally:

@@ -82,7 +82,10 @@ def summarize_cell(
     for checkpoint in plan.quality:
         if input_tier not in checkpoint.tiers or skipped_reason is not None or not records:
             continue
-        outputs = [run.outputs.get(f"quality:{checkpoint.id}:{i}") for i, run in enumerate(runs)]
+        suffix = f"/quality:{checkpoint.id}"
+        outputs: list[str | None] = [
+            text for run in runs for rid, text in run.outputs.items() if rid.endswith(suffix)
+        ]
         outcomes.append(evaluate_checkpoint(checkpoint, outputs, simulated=synthetic_text))
     evidence = CellEvidence(
         cell_id=cell_id,

@@ -1,25 +1,30 @@
-"""Build the target a plan asks for (``sim`` here; ``serve``/``http`` need the load runner)."""
+"""Build the target a plan asks for: ``sim``, ``serve`` or ``http``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from kvbudget.accept.capacity import build_capacity
+from kvbudget.accept.http_target import HttpTarget, RunAsync, ServeTarget
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.result import Ledger
 from kvbudget.accept.run import PreparedTarget, TargetFactory
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo
-from kvbudget.errors import TargetError
+from kvbudget.errors import ConfigError, KvbudgetError, TargetError
 
 
-def sim_info(lock: ObjectLock, timing_name: str) -> TargetInfo:
+def sim_info(lock: ObjectLock, timing_name: str, *, kind: str = "sim") -> TargetInfo:
     gpu = lock.gpu.type.value or "unknown GPU"
+    how = "virtual time" if kind == "sim" else "real time behind kvbudget serve (HTTP)"
     return TargetInfo(
-        kind="sim",
+        kind=kind,
         source="simulated",
-        label=f"simulated {gpu} ({timing_name} step-time model, vLLM-style scheduler)",
-        timing_model=timing_name,
+        label=f"simulated {gpu} ({timing_name} step-time model, vLLM-style scheduler, {how})",
+        timing_model=timing_name if kind == "sim" else f"{timing_name} via kvbudget serve",
         hardware=f"simulated {gpu}",
         not_applicable={
             "gpu.driver": "a simulated GPU has no driver; confirm on the real host",
@@ -43,11 +48,84 @@ def sim_factory(plan: AcceptPlan) -> TargetFactory:
     return make
 
 
-def factory_for(plan: AcceptPlan) -> TargetFactory:
+def _serve_args(plan: AcceptPlan, lock: ObjectLock) -> list[str]:
+    kv_dtype = lock.kv_dtype.value
+    if kv_dtype not in (None, "auto"):
+        raise ConfigError(
+            f"lock.kv_dtype: kvbudget serve plans with kv_dtype auto only (got {kv_dtype!r}); "
+            "use target kind sim for a KV dtype comparison"
+        )
+    if lock.gpu.type.value is None:
+        raise ConfigError("lock.gpu.type: target kind serve needs a catalog GPU (kvbudget gpus)")
+    args = [
+        "--gpu",
+        str(lock.gpu.type.value),
+        "--seed",
+        str(plan.seed),
+        "--speedup",
+        f"{plan.target.speedup:g}",
+    ]
+    for flag, name in (
+        ("--tp", "tensor_parallel"),
+        ("--block-size", "block_size"),
+        ("--max-model-len", "max_model_len"),
+        ("--max-num-seqs", "max_num_seqs"),
+        ("--max-num-batched-tokens", "max_num_batched_tokens"),
+    ):
+        value = getattr(lock, name).value
+        if value is not None:
+            args += [flag, str(value)]
+    policy = lock.prefix_caching.value
+    if policy is not None and not policy.enabled:
+        args.append("--no-prefix-caching")
+    return args
+
+
+def _ledger_or_warning(plan: AcceptPlan, lock: ObjectLock) -> tuple[Ledger, dict[str, Any]]:
+    try:
+        ctx = build_capacity(plan, lock)
+    except KvbudgetError as exc:
+        return Ledger(warnings=[f"capacity plan not computed: {exc.one_line()}"]), {}
+    return ctx.ledger, ctx.computed_lock
+
+
+def factory_for(
+    plan: AcceptPlan, *, run_async: RunAsync | None = None, keep_prompts: bool = False
+) -> TargetFactory:
     kind = plan.target.kind
     if kind == "sim":
         return sim_factory(plan)
-    raise TargetError(
-        f"target.kind: '{kind}' is not wired into accept in this build yet; use target kind "
-        "'sim', or measure with `kvbudget bench` and compare by hand"
-    )
+    if run_async is None:
+        raise TargetError(f"target.kind {kind}: needs an event-loop runner (run from the CLI)")
+    runner: RunAsync = run_async
+
+    def make_http(lock: ObjectLock) -> PreparedTarget:
+        ledger, computed = _ledger_or_warning(plan, lock)
+        t = plan.target
+        assert t.base_url is not None
+        target = HttpTarget(
+            base_url=t.base_url,
+            model=t.served_model or lock.model.id,
+            run_async=runner,
+            metrics_url=t.metrics_url,
+            api_key_env=t.api_key_env,
+            timeout_s=t.request_timeout_s,
+            keep_prompts=keep_prompts,
+            seed=plan.seed,
+        )
+        return PreparedTarget(target=target, ledger=ledger, computed_lock=computed)
+
+    def make_serve(lock: ObjectLock) -> PreparedTarget:
+        args = _serve_args(plan, lock)
+        ledger, computed = _ledger_or_warning(plan, lock)
+        target = ServeTarget(
+            serve_args=args,
+            model=lock.model.id,
+            run_async=runner,
+            info=sim_info(lock, "roofline", kind="serve"),
+            timeout_s=plan.target.request_timeout_s,
+            keep_prompts=keep_prompts,
+        )
+        return PreparedTarget(target=target, ledger=ledger, computed_lock=computed)
+
+    return make_http if kind == "http" else make_serve

@@ -178,6 +178,9 @@ class TargetPlan(StrictModel):
     timing_model: Literal["roofline", "calibrated"] = "roofline"
     profile: str | None = Field(default=None, description="calibrated step-time profile JSON")
     request_timeout_s: float = Field(default=120, gt=0)
+    speedup: float = Field(
+        default=1.0, gt=0, description="serve: run the simulated clock this many times faster"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TargetPlan:

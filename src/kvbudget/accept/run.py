@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,55 @@ from kvbudget.accept.result import CellResult, Ledger, Verdict
 from kvbudget.accept.targets import CellRun, Target
 from kvbudget.accept.verdicts import row_stopped
 from kvbudget.accept.workloads import cell_requests, warmup_requests
+from kvbudget.errors import ConfigError
 from kvbudget.records import JsonlWriter, MetricSample, RequestRecord, read_jsonl_dicts
+from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.tokenizer import encode
+
+
+def with_quality_prompts(
+    plan: AcceptPlan,
+    requests: list[PlannedRequest],
+    *,
+    input_tier: str,
+    cell_id: str,
+    repetition: int,
+) -> list[PlannedRequest]:
+    """Put each applicable checkpoint's prompt into one of the cell's timed requests.
+
+    The checkpoint request keeps its slot (arrival, output length, tenant) and gets the id
+    ``<cell>#<rep>/quality:<checkpoint id>``; its output is judged, its latency counted.
+    """
+    out = list(requests)
+    slot = 0
+    for checkpoint in plan.quality:
+        if input_tier not in checkpoint.tiers or checkpoint.prompt_file is None:
+            continue
+        if slot >= len(out):
+            break
+        text = Path(checkpoint.prompt_file).read_text(encoding="utf-8")
+        out[slot] = replace(
+            out[slot],
+            request_id=f"{cell_id}#{repetition}/quality:{checkpoint.id}",
+            prompt_token_ids=tuple(encode(text)),
+            prompt_text=text,
+            prefix_group=None,
+            shared_prefix_tokens=0,
+        )
+        slot += 1
+    return out
+
+
+def check_quality_files(plan: AcceptPlan) -> None:
+    """Every checkpoint prompt file exists before anything runs."""
+    for index, checkpoint in enumerate(plan.quality):
+        if checkpoint.prompt_file is not None and not Path(checkpoint.prompt_file).is_file():
+            raise ConfigError(
+                f"quality.{index}.prompt_file: {checkpoint.prompt_file!r} not found; give the "
+                "path of the checkpoint's prompt (relative to the working directory)",
+                field=f"quality.{index}.prompt_file",
+            )
+
 
 #: the idle baseline counts as recovered when KV usage is at most this and nothing runs
 RECOVERY_KV_USAGE = 0.01
@@ -167,6 +215,14 @@ def run_matrix(
                         cell_index=index,
                         repetition=rep,
                     )
+                    if not info.synthetic_text:
+                        requests = with_quality_prompts(
+                            plan,
+                            requests,
+                            input_tier=input_tier,
+                            cell_id=cell_id,
+                            repetition=rep,
+                        )
                     tier = plan.load.concurrency[conc_tier]  # type: ignore[index]
                     run = target.run_cell(
                         requests,

@@ -28,6 +28,11 @@ import click
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
+    "--keep-prompts",
+    is_flag=True,
+    help="Keep prompt and output text in records.jsonl (default: sha256 hashes only).",
+)
+@click.option(
     "--fail-on-verdict",
     is_flag=True,
     help="Exit 1 unless the overall verdict is pass (for CI gates).",
@@ -39,13 +44,15 @@ def accept(
     show_schema: bool,
     validate_only: bool,
     quiet: bool,
+    keep_prompts: bool,
     fail_on_verdict: bool,
 ) -> None:
     """Run a capacity acceptance plan: idle baseline, warm-up, the nine cells (short/medium/long
     x single/normal/peak) with repetitions, single-factor comparisons, verdicts and reports.
 
-    The default target is the simulator (virtual time): its figures are labelled simulated and
-    its quality checks untested. Exit status: 0 when the run completed (whatever the verdict;
+    Targets (plan target.kind): sim (default; virtual time), serve (kvbudget serve on
+    127.0.0.1, real time) and http (a real OpenAI-compatible endpoint). Simulated figures are
+    labelled simulated and their quality checks untested. Exit status: 0 when the run completed (whatever the verdict;
     with --fail-on-verdict: 0 only for pass, else 1), 2 for bad input.
     """
     from kvbudget.accept.planfile import load_plan, plan_json_schema
@@ -73,7 +80,9 @@ def accept(
 
     console = Console(stderr=True)
     started = time.monotonic()
-    factory = factory_for(plan)
+    from kvbudget.cli.main import run_async
+
+    factory = factory_for(plan, run_async=run_async, keep_prompts=keep_prompts)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

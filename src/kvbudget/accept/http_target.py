@@ -1,0 +1,256 @@
+"""The ``http`` and ``serve`` targets: an OpenAI-compatible endpoint driven by the load runner.
+
+``http``: a real engine at ``target.base_url`` (plus ``target.metrics_url`` for KV usage, queue
+and prefix-cache counters); figures are ``measured`` and name the engine the server reports.
+
+``serve``: kvbudget's own embedded engine server (``kvbudget serve``) started as a subprocess
+on 127.0.0.1 with the plan's model, GPU and limits, then driven over HTTP like ``http``. The
+engine behind it is the simulator, so its figures are labelled ``simulated`` and its text is
+synthetic (quality untested).
+
+The event loop is owned by the CLI: the target is given ``run_async`` (``asyncio.run`` at the
+edge) and calls it once per cell. Prompts and outputs are kept in memory only for quality
+checks; records written by accept carry hashes unless ``--keep-prompts``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.errors import TargetError
+from kvbudget.load.client import OpenAIClient
+from kvbudget.load.config import RunConfig
+from kvbudget.load.identity import server_identity
+from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
+from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
+from kvbudget.workload.request import PlannedRequest
+
+RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]
+SERIES = {
+    "kv_usage_ratio": "kv_usage",
+    "requests_running": "num_running",
+    "requests_waiting": "num_waiting",
+}
+COUNTERS = {
+    "prefix_cache_queries_tokens": "prefix_queries_tokens",
+    "prefix_cache_hits_tokens": "prefix_hits_tokens",
+    "preemptions": "preemptions",
+}
+CONTEXT_WORDS = ("maximum context length", "max_model_len", "too long", "exceeds")
+
+
+def capacity_error_of(records: Sequence[RequestRecord]) -> str | None:
+    """An OOM, or a 400 that says the request does not fit, is a capacity error."""
+    for rec in records:
+        text = (rec.error_excerpt or "").lower()
+        if rec.error_kind == "oom":
+            return f"out of memory: {rec.error_excerpt}"
+        if rec.http_status == 400 and any(w in text for w in CONTEXT_WORDS):
+            return f"request refused as too long: {rec.error_excerpt}"
+    return None
+
+
+class HttpTarget:
+    """Drives one OpenAI-compatible endpoint with ``load.run.run_load``."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        run_async: RunAsync,
+        info: TargetInfo | None = None,
+        metrics_url: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        keep_prompts: bool = False,
+        source: RecordSource = "measured",
+        seed: int = 0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.run_async = run_async
+        self.metrics_url = metrics_url
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.keep_prompts = keep_prompts
+        self.source: RecordSource = source
+        self.seed = seed
+        self._info = info or self._probe()
+
+    def _probe(self) -> TargetInfo:
+        async def probe() -> dict[str, Any]:
+            async with OpenAIClient(self.base_url, concurrency=1, timeout_s=10.0) as client:
+                return await server_identity(client)
+
+        ident = self.run_async(probe())
+        if ident.get("models_status") in (0, None):
+            raise TargetError(
+                f"target.base_url: cannot reach {self.base_url}/v1/models; check the URL and "
+                "that the server is up"
+            )
+        engine = str(ident.get("engine") or "unknown")
+        version = ident.get("engine_version")
+        observed: dict[str, tuple[Any, str]] = {"engine.name": (engine, "/v1/models, /version")}
+        if version:
+            observed["engine.version"] = (str(version), "/version")
+        return TargetInfo(
+            kind="http",
+            source="measured",
+            label=f"measured ({engine} {version or ''} at {self.base_url})",
+            engine=engine,
+            engine_version=str(version) if version else None,
+            hardware="as reported by the operator (not read over HTTP)",
+            observed=observed,
+        )
+
+    @property
+    def info(self) -> TargetInfo:
+        return self._info
+
+    def idle_baseline(self) -> dict[str, float]:
+        return {"kv_usage": 0.0, "num_running": 0.0}
+
+    def close(self) -> None:
+        return None
+
+    def run_cell(
+        self,
+        requests: Sequence[PlannedRequest],
+        *,
+        cell_id: str,
+        closed_loop_concurrency: int | None,
+        duration_s: float | None,
+        warmup: bool = False,
+    ) -> CellRun:
+        if not requests:
+            return CellRun(records=[], duration_s=0.0)
+        closed = closed_loop_concurrency is not None
+        cfg = RunConfig(
+            base_url=self.base_url,
+            model=self.model,
+            shape="closed" if closed else "planned",
+            concurrency=closed_loop_concurrency or 1,
+            num_requests=len(requests),
+            duration_s=duration_s if closed else None,
+            timeout_s=self.timeout_s,
+            keep_prompts=True,
+            api_key_env=self.api_key_env,
+            metrics_url=self.metrics_url,
+            scrape_interval_s=0.5,
+            seed=self.seed,
+        )
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="kvbudget-accept-") as tmp:
+            out = Path(tmp)
+            self.run_async(run_load(cfg, out_dir=out, planned=list(requests)))
+            raw = read_jsonl(out / REQUESTS_FILE, RequestRecord).items
+            metrics = read_jsonl(out / METRICS_FILE, MetricSample).items if self.metrics_url else []
+        outputs = {r.request_id: r.output_text or "" for r in raw if "/quality:" in r.request_id}
+        keep = self.keep_prompts
+        records = [
+            r.model_copy(
+                update={
+                    "cell_id": cell_id,
+                    "warmup": warmup,
+                    "source": self.source,
+                    "prompt_text": r.prompt_text if keep else None,
+                    "output_text": r.output_text if keep else None,
+                }
+            )
+            for r in raw
+        ]
+        samples = [
+            MetricSample(timestamp_s=s.timestamp_s, name=SERIES[s.name], value=s.value)
+            for s in metrics
+            if s.name in SERIES
+        ]
+        counters: dict[str, float] = {}
+        for name, key in COUNTERS.items():
+            values = [s.value for s in metrics if s.name == name]
+            if len(values) >= 2:
+                counters[key] = values[-1] - values[0]
+        after = [s.value for s in samples if s.name == "kv_usage"]
+        return CellRun(
+            records=records,
+            duration_s=time.perf_counter() - started,
+            samples=samples,
+            capacity_error=capacity_error_of(records),
+            counters=counters,
+            kv_usage_after_drain=after[-1] if after else None,
+            outputs=outputs,
+        )
+
+
+class ServeTarget(HttpTarget):
+    """``kvbudget serve`` in a subprocess on 127.0.0.1, driven over HTTP."""
+
+    def __init__(
+        self,
+        *,
+        serve_args: list[str],
+        model: str,
+        run_async: RunAsync,
+        info: TargetInfo,
+        timeout_s: float = 120.0,
+        keep_prompts: bool = False,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "kvbudget",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--model",
+            model,
+            *serve_args,
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        url = self._wait_url(startup_timeout_s)
+        super().__init__(
+            base_url=url,
+            model=model,
+            run_async=run_async,
+            info=info,
+            metrics_url=f"{url}/metrics",
+            timeout_s=timeout_s,
+            keep_prompts=keep_prompts,
+            source="simulated",
+        )
+
+    def _wait_url(self, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("http://"):
+                return line.strip()
+            if self.proc.poll() is not None:
+                err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+                self.close()
+                raise TargetError(
+                    "target.kind serve: kvbudget serve exited before listening: "
+                    + (err[-1] if err else f"exit code {self.proc.returncode}")
+                )
+        self.close()
+        raise TargetError(f"target.kind serve: no URL from kvbudget serve within {timeout_s:g} s")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
