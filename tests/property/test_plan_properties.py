@@ -140,3 +140,34 @@ def test_grouping_covers_every_layer_once_and_blocks_monotone(
     lo, hi = sorted((a, b))
     assert num_blocks_for(lo, groups) <= num_blocks_for(hi, groups)
     assert needed_bytes(groups, 1000, 256) <= needed_bytes(groups, 2000, 256)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=shapes,
+    a=st.integers(0, 40 * GiB),
+    b=st.integers(0, 40 * GiB),
+    page=st.sampled_from([1, 16, 64]),
+)
+def test_sglang_pool_monotone_and_page_aligned(
+    shape: tuple[int, int, int, int, int, int], a: int, b: int, page: int
+) -> None:
+    layers, kv, d, every, tp, pp = shape
+    pp = min(pp, layers)
+    spec = model(layers, kv, d, every)
+    lo, hi = sorted((a, b))
+    base = {
+        "model": "prop",
+        "gpu": "H100",
+        "tp": tp,
+        "pp": pp,
+        "engine": "sglang",
+        "page_size": page,
+        "max_model_len": 4096,
+    }
+    small = make_plan(PlanRequest(**base, kv_cache_memory_bytes=lo), spec)
+    large = make_plan(PlanRequest(**base, kv_cache_memory_bytes=hi), spec)
+    assert small.kv_cache_tokens <= large.kv_cache_tokens
+    assert large.kv_cache_tokens % page == 0
+    # the pool never holds more bytes than the rest memory it was given
+    assert large.kv_cache_tokens * large.kv_bytes_per_token_per_rank <= hi
