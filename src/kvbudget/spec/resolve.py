@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvbudget.errors import ConfigError
-from kvbudget.spec.architectures import ARCH, BUILDERS, WRAPPER_TEXT_TYPES
+from kvbudget.spec.arch_common import ARCH
+from kvbudget.spec.architectures import BUILDERS, WRAPPER_TEXT_TYPES
 from kvbudget.spec.catalog import find_catalog_entry
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.locate import ConfigSource, locate_config

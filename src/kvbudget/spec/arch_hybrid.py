@@ -1,0 +1,152 @@
+"""Hybrid architectures: Mamba (Jamba), gated delta net (Qwen3-Next), lightning attention
+(MiniMax) and KV sharing (Gemma-3n). Rules mirror transformers' configuration classes."""
+
+from __future__ import annotations
+
+from kvbudget.errors import SpecError
+from kvbudget.spec.arch_common import (
+    ARCH,
+    attention_dims,
+    attention_layers,
+    derived_types,
+    explicit_types,
+    num_layers,
+    summarize,
+)
+from kvbudget.spec.fields import FieldReader
+from kvbudget.spec.layers import (
+    FullAttention,
+    KVShared,
+    LayerSpec,
+    StateLayer,
+)
+
+
+def build_jamba(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+    """Jamba: attention when i % attn_layer_period == attn_layer_offset, Mamba elsewhere."""
+    n = num_layers(r)
+    dims = attention_dims(r)
+    period = r.get_int("attn_layer_period", default=8, default_source=ARCH)
+    offset = r.get("attn_layer_offset", default=4, default_source=ARCH)
+    hidden = r.get_int("hidden_size")
+    expand = r.get_int("mamba_expand", default=2, default_source=ARCH)
+    d_state = r.get_int("mamba_d_state", default=16, default_source=ARCH)
+    d_conv = r.get_int("mamba_d_conv", default=4, default_source=ARCH)
+    if None in (n, dims, period, hidden, expand, d_state, d_conv):
+        return None
+    assert n and dims and period and hidden and expand and d_state and d_conv
+    inner = expand * hidden
+    r.derive("mamba_intermediate_size", inner, f"mamba_expand * hidden_size = {expand} * {hidden}")
+    out: list[LayerSpec] = []
+    for i in range(n):
+        if i % period == offset:
+            out.append(FullAttention(i, *dims))
+        else:
+            out.append(
+                StateLayer(
+                    i, "mamba", conv_kernel=d_conv, intermediate_size=inner, state_size=d_state
+                )
+            )
+    r.record(
+        "layer_types",
+        summarize([layer.kind for layer in out]),
+        "derived",
+        note=f"attention at i % {period} == {offset}",
+    )
+    return out
+
+
+def build_qwen3_next(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+    """Qwen3-Next: gated-delta-net linear attention, full attention every Nth layer."""
+    n = num_layers(r)
+    dims = attention_dims(r)
+    if n is None:
+        return None
+    types = explicit_types(r, n)
+    if types is None:
+        interval = r.get_int("full_attention_interval", default=4, default_source=ARCH)
+        assert interval is not None
+        types = derived_types(
+            r,
+            ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)],
+            f"full every {interval}th",
+        )
+    kernel = r.get_int("linear_conv_kernel_dim")
+    k_dim = r.get_int("linear_key_head_dim")
+    k_heads = r.get_int("linear_num_key_heads")
+    v_heads = r.get_int("linear_num_value_heads")
+    v_dim = r.get_int("linear_value_head_dim")
+    if dims is None or None in (kernel, k_dim, k_heads, v_heads, v_dim):
+        return None
+    out: list[LayerSpec] = []
+    for i, t in enumerate(types):
+        if t == "linear_attention":
+            out.append(
+                StateLayer(
+                    i,
+                    "gdn",
+                    conv_kernel=kernel or 0,
+                    num_heads=v_heads or 0,
+                    head_dim=v_dim or 0,
+                    num_k_heads=k_heads or 0,
+                    head_k_dim=k_dim or 0,
+                )
+            )
+        else:
+            out.append(FullAttention(i, *dims))
+    return out
+
+
+def build_minimax(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+    """MiniMax-Text-01: lightning (linear) attention with softmax attention layers in between."""
+    n = num_layers(r)
+    dims = attention_dims(r)
+    heads = r.peek("num_attention_heads")
+    if n is None or dims is None or heads is None:
+        return None
+    types = explicit_types(r, n)
+    if types is None:
+        types = derived_types(
+            r,
+            ["full_attention" if (i + 1) % 2 else "linear_attention" for i in range(n)],
+            "minimax default alternation",
+        )
+    out: list[LayerSpec] = []
+    for i, t in enumerate(types):
+        if t == "linear_attention":
+            out.append(StateLayer(i, "linear", num_heads=int(heads), head_dim=dims[1]))
+        else:
+            out.append(FullAttention(i, *dims))
+    return out
+
+
+def build_gemma3n(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+    """Gemma-3n: sliding/full layers; the last ``num_kv_shared_layers`` reuse earlier KV."""
+    n = num_layers(r)
+    dims = attention_dims(r)
+    if n is None or dims is None:
+        return None
+    types = explicit_types(r, n)
+    if types is None:
+        types = derived_types(
+            r,
+            ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)],
+            "gemma3n: every 5th full",
+        )
+    shared = r.get_int("num_kv_shared_layers", default=15, default_source=ARCH, required=False) or 0
+    base = attention_layers(r, types, dims)
+    if base is None:
+        return None
+    first_shared = n - shared
+    out: list[LayerSpec] = list(base[:first_shared])
+    unshared = types[:first_shared]
+    for i in range(first_shared, n):
+        t = types[i]
+        if t not in unshared:
+            raise SpecError(
+                f"{r.prefix}layer_types: shared layer {i} ({t}) has no earlier layer of that type",
+                field="layer_types",
+            )
+        source = first_shared - 1 - unshared[::-1].index(t)
+        out.append(KVShared(i, source, base[source].kind))
+    return out
