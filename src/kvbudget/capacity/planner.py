@@ -20,6 +20,7 @@ from kvbudget.capacity.layouts.vllm import (
     vllm_layer_specs,
 )
 from kvbudget.capacity.memory import (
+    CUDA_CONTEXT_BYTES,
     MemoryTerm,
     RankMemory,
     available_kv_bytes,
@@ -204,6 +205,13 @@ def _make_vllm_plan(
     if request.gpu_memory_utilization is None:
         defaults["gpu_memory_utilization"] = f"{util} (vLLM default; the newest snapshot uses 0.92)"
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
+    free_at_start = gpu.memory_bytes - CUDA_CONTEXT_BYTES
+    if request.kv_cache_memory_bytes is None and gpu.memory_bytes * util > free_at_start:
+        notes.append(
+            f"requested {gpu.memory_bytes * util / GiB:.2f} GiB exceeds the free memory at start-up "
+            f"(about {free_at_start / GiB:.2f} GiB after a ~0.5 GiB CUDA context, estimate): vLLM would "
+            "refuse with 'Free memory on device ... is less than desired GPU memory utilization'"
+        )
     all_specs = vllm_layer_specs(
         model,
         kv_dtype=request.kv_dtype,
