@@ -230,6 +230,8 @@ def _make_vllm_plan(
             "(the full-length cost is paid)"
         )
     groups = vpool.group_layers(pool_layers, strided=behaviour.strided_groups)
+    if len(groups) <= 1:  # the split-style assumption only matters for hybrid models
+        notes = [n for n in notes if "group split" not in n]
     ranks: list[RankMemory] = []
     per_token_rank = 0
     per_token_replica = 0
