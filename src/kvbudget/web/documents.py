@@ -14,9 +14,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvbudget.errors import ReportError
-from kvbudget.records.document import SCHEMA_VERSION, Figure, Provenance
+from kvbudget.records.document import FIGURE_KINDS, SCHEMA_VERSION, Figure, Provenance
 
 _SCALAR = (str, int, float, bool, type(None))
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -40,7 +44,8 @@ def inspect_document(raw: Any) -> dict[str, Any]:
         )
     warnings: list[str] = []
     kind = raw.get("kind")
-    if not isinstance(kind, str):
+    label_field = next((key for key in ("figures", "figure") if raw.get(key) in FIGURE_KINDS), None)
+    if not isinstance(kind, str) and label_field is None:
         warnings.append("no 'kind' field: this may not be a kvbudget result document")
     version = raw.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:
@@ -54,12 +59,26 @@ def inspect_document(raw: Any) -> dict[str, Any]:
             provenance_label = Provenance.model_validate(raw["provenance"]).label()
         except ValidationError as exc:
             warnings.append(f"provenance is not valid: {_first_error(exc)}")
+    elif label_field is not None:
+        # summary documents (``kvbudget sim --json``, ``calc --json``, ``plan --json``) carry
+        # their label as a top-level string plus the timing model / engine fields
+        try:
+            provenance_label = Provenance(
+                kind=raw[label_field],
+                timing_model=_str_or_none(raw.get("timing_model")),
+                engine=_str_or_none(raw.get("engine")),
+                engine_version=_str_or_none(raw.get("engine_version")),
+            ).label()
+        except ValidationError as exc:
+            warnings.append(f"'{label_field}' label is incomplete: {_first_error(exc)}")
     else:
         warnings.append(
             "no 'provenance': the document does not say whether it is computed, simulated or measured"
         )
     figures: list[dict[str, Any]] = []
     raw_figures = raw.get("figures", [])
+    if label_field == "figures":
+        raw_figures = []
     if isinstance(raw_figures, list):
         for index, item in enumerate(raw_figures):
             try:
@@ -80,5 +99,6 @@ def inspect_document(raw: Any) -> dict[str, Any]:
         "provenance": provenance_label,
         "figures": figures,
         "warnings": warnings,
-        "is_kvbudget_document": isinstance(kind, str) and provenance_label is not None,
+        "is_kvbudget_document": provenance_label is not None
+        and (isinstance(kind, str) or label_field is not None),
     }

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from kvbudget.web.app import create_app
+from kvbudget.web.app import create_app, static_dir
 
 SEED_EXAMPLE: dict[str, Any] = {
     "layers": 32,
@@ -161,8 +161,13 @@ def test_security_headers_on_page_and_api(client: TestClient) -> None:
         assert response.headers["x-content-type-options"] == "nosniff"
 
 
+STATIC_SCRIPTS = sorted(p.name for p in static_dir().glob("*.js"))
+
+
 def test_page_and_docs_pull_nothing_from_other_origins(client: TestClient) -> None:
-    for path in ("/", "/docs", "/static/app.js", "/static/api.js", "/static/style.css"):
+    assert {"app.js", "dom.js", "chart.js", "viewer.js", "api.js"} <= set(STATIC_SCRIPTS)
+    paths = ["/", "/docs", "/static/style.css", *(f"/static/{name}" for name in STATIC_SCRIPTS)]
+    for path in paths:
         text = client.get(path).text
         assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
         assert "https://" not in text
@@ -170,8 +175,8 @@ def test_page_and_docs_pull_nothing_from_other_origins(client: TestClient) -> No
 
 
 def test_page_scripts_never_use_innerhtml(client: TestClient) -> None:
-    for path in ("/static/app.js", "/static/api.js"):
-        text = client.get(path).text
+    for name in STATIC_SCRIPTS:
+        text = client.get(f"/static/{name}").text
         assert "innerHTML" not in text
         assert "outerHTML" not in text
         assert "insertAdjacentHTML" not in text

@@ -54,3 +54,15 @@ def test_non_object_document_is_a_report_error() -> None:
     with pytest.raises(ReportError) as info:
         inspect_document("just a string")
     assert info.value.field == "document"
+
+
+def test_summary_documents_with_a_top_level_label() -> None:
+    # the shape `kvbudget sim --json` prints: "figures": "simulated" plus the timing model
+    info = inspect_document(
+        {"figures": "simulated", "timing_model": "roofline", "ttft_p50_s": 0.04}
+    )
+    assert info["provenance"] == "simulated (roofline)"
+    assert info["warnings"] == []
+    assert info["is_kvbudget_document"] is True
+    missing = inspect_document({"figures": "simulated"})
+    assert any("timing_model" in w for w in missing["warnings"])
