@@ -62,7 +62,9 @@ def assumption_rows(assumptions: Iterable[Assumption]) -> list[dict[str, Any]]:
             "key": a.name,
             "label": a.text,
             "holds": a.holds is True,
-            "why": a.reason or a.basis,
+            "why": "not confirmed: tick it once you have checked that it holds"
+            if a.holds is None
+            else (a.reason or a.basis),
         }
         for a in assumptions
     ]
