@@ -233,3 +233,16 @@ def test_gpt_oss_120b_hybrid_manager_disabled_one_group() -> None:
     assert r.num_blocks == 9102
     assert r.kv_cache_tokens == 9102 * 16
     assert r.max_concurrency == pytest.approx(9102 / 8192)
+
+
+def test_needed_bytes_padding_counted_only_in_newer_versions() -> None:
+    from kvbudget.capacity.pool import needed_bytes
+
+    # 12 SWA(128) + 13 full, page 32768, B 16 -> strided groups 12(+1 pad) and 13
+    layers = [PoolLayer(i, "sliding", 16, 32768, sliding_window=128) for i in range(12)]
+    layers += [PoolLayer(12 + i, "full", 16, 32768) for i in range(13)]
+    groups = group_layers(layers)
+    # L = 4096, T_b = 2048: sliding blocks = cdiv(min(127 + 2048, 4096), 16) + 1 = 137; full = 256
+    # newest: group_size 13 x page x (137 + 256); ~v0.9: 12 x 137 x page + 13 x 256 x page
+    assert needed_bytes(groups, 4096, 2048) == 13 * 32768 * (137 + 256)
+    assert needed_bytes(groups, 4096, 2048, per_layer=True) == (12 * 137 + 13 * 256) * 32768

@@ -282,14 +282,17 @@ def _make_vllm_plan(
     conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)
     tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)
-    needed = vpool.needed_bytes(groups, max_model_len, t_b, mode)
+    per_layer = behaviour.error_style == "v09"  # ~v0.9 summed real layers (no padding)
+    needed = vpool.needed_bytes(groups, max_model_len, t_b, mode, per_layer=per_layer)
     error: str | None = None
     estimated: int | None = None
     fits = True
     if groups and (tightest.available_kv_bytes <= 0 or needed > tightest.available_kv_bytes):
         fits = False
         avail = max(0, tightest.available_kv_bytes)
-        estimated = vpool.estimate_max_model_len(avail, groups, max_model_len, t_b, mode)
+        estimated = vpool.estimate_max_model_len(
+            avail, groups, max_model_len, t_b, mode, per_layer=per_layer
+        )
         error = vpool.fit_error_text(
             behaviour,
             available_bytes=tightest.available_kv_bytes,

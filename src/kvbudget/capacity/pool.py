@@ -276,10 +276,24 @@ def needed_bytes(
     max_model_len: int,
     max_num_batched_tokens: int,
     mamba_cache_mode: MambaCacheMode = "none",
+    *,
+    per_layer: bool = False,
 ) -> int:
-    """Bytes one max-length request needs (§2.5): ``group_size * page * Σ_g cdiv(max_mem_g, page)``."""
+    """Bytes one max-length request needs (§2.5): ``group_size * page * Σ_g cdiv(max_mem_g, page)``.
+
+    ``per_layer=True`` is the ~v0.9 sum over real layers (``Σ_layers max_mem``), which leaves
+    padding layers out; the two agree when no group is padded.
+    """
     if not groups:
         return 0
+    if per_layer:
+        return sum(
+            g.num_layers
+            * g.as_layer().max_memory_usage_bytes(
+                max_model_len, max_num_batched_tokens, mamba_cache_mode
+            )
+            for g in groups
+        )
     page = groups[0].page_size_bytes
     blocks = sum(
         g.max_blocks_per_request(max_model_len, max_num_batched_tokens, mamba_cache_mode)
@@ -294,12 +308,17 @@ def estimate_max_model_len(
     max_model_len: int,
     max_num_batched_tokens: int,
     mamba_cache_mode: MambaCacheMode = "none",
+    *,
+    per_layer: bool = False,
 ) -> int:
     """Largest length in ``[1, max_model_len]`` whose need fits (binary search, as the engine); 0 if none."""
     lo, hi, best = 1, max_model_len, 0
     while lo <= hi:
         mid = (lo + hi) // 2
-        if needed_bytes(groups, mid, max_num_batched_tokens, mamba_cache_mode) <= available_bytes:
+        need = needed_bytes(
+            groups, mid, max_num_batched_tokens, mamba_cache_mode, per_layer=per_layer
+        )
+        if need <= available_bytes:
             best, lo = mid, mid + 1
         else:
             hi = mid - 1
