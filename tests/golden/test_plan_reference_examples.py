@@ -264,3 +264,17 @@ def test_s2_4_qwen35_290864_tokens_vs_33_04x() -> None:
     # from v0.20 the token line is int(concurrency x L) and agrees with the concurrency
     new = vllm_behaviour("0.20.1")
     assert kv_cache_tokens(new, 1487, groups, conc, 32768) == int(1487 / 45 * 32768)
+
+
+def test_activation_rule_within_35_percent_of_the_two_logged_examples() -> None:
+    # §3.2 logged peak activations: 1.04 GiB (Qwen2.5-7B, 16 GB card: T_b 2048, 256 seqs) and
+    # 1.40 GiB (Qwen3-235B-A22B TP4 on L40S: T_b 2048, 256 seqs). The docs claim +-35 %.
+    from kvbudget.capacity.memory import estimate_activation_bytes
+    from kvbudget.spec.resolve import resolve_model
+
+    qwen25 = resolve_model("Qwen/Qwen2.5-7B").spec
+    assert qwen25 is not None
+    for spec, tp, logged in ((qwen25, 1, 1.04), (QWEN3_235B, 4, 1.40)):
+        est = estimate_activation_bytes(spec, tp=tp, max_num_batched_tokens=2048, max_num_seqs=256)
+        assert est.source == "estimated"
+        assert abs(est.num_bytes / GiB / logged - 1) <= 0.35
