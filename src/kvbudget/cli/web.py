@@ -38,5 +38,6 @@ def web(host: str, port: int) -> None:
             "page (no authentication)",
             err=True,
         )
-    click.echo(f"kvbudget web: http://{host}:{port}/  (Ctrl-C to stop)", err=True)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"kvbudget web: http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
     serve(host, port)
