@@ -284,3 +284,28 @@ def test_dp_replicas_multiply_and_pp_splits_sglang() -> None:
     # PP 2 on SGLang: 16 layers per stage x 8 heads x 256 x 2 B = 65,536 B per token per stage
     staged = sglang_layout(spec, tokens=10, seqs=1, pp=2)
     assert [s.bytes_per_rank for s in staged.stages] == [655_360, 655_360]
+
+
+def test_vllm_mamba2_tp_pads_groups() -> None:
+    # mamba2, TP 4: n_groups 2 -> 2 + (4 - 2) = 4 (MambaStateShapeCalculator pads groups to TP);
+    # conv_dim = 512 + 2*4*16 = 640 -> (4-1, 640/4) = 480 el; ssm (8/4, 64, 16) = 2,048 el; bf16
+    # page = (480 + 2,048) * 2 = 5,056 B, one page per sequence per layer
+    from kvbudget.spec.layers import StateLayer
+
+    layers: tuple[LayerSpec, ...] = tuple(
+        StateLayer(
+            i,
+            "mamba2",
+            conv_kernel=4,
+            intermediate_size=512,
+            state_size=16,
+            n_groups=2,
+            num_heads=8,
+            head_dim=64,
+        )
+        for i in range(3)
+    )
+    spec = ModelSpec("t/m2", "Mamba2ForCausalLM", "mamba2", layers, torch_dtype="bfloat16")
+    specs = vllm_layer_specs(spec, tp=4)
+    assert {s.page_size_bytes for s in specs} == {5_056}
+    assert vllm_layout(spec, tokens=10_000, seqs=2, tp=4).per_rank_max_bytes == 3 * 5_056 * 2

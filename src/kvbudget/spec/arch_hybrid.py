@@ -150,3 +150,49 @@ def build_gemma3n(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
         source = first_shared - 1 - unshared[::-1].index(t)
         out.append(KVShared(i, source, base[source].kind))
     return out
+
+
+def build_mamba(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+    """Pure Mamba (``mamba``) and Mamba2 (``mamba2``) models: every layer holds a state.
+
+    ``intermediate_size = expand * hidden_size`` (transformers ``MambaConfig``/``Mamba2Config``);
+    Mamba2 conv channels add ``2 * n_groups * state_size`` and its state is
+    ``(num_heads, head_dim, state_size)``.
+    """
+    n = num_layers(r)
+    hidden = r.get_int("hidden_size")
+    expand = r.get_int("expand", default=2, default_source=ARCH)
+    state = r.get_int(
+        "state_size", default=16 if model_type == "mamba" else 128, default_source=ARCH
+    )
+    kernel = r.get_int("conv_kernel", default=4, default_source=ARCH)
+    if None in (n, hidden, expand, state, kernel):
+        return None
+    assert n and hidden and expand and state and kernel
+    inner = expand * hidden
+    r.derive("mamba_intermediate_size", inner, f"expand * hidden_size = {expand} * {hidden}")
+    if model_type == "mamba":
+        r.record("layer_types", f"mamba x{n}", "derived", note="every layer is a Mamba block")
+        return [
+            StateLayer(i, "mamba", conv_kernel=kernel, intermediate_size=inner, state_size=state)
+            for i in range(n)
+        ]
+    heads = r.get_int("num_heads")
+    head_dim = r.get_int("head_dim", default=64, default_source=ARCH)
+    groups = r.get_int("n_groups", default=8, default_source=ARCH)
+    if heads is None or head_dim is None or groups is None:
+        return None
+    r.record("layer_types", f"mamba2 x{n}", "derived", note="every layer is a Mamba2 block")
+    return [
+        StateLayer(
+            i,
+            "mamba2",
+            conv_kernel=kernel,
+            intermediate_size=inner,
+            state_size=state,
+            n_groups=groups,
+            num_heads=heads,
+            head_dim=head_dim,
+        )
+        for i in range(n)
+    ]

@@ -20,7 +20,13 @@ from kvbudget.spec.arch_common import (
     num_layers,
     summarize,
 )
-from kvbudget.spec.arch_hybrid import build_gemma3n, build_jamba, build_minimax, build_qwen3_next
+from kvbudget.spec.arch_hybrid import (
+    build_gemma3n,
+    build_jamba,
+    build_mamba,
+    build_minimax,
+    build_qwen3_next,
+)
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layers import (
     MLA,
@@ -201,6 +207,8 @@ BUILDERS: dict[str, Builder] = {
     "deepseek_v3": build_mla,
     "kimi_k2": build_mla,
     "jamba": build_jamba,
+    "mamba": build_mamba,
+    "mamba2": build_mamba,
     "qwen3_next": build_qwen3_next,
     "minimax": build_minimax,
     "gemma3n_text": build_gemma3n,
