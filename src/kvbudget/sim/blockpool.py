@@ -102,10 +102,18 @@ class BlockPool:
         popitem = self._free.popitem
         ref = self.ref_cnt
         keys = self.block_key
+        cached = self._cached
         out = [popitem(False)[0] for _ in range(num_blocks)]
         for block_id in out:
-            if keys[block_id] is not None:
-                self._evict(block_id)
+            key = keys[block_id]
+            if key is not None:
+                if self.on_evict is None and not self._dups and cached.get(key) == block_id:
+                    # the common case of _evict, inline
+                    keys[block_id] = None
+                    del cached[key]
+                    self.num_evictions += 1
+                else:
+                    self._evict(block_id)
             ref[block_id] = 1
         return out
 

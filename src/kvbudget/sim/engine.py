@@ -104,6 +104,7 @@ class EngineCore:
         self.scheduler = Scheduler(config, self.kv)
         self.requests: dict[str, SimRequest] = {}
         self._arrivals = 0
+        self._seeds: list[int] = []
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.num_finished = 0
@@ -155,7 +156,7 @@ class EngineCore:
             )
         sim_req = SimRequest(
             spec=spec,
-            seed=int(self.rng.integers(0, 2**31 - 1)),
+            seed=self._next_seed(),
             vocab_size=self.vocab_size,
             hasher=hasher,
             arrival_order=self._arrivals,
@@ -164,6 +165,12 @@ class EngineCore:
         self.requests[spec.request_id] = sim_req
         self.scheduler.add(sim_req)
         return sim_req
+
+    def _next_seed(self) -> int:
+        """Per-request seeds, drawn from the engine's generator 1024 at a time."""
+        if not self._seeds:
+            self._seeds = self.rng.integers(0, 2**31 - 1, size=1024).tolist()[::-1]
+        return int(self._seeds.pop())
 
     def abort_request(self, request_id: str) -> bool:
         """Drop a request now, freeing its blocks; ``False`` if unknown or already done."""

@@ -33,6 +33,7 @@ class KVCacheManager:
         "num_groups",
         "on_cache",
         "pool",
+        "single_full",
         "windows",
     )
 
@@ -46,6 +47,8 @@ class KVCacheManager:
         self.max_model_len = config.max_model_len
         #: called with the group-0 hashes of newly cached full blocks (write-through tiers)
         self.on_cache: Callable[[list[BlockHash]], None] | None = None
+        #: one full-attention group (dense models): a shorter path, same result
+        self.single_full = self.kinds == ("full",)
 
     def init_request(self, req: SimRequest) -> None:
         """Give a new or preempted request empty block tables."""
@@ -64,6 +67,16 @@ class KVCacheManager:
             return [], 0
         req.update_block_hashes(req.num_tokens)
         pool = self.pool
+        if self.single_full:
+            get = pool._cached.get
+            found: list[int] = []
+            for block_hash in req.block_hashes:
+                block_id = get(block_hash)
+                if block_id is None:
+                    break
+                found.append(block_id)
+            num_hit = max_cache_hit_tokens(len(found), self.block_size, req.num_tokens)
+            return [found[: num_hit // self.block_size]], num_hit
         hits: list[list[int]] = [[] for _ in range(self.num_groups)]
         num_blocks = 0
         for block_hash in req.block_hashes:
@@ -118,6 +131,8 @@ class KVCacheManager:
         pool = self.pool
         num_computed = req.num_computed_tokens + num_hit_tokens
         need = min(num_computed + num_new_tokens, self.max_model_len)
+        if self.single_full:
+            return self._allocate_single(req, need, hit_blocks[0] if hit_blocks else None)
         self._remove_skipped(req, num_computed)
         hits = hit_blocks or []
         num_new = 0
@@ -150,6 +165,32 @@ class KVCacheManager:
             self._cache_full_blocks(req, min(need, req.num_tokens))
         return True
 
+    def _allocate_single(self, req: SimRequest, need: int, hits: list[int] | None) -> bool:
+        """``allocate_slots`` for one full-attention group (same rules, fewer loops)."""
+        pool = self.pool
+        table = req.block_ids[0]
+        num_new = -(-need // self.block_size) - len(table)
+        evictable = 0
+        if hits:
+            num_new -= len(hits)
+            ref = pool.ref_cnt
+            for b in hits:
+                if ref[b] == 0:
+                    evictable += 1
+        if num_new < 0:
+            num_new = 0
+        if num_new + evictable > len(pool._free):
+            return False
+        if hits:
+            pool.touch(hits)
+            table.extend(hits)
+        if num_new:
+            table.extend(pool.allocate(num_new))
+        if self.caching:
+            num_tokens = req.num_tokens
+            self._cache_full_blocks(req, need if need < num_tokens else num_tokens)
+        return True
+
     def _cache_full_blocks(self, req: SimRequest, num_tokens: int) -> None:
         num_full = num_tokens // self.block_size
         if not self.caching or num_full <= req.num_cached_blocks:
@@ -160,8 +201,19 @@ class KVCacheManager:
         start = req.num_cached_blocks
         cache_block = pool.cache_block
         table0 = req.block_ids[0]
-        for i in range(start, num_full):
-            cache_block(table0[i], hashes[i])
+        if pool.enable_caching:
+            keys = pool.block_key
+            cached = pool._cached
+            for i in range(start, num_full):
+                block_id = table0[i]
+                if keys[block_id] is not None:
+                    continue
+                h = hashes[i]
+                keys[block_id] = h
+                if h in cached:
+                    pool._dups.setdefault(h, []).append(block_id)
+                else:
+                    cached[h] = block_id
         for g in range(1, self.num_groups):
             table = req.block_ids[g]
             for i in range(start, num_full):
