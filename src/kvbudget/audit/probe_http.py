@@ -20,9 +20,30 @@ HIT_SERIES = ("prefix_cache_hits_tokens", "prompt_tokens_cached")
 def _parse_logprobs(
     choice: dict[str, Any],
 ) -> tuple[tuple[str, ...] | None, tuple[dict[str, float], ...] | None]:
+    """Tokens and top logprobs of a completion choice, in either shape engines use.
+
+    vLLM / SGLang (legacy completions): ``{"tokens": [...], "top_logprobs": [{tok: lp}]}``;
+    llama.cpp (chat-style): ``{"content": [{"token", "logprob", "top_logprobs": [{"token",
+    "logprob"}]}]}``. Anything else: ``(None, None)``.
+    """
     lp = choice.get("logprobs")
     if not isinstance(lp, dict):
         return None, None
+    content = lp.get("content")
+    if isinstance(content, list) and all(isinstance(e, dict) for e in content):
+        toks = tuple(str(e.get("token", "")) for e in content)
+        tops_c: list[dict[str, float]] = []
+        for e in content:
+            entry = e.get("top_logprobs")
+            entries = entry if isinstance(entry, list) else []
+            tops_c.append(
+                {
+                    str(t.get("token")): float(t["logprob"])
+                    for t in entries
+                    if isinstance(t, dict) and isinstance(t.get("logprob"), int | float)
+                }
+            )
+        return toks, tuple(tops_c)
     tokens = lp.get("tokens")
     tops = lp.get("top_logprobs")
     tok_out = tuple(str(t) for t in tokens) if isinstance(tokens, list) else None
@@ -177,15 +198,20 @@ class HttpProbe:
         choice = choices[0]
         tokens, tops = _parse_logprobs(choice)
         cached: int | None = None
+        prompt_tokens: int | None = None
         use = obj.get("usage")
-        if isinstance(use, dict) and isinstance(use.get("prompt_tokens_details"), dict):
-            value = use["prompt_tokens_details"].get("cached_tokens")
-            cached = int(value) if isinstance(value, int) else None
+        if isinstance(use, dict):
+            if isinstance(use.get("prompt_tokens"), int):
+                prompt_tokens = int(use["prompt_tokens"])
+            details = use.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                cached = int(details["cached_tokens"])
         return Completion(
             text=str(choice.get("text") or ""),
             tokens=tokens,
             top_logprobs=tops,
             cached_tokens=cached,
+            prompt_tokens=prompt_tokens,
         )
 
 

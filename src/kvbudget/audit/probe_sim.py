@@ -134,5 +134,9 @@ class SimProbe:
         out_ids = self.tokenizer.output_ids(prompt_ids, max_tokens)
         words = tuple(self.tokenizer.piece(t, j) for j, t in enumerate(out_ids))
         return Completion(
-            text="".join(words), tokens=words, top_logprobs=None, cached_tokens=cached
+            text="".join(words),
+            tokens=words,
+            top_logprobs=None,
+            cached_tokens=cached,
+            prompt_tokens=len(prompt_ids),
         )

@@ -44,6 +44,8 @@ class Completion:
     cached_tokens: int | None
     ok: bool = True
     error: str | None = None
+    #: prompt tokens as the server counted them (``usage.prompt_tokens``), if reported
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)

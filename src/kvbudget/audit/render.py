@@ -93,14 +93,21 @@ def reuse_markdown(res: ReuseResult, level: int = 2) -> str:
         f"- prefix-cache reset available: {'yes' if res.reset_available else 'no'}; reuse shown "
         f"on {res.num_reuse_proven} of {res.num_prompts} prompt(s); diverged: {res.num_diverged}",
         "",
-        _row("prompt (sha256)", "tokens", "hot cached", "hot vs cold", "after reset", "vs cold"),
+        _row(
+            "prompt (sha256)",
+            "prompt tokens",
+            "hot cached",
+            "hot vs cold",
+            "after reset",
+            "vs cold",
+        ),
         _row("---", "---:", "---:", "---", "---", "---"),
     ]
     for p in res.prompts:
         lines.append(
             _row(
                 p.prompt_sha256[:12],
-                p.prompt_tokens,
+                p.cold.prompt_tokens if p.cold.prompt_tokens is not None else p.prompt_tokens,
                 p.hot.cached_tokens,
                 p.hot_vs_cold.verdict,
                 p.after_reset_path,

@@ -74,6 +74,8 @@ class RunRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ok: bool
+    #: prompt tokens as the server counted them (its own tokenizer), if reported
+    prompt_tokens: int | None
     cached_tokens: int | None
     hit_counter_delta: float | None
     output_sha256: str | None
@@ -85,6 +87,7 @@ class PromptResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt_sha256: str
+    #: prompt length in synthetic-tokenizer tokens (the server's own count is in the runs)
     prompt_tokens: int
     cold: RunRecord
     hot: RunRecord
@@ -188,6 +191,7 @@ def _sha(text: str) -> str:
 def _record(c: Completion, delta: float | None) -> RunRecord:
     return RunRecord(
         ok=c.ok,
+        prompt_tokens=c.prompt_tokens,
         cached_tokens=c.cached_tokens,
         hit_counter_delta=delta,
         output_sha256=_sha(c.text) if c.ok else None,

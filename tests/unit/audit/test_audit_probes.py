@@ -1,0 +1,52 @@
+"""Parsing of the two logprobs shapes engines return for ``/v1/completions``.
+
+Shapes: vLLM/SGLang legacy completions (``tokens``, ``top_logprobs`` as dicts; OpenAI's legacy
+completions format) and llama.cpp's chat-style ``content`` list (copied from a response of
+llama-server b1-0c1e570 to ``logprobs: 2``)."""
+
+from __future__ import annotations
+
+from kvbudget.audit.probe_http import _parse_logprobs
+
+
+def test_vllm_legacy_shape() -> None:
+    choice = {
+        "text": " a b",
+        "logprobs": {
+            "tokens": [" a", " b"],
+            "token_logprobs": [-0.1, -0.2],
+            "top_logprobs": [{" a": -0.1, " c": -2.5}, {" b": -0.2, " d": -1.9}],
+            "text_offset": [0, 2],
+        },
+    }
+    tokens, tops = _parse_logprobs(choice)
+    assert tokens == (" a", " b")
+    assert tops == ({" a": -0.1, " c": -2.5}, {" b": -0.2, " d": -1.9})
+
+
+def test_llamacpp_content_shape() -> None:
+    choice = {
+        "text": "putput",
+        "logprobs": {
+            "content": [
+                {
+                    "id": 631,
+                    "token": "put",
+                    "logprob": -10.319108963012695,
+                    "top_logprobs": [
+                        {"id": 631, "token": "put", "logprob": -10.319108963012695},
+                        {"id": 65597, "token": ';",\n', "logprob": -10.419687271118164},
+                    ],
+                },
+                {"id": 631, "token": "put", "logprob": -10.38, "top_logprobs": []},
+            ]
+        },
+    }
+    tokens, tops = _parse_logprobs(choice)
+    assert tokens == ("put", "put")
+    assert tops == ({"put": -10.319108963012695, ';",\n': -10.419687271118164}, {})
+
+
+def test_no_logprobs() -> None:
+    assert _parse_logprobs({"text": "x", "logprobs": None}) == (None, None)
+    assert _parse_logprobs({"text": "x"}) == (None, None)
