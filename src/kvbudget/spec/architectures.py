@@ -83,6 +83,19 @@ def _default_dense_types(r: FieldReader, model_type: str, n: int) -> list[str] |
             else f"{model_type}: no window"
         )
         return derived_types(r, [kind] * n, note)
+    window = r.peek("sliding_window")
+    if window is not None:
+        r.record(
+            "sliding_window",
+            window,
+            r.config_source,
+            location=f"{r.location}:{r.prefix}sliding_window",
+        )
+        r.flag_conflict(
+            "sliding_window",
+            f"{model_type} defines no sliding layers but the config carries sliding_window={window}; kvbudget "
+            "keeps every layer full (the larger figure); give --set layer_types=[...] if the window applies",
+        )
     return derived_types(r, ["full_attention"] * n, f"{model_type}: every layer is full attention")
 
 
