@@ -94,7 +94,8 @@ def make_sglang_plan(
         )
         pool_tokens.append(tokens)
         rest_min = rest if p == 0 else min(rest_min, rest)
-        zero = flag_term("activation", 0, "not separated: inside (1 - mem_fraction_static)")
+        inside = "not a separate term in SGLang: it lives in the (1 - mem_fraction_static) share"
+        zero = MemoryTerm("activation", 0, "computed", inside)
         ranks.append(
             RankMemory(
                 pp_rank=p,
@@ -104,9 +105,7 @@ def make_sglang_plan(
                 weights=MemoryTerm("weights", w, weights.source, weights.method),
                 activation=zero,
                 non_torch=other,
-                cudagraph=flag_term(
-                    "cudagraph", 0, "not separated: inside (1 - mem_fraction_static)"
-                ),
+                cudagraph=MemoryTerm("cudagraph", 0, "computed", inside),
                 cudagraph_subtracted=False,
                 kv_cache_memory_override=request.kv_cache_memory_bytes is not None,
                 available_kv_bytes=rest,

@@ -59,26 +59,30 @@ def render_plan(
     for rank in result.ranks:
         if result.pp > 1:
             mem.add_row(f"[bold]stage {rank.pp_rank}[/bold]", "", "", f"{rank.num_layers} layers")
-        mem.add_row(
-            "requested",
-            _gib(rank.requested_bytes),
-            "computed",
-            f"total x {rank.gpu_memory_utilization}",
-        )
+        if result.engine == "sglang":
+            how = f"(device - 0.5 GiB context) x mem_fraction_static {rank.gpu_memory_utilization}"
+        else:
+            how = f"total x gpu_memory_utilization {rank.gpu_memory_utilization}"
+        mem.add_row("requested", _gib(rank.requested_bytes), "computed", how)
+
         _term_row(mem, rank.weights)
         _term_row(mem, rank.activation)
         _term_row(mem, rank.non_torch)
-        sub = (
-            "subtracted"
-            if rank.cudagraph_subtracted
-            else "NOT subtracted by this version (sits on top)"
-        )
-        _term_row(mem, rank.cudagraph, f"{sub}; {rank.cudagraph.method}")
-        avail_how = (
-            "--kv-cache-memory (overrides all terms)"
-            if rank.kv_cache_memory_override
-            else "requested - non-KV terms"
-        )
+        if result.engine == "sglang":
+            _term_row(mem, rank.cudagraph)
+        else:
+            sub = (
+                "subtracted"
+                if rank.cudagraph_subtracted
+                else "NOT subtracted by this version (sits on top)"
+            )
+            _term_row(mem, rank.cudagraph, f"{sub}; {rank.cudagraph.method}")
+        if rank.kv_cache_memory_override:
+            avail_how = "--kv-cache-memory (overrides all terms)"
+        elif result.engine == "sglang":
+            avail_how = "rest = free after weights - free before x (1 - mem_fraction_static)"
+        else:
+            avail_how = "requested - non-KV terms"
         mem.add_row("available KV", _gib(rank.available_kv_bytes), "computed", avail_how)
     out.print(mem)
 
@@ -101,7 +105,9 @@ def render_plan(
     summary.add_column("v")
     summary.add_row(
         "num_blocks",
-        f"{result.num_blocks:,} (usable {result.num_usable_blocks:,}; block 0 is the null block)",
+        f"{result.num_blocks:,} (usable {result.num_usable_blocks:,}; block 0 is the null block)"
+        if result.engine == "vllm"
+        else f"{result.num_blocks:,} pages of {result.block_size} token(s)",
     )
     summary.add_row(
         "kv_cache_tokens", f"{result.kv_cache_tokens:,} (as v{result.engine_version} logs it)"
