@@ -80,10 +80,12 @@ class KVCacheManager:
         hits: list[list[int]] = [[] for _ in range(self.num_groups)]
         num_blocks = 0
         for block_hash in req.block_hashes:
-            found = [pool.get_cached_block(self.key(g, block_hash)) for g in range(self.num_groups)]
-            if any(b is None for b in found):
+            per_group = [
+                pool.get_cached_block(self.key(g, block_hash)) for g in range(self.num_groups)
+            ]
+            if any(b is None for b in per_group):
                 break
-            for g, b in enumerate(found):
+            for g, b in enumerate(per_group):
                 assert b is not None
                 hits[g].append(b)
             num_blocks += 1
