@@ -36,7 +36,7 @@ unit: install-test
 # Builds llama-server once per machine (cached under ~/.cache/kvbudget) and runs the real-engine tests.
 llamacpp: install-test
 	bash scripts/llama-server.sh
-	$(BIN)/pytest -m llamacpp -o addopts=-q
+	$(BIN)/pytest -m llamacpp -o addopts='-q --import-mode=importlib'
 
 test: install-test
 	bash scripts/ensure-chromium.sh
@@ -46,7 +46,7 @@ test: install-test
 	$(BIN)/lint-imports
 	$(BIN)/pytest
 	@if [ -x scripts/llama-server.sh ] && [ -z "$$KVBUDGET_SKIP_LLAMACPP" ]; then \
-	  bash scripts/llama-server.sh && $(BIN)/pytest -m llamacpp -o addopts=-q; \
+	  bash scripts/llama-server.sh && $(BIN)/pytest -m llamacpp -o addopts='-q --import-mode=importlib'; \
 	else echo "llama.cpp tests not run (KVBUDGET_SKIP_LLAMACPP set or no build script)"; fi
 
 clean:

@@ -235,7 +235,7 @@ class LlamaCpp:
         if arch == "gemma2":
             name += f"-swa{sliding_window_tokens}"
         path = self.cache_dir / "models" / f"{name}-r{MODEL_BUILDER_REVISION}.gguf"
-        if not path.is_file():
+        if not (path.is_file() and path.with_suffix(".config.json").is_file()):
             cmd = [
                 sys.executable,
                 str(REPO_ROOT / "scripts" / "tiny_gguf.py"),

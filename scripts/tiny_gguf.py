@@ -10,6 +10,9 @@ Two variants, both with the real Llama-3 BPE tokenizer (copied from the vocab-on
   layers 0 and 2 as sliding (window ``--sliding-window`` tokens, default 128) and layers 1 and 3
   as full attention, and gives the sliding layers their own, smaller KV cache.
 
+Next to ``OUT.gguf`` it writes ``OUT.config.json``: the same model as a Hugging Face config, so
+``kvbudget calc --model OUT.config.json --engine llamacpp`` sizes exactly what the server loads.
+
 The writer is the gguf-py package vendored in the same llama.cpp tree as the binary (cached by
 ``scripts/llama-server.sh``), so file format and binary always match.
 
@@ -24,6 +27,7 @@ engine's memory layout, scheduler, prompt cache and metrics.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -64,6 +68,37 @@ def llamacpp_cache_dir() -> Path:
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     version = os.environ.get("KVBUDGET_LLAMACPP_PY_VERSION", DEFAULT_LLAMACPP_PY_VERSION)
     return root / "kvbudget" / "llama.cpp" / version
+
+
+def hf_config(
+    arch: str, sliding_window_tokens: int, dims: TinyDims | None = None
+) -> dict[str, Any]:
+    """The same model described as a Hugging Face ``config.json`` (what ``kvbudget calc`` reads)."""
+    d = dims or TinyDims()
+    config: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM" if arch == "llama" else "Gemma2ForCausalLM"],
+        "model_type": arch,
+        "num_hidden_layers": d.num_layers,
+        "hidden_size": d.hidden_size,
+        "intermediate_size": d.ffn_size,
+        "num_attention_heads": d.num_heads,
+        "num_key_value_heads": d.num_kv_heads,
+        "head_dim": d.head_dim,
+        "max_position_embeddings": d.context_length,
+        "rms_norm_eps": d.rms_eps,
+        "vocab_size": 128256,
+        "torch_dtype": "float16",
+        "tie_word_embeddings": arch == "gemma2",
+        "bos_token_id": 128000,
+        "eos_token_id": 128009,
+    }
+    if arch == "llama":
+        config["rope_theta"] = d.rope_base
+    else:
+        config["sliding_window"] = sliding_window_tokens
+        config["attn_logit_softcapping"] = 50.0
+        config["final_logit_softcapping"] = 30.0
+    return config
 
 
 def _import_gguf(gguf_py_dir: Path) -> Any:
@@ -180,6 +215,8 @@ def build_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     tmp_path.replace(out_path)
+    config_path = out_path.with_suffix(".config.json")
+    config_path.write_text(json.dumps(hf_config(arch, sliding_window_tokens, d), indent=2) + "\n")
     return out_path
 
 
