@@ -246,3 +246,15 @@ def test_needed_bytes_padding_counted_only_in_newer_versions() -> None:
     # newest: group_size 13 x page x (137 + 256); ~v0.9: 12 x 137 x page + 13 x 256 x page
     assert needed_bytes(groups, 4096, 2048) == 13 * 32768 * (137 + 256)
     assert needed_bytes(groups, 4096, 2048, per_layer=True) == (12 * 137 + 13 * 256) * 32768
+
+
+def test_gpt_oss_pp2_groups_projected_per_stage() -> None:
+    # groups are global (18 SWA + 18 full); stage 0 holds layers 0-17 = 9 of each group, so its
+    # group_size is 9: num_blocks = 10 GiB // 32768 // 9 = 327680 // 9 = 36408 (same on stage 1)
+    spec = resolve_model("openai/gpt-oss-120b").spec
+    assert spec is not None
+    r = plan(spec, pp=2, kv_cache_memory_bytes=TEN_GIB, max_model_len=131072)
+    assert [rank.group_size for rank in r.ranks] == [9, 9]
+    assert r.num_blocks == 36408
+    # the fit check still counts every layer: 18 x 32768 x (521 + 8192) blocks per request
+    assert r.needed_bytes == 18 * 32768 * (521 + 8192)
