@@ -130,6 +130,10 @@ def test_mla_deepseek_v3_block_64_not_split_by_tp() -> None:
         assert r.num_blocks == 2387
         assert r.kv_cache_tokens == 2387 * 64
         assert r.kv_bytes_per_token_per_rank == 61 * 576 * 2
+    # fp8: 576 B per token per layer (reference §1.3) -> page 64 x 576 = 36864
+    fp8 = plan(spec, kv_dtype="fp8", kv_cache_memory_bytes=TEN_GIB, max_model_len=32768)
+    assert fp8.page_size_bytes == 64 * 576
+    assert fp8.kv_bytes_per_token_per_rank == 61 * 576
     # fp8_ds_mla: 656 B per token -> page 41984; 10737418240 // 41984 = 255750; // 61 = 4192
     r = plan(spec, kv_dtype="fp8_ds_mla", kv_cache_memory_bytes=TEN_GIB, max_model_len=32768)
     assert r.page_size_bytes == 64 * 656
