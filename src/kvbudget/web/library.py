@@ -25,6 +25,7 @@ from kvbudget.spec.catalog import find_catalog_entry, list_catalog
 from kvbudget.spec.locate import ConfigSource
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import ResolvedModel, parse_overrides, resolve_config, resolve_model
+from kvbudget.units import parse_bytes
 from kvbudget.web.schemas import ExplicitCalcRequest, ModelRequest, count
 
 #: label of a pasted config in the ledger
@@ -86,6 +87,7 @@ class ModelInputs:
     tp: int
     pp: int
     gpu: str | None
+    gpu_memory_bytes: int | None
     gpu_memory_utilization: float
     max_model_len: int | None
     seqs: int
@@ -114,6 +116,7 @@ class ModelInputs:
             tp=count(request.tp, field="tp"),
             pp=count(request.pp, field="pp"),
             gpu=request.gpu,
+            gpu_memory_bytes=_gpu_memory(request.gpu_memory),
             gpu_memory_utilization=util,
             max_model_len=None
             if request.max_model_len is None
@@ -124,6 +127,19 @@ class ModelInputs:
             else count(request.block_size, field="block_size"),
             overrides=tuple(request.overrides),
         )
+
+
+def _gpu_memory(raw: int | str | None) -> int | None:
+    """``--gpu-memory`` as the CLI reads it (``80GiB``, ``141GB``, bytes); empty means none."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    num_bytes = parse_bytes(raw, field="gpu_memory")
+    if num_bytes <= 0:
+        raise ConfigError(
+            f"gpu_memory: must be a positive size, got {raw!r}; write e.g. 80GiB",
+            field="gpu_memory",
+        )
+    return num_bytes
 
 
 def resolve(inputs: ModelInputs) -> ResolvedModel:
@@ -179,6 +195,7 @@ def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) 
     return PlanRequest(
         model=model_id,
         gpu=inputs.gpu,
+        gpu_memory_bytes=inputs.gpu_memory_bytes,
         tp=inputs.tp,
         pp=inputs.pp,
         engine=cast(Any, inputs.engine),

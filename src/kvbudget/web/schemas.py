@@ -66,6 +66,10 @@ class ModelRequest(BaseModel):
     tp: RawCount = 1
     pp: RawCount = 1
     gpu: str | None = Field(default=None, description="GPU catalog id (see /api/meta)")
+    gpu_memory: StrictInt | StrictStr | None = Field(
+        default=None,
+        description="device memory per GPU replacing the catalog value, e.g. '80GiB' (the CLI's --gpu-memory)",
+    )
     engine_version: str | None = Field(
         default=None, description="engine version whose log figures to mirror (default: kvbudget's)"
     )

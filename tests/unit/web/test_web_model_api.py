@@ -170,6 +170,7 @@ def test_overrides_are_applied_like_set(client: TestClient) -> None:
         ({"model": LLAMA, "kv_dtype": "fp3"}, "kv_dtype", "ConfigError"),
         ({"model": LLAMA, "engine": "tgi"}, "engine", "ConfigError"),
         ({"model": LLAMA, "engine_version": "latest"}, "engine_version", "ConfigError"),
+        ({"model": LLAMA, "gpu_memory": "eighty"}, "gpu_memory", "ConfigError"),
         ({"config": [1, 2]}, "config", "ConfigError"),
         ({"model": LLAMA, "overrides": ["novalue"]}, "overrides", "ConfigError"),
     ],
@@ -211,3 +212,17 @@ def test_sliding_model_is_structural_reference_with_the_reason(client: TestClien
     assert "no_sliding_window" in body["status_note"]
     kinds = {row[1] for row in body["groups"]["rows"]}
     assert kinds == {"sliding", "full"}
+
+
+def test_gpu_memory_override_reaches_the_plan(client: TestClient) -> None:
+    body = post(
+        client,
+        "/api/model",
+        model=LLAMA,
+        engine="vllm",
+        gpu="H100-SXM",
+        gpu_memory="40GiB",
+        max_model_len=8192,
+    )
+    assert body["raw"]["plan"]["gpu"]["memory_bytes"] == 40 * 2**30
+    assert body["raw"]["plan"]["breakdown"][0]["total_bytes"] == 40 * 2**30

@@ -108,6 +108,14 @@ async function submitModel(event) {
     if (problem) { fieldError(form, name, problem); bad = true; }
     body[name] = raw.trim();
   }
+  const memory = $("gpu_memory").value.trim();
+  if (memory !== "") {
+    if (!/^[0-9]+(\.[0-9]+)?\s*(b|kib|mib|gib|tib|kb|mb|gb|tb|k|m|g|t)?$/i.test(memory)) {
+      fieldError(form, "gpu_memory", `GPU memory: "${memory}" is not a size; write e.g. 80GiB, 141GB or a number of bytes.`);
+      bad = true;
+    }
+    body.gpu_memory = memory;
+  }
   const util = $("gpu_memory_utilization").value;
   const utilProblem = checkFraction("GPU memory utilization", util);
   if (utilProblem) { fieldError(form, "gpu_memory_utilization", utilProblem); bad = true; }
