@@ -9,6 +9,7 @@ SGLang: ``mem_fraction_static`` -> rest memory -> ``max_total_num_tokens`` (``sg
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from kvbudget.capacity import pool as vpool
@@ -170,8 +171,11 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
     if request.engine == "sglang":
         from kvbudget.capacity.planner_sglang import make_sglang_plan
 
-        return make_sglang_plan(request, model, gpu, weights, max_model_len)
-    return _make_vllm_plan(request, model, gpu, weights, max_model_len)
+        result = make_sglang_plan(request, model, gpu, weights, max_model_len)
+    else:
+        result = _make_vllm_plan(request, model, gpu, weights, max_model_len)
+    ignored = tuple(message for _, message in engine_flag_conflicts(request))
+    return replace(result, notes=result.notes + ignored) if ignored else result
 
 
 def _make_vllm_plan(
@@ -391,3 +395,35 @@ def _remedies(
         )
     out.append(f"--tp {request.tp * 2} splits weights and KV heads over twice the GPUs")
     return tuple(out)
+
+
+_VLLM_ONLY = (
+    "gpu_memory_utilization",
+    "num_gpu_blocks_override",
+    "disable_hybrid_kv_cache_manager",
+)
+_SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens")
+
+
+def engine_flag_conflicts(request: PlanRequest) -> list[tuple[str, str]]:
+    """``(field, message)`` for each knob the chosen engine does not have (make_plan ignores them)."""
+    out: list[tuple[str, str]] = []
+    if request.engine == "sglang":
+        for name in _VLLM_ONLY:
+            if getattr(request, name) not in (None, False):
+                out.append(
+                    (
+                        name,
+                        f"{name}: a vLLM knob, ignored with --engine sglang (use --mem-fraction-static)",
+                    )
+                )
+    else:
+        for name in _SGLANG_ONLY:
+            if getattr(request, name) is not None:
+                out.append(
+                    (
+                        name,
+                        f"{name}: an SGLang knob, ignored with --engine vllm (pass --engine sglang)",
+                    )
+                )
+    return out

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from kvbudget.capacity.budget import three_budgets
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.planner import engine_flag_conflicts, make_plan
 from kvbudget.capacity.scenarios import (
     LengthDistribution,
     Scenario,
@@ -151,9 +151,14 @@ def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanReq
             field="model",
         )
     try:
-        return PlanRequest(**merged)
+        request = PlanRequest(**merged)
     except ValidationError as exc:
         raise _validation_error(exc, "") from exc
+    conflicts = engine_flag_conflicts(request)
+    if conflicts:
+        field, message = conflicts[0]
+        raise ConfigError(message.replace("ignored", "refused") + " or drop it", field=field)
+    return request
 
 
 def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
@@ -211,7 +216,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option(
     "--kv-cache-memory",
-    help="vLLM --kv-cache-memory-bytes: KV bytes per GPU, e.g. 20GiB; overrides utilization.",
+    help="vLLM --kv-cache-memory-bytes: KV bytes per GPU, e.g. 20GiB; overrides utilization (SGLang: the rest memory for the pool).",
 )
 @click.option(
     "--max-model-len",

@@ -155,3 +155,27 @@ def test_lengths_flag_scenario() -> None:
         ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--lengths", "9000,2000"]
     )
     assert code != 0
+
+
+def test_other_engines_knob_refused_on_the_command_line() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvbudget",
+            "plan",
+            "--model",
+            "Qwen/Qwen3-8B",
+            "--gpu",
+            "H100",
+            "--engine",
+            "sglang",
+            "--gpu-memory-utilization",
+            "0.8",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ConfigError: gpu_memory_utilization:")
