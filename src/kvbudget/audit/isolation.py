@@ -19,18 +19,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from kvbudget.audit.isolation_rules import (
+    Arm,
+    PositiveControl,
+    TrialRecord,
+    Verdict,
+    counts,
+    decide,
+    positive_control,
+    timing,
+    valid,
+)
 from kvbudget.audit.probes import Probe
 from kvbudget.errors import ConfigError, TargetError
-from kvbudget.metrics.sidechannel import SideChannelTest, timing_side_channel
 from kvbudget.metrics.stats import min_detectable_auc
 from kvbudget.records import ResultDocument
 from kvbudget.workload.tokenizer import get_tokenizer
 
 SaltMode = Literal["per-tenant", "user", "none"]
-Arm = Literal["hit", "control", "positive"]
-Verdict = Literal["leak_detected", "no_leak_detected", "inconclusive"]
 VICTIM = "tenant-a"
 ATTACKER = "tenant-b"
 ARMS: tuple[Arm, ...] = ("hit", "control", "positive")
@@ -96,33 +103,6 @@ def declared_statistics(cfg: IsolationConfig) -> dict[str, Any]:
         "positive_control": "same-tenant arm must show reuse (cached tokens, hit counter or, "
         "with neither reported, a detected timing difference) else inconclusive",
     }
-
-
-class TrialRecord(BaseModel):
-    """One trial (no prompt text, no salt: only lengths, TTFTs and counts)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    index: int
-    arm: Arm
-    victim_ok: bool
-    attacker_ok: bool
-    attacker_ttft_s: float | None
-    attacker_prompt_tokens: int | None
-    attacker_cached_tokens: int | None
-    hit_counter_delta: float | None
-    error: str | None = None
-
-
-class PositiveControl(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    passed: bool
-    evidence: Literal["cached_tokens", "hit_counter", "timing", "none"]
-    num_trials: int
-    num_trials_with_reuse: int | None
-    p_value_holm: float | None
-    auc: float | None
 
 
 class IsolationResult(ResultDocument):
@@ -268,101 +248,6 @@ async def _run_trials(
     return records
 
 
-def _valid(records: list[TrialRecord], arm: Arm) -> list[TrialRecord]:
-    return [
-        r
-        for r in records
-        if r.arm == arm and r.victim_ok and r.attacker_ok and r.attacker_ttft_s is not None
-    ]
-
-
-def _excess(values: list[float], baseline: float) -> float:
-    return float(sum(max(0.0, v - baseline) for v in values))
-
-
-def _counts(
-    hit: list[TrialRecord], control: list[TrialRecord], attr: str
-) -> tuple[float | None, float | None, float | None]:
-    """(excess over the control maximum, raw sum, control maximum) of one counter."""
-    hv = [getattr(r, attr) for r in hit if getattr(r, attr) is not None]
-    cv = [getattr(r, attr) for r in control if getattr(r, attr) is not None]
-    if not hv:
-        return None, None, None
-    base = float(max(cv)) if cv else 0.0
-    return _excess(hv, base), float(sum(hv)), base
-
-
-def _timing(a: list[TrialRecord], b: list[TrialRecord], cfg: IsolationConfig) -> SideChannelTest:
-    return timing_side_channel(
-        [r.attacker_ttft_s for r in a if r.attacker_ttft_s is not None],
-        [r.attacker_ttft_s for r in b if r.attacker_ttft_s is not None],
-        alpha=cfg.alpha,
-        power=cfg.power,
-    )
-
-
-def _positive_control(
-    pos: list[TrialRecord], control: list[TrialRecord], cfg: IsolationConfig
-) -> PositiveControl:
-    test = _timing(pos, control, cfg) if len(pos) >= 2 and len(control) >= 2 else None
-    p = min(test.p_mann_whitney_holm, test.p_ks_holm) if test else None
-    auc = test.auc if test else None
-    for attr, evidence in (("attacker_cached_tokens", "cached_tokens"),
-                           ("hit_counter_delta", "hit_counter")):  # fmt: skip
-        cv = [getattr(r, attr) for r in control if getattr(r, attr) is not None]
-        pv = [getattr(r, attr) for r in pos if getattr(r, attr) is not None]
-        if pv:
-            base = max(cv) if cv else 0
-            n_reuse = sum(1 for v in pv if v > base)
-            return PositiveControl(
-                passed=bool(pos) and 2 * n_reuse >= len(pos),
-                evidence=evidence,  # type: ignore[arg-type]
-                num_trials=len(pos),
-                num_trials_with_reuse=n_reuse,
-                p_value_holm=p,
-                auc=auc,
-            )
-    detected = bool(test and test.detected)
-    return PositiveControl(
-        passed=detected,
-        evidence="timing" if test else "none",
-        num_trials=len(pos),
-        num_trials_with_reuse=None,
-        p_value_holm=p,
-        auc=auc,
-    )
-
-
-def _decide(
-    leak_tokens: float | None,
-    test: SideChannelTest | None,
-    pc: PositiveControl,
-    enough: bool,
-) -> tuple[Verdict, str]:
-    if leak_tokens is not None and leak_tokens > 0:
-        return "leak_detected", (
-            f"{leak_tokens:g} cross-tenant cached tokens above the control arm (a leak "
-            "regardless of timing)"
-        )
-    if not enough or test is None:
-        return "inconclusive", "fewer than 2 successful trials in the hit or control arm"
-    if test.detected:
-        return "leak_detected", (
-            f"hit-arm TTFT smaller than control (Holm p = "
-            f"{min(test.p_mann_whitney_holm, test.p_ks_holm):.3g} <= alpha {test.alpha:g}, "
-            f"AUC {test.auc:.3f})"
-        )
-    if not pc.passed:
-        return "inconclusive", (
-            f"the positive control (same tenant) showed no reuse (evidence: {pc.evidence}); "
-            "the audit cannot tell isolation from a cache that never hits"
-        )
-    return "no_leak_detected", (
-        f"no cross-tenant cached tokens and no timing difference at alpha {test.alpha:g}; "
-        f"an effect of AUC >= {test.mde_auc:.3f} would be detected with power {test.power:g}"
-    )
-
-
 async def run_isolation(
     probe: Probe,
     cfg: IsolationConfig,
@@ -375,15 +260,20 @@ async def run_isolation(
     ident = await probe.identity()
     rng = np.random.default_rng(cfg.seed)
     records = await _run_trials(probe, cfg, plan_trials(cfg, rng), progress)
-    hit, control, pos = (_valid(records, a) for a in ARMS)
+    hit, control, pos = (valid(records, a) for a in ARMS)
     enough = len(hit) >= 2 and len(control) >= 2
-    test = _timing(hit, control, cfg) if enough else None
-    cached_excess, cached_raw, cached_base = _counts(hit, control, "attacker_cached_tokens")
-    counter_excess, _, _ = _counts(hit, control, "hit_counter_delta")
+    test = timing(hit, control, cfg.alpha, cfg.power) if enough else None
+    cached_excess, cached_raw, cached_base = counts(hit, control, "attacker_cached_tokens")
+    counter_excess, _, _ = counts(hit, control, "hit_counter_delta")
     evidence = [v for v in (cached_excess, counter_excess) if v is not None]
     leak_tokens = max(evidence) if evidence else None
-    pc = _positive_control(pos, control, cfg)
-    verdict, reason = _decide(leak_tokens, test, pc, enough)
+    pc = positive_control(pos, control, cfg.alpha, cfg.power)
+    verdict, reason = decide(leak_tokens, test, pc, enough)
+    if verdict == "leak_detected" and cfg.salt_mode != "none":
+        reason += (
+            f", although each tenant sent its own cache_salt (--salt {cfg.salt_mode}): the "
+            "target ignores cache_salt or does not isolate by it"
+        )
     return IsolationResult(
         provenance=ident.provenance(),
         verdict=verdict,

@@ -90,6 +90,7 @@ def test_user_salts_equal_for_both_tenants_leak_and_distinct_ones_isolate() -> N
     same = {VICTIM: "s3cret-shared", ATTACKER: "s3cret-shared"}
     res = _run(IsolationConfig(trials=5, prefix_tokens=64, salt_mode="user", user_salts=same))
     assert res.verdict == "leak_detected" and res.cross_tenant_cached_tokens == 5 * 64
+    assert "does not isolate by it" in res.reason  # the salts were sent, yet tokens leaked
     distinct = {VICTIM: "salt-of-a", ATTACKER: "salt-of-b"}
     res = _run(IsolationConfig(trials=5, prefix_tokens=64, salt_mode="user", user_salts=distinct))
     assert res.cross_tenant_cached_tokens == 0
