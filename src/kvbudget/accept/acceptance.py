@@ -10,7 +10,9 @@ import numpy as np
 
 from kvbudget import __version__
 from kvbudget.accept.anomalies import find_anomalies
+from kvbudget.accept.audits import run_audits
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
     apply_overrides,
     lock_differences,
@@ -67,7 +69,16 @@ def stop_statuses(
         add("quality failure", "none", "quality ")
     if stop.any_cross_tenant_hit:
         leak = audits.get("cross_tenant_cached_tokens")
-        if leak is None:
+        if audits.get("leak_detected"):
+            out.append(
+                StopStatus(
+                    name="cross-tenant cache hit",
+                    declared="none",
+                    status="triggered",
+                    detail=f"isolation audit: leak detected ({leak} cross-tenant cached tokens)",
+                )
+            )
+        elif leak is None:
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
@@ -85,6 +96,19 @@ def stop_statuses(
                     detail=f"{leak} cross-tenant cached tokens",
                 )
             )
+    reuse = audits.get("reuse")
+    if isinstance(reuse, dict):
+        status = {"fail": "triggered", "pass": "not_triggered"}.get(
+            str(reuse.get("status")), "untested"
+        )
+        out.append(
+            StopStatus(
+                name="reused KV correctness",
+                declared="cold, hot and reloaded outputs agree",
+                status=status,  # type: ignore[arg-type]
+                detail=f"reuse audit: {reuse.get('verdict')} — {reuse.get('reason')}",
+            )
+        )
     if stop.host_memory_max_bytes is not None:
         out.append(
             StopStatus(
@@ -159,6 +183,7 @@ def run_acceptance(
     out_dir: Path | None,
     resume: bool = False,
     progress: Progress | None = None,
+    run_async: RunAsync | None = None,
 ) -> AcceptResult:
     rng = np.random.default_rng([plan.seed, 7])
     check_quality_files(plan)
@@ -217,11 +242,7 @@ def run_acceptance(
                 rng=rng,
             )
         )
-    audits: dict[str, Any] = {}
-    if plan.audits.isolation or plan.audits.reuse:
-        audits["note"] = (
-            "audits requested but not run by this version of accept (see kvbudget audit)"
-        )
+    audits = run_audits(plan, run_async)
     stops = stop_statuses(plan, outcome.cells, audits)
     verdict, reasons = overall_verdict(
         stops,

@@ -21,6 +21,7 @@ from typing import Any
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import Budget, Ledger, LedgerEntry
+from kvbudget.capacity.budget import structural_budget, three_budgets
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import CapacityError, ConfigError, SpecError
@@ -166,39 +167,45 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
     load = plan.load
     longest = max(t.max_tokens + t.output_tokens for t in load.tiers.values())
     peak = max(c.concurrency for c in load.concurrency.values())
-    structural = result.kv_bytes_per_token_replica * longest * peak
-    rank = result.ranks[0]
-    device_peak = rank.non_kv_bytes + rank.kv_pool_bytes
-    if not rank.cudagraph_subtracted:
-        device_peak += rank.cudagraph.num_bytes
+    structural = structural_budget(
+        spec, kv_dtype=result.kv_dtype, engine=result.engine, num_tokens=longest, num_sequences=peak
+    )
+    three = three_budgets(result, spec)
+    device = max(three.device_peak, key=lambda d: d.peak_bytes)
     budgets = [
         Budget(
             name="structural",
-            bytes=structural,
+            bytes=structural.total_bytes,
             kind="computed",
-            what=f"{result.kv_bytes_per_token_replica} B/token x {longest} tokens x {peak} sequences "
-            "(longest prompt + output at peak concurrency)",
+            what=f"{peak} sequences x {longest} tokens (longest prompt + output at peak "
+            f"concurrency): {structural.method}",
         ),
         Budget(
             name="engine_pool",
-            bytes=rank.kv_pool_bytes,
+            bytes=three.engine_pool_bytes_replica,
             kind="computed",
             what=f"{result.num_blocks} blocks of {result.block_size} tokens "
-            f"({result.kv_cache_tokens} tokens) per GPU",
+            f"({three.engine_pool_tokens} tokens) per replica",
         ),
         Budget(
             name="device_peak",
-            bytes=device_peak,
+            bytes=device.peak_bytes,
             kind="computed",
-            what=f"weights + activation + non-torch + CUDA graphs + KV pool on one GPU of "
-            f"{rank.total_bytes} bytes",
+            what=f"CUDA context + weights + activation + non-torch + CUDA graphs + KV pool on "
+            f"the most loaded GPU of {device.device_bytes} bytes (headroom "
+            f"{device.headroom_bytes} bytes, margin {device.margin_bytes})",
         ),
     ]
     warnings: list[str] = list(result.notes)
-    if structural > rank.kv_pool_bytes:
+    if structural.total_bytes > three.engine_pool_bytes_replica:
         warnings.append(
             "the structural peak of the declared load exceeds the engine pool: the peak cells "
             "must queue or preempt (see their verdicts)"
+        )
+    if not device.ok:
+        warnings.append(
+            f"device peak leaves {device.headroom_bytes} bytes, below the margin "
+            f"{device.margin_bytes} bytes (fragmentation and workspace)"
         )
     if not result.fits and result.error:
         warnings.append(result.error)

@@ -96,7 +96,9 @@ def accept(
         def progress(cell_id: str, step: int, total: int) -> None:
             bar.update(task, description=f"cell {cell_id}", completed=step - 1, total=total)
 
-        doc = run_acceptance(plan, factory, out_dir=out_dir, resume=resume, progress=progress)
+        doc = run_acceptance(
+            plan, factory, out_dir=out_dir, resume=resume, progress=progress, run_async=run_async
+        )
     paths = write_report(doc, out_dir)
     print_summary(doc, paths, wall_s=time.monotonic() - started)
     if fail_on_verdict and doc.verdict != "pass":

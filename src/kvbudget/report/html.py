@@ -135,6 +135,23 @@ def render_html(doc: AcceptResult) -> str:
     for c in doc.comparisons:
         add(f"<h3>{_e(c.name)} ({_e(c.factor)}): {_e(c.verdict)}</h3>")
         add(_list(c.reasons + c.differences + [f"{k}: {v}" for k, v in c.conclusions.items()]))
+    if doc.audits:
+        add("<h2 id='audits'>Audits</h2>")
+        items = []
+        for key in ("isolation", "reuse"):
+            summary = doc.audits.get(key)
+            if isinstance(summary, dict):
+                items.append(f"{key}: {summary.get('verdict')} — {summary.get('reason')}")
+        if "note" in doc.audits:
+            items.append(str(doc.audits["note"]))
+        add(_list(items))
+        for key in ("isolation_markdown", "reuse_markdown"):
+            detail = doc.audits.get(key)
+            if isinstance(detail, str):
+                add(
+                    f"<details><summary>{_e(key.split('_')[0])} audit details</summary>"
+                    f"<pre>{_e(detail)}</pre></details>"
+                )
     add("<h2>Anomaly hints</h2>")
     add(
         _list(

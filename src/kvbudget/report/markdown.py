@@ -156,6 +156,20 @@ def render_markdown(doc: AcceptResult) -> str:
                         f"{_fmt(d.pct_diff)} [{_fmt(d.pct_diff_low)}, {_fmt(d.pct_diff_high)}] | "
                         f"{_fmt(d.hl_shift)} | {d.p_holm if d.p_holm is None else f'{d.p_holm:.3g}'} |"
                     )
+    if doc.audits:
+        add("\n## Audits\n")
+        for key in ("isolation", "reuse"):
+            summary = doc.audits.get(key)
+            if isinstance(summary, dict):
+                add(f"- **{key}**: {_md(summary.get('verdict'))} — {_md(summary.get('reason'))}")
+        if "note" in doc.audits:
+            add(f"- {_md(doc.audits['note'])}")
+        for key in ("isolation_markdown", "reuse_markdown"):
+            detail = doc.audits.get(key)
+            if isinstance(detail, str):
+                add("\n<details><summary>" + key.split("_")[0] + " audit details</summary>\n")
+                add(detail.replace("<", "&lt;").replace(">", "&gt;"))
+                add("\n</details>")
     add("\n## Anomaly hints\n")
     if not doc.anomalies:
         add("- none raised (each needs its evidence)")

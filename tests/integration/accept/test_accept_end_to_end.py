@@ -107,3 +107,23 @@ def test_schema_flag_prints_json_schema() -> None:
     schema = json.loads(proc.stdout)
     assert schema["title"] == "kvbudget acceptance plan"
     assert "lock" in schema["properties"]
+
+
+def test_audits_are_report_sections_and_feed_the_stop_condition(small_run: Path) -> None:
+    doc = json.loads((small_run / "report.json").read_text())
+    assert doc["audits"]["isolation"]["verdict"] in (
+        "no_leak_detected",
+        "leak_detected",
+        "inconclusive",
+    )
+    assert doc["audits"]["isolation"]["salt_mode"] == "per-tenant"
+    assert doc["audits"]["reuse"]["verdict"] in (
+        "pass",
+        "diverged",
+        "reuse_not_exercised",
+        "incomplete",
+    )
+    stops = {s["name"]: s for s in doc["stop_conditions"]}
+    assert stops["cross-tenant cache hit"]["status"] != "untested"
+    assert "reused KV correctness" in stops
+    assert "## Audits" in (small_run / "report.md").read_text()

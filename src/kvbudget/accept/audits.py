@@ -1,0 +1,86 @@
+"""The audits a plan asks for (``audits.isolation``, ``audits.reuse``) as report sections.
+
+Runs :mod:`kvbudget.audit` against the plan's target: the audit's simulated probe for ``sim``
+and ``serve`` (virtual time, the lock's block size and prefix-caching policy), an HTTP probe
+for ``http``. The isolation result feeds the "any cross-tenant cache hit" stop condition: a
+cross-tenant cached-token count above zero or a ``leak_detected`` verdict triggers it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from kvbudget.accept.http_target import RunAsync
+from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.audit.isolation import IsolationConfig, SaltMode, run_isolation
+from kvbudget.audit.probe_http import HttpProbe
+from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
+from kvbudget.audit.reuse import ReuseConfig, run_reuse
+
+ISOLATION_TRIALS = 30
+
+
+def _salt_mode(plan: AcceptPlan) -> SaltMode | None:
+    policy = plan.lock.prefix_caching.value
+    if policy is None or policy.salt == "per-tenant":
+        return "per-tenant"
+    if policy.salt == "none":
+        return "none"
+    return None  # user-supplied salts are not in the plan (they are secrets)
+
+
+async def _with_probe(plan: AcceptPlan, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    t = plan.target
+    if t.kind == "http":
+        assert t.base_url is not None
+        key = os.environ.get(t.api_key_env) if t.api_key_env else None
+        async with HttpProbe(
+            t.base_url,
+            model=t.served_model or plan.lock.model.id,
+            metrics_url=t.metrics_url,
+            api_key=key,
+            timeout_s=t.request_timeout_s,
+        ) as probe:
+            return await work(probe)
+    policy = plan.lock.prefix_caching.value
+    opts = SimProbeOptions(
+        block_size=plan.lock.block_size.value or 16,
+        enable_prefix_caching=policy is None or policy.enabled,
+        model=plan.lock.model.id,
+    )
+    return await work(SimProbe(opts, np.random.default_rng([plan.seed, 31])))
+
+
+def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
+    """Summaries of the requested audits (``{}`` when none is requested)."""
+    out: dict[str, Any] = {}
+    if not (plan.audits.isolation or plan.audits.reuse):
+        return out
+    if run_async is None:
+        out["note"] = "audits requested but no event-loop runner was given (run from the CLI)"
+        return out
+    if plan.audits.isolation:
+        mode = _salt_mode(plan)
+        if mode is None:
+            out["isolation"] = {
+                "verdict": "inconclusive",
+                "reason": "user-supplied salts are secrets and not in the plan; run "
+                "kvbudget audit isolation --salt-file",
+            }
+        else:
+            cfg = IsolationConfig(trials=ISOLATION_TRIALS, seed=plan.seed, salt_mode=mode)
+            iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
+            out["isolation"] = iso.summary()
+            out["isolation_markdown"] = iso.to_markdown(3)
+            out["cross_tenant_cached_tokens"] = iso.cross_tenant_cached_tokens
+            out["leak_detected"] = iso.verdict == "leak_detected"
+    if plan.audits.reuse:
+        rcfg = ReuseConfig(seed=plan.seed)
+        reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
+        out["reuse"] = reuse.summary()
+        out["reuse_markdown"] = reuse.to_markdown(3)
+    return out

@@ -1,0 +1,42 @@
+"""The ledger's three budgets and the simulated replica come from the same plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvbudget.accept.capacity import build_capacity
+from kvbudget.accept.planfile import load_plan
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
+
+
+def test_demo_budgets_and_replica() -> None:
+    plan = load_plan(DEMO)
+    ctx = build_capacity(plan, plan.lock)
+    budgets = {b.name: b for b in ctx.ledger.budgets}
+    # Llama-3.1-8B: 2 (K,V) x 32 layers x 8 KV heads x 128 head dim x 2 bytes = 131,072 B/token
+    per_token = 2 * 32 * 8 * 128 * 2
+    longest = 15360 + 256  # long tier max prompt + output
+    assert budgets["structural"].bytes == per_token * longest * 64
+    assert all(b.kind == "computed" for b in budgets.values())
+    # the replica gets exactly the planned pool
+    assert ctx.replica.num_gpu_blocks == ctx.plan.num_blocks
+    assert ctx.replica.block_size == 16
+    assert ctx.replica.max_num_seqs == 256
+    assert ctx.replica.max_num_batched_tokens == 8192
+    assert ctx.replica.max_model_len == 16384
+    # engine pool: blocks x block bytes over the 32 layers (page = 16 tokens x 4 KiB per layer)
+    assert budgets["engine_pool"].bytes == ctx.plan.num_blocks * 16 * 8 * 128 * 2 * 2 * 32
+    assert budgets["device_peak"].bytes is not None
+    assert budgets["engine_pool"].bytes < budgets["device_peak"].bytes < 80 * 2**30 + 2**30
+    assert ctx.computed_lock["model.config_sha256"][0]
+
+
+def test_fp8_variant_doubles_the_pool_tokens() -> None:
+    from kvbudget.accept.lockcheck import apply_overrides
+
+    plan = load_plan(DEMO)
+    base = build_capacity(plan, plan.lock)
+    fp8 = build_capacity(plan, apply_overrides(plan.lock, {"kv_dtype": "fp8"}))
+    ratio = fp8.plan.kv_cache_tokens / base.plan.kv_cache_tokens
+    assert abs(ratio - 2.0) < 0.01  # 1 byte instead of 2 per element, same memory

@@ -1,0 +1,56 @@
+"""Stop conditions from audits and cells; a leak blocks the overall verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvbudget.accept.acceptance import stop_statuses
+from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.result import CellResult, Check
+from kvbudget.accept.verdicts import overall_verdict
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
+
+
+def cell(*checks: Check) -> CellResult:
+    return CellResult(
+        cell_id="short/single",
+        input_tier="short",
+        concurrency_tier="single",
+        order=0,
+        verdict="pass",
+        reasons=[],
+        checks=list(checks),
+    )
+
+
+def test_cross_tenant_leak_triggers_and_fails_the_run() -> None:
+    plan = load_plan(DEMO)
+    ok = cell(Check(name="ttft_s p95 <= 2", verdict="pass", reason=""))
+    stops = stop_statuses(plan, [ok], {"leak_detected": True, "cross_tenant_cached_tokens": 512})
+    by = {s.name: s for s in stops}
+    assert by["cross-tenant cache hit"].status == "triggered"
+    verdict, reasons = overall_verdict(stops, [], ["pass"], simulated=False)
+    assert verdict == "fail" and any("cross-tenant" in r for r in reasons)
+
+
+def test_no_audit_leaves_isolation_untested() -> None:
+    plan = load_plan(DEMO)
+    stops = {s.name: s for s in stop_statuses(plan, [cell()], {})}
+    assert stops["cross-tenant cache hit"].status == "untested"
+    assert stops["ttft_s p95"].status == "untested"  # no cell check made it
+
+
+def test_reuse_divergence_triggers() -> None:
+    plan = load_plan(DEMO)
+    audits = {"reuse": {"status": "fail", "verdict": "diverged", "reason": "token 3"}}
+    stops = {s.name: s for s in stop_statuses(plan, [cell()], audits)}
+    assert stops["reused KV correctness"].status == "triggered"
+
+
+def test_failed_cell_check_triggers_its_stop_condition() -> None:
+    plan = load_plan(DEMO)
+    bad = cell(Check(name="ttft_s p95 <= 2", verdict="fail", reason="3 > 2"))
+    stops = {s.name: s for s in stop_statuses(plan, [bad], {})}
+    assert stops["ttft_s p95"].status == "triggered"
+    assert stops["ttft_s p95"].cells == ["short/single"]
