@@ -77,3 +77,21 @@ def test_bad_router_is_one_line_config_error() -> None:
     result = CliRunner().invoke(sim, ["--router", "random", "--requests", "5"])
     assert result.exit_code != 0
     assert "unknown policy 'random'" in str(result.exception)
+
+
+def test_heterogeneous_replicas_each_get_their_own_plan(tmp_path: Path) -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+
+    path = tmp_path / "h.yaml"
+    path.write_text(
+        "router: least_kv\nreplica_overrides:\n  - {gpu: H100-SXM}\n  - {gpu: A100-40GB}\n"
+        "workload:\n  num_requests: 10\n  arrivals: {kind: poisson, rate_per_s: 2}\n"
+        "  input_tokens: {kind: fixed, value: 100}\n  output_tokens: {kind: fixed, value: 5}\n"
+    )
+    code, out = _run(["--scenario", str(path), "--json"])
+    assert code == 0, out
+    blocks = json.loads(out)["num_gpu_blocks_by_replica"]
+    for name, gpu in (("replica-0", "H100-SXM"), ("replica-1", "A100-40GB")):
+        plan = make_plan(PlanRequest(model="meta-llama/Llama-3.1-8B", gpu=gpu))
+        assert blocks[name] == plan.num_blocks
