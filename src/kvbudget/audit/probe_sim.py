@@ -97,7 +97,7 @@ class SimProbe:
             self.now_s += res.duration_s
             for out in res.outputs:
                 if out.request_id == rid and out.token_index == 0:
-                    ttft = self.now_s - arrival
+                    ttft = round(self.now_s - arrival, 9)  # ns: drop float-sum noise
                     cached = out.num_cached_tokens
         if ttft is None:
             raise TargetError(f"simulated request {rid} produced no token")
@@ -114,9 +114,10 @@ class SimProbe:
         request_id: str,
     ) -> Observation:
         ttft, cached = self._run(prompt_ids, cache_salt, 1)
-        jitter = float(
-            self.rng.lognormal(np.log(self.opts.jitter_median_s), self.opts.jitter_sigma)
-        )
+        jitter = 0.0
+        if self.opts.jitter_median_s > 0:
+            median = np.log(self.opts.jitter_median_s)
+            jitter = float(self.rng.lognormal(median, self.opts.jitter_sigma))
         return Observation(
             ttft_s=ttft + jitter, cached_tokens=cached, prompt_tokens=len(prompt_ids), ok=True
         )

@@ -200,7 +200,9 @@ def audit() -> None:
     """
 
 
-@audit.command("isolation")
+@audit.command(
+    "isolation", short_help="Cross-tenant prefix-cache isolation (timing + cached tokens)."
+)
 @_target_options
 @click.option(
     "--salt",
@@ -302,7 +304,7 @@ def _read_prompts(path: Path) -> list[tuple[tuple[int, ...], str]]:
     return out
 
 
-@audit.command("reuse")
+@audit.command("reuse", short_help="Correctness of reused KV: cold vs hot vs after-reset output.")
 @_target_options
 @click.option("--prompts", "num_prompts", type=int, default=8, show_default=True,
               help="Number of generated prompts (ignored with --prompts-file).")  # fmt: skip
