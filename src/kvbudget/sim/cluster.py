@@ -106,7 +106,10 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
             break
         num_events += 1
         if kind == "step":
-            rep = replicas[payload]
+            index, gen = payload
+            rep = replicas[index]
+            if gen != rep.step_gen:
+                continue  # superseded: an arrival restarted this stalled replica
             duration = rep.step(now)
             if closed is not None:
                 done = sum(len(r.finished()) for r in replicas) + len(rejected)
@@ -117,11 +120,15 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
                 num_done = done
             if duration > 0:
                 if spec.trace:
-                    trace.append(_trace_step(rep, payload, now, duration))
+                    trace.append(_trace_step(rep, index, now, duration))
+                rep.stalled = False
                 queue.push(now + duration, PRIO_STEP, ("step", payload))
             else:
                 wake = rep.wake_s()
                 if wake is not None and rep.has_work():
+                    # only reloading requests: wake when the first transfer ends (an arrival
+                    # before that restarts the replica at once)
+                    rep.stalled = True
                     queue.push(max(wake, now), PRIO_STEP, ("step", payload))
                 else:
                     rep.busy = False
@@ -233,9 +240,11 @@ def _route(
     except KvbudgetError as exc:
         rejected.append(_not_run(req, rep.name, f"rejected: {exc}"))
         return
-    if not rep.busy:
+    if not rep.busy or rep.stalled:
         rep.busy = True
-        queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", idx))
+        rep.stalled = False
+        rep.step_gen += 1
+        queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", (idx, rep.step_gen)))
 
 
 def _not_run(req: EngineRequest, replica: str, reason: str) -> RequestResult:

@@ -88,6 +88,10 @@ class Replica:
         #: the replica accepts work from this time on (cold start for scale-out)
         self.ready_s = ready_s
         self.busy = False
+        #: waiting only for a tier reload to end (an arrival may restart it sooner)
+        self.stalled = False
+        #: generation of the replica's step chain (stale step events are dropped)
+        self.step_gen = 0
         self.num_routed = 0
         self.samples: list[KVSample] = []
 
