@@ -48,7 +48,10 @@ def meta() -> dict[str, Any]:
 
 def explicit_calc(request: ExplicitCalcRequest) -> dict[str, Any]:
     """The explicit calculator: ``calc_explicit``, as ``kvbudget calc --layers ...``."""
-    return views.explicit_view(library.explicit(request))
+    result = library.explicit(request)
+    view = views.explicit_view(result)
+    view["cli"] = [library.explicit_command(request, result)]
+    return view
 
 
 def model_plan(request: ModelRequest) -> dict[str, Any]:
@@ -58,12 +61,16 @@ def model_plan(request: ModelRequest) -> dict[str, Any]:
     spec = resolved.spec
     if spec is None:
         calc = library.calc(inputs, resolved, inputs.max_model_len or 1, inputs.seqs)
-        return views.model_view(calc, None, None, None)
+        view = views.model_view(calc, None, None, None)
+        view["cli"] = library.model_commands(inputs, resolved.model_id, inputs.max_model_len or 1)
+        return view
     result = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
     length = _length(inputs, spec, result)
     calc = library.calc(inputs, resolved, length, inputs.seqs)
     structural = library.structural(inputs, spec, length, inputs.seqs)
-    return views.model_view(calc, result, structural, views.budgets_for(result, spec))
+    view = views.model_view(calc, result, structural, views.budgets_for(result, spec))
+    view["cli"] = library.model_commands(inputs, resolved.model_id, length)
+    return view
 
 
 def _length(inputs: library.ModelInputs, spec: ModelSpec, result: PlanResult | None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -227,6 +228,51 @@ def structural(
         num_tokens=num_tokens,
         num_sequences=num_sequences,
     )
+
+
+def explicit_command(request: ExplicitCalcRequest, result: CalcResult) -> str:
+    """The ``kvbudget calc`` command line that gives the same document."""
+    argv = ["kvbudget", "calc"]
+    for name in ("layers", "kv_heads", "head_dim", "dtype_bytes", "tokens", "seqs"):
+        argv += [f"--{name.replace('_', '-')}", str(getattr(request, name))]
+    for assumption in result.assumptions:
+        if assumption.holds:
+            argv += ["--assume", assumption.name]
+    return shlex.join(argv)
+
+
+def model_commands(inputs: ModelInputs, model_id: str, num_tokens: int) -> list[str]:
+    """The ``kvbudget calc`` and ``kvbudget plan`` command lines behind a model-mode answer."""
+    model = "config.json" if inputs.config is not None else model_id
+    common = ["--model", model, "--tp", str(inputs.tp), "--pp", str(inputs.pp)]
+    sets = [arg for pair in inputs.overrides for arg in ("--set", pair)]
+    calc_argv = [
+        "kvbudget",
+        "calc",
+        *common,
+        "--engine",
+        inputs.engine,
+        "--kv-dtype",
+        inputs.kv_dtype,
+    ]
+    calc_argv += ["--tokens", str(num_tokens), "--seqs", str(inputs.seqs), *sets]
+    if inputs.block_size is not None and inputs.engine == "vllm":
+        calc_argv += ["--block-size", str(inputs.block_size)]
+    commands = [shlex.join(calc_argv)]
+    if inputs.engine in PLAN_ENGINES:
+        plan_argv = ["kvbudget", "plan", *common, "--engine", inputs.engine]
+        plan_argv += ["--kv-dtype", inputs.kv_dtype, "--max-model-len", str(num_tokens)]
+        plan_argv += ["--gpu-memory-utilization", str(inputs.gpu_memory_utilization), *sets]
+        if inputs.gpu:
+            plan_argv += ["--gpu", inputs.gpu]
+        if inputs.gpu_memory_bytes is not None:
+            plan_argv += ["--gpu-memory", str(inputs.gpu_memory_bytes)]
+        if inputs.engine_version:
+            plan_argv += ["--engine-version", inputs.engine_version]
+        if inputs.block_size is not None:
+            plan_argv += ["--block-size", str(inputs.block_size)]
+        commands.append(shlex.join(plan_argv))
+    return commands
 
 
 def context_lengths(max_model_len: int) -> list[int]:

@@ -276,6 +276,11 @@ def test_web_returns_the_cli_calc_document(client: TestClient) -> None:
     ).json()
     assert _without_times(web["raw"]["calc"]) == _without_times(cli_doc)
     assert cli_doc["total_bytes"] == SEED_TOTAL_BYTES
+    # and the command line the page shows is exactly that command
+    assert web["cli"] == [
+        "kvbudget calc --layers 32 --kv-heads 8 --head-dim 128 --dtype-bytes 2 --tokens 4096 "
+        "--seqs 8 --assume full_attention"
+    ]
 
 
 def test_body_without_length_is_refused(client: TestClient) -> None:

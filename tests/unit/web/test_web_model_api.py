@@ -226,3 +226,45 @@ def test_gpu_memory_override_reaches_the_plan(client: TestClient) -> None:
     )
     assert body["raw"]["plan"]["gpu"]["memory_bytes"] == 40 * 2**30
     assert body["raw"]["plan"]["breakdown"][0]["total_bytes"] == 40 * 2**30
+
+
+def _run_cli(line: str) -> dict[str, Any]:
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    argv = shlex.split(line)
+    assert argv[0] == "kvbudget"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvbudget", *argv[1:], "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def test_the_shown_command_lines_give_the_same_figures(client: TestClient) -> None:
+    body = post(
+        client,
+        "/api/model",
+        model="google/gemma-2-9b",
+        engine="vllm",
+        gpu="H100-SXM",
+        tp=2,
+        max_model_len=8192,
+        seqs=4,
+        gpu_memory_utilization=0.85,
+    )
+    calc_line, plan_line = body["cli"]
+    calc_doc = _run_cli(calc_line)
+    assert calc_doc["total_bytes"] == body["raw"]["calc"]["total_bytes"]
+    assert calc_doc["status"] == body["status"]
+    plan_doc = _run_cli(plan_line)
+    plan = plan_doc.get("plan", plan_doc)
+    assert plan["num_blocks"] == body["raw"]["plan"]["num_blocks"]
+    assert plan["kv_cache_tokens"] == body["raw"]["plan"]["kv_cache_tokens"]

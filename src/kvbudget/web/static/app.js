@@ -66,6 +66,7 @@ async function submitExplicit(event) {
   renderFigures($("explicit-figures"), d.figures);
   $("explicit-total").textContent = d.total_display;
   renderReasons($("explicit-reasons"), d.assumptions);
+  $("explicit-cli").textContent = (d.cli || []).join("\n");
   show($("explicit-result"), true);
 }
 
@@ -161,6 +162,9 @@ async function submitModel(event) {
   renderGrid($("model-pool-groups-head"), $("model-pool-groups"), d.pool_groups);
   renderGrid($("model-ledger-head"), $("model-ledger"), d.ledger);
   renderReasons($("model-reasons"), d.assumptions);
+  const cli = $("model-cli");
+  clear(cli);
+  for (const line of d.cli || []) { const li = el("li"); li.appendChild(el("code", line)); cli.appendChild(li); }
   show($("sec-figures"), d.figures.length > 0);
   show($("sec-budgets"), d.budgets.length > 0);
   show($("sec-pool"), d.pool.length > 0);
