@@ -103,3 +103,34 @@ def test_offloaded_prefix_comes_back_from_cpu_in_the_engine() -> None:
     assert res.tier_stats["replica-0"]["reloads"] == 1
     assert all(r.finished for r in res.requests)
     assert np.isfinite(res.summary()["ttft_p99_s"])
+
+
+def test_preemption_swaps_full_blocks_to_the_cpu_tier() -> None:
+    cfg = ReplicaConfig(
+        num_gpu_blocks=14,
+        block_size=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        max_model_len=64,
+        kv_bytes_per_token=100,
+    )
+    cpu = TierConfig(name="cpu", capacity_bytes=10**6, bandwidth_bytes_per_s=1e9)
+    # two 16-token prompts that each grow to 16 + 28 - 1 = 43 tokens (11 blocks): they cannot
+    # both fit 13 usable blocks, so the later one is preempted while holding full blocks
+    reqs = [
+        EngineRequest("a", tuple(range(16)), 28, arrival_s=0.0),
+        EngineRequest("b", tuple(range(100, 116)), 28, arrival_s=0.0),
+    ]
+    res = simulate(reqs, ClusterSpec([ReplicaSetup(cfg, FixedTiming(), tiers=(cpu,))]), seed=0)
+    assert res.summary()["num_preemptions"] >= 1
+    assert res.tier_stats["replica-0"]["tiers"]["cpu"]["writes_blocks"] >= 4
+    assert all(r.finished for r in res.requests)
+
+
+def test_on_preempt_writes_the_victims_computed_full_blocks() -> None:
+    cpu = TierConfig(name="cpu", capacity_bytes=10**6, bandwidth_bytes_per_s=1e9)
+    stack = TierStack([Tier(cpu, 64)], FixedTiming(), BLOCK)
+    req = _request(5 * BLOCK)
+    req.num_computed_tokens = 3 * BLOCK + 5  # three full blocks computed, one partial
+    stack.on_preempt(req, now_s=0.0)
+    assert list(stack.tiers[0].blocks) == req.block_hashes[:3]
