@@ -5,10 +5,12 @@ per event, HTTP/1.1 chunked, keep-alive), then a usage event and ``[DONE]``. A s
 loop writes one event to every active stream per iteration, one ``send()`` per event (like an
 engine emitting one token per running request per step), as fast as the core allows.
 
-For each request it records, on ``time.perf_counter()``, when the request body was complete
-and when the first event was written, keyed by the sha256 of the prompt, so a client's TTFT can
-be compared with the server's own received-to-first-event time (``GET /stats``).
-``GET /v1/models`` answers for identity; ``POST /reset_stats`` clears the log.
+For each request it records, on ``time.perf_counter()``, when the request body was complete,
+when the first event was written and when the last one was, keyed by the sha256 of the prompt,
+so a client's TTFT can be compared with the server's own received-to-first-event time, and
+every client's throughput and streams in flight are measured the same way, by the server
+(``GET /stats``). It always streams ``--tokens`` events, whatever ``max_tokens`` says.
+``GET /v1/models`` and ``GET /health`` answer for identity and peers' start-up checks; ``POST /reset_stats`` clears the log.
 
 Run: ``python bench/client_null_server.py --port 0`` (prints the URL on stdout).
 """
@@ -41,9 +43,10 @@ def _json_response(obj: object, status: str = "200 OK") -> bytes:
 
 
 class Stream:
-    __slots__ = ("chat", "proto", "sent")
+    __slots__ = ("chat", "key", "proto", "sent")
 
     def __init__(self, proto: NullProtocol, chat: bool) -> None:
+        self.key = ""
         self.proto = proto
         self.chat = chat
         self.sent = 0
@@ -54,8 +57,9 @@ class NullServer:
         self.num_tokens = num_tokens
         self.active: list[Stream] = []
         self.wake = asyncio.Event()
-        self.log: dict[str, tuple[float, float]] = {}
+        self.log: dict[str, list[float]] = {}
         self.pending_first: dict[int, tuple[str, float]] = {}
+        self.max_active = 0
         tok = b'{"id":"cmpl-null","object":"text_completion","created":0,"model":"null","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null}]}'
         last = tok.replace(b'"finish_reason":null', b'"finish_reason":"length"')
         ctok = b'{"id":"chatcmpl-null","object":"chat.completion.chunk","created":0,"model":"null","choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":null}]}'
@@ -91,6 +95,7 @@ class NullServer:
                 self.wake.clear()
                 await self.wake.wait()
             still: list[Stream] = []
+            self.max_active = max(self.max_active, len(self.active))
             for st in self.active:
                 tr = st.proto.transport
                 if tr is None or tr.is_closing():
@@ -98,7 +103,8 @@ class NullServer:
                 if st.sent == 0:
                     key = self.pending_first.pop(id(st), None)
                     if key is not None:
-                        self.log[key[0]] = (key[1], time.perf_counter())
+                        st.key = key[0]
+                        self.log[key[0]] = [key[1], time.perf_counter()]
                 st.sent += 1
                 if st.sent < n:
                     tr.write((st.chat and self.ev_ctok) or self.ev_tok)
@@ -106,6 +112,9 @@ class NullServer:
                 else:
                     tr.write(((st.chat and self.ev_clast) or self.ev_last) + self.ev_end)
                     st.proto.busy = False
+                    done = self.log.get(st.key)
+                    if done is not None:
+                        done.append(time.perf_counter())
             self.active = still
             await asyncio.sleep(0)
 
@@ -157,15 +166,20 @@ class NullProtocol(asyncio.Protocol):
             tr.write(
                 _json_response({"object": "list", "data": [{"id": "null", "owned_by": "null"}]})
             )
+        elif line.startswith(b"GET /health"):
+            tr.write(_json_response({}))
         elif line.startswith(b"GET /stats"):
-            tr.write(_json_response({k: [a, b] for k, (a, b) in srv.log.items()}))
+            tr.write(_json_response({"requests": srv.log, "max_active": srv.max_active}))
         elif line.startswith(b"POST /reset_stats"):
             srv.log.clear()
+            srv.max_active = 0
             tr.write(_json_response({"ok": True}))
         elif line.startswith(b"POST /v1/"):
             req = json.loads(body)
             chat = b"chat" in line
-            prompt = req["messages"][0]["content"] if chat else req["prompt"]
+            prompt = req["messages"][0]["content"] if chat else req.get("prompt", "")
+            if not isinstance(prompt, str):
+                prompt = json.dumps(prompt)
             st = Stream(self, chat)
             srv.pending_first[id(st)] = (hashlib.sha256(prompt.encode()).hexdigest(), received)
             tr.write(_HEAD)

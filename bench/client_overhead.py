@@ -13,6 +13,9 @@ Clients:
   client, SSE timing, one RequestRecord per request appended to JSONL);
 * ``bare``: a minimal asyncio-socket client (no HTTP library, no records): the practical
   ceiling against this server;
+* ``aiohttp-floor``: aiohttp post + ``readany`` until EOF and nothing else: the share of
+  kvbudget's cost that is aiohttp's own (first byte timed on the first read, not the first
+  token, so its TTFT bias is a lower bound);
 * ``guidellm`` / ``aiperf``: peers, when their venvs exist (``--peer-venv NAME=PATH``).
 
 Usage::
@@ -148,8 +151,69 @@ async def _bare_client(url: str, concurrency: int, num_requests: int) -> dict[st
     }
 
 
+async def _aiohttp_floor_client(url: str, concurrency: int, num_requests: int) -> dict[str, Any]:
+    """The aiohttp floor: one session, post + readany until EOF, nothing else (no SSE
+    splitting, no JSON, no records): what any aiohttp-based client pays at least."""
+    import aiohttp
+
+    from kvbudget.load.config import RunConfig
+    from kvbudget.load.requests import synthetic_request
+
+    cfg = RunConfig(
+        base_url=url, model="null", num_requests=num_requests, prompt_tokens=PROMPT_TOKENS
+    )
+    prompts = [synthetic_request(cfg, i).text() for i in range(num_requests)]
+    next_i = 0
+    ttft: dict[str, float] = {}
+    inflight = 0
+    max_inflight = 0
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+
+        async def worker() -> None:
+            nonlocal next_i, inflight, max_inflight
+            while next_i < num_requests:
+                prompt = prompts[next_i]
+                next_i += 1
+                body = json.dumps(
+                    {"model": "null", "prompt": prompt, "max_tokens": OUTPUT_TOKENS, "stream": True}
+                ).encode()
+                inflight += 1
+                max_inflight = max(max_inflight, inflight)
+                t0 = time.perf_counter()
+                first = None
+                async with session.post(url + "/v1/completions", data=body) as resp:
+                    while True:
+                        chunk = await resp.content.readany()
+                        if not chunk:
+                            break
+                        if first is None:
+                            first = time.perf_counter()
+                inflight -= 1
+                assert first is not None
+                ttft[hashlib.sha256(prompt.encode()).hexdigest()] = first - t0
+
+        cpu0 = _cpu_s()
+        t = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        window = time.perf_counter() - t
+    return {
+        "ok": num_requests,
+        "errors": 0,
+        "window_s": window,
+        "events": num_requests * OUTPUT_TOKENS,
+        "cpu_s": _cpu_s() - cpu0,
+        "max_inflight": max_inflight,
+        "ttft": ttft,
+    }
+
+
 def client_main(kind: str, url: str, concurrency: int, num_requests: int, out: str) -> None:
-    fn = _kvbudget_client if kind == "kvbudget" else _bare_client
+    fn = {
+        "kvbudget": _kvbudget_client,
+        "bare": _bare_client,
+        "aiohttp-floor": _aiohttp_floor_client,
+    }[kind]
     result = asyncio.run(fn(url, concurrency, num_requests))
     Path(out).write_text(json.dumps(result))
 
@@ -174,6 +238,27 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _server_side(url: str) -> dict[str, Any]:
+    """Throughput and streams in flight as the null server saw them (same for every client)."""
+    stats = _http(url + "/stats")
+    reqs = [v for v in stats["requests"].values() if len(v) == 3]
+    if not reqs:
+        return {
+            "server_completed": 0,
+            "server_window_s": 0.0,
+            "max_inflight": stats["max_active"],
+            "log": {},
+        }
+    start = min(v[0] for v in reqs)
+    end = max(v[2] for v in reqs)
+    return {
+        "server_completed": len(reqs),
+        "server_window_s": end - start,
+        "max_inflight": stats["max_active"],
+        "log": stats["requests"],
+    }
+
+
 def run_ours(kind: str, url: str, concurrency: int, n: int, core: int | None) -> dict[str, Any]:
     _http(url + "/reset_stats", "POST")
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
@@ -193,38 +278,132 @@ def run_ours(kind: str, url: str, concurrency: int, n: int, core: int | None) ->
         "--result",
         out,
     ]
+    cpu0 = _children_cpu_s()
     subprocess.run(cmd, check=True, timeout=900)
+    proc_cpu = _children_cpu_s() - cpu0
     res = json.loads(Path(out).read_text())
     os.unlink(out)
-    server = _http(url + "/stats")
+    server = _server_side(url)
+    log = server.pop("log")
     bias = [
         ttft - (srv[1] - srv[0])
         for sha, ttft in res.pop("ttft").items()
-        if (srv := server.get(sha)) is not None
+        if (srv := log.get(sha)) is not None
     ]
+    res.update(server)
+    res["process_cpu_s"] = proc_cpu
     res["ttft_bias_ms_p50"] = float(np.percentile(bias, 50)) * 1e3 if bias else None
     res["ttft_bias_ms_p99"] = float(np.percentile(bias, 99)) * 1e3 if bias else None
     res["ttft_bias_matched"] = len(bias)
     return res
 
 
-def summarize(res: dict[str, Any], n: int) -> dict[str, Any]:
-    w = res["window_s"]
+def run_peer(
+    kind: str, venv: Path, url: str, concurrency: int, n: int, core: int | None, tokenizer: Path
+) -> dict[str, Any]:
+    """GuideLLM / AIPerf as in ../shared/reference/peers.md (the server measures them)."""
+    _http(url + "/reset_stats", "POST")
+    work = Path(tempfile.mkdtemp(prefix=f"peer-{kind}-"))
+    if kind == "aiperf":
+        cmd = [
+            str(venv / "bin" / "aiperf"),
+            "profile",
+            "--model",
+            "null",
+            "--url",
+            url,
+            "--endpoint-type",
+            "completions",
+            "--streaming",
+            "--concurrency",
+            str(concurrency),
+            "--request-count",
+            str(n),
+            "--tokenizer",
+            str(tokenizer),
+            "--synthetic-input-tokens-mean",
+            str(PROMPT_TOKENS),
+            "--output-tokens-mean",
+            str(OUTPUT_TOKENS),
+            "--no-server-metrics",
+            "--no-gpu-telemetry",
+            "--ui",
+            "none",
+            "--artifact-dir",
+            str(work / "art"),
+        ]
+    else:
+        cmd = [
+            str(venv / "bin" / "guidellm"),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={url},model=mock,request_format=/v1/completions",
+            "--profile",
+            f"kind=concurrent,streams={concurrency}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
+            "--tokenizer",
+            f"kind=hf_auto,model={tokenizer}",
+            "--constraint",
+            f"kind=max_requests,count={n}",
+            "--output",
+            f"kind=json,path={work / 'g.json'}",
+            "--disable-console-interactive",
+        ]
+    cpu0 = _children_cpu_s()
+    t = time.perf_counter()
+    proc = subprocess.run(
+        [*_pin(core), *cmd], capture_output=True, text=True, timeout=900, check=False
+    )
+    wall = time.perf_counter() - t
+    proc_cpu = _children_cpu_s() - cpu0
+    shutil.rmtree(work, ignore_errors=True)
+    for leftover in Path(tempfile.gettempdir()).glob("aiperf_mmap_*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    server = _server_side(url)
+    server.pop("log")
     return {
-        "requests_ok": res["ok"],
-        "requests_per_s": res["ok"] / w if w else None,
-        "events_per_s": res["events"] / w if w else None,
-        "client_cpu_ms_per_request": res["cpu_s"] / max(1, res["ok"]) * 1e3,
+        "ok": server["server_completed"],
+        "errors": None,
+        "window_s": server["server_window_s"],
+        "events": server["server_completed"] * OUTPUT_TOKENS,
+        "cpu_s": None,
+        "process_cpu_s": proc_cpu,
+        "process_wall_s": wall,
+        "exit_code": proc.returncode,
+        "stderr_tail": proc.stderr[-300:] if proc.returncode else "",
+        **server,
+    }
+
+
+def summarize(res: dict[str, Any]) -> dict[str, Any]:
+    """Rates from the server's own window (the same yardstick for every client)."""
+    w = res.get("server_window_s") or 0.0
+    done = res.get("server_completed", 0)
+    cpu = res.get("cpu_s")
+    return {
+        "requests_completed": done,
+        "requests_per_s": done / w if w else None,
+        "events_per_s": done * OUTPUT_TOKENS / w if w else None,
+        "client_cpu_ms_per_request_run": cpu / max(1, done) * 1e3 if cpu is not None else None,
+        "client_process_cpu_ms_per_request": res["process_cpu_s"] / max(1, done) * 1e3,
         "max_inflight": res["max_inflight"],
         "ttft_bias_ms_p50": res.get("ttft_bias_ms_p50"),
         "ttft_bias_ms_p99": res.get("ttft_bias_ms_p99"),
         "ttft_bias_matched": res.get("ttft_bias_matched"),
+        **(
+            {"exit_code": res["exit_code"], "stderr_tail": res["stderr_tail"]}
+            if "exit_code" in res
+            else {}
+        ),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="kvbudget load-client overhead benchmark")
-    ap.add_argument("--client", choices=["kvbudget", "bare"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--client", choices=["kvbudget", "bare", "aiohttp-floor"], help=argparse.SUPPRESS
+    )
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
@@ -240,6 +419,19 @@ def main() -> None:
     ap.add_argument("--client-core", type=int, default=1)
     ap.add_argument("--no-pin", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--peer-venv",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="run a peer (aiperf, guidellm) from this venv",
+    )
+    ap.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=Path("/tmp/peer-tokenizer"),
+        help="local Hugging Face tokenizer directory for the peers",
+    )
     args = ap.parse_args()
     if args.client:
         client_main(args.client, args.url, args.concurrency[0], args.num_requests[0], args.result)
@@ -268,8 +460,17 @@ def main() -> None:
         url = server.stdout.readline().strip()
         for conc, n in zip(args.concurrency, counts, strict=True):
             for kind in args.clients:
-                res = summarize(run_ours(kind, url, conc, n, c_core), n)
+                res = summarize(run_ours(kind, url, conc, n, c_core))
                 row = {"client": kind, "concurrency": conc, "num_requests": n, **res}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+            for spec in args.peer_venv:
+                name, venv = spec.split("=", 1)
+                peer_n = min(n, 2000)  # peers run at ~100 req/s here: keep their runs short
+                res = summarize(
+                    run_peer(name, Path(venv), url, conc, peer_n, c_core, args.tokenizer)
+                )
+                row = {"client": name, "concurrency": conc, "num_requests": peer_n, **res}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
