@@ -21,7 +21,7 @@ from kvbudget.capacity.kvbytes import calc_explicit, calc_model
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.result import CalcResult
-from kvbudget.errors import ConfigError, SpecError
+from kvbudget.errors import ConfigError, KvbudgetError, SpecError
 from kvbudget.spec.catalog import find_catalog_entry, list_catalog
 from kvbudget.spec.locate import ConfigSource
 from kvbudget.spec.model import ModelSpec
@@ -47,7 +47,11 @@ def catalog_models() -> list[dict[str, str]]:
     """Catalog ids for the model picker, with the layer kinds the resolver finds."""
     models = []
     for entry in list_catalog():
-        resolved = resolve_model(entry.model_id)
+        try:
+            resolved = resolve_model(entry.model_id)
+        except KvbudgetError as exc:  # one bad catalog file must not break the page
+            models.append({"id": entry.model_id, "layer_kinds": f"unreadable: {exc.one_line()}"})
+            continue
         if resolved.spec is None:
             kinds = "not applicable"
         else:
