@@ -262,3 +262,9 @@ def test_gpt_oss_pp2_groups_projected_per_stage() -> None:
     assert r.num_blocks == 36408
     # the fit check still counts every layer: 18 x 32768 x (521 + 8192) blocks per request
     assert r.needed_bytes == 18 * 32768 * (521 + 8192)
+
+
+def test_pp_workers_allocate_the_common_block_count() -> None:
+    # 61 layers PP2 (31 / 30): stage 1 could hold 5461 blocks but allocates the common 5285
+    r = plan(dense(num_layers=61), pp=2, kv_cache_memory_bytes=TEN_GIB, max_model_len=8192)
+    assert [s.kv_pool_bytes for s in r.ranks] == [5285 * 65536 * 31, 5285 * 65536 * 30]

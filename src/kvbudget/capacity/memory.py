@@ -137,8 +137,8 @@ class RankMemory:
     available_kv_bytes: int
     num_layers: int
     group_size: int
-    num_blocks: int
-    kv_pool_bytes: int
+    num_blocks: int  # this worker's own figure, before the min over workers
+    kv_pool_bytes: int  # what this worker allocates: common num_blocks x page x group_size
 
     @property
     def non_kv_bytes(self) -> int:

@@ -282,6 +282,9 @@ def _make_vllm_plan(
     if request.num_gpu_blocks_override is not None:
         notes.append(f"num_gpu_blocks_override: {num_blocks} -> {request.num_gpu_blocks_override}")
         num_blocks = request.num_gpu_blocks_override
+    # every worker allocates the common (minimum) number of blocks
+    page_bytes = groups[0].page_size_bytes if groups else 0
+    ranks = [replace(r, kv_pool_bytes=num_blocks * page_bytes * r.group_size) for r in ranks]
     mode = request.mamba_cache_mode
     conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)
     tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)
