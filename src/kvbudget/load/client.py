@@ -139,6 +139,10 @@ def _fail(out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> Strea
     return out
 
 
+#: sends retried when a pooled connection turns out to be closed by the server before it answered
+STALE_CONNECTION_RETRIES = 2
+
+
 class OpenAIClient:
     """Streaming client bound to one base URL (use as ``async with``)."""
 
@@ -201,13 +205,25 @@ class OpenAIClient:
         clock = self._clock
         payload = json.dumps(req.body()).encode()
         url = self.base_url + ENDPOINT_PATHS[req.endpoint]
-        out.sent_s = clock()
-        try:
-            resp = await self.session.post(url, data=payload)
-        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
-            return _fail(out, "connect", str(exc), clock())
-        except (aiohttp.ClientError, OSError) as exc:
-            return _fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
+        resp: aiohttp.ClientResponse | None = None
+        for attempt in range(STALE_CONNECTION_RETRIES + 1):
+            out.sent_s = clock()
+            try:
+                resp = await self.session.post(url, data=payload)
+                break
+            except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+                return _fail(out, "connect", str(exc), clock())
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A pooled keep-alive connection the server had already closed: the request
+                # never reached it (llama.cpp's server closes the connection after every
+                # streamed response although it answers "Keep-Alive"). Send it again on another
+                # connection; sent_s is the time of the send that got an answer.
+                if attempt < STALE_CONNECTION_RETRIES:
+                    continue
+                return _fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
+            except (aiohttp.ClientError, OSError) as exc:
+                return _fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
+        assert resp is not None
         try:
             out.http_status = resp.status
             if self.first_headers is None:
