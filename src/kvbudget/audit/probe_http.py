@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -73,6 +74,7 @@ class HttpProbe:
         self.metrics_url = metrics_url
         self.timeout_s = timeout_s
         self.metrics_errors = 0
+        self.reset_route: str | None = None
         self._identity: TargetIdentity | None = None
 
     async def __aenter__(self) -> HttpProbe:
@@ -158,14 +160,33 @@ class HttpProbe:
         return None
 
     async def reset(self) -> bool:
-        try:
-            async with self.client.session.post(
-                self.client.base_url + "/reset_prefix_cache",
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-            ) as resp:
-                return resp.status == 200
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
+        """Reset the prefix cache: vLLM's ``POST /reset_prefix_cache`` (mounted only with
+        ``VLLM_SERVER_DEV_MODE=1`` in recent vLLM), else SGLang's ``POST /flush_cache``.
+
+        True on HTTP 200 unless the body says ``{"reset": false}`` (kvbudget serve). Some vLLM
+        versions answer 200 even when the reset did not happen; the after-reset run's cached
+        tokens show it (see docs/audits.md). ``reset_route`` records the route that answered.
+        """
+        for route in ("/reset_prefix_cache", "/flush_cache"):
+            try:
+                async with self.client.session.post(
+                    self.client.base_url + route,
+                    timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                ) as resp:
+                    if resp.status in (404, 405):
+                        continue
+                    text = await resp.text()
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                return False
+            self.reset_route = route
+            if resp.status != 200:
+                return False
+            try:
+                body = json.loads(text)
+            except ValueError:
+                body = None
+            return not (isinstance(body, dict) and body.get("reset") is False)
+        return False
 
     async def complete(
         self, prompt_ids: tuple[int, ...], prompt_text: str, *, max_tokens: int, logprobs: int

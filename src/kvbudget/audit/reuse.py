@@ -1,9 +1,9 @@
 """Reuse-correctness audit: does output computed from reused KV equal output computed cold?
 
 For each prompt: a **cold** run, a **hot** run of the same prompt (its prefix should now hit
-the cache), and — after ``/reset_prefix_cache`` — an **after-reset** run (recomputed, or
-reloaded from a lower tier when the engine has one: cached tokens > 0 after the reset say
-which). Greedy decoding (``temperature=0``) with top logprobs where the engine offers them.
+the cache), and — after ``/reset_prefix_cache`` — an **after-reset** run: ``recomputed``,
+or ``cached_after_reset`` (cached tokens > 0 after the reset: KV reloaded from a lower tier
+such as CPU offload, or a reset that did not take effect). Greedy decoding (``temperature=0``) with top logprobs where the engine offers them.
 
 Per comparison (hot vs cold, after-reset vs cold): ``identical``; ``within_tolerance`` (at the
 first differing token ``k`` both runs carry top logprobs, each run's token is in the other's
@@ -93,7 +93,7 @@ class PromptResult(BaseModel):
     hot: RunRecord
     after_reset: RunRecord | None
     reuse_proven: bool
-    after_reset_path: Literal["reloaded", "recomputed", "untested"]
+    after_reset_path: Literal["cached_after_reset", "recomputed", "untested"]
     hot_vs_cold: Comparison
     after_reset_vs_cold: Comparison
 
@@ -315,10 +315,14 @@ async def run_reuse(
         bases.add(_units(cold)[1])
         proven = (hot.cached_tokens or 0) > 0 or (dh or 0) > 0
         if after is None:
-            path: Literal["reloaded", "recomputed", "untested"] = "untested"
+            path: Literal["cached_after_reset", "recomputed", "untested"] = "untested"
             ar = Comparison(verdict="untested", detail="no prefix-cache reset available")
         else:
-            path = "reloaded" if (after.cached_tokens or 0) > 0 or (da or 0) > 0 else "recomputed"
+            path = (
+                "cached_after_reset"
+                if (after.cached_tokens or 0) > 0 or (da or 0) > 0
+                else "recomputed"
+            )
             ar = compare(cold, after, cfg)
         hv = compare(cold, hot, cfg)
         if not proven and hv.verdict == "identical":

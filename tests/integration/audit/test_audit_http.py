@@ -72,30 +72,52 @@ def test_reuse_over_http_against_the_embedded_server_passes() -> None:
 
 
 # ------------------------------------------------------------------ fake servers
-def _fake_app(*, corrupt_after_hit: bool, can_reset: bool) -> web.Application:
-    """A tiny OpenAI-like server: the output is the tokenizer's rule-4 text of the prompt;
-    a prompt seen before counts as a full-prompt cache hit (``cached_tokens = len - 1``)."""
+def _fake_app(
+    *,
+    corrupt_after_hit: bool = False,
+    can_reset: bool = False,
+    reset_route: str = "/reset_prefix_cache",
+    reset_body: dict[str, Any] | None = None,
+    tier: bool = False,
+    corrupt_reload: bool = False,
+) -> web.Application:
+    """A tiny OpenAI-like server: the output is the tokenizer's rule-4 text of the prompt.
+
+    ``corrupt_after_hit``: a prompt seen before is a full-prompt GPU hit
+    (``cached_tokens = len - 1``) and its output token ``max_tokens // 2`` is changed.
+    ``tier``: a reset moves cached prompts to a "CPU tier"; a prompt found there is reloaded
+    (reported as cached), and with ``corrupt_reload`` its output is changed the same way.
+    """
     tok = get_tokenizer()
-    seen: set[str] = set()
-    hits = {"tokens": 0}
+    gpu: set[str] = set()
+    cpu: set[str] = set()
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
-        ids = tok.encode(body["prompt"])
+        prompt = body["prompt"]
+        ids = tok.encode(prompt)
         n = int(body["max_tokens"])
         out = tok.output_ids(ids, n)
         cached = 0
-        if corrupt_after_hit:
-            if body["prompt"] in seen:
-                cached = len(ids) - 1
-                hits["tokens"] += cached
-                out[n // 2] = (out[n // 2] + 1) % tok.vocab_size or 5  # the corrupted reload
-            seen.add(body["prompt"])
-        text = tok.decode(out)
+        corrupt = False
+        if prompt in gpu and (corrupt_after_hit or tier):
+            cached = len(ids) - 1
+            corrupt = corrupt_after_hit
+        elif prompt in cpu and tier:
+            cached = len(ids) - 1
+            corrupt = corrupt_reload
+        if corrupt:
+            out[n // 2] = out[n // 2] + 1 if out[n // 2] + 1 < tok.vocab_size else 5
+        gpu.add(prompt)
         return web.json_response(
             {
                 "choices": [
-                    {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+                    {
+                        "index": 0,
+                        "text": tok.decode(out),
+                        "logprobs": None,
+                        "finish_reason": "length",
+                    }
                 ],
                 "usage": {
                     "prompt_tokens": len(ids),
@@ -109,13 +131,17 @@ def _fake_app(*, corrupt_after_hit: bool, can_reset: bool) -> web.Application:
         return web.json_response({"data": [{"id": "fake", "owned_by": "fake"}]})
 
     async def reset(request: web.Request) -> web.Response:
-        seen.clear()
-        return web.json_response({"reset": True})
+        if reset_body is not None and reset_body.get("reset") is False:
+            return web.json_response(reset_body)
+        if tier:
+            cpu.update(gpu)
+        gpu.clear()
+        return web.json_response(reset_body or {"reset": True})
 
     app = web.Application()
     app.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models)])
     if can_reset:
-        app.add_routes([web.post("/reset_prefix_cache", reset)])
+        app.add_routes([web.post(reset_route, reset)])
     return app
 
 
@@ -156,3 +182,32 @@ def test_fake_server_that_never_hits_is_reuse_not_exercised() -> None:
     assert all(p.after_reset_path == "untested" for p in res.prompts)
     assert "did not run" in res.reason
     assert json.loads(res.model_dump_json())["status"] == "inconclusive"
+
+
+def test_fake_sglang_like_flush_cache_is_used_for_the_reset() -> None:
+    cfg = ReuseConfig(num_prompts=2, prompt_tokens=30, max_tokens=4)
+    app = _fake_app(corrupt_after_hit=False, tier=True, can_reset=True, reset_route="/flush_cache")
+    res: ReuseResult = _with_fake(app, lambda p: run_reuse(p, cfg))
+    assert res.reset_available
+    assert res.verdict == "pass"
+    assert [p.after_reset_path for p in res.prompts] == ["cached_after_reset"] * 2
+
+
+def test_fake_refused_reset_leaves_the_after_reset_run_untested() -> None:
+    cfg = ReuseConfig(num_prompts=1, prompt_tokens=30, max_tokens=4)
+    app = _fake_app(tier=True, can_reset=True, reset_body={"reset": False})
+    res: ReuseResult = _with_fake(app, lambda p: run_reuse(p, cfg))
+    assert not res.reset_available
+    assert res.verdict == "incomplete" and res.status == "inconclusive"
+
+
+def test_fake_tier_that_corrupts_on_reload_is_caught_after_the_reset() -> None:
+    # the seed's counterexample: the reload is counted as a hit and the output is wrong
+    cfg = ReuseConfig(num_prompts=2, prompt_tokens=30, max_tokens=6)
+    app = _fake_app(tier=True, corrupt_reload=True, can_reset=True)
+    res: ReuseResult = _with_fake(app, lambda p: run_reuse(p, cfg))
+    assert [p.hot_vs_cold.verdict for p in res.prompts] == ["identical"] * 2
+    assert [p.after_reset_path for p in res.prompts] == ["cached_after_reset"] * 2
+    assert [p.after_reset.cached_tokens for p in res.prompts if p.after_reset] == [29, 29]
+    assert [p.after_reset_vs_cold.verdict for p in res.prompts] == ["diverged_at_token_3"] * 2
+    assert res.verdict == "diverged" and res.status == "fail"
