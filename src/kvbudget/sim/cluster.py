@@ -191,6 +191,8 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
                 },
                 "reuse_histogram": st.reuse_histogram(),
             }
+    if spec.trace:
+        trace.extend(_trace_requests(results, {rep.name: i for i, rep in enumerate(replicas)}))
     last_finish = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
     return SimResult(
         timing_model="+".join(timing_names),
@@ -265,6 +267,30 @@ def _not_run(req: EngineRequest, replica: str, reason: str) -> RequestResult:
         session_id=req.session_id,
         cell_id=req.cell_id,
     )
+
+
+def _trace_requests(results: list[RequestResult], pids: dict[str, int]) -> list[dict[str, Any]]:
+    """Async Chrome-trace spans per request: arrival -> finish, first token as an instant."""
+    events: list[dict[str, Any]] = []
+    for i, r in enumerate(results):
+        if r.finish_s is None:
+            continue
+        pid = pids.get(r.replica, 0)
+        common = {"cat": "request", "id": i, "pid": pid, "tid": 1, "name": r.request_id}
+        events.append(
+            {
+                **common,
+                "ph": "b",
+                "ts": r.arrival_s * 1e6,
+                "args": {"prompt_tokens": r.prompt_tokens, "cached": r.cached_tokens},
+            }
+        )
+        if r.first_token_s is not None:
+            events.append(
+                {**common, "ph": "n", "ts": r.first_token_s * 1e6, "args": {"event": "first token"}}
+            )
+        events.append({**common, "ph": "e", "ts": r.finish_s * 1e6})
+    return events
 
 
 def _trace_step(rep: Replica, index: int, now: float, duration: float) -> dict[str, Any]:

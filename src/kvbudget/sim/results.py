@@ -188,5 +188,10 @@ class SimResult:
             "simulated_s": self.simulated_s,
             "wall_s": self.wall_s,
             "num_steps": self.num_steps,
+            "kv_usage_peak": max((x.kv_usage for x in self.samples), default=None),
+            "kv_usage_mean": (
+                sum(x.kv_usage for x in self.samples) / len(self.samples) if self.samples else None
+            ),
+            "num_samples": len(self.samples),
             "tiers": self.tier_stats,
         }
