@@ -165,11 +165,7 @@ def three_budgets(plan: PlanResult, model: ModelSpec) -> ThreeBudgets:
     peaks: list[DevicePeak] = []
     pool_bytes: list[int] = []
     for rank in plan.ranks:
-        pool = (
-            plan.num_blocks * plan.page_size_bytes * rank.group_size
-            if plan.engine == "vllm"
-            else rank.kv_pool_bytes
-        )
+        pool = rank.kv_pool_bytes
         pool_bytes.append(pool)
         peaks.append(
             DevicePeak(
