@@ -10,7 +10,7 @@ import aiohttp
 
 from kvbudget.audit.probes import Completion, Observation, TargetIdentity
 from kvbudget.errors import TargetError
-from kvbudget.load.client import ClientRequest, OpenAIClient
+from kvbudget.load.client import ENDPOINT_PATHS, ClientRequest, Endpoint, OpenAIClient
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.records import excerpt
@@ -68,8 +68,12 @@ class HttpProbe:
         metrics_url: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 60.0,
+        endpoint: Endpoint = "completions",
     ) -> None:
         self.client = OpenAIClient(base_url, concurrency=1, timeout_s=timeout_s, api_key=api_key)
+        #: ``completions`` (raw prompt) or ``chat`` (one user message; the chat template's
+        #: tokens are common to every prompt and land in the control arm's baseline)
+        self.endpoint: Endpoint = endpoint
         self.model = model
         self.metrics_url = metrics_url
         self.timeout_s = timeout_s
@@ -126,6 +130,7 @@ class HttpProbe:
             prompt=prompt_text,
             max_tokens=1,
             model=self._model(),
+            endpoint=self.endpoint,
             cache_salt=cache_salt,
             extra_body={"temperature": 0},
         )
@@ -191,19 +196,26 @@ class HttpProbe:
     async def complete(
         self, prompt_ids: tuple[int, ...], prompt_text: str, *, max_tokens: int, logprobs: int
     ) -> Completion:
+        chat = self.endpoint == "chat"
         body: dict[str, Any] = {
             "model": self._model(),
-            "prompt": prompt_text,
             "max_tokens": max_tokens,
             "temperature": 0,
             "ignore_eos": True,
             "stream": False,
         }
-        if logprobs > 0:
-            body["logprobs"] = logprobs
+        if chat:
+            body["messages"] = [{"role": "user", "content": prompt_text}]
+            if logprobs > 0:
+                body["logprobs"] = True
+                body["top_logprobs"] = logprobs
+        else:
+            body["prompt"] = prompt_text
+            if logprobs > 0:
+                body["logprobs"] = logprobs
         try:
             async with self.client.session.post(
-                self.client.base_url + "/v1/completions",
+                self.client.base_url + ENDPOINT_PATHS[self.endpoint],
                 json=body,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             ) as resp:
@@ -227,8 +239,10 @@ class HttpProbe:
             details = use.get("prompt_tokens_details")
             if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
                 cached = int(details["cached_tokens"])
+        message = choice.get("message")
+        content = message.get("content") if chat and isinstance(message, dict) else None
         return Completion(
-            text=str(choice.get("text") or ""),
+            text=str((content or "") if chat else (choice.get("text") or "")),
             tokens=tokens,
             top_logprobs=tops,
             cached_tokens=cached,

@@ -64,6 +64,7 @@ async def run_audits(
     model: str | None = None,
     api_key: str | None = None,
     timeout_s: float = 60.0,
+    endpoint: Literal["completions", "chat"] = "completions",
     sim: SimProbeOptions | None = None,
     seed: int = 0,
 ) -> AuditBundle:
@@ -74,6 +75,11 @@ async def run_audits(
     if not base_url:
         raise ConfigError("audit target kind 'http' needs base_url", field="base_url")
     async with HttpProbe(
-        base_url, model=model, metrics_url=metrics_url, api_key=api_key, timeout_s=timeout_s
+        base_url,
+        model=model,
+        metrics_url=metrics_url,
+        api_key=api_key,
+        timeout_s=timeout_s,
+        endpoint=endpoint,
     ) as http:
         return await _run(http, isolation, reuse)

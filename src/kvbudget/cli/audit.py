@@ -30,6 +30,14 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--model", default=None, help="Model name (default: first of /v1/models)."),
         click.option(
+            "--endpoint",
+            type=click.Choice(["completions", "chat"]),
+            default="completions",
+            show_default=True,
+            help="--base-url: /v1/completions (raw prompt) or /v1/chat/completions (one user "
+            "message).",
+        ),
+        click.option(
             "--metrics-url",
             default=None,
             help="Prometheus /metrics URL; the prefix-cache hit counter is read around requests.",
@@ -139,6 +147,7 @@ async def _with_probe(opts: dict[str, Any], work: Callable[[Any], Any]) -> Any:
         metrics_url=opts["metrics_url"],
         api_key=_api_key(opts["api_key_env"]),
         timeout_s=opts["timeout_s"],
+        endpoint=opts["endpoint"],
     ) as http:
         return await work(http)
 

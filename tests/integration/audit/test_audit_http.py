@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -23,7 +23,9 @@ from kvbudget.serve.build import ServeEngineOptions, build_engine
 from kvbudget.workload.tokenizer import get_tokenizer
 
 
-def _with_serve(work: Callable[[HttpProbe], Awaitable[Any]], *, metrics: bool = True) -> Any:
+def _with_serve(
+    work: Callable[[HttpProbe], Awaitable[Any]], *, metrics: bool = True, chat: bool = False
+) -> Any:
     async def go() -> Any:
         built = build_engine(
             ServeEngineOptions(
@@ -34,7 +36,10 @@ def _with_serve(work: Callable[[HttpProbe], Awaitable[Any]], *, metrics: bool = 
             built.core, model_name="m", max_model_len=2048, timing_name=built.timing_name
         ) as app:
             murl = app.base_url + "/metrics" if metrics else None
-            async with HttpProbe(app.base_url, model=None, metrics_url=murl) as probe:
+            endpoint: Literal["completions", "chat"] = "chat" if chat else "completions"
+            async with HttpProbe(
+                app.base_url, model=None, metrics_url=murl, endpoint=endpoint
+            ) as probe:
                 return await work(probe)
 
     return asyncio.run(go())
@@ -69,6 +74,25 @@ def test_reuse_over_http_against_the_embedded_server_passes() -> None:
     assert res.reset_available
     assert [p.hot.cached_tokens for p in res.prompts] == [32, 32]  # 47 tokens -> 2 full blocks
     assert all(p.hot_vs_cold.verdict == "identical" for p in res.prompts)
+
+
+def test_isolation_over_the_chat_endpoint_counts_the_template_token_in_blocks() -> None:
+    # "<|user|> prefix suffix <|assistant|>": 1 + 64 shared tokens -> floor(65 / 16) = 4 blocks
+    cfg = IsolationConfig(trials=4, prefix_tokens=64, suffix_tokens=16, salt_mode="none")
+    res: IsolationResult = _with_serve(lambda p: run_isolation(p, cfg), chat=True)
+    hits = [r for r in res.trial_records if r.arm == "hit"]
+    assert [r.attacker_cached_tokens for r in hits] == [64] * 4
+    assert [r.attacker_prompt_tokens for r in hits] == [82] * 4
+    assert res.control_cached_tokens_max == 0
+    assert res.verdict == "leak_detected"
+
+
+def test_reuse_over_the_chat_endpoint_passes() -> None:
+    cfg = ReuseConfig(num_prompts=1, prompt_tokens=40, max_tokens=4)
+    res: ReuseResult = _with_serve(lambda p: run_reuse(p, cfg), chat=True)
+    assert res.verdict == "pass", res.reason
+    assert res.prompts[0].hot.cached_tokens == 32  # 42 chat tokens -> 2 full blocks
+    assert res.prompts[0].cold.prompt_tokens == 42
 
 
 # ------------------------------------------------------------------ fake servers
