@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm import get_pp_indices, kv_layers, vllm_layer_specs
 from kvbudget.capacity.memory import (
@@ -115,7 +117,11 @@ def make_sglang_plan(
                 kv_pool_bytes=tokens * cell,
             )
         )
-    tokens = min(pool_tokens)
+    tokens = min(pool_tokens)  # PP: all-reduced MIN over ranks
+    ranks = [
+        replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0))
+        for r, t in zip(ranks, pool_tokens, strict=True)
+    ]
     max_running = request.max_num_seqs or max_running_requests(tokens, context_len)
     if request.max_num_seqs is None:
         defaults["max_running_requests"] = (
