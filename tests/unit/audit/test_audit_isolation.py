@@ -180,3 +180,12 @@ def test_without_counters_and_with_salts_the_positive_control_rests_on_timing() 
     summary = res.summary()
     assert summary["cross_tenant_cached_tokens"] is None
     assert summary["verdict"] == res.verdict
+
+
+def test_same_seed_same_result_on_the_simulator_despite_fresh_salts() -> None:
+    cfg = IsolationConfig(trials=5, prefix_tokens=32, suffix_tokens=8, seed=11)
+    a = _run(cfg).model_dump(exclude={"created"})
+    b = _run(cfg).model_dump(exclude={"created"})
+    assert a == b
+    c = _run(replace(cfg, seed=12)).model_dump(exclude={"created"})
+    assert c["trial_records"] != a["trial_records"]
