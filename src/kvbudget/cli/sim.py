@@ -69,6 +69,7 @@ def _render(summary: dict[str, Any]) -> str:
         f"  output throughput    {summary['output_tokens_per_s']:.1f} tokens/s",
         f"  simulated / wall     {summary['simulated_s']:.2f} s / {summary['wall_s']:.2f} s",
     ]
+    lines.extend(f"  note: {note}" for note in summary.get("notes", []))
     return "\n".join(lines)
 
 

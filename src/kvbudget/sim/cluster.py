@@ -193,6 +193,15 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
             }
     if spec.trace:
         trace.extend(_trace_requests(results, {rep.name: i for i, rep in enumerate(replicas)}))
+    notes: list[str] = []
+    for rep in replicas:
+        cfg = rep.config
+        if cfg.enable_prefix_caching and not cfg.prefix_caching_effective:
+            kinds = sorted({g.kind for g in cfg.kv_groups} - {"full"})
+            notes.append(
+                f"{rep.name}: prefix caching is not modelled for hybrid KV groups "
+                f"({', '.join(kinds)}); this replica ran without it (hit rate 0)"
+            )
     last_finish = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
     return SimResult(
         timing_model="+".join(timing_names),
@@ -208,6 +217,7 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
         router=spec.router,
         router_fallbacks=router.num_fallbacks,
         trace_events=trace,
+        notes=notes,
     )
 
 

@@ -125,6 +125,8 @@ class SimResult:
     router: str = "round_robin"
     router_fallbacks: int = 0
     trace_events: list[dict[str, Any]] = field(default_factory=list)
+    #: caveats that change how to read the figures (e.g. a feature not modelled)
+    notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[RequestRecord]:
         """One ``RequestRecord`` (source ``simulated``) per request."""
@@ -194,4 +196,5 @@ class SimResult:
             ),
             "num_samples": len(self.samples),
             "tiers": self.tier_stats,
+            "notes": list(self.notes),
         }
