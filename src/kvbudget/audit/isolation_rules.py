@@ -134,7 +134,12 @@ def decide(
             f"the positive control (same tenant) showed no reuse (evidence: {pc.evidence}); "
             "the audit cannot tell isolation from a cache that never hits"
         )
+    tokens = (
+        "the target reports no cached tokens or hit counter"
+        if leak_tokens is None
+        else "no cross-tenant cached tokens"
+    )
     return "no_leak_detected", (
-        f"no cross-tenant cached tokens and no timing difference at alpha {test.alpha:g}; "
+        f"{tokens} and no timing difference at alpha {test.alpha:g}; "
         f"an effect of AUC >= {test.mde_auc:.3f} would be detected with power {test.power:g}"
     )
