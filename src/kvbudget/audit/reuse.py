@@ -234,8 +234,10 @@ def _overall(
             "diverged",
             "fail",
             (
-                f"{len(diverged)} of {len(prompts)} prompt(s) produced different greedy output "
-                f"from reused or reloaded KV (first: prompt {diverged[0]}); " + tolerance_rule(cfg)
+                f"{len(diverged)} of {len(prompts)} prompt(s) produced a different greedy "
+                f"output on a repeated run (first: prompt {diverged[0]}; reuse shown on "
+                f"{sum(1 for i in diverged if prompts[i].reuse_proven)} of them); "
+                + tolerance_rule(cfg)
             ),
         )
     errors = [
