@@ -26,7 +26,14 @@ from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig
-from kvbudget.sim.timing import GpuPerf, ModelCost, RooflineTiming, StepTimeModel
+from kvbudget.sim.timing import (
+    CalibratedTiming,
+    CalibrationProfile,
+    GpuPerf,
+    ModelCost,
+    RooflineTiming,
+    StepTimeModel,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 
@@ -225,7 +232,14 @@ def build_capacity(plan: AcceptPlan, lock: ObjectLock) -> CapacityContext:
         raise CapacityError(f"lock: the deployment does not fit: {result.error}")
     policy = lock.prefix_caching.value
     replica = replica_from_plan(result, prefix_caching=bool(policy is None or policy.enabled))
-    timing = roofline_from_plan(result, resolved.spec)
+    timing: StepTimeModel
+    timing_name = "roofline"
+    if plan.target.timing_model == "calibrated" and plan.target.profile is not None:
+        profile = CalibrationProfile.load(plan.target.profile)
+        timing = CalibratedTiming(profile)
+        timing_name = f"calibrated ({profile.name}: {profile.engine} on {profile.gpu})"
+    else:
+        timing = roofline_from_plan(result, resolved.spec)
     computed: dict[str, tuple[Any, str]] = {}
     if resolved.source is not None:
         computed["model.id"] = (
@@ -241,6 +255,6 @@ def build_capacity(plan: AcceptPlan, lock: ObjectLock) -> CapacityContext:
         ledger=build_ledger(plan, result, resolved.spec),
         replica=replica,
         timing=timing,
-        timing_name="roofline",
+        timing_name=timing_name,
         computed_lock=computed,
     )

@@ -74,7 +74,9 @@ def summarize_cell(
     """Summaries, checks and verdict of one cell over its repetitions."""
     input_tier, concurrency_tier = cell_id.split("/", 1)
     records = [r for run in runs for r in run.records if not r.warmup]
-    summaries: dict[str, MetricSummary] = {m: summarize(_values(records, m), rng) for m in METRICS}
+    summaries: dict[str, MetricSummary] = {
+        m: summarize(_values(records, m), rng, metric=m) for m in METRICS
+    }
     capacity_error = next((run.capacity_error for run in runs if run.capacity_error), None)
     num_oom = sum(1 for r in records if r.error_kind == "oom")
     num_error = sum(1 for r in records if r.status == "error")

@@ -26,14 +26,20 @@ DEFAULT_RESAMPLES = 1000
 
 
 def summarize(
-    values: Sequence[float], rng: np.random.Generator, num_resamples: int = DEFAULT_RESAMPLES
+    values: Sequence[float],
+    rng: np.random.Generator,
+    num_resamples: int = DEFAULT_RESAMPLES,
+    *,
+    metric: str = "value",
 ) -> MetricSummary:
     """p50/p90/p95/p99 with CIs, the mean, the count and small-sample warnings."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         return MetricSummary(n=0, warnings=["no samples"])
-    s = metrics_summarize(arr, rng, percentiles=PERCENTILES, num_bootstrap=num_resamples)
+    s = metrics_summarize(
+        arr, rng, metric=metric, percentiles=PERCENTILES, num_bootstrap=num_resamples
+    )
     out: dict[str, PercentileCI] = {}
     for key, est in s.percentiles.items():
         if est.value is not None:

@@ -10,7 +10,7 @@ from html import escape
 
 from kvbudget.accept.result import AcceptResult
 from kvbudget.report.charts import CHARTS, render_charts
-from kvbudget.report.markdown import CELL_HEADER, cell_row
+from kvbudget.report.markdown import CELL_HEADER, PCT_HEADER, cell_row, percentile_rows
 from kvbudget.units import format_bytes
 
 CSS = """
@@ -88,11 +88,62 @@ def render_html(doc: AcceptResult) -> str:
                 [c.verdict for c in cell.checks],
             )
         )
+        if cell.summaries:
+            add(_table(PCT_HEADER, percentile_rows(cell)))
         if cell.output_excerpts:
             add("<p>Model output excerpts (escaped):</p>")
             for text in cell.output_excerpts:
                 add(f"<pre class='model-output'>{_e(text)}</pre>")
         add("</details>")
+    add("<h2 id='load'>Load</h2>")
+    load = doc.plan.get("load", {})
+    tiers = load.get("tiers", {})
+    add(
+        _table(
+            ["input tier", "prompt tokens", "output tokens", "source"],
+            [
+                [
+                    n,
+                    f"{t['min_tokens']}-{t['max_tokens']}",
+                    t["output_tokens"],
+                    str(t["source"]).replace("_", " ")
+                    + (f" ({t['data_ref']})" if t.get("data_ref") else ""),
+                ]
+                for n, t in tiers.items()
+            ],
+        )
+    )
+    conc = load.get("concurrency", {})
+    add(
+        _table(
+            ["concurrency tier", "in flight", "arrival", "duration (s)", "source"],
+            [
+                [
+                    n,
+                    t["concurrency"],
+                    t["arrival"] + (f" {t['rate_per_s']}/s" if t.get("rate_per_s") else ""),
+                    t["duration_s"],
+                    str(t["source"]).replace("_", " "),
+                ]
+                for n, t in conc.items()
+            ],
+        )
+    )
+    add(
+        f"<p>Repetitions {_e(load.get('repetitions'))}; template {_e(load.get('template_version'))}; "
+        f"warm-up {_e(doc.warmup)}; idle baseline {_e(doc.baseline)}.</p>"
+    )
+    samples = load.get("samples") or []
+    if samples:
+        add(
+            _table(
+                ["sample tier", "sha256", "prompt tokens", "template"],
+                [
+                    [x["tier"], x["sha256"], x["prompt_tokens"], x["template_version"]]
+                    for x in samples
+                ],
+            )
+        )
     add("<h2>Stop conditions (declared before the run)</h2>")
     add(
         _table(

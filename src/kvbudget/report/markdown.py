@@ -38,6 +38,27 @@ def split_verdicts(cell: CellResult) -> tuple[str, str]:
     return worst(perf), worst(qual)
 
 
+def percentile_rows(cell: CellResult) -> list[list[str]]:
+    """One row per metric: n, then each percentile as ``value [low, high]`` (seconds)."""
+    rows = []
+    for metric, summary in cell.summaries.items():
+        row = [metric, str(summary.n)]
+        for key in ("p50", "p90", "p95", "p99"):
+            est = summary.percentiles.get(key)
+            if est is None:
+                row.append("—")
+            elif est.low is None or est.high is None:
+                row.append(f"{est.value:.4g}")
+            else:
+                row.append(f"{est.value:.4g} [{est.low:.4g}, {est.high:.4g}]")
+        row.append("; ".join(summary.warnings))
+        rows.append(row)
+    return rows
+
+
+PCT_HEADER = ["metric (s)", "n", "p50 [95% CI]", "p90", "p95", "p99", "small-sample warnings"]
+
+
 def cell_row(cell: CellResult) -> list[str]:
     perf, qual = split_verdicts(cell)
     ttft = cell.summaries.get("ttft_s")
@@ -98,6 +119,16 @@ def render_markdown(doc: AcceptResult) -> str:
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))
+    add("\n### Percentiles per cell (bootstrap 95% CIs)\n")
+    for cell in doc.cells:
+        if not cell.summaries:
+            continue
+        add(f"**{cell.cell_id}** ({cell.kind}, {cell.repetitions} repetitions)\n")
+        add("| " + " | ".join(PCT_HEADER) + " |")
+        add("|" + "---|" * len(PCT_HEADER))
+        for row in percentile_rows(cell):
+            add("| " + " | ".join(_md(x) for x in row) + " |")
+        add("")
     add("\n## Stop conditions (declared before the run)\n")
     add("| condition | declared | status | cells | detail |\n|---|---|---|---|---|")
     for s in doc.stop_conditions:

@@ -40,3 +40,27 @@ def test_fp8_variant_doubles_the_pool_tokens() -> None:
     fp8 = build_capacity(plan, apply_overrides(plan.lock, {"kv_dtype": "fp8"}))
     ratio = fp8.plan.kv_cache_tokens / base.plan.kv_cache_tokens
     assert abs(ratio - 2.0) < 0.01  # 1 byte instead of 2 per element, same memory
+
+
+def test_calibrated_profile_replaces_the_roofline(tmp_path: Path) -> None:
+    import json
+
+    from kvbudget.sim.timing import BatchShape
+
+    profile = tmp_path / "profile.json"
+    # prefill t = 0.004 + 2e-5 * T exactly; decode t = 0.006 + 1e-4 * batch + 1e-7 * context
+    prefill = [(t, 0.004 + 2e-5 * t) for t in (128, 1024, 4096, 8192)]
+    decode = [(b, c, 0.006 + 1e-4 * b + 1e-7 * c) for b, c in ((1, 1000), (8, 16000), (32, 64000), (64, 9000))]
+    profile.write_text(json.dumps({
+        "name": "test", "model_id": "meta-llama/Llama-3.1-8B", "gpu": "H100", "engine": "vllm 0.11.0",
+        "prefill_points": prefill, "decode_points": decode,
+    }))
+    plan = load_plan(DEMO)
+    plan = plan.model_copy(
+        update={"target": plan.target.model_copy(update={"timing_model": "calibrated", "profile": str(profile)})}
+    )
+    ctx = build_capacity(plan, plan.lock)
+    assert ctx.timing_name.startswith("calibrated (test: vllm 0.11.0 on H100)")
+    # a pure decode step of 8 sequences at 16,000 context tokens: the fitted line, by hand
+    step = ctx.timing.step_time_s(BatchShape(0, 0.0, 0, 8, 16000))
+    assert abs(step - (0.006 + 1e-4 * 8 + 1e-7 * 16000)) < 2e-4
