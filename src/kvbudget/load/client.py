@@ -97,6 +97,9 @@ class StreamOutcome:
     cached_tokens: int | None = None
     num_events: int = 0
     headers: dict[str, str] | None = None
+    #: the engine's own per-request timings when its final chunk carries them (llama.cpp:
+    #: prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n); numeric entries only
+    server_timings: dict[str, float] | None = None
 
     @property
     def num_chunks(self) -> int:
@@ -380,6 +383,13 @@ def _parse_events(
             reason = choice.get("finish_reason")
             if reason:
                 out.finish_reason = reason
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            out.server_timings = {
+                k: float(v)
+                for k, v in timings.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
         usage = obj.get("usage")
         if isinstance(usage, dict):
             out.usage_prompt_tokens = usage.get("prompt_tokens", out.usage_prompt_tokens)

@@ -161,8 +161,29 @@ class RooflineTiming:
         )
 
 
+class StepFit(BaseModel):
+    """Fitted step-time coefficients (``kvbudget calibrate``), seconds; all non-negative.
+
+    One step (one ubatch) costs ``step_overhead_s + prefill_per_token_s * P +
+    prefill_per_pair_s * pairs + decode_per_seq_s * n + decode_per_context_token_s * ctx``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step_overhead_s: float = Field(ge=0)
+    prefill_per_token_s: float = Field(ge=0)
+    prefill_per_pair_s: float = Field(ge=0)
+    decode_per_seq_s: float = Field(ge=0)
+    decode_per_context_token_s: float = Field(ge=0)
+
+
 class CalibrationProfile(BaseModel):
-    """Measured step times of one engine/model/GPU, stored as JSON."""
+    """Measured step times of one engine/model/GPU, stored as JSON.
+
+    Profiles written by ``kvbudget calibrate`` also carry the fit itself (``fit``, used as is),
+    the engine's version, flags and hardware, the fit's residuals and the ranges the measured
+    points covered (``valid_ranges``: name -> [min, max]); all optional for older profiles.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -175,6 +196,29 @@ class CalibrationProfile(BaseModel):
     prefill_points: list[tuple[int, float]] = Field(min_length=3)
     #: (batch size, total context tokens of the batch, seconds)
     decode_points: list[tuple[int, int, float]] = Field(min_length=3)
+    fit: StepFit | None = None
+    engine_version: str = ""
+    engine_flags: list[str] = Field(default_factory=list)
+    hardware: str = ""
+    #: latency outside engine steps (HTTP, tokenization), added to TTFT by request-level predictors
+    request_overhead_s: float = Field(default=0.0, ge=0)
+    #: name -> value (e.g. rms_s, max_rel), how well the fit matches the points it came from
+    residuals: dict[str, float] = Field(default_factory=dict)
+    #: name (prompt_tokens, context_tokens, batch_size) -> (min, max) covered by the points
+    valid_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+    def range_warnings(self, observed: dict[str, float]) -> list[str]:
+        """One line per observed maximum outside ``valid_ranges`` (names not in both skipped)."""
+        out: list[str] = []
+        for name, value in sorted(observed.items()):
+            rng = self.valid_ranges.get(name)
+            if rng is not None and not rng[0] <= value <= rng[1]:
+                out.append(
+                    f"profile {self.name}: {name} {value:g} is outside the calibrated range "
+                    f"[{rng[0]:g}, {rng[1]:g}]; the step time is extrapolated (recalibrate "
+                    f"with a wider series to trust it)"
+                )
+        return out
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationProfile:
@@ -198,14 +242,25 @@ class CalibratedTiming:
 
         self.profile = profile
         self.name = f"calibrated:{profile.name}"
+        self.prefill_coef: tuple[float, float, float]
+        self.decode_coef: tuple[float, float, float]
+        if profile.fit is not None:  # fitted by kvbudget calibrate: one shared step overhead
+            f = profile.fit
+            self.prefill_coef = (f.step_overhead_s, f.prefill_per_token_s, f.prefill_per_pair_s / 2)
+            self.decode_coef = (
+                f.step_overhead_s,
+                f.decode_per_seq_s,
+                f.decode_per_context_token_s,
+            )
+            return
         pre = np.array(profile.prefill_points, dtype=float)
         a_matrix = np.column_stack([np.ones(len(pre)), pre[:, 0], pre[:, 0] ** 2])
-        self.prefill_coef: tuple[float, float, float] = tuple(  # type: ignore[assignment]
+        self.prefill_coef = tuple(  # type: ignore[assignment]
             float(x) for x in nnls(a_matrix, pre[:, 1])[0]
         )
         dec = np.array(profile.decode_points, dtype=float)
         b_matrix = np.column_stack([np.ones(len(dec)), dec[:, 0], dec[:, 1]])
-        self.decode_coef: tuple[float, float, float] = tuple(  # type: ignore[assignment]
+        self.decode_coef = tuple(  # type: ignore[assignment]
             float(x) for x in nnls(b_matrix, dec[:, 2])[0]
         )
 
