@@ -152,6 +152,18 @@ async def _with_probe(opts: dict[str, Any], work: Callable[[Any], Any]) -> Any:
         return await work(http)
 
 
+def _check_sim_length(opts: dict[str, Any], num_tokens: int, flags: str) -> None:
+    from kvbudget.audit.probe_sim import SimProbeOptions
+
+    limit = SimProbeOptions().max_model_len
+    if opts["target"] == "sim" and num_tokens > limit:
+        raise ConfigError(
+            f"{flags}: {num_tokens} tokens per request exceed the simulated engine's "
+            f"max_model_len {limit}; use at most {limit} tokens in all",
+            field="prefix_tokens",
+        )
+
+
 def _progress(enabled: bool) -> Callable[[int, int], None] | None:
     if not enabled:
         return None
@@ -264,6 +276,9 @@ def isolation(**opts: Any) -> int:
         user_salts=_load_salts(opts["salt_file"]),
     )
     cfg.validate()
+    _check_sim_length(
+        opts, cfg.prefix_tokens + cfg.suffix_tokens + 1, "--prefix-tokens + --suffix-tokens"
+    )
     if not 0 < cfg.power < 1:
         raise ConfigError(f"--power {cfg.power}: must lie in (0, 1), e.g. 0.8", field="power")
     declared = declared_statistics(cfg)
@@ -351,6 +366,7 @@ def reuse(**opts: Any) -> int:
         reset=not opts["no_reset"],
     )
     cfg.validate()
+    _check_sim_length(opts, cfg.prompt_tokens + cfg.max_tokens, "--prompt-tokens + --max-tokens")
     prompts = _read_prompts(opts["prompts_file"]) if opts["prompts_file"] else None
     progress = _progress(not opts["as_json"] and sys.stderr.isatty())
 

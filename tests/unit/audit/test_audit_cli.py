@@ -81,6 +81,8 @@ def test_user_salt_file_is_never_echoed(tmp_path: Path) -> None:
         (["audit", "isolation", "--target", "sim", "--salt", "bogus"], "--salt"),
         (["audit", "reuse", "--target", "sim", "--logprobs", "50"], "--logprobs 50"),
         (["audit", "reuse", "--target", "sim", "--prompts", "0"], "--prompts 0"),
+        (["audit", "isolation", "--target", "sim", "--prefix-tokens", "20000"], "16384"),
+        (["audit", "reuse", "--target", "sim", "--prompt-tokens", "16380"], "--max-tokens"),
     ],
 )
 def test_bad_flags_are_one_line_errors(argv: list[str], needle: str) -> None:
