@@ -116,3 +116,27 @@ def test_unreachable_server_is_a_one_line_target_error() -> None:
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("TargetError:"), err
+
+
+def test_prompts_file_is_used_and_only_hashes_are_kept(tmp_path: Path) -> None:
+    import hashlib
+
+    texts = [" ".join(["alpha", "beta"] * 30), " ".join(["gamma", "delta"] * 25)]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+    code, out, err = run(["audit", "reuse", "--target", "sim", "--prompts-file", str(path),
+                          "--max-tokens", "3", "--json"])  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [p["prompt_sha256"] for p in doc["prompts"]] == [
+        hashlib.sha256(t.encode()).hexdigest() for t in texts
+    ]
+    assert [p["prompt_tokens"] for p in doc["prompts"]] == [60, 50]  # one token per word
+    assert "alpha beta" not in out
+
+
+def test_bad_prompts_file_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ok words"}\nnot json\n')
+    code, _, err = run(["audit", "reuse", "--target", "sim", "--prompts-file", str(path)])
+    assert code == 2 and "line 2" in err and len(err.strip().splitlines()) == 1
