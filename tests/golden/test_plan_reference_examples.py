@@ -278,3 +278,30 @@ def test_activation_rule_within_35_percent_of_the_two_logged_examples() -> None:
         est = estimate_activation_bytes(spec, tp=tp, max_num_batched_tokens=2048, max_num_seqs=256)
         assert est.source == "estimated"
         assert abs(est.num_bytes / GiB / logged - 1) <= 0.35
+
+
+def test_s7_1_sglang_hybrid_swa_split() -> None:
+    # §7.1: full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa); swa = full * r.
+    # Gemma-2-9B: 21 sliding + 21 full layers, 8 KV heads x 256 -> 8192 B per token per layer
+    # (F = S); cell = 42 x 8192. With rest = 9000 cells and r = 0.8:
+    # full = 9000 x 42 / (21 + 0.8 x 21) = 9000 x 42 / 37.8 = 10000; swa = 8000
+    from kvbudget.spec.resolve import resolve_model
+
+    spec = resolve_model("google/gemma-2-9b").spec
+    assert spec is not None
+    r = make_plan(
+        PlanRequest(
+            model="gemma-2",
+            gpu="H100",
+            engine="sglang",
+            kv_cache_memory_bytes=9000 * 42 * 8192,
+            swa_full_tokens_ratio=0.8,
+            max_model_len=8192,
+        ),
+        spec,
+    )
+    assert r.sglang is not None
+    assert r.sglang.max_total_num_tokens == 9000
+    assert r.sglang.full_tokens is not None and abs(r.sglang.full_tokens - 10000) <= 1
+    assert r.sglang.swa_tokens is not None and abs(r.sglang.swa_tokens - 8000) <= 1
+    assert r.kv_cache_tokens == r.sglang.full_tokens

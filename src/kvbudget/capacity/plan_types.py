@@ -65,6 +65,9 @@ class PlanRequest(BaseModel):
     max_total_tokens: int | None = Field(
         default=None, ge=1, description="SGLang --max-total-tokens"
     )
+    swa_full_tokens_ratio: float | None = Field(
+        default=None, gt=0, le=1, description="SGLang --swa-full-tokens-ratio (hybrid SWA pool)"
+    )
     headroom_fraction: float = Field(
         default=0.03, ge=0, lt=1, description="device-peak margin for fragmentation/workspace"
     )

@@ -405,7 +405,7 @@ _VLLM_ONLY = (
     "num_gpu_blocks_override",
     "disable_hybrid_kv_cache_manager",
 )
-_SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens")
+_SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens", "swa_full_tokens_ratio")
 
 
 def engine_flag_conflicts(request: PlanRequest) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from kvbudget.capacity.sglang_pool import (
     max_total_num_tokens,
     rest_memory_bytes,
     sglang_defaults,
+    split_hybrid_swa,
 )
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
@@ -56,9 +57,12 @@ def make_sglang_plan(
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"
         )
-    if any(s.kind in ("sliding", "chunked") for s in attn):
+    sliding = [s for s in attn if s.kind in ("sliding", "chunked")]
+    ratio = request.swa_full_tokens_ratio
+    if sliding and ratio is None:
         notes.append(
-            "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. gpt-oss)"
+            "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. "
+            "gpt-oss); pass --swa-full-tokens-ratio to model SGLang's hybrid SWA pool"
         )
     mla = any(s.kind == "mla" for s in attn)
     total_free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
@@ -118,11 +122,28 @@ def make_sglang_plan(
             )
         )
     tokens = min(pool_tokens)  # PP: all-reduced MIN over ranks
+    full_tokens: int | None = None
+    swa_tokens: int | None = None
+    if sliding and ratio is not None:
+        full_layers = [s for s in attn if s.kind not in ("sliding", "chunked")]
+        full_tokens, swa_tokens = split_hybrid_swa(
+            tokens,
+            full_bytes=full_layers[0].page_size_bytes if full_layers else 0,
+            swa_bytes=sliding[0].page_size_bytes,
+            num_full=len(full_layers),
+            num_swa=len(sliding),
+            ratio=ratio,
+        )
+        notes.append(
+            f"hybrid SWA pool (ratio {ratio}): {full_tokens} full-attention tokens, {swa_tokens} "
+            "sliding-window tokens; the full pool bounds the context"
+        )
+    capacity = full_tokens if full_tokens is not None else tokens
     ranks = [
         replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0))
         for r, t in zip(ranks, pool_tokens, strict=True)
     ]
-    max_running = request.max_num_seqs or max_running_requests(tokens, context_len)
+    max_running = request.max_num_seqs or max_running_requests(capacity, context_len)
     if request.max_num_seqs is None:
         defaults["max_running_requests"] = (
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
@@ -132,14 +153,14 @@ def make_sglang_plan(
     ]
     k_per_token = sum(s.page_size_bytes // 2 for s in layers_rank0) if not mla else cell_max
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
-    fits = rest_min > 0 and tokens >= context_len
+    fits = rest_min > 0 and capacity >= context_len
     error = None
     if rest_min <= 0:
         error = f"Not enough memory. Please try to increase --mem-fraction-static. Current value: {frac}"
-    elif tokens < context_len:
+    elif capacity < context_len:
         error = (
             f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
-            f"needs more than the pool's {tokens} tokens; lower --context-length or raise --mem-fraction-static"
+            f"needs more than the pool's {capacity} tokens; lower --context-length or raise --mem-fraction-static"
         )
     group = KvCacheGroup(
         group_id=0,
@@ -160,6 +181,9 @@ def make_sglang_plan(
         context_len=context_len,
         chunked_prefill_size=request.max_num_batched_tokens or rule.chunked_prefill_size,
         log_line=line,
+        swa_full_tokens_ratio=ratio if sliding else None,
+        full_tokens=full_tokens,
+        swa_tokens=swa_tokens,
     )
     return PlanResult(
         model_id=model.model_id,
@@ -179,12 +203,12 @@ def make_sglang_plan(
         page_size_bytes=group.page_size_bytes,
         num_blocks=tokens // page_size,
         num_usable_blocks=tokens // page_size,
-        kv_cache_tokens=tokens,
-        max_concurrency=tokens / context_len,
+        kv_cache_tokens=capacity,
+        max_concurrency=capacity / context_len,
         available_kv_bytes=rest_min,
         fits=fits,
         needed_bytes=context_len * cell_max,
-        estimated_max_model_len=None if fits else max(0, tokens),
+        estimated_max_model_len=None if fits else max(0, capacity),
         error=error,
         log_lines=(line,),
         kv_bytes_per_token_per_rank=cell_max,

@@ -91,6 +91,9 @@ class SglangPool:
     context_len: int
     chunked_prefill_size: int
     log_line: str
+    swa_full_tokens_ratio: float | None = None
+    full_tokens: int | None = None
+    swa_tokens: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -104,6 +107,9 @@ class SglangPool:
             "context_len": self.context_len,
             "chunked_prefill_size": self.chunked_prefill_size,
             "log_line": self.log_line,
+            "swa_full_tokens_ratio": self.swa_full_tokens_ratio,
+            "full_tokens": self.full_tokens,
+            "swa_tokens": self.swa_tokens,
         }
 
 
@@ -119,6 +125,18 @@ def max_total_num_tokens(
     if max_total_tokens is not None:
         tokens = min(tokens, max_total_tokens)
     return tokens // page_size * page_size
+
+
+def split_hybrid_swa(
+    max_total: int, *, full_bytes: int, swa_bytes: int, num_full: int, num_swa: int, ratio: float
+) -> tuple[int, int]:
+    """SGLang ``set_num_tokens_hybrid_swa`` (§7.1): ``(full_tokens, swa_tokens)``.
+
+    ``full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa)``; ``swa = full * r``.
+    """
+    denominator = full_bytes * num_full + ratio * swa_bytes * num_swa
+    full = int(max_total * (full_bytes * num_full + swa_bytes * num_swa) / denominator)
+    return full, int(full * ratio)
 
 
 def max_running_requests(tokens: int, context_len: int) -> int:

@@ -54,6 +54,7 @@ _PLAIN_FLAGS = (
     "mamba_cache_mode",
     "mem_fraction_static",
     "page_size",
+    "swa_full_tokens_ratio",
     "headroom_fraction",
     "num_gpu_blocks_override",
     "disable_hybrid_kv_cache_manager",
@@ -248,6 +249,11 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option(
     "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."
+)
+@click.option(
+    "--swa-full-tokens-ratio",
+    type=float,
+    help="SGLang hybrid SWA pool: sliding-window tokens per full-attention token (off: sliding layers count as full).",
 )
 @click.option("--page-size", type=int, help="SGLang page size in tokens (default 1).")
 @click.option("--max-total-tokens", help="SGLang --max-total-tokens cap.")
