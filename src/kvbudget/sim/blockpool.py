@@ -145,7 +145,11 @@ class BlockPool:
 
     def cache_block(self, block_id: int, key: BlockKey) -> None:
         """Record that ``block_id`` (full, referenced) holds the content named ``key``."""
-        if not self.enable_caching or self.block_key[block_id] is not None:
+        if (
+            not self.enable_caching
+            or block_id == NULL_BLOCK_ID
+            or self.block_key[block_id] is not None
+        ):
             return
         self.block_key[block_id] = key
         if key in self._cached:

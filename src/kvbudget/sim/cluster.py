@@ -197,10 +197,9 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
     for rep in replicas:
         cfg = rep.config
         if cfg.enable_prefix_caching and not cfg.prefix_caching_effective:
-            kinds = sorted({g.kind for g in cfg.kv_groups} - {"full"})
             notes.append(
-                f"{rep.name}: prefix caching is not modelled for hybrid KV groups "
-                f"({', '.join(kinds)}); this replica ran without it (hit rate 0)"
+                f"{rep.name}: prefix caching is not modelled for state (mamba / linear "
+                "attention) KV groups; this replica ran without it (hit rate 0)"
             )
     last_finish = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
     return SimResult(

@@ -92,8 +92,8 @@ class ReplicaConfig(BaseModel):
 
     @property
     def prefix_caching_effective(self) -> bool:
-        """Prefix caching applies only when every group is full attention (see docs)."""
-        return self.enable_prefix_caching and all(g.kind == "full" for g in self.kv_groups)
+        """Prefix caching is modelled for full and sliding-window groups, not state (see docs)."""
+        return self.enable_prefix_caching and all(g.kind != "state" for g in self.kv_groups)
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Blocks one sequence of ``num_tokens`` holds at its peak, over all groups."""

@@ -8,8 +8,9 @@ it (a block id covers one page of every layer of its group). Per group kind:
   pool and their slots replaced by the null block (vLLM ``remove_skipped_blocks``);
 * ``state``: one block per sequence (a fixed state page), whatever its length.
 
-Prefix caching (hash lookup and registration of full blocks) applies when every group is full
-attention; hybrid sliding/state models run without it (documented in docs/simulator.md).
+Prefix caching (hash lookup and registration of full blocks) applies to full and sliding
+groups (vLLM's hybrid rule for the window); models with state groups run without it
+(documented in docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -77,21 +78,52 @@ class KVCacheManager:
                 found.append(block_id)
             num_hit = max_cache_hit_tokens(len(found), self.block_size, req.num_tokens)
             return [found[: num_hit // self.block_size]], num_hit
-        hits: list[list[int]] = [[] for _ in range(self.num_groups)]
-        num_blocks = 0
-        for block_hash in req.block_hashes:
-            per_group = [
-                pool.get_cached_block(self.key(g, block_hash)) for g in range(self.num_groups)
-            ]
-            if any(b is None for b in per_group):
-                break
-            for g, b in enumerate(per_group):
-                assert b is not None
-                hits[g].append(b)
-            num_blocks += 1
-        num_tokens = max_cache_hit_tokens(num_blocks, self.block_size, req.num_tokens)
-        keep = num_tokens // self.block_size
-        return [h[:keep] for h in hits], num_tokens
+        return self._find_hybrid_hit(req)
+
+    def _find_hybrid_hit(self, req: SimRequest) -> tuple[list[list[int]], int]:
+        """Full groups: longest cached prefix; sliding groups: the window before it cached.
+
+        As vLLM's hybrid coordinator: the full-attention hit ``n`` blocks is shortened until
+        every sliding group has its last ``cdiv(window - 1, block_size)`` blocks before the hit
+        point cached; earlier sliding slots are the null block.
+        """
+        pool = self.pool
+        size = self.block_size
+        hashes = req.block_hashes
+        full = [g for g, k in enumerate(self.kinds) if k == "full"]
+        sliding = [g for g, k in enumerate(self.kinds) if k == "sliding"]
+        n = 0
+        while n < len(hashes) and all(
+            pool.get_cached_block(self.key(g, hashes[n])) is not None for g in full
+        ):
+            n += 1
+        n = max_cache_hit_tokens(n, size, req.num_tokens) // size
+        for g in sliding:
+            need = -(-(self.windows[g] - 1) // size)
+            m = n
+            while m > 0:
+                lo = max(0, m - need)
+                missing = [
+                    i for i in range(lo, m) if pool.get_cached_block(self.key(g, hashes[i])) is None
+                ]
+                if not missing:
+                    break
+                m = missing[-1]  # the hit must end before the last missing block
+            n = min(n, m)
+        hits: list[list[int]] = []
+        for g, kind in enumerate(self.kinds):
+            if kind == "sliding":
+                lo = max(0, n - -(-(self.windows[g] - 1) // size))
+                ids = [NULL_BLOCK_ID] * lo
+            else:
+                lo = 0
+                ids = []
+            for i in range(lo, n):
+                block_id = pool.get_cached_block(self.key(g, hashes[i]))
+                assert block_id is not None
+                ids.append(block_id)
+            hits.append(ids)
+        return hits, n * size
 
     def num_blocks_to_allocate(self, req: SimRequest, num_tokens_need: int) -> int:
         """New blocks the request needs to hold ``num_tokens_need`` tokens (all groups)."""
@@ -152,8 +184,12 @@ class KVCacheManager:
         for g in range(self.num_groups):
             table = req.block_ids[g]
             if hits and hits[g]:
-                pool.touch(hits[g])
+                pool.touch(b for b in hits[g] if b != NULL_BLOCK_ID)
                 table.extend(hits[g])
+                lead = 0
+                while lead < len(table) and table[lead] == NULL_BLOCK_ID:
+                    lead += 1
+                req.num_skipped_blocks[g] = max(req.num_skipped_blocks[g], lead)
         for g, kind in enumerate(self.kinds):
             table = req.block_ids[g]
             if kind == "state":
@@ -208,7 +244,7 @@ class KVCacheManager:
             cached = pool._cached
             for i in range(start, num_full):
                 block_id = table0[i]
-                if keys[block_id] is not None:
+                if block_id == NULL_BLOCK_ID or keys[block_id] is not None:
                     continue
                 h = hashes[i]
                 keys[block_id] = h

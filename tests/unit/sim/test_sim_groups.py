@@ -73,3 +73,24 @@ def test_hybrid_plan_maps_sliding_groups() -> None:
     assert all(
         g.sliding_window_tokens == 1024 for g in cfg.kv_groups if g.kind == "sliding"
     )  # gemma-3 sliding_window in its config.json
+
+
+def test_sliding_window_prefix_hit_needs_only_the_window() -> None:
+    # full + sliding(8) groups, block 4: the sliding group needs cdiv(8 - 1, 4) = 2 blocks
+    # before the hit point; earlier sliding slots are the null block
+    core = _core(
+        (KVGroupConfig(kind="full"), KVGroupConfig(kind="sliding", sliding_window_tokens=8))
+    )
+    assert core.config.prefix_caching_effective
+    core.add_request(EngineRequest("a", tuple(range(40)), 6))
+    now = 0.0
+    while core.has_work():
+        now += core.step(now).duration_s
+    b = core.add_request(EngineRequest("b", (*range(40), 77, 78, 79, 80), 2))
+    core.step(now)
+    # A cached 10 full blocks in both groups (its sliding blocks were released but stay
+    # cached); B (44 tokens) hits all 40 shared tokens
+    assert b.num_cached_tokens == 40
+    assert b.block_ids[1][:8] == [0] * 8
+    assert all(x != 0 for x in b.block_ids[1][8:10])
+    assert core.pool.block_key[0] is None  # the null block never carries a hash
