@@ -3,8 +3,8 @@
 =============================  ====================================================================
 code                           evidence required
 =============================  ====================================================================
-structural_below_runtime       a runtime memory figure (declared idle baseline or measured) above
-                               what the ledger planned for the non-KV part or the device peak
+structural_below_runtime       a runtime memory figure (declared idle baseline or measured device
+                               memory) above the structural KV estimate; the gap is decomposed
 free_pool_but_queueing         samples with requests waiting while KV usage was below 80 %
 low_prefix_hit                 a shared prefix declared, prefix caching on, and the token hit rate
                                below half of the shared share of the prompt
@@ -34,20 +34,28 @@ def _structural(plan: AcceptPlan, ledger: Ledger, baseline: dict[str, float]) ->
     source = "declared idle baseline"
     if runtime is None and "device_memory_used_bytes" in baseline:
         runtime = int(baseline["device_memory_used_bytes"])
-        source = "measured idle baseline"
-    planned = ledger.pool.get("weights", {})
-    weights = planned.get("total_bytes") if isinstance(planned, dict) else None
-    if runtime is None or not isinstance(weights, int) or runtime <= weights * 1.10:
+        source = "measured device memory"
+    budgets = {b.name: b.bytes for b in ledger.budgets}
+    structural = budgets.get("structural")
+    if runtime is None or structural is None or runtime <= structural:
         return []
+    pool = budgets.get("engine_pool")
+    peak = budgets.get("device_peak")
+    parts = [f"{source} {runtime} bytes > structural KV estimate {structural} bytes"]
+    if pool is not None and peak is not None:
+        parts.append(
+            f"planned engine pool {pool} bytes and non-KV {peak - pool} bytes "
+            f"(weights, activation, non-torch, CUDA graphs, context)"
+        )
+        parts.append(f"unexplained beyond the planned device peak: {runtime - peak} bytes")
     return [
         Anomaly(
             code="structural_below_runtime",
-            title="Runtime memory well above the structural estimate",
-            evidence=f"{source} {runtime} bytes vs planned weights {weights} bytes "
-            f"(+{(runtime / weights - 1):.0%})",
-            advice="compare like with like (device peak vs KV pool); break the gap into CUDA "
-            "context, workspace, CUDA graphs, other processes, extra layer groups, alignment and "
-            "scale metadata before blaming the framework",
+            title="Runtime memory above the structural estimate",
+            evidence="; ".join(parts),
+            advice="compare like with like (device peak vs KV pool vs structural KV); break the "
+            "gap into CUDA context, workspace, CUDA graphs, other processes, extra layer groups, "
+            "alignment and scale metadata before blaming the framework",
         )
     ]
 

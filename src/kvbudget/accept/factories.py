@@ -100,6 +100,12 @@ def factory_for(
     runner: RunAsync = run_async
 
     def make_http(lock: ObjectLock) -> PreparedTarget:
+        if lock != plan.lock:
+            raise TargetError(
+                "target.kind http: kvbudget cannot reconfigure a remote engine for a variant; "
+                "restart it with the variant's setting, run the plan again with that lock, and "
+                "compare the two report.json files"
+            )
         ledger, computed = _ledger_or_warning(plan, lock)
         t = plan.target
         assert t.base_url is not None

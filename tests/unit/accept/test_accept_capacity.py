@@ -50,14 +50,29 @@ def test_calibrated_profile_replaces_the_roofline(tmp_path: Path) -> None:
     profile = tmp_path / "profile.json"
     # prefill t = 0.004 + 2e-5 * T exactly; decode t = 0.006 + 1e-4 * batch + 1e-7 * context
     prefill = [(t, 0.004 + 2e-5 * t) for t in (128, 1024, 4096, 8192)]
-    decode = [(b, c, 0.006 + 1e-4 * b + 1e-7 * c) for b, c in ((1, 1000), (8, 16000), (32, 64000), (64, 9000))]
-    profile.write_text(json.dumps({
-        "name": "test", "model_id": "meta-llama/Llama-3.1-8B", "gpu": "H100", "engine": "vllm 0.11.0",
-        "prefill_points": prefill, "decode_points": decode,
-    }))
+    decode = [
+        (b, c, 0.006 + 1e-4 * b + 1e-7 * c)
+        for b, c in ((1, 1000), (8, 16000), (32, 64000), (64, 9000))
+    ]
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "test",
+                "model_id": "meta-llama/Llama-3.1-8B",
+                "gpu": "H100",
+                "engine": "vllm 0.11.0",
+                "prefill_points": prefill,
+                "decode_points": decode,
+            }
+        )
+    )
     plan = load_plan(DEMO)
     plan = plan.model_copy(
-        update={"target": plan.target.model_copy(update={"timing_model": "calibrated", "profile": str(profile)})}
+        update={
+            "target": plan.target.model_copy(
+                update={"timing_model": "calibrated", "profile": str(profile)}
+            )
+        }
     )
     ctx = build_capacity(plan, plan.lock)
     assert ctx.timing_name.startswith("calibrated (test: vllm 0.11.0 on H100)")
