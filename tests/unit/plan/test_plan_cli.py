@@ -179,3 +179,11 @@ def test_other_engines_knob_refused_on_the_command_line() -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("ConfigError: gpu_memory_utilization:")
+
+
+def test_docs_list_every_plan_request_field() -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "commands" / "plan.md").read_text("utf-8")
+    missing = [name for name in PlanRequest.model_fields if f"`{name}`" not in doc]
+    assert not missing, missing
