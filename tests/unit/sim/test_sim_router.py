@@ -32,6 +32,7 @@ class FakeView:
     usage: float = 0.0
     timing: SecondsPerToken = field(default_factory=lambda: SecondsPerToken(0.001))
     block_size: int = 16
+    keys: set[str] = field(default_factory=set)
 
     def num_outstanding(self) -> int:
         return self.outstanding
@@ -49,7 +50,7 @@ class FakeView:
         return 0.0
 
     def cached_keys(self) -> set[Hashable]:
-        return set()
+        return set(self.keys)
 
 
 def _req(num_tokens: int = 1000, session: str | None = None) -> RouteRequest:
@@ -107,3 +108,14 @@ def test_precise_falls_back_without_hits() -> None:
 def test_unknown_policy_is_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown policy 'random'"):
         Router("random")
+
+
+def test_stale_index_sees_the_cache_only_after_a_refresh() -> None:
+    req = _req(64)  # 4 blocks: h0..h3
+    views = [FakeView("0", 0, 0, outstanding=0), FakeView("1", 0, 0, outstanding=1)]
+    router = Router("prefix_precise", stale_s=1.0)
+    assert router.choose(req, views, 0.0) == 0  # index built at t=0: nothing cached
+    views[1].keys = {"h0", "h1", "h2", "h3"}  # replica 1 now holds the prefix
+    assert router.choose(req, views, 0.5) == 0  # stale index: still no hit -> fallback
+    assert router.choose(req, views, 1.0) == 1  # refreshed at t=1.0: 64 cached tokens
+    assert router.num_fallbacks == 2
