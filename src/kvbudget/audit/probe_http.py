@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -69,8 +70,15 @@ class HttpProbe:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         endpoint: Endpoint = "completions",
+        tenant_api_keys: Mapping[str, str] | None = None,
     ) -> None:
         self.client = OpenAIClient(base_url, concurrency=1, timeout_s=timeout_s, api_key=api_key)
+        #: tenants a gateway tells apart by API key: their own client (own key); other tenants
+        #: use ``client``. Keys live only in the clients' Authorization headers.
+        self.tenant_clients: dict[str, OpenAIClient] = {
+            tenant: OpenAIClient(base_url, concurrency=1, timeout_s=timeout_s, api_key=key)
+            for tenant, key in (tenant_api_keys or {}).items()
+        }
         #: ``completions`` (raw prompt) or ``chat`` (one user message; the chat template's
         #: tokens are common to every prompt and land in the control arm's baseline)
         self.endpoint: Endpoint = endpoint
@@ -83,9 +91,13 @@ class HttpProbe:
 
     async def __aenter__(self) -> HttpProbe:
         await self.client.__aenter__()
+        for client in self.tenant_clients.values():
+            await client.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for client in self.tenant_clients.values():
+            await client.__aexit__(*exc)
         await self.client.__aexit__(*exc)
 
     async def identity(self) -> TargetIdentity:
@@ -134,7 +146,7 @@ class HttpProbe:
             cache_salt=cache_salt,
             extra_body={"temperature": 0},
         )
-        out = await self.client.stream(req)
+        out = await self.tenant_clients.get(tenant, self.client).stream(req)
         if out.status != "ok" or out.sent_s is None:
             return Observation(
                 None, None, None, ok=False, error=f"{out.error_kind}: {out.error_excerpt or ''}"

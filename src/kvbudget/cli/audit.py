@@ -96,15 +96,15 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _api_key(env_name: str | None) -> str | None:
+def _api_key(env_name: str | None, *, flag: str = "--api-key-env") -> str | None:
     if env_name is None:
         return None
     value = os.environ.get(env_name)
     if not value:
         raise ConfigError(
-            f"--api-key-env {env_name}: the environment variable is unset or empty; export it "
+            f"{flag} {env_name}: the environment variable is unset or empty; export it "
             "or drop the flag",
-            field="api_key_env",
+            field=flag.strip("-").replace("-", "_"),
         )
     return value
 
@@ -141,6 +141,13 @@ async def _with_probe(opts: dict[str, Any], work: Callable[[Any], Any]) -> Any:
             np.random.default_rng(opts["seed"]),
         )
         return await work(sim)
+    tenant_b_env = opts.get("tenant_b_api_key_env")
+    tenant_keys = None
+    if tenant_b_env:
+        from kvbudget.audit.isolation import ATTACKER
+
+        key = _api_key(tenant_b_env, flag="--tenant-b-api-key-env")
+        tenant_keys = {ATTACKER: key} if key else None
     async with HttpProbe(
         opts["base_url"],
         model=opts["model"],
@@ -148,6 +155,7 @@ async def _with_probe(opts: dict[str, Any], work: Callable[[Any], Any]) -> Any:
         api_key=_api_key(opts["api_key_env"]),
         timeout_s=opts["timeout_s"],
         endpoint=opts["endpoint"],
+        tenant_api_keys=tenant_keys,
     ) as http:
         return await work(http)
 
@@ -235,6 +243,12 @@ def audit() -> None:
     "gateway); user: salts from --salt-file; none: no salt (shows the baseline leak).",
 )
 @click.option(
+    "--tenant-b-api-key-env",
+    default=None,
+    help="--base-url: variable holding a second API key used by tenant-b (the attacker), for "
+    "gateways that separate tenants by key; tenant-a uses --api-key-env.",
+)
+@click.option(
     "--salt-file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
@@ -258,6 +272,11 @@ def isolation(**opts: Any) -> int:
     from kvbudget.audit.isolation import IsolationConfig, declared_statistics, run_isolation
 
     _check_target(opts)
+    if opts["tenant_b_api_key_env"] and opts["target"] == "sim":
+        raise ConfigError(
+            "--tenant-b-api-key-env needs --base-url (the simulator has no API keys)",
+            field="tenant_b_api_key_env",
+        )
     if opts["salt_mode"] == "user" and opts["salt_file"] is None:
         raise ConfigError("--salt user needs --salt-file FILE (tenant -> salt)", field="salt_file")
     if opts["salt_mode"] != "user" and opts["salt_file"] is not None:

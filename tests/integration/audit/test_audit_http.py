@@ -235,3 +235,64 @@ def test_fake_tier_that_corrupts_on_reload_is_caught_after_the_reset() -> None:
     assert [p.after_reset.cached_tokens for p in res.prompts if p.after_reset] == [29, 29]
     assert [p.after_reset_vs_cold.verdict for p in res.prompts] == ["diverged_at_token_3"] * 2
     assert res.verdict == "diverged" and res.status == "fail"
+
+
+# ------------------------------------------------------------------ a salting gateway
+def _gateway_app(upstream: str) -> web.Application:
+    """A gateway in front of kvbudget serve that salts each request by its API key, as a
+    multi-tenant proxy would (requests without a key are forwarded unsalted)."""
+    import aiohttp
+
+    async def forward(request: web.Request) -> web.Response:
+        body = await request.json()
+        auth = request.headers.get("Authorization")
+        if auth:
+            body["cache_salt"] = "gw-" + auth.removeprefix("Bearer ")
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(upstream + request.path, json=body) as r,
+        ):
+            payload = await r.read()
+            return web.Response(
+                body=payload, status=r.status, content_type=r.content_type or "application/json"
+            )
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m", "owned_by": "gateway"}]})
+
+    app = web.Application()
+    app.add_routes([web.post("/v1/completions", forward), web.get("/v1/models", models)])
+    return app
+
+
+def _through_gateway(keys: dict[str, str] | None, api_key: str) -> IsolationResult:
+    cfg = IsolationConfig(trials=4, prefix_tokens=64, suffix_tokens=16, salt_mode="none")
+
+    async def go() -> IsolationResult:
+        built = build_engine(ServeEngineOptions(model="m", num_gpu_blocks=512, step_s=0.0005))
+        async with ServeApp(built.core, model_name="m", max_model_len=8192) as app:
+            runner = web.AppRunner(_gateway_app(app.base_url), access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            try:
+                async with HttpProbe(
+                    f"http://{host}:{port}", model="m", api_key=api_key, tenant_api_keys=keys
+                ) as probe:
+                    return await run_isolation(probe, cfg)
+            finally:
+                await runner.cleanup()
+
+    return asyncio.run(go())
+
+
+def test_gateway_salting_by_api_key_isolates_two_keys_but_not_one() -> None:
+    shared = _through_gateway(None, api_key="key-of-a")
+    assert shared.cross_tenant_cached_tokens == 4 * 64  # both tenants used key-of-a
+    assert shared.verdict == "leak_detected"
+    split = _through_gateway({"tenant-b": "key-of-b"}, api_key="key-of-a")
+    assert split.cross_tenant_cached_tokens == 0
+    assert split.positive_control.passed  # tenant-a's second request still hits
+    dumped = split.model_dump_json() + split.to_markdown()
+    assert "key-of-a" not in dumped and "key-of-b" not in dumped

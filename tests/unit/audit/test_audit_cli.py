@@ -82,6 +82,7 @@ def test_user_salt_file_is_never_echoed(tmp_path: Path) -> None:
         (["audit", "reuse", "--target", "sim", "--logprobs", "50"], "--logprobs 50"),
         (["audit", "reuse", "--target", "sim", "--prompts", "0"], "--prompts 0"),
         (["audit", "isolation", "--target", "sim", "--prefix-tokens", "20000"], "16384"),
+        (["audit", "isolation", "--target", "sim", "--tenant-b-api-key-env", "X"], "--base-url"),
         (["audit", "reuse", "--target", "sim", "--prompt-tokens", "16380"], "--max-tokens"),
     ],
 )
