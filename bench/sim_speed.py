@@ -41,6 +41,7 @@ from kvbudget.sim.request import EngineRequest
 
 LOAD = 0.9
 VIDUR_CACHE = Path("/work/shared/peers/vidur-offline/profiling_data")
+VIDUR_WORK = Path(tempfile.gettempdir()) / "kvbudget-vidur-work"
 
 
 def make_requests(n: int, rate: float | None, seed: int) -> list[EngineRequest]:
@@ -78,11 +79,12 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
         return {"ran": False, "reason": f"no Vidur interpreter at {python} (pip install vidur)"}
     if not VIDUR_CACHE.is_dir():
         return {"ran": False, "reason": f"offline profile cache {VIDUR_CACHE} missing"}
-    work = Path(tempfile.mkdtemp(prefix="vidur-"))
-    shutil.copytree(VIDUR_CACHE, work / ".vidur_cache" / "profiling_data")
-    home_cache = Path.home() / ".vidur_bench_cache"
-    if home_cache.is_dir():  # trained predictors from an earlier run
-        shutil.copytree(home_cache, work / "cache", dirs_exist_ok=True)
+    # a fixed work directory: Vidur keeps its trained predictors in ./.vidur_cache, so only the
+    # first run trains (minutes); later runs reuse them
+    work = VIDUR_WORK
+    if not (work / ".vidur_cache" / "profiling_data").is_dir():
+        shutil.copytree(VIDUR_CACHE, work / ".vidur_cache" / "profiling_data")
+    out_dir = Path(tempfile.mkdtemp(prefix="vidur-out-"))
     args = [
         python, "-m", "vidur.main",
         "--replica_config_device", "a100", "--replica_config_network_device", "a100_dgx",
@@ -109,14 +111,13 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
         "--random_forrest_execution_time_predictor_config_max_depth", "32",
         "--random_forrest_execution_time_predictor_config_min_samples_split", "2",
         "--no-metrics_config_enable_chrome_trace", "--no-metrics_config_store_plots",
-        "--metrics_config_output_dir", str(work / "out"),
+        "--metrics_config_output_dir", str(out_dir),
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
     t0 = time.perf_counter()
     proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
-    if (work / "cache").is_dir():
-        shutil.copytree(work / "cache", home_cache, dirs_exist_ok=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
     if proc.returncode != 0:
         tail = " ".join((proc.stderr or proc.stdout).split()[-40:])
         return {"ran": False, "reason": f"vidur exited {proc.returncode}: {tail}"}
