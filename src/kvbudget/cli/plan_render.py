@@ -187,6 +187,18 @@ def render_plan(
                 format_bytes(e.cpu_kv_host_bytes) if e.cpu_kv_host_bytes else "-",
             )
         out.print(sc)
+        gates = {(e.scenario.quality_gate, tuple(e.scenario.stop_conditions)) for e in scenarios}
+        for e in scenarios if len(gates) > 1 else scenarios[:1]:
+            sc_ = e.scenario
+            who = escape(sc_.name) if len(gates) > 1 else "all scenarios"
+            out.print(
+                f"{who}: quality gate: {escape(sc_.quality_gate)}; "
+                f"stop if: {escape('; '.join(sc_.stop_conditions))}"
+            )
+        durations = ", ".join(
+            f"{escape(e.scenario.name)} {e.scenario.duration_s:g} s" for e in scenarios
+        )
+        out.print(f"peak durations: {durations} ({escape(scenarios[0].scenario.label)})")
     for note in result.notes:
         out.print(f"note: {escape(note)}")
 
