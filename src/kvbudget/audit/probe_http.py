@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -58,6 +59,16 @@ def _parse_logprobs(
     return tok_out, top_out
 
 
+def redact_url(url: str) -> str:
+    """The URL without user:password@ (never written into a result)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 class HttpProbe:
     """An OpenAI-compatible endpoint (use as ``async with``); every figure is measured."""
 
@@ -108,7 +119,7 @@ class HttpProbe:
             models = ident.get("models") or []
             if not models:
                 raise TargetError(
-                    f"--model: {self.client.base_url}/v1/models lists no model "
+                    f"--model: {redact_url(self.client.base_url)}/v1/models lists no model "
                     f"(HTTP {ident.get('models_status')}); pass --model NAME"
                 )
             self.model = str(models[0]["id"])
@@ -118,7 +129,7 @@ class HttpProbe:
             engine=ident.get("engine"),
             engine_version=ident.get("engine_version"),
             model=self.model,
-            base_url=self.client.base_url,
+            base_url=redact_url(self.client.base_url),
             details={k: v for k, v in ident.items() if k not in ("base_url",)},
         )
         return self._identity

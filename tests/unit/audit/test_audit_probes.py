@@ -50,3 +50,10 @@ def test_llamacpp_content_shape() -> None:
 def test_no_logprobs() -> None:
     assert _parse_logprobs({"text": "x", "logprobs": None}) == (None, None)
     assert _parse_logprobs({"text": "x"}) == (None, None)
+
+
+def test_credentials_in_the_base_url_are_never_kept() -> None:
+    from kvbudget.audit.probe_http import redact_url
+
+    assert redact_url("https://user:pw@host.example:8443/v1") == "https://host.example:8443/v1"
+    assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
