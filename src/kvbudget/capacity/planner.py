@@ -165,6 +165,8 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
             field="max_model_len",
         )
     snapshot = Path(request.snapshot) if request.snapshot else None
+    if snapshot is None and Path(request.model).is_dir():
+        snapshot = Path(request.model)  # --model is a snapshot folder: read its weights index
     weights = estimate_weights(
         model, tp=request.tp, pp=request.pp, snapshot=snapshot, weights_bytes=request.weights_bytes
     )

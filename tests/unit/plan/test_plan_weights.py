@@ -139,3 +139,15 @@ def test_snapshot_missing_dir_is_refused(tmp_path: Path) -> None:
     w = estimate_weights(spec(), snapshot=tmp_path)  # a folder without safetensors: computed + note
     assert w.source == "computed"
     assert any("no model.safetensors" in n for n in w.notes)
+
+
+def test_model_folder_is_used_as_snapshot(tmp_path: Path) -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 2_000_000_000}}), "utf-8"
+    )
+    r = make_plan(PlanRequest(model=str(tmp_path), gpu="H100", max_model_len=4096), spec())
+    assert r.weights.source == "read"
+    assert r.weights.total_bytes == 2_000_000_000
