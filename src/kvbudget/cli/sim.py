@@ -69,6 +69,8 @@ def _render(summary: dict[str, Any]) -> str:
         f"  output throughput    {summary['output_tokens_per_s']:.1f} tokens/s",
         f"  simulated / wall     {summary['simulated_s']:.2f} s / {summary['wall_s']:.2f} s",
     ]
+    for reason, count in list(summary.get("unfinished_reasons", {}).items())[:3]:
+        lines.append(f"  unfinished ({count}): {reason}")
     lines.extend(f"  note: {note}" for note in summary.get("notes", []))
     return "\n".join(lines)
 
@@ -187,6 +189,16 @@ def sim(**opts: Any) -> None:
     cluster.concurrency = concurrency
     result = simulate(requests, cluster, seed=scenario.seed)
     summary = result.summary()
+    reasons = summary["unfinished_reasons"]
+    if (
+        requests
+        and summary["requests_completed"] == 0
+        and all(k.startswith("rejected") for k in reasons)
+    ):
+        raise ConfigError(
+            f"no request could run: {next(iter(reasons)).removeprefix('rejected: ')}",
+            field="workload",
+        )
     summary["model"] = scenario.model
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp

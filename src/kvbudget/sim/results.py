@@ -150,6 +150,14 @@ class SimResult:
             "blocks": rate(h_blocks, q_blocks),
         }
 
+    def unfinished_reasons(self) -> dict[str, int]:
+        """Why requests did not finish: reason -> count."""
+        out: dict[str, int] = {}
+        for r in self.requests:
+            if not r.finished:
+                out[r.reason] = out.get(r.reason, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
     def summary(self) -> dict[str, Any]:
         """The ``--json`` summary (all figures simulated with ``timing_model``)."""
         done = [r for r in self.requests if r.finished]
@@ -197,4 +205,5 @@ class SimResult:
             "num_samples": len(self.samples),
             "tiers": self.tier_stats,
             "notes": list(self.notes),
+            "unfinished_reasons": self.unfinished_reasons(),
         }
