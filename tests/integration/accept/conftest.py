@@ -52,3 +52,9 @@ def small_run(small_plan_file: Path, tmp_path_factory: pytest.TempPathFactory) -
         main(["accept", str(small_plan_file), "--out", str(out), "--quiet"])
     assert info.value.code == 0
     return out
+
+
+@pytest.fixture
+def plan_data() -> dict[str, Any]:
+    """A fresh copy of the small plan's data (mutable)."""
+    return small_plan_data()
