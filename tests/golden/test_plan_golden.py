@@ -268,3 +268,18 @@ def test_pp_workers_allocate_the_common_block_count() -> None:
     # 61 layers PP2 (31 / 30): stage 1 could hold 5461 blocks but allocates the common 5285
     r = plan(dense(num_layers=61), pp=2, kv_cache_memory_bytes=TEN_GIB, max_model_len=8192)
     assert [s.kv_pool_bytes for s in r.ranks] == [5285 * 65536 * 31, 5285 * 65536 * 30]
+
+
+def test_auto_fit_max_model_len() -> None:
+    # §2.2 auto-fit: 1 GiB for 32 layers x 65536 B pages -> 1 GiB // 65536 // 32 = 512 blocks;
+    # the longest fitting length is 512 x 16 = 8192 (down from 131072), concurrency 512 / 512 = 1.0
+    r = plan(
+        dense(), kv_cache_memory_bytes=1 << 30, max_model_len=131072, auto_fit_max_model_len=True
+    )
+    assert r.fits
+    assert r.max_model_len == 8192
+    assert r.log_lines[0] == (
+        "Auto-fit max_model_len: reduced from 131072 to 8192 to fit in available GPU memory "
+        "(1.0 GiB available for KV cache)"
+    )
+    assert r.max_concurrency == 1.0

@@ -45,6 +45,9 @@ class PlanRequest(BaseModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
     max_model_len: int | None = Field(default=None, ge=1)
+    auto_fit_max_model_len: bool = Field(
+        default=False, description="vLLM max_model_len=-1: shrink to the longest length that fits"
+    )
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
     kv_dtype: str = "auto"

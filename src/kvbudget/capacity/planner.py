@@ -31,6 +31,7 @@ from kvbudget.capacity.memory import (
     flag_term,
 )
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, vllm_behaviour
 from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
 from kvbudget.errors import ConfigError
@@ -176,6 +177,14 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
         result = make_sglang_plan(request, model, gpu, weights, max_model_len)
     else:
         result = _make_vllm_plan(request, model, gpu, weights, max_model_len)
+        if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:
+            fitted = result.estimated_max_model_len
+            line = (
+                f"Auto-fit max_model_len: reduced from {max_model_len} to {fitted} to fit in available "
+                f"GPU memory ({format_gib_new(result.available_kv_bytes)} GiB available for KV cache)"
+            )
+            again = _make_vllm_plan(request, model, gpu, weights, fitted)
+            result = replace(again, log_lines=(line, *again.log_lines))
     ignored = tuple(message for _, message in engine_flag_conflicts(request))
     return replace(result, notes=result.notes + ignored) if ignored else result
 

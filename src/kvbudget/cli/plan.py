@@ -138,6 +138,9 @@ def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanReq
     for flag, key in _SIZE_FLAGS.items():
         if flags.get(flag) is not None:
             merged[key] = parse_bytes(flags[flag], field=flag)
+    if str(flags.get("max_model_len", "")).strip().lower() in ("auto", "-1"):
+        merged["auto_fit_max_model_len"] = True
+        flags = {**flags, "max_model_len": None}
     for key in _COUNT_FLAGS:
         if flags.get(key) is not None:
             merged[key] = parse_count(flags[key], field=key)
@@ -221,7 +224,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option(
     "--max-model-len",
-    help="Max tokens per request (default: the config's max_position_embeddings).",
+    help="Max tokens per request (default: the config's max_position_embeddings); 'auto' = vLLM's -1 auto-fit.",
 )
 @click.option("--max-num-batched-tokens", help="Tokens per step (default by device, vLLM §3.4).")
 @click.option("--max-num-seqs", help="Max running sequences (SGLang: max_running_requests).")
