@@ -261,7 +261,7 @@ def _overall(
             "inconclusive",
             (
                 "hot runs matched the cold runs, but the after-reset run is untested: the target "
-                "refused or lacks /reset_prefix_cache"
+                "refused the reset or has no reset route (/reset_prefix_cache, /flush_cache)"
             ),
         )
     return (
