@@ -118,25 +118,3 @@ def test_hits_counted_and_output_corrupted_is_caught() -> None:
     assert res.verdict == "diverged" and res.status == "fail"
     assert [p.hot_vs_cold.verdict for p in res.prompts] == ["diverged_at_token_2"] * 2
     assert all(p.reuse_proven for p in res.prompts)
-
-
-def test_bundle_for_accept_carries_the_stop_condition_field_and_sections() -> None:
-    from kvbudget.audit.isolation import IsolationConfig
-    from kvbudget.audit.sections import run_audits
-
-    bundle = asyncio.run(
-        run_audits(
-            kind="sim",
-            isolation=IsolationConfig(
-                trials=3, prefix_tokens=32, suffix_tokens=8, salt_mode="none"
-            ),
-            reuse=ReuseConfig(num_prompts=1, prompt_tokens=40, max_tokens=3),
-        )
-    )
-    audits = bundle.audits_dict()
-    assert audits["cross_tenant_cached_tokens"] == 3 * 32  # 2 full blocks per hit trial
-    assert audits["isolation"]["verdict"] == "leak_detected"
-    assert audits["reuse"]["verdict"] == "pass"
-    md = bundle.to_markdown(3)
-    assert "### Isolation audit: `leak_detected`" in md
-    assert "### Reuse-correctness audit: `pass`" in md
