@@ -21,6 +21,7 @@ from kvbudget.accept.lockcheck import (
 )
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult, StopStatus
 from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
 from kvbudget.accept.targets import TargetInfo
@@ -176,6 +177,26 @@ def _provenance(info: TargetInfo) -> Provenance:
     )
 
 
+def _predict(
+    plan: AcceptPlan, cells: list[CellResult], rng: np.random.Generator
+) -> list[CellResult]:
+    """Run the same requests on the simulator with the plan's calibrated profile."""
+    from kvbudget.accept.factories import sim_factory
+
+    sim_plan = plan.model_copy(
+        update={
+            "target": plan.target.model_copy(update={"kind": "sim", "timing_model": "calibrated"})
+        }
+    )
+    prepared = sim_factory(sim_plan)(plan.lock)
+    try:
+        predicted = run_matrix(sim_plan, prepared.target, out_dir=None, rng=rng)
+    finally:
+        prepared.target.close()
+    label = prepared.target.info.timing_model or "calibrated"
+    return attach_predictions(plan, cells, predicted.cells, label)
+
+
 def run_acceptance(
     plan: AcceptPlan,
     factory: TargetFactory,
@@ -197,6 +218,9 @@ def run_acceptance(
         )
     finally:
         target.close()
+    cells = outcome.cells
+    if info.source == "measured" and plan.target.profile is not None:
+        cells = _predict(plan, cells, rng)
     comparisons: list[ComparisonResult] = []
     for comp in plan.comparisons:
         variant_lock: ObjectLock = apply_overrides(plan.lock, comp.set)
@@ -243,15 +267,15 @@ def run_acceptance(
             )
         )
     audits = run_audits(plan, run_async)
-    stops = stop_statuses(plan, outcome.cells, audits)
+    stops = stop_statuses(plan, cells, audits)
     verdict, reasons = overall_verdict(
         stops,
         blocking,
-        [c.verdict for c in outcome.cells],
+        [c.verdict for c in cells],
         simulated=info.source == "simulated",
         comparison_verdicts=[c.verdict for c in comparisons],
     )
-    anomalies = find_anomalies(plan, prepared.ledger, outcome.baseline, outcome.cells, comparisons)
+    anomalies = find_anomalies(plan, prepared.ledger, outcome.baseline, cells, comparisons)
     return AcceptResult(
         provenance=_provenance(info),
         name=plan.name,
@@ -274,7 +298,7 @@ def run_acceptance(
         ledger=prepared.ledger,
         baseline=outcome.baseline,
         warmup=outcome.warmup,
-        cells=outcome.cells,
+        cells=cells,
         stop_conditions=stops,
         comparisons=comparisons,
         anomalies=anomalies,

@@ -10,7 +10,14 @@ from html import escape
 
 from kvbudget.accept.result import AcceptResult
 from kvbudget.report.charts import CHARTS, render_charts
-from kvbudget.report.markdown import CELL_HEADER, PCT_HEADER, cell_row, percentile_rows
+from kvbudget.report.markdown import (
+    CELL_HEADER,
+    PCT_HEADER,
+    PRED_HEADER,
+    cell_row,
+    percentile_rows,
+    prediction_rows,
+)
 from kvbudget.units import format_bytes
 
 CSS = """
@@ -95,6 +102,10 @@ def render_html(doc: AcceptResult) -> str:
             for text in cell.output_excerpts:
                 add(f"<pre class='model-output'>{_e(text)}</pre>")
         add("</details>")
+    pred = prediction_rows(doc)
+    if pred:
+        add("<h2 id='prediction'>Predicted (calibrated simulator) vs measured</h2>")
+        add(_table(PRED_HEADER, pred))
     add("<h2 id='load'>Load</h2>")
     load = doc.plan.get("load", {})
     tiers = load.get("tiers", {})

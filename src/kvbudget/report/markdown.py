@@ -59,6 +59,27 @@ def percentile_rows(cell: CellResult) -> list[list[str]]:
 PCT_HEADER = ["metric (s)", "n", "p50 [95% CI]", "p90", "p95", "p99", "small-sample warnings"]
 
 
+PRED_HEADER = ["cell", "quantity", "predicted", "measured", "relative error"]
+
+
+def prediction_rows(doc: AcceptResult) -> list[list[str]]:
+    """Predicted (calibrated simulator) vs measured, per cell and quantity."""
+    rows = []
+    for cell in doc.cells:
+        for key, q in (cell.prediction.get("quantities") or {}).items():
+            err = q.get("relative_error")
+            rows.append(
+                [
+                    cell.cell_id,
+                    key,
+                    "—" if q.get("predicted") is None else f"{q['predicted']:.4g}",
+                    "—" if q.get("measured") is None else f"{q['measured']:.4g}",
+                    "—" if err is None else f"{err:+.1%}",
+                ]
+            )
+    return rows
+
+
 def cell_row(cell: CellResult) -> list[str]:
     perf, qual = split_verdicts(cell)
     ttft = cell.summaries.get("ttft_s")
@@ -129,6 +150,14 @@ def render_markdown(doc: AcceptResult) -> str:
         for row in percentile_rows(cell):
             add("| " + " | ".join(_md(x) for x in row) + " |")
         add("")
+    pred = prediction_rows(doc)
+    if pred:
+        model = next(c.prediction.get("model") for c in doc.cells if c.prediction)
+        add(f"\n### Predicted ({_md(model)}) vs measured\n")
+        add("| " + " | ".join(PRED_HEADER) + " |")
+        add("|" + "---|" * len(PRED_HEADER))
+        for row in pred:
+            add("| " + " | ".join(_md(x) for x in row) + " |")
     add("\n## Stop conditions (declared before the run)\n")
     add("| condition | declared | status | cells | detail |\n|---|---|---|---|---|")
     for s in doc.stop_conditions:

@@ -105,11 +105,25 @@ def test_http_target_judges_quality_on_the_timed_requests(served: str, tmp_path:
             "prompt_file": str(prompt),
         }
     ]
+    profile = tmp_path / "profile.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "tiny-fit",
+                "model_id": "tiny",
+                "gpu": "loopback",
+                "engine": "kvbudget-serve",
+                "prefill_points": [[16, 0.002], [256, 0.003], [1024, 0.006]],
+                "decode_points": [[1, 100, 0.002], [4, 400, 0.0022], [8, 800, 0.0025]],
+            }
+        )
+    )
     target = {
         "kind": "http",
         "base_url": served,
         "served_model": "tiny",
         "metrics_url": f"{served}/metrics",
+        "profile": str(profile),
     }
     doc = run_plan(tiny_plan(target, quality), tmp_path)
     assert doc["provenance"]["kind"] == "measured"
@@ -126,6 +140,14 @@ def test_http_target_judges_quality_on_the_timed_requests(served: str, tmp_path:
     lock = {e["field"]: e for e in doc["lock"]}
     assert lock["engine.name"]["status"] == "mismatch"  # plan says vllm, server says kvbudget-serve
     assert any(c["timeseries"]["kv_usage"] for c in doc["cells"])
+    # a profile on a measured run: every measured cell carries the calibrated prediction
+    predicted = [c for c in doc["cells"] if c["prediction"]]
+    assert len(predicted) == 9
+    q = predicted[0]["prediction"]["quantities"]["ttft_p50_s"]
+    assert q["measured"] > 0 and q["predicted"] > 0
+    assert q["relative_error"] == pytest.approx((q["predicted"] - q["measured"]) / q["measured"])
+    assert predicted[0]["prediction"]["model"].startswith("calibrated (tiny-fit")
+    assert "vs measured" in (tmp_path / "out" / "report.md").read_text()
     records = (tmp_path / "out" / "records.jsonl").read_text()
     assert "capital of France" not in records  # prompts stay private by default
     assert "/quality:capital" in records

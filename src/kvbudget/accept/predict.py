@@ -1,0 +1,72 @@
+"""Predicted vs measured: the calibrated simulator's forecast beside each measured cell.
+
+When a measured run (``target.kind: http``) also names a step-time profile
+(``target.profile``, fitted by ``kvbudget calibrate``), the same requests (same seeds) run on the
+simulator with that profile, and every measured cell carries the prediction and its relative
+error for TTFT and TPOT (p50, p95), output throughput and peak KV usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.result import CellResult
+
+#: (name in the prediction, how to read it from a cell)
+QUANTITIES: tuple[tuple[str, str, str], ...] = (
+    ("ttft_p50_s", "ttft_s", "p50"),
+    ("ttft_p95_s", "ttft_s", "p95"),
+    ("tpot_p50_s", "tpot_s", "p50"),
+    ("tpot_p95_s", "tpot_s", "p95"),
+)
+
+
+def _read(cell: CellResult) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for name, metric, pct in QUANTITIES:
+        summary = cell.summaries.get(metric)
+        out[name] = summary.pct(pct) if summary else None
+    out["output_tokens_per_s"] = cell.throughput.get("output_tokens_per_s")
+    out["peak_kv_usage"] = cell.peak_kv_usage
+    return out
+
+
+def prediction_table(measured: CellResult, predicted: CellResult, label: str) -> dict[str, Any]:
+    """Predicted value, measured value and relative error ``(pred - meas) / meas`` per quantity."""
+    m, p = _read(measured), _read(predicted)
+    rows = {}
+    for key in m:
+        mv, pv = m[key], p[key]
+        err = (pv - mv) / mv if (mv not in (None, 0.0) and pv is not None) else None
+        rows[key] = {"predicted": pv, "measured": mv, "relative_error": err}
+    return {"model": label, "quantities": rows}
+
+
+def attach_predictions(
+    plan: AcceptPlan,
+    measured: Sequence[CellResult],
+    predicted: Sequence[CellResult],
+    label: str,
+) -> list[CellResult]:
+    by_id = {c.cell_id: c for c in predicted}
+    out = []
+    for cell in measured:
+        twin = by_id.get(cell.cell_id)
+        if twin is None or not cell.summaries or not twin.summaries:
+            out.append(cell)
+            continue
+        out.append(cell.model_copy(update={"prediction": prediction_table(cell, twin, label)}))
+    return out
+
+
+def median_abs_error(cells: Sequence[CellResult], key: str) -> float | None:
+    errors = [
+        abs(c.prediction["quantities"][key]["relative_error"])
+        for c in cells
+        if c.prediction and c.prediction["quantities"][key]["relative_error"] is not None
+    ]
+    return float(np.median(errors)) if errors else None
