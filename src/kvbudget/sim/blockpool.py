@@ -102,19 +102,24 @@ class BlockPool:
         popitem = self._free.popitem
         ref = self.ref_cnt
         keys = self.block_key
-        cached = self._cached
         out = [popitem(False)[0] for _ in range(num_blocks)]
+        setref = ref.__setitem__
         for block_id in out:
-            key = keys[block_id]
-            if key is not None:
-                if self.on_evict is None and not self._dups and cached.get(key) == block_id:
-                    # the common case of _evict, inline
-                    keys[block_id] = None
-                    del cached[key]
-                    self.num_evictions += 1
-                else:
-                    self._evict(block_id)
-            ref[block_id] = 1
+            setref(block_id, 1)
+        if self.enable_caching:
+            hashed = [b for b in out if keys[b] is not None]
+            if hashed:
+                cached = self._cached
+                simple = self.on_evict is None and not self._dups
+                for block_id in hashed:
+                    key = keys[block_id]
+                    if simple and cached.get(key) == block_id:
+                        # the common case of _evict, inline
+                        keys[block_id] = None
+                        del cached[key]
+                        self.num_evictions += 1
+                    else:
+                        self._evict(block_id)
         return out
 
     def touch(self, block_ids: Iterable[int]) -> None:
@@ -134,14 +139,14 @@ class BlockPool:
         ref = self.ref_cnt
         free = self._free
         for block_id in ordered_block_ids:
-            if block_id == NULL_BLOCK_ID:
-                continue
             count = ref[block_id] - 1
-            if count < 0:
-                raise SimulationError(f"block {block_id} freed more often than referenced")
-            ref[block_id] = count
-            if count == 0:
+            if count > 0:
+                ref[block_id] = count
+            elif count == 0 and block_id != NULL_BLOCK_ID:
+                ref[block_id] = 0
                 free[block_id] = None
+            elif count < 0:
+                raise SimulationError(f"block {block_id} freed more often than referenced")
 
     def cache_block(self, block_id: int, key: BlockKey) -> None:
         """Record that ``block_id`` (full, referenced) holds the content named ``key``."""
