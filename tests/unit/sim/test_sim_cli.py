@@ -95,3 +95,26 @@ def test_heterogeneous_replicas_each_get_their_own_plan(tmp_path: Path) -> None:
     for name, gpu in (("replica-0", "H100-SXM"), ("replica-1", "A100-40GB")):
         plan = make_plan(PlanRequest(model="meta-llama/Llama-3.1-8B", gpu=gpu))
         assert blocks[name] == plan.num_blocks
+
+
+def test_calibrated_timing_profile_is_named_in_the_output(tmp_path: Path) -> None:
+    profile = tmp_path / "p.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "toy",
+                "model_id": "meta-llama/Llama-3.1-8B",
+                "gpu": "H100-SXM",
+                "engine": "made-up points for a test",
+                "prefill_points": [[128, 0.01], [1024, 0.05], [4096, 0.2]],
+                "decode_points": [[1, 1000, 0.01], [16, 16000, 0.012], [64, 64000, 0.02]],
+            }
+        )
+    )
+    code, out = _run(
+        ["--requests", "10", "--rate", "2", "--timing-profile", str(profile), "--json"]
+    )
+    assert code == 0, out
+    summary = json.loads(out)
+    assert summary["timing_model"] == "calibrated:toy"
+    assert summary["figures"] == "simulated"
