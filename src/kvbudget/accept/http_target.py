@@ -28,6 +28,7 @@ from kvbudget.errors import TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
 from kvbudget.load.identity import server_identity
+from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
 from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
 from kvbudget.workload.request import PlannedRequest
@@ -116,7 +117,32 @@ class HttpTarget:
         return self._info
 
     def idle_baseline(self) -> dict[str, float]:
-        return {"kv_usage": 0.0, "num_running": 0.0}
+        """KV usage, running and waiting from one scrape of ``metrics_url`` ({} if unknown)."""
+        if not self.metrics_url:
+            return {}
+        url = self.metrics_url
+
+        async def scrape() -> str | None:
+            import aiohttp
+
+            timeout = aiohttp.ClientTimeout(total=10)
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=timeout) as session,
+                    session.get(url) as resp,
+                ):
+                    return await resp.text() if resp.status == 200 else None
+            except (aiohttp.ClientError, TimeoutError):
+                return None
+
+        text = self.run_async(scrape())
+        if text is None:
+            return {}
+        try:
+            samples = parse_exposition(text, 0.0)
+        except ValueError:
+            return {}
+        return {SERIES[s.name]: s.value for s in samples if s.name in SERIES and not s.labels}
 
     def close(self) -> None:
         return None

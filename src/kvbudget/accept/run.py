@@ -257,7 +257,12 @@ def run_matrix(
                 rows.setdefault(input_tier, []).append((conc_tier, result.verdict, cap))
                 if result.verdict == "fail" and halted is None:
                     after = target.idle_baseline()
-                    if not _recovered(after):
+                    if not after:
+                        notes.append(
+                            f"after {cell_id} failed the idle baseline could not be read "
+                            "(no metrics); recovery was not verified"
+                        )
+                    elif not _recovered(after):
                         halted = (
                             f"not run: the idle baseline did not recover after {cell_id} failed "
                             f"(kv_usage {after.get('kv_usage', float('nan')):.3f}, "

@@ -127,6 +127,7 @@ def test_http_target_judges_quality_on_the_timed_requests(served: str, tmp_path:
     }
     doc = run_plan(tiny_plan(target, quality), tmp_path)
     assert doc["provenance"]["kind"] == "measured"
+    assert doc["baseline"]["kv_usage"] == 0.0  # idle baseline scraped from /metrics before load
     short = [c for c in doc["cells"] if c["input_tier"] == "short"]
     for cell in short:
         (q,) = cell["quality"]
