@@ -1,0 +1,111 @@
+"""Rendering a hand-built acceptance result: charts, tables, escaping, determinism."""
+
+from __future__ import annotations
+
+from kvbudget.accept.result import (
+    AcceptResult,
+    Budget,
+    CellResult,
+    Check,
+    Ledger,
+    MetricSummary,
+    PercentileCI,
+    TimeSeries,
+)
+from kvbudget.records import Provenance
+from kvbudget.report.charts import CHARTS, render_charts
+from kvbudget.report.html import render_html
+from kvbudget.report.markdown import cell_row, render_markdown, split_verdicts
+
+
+def make_doc(name: str = "hand-built") -> AcceptResult:
+    cells = []
+    for i, it in enumerate(("short", "medium", "long")):
+        for j, ct in enumerate(("single", "normal", "peak")):
+            verdict = "fail" if (it, ct) == ("long", "peak") else "pass"
+            cells.append(
+                CellResult(
+                    cell_id=f"{it}/{ct}",
+                    input_tier=it,
+                    concurrency_tier=ct,
+                    order=3 * i + j,
+                    verdict=verdict,
+                    reasons=["r"],
+                    kind="measured",
+                    checks=[
+                        Check(name="ttft_s p95 <= 2", verdict=verdict, reason="x"),
+                        Check(name="quality q", verdict="pass", reason="y"),
+                    ],
+                    num_requests=300,
+                    summaries={
+                        "ttft_s": MetricSummary(
+                            n=300, percentiles={"p95": PercentileCI(value=0.5 + i)}
+                        )
+                    },
+                    samples_ttft_s=[0.1, 0.2, 0.3 + i],
+                    samples_tpot_s=[0.01, 0.02],
+                    timeseries=TimeSeries(
+                        t_s=[0, 1, 2],
+                        kv_usage=[0.1, 0.5, 0.2],
+                        num_running=[1, 2, 1],
+                        num_waiting=[0, 1, 0],
+                    ),
+                    peak_kv_usage=0.5,
+                )
+            )
+    return AcceptResult(
+        provenance=Provenance(
+            kind="measured", engine="vllm", engine_version="0.11.0", hardware="H100"
+        ),
+        name=name,
+        seed=1,
+        plan={},
+        plan_sha256="0" * 64,
+        target={"kind": "http"},
+        lock=[],
+        blocking=[],
+        cells=cells,
+        stop_conditions=[],
+        verdict="fail",
+        verdict_reasons=["because"],
+        ledger=Ledger(
+            budgets=[
+                Budget(name="structural", bytes=2**30, kind="computed", what="w"),
+                Budget(name="engine_pool", bytes=50 * 2**30, kind="computed", what="w"),
+                Budget(name="device_peak", bytes=70 * 2**30, kind="computed", what="w"),
+            ]
+        ),
+        created="2026-01-01T00:00:00Z",
+    )
+
+
+def test_every_chart_is_an_svg_and_deterministic() -> None:
+    doc = make_doc()
+    first = render_charts(doc)
+    assert set(first) == set(CHARTS)
+    for key, svg in first.items():
+        assert svg.lstrip().startswith("<svg"), key
+        assert "http://purl.org" not in svg
+    assert render_charts(doc) == first
+
+
+def test_tables_and_labels() -> None:
+    doc = make_doc()
+    peak = doc.cells[-1]
+    assert split_verdicts(peak) == ("fail", "pass")
+    row = cell_row(peak)
+    assert row[:2] == ["long/peak", "FAIL"] and row[4] == "2.5 s"
+    md = render_markdown(doc)
+    assert "**Overall verdict: FAIL**" in md
+    assert "measured (vllm 0.11.0, H100)" in md
+    html = render_html(doc)
+    assert html.count("data-chart=") == len(CHARTS)
+    assert "Content-Security-Policy" in html and "<script" not in html
+
+
+def test_free_text_is_escaped_in_both_formats() -> None:
+    doc = make_doc(name="x <script>alert(1)</script> | y")
+    html = render_html(doc)
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    md = render_markdown(doc)
+    assert "<script>" not in md and "\\|" in md
