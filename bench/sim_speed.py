@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -115,13 +116,16 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
     t0 = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     shutil.rmtree(out_dir, ignore_errors=True)
     if proc.returncode != 0:
         tail = " ".join((proc.stderr or proc.stdout).split()[-40:])
         return {"ran": False, "reason": f"vidur exited {proc.returncode}: {tail}"}
-    return {"ran": True, "requests": n, "wall_s": round(wall, 3)}
+    return {"ran": True, "requests": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
 
 
 def main() -> None:
@@ -191,12 +195,17 @@ def main() -> None:
         main_run = run_vidur(opts.vidur_python, vidur_n, 8.0)
         vidur["run"] = main_run
         if main_run.get("ran"):
-            net = max(1e-9, main_run["wall_s"] - startup["wall_s"])
-            vidur["requests_per_wall_s"] = round(vidur_n / net)
+            net_wall = max(1e-9, main_run["wall_s"] - startup["wall_s"])
+            net_cpu = max(1e-9, main_run["cpu_s"] - startup["cpu_s"])
+            vidur["requests_per_wall_s"] = round(vidur_n / net_wall)
+            vidur["requests_per_cpu_s"] = round(vidur_n / net_cpu)
             ours = timed(make_requests(vidur_n, rate, 5), ClusterSpec([setup]))
             vidur["kvbudget_same_run"] = ours
             vidur["ratio_kvbudget_over_vidur_wall"] = round(
                 ours["requests_per_wall_s"] / vidur["requests_per_wall_s"], 2
+            )
+            vidur["ratio_kvbudget_over_vidur_cpu"] = round(
+                ours["requests_per_cpu_s"] / vidur["requests_per_cpu_s"], 2
             )
     out["vidur"] = vidur
     print(json.dumps(vidur), flush=True)
