@@ -166,6 +166,9 @@ def run_matrix(
     done = _load_progress(out_dir) if (out_dir is not None and resume) else {}
     records_out = progress_out = None
     if out_dir is not None:
+        if not resume:  # a fresh run never appends to an earlier run's files
+            for stale in (f"records{tag}.jsonl", f"progress{tag}.jsonl"):
+                (out_dir / stale).unlink(missing_ok=True)
         records_out = JsonlWriter(out_dir / f"records{tag}.jsonl")
         progress_out = JsonlWriter(out_dir / f"progress{tag}.jsonl")
     notes: list[str] = []

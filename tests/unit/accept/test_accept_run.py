@@ -135,6 +135,9 @@ def test_results_written_as_they_come_and_resume_skips_done_work(tmp_path: Path)
     assert second.calls == ["warmup"]
     assert [c.num_requests for c in out2.cells] == [c.num_requests for c in out1.cells]
     assert [c.verdict for c in out2.cells] == [c.verdict for c in out1.cells]
+    # a fresh run (no resume) into the same folder starts the files over
+    run_matrix(plan, FakeTarget(), out_dir=tmp_path, rng=np.random.default_rng(0))
+    assert len(read_jsonl_dicts(tmp_path / "progress.jsonl").items) == 18
 
 
 def test_cells_run_in_declared_order(tmp_path: Path) -> None:
