@@ -18,6 +18,8 @@ from kvbudget.records import FigureKind, RequestRecord
 MAX_SERIES_POINTS = 240
 #: raw TTFT/TPOT samples kept per cell for the distribution charts
 MAX_RAW_SAMPLES = 400
+#: characters of a quality output shown in the report (only with --keep-prompts)
+MAX_EXCERPT_CHARS = 300
 METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
 
 
@@ -115,6 +117,12 @@ def summarize_cell(
     kv_peaks = [s.value for run in runs for s in run.samples if s.name == "kv_usage"]
     after = [run.kv_usage_after_drain for run in runs if run.kv_usage_after_drain is not None]
     prompt_tokens = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
+    excerpts = [
+        f"{rid}: {text[:MAX_EXCERPT_CHARS]}"
+        for run in runs
+        if run.show_outputs
+        for rid, text in sorted(run.outputs.items())
+    ]
     result = CellResult(
         cell_id=cell_id,
         input_tier=input_tier,
@@ -145,5 +153,6 @@ def summarize_cell(
             {"checkpoint": o.checkpoint_id, "verdict": o.verdict, "reason": o.reason}
             for o in outcomes
         ],
+        output_excerpts=excerpts,
     )
     return result, evidence

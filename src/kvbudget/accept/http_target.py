@@ -212,6 +212,7 @@ class HttpTarget:
             counters=counters,
             kv_usage_after_drain=after[-1] if after else None,
             outputs=outputs,
+            show_outputs=keep,
         )
 
 

@@ -38,6 +38,8 @@ class CellRun:
     #: output text per request id (kept in memory for quality checks; never written unless
     #: --keep-prompts)
     outputs: dict[str, str] = field(default_factory=dict)
+    #: the user asked to keep text (--keep-prompts): quality outputs may be shown in the report
+    show_outputs: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,7 @@ def test_http_target_judges_quality_on_the_timed_requests(served: str, tmp_path:
         assert q["verdict"] == "fail", q
         assert "outputs failed" in q["reason"]
         assert cell["verdict"] == "fail"
+        assert cell["output_excerpts"] == []  # outputs stay private without --keep-prompts
     stops = {s["name"]: s for s in doc["stop_conditions"]}
     assert stops["quality failure"]["status"] == "triggered"
     assert doc["verdict"] == "fail"

@@ -146,3 +146,37 @@ def test_cells_run_in_declared_order(tmp_path: Path) -> None:
     run_matrix(plan, target, out_dir=None, rng=np.random.default_rng(0))
     assert target.calls[:3] == ["warmup", "long/peak", "short/single"]
     assert len(target.calls) == 10
+
+
+def test_quality_outputs_shown_only_when_kept() -> None:
+    from kvbudget.accept.cells import summarize_cell
+
+    plan = small_plan()
+    rec = RequestRecord(
+        request_id="short/single#0/quality:capital-exact",
+        source="measured",
+        status="ok",
+        cell_id="short/single",
+        sent_s=0.0,
+        first_token_s=0.1,
+        done_s=0.3,
+        output_tokens=3,
+        ttft_s=0.1,
+        tpot_s=0.1,
+        e2e_s=0.3,
+    )
+    outputs = {rec.request_id: "<b>Paris</b>"}
+    for shown in (False, True):
+        run = CellRun(records=[rec], duration_s=1.0, outputs=outputs, show_outputs=shown)
+        cell, _ = summarize_cell(
+            plan,
+            cell_id="short/single",
+            order=0,
+            runs=[run],
+            kind="measured",
+            synthetic_text=False,
+            rng=np.random.default_rng(0),
+        )
+        assert cell.output_excerpts == ([f"{rec.request_id}: <b>Paris</b>"] if shown else [])
+        capital = next(q for q in cell.quality if q["checkpoint"] == "capital-exact")
+        assert capital["verdict"] == "fail"  # "<b>Paris</b>" is not the exact answer "Paris"
