@@ -10,7 +10,8 @@ steps whose shapes are known, so its duration is *linear* in the five coefficien
             + decode_per_seq_s           * decode_seq_steps   (sum over steps of the batch size)
             + decode_per_context_token_s * decode_context     (sum over steps and seqs of context)
 
-The coefficients are found by non-negative least squares (``scipy.optimize.nnls``) on rows
+Repeats of one probe (identical features) are first reduced to their median duration. The
+coefficients are found by non-negative least squares (``scipy.optimize.nnls``) on rows
 weighted by ``1 / seconds``, i.e. minimising the *relative* error, so that a 5 ms decode step
 counts as much as a 1 s prefill.
 """
@@ -18,7 +19,7 @@ counts as much as a 1 s prefill.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -143,6 +144,7 @@ def fit_step_model(observations: list[Observation]) -> FitResult:
             f"{len(COEFFICIENTS)} with both prefill and decode points; run a longer series",
             field="observations",
         )
+    good = _median_of_repeats(good)
     x = np.array([o.features() for o in good], dtype=float)
     y = np.array([o.seconds for o in good], dtype=float)
     weight = 1.0 / y
@@ -168,6 +170,19 @@ def fit_step_model(observations: list[Observation]) -> FitResult:
         "batch_size": _span([o.batch_size for o in good if o.kind == "decode"]),
     }
     return FitResult(fit=fit, residuals=residuals, valid_ranges=ranges)
+
+
+def _median_of_repeats(obs: list[Observation]) -> list[Observation]:
+    """Repeated identical probes (same features) become one point at their median duration:
+    a shared, busy CPU gives occasional slow outliers that would otherwise drag the fit."""
+    groups: dict[tuple[str, tuple[float, ...]], list[Observation]] = {}
+    for o in obs:
+        groups.setdefault((o.kind, o.features()), []).append(o)
+    out: list[Observation] = []
+    for group in groups.values():
+        seconds = float(np.median([o.seconds for o in group]))
+        out.append(replace(group[0], seconds=seconds))
+    return out
 
 
 def _span(values: list[int]) -> tuple[float, float]:

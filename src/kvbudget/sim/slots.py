@@ -23,6 +23,7 @@ decoding, ``--cache-reuse`` chunk reuse, the unified KV pool (``-kvu``).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -284,39 +285,51 @@ def run_slots(
     requests: list[SlotRequest],
     *,
     concurrency: int | None = None,
+    turnaround_s: float = 0.0,
+    stagger_s: float = 0.0,
     max_steps: int = 10_000_000,
 ) -> tuple[list[SlotRequestResult], SlotStats]:
     """Serve ``requests``: by their ``arrival_s`` (open loop) or, with ``concurrency``, by
-    ``concurrency`` clients that each send the next request when their previous one ends
-    (closed loop; ``arrival_s`` is then the send time). Results in request order."""
+    ``concurrency`` clients (closed loop; ``arrival_s`` is then the arrival time at the server):
+    client ``i`` sends its first request at ``i * stagger_s``, and each client's next request
+    arrives ``turnaround_s`` after its previous one ended (response, client, new request).
+    A request that arrives while an iteration runs waits for the next one, as in llama.cpp.
+    Results in request order."""
     engine = SlotEngine(config, timing)
-    pending = deque(
-        sorted(requests, key=lambda r: r.arrival_s) if concurrency is None else requests
-    )
     order = {r.request_id: i for i, r in enumerate(requests)}
-    results: list[SlotRequestResult] = []
-    now = 0.0
-    if concurrency is not None:
+    queue: list[tuple[float, int, SlotRequest]] = []  # (arrival, seq, request)
+    backlog = deque(requests)
+    seq = 0
+    if concurrency is None:
+        for req in requests:
+            heapq.heappush(queue, (req.arrival_s, seq, req))
+            seq += 1
+        backlog.clear()
+    else:
         if concurrency < 1:
             raise ConfigError(f"concurrency: must be >= 1, got {concurrency}", field="concurrency")
-        for _ in range(min(concurrency, len(pending))):
-            engine.add_request(_at(pending.popleft(), now))
+        for i in range(min(concurrency, len(backlog))):
+            req = backlog.popleft()
+            heapq.heappush(queue, (i * stagger_s, seq, _at(req, i * stagger_s)))
+            seq += 1
+    results: list[SlotRequestResult] = []
+    now = 0.0
     for _ in range(max_steps):
-        if concurrency is None:
-            while pending and pending[0].arrival_s <= now:
-                engine.add_request(pending.popleft())
+        while queue and queue[0][0] <= now:
+            engine.add_request(heapq.heappop(queue)[2])
         if not engine.has_work():
-            if not pending:
+            if not queue:
                 break
-            now = max(now, pending[0].arrival_s)
+            now = max(now, queue[0][0])
             continue
         duration, finished = engine.step(now)
         now += duration
         results.extend(finished)
-        if concurrency is not None:
-            for _ in finished:
-                if pending:
-                    engine.add_request(_at(pending.popleft(), now))
+        for res in finished:
+            if backlog:
+                at = (res.done_s if res.done_s is not None else now) + turnaround_s
+                heapq.heappush(queue, (at, seq, _at(backlog.popleft(), at)))
+                seq += 1
         if duration == 0.0 and not finished and engine.has_work():
             now = math.nextafter(now, math.inf)
     else:

@@ -200,6 +200,8 @@ class CalibrationProfile(BaseModel):
     engine_version: str = ""
     engine_flags: list[str] = Field(default_factory=list)
     hardware: str = ""
+    #: scheduling knobs read from the engine (llama.cpp: num_slots, n_ctx_slot, n_batch, n_ubatch)
+    engine_settings: dict[str, int | float | str | bool] = Field(default_factory=dict)
     #: latency outside engine steps (HTTP, tokenization), added to TTFT by request-level predictors
     request_overhead_s: float = Field(default=0.0, ge=0)
     #: name -> value (e.g. rms_s, max_rel), how well the fit matches the points it came from

@@ -104,3 +104,19 @@ def test_decode_and_prompt_tokens_share_a_priced_ubatch() -> None:
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ConfigError, match="n_ubatch"):
         SlotConfig(num_slots=1, n_ctx_slot=16, n_ubatch=0)
+
+
+def test_staggered_clients_and_turnaround() -> None:
+    # client 1 arrives 1 ms after client 0, while client 0's prompt iteration (0-10 ms) runs:
+    # it waits for the next iteration (10-20 ms), which also carries client 0's decode token
+    cfg = SlotConfig(num_slots=2, n_ctx_slot=256)
+    reqs = [req(f"r{i}", tuple(range(100 * i, 100 * i + 10)), 2) for i in range(3)]
+    results, _ = run_slots(cfg, STEP, reqs, concurrency=2, stagger_s=0.001, turnaround_s=0.005)
+    assert results[0].first_token_s == pytest.approx(0.01)
+    assert results[1].arrival_s == pytest.approx(0.001)
+    assert results[1].first_token_s == pytest.approx(0.02)
+    # r0 ends at 20 ms; its client's next request arrives 5 ms later, during the 20-30 ms
+    # iteration (r1's decode), so it starts at 30 ms and gets its first token at 40 ms
+    assert results[0].done_s == pytest.approx(0.02)
+    assert results[2].arrival_s == pytest.approx(0.025)
+    assert results[2].first_token_s == pytest.approx(0.04)

@@ -1,0 +1,96 @@
+"""What the engine says about itself: identity, version, slots and context (read-only GETs)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from kvbudget.load.client import OpenAIClient
+
+#: llama.cpp's defaults for -b / -ub (common/common.h), used when the engine does not report them
+LLAMACPP_N_BATCH = 2048
+LLAMACPP_N_UBATCH = 512
+
+
+@dataclass(slots=True)
+class EngineInfo:
+    """Engine facts that the calibration series and the slot simulator need."""
+
+    engine: str  # "llama.cpp", "vllm", "sglang" or "unknown"
+    version: str
+    model_id: str
+    num_slots: int | None = None
+    n_ctx_slot: int | None = None
+    max_model_len: int | None = None
+    settings: dict[str, int | float | str | bool] = field(default_factory=dict)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """Largest context one request may use (slot context, model length, else 2048)."""
+        return int(self.n_ctx_slot or self.max_model_len or 2048)
+
+
+async def discover(client: OpenAIClient, model: str) -> EngineInfo:
+    """Ask ``/props`` (llama.cpp), ``/version`` (vLLM, SGLang) and ``/v1/models``."""
+    status, props, _ = await client.get_json("/props")
+    if status == 200 and isinstance(props, dict) and "total_slots" in props:
+        gen = props.get("default_generation_settings") or {}
+        n_ctx = int(gen.get("n_ctx") or 0) or None
+        slots = int(props["total_slots"])
+        info = EngineInfo(
+            engine="llama.cpp",
+            version=str(props.get("build_info") or "unknown"),
+            model_id=model,
+            num_slots=slots,
+            n_ctx_slot=n_ctx,
+        )
+        info.settings = {
+            "num_slots": slots,
+            "n_ctx_slot": n_ctx or 0,
+            "n_batch": LLAMACPP_N_BATCH,
+            "n_ubatch": LLAMACPP_N_UBATCH,
+            "model_path": str(props.get("model_path") or ""),
+            "model_ftype": str(props.get("model_ftype") or ""),
+        }
+        return info
+    engine, version = "unknown", "unknown"
+    status, ver, headers = await client.get_json("/version")
+    if status == 200 and isinstance(ver, dict) and "version" in ver:
+        version = str(ver["version"])
+        server = headers.get("Server", headers.get("server", "")).lower()
+        engine = "sglang" if "sglang" in server else "vllm"
+    info = EngineInfo(engine=engine, version=version, model_id=model)
+    status, models, _ = await client.get_json("/v1/models")
+    if status == 200 and isinstance(models, dict):
+        for entry in models.get("data") or []:
+            if isinstance(entry, dict) and entry.get("id") == model:
+                mml = _int(entry.get("max_model_len"))
+                info.max_model_len = mml
+                if mml:
+                    info.settings["max_model_len"] = mml
+    return info
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def describe_hardware(base_url: str) -> str:
+    """This machine's CPU when the engine is on loopback; otherwise say it is unknown."""
+    host = urlparse(base_url).hostname or ""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return f"unknown (engine at {host}; pass --hardware to describe it)"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu}, {cores} usable cores ({platform.system()} {platform.machine()}; loopback)"

@@ -1,0 +1,130 @@
+"""``kvbudget calibrate``: measure the series, fit, write the profile."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kvbudget.calibrate.engine import EngineInfo, describe_hardware, discover
+from kvbudget.calibrate.fit import FitResult, Observation, fit_step_model
+from kvbudget.calibrate.measure import ProbeResult, observations, request_overhead_s, run_series
+from kvbudget.calibrate.series import SeriesSpec, plan_series
+from kvbudget.errors import ConfigError
+from kvbudget.load.client import OpenAIClient
+from kvbudget.sim.timing import CalibrationProfile
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrateOptions:
+    base_url: str
+    model: str
+    metrics_url: str | None = None
+    api_key: str | None = None
+    name: str = ""
+    hardware: str = ""
+    engine_flags: tuple[str, ...] = ()
+    repeats: int = 3
+    decode_tokens: int = 32
+    #: limits of the series (None: what the engine allows); validation lowers them
+    max_prompt_tokens: int | None = None
+    max_batch: int | None = None
+    n_ubatch: int | None = None
+    n_batch: int | None = None
+    seed: int = 0
+    request_timeout_s: float = 300.0
+    deadline_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    profile: CalibrationProfile
+    info: EngineInfo
+    observations: list[Observation]
+    fit: FitResult
+    results: list[ProbeResult]
+    wall_s: float
+
+
+def series_spec(opts: CalibrateOptions, info: EngineInfo) -> SeriesSpec:
+    room = info.max_prompt_tokens - opts.decode_tokens - 8
+    top = room if opts.max_prompt_tokens is None else min(room, opts.max_prompt_tokens)
+    batch = opts.max_batch or info.num_slots or 4
+    return SeriesSpec(
+        max_prompt_tokens=top,
+        max_batch=batch,
+        decode_tokens=opts.decode_tokens,
+        repeats=opts.repeats,
+        seed=opts.seed,
+    )
+
+
+async def calibrate(opts: CalibrateOptions) -> Calibration:
+    start = time.perf_counter()
+    async with OpenAIClient(
+        opts.base_url,
+        concurrency=32,
+        timeout_s=opts.request_timeout_s,
+        api_key=opts.api_key,
+    ) as client:
+        info = await discover(client, opts.model)
+        if opts.n_batch:
+            info.settings["n_batch"] = opts.n_batch
+        if opts.n_ubatch:
+            info.settings["n_ubatch"] = opts.n_ubatch
+        spec = series_spec(opts, info)
+        probes = plan_series(spec)
+        results = await run_series(
+            client, opts.model, probes, deadline_s=opts.deadline_s, metrics_url=opts.metrics_url
+        )
+    n_ubatch = int(info.settings.get("n_ubatch", 0) or opts.n_ubatch or 512)
+    obs = observations(results, n_ubatch=n_ubatch)
+    fit = fit_step_model(obs)
+    profile = build_profile(opts, info, obs, fit, request_overhead_s(results))
+    return Calibration(profile, info, obs, fit, results, time.perf_counter() - start)
+
+
+def build_profile(
+    opts: CalibrateOptions,
+    info: EngineInfo,
+    obs: list[Observation],
+    fit: FitResult,
+    overhead_s: float,
+) -> CalibrationProfile:
+    prefill_points = [
+        (int(o.prefill_tokens), o.seconds)
+        for o in obs
+        if o.kind == "prefill" and o.prompt_tokens == o.prefill_tokens
+    ]
+    decode_points = [
+        (o.batch_size, int(o.batch_size * o.context_tokens), o.seconds / o.num_steps)
+        for o in obs
+        if o.kind == "decode"
+    ]
+    if len(prefill_points) < 3 or len(decode_points) < 3:
+        raise ConfigError(
+            f"calibration: {len(prefill_points)} cold prefill and {len(decode_points)} decode "
+            "points measured, needs 3 of each; raise --repeats",
+            field="repeats",
+        )
+    sources = sorted({o.source for o in obs})
+    return CalibrationProfile(
+        name=opts.name or f"{info.engine}-{_short(opts.model)}",
+        model_id=opts.model,
+        gpu=opts.hardware or describe_hardware(opts.base_url),
+        engine=f"{info.engine} {info.version}",
+        prefill_points=prefill_points,
+        decode_points=decode_points,
+        fit=fit.fit,
+        engine_version=info.version,
+        engine_flags=list(opts.engine_flags),
+        hardware=opts.hardware or describe_hardware(opts.base_url),
+        engine_settings={**info.settings, "timings_source": "+".join(sources)},
+        request_overhead_s=overhead_s,
+        residuals=fit.residuals,
+        valid_ranges=fit.valid_ranges,
+    )
+
+
+def _short(model: str) -> str:
+    tail = model.rstrip("/").rsplit("/", 1)[-1]
+    return tail[:-5] if tail.endswith(".gguf") else tail

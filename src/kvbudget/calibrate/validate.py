@@ -1,0 +1,207 @@
+"""Validation: calibrate on a restricted series, predict held-out cells, report the errors.
+
+The calibration series is limited to what the *calibration cells* cover (prompts up to the
+medium length, batches up to the normal concurrency); then every cell is measured on the
+engine and predicted from the profile. Cells at peak concurrency and with long inputs are
+*held out*: the fit never saw batches that large or prompts that long, and the profile's
+range warnings say so. Measured figures come from the client clock (TTFT = first streamed
+token - send; TPOT = (last token - first token) / (tokens - 1); throughput = output tokens /
+(last token - first send)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from kvbudget.calibrate.engine import EngineInfo
+from kvbudget.calibrate.measure import token_request
+from kvbudget.calibrate.predict import (
+    CellFigures,
+    CellLoad,
+    ErrorRow,
+    compare,
+    figures,
+    predict_cell,
+)
+from kvbudget.calibrate.run import CalibrateOptions, calibrate
+from kvbudget.calibrate.series import TOKEN_HIGH, TOKEN_LOW
+from kvbudget.errors import TargetError
+from kvbudget.load.client import OpenAIClient
+from kvbudget.sim.timing import CalibrationProfile
+
+TARGET_REL_ERROR = 0.20
+
+
+@dataclass(frozen=True, slots=True)
+class CellPlan:
+    cell_id: str
+    role: Literal["calibration", "held-out"]
+    prompt_tokens: int
+    output_tokens: int
+    concurrency: int
+    num_requests: int
+
+
+def default_cells(info: EngineInfo, *, output_tokens: int = 32, scale: int = 1) -> list[CellPlan]:
+    """short/medium/long inputs (1/16, 1/4, 3/4 of a slot) x single/normal/peak concurrency
+    (1, half the slots, twice the slots); calibration on single and normal with short and
+    medium inputs, held out: the peak cells and the long inputs."""
+    ctx = info.max_prompt_tokens
+    slots = info.num_slots or 4
+    short, medium, long_ = ctx // 16, ctx // 4, (ctx * 3) // 4 - output_tokens
+    normal, peak = max(2, slots // 2), 2 * slots
+    n = max(1, scale)
+    return [
+        CellPlan("short/single", "calibration", short, output_tokens, 1, 4 * n),
+        CellPlan("short/normal", "calibration", short, output_tokens, normal, 2 * normal * n),
+        CellPlan("medium/normal", "calibration", medium, output_tokens, normal, 2 * normal * n),
+        CellPlan("short/peak", "held-out", short, output_tokens, peak, 2 * peak * n),
+        CellPlan("long/single", "held-out", long_, output_tokens, 1, 3 * n),
+        CellPlan("long/peak", "held-out", long_, output_tokens, peak, peak * n),
+    ]
+
+
+def cell_load(plan: CellPlan, seed: int) -> CellLoad:
+    rng = np.random.default_rng(seed)
+    prompts = tuple(
+        tuple(int(t) for t in rng.integers(TOKEN_LOW, TOKEN_HIGH, size=plan.prompt_tokens))
+        for _ in range(plan.num_requests)
+    )
+    return CellLoad(plan.cell_id, prompts, plan.output_tokens, plan.concurrency)
+
+
+async def measure_cell(
+    client: OpenAIClient, model: str, load: CellLoad, engine_label: str
+) -> CellFigures:
+    """Closed loop: ``concurrency`` workers, each sends its next prompt when one ends."""
+    todo = list(enumerate(load.prompts))
+    outs = []
+
+    async def worker() -> None:
+        while todo:
+            i, prompt = todo.pop(0)
+            req = token_request(f"{load.cell_id}-{i}", model, prompt, load.output_tokens)
+            outs.append(await client.stream(req))
+
+    await asyncio.gather(*(worker() for _ in range(load.concurrency)))
+    bad = [o for o in outs if o.status != "ok"]
+    if bad:
+        raise TargetError(
+            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed "
+            f"({bad[0].error_kind}: {bad[0].error_excerpt}); check the server"
+        )
+    ttfts, tpots, total, starts, ends = [], [], 0, [], []
+    for o in outs:
+        times = o.token_times_s()
+        assert o.sent_s is not None and times
+        ttfts.append(times[0] - o.sent_s)
+        if len(times) >= 2:
+            tpots.append((times[-1] - times[0]) / (len(times) - 1))
+        total += len(times)
+        starts.append(o.sent_s)
+        ends.append(times[-1])
+    return figures(f"measured ({engine_label})", ttfts, tpots, total, max(ends) - min(starts))
+
+
+class CellResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cell_id: str
+    role: str
+    prompt_tokens: int
+    output_tokens: int
+    concurrency: int
+    num_requests: int
+    measured: CellFigures
+    predicted: CellFigures
+    warnings: list[str]
+
+
+class ValidationReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = "kvbudget.calibration-validation"
+    engine: str
+    hardware: str
+    profile: CalibrationProfile
+    cells: list[CellResult]
+    errors: list[ErrorRow]
+    #: largest |relative error| of TTFT p50 / TPOT p50 over the held-out cells
+    held_out_max_abs_rel_error: dict[str, float]
+    target_rel_error: float = TARGET_REL_ERROR
+    target_met: bool
+    calibration_wall_s: float
+    validation_wall_s: float
+
+
+async def validate(
+    opts: CalibrateOptions, *, output_tokens: int = 32, scale: int = 1
+) -> ValidationReport:
+    """Calibrate on the calibration cells' ranges, then measure and predict every cell."""
+    start = time.perf_counter()
+    async with OpenAIClient(opts.base_url, concurrency=4, timeout_s=30) as probe_client:
+        from kvbudget.calibrate.engine import discover
+
+        info = await discover(probe_client, opts.model)
+    plans = default_cells(info, output_tokens=output_tokens, scale=scale)
+    train = [p for p in plans if p.role == "calibration"]
+    limited = replace(
+        opts,
+        max_prompt_tokens=max(p.prompt_tokens for p in train),
+        max_batch=max(p.concurrency for p in train),
+    )
+    cal = await calibrate(limited)
+    profile = cal.profile
+    cells: list[CellResult] = []
+    rows: list[ErrorRow] = []
+    label = f"{cal.info.engine} {cal.info.version}, {profile.hardware}"
+    async with OpenAIClient(
+        opts.base_url,
+        concurrency=max(p.concurrency for p in plans),
+        timeout_s=opts.request_timeout_s,
+        api_key=opts.api_key,
+    ) as client:
+        for k, plan in enumerate(plans):
+            load = cell_load(plan, opts.seed + 1000 + k)
+            measured = await measure_cell(client, opts.model, load, label)
+            predicted, warnings = predict_cell(profile, load)
+            cells.append(
+                CellResult(
+                    cell_id=plan.cell_id,
+                    role=plan.role,
+                    prompt_tokens=plan.prompt_tokens,
+                    output_tokens=plan.output_tokens,
+                    concurrency=plan.concurrency,
+                    num_requests=plan.num_requests,
+                    measured=measured,
+                    predicted=predicted,
+                    warnings=warnings,
+                )
+            )
+            rows.extend(compare(plan.cell_id, plan.role, measured, predicted))
+    worst: dict[str, float] = {}
+    for metric in ("ttft_p50_s", "tpot_p50_s"):
+        errs = [
+            abs(r.rel_error)
+            for r in rows
+            if r.role == "held-out" and r.metric == metric and r.rel_error is not None
+        ]
+        worst[metric] = max(errs) if errs else float("nan")
+    met = all(v <= TARGET_REL_ERROR for v in worst.values())
+    return ValidationReport(
+        engine=f"{cal.info.engine} {cal.info.version}",
+        hardware=profile.hardware,
+        profile=profile,
+        cells=cells,
+        errors=rows,
+        held_out_max_abs_rel_error=worst,
+        target_met=met,
+        calibration_wall_s=cal.wall_s,
+        validation_wall_s=time.perf_counter() - start,
+    )
