@@ -129,6 +129,15 @@ def cell_checks(stop: StopConditions, ev: CellEvidence) -> list[Check]:
     if ev.num_requests == 0:
         checks.append(Check(name="ran", verdict="untested", reason="no request completed a run"))
         return checks
+    if ev.capacity_error is None:
+        checks.append(
+            Check(
+                name="capacity",
+                verdict="pass",
+                reason=f"no capacity error: the engine admitted all {ev.num_requests} requests",
+                kind=ev.kind,
+            )
+        )
     for metric, ceilings in (("ttft_s", stop.ttft_s), ("tpot_s", stop.tpot_s)):
         for pct, limit in ceilings.items():
             checks.append(percentile_check(metric, pct, limit, ev.summaries.get(metric), ev.kind))

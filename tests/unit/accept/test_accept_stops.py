@@ -54,3 +54,10 @@ def test_failed_cell_check_triggers_its_stop_condition() -> None:
     stops = {s.name: s for s in stop_statuses(plan, [bad], {})}
     assert stops["ttft_s p95"].status == "triggered"
     assert stops["ttft_s p95"].cells == ["short/single"]
+
+
+def test_capacity_stop_is_tested_when_cells_ran_without_error() -> None:
+    plan = load_plan(DEMO)
+    ran = cell(Check(name="capacity", verdict="pass", reason="admitted"))
+    stops = {s.name: s for s in stop_statuses(plan, [ran], {})}
+    assert stops["capacity error"].status == "not_triggered"

@@ -70,6 +70,7 @@ def test_all_checks_pass_gives_pass_with_numbers() -> None:
     assert [c.verdict for c in checks] == ["pass"] * len(checks)
     assert any(c.observed == 1.0 and c.limit == 2.0 for c in checks)
     assert reasons == [f"all {len(checks)} checks passed"]
+    assert checks[0].name == "capacity" and "admitted all 300" in checks[0].reason
 
 
 def test_latency_ceiling_crossed_fails() -> None:
