@@ -102,6 +102,11 @@ class HttpTarget:
         observed: dict[str, tuple[Any, str]] = {"engine.name": (engine, "/v1/models, /version")}
         if version:
             observed["engine.version"] = (str(version), "/version")
+        models = ident.get("models") or []
+        if models and isinstance(models[0], dict):
+            root = models[0].get("root") or models[0].get("id")
+            if root:
+                observed["model.id"] = (str(root), "/v1/models (root)")
         return TargetInfo(
             kind="http",
             source="measured",

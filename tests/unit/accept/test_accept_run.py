@@ -45,7 +45,13 @@ class FakeTarget:
 
     @property
     def info(self) -> TargetInfo:
-        return TargetInfo(kind="fake", source="measured", label="fake", engine="fake")
+        return TargetInfo(
+            kind="fake",
+            source="measured",
+            label="fake",
+            engine="fake",
+            observed={"model.id": ("meta-llama/Llama-3.1-8B", "/v1/models root")},
+        )
 
     def idle_baseline(self) -> dict[str, float]:
         return {"kv_usage": 0.5 if self.stuck else 0.0, "num_running": 0.0}
@@ -86,7 +92,8 @@ class FakeTarget:
             error = "request needs 900 blocks, pool has 800"
             if self.stuck_after_fail:
                 self.stuck = True
-        return CellRun(records=records, duration_s=1.0, capacity_error=error)
+        outputs = {r.request_id: "Paris" for r in requests if "/quality:" in r.request_id}
+        return CellRun(records=records, duration_s=1.0, capacity_error=error, outputs=outputs)
 
 
 def by_id(outcome: Any) -> dict[str, Any]:
@@ -180,3 +187,64 @@ def test_quality_outputs_shown_only_when_kept() -> None:
         assert cell.output_excerpts == ([f"{rec.request_id}: <b>Paris</b>"] if shown else [])
         capital = next(q for q in cell.quality if q["checkpoint"] == "capital-exact")
         assert capital["verdict"] == "fail"  # "<b>Paris</b>" is not the exact answer "Paris"
+
+
+def _confirm(lock: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in lock.items():
+        if key == "id":
+            out[key] = value
+        elif isinstance(value, dict) and "value" not in value and key != "prefix_caching":
+            out[key] = _confirm(value)
+        else:
+            raw = value.get("value", "x") if isinstance(value, dict) else value
+            out[key] = {
+                "value": raw if raw is not None else "x",
+                "status": "confirmed",
+                "source": "test",
+            }
+    return out
+
+
+def test_a_fully_confirmed_clean_measured_run_can_pass(tmp_path: Path) -> None:
+    from kvbudget.accept.acceptance import run_acceptance
+    from kvbudget.accept.result import Ledger
+    from kvbudget.accept.run import PreparedTarget
+
+    data = yaml.safe_load((REPO / "examples" / "acceptance-demo.yaml").read_text())
+    data["lock"]["engine"]["container"] = "vllm/vllm-openai@sha256:abc"
+    data["lock"].update(offload="none", router_policy="none")
+    data["lock"] = _confirm(data["lock"])
+    data["load"].update(repetitions=1, max_requests_per_cell=250, shared_prefix={"tokens": 0})
+    data["load"]["warmup"] = {"requests": 1, "input_tokens": 8, "output_tokens": 2}
+    for tier in data["load"]["tiers"].values():
+        tier.update(min_tokens=8, max_tokens=16, output_tokens=4)
+    for tier in data["load"]["concurrency"].values():
+        tier.update(arrival="closed")
+        tier.pop("rate_per_s", None)
+    prompt = tmp_path / "capital.txt"
+    prompt.write_text("Capital of France? One word.", encoding="utf-8")
+    quality = [{"id": "capital", "kind": "exact", "expected": "Paris", "prompt_file": str(prompt)}]
+    data.update(quality=quality, comparisons=[], audits={"isolation": False, "reuse": False})
+    data["stop"]["any_cross_tenant_hit"] = False
+    data["stop"]["tpot_s"] = {"p95": 0.2}  # the fake target answers at 0.1 s per token
+    plan = parse_plan(data)
+    doc = run_acceptance(
+        plan,
+        lambda lock: PreparedTarget(target=FakeTarget(), ledger=Ledger()),
+        out_dir=tmp_path,
+    )
+    assert doc.blocking == [], doc.blocking
+    assert [c.verdict for c in doc.cells] == ["pass"] * 9, [c.reasons for c in doc.cells][:2]
+    assert {s.status for s in doc.stop_conditions} == {"not_triggered"}, doc.stop_conditions
+    assert doc.verdict == "pass", doc.verdict_reasons
+    assert all(c.quality[0]["verdict"] == "pass" for c in doc.cells)
+    # the same run with one unconfirmed field is blocked, not passed
+    data["lock"]["gpu"]["driver"] = {"value": None, "status": "unconfirmed"}
+    blocked = run_acceptance(
+        parse_plan(data),
+        lambda lock: PreparedTarget(target=FakeTarget(), ledger=Ledger()),
+        out_dir=tmp_path,
+    )
+    assert blocked.verdict == "blocked"
+    assert blocked.blocking == ["gpu.driver: unconfirmed (not known)"]
