@@ -68,9 +68,10 @@ async def _kvbudget_client(url: str, concurrency: int, num_requests: int) -> dic
             output_tokens=OUTPUT_TOKENS,
             timeout_s=120,
         )
-        cpu0 = _cpu_s()
         doc = await run_load(cfg, out_dir=out)
-        cpu = _cpu_s() - cpu0
+        # CPU of the load window only (t0 to the last request), as the runner measures it;
+        # prompt generation and the identity probe happen before t0
+        cpu = doc.accounting["client_cpu_s"]
         recs = read_jsonl(out / "requests.jsonl", RequestRecord).items
         s = doc.summary
         return {
