@@ -24,7 +24,6 @@ from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile
 METRICS = ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s", "throughput_tokens_per_s")
 #: the load client's workers start their first requests about this far apart
 CLIENT_STAGGER_S = 1e-3
-BOS_TOKEN = -1  # llama.cpp puts BOS before a token-id prompt: one more cell, shared by all
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +95,12 @@ def slot_config(profile: CalibrationProfile) -> SlotConfig:
     )
 
 
-def predict_cell(
-    profile: CalibrationProfile, load: CellLoad, *, add_bos: bool = True
-) -> tuple[CellFigures, list[str]]:
+def predict_cell(profile: CalibrationProfile, load: CellLoad) -> tuple[CellFigures, list[str]]:
     """Simulated figures of one cell, and the profile's out-of-range warnings for it."""
     timing = CalibratedTiming(profile)
     config = slot_config(profile)
-    head = (BOS_TOKEN,) if add_bos else ()
     reqs = [
-        SlotRequest(f"{load.cell_id}-{i}", 0.0, head + p, load.output_tokens)
+        SlotRequest(f"{load.cell_id}-{i}", 0.0, p, load.output_tokens)
         for i, p in enumerate(load.prompts)
     ]
     results, stats = run_slots(
@@ -132,10 +128,12 @@ def predict_cell(
         span,
         stats.peak_kv_usage,
     )
-    longest = max((len(p) + len(head) for p in load.prompts), default=0)
+    # llama.cpp adds no BOS to a token-id prompt (its timings report prompt_n = len(prompt))
+    longest = max((len(p) for p in load.prompts), default=0)
     observed = {
         "prompt_tokens": float(longest),
-        "context_tokens": float(longest + load.output_tokens),
+        # the last output token is sampled, never fed back: context peaks at prompt + out - 1
+        "context_tokens": float(longest + load.output_tokens - 1),
         "batch_size": float(min(load.concurrency, config.num_slots)),
     }
     warnings = [f"{load.cell_id}: {w}" for w in profile.range_warnings(observed)]

@@ -153,7 +153,7 @@ async def validate(
     train = [p for p in plans if p.role == "calibration"]
     limited = replace(
         opts,
-        max_prompt_tokens=max(p.prompt_tokens for p in train),
+        max_prompt_tokens=max(p.prompt_tokens + p.output_tokens for p in train),
         max_batch=max(p.concurrency for p in train),
     )
     cal = await calibrate(limited)

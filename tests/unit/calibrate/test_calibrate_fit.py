@@ -135,3 +135,12 @@ def test_profile_round_trips_through_json() -> None:
     profile = make_profile()
     again = CalibrationProfile.model_validate_json(profile.model_dump_json())
     assert again == profile
+
+
+def test_a_slow_outlier_among_repeats_does_not_move_the_fit() -> None:
+    # three repeats of every point; one repeat of one point is 10x slower (a busy CPU)
+    obs = synthetic(0.0) * 3
+    obs[0] = prefill_observation(16, 0, 10 * true_prefill_s(16, 0), n_ubatch=N_UBATCH)
+    f = fit_step_model(obs).fit
+    assert f.prefill_per_token_s == pytest.approx(PREFILL_PER_TOKEN_S, rel=1e-6)
+    assert f.step_overhead_s == pytest.approx(OVERHEAD_S, rel=1e-6)

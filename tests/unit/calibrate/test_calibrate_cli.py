@@ -1,0 +1,49 @@
+"""`kvbudget calibrate` command line: help and one-line errors (no engine needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvbudget", "calibrate", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_help_names_the_main_options() -> None:
+    r = run("--help")
+    assert r.returncode == 0
+    for flag in ("--base-url", "--model", "--metrics-url", "--out", "--validate"):
+        assert flag in r.stdout
+
+
+def test_unset_api_key_variable_is_one_line_error(tmp_path: object) -> None:
+    r = run(
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--out",
+        "/tmp/never.json",
+        "--api-key-env",
+        "KVBUDGET_TEST_UNSET_VARIABLE",
+    )
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ConfigError:")
+    assert "KVBUDGET_TEST_UNSET_VARIABLE" in lines[0]
+
+
+def test_unreachable_engine_is_one_line_error() -> None:
+    # port 9 (discard) on loopback: nothing listens; the series cannot start
+    r = run("--base-url", "http://127.0.0.1:9", "--model", "m", "--out", "/tmp/never.json")
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("TargetError:") and "--base-url" in lines[0]
