@@ -202,3 +202,32 @@ def test_connection_refused_is_connect_error() -> None:
     out = asyncio.run(go())
     assert out.status == "error"  # type: ignore[attr-defined]
     assert out.error_kind == "connect"  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(60)
+def test_failed_scrapes_are_recorded_not_fatal(tmp_path: Path) -> None:
+    async def go() -> object:
+        server = FaultyServer()
+        url = await server.start()
+        try:
+            cfg = RunConfig(
+                base_url=url,
+                model="m",
+                concurrency=1,
+                num_requests=2,
+                timeout_s=TIMEOUT_S,
+                metrics_url=url + "/metrics",
+                scrape_interval_s=0.05,
+                baseline_s=0.1,
+            )
+            return await run_load(cfg, out_dir=tmp_path)
+        finally:
+            await server.stop()
+
+    doc = asyncio.run(go())
+    scrape = doc.scrape  # type: ignore[attr-defined]
+    assert scrape["scrapes"] >= 2  # baseline + at least the final scrape
+    assert scrape["failures"] == scrape["scrapes"]  # the fake server answers 404
+    assert "HTTP 404" in scrape["first_failures"][0][1]
+    assert doc.summary["requests_total"] == 2  # type: ignore[attr-defined]
+    assert any("metric scrapes failed" in w for w in doc.warnings)  # type: ignore[attr-defined]
