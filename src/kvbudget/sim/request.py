@@ -139,12 +139,13 @@ class SimRequest:
         num_prompt = len(prompt)
         if end <= num_prompt:
             return prompt[start:end]
-        out = list(prompt[start:num_prompt]) if start < num_prompt else []
         seed = self.seed
         vocab = self.vocab_size
         first = max(start, num_prompt) - num_prompt
-        out.extend((seed + (j + 1) * _MIX) % vocab for j in range(first, end - num_prompt))
-        return out
+        generated = [(seed + (j + 1) * _MIX) % vocab for j in range(first, end - num_prompt)]
+        if start < num_prompt:
+            return list(prompt[start:num_prompt]) + generated
+        return generated
 
     def update_block_hashes(self, num_tokens: int) -> None:
         """Extend the hash chain to every full block within the first ``num_tokens``."""
