@@ -124,11 +124,24 @@ class FastEngine:
         # 1. running decoders that cross a block boundary, in running order
         crossing = self.phase[self.g % self.block_size]
         if crossing:
+            single = kv.single_full
+            pool = self.pool
+            size = self.block_size
+            g = self.g
             for seq in list(crossing):
                 req = crossing.get(seq)
                 if req is None or seq not in self.running:
                     continue
-                self._materialize(req)
+                c = req.lazy_c0 + g - req.lazy_g0
+                req.num_computed_tokens = c
+                req.num_output_tokens = req.lazy_o0 + g - req.lazy_g0
+                if single and pool._free:
+                    # exactly one new block (c is a multiple of block_size): the same steps
+                    # as allocate_slots, without its general bookkeeping
+                    req.block_ids[0].extend(pool.allocate(1))
+                    if kv.caching and c // size > req.num_cached_blocks:
+                        kv._cache_full_blocks(req, c + 1)
+                    continue
                 ok = True
                 while not kv.allocate_slots(req, 1):
                     victim = self._preempt_last()
