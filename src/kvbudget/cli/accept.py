@@ -19,7 +19,12 @@ import click
     show_default=True,
     help="Directory for report.json, report.md, report.html and the JSONL records.",
 )
-@click.option("--resume", is_flag=True, help="Skip repetitions already in OUT/progress.jsonl.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue a stopped run: skip repetitions already in OUT/progress.jsonl "
+    "(without it a run starts OUT's JSONL files over).",
+)
 @click.option(
     "--schema", "show_schema", is_flag=True, help="Print the plan file's JSON Schema and exit."
 )
@@ -30,7 +35,8 @@ import click
 @click.option(
     "--keep-prompts",
     is_flag=True,
-    help="Keep prompt and output text in records.jsonl (default: sha256 hashes only).",
+    help="Keep prompt and output text in records.jsonl and show quality-checkpoint outputs "
+    "(escaped) in the report (default: sha256 hashes only, no text).",
 )
 @click.option(
     "--fail-on-verdict",
