@@ -17,6 +17,7 @@ of memory), ``broken_stream`` (connection dropped or malformed event mid-stream)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -34,6 +35,8 @@ ENDPOINT_PATHS: dict[str, str] = {
     "completions": "/v1/completions",
     "chat": "/v1/chat/completions",
 }
+#: seconds to wait for the end of the body after ``[DONE]`` (connection reuse only)
+DONE_GRACE_S = 1.0
 _OOM_MARKERS = ("out of memory", "outofmemory", "kv cache is full")
 _OOM_WORD = re.compile(r"\boom\b")
 
@@ -268,6 +271,8 @@ class OpenAIClient:
                     if content_key in data and empty_key not in data:
                         num_content += 1
                 if saw_done:
+                    if not reader.at_eof():
+                        await _drain_to_eof(reader)
                     break
                 if cancel_after is not None and num_content >= cancel_after:
                     resp.close()  # drop the connection: the server sees a disconnect
@@ -340,6 +345,19 @@ class OpenAIClient:
             if isinstance(body.get("tokens"), list):
                 return len(body["tokens"])
         return None
+
+
+async def _drain_to_eof(reader: aiohttp.StreamReader) -> None:
+    """Read the body's end after ``[DONE]`` so the connection goes back to the pool.
+
+    aiohttp closes a connection whose body was not read to the end; the terminating chunk
+    usually follows ``[DONE]`` at once. A server that keeps the stream open gets
+    ``DONE_GRACE_S`` and then loses the connection, not the request (it is complete).
+    """
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+        async with asyncio.timeout(DONE_GRACE_S):
+            while await reader.readany():
+                pass
 
 
 def _parse_events(
