@@ -142,6 +142,17 @@ def _load_progress(out_dir: Path) -> dict[tuple[str, int], CellRun]:
     return done
 
 
+def _drop_unfinished_records(out_dir: Path, done: dict[tuple[str, int], CellRun], tag: str) -> None:
+    """Keep only the records of finished repetitions (a killed repetition is run again)."""
+    path = out_dir / f"records{tag}.jsonl"
+    if not path.exists():
+        return
+    kept = [rec for run in done.values() for rec in run.records]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(rec.model_dump_json() + "\n" for rec in kept), encoding="utf-8")
+    tmp.replace(path)
+
+
 def _recovered(baseline: dict[str, float]) -> bool:
     return (
         baseline.get("kv_usage", 0.0) <= RECOVERY_KV_USAGE
@@ -166,7 +177,9 @@ def run_matrix(
     done = _load_progress(out_dir) if (out_dir is not None and resume) else {}
     records_out = progress_out = None
     if out_dir is not None:
-        if not resume:  # a fresh run never appends to an earlier run's files
+        if resume:
+            _drop_unfinished_records(out_dir, done, tag)
+        else:  # a fresh run never appends to an earlier run's files
             for stale in (f"records{tag}.jsonl", f"progress{tag}.jsonl"):
                 (out_dir / stale).unlink(missing_ok=True)
         records_out = JsonlWriter(out_dir / f"records{tag}.jsonl")
