@@ -53,6 +53,11 @@ def _render(summary: dict[str, Any]) -> str:
         f"router: {summary['router']})",
         f"  requests completed   {summary['requests_completed']} of {summary['requests_total']}"
         + (
+            f"  ({summary['requests_cancelled']} cancelled by the client)"
+            if summary["requests_cancelled"]
+            else ""
+        )
+        + (
             f"  ({summary['requests_unfinished']} unfinished, see --records-out)"
             if summary["requests_unfinished"]
             else ""

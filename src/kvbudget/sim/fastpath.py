@@ -75,7 +75,7 @@ class FastEngine:
         self.phase[(self.g - req.lazy_c0) % self.block_size][req.running_seq] = req
         self.num_decoders += 1
         self.decode_ctx += req.lazy_c0
-        finish_at = self.g + req.spec.max_output_tokens - req.lazy_o0
+        finish_at = self.g + req.output_limit - req.lazy_o0
         heapq.heappush(self._finish_heap, (finish_at, req.running_seq, self.g, req))
 
     def _remove_decoder(self, req: SimRequest) -> None:
@@ -261,18 +261,24 @@ class FastEngine:
             if req.first_token_s is None:
                 req.first_token_s = end_s
                 core.prompt_tokens += req.num_prompt_tokens
-            if req.num_output_tokens >= req.spec.max_output_tokens:
+            if req.num_output_tokens >= req.output_limit:
                 finished.append(req)
             else:
                 joined.append(req)
-        for req in finished:
+        # completed requests free their blocks first, then cancelled ones (as the explicit
+        # path: the engine finishes inside its step, the client aborts after it)
+        completed = [r for r in finished if r.num_output_tokens >= r.spec.max_output_tokens]
+        cancelled = [r for r in finished if r.num_output_tokens < r.spec.max_output_tokens]
+        for req in completed + cancelled:
             self._drop_running(req)
             self.kv.free(req)
-            req.status = "finished"
-            req.finish_reason = "length"
+            done = req.num_output_tokens >= req.spec.max_output_tokens
+            req.status = "finished" if done else "aborted"
+            req.finish_reason = "length" if done else "cancelled"
             req.finish_s = end_s
             core.requests.pop(req.spec.request_id, None)
-            core.num_finished += 1
+            if done:
+                core.num_finished += 1
             if core.keep_finished:
                 core.finished.append(req)
         for req in joined:

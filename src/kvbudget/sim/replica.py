@@ -111,7 +111,17 @@ class Replica:
             self.tier_stack.now_s = now_s
         if self.fast is not None:
             return self.fast.step(now_s)
-        return self.core.step(now_s).duration_s
+        result = self.core.step(now_s)
+        for out in result.outputs:
+            if out.finished:
+                continue
+            req = self.core.requests.get(out.request_id)
+            if req is not None and req.num_output_tokens >= req.output_limit:
+                # the client cancels after cancel_after_tokens outputs (PlannedRequest)
+                self.core.abort_request(out.request_id)
+                req.finish_reason = "cancelled"
+                req.finish_s = now_s + result.duration_s
+        return result.duration_s
 
     def wake_s(self) -> float | None:
         """When a stalled replica (only reloading requests) can run again."""

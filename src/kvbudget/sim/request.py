@@ -129,6 +129,13 @@ class SimRequest:
         return len(self.spec.prompt_token_ids) + self.spec.max_output_tokens - 1
 
     @property
+    def output_limit(self) -> int:
+        """Outputs after which the request ends: its length, or the client's cancellation."""
+        cancel = self.spec.cancel_after_tokens
+        limit = self.spec.max_output_tokens
+        return limit if cancel is None or cancel >= limit else max(1, cancel)
+
+    @property
     def num_cached_tokens(self) -> int:
         """Prompt tokens served from any cache tier at first scheduling."""
         return sum(self.cached_tokens_by_tier.values())

@@ -61,7 +61,13 @@ class RequestResult:
             output_tokens=req.num_output_tokens,
             cached_tokens_by_tier=dict(req.cached_tokens_by_tier),
             preemptions=req.num_preemptions,
-            status="finished" if req.status == "finished" else "unfinished",
+            status=(
+                "finished"
+                if req.status == "finished"
+                else "cancelled"
+                if req.finish_reason == "cancelled"
+                else "unfinished"
+            ),
             reason=reason or (req.finish_reason or req.status),
             tenant=spec.tenant,
             session_id=spec.session_id,
@@ -76,12 +82,13 @@ class RequestResult:
             output_tokens=self.output_tokens,
         )
         ok = self.finished
+        cancelled = self.status == "cancelled"
         return RequestRecord(
             request_id=self.request_id,
             source="simulated",
-            status="ok" if ok else "error",
-            error_kind=None if ok else "other",
-            error_excerpt=None if ok else self.reason,
+            status="ok" if ok else "cancelled" if cancelled else "error",
+            error_kind=None if ok else "cancelled" if cancelled else "other",
+            error_excerpt=None if ok or cancelled else self.reason,
             finish_reason=self.reason if ok else None,
             cell_id=self.cell_id,
             tenant=self.tenant,
@@ -154,7 +161,7 @@ class SimResult:
         """Why requests did not finish: reason -> count."""
         out: dict[str, int] = {}
         for r in self.requests:
-            if not r.finished:
+            if r.status == "unfinished":
                 out[r.reason] = out.get(r.reason, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -181,7 +188,10 @@ class SimResult:
             "router": self.router,
             "requests_total": len(self.requests),
             "requests_completed": len(done),
-            "requests_unfinished": len(self.requests) - len(done),
+            "requests_cancelled": sum(1 for r in self.requests if r.status == "cancelled"),
+            "requests_unfinished": sum(
+                1 for r in self.requests if r.status not in ("finished", "cancelled")
+            ),
             "ttft_p50_s": pct(ttft, 50),
             "ttft_p99_s": pct(ttft, 99),
             "tpot_p50_s": pct(tpot, 50),

@@ -109,3 +109,23 @@ def test_samples_and_trace() -> None:
     res = simulate(_poisson(20, 4), spec, seed=0)
     assert res.samples and all(0.0 <= s.kv_usage <= 1.0 for s in res.samples)
     assert res.trace_events and res.trace_events[0]["ph"] == "X"
+
+
+def test_client_cancellation_after_n_tokens() -> None:
+    reqs = [
+        EngineRequest("keep", (1, 2, 3), 10, arrival_s=0.0),
+        EngineRequest("cancel", (4, 5, 6), 10, arrival_s=0.0, cancel_after_tokens=3),
+    ]
+    for fast in (True, False):
+        setup = ReplicaSetup(CFG, FixedTiming(step_s=0.01), fast_path=fast)
+        res = simulate(reqs, ClusterSpec([setup]), seed=0)
+        by_id = {r.request_id: r for r in res.requests}
+        assert by_id["keep"].finished and by_id["keep"].output_tokens == 10
+        cancelled = by_id["cancel"]
+        assert cancelled.status == "cancelled" and cancelled.output_tokens == 3
+        # prefill step emits token 1, two decode steps emit tokens 2 and 3: cancelled at 30 ms
+        assert cancelled.finish_s == pytest.approx(0.03)
+        record = cancelled.to_record()
+        assert record.status == "cancelled" and record.error_kind == "cancelled"
+        summary = res.summary()
+        assert summary["requests_cancelled"] == 1 and summary["requests_unfinished"] == 0

@@ -25,7 +25,12 @@ def _workload(seed: int, n: int = 50) -> list[EngineRequest]:
         prompt = prefixes[int(rng.integers(0, 3))] + tuple(
             rng.integers(1, 500, size=int(rng.integers(1, 30))).tolist()
         )
-        out.append(EngineRequest(f"r{i}", prompt, int(rng.integers(1, 40)), arrival_s=t))
+        cancel = int(rng.integers(1, 20)) if rng.random() < 0.2 else None
+        out.append(
+            EngineRequest(
+                f"r{i}", prompt, int(rng.integers(1, 40)), arrival_s=t, cancel_after_tokens=cancel
+            )
+        )
     return out
 
 
@@ -49,7 +54,15 @@ def test_fast_path_equals_explicit_stepping(seed: int) -> None:
         runs.append(
             (
                 [
-                    (r.request_id, r.first_token_s, r.finish_s, r.preemptions, r.cached_tokens)
+                    (
+                        r.request_id,
+                        r.first_token_s,
+                        r.finish_s,
+                        r.preemptions,
+                        r.cached_tokens,
+                        r.status,
+                        r.output_tokens,
+                    )
                     for r in res.requests
                 ],
                 res.replica_stats,
