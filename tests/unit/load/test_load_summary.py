@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvbudget.load.client import StreamOutcome, _parse_events, looks_like_oom
+from kvbudget.load.outcome import StreamOutcome, looks_like_oom
+from kvbudget.load.outcome import parse_events as _parse_events
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.records import RequestRecord
 
