@@ -33,6 +33,12 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
         wl["output_tokens"] = {"kind": "fixed", "value": opts["output_tokens"]}
     groups = opts["prefix_groups"]
     shared = opts["shared_prefix_tokens"]
+    if groups and not shared:
+        raise ConfigError(
+            f"--prefix-groups {groups}: give --shared-prefix-tokens too (tokens of each "
+            "group's shared prefix, e.g. 2048)",
+            field="prefix_groups",
+        )
     if groups is not None or shared is not None:
         prefix = dict(wl.get("prefix", {}))
         if groups:
