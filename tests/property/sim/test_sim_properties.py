@@ -115,3 +115,69 @@ def test_every_request_finishes_or_has_a_reason(
         assert r.finished or r.reason.startswith(("horizon", "rejected"))
         if r.finished:
             assert r.output_tokens == work[int(r.request_id[1:])].max_output_tokens
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    reqs=st.lists(
+        st.tuples(
+            st.integers(0, 2),  # shared prefix id
+            st.integers(1, 30),  # own prompt tokens
+            st.integers(1, 25),  # output tokens
+            st.floats(0.0, 0.05),  # gap to the previous arrival
+            st.one_of(st.none(), st.integers(1, 10)),  # client cancellation
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    num_blocks=st.integers(12, 50),
+    block_size=st.sampled_from([1, 2, 4, 8]),
+    caching=st.booleans(),
+    with_state=st.booleans(),
+)
+def test_fast_path_equals_explicit_engine(
+    reqs: list[tuple[int, int, int, float, int | None]],
+    num_blocks: int,
+    block_size: int,
+    caching: bool,
+    with_state: bool,
+) -> None:
+    groups = (KVGroupConfig(), KVGroupConfig(kind="state")) if with_state else (KVGroupConfig(),)
+    cfg = ReplicaConfig(
+        num_gpu_blocks=num_blocks,
+        block_size=block_size,
+        kv_groups=groups,
+        max_num_seqs=5,
+        max_num_batched_tokens=24,
+        max_model_len=4096,
+        enable_prefix_caching=caching,
+    )
+    prefixes = [tuple(range(100 * p, 100 * p + 10)) for p in range(3)]
+    work = []
+    t = 0.0
+    for i, (p, own, out, gap, cancel) in enumerate(reqs):
+        t += gap
+        prompt = prefixes[p] + tuple(range(10_000 + 100 * i, 10_000 + 100 * i + own))
+        work.append(EngineRequest(f"r{i}", prompt, out, arrival_s=t, cancel_after_tokens=cancel))
+    runs = []
+    for fast in (True, False):
+        res = simulate(
+            work, ClusterSpec([ReplicaSetup(cfg, FixedTiming(), fast_path=fast)]), seed=1
+        )
+        runs.append(
+            (
+                [
+                    (
+                        r.request_id,
+                        r.status,
+                        r.first_token_s,
+                        r.finish_s,
+                        r.cached_tokens,
+                        r.preemptions,
+                    )
+                    for r in res.requests
+                ],
+                res.replica_stats,
+            )
+        )
+    assert runs[0] == runs[1]
