@@ -129,3 +129,43 @@ def test_workers_merge_into_one_result(serve_url: str, tmp_path: Path) -> None:
     assert result["accounting"]["workers"] == 2
     assert result["accounting"]["sent"] == 40
     assert result["requests_ok"] == 40
+
+
+@pytest.mark.timeout(120)
+def test_open_loop_workers_keep_one_schedule(serve_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    cmd = [
+        *KVBUDGET,
+        "bench",
+        "--base-url",
+        serve_url,
+        "--model",
+        "m",
+        "--arrival",
+        "constant",
+        "--rate",
+        "40",
+        "--num-requests",
+        "20",
+        "--output-tokens",
+        "4",
+        "--prompt-tokens",
+        "8",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    records = read_jsonl(out / "requests.jsonl", RequestRecord).items
+    assert result["accounting"]["offered"] == result["accounting"]["sent"] == 20
+    by_index = {int(r.request_id[1:]): r for r in records}
+    assert sorted(by_index) == list(range(20))
+    for i, r in by_index.items():
+        assert r.worker == i % 2
+        # one timeline for both processes: request i is scheduled at i / 40 s
+        assert r.scheduled_s == pytest.approx(i / 40)
+        assert r.sent_s is not None and r.sent_s >= r.scheduled_s - 1e-6
