@@ -62,6 +62,20 @@ def _thin(values: list[float]) -> list[float]:
     return [round(values[i], 6) for i in idx]
 
 
+def _per_repetition(runs: Sequence[CellRun]) -> list[dict[str, float | None]]:
+    out: list[dict[str, float | None]] = []
+    for run in runs:
+        recs = [r for r in run.records if not r.warmup]
+        row: dict[str, float | None] = {"n": float(sum(1 for r in recs if r.status == "ok"))}
+        for metric in ("ttft_s", "tpot_s"):
+            values = _values(recs, metric)
+            for q in (50, 95):
+                key = f"{metric.split('_')[0]}_p{q}_s"
+                row[key] = float(np.percentile(values, q)) if values else None
+        out.append(row)
+    return out
+
+
 def summarize_cell(
     plan: AcceptPlan,
     *,
@@ -154,5 +168,6 @@ def summarize_cell(
             for o in outcomes
         ],
         output_excerpts=excerpts,
+        per_repetition=_per_repetition(runs),
     )
     return result, evidence

@@ -121,6 +121,8 @@ class CellResult(_Model):
     samples_tpot_s: list[float] = Field(default_factory=list)
     quality: list[dict[str, Any]] = Field(default_factory=list)
     output_excerpts: list[str] = Field(default_factory=list)
+    #: each repetition on its own (n, TTFT and TPOT p50/p95): how repeatable the cell is
+    per_repetition: list[dict[str, float | None]] = Field(default_factory=list)
     #: calibrated simulator's forecast for a measured cell, with relative errors
     prediction: dict[str, Any] = Field(default_factory=dict)
 

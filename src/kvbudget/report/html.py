@@ -14,9 +14,11 @@ from kvbudget.report.markdown import (
     CELL_HEADER,
     PCT_HEADER,
     PRED_HEADER,
+    REP_HEADER,
     cell_row,
     percentile_rows,
     prediction_rows,
+    repetition_rows,
 )
 from kvbudget.units import format_bytes
 
@@ -97,6 +99,8 @@ def render_html(doc: AcceptResult) -> str:
         )
         if cell.summaries:
             add(_table(PCT_HEADER, percentile_rows(cell)))
+        if len(cell.per_repetition) > 1:
+            add(_table(REP_HEADER, repetition_rows(cell)))
         if cell.output_excerpts:
             add("<p>Model output excerpts (escaped):</p>")
             for text in cell.output_excerpts:

@@ -59,6 +59,21 @@ def percentile_rows(cell: CellResult) -> list[list[str]]:
 PCT_HEADER = ["metric (s)", "n", "p50 [95% CI]", "p90", "p95", "p99", "small-sample warnings"]
 
 
+REP_HEADER = ["repetition", "n", "TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95"]
+
+
+def repetition_rows(cell: CellResult) -> list[list[str]]:
+    """Each repetition's own percentiles (seconds), to show how repeatable the cell is."""
+    rows = []
+    for i, rep in enumerate(cell.per_repetition):
+        row = [str(i), f"{rep.get('n') or 0:.0f}"]
+        for key in ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s"):
+            value = rep.get(key)
+            row.append("—" if value is None else f"{value:.4g}")
+        rows.append(row)
+    return rows
+
+
 PRED_HEADER = ["cell", "quantity", "predicted", "measured", "relative error"]
 
 
@@ -150,6 +165,12 @@ def render_markdown(doc: AcceptResult) -> str:
         for row in percentile_rows(cell):
             add("| " + " | ".join(_md(x) for x in row) + " |")
         add("")
+        if len(cell.per_repetition) > 1:
+            add("| " + " | ".join(REP_HEADER) + " |")
+            add("|" + "---|" * len(REP_HEADER))
+            for row in repetition_rows(cell):
+                add("| " + " | ".join(row) + " |")
+            add("")
     pred = prediction_rows(doc)
     if pred:
         model = next(c.prediction.get("model") for c in doc.cells if c.prediction)

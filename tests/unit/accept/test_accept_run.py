@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from kvbudget.accept.planfile import AcceptPlan, parse_plan
@@ -117,6 +118,9 @@ def test_capacity_error_stops_the_row_without_retry(tmp_path: Path) -> None:
     assert "'normal'" in peak.reasons[0] and "last passing tier kept" in peak.reasons[0]
     # other rows are untouched
     assert target.calls.count("short/peak") == 2
+    reps = cells["short/peak"].per_repetition
+    assert len(reps) == 2 and all(r["ttft_p95_s"] == pytest.approx(0.1) for r in reps)
+    assert sum(r["n"] or 0 for r in reps) == cells["short/peak"].num_ok
 
 
 def test_failed_cell_without_baseline_recovery_halts_the_run(tmp_path: Path) -> None:
