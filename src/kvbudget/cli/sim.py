@@ -155,6 +155,16 @@ def _render(summary: dict[str, Any]) -> str:
     type=click.Path(dir_okay=False),
     help="Write one RequestRecord per request (JSONL, source=simulated).",
 )
+@click.option(
+    "--samples-out",
+    type=click.Path(dir_okay=False),
+    help="Write KV usage / running / waiting per replica every --sample-every-s (CSV).",
+)
+@click.option(
+    "--sample-every-s",
+    type=float,
+    help="Sampling period of replica state, simulated seconds [default: 1].",
+)
 def sim(**opts: Any) -> None:
     """Simulate serving: plan-built replicas, a router, a workload; figures are *simulated*.
 
@@ -184,6 +194,7 @@ def sim(**opts: Any) -> None:
         "timing_profile",
         "max_simulated_s",
         "seed",
+        "sample_every_s",
     ):
         if opts[key] is not None:
             data[key] = opts[key]
@@ -218,6 +229,13 @@ def sim(**opts: Any) -> None:
         Path(opts["trace_out"]).write_text(
             json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
         )
+    if opts["samples_out"]:
+        with Path(opts["samples_out"]).open("w") as fh:
+            fh.write("time_s,replica,kv_usage,num_running,num_waiting\n")
+            for x in sorted(result.samples, key=lambda x: (x.time_s, x.replica)):
+                fh.write(
+                    f"{x.time_s:.6f},{x.replica},{x.kv_usage:.6f},{x.num_running},{x.num_waiting}\n"
+                )
     if opts["records_out"]:
         with Path(opts["records_out"]).open("w") as fh:
             for record in result.records():

@@ -50,6 +50,20 @@ def test_json_summary_has_the_required_keys(tmp_path: Path) -> None:
     assert len(lines) == 40 and json.loads(lines[0])["source"] == "simulated"
 
 
+def test_samples_csv(tmp_path: Path) -> None:
+    path = tmp_path / "samples.csv"
+    code, out = _run(
+        ["--requests", "20", "--rate", "5", "--output-tokens", "8", "--replicas", "2",
+         "--samples-out", str(path), "--sample-every-s", "0.5"]
+    )  # fmt: skip
+    assert code == 0, out
+    rows = path.read_text().splitlines()
+    assert rows[0] == "time_s,replica,kv_usage,num_running,num_waiting"
+    times = sorted({float(r.split(",")[0]) for r in rows[1:]})
+    assert times[:3] == [0.0, 0.5, 1.0]
+    assert {r.split(",")[1] for r in rows[1:]} == {"replica-0", "replica-1"}
+
+
 def test_no_prefix_caching_gives_zero_hits() -> None:
     code, out = _run(
         ["--requests", "20", "--rate", "5", "--input-tokens", "256", "--output-tokens", "8",
