@@ -38,12 +38,15 @@ class SseSplitter:
         if not parts:
             return []
         out: list[tuple[float, bytes]] = []
+        append = out.append
         t = self._start_s
         for raw in parts:
-            if raw:
+            if raw[:6] == b"data: " and b"\n" not in raw:  # the usual one-line event
+                append((t, raw[6:]))
+            elif raw:
                 payload = _data_of(raw)
                 if payload is not None:
-                    out.append((t, payload))
+                    append((t, payload))
             t = now_s
         if self._buf:
             # the partial event started inside this chunk (or earlier, if nothing completed)
