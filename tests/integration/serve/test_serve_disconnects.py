@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import pytest
@@ -56,8 +57,21 @@ def test_concurrent_disconnects_free_every_block() -> None:
                     except asyncio.CancelledError:
                         pass
 
+                # and non-streaming requests whose client gives up mid-generation
+                async def non_stream() -> None:
+                    b = dict(body, stream=False)
+                    with contextlib.suppress(TimeoutError):
+                        async with session.post(
+                            app.base_url + "/v1/completions",
+                            json=b,
+                            timeout=aiohttp.ClientTimeout(total=0.1),
+                        ) as resp:
+                            await resp.read()
+
                 await asyncio.gather(
-                    *(one(i) for i in range(NUM_STREAMS)), *(early() for _ in range(8))
+                    *(non_stream() for _ in range(8)),
+                    *(one(i) for i in range(NUM_STREAMS)),
+                    *(early() for _ in range(8)),
                 )
             held_during = max(held)
             # let the server notice every disconnect (bounded wait)
