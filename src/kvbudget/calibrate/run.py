@@ -65,6 +65,7 @@ async def calibrate(opts: CalibrateOptions) -> Calibration:
         concurrency=32,
         timeout_s=opts.request_timeout_s,
         api_key=opts.api_key,
+        force_close=True,  # llama.cpp closes every connection after a streamed response
     ) as client:
         info = await discover(client, opts.model)
         if opts.n_batch:

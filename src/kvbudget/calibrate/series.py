@@ -2,8 +2,9 @@
 
 Three kinds of probe, each a group of requests sent at the same time:
 
-* ``prefill``: one request with a fresh prompt of ``L`` tokens and ``max_tokens=2``; lengths
-  spread geometrically from 16 tokens to the largest prompt that fits;
+* ``prefill``: one request with a fresh prompt of ``L`` tokens and ``max_tokens=4``; lengths
+  spread geometrically from 16 tokens to the largest prompt that fits (its 3 decode steps,
+  alone at context ``L``, are also decode points for batch 1);
 * ``prefix``: a fresh base prompt, then the same base plus ``S`` new tokens (the second request
   finds the base in the slot: a prefill of ``S`` tokens after ``base`` cached ones);
 * ``decode``: ``B`` concurrent requests (fresh prompts of ``L`` tokens, ``decode_tokens`` each),
@@ -25,6 +26,8 @@ from kvbudget.errors import ConfigError
 
 TOKEN_LOW, TOKEN_HIGH = 1000, 30000
 MIN_PROMPT_TOKENS = 16
+#: output tokens of a prefill probe: its 3 decode steps are single-sequence decode points
+PREFILL_OUTPUT_TOKENS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,9 @@ def plan_series(spec: SeriesSpec) -> list[Probe]:
     top = spec.max_prompt_tokens
     for rep in range(spec.repeats):
         for n in prefill_lengths(spec):
-            probes.append(Probe("prefill", (fresh(n),), 2, f"prefill {n} #{rep}"))
+            probes.append(
+                Probe("prefill", (fresh(n),), PREFILL_OUTPUT_TOKENS, f"prefill {n} #{rep}")
+            )
         for base, extra in ((top // 4, top // 8), (top // 2, top // 4)):
             base_prompt = fresh(base)
             probes.append(

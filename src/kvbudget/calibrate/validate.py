@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from kvbudget.calibrate.engine import EngineInfo
+from kvbudget.calibrate.engine import EngineInfo, discover
 from kvbudget.calibrate.measure import token_request
 from kvbudget.calibrate.predict import (
     CellFigures,
@@ -145,9 +145,9 @@ async def validate(
 ) -> ValidationReport:
     """Calibrate on the calibration cells' ranges, then measure and predict every cell."""
     start = time.perf_counter()
-    async with OpenAIClient(opts.base_url, concurrency=4, timeout_s=30) as probe_client:
-        from kvbudget.calibrate.engine import discover
-
+    async with OpenAIClient(
+        opts.base_url, concurrency=4, timeout_s=30, api_key=opts.api_key
+    ) as probe_client:
         info = await discover(probe_client, opts.model)
     plans = default_cells(info, output_tokens=output_tokens, scale=scale)
     train = [p for p in plans if p.role == "calibration"]
@@ -166,6 +166,7 @@ async def validate(
         concurrency=max(p.concurrency for p in plans),
         timeout_s=opts.request_timeout_s,
         api_key=opts.api_key,
+        force_close=True,  # llama.cpp closes every connection after a streamed response
     ) as client:
         for k, plan in enumerate(plans):
             load = cell_load(plan, opts.seed + 1000 + k)

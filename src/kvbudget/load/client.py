@@ -113,8 +113,11 @@ class OpenAIClient:
         connect_timeout_s: float = 10.0,
         api_key: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        force_close: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: one connection per request (for servers that close every connection anyway)
+        self.force_close = force_close
         self.concurrency = max(1, concurrency)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -127,7 +130,9 @@ class OpenAIClient:
 
     async def __aenter__(self) -> OpenAIClient:
         connector = aiohttp.TCPConnector(
-            limit=self.concurrency, limit_per_host=self.concurrency, force_close=False
+            limit=self.concurrency,
+            limit_per_host=self.concurrency,
+            force_close=self.force_close,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
