@@ -13,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 LOG = """\
 llama_kv_cache:        CPU KV buffer size =     4.25 MiB
@@ -85,3 +88,15 @@ def test_missing_binary_fails_with_the_build_command(tmp_path: Path) -> None:
     assert "llama-server is not built" in out
     assert "bash scripts/llama-server.sh" in out
     assert "1 error" in out or "1 failed" in out
+
+
+@pytest.mark.llamacpp
+def test_build_script_reuses_the_cached_binary(llamacpp: Any) -> None:
+    """A second run of scripts/llama-server.sh finds the cache and prints the binary's path."""
+    script = Path(__file__).resolve().parents[3] / "scripts" / "llama-server.sh"
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(llamacpp.binary)
+    assert "cached build found" in done.stderr

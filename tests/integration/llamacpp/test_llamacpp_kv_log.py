@@ -142,6 +142,12 @@ def test_sliding_window_kv_log(case: Case, llamacpp: Any, start_llama_server: An
     lines = server.kv_lines()
     assert [ln.cache for ln in lines] == ["non-SWA", "SWA"], f"log {server.log_path}: {lines}"
     full, swa = lines
+    # The sliding-window model really serves (a prompt longer than the window).
+    answer = server.post_json(
+        "/v1/completions", {"prompt": "word " * 300, "max_tokens": 4, "ignore_eos": True}
+    )
+    assert answer["usage"]["completion_tokens"] == 4
+    assert answer["usage"]["prompt_tokens"] > SWA_TOKENS
     cells, streams = hand_cells(case)
     # src/llama-kv-cache-iswa.cpp: size_swa = PAD(min(size_base, n_swa*(unified ? n_seq_max : 1) + n_ubatch), 256)
     swa_cells = pad(
