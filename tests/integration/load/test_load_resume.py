@@ -127,10 +127,19 @@ def test_workers_merge_into_one_result(serve_url: str, tmp_path: Path) -> None:
     # request i went to worker i mod 2
     assert all(r.worker == int(r.request_id[1:]) % 2 for r in records)
     assert result["accounting"]["workers"] == 2
-    required = (
-        "requests_total requests_ok requests_error requests_cancelled ttft_p50_s ttft_p99_s "
-        "tpot_p50_s itl_p99_s output_tokens_per_s requests_per_s server_metrics"
-    ).split()
+    required = [
+        "requests_total",
+        "requests_ok",
+        "requests_error",
+        "requests_cancelled",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "tpot_p50_s",
+        "itl_p99_s",
+        "output_tokens_per_s",
+        "requests_per_s",
+        "server_metrics",
+    ]
     assert all(key in result for key in required)
     assert result["accounting"]["sent"] == 40
     assert result["requests_ok"] == 40
