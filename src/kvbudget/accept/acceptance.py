@@ -9,24 +9,19 @@ from typing import Any
 import numpy as np
 
 from kvbudget import __version__
+from kvbudget.accept.ab_runs import run_comparisons
 from kvbudget.accept.anomalies import find_anomalies
 from kvbudget.accept.audits import run_audits
-from kvbudget.accept.comparisons import judge_comparison, not_comparable
 from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
-    apply_overrides,
-    lock_differences,
     resolve_lock,
-    single_factor_check,
 )
-from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
-from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult, StopStatus
+from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
 from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.accept.verdicts import overall_verdict
-from kvbudget.errors import KvbudgetError
 from kvbudget.records import Provenance
 
 
@@ -221,51 +216,7 @@ def run_acceptance(
     cells = outcome.cells
     if info.source == "measured" and plan.target.profile is not None:
         cells = _predict(plan, cells, rng)
-    comparisons: list[ComparisonResult] = []
-    for comp in plan.comparisons:
-        variant_lock: ObjectLock = apply_overrides(plan.lock, comp.set)
-        diffs = lock_differences(plan.lock, variant_lock)
-        ok, lines = single_factor_check(comp.factor, diffs)
-        if not ok:
-            comparisons.append(
-                not_comparable(comp, lines, "the locks differ in more than the declared factor")
-            )
-            continue
-        try:
-            variant = factory(variant_lock)
-        except KvbudgetError as exc:
-            comparisons.append(
-                ComparisonResult(
-                    name=comp.name,
-                    factor=comp.factor,
-                    verdict="untested",
-                    reasons=[f"the variant could not be started: {exc.one_line()}"],
-                    differences=lines,
-                    percentile=comp.percentile,
-                    alpha=comp.alpha,
-                )
-            )
-            continue
-        try:
-            v_out = run_matrix(plan, variant.target, out_dir=None, cells_subset=comp.cells, rng=rng)
-        finally:
-            variant.target.close()
-        field_name = lines[0].split(":", 1)[0] if lines else comp.factor
-        comparisons.append(
-            judge_comparison(
-                comp,
-                baseline_runs={k: v for k, v in outcome.runs.items() if k in v_out.runs},
-                variant_runs=v_out.runs,
-                baseline_ledger=prepared.ledger,
-                variant_ledger=variant.ledger,
-                differences=lines,
-                baseline_value=getattr(plan.lock, field_name).value
-                if hasattr(plan.lock, field_name)
-                else None,
-                variant_value=comp.set.get(field_name),
-                rng=rng,
-            )
-        )
+    comparisons = run_comparisons(plan, factory, rng)
     audits = run_audits(plan, run_async)
     stops = stop_statuses(plan, cells, audits)
     verdict, reasons = overall_verdict(

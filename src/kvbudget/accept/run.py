@@ -221,6 +221,8 @@ def run_matrix(
                         progress(cell_id, step, total)
                     if (cell_id, rep) in done:
                         runs.append(done[(cell_id, rep)])
+                        if done[(cell_id, rep)].capacity_error is not None:
+                            break
                         continue
                     requests = cell_requests(
                         plan.load,

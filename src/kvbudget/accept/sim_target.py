@@ -46,8 +46,13 @@ class _Live:
 
 
 def _prompt_sha256(req: PlannedRequest) -> str:
-    """sha256 of the prompt as UTF-8 text (the same text the HTTP path would send)."""
-    return hashlib.sha256(req.text().encode("utf-8")).hexdigest()
+    """sha256 of the prompt's token ids as little-endian uint32 (``"ids:"`` prefixed).
+
+    Simulated prompts are synthetic token sequences; hashing the ids instead of the decoded text
+    saves decoding every prompt (a fifth of a run's CPU). HTTP records hash the text instead.
+    """
+    ids = np.asarray(req.prompt_token_ids, dtype="<u4").tobytes()
+    return hashlib.sha256(b"ids:" + ids).hexdigest()
 
 
 class SimTarget:

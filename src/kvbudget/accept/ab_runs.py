@@ -1,0 +1,89 @@
+"""Run the plan's single-factor comparisons (seed step 6: "重新启动到可比状态").
+
+For each comparison: the variant lock is the baseline lock with the ``set`` overrides; if the
+two differ in anything but the declared factor the comparison is ``not_comparable`` and nothing
+runs. Otherwise the baseline and the variant each start fresh (a new target: restart to a
+comparable state), get the same warm-up, and run the comparison's cells with the same seeds,
+so both see identical requests from an identical starting state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvbudget.accept.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.lockcheck import apply_overrides, lock_differences, single_factor_check
+from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.result import ComparisonResult
+from kvbudget.accept.run import MatrixOutcome, PreparedTarget, TargetFactory, run_matrix
+from kvbudget.errors import KvbudgetError
+
+
+def _untested(comp: Comparison, lines: list[str], why: str) -> ComparisonResult:
+    return ComparisonResult(
+        name=comp.name,
+        factor=comp.factor,
+        verdict="untested",
+        reasons=[why],
+        differences=lines,
+        percentile=comp.percentile,
+        alpha=comp.alpha,
+    )
+
+
+def _fresh_run(
+    plan: AcceptPlan,
+    factory: TargetFactory,
+    lock: ObjectLock,
+    cells: list[str] | None,
+    rng: np.random.Generator,
+) -> tuple[PreparedTarget, MatrixOutcome]:
+    prepared = factory(lock)
+    try:
+        return prepared, run_matrix(
+            plan, prepared.target, out_dir=None, cells_subset=cells, rng=rng
+        )
+    finally:
+        prepared.target.close()
+
+
+def run_comparisons(
+    plan: AcceptPlan, factory: TargetFactory, rng: np.random.Generator
+) -> list[ComparisonResult]:
+    out: list[ComparisonResult] = []
+    for comp in plan.comparisons:
+        variant_lock = apply_overrides(plan.lock, comp.set)
+        ok, lines = single_factor_check(comp.factor, lock_differences(plan.lock, variant_lock))
+        if not ok:
+            out.append(
+                not_comparable(comp, lines, "the locks differ in more than the declared factor")
+            )
+            continue
+        try:
+            base, base_out = _fresh_run(plan, factory, plan.lock, comp.cells, rng)
+            variant, var_out = _fresh_run(plan, factory, variant_lock, comp.cells, rng)
+        except KvbudgetError as exc:
+            out.append(_untested(comp, lines, f"a run could not be started: {exc.one_line()}"))
+            continue
+        field_name = lines[0].split(":", 1)[0]
+        baseline_value: Any = (
+            getattr(plan.lock, field_name).value if hasattr(plan.lock, field_name) else None
+        )
+        result = judge_comparison(
+            comp,
+            baseline_runs=base_out.runs,
+            variant_runs=var_out.runs,
+            baseline_ledger=base.ledger,
+            variant_ledger=variant.ledger,
+            differences=lines,
+            baseline_value=baseline_value,
+            variant_value=comp.set.get(field_name),
+            rng=rng,
+        )
+        note = "baseline and variant each restarted fresh, same warm-up, same requests (seeds)"
+        out.append(result.model_copy(update={"reasons": [*result.reasons, note]}))
+    return out
