@@ -201,6 +201,7 @@ class SimResult:
             "prefix_hit_rate_requests": hits["requests"]["rate"],
             "prefix_cache_hits_tokens": hits["tokens"]["hits"],
             "prefix_cache_queries_tokens": hits["tokens"]["queries"],
+            "prefix_hit_rates": hits,
             "num_preemptions": sum(s.num_preemptions for s in self.replica_stats.values()),
             "num_gpu_blocks": sum(self.num_gpu_blocks.values()),
             "num_gpu_blocks_by_replica": dict(self.num_gpu_blocks),
