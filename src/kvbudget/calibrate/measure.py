@@ -165,13 +165,8 @@ def observations(results: list[ProbeResult], *, n_ubatch: int) -> list[Observati
                 o = _prefill_from(out, len(prompt), n_ubatch, ttft)
                 if o is not None:
                     obs.append(o)
-                # its few decode steps ran alone at this prompt's context: decode cost vs
-                # context over the whole prompt range (engine timings only; the client clock of
-                # 2-3 tokens is too coarse)
-                part = _decode_time(out, None)
-                if part is not None and part[3] == "engine":
-                    steps, seconds, ctx, source = part
-                    obs.append(decode_observation(1, ctx, steps, seconds, source=source))
+                # (its one decode step is not used as a decode point: tried with 3-step
+                # intervals, they were too noisy on a shared CPU and inflated the context term)
             continue
         # the request whose first token came last: its decode steps all ran at the full batch
         # (the others' first steps may have shared an iteration with its prompt)

@@ -2,9 +2,8 @@
 
 Three kinds of probe, each a group of requests sent at the same time:
 
-* ``prefill``: one request with a fresh prompt of ``L`` tokens and ``max_tokens=4``; lengths
-  spread geometrically from 16 tokens to the largest prompt that fits (its 3 decode steps,
-  alone at context ``L``, are also decode points for batch 1);
+* ``prefill``: one request with a fresh prompt of ``L`` tokens and ``max_tokens=2``; lengths
+  spread geometrically from 16 tokens to the largest prompt that fits;
 * ``prefix``: a fresh base prompt, then the same base plus ``S`` new tokens (the second request
   finds the base in the slot: a prefill of ``S`` tokens after ``base`` cached ones);
 * ``decode``: ``B`` concurrent requests (fresh prompts of ``L`` tokens, ``decode_tokens`` each),
@@ -26,8 +25,8 @@ from kvbudget.errors import ConfigError
 
 TOKEN_LOW, TOKEN_HIGH = 1000, 30000
 MIN_PROMPT_TOKENS = 16
-#: output tokens of a prefill probe: its 3 decode steps are single-sequence decode points
-PREFILL_OUTPUT_TOKENS = 4
+#: output tokens of a prefill probe (the prompt time is what it measures)
+PREFILL_OUTPUT_TOKENS = 2
 
 
 @dataclass(frozen=True, slots=True)
