@@ -234,8 +234,19 @@ class ServeApp:
         n = 0
         while True:
             item = await queue.get()
-            if item is None:  # aborted (server stop)
-                break
+            if item is None:  # aborted: server stopping or an engine failure
+                message = (
+                    f"the engine aborted the request ({self.engine.error or 'server stopping'})"
+                )
+                if stream is None:
+                    err = {
+                        "error": {"message": message, "type": "InternalServerError", "code": 500}
+                    }
+                    return web.json_response(err, status=500), False
+                await stream.write(_sse({"error": {"message": message, "code": 500}}))
+                await stream.write(b"data: [DONE]\n\n")
+                await stream.write_eof()
+                return stream, False
             now = time.perf_counter()
             if n == 0:
                 cached = item.num_cached_tokens

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -55,6 +56,8 @@ class RealTimeEngine:
         self._task: asyncio.Task[None] | None = None
         self.num_aborted = 0
         self.num_steps = 0
+        #: the last engine failure (requests in flight then end with an error), or None
+        self.error: str | None = None
 
     def sim_now_s(self) -> float:
         return (self._clock() - self._start) * self.speedup
@@ -106,7 +109,15 @@ class RealTimeEngine:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            result = core.step(self.sim_now_s())
+            try:
+                result = core.step(self.sim_now_s())
+            except Exception as exc:  # a simulator bug must not hang every client
+                self.error = f"{type(exc).__name__}: {exc}"
+                print(f"kvbudget serve: engine step failed: {self.error}", file=sys.stderr)
+                for rid in list(self._queues):
+                    self.abort(rid)
+                await asyncio.sleep(0.01)
+                continue
             self.num_steps += 1
             if result.duration_s > 0:
                 await asyncio.sleep(result.duration_s / self.speedup)
