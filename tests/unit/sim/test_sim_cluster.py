@@ -109,6 +109,9 @@ def test_samples_and_trace() -> None:
     res = simulate(_poisson(20, 4), spec, seed=0)
     assert res.samples and all(0.0 <= s.kv_usage <= 1.0 for s in res.samples)
     assert res.trace_events and res.trace_events[0]["ph"] == "X"
+    spans = [e for e in res.trace_events if e.get("cat") == "request"]
+    assert sorted(e["ph"] for e in spans if e["id"] == 0) == ["b", "e", "n"]
+    assert sum(1 for e in spans if e["ph"] == "b") == 20
 
 
 def test_client_cancellation_after_n_tokens() -> None:
