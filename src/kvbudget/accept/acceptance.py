@@ -21,7 +21,7 @@ from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
 from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
 from kvbudget.accept.targets import TargetInfo
-from kvbudget.accept.verdicts import overall_verdict
+from kvbudget.accept.verdicts import overall_verdict, row_summaries
 from kvbudget.records import Provenance
 
 
@@ -250,6 +250,7 @@ def run_acceptance(
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,
+        rows=row_summaries(cells),
         stop_conditions=stops,
         comparisons=comparisons,
         anomalies=anomalies,

@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvbudget.accept.plan_checks import StopConditions
+from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
 from kvbudget.accept.result import (
     VERDICT_ORDER,
+    CellResult,
     Check,
     MetricSummary,
     OverallVerdict,
@@ -247,3 +249,28 @@ def overall_verdict(
     if reasons:
         return "untested", reasons
     return "pass", ["every cell passed and no stop condition triggered"]
+
+
+def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, str | None]]:
+    """Per input tier: the highest concurrency tier that passed on capacity and latency.
+
+    Quality is left out here (it is judged per cell); the walk stops at the first tier that
+    failed or could not be judged, so a later tier never counts past an earlier failure.
+    """
+    out: list[dict[str, str | None]] = []
+    by_key = {(c.input_tier, c.concurrency_tier): c for c in cells}
+    for tier in INPUT_TIERS:
+        last: str | None = None
+        stopped: str | None = None
+        for conc in CONCURRENCY_TIERS:
+            cell = by_key.get((tier, conc))
+            if cell is None:
+                continue
+            perf = worst([c.verdict for c in cell.checks if not c.name.startswith("quality ")])
+            if perf == "pass":
+                last = conc
+                continue
+            stopped = f"{conc} ({perf})"
+            break
+        out.append({"input_tier": tier, "last_passing": last, "stopped_at": stopped})
+    return out

@@ -84,6 +84,21 @@ def render_html(doc: AcceptResult) -> str:
                 f"<figure class='chart' data-chart='{key}'><figcaption>{_e(title)}</figcaption>"
                 f"{charts[key]}</figure>"
             )
+    if doc.rows:
+        add("<h3>Capacity per input tier (latency and capacity checks; quality apart)</h3>")
+        add(
+            _table(
+                ["input tier", "last passing concurrency tier", "stopped at"],
+                [
+                    [
+                        r["input_tier"] or "",
+                        r.get("last_passing") or "none",
+                        r.get("stopped_at") or "—",
+                    ]
+                    for r in doc.rows
+                ],
+            )
+        )
     add("<h3>Reasons and checks</h3>")
     for cell in doc.cells:
         add(

@@ -152,6 +152,12 @@ def render_markdown(doc: AcceptResult) -> str:
     add("|" + "---|" * len(CELL_HEADER))
     for cell in doc.cells:
         add("| " + " | ".join(_md(x) for x in cell_row(cell)) + " |")
+    if doc.rows:
+        add("\n### Capacity per input tier (latency and capacity checks; quality apart)\n")
+        for tier_row in doc.rows:
+            last = tier_row.get("last_passing") or "none"
+            stop = f"; stopped at {tier_row['stopped_at']}" if tier_row.get("stopped_at") else ""
+            add(f"- **{tier_row['input_tier']}**: last passing concurrency tier: {last}{stop}")
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))

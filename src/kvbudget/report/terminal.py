@@ -30,6 +30,12 @@ def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | 
         row[1] = f"[{STYLE[cell.verdict]}]{row[1]}[/]"
         table.add_row(*row)
     console.print(table)
+    for tier_row in doc.rows:
+        stop = f", stopped at {tier_row['stopped_at']}" if tier_row.get("stopped_at") else ""
+        console.print(
+            f"{tier_row['input_tier']}: last passing concurrency tier "
+            f"{tier_row.get('last_passing') or 'none'}{escape(stop)}"
+        )
     if doc.blocking:
         console.print(
             f"blocking list: {len(doc.blocking)} lock field(s) not confirmed "

@@ -165,3 +165,48 @@ def test_failed_comparison_keeps_overall_from_pass() -> None:
     )
     assert verdict == "untested"
     assert not math.isnan(0.0)
+
+
+def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
+    from kvbudget.accept.result import CellResult
+    from kvbudget.accept.verdicts import row_summaries
+
+    def cell(it: str, ct: str, perf: str, quality: str = "untested") -> CellResult:
+        checks = [
+            Check(name="ttft_s p95 <= 2", verdict=perf, reason=""),  # type: ignore[arg-type]
+            Check(name="quality q", verdict=quality, reason=""),  # type: ignore[arg-type]
+        ]
+        return CellResult(
+            cell_id=f"{it}/{ct}",
+            input_tier=it,
+            concurrency_tier=ct,
+            order=0,
+            verdict="untested",
+            reasons=[],
+            checks=checks,
+        )
+
+    cells = [
+        cell("short", "single", "pass"),
+        cell("short", "normal", "pass"),
+        cell("short", "peak", "pass"),
+        cell("medium", "single", "pass"),
+        cell("medium", "normal", "fail"),
+        cell("medium", "peak", "pass"),
+        cell("long", "single", "untested"),
+        cell("long", "normal", "pass"),
+        cell("long", "peak", "pass"),
+    ]
+    rows = {r["input_tier"]: r for r in row_summaries(cells)}
+    assert rows["short"] == {"input_tier": "short", "last_passing": "peak", "stopped_at": None}
+    # medium/peak passing after a failure does not count: the walk stops at the failure
+    assert rows["medium"] == {
+        "input_tier": "medium",
+        "last_passing": "single",
+        "stopped_at": "normal (fail)",
+    }
+    assert rows["long"] == {
+        "input_tier": "long",
+        "last_passing": None,
+        "stopped_at": "single (untested)",
+    }
