@@ -70,6 +70,7 @@ def bench_json(doc: Any) -> dict[str, Any]:
         }
         for name, entry in doc.server_metrics.items()
     }
+    out["statistics"] = doc.statistics
     out["accounting"] = doc.accounting
     out["warnings"] = doc.warnings
     out["server"] = doc.server
@@ -133,8 +134,16 @@ def _render(doc: Any) -> None:
         console.print(
             f"server {name}: last {entry['last']:g} (min {entry['min']:g}, max {entry['max']:g}{extra})"
         )
+    small = [w for w in doc.warnings if "needed; the estimate rests" in w]
     for w in doc.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        if w not in small:
+            console.print(f"[yellow]warning:[/] {w}")
+    if small:
+        which = ", ".join(w.split(" from ")[0] for w in small)
+        console.print(
+            f"[yellow]warning:[/] too few samples for {which} (the q-quantile needs 10/(1-q) "
+            "samples; see --json statistics for the confidence intervals)"
+        )
 
 
 @click.command("bench")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 
 from kvbudget.errors import ConfigError, TargetError
@@ -35,6 +36,7 @@ from kvbudget.load.prometheus import MetricsScraper, summarize_series
 from kvbudget.load.requests import planned_open_loop, synthetic_request
 from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
+from kvbudget.metrics.run import summarize_run
 from kvbudget.records import (
     JsonlWriter,
     Provenance,
@@ -62,6 +64,8 @@ class BenchDocument(ResultDocument):
     summary: dict[str, Any] = Field(default_factory=dict)
     accounting: dict[str, Any] = Field(default_factory=dict)
     server_metrics: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+    #: per latency metric: n, mean, percentiles with confidence intervals (kvbudget.metrics)
+    statistics: dict[str, Any] = Field(default_factory=dict)
     scrape: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
 
@@ -330,6 +334,15 @@ def _finish(
     warnings = bottleneck_warnings(
         summary, open_loop=cfg.open_loop, cpu_busy_fraction=busy, not_sent=not_sent
     )
+    # percentiles with 95 % confidence intervals and small-sample warnings (seeded bootstrap
+    # up to 5,000 samples, order statistics above), from the shared metrics package
+    stats = summarize_run(
+        [r for r in records if r.status == "ok"],
+        np.random.default_rng([cfg.seed, 0x5747]),
+        num_bootstrap=500,
+    )
+    statistics = {name: d.to_dict() for name, d in stats.latency.items() if d.n > 0}
+    warnings.extend(stats.warnings)
     if sent != len(seg_records):
         warnings.append(
             f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"
@@ -379,6 +392,7 @@ def _finish(
         summary=summary,
         accounting=accounting,
         server_metrics=server_metrics,
+        statistics=statistics,
         scrape=scrape_info,
         warnings=warnings,
     )

@@ -178,6 +178,11 @@ def test_bench_against_serve_end_to_end(tmp_path: Path) -> None:
     check = s["token_count_check"]
     assert check["prompt_mismatches"] == 0 and check["output_mismatches"] == 0
     assert doc.server["engine"] == "kvbudget-serve"
+    ttft = doc.statistics["ttft_s"]
+    assert ttft["n"] == s["requests_ok"]
+    p50 = ttft["percentiles"]["p50"]
+    assert p50["ci_low"] <= p50["value"] <= p50["ci_high"]
+    assert p50["value"] == pytest.approx(s["ttft_p50_s"])
     assert "kv_usage_ratio" in doc.server_metrics
     # every block is back: only the null block is not free
     assert stats.num_free_blocks == stats.num_total_blocks - 1
