@@ -50,11 +50,6 @@ def test_parameter_count_matches_transformers(model_id: str, rel: float) -> None
     assert abs(ours - expected) <= rel * expected, (ours, expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Gemma-2's config omits tie_word_embeddings (architecture default True); the resolved "
-    "spec says False, so lm_head is counted twice (spec resolution, CALC's area)",
-)
 def test_gemma2_tied_embeddings_counted_once() -> None:
     spec = resolve_model("google/gemma-2-9b").spec
     assert spec is not None
@@ -64,12 +59,6 @@ def test_gemma2_tied_embeddings_counted_once() -> None:
     assert abs(ours - expected) <= 1e-3 * expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Llama-4's experts use intermediate_size (8192) plus one shared expert; the resolved spec "
-    "carries moe_intermediate_size = intermediate_size_mlp (16384) and no shared expert, so the count "
-    "is ~198B instead of transformers' ~107.8B (spec resolution, CALC's area)",
-)
 def test_llama4_scout_expert_sizes() -> None:
     model_id = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
     spec = resolve_model(model_id).spec

@@ -26,8 +26,19 @@ from kvbudget.spec.provenance import LedgerEntry
 ResolveStatus = Literal["resolved", "not_applicable"]
 
 #: defaults an architecture applies when a real checkpoint omits the key (transformers' config class)
+#: values an architecture's transformers config class supplies when config.json omits the key
+#: (recorded in the ledger as ``architecture_default``). Gemma configs tie the LM head to the
+#: embeddings by default; every Llama-4 MoE layer has one shared expert of ``intermediate_size``.
 _ARCH_FIELD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": {"max_position_embeddings": 131072, "vocab_size": 262208},
+    "gemma": {"tie_word_embeddings": True},
+    "gemma2": {"tie_word_embeddings": True},
+    "gemma3_text": {
+        "max_position_embeddings": 131072,
+        "vocab_size": 262208,
+        "tie_word_embeddings": True,
+    },
+    "gemma3n_text": {"tie_word_embeddings": True},
+    "llama4_text": {"num_shared_experts": 1},
 }
 
 
@@ -218,7 +229,9 @@ def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> 
         "max_position_embeddings": _int_or_none(opt("max_position_embeddings")),
         "torch_dtype": str(dtype) if dtype is not None else None,
         "tie_word_embeddings": bool(
-            reader.peek("tie_word_embeddings", raw.get("tie_word_embeddings", False))
+            raw["tie_word_embeddings"]
+            if "tie_word_embeddings" not in reader.config and "tie_word_embeddings" in raw
+            else opt("tie_word_embeddings") or False
         ),
         "num_experts": _int_or_none(
             _first(reader, ("num_experts", "num_local_experts", "n_routed_experts"), "num_experts")
@@ -230,7 +243,9 @@ def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> 
             _first(reader, ("moe_intermediate_size",), "moe_intermediate_size")
         ),
         "num_shared_experts": _int_or_none(
-            _first(reader, ("n_shared_experts", "num_shared_experts"), "num_shared_experts")
+            _first(reader, ("n_shared_experts",), "num_shared_experts")
+            if reader.has("n_shared_experts")
+            else opt("num_shared_experts")
         ),
         "shared_expert_intermediate_size": _int_or_none(
             _first(reader, ("shared_expert_intermediate_size",), "shared_expert_intermediate_size")
