@@ -22,10 +22,7 @@ DEFAULT_REFUSAL_PATTERN = (
     r"(?i)\b(i can(?:no|')t|i am sorry|i'm sorry|i won't|i will not|unable to (?:help|assist)|"
     r"cannot (?:help|assist|comply))"
 )
-SIMULATED_REASON = (
-    "untested: the simulator emits synthetic text, so output quality cannot be judged; "
-    "run this plan against the real engine (target kind http or serve with a real model)"
-)
+SIMULATED_REASON = "untested: simulated target, synthetic text (judge it on a real engine)"
 
 _FENCE_RE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
 

@@ -190,7 +190,7 @@ class AcceptResult(ResultDocument):
     warmup: dict[str, Any] = Field(default_factory=dict)
     cells: list[CellResult]
     #: per input tier: highest concurrency tier passing on capacity and latency, where it stopped
-    rows: list[dict[str, str | None]] = Field(default_factory=list)
+    rows: list[dict[str, Any]] = Field(default_factory=list)
     stop_conditions: list[StopStatus]
     comparisons: list[ComparisonResult] = Field(default_factory=list)
     anomalies: list[Anomaly] = Field(default_factory=list)

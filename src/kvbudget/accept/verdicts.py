@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvbudget.accept.plan_checks import StopConditions
 from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
@@ -251,17 +252,19 @@ def overall_verdict(
     return "pass", ["every cell passed and no stop condition triggered"]
 
 
-def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, str | None]]:
+def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     """Per input tier: the highest concurrency tier that passed on capacity and latency.
 
-    Quality is left out here (it is judged per cell); the walk stops at the first tier that
-    failed or could not be judged, so a later tier never counts past an earlier failure.
+    Quality is left out here (it is judged per cell). The walk goes single -> normal -> peak and
+    stops at the first tier that failed; tiers that could not be judged (too few samples, not
+    run) are listed as untested and never count as passing.
     """
-    out: list[dict[str, str | None]] = []
+    out: list[dict[str, Any]] = []
     by_key = {(c.input_tier, c.concurrency_tier): c for c in cells}
     for tier in INPUT_TIERS:
         last: str | None = None
         stopped: str | None = None
+        untested: list[str] = []
         for conc in CONCURRENCY_TIERS:
             cell = by_key.get((tier, conc))
             if cell is None:
@@ -269,8 +272,12 @@ def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, str | None]]:
             perf = worst([c.verdict for c in cell.checks if not c.name.startswith("quality ")])
             if perf == "pass":
                 last = conc
-                continue
-            stopped = f"{conc} ({perf})"
-            break
-        out.append({"input_tier": tier, "last_passing": last, "stopped_at": stopped})
+            elif perf == "fail":
+                stopped = conc
+                break
+            else:
+                untested.append(conc)
+        out.append(
+            {"input_tier": tier, "last_passing": last, "stopped_at": stopped, "untested": untested}
+        )
     return out

@@ -19,6 +19,7 @@ from kvbudget.report.markdown import (
     percentile_rows,
     prediction_rows,
     repetition_rows,
+    tier_row_text,
 )
 from kvbudget.units import format_bytes
 
@@ -86,19 +87,7 @@ def render_html(doc: AcceptResult) -> str:
             )
     if doc.rows:
         add("<h3>Capacity per input tier (latency and capacity checks; quality apart)</h3>")
-        add(
-            _table(
-                ["input tier", "last passing concurrency tier", "stopped at"],
-                [
-                    [
-                        r["input_tier"] or "",
-                        r.get("last_passing") or "none",
-                        r.get("stopped_at") or "—",
-                    ]
-                    for r in doc.rows
-                ],
-            )
-        )
+        add(_list([f"{r['input_tier']}: {tier_row_text(r)}" for r in doc.rows]))
     add("<h3>Reasons and checks</h3>")
     for cell in doc.cells:
         add(

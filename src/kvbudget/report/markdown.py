@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult
 from kvbudget.units import format_bytes
@@ -95,6 +96,16 @@ def prediction_rows(doc: AcceptResult) -> list[list[str]]:
     return rows
 
 
+def tier_row_text(row: dict[str, Any]) -> str:
+    """``last passing concurrency tier: normal; untested: single; failed at: peak``."""
+    text = f"last passing concurrency tier: {row.get('last_passing') or 'none'}"
+    if row.get("untested"):
+        text += "; untested: " + ", ".join(row["untested"])
+    if row.get("stopped_at"):
+        text += f"; failed at: {row['stopped_at']} (row stopped there)"
+    return text
+
+
 def cell_row(cell: CellResult) -> list[str]:
     perf, qual = split_verdicts(cell)
     ttft = cell.summaries.get("ttft_s")
@@ -121,6 +132,7 @@ CELL_HEADER = [
     "TPOT p95",
     "n",
     "peak KV",
+    "preempt",
 ]
 
 
@@ -155,9 +167,7 @@ def render_markdown(doc: AcceptResult) -> str:
     if doc.rows:
         add("\n### Capacity per input tier (latency and capacity checks; quality apart)\n")
         for tier_row in doc.rows:
-            last = tier_row.get("last_passing") or "none"
-            stop = f"; stopped at {tier_row['stopped_at']}" if tier_row.get("stopped_at") else ""
-            add(f"- **{tier_row['input_tier']}**: last passing concurrency tier: {last}{stop}")
+            add(f"- **{tier_row['input_tier']}**: {tier_row_text(tier_row)}")
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))

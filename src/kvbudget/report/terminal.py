@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvbudget.accept.result import AcceptResult
-from kvbudget.report.markdown import CELL_HEADER, cell_row
+from kvbudget.report.markdown import CELL_HEADER, cell_row, tier_row_text
 
 STYLE = {
     "pass": "green",
@@ -31,11 +31,7 @@ def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | 
         table.add_row(*row)
     console.print(table)
     for tier_row in doc.rows:
-        stop = f", stopped at {tier_row['stopped_at']}" if tier_row.get("stopped_at") else ""
-        console.print(
-            f"{tier_row['input_tier']}: last passing concurrency tier "
-            f"{tier_row.get('last_passing') or 'none'}{escape(stop)}"
-        )
+        console.print(f"{tier_row['input_tier']}: {escape(tier_row_text(tier_row))}")
     if doc.blocking:
         console.print(
             f"blocking list: {len(doc.blocking)} lock field(s) not confirmed "

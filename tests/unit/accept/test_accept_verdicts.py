@@ -198,15 +198,23 @@ def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
         cell("long", "peak", "pass"),
     ]
     rows = {r["input_tier"]: r for r in row_summaries(cells)}
-    assert rows["short"] == {"input_tier": "short", "last_passing": "peak", "stopped_at": None}
+    assert rows["short"] == {
+        "input_tier": "short",
+        "last_passing": "peak",
+        "stopped_at": None,
+        "untested": [],
+    }
     # medium/peak passing after a failure does not count: the walk stops at the failure
     assert rows["medium"] == {
         "input_tier": "medium",
         "last_passing": "single",
-        "stopped_at": "normal (fail)",
+        "stopped_at": "normal",
+        "untested": [],
     }
+    # an untested tier never counts as passing, but does not hide later passes
     assert rows["long"] == {
         "input_tier": "long",
-        "last_passing": None,
-        "stopped_at": "single (untested)",
+        "last_passing": "peak",
+        "stopped_at": None,
+        "untested": ["single"],
     }

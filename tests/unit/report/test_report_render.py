@@ -15,7 +15,7 @@ from kvbudget.accept.result import (
 from kvbudget.records import Provenance
 from kvbudget.report.charts import CHARTS, render_charts
 from kvbudget.report.html import render_html
-from kvbudget.report.markdown import cell_row, render_markdown, split_verdicts
+from kvbudget.report.markdown import CELL_HEADER, cell_row, render_markdown, split_verdicts
 
 
 def make_doc(name: str = "hand-built") -> AcceptResult:
@@ -94,6 +94,7 @@ def test_tables_and_labels() -> None:
     peak = doc.cells[-1]
     assert split_verdicts(peak) == ("fail", "pass")
     row = cell_row(peak)
+    assert len(row) == len(CELL_HEADER)
     assert row[:2] == ["long/peak", "FAIL"] and row[4] == "2.5 s"
     md = render_markdown(doc)
     assert "**Overall verdict: FAIL**" in md
