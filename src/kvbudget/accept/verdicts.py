@@ -264,6 +264,7 @@ def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     for tier in INPUT_TIERS:
         last: str | None = None
         stopped: str | None = None
+        capacity = False
         untested: list[str] = []
         for conc in CONCURRENCY_TIERS:
             cell = by_key.get((tier, conc))
@@ -274,10 +275,17 @@ def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
                 last = conc
             elif perf == "fail":
                 stopped = conc
+                capacity = any(c.name == "capacity" and c.verdict == "fail" for c in cell.checks)
                 break
             else:
                 untested.append(conc)
         out.append(
-            {"input_tier": tier, "last_passing": last, "stopped_at": stopped, "untested": untested}
+            {
+                "input_tier": tier,
+                "last_passing": last,
+                "stopped_at": stopped,
+                "capacity_error": capacity,
+                "untested": untested,
+            }
         )
     return out

@@ -101,8 +101,10 @@ def tier_row_text(row: dict[str, Any]) -> str:
     text = f"last passing concurrency tier: {row.get('last_passing') or 'none'}"
     if row.get("untested"):
         text += "; untested: " + ", ".join(row["untested"])
-    if row.get("stopped_at"):
-        text += f"; failed at: {row['stopped_at']} (row stopped there)"
+    if row.get("stopped_at") and row.get("capacity_error"):
+        text += f"; capacity error at: {row['stopped_at']} (rest of the row not run, no retry)"
+    elif row.get("stopped_at"):
+        text += f"; first failure at: {row['stopped_at']}"
     return text
 
 

@@ -36,6 +36,8 @@ def test_long_row_stops_at_the_first_capacity_error(
         assert "last passing tier kept: none" in cells[later]["reasons"][0]
     rows = {r["input_tier"]: r for r in doc["rows"]}
     assert rows["long"]["last_passing"] is None and rows["long"]["stopped_at"] == "single"
+    assert rows["long"]["capacity_error"] is True
+    assert "capacity error at: single" in (tmp_path / "out" / "report.md").read_text()
     stops = {s["name"]: s for s in doc["stop_conditions"]}
     assert stops["capacity error"]["status"] == "triggered"
     assert doc["verdict"] == "fail"

@@ -202,6 +202,7 @@ def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
         "input_tier": "short",
         "last_passing": "peak",
         "stopped_at": None,
+        "capacity_error": False,
         "untested": [],
     }
     # medium/peak passing after a failure does not count: the walk stops at the failure
@@ -209,6 +210,7 @@ def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
         "input_tier": "medium",
         "last_passing": "single",
         "stopped_at": "normal",
+        "capacity_error": False,
         "untested": [],
     }
     # an untested tier never counts as passing, but does not hide later passes
@@ -216,5 +218,6 @@ def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
         "input_tier": "long",
         "last_passing": "peak",
         "stopped_at": None,
+        "capacity_error": False,
         "untested": ["single"],
     }
