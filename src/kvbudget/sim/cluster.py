@@ -26,6 +26,7 @@ from kvbudget.sim.request import EngineRequest, as_engine_request
 from kvbudget.sim.results import RequestResult, SimResult
 from kvbudget.sim.router import Router, RouteRequest
 from kvbudget.sim.tiers import Tier, TierConfig
+from kvbudget.sim.timing import CalibrationProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +217,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
                 f"{rep.name}: prefix caching is not modelled for state (mamba / linear "
                 "attention) KV groups; this replica ran without it (hit rate 0)"
             )
+        notes.extend(_profile_range_notes(rep, results))
     last_finish = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
     return SimResult(
         timing_model="+".join(timing_names),
@@ -329,3 +331,19 @@ def _trace_step(rep: Replica, index: int, now: float, duration: float) -> dict[s
         "dur": duration * 1e6,
         "args": {"kv_usage": round(st.kv_usage, 4), "waiting": st.num_waiting},
     }
+
+
+def _profile_range_notes(rep: Replica, results: Sequence[RequestResult]) -> list[str]:
+    """A calibrated profile used outside the ranges it was measured on says so."""
+    profile = getattr(rep.timing, "profile", None)
+    if not isinstance(profile, CalibrationProfile) or not profile.valid_ranges:
+        return []
+    mine = [r for r in results if r.replica == rep.name]
+    if not mine:
+        return []
+    observed = {
+        "prompt_tokens": float(max(r.prompt_tokens for r in mine)),
+        "context_tokens": float(max(r.prompt_tokens + max(r.output_tokens - 1, 0) for r in mine)),
+        "batch_size": float(max((s.num_running for s in rep.samples), default=1)),
+    }
+    return [f"{rep.name}: {w}" for w in profile.range_warnings(observed)]
