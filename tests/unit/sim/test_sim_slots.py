@@ -120,3 +120,23 @@ def test_staggered_clients_and_turnaround() -> None:
     assert results[0].done_s == pytest.approx(0.02)
     assert results[2].arrival_s == pytest.approx(0.025)
     assert results[2].first_token_s == pytest.approx(0.04)
+
+
+def test_planned_workload_becomes_simulated_records() -> None:
+    from kvbudget.sim.slots_records import run_planned
+    from kvbudget.workload.request import PlannedRequest
+
+    cfg = SlotConfig(num_slots=1, n_ctx_slot=64)
+    planned = [
+        PlannedRequest("a", 0.0, tuple(range(10)), 3, cell_id="short/single"),
+        PlannedRequest("b", 0.0, tuple(range(100, 110)), 2, cell_id="short/single"),
+        PlannedRequest("c", 0.0, tuple(range(70)), 2),  # longer than the slot: refused
+    ]
+    records, _ = run_planned(cfg, STEP, planned)
+    a, b, c = records
+    assert all(r.source == "simulated" for r in records)
+    # a: prompt 0-10 ms, tokens at 10, 20, 30 ms; b waits for the only slot until 30 ms
+    assert a.ttft_s == pytest.approx(0.01) and a.tpot_s == pytest.approx(0.01)
+    assert b.queue_s == pytest.approx(0.03) and b.ttft_s == pytest.approx(0.04)
+    assert b.cell_id == "short/single" and b.output_tokens == 2
+    assert c.status == "error" and c.error_kind == "http_status" and c.http_status == 400

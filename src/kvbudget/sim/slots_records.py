@@ -1,0 +1,75 @@
+"""A kvbudget workload on the llama.cpp slot engine, as ``RequestRecord``s (simulated)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvbudget.records import RequestRecord
+from kvbudget.records.request import derive_latencies
+from kvbudget.sim.slots import SlotConfig, SlotRequest, SlotStats, run_slots
+from kvbudget.sim.timing import StepTimeModel
+from kvbudget.workload.request import PlannedRequest
+
+
+def run_planned(
+    config: SlotConfig,
+    timing: StepTimeModel,
+    planned: Sequence[PlannedRequest],
+    *,
+    concurrency: int | None = None,
+    turnaround_s: float = 0.0,
+    stagger_s: float = 0.0,
+    replica: str = "llamacpp-0",
+) -> tuple[list[RequestRecord], SlotStats]:
+    """A kvbudget workload (``PlannedRequest``) on the slot engine: one ``RequestRecord``
+    (``source="simulated"``) per request. ``cache_salt`` is ignored (llama.cpp has none); a
+    refused prompt is an ``http_status`` 400 error, as llama.cpp answers it."""
+    reqs = [
+        SlotRequest(p.request_id, p.arrival_s, p.prompt_token_ids, p.output_tokens) for p in planned
+    ]
+    results, stats = run_slots(
+        config,
+        timing,
+        reqs,
+        concurrency=concurrency,
+        turnaround_s=turnaround_s,
+        stagger_s=stagger_s,
+    )
+    records: list[RequestRecord] = []
+    for plan, res in zip(planned, results, strict=True):
+        ttft, tpot, e2e = derive_latencies(
+            sent_s=res.arrival_s,
+            first_token_s=res.first_token_s,
+            done_s=res.done_s,
+            output_tokens=res.output_tokens,
+        )
+        ok = res.status == "ok"
+        records.append(
+            RequestRecord(
+                request_id=res.request_id,
+                source="simulated",
+                status="ok" if ok else "error",
+                cell_id=plan.cell_id,
+                tenant=plan.tenant,
+                replica=replica,
+                session_id=plan.session_id,
+                error_kind=None if ok else "http_status",
+                http_status=None if ok else 400,
+                error_excerpt=res.error,
+                finish_reason="length" if ok else None,
+                scheduled_s=plan.arrival_s,
+                sent_s=res.arrival_s,
+                first_token_s=res.first_token_s,
+                done_s=res.done_s,
+                token_times_s=list(res.token_times_s),
+                prompt_tokens=res.prompt_tokens,
+                output_tokens=res.output_tokens,
+                cached_tokens=res.cached_tokens,
+                token_count_source="simulated",
+                queue_s=None if res.start_s is None else res.start_s - res.arrival_s,
+                ttft_s=ttft,
+                tpot_s=tpot,
+                e2e_s=e2e,
+            )
+        )
+    return records, stats
