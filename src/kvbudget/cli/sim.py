@@ -165,6 +165,20 @@ def _render(summary: dict[str, Any]) -> str:
     type=float,
     help="Sampling period of replica state, simulated seconds [default: 1].",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llamacpp"]),
+    default="vllm",
+    show_default=True,
+    help="Engine behaviour: vLLM-style paged blocks, or llama.cpp-style fixed slots "
+    "(one server; docs/calibration.md).",
+)
+@click.option("--slots", type=int, help="llamacpp: -np slots [default: profile's, else 4].")
+@click.option(
+    "--ctx-size",
+    type=int,
+    help="llamacpp: -c total context, split over the slots [default: profile's n_ctx_slot].",
+)
 def sim(**opts: Any) -> None:
     """Simulate serving: plan-built replicas, a router, a workload; figures are *simulated*.
 
@@ -206,6 +220,9 @@ def sim(**opts: Any) -> None:
     }
     data["workload"] = _workload_from_flags(opts, base_wl)
     scenario = scenario_from_dict(data)
+    if opts["engine"] == "llamacpp":
+        _sim_slots(scenario, opts)
+        return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
     requests, concurrency = build_workload(scenario)
     cluster.concurrency = concurrency
@@ -244,3 +261,26 @@ def sim(**opts: Any) -> None:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
         click.echo(_render(summary))
+
+
+def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
+    """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
+    from kvbudget.sim.slots_scenario import simulate_slots_scenario, slots_summary_text
+
+    for flag in ("trace_out", "samples_out"):
+        if opts[flag]:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')}: not available with --engine llamacpp; drop it",
+                field=flag,
+            )
+    summary, records = simulate_slots_scenario(
+        scenario, num_slots=opts["slots"], ctx_size_tokens=opts["ctx_size"]
+    )
+    if opts["records_out"]:
+        with Path(opts["records_out"]).open("w") as fh:
+            for record in records:
+                fh.write(record.model_dump_json() + "\n")
+    if opts["as_json"]:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        click.echo(slots_summary_text(summary))
