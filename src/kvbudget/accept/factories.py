@@ -81,6 +81,12 @@ def _serve_args(plan: AcceptPlan, lock: ObjectLock) -> list[str]:
     return args
 
 
+def _declared_hardware(lock: ObjectLock) -> str:
+    gpu = lock.gpu.type.value or "GPU not declared"
+    count = lock.gpu.count.value
+    return f"{gpu}{f' x{count}' if count else ''} (declared in the lock, not read over HTTP)"
+
+
 def _ledger_or_warning(plan: AcceptPlan, lock: ObjectLock) -> tuple[Ledger, dict[str, Any]]:
     try:
         ctx = build_capacity(plan, lock)
@@ -118,6 +124,7 @@ def factory_for(
             timeout_s=t.request_timeout_s,
             keep_prompts=keep_prompts,
             seed=plan.seed,
+            hardware=_declared_hardware(lock),
         )
         return PreparedTarget(target=target, ledger=ledger, computed_lock=computed)
 

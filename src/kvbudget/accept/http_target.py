@@ -74,6 +74,7 @@ class HttpTarget:
         keep_prompts: bool = False,
         source: RecordSource = "measured",
         seed: int = 0,
+        hardware: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -84,6 +85,7 @@ class HttpTarget:
         self.keep_prompts = keep_prompts
         self.source: RecordSource = source
         self.seed = seed
+        self.hardware = hardware or "not reported over HTTP"
         self._info = info or self._probe()
 
     def _probe(self) -> TargetInfo:
@@ -113,7 +115,7 @@ class HttpTarget:
             label=f"measured ({engine} {version or ''} at {self.base_url})",
             engine=engine,
             engine_version=str(version) if version else None,
-            hardware="as reported by the operator (not read over HTTP)",
+            hardware=self.hardware,
             observed=observed,
         )
 
