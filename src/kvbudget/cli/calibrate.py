@@ -133,7 +133,8 @@ def calibrate(
     without prefix hits. Uses the engine's own per-request timings where it reports them
     (llama.cpp), its histograms with --metrics-url, the client clock otherwise. Writes a
     CalibrationProfile (fit, residuals, valid ranges, engine identity) usable with
-    `kvbudget sim --timing-profile` and the llama.cpp slot simulator.
+    `kvbudget sim --timing-profile` (add `--engine llamacpp` for the slot engine). With
+    --validate: also measure and predict held-out cells and report the errors.
     """
     from kvbudget.calibrate.render import profile_text, validation_text
     from kvbudget.calibrate.run import CalibrateOptions
