@@ -61,7 +61,8 @@ async def discover(client: OpenAIClient, model: str) -> EngineInfo:
     if status == 200 and isinstance(ver, dict) and "version" in ver:
         version = str(ver["version"])
         server = headers.get("Server", headers.get("server", "")).lower()
-        engine = "sglang" if "sglang" in server else "vllm"
+        named = ver.get("engine")  # kvbudget serve says which engine it is
+        engine = str(named) if named else ("sglang" if "sglang" in server else "vllm")
     info = EngineInfo(engine=engine, version=version, model_id=model)
     status, models, _ = await client.get_json("/v1/models")
     if status == 200 and isinstance(models, dict):

@@ -171,7 +171,11 @@ def observations(results: list[ProbeResult], *, n_ubatch: int) -> list[Observati
         # the request whose first token came last: its decode steps all ran at the full batch
         # (the others' first steps may have shared an iteration with its prompt)
         last = max(res.outcomes, key=lambda o: o.first_token_s or 0.0)
-        part = _decode_time(last, _hist_mean(res.metric_deltas, "engine_itl_seconds"))
+        # the ITL histogram covers every request of the probe: clean only when all prompts
+        # were computed in one step (else the early requests' steps carried others' prompts)
+        one_step = sum(len(p) for p in probe.prompts) <= n_ubatch
+        itl = _hist_mean(res.metric_deltas, "engine_itl_seconds") if one_step else None
+        part = _decode_time(last, itl)
         if part is not None:
             steps, seconds, ctx, source = part
             obs.append(decode_observation(len(res.outcomes), ctx, steps, seconds, source=source))

@@ -102,3 +102,14 @@ def test_a_prefill_probe_gives_only_a_prefill_point() -> None:
     probe = Probe("prefill", ((1,) * 900,), 4, "p")
     obs = observations([ProbeResult(probe, (outcome(timings, 0.0, (0.21,)),))], n_ubatch=512)
     assert [o.kind for o in obs] == ["prefill"]
+
+
+def test_itl_histogram_only_when_all_prompts_fit_one_step() -> None:
+    deltas = {"engine_itl_seconds_sum": 0.31, "engine_itl_seconds_count": 62.0}
+    outs = (outcome(None, 0.0, (0.1, 0.11, 0.12)), outcome(None, 0.0, (0.1, 0.12, 0.14)))
+    small = Probe("decode", ((1,) * 100, (2,) * 100), 3, "d")
+    (obs,) = observations([ProbeResult(small, outs, deltas)], n_ubatch=512)
+    assert obs.source == "metrics" and obs.seconds == pytest.approx(2 * 0.31 / 62)
+    big = Probe("decode", ((1,) * 400, (2,) * 400), 3, "d")
+    (obs,) = observations([ProbeResult(big, outs, deltas)], n_ubatch=512)
+    assert obs.source == "client" and obs.seconds == pytest.approx(0.02)

@@ -1,0 +1,80 @@
+"""`kvbudget calibrate --metrics-url` against `kvbudget serve`, whose step time is known.
+
+The embedded server prices a step as ``--step-ms + --per-token-us x tokens in the step`` (manual
+timing) and reports vLLM-named TTFT / inter-token histograms. Calibrating against it must give
+back those two flags (the independent truth here), within a tolerance that allows for real-time
+delivery on a shared CPU (35 %). This covers the path for engines without per-request timings:
+histograms for lone prefills and small decode batches, the client clock elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+STEP_MS, PER_TOKEN_US = 5.0, 50.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def serve_url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "kvbudget", "serve", "--model", "tiny", "--port", str(port)]
+    cmd += ["--step-ms", str(STEP_MS), "--per-token-us", str(PER_TOKEN_US)]
+    cmd += ["--max-model-len", "2048"]
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("kvbudget serve did not become healthy in 60 s")
+        yield url
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+        log.close()
+
+
+def test_calibration_recovers_the_servers_step_time(serve_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "profile.json"
+    cmd = [sys.executable, "-m", "kvbudget", "calibrate", "--base-url", serve_url]
+    cmd += ["--model", "tiny", "--metrics-url", serve_url + "/metrics", "--n-ubatch", "8192"]
+    cmd += ["--repeats", "1", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    profile = json.loads(out.read_text())
+    assert profile["engine"].startswith("kvbudget-serve ")
+    assert "metrics" in profile["engine_settings"]["timings_source"]
+    fit = profile["fit"]
+    assert fit["step_overhead_s"] == pytest.approx(STEP_MS / 1e3, rel=0.35)
+    assert fit["prefill_per_token_s"] == pytest.approx(PER_TOKEN_US / 1e6, rel=0.35)
+    # a lone 1000-token prefill and a 4-sequence decode step, as the server prices them
+    prefill_s = fit["step_overhead_s"] + 1000 * fit["prefill_per_token_s"]
+    prefill_s += 1000 * 1001 / 2 * fit["prefill_per_pair_s"]
+    assert prefill_s == pytest.approx((STEP_MS + 1000 * PER_TOKEN_US / 1e3) / 1e3, rel=0.35)
+    decode_s = fit["step_overhead_s"] + 4 * fit["decode_per_seq_s"]
+    decode_s += 4 * 500 * fit["decode_per_context_token_s"]
+    assert decode_s == pytest.approx((STEP_MS + 4 * PER_TOKEN_US / 1e3) / 1e3, rel=0.35)
