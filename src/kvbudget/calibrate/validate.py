@@ -99,7 +99,11 @@ async def measure_cell(
     ttfts, tpots, total, starts, ends = [], [], 0, [], []
     for o in outs:
         times = o.token_times_s()
-        assert o.sent_s is not None and times
+        if o.sent_s is None or not times:
+            raise TargetError(
+                f"cell {load.cell_id}: request {o.request_id} streamed no token; check that "
+                "the server honours max_tokens and ignore_eos"
+            )
         ttfts.append(times[0] - o.sent_s)
         if len(times) >= 2:
             tpots.append((times[-1] - times[0]) / (len(times) - 1))
