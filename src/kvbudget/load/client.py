@@ -242,6 +242,11 @@ class OpenAIClient:
             parse_events(events, req.endpoint, out)
             return _fail(out, "broken_stream", f"{type(exc).__name__}: {exc}", clock())
         done_s = clock()
+        # Hand the connection back and let tasks whose data has arrived take their timestamps
+        # before this stream's parsing and record work (which is the heavy part per request):
+        # when many streams end together, reads are not stamped late behind their processing.
+        resp.release()
+        await asyncio.sleep(0)
         problem = parse_events(events, req.endpoint, out)
         if problem is not None:
             kind, text = problem
