@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import platform
 from dataclasses import dataclass, field
@@ -95,3 +97,27 @@ def describe_hardware(base_url: str) -> str:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{cpu}, {cores} usable cores ({platform.system()} {platform.machine()}; loopback)"
+
+
+#: how often the llama.cpp slot state is sampled during a validation cell
+SLOT_POLL_S = 0.1
+
+
+async def poll_slot_cells(client: OpenAIClient, stop: asyncio.Event) -> int | None:
+    """Largest sum of ``n_prompt_tokens`` over busy slots in llama.cpp's ``GET /slots``,
+    sampled every ``SLOT_POLL_S`` until ``stop`` (a slot's count grows with its generated
+    tokens: the cells it holds). None when the endpoint is unavailable (``--no-slots``)."""
+    peak: int | None = None
+    while not stop.is_set():
+        status, body, _ = await client.get_json("/slots")
+        if status != 200 or not isinstance(body, list):
+            return None
+        cells = sum(
+            int(s.get("n_prompt_tokens") or 0)
+            for s in body
+            if isinstance(s, dict) and s.get("is_processing")
+        )
+        peak = cells if peak is None else max(peak, cells)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SLOT_POLL_S)
+    return peak

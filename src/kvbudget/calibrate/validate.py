@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from kvbudget.calibrate.engine import EngineInfo, discover
+from kvbudget.calibrate.engine import EngineInfo, discover, poll_slot_cells
 from kvbudget.calibrate.measure import token_request
 from kvbudget.calibrate.predict import (
     CellFigures,
@@ -77,11 +77,19 @@ def cell_load(plan: CellPlan, seed: int) -> CellLoad:
 
 
 async def measure_cell(
-    client: OpenAIClient, model: str, load: CellLoad, engine_label: str
+    client: OpenAIClient,
+    model: str,
+    load: CellLoad,
+    engine_label: str,
+    *,
+    total_cells: int | None = None,
 ) -> CellFigures:
-    """Closed loop: ``concurrency`` workers, each sends its next prompt when one ends."""
+    """Closed loop: ``concurrency`` workers, each sends its next prompt when one ends. With
+    ``total_cells`` (llama.cpp), the peak KV usage is sampled from ``/slots`` meanwhile."""
     todo = list(enumerate(load.prompts))
     outs = []
+    stop = asyncio.Event()
+    poller = asyncio.create_task(poll_slot_cells(client, stop)) if total_cells else None
 
     async def worker() -> None:
         while todo:
@@ -89,7 +97,12 @@ async def measure_cell(
             req = token_request(f"{load.cell_id}-{i}", model, prompt, load.output_tokens)
             outs.append(await client.stream(req))
 
-    await asyncio.gather(*(worker() for _ in range(load.concurrency)))
+    try:
+        await asyncio.gather(*(worker() for _ in range(load.concurrency)))
+    finally:
+        stop.set()
+    peak_cells = await poller if poller is not None else None
+    peak_kv = peak_cells / total_cells if peak_cells is not None and total_cells else None
     bad = [o for o in outs if o.status != "ok"]
     if bad:
         raise TargetError(
@@ -110,7 +123,9 @@ async def measure_cell(
         total += len(times)
         starts.append(o.sent_s)
         ends.append(times[-1])
-    return figures(f"measured ({engine_label})", ttfts, tpots, total, max(ends) - min(starts))
+    return figures(
+        f"measured ({engine_label})", ttfts, tpots, total, max(ends) - min(starts), peak_kv
+    )
 
 
 class CellResult(BaseModel):
@@ -165,16 +180,18 @@ async def validate(
     cells: list[CellResult] = []
     rows: list[ErrorRow] = []
     label = f"{cal.info.engine} {cal.info.version}, {profile.hardware}"
+    slots, ctx = cal.info.num_slots, cal.info.n_ctx_slot
+    slot_cells = slots * ctx if cal.info.engine == "llama.cpp" and slots and ctx else None
     async with OpenAIClient(
         opts.base_url,
-        concurrency=max(p.concurrency for p in plans),
+        concurrency=max(p.concurrency for p in plans) + 1,  # + the /slots poller
         timeout_s=opts.request_timeout_s,
         api_key=opts.api_key,
         force_close=True,  # llama.cpp closes every connection after a streamed response
     ) as client:
         for k, plan in enumerate(plans):
             load = cell_load(plan, opts.seed + 1000 + k)
-            measured = await measure_cell(client, opts.model, load, label)
+            measured = await measure_cell(client, opts.model, load, label, total_cells=slot_cells)
             predicted, warnings = predict_cell(profile, load)
             cells.append(
                 CellResult(
