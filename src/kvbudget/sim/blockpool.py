@@ -13,13 +13,18 @@ Follows vLLM V1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` as documented in the
 * identical blocks are not de-duplicated: two blocks may carry the same hash; lookup returns
   the first one cached that is still present.
 
-The free queue is an ``OrderedDict`` (O(1) pop-head, append-tail and remove-by-id).
+The free queue is an ``OrderedDict`` (O(1) pop-head, append-tail and remove-by-id). The per-block
+loops are kept to plain subscripts (no method call per block) and eviction is inlined in the
+common case (no duplicate hashes, no eviction hook): with prefix caching on they were most of
+the simulator's cost (docs/benchmarks.md, "Simulator speed").
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from itertools import islice
+from typing import Protocol
 
 from kvbudget.errors import SimulationError
 
@@ -29,6 +34,30 @@ BlockKey = Hashable
 EvictHook = Callable[[int, Hashable], None]
 
 
+class HashSource(Protocol):
+    """What a pending run needs from its request: its hash chain, extended on demand."""
+
+    block_hashes: list[BlockKey]
+
+    def update_block_hashes(self, num_tokens: int) -> None: ...
+
+
+class PendingRun:
+    """Blocks registered for the prefix cache whose hashes are not computed yet (lazy mode).
+
+    ``block_ids[k]`` holds block ``start + k`` of ``source``'s chain; a block still carries
+    the run as its key (``block_key[b] is run``) until it is evicted or the run materializes.
+    """
+
+    __slots__ = ("block_ids", "block_size", "source", "start")
+
+    def __init__(self, source: HashSource, start: int, block_ids: list[int], block_size: int):
+        self.source = source
+        self.start = start
+        self.block_ids = block_ids
+        self.block_size = block_size
+
+
 class BlockPool:
     """Free queue (LRU), reference counts and ``key -> block id`` table for one replica."""
 
@@ -36,6 +65,8 @@ class BlockPool:
         "_cached",
         "_dups",
         "_free",
+        "_num_pending_runs",
+        "_pending",
         "block_key",
         "enable_caching",
         "num_blocks",
@@ -58,6 +89,9 @@ class BlockPool:
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._cached: dict[BlockKey, int] = {}
         self._dups: dict[BlockKey, list[int]] = {}
+        #: lazy registration: root hash (block 0 of the chain) -> runs in registration order
+        self._pending: dict[BlockKey, list[PendingRun]] = {}
+        self._num_pending_runs = 0
         self.num_evictions = 0
         self.on_evict = on_evict
         null_id, _ = self._free.popitem(last=False)
@@ -85,11 +119,13 @@ class BlockPool:
 
     def get_cached_block(self, key: BlockKey) -> int | None:
         """Block id cached under ``key`` or ``None``."""
+        if self._pending:
+            self.materialize_all()
         return self._cached.get(key)
 
     def num_cached_blocks(self) -> int:
         """Blocks currently carrying a hash."""
-        return len(self._cached) + sum(len(v) for v in self._dups.values())
+        return self.num_blocks - self.block_key.count(None)
 
     # ------------------------------------------------------------------ mutations
     def allocate(self, num_blocks: int) -> list[int]:
@@ -99,27 +135,36 @@ class BlockPool:
                 f"asked for {num_blocks} blocks with {len(self._free)} free; the scheduler "
                 "must check can_allocate first"
             )
-        popitem = self._free.popitem
+        free = self._free
         ref = self.ref_cnt
+        out = list(islice(free, num_blocks))
+        if not self.enable_caching:
+            for block_id in out:
+                del free[block_id]
+                ref[block_id] = 1
+            return out
         keys = self.block_key
-        out = [popitem(False)[0] for _ in range(num_blocks)]
-        setref = ref.__setitem__
-        for block_id in out:
-            setref(block_id, 1)
-        if self.enable_caching:
-            hashed = [b for b in out if keys[b] is not None]
-            if hashed:
-                cached = self._cached
-                simple = self.on_evict is None and not self._dups
-                for block_id in hashed:
-                    key = keys[block_id]
-                    if simple and cached.get(key) == block_id:
-                        # the common case of _evict, inline
-                        keys[block_id] = None
+        if self.on_evict is None and not self._dups:
+            # every keyed block is the table's only entry for its key: evict inline
+            cached = self._cached
+            num_evicted = 0
+            for block_id in out:
+                del free[block_id]
+                ref[block_id] = 1
+                key = keys[block_id]
+                if key is not None:
+                    if key.__class__ is not PendingRun:
                         del cached[key]
-                        self.num_evictions += 1
-                    else:
-                        self._evict(block_id)
+                    keys[block_id] = None
+                    num_evicted += 1
+            self.num_evictions += num_evicted
+            return out
+        for block_id in out:
+            del free[block_id]
+            ref[block_id] = 1
+        for block_id in out:
+            if keys[block_id] is not None:
+                self._evict(block_id)
         return out
 
     def touch(self, block_ids: Iterable[int]) -> None:
@@ -140,11 +185,11 @@ class BlockPool:
         free = self._free
         for block_id in ordered_block_ids:
             count = ref[block_id] - 1
-            if count > 0:
-                ref[block_id] = count
-            elif count == 0 and block_id != NULL_BLOCK_ID:
+            if count == 0 and block_id:  # block 0 is the null block (never freed)
                 ref[block_id] = 0
                 free[block_id] = None
+            elif count > 0:
+                ref[block_id] = count
             elif count < 0:
                 raise SimulationError(f"block {block_id} freed more often than referenced")
 
@@ -168,13 +213,85 @@ class BlockPool:
             return False
         self._cached.clear()
         self._dups.clear()
+        self._pending.clear()
+        self._num_pending_runs = 0
         self.block_key = [None] * self.num_blocks
         return True
+
+    # ------------------------------------------------------------------ lazy registration
+    def register_lazy(
+        self, root: BlockKey, source: HashSource, start: int, block_ids: list[int], size: int
+    ) -> None:
+        """Register blocks ``start ..`` of ``source``'s chain without hashing them yet.
+
+        Same effect as :meth:`cache_block` on each block in order, deferred: the hashes are
+        computed (and the blocks enter the table, in registration order) only when a lookup
+        for a chain with the same root hash needs them (:meth:`materialize`). Blocks already
+        carrying a key and the null block are skipped, as :meth:`cache_block` does. Only for
+        pools without an eviction hook.
+        """
+        keys = self.block_key
+        runs = self._pending.get(root)
+        if runs is None:
+            runs = self._pending[root] = []
+        last = runs[-1] if runs else None
+        if last is not None and last.source is source and last.start + len(last.block_ids) == start:
+            run = last  # the same request's next blocks, nothing registered in between
+            run.block_ids.extend(block_ids)
+        else:
+            run = PendingRun(source, start, list(block_ids), size)
+            runs.append(run)
+            self._num_pending_runs += 1
+        for block_id in block_ids:
+            if keys[block_id] is None and block_id != NULL_BLOCK_ID:
+                keys[block_id] = run
+        if self._num_pending_runs > 2 * self.num_blocks:
+            self._compact_pending()
+
+    def materialize(self, root: BlockKey) -> None:
+        """Hash and enter the pending runs of chains starting with ``root``, in order."""
+        runs = self._pending.pop(root, None)
+        if runs is None:
+            return
+        self._num_pending_runs -= len(runs)
+        keys = self.block_key
+        cached = self._cached
+        for run in runs:
+            source = run.source
+            ids = run.block_ids
+            source.update_block_hashes((run.start + len(ids)) * run.block_size)
+            hashes = source.block_hashes
+            for i, block_id in enumerate(ids, run.start):
+                if keys[block_id] is run:
+                    h = hashes[i]
+                    keys[block_id] = h
+                    if h in cached:
+                        self._dups.setdefault(h, []).append(block_id)
+                    else:
+                        cached[h] = block_id
+
+    def materialize_all(self) -> None:
+        """Hash every pending run (for callers that look keys up without a root)."""
+        for root in list(self._pending):
+            self.materialize(root)
+
+    def _compact_pending(self) -> None:
+        """Drop pending runs none of whose blocks still carries them (bounded memory)."""
+        keys = self.block_key
+        for root in list(self._pending):
+            live = [r for r in self._pending[root] if any(keys[b] is r for b in r.block_ids)]
+            if live:
+                self._pending[root] = live
+            else:
+                del self._pending[root]
+        self._num_pending_runs = sum(len(v) for v in self._pending.values())
 
     def _evict(self, block_id: int) -> None:
         key = self.block_key[block_id]
         self.block_key[block_id] = None
         self.num_evictions += 1
+        if key.__class__ is PendingRun:
+            return  # never hashed: nothing in the table (lazy mode has no eviction hook)
         if self._cached.get(key) == block_id:
             dups = self._dups.get(key)
             if dups:

@@ -57,6 +57,18 @@ class KVCacheManager:
         req.num_skipped_blocks = [0] * self.num_groups
         req.num_cached_blocks = 0
 
+    @property
+    def lazy(self) -> bool:
+        """Lazy hashing and registration (single full-attention group, no tier hooks).
+
+        A request's blocks are registered without hashing (:meth:`BlockPool.register_lazy`);
+        their hashes are computed when a later lookup's block 0 has the same root hash. A
+        lookup hashes block 0, and the rest of its prompt only if block 0 is cached. Same
+        hits, same block ids, same eviction order as hashing eagerly (the table's content is
+        only materialized later); tiers read every hash, so they keep the eager path.
+        """
+        return self.single_full and self.on_cache is None and self.pool.on_evict is None
+
     @staticmethod
     def key(group: int, block_hash: BlockHash) -> BlockHash:
         """Hash-table key of a block hash in ``group`` (group 0 uses the bare hash)."""
@@ -66,8 +78,18 @@ class KVCacheManager:
         """Cached blocks per group for the longest cached prefix, and its length in tokens."""
         if not self.caching:
             return [], 0
-        req.update_block_hashes(req.num_tokens)
         pool = self.pool
+        if self.single_full and self.lazy:
+            # hash block 0 only; the rest of the chain only if block 0 is cached
+            req.update_block_hashes(self.block_size)
+            if not req.block_hashes:
+                return [[]], 0
+            root = req.block_hashes[0]
+            if root in pool._pending:
+                pool.materialize(root)
+            if root not in pool._cached:
+                return [[]], 0
+        req.update_block_hashes(req.num_tokens)
         if self.single_full:
             get = pool._cached.get
             found: list[int] = []
@@ -233,8 +255,16 @@ class KVCacheManager:
         num_full = num_tokens // self.block_size
         if not self.caching or num_full <= req.num_cached_blocks:
             return
-        req.update_block_hashes(num_tokens)
         pool = self.pool
+        if self.lazy and pool.enable_caching:
+            start = req.num_cached_blocks
+            req.update_block_hashes(self.block_size)  # the root hash (block 0)
+            pool.register_lazy(
+                req.block_hashes[0], req, start, req.block_ids[0][start:num_full], self.block_size
+            )
+            req.num_cached_blocks = num_full
+            return
+        req.update_block_hashes(num_tokens)
         hashes = req.block_hashes
         start = req.num_cached_blocks
         cache_block = pool.cache_block

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any
 
 from kvbudget.sim.config import HashAlgo
@@ -142,8 +143,9 @@ class ChainHasher:
         if num_full <= index:
             return
         lo = index * size - offset
-        chunk = token_ids[lo : num_full * size - offset]
-        blocks = zip(*[iter(chunk)] * size, strict=False)
+        # islice, not a slice: no copy of the (often 1,000+ token) sequence
+        chunk = islice(token_ids, lo, num_full * size - offset)
+        blocks = zip(*[chunk] * size, strict=False)
         if index == 0:
             parent = fn((parent, next(blocks), self._extra_first))
             hashes.append(parent)

@@ -152,8 +152,11 @@ class Replica:
         if not self.config.prefix_caching_effective:
             return 0, 0
         num_gpu = 0
+        if block_hashes and block_hashes[0] in pool._pending:
+            pool.materialize(block_hashes[0])  # lazy registration: same root, same chain
+        cached = pool._cached
         for h in block_hashes:
-            if pool.get_cached_block(h) is None:
+            if h not in cached:
                 break
             num_gpu += 1
         num_tier = 0
@@ -171,6 +174,7 @@ class Replica:
 
     def cached_keys(self) -> set[Hashable]:
         """Every block key cached on the GPU or in a tier (for a stale router index)."""
+        self.core.pool.materialize_all()
         keys: set[Hashable] = set(self.core.pool._cached)
         if self.tier_stack is not None:
             for tier in self.tier_stack.tiers:

@@ -149,7 +149,13 @@ class SimRequest:
         seed = self.seed
         vocab = self.vocab_size
         first = max(start, num_prompt) - num_prompt
-        generated = [(seed + (j + 1) * _MIX) % vocab for j in range(first, end - num_prompt)]
+        # generated_token_id for j in first .. end-num_prompt-1, as one C-level map
+        generated = list(
+            map(
+                vocab.__rmod__,
+                range(seed + (first + 1) * _MIX, seed + (end - num_prompt + 1) * _MIX, _MIX),
+            )
+        )
         if start < num_prompt:
             return list(prompt[start:num_prompt]) + generated
         return generated
@@ -164,4 +170,8 @@ class SimRequest:
         end = (num_tokens // size) * size
         if end <= start:
             return
-        hasher.extend(self.block_hashes, self.token_slice(start, end), end, offset=start)
+        prompt = self.spec.prompt_token_ids
+        if end <= len(prompt):
+            hasher.extend(self.block_hashes, prompt, end)  # the prompt itself, not a copy
+        else:
+            hasher.extend(self.block_hashes, self.token_slice(start, end), end, offset=start)
