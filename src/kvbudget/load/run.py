@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import tempfile
 import time
@@ -36,6 +35,7 @@ from kvbudget.load.prometheus import MetricsScraper, summarize_series
 from kvbudget.load.requests import planned_open_loop, synthetic_request
 from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
+from kvbudget.load.workers import WorkerPool
 from kvbudget.metrics.run import summarize_run
 from kvbudget.records import (
     JsonlWriter,
@@ -51,8 +51,6 @@ REQUESTS_FILE = "requests.jsonl"
 METRICS_FILE = "metrics.jsonl"
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
-#: spawned worker processes need this long to import before the common start
-WORKER_START_DELAY_S = 3.0
 
 
 class BenchDocument(ResultDocument):
@@ -125,91 +123,6 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
     return 0, set()
 
 
-def _worker_main(
-    cfg_json: str,
-    planned: Sequence[PlannedRequest] | None,
-    t0: float,
-    worker: int,
-    num_workers: int,
-    segment: int,
-    skip: set[str],
-    path: str,
-    api_key: str | None,
-    queue: Any,
-) -> None:
-    """Entry point of a spawned worker process."""
-    cfg = RunConfig.model_validate_json(cfg_json)
-    with JsonlWriter(Path(path)) as writer:
-        result = asyncio.run(
-            run_worker(
-                cfg,
-                writer=writer,
-                t0=t0,
-                worker=worker,
-                num_workers=num_workers,
-                segment=segment,
-                planned=planned,
-                skip_ids=skip,
-                api_key=api_key,
-            )
-        )
-    queue.put(result)
-
-
-async def _run_processes(
-    cfg: RunConfig,
-    planned: Sequence[PlannedRequest] | None,
-    t0: float,
-    num_workers: int,
-    segment: int,
-    skip: set[str],
-    path: Path,
-    api_key: str | None,
-    progress_lines: Callable[[int], None] | None,
-) -> list[WorkerResult]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_worker_main,
-            args=(
-                cfg.model_dump_json(),
-                planned,
-                t0,
-                k,
-                num_workers,
-                segment,
-                skip,
-                str(path),
-                api_key,
-                queue,
-            ),
-            daemon=True,
-        )
-        for k in range(num_workers)
-    ]
-    for p in procs:
-        p.start()
-    results: list[WorkerResult] = []
-    while len(results) < num_workers:
-        while not queue.empty():
-            results.append(queue.get())
-        if progress_lines is not None and path.exists():
-            progress_lines(path.read_bytes().count(b"\n"))
-        if all(not p.is_alive() for p in procs) and queue.empty():
-            break
-        await asyncio.sleep(0.2)
-    for p in procs:
-        p.join(timeout=5)
-    if len(results) < num_workers:
-        codes = [p.exitcode for p in procs]
-        raise TargetError(
-            f"{num_workers - len(results)} of {num_workers} worker processes died "
-            f"(exit codes {codes}); finished records are in {path}; rerun with --resume"
-        )
-    return results
-
-
 async def run_load(
     cfg: RunConfig,
     *,
@@ -257,8 +170,14 @@ async def _run_in(
             f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
         )
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
-    delay = WORKER_START_DELAY_S if num_workers > 1 else 0.05
-    t0 = time.perf_counter() + cfg.baseline_s + delay
+    req_path = out_dir / REQUESTS_FILE
+    pool = None
+    if num_workers > 1:
+        pool = WorkerPool(cfg, planned, num_workers, segment, skip, req_path, api_key)
+        await pool.start()  # every worker imported and waiting: only now pick the start
+    t0 = time.perf_counter() + cfg.baseline_s + 0.05
+    if pool is not None:
+        pool.go(t0)
     scraper = None
     metrics_writer = None
     if cfg.metrics_url:
@@ -269,9 +188,8 @@ async def _run_in(
         await scraper.baseline(max(0.0, t0 - time.perf_counter() - 0.01))
     stop = asyncio.Event()
     scrape_task = asyncio.create_task(scraper.run(stop)) if scraper is not None else None
-    req_path = out_dir / REQUESTS_FILE
     try:
-        if num_workers == 1:
+        if pool is None:
             with JsonlWriter(req_path) as writer:
                 results = [
                     await run_worker(
@@ -286,10 +204,10 @@ async def _run_in(
                     )
                 ]
         else:
-            results = await _run_processes(
-                cfg, planned, t0, num_workers, segment, skip, req_path, api_key, progress_lines
-            )
+            results = await pool.collect(progress_lines)
     finally:
+        if pool is not None:
+            pool.terminate()
         stop.set()
         if scrape_task is not None:
             await scrape_task
