@@ -13,17 +13,21 @@ Follows vLLM V1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` as documented in the
 * identical blocks are not de-duplicated: two blocks may carry the same hash; lookup returns
   the first one cached that is still present.
 
-The free queue is an ``OrderedDict`` (O(1) pop-head, append-tail and remove-by-id). The per-block
-loops are kept to plain subscripts (no method call per block) and eviction is inlined in the
-common case (no duplicate hashes, no eviction hook): with prefix caching on they were most of
-the simulator's cost (docs/benchmarks.md, "Simulator speed").
+The free queue is a ``deque`` of block ids with lazy removal: a block leaves the queue logically
+when it is touched (its reference count rises above 0), and the stale entry is skipped when it
+reaches the head; a block freed again gets a new entry at the tail, and ``_inq[b]`` (entries of
+``b`` in the deque) tells the stale older one from it. Only the latest entry of a block with
+reference count 0 is live, so the live entries, in deque order, are exactly vLLM's free queue.
+The deque is compacted when stale entries outnumber the pool. Per-block loops use plain
+subscripts only and eviction is inlined in the common case (no duplicate hashes, no eviction
+hook): with prefix caching on these loops were most of the simulator's cost (an
+``OrderedDict`` free queue cost about twice as much; docs/benchmarks.md, "Simulator speed").
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from itertools import islice
 from typing import Protocol
 
 from kvbudget.errors import SimulationError
@@ -64,9 +68,11 @@ class BlockPool:
     __slots__ = (
         "_cached",
         "_dups",
-        "_free",
+        "_inq",
+        "_num_free",
         "_num_pending_runs",
         "_pending",
+        "_queue",
         "block_key",
         "enable_caching",
         "num_blocks",
@@ -86,7 +92,11 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_key: list[BlockKey | None] = [None] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # the free queue starts in block-id order, without the null block
+        self._queue: deque[int] = deque(range(1, num_blocks))
+        self._inq: list[int] = [1] * num_blocks
+        self._inq[NULL_BLOCK_ID] = 0
+        self._num_free = num_blocks - 1
         self._cached: dict[BlockKey, int] = {}
         self._dups: dict[BlockKey, list[int]] = {}
         #: lazy registration: root hash (block 0 of the chain) -> runs in registration order
@@ -94,28 +104,37 @@ class BlockPool:
         self._num_pending_runs = 0
         self.num_evictions = 0
         self.on_evict = on_evict
-        null_id, _ = self._free.popitem(last=False)
-        assert null_id == NULL_BLOCK_ID
         self.ref_cnt[NULL_BLOCK_ID] = 1  # pinned for the pool's lifetime
 
     # ------------------------------------------------------------------ queries
     @property
     def num_free_blocks(self) -> int:
         """Blocks in the free queue (cached-but-unused blocks count as free)."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_used_blocks(self) -> int:
         """Blocks with a reference (including the null block)."""
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self._num_free
 
     def usage(self) -> float:
         """KV usage as newer vLLM reports it: ``1 - free / (num_blocks - 1)``."""
-        return 1.0 - len(self._free) / (self.num_blocks - 1)
+        return 1.0 - self._num_free / (self.num_blocks - 1)
 
     def free_block_ids(self) -> list[int]:
         """The free queue from head (next to allocate) to tail."""
-        return list(self._free)
+        return self._live_entries()
+
+    def _live_entries(self) -> list[int]:
+        """Live deque entries in order: the latest entry of each block with no reference."""
+        remaining = list(self._inq)
+        ref = self.ref_cnt
+        out = []
+        for block_id in self._queue:
+            remaining[block_id] -= 1
+            if remaining[block_id] == 0 and ref[block_id] == 0:
+                out.append(block_id)
+        return out
 
     def get_cached_block(self, key: BlockKey) -> int | None:
         """Block id cached under ``key`` or ``None``."""
@@ -130,50 +149,52 @@ class BlockPool:
     # ------------------------------------------------------------------ mutations
     def allocate(self, num_blocks: int) -> list[int]:
         """Pop ``num_blocks`` from the head of the free queue (evicting cached hashes)."""
-        if num_blocks > len(self._free):
+        if num_blocks > self._num_free:
             raise SimulationError(
-                f"asked for {num_blocks} blocks with {len(self._free)} free; the scheduler "
+                f"asked for {num_blocks} blocks with {self._num_free} free; the scheduler "
                 "must check can_allocate first"
             )
-        free = self._free
+        self._num_free -= num_blocks
+        popleft = self._queue.popleft
+        inq = self._inq
         ref = self.ref_cnt
-        out = list(islice(free, num_blocks))
-        if not self.enable_caching:
-            for block_id in out:
-                del free[block_id]
-                ref[block_id] = 1
-            return out
+        out: list[int] = []
+        append = out.append
         keys = self.block_key
-        if self.on_evict is None and not self._dups:
-            # every keyed block is the table's only entry for its key: evict inline
-            cached = self._cached
-            num_evicted = 0
-            for block_id in out:
-                del free[block_id]
-                ref[block_id] = 1
+        simple = self.on_evict is None and not self._dups
+        cached = self._cached
+        num_evicted = 0
+        left = num_blocks
+        while left:
+            block_id = popleft()
+            count = inq[block_id]
+            inq[block_id] = count - 1
+            if count != 1 or ref[block_id]:
+                continue  # stale: a later entry exists, or the block was touched
+            ref[block_id] = 1
+            append(block_id)
+            left -= 1
+            if simple:
+                # every keyed block is the table's only entry for its key: evict inline
                 key = keys[block_id]
                 if key is not None:
                     if key.__class__ is not PendingRun:
                         del cached[key]
                     keys[block_id] = None
                     num_evicted += 1
-            self.num_evictions += num_evicted
-            return out
-        for block_id in out:
-            del free[block_id]
-            ref[block_id] = 1
-        for block_id in out:
-            if keys[block_id] is not None:
-                self._evict(block_id)
+        self.num_evictions += num_evicted
+        if not simple and self.enable_caching:
+            for block_id in out:
+                if keys[block_id] is not None:
+                    self._evict(block_id)
         return out
 
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks; unreferenced ones leave the free queue."""
         ref = self.ref_cnt
-        free = self._free
         for block_id in block_ids:
             if ref[block_id] == 0:
-                del free[block_id]
+                self._num_free -= 1  # its deque entry turns stale
             ref[block_id] += 1
 
     def free(self, ordered_block_ids: Iterable[int]) -> None:
@@ -182,16 +203,34 @@ class BlockPool:
         Pass a request's blocks in reverse (tail first) to get vLLM's eviction order.
         """
         ref = self.ref_cnt
-        free = self._free
+        inq = self._inq
+        queue = self._queue
+        append = queue.append
+        num_freed = 0
         for block_id in ordered_block_ids:
             count = ref[block_id] - 1
             if count == 0 and block_id:  # block 0 is the null block (never freed)
                 ref[block_id] = 0
-                free[block_id] = None
+                append(block_id)
+                inq[block_id] += 1
+                num_freed += 1
             elif count > 0:
                 ref[block_id] = count
             elif count < 0:
+                self._num_free += num_freed
                 raise SimulationError(f"block {block_id} freed more often than referenced")
+        self._num_free += num_freed
+        if len(queue) > 2 * self.num_blocks:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale deque entries (bounded memory; order of live entries unchanged)."""
+        live = self._live_entries()
+        self._queue = deque(live)
+        inq = [0] * self.num_blocks
+        for block_id in live:
+            inq[block_id] = 1
+        self._inq = inq
 
     def cache_block(self, block_id: int, key: BlockKey) -> None:
         """Record that ``block_id`` (full, referenced) holds the content named ``key``."""
@@ -311,9 +350,13 @@ class BlockPool:
     # ------------------------------------------------------------------ checks
     def check_invariants(self) -> None:
         """Raise if the pool is inconsistent (used by property tests)."""
-        free_ids = set(self._free)
-        if len(free_ids) != len(self._free):
-            raise SimulationError("a block appears twice in the free queue")
+        live = self._live_entries()
+        free_ids = set(live)
+        if len(free_ids) != len(live) or len(live) != self._num_free:
+            raise SimulationError(
+                f"free queue: {len(live)} live entries, {len(free_ids)} distinct, "
+                f"counter {self._num_free}"
+            )
         for block_id, count in enumerate(self.ref_cnt):
             if count < 0:
                 raise SimulationError(f"block {block_id} has reference count {count}")
@@ -322,7 +365,7 @@ class BlockPool:
                     f"block {block_id}: ref_cnt {count} but in free queue={block_id in free_ids}"
                 )
         num_referenced = sum(1 for count in self.ref_cnt if count > 0)
-        if len(self._free) + num_referenced != self.num_blocks:
+        if len(live) + num_referenced != self.num_blocks:
             raise SimulationError(
-                f"free {len(self._free)} + referenced {num_referenced} != total {self.num_blocks}"
+                f"free {len(live)} + referenced {num_referenced} != total {self.num_blocks}"
             )

@@ -135,7 +135,7 @@ class FastEngine:
                 c = req.lazy_c0 + g - req.lazy_g0
                 req.num_computed_tokens = c
                 req.num_output_tokens = req.lazy_o0 + g - req.lazy_g0
-                if single and pool._free:
+                if single and pool._num_free:
                     # exactly one new block (c is a multiple of block_size): the same steps
                     # as allocate_slots, without its general bookkeeping
                     req.block_ids[0].extend(pool.allocate(1))

@@ -239,7 +239,7 @@ class KVCacheManager:
                     evictable += 1
         if num_new < 0:
             num_new = 0
-        if num_new + evictable > len(pool._free):
+        if num_new + evictable > pool._num_free:
             return False
         if hits:
             pool.touch(hits)

@@ -1,0 +1,72 @@
+"""The deque free queue (lazy removal) behaves as an ordered dict free queue, op by op.
+
+Reference: vLLM's ``FreeKVCacheBlockQueue`` semantics written out with an ``OrderedDict``
+(pop from the head, append freed blocks at the tail, remove a touched block from anywhere).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from kvbudget.sim.blockpool import BlockPool
+
+
+class _Reference:
+    def __init__(self, num_blocks: int) -> None:
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        self.ref = [0] * num_blocks
+        self.ref[0] = 1
+
+    def allocate(self, n: int) -> list[int]:
+        out = [self.free.popitem(last=False)[0] for _ in range(n)]
+        for b in out:
+            self.ref[b] = 1
+        return out
+
+    def touch(self, ids: list[int]) -> None:
+        for b in ids:
+            if self.ref[b] == 0:
+                del self.free[b]
+            self.ref[b] += 1
+
+    def release(self, ids: list[int]) -> None:
+        for b in ids:
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free[b] = None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_free_queue_matches_ordered_dict_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    num_blocks = 12
+    pool, ref = BlockPool(num_blocks), _Reference(num_blocks)
+    held: list[int] = []  # one entry per reference held
+    for _ in range(3000):  # long enough for several compactions (> 2 x num_blocks stale)
+        op = rng.integers(0, 3)
+        if op == 0 and ref.free:
+            n = int(rng.integers(1, len(ref.free) + 1))
+            got = pool.allocate(n)
+            assert got == ref.allocate(n)
+            held.extend(got)
+        elif op == 1 and held:
+            # release some references, in a random order
+            k = int(rng.integers(1, len(held) + 1))
+            idx = sorted(rng.choice(len(held), size=k, replace=False).tolist(), reverse=True)
+            ids = [held.pop(i) for i in idx]
+            pool.free(ids)
+            ref.release(ids)
+        else:
+            # touch blocks whether free (cache hit on an unused block) or held
+            ids = sorted(set(rng.integers(1, num_blocks, size=3).tolist()))
+            pool.touch(ids)
+            ref.touch(ids)
+            held.extend(ids)
+        assert pool.free_block_ids() == list(ref.free)
+        assert pool.num_free_blocks == len(ref.free)
+        assert pool.ref_cnt == ref.ref
+        pool.check_invariants()
+    assert len(pool._queue) <= 2 * num_blocks + num_blocks  # compacted, not growing
