@@ -20,7 +20,7 @@ from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
 from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.accept.verdicts import overall_verdict, row_summaries
 from kvbudget.records import Provenance
 
@@ -173,23 +173,45 @@ def _provenance(info: TargetInfo) -> Provenance:
 
 
 def _predict(
-    plan: AcceptPlan, cells: list[CellResult], rng: np.random.Generator
+    plan: AcceptPlan,
+    cells: list[CellResult],
+    runs: dict[str, list[CellRun]],
+    rng: np.random.Generator,
 ) -> list[CellResult]:
-    """Run the same requests on the simulator with the plan's calibrated profile."""
+    """Run the same requests on the simulator with the plan's calibrated profile: on the
+    llama.cpp slot engine when the profile was measured on llama.cpp, else on the vLLM-style
+    paged engine. The label names the engine behaviour used."""
     from kvbudget.accept.factories import sim_factory
+    from kvbudget.calibrate.accept_slots import SlotsPredictionTarget, is_llamacpp_profile
+    from kvbudget.sim.timing import CalibrationProfile
 
+    assert plan.target.profile is not None
+    profile = CalibrationProfile.load(plan.target.profile)
     sim_plan = plan.model_copy(
         update={
             "target": plan.target.model_copy(update={"kind": "sim", "timing_model": "calibrated"})
         }
     )
+    if is_llamacpp_profile(profile):
+        measured = {r.request_id: r for rs in runs.values() for run in rs for r in run.records}
+        slots = SlotsPredictionTarget(profile, measured)
+        predicted = run_matrix(sim_plan, slots, out_dir=None, rng=rng)
+        return attach_predictions(
+            plan,
+            cells,
+            predicted.cells,
+            slots.info.timing_model or "calibrated",
+            engine_behaviour=slots.behaviour,
+            warnings=slots.warnings,
+        )
     prepared = sim_factory(sim_plan)(plan.lock)
     try:
         predicted = run_matrix(sim_plan, prepared.target, out_dir=None, rng=rng)
     finally:
         prepared.target.close()
-    label = prepared.target.info.timing_model or "calibrated"
-    return attach_predictions(plan, cells, predicted.cells, label)
+    behaviour = "vLLM-style paged blocks (kvbudget.sim.engine)"
+    label = f"{prepared.target.info.timing_model or 'calibrated'}; engine behaviour: {behaviour}"
+    return attach_predictions(plan, cells, predicted.cells, label, engine_behaviour=behaviour)
 
 
 def run_acceptance(
@@ -215,7 +237,7 @@ def run_acceptance(
         target.close()
     cells = outcome.cells
     if info.source == "measured" and plan.target.profile is not None:
-        cells = _predict(plan, cells, rng)
+        cells = _predict(plan, cells, outcome.runs, rng)
     comparisons = run_comparisons(plan, factory, rng)
     audits = run_audits(plan, run_async)
     stops = stop_statuses(plan, cells, audits)

@@ -8,7 +8,7 @@ error for TTFT and TPOT (p50, p95), output throughput and peak KV usage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,15 +35,28 @@ def _read(cell: CellResult) -> dict[str, float | None]:
     return out
 
 
-def prediction_table(measured: CellResult, predicted: CellResult, label: str) -> dict[str, Any]:
-    """Predicted value, measured value and relative error ``(pred - meas) / meas`` per quantity."""
+def prediction_table(
+    measured: CellResult,
+    predicted: CellResult,
+    label: str,
+    *,
+    engine_behaviour: str | None = None,
+    warnings: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Predicted value, measured value and relative error ``(pred - meas) / meas`` per quantity;
+    ``model`` names the timing model and the engine behaviour profile used."""
     m, p = _read(measured), _read(predicted)
     rows = {}
     for key in m:
         mv, pv = m[key], p[key]
         err = (pv - mv) / mv if (mv not in (None, 0.0) and pv is not None) else None
         rows[key] = {"predicted": pv, "measured": mv, "relative_error": err}
-    return {"model": label, "quantities": rows}
+    out: dict[str, Any] = {"kind": "simulated", "model": label, "quantities": rows}
+    if engine_behaviour is not None:
+        out["engine_behaviour"] = engine_behaviour
+    if warnings:
+        out["warnings"] = list(warnings)
+    return out
 
 
 def attach_predictions(
@@ -51,6 +64,9 @@ def attach_predictions(
     measured: Sequence[CellResult],
     predicted: Sequence[CellResult],
     label: str,
+    *,
+    engine_behaviour: str | None = None,
+    warnings: Mapping[str, Sequence[str]] | None = None,
 ) -> list[CellResult]:
     by_id = {c.cell_id: c for c in predicted}
     out = []
@@ -59,7 +75,14 @@ def attach_predictions(
         if twin is None or not cell.summaries or not twin.summaries:
             out.append(cell)
             continue
-        out.append(cell.model_copy(update={"prediction": prediction_table(cell, twin, label)}))
+        table = prediction_table(
+            cell,
+            twin,
+            label,
+            engine_behaviour=engine_behaviour,
+            warnings=(warnings or {}).get(cell.cell_id, ()),
+        )
+        out.append(cell.model_copy(update={"prediction": table}))
     return out
 
 
