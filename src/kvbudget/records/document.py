@@ -119,7 +119,8 @@ def read_document(path: Path, cls: type[DocT]) -> DocT:
         raise ReportError(f"result document {path} does not exist") from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise ReportError(f"result document {path} is not readable JSON: {exc}") from exc
-    if isinstance(raw, dict) and raw.get("schema_version", SCHEMA_VERSION) > SCHEMA_VERSION:
+    version = raw.get("schema_version", SCHEMA_VERSION) if isinstance(raw, dict) else None
+    if isinstance(version, int) and version > SCHEMA_VERSION:
         raise ReportError(
             f"result document {path} has schema_version {raw['schema_version']}, this kvbudget "
             f"reads up to {SCHEMA_VERSION}; upgrade kvbudget"

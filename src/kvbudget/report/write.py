@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvbudget.accept.result import AcceptResult
+from kvbudget.errors import ReportError
 from kvbudget.records import read_document, write_document
 from kvbudget.report.html import render_html
 from kvbudget.report.markdown import render_markdown
@@ -18,13 +19,21 @@ def write_report(doc: AcceptResult, out_dir: Path, *, json_too: bool = True) -> 
         "md": out_dir / "report.md",
         "html": out_dir / "report.html",
     }
+    # Render both views before writing anything: a rendering error leaves no half-written set.
+    markdown_text = render_markdown(doc)
+    html_text = render_html(doc)
     if json_too:
         write_document(paths["json"], doc)
-    paths["md"].write_text(render_markdown(doc), encoding="utf-8")
-    paths["html"].write_text(render_html(doc), encoding="utf-8")
+    paths["md"].write_text(markdown_text, encoding="utf-8")
+    paths["html"].write_text(html_text, encoding="utf-8")
     return paths
 
 
 def load_result(path: Path) -> AcceptResult:
     """Read a ``report.json`` (one-line ``ReportError`` if it is not an acceptance result)."""
-    return read_document(path, AcceptResult)
+    try:
+        return read_document(path, AcceptResult)
+    except ReportError as exc:
+        raise ReportError(
+            f"{exc}; give the report.json that 'kvbudget accept --out DIR' wrote (DIR/report.json)"
+        ) from exc
