@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -149,3 +150,86 @@ def test_accept_http_runs_nine_cells_and_labels_figures_measured(
 
     md = (out / "report.md").read_text()
     assert "measured" in md and commit.group(1) in md
+
+
+def test_accept_with_a_llamacpp_profile_predicts_on_the_slot_engine(
+    shared_llama_server: Any, llamacpp: Any, tmp_path: Path
+) -> None:
+    """A profile measured on llama.cpp: every measured cell carries a prediction made on the
+    llama.cpp slot engine with the profile's slot settings, from the prompt token counts the
+    server itself reported (usage.prompt_tokens), not kvbudget's own count."""
+    server = shared_llama_server
+    model_config = llamacpp.model("llama").with_suffix(".config.json")
+    per_token_s = 1e-4
+    profile = tmp_path / "profile.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "hand",
+                "model_id": "tiny-llama",
+                "gpu": "cpu",
+                "engine": "llama.cpp b1",
+                "prefill_points": [[16, 0.002], [256, 0.03], [1024, 0.11]],
+                "decode_points": [[1, 100, 0.002], [2, 200, 0.004], [4, 400, 0.008]],
+                # a single prompt of P tokens costs exactly P x per_token_s (no step overhead)
+                "fit": {
+                    "step_overhead_s": 0.0,
+                    "prefill_per_token_s": per_token_s,
+                    "prefill_per_pair_s": 0.0,
+                    "decode_per_seq_s": 0.002,
+                    "decode_per_context_token_s": 0.0,
+                },
+                # the server's flags: -c 8192 -np 4 -> 4 slots of 2048 cells; -b/-ub defaults
+                "engine_settings": {
+                    "num_slots": 4,
+                    "n_ctx_slot": 2048,
+                    "n_batch": 2048,
+                    "n_ubatch": 512,
+                },
+                "request_overhead_s": 0.0,
+            }
+        )
+    )
+    plan = small_plan(server, model_config)
+    plan["target"]["profile"] = str(profile)
+    plan_path = tmp_path / "plan.yaml"
+    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    out = tmp_path / "accept"
+    done = subprocess.run(
+        [sys.executable, "-m", "kvbudget", "accept", str(plan_path), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"accept failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
+    report = json.loads((out / "report.json").read_text())
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
+    cells = {c["cell_id"]: c for c in report["cells"]}
+    behaviour = "llama.cpp slots (4 x 2048 cells, n_batch 2048, n_ubatch 512)"
+    for cell_id in CELLS:
+        pred = cells[cell_id]["prediction"]
+        assert pred, f"{cell_id}: no prediction"
+        assert pred["kind"] == "simulated" and pred["engine_behaviour"] == behaviour, pred
+        assert behaviour in pred["model"]
+    # single-concurrency cells: each prompt runs alone, so the predicted TTFT p50 is
+    # per_token_s x the median of the prompt lengths the server reported for that cell
+    ratios = []
+    for cell_id in ("short/single", "medium/single", "long/single"):
+        served = [
+            r["prompt_tokens"]
+            for r in records
+            if r.get("cell_id") == cell_id and not r.get("warmup") and r["status"] == "ok"
+        ]
+        assert served and all(isinstance(n, int) and n > 0 for n in served), cell_id
+        q = cells[cell_id]["prediction"]["quantities"]["ttft_p50_s"]
+        assert q["predicted"] == pytest.approx(per_token_s * float(np.median(served)), rel=1e-6)
+        assert q["measured"] > 0
+        tier = plan["load"]["tiers"][cell_id.split("/")[0]]
+        ratios.append(float(np.median(served)) / ((tier["min_tokens"] + tier["max_tokens"]) / 2))
+    # recorded, not asserted: llama.cpp's tokenizer counts kvbudget's synthetic text differently
+    print(f"server prompt tokens / planned tier midpoint: {[round(r, 2) for r in ratios]}")
+    md = (out / "report.md").read_text()
+    assert "vs measured" in md and behaviour in md
