@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
 
 @click.command("accept")
 @click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
@@ -81,10 +83,11 @@ def accept(
 
     from kvbudget.accept.acceptance import run_acceptance
     from kvbudget.accept.factories import factory_for
+    from kvbudget.cli.outdir import prepare_out_dir
     from kvbudget.report.terminal import print_summary
     from kvbudget.report.write import write_report
 
-    _prepare_out_dir(out_dir)
+    prepare_out_dir(out_dir, REPORT_FILES)
     console = Console(stderr=True)
     started = time.monotonic()
     from kvbudget.cli.main import run_async
@@ -110,19 +113,3 @@ def accept(
     print_summary(doc, paths, wall_s=time.monotonic() - started)
     if fail_on_verdict and doc.verdict != "pass":
         raise SystemExit(1)
-
-
-def _prepare_out_dir(out_dir: Path) -> None:
-    """Create OUT and remove a previous run's reports, so a run that stops early never leaves an
-    older, complete-looking report.* beside its own partial records."""
-    from kvbudget.errors import ConfigError
-
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("report.json", "report.md", "report.html"):
-            (out_dir / name).unlink(missing_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"--out: cannot write to directory {str(out_dir)!r} ({exc.strerror or exc}); "
-            "give a writable directory"
-        ) from exc

@@ -182,6 +182,13 @@ def _progress(enabled: bool) -> Callable[[int, int], None] | None:
     return show
 
 
+def _prepare_out(opts: dict[str, Any], name: str) -> None:
+    if opts["out_dir"] is not None:
+        from kvbudget.cli.outdir import prepare_out_dir
+
+        prepare_out_dir(opts["out_dir"], (f"{name}.json", f"{name}.md"))
+
+
 def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
     out_dir: Path | None = opts["out_dir"]
     if out_dir is not None:
@@ -300,6 +307,7 @@ def isolation(**opts: Any) -> int:
     )
     if not 0 < cfg.power < 1:
         raise ConfigError(f"--power {cfg.power}: must lie in (0, 1), e.g. 0.8", field="power")
+    _prepare_out(opts, "audit-isolation")
     declared = declared_statistics(cfg)
     click.echo(
         "Declared before the run: one-sided Mann-Whitney + one-sided KS on attacker TTFT "
@@ -386,6 +394,7 @@ def reuse(**opts: Any) -> int:
     )
     cfg.validate()
     _check_sim_length(opts, cfg.prompt_tokens + cfg.max_tokens, "--prompt-tokens + --max-tokens")
+    _prepare_out(opts, "audit-reuse")
     prompts = _read_prompts(opts["prompts_file"]) if opts["prompts_file"] else None
     progress = _progress(not opts["as_json"] and sys.stderr.isatty())
 
