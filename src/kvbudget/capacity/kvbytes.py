@@ -139,8 +139,15 @@ def run_layout(
     pp: int,
     dp: int,
     block_size: int | None,
+    ctx_size: int | None = None,
+    unified: bool = False,
 ) -> LayoutResult:
-    """Dispatch to one engine layout."""
+    """Dispatch to one engine layout (``ctx_size``/``unified``: llama.cpp's -c and -kvu)."""
+    if engine != "llamacpp" and (ctx_size is not None or unified):
+        raise ConfigError(
+            f"ctx_size/unified: llama.cpp knobs (-c, -kvu); use --engine llamacpp, not {engine}",
+            field="ctx_size",
+        )
     if engine == "vllm":
         return vllm_layout(
             spec,
@@ -163,7 +170,16 @@ def run_layout(
         return sglang_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
     if engine == "llamacpp":
         return llamacpp_layout(
-            spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, v_dtype=v_dtype, tp=tp, pp=pp, dp=dp
+            spec,
+            tokens=tokens,
+            seqs=seqs,
+            kv_dtype=kv_dtype,
+            v_dtype=v_dtype,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            ctx_size=ctx_size,
+            unified=unified,
         )
     raise ConfigError(
         f"engine: {engine!r} is unknown; choose one of {', '.join(ENGINES)}", field="engine"
@@ -215,6 +231,8 @@ def calc_model(
     overrides: dict[str, Any] | None = None,
     allow_download: bool = False,
     resolved: ResolvedModel | None = None,
+    ctx_size: int | None = None,
+    unified: bool = False,
 ) -> CalcResult:
     """Resolve ``ref`` and compute its KV bytes under ``engine``'s layout.
 
@@ -276,6 +294,8 @@ def calc_model(
             pp=pp,
             dp=dp,
             block_size=block_size,
+            ctx_size=ctx_size,
+            unified=unified,
         )
     except LayoutNotApplicable as exc:
         return CalcResult(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict, dataclass
 
 import click
 from rich.console import Console
@@ -11,9 +12,10 @@ from rich.table import Table
 
 from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.kvbytes import ENGINES, calc_explicit, calc_model
+from kvbudget.capacity.layouts.llamacpp import LlamacppKV, llamacpp_cells, llamacpp_kv_split
 from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
-from kvbudget.spec.resolve import parse_overrides
+from kvbudget.spec.resolve import parse_overrides, resolve_model
 from kvbudget.units import GiB, MiB, parse_count
 
 EXIT_NOT_APPLICABLE = 3
@@ -56,6 +58,19 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
 @click.option(
     "--v-dtype", help="llamacpp only: V cache type (-ctv) when it differs from --kv-dtype."
 )
+@click.option(
+    "--ctx-size",
+    help="llamacpp only: llama.cpp -c (total cells before padding to 256); --tokens then "
+    "defaults to the cells of one slot.",
+)
+@click.option("--parallel", help="llamacpp only: llama.cpp -np (slots); same as --seqs.")
+@click.option(
+    "--kv-unified",
+    is_flag=True,
+    help="llamacpp only: llama.cpp -kvu (one KV stream shared by all slots).",
+)
+@click.option("--cache-type-k", help="llamacpp only: llama.cpp -ctk (same as --kv-dtype).")
+@click.option("--cache-type-v", help="llamacpp only: llama.cpp -ctv (same as --v-dtype).")
 @click.option("--tokens", help="Tokens cached per sequence (e.g. 4096, 128K, 128Ki).")
 @click.option("--seqs", help="Sequences held at once per replica [default: 1].")
 @click.option("--tp", help="Tensor-parallel size [default: 1].")
@@ -128,6 +143,11 @@ def calc(
     engine: str | None,
     kv_dtype: str,
     v_dtype: str | None,
+    ctx_size: str | None,
+    parallel: str | None,
+    kv_unified: bool,
+    cache_type_k: str | None,
+    cache_type_v: str | None,
     tokens: str | None,
     seqs: str | None,
     tp: str | None,
@@ -172,13 +192,30 @@ def calc(
         "dtype_bytes": dtype_bytes,
     }
     given = [k for k, v in explicit.items() if v is not None]
+    llama = _LlamaKnobs.parse(
+        model_ref,
+        engine,
+        kv_dtype,
+        v_dtype,
+        ctx_size,
+        parallel,
+        kv_unified,
+        cache_type_k,
+        cache_type_v,
+        seqs,
+    )
+    kv_dtype, v_dtype = llama.kv_dtype, llama.v_dtype
+    n_seqs = llama.seqs if llama.seqs is not None else _count("seqs", seqs, 1)
+    assert n_seqs is not None
+    if tokens is None and llama.ctx_size is not None:
+        cells, streams = llamacpp_cells(1, n_seqs, ctx_size=llama.ctx_size, unified=llama.unified)
+        tokens = str(cells if streams > 1 or n_seqs == 1 else max(1, cells // n_seqs))
     if tokens is None:
         raise ConfigError(
             "tokens: required; give --tokens N (tokens cached per sequence)", field="tokens"
         )
     n_tokens = _count("tokens", tokens)
-    n_seqs = _count("seqs", seqs, 1)
-    assert n_tokens is not None and n_seqs is not None
+    assert n_tokens is not None
     if model_ref is None:
         if not given:
             raise ConfigError(
@@ -241,11 +278,31 @@ def calc(
             block_size=_count("block_size", block_size),
             overrides=parse_overrides(list(sets)),
             allow_download=download,
+            ctx_size=llama.ctx_size,
+            unified=llama.unified,
         )
+    kv = None
+    if model_ref is not None and engine == "llamacpp" and result.status != "not_applicable":
+        spec = resolve_model(
+            model_ref, overrides=parse_overrides(list(sets)), allow_download=download
+        ).spec
+        if spec is not None:
+            kv = llamacpp_kv_split(
+                spec,
+                tokens=n_tokens,
+                seqs=n_seqs,
+                kv_dtype=kv_dtype,
+                v_dtype=v_dtype,
+                ctx_size=llama.ctx_size,
+                unified=llama.unified,
+            )
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        doc = result.to_dict()
+        if kv is not None:
+            doc["llamacpp"] = {"figure": "computed", **asdict(kv)}
+        click.echo(json.dumps(doc, indent=2, default=str))
     else:
-        render(result, Console(width=140))
+        render(result, Console(width=140), kv)
     if result.status == "not_applicable":
         sys.exit(EXIT_NOT_APPLICABLE)
 
@@ -256,7 +313,72 @@ def _fmt(num_bytes: int | None) -> str:
     return f"{num_bytes:,} B = {num_bytes / MiB:,.3f} MiB = {num_bytes / GiB:,.6f} GiB"
 
 
-def render(result: CalcResult, console: Console) -> None:
+@dataclass(frozen=True, slots=True)
+class _LlamaKnobs:
+    """llama.cpp's own flags (-c, -np, -kvu, -ctk, -ctv), checked and merged with ours."""
+
+    kv_dtype: str
+    v_dtype: str | None
+    ctx_size: int | None
+    seqs: int | None
+    unified: bool
+
+    @classmethod
+    def parse(
+        cls,
+        model_ref: str | None,
+        engine: str | None,
+        kv_dtype: str,
+        v_dtype: str | None,
+        ctx_size: str | None,
+        parallel: str | None,
+        kv_unified: bool,
+        cache_type_k: str | None,
+        cache_type_v: str | None,
+        seqs: str | None,
+    ) -> _LlamaKnobs:
+        knobs = {
+            "--ctx-size": ctx_size,
+            "--parallel": parallel,
+            "--kv-unified": True if kv_unified else None,
+            "--cache-type-k": cache_type_k,
+            "--cache-type-v": cache_type_v,
+        }
+        used = [k for k, v in knobs.items() if v is not None]
+        if used and (model_ref is None or engine != "llamacpp"):
+            raise ConfigError(
+                f"{used[0][2:]}: {', '.join(used)} "
+                + ("is a llama.cpp flag" if len(used) == 1 else "are llama.cpp flags")
+                + "; they apply with --model REF "
+                f"--engine llamacpp (got engine {engine or 'vllm (default)'})",
+                field=used[0][2:],
+            )
+        for ours, value, theirs, alias in (
+            (
+                "--kv-dtype",
+                kv_dtype if kv_dtype != "auto" else None,
+                "--cache-type-k",
+                cache_type_k,
+            ),
+            ("--v-dtype", v_dtype, "--cache-type-v", cache_type_v),
+            ("--seqs", seqs, "--parallel", parallel),
+        ):
+            if value is not None and alias is not None and value != alias:
+                raise ConfigError(
+                    f"{theirs[2:]}: {theirs} {alias} contradicts {ours} {value}; they are the "
+                    "same setting, give one",
+                    field=theirs[2:],
+                )
+        return cls(
+            kv_dtype=cache_type_k or kv_dtype,
+            v_dtype=cache_type_v or v_dtype,
+            ctx_size=_count("ctx_size", ctx_size),
+            seqs=_count("parallel", parallel),
+            unified=kv_unified,
+        )
+
+
+def render(result: CalcResult, console: Console, kv: LlamacppKV | None = None) -> None:
     """The human-readable tables (figures are computed, not measured)."""
     title = (
         f"kvbudget calc - {result.model_id or 'explicit input'} - {result.engine} layout (computed)"
@@ -278,6 +400,13 @@ def render(result: CalcResult, console: Console) -> None:
     summary.add_row("per sequence", _fmt(result.bytes_per_sequence))
     summary.add_row("largest rank", _fmt(result.per_rank_max_bytes))
     summary.add_row("total", _fmt(result.total_bytes))
+    if kv is not None:
+        summary.add_row(
+            "llama.cpp cells",
+            f"{kv.cells_per_stream:,} cells x {kv.streams} streams = {kv.n_ctx:,} (n_ctx padded)",
+        )
+        summary.add_row(f"K ({kv.k_type})", _fmt(kv.k_bytes))
+        summary.add_row(f"V ({kv.v_type})", _fmt(kv.v_bytes))
     console.print(summary)
     if result.groups:
         groups = Table(title="layer groups (one rank)")

@@ -18,6 +18,8 @@ Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import (
     GroupBytes,
@@ -49,6 +51,52 @@ def llamacpp_cells(
     if unified:
         return n_ctx, 1
     return pad256(n_ctx // seqs), seqs
+
+
+def _layer_cells(cells: int, window: int | None, seqs: int, *, unified: bool, n_ubatch: int) -> int:
+    """Cells per stream of a layer: all of them, or the SWA cache's for a windowed layer."""
+    if window is None:
+        return cells
+    return min(cells, pad256(window * (seqs if unified else 1) + n_ubatch))
+
+
+@dataclass(frozen=True, slots=True)
+class LlamacppKV:
+    """K and V bytes as llama.cpp logs them (``K (q8_0): ... MiB, V (f16): ... MiB``), summed over
+    its attention caches (full and SWA); recurrent states are not included."""
+
+    n_ctx: int  # total cells after padding (cells_per_stream x streams)
+    cells_per_stream: int
+    streams: int
+    k_type: str
+    v_type: str
+    k_bytes: int
+    v_bytes: int
+
+
+def llamacpp_kv_split(
+    spec: ModelSpec,
+    *,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str = "auto",
+    v_dtype: str | None = None,
+    ctx_size: int | None = None,
+    unified: bool = False,
+    n_ubatch: int = 512,
+) -> LlamacppKV:
+    """K and V bytes separately for ``-c ctx_size -np seqs [-kvu] -ctk kv_dtype -ctv v_dtype``."""
+    k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
+    k_bytes = v_bytes = 0
+    for (_, window), layers in group_by_kind(spec.layers):
+        n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
+        for x in layers:
+            if isinstance(x, FullAttention):
+                k_bytes += n * k_type.row_bytes(x.num_kv_heads * x.head_dim)
+                v_bytes += n * v_type.row_bytes(x.num_kv_heads * x.v_dim)
+    return LlamacppKV(cells * streams, cells, streams, k_type.name, v_type.name, k_bytes, v_bytes)
 
 
 def llamacpp_layout(
@@ -92,9 +140,7 @@ def llamacpp_layout(
                 for x in layers
                 if isinstance(x, FullAttention)
             )
-            layer_cells = cells
-            if window is not None:
-                layer_cells = min(cells, pad256(window * (seqs if unified else 1) + n_ubatch))
+            layer_cells = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch)
             total = rows * layer_cells * streams
             groups.append(
                 GroupBytes(
