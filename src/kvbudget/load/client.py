@@ -122,6 +122,7 @@ class OpenAIClient:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._headers = {"Content-Type": "application/json"}
+        self._api_key = api_key
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._clock = clock
@@ -147,6 +148,12 @@ class OpenAIClient:
             await self._session.close()
             self._session = None
 
+    def _fail(self, out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> StreamOutcome:
+        """Record a failure; a key echoed in an error body (some gateways do) never reaches it."""
+        if self._api_key:
+            text = text.replace(self._api_key, "[api key redacted]")
+        return _fail(out, kind, text, now_s)
+
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -158,11 +165,12 @@ class OpenAIClient:
         out = StreamOutcome(request_id=req.request_id)
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self._stream(req, out)
+                out = await self._stream(req, out)
         except TimeoutError:
-            return _fail(
+            out = self._fail(
                 out, "timeout", f"no completion within {self.timeout_s:g} s", self._clock()
             )
+        return out
 
     async def _stream(self, req: ClientRequest, out: StreamOutcome) -> StreamOutcome:
         clock = self._clock
@@ -175,7 +183,7 @@ class OpenAIClient:
                 resp = await self.session.post(url, data=payload)
                 break
             except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
-                return _fail(out, "connect", str(exc), clock())
+                return self._fail(out, "connect", str(exc), clock())
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 # A pooled keep-alive connection the server had already closed: the request
                 # never reached it (llama.cpp's server closes the connection after every
@@ -183,9 +191,9 @@ class OpenAIClient:
                 # connection; sent_s is the time of the send that got an answer.
                 if attempt < STALE_CONNECTION_RETRIES:
                     continue
-                return _fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
+                return self._fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
             except (aiohttp.ClientError, OSError) as exc:
-                return _fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
+                return self._fail(out, "connect", f"{type(exc).__name__}: {exc}", clock())
         assert resp is not None
         try:
             out.http_status = resp.status
@@ -196,7 +204,7 @@ class OpenAIClient:
                     body = (await resp.content.read(4096)).decode("utf-8", "replace")
                 except (aiohttp.ClientError, OSError):
                     body = ""
-                return _fail(out, "http_status", f"HTTP {resp.status}: {body}", clock())
+                return self._fail(out, "http_status", f"HTTP {resp.status}: {body}", clock())
             return await self._read_events(req, resp, out)
         finally:
             resp.release()
@@ -240,7 +248,7 @@ class OpenAIClient:
                     return out
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             parse_events(events, req.endpoint, out)
-            return _fail(out, "broken_stream", f"{type(exc).__name__}: {exc}", clock())
+            return self._fail(out, "broken_stream", f"{type(exc).__name__}: {exc}", clock())
         done_s = clock()
         # Hand the connection back and let tasks whose data has arrived take their timestamps
         # before this stream's parsing and record work (which is the heavy part per request):
@@ -250,10 +258,10 @@ class OpenAIClient:
         problem = parse_events(events, req.endpoint, out)
         if problem is not None:
             kind, text = problem
-            return _fail(out, kind, text, done_s)
+            return self._fail(out, kind, text, done_s)
         if not saw_done and out.finish_reason is None:
             tail = splitter.pending.decode("utf-8", "replace")
-            return _fail(
+            return self._fail(
                 out,
                 "truncated_stream",
                 f"stream ended after {len(events)} events without [DONE] or finish_reason"

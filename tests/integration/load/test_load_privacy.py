@@ -90,3 +90,46 @@ def test_prompts_are_hashes_unless_kept(tmp_path: Path) -> None:
         assert r.prompt_text is not None
         assert hashlib.sha256(r.prompt_text.encode()).hexdigest() == r.prompt_sha256
         assert r.output_text == " t0 t1"
+
+
+@pytest.mark.timeout(60)
+def test_api_key_echoed_by_a_gateway_error_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some gateways answer 401 with the key they were given; the excerpt must not keep it."""
+
+    async def go() -> None:
+        async def models(request: web.Request) -> web.Response:
+            return web.json_response({"object": "list", "data": [{"id": "m"}]})
+
+        async def completions(request: web.Request) -> web.Response:
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            return web.json_response({"error": f"Incorrect API key provided: {given}"}, status=401)
+
+        app = web.Application()
+        app.add_routes([web.get("/v1/models", models), web.post("/v1/completions", completions)])
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        try:
+            cfg = RunConfig(
+                base_url=f"http://{host}:{port}",
+                model="m",
+                num_requests=2,
+                output_tokens=2,
+                api_key_env="KVB_TEST_API_KEY",
+            )
+            await run_load(cfg, out_dir=tmp_path)
+        finally:
+            await runner.cleanup()
+
+    monkeypatch.setenv("KVB_TEST_API_KEY", SECRET)
+    asyncio.run(go())
+    recs = read_jsonl(tmp_path / "requests.jsonl", RequestRecord).items
+    assert [r.http_status for r in recs] == [401, 401]
+    assert all(r.error_excerpt and "[api key redacted]" in r.error_excerpt for r in recs)
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            assert SECRET not in f.read_text(errors="replace"), f
