@@ -120,10 +120,18 @@ def test_kv_log_matches_hand_rules_and_calculator(
     assert (group.kind, group.num_layers, group.tokens_kept) == ("full", line.layers, line.cells)
     assert group.note == f"{line.cells} cells x {line.streams} streams"
     assert printed(result.total_bytes) == line.total_mib
-    # K and V separately: this model's K and V rows have the same length, so K alone is half of
-    # a cache whose V has K's type (and likewise for V).
-    assert printed(layout(case.ctk, case.ctk).total_bytes // 2) == line.k_mib
-    assert printed(layout(case.ctv, case.ctv).total_bytes // 2) == line.v_mib
+    # K and V separately, as the server logs them.
+    kv = calc_llamacpp_kv(model, case)
+    assert (kv.k_type, kv.v_type) == (line.k_type, line.v_type)
+    assert (printed(kv.k_bytes), printed(kv.v_bytes)) == (line.k_mib, line.v_mib)
+    assert (kv.cells_per_stream, kv.streams) == (line.cells, line.streams)
+
+    # And `kvbudget calc` given the server's own flags (-c, -np, -kvu, -ctk, -ctv).
+    doc = calc_cli_json(model, case)
+    assert printed(doc["total_bytes"]) == line.total_mib
+    assert printed(doc["llamacpp"]["k_bytes"]) == line.k_mib
+    assert printed(doc["llamacpp"]["v_bytes"]) == line.v_mib
+    assert doc["llamacpp"]["cells_per_stream"] == line.cells
 
 
 SWA_TOKENS = 128
@@ -167,6 +175,10 @@ def test_sliding_window_kv_log(case: Case, llamacpp: Any, start_llama_server: An
         g = groups[kind]
         assert (g.num_layers, g.tokens_kept) == (line.layers, line.cells)
         assert printed(g.bytes_total) == line.total_mib
+    # K and V summed over both caches, as the two log lines give them
+    kv = calc_llamacpp_kv(model, case)
+    assert kv.k_bytes == sum(2 * n * streams * ROW_BYTES[case.ctk] for n in (cells, swa_cells))
+    assert kv.v_bytes == sum(2 * n * streams * ROW_BYTES[case.ctv] for n in (cells, swa_cells))
     assert printed(result.total_bytes) == printed(
         sum(
             2 * n * streams * (ROW_BYTES[case.ctk] + ROW_BYTES[case.ctv])
@@ -191,3 +203,40 @@ def calc_llamacpp(model_gguf: Path, case: Case) -> Any:
         ctx_size=case.ctx_tokens,
         unified=case.unified,
     )
+
+
+def calc_llamacpp_kv(model_gguf: Path, case: Case) -> Any:
+    """The calculator's K and V bytes for the server flags."""
+    from kvbudget.capacity.layouts.llamacpp import llamacpp_kv_split
+    from kvbudget.spec.resolve import resolve_model
+
+    resolved = resolve_model(str(model_gguf.with_suffix(".config.json")))
+    assert resolved.spec is not None, resolved
+    return llamacpp_kv_split(
+        resolved.spec,
+        tokens=case.ctx_tokens // case.num_slots,
+        seqs=case.num_slots,
+        kv_dtype=case.ctk,
+        v_dtype=case.ctv,
+        ctx_size=case.ctx_tokens,
+        unified=case.unified,
+    )
+
+
+def calc_cli_json(model_gguf: Path, case: Case) -> Any:
+    """``kvbudget calc --json`` with llama.cpp's flags, through the real entry point."""
+    import contextlib
+    import io
+    import json
+
+    from kvbudget.cli.main import main
+
+    argv = ["calc", "--model", str(model_gguf.with_suffix(".config.json")), "--json"]
+    argv += ["--engine", "llamacpp", "--ctx-size", str(case.ctx_tokens)]
+    argv += ["--parallel", str(case.num_slots), "--cache-type-k", case.ctk]
+    argv += ["--cache-type-v", case.ctv] + (["--kv-unified"] if case.unified else [])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code in (0, None), out.getvalue()
+    return json.loads(out.getvalue())
