@@ -16,7 +16,7 @@ when the user asked to keep them.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,17 +33,8 @@ ErrorKind = Literal[
 ]
 RecordSource = Literal["measured", "simulated"]
 
-REQUEST_STATUSES: tuple[RequestStatus, ...] = ("ok", "error", "cancelled")
-ERROR_KINDS: tuple[ErrorKind, ...] = (
-    "connect",
-    "timeout",
-    "http_status",
-    "broken_stream",
-    "truncated_stream",
-    "oom",
-    "cancelled",
-    "other",
-)
+REQUEST_STATUSES: tuple[RequestStatus, ...] = get_args(RequestStatus)
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 
 #: longest error body excerpt kept in a record (characters)
 MAX_ERROR_EXCERPT_CHARS = 200
