@@ -364,6 +364,9 @@ class BlockPool:
                 raise SimulationError(
                     f"block {block_id}: ref_cnt {count} but in free queue={block_id in free_ids}"
                 )
+        runs = [r for rs in self._pending.values() for r in rs]
+        if len(runs) != self._num_pending_runs:
+            raise SimulationError(f"{len(runs)} pending runs, counter {self._num_pending_runs}")
         num_referenced = sum(1 for count in self.ref_cnt if count > 0)
         if len(live) + num_referenced != self.num_blocks:
             raise SimulationError(

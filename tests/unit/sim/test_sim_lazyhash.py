@@ -78,6 +78,7 @@ def _drive(core: EngineCore, seed: int, seen_dups: list[int] | None = None) -> l
                 [(r.request_id, tuple(r.block_ids[0])) for r in core.scheduler.running],
             )
         )
+        core.pool.check_invariants()
         if seen_dups is not None and core.pool._dups:
             seen_dups.append(step)
         if step % 50 == 0:
@@ -128,7 +129,9 @@ def test_pending_runs_stay_bounded() -> None:
     for i in range(200):
         core.add_request(EngineRequest(f"r{i}", (i + 1,) * 8, 1))
         core.step(float(i))
+        # runs whose blocks were all evicted are dropped by compaction
         assert core.pool._num_pending_runs <= 2 * cfg.num_gpu_blocks + 1
+        core.pool.check_invariants()
 
 
 class _Chain:
