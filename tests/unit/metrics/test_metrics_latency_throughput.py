@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -83,13 +84,32 @@ def test_goodput_hand_worked() -> None:
     assert [meets_slo(r, tight) for r in recs] == [False, True, False, False]
 
 
+def test_order_statistic_ci_of_the_median_n100_hand_worked() -> None:
+    # Distribution-free 95 % CI of the median for n = 100 (classic binomial table): ranks 40 and
+    # 61, i.e. [x_(40), x_(61)], coverage P(40 <= Binom(100, 1/2) <= 60) = 0.9648 >= 0.95; the
+    # one-step-narrower [x_(41), x_(60)] covers only 0.9431.
+    def coverage(lo: int, hi: int) -> float:
+        return sum(math.comb(100, k) for k in range(lo, hi)) / 2**100
+
+    assert coverage(40, 61) == pytest.approx(0.9648, abs=1e-4)
+    assert coverage(41, 60) < 0.95
+    summ = summarize(np.arange(1.0, 101.0), np.random.default_rng(0), method="order")
+    est = summ.percentiles["p50"]
+    assert (est.ci_low, est.ci_high) == (40.0, 61.0)
+
+
 def test_percentile_ceiling_check() -> None:
-    summ = summarize(np.arange(1.0, 101.0), np.random.default_rng(0), metric="ttft_s")
-    # type-7 p50 of 1..100 = 50.5 (worked by hand)
+    summ = summarize(
+        np.arange(1.0, 101.0), np.random.default_rng(0), metric="ttft_s", method="order"
+    )
+    # type-7 p50 of 1..100 = 50.5 (worked by hand); its 95 % CI is [40, 61] (test above)
     check = check_percentile_ceiling(summ, 50, 51.0)
     assert check.value == pytest.approx(50.5)
+    assert check.ci_high == 61.0
     assert check.point_within is True
-    assert check.interval_within is (summ.percentiles["p50"].ci_high <= 51.0)
+    assert check.interval_within is False  # 61 > 51: the point passes, the interval does not
+    assert check_percentile_ceiling(summ, 50, 61.0).interval_within is True
+    assert check_percentile_ceiling(summ, 50, 50.0).point_within is False
 
 
 def test_summarize_run_flat_keys() -> None:
