@@ -75,9 +75,14 @@ def test_concurrency_times_blocks_per_request_within_blocks(
         ),
         spec,
     )
-    per_request = r.blocks_for_tokens(length)
-    seqs = r.num_usable_blocks // per_request
-    assert seqs * per_request <= r.num_usable_blocks
+    # blocks one sequence holds, worked independently per group (reference §1.2/§1.4):
+    # full: cdiv(L, 16); sliding (window 512): min(cdiv(L, 16), cdiv(min(511 + T_b, L), 16) + 1)
+    assert r.block_size == 16
+    full = -(-length // 16)
+    window = min(full, -(-min(511 + r.max_num_batched_tokens, length) // 16) + 1)
+    want = sum(full if g.kind == "full" else window for g in r.groups)
+    assert {g.kind for g in r.groups} <= {"full", "sliding"}
+    assert r.blocks_for_tokens(length) == want
     # the engine's own figure: max_concurrency x blocks of one max-length request <= num_blocks
     max_len_blocks = r.blocks_for_tokens(r.max_model_len)
     assert int(r.max_concurrency) * max_len_blocks <= r.num_blocks
