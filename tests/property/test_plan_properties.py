@@ -15,7 +15,7 @@ GiB = 1 << 30
 
 
 def model(num_layers: int, kv_heads: int, head_dim: int, window_every: int) -> ModelSpec:
-    layers = []
+    layers: list[FullAttention] = []
     for i in range(num_layers):
         if window_every and i % window_every:
             layers.append(SlidingWindow(i, kv_heads, head_dim, sliding_window=512))
