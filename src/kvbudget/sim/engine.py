@@ -101,6 +101,8 @@ class EngineCore:
             on_evict=on_evict,
         )
         self.kv = KVCacheManager(config, self.pool)
+        self._caching = config.prefix_caching_effective
+        self._plain_hasher = ChainHasher(config.block_size, algo=config.hash_algo)
         self.scheduler = Scheduler(config, self.kv)
         self.requests: dict[str, SimRequest] = {}
         self._arrivals = 0
@@ -118,21 +120,22 @@ class EngineCore:
         """Queue a ``PlannedRequest`` / ``EngineRequest``; refuses one that can never fit."""
         spec = as_engine_request(req)
         cfg = self.config
+        num_prompt = spec.num_prompt_tokens
         if spec.request_id in self.requests:
             raise ConfigError(
                 f"request_id {spec.request_id!r} is already in the engine; ids must be unique",
                 field="request_id",
             )
-        if spec.num_prompt_tokens < 1 or spec.max_output_tokens < 1:
+        if num_prompt < 1 or spec.max_output_tokens < 1:
             raise ConfigError(
-                f"request {spec.request_id}: prompt ({spec.num_prompt_tokens}) and output "
+                f"request {spec.request_id}: prompt ({num_prompt}) and output "
                 f"({spec.max_output_tokens}) tokens must both be >= 1",
                 field="request",
             )
-        total = spec.num_prompt_tokens + spec.max_output_tokens
+        total = num_prompt + spec.max_output_tokens
         if total > cfg.max_model_len:
             raise ConfigError(
-                f"request {spec.request_id}: {spec.num_prompt_tokens} prompt + "
+                f"request {spec.request_id}: {num_prompt} prompt + "
                 f"{spec.max_output_tokens} output tokens exceed max_model_len "
                 f"{cfg.max_model_len}; shorten it or raise max_model_len",
                 field="request",
@@ -146,7 +149,11 @@ class EngineCore:
                 field="request",
             )
         hasher = None
-        if cfg.prefix_caching_effective:
+        if not self._caching:
+            pass
+        elif spec.adapter_id is None and not spec.mm_hashes and spec.cache_salt is None:
+            hasher = self._plain_hasher  # no extra keys: one stateless hasher serves all
+        else:
             hasher = ChainHasher(
                 cfg.block_size,
                 algo=cfg.hash_algo,

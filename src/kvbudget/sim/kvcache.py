@@ -53,8 +53,12 @@ class KVCacheManager:
 
     def init_request(self, req: SimRequest) -> None:
         """Give a new or preempted request empty block tables."""
-        req.block_ids = [[] for _ in range(self.num_groups)]
-        req.num_skipped_blocks = [0] * self.num_groups
+        if self.num_groups == 1:
+            req.block_ids = [[]]
+            req.num_skipped_blocks = [0]
+        else:
+            req.block_ids = [[] for _ in range(self.num_groups)]
+            req.num_skipped_blocks = [0] * self.num_groups
         req.num_cached_blocks = 0
 
     @property
