@@ -15,24 +15,11 @@ import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
 from kvbudget.accept.lockcheck import apply_overrides, lock_differences, single_factor_check
-from kvbudget.accept.plan_checks import Comparison
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import ComparisonResult
 from kvbudget.accept.run import MatrixOutcome, PreparedTarget, TargetFactory, run_matrix
 from kvbudget.errors import KvbudgetError
-
-
-def _untested(comp: Comparison, lines: list[str], why: str) -> ComparisonResult:
-    return ComparisonResult(
-        name=comp.name,
-        factor=comp.factor,
-        verdict="untested",
-        reasons=[why],
-        differences=lines,
-        percentile=comp.percentile,
-        alpha=comp.alpha,
-    )
 
 
 def _fresh_run(
@@ -67,7 +54,11 @@ def run_comparisons(
             base, base_out = _fresh_run(plan, factory, plan.lock, comp.cells, rng)
             variant, var_out = _fresh_run(plan, factory, variant_lock, comp.cells, rng)
         except KvbudgetError as exc:
-            out.append(_untested(comp, lines, f"a run could not be started: {exc.one_line()}"))
+            out.append(
+                not_comparable(
+                    comp, lines, f"a run could not be started: {exc.one_line()}", verdict="untested"
+                )
+            )
             continue
         field_name = lines[0].split(":", 1)[0]
         baseline_value: Any = (

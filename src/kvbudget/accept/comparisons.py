@@ -32,11 +32,15 @@ def _values(runs: Sequence[CellRun], metric: str) -> list[float]:
     return out
 
 
-def not_comparable(comparison: Comparison, lines: list[str], why: str) -> ComparisonResult:
+def not_comparable(
+    comparison: Comparison, lines: list[str], why: str, *, verdict: Verdict = "not_comparable"
+) -> ComparisonResult:
+    """A comparison that produced no deltas (``not_comparable``, or ``untested`` when a run
+    could not start), with its one reason and the lock differences."""
     return ComparisonResult(
         name=comparison.name,
         factor=comparison.factor,
-        verdict="not_comparable",
+        verdict=verdict,
         reasons=[why],
         differences=lines,
         percentile=comparison.percentile,
@@ -73,6 +77,7 @@ def judge_comparison(
     p_holm: dict[int, float] = dict(zip(tested, adjusted, strict=True))
     deltas: list[MetricDelta] = []
     worse: list[str] = []
+    tail_worse: list[str] = []
     better: list[str] = []
     small: list[str] = []
     for i, (cell_id, metric, r) in enumerate(raw):
@@ -106,10 +111,28 @@ def judge_comparison(
             worse.append(label)
         elif significant and r.hl_shift is not None and r.hl_shift < 0:
             better.append(label)
+        if (
+            min(r.n_baseline, r.n_variant) >= MIN_AB_SAMPLES
+            and r.pct_diff_low is not None
+            and r.pct_diff_low > 0
+        ):
+            # the declared percentile (the tail the stop conditions judge) got slower, even
+            # where the whole-distribution test did not move
+            tail_worse.append(
+                f"{metric} p{comparison.percentile:g} in {cell_id} "
+                f"({r.pct_diff:+.4g} s, 95% CI [{r.pct_diff_low:.4g}, {r.pct_diff_high:.4g}])"
+            )
     verdict: Verdict
-    if worse:
+    if worse or tail_worse:
         verdict = "fail"
-        reasons = ["significantly slower (Holm-adjusted): " + "; ".join(worse)]
+        reasons = []
+        if worse:
+            reasons.append("significantly slower (Holm-adjusted): " + "; ".join(worse))
+        if tail_worse:
+            reasons.append(
+                f"p{comparison.percentile:g} slower (bootstrap 95% CI of the difference above 0, "
+                "not multiplicity-corrected): " + "; ".join(tail_worse)
+            )
     elif small or not deltas:
         verdict = "untested"
         reasons = ["too few samples for a comparison: " + ("; ".join(small) or "no cells")]
@@ -125,7 +148,7 @@ def judge_comparison(
     if tokens_a and tokens_b:
         capacity = f"KV pool {tokens_a} -> {tokens_b} tokens ({tokens_b / tokens_a:.2f}x, computed)"
     latency = ("faster: " + "; ".join(better) if better else "no significant speed-up") + (
-        " | slower: " + "; ".join(worse) if worse else ""
+        " | slower: " + "; ".join(worse + tail_worse) if worse or tail_worse else ""
     )
     return ComparisonResult(
         name=comparison.name,

@@ -53,7 +53,9 @@ def resolve_lock(
                 f"{name}: plan says {entry.value!r} but {entry.source} reports {entry.observed!r}"
             )
         elif entry.status not in ("confirmed", "not_applicable"):
-            why = entry.note or ("not known" if entry.value is None else "requested, not confirmed")
+            why = entry.note or (
+                "not known" if entry.value is None else "not confirmed by the target"
+            )
             shown = "" if entry.value is None else f" = {entry.value!r}"
             blocking.append(f"{name}{shown}: {entry.status} ({why})")
     return entries, blocking

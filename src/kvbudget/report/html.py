@@ -16,6 +16,7 @@ from kvbudget.report.markdown import (
     PRED_HEADER,
     REP_HEADER,
     cell_row,
+    pairs_text,
     percentile_rows,
     prediction_rows,
     repetition_rows,
@@ -150,7 +151,7 @@ def render_html(doc: AcceptResult) -> str:
     )
     add(
         f"<p>Repetitions {_e(load.get('repetitions'))}; template {_e(load.get('template_version'))}; "
-        f"warm-up {_e(doc.warmup)}; idle baseline {_e(doc.baseline)}.</p>"
+        f"warm-up {_e(pairs_text(doc.warmup))}; idle baseline {_e(pairs_text(doc.baseline))}.</p>"
     )
     samples = load.get("samples") or []
     if samples:

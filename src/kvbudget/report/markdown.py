@@ -27,6 +27,31 @@ def _md(text: object) -> str:
     return " ".join(s.split())
 
 
+#: seconds below this are float residue of subtracting equal times (sim clock), shown as 0
+_RESIDUE_S = 1e-9
+
+
+def _num(value: float) -> str:
+    """A figure in seconds to 4 significant digits; float residue (``7.1e-15``) shows as 0."""
+    return "0" if abs(value) < _RESIDUE_S else f"{value:.4g}"
+
+
+def pairs_text(values: dict[str, Any]) -> str:
+    """``requests 8, scored no, duration_s 0.314`` from a flat mapping (no Python repr)."""
+    if not values:
+        return "not recorded"
+    parts = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            shown = "yes" if value else "no"
+        elif isinstance(value, float):
+            shown = f"{value:.4g}"
+        else:
+            shown = str(value)
+        parts.append(f"{key} {shown}")
+    return ", ".join(parts)
+
+
 def split_verdicts(cell: CellResult) -> tuple[str, str]:
     """(latency/capacity verdict, quality verdict) of a cell, from its checks."""
     perf = [c.verdict for c in cell.checks if not c.name.startswith("quality ")]
@@ -49,9 +74,9 @@ def percentile_rows(cell: CellResult) -> list[list[str]]:
             if est is None:
                 row.append("—")
             elif est.low is None or est.high is None:
-                row.append(f"{est.value:.4g}")
+                row.append(_num(est.value))
             else:
-                row.append(f"{est.value:.4g} [{est.low:.4g}, {est.high:.4g}]")
+                row.append(f"{_num(est.value)} [{_num(est.low)}, {_num(est.high)}]")
         row.append("; ".join(summary.warnings))
         rows.append(row)
     return rows
@@ -70,7 +95,7 @@ def repetition_rows(cell: CellResult) -> list[list[str]]:
         row = [str(i), f"{rep.get('n') or 0:.0f}"]
         for key in ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s"):
             value = rep.get(key)
-            row.append("—" if value is None else f"{value:.4g}")
+            row.append("—" if value is None else _num(value))
         rows.append(row)
     return rows
 
@@ -132,7 +157,7 @@ CELL_HEADER = [
     "quality",
     "TTFT p95",
     "TPOT p95",
-    "n",
+    "requests",
     "peak KV",
     "preempt",
 ]
@@ -233,8 +258,8 @@ def render_markdown(doc: AcceptResult) -> str:
             f"{tier['duration_s']} s) — {_md(tier['source']).replace('_', ' ')}"
         )
     add(
-        f"- repetitions: {load.get('repetitions')}; warm-up: {_md(doc.warmup)}; "
-        f"idle baseline: {_md(doc.baseline)}"
+        f"- repetitions: {load.get('repetitions')}; warm-up: {_md(pairs_text(doc.warmup))}; "
+        f"idle baseline: {_md(pairs_text(doc.baseline))}"
     )
     if doc.comparisons:
         add("\n## Single-factor comparisons\n")

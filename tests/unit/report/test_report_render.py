@@ -110,3 +110,23 @@ def test_free_text_is_escaped_in_both_formats() -> None:
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     md = render_markdown(doc)
     assert "<script>" not in md and "\\|" in md
+
+
+def test_float_residue_and_run_dicts_are_readable() -> None:
+    from kvbudget.report.markdown import pairs_text, percentile_rows
+
+    doc = make_doc()
+    cell = doc.cells[0]
+    cell.summaries["queue_s"] = MetricSummary(
+        n=300, percentiles={"p50": PercentileCI(value=7.105e-15, low=0.0, high=1.4e-14)}
+    )
+    row = next(r for r in percentile_rows(cell) if r[0] == "queue_s")
+    assert row[2] == "0 [0, 0]"  # sim-clock subtraction residue is not a figure
+    assert pairs_text({"requests": 8, "scored": False, "duration_s": 0.31378}) == (
+        "requests 8, scored no, duration_s 0.3138"
+    )
+    doc.warmup = {"requests": 8, "scored": False}
+    md = render_markdown(doc)
+    html = render_html(doc)
+    assert "warm-up: requests 8, scored no" in md and "{'requests'" not in md
+    assert "warm-up requests 8, scored no" in html and "&#x27;requests&#x27;" not in html

@@ -1,0 +1,59 @@
+"""A single-factor comparison fails when the declared percentile got slower, even where the
+whole-distribution test (Mann-Whitney, Holm) sees no shift: the tail is what the stop
+conditions judge."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvbudget.accept.comparisons import judge_comparison
+from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.result import Ledger
+from kvbudget.accept.targets import CellRun
+from kvbudget.records import RequestRecord
+
+
+def _run(tpot_values: list[float]) -> CellRun:
+    records = [
+        RequestRecord(request_id=f"r{i}", source="simulated", status="ok", tpot_s=v)
+        for i, v in enumerate(tpot_values)
+    ]
+    return CellRun(records=records, duration_s=1.0)
+
+
+def _judge(baseline: list[float], variant: list[float]) -> tuple[str, list[str]]:
+    comparison = Comparison(
+        name="fp8", factor="kv_dtype", set={"kv_dtype": "fp8"}, metrics=["tpot_s"]
+    )
+    result = judge_comparison(
+        comparison,
+        baseline_runs={"long/peak": [_run(baseline)]},
+        variant_runs={"long/peak": [_run(variant)]},
+        baseline_ledger=Ledger(),
+        variant_ledger=Ledger(),
+        differences=[],
+        baseline_value="auto",
+        variant_value="fp8",
+        rng=np.random.default_rng(0),
+    )
+    return result.verdict, result.reasons
+
+
+# 400 evenly spread values in [10 ms, 20 ms): the worked-by-hand p95 is ~19.5 ms.
+BASE = [0.010 + 0.010 * i / 400 for i in range(400)]
+
+
+def test_tail_only_slowdown_fails() -> None:
+    # Only the top 10 % doubles (p95 19.5 ms -> ~39 ms); 90 % of the samples are unchanged, so
+    # Mann-Whitney (a location test) cannot call the distribution shifted.
+    variant = [v * 2 if i >= 360 else v for i, v in enumerate(BASE)]
+    verdict, reasons = _judge(BASE, variant)
+    assert verdict == "fail"
+    text = " ".join(reasons)
+    assert "p95 slower" in text and "tpot_s p95 in long/peak" in text
+    assert "significantly slower (Holm-adjusted)" not in text  # the location test did not move
+
+
+def test_identical_runs_pass() -> None:
+    verdict, reasons = _judge(BASE, list(BASE))
+    assert verdict == "pass", reasons
