@@ -99,5 +99,36 @@ def vllm_behaviour(version_text: str) -> VllmBehaviour:
     )
 
 
+#: first vLLM release whose ``--kv-cache-dtype`` accepts each name (reference §4): v0.9.2 takes
+#: ``auto, fp8, fp8_e4m3, fp8_e5m2``; v0.11-0.16 add ``bfloat16`` and ``fp8_ds_mla``; the rest are
+#: in the newest list only, so no release up to v0.16 takes them (0.17 is the earliest possible).
+VLLM_KV_DTYPE_SINCE: dict[str, Version] = {
+    "auto": (0, 0, 0),
+    "fp8": (0, 0, 0),
+    "fp8_e4m3": (0, 0, 0),
+    "fp8_e5m2": (0, 0, 0),
+    "bfloat16": (0, 11, 0),
+    "fp8_ds_mla": (0, 11, 0),
+    "float16": (0, 17, 0),
+    "int8_per_token_head": (0, 17, 0),
+    "fp8_per_token_head": (0, 17, 0),
+    "nvfp4": (0, 17, 0),
+}
+
+
+def check_vllm_kv_dtype(name: str, version: Version) -> None:
+    """Refuse a ``--kv-cache-dtype`` this vLLM version does not accept (one-line ConfigError)."""
+    since = VLLM_KV_DTYPE_SINCE.get(name)
+    if since is None or version >= since:
+        return
+    accepted = [k for k, v in VLLM_KV_DTYPE_SINCE.items() if version >= v]
+    raise ConfigError(
+        f"kv_dtype: vLLM {format_version(version)} does not accept --kv-cache-dtype {name} "
+        f"(first in {format_version(since)} or later); choose one of {', '.join(accepted)} "
+        f"or pass --engine-version {format_version(since)} or newer",
+        field="kv_dtype",
+    )
+
+
 def format_version(v: Version) -> str:
     return ".".join(str(x) for x in v)

@@ -152,3 +152,39 @@ def test_remedies_name_numbers() -> None:
     assert not r.fits
     assert any(x.startswith("--max-model-len 8192") for x in r.remedies)
     assert any("--kv-cache-memory >= 17179869184" in x for x in r.remedies)
+
+
+@pytest.mark.parametrize(
+    ("version", "kv_dtype", "refused"),
+    [
+        # reference §4: v0.9.2 takes auto, fp8, fp8_e4m3, fp8_e5m2; v0.11-0.16 add bfloat16 and
+        # fp8_ds_mla; float16, nvfp4 and the per-token-head types are only in the newest list
+        ("0.9.2", "fp8_e5m2", False),
+        ("0.9.2", "bfloat16", True),
+        ("0.11.0", "bfloat16", False),
+        ("0.11.0", "nvfp4", True),
+        ("0.16.0", "fp8_per_token_head", True),
+        ("0.16.0", "float16", True),
+        ("0.20.1", "nvfp4", False),
+    ],
+)
+def test_kv_dtype_must_exist_in_the_vllm_version(
+    version: str, kv_dtype: str, refused: bool
+) -> None:
+    request = PlanRequest(
+        model="t",
+        gpu="H100",
+        engine_version=version,
+        kv_dtype=kv_dtype,
+        kv_cache_memory_bytes=10 * GiB,
+        max_model_len=32768,
+    )
+    if not refused:
+        assert make_plan(request, SPEC).kv_dtype == kv_dtype
+        return
+    with pytest.raises(ConfigError) as err:
+        make_plan(request, SPEC)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"kv_dtype: vLLM {version} does not accept --kv-cache-dtype {kv_dtype}")
+    assert "--engine-version" in text
