@@ -32,7 +32,12 @@ from kvbudget.capacity.memory import (
 )
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool_text import format_gib_new
-from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, check_vllm_kv_dtype, vllm_behaviour
+from kvbudget.capacity.versions import (
+    DEFAULT_VLLM_VERSION,
+    check_vllm_block_size,
+    check_vllm_kv_dtype,
+    vllm_behaviour,
+)
 from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
@@ -222,6 +227,8 @@ def _make_vllm_plan(
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
     if request.kv_dtype.strip().lower() != "auto":
         check_vllm_kv_dtype(kv_dtype.name, behaviour.version)
+    if request.block_size is not None:
+        check_vllm_block_size(request.block_size, behaviour.version)
     free_at_start = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     if request.kv_cache_memory_bytes is None and gpu.memory_bytes * util > free_at_start:
         notes.append(

@@ -130,5 +130,25 @@ def check_vllm_kv_dtype(name: str, version: Version) -> None:
     )
 
 
+def check_vllm_block_size(block_size: int, version: Version) -> None:
+    """Refuse a ``--block-size`` outside the version's ``BlockSize`` literal (reference §3.4).
+
+    v0.9/0.10 accept 1, 8, 16, 32, 64, 128; v0.11-0.16 add 256; the newest accept any int > 0.
+    Other eras are not checked (the reference pins no list for them).
+    """
+    if (0, 9, 0) <= version < (0, 11, 0):
+        allowed: tuple[int, ...] = (1, 8, 16, 32, 64, 128)
+    elif (0, 11, 0) <= version < (0, 17, 0):
+        allowed = (1, 8, 16, 32, 64, 128, 256)
+    else:
+        return
+    if block_size not in allowed:
+        raise ConfigError(
+            f"block_size: vLLM {format_version(version)} does not accept --block-size "
+            f"{block_size}; choose one of {', '.join(map(str, allowed))}",
+            field="block_size",
+        )
+
+
 def format_version(v: Version) -> str:
     return ".".join(str(x) for x in v)

@@ -188,3 +188,34 @@ def test_kv_dtype_must_exist_in_the_vllm_version(
     assert "\n" not in text
     assert text.startswith(f"kv_dtype: vLLM {version} does not accept --kv-cache-dtype {kv_dtype}")
     assert "--engine-version" in text
+
+
+@pytest.mark.parametrize(
+    ("version", "block_size", "refused"),
+    [
+        # reference §3.4: v0.9/0.10 BlockSize = Literal[1, 8, 16, 32, 64, 128]; v0.11-0.16 add 256;
+        # the newest accepts any int > 0
+        ("0.10.1", 256, True),
+        ("0.11.0", 256, False),
+        ("0.11.0", 7, True),
+        ("0.15.0", 48, True),
+        ("0.9.2", 32, False),
+        ("0.20.1", 48, False),
+    ],
+)
+def test_block_size_must_exist_in_the_vllm_version(
+    version: str, block_size: int, refused: bool
+) -> None:
+    request = PlanRequest(
+        model="t",
+        gpu="H100",
+        engine_version=version,
+        block_size=block_size,
+        kv_cache_memory_bytes=10 * GiB,
+        max_model_len=32768,
+    )
+    if not refused:
+        assert make_plan(request, SPEC).block_size == block_size
+        return
+    with pytest.raises(ConfigError, match=f"^block_size: vLLM {version} does not accept"):
+        make_plan(request, SPEC)
