@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from kvbudget.cli.plan import gpus, plan
+from kvbudget.errors import ConfigError
 
 
 def run(args: list[str]) -> tuple[int, str, str]:
@@ -151,10 +152,13 @@ def test_lengths_flag_scenario() -> None:
     assert sc["per_replica_capacity"] == 10 and sc["replicas_needed"] == 5
     # 1000 tokens -> 63 blocks x 16 x 131072 B per token
     assert sc["cpu_kv_host_bytes"] == 1008 * 131072
-    code, _, _ = run(
-        ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--lengths", "9000,2000"]
+    # the command raises the one-line ConfigError that kvbudget's main prints (not any crash)
+    bad = CliRunner().invoke(
+        plan, ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--lengths", "9000,2000"]
     )
-    assert code != 0
+    assert isinstance(bad.exception, ConfigError)
+    assert bad.exception.field == "lengths"
+    assert str(bad.exception).startswith("lengths: p95 (2000) is below the median (9000)")
 
 
 def test_other_engines_knob_refused_on_the_command_line() -> None:
