@@ -19,9 +19,9 @@ engine. Three choices make the prediction comparable with the measured cell:
 * **Client overheads.** The profile's ``request_overhead_s`` is the closed-loop turnaround and
   is added to every TTFT and end-to-end latency, as in ``kvbudget calibrate --validate``.
 
-Each cell runs on a fresh slot engine (idle slots keep no prompts across cells; the real
-server's slots do, which matters only for prompts that repeat across cells). Cancellation after
-``cancel_after_tokens`` is modelled as a shorter output.
+One slot engine serves the whole run, cell after cell, so idle slots keep their prompts across
+cells as the real server's do (a shared system prompt is reused by the next cell); the warm-up is
+not replayed. Cancellation after ``cancel_after_tokens`` is modelled as a shorter output.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import numpy as np
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.calibrate.predict import CLIENT_STAGGER_S, slot_config
 from kvbudget.records import MetricSample, RequestRecord
+from kvbudget.sim.slots import SlotEngine
 from kvbudget.sim.slots_records import run_planned
 from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile
 from kvbudget.workload.request import PlannedRequest
@@ -104,6 +105,8 @@ class SlotsPredictionTarget:
         self.config = slot_config(profile)
         self.measured = measured
         self.behaviour = engine_behaviour(profile)
+        self.engine = SlotEngine(self.config, self.timing)
+        self._clock_s = 0.0  # simulated time at which the previous cell ended
         #: cell id -> the profile's out-of-range warnings for that cell
         self.warnings: dict[str, list[str]] = {}
         label = f"{self.timing.name}; engine behaviour: {self.behaviour}"
@@ -135,7 +138,7 @@ class SlotsPredictionTarget:
         duration_s: float | None,
         warmup: bool = False,
     ) -> CellRun:
-        if warmup:  # each cell starts on a fresh engine; a warm-up would change nothing
+        if warmup:  # not replayed: the measured warm-up's prompt lengths are not recorded
             return CellRun(records=[], duration_s=0.0)
         sent = [r for r in requests if r.request_id in self.measured]
         todo = sent or list(requests)
@@ -162,6 +165,8 @@ class SlotsPredictionTarget:
             concurrency=closed_loop_concurrency,
             turnaround_s=overhead if closed_loop_concurrency is not None else 0.0,
             stagger_s=CLIENT_STAGGER_S if closed_loop_concurrency is not None else 0.0,
+            engine=self.engine,
+            start_s=self._clock_s,
         )
         records = [_with_overhead(rec, overhead) for rec in records]
         refused = [r for r in records if r.status != "ok"]
@@ -175,12 +180,14 @@ class SlotsPredictionTarget:
                 "batch_size": float(batch),
             }
         )
-        end_s = max((r.done_s or 0.0 for r in records), default=0.0)
+        start_s = self._clock_s
+        end_s = max((r.done_s or start_s for r in records), default=start_s)
+        self._clock_s = end_s
         prompt = sum(r.prompt_tokens or 0 for r in records if r.status == "ok")
         cached = sum(r.cached_tokens or 0 for r in records if r.status == "ok")
         return CellRun(
             records=records,
-            duration_s=end_s,
+            duration_s=end_s - start_s,
             samples=[MetricSample(timestamp_s=end_s, name="kv_usage", value=stats.peak_kv_usage)],
             capacity_error=refused[0].error_excerpt if refused else None,
             counters={

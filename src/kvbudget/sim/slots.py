@@ -288,21 +288,35 @@ def run_slots(
     turnaround_s: float = 0.0,
     stagger_s: float = 0.0,
     max_steps: int = 10_000_000,
+    engine: SlotEngine | None = None,
+    start_s: float = 0.0,
 ) -> tuple[list[SlotRequestResult], SlotStats]:
     """Serve ``requests``: by their ``arrival_s`` (open loop) or, with ``concurrency``, by
     ``concurrency`` clients (closed loop; ``arrival_s`` is then the arrival time at the server):
     client ``i`` sends its first request at ``i * stagger_s``, and each client's next request
     arrives ``turnaround_s`` after its previous one ended (response, client, new request).
     A request that arrives while an iteration runs waits for the next one, as in llama.cpp.
-    Results in request order."""
-    engine = SlotEngine(config, timing)
+    Results in request order.
+
+    ``engine`` continues an idle engine from an earlier call (its slots keep their prompts, as a
+    running server's do); its statistics restart. Times then run from ``start_s`` (at or after
+    the earlier call's end, so that the slots' least-recently-used order stays right)."""
+    if engine is None:
+        engine = SlotEngine(config, timing)
+    elif engine.has_work():
+        raise ConfigError(
+            "engine: still has requests; continue only an idle engine", field="engine"
+        )
+    else:
+        engine.stats = SlotStats(total_cells=engine.config.num_slots * engine.config.n_ctx_slot)
     order = {r.request_id: i for i, r in enumerate(requests)}
     queue: list[tuple[float, int, SlotRequest]] = []  # (arrival, seq, request)
     backlog = deque(requests)
     seq = 0
     if concurrency is None:
         for req in requests:
-            heapq.heappush(queue, (req.arrival_s, seq, req))
+            at = start_s + req.arrival_s
+            heapq.heappush(queue, (at, seq, _at(req, at) if start_s else req))
             seq += 1
         backlog.clear()
     else:
@@ -310,10 +324,11 @@ def run_slots(
             raise ConfigError(f"concurrency: must be >= 1, got {concurrency}", field="concurrency")
         for i in range(min(concurrency, len(backlog))):
             req = backlog.popleft()
-            heapq.heappush(queue, (i * stagger_s, seq, _at(req, i * stagger_s)))
+            at = start_s + i * stagger_s
+            heapq.heappush(queue, (at, seq, _at(req, at)))
             seq += 1
     results: list[SlotRequestResult] = []
-    now = 0.0
+    now = start_s
     for _ in range(max_steps):
         while queue and queue[0][0] <= now:
             engine.add_request(heapq.heappop(queue)[2])

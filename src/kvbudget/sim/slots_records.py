@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from kvbudget.records import RequestRecord
 from kvbudget.records.request import derive_latencies
-from kvbudget.sim.slots import SlotConfig, SlotRequest, SlotStats, run_slots
+from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotStats, run_slots
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
 
@@ -20,10 +20,13 @@ def run_planned(
     turnaround_s: float = 0.0,
     stagger_s: float = 0.0,
     replica: str = "llamacpp-0",
+    engine: SlotEngine | None = None,
+    start_s: float = 0.0,
 ) -> tuple[list[RequestRecord], SlotStats]:
     """A kvbudget workload (``PlannedRequest``) on the slot engine: one ``RequestRecord``
     (``source="simulated"``) per request. ``cache_salt`` is ignored (llama.cpp has none); a
-    refused prompt is an ``http_status`` 400 error, as llama.cpp answers it."""
+    refused prompt is an ``http_status`` 400 error, as llama.cpp answers it. ``engine`` and
+    ``start_s`` continue an idle engine (see :func:`~kvbudget.sim.slots.run_slots`)."""
     reqs = [
         SlotRequest(p.request_id, p.arrival_s, p.prompt_token_ids, p.output_tokens) for p in planned
     ]
@@ -34,6 +37,8 @@ def run_planned(
         concurrency=concurrency,
         turnaround_s=turnaround_s,
         stagger_s=stagger_s,
+        engine=engine,
+        start_s=start_s,
     )
     records: list[RequestRecord] = []
     for plan, res in zip(planned, results, strict=True):

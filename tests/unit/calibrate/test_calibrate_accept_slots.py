@@ -134,3 +134,24 @@ def test_prompt_beyond_the_calibrated_range_is_flagged_and_too_long_is_refused()
     assert rec.status == "error" and rec.http_status == 400
     assert run.capacity_error is not None and "1024" in run.capacity_error
     assert any("prompt_tokens 1500" in w for w in target.warnings["long/single"])
+
+
+def test_slots_keep_their_prompts_from_one_cell_to_the_next() -> None:
+    """One engine serves the run: a prefix cached by the previous cell is reused, as on the
+    server (the slot whose cache shares the longest prefix is taken, llama.cpp get_available_slot)."""
+    prof = profile(request_overhead_s=0.0)
+    first, second = "short/single#0/0", "short/normal#0/0"
+    target = SlotsPredictionTarget(prof, {first: measured(first, 50), second: measured(second, 50)})
+    system = tuple(range(1000, 1040))  # 40 shared tokens
+    a = planned(first, system + tuple(range(10)), out=2)
+    b = planned(second, system + tuple(range(500, 510)), out=2)
+    run_a = target.run_cell([a], cell_id="short/single", closed_loop_concurrency=1, duration_s=2)
+    run_b = target.run_cell([b], cell_id="short/normal", closed_loop_concurrency=1, duration_s=2)
+    (rec_a,), (rec_b,) = run_a.records, run_b.records
+    assert rec_a.cached_tokens == 0 and rec_b.cached_tokens == 40
+    # cold: 0.01 + 50 x 0.001; warm: only the 10 new tokens are evaluated: 0.01 + 10 x 0.001
+    assert rec_a.ttft_s == pytest.approx(0.06)
+    assert rec_b.ttft_s == pytest.approx(0.02)
+    # the second cell starts where the first ended: 0.06 prefill + 1 decode step of 0.01
+    assert rec_b.sent_s == pytest.approx(0.07)
+    assert run_b.duration_s == pytest.approx(0.03)
