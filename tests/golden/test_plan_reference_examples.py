@@ -282,16 +282,32 @@ def test_activation_rule_within_35_percent_of_the_two_logged_examples() -> None:
 
 def test_s7_1_sglang_hybrid_swa_split() -> None:
     # §7.1: full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa); swa = full * r.
-    # Gemma-2-9B: 21 sliding + 21 full layers, 8 KV heads x 256 -> 8192 B per token per layer
-    # (F = S); cell = 42 x 8192. With rest = 9000 cells and r = 0.8:
-    # full = 9000 x 42 / (21 + 0.8 x 21) = 9000 x 42 / 37.8 = 10000; swa = 8000
-    from kvbudget.spec.resolve import resolve_model
+    # A hybrid-SWA model (not one of the disable_hybrid_swa_memory types): 21 sliding + 21 full
+    # layers, 8 KV heads x 256 -> 8192 B per token per layer (F = S); cell = 42 x 8192.
+    # With rest = 9000 cells and r = 0.8: full = 9000 x 42 / (21 + 0.8 x 21) = 10000; swa = 8000
+    from kvbudget.spec.layers import SlidingWindow
 
-    spec = resolve_model("google/gemma-2-9b").spec
-    assert spec is not None
+    layers: list[FullAttention] = []
+    for i in range(42):
+        if i % 2:
+            layers.append(FullAttention(i, 8, 256))
+        else:
+            layers.append(SlidingWindow(i, 8, 256, sliding_window=4096))
+    spec = ModelSpec(
+        model_id="test/hybrid-swa",
+        architecture="HybridSwaForCausalLM",
+        model_type="hybrid_swa",
+        layers=tuple(layers),
+        hidden_size=3584,
+        num_attention_heads=16,
+        vocab_size=256000,
+        intermediate_size=14336,
+        max_position_embeddings=8192,
+        torch_dtype="bfloat16",
+    )
     r = make_plan(
         PlanRequest(
-            model="gemma-2",
+            model="hybrid-swa",
             gpu="H100",
             engine="sglang",
             kv_cache_memory_bytes=9000 * 42 * 8192,
@@ -305,3 +321,28 @@ def test_s7_1_sglang_hybrid_swa_split() -> None:
     assert r.sglang.full_tokens is not None and abs(r.sglang.full_tokens - 10000) <= 1
     assert r.sglang.swa_tokens is not None and abs(r.sglang.swa_tokens - 8000) <= 1
     assert r.kv_cache_tokens == r.sglang.full_tokens
+
+
+@pytest.mark.parametrize(
+    ("model_id", "cell"),
+    [
+        ("google/gemma-2-9b", 42 * 8 * (256 + 256) * 2),  # 42 layers, 8 KV heads x 256
+        ("openai/gpt-oss-120b", 36 * 8 * (64 + 64) * 2),  # 36 layers, 8 KV heads x 64
+    ],
+)
+def test_s7_1_sglang_no_split_for_disable_hybrid_swa_models(model_id: str, cell: int) -> None:
+    # §7.1: GptOss, Gemma2/3 and Olmo2 set disable_hybrid_swa_memory; a ratio would be ignored
+    from kvbudget.errors import ConfigError
+    from kvbudget.spec.resolve import resolve_model
+
+    spec = resolve_model(model_id).spec
+    assert spec is not None
+    request = PlanRequest(
+        model=model_id, gpu="H100", engine="sglang", swa_full_tokens_ratio=0.8, max_model_len=8192
+    )
+    with pytest.raises(ConfigError, match=r"^swa_full_tokens_ratio: SGLang sets disable_hybrid"):
+        make_plan(request, spec)
+    # without the ratio the sliding layers count as full: cell = every layer's K+V bytes
+    plain = make_plan(request.model_copy(update={"swa_full_tokens_ratio": None}), spec)
+    assert plain.sglang is not None and plain.sglang.swa_tokens is None
+    assert plain.sglang.cell_size_bytes == cell

@@ -26,9 +26,13 @@ from kvbudget.capacity.sglang_pool import (
 )
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
+
+#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1)
+NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
 
 
 def make_sglang_plan(
@@ -59,6 +63,13 @@ def make_sglang_plan(
         )
     sliding = [s for s in attn if s.kind in ("sliding", "chunked")]
     ratio = request.swa_full_tokens_ratio
+    if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
+        raise ConfigError(
+            f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
+            f"{model.model_type} (reference §7.1), so {ratio} would be ignored and sliding layers "
+            "count as full; drop --swa-full-tokens-ratio",
+            field="swa_full_tokens_ratio",
+        )
     if sliding and ratio is None:
         notes.append(
             "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. "
