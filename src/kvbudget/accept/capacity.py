@@ -36,6 +36,7 @@ from kvbudget.sim.timing import (
 )
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
+from kvbudget.units import format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +200,9 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
             bytes=device.peak_bytes,
             kind="computed",
             what=f"CUDA context + weights + activation + non-torch + CUDA graphs + KV pool on "
-            f"the most loaded GPU of {device.device_bytes} bytes (headroom "
-            f"{device.headroom_bytes} bytes, margin {device.margin_bytes})",
+            f"the most loaded GPU of {format_bytes(device.device_bytes)} (headroom "
+            f"{format_bytes(device.headroom_bytes)}, safety margin "
+            f"{format_bytes(device.margin_bytes)})",
         ),
     ]
     warnings: list[str] = list(result.notes)

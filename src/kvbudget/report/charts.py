@@ -137,32 +137,39 @@ def budgets(doc: AcceptResult) -> str:
 
 
 def ab_deltas(doc: AcceptResult) -> str:
-    """Percentile differences (variant - baseline) with bootstrap 95 % intervals."""
-    rows = [(c.name, d) for c in doc.comparisons for d in c.deltas if d.pct_diff is not None]
+    """Percentile differences (variant - baseline) with bootstrap 95 % intervals, as a % of the
+    baseline percentile so TTFT (seconds) and TPOT (milliseconds) share one axis. Red: slower
+    (the interval lies above 0, or a significant positive Holm-adjusted shift); green: faster."""
+    rows = [
+        (c.name, d)
+        for c in doc.comparisons
+        for d in c.deltas
+        if d.pct_diff is not None and d.baseline_pct
+    ]
     fig, ax = plt.subplots(figsize=(6.0, max(1.6, 0.32 * len(rows) + 0.8)))
     if not rows:
         ax.text(0.5, 0.5, "no comparison ran", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return _svg(fig)
     for i, (_, d) in enumerate(rows):
-        low = (d.pct_diff or 0) - (
-            d.pct_diff_low if d.pct_diff_low is not None else d.pct_diff or 0
-        )
-        high = (d.pct_diff_high if d.pct_diff_high is not None else d.pct_diff or 0) - (
-            d.pct_diff or 0
-        )
-        color = (
-            "#c62828"
-            if d.significant and (d.hl_shift or 0) > 0
-            else ("#2e7d32" if d.significant else "#616161")
-        )
+        base = d.baseline_pct or 1.0
+        diff = d.pct_diff or 0.0
+        low = d.pct_diff_low if d.pct_diff_low is not None else diff
+        high = d.pct_diff_high if d.pct_diff_high is not None else diff
+        slower = low > 0 or (d.significant and (d.hl_shift or 0) > 0)
+        faster = high < 0 or (d.significant and (d.hl_shift or 0) < 0)
+        color = "#c62828" if slower else ("#2e7d32" if faster else "#616161")
         ax.errorbar(
-            [d.pct_diff or 0.0], [i], xerr=[[max(low, 0)], [max(high, 0)]], fmt="o", color=color
+            [100.0 * diff / base],
+            [i],
+            xerr=[[100.0 * max(diff - low, 0) / base], [100.0 * max(high - diff, 0) / base]],
+            fmt="o",
+            color=color,
         )
     ax.axvline(0, color="black", linewidth=0.6)
     ax.set_yticks(range(len(rows)), [f"{n}: {d.metric} {d.cell_id}" for n, d in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("variant - baseline at the declared percentile (s)")
+    ax.set_xlabel("variant - baseline at the declared percentile (% of baseline)")
     ax.set_title("A/B deltas with bootstrap 95% intervals")
     return _svg(fig)
 

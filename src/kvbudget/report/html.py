@@ -16,11 +16,14 @@ from kvbudget.report.markdown import (
     PRED_HEADER,
     REP_HEADER,
     cell_row,
+    delta_header,
+    delta_rows,
     pairs_text,
     percentile_rows,
     prediction_rows,
     repetition_rows,
     tier_row_text,
+    value_text,
 )
 from kvbudget.units import format_bytes
 
@@ -178,7 +181,10 @@ def render_html(doc: AcceptResult) -> str:
     add(
         _table(
             ["field", "value", "status", "source", "note"],
-            [[e.field, e.value, e.status, e.source or "", e.note or ""] for e in doc.lock],
+            [
+                [e.field, value_text(e.value), e.status, e.source or "", e.note or ""]
+                for e in doc.lock
+            ],
         )
     )
     add("<h2>Capacity ledger and the three budgets</h2>")
@@ -194,7 +200,8 @@ def render_html(doc: AcceptResult) -> str:
     )
     add(
         _table(
-            ["input", "value", "source"], [[i.name, i.value, i.source] for i in doc.ledger.entries]
+            ["input", "value", "source"],
+            [[i.name, value_text(i.value), i.source] for i in doc.ledger.entries],
         )
     )
     add(_list([f"warning: {w}" for w in doc.ledger.warnings]) if doc.ledger.warnings else "")
@@ -206,6 +213,8 @@ def render_html(doc: AcceptResult) -> str:
     for c in doc.comparisons:
         add(f"<h3>{_e(c.name)} ({_e(c.factor)}): {_e(c.verdict)}</h3>")
         add(_list(c.reasons + c.differences + [f"{k}: {v}" for k, v in c.conclusions.items()]))
+        if c.deltas:
+            add(_table(delta_header(c.percentile), delta_rows(c)))
     if doc.audits:
         add("<h2 id='audits'>Audits</h2>")
         items = []

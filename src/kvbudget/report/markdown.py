@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult
 from kvbudget.units import format_bytes
 
 
@@ -50,6 +50,20 @@ def pairs_text(values: dict[str, Any]) -> str:
             shown = str(value)
         parts.append(f"{key} {shown}")
     return ", ".join(parts)
+
+
+def value_text(value: object) -> str:
+    """A lock or ledger value as a reader writes it: ``—`` for none, lists and mappings without
+    Python quoting (``--a --b``, ``enabled: true, salt: per-tenant``)."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return " ".join(value_text(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {value_text(v)}" for k, v in value.items())
+    return str(value)
 
 
 def split_verdicts(cell: CellResult) -> tuple[str, str]:
@@ -97,6 +111,43 @@ def repetition_rows(cell: CellResult) -> list[list[str]]:
             value = rep.get(key)
             row.append("—" if value is None else _num(value))
         rows.append(row)
+    return rows
+
+
+def delta_header(percentile: float) -> list[str]:
+    return [
+        "cell",
+        "metric",
+        "n (base/variant)",
+        f"baseline p{percentile:g}",
+        "variant",
+        "diff [95% CI]",
+        "change",
+        "HL shift",
+        "p (Holm)",
+    ]
+
+
+def delta_rows(comparison: ComparisonResult) -> list[list[str]]:
+    """One row per (cell, metric) of a single-factor comparison (seconds; change in %)."""
+    rows = []
+    for d in comparison.deltas:
+        change = "—"
+        if d.pct_diff is not None and d.baseline_pct:
+            change = f"{100.0 * d.pct_diff / d.baseline_pct:+.1f} %"
+        rows.append(
+            [
+                d.cell_id,
+                d.metric,
+                f"{d.n_baseline}/{d.n_variant}",
+                _fmt(d.baseline_pct),
+                _fmt(d.variant_pct),
+                f"{_fmt(d.pct_diff)} [{_fmt(d.pct_diff_low)}, {_fmt(d.pct_diff_high)}]",
+                change,
+                _fmt(d.hl_shift),
+                "—" if d.p_holm is None else f"{d.p_holm:.3g}",
+            ]
+        )
     return rows
 
 
@@ -233,7 +284,7 @@ def render_markdown(doc: AcceptResult) -> str:
     add("| field | value | status | source / note |\n|---|---|---|---|")
     for e in doc.lock:
         add(
-            f"| {_md(e.field)} | {_md(e.value)} | {e.status} | {_md(e.source or '')} "
+            f"| {_md(e.field)} | {_md(value_text(e.value))} | {e.status} | {_md(e.source or '')} "
             f"{_md(e.note or '')} |"
         )
     add("\n## Capacity ledger and budgets (computed)\n")
@@ -242,7 +293,7 @@ def render_markdown(doc: AcceptResult) -> str:
         add(f"| {b.name} | {format_bytes(b.bytes or 0)} | {_md(b.what)} |")
     add("\n| input | value | source |\n|---|---|---|")
     for entry in doc.ledger.entries:
-        add(f"| {_md(entry.name)} | {_md(entry.value)} | {_md(entry.source)} |")
+        add(f"| {_md(entry.name)} | {_md(value_text(entry.value))} | {_md(entry.source)} |")
     for w in doc.ledger.warnings:
         add(f"- warning: {_md(w)}")
     add("\n## Load\n")
@@ -270,16 +321,10 @@ def render_markdown(doc: AcceptResult) -> str:
             for key, text in c.conclusions.items():
                 add(f"- {key}: {_md(text)}")
             if c.deltas:
-                add(
-                    f"\n| cell | metric | baseline p{c.percentile:g} | variant | diff [95% CI] | "
-                    "HL shift | p (Holm) |\n|---|---|---|---|---|---|---|"
-                )
-                for d in c.deltas:
-                    add(
-                        f"| {d.cell_id} | {d.metric} | {_fmt(d.baseline_pct)} | {_fmt(d.variant_pct)} | "
-                        f"{_fmt(d.pct_diff)} [{_fmt(d.pct_diff_low)}, {_fmt(d.pct_diff_high)}] | "
-                        f"{_fmt(d.hl_shift)} | {d.p_holm if d.p_holm is None else f'{d.p_holm:.3g}'} |"
-                    )
+                header = delta_header(c.percentile)
+                add("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+                for row in delta_rows(c):
+                    add("| " + " | ".join(_md(x) for x in row) + " |")
     if doc.audits:
         add("\n## Audits\n")
         for key in ("isolation", "reuse"):

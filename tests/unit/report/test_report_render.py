@@ -130,3 +130,21 @@ def test_float_residue_and_run_dicts_are_readable() -> None:
     html = render_html(doc)
     assert "warm-up: requests 8, scored no" in md and "{'requests'" not in md
     assert "warm-up requests 8, scored no" in html and "&#x27;requests&#x27;" not in html
+
+
+def test_lock_values_and_delta_change_read_as_written() -> None:
+    from kvbudget.accept.result import ComparisonResult, MetricDelta
+    from kvbudget.report.markdown import delta_rows, value_text
+
+    assert value_text(None) == "—"
+    assert value_text({"enabled": True, "salt": "per-tenant"}) == "enabled: true, salt: per-tenant"
+    assert value_text(["--a", "--b=1"]) == "--a --b=1"
+    delta = MetricDelta(
+        cell_id="long/peak", metric="tpot_s", n_baseline=200, n_variant=210,
+        baseline_pct=0.080, variant_pct=0.100, pct_diff=0.020, pct_diff_low=0.010,
+        pct_diff_high=0.030, hl_shift=0.001, p_value=0.5, p_holm=0.9, significant=False,
+    )  # fmt: skip
+    comp = ComparisonResult(name="c", factor="kv_dtype", verdict="fail", reasons=[], deltas=[delta])
+    (row,) = delta_rows(comp)
+    assert row[2] == "200/210"
+    assert row[6] == "+25.0 %"  # 0.020 / 0.080, worked by hand
