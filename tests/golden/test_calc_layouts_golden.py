@@ -309,3 +309,32 @@ def test_vllm_mamba2_tp_pads_groups() -> None:
     specs = vllm_layer_specs(spec, tp=4)
     assert {s.page_size_bytes for s in specs} == {5_056}
     assert vllm_layout(spec, tokens=10_000, seqs=2, tp=4).per_rank_max_bytes == 3 * 5_056 * 2
+
+
+# ---------------------------------------------------------------- vLLM: mamba cache modes
+@pytest.mark.parametrize(
+    ("mode", "spec_blocks", "held"),
+    [
+        # §1.6: "none" -> 1 + num_speculative_blocks pages, "align" -> 2 + num_speculative_blocks,
+        # "all" -> cdiv(T, B) pages (one state per block of tokens): cdiv(100, 16) = 7
+        ("none", 0, 1),
+        ("none", 1, 2),
+        ("align", 0, 2),
+        ("align", 2, 4),
+        ("all", 0, 7),
+    ],
+)
+def test_vllm_mamba_blocks_held_per_cache_mode(mode: str, spec_blocks: int, held: int) -> None:
+    from kvbudget.capacity.layouts.vllm import VllmLayerSpec, blocks_held
+
+    layer = VllmLayerSpec(
+        0,
+        "mamba",
+        16,
+        4096,
+        num_speculative_blocks=spec_blocks,
+        mamba_cache_mode=mode,  # type: ignore[arg-type]
+    )
+    assert blocks_held(layer, 100) == held
+    # a request of exactly L = 100 tokens holds what max_memory_usage_bytes budgets for it
+    assert layer.max_memory_usage_bytes(100, 8192) == held * 4096

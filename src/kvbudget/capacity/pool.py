@@ -23,13 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from kvbudget.capacity.layouts.vllm import MambaCacheMode
+from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_memory_usage_bytes
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import SpecError
 from kvbudget.units import cdiv
 
 PoolKind = Literal["full", "sliding", "chunked", "mla", "mamba"]
-MambaCacheMode = Literal["none", "align", "all"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,22 +61,17 @@ class PoolLayer:
         mamba_cache_mode: MambaCacheMode = "none",
     ) -> int:
         """Bytes one max-length request needs in this layer (reference §1.2-§1.6)."""
-        b, page = self.block_size, self.page_size_bytes
-        if self.kind in ("full", "mla"):
-            return cdiv(max_model_len, b) * page
-        if self.kind == "sliding":
-            assert self.sliding_window is not None
-            num_tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
-            return (cdiv(num_tokens, b) + 1) * page
-        if self.kind == "chunked":
-            assert self.attention_chunk_size is not None
-            num_tokens = min(self.attention_chunk_size + max_num_batched_tokens, max_model_len)
-            return cdiv(num_tokens, b) * page
-        if mamba_cache_mode == "all":
-            return cdiv(max_model_len, b) * page
-        if mamba_cache_mode == "align":
-            return page * (2 + self.num_speculative_blocks)
-        return page * (1 + self.num_speculative_blocks)
+        return layer_max_memory_usage_bytes(
+            self.kind,
+            block_size=self.block_size,
+            page_size_bytes=self.page_size_bytes,
+            sliding_window=self.sliding_window,
+            attention_chunk_size=self.attention_chunk_size,
+            num_speculative_blocks=self.num_speculative_blocks,
+            mamba_cache_mode=mamba_cache_mode,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +373,7 @@ def kv_cache_tokens(
 __all__ = [
     "DOCS_LINK",
     "KvCacheGroup",
+    "MambaCacheMode",
     "PoolLayer",
     "estimate_max_model_len",
     "fit_error_text",

@@ -82,24 +82,51 @@ class VllmLayerSpec:
 
     def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
-        page, block = self.page_size_bytes, self.block_size
-        if self.kind in ("full", "mla"):
+        return max_memory_usage_bytes(
+            self.kind,
+            block_size=self.block_size,
+            page_size_bytes=self.page_size_bytes,
+            sliding_window=self.sliding_window,
+            attention_chunk_size=self.attention_chunk_size,
+            num_speculative_blocks=self.num_speculative_blocks,
+            mamba_cache_mode=self.mamba_cache_mode,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+
+
+def max_memory_usage_bytes(
+    kind: str,
+    *,
+    block_size: int,
+    page_size_bytes: int,
+    sliding_window: int | None,
+    attention_chunk_size: int | None,
+    num_speculative_blocks: int,
+    mamba_cache_mode: MambaCacheMode,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+) -> int:
+    """vLLM ``max_memory_usage_bytes`` of one layer spec (reference §1.2–1.6), shared by the
+    layout's :class:`VllmLayerSpec` and the pool's ``PoolLayer``."""
+    page, block = page_size_bytes, block_size
+    if kind in ("full", "mla"):
+        return cdiv(max_model_len, block) * page
+    if kind == "sliding":
+        assert sliding_window is not None
+        num_tokens = min(sliding_window - 1 + max_num_batched_tokens, max_model_len)
+        return (cdiv(num_tokens, block) + 1) * page
+    if kind == "chunked":
+        assert attention_chunk_size is not None
+        num_tokens = min(attention_chunk_size + max_num_batched_tokens, max_model_len)
+        return cdiv(num_tokens, block) * page
+    if kind == "mamba":
+        if mamba_cache_mode == "all":
             return cdiv(max_model_len, block) * page
-        if self.kind == "sliding":
-            assert self.sliding_window is not None
-            num_tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
-            return (cdiv(num_tokens, block) + 1) * page
-        if self.kind == "chunked":
-            assert self.attention_chunk_size is not None
-            num_tokens = min(self.attention_chunk_size + max_num_batched_tokens, max_model_len)
-            return cdiv(num_tokens, block) * page
-        if self.kind == "mamba":
-            if self.mamba_cache_mode == "all":
-                return cdiv(max_model_len, block) * page
-            if self.mamba_cache_mode == "align":
-                return page * (2 + self.num_speculative_blocks)
-            return page * (1 + self.num_speculative_blocks)
-        return 0
+        if mamba_cache_mode == "align":
+            return page * (2 + num_speculative_blocks)
+        return page * (1 + num_speculative_blocks)
+    return 0
 
 
 def attention_page_bytes(layer: FullAttention, dtype: KvDtype, tp: int, block_size: int) -> int:
@@ -248,7 +275,8 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
     (``SlidingWindowManager``/``ChunkedLocalAttentionManager.get_num_skipped_tokens`` with
     ``num_computed_tokens = num_tokens - 1``): sliding skips ``max(0, T - W)`` tokens, chunked skips
     ``((T - 1) // C) * C``; whole skipped blocks are returned to the pool. A mamba layer holds one
-    state page per sequence (``mamba_cache_mode="none"``).
+    state page per sequence (``mamba_cache_mode="none"``), two with ``"align"`` (plus speculative
+    blocks) and one per block of tokens with ``"all"`` (as ``max_memory_usage_bytes``, §1.6).
     """
     block = spec.block_size
     if spec.kind in ("full", "mla"):
@@ -263,11 +291,9 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
             - ((num_tokens - 1) // spec.attention_chunk_size * spec.attention_chunk_size) // block
         )
     if spec.kind == "mamba":
-        return (
-            1
-            if spec.mamba_cache_mode == "none"
-            else 1 + (1 if spec.mamba_cache_mode == "align" else 0)
-        )
+        if spec.mamba_cache_mode == "all":  # one state per block of tokens (prefix caching)
+            return cdiv(num_tokens, block)
+        return (2 if spec.mamba_cache_mode == "align" else 1) + spec.num_speculative_blocks
     return 0
 
 
