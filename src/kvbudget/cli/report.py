@@ -16,7 +16,8 @@ FACTORS = ["kv_dtype", "block_size", "prefix_caching", "max_model_len", "offload
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where to write report.md and report.html (default: beside RESULT.json).",
+    help="Where to write report.md, report.html and a copy of report.json (default: "
+    "report.md and report.html beside RESULT.json).",
 )
 @click.option(
     "--compare",
