@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Shape = Literal["closed", "constant", "poisson", "gamma", "burst", "ramp", "planned"]
 TokenCheck = Literal["none", "server", "local"]
@@ -56,6 +56,13 @@ class RunConfig(BaseModel):
     metrics_url: str | None = None
     scrape_interval_s: float = Field(default=1.0, gt=0)
     baseline_s: float = Field(default=0.0, ge=0)
+
+    @field_validator("base_url", "metrics_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://, e.g. http://127.0.0.1:8000")
+        return url
 
     @model_validator(mode="after")
     def _coherent(self) -> RunConfig:
