@@ -34,6 +34,13 @@ def attention_dims(r: FieldReader) -> tuple[int, int] | None:
                     head_dim,
                     f"hidden_size / num_attention_heads = {hidden} / {heads}; config has no head_dim",
                 )
+    if heads and kv and heads % kv:
+        raise SpecError(
+            f"{r.prefix}num_key_value_heads: {kv} does not divide num_attention_heads {heads}, so "
+            "query heads cannot be grouped (GQA needs heads % kv_heads == 0); fix the config or "
+            "--set num_key_value_heads=N with N dividing the query heads",
+            field="num_key_value_heads",
+        )
     if kv is None or head_dim is None:
         return None
     return kv, head_dim

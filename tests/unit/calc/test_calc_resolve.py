@@ -237,3 +237,13 @@ def test_bad_inputs_are_spec_errors(tmp_path: Path) -> None:
     bad.write_text(json.dumps({**LLAMA_8B, "num_key_value_heads": "eight"}), encoding="utf-8")
     with pytest.raises(SpecError, match="num_key_value_heads"):
         resolve_model(str(bad))
+
+
+def test_kv_heads_must_divide_query_heads() -> None:
+    # 32 query heads cannot be split into groups over 3 KV heads (32 % 3 = 2): the model cannot run
+    with pytest.raises(SpecError, match="num_key_value_heads: 3 does not divide") as err:
+        resolve_model("meta-llama/Llama-3.1-8B", overrides={"num_key_value_heads": 3})
+    assert err.value.field == "num_key_value_heads"
+    assert "\n" not in str(err.value)
+    # 32 % 4 == 0 is fine (8 query heads per KV head)
+    assert resolve_model("meta-llama/Llama-3.1-8B", overrides={"num_key_value_heads": 4}).spec
