@@ -10,7 +10,7 @@ engine. Three choices make the prediction comparable with the measured cell:
   run's closed-loop concurrency.
 * **The server's prompt lengths.** llama.cpp tokenizes kvbudget's synthetic prompt text with the
   model's own tokenizer, which counts it differently from kvbudget's tokenizer (on the test
-  suite's tiny model, Llama-3 vocabulary, the server counted about 2.7 times the tier's
+  suite's tiny model, Llama-3 vocabulary, the server counted 2.4-2.9 times the tier's
   planned midpoint). Each prompt is therefore
   resized to the ``usage.prompt_tokens`` the server reported for that request
   (:func:`fit_prompt_lengths`): stretched by the cell's median ratio, so that prompts sharing a
