@@ -61,7 +61,7 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
 @click.option(
     "--ctx-size",
     help="llamacpp only: llama.cpp -c (total cells before padding to 256); --tokens then "
-    "defaults to the cells of one slot.",
+    "defaults to the cells of one slot (with --kv-unified: n_ctx / slots).",
 )
 @click.option("--parallel", help="llamacpp only: llama.cpp -np (slots); same as --seqs.")
 @click.option(
