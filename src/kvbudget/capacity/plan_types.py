@@ -19,7 +19,7 @@ from kvbudget.capacity.pool import KvCacheGroup, MambaCacheMode
 from kvbudget.capacity.sglang_pool import SglangPool
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.units import GiB
+from kvbudget.units import GiB, cdiv
 
 Engine = Literal["vllm", "sglang"]
 
@@ -129,7 +129,7 @@ class PlanResult:
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Blocks one sequence of ``num_tokens`` holds across all groups (window-bounded)."""
         if self.engine == "sglang":
-            return -(-num_tokens // self.block_size) if num_tokens > 0 else 0
+            return cdiv(num_tokens, self.block_size) if num_tokens > 0 else 0
         return sum(
             g.blocks_for_tokens(num_tokens, self.max_num_batched_tokens, self.mamba_cache_mode)
             for g in self.groups
