@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,14 @@ def factory_for(
     if run_async is None:
         raise TargetError(f"target.kind {kind}: needs an event-loop runner (run from the CLI)")
     runner: RunAsync = run_async
+    key_env = plan.target.api_key_env
+    if kind == "http" and key_env and not os.environ.get(key_env):
+        # checked before any request: the audits would otherwise run without the key
+        raise ConfigError(
+            f"target.api_key_env: environment variable {key_env} is unset or empty; "
+            f"export {key_env}=... or remove api_key_env from the plan",
+            field="target.api_key_env",
+        )
 
     def make_http(lock: ObjectLock) -> PreparedTarget:
         if lock != plan.lock:

@@ -151,7 +151,8 @@ def parse_plan(data: Any, *, origin: str = "plan") -> AcceptPlan:
     """Validate already-parsed YAML/JSON data."""
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{origin}: expected a mapping at the top level, got {type(data).__name__}"
+            f"{origin}: expected a mapping at the top level, got {type(data).__name__}; "
+            "start from examples/acceptance-demo.yaml (see docs/plan-file.md)"
         )
     try:
         return AcceptPlan.model_validate(data)

@@ -84,3 +84,36 @@ def test_accept_removes_an_older_report_before_running(
     assert code == 2
     assert err.startswith("TargetError: ")
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_accept_http_plan_with_unset_key_variable_fails_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    monkeypatch.delenv("KVB_REVIEW_SURELY_UNSET", raising=False)
+    data = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
+    data["target"] = {
+        "kind": "http",
+        "base_url": "http://127.0.0.1:9",  # nothing listens: a request would be a TargetError
+        "api_key_env": "KVB_REVIEW_SURELY_UNSET",
+    }
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(data), encoding="utf-8")
+    code, err = run_cli(["accept", str(plan), "--out", str(tmp_path / "out"), "--quiet"], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "ConfigError: target.api_key_env: environment variable KVB_REVIEW_SURELY_UNSET is unset "
+        "or empty; export KVB_REVIEW_SURELY_UNSET=... or remove api_key_env from the plan"
+    )
+
+
+def test_accept_empty_plan_names_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "empty.yaml"
+    plan.write_text("", encoding="utf-8")
+    code, err = run_cli(["accept", str(plan), "--quiet"], capsys)
+    assert code == 2
+    assert "got NoneType; start from examples/acceptance-demo.yaml" in err
+    assert len(err.strip().splitlines()) == 1
