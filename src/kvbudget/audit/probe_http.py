@@ -115,6 +115,12 @@ class HttpProbe:
         if self._identity is not None:
             return self._identity
         ident = await server_identity(self.client)
+        if not ident.get("models_status"):
+            raise TargetError(
+                f"--base-url: cannot reach {redact_url(self.client.base_url)}/v1/models "
+                "(connection refused, or no answer in time); check --base-url and that the "
+                "server is up"
+            )
         if self.model is None:
             models = ident.get("models") or []
             if not models:

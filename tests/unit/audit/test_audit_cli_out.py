@@ -25,3 +25,14 @@ def test_unwritable_out_fails_before_the_run(
     assert lines[0].startswith("ConfigError: --out: ")
     assert str(out) in lines[0]
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("command", ["isolation", "reuse"])
+def test_unreachable_base_url_says_so(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    # port 9 (discard) on loopback: nothing listens in the test environment
+    with pytest.raises(SystemExit) as info:
+        main(["audit", command, "--base-url", "http://127.0.0.1:9", "--model", "m"])
+    assert info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("TargetError: --base-url: cannot reach http://127.0.0.1:9/v1/models")
+    assert "check --base-url" in last
