@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,10 +12,11 @@ from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.layouts.vllm import vllm_layout
-from kvbudget.cli.main import main
 from kvbudget.spec.layers import FullAttention, LayerSpec
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
+
+from ..unit.calc.helpers_calc import run_main
 
 LINEAR_MODELS = [
     "meta-llama/Llama-3.1-8B",
@@ -155,14 +153,8 @@ def test_invalid_input_is_always_one_line(flag: str, value: str, model_mode: boo
         args = dict(SEED)
     args[flag] = value
     argv = ["calc", *[x for kv in args.items() for x in kv]]
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as exc,
-    ):
-        main(argv)
-    lines = [line for line in err.getvalue().splitlines() if line.strip()]
-    assert exc.value.code == 2, (argv, err.getvalue())
-    assert len(lines) == 1 and "Traceback" not in err.getvalue() and out.getvalue() == ""
+    code, out, err = run_main(argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (argv, err)
+    assert len(lines) == 1 and "Traceback" not in err and out == ""
     assert lines[0].split(":")[0] in {"ConfigError", "UsageError"}

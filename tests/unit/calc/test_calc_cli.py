@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
 
 import pytest
 
-from kvbudget.cli.main import main
+from .helpers_calc import run_main
 
 SEED = [
     "calc",
@@ -29,16 +27,7 @@ SEED = [
 ]
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as exc,
-    ):
-        main(argv)
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+run = run_main
 
 
 def test_seed_example_subprocess_json() -> None:

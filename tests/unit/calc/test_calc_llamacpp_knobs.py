@@ -9,8 +9,6 @@ V (f16):    4.00 MiB``.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvbudget.cli.main import main
+from .helpers_calc import run_main
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -59,16 +57,7 @@ def printed(nbytes: int) -> str:
     return f"{float(np.float32(nbytes) / np.float32(1024.0 * 1024.0)):.2f}"
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as exc,
-    ):
-        main(argv)
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+run = run_main
 
 
 @pytest.fixture
