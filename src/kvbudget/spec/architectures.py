@@ -85,18 +85,21 @@ def _default_dense_types(r: FieldReader, model_type: str, n: int) -> list[str] |
         return derived_types(r, [kind] * n, note)
     window = r.peek("sliding_window")
     if window is not None:
-        r.record(
-            "sliding_window",
+        _unused_window(
+            r,
             window,
-            r.config_source,
-            location=f"{r.location}:{r.prefix}sliding_window",
-        )
-        r.flag_conflict(
-            "sliding_window",
             f"{model_type} defines no sliding layers but the config carries sliding_window={window}; kvbudget "
             "keeps every layer full (the larger figure); give --set layer_types=[...] if the window applies",
         )
     return derived_types(r, ["full_attention"] * n, f"{model_type}: every layer is full attention")
+
+
+def _unused_window(r: FieldReader, window: object, conflict: str) -> None:
+    """Record a ``sliding_window`` the config carries but no layer uses, and flag the conflict."""
+    r.record(
+        "sliding_window", window, r.config_source, location=f"{r.location}:{r.prefix}sliding_window"
+    )
+    r.flag_conflict("sliding_window", conflict)
 
 
 def _qwen_types(r: FieldReader, n: int) -> list[str]:
@@ -104,14 +107,9 @@ def _qwen_types(r: FieldReader, n: int) -> list[str]:
     window = r.peek("sliding_window")
     if not use:
         if window is not None:
-            r.record(
-                "sliding_window",
+            _unused_window(
+                r,
                 window,
-                r.config_source,
-                location=f"{r.location}:{r.prefix}sliding_window",
-            )
-            r.flag_conflict(
-                "sliding_window",
                 f"sliding_window={window} is present but use_sliding_window=false: no layer slides "
                 "(use_sliding_window wins, as in transformers and vLLM)",
             )
