@@ -135,9 +135,15 @@ def serve(
     is deterministic synthetic text. Latencies are SIMULATED step times delivered in real
     time, not a measurement of any real engine. Stop with Ctrl-C.
     """
+    from kvbudget.errors import ConfigError
     from kvbudget.serve.app import ServeApp
     from kvbudget.serve.build import ServeEngineOptions, build_engine
 
+    if tp != 1 and gpu is None:
+        raise ConfigError(
+            f"--tp {tp}: only used to plan the replica with --gpu; add --gpu GPU or drop --tp",
+            field="tp",
+        )
     built = build_engine(
         ServeEngineOptions(
             model=model,
@@ -156,6 +162,17 @@ def serve(
         )
     )
 
+    cfg = built.config
+    blocks_needed = -(-cfg.max_model_len // cfg.block_size)
+    if blocks_needed > cfg.num_gpu_blocks - 1:  # block 0 is the null block
+        click.echo(
+            f"warning: one max_model_len request ({cfg.max_model_len} tokens) needs "
+            f"{blocks_needed} KV blocks of {cfg.block_size} tokens but the pool has "
+            f"{cfg.num_gpu_blocks - 1} usable (vLLM would refuse to start); longer requests are "
+            "answered 400; raise --num-gpu-blocks or lower --max-model-len",
+            err=True,
+        )
+
     async def main() -> None:
         app = ServeApp(
             built.core,
@@ -171,8 +188,6 @@ def serve(
         try:
             url = await app.start()
         except OSError as exc:
-            from kvbudget.errors import ConfigError
-
             raise ConfigError(
                 f"--host {host} --port {port}: cannot listen ({exc.strerror}); choose another "
                 "port or 0 for a free one",

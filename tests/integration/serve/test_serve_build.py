@@ -33,3 +33,14 @@ def test_planned_pool_is_the_plan() -> None:
 def test_negative_step_time_is_refused() -> None:
     with pytest.raises(ConfigError, match="step-ms"):
         build_engine(ServeEngineOptions(model="m", step_s=-0.001))
+
+
+def test_tp_without_gpu_and_too_small_pool_on_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvbudget.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--model", "m", "--tp", "2", "--port", "0"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "ConfigError: --tp 2: only used to plan the replica with --gpu; add --gpu GPU or drop --tp"
+    )
