@@ -35,7 +35,7 @@ def test_negative_step_time_is_refused() -> None:
         build_engine(ServeEngineOptions(model="m", step_s=-0.001))
 
 
-def test_tp_without_gpu_and_too_small_pool_on_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+def test_tp_without_gpu_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
     from kvbudget.cli.main import main
 
     with pytest.raises(SystemExit) as info:
