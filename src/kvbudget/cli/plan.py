@@ -304,6 +304,13 @@ def plan(
     file_fields, scenarios = load_plan_file(config_path) if config_path else ({}, None)
     if lengths is not None:
         scenarios = [flag_scenario(lengths, concurrency, cpu_kv_tokens)]
+    elif concurrency is not None or cpu_kv_tokens is not None:
+        name = "concurrency" if concurrency is not None else "cpu_kv_tokens"
+        raise ConfigError(
+            f"{name}: --{name.replace('_', '-')} applies to --lengths MEDIAN,P95 only and would be "
+            "ignored; add --lengths (e.g. 2000,9000) or drop it",
+            field=name,
+        )
     request = build_request(file_fields, flags)
     spec = resolve_spec(request.model, overrides)
     result = make_plan(request, spec)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from kvbudget.cli.plan import gpus, plan
@@ -191,3 +192,15 @@ def test_docs_list_every_plan_request_field() -> None:
     doc = (Path(__file__).resolve().parents[3] / "docs" / "commands" / "plan.md").read_text("utf-8")
     missing = [name for name in PlanRequest.model_fields if f"`{name}`" not in doc]
     assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    ("flag", "field"), [("--concurrency", "concurrency"), ("--cpu-kv-tokens", "cpu_kv_tokens")]
+)
+def test_scenario_flags_without_lengths_are_refused_not_ignored(flag: str, field: str) -> None:
+    bad = CliRunner().invoke(
+        plan, ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", flag, "0"]
+    )
+    assert isinstance(bad.exception, ConfigError)
+    assert bad.exception.field == field
+    assert "--lengths" in str(bad.exception) and "\n" not in str(bad.exception)
