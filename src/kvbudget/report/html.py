@@ -34,7 +34,7 @@ font-size:13px;text-align:left}.pass{background:#c8e6c9}.fail{background:#ffcdd2
 .untested{background:#eeeeee}.not_comparable{background:#fff9c4}.banner{padding:.6em 1em;
 border-radius:6px;font-size:20px;font-weight:bold}figure{margin:1em 0}
 .note{background:#fff3e0;padding:.5em 1em;border-left:4px solid #ef6c00}
-pre{white-space:pre-wrap;background:#f5f5f5;padding:.5em}
+pre{white-space:pre-wrap;background:#f5f5f5;padding:.5em}.basis{font-size:15px;font-weight:normal}
 """
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -67,7 +67,8 @@ def render_html(doc: AcceptResult) -> str:
     add(f"<h1>Capacity acceptance: {_e(doc.name)}</h1>")
     add(
         f"<div class='banner {_e(doc.verdict)}' id='overall-verdict'>Overall verdict: "
-        f"{_e(doc.verdict.upper())}</div>"
+        f"{_e(doc.verdict.upper())} <span class='basis'>— {_e(doc.provenance.label())}</span>"
+        "</div>"
     )
     add(_list(doc.verdict_reasons))
     add(

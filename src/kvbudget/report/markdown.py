@@ -218,7 +218,7 @@ def render_markdown(doc: AcceptResult) -> str:
     out: list[str] = []
     add = out.append
     add(f"# Capacity acceptance: {_md(doc.name)}\n")
-    add(f"**Overall verdict: {doc.verdict.upper()}**\n")
+    add(f"**Overall verdict: {doc.verdict.upper()}** — {_md(doc.provenance.label())}\n")
     for reason in doc.verdict_reasons:
         add(f"- {_md(reason)}")
     add("")

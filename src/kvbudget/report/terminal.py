@@ -43,7 +43,10 @@ def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | 
             f"{escape('; '.join(comp.reasons))}"
         )
     style = STYLE.get(doc.verdict, "white")
-    console.print(f"[bold {style}]overall verdict: {doc.verdict.upper()}[/]")
+    console.print(
+        f"[bold {style}]overall verdict: {doc.verdict.upper()}[/] — "
+        f"{escape(doc.provenance.label())}"
+    )
     for reason in doc.verdict_reasons:
         console.print(f"  - {escape(reason)}")
     if wall_s is not None:

@@ -97,7 +97,7 @@ def test_tables_and_labels() -> None:
     assert len(row) == len(CELL_HEADER)
     assert row[:2] == ["long/peak", "FAIL"] and row[4] == "2.5 s"
     md = render_markdown(doc)
-    assert "**Overall verdict: FAIL**" in md
+    assert "**Overall verdict: FAIL** — measured (vllm 0.11.0, H100)" in md
     assert "measured (vllm 0.11.0, H100)" in md
     html = render_html(doc)
     assert html.count("data-chart=") == len(CHARTS)
