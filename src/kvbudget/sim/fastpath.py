@@ -248,6 +248,10 @@ class FastEngine:
             _, seq, g0, req = heapq.heappop(heap)
             if req.lazy_g0 != g0 or self.running.get(seq) is not req:
                 continue  # stale entry (the request was preempted)
+            # bring its lazy counters up to date: the completed/cancelled split below reads
+            # num_output_tokens (stale, it classed a completed decoder as cancelled and
+            # freed it after the cancelled ones: a different free-queue order than EngineCore)
+            self._materialize(req)
             finished.append(req)
         joined: list[SimRequest] = []
         for req, n in scheduled:
