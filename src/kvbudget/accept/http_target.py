@@ -109,6 +109,22 @@ class HttpTarget:
             root = models[0].get("root") or models[0].get("id")
             if root:
                 observed["model.id"] = (str(root), "/v1/models (root)")
+        if engine == "kvbudget-serve":
+            # kvbudget's own simulator behind HTTP: its step times and text are simulated, so
+            # nothing it returns is a measurement and quality cannot be judged on its text
+            timing = (ident.get("version") or {}).get("timing_model")
+            self.source = "simulated"
+            return TargetInfo(
+                kind="http",
+                source="simulated",
+                label=f"simulated (kvbudget serve at {self.base_url}, timing {timing})",
+                timing_model=str(timing) if timing else None,
+                engine=engine,
+                engine_version=str(version) if version else None,
+                hardware=f"simulated: {self.hardware}",
+                observed=observed,
+                synthetic_text=True,
+            )
         return TargetInfo(
             kind="http",
             source="measured",

@@ -93,6 +93,41 @@ def test_serve_target_runs_nine_cells_labelled_simulated(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_http_target_on_kvbudget_serve_is_simulated(served: str, tmp_path: Path) -> None:
+    """kind: http pointed at kvbudget serve is still the simulator: nothing it returns is a
+    measurement, and its synthetic text leaves quality untested (never pass, never fail)."""
+    quality = [{"id": "capital", "kind": "exact", "expected": "Paris", "tiers": ["short"]}]
+    target = {"kind": "http", "base_url": served, "served_model": "tiny"}
+    doc = run_plan(tiny_plan(target, quality), tmp_path)
+    assert doc["provenance"]["kind"] == "simulated"
+    assert doc["provenance"]["timing_model"].startswith("fixed(step=0.002s")
+    assert doc["target"]["synthetic_text"] is True
+    for cell in doc["cells"]:
+        assert cell["kind"] == "simulated"
+        for q in cell["quality"]:
+            assert q["verdict"] == "untested", q
+    records = [json.loads(x) for x in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["source"] == "simulated" for r in records)
+
+
+@pytest.fixture
+def stand_in_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let kvbudget serve stand in for a real engine: its /version 'engine' is hidden, so the
+    http target takes the measured path (the one a real vLLM/SGLang/llama.cpp takes)."""
+    from kvbudget.accept import http_target
+    from kvbudget.load.identity import server_identity as real
+
+    async def disguised(client: Any) -> dict[str, Any]:
+        ident = await real(client)
+        if ident.get("engine") == "kvbudget-serve":
+            ident["engine"] = "stand-in-engine"
+        return ident
+
+    monkeypatch.setattr(http_target, "server_identity", disguised)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("stand_in_engine")
 def test_http_target_judges_quality_on_the_timed_requests(served: str, tmp_path: Path) -> None:
     prompt = tmp_path / "capital.txt"
     prompt.write_text("What is the capital of France? Answer with one word.", encoding="utf-8")
@@ -140,7 +175,7 @@ def test_http_target_judges_quality_on_the_timed_requests(served: str, tmp_path:
     assert stops["quality failure"]["status"] == "triggered"
     assert doc["verdict"] == "fail"
     lock = {e["field"]: e for e in doc["lock"]}
-    assert lock["engine.name"]["status"] == "mismatch"  # plan says vllm, server says kvbudget-serve
+    assert lock["engine.name"]["status"] == "mismatch"  # plan says vllm, server another
     assert any(c["timeseries"]["kv_usage"] for c in doc["cells"])
     # a profile on a measured run: every measured cell carries the calibrated prediction
     predicted = [c for c in doc["cells"] if c["prediction"]]
