@@ -129,9 +129,13 @@ class HttpProbe:
                     f"(HTTP {ident.get('models_status')}); pass --model NAME"
                 )
             self.model = str(models[0]["id"])
+        # kvbudget serve is the simulator behind HTTP: its step times are simulated, not measured
+        own_sim = ident.get("engine") == "kvbudget-serve"
+        timing = (ident.get("version") or {}).get("timing_model") if own_sim else None
         self._identity = TargetIdentity(
             kind="http",
-            source="measured",
+            source="simulated" if own_sim else "measured",
+            timing_model=str(timing) if timing else None,
             engine=ident.get("engine"),
             engine_version=ident.get("engine_version"),
             model=self.model,

@@ -66,7 +66,12 @@ class TargetIdentity:
             return Provenance(
                 kind="simulated",
                 timing_model=self.timing_model or "unknown",
-                note="virtual-time EngineCore + seeded lognormal simulated client/network jitter",
+                note=(
+                    "kvbudget serve over HTTP: simulated step times delivered in real time"
+                    if self.kind == "http"
+                    else "virtual-time EngineCore + seeded lognormal simulated client/network "
+                    "jitter"
+                ),
             )
         return Provenance(
             kind="measured",
