@@ -205,6 +205,12 @@ def _make_vllm_plan(
     behaviour = vllm_behaviour(version_text)
     defaults: dict[str, str] = {}
     notes = list(behaviour.notes)
+    if model.max_position_embeddings and max_model_len > model.max_position_embeddings:
+        notes.append(
+            f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
+            f"{model.max_position_embeddings}: vLLM refuses this at start-up unless rope scaling "
+            "raises its derived limit or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set"
+        )
     if request.engine_version is None:
         defaults["engine_version"] = f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
     t_b_default, seqs_default, why = batch_defaults(

@@ -219,3 +219,19 @@ def test_block_size_must_exist_in_the_vllm_version(
         return
     with pytest.raises(ConfigError, match=f"^block_size: vLLM {version} does not accept"):
         make_plan(request, SPEC)
+
+
+def test_max_model_len_above_the_config_limit_is_noted() -> None:
+    # SPEC has max_position_embeddings 131072; vLLM refuses a larger max_model_len at start-up
+    def plan_notes(length: int) -> list[str]:
+        request = PlanRequest(
+            model="t", gpu="H100", kv_cache_memory_bytes=80 * GiB, max_model_len=length
+        )
+        return [n for n in make_plan(request, SPEC).notes if "max_position_embeddings" in n]
+
+    assert plan_notes(131072) == []
+    (note,) = plan_notes(131073)
+    assert note.startswith(
+        "max_model_len 131073 exceeds the config's max_position_embeddings 131072"
+    )
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in note
