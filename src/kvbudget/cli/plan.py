@@ -65,7 +65,10 @@ def _validation_error(exc: ValidationError, where: str) -> ConfigError:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first.get("loc", ())) or "input"
     value = first.get("input")
-    return ConfigError(f"{where}{field}: {first.get('msg')} (got {value!r})", field=field)
+    fix = ""
+    if first.get("type") == "extra_forbidden":
+        fix = "; remove it or check the spelling (keys: docs/commands/plan.md, 'YAML keys')"
+    return ConfigError(f"{where}{field}: {first.get('msg')} (got {value!r}){fix}", field=field)
 
 
 def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:

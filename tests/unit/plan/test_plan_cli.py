@@ -204,3 +204,13 @@ def test_scenario_flags_without_lengths_are_refused_not_ignored(flag: str, field
     assert isinstance(bad.exception, ConfigError)
     assert bad.exception.field == field
     assert "--lengths" in str(bad.exception) and "\n" not in str(bad.exception)
+
+
+def test_unknown_yaml_key_names_the_fix(tmp_path: Path) -> None:
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text("model: meta-llama/Llama-3.1-8B\ngpu: H100\nmax_model_lenn: 4096\n", "utf-8")
+    bad = CliRunner().invoke(plan, ["--config", str(cfg)])
+    assert isinstance(bad.exception, ConfigError)
+    text = str(bad.exception)
+    assert text.startswith("max_model_lenn: Extra inputs are not permitted (got 4096)")
+    assert "remove it or check the spelling" in text and "\n" not in text
