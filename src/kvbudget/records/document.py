@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -19,7 +19,7 @@ from kvbudget import __version__
 from kvbudget.errors import ReportError
 
 FigureKind = Literal["computed", "simulated", "measured"]
-FIGURE_KINDS: tuple[FigureKind, ...] = ("computed", "simulated", "measured")
+FIGURE_KINDS: tuple[FigureKind, ...] = get_args(FigureKind)
 
 SCHEMA_VERSION = 1
 
