@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,15 +16,16 @@ def _fmt(value: float | None, scale: float = 1.0, unit: str = "s") -> str:
     return f"{value * scale:.3g} {unit}"
 
 
+#: a ``<`` that could open raw HTML or an autolink in CommonMark (tag name, ``/``, ``!``, ``?``)
+_HTML_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+
+
 def _md(text: object) -> str:
-    """Neutralise Markdown/HTML in free text: escape pipes, angle brackets and newlines."""
-    s = (
-        str(text)
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-    )
+    """Neutralise Markdown/HTML in free text: escape pipes, backslashes and every ``<`` that
+    could open HTML (so ``<script>`` stays text), join lines. Comparisons such as ``<= 2`` stay
+    readable in the raw file."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("&", "&amp;")
+    s = _HTML_OPEN.sub("&lt;", s)
     return " ".join(s.split())
 
 

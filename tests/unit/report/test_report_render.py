@@ -148,3 +148,12 @@ def test_lock_values_and_delta_change_read_as_written() -> None:
     (row,) = delta_rows(comp)
     assert row[2] == "200/210"
     assert row[6] == "+25.0 %"  # 0.020 / 0.080, worked by hand
+
+
+def test_markdown_keeps_comparisons_readable_but_no_html() -> None:
+    from kvbudget.report.markdown import _md
+
+    assert _md("ttft_s p95 <= 2; 'auto' -> 'fp8'") == "ttft_s p95 <= 2; 'auto' -> 'fp8'"
+    assert _md("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)>"
+    assert _md("</b><!-- x --><?php") == "&lt;/b>&lt;!-- x -->&lt;?php"
+    assert _md("&lt;script&gt;") == "&amp;lt;script&amp;gt;"  # no entity smuggling either
