@@ -343,6 +343,10 @@ def bench(**opts: Any) -> None:
     if opts["ramp_stages"] and opts["shape"] == "closed":
         opts["shape"] = "ramp"
     cfg = _config(opts)
+    if out_dir is not None:
+        from kvbudget.cli.outdir import prepare_out_dir
+
+        prepare_out_dir(out_dir, ())  # created (or a one-line error) before any request
     show = not as_json and not no_progress and sys.stderr.isatty()
     if show:
         doc = _run_with_progress(cfg, out_dir, resume)
