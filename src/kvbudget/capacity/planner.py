@@ -8,7 +8,6 @@ SGLang: ``mem_fraction_static`` -> rest memory -> ``max_total_num_tokens`` (``sg
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from kvbudget.capacity.memory import (
 )
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool_text import format_gib_new
+from kvbudget.capacity.remedies import fit_remedies
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
     check_vllm_block_size,
@@ -335,7 +335,7 @@ def _make_vllm_plan(
             kv_tokens=num_blocks * (groups[0].block_size if groups else 0),
         )
     remedies = (
-        _remedies(request, tightest, needed, estimated, kv_dtype.element_bytes, max_model_len)
+        fit_remedies(request, tightest, needed, estimated, kv_dtype.element_bytes, max_model_len)
         if not fits
         else ()
     )
@@ -388,42 +388,6 @@ def _make_vllm_plan(
         headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
     )
-
-
-def _remedies(
-    request: PlanRequest,
-    rank: RankMemory,
-    needed: int,
-    estimated: int | None,
-    element_bytes: float,
-    max_model_len: int,
-) -> tuple[str, ...]:
-    """Knobs that would make one max-length request fit, each with its number."""
-    out: list[str] = []
-    if estimated:
-        out.append(
-            f"--max-model-len {estimated} (the longest request that fits; asked {max_model_len})"
-        )
-    if rank.kv_cache_memory_override:
-        out.append(f"--kv-cache-memory >= {needed} bytes ({needed / GiB:.2f} GiB) per GPU")
-    else:
-        util = (rank.non_kv_bytes + needed) / rank.total_bytes
-        if util <= 1.0:
-            out.append(
-                f"--gpu-memory-utilization >= {math.ceil(util * 100) / 100:.2f} "
-                f"(needs {needed / GiB:.2f} GiB KV after {rank.non_kv_bytes / GiB:.2f} GiB non-KV)"
-            )
-        else:
-            out.append(
-                f"no utilization fits: non-KV {rank.non_kv_bytes / GiB:.2f} GiB + KV {needed / GiB:.2f} GiB "
-                f"exceed the device's {rank.total_bytes / GiB:.2f} GiB"
-            )
-    if element_bytes >= 2:
-        out.append(
-            f"--kv-dtype fp8 halves the KV need to about {needed / 2 / GiB:.2f} GiB (check quality)"
-        )
-    out.append(f"--tp {request.tp * 2} splits weights and KV heads over twice the GPUs")
-    return tuple(out)
 
 
 _VLLM_ONLY = (

@@ -1,0 +1,45 @@
+"""What to change so that one max-length request fits: each knob with its number (vLLM plans)."""
+
+from __future__ import annotations
+
+import math
+
+from kvbudget.capacity.memory import RankMemory
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.units import GiB
+
+
+def fit_remedies(
+    request: PlanRequest,
+    rank: RankMemory,
+    needed: int,
+    estimated: int | None,
+    element_bytes: float,
+    max_model_len: int,
+) -> tuple[str, ...]:
+    """Knobs that would make one max-length request fit, each with its number."""
+    out: list[str] = []
+    if estimated:
+        out.append(
+            f"--max-model-len {estimated} (the longest request that fits; asked {max_model_len})"
+        )
+    if rank.kv_cache_memory_override:
+        out.append(f"--kv-cache-memory >= {needed} bytes ({needed / GiB:.2f} GiB) per GPU")
+    else:
+        util = (rank.non_kv_bytes + needed) / rank.total_bytes
+        if util <= 1.0:
+            out.append(
+                f"--gpu-memory-utilization >= {math.ceil(util * 100) / 100:.2f} "
+                f"(needs {needed / GiB:.2f} GiB KV after {rank.non_kv_bytes / GiB:.2f} GiB non-KV)"
+            )
+        else:
+            out.append(
+                f"no utilization fits: non-KV {rank.non_kv_bytes / GiB:.2f} GiB + KV {needed / GiB:.2f} GiB "
+                f"exceed the device's {rank.total_bytes / GiB:.2f} GiB"
+            )
+    if element_bytes >= 2:
+        out.append(
+            f"--kv-dtype fp8 halves the KV need to about {needed / 2 / GiB:.2f} GiB (check quality)"
+        )
+    out.append(f"--tp {request.tp * 2} splits weights and KV heads over twice the GPUs")
+    return tuple(out)
