@@ -83,6 +83,9 @@ def report(
         doc = doc.model_copy(update={"comparisons": [*doc.comparisons, comparison]})
         out_dir = out_dir or result_file.parent / "compare"
     target = out_dir or result_file.parent
+    from kvbudget.cli.outdir import prepare_out_dir
+
+    prepare_out_dir(target, ())  # created, or a one-line error naming the directory
     paths = write_report(doc, target, json_too=out_dir is not None)
     if out_dir is None:
         paths["json"] = result_file

@@ -117,3 +117,20 @@ def test_accept_empty_plan_names_the_fix(
     assert code == 2
     assert "got NoneType; start from examples/acceptance-demo.yaml" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_report_unwritable_out_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvbudget.records import write_document
+
+    from .test_report_render import make_doc
+
+    result = tmp_path / "report.json"
+    write_document(result, make_doc())
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    code, err = run_cli(["report", str(result), "--out", str(blocker / "out")], capsys)
+    assert code == 2
+    assert err.strip().startswith("ConfigError: --out: cannot write to directory")
+    assert len(err.strip().splitlines()) == 1
