@@ -42,7 +42,7 @@ _COUNT_SUFFIXES: dict[str, int] = {
     "mi": 1024**2,
 }
 
-_NUMBER_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_NUMBER_RE = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def cdiv(a: int, b: int) -> int:
