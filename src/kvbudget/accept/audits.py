@@ -74,13 +74,13 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
         else:
             cfg = IsolationConfig(trials=ISOLATION_TRIALS, seed=plan.seed, salt_mode=mode)
             iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
-            out["isolation"] = iso.summary()
+            out["isolation"] = {**iso.summary(), "basis": iso.provenance.label()}
             out["isolation_markdown"] = iso.to_markdown(3)
             out["cross_tenant_cached_tokens"] = iso.cross_tenant_cached_tokens
             out["leak_detected"] = iso.verdict == "leak_detected"
     if plan.audits.reuse:
         rcfg = ReuseConfig(seed=plan.seed)
         reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
-        out["reuse"] = reuse.summary()
+        out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
         out["reuse_markdown"] = reuse.to_markdown(3)
     return out

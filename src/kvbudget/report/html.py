@@ -222,7 +222,8 @@ def render_html(doc: AcceptResult) -> str:
         for key in ("isolation", "reuse"):
             summary = doc.audits.get(key)
             if isinstance(summary, dict):
-                items.append(f"{key}: {summary.get('verdict')} — {summary.get('reason')}")
+                basis = f" ({summary['basis']})" if summary.get("basis") else ""
+                items.append(f"{key}{basis}: {summary.get('verdict')} — {summary.get('reason')}")
         if "note" in doc.audits:
             items.append(str(doc.audits["note"]))
         add(_list(items))

@@ -332,7 +332,11 @@ def render_markdown(doc: AcceptResult) -> str:
         for key in ("isolation", "reuse"):
             summary = doc.audits.get(key)
             if isinstance(summary, dict):
-                add(f"- **{key}**: {_md(summary.get('verdict'))} — {_md(summary.get('reason'))}")
+                basis = f" ({_md(summary['basis'])})" if summary.get("basis") else ""
+                add(
+                    f"- **{key}**{basis}: {_md(summary.get('verdict'))} — "
+                    f"{_md(summary.get('reason'))}"
+                )
         if "note" in doc.audits:
             add(f"- {_md(doc.audits['note'])}")
         for key in ("isolation_markdown", "reuse_markdown"):

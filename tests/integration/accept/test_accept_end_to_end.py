@@ -55,6 +55,8 @@ def test_report_files_and_nine_cells(small_run: Path) -> None:
     expected = "fail" if slower else ("untested" if len(enough) < len(deltas) else "pass")
     assert comps["fp8-kv"]["verdict"] == expected
     assert "capacity" in comps["fp8-kv"]["conclusions"]
+    for audit in ("isolation", "reuse"):  # each audit names what its figures are
+        assert doc["audits"][audit]["basis"].startswith("simulated (fixed("), audit
     records = [json.loads(x) for x in (small_run / "records.jsonl").read_text().splitlines()]
     assert all(r["source"] == "simulated" for r in records)
     assert all(r["prompt_text"] is None and len(r["prompt_sha256"]) == 64 for r in records)
