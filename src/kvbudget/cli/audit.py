@@ -309,16 +309,18 @@ def isolation(**opts: Any) -> int:
         raise ConfigError(f"--power {cfg.power}: must lie in (0, 1), e.g. 0.8", field="power")
     _prepare_out(opts, "audit-isolation")
     declared = declared_statistics(cfg)
-    click.echo(
-        "Declared before the run: one-sided Mann-Whitney + one-sided KS on attacker TTFT "
-        f"(hit < control), Holm, alpha {cfg.alpha:g}, power {cfg.power:g}, {cfg.trials} trials "
-        f"per arm, minimum detectable AUC {declared['mde_auc']:.3f}; any cross-tenant cached "
-        "token is a leak; the same-tenant positive control must show reuse.",
-        err=True,
-    )
     progress = _progress(not opts["as_json"] and sys.stderr.isatty())
 
     async def work(probe: Any) -> Any:
+        await probe.identity()  # an unreachable target fails here, in one line
+        click.echo(
+            "Declared before the run: one-sided Mann-Whitney + one-sided KS on attacker TTFT "
+            f"(hit < control), Holm, alpha {cfg.alpha:g}, power {cfg.power:g}, {cfg.trials} "
+            f"trials per arm, minimum detectable AUC {declared['mde_auc']:.3f}; any "
+            "cross-tenant cached token is a leak; the same-tenant positive control must show "
+            "reuse.",
+            err=True,
+        )
         return await run_isolation(probe, cfg, progress=progress)
 
     result = run_async(_with_probe(opts, work))

@@ -33,6 +33,8 @@ def test_unreachable_base_url_says_so(capsys: pytest.CaptureFixture[str], comman
     with pytest.raises(SystemExit) as info:
         main(["audit", command, "--base-url", "http://127.0.0.1:9", "--model", "m"])
     assert info.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines  # nothing declared for a run that cannot start
+    last = lines[0]
     assert last.startswith("TargetError: --base-url: cannot reach http://127.0.0.1:9/v1/models")
     assert "check --base-url" in last
