@@ -46,6 +46,8 @@ def pairs_text(values: dict[str, Any]) -> str:
     for key, value in values.items():
         if isinstance(value, bool):
             shown = "yes" if value else "no"
+        elif isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+            shown = str(int(value))  # a count sent as a float (27578.0) reads as a count
         elif isinstance(value, float):
             shown = f"{value:.4g}"
         else:

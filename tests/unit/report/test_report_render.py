@@ -125,6 +125,9 @@ def test_float_residue_and_run_dicts_are_readable() -> None:
     assert pairs_text({"requests": 8, "scored": False, "duration_s": 0.31378}) == (
         "requests 8, scored no, duration_s 0.3138"
     )
+    assert pairs_text({"num_free_blocks": 27578.0, "kv_usage": 0.0}) == (
+        "num_free_blocks 27578, kv_usage 0"
+    )
     doc.warmup = {"requests": 8, "scored": False}
     md = render_markdown(doc)
     html = render_html(doc)
