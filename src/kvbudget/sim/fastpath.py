@@ -122,11 +122,11 @@ class FastEngine:
         kv = self.kv
         preempted = False
         # 1. running decoders that cross a block boundary, in running order
-        crossing = self.phase[self.g % self.block_size]
+        size = self.block_size
+        crossing = self.phase[self.g % size]
         if crossing:
             single = kv.single_full
             pool = self.pool
-            size = self.block_size
             g = self.g
             for seq in list(crossing):
                 req = crossing.get(seq)
@@ -139,7 +139,8 @@ class FastEngine:
                     # exactly one new block (c is a multiple of block_size): the same steps
                     # as allocate_slots, without its general bookkeeping
                     req.block_ids[0].extend(pool.allocate(1))
-                    if kv.caching and c // size > req.num_cached_blocks:
+                    if kv.caching and (c + 1) // size > req.num_cached_blocks:
+                        # block_size 1: the block taken now is full once this step computes it
                         kv._cache_full_blocks(req, c + 1)
                     continue
                 ok = True
@@ -151,6 +152,20 @@ class FastEngine:
                         break
                 if not ok:
                     break
+        # 1b. decoders whose token this step fills a block: the block is registered for the
+        # prefix cache now, when that token is scheduled (vLLM's allocate_slots ->
+        # cache_blocks(num_computed + num_new), as EngineCore), so a request admitted in this
+        # step can hit it. After the crossing loop, same order of registrations as running
+        # order: registering keys a referenced block, allocation pops free ones (independent),
+        # and a decoder preempted above has already left its bucket (as EngineCore, which
+        # never schedules it). Block size 1: the crossing loop registered it already.
+        if size > 1 and kv.caching:
+            completing = self.phase[(self.g + 1) % size]
+            if completing:
+                g1 = self.g + 1
+                cache = kv._cache_full_blocks
+                for req in completing.values():
+                    cache(req, req.lazy_c0 + g1 - req.lazy_g0)
         # 2. the explicit (prefilling) running requests, in running order
         budget = cfg.max_num_batched_tokens - self.num_decoders
         scheduled: list[tuple[SimRequest, int]] = []

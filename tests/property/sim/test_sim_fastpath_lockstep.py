@@ -5,7 +5,8 @@ explicit stepping) get the same arrivals at the same times and are compared afte
 the step duration, the free queue in order (so eviction order), the eviction count, the
 prefix-cache counters and the finished requests with their reasons. Shared prefixes, client
 cancellations (``cancel_after_tokens``) that coincide with completions, cache salts and small
-pools (preemptions, evictions) are all drawn.
+pools (preemptions, evictions) and follow-up turns whose prompts repeat an earlier request's
+generated tokens (while it may still be computing them) are all drawn.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
-from kvbudget.sim.request import EngineRequest
+from kvbudget.sim.request import EngineRequest, generated_token_id
 from kvbudget.sim.timing import FixedTiming
 
 
@@ -43,27 +44,29 @@ def _state(replica: Replica) -> tuple[object, ...]:
     reqs=st.lists(
         st.tuples(
             st.integers(0, 2),  # shared prefix id
-            st.integers(1, 20),  # own prompt tokens
+            st.integers(1, 20),  # own prompt tokens (prompts cut at 60)
             st.integers(1, 12),  # output tokens
-            st.integers(0, 3),  # arrival step
+            st.integers(0, 12),  # arrival step
             st.one_of(st.none(), st.integers(1, 6)),  # client cancellation
             st.booleans(),  # cache salt
+            st.one_of(st.none(), st.integers(0, 15)),  # follow-up of an earlier request
+            st.integers(0, 12),  # generated tokens of that request the follow-up repeats
         ),
         min_size=1,
         max_size=16,
     ),
-    num_blocks=st.integers(12, 40),  # for block_size 4; scaled to the same tokens
+    num_blocks=st.integers(20, 50),  # for block_size 4; scaled to the same tokens
     block_size=st.sampled_from([1, 2, 4]),
     caching=st.booleans(),
 )
 def test_fast_path_in_lockstep_with_engine(
-    reqs: list[tuple[int, int, int, int, int | None, bool]],
+    reqs: list[tuple[int, int, int, int, int | None, bool, int | None, int]],
     num_blocks: int,
     block_size: int,
     caching: bool,
 ) -> None:
     cfg = ReplicaConfig(
-        num_gpu_blocks=num_blocks * 4 // block_size,  # every request fits (<= 40 tokens)
+        num_gpu_blocks=num_blocks * 4 // block_size,  # every request fits (<= 72 tokens)
         block_size=block_size,
         max_num_seqs=4,
         max_num_batched_tokens=24,
@@ -72,28 +75,37 @@ def test_fast_path_in_lockstep_with_engine(
     )
     assert fast_path_ok(cfg)
     prefixes = [tuple(range(100 * p, 100 * p + 8)) for p in range(3)]
-    work = [
-        EngineRequest(
-            f"r{i}",
-            prefixes[p] + tuple(range(10_000 + 100 * i, 10_000 + 100 * i + own)),
-            out,
-            cancel_after_tokens=cancel,
-            cache_salt="s" if salt else None,
-        )
-        for i, (p, own, out, _, cancel, salt) in enumerate(reqs)
-    ]
-    arrive_at_step = [r[3] for r in reqs]
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     fast = Replica("f", ReplicaSetup(cfg, timing), np.random.default_rng(3))
     slow = Replica("s", ReplicaSetup(cfg, timing, fast_path=False), np.random.default_rng(3))
     assert fast.fast is not None and slow.fast is None
+    added: dict[int, tuple[tuple[int, ...], int]] = {}  # index -> (prompt, seed)
+
+    def make(i: int) -> EngineRequest:
+        p, own, out, _, cancel, salt, parent, num_gen = reqs[i]
+        prompt = prefixes[p]
+        if parent is not None and parent in added:
+            # a follow-up turn: the parent's prompt and some of its generated tokens (which
+            # it may still be computing: blocks of generated tokens are cache hits)
+            parent_prompt, seed = added[parent]
+            prompt = parent_prompt + tuple(
+                generated_token_id(seed, j, 32000) for j in range(num_gen)
+            )
+        prompt = (prompt + tuple(range(10_000 + 100 * i, 10_000 + 100 * i + own)))[:60]
+        return EngineRequest(
+            f"r{i}", prompt, out, cancel_after_tokens=cancel, cache_salt="s" if salt else None
+        )
+
     now_s = 0.0
     for step in range(2000):
-        for req, at in zip(work, arrive_at_step, strict=True):
-            if at == step:
-                fast.add(req)
-                slow.add(req)
-        if not fast.has_work() and step > 3:
+        for i, r in enumerate(reqs):
+            if r[3] == step:
+                req = make(i)
+                a = fast.add(req)
+                b = slow.add(req)
+                assert a.seed == b.seed
+                added[i] = (req.prompt_token_ids, a.seed)
+        if not fast.has_work() and step > 12:
             break
         duration_s = fast.step(now_s)
         assert slow.step(now_s) == duration_s

@@ -78,3 +78,33 @@ def test_fast_path_not_used_where_it_would_differ() -> None:
     assert not fast_path_ok(
         ReplicaConfig.model_validate({**base, "max_num_seqs": 64, "max_num_batched_tokens": 64})
     )
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_block_of_generated_tokens_is_hit_in_the_step_that_fills_it(fast: bool) -> None:
+    """vLLM caches a block when the token that fills it is scheduled (``allocate_slots`` ->
+    ``cache_blocks(num_computed + num_new)``), so a request admitted in that same step hits it.
+    The fast path once registered it only at the next block boundary, one step late."""
+    from kvbudget.sim.replica import Replica
+    from kvbudget.sim.request import generated_token_id
+
+    cfg = ReplicaConfig(
+        num_gpu_blocks=32, block_size=4, max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64
+    )
+    replica = Replica(
+        "r", ReplicaSetup(cfg, FixedTiming(step_s=0.01), fast_path=fast), np.random.default_rng(0)
+    )
+    a = replica.add(EngineRequest("A", (1, 2, 3, 4), 10))
+    generated = tuple(generated_token_id(a.seed, i, 32000) for i in range(4))
+    now_s = 0.0
+    b = None
+    for step in range(1, 30):
+        if step == 5:
+            # step 1 computed A's prompt (positions 0-3) and emitted token 0; steps 2..5
+            # compute positions 4..7 (tokens 0..3), so step 5 fills A's block 1. B's prompt is
+            # A's prompt + those 4 tokens + 2 more: it hits blocks 0 and 1 = 8 tokens.
+            b = replica.add(EngineRequest("B", (1, 2, 3, 4, *generated, 9, 9), 2))
+        if not replica.has_work():
+            break
+        now_s += replica.step(now_s)
+    assert b is not None and b.cached_tokens_by_tier == {"gpu": 8}
