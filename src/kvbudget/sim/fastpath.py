@@ -8,13 +8,18 @@ something can change:
 
 * block boundaries: a decoder needs a new block when its computed tokens reach a multiple of
   ``block_size``, i.e. at steps with ``G % block_size == (g0 - c0) % block_size``; decoders are
-  bucketed by that phase, so a step touches only the ~1/block_size of them that cross;
+  bucketed by that phase, so a step touches only the ~1/block_size of them that cross (and,
+  with prefix caching, the ~1/block_size whose token fills a block, below);
 * finishes: a heap on the step at which each decoder reaches its output length;
+* blocks filled by a decoder's token: registered for the prefix cache in the step that
+  schedules the token (the bucket of decoders one step before a boundary), as the explicit
+  engine and vLLM's ``allocate_slots`` do;
 * prefills, admissions and preemptions: done exactly as the explicit engine does them.
 
 The step-time model sees the same batch (decode count and summed context are kept as running
 sums). The result is identical to stepping :class:`EngineCore` (same block ids, eviction order,
-times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads. Used when the
+times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads and
+``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step. Used when the
 replica is FCFS, has no sliding-window group, no KV tier and ``max_num_seqs <
 max_num_batched_tokens`` with no ``long_prefill_token_threshold`` (see :func:`fast_path_ok`).
 """
