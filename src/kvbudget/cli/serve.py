@@ -138,6 +138,7 @@ def serve(
     from kvbudget.errors import ConfigError
     from kvbudget.serve.app import ServeApp
     from kvbudget.serve.build import ServeEngineOptions, build_engine
+    from kvbudget.units import cdiv
 
     if tp != 1 and gpu is None:
         raise ConfigError(
@@ -163,7 +164,7 @@ def serve(
     )
 
     cfg = built.config
-    blocks_needed = -(-cfg.max_model_len // cfg.block_size)
+    blocks_needed = cdiv(cfg.max_model_len, cfg.block_size)
     if blocks_needed > cfg.num_gpu_blocks - 1:  # block 0 is the null block
         click.echo(
             f"warning: one max_model_len request ({cfg.max_model_len} tokens) needs "
