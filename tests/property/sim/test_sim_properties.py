@@ -57,7 +57,7 @@ def test_pool_invariants_hold_after_every_step(
     sliding: bool,
     caching: bool,
 ) -> None:
-    groups = (KVGroupConfig(),)
+    groups: tuple[KVGroupConfig, ...] = (KVGroupConfig(),)
     if sliding:
         groups = (KVGroupConfig(), KVGroupConfig(kind="sliding", sliding_window_tokens=8))
     cfg = ReplicaConfig.model_validate(

@@ -9,7 +9,7 @@ import pytest
 
 from kvbudget.errors import ConfigError
 from kvbudget.sim.router import Router, RouteRequest, estimate_ttft_s
-from kvbudget.sim.timing import FixedTiming
+from kvbudget.sim.timing import FixedTiming, StepTimeModel
 
 
 class SecondsPerToken(FixedTiming):
@@ -30,7 +30,7 @@ class FakeView:
     cached_tokens: int
     outstanding: int = 0
     usage: float = 0.0
-    timing: SecondsPerToken = field(default_factory=lambda: SecondsPerToken(0.001))
+    timing: StepTimeModel = field(default_factory=lambda: SecondsPerToken(0.001))
     block_size: int = 16
     keys: set[str] = field(default_factory=set)
 
