@@ -150,6 +150,19 @@ def judge_comparison(
     latency = ("faster: " + "; ".join(better) if better else "no significant speed-up") + (
         " | slower: " + "; ".join(worse + tail_worse) if worse or tail_worse else ""
     )
+    conclusions = {
+        "capacity": capacity,
+        "latency": latency,
+        "cost": "not concluded: the plan gives no prices; capacity and latency above are "
+        "the inputs a cost estimate needs",
+    }
+    uneven = _uneven_counts(deltas)
+    if uneven:
+        conclusions["sample_counts"] = (
+            "unequal completed requests in " + "; ".join(uneven) + ": each percentile is over "
+            "the requests that finished in the cell's window, so the arm that finished fewer is "
+            "judged on the requests it managed to serve"
+        )
     return ComparisonResult(
         name=comparison.name,
         factor=comparison.factor,
@@ -162,10 +175,19 @@ def judge_comparison(
         alpha=comparison.alpha,
         deltas=deltas,
         capacity_ratio=(tokens_b / tokens_a) if tokens_a and tokens_b else None,
-        conclusions={
-            "capacity": capacity,
-            "latency": latency,
-            "cost": "not concluded: the plan gives no prices; capacity and latency above are "
-            "the inputs a cost estimate needs",
-        },
+        conclusions=conclusions,
     )
+
+
+#: completed-request counts of the two arms differing by more than this share are flagged
+UNEVEN_COUNT_SHARE = 0.1
+
+
+def _uneven_counts(deltas: Sequence[MetricDelta]) -> list[str]:
+    """Cells whose two arms completed clearly different numbers of requests (one per cell)."""
+    seen: dict[str, str] = {}
+    for d in deltas:
+        most = max(d.n_baseline, d.n_variant)
+        if most and abs(d.n_baseline - d.n_variant) > UNEVEN_COUNT_SHARE * most:
+            seen.setdefault(d.cell_id, f"{d.cell_id} ({d.n_baseline} vs {d.n_variant})")
+    return list(seen.values())

@@ -8,7 +8,7 @@ import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison
 from kvbudget.accept.plan_checks import Comparison
-from kvbudget.accept.result import Ledger
+from kvbudget.accept.result import ComparisonResult, Ledger
 from kvbudget.accept.targets import CellRun
 from kvbudget.records import RequestRecord
 
@@ -22,6 +22,11 @@ def _run(tpot_values: list[float]) -> CellRun:
 
 
 def _judge(baseline: list[float], variant: list[float]) -> tuple[str, list[str]]:
+    result = _result(baseline, variant)
+    return result.verdict, result.reasons
+
+
+def _result(baseline: list[float], variant: list[float]) -> ComparisonResult:
     comparison = Comparison(
         name="fp8", factor="kv_dtype", set={"kv_dtype": "fp8"}, metrics=["tpot_s"]
     )
@@ -36,7 +41,7 @@ def _judge(baseline: list[float], variant: list[float]) -> tuple[str, list[str]]
         variant_value="fp8",
         rng=np.random.default_rng(0),
     )
-    return result.verdict, result.reasons
+    return result
 
 
 # 400 evenly spread values in [10 ms, 20 ms): the worked-by-hand p95 is ~19.5 ms.
@@ -57,3 +62,10 @@ def test_tail_only_slowdown_fails() -> None:
 def test_identical_runs_pass() -> None:
     verdict, reasons = _judge(BASE, list(BASE))
     assert verdict == "pass", reasons
+
+
+def test_unequal_completions_are_stated() -> None:
+    # 400 vs 300 finished requests (25 % fewer): percentiles compare survivors, say so
+    text = _result(BASE, BASE[:300]).conclusions.get("sample_counts", "")
+    assert "long/peak (400 vs 300)" in text
+    assert "sample_counts" not in _result(BASE, BASE[:380]).conclusions  # 5 %: not flagged
