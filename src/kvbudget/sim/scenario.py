@@ -102,27 +102,68 @@ class SimScenario(BaseModel):
     )
 
 
+_DOCS = "docs/simulator.md"
+
+
 def load_scenario(path: str | Path) -> dict[str, Any]:
     """Read a YAML scenario into a plain mapping (validated by :func:`scenario_from_dict`)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(
+            f"scenario {path}: file not found; give the path of a YAML scenario (see {_DOCS})",
+            field="scenario",
+        )
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"scenario {path}: cannot read it ({exc})", field="scenario") from exc
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"scenario {path}: cannot read it ({exc}); check the file's permissions and encoding",
+            field="scenario",
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(
+            f"scenario {file.name}{where}: {problem}; fix the YAML syntax", field="scenario"
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"scenario {path}: expected a mapping at the top", field="scenario")
+        raise ConfigError(
+            f"scenario {file.name}: expected a mapping of fields at the top, got "
+            f"{type(data).__name__}; start from the example in {_DOCS}",
+            field="scenario",
+        )
     return data
 
 
-def scenario_from_dict(data: dict[str, Any]) -> SimScenario:
-    """Validate; the first problem becomes a one-line ConfigError naming the field."""
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") -> SimScenario:
+    """Validate; the first problem becomes a one-line ConfigError naming the field.
+
+    ``origin`` names where the fields came from (a file name, or the flags) in the message.
+    """
     try:
         scenario = SimScenario.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = exc.errors(include_url=False)[0]
         where = ".".join(str(x) for x in err["loc"]) or "scenario"
-        raise ConfigError(
-            f"scenario field {where}: {err['msg']} (got {err.get('input')!r})", field=where
-        ) from exc
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            text = f"unknown field {where!r} in {origin}: remove it or see {_DOCS} for the fields"
+        elif kind == "missing":
+            text = f"missing field {where!r} in {origin}: add it (see {_DOCS})"
+        else:
+            text = (
+                f"scenario field {where}={_shown(err.get('input'))} in {origin}: "
+                f"{err['msg']}; fix the value (see {_DOCS})"
+            )
+        raise ConfigError(text, field=where) from None
     if scenario.router not in ROUTERS:
         raise ConfigError(
             f"router: unknown policy {scenario.router!r}; choose one of {', '.join(ROUTERS)}",
