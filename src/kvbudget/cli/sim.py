@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,52 @@ import click
 
 from kvbudget.errors import ConfigError
 from kvbudget.units import parse_count
+
+_OUTPUT_FLAGS = ("trace_out", "records_out", "samples_out")
+
+
+def _check_output_path(flag: str, raw: str) -> None:
+    """Refuse an output path that cannot be written, before any simulation runs.
+
+    Missing parent directories are created (as writing would need them anyway).
+    """
+    path = Path(raw)
+    if path.is_dir():
+        raise ConfigError(
+            f"{flag} {raw}: is a directory; give a file path (e.g. {path / 'out.json'})",
+            field=flag,
+        )
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(
+            f"{flag} {raw}: directory {parent} cannot be created ({reason}); "
+            "give a path in a writable directory",
+            field=flag,
+        ) from None
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{flag} {raw}: directory {parent} is not writable; "
+            "give a path in a writable directory",
+            field=flag,
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(
+            f"{flag} {raw}: file is not writable; give another path or fix its permissions",
+            field=flag,
+        )
+
+
+def _positive_tokens(flag: str, value: int) -> int:
+    if value < 1:
+        raise ConfigError(
+            f"{flag} {value}: must be >= 1 token (vLLM requires max_tokens >= 1 and a "
+            "non-empty prompt); give e.g. 128",
+            field=flag.removeprefix("--").replace("-", "_"),
+        )
+    return value
 
 
 def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
@@ -28,9 +75,11 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
     if opts["concurrency"] is not None:
         wl["arrivals"] = {"kind": "closed", "concurrency": opts["concurrency"]}
     if opts["input_tokens"] is not None:
-        wl["input_tokens"] = {"kind": "fixed", "value": opts["input_tokens"]}
+        value = _positive_tokens("--input-tokens", opts["input_tokens"])
+        wl["input_tokens"] = {"kind": "fixed", "value": value}
     if opts["output_tokens"] is not None:
-        wl["output_tokens"] = {"kind": "fixed", "value": opts["output_tokens"]}
+        value = _positive_tokens("--output-tokens", opts["output_tokens"])
+        wl["output_tokens"] = {"kind": "fixed", "value": value}
     groups = opts["prefix_groups"]
     shared = opts["shared_prefix_tokens"]
     if groups and not shared:
@@ -195,7 +244,14 @@ def sim(**opts: Any) -> None:
         scenario_from_dict,
     )
 
-    data: dict[str, Any] = load_scenario(opts["scenario"]) if opts["scenario"] else {}
+    for flag in _OUTPUT_FLAGS:
+        if opts[flag]:
+            _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
+    data: dict[str, Any] = {}
+    if opts["scenario"]:
+        data = load_scenario(opts["scenario"])
+        # the file alone first, so its mistakes are reported against the file
+        scenario_from_dict(dict(data), origin=Path(opts["scenario"]).name)
     for key in (
         "model",
         "gpu",
@@ -219,7 +275,7 @@ def sim(**opts: Any) -> None:
         "arrivals": {"kind": "poisson", "rate_per_s": 10.0},
     }
     data["workload"] = _workload_from_flags(opts, base_wl)
-    scenario = scenario_from_dict(data)
+    scenario = scenario_from_dict(data, origin="the command-line flags")
     if opts["engine"] == "llamacpp":
         _sim_slots(scenario, opts)
         return
