@@ -289,18 +289,23 @@ def _finish(
             if text is not None:
                 (out_dir / f"metrics_{name}.prom").write_text(text)
     engine = ident.get("engine") or "unknown OpenAI-compatible server"
+    version = ident.get("version") or {}
+    own_sim = engine == "kvbudget-serve"
     note = None
-    if engine == "kvbudget-serve":
+    if own_sim:
+        # The client timings are real, but what they time is kvbudget's own simulator: label the
+        # figures simulated (as accept and audit do for the same endpoint), never measured.
         note = (
             "the engine behind this endpoint is kvbudget's simulator served over HTTP: "
-            "latencies are simulated step times delivered in real time"
+            "latencies are simulated step times delivered in real time, plus real HTTP overhead"
         )
-    version = ident.get("version") or {}
     doc = BenchDocument(
         provenance=Provenance(
-            kind="measured",
+            kind="simulated" if own_sim else "measured",
             engine=str(engine),
-            timing_model=version.get("timing_model") if engine == "kvbudget-serve" else None,
+            timing_model=(str(version.get("timing_model") or "kvbudget serve"))
+            if own_sim
+            else None,
             engine_version=ident.get("engine_version") or "unknown",
             hardware="unknown (remote endpoint)",
             note=note,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,34 @@ def test_help_mentions_every_load_shape() -> None:
     assert proc.returncode == 0
     for word in ("closed", "poisson", "gamma", "burst", "ramp", "--workers", "--resume"):
         assert word in proc.stdout
+
+
+def test_bench_against_kvbudget_serve_is_labelled_simulated(tmp_path: Path) -> None:
+    """The client clock is real, but the engine is kvbudget's simulator: never 'measured'."""
+    import asyncio
+
+    from kvbudget.load.config import RunConfig
+    from kvbudget.load.run import run_load
+    from kvbudget.serve.app import ServeApp
+    from kvbudget.serve.build import ServeEngineOptions, build_engine
+
+    async def go() -> dict[str, object]:
+        built = build_engine(ServeEngineOptions(model="tiny", step_s=0.001, num_gpu_blocks=256))
+        async with ServeApp(built.core, model_name="tiny", max_model_len=2048) as app:
+            url = app.base_url
+            cfg = RunConfig(
+                base_url=url,
+                model="tiny",
+                concurrency=2,
+                num_requests=4,
+                prompt_tokens=16,
+                output_tokens=4,
+                timeout_s=30.0,
+            )
+            doc = await run_load(cfg, out_dir=tmp_path)
+            return doc.provenance.model_dump()
+
+    prov = asyncio.run(go())
+    assert prov["kind"] == "simulated"
+    assert prov["engine"] == "kvbudget-serve"
+    assert prov["timing_model"]
