@@ -42,6 +42,7 @@ from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile, RooflineParams
+from kvbudget.workload.lengths import FixedLength
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.spec import WorkloadSpec, generate, workload_from_dict
 
@@ -143,6 +144,41 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _validation_text(exc: ValidationError, origin: str, prefix: str, docs: str) -> tuple[str, str]:
+    """The first pydantic error as one line naming field path, value and fix; and the path."""
+    err = exc.errors(include_url=False)[0]
+    parts = ([prefix] if prefix else []) + [str(x) for x in err["loc"]]
+    where = ".".join(parts) or "scenario"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        text = f"unknown field {where!r} in {origin}: remove it or see {docs} for the fields"
+    elif kind == "missing":
+        text = f"missing field {where!r} in {origin}: add it (see {docs})"
+    else:
+        text = (
+            f"scenario field {where}={_shown(err.get('input'))} in {origin}: "
+            f"{err['msg']}; fix the value (see {docs})"
+        )
+    return text, where
+
+
+def _check_workload(workload: dict[str, Any], origin: str) -> None:
+    """Validate the workload here so its errors name the file; token counts must be >= 1."""
+    try:
+        spec = WorkloadSpec.model_validate(workload)
+    except ValidationError as exc:
+        text, where = _validation_text(exc, origin, "workload", "docs/workloads.md")
+        raise ConfigError(text, field=where) from None
+    for name in ("input_tokens", "output_tokens"):
+        length = getattr(spec, name)
+        if isinstance(length, FixedLength) and length.value < 1:
+            raise ConfigError(
+                f"scenario field workload.{name}.value={length.value} in {origin}: must be >= 1 "
+                "token (vLLM requires max_tokens >= 1 and a non-empty prompt); give e.g. 128",
+                field=f"workload.{name}.value",
+            )
+
+
 def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") -> SimScenario:
     """Validate; the first problem becomes a one-line ConfigError naming the field.
 
@@ -151,24 +187,14 @@ def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") ->
     try:
         scenario = SimScenario.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in err["loc"]) or "scenario"
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            text = f"unknown field {where!r} in {origin}: remove it or see {_DOCS} for the fields"
-        elif kind == "missing":
-            text = f"missing field {where!r} in {origin}: add it (see {_DOCS})"
-        else:
-            text = (
-                f"scenario field {where}={_shown(err.get('input'))} in {origin}: "
-                f"{err['msg']}; fix the value (see {_DOCS})"
-            )
+        text, where = _validation_text(exc, origin, "", _DOCS)
         raise ConfigError(text, field=where) from None
     if scenario.router not in ROUTERS:
         raise ConfigError(
             f"router: unknown policy {scenario.router!r}; choose one of {', '.join(ROUTERS)}",
             field="router",
         )
+    _check_workload(scenario.workload, origin)
     return scenario
 
 

@@ -121,3 +121,22 @@ def test_token_counts_below_one_are_refused(flag: str, value: str, no_simulation
     args = ["--requests", "3", "--rate", "5", flag, value]
     text = str(_config_error(args))
     assert flag in text and value in text and ">= 1" in text
+
+
+def test_unknown_workload_field_in_scenario_names_file_and_fix(tmp_path: Path) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text("workload:\n  num_requests: 3\n  foo: 1\n")
+    text = str(_config_error(["--scenario", str(path)]))
+    assert "unknown field 'workload.foo'" in text and "scenario.yaml" in text
+    assert "remove it" in text and "docs/workloads.md" in text
+
+
+@pytest.mark.parametrize("name", ["output_tokens", "input_tokens"])
+def test_fixed_zero_tokens_in_scenario_is_refused(
+    name: str, tmp_path: Path, no_simulation: None
+) -> None:
+    # without this check the workload's default min_tokens=1 clips 0 up to 1 token silently
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"workload:\n  num_requests: 3\n  {name}: {{kind: fixed, value: 0}}\n")
+    text = str(_config_error(["--scenario", str(path)]))
+    assert f"workload.{name}.value=0" in text and "scenario.yaml" in text and ">= 1" in text
