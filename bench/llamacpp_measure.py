@@ -34,8 +34,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- llamacpp:begin -->", "<!-- llamacpp:end -->"
@@ -54,6 +52,9 @@ def _launcher() -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+LAUNCHER = _launcher()
 
 
 def hardware() -> str:
@@ -77,55 +78,22 @@ def hardware() -> str:
     )
 
 
-def prompt_ids(seed: int, num_tokens: int) -> list[int]:
-    rng = np.random.default_rng(seed)
-    return [int(t) for t in rng.integers(1000, 100_000, size=num_tokens)]
-
-
-def stream_ttft(server: Any, prompt: list[int], max_tokens: int = 4) -> dict[str, Any]:
-    import http.client
-
-    body = {
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "cache_prompt": True,
-        "stream_options": {"include_usage": True},
-    }
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
-    sent = time.monotonic()
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    ttft: float | None = None
-    final: dict[str, Any] = {}
-    for raw in resp:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        event = json.loads(line[6:])
-        choices = event.get("choices") or []
-        if ttft is None and choices and choices[0].get("text"):
-            ttft = time.monotonic() - sent
-        if event.get("usage"):
-            final = event
-    conn.close()
-    if ttft is None:
-        raise RuntimeError("no token streamed")
-    usage = final.get("usage", {})
+def stream_ttft(server: Any, prompt: list[int]) -> dict[str, Any]:
+    out = LAUNCHER.stream_completion(server.port, prompt, timeout_s=600.0)
+    usage, timings = out["usage"], out["timings"]
     return {
-        "ttft_s": ttft,
+        "ttft_s": out["ttft_s"],
         "prompt_tokens": usage.get("prompt_tokens"),
         "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
-        "prompt_ms": (final.get("timings") or {}).get("prompt_ms"),
-        "prompt_n": (final.get("timings") or {}).get("prompt_n"),
+        "prompt_ms": timings.get("prompt_ms"),
+        "prompt_n": timings.get("prompt_n"),
     }
 
 
 def measure_prefix(server: Any, num_prompts: int, prompt_tokens: int) -> dict[str, Any]:
     pairs = []
     for i in range(num_prompts):
-        prompt = prompt_ids(100 + i, prompt_tokens)
+        prompt = LAUNCHER.random_token_ids(100 + i, prompt_tokens)
         cold = stream_ttft(server, prompt)
         warm = stream_ttft(server, prompt)
         pairs.append(
@@ -298,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             update_docs(markdown)
         return 0
 
-    launcher = _launcher()
+    launcher = LAUNCHER
     try:
         build = launcher.find_llamacpp()
     except launcher.NotBuiltError as exc:

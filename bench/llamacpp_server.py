@@ -285,3 +285,53 @@ def start_server(llamacpp: LlamaCpp, model: Path, log_path: Path, args: list[str
     server.version = llamacpp.version
     server.start()
     return server
+
+
+def random_token_ids(seed: int, num_tokens: int) -> list[int]:
+    """Seeded token ids of ordinary Llama-3 vocabulary entries (below the specials at 128000+)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(1000, 100_000, size=num_tokens)]
+
+
+def stream_completion(
+    port: int, prompt: list[int], *, max_tokens: int = 4, timeout_s: float = 300.0
+) -> dict[str, Any]:
+    """One streamed ``/v1/completions`` with ``cache_prompt``: client TTFT, usage, timings.
+
+    TTFT is measured on the client's monotonic clock from the request to the first text chunk.
+    Raises ``RuntimeError`` on a non-200 answer or when no token streamed.
+    """
+    import http.client
+
+    body = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "cache_prompt": True,
+        "stream_options": {"include_usage": True},
+    }
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    sent = time.monotonic()
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    ttft_s: float | None = None
+    last: dict[str, Any] = {}
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[6:])
+        choices = event.get("choices") or []
+        if ttft_s is None and choices and choices[0].get("text"):
+            ttft_s = time.monotonic() - sent
+        if event.get("usage"):
+            last = event
+    conn.close()
+    if ttft_s is None:
+        raise RuntimeError("no token streamed")
+    return {"ttft_s": ttft_s, "usage": last.get("usage", {}), "timings": last.get("timings") or {}}

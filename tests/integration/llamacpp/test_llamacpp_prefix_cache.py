@@ -9,13 +9,12 @@ ratio (warm vs cold) is recorded in the test output, never asserted (wall-clock 
 
 from __future__ import annotations
 
-import http.client
 import json
-import time
-from typing import Any
+from typing import Any, cast
 
-import numpy as np
 import pytest
+
+from .conftest import launcher
 
 pytestmark = pytest.mark.llamacpp
 
@@ -23,41 +22,12 @@ PROMPT_TOKENS = 1200
 
 
 def random_prompt(seed: int) -> list[int]:
-    """Token ids of ordinary vocabulary entries (below the special tokens at 128000+)."""
-    rng = np.random.default_rng(seed)
-    return [int(t) for t in rng.integers(1000, 100_000, size=PROMPT_TOKENS)]
+    return cast(list[int], launcher.random_token_ids(seed, PROMPT_TOKENS))
 
 
-def stream_completion(server: Any, prompt: list[int], max_tokens: int = 4) -> dict[str, Any]:
-    """Streamed /v1/completions; returns TTFT (client clock), usage and the server's timings."""
-    body = {
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "cache_prompt": True,
-        "stream_options": {"include_usage": True},
-    }
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
-    sent = time.monotonic()
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    assert resp.status == 200, resp.read()[:300]
-    ttft_s: float | None = None
-    last: dict[str, Any] = {}
-    for raw in resp:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        event = json.loads(line[6:])
-        choices = event.get("choices") or []
-        if ttft_s is None and choices and choices[0].get("text"):
-            ttft_s = time.monotonic() - sent
-        if event.get("usage"):
-            last = event
-    conn.close()
-    assert ttft_s is not None, "no token streamed"
-    return {"ttft_s": ttft_s, "usage": last["usage"], "timings": last.get("timings", {})}
+def stream_completion(server: Any, prompt: list[int]) -> dict[str, Any]:
+    """Streamed /v1/completions; TTFT (client clock), usage and the server's timings."""
+    return cast(dict[str, Any], launcher.stream_completion(server.port, prompt))
 
 
 def test_repeated_long_prompt_is_served_from_the_prompt_cache(
