@@ -12,6 +12,11 @@ from typing import Any
 from kvbudget import __version__
 from kvbudget.capacity.dtypes import ENGINE_DTYPES
 from kvbudget.capacity.plan_types import PlanResult
+from kvbudget.capacity.versions import (
+    DEFAULT_VLLM_VERSION,
+    VLLM_KV_DTYPE_SINCE,
+    format_version,
+)
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
@@ -43,6 +48,11 @@ def meta() -> dict[str, Any]:
         "engines": list(ENGINE_DTYPES),
         "kv_dtypes": ENGINE_DTYPES["vllm"],
         "kv_dtypes_by_engine": {name: list(names) for name, names in ENGINE_DTYPES.items()},
+        # first vLLM version that accepts each --kv-cache-dtype (the page hides the others)
+        "vllm_kv_dtype_since": {
+            name: format_version(since) for name, since in VLLM_KV_DTYPE_SINCE.items()
+        },
+        "default_vllm_version": DEFAULT_VLLM_VERSION,
     }
 
 

@@ -246,6 +246,28 @@ def test_model_mode_shows_budgets_pool_and_chart(page: tuple[Any, PageLog]) -> N
     assert len(p.query_selector_all("#chart-svg circle")) >= 4
 
 
+def test_kv_dtype_list_follows_the_vllm_version(page: tuple[Any, PageLog]) -> None:
+    """Reference §4: nvfp4/float16 arrive in the newest vLLM, bfloat16 in v0.11; v0.9.2 has neither."""
+    p, _ = page
+    p.click("#tab-model")
+    p.select_option("#engine", "vllm")
+
+    def offered() -> set[str]:
+        return {o.get_attribute("value") for o in p.query_selector_all("#kv_dtype option")}
+
+    p.fill("#engine_version", "0.9.2")
+    p.dispatch_event("#engine_version", "change")
+    old = offered()
+    assert {"auto", "fp8"} <= old and not {"bfloat16", "nvfp4", "float16"} & old
+    p.fill("#engine_version", "0.11.0")
+    p.dispatch_event("#engine_version", "change")
+    mid = offered()
+    assert "bfloat16" in mid and "nvfp4" not in mid
+    p.fill("#engine_version", "0.17.0")
+    p.dispatch_event("#engine_version", "change")
+    assert {"nvfp4", "float16", "bfloat16"} <= offered()
+
+
 def test_server_side_error_marks_the_field(page: tuple[Any, PageLog]) -> None:
     p, log = page
     log.expect_http_400 = True

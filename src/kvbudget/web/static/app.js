@@ -194,12 +194,26 @@ async function init() {
   const m = meta.data;
   $("version").textContent = m.version;
   buildAssumptions(m.assumptions);
+  // "0.11.0" -> [0, 11, 0]; anything unreadable -> null (the server then names the error)
+  const versionOf = (text) => {
+    const match = /^v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?/.exec(text || "");
+    return match ? [1, 2, 3].map((i) => Number(match[i] || 0)) : null;
+  };
+  const atLeast = (a, b) => a[0] !== b[0] ? a[0] > b[0] : a[1] !== b[1] ? a[1] > b[1] : a[2] >= b[2];
   const setDtypes = () => {
-    const names = m.kv_dtypes_by_engine[$("engine").value] || ["auto"];
+    let names = m.kv_dtypes_by_engine[$("engine").value] || ["auto"];
+    if ($("engine").value === "vllm") {
+      // only the --kv-cache-dtype values this vLLM version accepts (reference §4 eras)
+      const version = versionOf($("engine_version").value.trim() || m.default_vllm_version);
+      if (version) {
+        names = names.filter((d) => !(d in m.vllm_kv_dtype_since) || atLeast(version, versionOf(m.vllm_kv_dtype_since[d])));
+      }
+    }
     const keep = names.includes($("kv_dtype").value) ? $("kv_dtype").value : "auto";
     fillSelect($("kv_dtype"), names.map((d) => ({ value: d, label: d })), keep);
   };
   $("engine").addEventListener("change", setDtypes);
+  $("engine_version").addEventListener("change", setDtypes);
   setDtypes();
   fillSelect($("model"), m.models.map((x) => ({ value: x.id, label: `${x.id} (${x.layer_kinds})` })), m.default_model);
   fillSelect($("gpu"), m.gpus.map((g) => ({ value: g.id, label: g.label })), m.default_gpu);
