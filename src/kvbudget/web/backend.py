@@ -7,6 +7,7 @@ display rows (:mod:`kvbudget.web.views`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from kvbudget import __version__
@@ -78,7 +79,11 @@ def model_plan(request: ModelRequest) -> dict[str, Any]:
     length = _length(inputs, spec, result)
     calc = library.calc(inputs, resolved, length, inputs.seqs)
     structural = library.structural(inputs, spec, length, inputs.seqs)
-    view = views.model_view(calc, result, structural, views.budgets_for(result, spec))
+    view = views.model_view(
+        calc, result, structural, views.budgets_for(result, spec), auto_fit=inputs.auto_fit
+    )
+    if not inputs.auto_fit:
+        view["max_model_len_source"] = "given" if inputs.max_model_len else "model maximum"
     view["cli"] = library.model_commands(inputs, resolved.model_id, length)
     return view
 
@@ -109,12 +114,14 @@ def chart(request: ModelRequest) -> dict[str, Any]:
     if spec is None:
         raise SpecError(f"model: {resolved.reason}", field="model")
     base = library.plan(inputs, spec, resolved.model_id, inputs.max_model_len)
+    # the ladder ends at the (auto-fitted) length; each point is planned at exactly its length
+    fixed = replace(inputs, auto_fit=False)
     points = []
     for num_tokens in library.context_lengths(_length(inputs, spec, base)):
         calc = library.calc(inputs, resolved, num_tokens, 1)
         if calc.bytes_per_sequence is None:
             raise SpecError(f"model: {'; '.join(calc.reasons)}", field="model")
-        result = library.plan(inputs, spec, resolved.model_id, num_tokens)
+        result = library.plan(fixed, spec, resolved.model_id, num_tokens)
         concurrency = None if result is None or not result.fits else result.max_concurrency
         points.append(views.chart_point(num_tokens, calc.bytes_per_sequence, concurrency))
     return views.chart_view(

@@ -98,6 +98,10 @@ class ModelInputs:
     seqs: int
     block_size: int | None
     overrides: tuple[str, ...] = ()
+    #: vLLM's ``--max-model-len auto`` (-1): make_plan shrinks the length to what fits
+    auto_fit: bool = False
+    #: vLLM/SGLang ``--kv-cache-memory`` (bytes per GPU); replaces the utilization arithmetic
+    kv_cache_memory_bytes: int | None = None
 
     @classmethod
     def from_request(cls, request: ModelRequest) -> ModelInputs:
@@ -112,6 +116,20 @@ class ModelInputs:
                 f"gpu_memory_utilization: must be in (0, 1], got {util}; vLLM's default is 0.9",
                 field="gpu_memory_utilization",
             )
+        auto_fit = _is_auto(request.max_model_len)
+        if auto_fit and request.engine != "vllm":
+            raise ConfigError(
+                f"max_model_len: 'auto' is vLLM's auto-fit and engine is {request.engine}; "
+                "pick engine vllm or give a number of tokens",
+                field="max_model_len",
+            )
+        kv_memory = _size(request.kv_cache_memory, field="kv_cache_memory", example="20GiB")
+        if kv_memory is not None and request.engine not in PLAN_ENGINES:
+            raise ConfigError(
+                f"kv_cache_memory: a vLLM/SGLang knob and engine is {request.engine}; "
+                "pick engine vllm or sglang, or leave it empty",
+                field="kv_cache_memory",
+            )
         return cls(
             model=request.model,
             config=request.config,
@@ -121,28 +139,35 @@ class ModelInputs:
             tp=count(request.tp, field="tp"),
             pp=count(request.pp, field="pp"),
             gpu=request.gpu,
-            gpu_memory_bytes=_gpu_memory(request.gpu_memory),
+            gpu_memory_bytes=_size(request.gpu_memory, field="gpu_memory", example="80GiB"),
             gpu_memory_utilization=util,
             max_model_len=None
-            if request.max_model_len is None
+            if request.max_model_len is None or auto_fit
             else count(request.max_model_len, field="max_model_len"),
             seqs=count(request.seqs, field="seqs"),
             block_size=None
             if request.block_size is None
             else count(request.block_size, field="block_size"),
             overrides=tuple(request.overrides),
+            auto_fit=auto_fit,
+            kv_cache_memory_bytes=kv_memory,
         )
 
 
-def _gpu_memory(raw: int | str | None) -> int | None:
-    """``--gpu-memory`` as the CLI reads it (``80GiB``, ``141GB``, bytes); empty means none."""
+def _is_auto(raw: object) -> bool:
+    """``--max-model-len auto`` / ``-1``, as ``kvbudget plan`` reads it."""
+    return str(raw).strip().lower() in ("auto", "-1") if raw is not None else False
+
+
+def _size(raw: int | str | None, *, field: str, example: str) -> int | None:
+    """A size flag as the CLI reads it (``80GiB``, ``141GB``, bytes); empty means none."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
-    num_bytes = parse_bytes(raw, field="gpu_memory")
+    num_bytes = parse_bytes(raw, field=field)
     if num_bytes <= 0:
         raise ConfigError(
-            f"gpu_memory: must be a positive size, got {raw!r}; write e.g. 80GiB",
-            field="gpu_memory",
+            f"{field}: must be a positive size, got {raw!r}; write e.g. {example}",
+            field=field,
         )
     return num_bytes
 
@@ -207,6 +232,8 @@ def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) 
         engine_version=inputs.engine_version,
         gpu_memory_utilization=inputs.gpu_memory_utilization,
         max_model_len=max_model_len,
+        auto_fit_max_model_len=inputs.auto_fit,
+        kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
         kv_dtype=inputs.kv_dtype,
         block_size=inputs.block_size,
     )
@@ -265,12 +292,17 @@ def model_commands(inputs: ModelInputs, model_id: str, num_tokens: int) -> list[
     commands = [shlex.join(calc_argv)]
     if inputs.engine in PLAN_ENGINES:
         plan_argv = ["kvbudget", "plan", *common, "--engine", inputs.engine]
-        plan_argv += ["--kv-dtype", inputs.kv_dtype, "--max-model-len", str(num_tokens)]
-        plan_argv += ["--gpu-memory-utilization", str(inputs.gpu_memory_utilization), *sets]
+        length = "auto" if inputs.auto_fit else str(num_tokens)
+        plan_argv += ["--kv-dtype", inputs.kv_dtype, "--max-model-len", length]
+        if inputs.engine == "vllm":  # plan refuses it with --engine sglang
+            plan_argv += ["--gpu-memory-utilization", str(inputs.gpu_memory_utilization)]
+        plan_argv += sets
         if inputs.gpu:
             plan_argv += ["--gpu", inputs.gpu]
         if inputs.gpu_memory_bytes is not None:
             plan_argv += ["--gpu-memory", str(inputs.gpu_memory_bytes)]
+        if inputs.kv_cache_memory_bytes is not None:
+            plan_argv += ["--kv-cache-memory", str(inputs.kv_cache_memory_bytes)]
         if inputs.engine_version:
             plan_argv += ["--engine-version", inputs.engine_version]
         if inputs.block_size is not None:

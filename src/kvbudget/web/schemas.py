@@ -75,7 +75,14 @@ class ModelRequest(BaseModel):
     )
     gpu_memory_utilization: StrictFloat | StrictInt = 0.9
     max_model_len: RawCount | None = Field(
-        default=None, description="tokens per request; defaults to the model's own maximum"
+        default=None,
+        description="tokens per request; defaults to the model's own maximum; 'auto' (or -1) = "
+        "vLLM's auto-fit: the largest length that fits the KV pool (the CLI's --max-model-len auto)",
+    )
+    kv_cache_memory: StrictInt | StrictStr | None = Field(
+        default=None,
+        description="KV-cache bytes per GPU, e.g. '20GiB', replacing the gpu_memory_utilization "
+        "arithmetic (vLLM/SGLang; the CLI's --kv-cache-memory)",
     )
     seqs: RawCount = 1
     block_size: RawCount | None = None

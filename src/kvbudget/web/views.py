@@ -166,7 +166,45 @@ def pool_groups_table(result: PlanResult) -> dict[str, Any]:
     return {"columns": columns, "rows": rows}
 
 
-def pool_rows(result: PlanResult) -> list[dict[str, Any]]:
+AUTO_FIT_PREFIX = "Auto-fit max_model_len:"
+
+
+def length_row(result: PlanResult, *, auto_fit: bool) -> dict[str, Any]:
+    """The max model length, and whether make_plan auto-fitted it (vLLM ``--max-model-len auto``)."""
+    value = f"{result.max_model_len:,} tokens"
+    if not auto_fit:
+        return _kv("max model length", value, "as given (or the model's maximum)", label=None)
+    fitted = [line for line in result.log_lines if line.startswith(AUTO_FIT_PREFIX)]
+    note = (
+        fitted[0].removeprefix(AUTO_FIT_PREFIX).strip()
+        if fitted
+        else "the model's maximum fits the pool, so it is kept"
+    )
+    return _kv("max model length (auto-fitted)", value, "auto: " + note)
+
+
+def kv_memory_row(result: PlanResult) -> dict[str, Any]:
+    """Where the KV bytes per GPU come from: ``--kv-cache-memory`` or the utilization arithmetic."""
+    rank = min(result.ranks, key=lambda r: r.available_kv_bytes)
+    if rank.kv_cache_memory_override:
+        how = "kv_cache_memory override (--kv-cache-memory); replaces the utilization arithmetic"
+    elif result.engine == "sglang":
+        how = f"mem_fraction_static {rank.gpu_memory_utilization} arithmetic (SGLang)"
+    else:
+        how = (
+            f"total × gpu_memory_utilization {rank.gpu_memory_utilization} − weights, "
+            "activation, non-torch (and graphs where subtracted)"
+        )
+    return _kv("KV memory (per GPU)", _fmt_bytes(rank.available_kv_bytes), "source: " + how)
+
+
+def kv_memory_source(result: PlanResult) -> str:
+    """``kv_cache_memory`` when the override set the pool, else ``gpu_memory_utilization``."""
+    override = any(r.kv_cache_memory_override for r in result.ranks)
+    return "kv_cache_memory" if override else "gpu_memory_utilization"
+
+
+def pool_rows(result: PlanResult, *, auto_fit: bool = False) -> list[dict[str, Any]]:
     """Blocks, tokens, concurrency and the engine's own log lines."""
     rows = [
         _kv("engine", f"{result.engine} {result.engine_version}", label=None),
@@ -175,7 +213,8 @@ def pool_rows(result: PlanResult) -> list[dict[str, Any]]:
             f"{result.gpu.id} × {result.num_gpus} (TP {result.tp}, PP {result.pp})",
             label=None,
         ),
-        _kv("max model length", f"{result.max_model_len:,} tokens", label=None),
+        length_row(result, auto_fit=auto_fit),
+        kv_memory_row(result),
         _kv("KV dtype", result.kv_dtype, label=None),
         _kv("blocks (per GPU)", f"{result.num_blocks:,} (usable {result.num_usable_blocks:,})"),
         _kv("block size", f"{result.block_size} tokens", label=None),
@@ -237,6 +276,8 @@ def model_view(
     result: PlanResult | None,
     structural: StructuralBudget | None,
     three: ThreeBudgets | None,
+    *,
+    auto_fit: bool = False,
 ) -> dict[str, Any]:
     """Model mode for the page: status, figures, budgets, pool, groups, ledger, assumptions."""
     reasons = [r + (SET_HINT if "--set" in r else "") for r in calc.reasons]
@@ -256,7 +297,7 @@ def model_view(
         )
         fits, fit_message = True, ""
     else:
-        pool = pool_rows(result)
+        pool = pool_rows(result, auto_fit=auto_fit)
         fits = result.fits
         fit_message = (
             f"one request of {result.max_model_len:,} tokens fits"
@@ -272,6 +313,9 @@ def model_view(
         "pool": pool,
         "fits": fits,
         "fit_message": fit_message,
+        "max_model_len": result.max_model_len if result is not None else None,
+        "max_model_len_source": "auto" if auto_fit else "given",
+        "kv_memory_source": kv_memory_source(result) if result is not None else None,
         "groups": layer_groups_table(calc),
         "pool_groups": pool_groups_table(result)
         if result is not None

@@ -79,6 +79,9 @@ function updateSource() {
   show($("catalog-field"), !cfg);
 }
 
+// a size as the CLI's parse_bytes reads it (format only; the server parses and checks the value)
+const SIZE_RE = /^[0-9]+(\.[0-9]+)?\s*(b|kib|mib|gib|tib|kb|mb|gb|tb|k|m|g|t)?$/i;
+
 async function submitModel(event) {
   event.preventDefault();
   const form = $("model-form");
@@ -105,17 +108,37 @@ async function submitModel(event) {
   for (const [id, name, label, min] of [["tp", "tp", "TP", 1], ["pp", "pp", "PP", 1],
     ["max_model_len", "max_model_len", "Max model length", 1], ["m_seqs", "seqs", "Sequences", 1]]) {
     const raw = $(id).value;
+    // "auto" (or -1) is vLLM's auto-fit; the server computes the length (make_plan)
+    if (name === "max_model_len" && /^\s*(auto|-1)\s*$/i.test(raw)) {
+      if (body.engine !== "vllm") {
+        fieldError(form, name, `Max model length: "auto" is vLLM's auto-fit; pick engine vLLM or type a number of tokens.`);
+        bad = true;
+      }
+      body[name] = "auto";
+      continue;
+    }
     const problem = checkCount(name, label, raw, min);
     if (problem) { fieldError(form, name, problem); bad = true; }
     body[name] = raw.trim();
   }
   const memory = $("gpu_memory").value.trim();
   if (memory !== "") {
-    if (!/^[0-9]+(\.[0-9]+)?\s*(b|kib|mib|gib|tib|kb|mb|gb|tb|k|m|g|t)?$/i.test(memory)) {
+    if (!SIZE_RE.test(memory)) {
       fieldError(form, "gpu_memory", `GPU memory: "${memory}" is not a size; write e.g. 80GiB, 141GB or a number of bytes.`);
       bad = true;
     }
     body.gpu_memory = memory;
+  }
+  const kvMemory = $("kv_cache_memory").value.trim();
+  if (kvMemory !== "") {
+    if (!SIZE_RE.test(kvMemory)) {
+      fieldError(form, "kv_cache_memory", `KV cache memory: "${kvMemory}" is not a size; write e.g. 20GiB or a number of bytes, or leave it empty.`);
+      bad = true;
+    } else if (body.engine !== "vllm" && body.engine !== "sglang") {
+      fieldError(form, "kv_cache_memory", "KV cache memory: a vLLM/SGLang knob; pick engine vLLM or SGLang, or leave it empty.");
+      bad = true;
+    }
+    body.kv_cache_memory = kvMemory;
   }
   const util = $("gpu_memory_utilization").value;
   const utilProblem = checkFraction("GPU memory utilization", util);
