@@ -246,6 +246,34 @@ def test_model_mode_shows_budgets_pool_and_chart(page: tuple[Any, PageLog]) -> N
     assert len(p.query_selector_all("#chart-svg circle")) >= 4
 
 
+def test_model_mode_auto_fit_with_kv_cache_memory(page: tuple[Any, PageLog]) -> None:
+    """``auto`` + a 4 GiB KV override: 4 GiB / (2 x 32 x 8 x 128 x 2 B per token) = 32,768 tokens."""
+    p, _ = page
+    p.click("#tab-model")
+    p.select_option("#model", "meta-llama/Llama-3.1-8B")
+    p.select_option("#engine", "vllm")
+    p.select_option("#gpu", "H100-SXM")
+    p.fill("#max_model_len", "auto")
+    p.fill("#kv_cache_memory", "4 gigs")
+    p.click("#model-submit")
+    p.wait_for_selector("#err-kv_cache_memory:not(:empty)")
+    assert "20GiB" in (p.text_content("#err-kv_cache_memory") or "")
+    assert p.get_attribute("#kv_cache_memory", "aria-invalid") == "true"
+    assert p.is_hidden("#model-result")
+    p.fill("#kv_cache_memory", "4GiB")
+    p.click("#model-submit")
+    p.wait_for_selector("#model-result:not([hidden])")
+    pool = p.text_content("#model-pool") or ""
+    assert 4 * 2**30 // (2 * 32 * 8 * 128 * 2) == 32768
+    assert "max model length (auto-fitted)" in pool and "32,768 tokens" in pool
+    assert "reduced from 131072 to 32768" in pool
+    assert "KV memory (per GPU)" in pool and "--kv-cache-memory" in pool
+    assert f"{4 * 2**30:,}" in pool
+    commands = p.text_content("#model-cli") or ""
+    assert "--max-model-len auto" in commands and f"--kv-cache-memory {4 * 2**30}" in commands
+    p.wait_for_selector("#chart-svg")
+
+
 def test_kv_dtype_list_follows_the_vllm_version(page: tuple[Any, PageLog]) -> None:
     """Reference §4: nvfp4/float16 arrive in the newest vLLM, bfloat16 in v0.11; v0.9.2 has neither."""
     p, _ = page
