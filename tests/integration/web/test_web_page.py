@@ -127,7 +127,7 @@ def fill_seed_example(page: Any) -> None:
 
 
 def assumption_boxes(page: Any) -> list[Any]:
-    boxes = page.query_selector_all("[data-assumption]")
+    boxes: list[Any] = page.query_selector_all("[data-assumption]")
     assert boxes, "the assumption checklist did not render"
     return boxes
 

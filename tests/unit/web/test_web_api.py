@@ -39,7 +39,7 @@ def all_assumptions(client: TestClient) -> dict[str, bool]:
 
 
 def figure(body: dict[str, Any], key: str) -> dict[str, Any]:
-    rows = {row["key"]: row for row in body["figures"]}
+    rows: dict[str, dict[str, Any]] = {row["key"]: row for row in body["figures"]}
     return rows[key]
 
 
