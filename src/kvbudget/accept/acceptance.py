@@ -21,6 +21,7 @@ from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
 from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
 from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.tier_checks import tier_stop_statuses
 from kvbudget.accept.verdicts import overall_verdict, row_summaries
 from kvbudget.records import Provenance
 
@@ -105,24 +106,7 @@ def stop_statuses(
                 detail=f"reuse audit: {reuse.get('verdict')} — {reuse.get('reason')}",
             )
         )
-    if stop.host_memory_max_bytes is not None:
-        out.append(
-            StopStatus(
-                name="host memory",
-                declared=f"<= {stop.host_memory_max_bytes} bytes",
-                status="untested",
-                detail="the target reports no host-memory series",
-            )
-        )
-    if stop.transfer_stall_max_s is not None:
-        out.append(
-            StopStatus(
-                name="transfer stall",
-                declared=f"<= {stop.transfer_stall_max_s:g} s",
-                status="untested",
-                detail="the target reports no KV transfer series",
-            )
-        )
+    out.extend(tier_stop_statuses(plan, cells))
     return out
 
 

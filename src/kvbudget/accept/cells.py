@@ -11,6 +11,7 @@ from kvbudget.accept.quality import evaluate_checkpoint
 from kvbudget.accept.result import CellResult, MetricSummary, TimeSeries
 from kvbudget.accept.stats import summarize
 from kvbudget.accept.targets import CellRun
+from kvbudget.accept.tier_checks import summarize_tiers, tier_checks
 from kvbudget.accept.verdicts import CellEvidence, cell_checks, cell_verdict
 from kvbudget.records import FigureKind, RequestRecord
 
@@ -116,7 +117,10 @@ def summarize_cell(
         summaries=summaries,
         quality=tuple(outcomes),
     )
-    checks = cell_checks(plan.stop, evidence)
+    tier_summary = summarize_tiers(runs)
+    checks = cell_checks(plan.stop, evidence) + tier_checks(
+        plan, tier_summary, kind if records else None
+    )
     verdict, reasons = cell_verdict(checks)
     duration = sum(run.duration_s for run in runs)
     ok = [r for r in records if r.status == "ok"]
@@ -159,6 +163,7 @@ def summarize_cell(
         throughput=throughput,
         prefix_hit_rate_tokens=(hits / queries) if queries > 0 else None,
         peak_kv_usage=max(kv_peaks) if kv_peaks else None,
+        kv_tier=tier_summary,
         kv_usage_after_drain=max(after) if after else None,
         timeseries=_series(runs),
         samples_ttft_s=_thin(_values(records, "ttft_s")),

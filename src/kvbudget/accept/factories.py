@@ -42,7 +42,11 @@ def sim_factory(plan: AcceptPlan) -> TargetFactory:
         ctx = build_capacity(plan, lock)
         info = sim_info(lock, ctx.timing_name)
         target = SimTarget(
-            ctx.replica, ctx.timing, np.random.default_rng([plan.seed, 99]), info=info
+            ctx.replica,
+            ctx.timing,
+            np.random.default_rng([plan.seed, 99]),
+            info=info,
+            tiers=plan.target.kv_tiers,
         )
         return PreparedTarget(target=target, ledger=ctx.ledger, computed_lock=ctx.computed_lock)
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from kvbudget.accept.plan_lock import StrictModel
+from kvbudget.sim.tiers import TierConfig
 
 CheckKind = Literal["exact", "regex", "json_schema", "needle", "tool_call", "refusal"]
 TierName = Literal["short", "medium", "long"]
@@ -80,6 +81,10 @@ class PercentileCeilings(StrictModel):
         return [(k, v) for k, v in self.model_dump().items() if v is not None]
 
 
+#: host-tier ceiling applied when a cpu tier is configured and no ceiling is declared
+DEFAULT_HOST_MEMORY_MAX_FRACTION = 0.95
+
+
 class StopConditions(StrictModel):
     """Declared ceilings; any one crossed blocks the overall verdict."""
 
@@ -89,9 +94,21 @@ class StopConditions(StrictModel):
     any_oom: bool = True
     any_quality_failure: bool = True
     any_cross_tenant_hit: bool = True
-    host_memory_max_bytes: int | None = Field(default=None, ge=1)
+    host_memory_max_bytes: int | None = Field(
+        default=None, ge=1, description="host (cpu) KV tier: peak bytes stored tolerated"
+    )
+    host_memory_max_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="host (cpu) KV tier: peak bytes stored / its capacity tolerated "
+        f"(default {DEFAULT_HOST_MEMORY_MAX_FRACTION} when target.kv_tiers has a cpu tier)",
+    )
+    transfer_busy_max_fraction: float | None = Field(
+        default=None, gt=0, description="KV tier link: busy time / cell duration tolerated"
+    )
     transfer_stall_max_s: float | None = Field(
-        default=None, gt=0, description="longest tier reload / transfer wait tolerated"
+        default=None, gt=0, description="KV tier reloads: p95 wait for a busy link tolerated"
     )
 
     @model_validator(mode="after")
@@ -181,6 +198,10 @@ class TargetPlan(StrictModel):
     speedup: float = Field(
         default=1.0, gt=0, description="serve: run the simulated clock this many times faster"
     )
+    kv_tiers: list[TierConfig] = Field(
+        default_factory=list,
+        description="sim: KV tiers below the GPU (cpu, disk, remote), the simulator's tier model",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TargetPlan:
@@ -190,6 +211,14 @@ class TargetPlan(StrictModel):
             )
         if self.timing_model == "calibrated" and not self.profile:
             raise ValueError("@profile: timing_model 'calibrated' needs profile (a JSON file)")
+        if self.kv_tiers and self.kind != "sim":
+            raise ValueError(
+                f"@kv_tiers: only target kind 'sim' simulates KV tiers (got kind {self.kind!r}); "
+                "remove kv_tiers or use kind: sim"
+            )
+        names = [t.name for t in self.kv_tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"@kv_tiers: each tier name may appear once (got {names})")
         return self
 
 

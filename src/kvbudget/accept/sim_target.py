@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.tier_checks import TierMeter
 from kvbudget.errors import ConfigError, SimulationError
 from kvbudget.records import MetricSample, RequestRecord, derive_latencies
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
 
@@ -66,9 +68,31 @@ class SimTarget:
         *,
         info: TargetInfo,
         hash_prompts: bool = True,
+        tiers: Sequence[TierConfig] = (),
     ) -> None:
         self.config = config
-        self.engine = EngineCore(config, timing, rng)
+        self.tier_stack: TierStack | None = None
+        if tiers:
+            block_bytes = config.kv_bytes_per_token * config.block_size
+            if block_bytes <= 0:
+                raise ConfigError(
+                    "target.kv_tiers: the replica's KV bytes per token is unknown (0); tiers "
+                    "need it to size blocks; remove kv_tiers or plan from a catalog model",
+                    field="target.kv_tiers",
+                )
+            self.tier_stack = TierStack(
+                [Tier(t, block_bytes) for t in tiers], timing, config.block_size
+            )
+        stack = self.tier_stack
+        self.engine = EngineCore(
+            config, timing, rng, on_evict=stack.on_gpu_evict if stack is not None else None
+        )
+        if stack is not None:
+            # the same wiring as sim.replica.Replica
+            self.engine.scheduler.tier_lookup = stack.lookup
+            if stack.has_cpu:
+                self.engine.scheduler.on_preempt = stack.on_preempt
+            self.engine.kv.on_cache = lambda keys: stack.on_cache(keys, stack.now_s)
         self._info = info
         self._hash_prompts = hash_prompts
         self._clock_s = 0.0
@@ -102,6 +126,7 @@ class SimTarget:
         engine = self.engine
         base = self._clock_s
         start_stats = engine.stats()
+        meter = TierMeter(self.tier_stack) if self.tier_stack is not None else None
         queue = deque(sorted(requests, key=lambda r: r.arrival_s))
         live: dict[str, _Live] = {}
         records: list[RequestRecord] = []
@@ -199,7 +224,11 @@ class SimTarget:
                     now = max(now, queue[0].arrival_s)
                     continue
                 break
+            if self.tier_stack is not None:
+                self.tier_stack.now_s = base + now
             result = engine.step(base + now)
+            if meter is not None:
+                meter.observe()
             steps += 1
             if steps > MAX_STEPS_PER_CELL:
                 raise SimulationError(
@@ -270,6 +299,8 @@ class SimTarget:
             "prompt_tokens": float(end_stats.prompt_tokens - start_stats.prompt_tokens),
             "generation_tokens": float(end_stats.generation_tokens - start_stats.generation_tokens),
         }
+        if meter is not None:
+            counters.update(meter.counters(now))
         return CellRun(
             records=records,
             duration_s=now,

@@ -15,6 +15,7 @@ from kvbudget.report.markdown import (
     PCT_HEADER,
     PRED_HEADER,
     REP_HEADER,
+    TIER_HEADER,
     cell_row,
     delta_header,
     delta_rows,
@@ -23,6 +24,7 @@ from kvbudget.report.markdown import (
     prediction_rows,
     repetition_rows,
     tier_row_text,
+    tier_rows,
     value_text,
 )
 from kvbudget.units import format_bytes
@@ -84,6 +86,10 @@ def render_html(doc: AcceptResult) -> str:
     add(_list(doc.blocking or ["none"]))
     add("<h2>Verdicts (nine cells)</h2>")
     add(_table(CELL_HEADER, [cell_row(c) for c in doc.cells], [c.verdict for c in doc.cells]))
+    trows, basis = tier_rows(doc)
+    if trows:
+        add(f"<h3>KV offload tier per cell ({_e(basis)})</h3>")
+        add(_table(TIER_HEADER, trows))
     for key, (title, _) in CHARTS.items():
         if key in ("heatmap", "ttft", "tpot", "timeline"):
             add(

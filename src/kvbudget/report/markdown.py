@@ -205,6 +205,46 @@ def cell_row(cell: CellResult) -> list[str]:
     ]
 
 
+TIER_HEADER = [
+    "cell",
+    "host peak / capacity",
+    "host peak",
+    "bytes to tiers",
+    "bytes reloaded",
+    "link busy",
+    "reload wait p95",
+    "reloads",
+]
+
+
+def tier_rows(doc: AcceptResult) -> tuple[list[list[str]], str]:
+    """KV offload tier figures per cell, and their basis ('' when no cell has a tier)."""
+    rows: list[list[str]] = []
+    basis = ""
+    for cell in doc.cells:
+        t = cell.kv_tier
+        if not t:
+            continue
+        basis = str(t.get("basis", ""))
+        peak = t.get("host_peak_bytes")
+        cap = t.get("host_capacity_bytes")
+        rows.append(
+            [
+                cell.cell_id,
+                _fmt(t.get("host_peak_fraction"), 100.0, "%"),
+                f"{format_bytes(int(peak))} of {format_bytes(int(cap))}"
+                if peak is not None and cap is not None
+                else "—",
+                format_bytes(int(t.get("bytes_written", 0))),
+                format_bytes(int(t.get("bytes_read", 0))),
+                _fmt(t.get("link_busy_fraction"), 100.0, "%"),
+                _fmt(t.get("reload_wait_p95_s")),
+                str(int(t.get("num_reloads", 0))),
+            ]
+        )
+    return rows, basis
+
+
 CELL_HEADER = [
     "cell",
     "verdict",
@@ -246,6 +286,13 @@ def render_markdown(doc: AcceptResult) -> str:
     add("|" + "---|" * len(CELL_HEADER))
     for cell in doc.cells:
         add("| " + " | ".join(_md(x) for x in cell_row(cell)) + " |")
+    trows, basis = tier_rows(doc)
+    if trows:
+        add(f"\n### KV offload tier per cell ({_md(basis)})\n")
+        add("| " + " | ".join(TIER_HEADER) + " |")
+        add("|" + "---|" * len(TIER_HEADER))
+        for row in trows:
+            add("| " + " | ".join(_md(x) for x in row) + " |")
     if doc.rows:
         add("\n### Capacity per input tier (latency and capacity checks; quality apart)\n")
         for tier_row in doc.rows:

@@ -70,12 +70,15 @@ class Tier:
         self.num_evictions = 0
         self.bytes_written = 0
         self.bytes_read = 0
+        #: seconds the link spent moving blocks (sum of queued transfer durations)
+        self.busy_s = 0.0
 
     def transfer(self, num_blocks: int, now_s: float) -> float:
         """Queue a transfer on the link; returns when it ends."""
         start = max(now_s, self.link_free_at_s)
         end = start + num_blocks * self.block_bytes / self.config.bandwidth_bytes_per_s
         self.link_free_at_s = end
+        self.busy_s += end - start
         return end
 
     def put(self, key: Hashable) -> Hashable | None:
@@ -104,6 +107,8 @@ class TierStack:
         self.num_declined_reloads = 0
         self.num_reloads = 0
         self.reload_s_total = 0.0
+        #: per taken reload: seconds it waited for busy tier links before its own transfer
+        self.reload_waits_s: list[float] = []
         self.now_s = 0.0
 
     @property
@@ -162,10 +167,12 @@ class TierStack:
         for _, level in found:
             per_level[level] = per_level.get(level, 0) + 1
         ready = now_s
+        waited_s = 0.0
         for level, count in sorted(per_level.items()):
             tier = self.tiers[level]
             c = tier.config
             wait = max(0.0, tier.link_free_at_s - ready)
+            waited_s += wait
             ready = ready + wait + c.latency_s + count * tier.block_bytes / c.bandwidth_bytes_per_s
             ready += c.format_s + c.sync_s
         extra_tokens = num_blocks * self.block_size
@@ -183,6 +190,7 @@ class TierStack:
             tier.blocks.move_to_end(key)
             tier.reuse[key] = tier.reuse.get(key, 0) + 1
         self.num_reloads += 1
+        self.reload_waits_s.append(waited_s)
         self.reload_s_total += ready - now_s
         name = self.tiers[max(per_level)].config.name
         return extra_tokens, ready, name

@@ -1,0 +1,246 @@
+"""KV offload tiers in acceptance: what the sim target reports per cell and the stop conditions.
+
+The ``sim`` target with ``target.kv_tiers`` runs the simulator's tier model
+(:mod:`kvbudget.sim.tiers`). Per cell it reports (all ``simulated``):
+
+* ``tier_host_capacity_bytes`` / ``tier_host_peak_bytes`` — the ``cpu`` tier's declared capacity
+  and the most bytes it held after any engine step (blocks resident x block bytes);
+* ``tier_bytes_written`` / ``tier_bytes_read`` — bytes moved to / reloaded from every tier;
+* ``tier_link_busy_fraction`` — the busiest tier link's transfer time / cell duration (above 1
+  when queued transfers run past the end of the cell);
+* ``tier_reload_wait_p95_s`` — p95 of the time a taken reload waited for busy links
+  (``tier_num_reloads`` samples).
+
+Stop conditions: *host memory* fails when the peak exceeds ``host_memory_max_fraction`` of the
+capacity (default 0.95 when a cpu tier is configured) or ``host_memory_max_bytes``; *transfer*
+fails when the busy fraction exceeds ``transfer_busy_max_fraction`` or the reload wait p95
+exceeds ``transfer_stall_max_s``. Without a tier or the series they stay ``untested``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kvbudget.accept.plan_checks import DEFAULT_HOST_MEMORY_MAX_FRACTION, StopConditions
+from kvbudget.accept.result import Check, StopStatus
+from kvbudget.records import FigureKind
+
+if TYPE_CHECKING:
+    from kvbudget.accept.planfile import AcceptPlan
+    from kvbudget.accept.result import CellResult
+    from kvbudget.accept.targets import CellRun
+    from kvbudget.sim.tiers import TierStack
+
+HOST_TIER = "cpu"
+BASIS = (
+    "simulated: kvbudget tier model (LRU blocks x block bytes; one FIFO link per tier at the "
+    "declared bandwidth)"
+)
+
+
+class TierMeter:
+    """Per-cell deltas and peaks of a :class:`TierStack` (built at the start of a cell)."""
+
+    def __init__(self, stack: TierStack) -> None:
+        self.stack = stack
+        self._written = sum(t.bytes_written for t in stack.tiers)
+        self._read = sum(t.bytes_read for t in stack.tiers)
+        self._busy = [t.busy_s for t in stack.tiers]
+        self._num_waits = len(stack.reload_waits_s)
+        self._declined = stack.num_declined_reloads
+        self._host = next((t for t in stack.tiers if t.config.name == HOST_TIER), None)
+        self._host_evictions = self._host.num_evictions if self._host is not None else 0
+        self.peak_host_bytes = self._host_bytes()
+
+    def _host_bytes(self) -> int:
+        return 0 if self._host is None else len(self._host.blocks) * self._host.block_bytes
+
+    def observe(self) -> None:
+        """Call after each engine step."""
+        self.peak_host_bytes = max(self.peak_host_bytes, self._host_bytes())
+
+    def counters(self, duration_s: float) -> dict[str, float]:
+        st = self.stack
+        waits = st.reload_waits_s[self._num_waits :]
+        out: dict[str, float] = {
+            "tier_bytes_written": float(sum(t.bytes_written for t in st.tiers) - self._written),
+            "tier_bytes_read": float(sum(t.bytes_read for t in st.tiers) - self._read),
+            "tier_num_reloads": float(len(waits)),
+            "tier_declined_reloads": float(st.num_declined_reloads - self._declined),
+        }
+        busy_s = max(t.busy_s - b for t, b in zip(st.tiers, self._busy, strict=True))
+        out["tier_link_busy_s"] = busy_s
+        if duration_s > 0:
+            out["tier_link_busy_fraction"] = busy_s / duration_s
+        if waits:
+            out["tier_reload_wait_p95_s"] = float(np.percentile(waits, 95))
+        if self._host is not None:
+            out["tier_host_capacity_bytes"] = float(self._host.config.capacity_bytes)
+            out["tier_host_peak_bytes"] = float(self.peak_host_bytes)
+            out["tier_host_evictions_blocks"] = float(
+                self._host.num_evictions - self._host_evictions
+            )
+        return out
+
+
+def summarize_tiers(runs: Sequence[CellRun]) -> dict[str, Any]:
+    """One cell's tier figures over its repetitions (peaks and p95s: the worst repetition)."""
+    counters = [run.counters for run in runs if "tier_bytes_written" in run.counters]
+    if not counters:
+        return {}
+
+    def worst(key: str) -> float | None:
+        values = [c[key] for c in counters if key in c]
+        return max(values) if values else None
+
+    def total(key: str) -> float:
+        return sum(c.get(key, 0.0) for c in counters)
+
+    out: dict[str, Any] = {"basis": BASIS}
+    capacity = worst("tier_host_capacity_bytes")
+    peak = worst("tier_host_peak_bytes")
+    if capacity is not None and peak is not None:
+        out["host_capacity_bytes"] = capacity
+        out["host_peak_bytes"] = peak
+        out["host_peak_fraction"] = peak / capacity
+        out["host_evictions_blocks"] = total("tier_host_evictions_blocks")
+    out["bytes_written"] = total("tier_bytes_written")
+    out["bytes_read"] = total("tier_bytes_read")
+    out["link_busy_fraction"] = worst("tier_link_busy_fraction")
+    out["reload_wait_p95_s"] = worst("tier_reload_wait_p95_s")
+    out["num_reloads"] = total("tier_num_reloads")
+    out["declined_reloads"] = total("tier_declined_reloads")
+    return out
+
+
+def _host_declared(stop: StopConditions) -> bool:
+    return stop.host_memory_max_bytes is not None or stop.host_memory_max_fraction is not None
+
+
+def _transfer_declared(stop: StopConditions) -> bool:
+    return stop.transfer_busy_max_fraction is not None or stop.transfer_stall_max_s is not None
+
+
+def _judge(name: str, observed: float, limit: float, unit: str, kind: FigureKind | None) -> Check:
+    failed = observed > limit
+    verdict = "fail" if failed else "pass"
+    rel = ">" if failed else "<="
+    return Check(
+        name=name,
+        verdict=verdict,
+        reason=f"{name}: {observed:.4g}{unit} {rel} {limit:.4g}{unit} ({BASIS})",
+        observed=observed,
+        limit=limit,
+        kind=kind,
+    )
+
+
+def tier_checks(plan: AcceptPlan, summary: dict[str, Any], kind: FigureKind | None) -> list[Check]:
+    """The host-memory and transfer checks of one cell (none when nothing applies)."""
+    stop = plan.stop
+    tiers = plan.target.kv_tiers
+    has_host = any(t.name == HOST_TIER for t in tiers)
+    checks: list[Check] = []
+    if has_host or _host_declared(stop):
+        if not tiers:
+            why = (
+                "no KV tier configured (target.kv_tiers); the target reports no host-memory series"
+            )
+        elif not has_host:
+            why = "no cpu tier in target.kv_tiers; no host-memory series"
+        elif "host_peak_bytes" not in summary:
+            why = "the target reported no host-tier series for this cell"
+        else:
+            why = ""
+        if why:
+            checks.append(Check(name="host memory", verdict="untested", reason=why))
+        else:
+            fraction = stop.host_memory_max_fraction or DEFAULT_HOST_MEMORY_MAX_FRACTION
+            check = _judge(
+                "host memory peak/capacity", summary["host_peak_fraction"], fraction, "", kind
+            )
+            checks.append(check)
+            if stop.host_memory_max_bytes is not None:
+                checks.append(
+                    _judge(
+                        "host memory peak bytes",
+                        summary["host_peak_bytes"],
+                        float(stop.host_memory_max_bytes),
+                        " B",
+                        kind,
+                    )
+                )
+    if _transfer_declared(stop):
+        if not tiers:
+            why = "no KV tier configured (target.kv_tiers); the target reports no transfer series"
+        elif not summary:
+            why = "the target reported no tier transfer series for this cell"
+        else:
+            why = ""
+        if why:
+            checks.append(Check(name="transfer", verdict="untested", reason=why))
+            return checks
+        busy = summary.get("link_busy_fraction")
+        if stop.transfer_busy_max_fraction is not None:
+            if busy is None:
+                checks.append(
+                    Check(name="transfer busy", verdict="untested", reason="cell has no duration")
+                )
+            else:
+                checks.append(
+                    _judge("transfer link busy", busy, stop.transfer_busy_max_fraction, "", kind)
+                )
+        if stop.transfer_stall_max_s is not None:
+            wait = summary.get("reload_wait_p95_s")
+            if wait is None:
+                checks.append(
+                    Check(
+                        name="transfer reload wait",
+                        verdict="untested",
+                        reason="no tier reloads in this cell (no reload wait samples)",
+                    )
+                )
+            else:
+                checks.append(
+                    _judge("transfer reload wait p95", wait, stop.transfer_stall_max_s, " s", kind)
+                )
+    return checks
+
+
+def tier_stop_statuses(plan: AcceptPlan, cells: Sequence[CellResult]) -> list[StopStatus]:
+    """The 'host memory' and 'transfer' stop conditions from the cells' checks."""
+    stop = plan.stop
+    out: list[StopStatus] = []
+    has_host = any(t.name == HOST_TIER for t in plan.target.kv_tiers)
+    fraction = stop.host_memory_max_fraction or DEFAULT_HOST_MEMORY_MAX_FRACTION
+    host_declared = [f"<= {fraction:g} of the cpu tier capacity"]
+    if stop.host_memory_max_bytes is not None:
+        host_declared.append(f"<= {stop.host_memory_max_bytes} bytes")
+    transfer_declared = []
+    if stop.transfer_busy_max_fraction is not None:
+        transfer_declared.append(f"link busy <= {stop.transfer_busy_max_fraction:g}")
+    if stop.transfer_stall_max_s is not None:
+        transfer_declared.append(f"reload wait p95 <= {stop.transfer_stall_max_s:g} s")
+    rows = []
+    if has_host or _host_declared(stop):
+        rows.append(("host memory", "; ".join(host_declared), "host memory"))
+    if _transfer_declared(stop):
+        rows.append(("transfer", "; ".join(transfer_declared), "transfer"))
+    for name, declared, prefix in rows:
+        checks = [(c, ch) for c in cells for ch in c.checks if ch.name.startswith(prefix)]
+        failed = sorted({c.cell_id for c, ch in checks if ch.verdict == "fail"})
+        tested = [ch for _, ch in checks if ch.verdict != "untested"]
+        if failed:
+            status, detail = "triggered", f"failed in {len(failed)} cell(s) ({BASIS})"
+        elif tested:
+            status, detail = "not_triggered", f"checked in {len(tested)} cell check(s) ({BASIS})"
+        else:
+            reasons = sorted({ch.reason for _, ch in checks}) or ["no cell was run"]
+            status, detail = "untested", reasons[0]
+        out.append(
+            StopStatus(name=name, declared=declared, status=status, cells=failed, detail=detail)  # type: ignore[arg-type]
+        )
+    return out
