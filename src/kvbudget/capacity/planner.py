@@ -394,6 +394,7 @@ _VLLM_ONLY = (
     "gpu_memory_utilization",
     "num_gpu_blocks_override",
     "disable_hybrid_kv_cache_manager",
+    "auto_fit_max_model_len",  # --max-model-len auto: vLLM's -1 auto-fit; SGLang has none
 )
 _SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens", "swa_full_tokens_ratio")
 
