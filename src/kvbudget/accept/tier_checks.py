@@ -131,7 +131,7 @@ def _judge(name: str, observed: float, limit: float, unit: str, kind: FigureKind
     return Check(
         name=name,
         verdict=verdict,
-        reason=f"{name}: {observed:.4g}{unit} {rel} {limit:.4g}{unit} ({BASIS})",
+        reason=f"{observed:.4g}{unit} {rel} ceiling {limit:.4g}{unit} ({BASIS})",
         observed=observed,
         limit=limit,
         kind=kind,
