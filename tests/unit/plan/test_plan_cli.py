@@ -107,8 +107,10 @@ def test_bad_input_one_line() -> None:
         ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--kv-cache-memory", "lots"],
         ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5"],
         # auto-fit is vLLM's (-1); SGLang has none, so it is refused rather than ignored
-        ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--engine", "sglang"]
-        + ["--max-model-len", "auto"],
+        [
+            *("--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100"),
+            *("--engine", "sglang", "--max-model-len", "auto"),
+        ],
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "kvbudget", "plan", *args],
