@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from kvbudget.web.app import create_app, static_dir
+from kvbudget.web.app import static_dir
 
 SEED_EXAMPLE: dict[str, Any] = {
     "layers": 32,
@@ -25,11 +25,6 @@ SEED_EXAMPLE: dict[str, Any] = {
 SEED_PER_TOKEN_BYTES = 2 * 32 * 8 * 128 * 2
 SEED_PER_SEQUENCE_BYTES = SEED_PER_TOKEN_BYTES * 4096
 SEED_TOTAL_BYTES = SEED_PER_SEQUENCE_BYTES * 8
-
-
-@pytest.fixture(scope="module")
-def client() -> TestClient:
-    return TestClient(create_app())
 
 
 @pytest.fixture(scope="module")

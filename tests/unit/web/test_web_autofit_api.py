@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from kvbudget.web.app import create_app
+from .conftest import post_ok as post
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 #: K and V x 32 layers x 8 KV heads x head dim 128 x 2 bytes (bf16)
@@ -29,18 +29,6 @@ PLAN_KEYS = (
     "fits",
     "log_lines",
 )
-
-
-@pytest.fixture(scope="module")
-def client() -> TestClient:
-    return TestClient(create_app())
-
-
-def post(client: TestClient, path: str, **body: Any) -> dict[str, Any]:
-    response = client.post(path, json=body)
-    assert response.status_code == 200, response.text
-    data: dict[str, Any] = response.json()
-    return data
 
 
 def cli_plan(*flags: str) -> dict[str, Any]:

@@ -12,23 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from kvbudget.web.app import create_app
+from .conftest import post_ok as post
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 LLAMA_TOKEN_BYTES = 2 * 32 * 8 * 128 * 2
 GEMMA2_LAYER_TOKEN_BYTES = 2 * 8 * 256 * 2
-
-
-@pytest.fixture(scope="module")
-def client() -> TestClient:
-    return TestClient(create_app())
-
-
-def post(client: TestClient, path: str, **body: Any) -> dict[str, Any]:
-    response = client.post(path, json=body)
-    assert response.status_code == 200, response.text
-    data: dict[str, Any] = response.json()
-    return data
 
 
 def test_llama_vllm_figures(client: TestClient) -> None:
