@@ -8,6 +8,7 @@ clock, with vLLM's buckets. Labels: ``model_name`` and ``engine`` (``"0"``), as 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -151,28 +152,26 @@ class ServeMetrics:
         self.registry = CollectorRegistry()
         labels = {"model_name": model_name, "engine": "0"}
         self.registry.register(_StatsCollector(stats, labels))  # type: ignore[arg-type]
-        names = list(labels)
-        self.ttft = Histogram(
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+            family = Histogram(name, doc, list(labels), registry=self.registry, buckets=buckets)
+            return family.labels(**labels)
+
+        self.ttft = histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            names,
-            registry=self.registry,
-            buckets=TTFT_BUCKETS,
-        ).labels(**labels)
-        self.itl = Histogram(
+            TTFT_BUCKETS,
+        )
+        self.itl = histogram(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
-            names,
-            registry=self.registry,
-            buckets=ITL_BUCKETS,
-        ).labels(**labels)
-        self.e2e = Histogram(
+            ITL_BUCKETS,
+        )
+        self.e2e = histogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
-            names,
-            registry=self.registry,
-            buckets=E2E_BUCKETS,
-        ).labels(**labels)
+            E2E_BUCKETS,
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
