@@ -83,7 +83,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
         index = len(replicas)
         rng = np.random.default_rng(seeds.spawn(1)[0])
         if shared:
-            setup = ReplicaSetup(setup.config, setup.timing, setup.tiers, shared, setup.fast_path)
+            setup = replace(setup, shared_tiers=shared)
         return Replica(f"replica-{index}", setup, rng, ready_s=ready_s)
 
     replicas: list[Replica] = []
@@ -194,6 +194,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
                 "reloads": st.num_reloads,
                 "declined_reloads": st.num_declined_reloads,
                 "reload_s_total": st.reload_s_total,
+                "incompatible_misses": st.num_incompatible_misses,
                 "tiers": {
                     t.config.name: {
                         "writes_blocks": t.num_writes,

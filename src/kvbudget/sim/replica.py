@@ -43,6 +43,8 @@ class ReplicaSetup:
     #: a remote tier object shared between replicas (built by the cluster)
     shared_tiers: tuple[Tier, ...] = field(default_factory=tuple)
     fast_path: bool = True
+    #: cache compatibility identity (a CacheIdentity digest); "" = one identity for all
+    identity: str = ""
 
 
 class Replica:
@@ -69,7 +71,7 @@ class Replica:
                 )
             tiers = [Tier(t, block_bytes) for t in setup.tiers if t.name != "remote"]
             tiers.extend(setup.shared_tiers)
-            self.tier_stack = TierStack(tiers, setup.timing, cfg.block_size)
+            self.tier_stack = TierStack(tiers, setup.timing, cfg.block_size, setup.identity)
         stack = self.tier_stack
         self.core = EngineCore(
             cfg,
@@ -162,7 +164,7 @@ class Replica:
         num_tier = 0
         if self.tier_stack is not None:
             for h in block_hashes[num_gpu:]:
-                if not any(h in t.blocks for t in self.tier_stack.tiers):
+                if not self.tier_stack.holds(h):
                     break
                 num_tier += 1
         size = self.config.block_size
@@ -178,7 +180,7 @@ class Replica:
         keys: set[Hashable] = set(self.core.pool._cached)
         if self.tier_stack is not None:
             for tier in self.tier_stack.tiers:
-                keys.update(tier.blocks)
+                keys.update(self.tier_stack.own_hashes(tier))
         return keys
 
     def tier_reload_s(self, num_tokens: int) -> float:
