@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "web": "kvbudget.cli.web:web",
     "calibrate": "kvbudget.cli.calibrate:calibrate",
     "fingerprint": "kvbudget.cli.fingerprint:fingerprint",
+    "deploy": "kvbudget.cli.deploy:deploy",
 }
 
 
