@@ -166,7 +166,7 @@ def _predict(
     llama.cpp slot engine when the profile was measured on llama.cpp, else on the vLLM-style
     paged engine. The label names the engine behaviour used."""
     from kvbudget.accept.factories import sim_factory
-    from kvbudget.calibrate.accept_slots import SlotsPredictionTarget, is_llamacpp_profile
+    from kvbudget.accept.slots_target import SlotsPredictionTarget, is_llamacpp_profile
     from kvbudget.sim.timing import CalibrationProfile
 
     assert plan.target.profile is not None

@@ -15,9 +15,11 @@ checks; records written by accept carry hashes unless ``--keep-prompts``.
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -266,7 +268,14 @@ class ServeTarget(HttpTarget):
             model,
             *serve_args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # stderr goes to a file (a full pipe would block the child); stdout is read by a thread
+        # so the start deadline holds even when the child prints nothing
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(
+            target=self._read_stdout, name="kvbudget-serve-stdout", daemon=True
+        ).start()
         url = self._wait_url(startup_timeout_s)
         super().__init__(
             base_url=url,
@@ -279,22 +288,41 @@ class ServeTarget(HttpTarget):
             source="simulated",
         )
 
-    def _wait_url(self, timeout_s: float) -> str:
+    def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # end of output: the child closed stdout or exited
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = self._stderr.read().strip().splitlines()
+        return lines[-1] if lines else f"exit code {self.proc.returncode}"
+
+    def _wait_url(self, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith("http://"):
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is not None and line.startswith("http://"):
                 return line.strip()
-            if self.proc.poll() is not None:
-                err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+            if line is None:
+                try:
+                    self.proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    break
+                tail = self._stderr_tail()
                 self.close()
                 raise TargetError(
-                    "target.kind serve: kvbudget serve exited before listening: "
-                    + (err[-1] if err else f"exit code {self.proc.returncode}")
+                    "target.kind serve: kvbudget serve exited before listening: " + tail
                 )
         self.close()
-        raise TargetError(f"target.kind serve: no URL from kvbudget serve within {timeout_s:g} s")
+        raise TargetError(
+            f"target.kind serve: no URL from kvbudget serve within {timeout_s:g} s "
+            "(it printed none); raise the start-up time or run `kvbudget serve` by hand to see why"
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -304,3 +332,4 @@ class ServeTarget(HttpTarget):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        self._stderr.close()

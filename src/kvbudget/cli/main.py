@@ -117,7 +117,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_async(coro: Any) -> Any:
-    """Run a coroutine at the CLI edge (the only place ``asyncio.run`` is called)."""
+    """Run a coroutine at the CLI edge: the one event loop of the CLI process.
+
+    (``kvbudget bench``'s spawned worker processes each run their own loop,
+    ``kvbudget.load.workers``; nothing else calls ``asyncio.run``.)
+    """
     import asyncio
 
     return asyncio.run(coro)

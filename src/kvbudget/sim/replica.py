@@ -51,7 +51,13 @@ class Replica:
     """One engine replica inside the cluster."""
 
     def __init__(
-        self, name: str, setup: ReplicaSetup, rng: np.random.Generator, *, ready_s: float = 0.0
+        self,
+        name: str,
+        setup: ReplicaSetup,
+        rng: np.random.Generator,
+        *,
+        ready_s: float = 0.0,
+        vocab_size: int = 32000,
     ) -> None:
         self.name = name
         self.setup = setup
@@ -77,6 +83,7 @@ class Replica:
             cfg,
             setup.timing,
             rng,
+            vocab_size=vocab_size,
             on_evict=stack.on_gpu_evict if stack is not None else None,
             keep_finished=True,
         )
