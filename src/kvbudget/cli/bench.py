@@ -107,9 +107,8 @@ def _vllm_names(opts: dict[str, Any], ctx: click.Context) -> None:
     for key in ("concurrency", "max_inflight"):
         if opts[key] is None:
             del opts[key]  # the RunConfig default
-    served = opts.pop("served_model_name")
-    if served is not None:
-        opts["model"] = served
+    # the name put in requests; empty: the first of GET /v1/models (checked before the load)
+    opts["model"] = opts.pop("served_model_name") or opts["model"] or ""
 
 
 def bench_json(doc: Any) -> dict[str, Any]:
@@ -126,6 +125,7 @@ def bench_json(doc: Any) -> dict[str, Any]:
     out["statistics"] = doc.statistics
     out["accounting"] = doc.accounting
     out["warnings"] = doc.warnings
+    out["failures"] = doc.failures
     out["server"] = doc.server
     out["provenance"] = doc.provenance.model_dump()
     out["scrape"] = doc.scrape
@@ -146,7 +146,9 @@ def _render(doc: Any) -> None:
     a = doc.accounting
     console = Console()
     console.print(
-        f"[bold]kvbudget bench[/] — {doc.provenance.label()}  ({doc.server.get('base_url')})"
+        f"[bold]kvbudget bench[/] — {doc.provenance.label()}  (POST "
+        f"{doc.server.get('endpoint_url') or doc.server.get('base_url')}, model "
+        f"{doc.server.get('model_sent')})"
     )
     if doc.provenance.note:
         console.print(f"note: {doc.provenance.note}")
@@ -399,6 +401,12 @@ def _render(doc: Any) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (no progress bar)."
 )
+@click.option(
+    "--max-error-fraction",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Exit 4 when more than this fraction of the requests failed [default: only when all did].",
+)
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
 def bench(**opts: Any) -> None:
     """Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...).
@@ -415,6 +423,7 @@ def bench(**opts: Any) -> None:
     resume: bool = opts.pop("resume")
     as_json: bool = opts.pop("as_json")
     no_progress: bool = opts.pop("no_progress")
+    max_error_fraction: float | None = opts.pop("max_error_fraction")
     if resume and out_dir is None:
         raise ConfigError("--resume needs --out DIR (the run to continue)", field="resume")
     opts["ramp_stages"] = _parse_ramp(opts.pop("ramp"))
@@ -437,6 +446,21 @@ def bench(**opts: Any) -> None:
             click.echo(
                 f"records: {out_dir / 'requests.jsonl'}; summary: {out_dir / 'summary.json'}"
             )
+    _exit_if_failed(doc, max_error_fraction)
+
+
+def _exit_if_failed(doc: Any, max_error_fraction: float | None) -> None:
+    """Exit 4 with one line when every request (or more than the allowed share) failed."""
+    from kvbudget.errors import RunFailedError
+    from kvbudget.load.diagnosis import diagnose
+
+    line = diagnose(
+        doc.failures,
+        url=str(doc.server.get("endpoint_url") or doc.server.get("base_url")),
+        max_error_fraction=1.0 if max_error_fraction is None else max_error_fraction,
+    )
+    if line is not None:
+        raise RunFailedError(line)
 
 
 def _run_with_progress(cfg: Any, out_dir: Path | None, resume: bool) -> Any:
