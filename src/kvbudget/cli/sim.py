@@ -9,8 +9,19 @@ from typing import Any
 
 import click
 
+from kvbudget.cli.vocab import (
+    COUNT,
+    COUNT0,
+    INPUT_TOKENS,
+    KV_DTYPE,
+    NUM_REQUESTS,
+    OUTPUT_TOKENS,
+    PREFIX_CACHING,
+    PREFIX_CACHING_VLLM,
+    RATE,
+    TP,
+)
 from kvbudget.errors import ConfigError
-from kvbudget.units import parse_count
 
 _OUTPUT_FLAGS = ("trace_out", "records_out", "samples_out")
 
@@ -61,8 +72,23 @@ def _positive_tokens(flag: str, value: int) -> int:
 
 def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     wl = dict(base)
-    if opts["requests"] is not None:
-        wl["num_requests"] = parse_count(opts["requests"], field="--requests")
+    if opts["num_requests"] is not None:
+        wl["num_requests"] = opts["num_requests"]
+    cap = opts["max_concurrency"]
+    if cap is not None:
+        if opts["concurrency"] is not None and opts["concurrency"] != cap:
+            raise ConfigError(
+                f"--max-concurrency {cap} and --concurrency {opts['concurrency']}: they mean "
+                "the same here; give one",
+                field="max_concurrency",
+            )
+        if opts["rate"] is not None:
+            raise ConfigError(
+                f"--max-concurrency {cap} with --rate: the simulated client has no in-flight "
+                "cap for an open loop; drop --max-concurrency (or --rate for a closed loop)",
+                field="max_concurrency",
+            )
+        opts = {**opts, "concurrency": cap}
     if opts["rate"] is not None and opts["concurrency"] is not None:
         raise ConfigError(
             "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
@@ -143,8 +169,8 @@ def _render(summary: dict[str, Any]) -> str:
 )
 @click.option("--model", help="Catalog id or config.json path [default: meta-llama/Llama-3.1-8B].")
 @click.option("--gpu", help="GPU catalog id (kvbudget gpus) [default: H100-SXM].")
-@click.option("--tp", type=int, help="Tensor-parallel size per replica [default: 1].")
-@click.option("--replicas", type=int, help="Number of identical replicas [default: 1].")
+@click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size per replica [default: 1].")
+@click.option("--replicas", type=COUNT, help="Number of identical replicas [default: 1].")
 @click.option(
     "--router",
     help="round_robin, least_outstanding, least_kv, session, prefix_approx, prefix_precise or cost [default: round_robin].",
@@ -154,39 +180,61 @@ def _render(summary: dict[str, Any]) -> str:
     help="Run the same requests and arrivals again with this router policy and print both "
     "side by side per replica (routing acceptance).",
 )
-@click.option("--requests", help="Number of requests, e.g. 1000 or 10K [default: 1000].")
 @click.option(
-    "--rate", type=float, help="Poisson arrival rate, requests/s (open loop) [default: 10]."
+    *NUM_REQUESTS,
+    "--requests",
+    "num_requests",
+    type=COUNT,
+    help="Number of requests, e.g. 1000 or 10k [default: 1000].",
 )
 @click.option(
-    "--concurrency", type=int, help="Closed loop: requests kept in flight (instead of --rate)."
+    *RATE, "rate", type=float, help="Poisson arrival rate, requests/s (open loop) [default: 10]."
 )
 @click.option(
-    "--input-tokens",
-    type=int,
+    "--concurrency", type=COUNT, help="Closed loop: requests kept in flight (instead of --rate)."
+)
+@click.option(
+    "--max-concurrency",
+    type=COUNT,
+    help="vllm bench serve's name: without --rate, the closed loop's --concurrency (the "
+    "simulated client has no in-flight cap for an open loop).",
+)
+@click.option(
+    *INPUT_TOKENS,
+    "input_tokens",
+    type=COUNT,
     help="Prompt tokens per request, shared prefix included [default: 1024].",
 )
-@click.option("--output-tokens", type=int, help="Output tokens per request [default: 128].")
+@click.option(
+    *OUTPUT_TOKENS,
+    "output_tokens",
+    type=COUNT,
+    help="Output tokens per request [default: 128].",
+)
 @click.option(
     "--prefix-groups",
-    type=int,
+    type=COUNT0,
     help="Shared-prefix groups (Zipf popularity); 0 = one system prompt.",
 )
 @click.option(
     "--shared-prefix-tokens",
-    type=int,
+    type=COUNT0,
     help="Tokens of the shared prefix (per group, or the system prompt).",
 )
 @click.option(
-    "--prefix-caching/--no-prefix-caching",
+    PREFIX_CACHING,
+    PREFIX_CACHING_VLLM,
+    "prefix_caching",
     default=None,
     help="vLLM automatic prefix caching [default: on].",
 )
 @click.option(
-    "--kv-dtype", help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto]."
+    *KV_DTYPE,
+    "kv_dtype",
+    help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto].",
 )
-@click.option("--max-num-seqs", type=int, help="Scheduler max_num_seqs [default: the plan's].")
-@click.option("--max-model-len", type=int, help="max_model_len [default: the plan's].")
+@click.option("--max-num-seqs", type=COUNT, help="Scheduler max_num_seqs [default: the plan's].")
+@click.option("--max-model-len", type=COUNT, help="max_model_len, e.g. 32k [default: the plan's].")
 @click.option(
     "--timing-profile",
     type=click.Path(dir_okay=False),
@@ -227,10 +275,10 @@ def _render(summary: dict[str, Any]) -> str:
     help="Engine behaviour: vLLM-style paged blocks, or llama.cpp-style fixed slots "
     "(one server; docs/calibration.md).",
 )
-@click.option("--slots", type=int, help="llamacpp: -np slots [default: profile's, else 4].")
+@click.option("--slots", type=COUNT, help="llamacpp: -np slots [default: profile's, else 4].")
 @click.option(
     "--ctx-size",
-    type=int,
+    type=COUNT,
     help="llamacpp: -c total context, split over the slots [default: profile's n_ctx_slot].",
 )
 def sim(**opts: Any) -> None:

@@ -30,6 +30,7 @@ from pydantic import Field
 from kvbudget.errors import ConfigError, TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
+from kvbudget.load.diagnosis import record_digest
 from kvbudget.load.identity import safe_headers, server_identity
 from kvbudget.load.prometheus import MetricsScraper, summarize_series
 from kvbudget.load.requests import planned_open_loop, synthetic_request
@@ -66,6 +67,8 @@ class BenchDocument(ResultDocument):
     statistics: dict[str, Any] = Field(default_factory=dict)
     scrape: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    #: failed requests by HTTP status / error kind with one example each (load.diagnosis)
+    failures: dict[str, Any] = Field(default_factory=dict)
 
 
 def read_api_key(cfg: RunConfig) -> str | None:
@@ -80,6 +83,46 @@ def read_api_key(cfg: RunConfig) -> str | None:
             field="api_key_env",
         )
     return value
+
+
+def served_model(cfg: RunConfig, ident: dict[str, Any]) -> str:
+    """The model name to send, checked against ``GET /v1/models`` before any request.
+
+    An empty ``cfg.model`` takes the first served model (as ``vllm bench serve`` does). A name
+    the server does not serve, an unreachable server or a ``/v1/models`` that is not an
+    OpenAI model list stops the run here, in one line, with nothing sent.
+    """
+    url = f"{cfg.base_url}/v1/models"
+    status = ident.get("models_status")
+    if status == 0:
+        raise TargetError(
+            f"cannot reach {url} (connection refused, or no answer within "
+            f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
+        )
+    if status != 200:
+        hint = (
+            "give the key's variable with --api-key-env"
+            if status in (401, 403)
+            else "check --base-url: the server root, e.g. http://127.0.0.1:8000 (or its /v1)"
+        )
+        said = ident.get("models_error") or ""
+        raise TargetError(
+            f"GET {url} answered HTTP {status}" + (f" ({said})" if said else "") + f"; {hint}"
+        )
+    ids: list[str] = list(ident.get("model_ids") or [])
+    if not ids:
+        raise TargetError(
+            f"GET {url} lists no models; is this an OpenAI-compatible server? check --base-url"
+        )
+    if not cfg.model:
+        return ids[0]
+    if cfg.model not in ids:
+        shown = ", ".join(ids[:8]) + (f" (+{len(ids) - 8} more)" if len(ids) > 8 else "")
+        raise TargetError(
+            f"--model {cfg.model}: {cfg.base_url} does not serve it; it serves {shown}; give "
+            "one of those (or leave --model out for the first); nothing was sent"
+        )
+    return cfg.model
 
 
 def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[str]]:
@@ -154,21 +197,23 @@ async def _run_in(
     progress_lines: Callable[[int], None] | None,
     api_key: str | None,
 ) -> BenchDocument:
+    async with OpenAIClient(
+        cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
+    ) as probe:
+        ident = await server_identity(probe)
+    own_sim = ident.get("engine") == "kvbudget-serve"
+    cfg = cfg.model_copy(
+        update={
+            "model": served_model(cfg, ident),
+            "record_source": "simulated" if own_sim else "measured",
+        }
+    )
     segment, skip = _prepare_dir(cfg, out_dir, resume)
     if planned is None and cfg.open_loop:
         planned = planned_open_loop(cfg)
     elif planned is None and cfg.num_requests is not None:
         # generated before the clock starts, so prompt generation is not on the hot path
         planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
-    async with OpenAIClient(
-        cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
-    ) as probe:
-        ident = await server_identity(probe)
-    if ident.get("models_status") == 0:
-        raise TargetError(
-            f"cannot reach {cfg.base_url}/v1/models (connection refused, or no answer within "
-            f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
-        )
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     req_path = out_dir / REQUESTS_FILE
     pool = None
@@ -266,7 +311,12 @@ def _finish(
             f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"
         )
     headers = next((r.headers for r in results if r.headers), None)
-    ident = {**ident, "response_headers": safe_headers(headers)}
+    ident = {
+        **ident,
+        "response_headers": safe_headers(headers),
+        "endpoint_url": cfg.endpoint_url,
+        "model_sent": cfg.model,
+    }
     server_metrics: dict[str, dict[str, float | int | None]] = {}
     scrape_info: dict[str, Any] = {}
     if scraper is not None:
@@ -318,6 +368,7 @@ def _finish(
         statistics=statistics,
         scrape=scrape_info,
         warnings=warnings,
+        failures=record_digest(records),
     )
     write_document(out_dir / SUMMARY_FILE, doc)
     return doc

@@ -61,7 +61,7 @@ def test_rows_by_hand() -> None:
 def test_cli_compare_router_runs_both_policies_on_the_same_requests() -> None:
     proc = subprocess.run(
         [
-            sys.executable, "-m", "kvbudget", "sim", "--replicas", "2", "--requests", "40",
+            sys.executable, "-m", "kvbudget", "sim", "--replicas", "2", "--num-requests", "40",
             "--rate", "20", "--input-tokens", "256", "--output-tokens", "8",
             "--router", "least_outstanding", "--compare-router", "round_robin", "--json",
         ],
@@ -80,7 +80,7 @@ def test_cli_compare_router_runs_both_policies_on_the_same_requests() -> None:
 def test_cli_compare_router_refuses_an_unknown_or_same_policy() -> None:
     for other, needle in (("best", "not a router policy"), ("round_robin", "already --router")):
         proc = subprocess.run(
-            [sys.executable, "-m", "kvbudget", "sim", "--requests", "5", "--compare-router", other],
+            [sys.executable, "-m", "kvbudget", "sim", "--num-requests", "5", "--compare-router", other],
             capture_output=True, text=True, check=False, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 2
