@@ -11,6 +11,10 @@ import math
 import re
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import MAX_INT_FLAG
+
+#: largest byte size accepted anywhere (1 EiB)
+MAX_BYTES = 1 << 60
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -81,15 +85,24 @@ def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
             field=field,
         )
     result = value * _BYTE_SUFFIXES[suffix]
-    if not math.isfinite(result) or result < 0:
+    if not math.isfinite(result) or result > MAX_BYTES:
+        raise ConfigError(
+            f"{field}: {str(text)[:40]!r} is beyond the largest size kvbudget accepts (1 EiB); "
+            "give a real memory size such as 80GiB",
+            field=field,
+        )
+    if result < 0:
         raise ConfigError(f"{field}: size must be non-negative, got {text!r}", field=field)
     return int(result)
 
 
-def parse_count(text: str | int, *, field: str = "count", minimum: int = 1) -> int:
+def parse_count(
+    text: str | int, *, field: str = "count", minimum: int = 1, maximum: int = MAX_INT_FLAG
+) -> int:
     """Parse a positive integer count such as ``4096``, ``"128K"`` (128,000) or ``"128Ki"``.
 
-    Refuses zero/negative (below ``minimum``) and non-integers with a one-line error.
+    Refuses zero/negative (below ``minimum``), values above ``maximum`` (2**53 unless lower)
+    and non-integers with a one-line error.
     """
     if isinstance(text, bool):
         raise ConfigError(f"{field}: expected an integer, got {text!r}", field=field)
@@ -108,6 +121,12 @@ def parse_count(text: str | int, *, field: str = "count", minimum: int = 1) -> i
                 f"{field}: unknown suffix {suffix!r} in {text!r}; use K, M, Ki or Mi", field=field
             )
         raw = float(match.group(1)) * _COUNT_SUFFIXES[suffix]
+        if not math.isfinite(raw) or raw > maximum:
+            raise ConfigError(
+                f"{field}: {str(text)[:40]!r} is beyond the limit of {maximum:,}; give a smaller "
+                "count",
+                field=field,
+            )
         if raw != int(raw):
             raise ConfigError(
                 f"{field}: {text!r} is not a whole number; give a positive integer", field=field
@@ -115,6 +134,11 @@ def parse_count(text: str | int, *, field: str = "count", minimum: int = 1) -> i
         value = int(raw)
     if value < minimum:
         raise ConfigError(f"{field}: must be an integer >= {minimum}, got {text!r}", field=field)
+    if value > maximum:
+        raise ConfigError(
+            f"{field}: {str(value)[:40]} is beyond the limit of {maximum:,}; give a smaller count",
+            field=field,
+        )
     return value
 
 

@@ -170,7 +170,12 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
                 rep.sample(now)
             if any(r.has_work() for r in replicas) or len(queue):
                 assert spec.sample_every_s is not None
-                queue.push(now + spec.sample_every_s, PRIO_SAMPLE, ("sample", None))
+                at = now + spec.sample_every_s
+                if not any(r.has_work() for r in replicas):
+                    # idle until the next event: one sample there, not one per interval of an
+                    # idle gap (a tiny rate would otherwise ask for unbounded samples)
+                    at = max(at, queue.peek_time() or at)
+                queue.push(at, PRIO_SAMPLE, ("sample", None))
     results: list[RequestResult] = list(rejected)
     routed = {r.request_id for r in rejected}
     for rep in replicas:
