@@ -409,8 +409,21 @@ def _compare_router(
 
 def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
     """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
+    from kvbudget.safety.limits import MAX_SLOTS, MAX_TOKENS
     from kvbudget.sim.slots_scenario import simulate_slots_scenario, slots_summary_text
 
+    if opts["slots"] is not None and not 1 <= opts["slots"] <= MAX_SLOTS:
+        raise ConfigError(
+            f"--slots {opts['slots']}: llama.cpp needs 1 <= slots (-np) <= {MAX_SLOTS}; "
+            "give e.g. --slots 4",
+            field="slots",
+        )
+    if opts["ctx_size"] is not None and not 1 <= opts["ctx_size"] <= MAX_TOKENS:
+        raise ConfigError(
+            f"--ctx-size {opts['ctx_size']}: give 1 <= ctx-size <= {MAX_TOKENS} tokens "
+            "(llama.cpp -c)",
+            field="ctx_size",
+        )
     for flag in ("trace_out", "samples_out"):
         if opts[flag]:
             raise ConfigError(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +45,9 @@ from kvbudget.records import (
     read_jsonl,
     write_document,
 )
+from kvbudget.safety.outlock import lock_out_dir, release_out_dir
+from kvbudget.safety.redact import MIN_SECRET_CHARS, register_secret
+from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
 REQUESTS_FILE = "requests.jsonl"
@@ -82,6 +84,13 @@ def read_api_key(cfg: RunConfig) -> str | None:
             f"export {cfg.api_key_env}=... or drop --api-key-env",
             field="api_key_env",
         )
+    if len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(
+            f"--api-key-env {cfg.api_key_env}: the key has {len(value)} characters; kvbudget "
+            f"scrubs the key from every file it writes and needs at least {MIN_SECRET_CHARS}",
+            field="api_key_env",
+        )
+    register_secret(value)
     return value
 
 
@@ -123,6 +132,18 @@ def served_model(cfg: RunConfig, ident: dict[str, Any]) -> str:
             "one of those (or leave --model out for the first); nothing was sent"
         )
     return cfg.model
+
+
+def unique_records(records: Sequence[RequestRecord]) -> tuple[list[RequestRecord], int]:
+    """The first record of each request id, and how many later duplicates were dropped."""
+    seen: set[str] = set()
+    kept: list[RequestRecord] = []
+    for rec in records:
+        if rec.request_id in seen:
+            continue
+        seen.add(rec.request_id)
+        kept.append(rec)
+    return kept, len(records) - len(kept)
 
 
 def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[str]]:
@@ -177,15 +198,16 @@ async def run_load(
 ) -> BenchDocument:
     """Run the load described by ``cfg`` and return its result document."""
     api_key = read_api_key(cfg)
-    tmp: tempfile.TemporaryDirectory[str] | None = None
-    if out_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="kvbudget-bench-")
-        out_dir = Path(tmp.name)
-    try:
+    if out_dir is not None:
+        lock_out_dir(out_dir)  # one run per directory: a second one refuses in one line
         return await _run_in(cfg, out_dir, planned, resume, progress, progress_lines, api_key)
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    # removed on every exit path, SIGKILL included (a reaper process watches this one)
+    with private_tempdir("kvbudget-bench-") as tmp:
+        lock_out_dir(tmp)
+        try:
+            return await _run_in(cfg, tmp, planned, resume, progress, progress_lines, api_key)
+        finally:
+            release_out_dir(tmp)
 
 
 async def _run_in(
@@ -270,7 +292,7 @@ def _finish(
     segment: int,
 ) -> BenchDocument:
     read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
-    records = read.items
+    records, duplicates = unique_records(read.items)
     seg_records = [r for r in records if r.run_segment == segment]
     summary = summarize_records(records)
     offered = sum(r.offered for r in results)
@@ -287,6 +309,7 @@ def _finish(
         "recorded_total": len(records),
         "sent_equals_recorded": sent == len(seg_records),
         "skipped_jsonl_lines": read.skipped_lines,
+        "duplicate_records_ignored": duplicates,
         "workers": len(results),
         "client_cpu_s": cpu,
         "client_wall_s": wall,
@@ -306,6 +329,11 @@ def _finish(
     )
     statistics = {name: d.to_dict() for name, d in stats.latency.items() if d.n > 0}
     warnings.extend(stats.warnings)
+    if duplicates:
+        warnings.append(
+            f"{duplicates} record(s) repeat a request id already recorded (a writer outlived "
+            "a killed run?); each request id is counted once, the first record kept"
+        )
     if sent != len(seg_records):
         warnings.append(
             f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"

@@ -256,7 +256,12 @@ class Driver:
                     self.on_sample(rep, now)
                 if any(r.has_work() for r in replicas) or len(queue):
                     assert opts.sample_every_s is not None
-                    queue.push(now + opts.sample_every_s, PRIO_SAMPLE, ("sample", None))
+                    at = now + opts.sample_every_s
+                    if not any(r.has_work() for r in replicas):
+                        # idle until the next event: one sample there, not one per interval of
+                        # an idle gap (a tiny rate would otherwise ask for unbounded samples)
+                        at = max(at, queue.peek_time() or at)
+                    queue.push(at, PRIO_SAMPLE, ("sample", None))
         if self.on_not_run is not None:
             while len(queue):
                 _t, _p, _s, (kind, payload) = queue.pop()
