@@ -12,6 +12,7 @@ from kvbudget import __version__
 from kvbudget.accept.ab_runs import run_comparisons
 from kvbudget.accept.anomalies import find_anomalies
 from kvbudget.accept.audits import run_audits
+from kvbudget.accept.engine_pool import pool_side_by_side
 from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
     resolve_lock,
@@ -214,6 +215,8 @@ def run_acceptance(
     info = target.info
     try:
         lock_entries, blocking = resolve_lock(plan.lock, info, computed=prepared.computed_lock)
+        pool_rows, pool_blocking = pool_side_by_side(prepared.ledger.pool, info.engine_report)
+        blocking += pool_blocking
         outcome = run_matrix(
             plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
         )
@@ -253,6 +256,8 @@ def run_acceptance(
         lock=lock_entries,
         blocking=blocking,
         ledger=prepared.ledger,
+        engine_report=info.engine_report,
+        pool=pool_rows,
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,

@@ -29,6 +29,7 @@ from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.errors import TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
+from kvbudget.load.engine_report import EngineReport, read_engine_report
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
@@ -58,6 +59,28 @@ def capacity_error_of(records: Sequence[RequestRecord]) -> str | None:
         if rec.http_status == 400 and any(w in text for w in CONTEXT_WORDS):
             return f"request refused as too long: {rec.error_excerpt}"
     return None
+
+
+#: lock field -> EngineReport field the engine reports it in
+LOCK_FROM_REPORT = {
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "kv_dtype": "cache_dtype",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "prefix_caching.enabled": "enable_prefix_caching",
+    "max_num_seqs": "total_slots",
+}
+
+
+def observed_lock_fields(report: EngineReport) -> dict[str, tuple[Any, str]]:
+    """Lock fields the engine itself reported, with the endpoint/label they came from."""
+    reported = report.reported()
+    out: dict[str, tuple[Any, str]] = {}
+    for lock_field, name in LOCK_FROM_REPORT.items():
+        if name in reported:
+            value, source = reported[name]
+            out[lock_field] = (value, f"engine-reported ({source})")
+    return out
 
 
 class HttpTarget:
@@ -91,11 +114,14 @@ class HttpTarget:
         self._info = info or self._probe()
 
     def _probe(self) -> TargetInfo:
-        async def probe() -> dict[str, Any]:
-            async with OpenAIClient(self.base_url, concurrency=1, timeout_s=10.0) as client:
-                return await server_identity(client)
+        metrics_url = self.metrics_url
 
-        ident = self.run_async(probe())
+        async def probe() -> tuple[dict[str, Any], EngineReport]:
+            async with OpenAIClient(self.base_url, concurrency=1, timeout_s=10.0) as client:
+                ident = await server_identity(client)
+                return ident, await read_engine_report(client, metrics_url)
+
+        ident, report = self.run_async(probe())
         if ident.get("models_status") in (0, None):
             raise TargetError(
                 f"target.base_url: cannot reach {self.base_url}/v1/models; check the URL and "
@@ -111,6 +137,8 @@ class HttpTarget:
             root = models[0].get("root") or models[0].get("id")
             if root:
                 observed["model.id"] = (str(root), "/v1/models (root)")
+        observed.update(observed_lock_fields(report))
+        report_json = report.model_dump(mode="json", exclude_none=True)
         if engine == "kvbudget-serve":
             # kvbudget's own simulator behind HTTP: its step times and text are simulated, so
             # nothing it returns is a measurement and quality cannot be judged on its text
@@ -126,6 +154,7 @@ class HttpTarget:
                 hardware=f"simulated: {self.hardware}",
                 observed=observed,
                 synthetic_text=True,
+                engine_report=report_json,
             )
         return TargetInfo(
             kind="http",
@@ -135,6 +164,7 @@ class HttpTarget:
             engine_version=str(version) if version else None,
             hardware=self.hardware,
             observed=observed,
+            engine_report=report_json,
         )
 
     @property

@@ -188,6 +188,10 @@ class AcceptResult(ResultDocument):
     lock: list[LockEntry]
     blocking: list[str]
     ledger: Ledger
+    #: the engine's final resolved values read back over HTTP (EngineReport; {} for sim)
+    engine_report: dict[str, Any] = Field(default_factory=dict)
+    #: planned pool beside the engine-reported pool: {field, planned, engine_reported, ...}
+    pool: list[dict[str, Any]] = Field(default_factory=list)
     baseline: dict[str, Any] = Field(default_factory=dict)
     warmup: dict[str, Any] = Field(default_factory=dict)
     cells: list[CellResult]

@@ -127,6 +127,8 @@ def bench_json(doc: Any) -> dict[str, Any]:
     out["warnings"] = doc.warnings
     out["failures"] = doc.failures
     out["server"] = doc.server
+    out["prompts"] = doc.prompts
+    out["engine_report"] = doc.engine_report
     out["provenance"] = doc.provenance.model_dump()
     out["scrape"] = doc.scrape
     out["schema_version"] = doc.schema_version
@@ -331,7 +333,16 @@ def _render(doc: Any) -> None:
     default=32,
     show_default=True,
     type=COUNT,
-    help="Synthetic prompt length (words of kvbudget's synthetic tokenizer).",
+    help="Prompt length in tokens of the served model's tokenizer (see --tokenizer).",
+)
+@click.option(
+    "--tokenizer",
+    default="auto",
+    show_default=True,
+    help="Whose tokens --input-tokens counts: auto (the served model's tokenizer: its local "
+    "directory from /v1/models root, the local HF cache, else the server's /tokenize), a "
+    "directory / tokenizer.json / cached hub id, or synthetic (kvbudget's word tokenizer). "
+    "Never downloads.",
 )
 @click.option(
     *OUTPUT_TOKENS,

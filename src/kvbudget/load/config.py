@@ -66,6 +66,10 @@ class RunConfig(BaseModel):
     keep_prompts: bool = False
     api_key_env: str | None = None
     check_tokens: TokenCheck = "none"
+    #: whose tokens prompt lengths count: "auto" (the served model's tokenizer: its local
+    #: directory, the local HF cache, or the server's /tokenize), "synthetic" (kvbudget's
+    #: one-word-per-token tokenizer), or a tokenizer path / hub id (vLLM's --tokenizer)
+    tokenizer: str = "auto"
     metrics_url: str | None = None
     scrape_interval_s: float = Field(default=1.0, gt=0)
     baseline_s: float = Field(default=0.0, ge=0)

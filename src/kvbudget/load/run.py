@@ -30,10 +30,12 @@ from kvbudget.errors import ConfigError, TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
 from kvbudget.load.diagnosis import record_digest
+from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import safe_headers, server_identity
 from kvbudget.load.prometheus import MetricsScraper, summarize_series
 from kvbudget.load.requests import planned_open_loop, synthetic_request
 from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
+from kvbudget.load.served_prompts import resolve_tokenizer, served_prompts
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.load.workers import WorkerPool
 from kvbudget.metrics.run import summarize_run
@@ -63,6 +65,10 @@ class BenchDocument(ResultDocument):
     config: dict[str, Any]
     server: dict[str, Any] = Field(default_factory=dict)
     summary: dict[str, Any] = Field(default_factory=dict)
+    #: how prompts were built: tokenizer used, special tokens, requested vs built totals
+    prompts: dict[str, Any] = Field(default_factory=dict)
+    #: the engine's final resolved values (kvbudget.load.engine_report.EngineReport)
+    engine_report: dict[str, Any] = Field(default_factory=dict)
     accounting: dict[str, Any] = Field(default_factory=dict)
     server_metrics: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
     #: per latency metric: n, mean, percentiles with confidence intervals (kvbudget.metrics)
@@ -236,6 +242,13 @@ async def _run_in(
     elif planned is None and cfg.num_requests is not None:
         # generated before the clock starts, so prompt generation is not on the hot path
         planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
+    async with OpenAIClient(
+        cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
+    ) as probe:
+        report = await read_engine_report(probe, cfg.metrics_url)
+        planned, prompts_info = await _served_lengths(cfg, probe, ident, planned)
+    ident = {**ident, "engine_report": report.model_dump(mode="json", exclude_none=True)}
+    ident["prompts"] = prompts_info
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     req_path = out_dir / REQUESTS_FILE
     pool = None
@@ -278,9 +291,37 @@ async def _run_in(
         stop.set()
         if scrape_task is not None:
             await scrape_task
+        if scraper is not None and req_path.exists():
+            # the engine counts a request after answering it: scrape until it has counted all
+            done = read_jsonl(req_path, RequestRecord).items
+            await scraper.settle(sum(r.run_segment == segment and r.status == "ok" for r in done))
         if metrics_writer is not None:
             metrics_writer.close()
     return _finish(cfg, out_dir, ident, results, scraper, segment)
+
+
+async def _served_lengths(
+    cfg: RunConfig,
+    client: OpenAIClient,
+    ident: dict[str, Any],
+    planned: Sequence[PlannedRequest] | None,
+) -> tuple[Sequence[PlannedRequest] | None, dict[str, Any]]:
+    """Rewrite prompts to their length in the served model's tokenizer (see served_prompts)."""
+    models = ident.get("models") or [{}]
+    root = models[0].get("root") if isinstance(models[0], dict) else None
+    tok = await resolve_tokenizer(client, cfg.model, cfg.tokenizer, root, ident.get("engine"))
+    if tok is None or not planned:
+        return planned, {"tokenizer": "synthetic" if tok is None else tok.source}
+    rewritten, build = await served_prompts(
+        list(planned), tok, client=client, model=cfg.model, seed=cfg.seed
+    )
+    return rewritten, {
+        "tokenizer": build.tokenizer,
+        "num_special_tokens": build.num_special_tokens,
+        "requested_tokens_total": build.requested_tokens_total,
+        "built_tokens_total": build.built_tokens_total,
+        "num_mismatched": build.num_mismatched,
+    }
 
 
 def _finish(
@@ -349,7 +390,9 @@ def _finish(
     scrape_info: dict[str, Any] = {}
     if scraper is not None:
         ends = [r.done_s for r in seg_records if r.done_s is not None]
-        window = (0.0, max(ends) if ends else 0.0)
+        end_s = max(ends) if ends else 0.0
+        # counters include the settled scrape taken after the engine counted the last request
+        window = (0.0, max(end_s, scraper.log.settled_s or end_s))
         server_metrics = summarize_series(scraper.log.samples, window=window)
         scrape_info = {
             "url": cfg.metrics_url,
@@ -357,6 +400,7 @@ def _finish(
             "failures": len(scraper.log.failures),
             "first_failures": scraper.log.failures[:5],
             "engine_names": scraper.log.engine,
+            "settled_s": scraper.log.settled_s,
         }
         if scraper.log.num_scrapes and scraper.log.failures:
             warnings.append(
@@ -369,6 +413,12 @@ def _finish(
     engine = ident.get("engine") or "unknown OpenAI-compatible server"
     version = ident.get("version") or {}
     own_sim = engine == "kvbudget-serve"
+    if (ident.get("prompts") or {}).get("tokenizer") == "synthetic" and not own_sim:
+        warnings.append(
+            "prompt lengths are words of kvbudget's synthetic tokenizer, not tokens of the "
+            "served model (no tokenizer found locally and no /tokenize + /detokenize on the "
+            "server); give --tokenizer DIR for exact lengths"
+        )
     note = None
     if own_sim:
         # The client timings are real, but what they time is kvbudget's own simulator: label the
@@ -390,6 +440,8 @@ def _finish(
         ),
         config=cfg.model_dump(mode="json"),
         server=ident,
+        prompts=ident.get("prompts") or {},
+        engine_report=ident.get("engine_report") or {},
         summary=summary,
         accounting=accounting,
         server_metrics=server_metrics,
