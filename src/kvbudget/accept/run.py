@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.cells import summarize_cell
+from kvbudget.accept.engine_config import EngineConfig
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import CellResult, Ledger, Verdict
@@ -93,6 +94,8 @@ class PreparedTarget:
     target: Target
     ledger: Ledger
     computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: the engine configuration this target was started with (None: not known, e.g. http)
+    engine: EngineConfig | None = None
 
 
 TargetFactory = Callable[[ObjectLock], PreparedTarget]
