@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "web": "kvbudget.cli.web:web",
     "calibrate": "kvbudget.cli.calibrate:calibrate",
     "deploy": "kvbudget.cli.deploy:deploy",
+    "canary": "kvbudget.cli.canary:canary",
 }
 
 
