@@ -20,6 +20,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from kvbudget.accept.engine_config import factor_refusal, sim_tiers
+from kvbudget.accept.lifecycle import LifecycleLayer
 from kvbudget.accept.plan_checks import (
     Audits,
     Canary,
@@ -69,6 +70,10 @@ class AcceptPlan(StrictModel):
     audits: Audits = Field(default_factory=Audits)
     rollback: Rollback = Field(default_factory=Rollback)
     canary: Canary = Field(default_factory=Canary)
+    lifecycle: list[LifecycleLayer] = Field(
+        default_factory=list,
+        description="deletion contract per storage layer (owner, trigger, retention, check)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AcceptPlan:

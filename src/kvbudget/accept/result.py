@@ -212,4 +212,6 @@ class AcceptResult(ResultDocument):
     verdict: OverallVerdict
     verdict_reasons: list[str]
     rollback: list[str] = Field(default_factory=list)
+    #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
+    rollback_drill: dict[str, Any] = Field(default_factory=dict)
     canary: list[str] = Field(default_factory=list)

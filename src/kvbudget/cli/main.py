@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "kvbudget.cli.calibrate:calibrate",
     "fingerprint": "kvbudget.cli.fingerprint:fingerprint",
     "deploy": "kvbudget.cli.deploy:deploy",
+    "canary": "kvbudget.cli.canary:canary",
 }
 
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kvbudget.accept.canary_metrics import service_name
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.deploy.engine_args import EngineCommand
 from kvbudget.deploy.memory import HostBudget
@@ -30,10 +31,8 @@ SCALE_TARGET_FRACTION = 0.8
 
 
 def k8s_name(text: str, *, max_len: int = 52) -> str:
-    """A DNS-1123 label from a plan name (lowercase, dashes)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    name = re.sub(r"-{2,}", "-", name)[:max_len].strip("-")
-    return name or "kvbudget"
+    """A DNS-1123 label from a plan name (the same name ``kvbudget canary`` labels with)."""
+    return service_name(text, max_len=max_len)
 
 
 @dataclass(frozen=True, slots=True)
