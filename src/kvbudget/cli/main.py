@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "audit": "kvbudget.cli.audit:audit",
     "web": "kvbudget.cli.web:web",
     "calibrate": "kvbudget.cli.calibrate:calibrate",
+    "sweep": "kvbudget.cli.sweep:sweep",
 }
 
 

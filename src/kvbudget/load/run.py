@@ -131,15 +131,23 @@ async def run_load(
     resume: bool = False,
     progress: ProgressFn | None = None,
     progress_lines: Callable[[int], None] | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
 ) -> BenchDocument:
-    """Run the load described by ``cfg`` and return its result document."""
+    """Run the load described by ``cfg`` and return its result document.
+
+    ``use_ray``: the workers are Ray actors (:mod:`kvbudget.load.ray_workers`), on the local
+    Ray or the cluster at ``ray_address``.
+    """
     api_key = read_api_key(cfg)
     tmp: tempfile.TemporaryDirectory[str] | None = None
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="kvbudget-bench-")
         out_dir = Path(tmp.name)
     try:
-        return await _run_in(cfg, out_dir, planned, resume, progress, progress_lines, api_key)
+        return await _run_in(
+            cfg, out_dir, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+        )
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -153,6 +161,8 @@ async def _run_in(
     progress: ProgressFn | None,
     progress_lines: Callable[[int], None] | None,
     api_key: str | None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
 ) -> BenchDocument:
     segment, skip = _prepare_dir(cfg, out_dir, resume)
     if planned is None and cfg.open_loop:
@@ -171,8 +181,15 @@ async def _run_in(
         )
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     req_path = out_dir / REQUESTS_FILE
-    pool = None
-    if num_workers > 1:
+    pool: Any = None
+    if use_ray:
+        from kvbudget.load.ray_workers import RayWorkerPool
+
+        pool = RayWorkerPool(
+            cfg, planned, num_workers, segment, skip, req_path, api_key, ray_address=ray_address
+        )
+        await pool.start()  # actors up and their clock offsets estimated
+    elif num_workers > 1:
         pool = WorkerPool(cfg, planned, num_workers, segment, skip, req_path, api_key)
         await pool.start()  # every worker imported and waiting: only now pick the start
     t0 = time.perf_counter() + cfg.baseline_s + 0.05
@@ -213,7 +230,8 @@ async def _run_in(
             await scrape_task
         if metrics_writer is not None:
             metrics_writer.close()
-    return _finish(cfg, out_dir, ident, results, scraper, segment)
+    ray_accounting = pool.accounting() if use_ray else None
+    return _finish(cfg, out_dir, ident, results, scraper, segment, ray_accounting)
 
 
 def _finish(
@@ -223,6 +241,7 @@ def _finish(
     results: list[WorkerResult],
     scraper: MetricsScraper | None,
     segment: int,
+    ray_accounting: dict[str, Any] | None = None,
 ) -> BenchDocument:
     read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
     records = read.items
@@ -261,6 +280,12 @@ def _finish(
     )
     statistics = {name: d.to_dict() for name, d in stats.latency.items() if d.n > 0}
     warnings.extend(stats.warnings)
+    if ray_accounting is not None:
+        accounting.update(ray_accounting)
+        warnings.extend(_lost_warnings(ray_accounting, out_dir))
+        finished = {r.worker for r in results}
+        seg_records = [r for r in seg_records if r.worker in finished]
+        accounting["sent_equals_recorded"] = sent == len(seg_records)
     if sent != len(seg_records):
         warnings.append(
             f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"
@@ -321,3 +346,16 @@ def _finish(
     )
     write_document(out_dir / SUMMARY_FILE, doc)
     return doc
+
+
+def _lost_warnings(ray_accounting: dict[str, Any], out_dir: Path) -> list[str]:
+    """One warning per Ray worker lost mid-run: what was kept and how to finish."""
+    out = []
+    for w in ray_accounting.get("per_worker", []):
+        if w.get("lost"):
+            out.append(
+                f"worker {w['worker']} (node {w['node']}) was lost mid-run ({w['lost']}); its "
+                f"{w['recorded']} finished record(s) are kept in {out_dir / REQUESTS_FILE}; what "
+                "it was sending is unrecorded: rerun with --resume to send the rest"
+            )
+    return out
