@@ -85,6 +85,8 @@ def sweep(
                     "num_simulated": outcome.num_simulated,
                     "num_workers": outcome.num_workers,
                     "wall_s": outcome.wall_s,
+                    "ray_start_s": outcome.ray_start_s,
+                    "simulate_s": outcome.simulate_s,
                     "files": outcome.files,
                     "cheapest": outcome.cheapest,
                 },
@@ -101,7 +103,8 @@ def sweep(
         f"  points {outcome.num_points}: {outcome.num_simulated} simulated now on "
         f"{outcome.num_workers} worker(s), {outcome.num_skipped} already done; "
         + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
-        + f"\n  wall {outcome.wall_s:.1f} s"
+        + f"\n  wall {outcome.wall_s:.1f} s (Ray start {outcome.ray_start_s:.1f} s, "
+        f"simulating {outcome.simulate_s:.1f} s)"
     )
     for line in lines:
         click.echo(f"  {line}")

@@ -42,6 +42,7 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     plt.rcParams["svg.hashsalt"] = "kvbudget-sweep"
     plt.rcParams["svg.fonttype"] = "none"
@@ -79,7 +80,7 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
                 where="post",
                 color=color,
                 lw=1.2,
-                label=f"{rate:g} req/s" if rate else "closed loop",
+                label=(f"{rate:g} req/s" if rate else "closed loop") if ax is axes[0] else None,
             )
         for slo in grid.slos:
             ceiling = (slo.ttft_s if metric.startswith("ttft") else slo.tpot_s).p99
@@ -87,9 +88,9 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
                 ax.axhline(ceiling * scale, color="0.4", ls="--", lw=0.8)
                 ax.annotate(
                     f"SLO {slo.name} p99",
-                    (1.0, ceiling * scale),
+                    (0.01, ceiling * scale),
                     xycoords=("axes fraction", "data"),
-                    ha="right",
+                    ha="left",
                     va="bottom",
                     color="0.3",
                 )
@@ -98,13 +99,23 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
         ax.grid(True, lw=0.3, alpha=0.5)
         if usable:
             ax.set_yscale("log")
-    if rates:
-        axes[0].legend(title="arrival rate (Pareto front)", loc="upper right", fontsize=7)
+            low, high = ax.get_ylim()
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            # 2 and 5 labelled too on a range of up to three decades (beyond, they crowd)
+            if low > 0 and high / low < 1000:
+                ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+                ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+            else:
+                ax.yaxis.set_minor_formatter(NullFormatter())
     fig.suptitle(
         f"kvbudget sweep: {len(usable)} of {len(rows)} points, simulated "
         f"(timing model: {', '.join(timing)})"
     )
-    fig.tight_layout()
+    if rates:
+        fig.legend(title="arrival rate\n(Pareto front)", loc="center right", fontsize=7)
+        fig.tight_layout(rect=(0.0, 0.0, 0.87, 1.0))
+    else:
+        fig.tight_layout()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)

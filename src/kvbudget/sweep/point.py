@@ -61,6 +61,7 @@ def _percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
 def run_point(point: SweepPoint) -> dict[str, Any]:
     """One result row (JSON-ready) for ``point``."""
     wall0 = time.perf_counter()
+    cpu0 = time.process_time()
     row: dict[str, Any] = {
         "key": point.key,
         "figures": "simulated",
@@ -75,6 +76,7 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
     except KvbudgetError as exc:
         row.update(status="not-run", reason=exc.one_line(), timing_model=None)
         row["wall_s"] = time.perf_counter() - wall0
+        row["cpu_s"] = time.process_time() - cpu0
         return row
     done = [r for r in requests if r.finished and r.first_token_s is not None]
     ttft = [r.first_token_s - r.arrival_s for r in done]
@@ -90,4 +92,5 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
     row.update(_percentiles(ttft, "ttft"))
     row.update(_percentiles(tpot, "tpot"))
     row["wall_s"] = time.perf_counter() - wall0
+    row["cpu_s"] = time.process_time() - cpu0
     return row

@@ -59,6 +59,9 @@ class SweepOutcome:
     files: list[str] = field(default_factory=list)
     num_workers: int = 1
     wall_s: float = 0.0
+    #: seconds to start or join Ray, and to simulate the points once it was up
+    ray_start_s: float = 0.0
+    simulate_s: float = 0.0
 
 
 def read_rows(path: Path) -> dict[str, dict[str, Any]]:
@@ -107,8 +110,12 @@ def _run_on_ray(
     progress: ProgressFn | None,
     total: int,
     done_count: int,
+    timings: dict[str, float],
 ) -> tuple[list[dict[str, Any]], int]:
+    start = time.perf_counter()
     ray = ensure_ray("kvbudget sweep", address=ray_address, num_cpus=workers or 1)
+    timings["ray_start_s"] = time.perf_counter() - start
+    start = time.perf_counter()
     limit = workers or (cluster_cpus(ray) if ray_address else 1)
     remote = ray.remote(num_cpus=1, max_retries=2)(run_point)
     rows: list[dict[str, Any]] = []
@@ -130,6 +137,7 @@ def _run_on_ray(
             done_count += 1
             if progress is not None:
                 progress(row, done_count, total)
+    timings["simulate_s"] = time.perf_counter() - start
     return rows, limit
 
 
@@ -169,6 +177,7 @@ def run_sweep(
     keys = {p.key for p in points}
     todo = [p for p in points if p.key not in done]
     num_workers = workers or 1
+    timings: dict[str, float] = {}
     if todo:
         with JsonlWriter(out_dir / RESULTS_FILE) as writer:
             new_rows, num_workers = _run_on_ray(
@@ -179,6 +188,7 @@ def run_sweep(
                 progress=progress,
                 total=len(points),
                 done_count=len(points) - len(todo),
+                timings=timings,
             )
         for row in new_rows:
             done[row["key"]] = row
@@ -189,6 +199,8 @@ def run_sweep(
     outcome.num_simulated = len(todo)
     outcome.num_workers = num_workers
     outcome.wall_s = time.perf_counter() - wall0
+    outcome.ray_start_s = timings.get("ray_start_s", 0.0)
+    outcome.simulate_s = timings.get("simulate_s", 0.0)
     extra = sorted(set(read_rows(out_dir / RESULTS_FILE)) - keys)
     if extra:
         outcome.files.append(f"({len(extra)} older row(s) in {RESULTS_FILE} are not in this grid)")

@@ -48,6 +48,7 @@ COLUMNS = (
     "kv_usage_peak",
     "simulated_s",
     "wall_s",
+    "cpu_s",
     "seed",
     "kvbudget_version",
     "reason",
@@ -194,8 +195,8 @@ def parquet_available() -> bool:
 
 def write_parquet(path: Path, rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> None:
     """results.parquet (only called when pyarrow is installed)."""
-    import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]
-    import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
+    import pyarrow as pa  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
     table = pa.table({c: [r.get(c) for r in rows] for c in cols})
     pq.write_table(table, str(path))

@@ -4,14 +4,24 @@ Expected numbers are hand arithmetic on hand-made rows."""
 
 from __future__ import annotations
 
+import csv
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvbudget.sweep.grid import grid_from_dict
 from kvbudget.sweep.pareto import pareto_front, render_pareto
-from kvbudget.sweep.table import cheapest, cheapest_lines, derive
+from kvbudget.sweep.table import (
+    cheapest,
+    cheapest_lines,
+    columns,
+    derive,
+    parquet_available,
+    write_csv,
+    write_parquet,
+)
 
 GRID = grid_from_dict(
     {
@@ -113,3 +123,19 @@ def test_pareto_svg_is_self_contained() -> None:
     assert "simulated" in svg and "roofline" in svg
     assert "SLO chat p99" in svg
     assert render_pareto(rows, GRID) == svg  # same rows, same bytes
+
+
+def test_parquet_holds_the_csv_table(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq  # the test extra installs pyarrow: missing fails, never skips
+
+    rows = derive(ROWS, GRID)
+    cols = columns(GRID)
+    assert parquet_available()
+    write_parquet(tmp_path / "r.parquet", rows, cols)
+    write_csv(tmp_path / "r.csv", rows, cols)
+    table = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    with (tmp_path / "r.csv").open() as fh:
+        text_rows = list(csv.DictReader(fh))
+    assert [t["key"] for t in table] == [t["key"] for t in text_rows] == ["d", "c", "a", "b"]
+    assert table[1]["cost_usd_per_hour"] == pytest.approx(4.0)
+    assert table[1]["meets_chat"] is True and text_rows[1]["meets_chat"] == "True"
