@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "fingerprint": "kvbudget.cli.fingerprint:fingerprint",
     "deploy": "kvbudget.cli.deploy:deploy",
     "canary": "kvbudget.cli.canary:canary",
+    "sweep": "kvbudget.cli.sweep:sweep",
 }
 
 

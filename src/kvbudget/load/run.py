@@ -201,17 +201,27 @@ async def run_load(
     resume: bool = False,
     progress: ProgressFn | None = None,
     progress_lines: Callable[[int], None] | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
 ) -> BenchDocument:
-    """Run the load described by ``cfg`` and return its result document."""
+    """Run the load described by ``cfg`` and return its result document.
+
+    ``use_ray``: the workers are Ray actors (:mod:`kvbudget.load.ray_workers`), on the local
+    Ray or the cluster at ``ray_address``.
+    """
     api_key = read_api_key(cfg)
     if out_dir is not None:
         lock_out_dir(out_dir)  # one run per directory: a second one refuses in one line
-        return await _run_in(cfg, out_dir, planned, resume, progress, progress_lines, api_key)
+        return await _run_in(
+            cfg, out_dir, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+        )
     # removed on every exit path, SIGKILL included (a reaper process watches this one)
     with private_tempdir("kvbudget-bench-") as tmp:
         lock_out_dir(tmp)
         try:
-            return await _run_in(cfg, tmp, planned, resume, progress, progress_lines, api_key)
+            return await _run_in(
+                cfg, tmp, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+            )
         finally:
             release_out_dir(tmp)
 
@@ -224,6 +234,8 @@ async def _run_in(
     progress: ProgressFn | None,
     progress_lines: Callable[[int], None] | None,
     api_key: str | None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
 ) -> BenchDocument:
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
@@ -251,8 +263,15 @@ async def _run_in(
     ident["prompts"] = prompts_info
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     req_path = out_dir / REQUESTS_FILE
-    pool = None
-    if num_workers > 1:
+    pool: Any = None
+    if use_ray:
+        from kvbudget.load.ray_workers import RayWorkerPool
+
+        pool = RayWorkerPool(
+            cfg, planned, num_workers, segment, skip, req_path, api_key, ray_address=ray_address
+        )
+        await pool.start()  # actors up and their clock offsets estimated
+    elif num_workers > 1:
         pool = WorkerPool(cfg, planned, num_workers, segment, skip, req_path, api_key)
         await pool.start()  # every worker imported and waiting: only now pick the start
     t0 = time.perf_counter() + cfg.baseline_s + 0.05
@@ -297,7 +316,8 @@ async def _run_in(
             await scraper.settle(sum(r.run_segment == segment and r.status == "ok" for r in done))
         if metrics_writer is not None:
             metrics_writer.close()
-    return _finish(cfg, out_dir, ident, results, scraper, segment)
+    ray_accounting = pool.accounting() if use_ray else None
+    return _finish(cfg, out_dir, ident, results, scraper, segment, ray_accounting)
 
 
 async def _served_lengths(
@@ -331,6 +351,7 @@ def _finish(
     results: list[WorkerResult],
     scraper: MetricsScraper | None,
     segment: int,
+    ray_accounting: dict[str, Any] | None = None,
 ) -> BenchDocument:
     read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
     records, duplicates = unique_records(read.items)
@@ -375,6 +396,12 @@ def _finish(
             f"{duplicates} record(s) repeat a request id already recorded (a writer outlived "
             "a killed run?); each request id is counted once, the first record kept"
         )
+    if ray_accounting is not None:
+        accounting.update(ray_accounting)
+        warnings.extend(_lost_warnings(ray_accounting, out_dir))
+        finished = {r.worker for r in results}
+        seg_records = [r for r in seg_records if r.worker in finished]
+        accounting["sent_equals_recorded"] = sent == len(seg_records)
     if sent != len(seg_records):
         warnings.append(
             f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"
@@ -452,3 +479,16 @@ def _finish(
     )
     write_document(out_dir / SUMMARY_FILE, doc)
     return doc
+
+
+def _lost_warnings(ray_accounting: dict[str, Any], out_dir: Path) -> list[str]:
+    """One warning per Ray worker lost mid-run: what was kept and how to finish."""
+    out = []
+    for w in ray_accounting.get("per_worker", []):
+        if w.get("lost"):
+            out.append(
+                f"worker {w['worker']} (node {w['node']}) was lost mid-run ({w['lost']}); its "
+                f"{w['recorded']} finished record(s) are kept in {out_dir / REQUESTS_FILE}; what "
+                "it was sending is unrecorded: rerun with --resume to send the rest"
+            )
+    return out
