@@ -22,6 +22,18 @@ from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 
 
+def preloaded_prompt(req: SimRequest, num_gpu_hit: int, now_s: float) -> tuple[int, float, str]:
+    """P/D decode side: every prompt token but the last arrives with the request.
+
+    As vLLM 0.32's scheduler after a remote KV load (``_update_waiting_for_remote_kv``: a fully
+    loaded prompt recomputes its last token to sample the first output). Only on a request's
+    first admission: a preempted request's KV is gone and is recomputed.
+    """
+    if req.has_been_scheduled:
+        return 0, now_s, ""
+    return max(0, req.num_prompt_tokens - 1 - num_gpu_hit), now_s, "transfer"
+
+
 @dataclass(slots=True)
 class KVSample:
     """One sample of a replica's state."""
@@ -45,6 +57,8 @@ class ReplicaSetup:
     fast_path: bool = True
     #: cache compatibility identity (a CacheIdentity digest); "" = one identity for all
     identity: str = ""
+    #: P/D decode replica: a request arrives with its prompt's KV transferred (kvbudget.sim.disagg)
+    kv_preloaded: bool = False
 
 
 class Replica:
@@ -92,7 +106,18 @@ class Replica:
             if stack.has_cpu:
                 self.core.scheduler.on_preempt = stack.on_preempt
             self.core.kv.on_cache = lambda keys: stack.on_cache(keys, stack.now_s)
-        use_fast = setup.fast_path and stack is None and fast_path_ok(cfg)
+        if setup.kv_preloaded:
+            if stack is not None:
+                from kvbudget.errors import ConfigError
+
+                raise ConfigError(
+                    "disaggregation: a decode replica with KV tiers is not modelled; drop its tiers",
+                    field="tiers",
+                )
+            self.core.scheduler.tier_lookup = preloaded_prompt
+        use_fast = (
+            setup.fast_path and stack is None and not setup.kv_preloaded and fast_path_ok(cfg)
+        )
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
         #: the replica accepts work from this time on (cold start for scale-out)
         self.ready_s = ready_s
