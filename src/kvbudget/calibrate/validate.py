@@ -106,8 +106,8 @@ async def measure_cell(
     bad = [o for o in outs if o.status != "ok"]
     if bad:
         raise TargetError(
-            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed "
-            f"({bad[0].error_kind}: {bad[0].error_excerpt}); check the server"
+            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed, first "
+            f"{bad[0].error_kind} from {client.base_url} ({bad[0].error_excerpt}); check the server"
         )
     ttfts, tpots, total, starts, ends = [], [], 0, [], []
     for o in outs:
