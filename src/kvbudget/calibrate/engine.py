@@ -37,6 +37,11 @@ class EngineInfo:
         return int(self.n_ctx_slot or self.max_model_len or 2048)
 
 
+def is_own_simulator(engine: str) -> bool:
+    """Whether the engine is kvbudget serve (the simulator over HTTP: its timings are simulated)."""
+    return engine.startswith("kvbudget-serve")
+
+
 async def discover(client: OpenAIClient, model: str) -> EngineInfo:
     """Ask ``/props`` (llama.cpp), ``/version`` (vLLM, SGLang) and ``/v1/models``.
 
