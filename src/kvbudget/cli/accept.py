@@ -109,6 +109,7 @@ def accept(
         doc = run_acceptance(
             plan, factory, out_dir=out_dir, resume=resume, progress=progress, run_async=run_async
         )
+    doc.anomalies.extend(unstable_queues(out_dir))
     failed = failure_line(plan, out_dir)
     if failed is not None:
         doc.verdict_reasons.insert(0, f"the run failed: {failed}")
@@ -139,6 +140,38 @@ def failure_line(plan: Any, out_dir: Path) -> str | None:
     else:
         url = "the simulator (target.kind sim)"
     return failure_diagnosis(records, url=url)
+
+
+def unstable_queues(out_dir: Path) -> list[Any]:
+    """An ``unstable_queue`` anomaly per open-loop cell repetition whose TTFT kept growing."""
+    from kvbudget.accept.result import Anomaly
+    from kvbudget.metrics.stability import queue_growth
+    from kvbudget.records import RequestRecord, read_jsonl
+
+    path = out_dir / "records.jsonl"
+    if not path.is_file():
+        return []
+    runs: dict[str, list[RequestRecord]] = {}
+    for r in read_jsonl(path, RequestRecord).items:
+        if r.warmup or r.scheduled_s is None or r.ttft_s is None:
+            continue  # closed-loop cells have no schedule: their queue cannot run away
+        runs.setdefault(r.request_id.rsplit("/", 1)[0], []).append(r)
+    out = []
+    for run_id, recs in sorted(runs.items()):
+        growth = queue_growth([r.scheduled_s or 0.0 for r in recs], [r.ttft_s or 0.0 for r in recs])
+        if growth is not None:
+            out.append(
+                Anomaly(
+                    code="unstable_queue",
+                    title=f"Unstable queue in {run_id}",
+                    evidence=growth.line(),
+                    advice="the cell's latency percentiles grow with its duration: read them as "
+                    "overload, not as the deployment's latency; lower the tier's rate_per_s or add "
+                    "replicas, and judge capacity at a stable rate",
+                    cells=[recs[0].cell_id or run_id],
+                )
+            )
+    return out
 
 
 def _write(doc: Any, out_dir: Path) -> dict[str, Path]:
