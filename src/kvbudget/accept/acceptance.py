@@ -83,7 +83,10 @@ def stop_statuses(
                     name="cross-tenant cache hit",
                     declared="none",
                     status="untested",
-                    detail="the isolation audit did not run (audits.isolation: true runs it)",
+                    detail=str(
+                        (audits.get("isolation") or {}).get("reason")
+                        or "the isolation audit did not run (audits.isolation: true runs it)"
+                    ),
                 )
             )
         else:

@@ -20,6 +20,7 @@ from kvbudget.audit.isolation import IsolationConfig, SaltMode, run_isolation
 from kvbudget.audit.probe_http import HttpProbe
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.audit.reuse import ReuseConfig, run_reuse
+from kvbudget.errors import TargetError
 from kvbudget.safety.redact import register_secret
 
 ISOLATION_TRIALS = 30
@@ -75,14 +76,26 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
             }
         else:
             cfg = IsolationConfig(trials=ISOLATION_TRIALS, seed=plan.seed, salt_mode=mode)
-            iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
-            out["isolation"] = {**iso.summary(), "basis": iso.provenance.label()}
-            out["isolation_markdown"] = iso.to_markdown(3)
-            out["cross_tenant_cached_tokens"] = iso.cross_tenant_cached_tokens
-            out["leak_detected"] = iso.verdict == "leak_detected"
+            try:
+                iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
+            except TargetError as exc:  # the target failed: say so in the report, keep the rest
+                out["isolation"] = _not_run(exc)
+            else:
+                out["isolation"] = {**iso.summary(), "basis": iso.provenance.label()}
+                out["isolation_markdown"] = iso.to_markdown(3)
+                out["cross_tenant_cached_tokens"] = iso.cross_tenant_cached_tokens
+                out["leak_detected"] = iso.verdict == "leak_detected"
     if plan.audits.reuse:
         rcfg = ReuseConfig(seed=plan.seed)
-        reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
-        out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
-        out["reuse_markdown"] = reuse.to_markdown(3)
+        try:
+            reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
+        except TargetError as exc:
+            out["reuse"] = _not_run(exc)
+        else:
+            out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
+            out["reuse_markdown"] = reuse.to_markdown(3)
     return out
+
+
+def _not_run(exc: TargetError) -> dict[str, Any]:
+    return {"verdict": "inconclusive", "reason": f"the audit could not run: {exc}"}

@@ -225,9 +225,10 @@ async def _run_trials(
         )
         after = await probe.hit_counter()
         if i == 0 and not victim.ok and not attacker.ok:
+            where = (await probe.identity()).base_url or "the simulator"
             raise TargetError(
-                f"the first audit requests failed ({attacker.error}); check --base-url, "
-                "--model and the API key variable"
+                f"the first audit requests failed at {where} ({attacker.error}); check "
+                "--base-url, --model and the API key variable"
             )
         delta = None if before is None or after is None else after - before
         records.append(

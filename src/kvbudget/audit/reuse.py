@@ -297,7 +297,8 @@ async def run_reuse(
         hot, dh = await _timed(probe, ids, text, cfg)
         if not cold.ok and not hot.ok and not firsts:
             raise TargetError(
-                f"the first completion failed ({cold.error}); check --base-url and --model"
+                f"the first completion failed at {ident.base_url or 'the simulator'} "
+                f"({cold.error}); check --base-url and --model"
             )
         firsts.append((cold, dc, hot, dh))
         done += 2

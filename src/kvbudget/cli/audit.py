@@ -213,6 +213,18 @@ def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
             click.echo(f"Wrote {out_dir / (name + '.json')} and {out_dir / (name + '.md')}")
 
 
+def _fail_if_all_failed(outcomes: list[tuple[str | None, bool]], result: Any, what: str) -> None:
+    """Exit 4 in one line when every request of the audit failed (the result is written)."""
+    from kvbudget.errors import RunFailedError
+    from kvbudget.load.diagnosis import Failure, diagnose, digest
+
+    failures = [Failure("other", None, error) for error, ok in outcomes if not ok]
+    where = (result.target or {}).get("base_url") or "the simulator"
+    line = diagnose(digest(failures, len(outcomes)), url=str(where), what=what)
+    if line is not None:
+        raise RunFailedError(line)
+
+
 def _load_salts(path: Path | None) -> dict[str, str] | None:
     if path is None:
         return None
@@ -344,6 +356,10 @@ def isolation(**opts: Any) -> int:
 
     result = run_async(_with_probe(opts, work))
     _emit(result, opts, "audit-isolation")
+    trials = result.trial_records
+    _fail_if_all_failed(
+        [(t.error, t.victim_ok and t.attacker_ok) for t in trials], result, "trials"
+    )
     return 1 if opts["strict"] and result.verdict != "no_leak_detected" else 0
 
 
@@ -426,4 +442,6 @@ def reuse(**opts: Any) -> int:
 
     result = run_async(_with_probe(opts, work))
     _emit(result, opts, "audit-reuse")
+    runs = [r for p in result.prompts for r in (p.cold, p.hot, p.after_reset) if r is not None]
+    _fail_if_all_failed([(r.error, r.ok) for r in runs], result, "requests")
     return 1 if opts["strict"] and result.verdict != "pass" else 0

@@ -125,6 +125,17 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
     return wl
 
 
+def _queue_check(records: Any) -> dict[str, Any]:
+    """``{"stable": bool, ...}``: TTFT against arrival time (kvbudget.metrics.stability)."""
+    from kvbudget.metrics.stability import queue_growth
+
+    done = [r for r in records if r.ttft_s is not None and r.scheduled_s is not None]
+    growth = queue_growth([r.scheduled_s for r in done], [r.ttft_s for r in done])
+    if growth is None:
+        return {"stable": True}
+    return {"stable": False, "note": growth.line(), **growth.to_dict()}
+
+
 def _render(summary: dict[str, Any]) -> str:
     def f(value: Any, unit: str = "", scale: float = 1.0) -> str:
         return "n/a" if value is None else f"{value * scale:.3f}{unit}"
@@ -350,6 +361,10 @@ def sim(**opts: Any) -> None:
             f"no request could run: {next(iter(reasons)).removeprefix('rejected: ')}",
             field="workload",
         )
+    if concurrency is None:  # open loop (rate or trace): did the queue keep growing?
+        summary["queue"] = _queue_check(result.records())
+        if not summary["queue"]["stable"]:
+            summary["notes"] = [*summary.get("notes", []), summary["queue"]["note"]]
     summary["model"] = scenario.model
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp

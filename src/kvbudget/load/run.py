@@ -101,18 +101,28 @@ def read_api_key(cfg: RunConfig) -> str | None:
 
 
 def served_model(cfg: RunConfig, ident: dict[str, Any]) -> str:
+    """:func:`check_served_model` for a load run."""
+    return check_served_model(
+        cfg.base_url, cfg.model, ident, connect_timeout_s=cfg.connect_timeout_s
+    )
+
+
+def check_served_model(
+    base_url: str, model: str | None, ident: dict[str, Any], *, connect_timeout_s: float = 10.0
+) -> str:
     """The model name to send, checked against ``GET /v1/models`` before any request.
 
-    An empty ``cfg.model`` takes the first served model (as ``vllm bench serve`` does). A name
-    the server does not serve, an unreachable server or a ``/v1/models`` that is not an
-    OpenAI model list stops the run here, in one line, with nothing sent.
+    ``ident`` is :func:`~kvbudget.load.identity.server_identity`'s answer. An empty ``model``
+    takes the first served model (as ``vllm bench serve`` does). A name the server does not
+    serve, an unreachable server or a ``/v1/models`` that is not an OpenAI model list stops
+    the run here, in one line, with nothing sent.
     """
-    url = f"{cfg.base_url}/v1/models"
+    url = f"{base_url}/v1/models"
     status = ident.get("models_status")
     if status == 0:
         raise TargetError(
-            f"cannot reach {url} (connection refused, or no answer within "
-            f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
+            f"--base-url: cannot reach {url} (connection refused, or no answer within "
+            f"{connect_timeout_s:g} s); check --base-url and that the server is up"
         )
     if status != 200:
         hint = (
@@ -129,15 +139,15 @@ def served_model(cfg: RunConfig, ident: dict[str, Any]) -> str:
         raise TargetError(
             f"GET {url} lists no models; is this an OpenAI-compatible server? check --base-url"
         )
-    if not cfg.model:
+    if not model:
         return ids[0]
-    if cfg.model not in ids:
+    if model not in ids:
         shown = ", ".join(ids[:8]) + (f" (+{len(ids) - 8} more)" if len(ids) > 8 else "")
         raise TargetError(
-            f"--model {cfg.model}: {cfg.base_url} does not serve it; it serves {shown}; give "
+            f"--model {model}: {base_url} does not serve it; it serves {shown}; give "
             "one of those (or leave --model out for the first); nothing was sent"
         )
-    return cfg.model
+    return model
 
 
 def unique_records(records: Sequence[RequestRecord]) -> tuple[list[RequestRecord], int]:
