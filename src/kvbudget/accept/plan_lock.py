@@ -129,6 +129,16 @@ class ObjectLock(StrictModel):
         default_factory=lambda: Locked[str](value="none"),
         description="KV offload tier, e.g. none or cpu:64GiB",
     )
+    #: vLLM --kv-cache-memory-bytes (on the CPU build: VLLM_CPU_KVCACHE_SPACE GiB); only when set
+    kv_cache_memory_bytes: Locked[int] | None = Field(
+        default=None,
+        description="KV pool bytes per GPU instead of a fraction of device memory (vLLM "
+        "--kv-cache-memory-bytes; the CPU build's VLLM_CPU_KVCACHE_SPACE); omit when unused",
+    )
+    #: vLLM --num-gpu-blocks-override; only when set
+    num_gpu_blocks_override: Locked[int] | None = Field(
+        default=None, description="vLLM --num-gpu-blocks-override; omit when unused"
+    )
     router_policy: Locked[str] = Field(
         default_factory=lambda: Locked[str](value="none"),
         description="router policy when more than one replica serves the model",

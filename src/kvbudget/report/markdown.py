@@ -300,6 +300,18 @@ def render_markdown(doc: AcceptResult) -> str:
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))
+    in_tier = [cell for cell in doc.cells if cell.prompt_tokens_in_tier]
+    if in_tier:
+        add("\n### Prompt lengths as the engine counted them, against the tier bounds\n")
+        add("| cell | tier bounds | counted min–max | in bounds |\n|---|---|---|---|")
+        for cell in in_tier:
+            bounds = cell.prompt_tokens_in_tier
+            add(
+                f"| {cell.cell_id} | {bounds['min_tokens']}–{bounds['max_tokens']} | "
+                f"{bounds['min_counted']}–{bounds['max_counted']} | "
+                f"{bounds['num_in_bounds']}/{bounds['num_counted']}"
+                f"{'' if bounds['within'] else ' **(outside)**'} |"
+            )
     add("\n### Percentiles per cell (bootstrap 95% CIs)\n")
     for cell in doc.cells:
         if not cell.summaries:
@@ -350,12 +362,12 @@ def render_markdown(doc: AcceptResult) -> str:
     if doc.pool:
         add("\n## KV pool: planned (computed) vs engine-reported (measured)\n")
         add("| field | planned | engine-reported | match | engine source |\n|---|---|---|---|---|")
-        for row in doc.pool:
-            match = {True: "yes", False: "**NO**", None: "—"}[row["match"]]
+        for pool_row in doc.pool:
+            match = {True: "yes", False: "**NO**", None: "—"}[pool_row["match"]]
             add(
-                f"| {_md(row['field'])} | {_md(value_text(row['planned']))} | "
-                f"{_md(value_text(row['engine_reported']))} | {match} | "
-                f"{_md(row['source'] or '')} |"
+                f"| {_md(pool_row['field'])} | {_md(value_text(pool_row['planned']))} | "
+                f"{_md(value_text(pool_row['engine_reported']))} | {match} | "
+                f"{_md(pool_row['source'] or '')} |"
             )
     add("\n## Load\n")
     load = doc.plan.get("load", {})
