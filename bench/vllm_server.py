@@ -193,6 +193,9 @@ class VllmServer:
         env = dict(os.environ)
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_space_gib:g}"
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        # /reset_prefix_cache (the reuse audit's "after reset" run) is a dev route in vLLM 0.32
+        # (vllm/entrypoints/launchers/api_server/routers.py registers it only in dev mode)
+        env["VLLM_SERVER_DEV_MODE"] = "1"
         env["VLLM_NO_USAGE_STATS"] = "1"
         env["DO_NOT_TRACK"] = "1"
         env["HF_HUB_OFFLINE"] = "1"

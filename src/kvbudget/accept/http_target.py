@@ -69,6 +69,8 @@ LOCK_FROM_REPORT = {
     "gpu_memory_utilization": "gpu_memory_utilization",
     "prefix_caching.enabled": "enable_prefix_caching",
     "max_num_seqs": "total_slots",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "num_gpu_blocks_override": "num_gpu_blocks_override",
 }
 
 

@@ -130,6 +130,16 @@ class ObjectLock(StrictModel):
         description="KV offload below the GPU: none or cpu:SIZE (e.g. cpu:64GiB); not given: "
         "the target's own (sim: target.kv_tiers)",
     )
+    #: vLLM --kv-cache-memory-bytes (on the CPU build: VLLM_CPU_KVCACHE_SPACE GiB); only when set
+    kv_cache_memory_bytes: Locked[int] | None = Field(
+        default=None,
+        description="KV pool bytes per GPU instead of a fraction of device memory (vLLM "
+        "--kv-cache-memory-bytes; the CPU build's VLLM_CPU_KVCACHE_SPACE); omit when unused",
+    )
+    #: vLLM --num-gpu-blocks-override; only when set
+    num_gpu_blocks_override: Locked[int] | None = Field(
+        default=None, description="vLLM --num-gpu-blocks-override; omit when unused"
+    )
     router_policy: Locked[str] = Field(
         default_factory=_unconfirmed,
         description="router policy when more than one replica serves the model (not given: "

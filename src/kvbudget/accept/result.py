@@ -114,6 +114,8 @@ class CellResult(_Model):
     num_preemptions: int = 0
     error_rate: float | None = None
     prompt_tokens_mean: float | None = None
+    #: the server-counted prompt lengths against the input tier's bounds (see cells.py)
+    prompt_tokens_in_tier: dict[str, Any] = Field(default_factory=dict)
     summaries: dict[str, MetricSummary] = Field(default_factory=dict)
     throughput: dict[str, float] = Field(default_factory=dict)
     prefix_hit_rate_tokens: float | None = None

@@ -301,6 +301,18 @@ def render_markdown(doc: AcceptResult) -> str:
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))
+    in_tier = [cell for cell in doc.cells if cell.prompt_tokens_in_tier]
+    if in_tier:
+        add("\n### Prompt lengths as the engine counted them, against the tier bounds\n")
+        add("| cell | tier bounds | counted min–max | in bounds |\n|---|---|---|---|")
+        for cell in in_tier:
+            bounds = cell.prompt_tokens_in_tier
+            add(
+                f"| {cell.cell_id} | {bounds['min_tokens']}–{bounds['max_tokens']} | "
+                f"{bounds['min_counted']}–{bounds['max_counted']} | "
+                f"{bounds['num_in_bounds']}/{bounds['num_counted']}"
+                f"{'' if bounds['within'] else ' **(outside)**'} |"
+            )
     add("\n### Percentiles per cell (bootstrap 95% CIs)\n")
     for cell in doc.cells:
         if not cell.summaries:

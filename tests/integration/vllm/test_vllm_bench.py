@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+# an engine start takes 30-90 s (minutes on a busy machine): generous per-test limits
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 NUM_REQUESTS = 12
 CONCURRENCY = 4
