@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
 from kvbudget.accept.targets import CellRun, TargetInfo
@@ -31,6 +30,8 @@ from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
 from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
+from kvbudget.safety.procs import child_preexec
+from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
 RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]
@@ -190,15 +191,16 @@ class HttpTarget:
             num_requests=len(requests),
             duration_s=duration_s if closed else None,
             timeout_s=self.timeout_s,
-            keep_prompts=True,
+            # text is recorded only when asked, or for the quality checkpoints judged below
+            keep_prompts=self.keep_prompts or any("/quality:" in r.request_id for r in requests),
             api_key_env=self.api_key_env,
             metrics_url=self.metrics_url,
             scrape_interval_s=0.5,
             seed=self.seed,
         )
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="kvbudget-accept-") as tmp:
-            out = Path(tmp)
+        # private (0700) and removed on every exit path, SIGKILL included
+        with private_tempdir("kvbudget-accept-") as out:
             self.run_async(run_load(cfg, out_dir=out, planned=list(requests)))
             raw = read_jsonl(out / REQUESTS_FILE, RequestRecord).items
             metrics = read_jsonl(out / METRICS_FILE, MetricSample).items if self.metrics_url else []
@@ -266,7 +268,16 @@ class ServeTarget(HttpTarget):
             model,
             *serve_args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # the serve child gets SIGKILL when accept dies (kill -9 included)
+        # stderr goes to an anonymous file (never a pipe nobody drains; gone with the process)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            preexec_fn=child_preexec,
+        )
         url = self._wait_url(startup_timeout_s)
         super().__init__(
             base_url=url,
@@ -287,7 +298,8 @@ class ServeTarget(HttpTarget):
             if line.startswith("http://"):
                 return line.strip()
             if self.proc.poll() is not None:
-                err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+                self._stderr.seek(0)
+                err = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
                 self.close()
                 raise TargetError(
                     "target.kind serve: kvbudget serve exited before listening: "
@@ -304,3 +316,4 @@ class ServeTarget(HttpTarget):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        self._stderr.close()
