@@ -8,6 +8,7 @@ import signal
 import click
 
 from kvbudget.cli.main import run_async
+from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_REQUEST_TOKENS, MAX_VOCAB
 
 
 @click.command("serve")
@@ -27,36 +28,36 @@ from kvbudget.cli.main import run_async
     "--tp",
     default=1,
     show_default=True,
-    type=click.IntRange(1),
+    type=click.IntRange(1, 4096),
     help="Tensor parallel size for the plan (with --gpu).",
 )
 @click.option(
     "--num-gpu-blocks",
-    type=click.IntRange(2),
+    type=click.IntRange(2, 10_000_000),
     default=None,
     help="KV blocks in the pool (manual default 8192; with --gpu overrides the planned number).",
 )
 @click.option(
     "--block-size",
-    type=click.IntRange(1),
+    type=click.IntRange(1, 4096),
     default=None,
     help="Tokens per KV block (manual default 16).",
 )
 @click.option(
     "--max-model-len",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_REQUEST_TOKENS),
     default=None,
     help="Longest prompt + output in tokens (manual default 8192).",
 )
 @click.option(
     "--max-num-seqs",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_CONCURRENCY),
     default=None,
     help="Most requests running at once (manual default 256).",
 )
 @click.option(
     "--max-num-batched-tokens",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_REQUEST_TOKENS),
     default=None,
     help="Token budget of one step (manual default 8192).",
 )
@@ -86,7 +87,7 @@ from kvbudget.cli.main import run_async
     "--vocab-size",
     default=32000,
     show_default=True,
-    type=click.IntRange(8),
+    type=click.IntRange(8, MAX_VOCAB),
     help="Size of the synthetic tokenizer's vocabulary.",
 )
 @click.option(

@@ -177,11 +177,6 @@ async def _run_in(
     api_key: str | None,
 ) -> BenchDocument:
     segment, skip = _prepare_dir(cfg, out_dir, resume)
-    if planned is None and cfg.open_loop:
-        planned = planned_open_loop(cfg)
-    elif planned is None and cfg.num_requests is not None:
-        # generated before the clock starts, so prompt generation is not on the hot path
-        planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
     ) as probe:
@@ -191,6 +186,12 @@ async def _run_in(
             f"cannot reach {cfg.base_url}/v1/models (connection refused, or no answer within "
             f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
         )
+    # only once the server answered: an unreachable one costs no prompt generation
+    if planned is None and cfg.open_loop:
+        planned = planned_open_loop(cfg)
+    elif planned is None and cfg.num_requests is not None:
+        # generated before the clock starts, so prompt generation is not on the hot path
+        planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     req_path = out_dir / REQUESTS_FILE
     pool = None
