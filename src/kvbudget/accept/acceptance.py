@@ -21,7 +21,13 @@ from kvbudget.accept.lockcheck import (
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
-from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
+from kvbudget.accept.run import (
+    Progress,
+    TargetFactory,
+    check_quality_files,
+    check_resume,
+    run_matrix,
+)
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.accept.tier_checks import tier_stop_statuses
 from kvbudget.accept.verdicts import overall_verdict, row_summaries
@@ -78,14 +84,20 @@ def stop_statuses(
                 )
             )
         elif leak is None:
+            iso = audits.get("isolation")
+            failed = isinstance(iso, dict) and iso.get("verdict") == "failed"
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
                     declared="none",
                     status="untested",
-                    detail=str(
-                        (audits.get("isolation") or {}).get("reason")
-                        or "the isolation audit did not run (audits.isolation: true runs it)"
+                    detail=(
+                        f"the isolation audit failed: {iso['reason']}"
+                        if failed and isinstance(iso, dict)
+                        else str(
+                            (iso if isinstance(iso, dict) else {}).get("reason")
+                            or "the isolation audit did not run (audits.isolation: true runs it)"
+                        )
                     ),
                 )
             )
@@ -218,6 +230,8 @@ def run_acceptance(
 ) -> AcceptResult:
     rng = np.random.default_rng([plan.seed, 7])
     check_quality_files(plan)
+    if out_dir is not None:
+        check_resume(plan, out_dir, resume=resume)
     prepared = factory(plan.lock)
     target = prepared.target
     info = target.info

@@ -20,7 +20,7 @@ from kvbudget.audit.isolation import IsolationConfig, SaltMode, run_isolation
 from kvbudget.audit.probe_http import HttpProbe
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.audit.reuse import ReuseConfig, run_reuse
-from kvbudget.errors import TargetError
+from kvbudget.errors import KvbudgetError
 from kvbudget.safety.redact import register_secret
 
 ISOLATION_TRIALS = 30
@@ -58,8 +58,23 @@ async def _with_probe(plan: AcceptPlan, work: Callable[[Any], Awaitable[Any]]) -
     return await work(SimProbe(opts, np.random.default_rng([plan.seed, 31])))
 
 
+def _failed(name: str, exc: Exception) -> dict[str, Any]:
+    """A failed audit as its report section: it says it failed and why (one line)."""
+    why = exc.one_line() if isinstance(exc, KvbudgetError) else f"{type(exc).__name__}: {exc}"
+    return {
+        "verdict": "failed",
+        "status": "failed",
+        "reason": f"the {name} audit did not complete ({' '.join(why.split())}); the matrix "
+        "cells above are kept; fix the endpoint and rerun accept with --resume",
+    }
+
+
 def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
-    """Summaries of the requested audits (``{}`` when none is requested)."""
+    """Summaries of the requested audits (``{}`` when none is requested).
+
+    An audit that fails (the endpoint answers 429, drops the connection ...) becomes a section
+    with ``verdict: failed`` and the reason, never an exception that would discard the finished
+    matrix; ``failed`` lists the audits that failed."""
     out: dict[str, Any] = {}
     if not (plan.audits.isolation or plan.audits.reuse):
         return out
@@ -78,8 +93,9 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
             cfg = IsolationConfig(trials=ISOLATION_TRIALS, seed=plan.seed, salt_mode=mode)
             try:
                 iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
-            except TargetError as exc:  # the target failed: say so in the report, keep the rest
-                out["isolation"] = _not_run(exc)
+            except Exception as exc:  # the finished matrix is never discarded for it
+                out["isolation"] = _failed("isolation", exc)
+                out.setdefault("failed", []).append("isolation")
             else:
                 out["isolation"] = {**iso.summary(), "basis": iso.provenance.label()}
                 out["isolation_markdown"] = iso.to_markdown(3)
@@ -89,13 +105,10 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
         rcfg = ReuseConfig(seed=plan.seed)
         try:
             reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
-        except TargetError as exc:
-            out["reuse"] = _not_run(exc)
+        except Exception as exc:  # the finished matrix is never discarded for it
+            out["reuse"] = _failed("reuse", exc)
+            out.setdefault("failed", []).append("reuse")
         else:
             out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
             out["reuse_markdown"] = reuse.to_markdown(3)
     return out
-
-
-def _not_run(exc: TargetError) -> dict[str, Any]:
-    return {"verdict": "inconclusive", "reason": f"the audit could not run: {exc}"}

@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
 from kvbudget.accept.targets import CellRun, TargetInfo
@@ -34,6 +33,8 @@ from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
 from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
+from kvbudget.safety.procs import child_preexec
+from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
 RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]
@@ -224,15 +225,16 @@ class HttpTarget:
             num_requests=len(requests),
             duration_s=duration_s if closed else None,
             timeout_s=self.timeout_s,
-            keep_prompts=True,
+            # text is recorded only when asked, or for the quality checkpoints judged below
+            keep_prompts=self.keep_prompts or any("/quality:" in r.request_id for r in requests),
             api_key_env=self.api_key_env,
             metrics_url=self.metrics_url,
             scrape_interval_s=0.5,
             seed=self.seed,
         )
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="kvbudget-accept-") as tmp:
-            out = Path(tmp)
+        # private (0700) and removed on every exit path, SIGKILL included
+        with private_tempdir("kvbudget-accept-") as out:
             self.run_async(run_load(cfg, out_dir=out, planned=list(requests)))
             raw = read_jsonl(out / REQUESTS_FILE, RequestRecord).items
             metrics = read_jsonl(out / METRICS_FILE, MetricSample).items if self.metrics_url else []
@@ -300,10 +302,17 @@ class ServeTarget(HttpTarget):
             model,
             *serve_args,
         ]
-        # stderr goes to a file (a full pipe would block the child); stdout is read by a thread
-        # so the start deadline holds even when the child prints nothing
+        # the serve child gets SIGKILL when accept dies (kill -9 included); stderr goes to an
+        # anonymous file (a full pipe would block the child); stdout is read by a thread so
+        # the start deadline holds even when the child prints nothing
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            preexec_fn=child_preexec,
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(
             target=self._read_stdout, name="kvbudget-serve-stdout", daemon=True

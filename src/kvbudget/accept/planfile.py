@@ -33,6 +33,7 @@ from kvbudget.accept.plan_checks import (
 from kvbudget.accept.plan_load import LoadPlan
 from kvbudget.accept.plan_lock import ObjectLock, StrictModel
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -182,7 +183,7 @@ def load_plan(path: str | Path) -> AcceptPlan:
     if not file.is_file():
         raise ConfigError(f"plan: file {str(file)!r} not found; give the path of a YAML plan")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml_text(read_text_file(file, what="plan"), source=f"plan {file.name}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -62,7 +62,8 @@ def accept(
     Targets (plan target.kind): sim (default; virtual time), serve (kvbudget serve on
     127.0.0.1, real time) and http (a real OpenAI-compatible endpoint). Simulated figures are
     labelled simulated and their quality checks untested. Exit status: 0 when the run completed (whatever the verdict;
-    with --fail-on-verdict: 0 only for pass, else 1), 2 for bad input.
+    with --fail-on-verdict: 0 only for pass, else 1), 1 when a requested audit failed (the
+    report is written, its Audits section says why), 2 for bad input.
     """
     from kvbudget.accept.planfile import load_plan, plan_json_schema
     from kvbudget.errors import ConfigError
@@ -119,6 +120,14 @@ def accept(
         from kvbudget.errors import RunFailedError
 
         raise RunFailedError(f"{failed} (report: {paths['md']})")
+    failed_audits = doc.audits.get("failed") if isinstance(doc.audits, dict) else None
+    if failed_audits:
+        click.echo(
+            f"accept: the {' and '.join(failed_audits)} audit(s) failed (the report's Audits "
+            "section says why; the cells are kept); exit 1",
+            err=True,
+        )
+        raise SystemExit(1)
     if fail_on_verdict and doc.verdict != "pass":
         raise SystemExit(1)
 

@@ -230,9 +230,11 @@ def _load_salts(path: Path | None) -> dict[str, str] | None:
         return None
     import yaml
 
+    from kvbudget.safety.yamlload import load_yaml_text, read_text_file
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        raw = load_yaml_text(read_text_file(path, what="--salt-file"), source="--salt-file")
+    except (OSError, yaml.YAMLError, ConfigError) as exc:
         # never echo the file's content (it holds secrets)
         raise ConfigError(
             f"--salt-file {path}: cannot read it as YAML ({type(exc).__name__}); write "

@@ -149,7 +149,9 @@ def calibrate(
     from kvbudget.calibrate.run import CalibrateOptions
     from kvbudget.calibrate.run import calibrate as run_calibration
     from kvbudget.calibrate.validate import validate as run_validation
+    from kvbudget.safety.outlock import lock_out_file
 
+    lock_out_file(out_path, flag="--out")  # one calibration per output file at a time
     api_key = None
     if api_key_env:
         api_key = os.environ.get(api_key_env)
@@ -158,6 +160,9 @@ def calibrate(
                 f"--api-key-env {api_key_env}: the variable is not set; export it first",
                 field="api_key_env",
             )
+        from kvbudget.safety.redact import register_secret
+
+        register_secret(api_key)
     opts = CalibrateOptions(
         base_url=base_url,
         model=model,

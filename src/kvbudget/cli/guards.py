@@ -48,6 +48,8 @@ class Bounded(click.ParamType[Any, Any]):
                 param,
                 ctx,
             )
+        if value == "" and not self.allow_empty:
+            self.fail("is empty; give a value or leave the flag out", param, ctx)
         out = self.inner.convert(value, param, ctx)
         if isinstance(out, bool):
             return out
@@ -65,8 +67,6 @@ class Bounded(click.ParamType[Any, Any]):
                 self.fail(
                     f"{str(out)[:20]}... is beyond the limit of {MAX_INT_FLAG} (2**53)", param, ctx
                 )
-        elif out == "" and not self.allow_empty:
-            self.fail("is empty; give a value or leave the flag out", param, ctx)
         return out
 
 
@@ -76,7 +76,7 @@ def _wrap(param: click.Parameter) -> None:
         return
     if isinstance(kind, click.types.FloatParamType | click.types.IntParamType):
         param.type = Bounded(kind, seed=param.name == "seed")
-    elif isinstance(kind, click.types.StringParamType):
+    elif isinstance(kind, click.types.StringParamType | click.Path):
         param.type = Bounded(kind, allow_empty=param.default == "")
 
 

@@ -23,6 +23,7 @@ from kvbudget.capacity.scenarios import (
 from kvbudget.cli.plan_render import render_gpus, render_plan
 from kvbudget.cli.vocab import COUNT, KV_DTYPE, PP, TP
 from kvbudget.errors import ConfigError, SpecError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import parse_bytes, parse_count
@@ -78,7 +79,8 @@ def _validation_error(exc: ValidationError, where: str) -> ConfigError:
 def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:
     """A YAML plan file: PlanRequest keys (sizes like ``80GiB`` allowed) plus optional ``scenarios``."""
     try:
-        data = yaml.safe_load(path.read_text("utf-8")) or {}
+        text = read_text_file(path, what="config")
+        data = load_yaml_text(text, source=f"config {str(path)!r}") or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(
             f"config: cannot read {path}: {' '.join(str(exc).split())}", field="config"

@@ -8,7 +8,8 @@ import signal
 import click
 
 from kvbudget.cli.main import run_async
-from kvbudget.cli.vocab import COUNT, PREFIX_CACHING, PREFIX_CACHING_VLLM, TP, Count
+from kvbudget.cli.vocab import PREFIX_CACHING, PREFIX_CACHING_VLLM, TP, Count
+from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_REQUEST_TOKENS, MAX_VOCAB
 
 
 def manual_note(model: str, description: str) -> str:
@@ -44,38 +45,37 @@ def manual_note(model: str, description: str) -> str:
     "tp",
     default=1,
     show_default=True,
-    type=COUNT,
+    type=Count(minimum=1, maximum=4096),
     help="Tensor parallel size for the plan (with --gpu).",
 )
 @click.option(
     "--num-gpu-blocks-override",
     "--num-gpu-blocks",
-    "num_gpu_blocks",
-    type=Count(minimum=2),
+    type=Count(minimum=2, maximum=10_000_000),
     default=None,
     help="KV blocks in the pool (manual default 8192; with --gpu overrides the planned number).",
 )
 @click.option(
     "--block-size",
-    type=COUNT,
+    type=Count(minimum=1, maximum=4096),
     default=None,
     help="Tokens per KV block (manual default 16).",
 )
 @click.option(
     "--max-model-len",
-    type=COUNT,
+    type=Count(minimum=1, maximum=MAX_REQUEST_TOKENS),
     default=None,
     help="Longest prompt + output in tokens (manual default 8192).",
 )
 @click.option(
     "--max-num-seqs",
-    type=COUNT,
+    type=Count(minimum=1, maximum=MAX_CONCURRENCY),
     default=None,
     help="Most requests running at once (manual default 256).",
 )
 @click.option(
     "--max-num-batched-tokens",
-    type=COUNT,
+    type=Count(minimum=1, maximum=MAX_REQUEST_TOKENS),
     default=None,
     help="Token budget of one step (manual default 8192).",
 )
@@ -112,7 +112,7 @@ def manual_note(model: str, description: str) -> str:
     "--vocab-size",
     default=32000,
     show_default=True,
-    type=click.IntRange(8),
+    type=click.IntRange(8, MAX_VOCAB),
     help="Size of the synthetic tokenizer's vocabulary.",
 )
 @click.option(

@@ -58,6 +58,9 @@ def _check_output_path(flag: str, raw: str) -> None:
             f"{flag} {raw}: file is not writable; give another path or fix its permissions",
             field=flag,
         )
+    from kvbudget.safety.outlock import lock_out_file
+
+    lock_out_file(path, flag=flag)  # two sims never write one file at once
 
 
 def _positive_tokens(flag: str, value: int) -> int:

@@ -44,8 +44,9 @@ class Count(_IntType):
 
     name = "count"
 
-    def __init__(self, minimum: int = 1) -> None:
+    def __init__(self, minimum: int = 1, maximum: int | None = None) -> None:
         self.minimum = minimum
+        self.maximum = maximum
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "N"
@@ -57,7 +58,9 @@ class Count(_IntType):
             text = str(value)
         flag = param.opts[0] if param is not None and param.opts else "count"
         # a ConfigError (not click's BadParameter): the same one line as every other bad input
-        return parse_count(text, field=flag, minimum=self.minimum)
+        if self.maximum is None:
+            return parse_count(text, field=flag, minimum=self.minimum)
+        return parse_count(text, field=flag, minimum=self.minimum, maximum=self.maximum)
 
 
 #: ``--endpoint`` values: kvbudget's short names and vLLM bench serve's paths

@@ -234,8 +234,6 @@ class OpenAIClient:
         splitter = SseSplitter()
         events: list[tuple[float, bytes]] = []
         cancel_after = req.cancel_after_tokens
-        content_key = b'"content":"' if req.endpoint == "chat" else b'"text":"'
-        empty_key = b'"content":""' if req.endpoint == "chat" else b'"text":""'
         num_content = 0
         saw_done = False
         reader = resp.content
@@ -251,7 +249,7 @@ class OpenAIClient:
                         saw_done = True
                         continue
                     events.append(ev)
-                    if content_key in data and empty_key not in data:
+                    if cancel_after is not None and _has_content(data, req.endpoint):
                         num_content += 1
                 if saw_done:
                     if not reader.at_eof():
@@ -370,3 +368,24 @@ async def _drain_to_eof(reader: aiohttp.StreamReader) -> None:
         async with asyncio.timeout(DONE_GRACE_S):
             while await reader.readany():
                 pass
+
+
+def _has_content(data: bytes, endpoint: str) -> bool:
+    """Whether one streamed event carries generated text (parsed JSON, whatever its spacing:
+    ``"text": "a"`` counts as ``"text":"a"`` does; cancellation counts tokens from this)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    if not isinstance(event, dict):
+        return False
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    first = choices[0]
+    if endpoint == "chat":
+        delta = first.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+    else:
+        text = first.get("text")
+    return isinstance(text, str) and text != ""

@@ -259,14 +259,15 @@ async def _run_in(
         }
     )
     segment, skip = _prepare_dir(cfg, out_dir, resume)
-    if planned is None and cfg.open_loop:
-        planned = planned_open_loop(cfg)
-    elif planned is None and cfg.num_requests is not None:
-        # generated before the clock starts, so prompt generation is not on the hot path
-        planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
     ) as probe:
+        # only once the server answered: an unreachable one costs no prompt generation
+        if planned is None and cfg.open_loop:
+            planned = planned_open_loop(cfg)
+        elif planned is None and cfg.num_requests is not None:
+            # generated before the clock starts, so prompt generation is not on the hot path
+            planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
         report = await read_engine_report(probe, cfg.metrics_url)
         planned, prompts_info = await _served_lengths(cfg, probe, ident, planned)
     ident = {**ident, "engine_report": report.model_dump(mode="json", exclude_none=True)}

@@ -35,9 +35,9 @@ MAX_RATE_PER_S = 1e9
 MAX_REQUEST_TOKENS = 10_000_000
 #: largest serve vocabulary (tokens)
 MAX_VOCAB = 10_000_000
-#: largest JSON body the web API reads (bytes)
-MAX_WEB_BODY_BYTES = 1024 * 1024
 #: largest config.json read (bytes)
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 #: deepest nesting of a JSON config file
 MAX_JSON_DEPTH = 64
+#: one load tier's or run's duration (seconds; 30 days)
+MAX_DURATION_S = 30 * 86400.0

@@ -9,6 +9,8 @@ in one process is a no-op.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -67,6 +69,50 @@ def lock_out_dir(out_dir: Path, *, flag: str = "--out") -> Path:
     os.write(fd, f"pid {os.getpid()}\n".encode())
     _HELD[key] = fd
     return lock_path
+
+
+def lock_out_file(path: Path, *, flag: str) -> None:
+    """Hold an exclusive lock for an output *file* (``sim --records-out`` ...) for the life of
+    the process: a sidecar ``.NAME.kvbudget.lock`` beside it (the output itself is not created
+    before the command writes it), removed again when the process exits normally."""
+    field = flag.strip("-").replace("-", "_")
+    if path.exists() and not path.is_file():
+        return  # a device or a pipe (/dev/null, /dev/stdout): nothing to protect
+    sidecar = path.with_name(f".{path.name}.kvbudget.lock")
+    try:
+        key = "file:" + str(sidecar.resolve())
+    except OSError:
+        key = "file:" + str(sidecar)
+    if key in _HELD:
+        return
+    try:
+        fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {str(path)!r}: cannot write in its directory ({exc.strerror or exc}); "
+            "give a writable path",
+            field=field,
+        ) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise ConfigError(
+            f"{flag} {str(path)!r}: {_holder(sidecar)} is writing this file; wait for it to "
+            "finish or choose another path",
+            field=field,
+        ) from exc
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    _HELD[key] = fd
+    atexit.register(_drop_sidecar, sidecar, fd)
+
+
+def _drop_sidecar(sidecar: Path, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        sidecar.unlink()
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def release_out_dir(out_dir: Path) -> None:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.cluster import ClusterSpec
 from kvbudget.sim.config import SchedulingPolicy
 from kvbudget.sim.driver import ScaleOut
@@ -116,14 +117,14 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
             field="scenario",
         )
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_text_file(file, what="scenario")
+    except OSError as exc:
         raise ConfigError(
             f"scenario {path}: cannot read it ({exc}); check the file's permissions and encoding",
             field="scenario",
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text, source=f"scenario {file.name}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

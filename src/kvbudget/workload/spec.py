@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.workload.arrival_specs import ArrivalSpec, ClosedLoopArrivals
 from kvbudget.workload.lengths import FixedLength, LengthSpec
 from kvbudget.workload.prefixes import (
@@ -103,7 +104,7 @@ def load_workload_yaml(path: str | Path) -> WorkloadSpec:
     if not p.is_file():
         raise ConfigError(f"workload file {str(p)!r} does not exist", field="path")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml_text(read_text_file(p, what="workload file"), source=str(p))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc})", field="path") from None
     return workload_from_dict(data if data is not None else {})
