@@ -51,6 +51,7 @@ def manual_note(model: str, description: str) -> str:
 @click.option(
     "--num-gpu-blocks-override",
     "--num-gpu-blocks",
+    "num_gpu_blocks",
     type=Count(minimum=2, maximum=10_000_000),
     default=None,
     help="KV blocks in the pool (manual default 8192; with --gpu overrides the planned number).",
