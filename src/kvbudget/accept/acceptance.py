@@ -13,6 +13,7 @@ from kvbudget.accept.ab_runs import run_comparisons
 from kvbudget.accept.anomalies import find_anomalies
 from kvbudget.accept.audits import run_audits
 from kvbudget.accept.drill import drill_for, drill_stop_status
+from kvbudget.accept.engine_pool import pool_side_by_side
 from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
     resolve_lock,
@@ -171,7 +172,7 @@ def _predict(
     llama.cpp slot engine when the profile was measured on llama.cpp, else on the vLLM-style
     paged engine. The label names the engine behaviour used."""
     from kvbudget.accept.factories import sim_factory
-    from kvbudget.calibrate.accept_slots import SlotsPredictionTarget, is_llamacpp_profile
+    from kvbudget.accept.slots_target import SlotsPredictionTarget, is_llamacpp_profile
     from kvbudget.sim.timing import CalibrationProfile
 
     assert plan.target.profile is not None
@@ -219,6 +220,8 @@ def run_acceptance(
     info = target.info
     try:
         lock_entries, blocking = resolve_lock(plan.lock, info, computed=prepared.computed_lock)
+        pool_rows, pool_blocking = pool_side_by_side(prepared.ledger.pool, info.engine_report)
+        blocking += pool_blocking
         outcome = run_matrix(
             plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
         )
@@ -259,6 +262,8 @@ def run_acceptance(
         lock=lock_entries,
         blocking=blocking,
         ledger=prepared.ledger,
+        engine_report=info.engine_report,
+        pool=pool_rows,
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,

@@ -213,6 +213,23 @@ def render_html(doc: AcceptResult) -> str:
         )
     )
     add(_list([f"warning: {w}" for w in doc.ledger.warnings]) if doc.ledger.warnings else "")
+    if doc.pool:
+        add("<h2>KV pool: planned (computed) vs engine-reported (measured)</h2>")
+        add(
+            _table(
+                ["field", "planned", "engine-reported", "match", "engine source"],
+                [
+                    [
+                        r["field"],
+                        value_text(r["planned"]),
+                        value_text(r["engine_reported"]),
+                        {True: "yes", False: "NO", None: "—"}[r["match"]],
+                        r["source"] or "",
+                    ]
+                    for r in doc.pool
+                ],
+            )
+        )
     add("<h2>Single-factor comparisons</h2>")
     add(
         f"<figure class='chart' data-chart='ab'><figcaption>{_e(CHARTS['ab'][0])}</figcaption>"

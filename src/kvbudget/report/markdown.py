@@ -348,6 +348,16 @@ def render_markdown(doc: AcceptResult) -> str:
         add(f"| {_md(entry.name)} | {_md(value_text(entry.value))} | {_md(entry.source)} |")
     for w in doc.ledger.warnings:
         add(f"- warning: {_md(w)}")
+    if doc.pool:
+        add("\n## KV pool: planned (computed) vs engine-reported (measured)\n")
+        add("| field | planned | engine-reported | match | engine source |\n|---|---|---|---|---|")
+        for pool_row in doc.pool:
+            match = {True: "yes", False: "**NO**", None: "—"}[pool_row["match"]]
+            add(
+                f"| {_md(pool_row['field'])} | {_md(value_text(pool_row['planned']))} | "
+                f"{_md(value_text(pool_row['engine_reported']))} | {match} | "
+                f"{_md(pool_row['source'] or '')} |"
+            )
     add("\n## Load\n")
     load = doc.plan.get("load", {})
     for name, tier in load.get("tiers", {}).items():
