@@ -65,7 +65,7 @@ class IsolationConfig:
             )
         if self.prefix_tokens < 1 or self.suffix_tokens < 1:
             raise ConfigError(
-                f"--prefix-tokens {self.prefix_tokens} / --suffix-tokens {self.suffix_tokens}: "
+                f"--shared-prefix-tokens {self.prefix_tokens} / --suffix-tokens {self.suffix_tokens}: "
                 "both must be >= 1 (the prefix should span several KV blocks, e.g. 512)",
                 field="prefix_tokens",
             )

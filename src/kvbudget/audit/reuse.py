@@ -46,8 +46,8 @@ class ReuseConfig:
     def validate(self) -> None:
         if self.num_prompts < 1 or self.prompt_tokens < 1 or self.max_tokens < 1:
             raise ConfigError(
-                f"--prompts {self.num_prompts} / --prompt-tokens {self.prompt_tokens} / "
-                f"--max-tokens {self.max_tokens}: each must be >= 1 (prompts should span "
+                f"--prompts {self.num_prompts} / --input-tokens {self.prompt_tokens} / "
+                f"--output-tokens {self.max_tokens}: each must be >= 1 (prompts should span "
                 "several KV blocks, e.g. 512 tokens)",
                 field="prompts",
             )

@@ -33,7 +33,7 @@ REPORT_FILES = ("report.json", "report.md", "report.html")
 @click.option(
     "--validate", "validate_only", is_flag=True, help="Validate the plan file and exit (no run)."
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--no-progress", "--quiet", "quiet", is_flag=True, help="No live progress bar.")
 @click.option(
     "--keep-prompts",
     is_flag=True,
