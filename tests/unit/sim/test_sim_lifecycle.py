@@ -93,3 +93,27 @@ def test_crash_recomputes_from_the_saved_context_on_another_replica() -> None:
     assert recovered.prompt_tokens == 40 + STREAMED  # type: ignore[attr-defined]
     assert stats["lost_in_crash"] == 1
     assert stats["duplicated_prefill_tokens"] == 40 + STREAMED
+
+
+def test_scenario_file_declares_scale_in_and_crashes(tmp_path: object) -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "s.yaml"
+    path.write_text(
+        "replicas: 2\n"
+        "workload: {num_requests: 20, arrivals: {kind: poisson, rate_per_s: 5},"
+        " input_tokens: {kind: fixed, value: 64}, output_tokens: {kind: fixed, value: 8}}\n"
+        "scale_in: [{at_s: 1, replica: 0, grace_s: 0.5}]\n"
+        "crashes: [{at_s: 2, replica: 1, restart_s: 1}]\n"
+    )
+    cmd = [sys.executable, "-m", "kvbudget", "sim", "--scenario", str(path), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert set(summary["lifecycle"]) >= {"cancelled", "lost_in_crash", "duplicated_prefill_tokens"}
+    path.write_text("scale_in: [{at_s: 1, replica: 0, on_deadline: teleport}]\n")
+    bad = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "on_deadline" in bad.stderr
