@@ -37,6 +37,6 @@ def test_cli_exit_status_follows_the_verdict() -> None:
     base += ["--input-tokens", "64", "--json"]
     ok = subprocess.run(base, capture_output=True, text=True, check=False, timeout=300)
     assert ok.returncode == 0, ok.stderr
-    same = base + ["--upgraded-identity", "deploy-v1"]
+    same = [*base, "--upgraded-identity", "deploy-v1"]
     bad = subprocess.run(same, capture_output=True, text=True, check=False, timeout=300)
     assert bad.returncode == 1 and '"verdict": "fail"' in bad.stdout
