@@ -23,6 +23,7 @@ request releases the next one, which arrives when the step that finished it ends
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -52,11 +53,17 @@ BuildReplica = Callable[[ReplicaSetup, float], Replica]
 
 @dataclass(frozen=True, slots=True)
 class ScaleOut:
-    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache."""
+    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache.
+
+    ``warmup_s``: the router then shifts traffic to it gradually: during the warm-up a request
+    may go to it only if its request id's share (crc32 / 2**32) is below the elapsed fraction
+    of the warm-up, so about that fraction of the traffic is eligible for it.
+    """
 
     at_s: float
     setup: ReplicaSetup
     cold_start_s: float = 60.0
+    warmup_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +290,9 @@ class Driver:
             elif kind == "rearrival":  # a retry or a migrated session: routed, nothing pulled
                 self._route(payload, now, queue)
             elif kind == "scale":
-                replicas.append(self.build(payload.setup, payload.at_s + payload.cold_start_s))
+                new = self.build(payload.setup, payload.at_s + payload.cold_start_s)
+                new.warmup_s = payload.warmup_s
+                replicas.append(new)
             elif kind == "scale_in":
                 replicas[payload.replica].ready_s = float("inf")  # the router skips it
                 queue.push(now + payload.grace_s, PRIO_SCALE, ("scale_in_deadline", payload))
@@ -386,7 +395,16 @@ class Driver:
         """Route one arrival; ``False`` when the chosen replica refused it."""
         replicas = self.replicas
         router = self.router
-        ready = [i for i, rep in enumerate(replicas) if rep.ready_s <= now]
+        ready = [
+            i
+            for i, rep in enumerate(replicas)
+            if rep.ready_s <= now
+            and (
+                rep.warmup_s <= 0
+                or now >= rep.ready_s + rep.warmup_s
+                or zlib.crc32(req.request_id.encode()) / 2**32 < (now - rep.ready_s) / rep.warmup_s
+            )
+        ]
         if not ready:
             ready = [min(range(len(replicas)), key=lambda i: replicas[i].ready_s)]
         views = [replicas[i] for i in ready]

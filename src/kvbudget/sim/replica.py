@@ -136,6 +136,8 @@ class Replica:
         #: the replica accepts work from this time on (cold start for scale-out; infinity once
         #: it drains for scale-in or has crashed)
         self.ready_s = ready_s
+        #: after ready_s, traffic shifts to it over this many seconds (scale-out warm-up)
+        self.warmup_s = 0.0
         #: end of the step the driver last started on it (what is in flight at an event)
         self.step_end_s = 0.0
         self.busy = False

@@ -17,7 +17,7 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     roofline: {compute_efficiency: 0.55, ...}
     tiers: []                          # [{name: cpu, capacity_bytes: ..., bandwidth_bytes_per_s: ...}]
     remote_tier: null                  # one tier shared by every replica
-    scale_out: []                      # [{at_s: 60, cold_start_s: 90}]
+    scale_out: []                      # [{at_s: 60, cold_start_s: 90, warmup_s: 30}]
     scale_in: []                       # [{at_s: 120, replica: 0, grace_s: 30, on_deadline: cancel_retry}]
     crashes: []                        # [{at_s: 200, replica: 1, restart_s: 120}]
     max_simulated_s: null
@@ -70,6 +70,7 @@ class ScaleOutSpec(BaseModel):
 
     at_s: float = Field(ge=0)
     cold_start_s: float = Field(default=60.0, ge=0)
+    warmup_s: float = Field(default=0.0, ge=0)
 
 
 class ScaleInSpec(BaseModel):
@@ -263,7 +264,9 @@ def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
         setups=setups,
         router=scenario.router,
         stale_s=scenario.stale_index_s,
-        scale_out=[ScaleOut(s.at_s, setups[0], s.cold_start_s) for s in scenario.scale_out],
+        scale_out=[
+            ScaleOut(s.at_s, setups[0], s.cold_start_s, s.warmup_s) for s in scenario.scale_out
+        ],
         scale_in=[ScaleIn(**s.model_dump()) for s in scenario.scale_in],
         crashes=[Crash(**c.model_dump()) for c in scenario.crashes],
         sample_every_s=scenario.sample_every_s,

@@ -117,3 +117,25 @@ def test_scenario_file_declares_scale_in_and_crashes(tmp_path: object) -> None:
     path.write_text("scale_in: [{at_s: 1, replica: 0, on_deadline: teleport}]\n")
     bad = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "on_deadline" in bad.stderr
+
+
+def test_scale_out_warmup_shifts_traffic_gradually() -> None:
+    import zlib
+
+    from kvbudget.sim.driver import ScaleOut
+
+    # one replica; a second one is added at 0 s, ready at 1 s, warm-up 10 s; one short request
+    # every 0.05 s for 15 s, round robin over the replicas eligible for each request
+    reqs = [EngineRequest(f"r{i}", (1, 2, 3, 4, 5), 2, arrival_s=i * 0.05) for i in range(300)]
+    setup = ReplicaSetup(CFG, TIMING)
+    spec = ClusterSpec([setup], scale_out=[ScaleOut(0.0, setup, 1.0, 10.0)])
+    res = simulate(reqs, spec, seed=0)
+    on_new = {r.request_id for r in res.requests if r.replica == "replica-1"}
+    for r in reqs:
+        share = zlib.crc32(r.request_id.encode()) / 2**32
+        eligible = r.arrival_s >= 1.0 and (r.arrival_s >= 11.0 or share < (r.arrival_s - 1) / 10)
+        if not eligible:  # never before it is ready, nor above the ramp's share
+            assert r.request_id not in on_new
+    early = sum(1 for r in reqs[20:120] if r.request_id in on_new)  # 1-6 s: ramp < 50%
+    late = sum(1 for r in reqs[220:] if r.request_id in on_new)  # 11-15 s: plain round robin
+    assert early < 100 * 0.5 / 2 + 10 and late == 40  # round robin: every other one of 80
