@@ -45,6 +45,7 @@ vllm: install-test
 
 test: install-test
 	bash scripts/ensure-chromium.sh
+	bash scripts/ensure-prometheus.sh
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy

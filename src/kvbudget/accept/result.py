@@ -25,7 +25,10 @@ class _Model(BaseModel):
 class LockEntry(_Model):
     field: str
     value: Any = None
-    status: Literal["confirmed", "requested", "unconfirmed", "not_applicable", "mismatch"]
+    #: ``default``: the plan did not give the field; the value is the schema's default (source)
+    status: Literal[
+        "confirmed", "requested", "unconfirmed", "not_applicable", "mismatch", "default"
+    ]
     source: str | None = None
     note: str | None = None
     observed: Any = None
@@ -149,6 +152,9 @@ class MetricDelta(_Model):
     pct_diff: float | None
     pct_diff_low: float | None
     pct_diff_high: float | None
+    #: the confidence of [pct_diff_low, pct_diff_high]: 1 - alpha / m (Bonferroni over the
+    #: comparison's m tests), so the interval is the corrected statistic the verdict reads
+    ci_confidence: float = 0.95
     hl_shift: float | None
     p_value: float | None
     p_holm: float | None
@@ -163,6 +169,8 @@ class ComparisonResult(_Model):
     baseline_value: Any = None
     variant_value: Any = None
     differences: list[str] = Field(default_factory=list)
+    #: the engine configuration fields that differ between the two arms as they were started
+    engine_changes: list[str] = Field(default_factory=list)
     percentile: float = 95.0
     alpha: float = 0.05
     deltas: list[MetricDelta] = Field(default_factory=list)
@@ -206,4 +214,6 @@ class AcceptResult(ResultDocument):
     verdict: OverallVerdict
     verdict_reasons: list[str]
     rollback: list[str] = Field(default_factory=list)
+    #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
+    rollback_drill: dict[str, Any] = Field(default_factory=dict)
     canary: list[str] = Field(default_factory=list)

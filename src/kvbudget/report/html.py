@@ -10,6 +10,7 @@ from html import escape
 
 from kvbudget.accept.result import AcceptResult
 from kvbudget.report.charts import CHARTS, render_charts
+from kvbudget.report.lifecycle import lifecycle_html
 from kvbudget.report.markdown import (
     CELL_HEADER,
     PCT_HEADER,
@@ -266,5 +267,6 @@ def render_html(doc: AcceptResult) -> str:
     )
     add("<h2>Rollback</h2>" + _list(doc.rollback, ordered=True))
     add("<h2>Canary</h2>" + _list(doc.canary, ordered=True))
+    add(lifecycle_html(doc))
     add("</body></html>")
     return "\n".join(parts)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult
+from kvbudget.report.lifecycle import lifecycle_markdown
 from kvbudget.units import format_bytes
 
 
@@ -427,5 +428,6 @@ def render_markdown(doc: AcceptResult) -> str:
     add("\n## Canary\n")
     for step in doc.canary:
         add(f"1. {_md(step)}")
+    out.extend(lifecycle_markdown(doc))
     add("")
     return "\n".join(out)
