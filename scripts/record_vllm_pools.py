@@ -128,16 +128,24 @@ def parse_log(text: str) -> dict[str, Any]:
     return out
 
 
+#: generic wrapper exceptions that only point at the root cause printed before them
+WRAPPER_ERRORS = (
+    "Engine core initialization failed",
+    "WorkerProc initialization failed",
+    "For further information visit",
+)
+
+
 def error_line(text: str) -> str:
     """The engine's own exception line (``ValueError: ...``), else the last error-looking line."""
     raised = [
         line.strip()
         for line in text.splitlines()
         if re.match(r"^\s*(\(\w+ pid=\d+\)\s*)?[\w.]*(Error|Exception): \S", line)
-        and "Engine core initialization failed" not in line
+        and not any(wrapper in line for wrapper in WRAPPER_ERRORS)
     ]
     if raised:
-        return raised[-1][:500]
+        return raised[0][:500]
     candidates = [
         line.strip()
         for line in text.splitlines()
@@ -191,6 +199,7 @@ def run_case(
             record["engine_final"] = json.loads(line.removeprefix("KVB_RESULT "))
     if "engine_final" not in record:
         record["error"] = error_line(text)
+        record["log_tail"] = text.strip().splitlines()[-40:]
     return record
 
 
