@@ -168,7 +168,8 @@ def run_case(
         record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
         return record
     config.update(overrides)
-    engine = {"max_model_len": 4096, **engine}
+    limit = config.get("max_position_embeddings") or config.get("n_positions") or 4096
+    engine = {"max_model_len": min(4096, int(limit)), **engine}
     record.update(config=config, engine_args=engine, kv_cache_space_gib=KV_SPACE_GIB)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config, default=str), encoding="utf-8")
