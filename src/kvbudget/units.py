@@ -20,6 +20,10 @@ import re
 from decimal import Decimal
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import MAX_INT_FLAG
+
+#: largest byte size accepted anywhere (1 EiB)
+MAX_BYTES = 1 << 60
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -122,17 +126,26 @@ def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
             field=field,
         )
     result = value * factor
-    if not math.isfinite(result) or result < 0:
+    if not math.isfinite(result) or result > MAX_BYTES:
+        raise ConfigError(
+            f"{field}: {str(text)[:40]!r} is beyond the largest size kvbudget accepts (1 EiB); "
+            "give a real memory size such as 80GiB",
+            field=field,
+        )
+    if result < 0:
         raise ConfigError(f"{field}: size must be non-negative, got {text!r}", field=field)
     return int(result)
 
 
-def parse_count(text: str | int, *, field: str = "count", minimum: int = 1) -> int:
+def parse_count(
+    text: str | int, *, field: str = "count", minimum: int = 1, maximum: int = MAX_INT_FLAG
+) -> int:
     """Parse an integer count such as ``4096``, ``"128k"`` (128,000) or ``"128K"`` (131,072).
 
     Suffixes as vLLM 0.32.0's ``human_readable_int`` reads them (module docstring), plus
-    ``Ki``/``Mi``. Refuses values below ``minimum``, non-integers (``2.5``, ``1.0005k``) and a
-    decimal with a binary suffix (``1.5K``) with a one-line error.
+    ``Ki``/``Mi``. Refuses values below ``minimum`` or above ``maximum`` (2**53 unless lower),
+    non-integers (``2.5``, ``1.0005k``) and a decimal with a binary suffix (``1.5K``) with a
+    one-line error.
     """
     if isinstance(text, bool):
         raise ConfigError(f"{field}: expected an integer, got {text!r}", field=field)
@@ -160,6 +173,12 @@ def parse_count(text: str | int, *, field: str = "count", minimum: int = 1) -> i
                 field=field,
             )
         raw = Decimal(number) * factor  # exact: 25.6k is 25,600, not 25,600.000000000004
+        if raw > maximum:
+            raise ConfigError(
+                f"{field}: {str(text)[:40]!r} is beyond the limit of {maximum:,}; give a smaller "
+                "count",
+                field=field,
+            )
         if raw != int(raw):
             raise ConfigError(
                 f"{field}: {text!r} is not a whole number; give a positive integer", field=field
@@ -167,6 +186,11 @@ def parse_count(text: str | int, *, field: str = "count", minimum: int = 1) -> i
         value = int(raw)
     if value < minimum:
         raise ConfigError(f"{field}: must be an integer >= {minimum}, got {text!r}", field=field)
+    if value > maximum:
+        raise ConfigError(
+            f"{field}: {str(value)[:40]} is beyond the limit of {maximum:,}; give a smaller count",
+            field=field,
+        )
     return value
 
 

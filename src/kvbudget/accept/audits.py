@@ -21,6 +21,7 @@ from kvbudget.audit.probe_http import HttpProbe
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.audit.reuse import ReuseConfig, run_reuse
 from kvbudget.errors import TargetError
+from kvbudget.safety.redact import register_secret
 
 ISOLATION_TRIALS = 30
 
@@ -39,6 +40,7 @@ async def _with_probe(plan: AcceptPlan, work: Callable[[Any], Awaitable[Any]]) -
     if t.kind == "http":
         assert t.base_url is not None
         key = os.environ.get(t.api_key_env) if t.api_key_env else None
+        register_secret(key)
         async with HttpProbe(
             t.base_url,
             model=t.served_model or plan.lock.model.id,

@@ -261,7 +261,8 @@ def _overall(
             "inconclusive",
             (
                 "hot runs matched the cold runs, but the after-reset run is untested: the target "
-                "refused the reset or has no reset route (/reset_prefix_cache, /flush_cache)"
+                "refused the reset or has no reset route (/reset_prefix_cache, /flush_cache; vLLM "
+                "serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1)"
             ),
         )
     return (

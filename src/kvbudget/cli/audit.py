@@ -107,6 +107,9 @@ def _api_key(env_name: str | None, *, flag: str = "--api-key-env") -> str | None
             "or drop the flag",
             field=flag.strip("-").replace("-", "_"),
         )
+    from kvbudget.safety.redact import register_secret
+
+    register_secret(value)  # scrubbed from every file and message, whoever echoes it
     return value
 
 
@@ -197,7 +200,11 @@ def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
 
         out_dir.mkdir(parents=True, exist_ok=True)
         write_document(out_dir / f"{name}.json", result)
-        (out_dir / f"{name}.md").write_text(result.to_markdown(heading_level=1), encoding="utf-8")
+        from kvbudget.safety.redact import redact_text
+
+        (out_dir / f"{name}.md").write_text(
+            redact_text(result.to_markdown(heading_level=1)), encoding="utf-8"
+        )
     if opts["as_json"]:
         click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
     else:
@@ -237,7 +244,12 @@ def _load_salts(path: Path | None) -> dict[str, str] | None:
             f"--salt-file {path}: must be a YAML mapping of tenant name to salt string",
             field="salt_file",
         )
-    return {k: v for k, v in raw.items() if isinstance(v, str)}
+    from kvbudget.safety.redact import register_secret
+
+    salts = {k: v for k, v in raw.items() if isinstance(v, str)}
+    for salt in salts.values():
+        register_secret(salt)  # salts are secrets too
+    return salts
 
 
 @click.group()

@@ -127,6 +127,8 @@ def bench_json(doc: Any) -> dict[str, Any]:
     out["warnings"] = doc.warnings
     out["failures"] = doc.failures
     out["server"] = doc.server
+    out["prompts"] = doc.prompts
+    out["engine_report"] = doc.engine_report
     out["provenance"] = doc.provenance.model_dump()
     out["scrape"] = doc.scrape
     out["schema_version"] = doc.schema_version
@@ -167,6 +169,13 @@ def _render(doc: Any) -> None:
     if s["errors_by_kind"]:
         t.add_row("errors by kind", ", ".join(f"{k}={v}" for k, v in s["errors_by_kind"].items()))
     console.print(t)
+    for w in a.get("per_worker", []):
+        console.print(
+            f"ray worker {w['worker']} on {w['node']}: clock offset {w['clock_offset_s']:+.6f} s "
+            f"(rtt {w['clock_rtt_s'] * 1e3:.2f} ms), sent {w['sent'] if w['sent'] is not None else '?'}"
+            f" = ok {w['ok']} + error {w['error']} + cancelled {w['cancelled']}"
+            + (f"  LOST: {w['lost']}" if w["lost"] else "")
+        )
     lat = Table(show_header=True, header_style="bold")
     for col in ("metric", "p50", "p99"):
         lat.add_column(col, justify="right" if col != "metric" else "left")
@@ -331,7 +340,16 @@ def _render(doc: Any) -> None:
     default=32,
     show_default=True,
     type=COUNT,
-    help="Synthetic prompt length (words of kvbudget's synthetic tokenizer).",
+    help="Prompt length in tokens of the served model's tokenizer (see --tokenizer).",
+)
+@click.option(
+    "--tokenizer",
+    default="auto",
+    show_default=True,
+    help="Whose tokens --input-tokens counts: auto (the served model's tokenizer: its local "
+    "directory from /v1/models root, the local HF cache, else the server's /tokenize), a "
+    "directory / tokenizer.json / cached hub id, or synthetic (kvbudget's word tokenizer). "
+    "Never downloads.",
 )
 @click.option(
     *OUTPUT_TOKENS,
@@ -368,6 +386,18 @@ def _render(doc: Any) -> None:
     show_default=True,
     type=COUNT,
     help="Client processes; each paces its share; one merged result.",
+)
+@click.option(
+    "--ray",
+    "use_ray",
+    is_flag=True,
+    help="Run the --workers as Ray actors spread over a Ray cluster's nodes (kvbudget[ray]); "
+    "clock offsets corrected, one merged records file.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="With --ray: join this cluster (e.g. ray://HEAD:10001 or auto) [default: a local Ray].",
 )
 @click.option(
     "--keep-prompts",
@@ -424,6 +454,14 @@ def bench(**opts: Any) -> None:
     as_json: bool = opts.pop("as_json")
     no_progress: bool = opts.pop("no_progress")
     max_error_fraction: float | None = opts.pop("max_error_fraction")
+    use_ray: bool = opts.pop("use_ray")
+    ray_address: str | None = opts.pop("ray_address")
+    if ray_address is not None and not use_ray:
+        raise ConfigError("--ray-address needs --ray (workers on Ray)", field="ray_address")
+    if use_ray:
+        from kvbudget.ray_support import import_ray
+
+        import_ray("kvbudget bench --ray")
     if resume and out_dir is None:
         raise ConfigError("--resume needs --out DIR (the run to continue)", field="resume")
     opts["ramp_stages"] = _parse_ramp(opts.pop("ramp"))
@@ -433,11 +471,13 @@ def bench(**opts: Any) -> None:
         from kvbudget.cli.outdir import prepare_out_dir
 
         prepare_out_dir(out_dir, ())  # created (or a one-line error) before any request
-    show = not as_json and not no_progress and sys.stderr.isatty()
+    show = not as_json and not no_progress and sys.stderr.isatty() and not use_ray
     if show:
         doc = _run_with_progress(cfg, out_dir, resume)
     else:
-        doc = run_async(run_load(cfg, out_dir=out_dir, resume=resume))
+        doc = run_async(
+            run_load(cfg, out_dir=out_dir, resume=resume, use_ray=use_ray, ray_address=ray_address)
+        )
     if as_json:
         click.echo(json.dumps(bench_json(doc), indent=2, default=str))
     else:
@@ -446,6 +486,15 @@ def bench(**opts: Any) -> None:
             click.echo(
                 f"records: {out_dir / 'requests.jsonl'}; summary: {out_dir / 'summary.json'}"
             )
+    lost = doc.accounting.get("workers_lost") or 0
+    if lost:
+        from kvbudget.errors import TargetError
+
+        raise TargetError(
+            f"{lost} of {cfg.workers} Ray worker(s) lost mid-run; their finished records are "
+            "kept" + (f" in {out_dir / 'requests.jsonl'}" if out_dir else "") + "; rerun with "
+            "--resume to send the rest"
+        )
     _exit_if_failed(doc, max_error_fraction)
 
 

@@ -24,9 +24,12 @@ _EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
 
 
 def _count(name: str, value: str | None, default: int | None = None) -> int | None:
+    from kvbudget.safety.limits import MAX_LAYERS, MAX_MODEL_DIM, MAX_TOKENS
+
     if value is None:
         return default
-    return parse_count(value, field=name.replace("_", "-"))
+    bound = {"layers": MAX_LAYERS, "tokens": MAX_TOKENS}.get(name, MAX_MODEL_DIM)
+    return parse_count(value, field=name.replace("_", "-"), maximum=bound)
 
 
 @click.command("calc")

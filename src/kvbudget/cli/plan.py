@@ -53,6 +53,9 @@ _PLAIN_FLAGS = (
     "block_size",
     "snapshot",
     "mamba_cache_mode",
+    "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype",
+    "quantization",
     "mem_fraction_static",
     "page_size",
     "swa_full_tokens_ratio",
@@ -257,6 +260,20 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     "--mamba-cache-mode",
     type=click.Choice(["none", "align", "all"]),
     help="vLLM mamba cache mode (default none).",
+)
+@click.option(
+    "--mamba-cache-dtype",
+    help="vLLM --mamba-cache-dtype: auto (model dtype), float32, bfloat16, float16 (default auto).",
+)
+@click.option(
+    "--mamba-ssm-cache-dtype",
+    help="vLLM --mamba-ssm-cache-dtype for the recurrent state (auto follows --mamba-cache-dtype; "
+    "vLLM's CPU build resets it to float32).",
+)
+@click.option(
+    "--quantization",
+    help="vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "
+    "--kv-dtype. Default: the config's quantization_config, else none.",
 )
 @click.option(
     "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."

@@ -187,6 +187,11 @@ def _render(summary: dict[str, Any]) -> str:
     help="round_robin, least_outstanding, least_kv, session, prefix_approx, prefix_precise or cost [default: round_robin].",
 )
 @click.option(
+    "--compare-router",
+    help="Run the same requests and arrivals again with this router policy and print both "
+    "side by side per replica (routing acceptance).",
+)
+@click.option(
     *NUM_REQUESTS,
     "--requests",
     "num_requests",
@@ -343,6 +348,9 @@ def sim(**opts: Any) -> None:
     cluster.concurrency = concurrency
     result = simulate(requests, cluster, seed=scenario.seed)
     summary = result.summary()
+    routing = _compare_router(opts, scenario, requests, concurrency, result)
+    if routing is not None:
+        summary["routing_comparison"] = routing
     reasons = summary["unfinished_reasons"]
     if (
         requests
@@ -380,12 +388,57 @@ def sim(**opts: Any) -> None:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
         click.echo(_render(summary))
+        if routing is not None:
+            from kvbudget.sim.per_replica import render_routing_section
+
+            click.echo(render_routing_section(routing))
+
+
+def _compare_router(
+    opts: dict[str, Any], scenario: Any, requests: Any, concurrency: int | None, first: Any
+) -> dict[str, Any] | None:
+    """``--compare-router``: the same requests through a second policy, per replica."""
+    other = opts["compare_router"]
+    if other is None:
+        return None
+    from kvbudget.sim.cluster import simulate
+    from kvbudget.sim.per_replica import routing_section
+    from kvbudget.sim.router import ROUTERS
+    from kvbudget.sim.scenario import build_cluster
+
+    if other not in ROUTERS:
+        raise ConfigError(
+            f"--compare-router: {other!r} is not a router policy; use one of {', '.join(ROUTERS)}",
+            field="compare_router",
+        )
+    if other == first.router:
+        raise ConfigError(
+            f"--compare-router: {other!r} is already --router; name a different policy",
+            field="compare_router",
+        )
+    second_cluster = build_cluster(scenario.model_copy(update={"router": other}), trace=False)
+    second_cluster.concurrency = concurrency
+    second = simulate(requests, second_cluster, seed=scenario.seed)
+    return routing_section({first.router: first, other: second})
 
 
 def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
     """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
+    from kvbudget.safety.limits import MAX_SLOTS, MAX_TOKENS
     from kvbudget.sim.slots_scenario import simulate_slots_scenario, slots_summary_text
 
+    if opts["slots"] is not None and not 1 <= opts["slots"] <= MAX_SLOTS:
+        raise ConfigError(
+            f"--slots {opts['slots']}: llama.cpp needs 1 <= slots (-np) <= {MAX_SLOTS}; "
+            "give e.g. --slots 4",
+            field="slots",
+        )
+    if opts["ctx_size"] is not None and not 1 <= opts["ctx_size"] <= MAX_TOKENS:
+        raise ConfigError(
+            f"--ctx-size {opts['ctx_size']}: give 1 <= ctx-size <= {MAX_TOKENS} tokens "
+            "(llama.cpp -c)",
+            field="ctx_size",
+        )
     for flag in ("trace_out", "samples_out"):
         if opts[flag]:
             raise ConfigError(

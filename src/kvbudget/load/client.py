@@ -303,6 +303,30 @@ class OpenAIClient:
         except (TimeoutError, aiohttp.ClientError, OSError):
             return 0, None, {}
 
+    async def get_text(self, path_or_url: str) -> str | None:
+        """GET a text endpoint (a path on this server or an absolute URL); None on failure."""
+        url = path_or_url if "://" in path_or_url else self.base_url + path_or_url
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                async with self.session.get(url) as resp:
+                    text = await resp.text()
+                    return text if resp.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """POST a JSON body to a path on this server: (status, parsed body or None)."""
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                async with self.session.post(self.base_url + path, json=body) as resp:
+                    text = await resp.text()
+                    try:
+                        return resp.status, json.loads(text)
+                    except ValueError:
+                        return resp.status, None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return 0, None
+
     async def tokenize_count(
         self, model: str, text: str, *, chat: bool = False, add_special_tokens: bool = True
     ) -> int | None:
