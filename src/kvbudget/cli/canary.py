@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from kvbudget.cli.vocab import COUNT
+
 
 @click.command("canary")
 @click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
@@ -32,7 +34,9 @@ import click
 )
 @click.option(
     "--num-requests",
-    type=click.IntRange(min=1),
+    "--num-prompts",
+    "num_requests",
+    type=COUNT,
     default=20,
     show_default=True,
     help="Requests per cell (one repetition; never more than the plan's max_requests_per_cell).",

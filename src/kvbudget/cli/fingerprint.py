@@ -147,7 +147,12 @@ def _load_identity(path: str) -> CacheIdentity:
     "--multimodal-hash", help="Multimodal input hashing scheme (text-only models: text-only)."
 )
 @click.option(
-    "--kv-dtype", default="auto", show_default=True, help="KV cache dtype, as plan's --kv-dtype."
+    "--kv-dtype",
+    "--kv-cache-dtype",
+    "kv_dtype",
+    default="auto",
+    show_default=True,
+    help="KV cache dtype, as plan's --kv-dtype.",
 )
 @click.option(
     "--engine", type=click.Choice(sorted(_LAYOUT_DEFAULTS)), default="vllm", show_default=True
@@ -161,8 +166,14 @@ def _load_identity(path: str) -> CacheIdentity:
     "hash_algo",
     help="Prefix block hash algorithm (vLLM's flag); default: the engine's.",
 )
-@click.option("--tp", "tp_text", default="1", show_default=True, help="Tensor-parallel size.")
-@click.option("--pp", "pp_text", default="1", show_default=True, help="Pipeline-parallel size.")
+@click.option(
+    "--tp", "--tensor-parallel-size", "tp_text", default="1", show_default=True,
+    help="Tensor-parallel size.",
+)  # fmt: skip
+@click.option(
+    "--pp", "--pipeline-parallel-size", "pp_text", default="1", show_default=True,
+    help="Pipeline-parallel size.",
+)  # fmt: skip
 @click.option(
     "--kv-connector",
     default="none",
