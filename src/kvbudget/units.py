@@ -185,7 +185,9 @@ def parse_count(
             )
         value = int(raw)
     if value < minimum:
-        raise ConfigError(f"{field}: must be an integer >= {minimum}, got {text!r}", field=field)
+        raise ConfigError(
+            f"{field} {text}: must be an integer >= {minimum}, e.g. {max(minimum, 1)}", field=field
+        )
     if value > maximum:
         raise ConfigError(
             f"{field}: {str(value)[:40]} is beyond the limit of {maximum:,}; give a smaller count",

@@ -17,7 +17,7 @@ BIG = "9" * 400
         (["serve", "--seed", "-5"], "--seed"),
         (["serve", "--speedup", "nan"], "not a finite number"),
         (["serve", "--step-ms", "inf"], "not a finite number"),
-        (["bench", "--base-url", "http://x", "--model", "m", "--baseline", "inf"], "finite"),
+        (["bench", "--base-url", "http://x", "--model", "m", "--baseline-s", "inf"], "finite"),
         (["bench", "--base-url", "http://x", "--model", "m", "--connect-timeout", "inf"], "finite"),
         (["bench", "--base-url", "http://x", "--model", "m", "--concurrency", BIG], "limit"),
         (["bench", "--base-url", "http://x", "--model", "m" * 5000], "characters"),

@@ -248,7 +248,7 @@ def _render(doc: Any) -> None:
     help="Seconds between scrapes.",
 )
 @click.option(
-    "--baseline",
+    "--baseline-s",
     "baseline_s",
     default=0.0,
     show_default=True,

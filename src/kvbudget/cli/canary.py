@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from kvbudget.cli.vocab import COUNT
+
 
 @click.command("canary")
 @click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
@@ -33,7 +35,8 @@ import click
 @click.option(
     "--num-requests",
     "--num-prompts",
-    type=click.IntRange(min=1),
+    "num_requests",
+    type=COUNT,
     default=20,
     show_default=True,
     help="Requests per cell (one repetition; never more than the plan's max_requests_per_cell).",

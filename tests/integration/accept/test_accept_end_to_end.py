@@ -49,16 +49,17 @@ def test_report_files_and_nine_cells(small_run: Path) -> None:
     assert comps["two-changes"]["verdict"] == "not_comparable"
     assert "block_size: 16 -> 32" in comps["two-changes"]["differences"]
     deltas = comps["fp8-kv"]["deltas"]
-    assert deltas
-    # the verdict follows from its own deltas by the documented rule (docs/commands/accept.md)
-    enough = [d for d in deltas if min(d["n_baseline"], d["n_variant"]) >= 8]
-    slower = any(
-        (d["significant"] and (d["hl_shift"] or 0) > 0)
-        or (d["pct_diff_low"] is not None and d["pct_diff_low"] > 0)
-        for d in enough
-    )
-    expected = "fail" if slower else ("untested" if len(enough) < len(deltas) else "pass")
-    assert comps["fp8-kv"]["verdict"] == expected
+    # Expected from the timing model, not from the report's own deltas: under the roofline
+    # (docs/simulator.md) a decode step reads the weights plus every running sequence's KV, and
+    # fp8 halves the KV bytes, so TPOT cannot be slower; prefill is priced by FLOPs, which the
+    # KV dtype does not change. Same seed, same prompts: the variant is nowhere slower, each
+    # metric has 12 >= 8 samples per arm (conftest), so the documented rule says pass.
+    assert {d["metric"] for d in deltas} == {"ttft_s", "tpot_s"}
+    assert all(min(d["n_baseline"], d["n_variant"]) == 12 for d in deltas)
+    assert all((d["hl_shift"] or 0.0) <= 0.0 for d in deltas), deltas
+    tpot = next(d for d in deltas if d["metric"] == "tpot_s")
+    assert tpot["pct_diff"] < 0  # strictly faster: less KV read per decode step
+    assert comps["fp8-kv"]["verdict"] == "pass"
     assert "capacity" in comps["fp8-kv"]["conclusions"]
     for audit in ("isolation", "reuse"):  # each audit names what its figures are
         assert doc["audits"][audit]["basis"].startswith("simulated (fixed("), audit

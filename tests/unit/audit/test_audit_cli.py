@@ -82,7 +82,7 @@ def test_user_salt_file_is_never_echoed(tmp_path: Path) -> None:
         (["audit", "reuse", "--target", "sim", "--logprobs", "50"], "--logprobs 50"),
         (
             ["audit", "reuse", "--target", "sim", "--prompts", "0"],
-            "--prompts: must be an integer >= 1, got '0'",
+            "--prompts 0: must be an integer >= 1",
         ),
         (["audit", "isolation", "--target", "sim", "--prefix-tokens", "20000"], "16384"),
         (["audit", "isolation", "--target", "sim", "--tenant-b-api-key-env", "X"], "--base-url"),

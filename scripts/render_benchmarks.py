@@ -1,0 +1,156 @@
+"""Render the tables of docs/benchmarks.md from the raw results under bench/results/.
+
+Every published figure table sits between ``<!-- generated:NAME:begin -->`` and
+``<!-- generated:NAME:end -->`` and is rewritten from its raw JSON file by this script (and the
+llama.cpp block by ``bench/llamacpp_measure.render_markdown``), so no table is typed by hand.
+``tests/unit/test_published_figures.py`` fails when a block differs from what the raw file gives.
+
+    python scripts/render_benchmarks.py           # rewrite the blocks in docs/benchmarks.md
+    python scripts/render_benchmarks.py --check   # exit 1 if a block is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+DOCS = ROOT / "docs" / "benchmarks.md"
+
+
+def _load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    return data
+
+
+def _dash(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def client_overhead(name: str) -> str:
+    """The load-client overhead table of one run (``bench/client_overhead.py``'s raw rows)."""
+    rows = _load(name)["rows"]
+    out = [
+        "| client | streams | requests | req/s | events/s | max in flight | client CPU ms/req "
+        "(load window) | client process CPU ms/req (incl. start-up) | TTFT bias p50 ms | "
+        "TTFT bias p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['client']} | {r['concurrency']} | {r['requests_completed']} | "
+            f"{r['requests_per_s']:,.0f} | {r['events_per_s']:,.0f} | {r['max_inflight']} | "
+            f"{_dash(r.get('client_cpu_ms_per_request_run'), '.2f')} | "
+            f"{_dash(r.get('client_process_cpu_ms_per_request'), '.2f')} | "
+            f"{_dash(r.get('ttft_bias_ms_p50'), '.2f')} | {_dash(r.get('ttft_bias_ms_p99'), '.1f')} |"
+        )
+    return "\n".join(out)
+
+
+def sim_speed() -> str:
+    """Requests per CPU-second and per wall-second of ``bench/sim_speed.py``'s raw runs."""
+    data = _load("sim_speed.json")
+    out = [
+        "| prefix caching | hash | replicas | router | requests | req/CPU-s best | req/CPU-s "
+        "median | req/wall-s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["runs"]:
+        caching = r["prefix_caching"]
+        out.append(
+            f"| {'on' if caching else 'off'} | {r.get('hash_algo', 'builtin') if caching else '–'} "
+            f"| {r['replicas']} | {r.get('router', '–')} | {r['requests']:,} | "
+            f"{r['requests_per_cpu_s']:,} | {r['requests_per_cpu_s_median']:,} | "
+            f"{r['requests_per_wall_s']:,} |"
+        )
+    fast = data["fast_path_vs_explicit"]
+    out.append("")
+    out.append(
+        f"Lazy-decode fast path vs stepping `EngineCore` every step, {fast['requests']:,} "
+        f"requests: {fast['fast_cpu_s']:.3f} vs {fast['explicit_cpu_s']:.3f} CPU s "
+        f"(**{fast['speedup']:.1f}×**)."
+    )
+    v = data["vidur"]
+    k = v["kvbudget_same_run"]
+    out.append("")
+    out.append(
+        "| peer, same run | requests | req / CPU-s | req / wall-s |\n|---|---|---|---|\n"
+        f"| Vidur | {v['run']['requests']:,} | {v['requests_per_cpu_s']:,} | "
+        f"{v['requests_per_wall_s']:,} |\n"
+        f"| kvbudget | {k['requests']:,} | {k['requests_per_cpu_s']:,} | "
+        f"{k['requests_per_wall_s']:,} |"
+    )
+    return "\n".join(out)
+
+
+def llamacpp() -> str:
+    spec = importlib.util.spec_from_file_location(
+        "llamacpp_measure", ROOT / "bench" / "llamacpp_measure.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text: str = module.render_markdown(_load("llamacpp.json"))
+    return text.rstrip("\n") + "\n"  # as --update-docs writes it
+
+
+BLOCKS: dict[str, Callable[[], str]] = {
+    "client-overhead": lambda: client_overhead("client_overhead.json"),
+    "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
+    "sim-speed": sim_speed,
+    "llamacpp": llamacpp,
+}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    # the llama.cpp block keeps the markers bench/llamacpp_measure.py --update-docs writes
+    tag = "llamacpp" if name == "llamacpp" else f"generated:{name}"
+    return re.compile(
+        rf"(<!-- {re.escape(tag)}:begin -->\n)(.*?)(\n<!-- {re.escape(tag)}:end -->)", re.DOTALL
+    )
+
+
+def published(text: str) -> dict[str, str]:
+    """The generated blocks as they stand in a document."""
+    out: dict[str, str] = {}
+    for name in BLOCKS:
+        match = _pattern(name).search(text)
+        if match:
+            out[name] = match.group(2)
+    return out
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block rewritten from its raw file."""
+    for name, make in BLOCKS.items():
+        body = make()
+        text, n = _pattern(name).subn(lambda m, b=body: m.group(1) + b + m.group(3), text)
+        if n != 1:
+            raise SystemExit(f"{DOCS}: no (or more than one) block generated:{name}")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
+    args = ap.parse_args(argv)
+    text = DOCS.read_text(encoding="utf-8")
+    new = render(text)
+    if args.check:
+        if new != text:
+            print(f"{DOCS}: generated blocks are out of date; run {sys.argv[0]}", file=sys.stderr)
+            return 1
+        return 0
+    DOCS.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
