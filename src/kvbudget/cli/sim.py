@@ -65,7 +65,9 @@ def _positive_tokens(flag: str, value: int) -> int:
 def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     wl = dict(base)
     if opts["requests"] is not None:
-        wl["num_requests"] = parse_count(opts["requests"], field="--requests")
+        from kvbudget.safety.limits import MAX_REQUESTS
+
+        wl["num_requests"] = parse_count(opts["requests"], field="--requests", maximum=MAX_REQUESTS)
     if opts["rate"] is not None and opts["concurrency"] is not None:
         raise ConfigError(
             "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
