@@ -139,12 +139,24 @@ class ObjectLock(StrictModel):
     max_num_seqs: Locked[int] = Field(default_factory=lambda: Locked[int](value=256))
     max_num_batched_tokens: Locked[int] = Field(default_factory=lambda: Locked[int](value=8192))
     offload: Locked[str] = Field(
-        default_factory=lambda: Locked[str](value="none"),
-        description="KV offload tier, e.g. none or cpu:64GiB",
+        default_factory=_unconfirmed,
+        description="KV offload below the GPU: none or cpu:SIZE (e.g. cpu:64GiB); not given: "
+        "the target's own (sim: target.kv_tiers)",
+    )
+    #: vLLM --kv-cache-memory-bytes (on the CPU build: VLLM_CPU_KVCACHE_SPACE GiB); only when set
+    kv_cache_memory_bytes: Locked[int] | None = Field(
+        default=None,
+        description="KV pool bytes per GPU instead of a fraction of device memory (vLLM "
+        "--kv-cache-memory-bytes; the CPU build's VLLM_CPU_KVCACHE_SPACE); omit when unused",
+    )
+    #: vLLM --num-gpu-blocks-override; only when set
+    num_gpu_blocks_override: Locked[int] | None = Field(
+        default=None, description="vLLM --num-gpu-blocks-override; omit when unused"
     )
     router_policy: Locked[str] = Field(
-        default_factory=lambda: Locked[str](value="none"),
-        description="router policy when more than one replica serves the model",
+        default_factory=_unconfirmed,
+        description="router policy when more than one replica serves the model (not given: "
+        "the deployment's own; the acceptance targets run one replica)",
     )
 
     @model_validator(mode="before")
@@ -192,6 +204,18 @@ def flatten_lock(lock: ObjectLock) -> dict[str, Locked[Any]]:
                 item = getattr(value, sub)
                 if isinstance(item, Locked):
                     out[f"{name}.{sub}"] = item
+    return out
+
+
+def given_fields(lock: ObjectLock) -> set[str]:
+    """The flattened lock fields the plan file wrote (the rest are schema defaults)."""
+    out = {"model.id"}
+    for name in lock.model_fields_set:
+        value = getattr(lock, name)
+        if isinstance(value, Locked):
+            out.add(name)
+        elif isinstance(value, BaseModel):
+            out |= {f"{name}.{sub}" for sub in value.model_fields_set}
     return out
 
 

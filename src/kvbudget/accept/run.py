@@ -1,16 +1,18 @@
-"""Run an acceptance plan (seed steps 4-6): idle baseline, warm-up, the nine cells, comparisons.
+"""Run the matrix of one acceptance plan (seed steps 4-5): baseline, warm-up, the nine cells.
 
-Order of work:
+:func:`run_matrix` is given a started target (the lock, the ledger and the target were built by
+:mod:`kvbudget.accept.acceptance` through a :data:`TargetFactory`); its order of work:
 
-1. resolve the lock and the capacity ledger; start the target;
-2. record the idle baseline (not counted as KV), then run the uniform warm-up (not scored);
-3. run the cells in the declared order, each ``repetitions`` times. Records are appended to
+1. record the idle baseline (not counted as KV), then run the uniform warm-up (not scored);
+2. run the cells in the declared order, each ``repetitions`` times. Records are appended to
    ``OUT/records.jsonl`` and each finished repetition to ``OUT/progress.jsonl`` as they come;
    ``resume=True`` skips repetitions already there (a resumed simulated run keeps the earlier
    repetitions' numbers; the engine state is rebuilt by the warm-up, not restored);
-4. on a capacity error the rest of that input tier's row is not run (last passing tier kept, no
-   retry); after any failed cell the idle baseline must recover before the next cell runs;
-5. run each single-factor comparison on its cells with the same requests (same seeds).
+3. on a capacity error the rest of that input tier's row is not run (last passing tier kept, no
+   retry); after any failed cell the idle baseline must recover before the next cell runs.
+
+Lock resolution, the single-factor comparisons (:mod:`kvbudget.accept.ab_runs`), audits and
+verdicts are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.cells import summarize_cell
+from kvbudget.accept.engine_config import EngineConfig
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import CellResult, Ledger, Verdict
@@ -145,6 +148,8 @@ class PreparedTarget:
     target: Target
     ledger: Ledger
     computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: the engine configuration this target was started with (None: not known, e.g. http)
+    engine: EngineConfig | None = None
 
 
 TargetFactory = Callable[[ObjectLock], PreparedTarget]

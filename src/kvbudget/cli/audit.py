@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from kvbudget.cli.main import run_async
+from kvbudget.cli.vocab import COUNT, COUNT0, ENDPOINT, INPUT_TOKENS, OUTPUT_TOKENS
 from kvbudget.errors import ConfigError
 
 
@@ -20,7 +21,7 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--base-url",
             default=None,
-            help="OpenAI-compatible endpoint to audit (figures are measured).",
+            help="OpenAI-compatible server to audit, with or without /v1 (figures are measured).",
         ),
         click.option(
             "--target",
@@ -31,7 +32,7 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--model", default=None, help="Model name (default: first of /v1/models)."),
         click.option(
             "--endpoint",
-            type=click.Choice(["completions", "chat"]),
+            type=ENDPOINT,
             default="completions",
             show_default=True,
             help="--base-url: /v1/completions (raw prompt) or /v1/chat/completions (one user "
@@ -212,6 +213,18 @@ def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
             click.echo(f"Wrote {out_dir / (name + '.json')} and {out_dir / (name + '.md')}")
 
 
+def _fail_if_all_failed(outcomes: list[tuple[str | None, bool]], result: Any, what: str) -> None:
+    """Exit 4 in one line when every request of the audit failed (the result is written)."""
+    from kvbudget.errors import RunFailedError
+    from kvbudget.load.diagnosis import Failure, diagnose, digest
+
+    failures = [Failure("other", None, error) for error, ok in outcomes if not ok]
+    where = (result.target or {}).get("base_url") or "the simulator"
+    line = diagnose(digest(failures, len(outcomes)), url=str(where), what=what)
+    if line is not None:
+        raise RunFailedError(line)
+
+
 def _load_salts(path: Path | None) -> dict[str, str] | None:
     if path is None:
         return None
@@ -275,12 +288,18 @@ def audit() -> None:
     default=None,
     help="YAML mapping tenant-a / tenant-b to salts (for --salt user; never echoed).",
 )
-@click.option("--trials", type=int, default=30, show_default=True, help="Trials per arm.")
+@click.option("--trials", type=COUNT, default=30, show_default=True, help="Trials per arm.")
 @click.option(
-    "--prefix-tokens", type=int, default=512, show_default=True, help="Shared prefix length."
+    "--shared-prefix-tokens",
+    "--prefix-tokens",
+    "prefix_tokens",
+    type=COUNT,
+    default=512,
+    show_default=True,
+    help="Shared prefix length.",
 )
 @click.option(
-    "--suffix-tokens", type=int, default=32, show_default=True, help="Fresh suffix length."
+    "--suffix-tokens", type=COUNT, default=32, show_default=True, help="Fresh suffix length."
 )
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
 @click.option("--power", type=float, default=0.8, show_default=True, help="Power for the MDE AUC.")
@@ -317,7 +336,7 @@ def isolation(**opts: Any) -> int:
     )
     cfg.validate()
     _check_sim_length(
-        opts, cfg.prefix_tokens + cfg.suffix_tokens + 1, "--prefix-tokens + --suffix-tokens"
+        opts, cfg.prefix_tokens + cfg.suffix_tokens + 1, "--shared-prefix-tokens + --suffix-tokens"
     )
     if not 0 < cfg.power < 1:
         raise ConfigError(f"--power {cfg.power}: must lie in (0, 1), e.g. 0.8", field="power")
@@ -339,6 +358,10 @@ def isolation(**opts: Any) -> int:
 
     result = run_async(_with_probe(opts, work))
     _emit(result, opts, "audit-isolation")
+    trials = result.trial_records
+    _fail_if_all_failed(
+        [(t.error, t.victim_ok and t.attacker_ok) for t in trials], result, "trials"
+    )
     return 1 if opts["strict"] and result.verdict != "no_leak_detected" else 0
 
 
@@ -373,9 +396,11 @@ def _read_prompts(path: Path) -> list[tuple[tuple[int, ...], str]]:
 
 @audit.command("reuse", short_help="Correctness of reused KV: cold vs hot vs after-reset output.")
 @_target_options
-@click.option("--prompts", "num_prompts", type=int, default=8, show_default=True,
-              help="Number of generated prompts (ignored with --prompts-file).")  # fmt: skip
-@click.option("--prompt-tokens", type=int, default=512, show_default=True,
+@click.option("--prompts", "num_prompts", type=COUNT, default=8, show_default=True,
+              help="Number of distinct generated prompts, each sent cold, hot and after reset "
+              "(ignored with --prompts-file).")  # fmt: skip
+@click.option(*INPUT_TOKENS, "--prompt-tokens", "prompt_tokens", type=COUNT, default=512,
+              show_default=True,
               help="Length of each generated prompt (synthetic tokenizer words).")  # fmt: skip
 @click.option(
     "--prompts-file",
@@ -383,9 +408,9 @@ def _read_prompts(path: Path) -> list[tuple[tuple[int, ...], str]]:
     default=None,
     help='JSONL of {"prompt": "..."} lines (results store only their sha256).',
 )
-@click.option("--max-tokens", type=int, default=32, show_default=True,
-              help="Greedy output tokens per run.")  # fmt: skip
-@click.option("--logprobs", type=int, default=5, show_default=True,
+@click.option(*OUTPUT_TOKENS, "--max-tokens", "max_tokens", type=COUNT, default=32,
+              show_default=True, help="Greedy output tokens per run.")  # fmt: skip
+@click.option("--logprobs", type=COUNT0, default=5, show_default=True,
               help="Top logprobs to request (0 = none).")  # fmt: skip
 @click.option("--tolerance", type=float, default=0.05, show_default=True,
               help="Largest logprob gap (nats) of a near-tie at the first divergence.")  # fmt: skip
@@ -409,7 +434,7 @@ def reuse(**opts: Any) -> int:
         reset=not opts["no_reset"],
     )
     cfg.validate()
-    _check_sim_length(opts, cfg.prompt_tokens + cfg.max_tokens, "--prompt-tokens + --max-tokens")
+    _check_sim_length(opts, cfg.prompt_tokens + cfg.max_tokens, "--input-tokens + --output-tokens")
     _prepare_out(opts, "audit-reuse")
     prompts = _read_prompts(opts["prompts_file"]) if opts["prompts_file"] else None
     progress = _progress(not opts["as_json"] and sys.stderr.isatty())
@@ -419,4 +444,6 @@ def reuse(**opts: Any) -> int:
 
     result = run_async(_with_probe(opts, work))
     _emit(result, opts, "audit-reuse")
+    runs = [r for p in result.prompts for r in (p.cold, p.hot, p.after_reset) if r is not None]
+    _fail_if_all_failed([(r.error, r.ok) for r in runs], result, "requests")
     return 1 if opts["strict"] and result.verdict != "pass" else 0

@@ -34,6 +34,10 @@ COMMANDS: dict[str, str] = {
     "audit": "kvbudget.cli.audit:audit",
     "web": "kvbudget.cli.web:web",
     "calibrate": "kvbudget.cli.calibrate:calibrate",
+    "fingerprint": "kvbudget.cli.fingerprint:fingerprint",
+    "deploy": "kvbudget.cli.deploy:deploy",
+    "canary": "kvbudget.cli.canary:canary",
+    "sweep": "kvbudget.cli.sweep:sweep",
 }
 
 
@@ -160,7 +164,11 @@ def _main(argv: list[str] | None) -> None:
 
 
 def run_async(coro: Any) -> Any:
-    """Run a coroutine at the CLI edge (the only place ``asyncio.run`` is called)."""
+    """Run a coroutine at the CLI edge: the one event loop of the CLI process.
+
+    (``kvbudget bench``'s spawned worker processes each run their own loop,
+    ``kvbudget.load.workers``; nothing else calls ``asyncio.run``.)
+    """
     import asyncio
 
     return asyncio.run(coro)

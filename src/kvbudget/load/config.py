@@ -31,8 +31,10 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: the server root (a trailing ``/v1`` is dropped: the OpenAI SDK's habit means the same)
     base_url: str
-    model: str
+    #: the name put in requests; empty: the first model of ``GET /v1/models``
+    model: str = ""
     endpoint: Literal["completions", "chat"] = "completions"
     shape: Shape = "closed"
     #: closed loop: requests kept in flight
@@ -64,9 +66,16 @@ class RunConfig(BaseModel):
     keep_prompts: bool = False
     api_key_env: str | None = None
     check_tokens: TokenCheck = "none"
+    #: whose tokens prompt lengths count: "auto" (the served model's tokenizer: its local
+    #: directory, the local HF cache, or the server's /tokenize), "synthetic" (kvbudget's
+    #: one-word-per-token tokenizer), or a tokenizer path / hub id (vLLM's --tokenizer)
+    tokenizer: str = "auto"
     metrics_url: str | None = None
     scrape_interval_s: float = Field(default=1.0, gt=0)
     baseline_s: float = Field(default=0.0, ge=0)
+    #: what the records are: set by the run from the server's identity, never by the user
+    #: (``simulated`` when the endpoint is ``kvbudget serve``, whose latencies are simulated)
+    record_source: Literal["measured", "simulated"] = "measured"
 
     @field_validator("base_url", "metrics_url")
     @classmethod
@@ -74,6 +83,20 @@ class RunConfig(BaseModel):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://, e.g. http://127.0.0.1:8000")
         return url
+
+    @field_validator("base_url")
+    @classmethod
+    def _root(cls, url: str) -> str:
+        from kvbudget.load.client import api_root
+
+        return api_root(url)
+
+    @property
+    def endpoint_url(self) -> str:
+        """The URL every request is posted to."""
+        from kvbudget.load.client import ENDPOINT_PATHS
+
+        return self.base_url + ENDPOINT_PATHS[self.endpoint]
 
     @model_validator(mode="after")
     def _coherent(self) -> RunConfig:
@@ -100,6 +123,6 @@ class RunConfig(BaseModel):
 
     def same_run(self, other: RunConfig) -> list[str]:
         """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers``."""
-        mine = self.model_dump(exclude={"workers"})
-        theirs = other.model_dump(exclude={"workers"})
+        mine = self.model_dump(exclude={"workers", "record_source"})
+        theirs = other.model_dump(exclude={"workers", "record_source"})
         return sorted(k for k in mine if mine[k] != theirs[k])

@@ -36,13 +36,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
-from kvbudget.sim.cluster import ClusterSpec, ScaleOut
+from kvbudget.sim.cluster import ClusterSpec
 from kvbudget.sim.config import SchedulingPolicy
-from kvbudget.sim.fromplan import plan_replica
+from kvbudget.sim.driver import ScaleOut
+from kvbudget.sim.fromplan import build_replica
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
-from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile, RooflineParams
+from kvbudget.sim.timing import CalibrationProfile, RooflineParams
 from kvbudget.workload.lengths import FixedLength
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.spec import WorkloadSpec, generate, workload_from_dict
@@ -211,17 +212,18 @@ def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSe
         max_num_batched_tokens=o.max_num_batched_tokens or scenario.max_num_batched_tokens,
         gpu_memory_utilization=o.gpu_memory_utilization or scenario.gpu_memory_utilization,
     )
-    _plan, config, roofline = plan_replica(
+    profile = None
+    if scenario.timing_profile is not None:
+        profile = CalibrationProfile.load(scenario.timing_profile)
+    built = build_replica(
         request,
         enable_prefix_caching=scenario.prefix_caching,
         policy=scenario.policy,
         params=scenario.roofline,
+        profile=profile,
+        tiers=tuple(t for t in scenario.tiers if t.name != "remote"),
     )
-    timing: Any = roofline
-    if scenario.timing_profile is not None:
-        timing = CalibratedTiming(CalibrationProfile.load(scenario.timing_profile))
-    tiers = tuple(t for t in scenario.tiers if t.name != "remote")
-    return ReplicaSetup(config=config, timing=timing, tiers=tiers)
+    return built.setup
 
 
 def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:

@@ -155,6 +155,7 @@ def locate_config(ref: str, *, allow_download: bool = False) -> ConfigSource:
             return found
     raise SpecError(
         f"model: {text!r} is not a file, not a bundled catalog id (see 'kvbudget models') and not in the "
-        "local Hugging Face cache; pass a config.json path or snapshot directory, or add --download",
+        "local Hugging Face cache; pass a config.json path or snapshot directory, or fetch its "
+        f"config once into that cache with 'kvbudget calc --model {text} --download'",
         field="model",
     )

@@ -77,6 +77,11 @@ class WorkloadSpec(BaseModel):
                     f"the {MAX_REQUESTS:,} a run may have (docs/limits.md); lower one, or set "
                     "num_requests"
                 )
+        if self.trace is not None and "arrivals" in self.model_fields_set:
+            raise ValueError(
+                "a trace replay takes each request's arrival time from the trace (its "
+                "timestamps, scaled by trace.speedup); drop arrivals (and --rate/--concurrency)"
+            )
         if self.priority_weights is not None and len(self.priority_weights) != len(self.priorities):
             raise ValueError(
                 f"priority_weights has {len(self.priority_weights)} entries for "
@@ -86,7 +91,10 @@ class WorkloadSpec(BaseModel):
 
     @property
     def closed_loop_concurrency(self) -> int | None:
-        """Concurrency for closed-loop workloads, else ``None``."""
+        """Concurrency for closed-loop workloads, else ``None`` (a trace replay is open loop:
+        requests arrive at the trace's timestamps)."""
+        if self.trace is not None:
+            return None
         a = self.arrivals
         return a.concurrency if isinstance(a, ClosedLoopArrivals) else None
 
