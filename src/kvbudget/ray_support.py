@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from types import ModuleType
 from typing import Any
 
@@ -37,6 +38,32 @@ def import_ray(what: str) -> ModuleType:
     return ray
 
 
+def check_reachable(what: str, address: str, timeout_s: float = 5.0) -> None:
+    """A TCP connect to ``HOST:PORT`` (or ``ray://HOST:PORT``) before Ray tries to join it.
+
+    Ray itself waits for minutes on an unreachable GCS, printing warnings; this is one line
+    within ``timeout_s``. ``auto`` (the cluster this node belongs to) is left to Ray.
+    """
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://").rstrip("/")
+    host, _, port_text = hostport.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise ConfigError(
+            f"--ray-address {address}: expected HOST:PORT, ray://HOST:PORT or auto",
+            field="ray_address",
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TargetError(
+            f"{what}: the Ray cluster at {address} does not answer ({reason}; waited at most "
+            f"{timeout_s:g} s); check --ray-address and that the cluster is up (ray status)"
+        ) from None
+
+
 def ensure_ray(what: str, *, address: str | None, num_cpus: int | None) -> ModuleType:
     """Ray initialised in this process: reuse one that is, else start local or join ``address``."""
     ray = import_ray(what)
@@ -53,6 +80,7 @@ def ensure_ray(what: str, *, address: str | None, num_cpus: int | None) -> Modul
         kwargs["num_cpus"] = num_cpus
         kwargs["object_store_memory"] = LOCAL_OBJECT_STORE_BYTES
     else:
+        check_reachable(what, address)
         kwargs["address"] = address
     try:
         ray.init(**kwargs)

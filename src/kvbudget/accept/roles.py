@@ -154,7 +154,9 @@ def cache_kinds(summary: dict[str, Any] | None, basis: str) -> list[CacheKindRow
             "the engine's prefix cache (and its offload tiers)",
             "token-id block hashes (+ LoRA, multimodal, cache_salt)",
             (
-                f"{tokens} of prompt tokens, {requests} of requests had a hit ({basis})"
+                f"{tokens} of prompt tokens"
+                + (f", {requests} of requests had a hit" if requests else "")
+                + f" ({basis})"
                 if tokens
                 else "not observed in this run"
             ),

@@ -447,3 +447,56 @@ def reuse(**opts: Any) -> int:
     runs = [r for p in result.prompts for r in (p.cold, p.hot, p.after_reset) if r is not None]
     _fail_if_all_failed([(r.error, r.ok) for r in runs], result, "requests")
     return 1 if opts["strict"] and result.verdict != "pass" else 0
+
+
+@audit.command(
+    "restart", short_help="Simulated: a persistent KV store across a restart and an upgrade."
+)
+@click.option("--prompts", "num_prompts", type=COUNT, default=4, show_default=True,
+              help="Number of generated prompts.")  # fmt: skip
+@click.option(*INPUT_TOKENS, "--prompt-tokens", "prompt_tokens", type=COUNT, default=512,
+              show_default=True, help="Length of each generated prompt.")  # fmt: skip
+@click.option(*OUTPUT_TOKENS, "--max-tokens", "max_tokens", type=COUNT, default=16,
+              show_default=True, help="Greedy output tokens per run.")  # fmt: skip
+@click.option("--identity", default="deploy-v1", show_default=True,
+              help="The deployment's cache identity (e.g. a kvbudget fingerprint digest).")  # fmt: skip
+@click.option("--upgraded-identity", default="deploy-v2", show_default=True,
+              help="The identity after the upgrade; the same value models a deployment that "
+              "forgot to change its fingerprint.")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Prompt seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the section as JSON.")
+def restart(**opts: Any) -> int:
+    """Simulated check that a KV store outliving the pod serves the same deployment after a
+    restart (reused tokens, output identical to cold) and serves nothing after an upgrade to
+    an incompatible identity. Exit 1 when a check fails."""
+    import json
+
+    from kvbudget.audit.restart import run_restart_upgrade
+    from kvbudget.audit.reuse import ReuseConfig
+
+    if opts["seed"] < 0:
+        raise ConfigError(f"--seed: must be >= 0, got {opts['seed']}", field="seed")
+    cfg = ReuseConfig(
+        num_prompts=opts["num_prompts"],
+        prompt_tokens=opts["prompt_tokens"],
+        max_tokens=opts["max_tokens"],
+        logprobs=0,
+        seed=opts["seed"],
+    )
+    section = run_async(
+        run_restart_upgrade(
+            cfg, identity=opts["identity"], upgraded_identity=opts["upgraded_identity"]
+        )
+    )
+    if opts["as_json"]:
+        click.echo(json.dumps(section, indent=2))
+    else:
+        click.echo(
+            f"audit restart ({section['figures']}): {section['verdict']} — {section['reason']}"
+        )
+        for check in section["checks"]:
+            click.echo(
+                f"  {check['phase']:<8} {check['identity']:<12} cached {check['cached_tokens']:>6}"
+                f"  output {check['output_vs_cold']:<10} {check['verdict']}"
+            )
+    return 0 if section["verdict"] == "pass" else 1

@@ -1,4 +1,4 @@
-"""``kvbudget canary PLAN.yaml --baseline BASE/report.json --out DIR``: gate a candidate."""
+"""``kvbudget canary PLAN.yaml --baseline-report BASE/report.json --out DIR``: gate a candidate."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 @click.command("canary")
 @click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--baseline",
+    "--baseline-report",
     "baseline_path",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
@@ -32,13 +32,15 @@ import click
 )
 @click.option(
     "--num-requests",
+    "--num-prompts",
     type=click.IntRange(min=1),
     default=20,
     show_default=True,
     help="Requests per cell (one repetition; never more than the plan's max_requests_per_cell).",
 )
 @click.option(
-    "--tolerance",
+    "--max-regression",
+    "tolerance",
     type=click.FloatRange(min=0),
     default=0.20,
     show_default=True,
@@ -51,7 +53,11 @@ import click
     default=None,
     help="Add this run to kvbudget_canary_runs_total / _failures_total in a Prometheus textfile.",
 )
-@click.option("--service", default=None, help="service label of the textfile (default: plan name).")
+@click.option(
+    "--service",
+    default=None,
+    help="Service name: the textfile's service label, as kvbudget deploy --service (default: the plan name).",
+)
 @click.option(
     "--require-pass",
     is_flag=True,
@@ -73,7 +79,7 @@ def canary(
 ) -> None:
     """Run the short, low-concurrency cells of PLAN_FILE against its target (the candidate) and
     gate them on the plan's stop conditions and on the baseline report: TTFT/TPOT p95 within
-    --tolerance of the baseline's, error rate, optionally the rollback drill. Exit status: 1
+    --max-regression of the baseline's, error rate, optionally the rollback drill. Exit status: 1
     when the canary fails (with --require-pass: unless it passes), 2 for bad input.
     """
     from kvbudget.accept.canary import canary_markdown, run_canary

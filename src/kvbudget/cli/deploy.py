@@ -18,7 +18,13 @@ import click
     help="Directory for the manifests, alerts.rules.yaml and README.md.",
 )
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
-@click.option("--name", default=None, help="Object name (default: the plan name as a DNS label).")
+@click.option(
+    "--service",
+    "name",
+    default=None,
+    help="Service name: the objects' name and the alerts' service label (default: the plan name "
+    "as a DNS label).",
+)
 @click.option("--image", default=None, help="Engine image (default: lock.engine.container).")
 @click.option(
     "--model-path",

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from kvbudget.cli.vocab import KV_DTYPE, PP, TP
 from kvbudget.errors import ConfigError
 from kvbudget.spec.fingerprint import (
     CacheIdentity,
@@ -147,7 +148,11 @@ def _load_identity(path: str) -> CacheIdentity:
     "--multimodal-hash", help="Multimodal input hashing scheme (text-only models: text-only)."
 )
 @click.option(
-    "--kv-dtype", default="auto", show_default=True, help="KV cache dtype, as plan's --kv-dtype."
+    *KV_DTYPE,
+    "kv_dtype",
+    default="auto",
+    show_default=True,
+    help="KV cache dtype, as plan's --kv-dtype.",
 )
 @click.option(
     "--engine", type=click.Choice(sorted(_LAYOUT_DEFAULTS)), default="vllm", show_default=True
@@ -161,8 +166,8 @@ def _load_identity(path: str) -> CacheIdentity:
     "hash_algo",
     help="Prefix block hash algorithm (vLLM's flag); default: the engine's.",
 )
-@click.option("--tp", "tp_text", default="1", show_default=True, help="Tensor-parallel size.")
-@click.option("--pp", "pp_text", default="1", show_default=True, help="Pipeline-parallel size.")
+@click.option(*TP, "tp_text", default="1", show_default=True, help="Tensor-parallel size.")
+@click.option(*PP, "pp_text", default="1", show_default=True, help="Pipeline-parallel size.")
 @click.option(
     "--kv-connector",
     default="none",

@@ -45,7 +45,7 @@ class PodTiming:
             f"startupProbe: periodSeconds {STARTUP_PERIOD_S} x failureThreshold "
             f"{self.startup_failure_threshold} = {STARTUP_PERIOD_S * self.startup_failure_threshold}"
             f" s >= {STARTUP_MARGIN:g} x load time",
-            f"accepted p99 end-to-end: {self.e2e_p99.text(' s')}",
+            f"p99 end-to-end the drain covers: {self.e2e_p99.text(' s')}",
             f"preStop drain: {self.drain_s} s = ceil(p99 e2e) + {DRAIN_EXTRA_S} s",
             f"terminationGracePeriodSeconds: {self.grace_s} s = drain + {SHUTDOWN_S} s engine "
             "shutdown",

@@ -162,7 +162,7 @@ class RayWorkerPool:
             self.nodes = await asyncio.wait_for(
                 asyncio.to_thread(ray.get, [a.node.remote() for a in self.actors]), timeout_s
             )
-        except (TimeoutError, Exception) as exc:
+        except Exception as exc:  # includes the timeout
             self.terminate()
             raise TargetError(
                 f"{self.num_workers} Ray load worker(s) did not start within {timeout_s:g} s "
@@ -201,15 +201,16 @@ class RayWorkerPool:
             counts = self.recorded[k]
             counts[record.status] = counts.get(record.status, 0) + 1
 
-    def _drain(self, writer: JsonlWriter, k: int) -> bool:
-        """Merge actor ``k``'s finished records; False when the actor is gone."""
-        try:
-            lines = self.ray.get(self.actors[k].drain.remote())
-        except Exception as exc:
-            self._mark_lost(k, exc)
-            return False
-        self._merge(writer, k, lines)
-        return True
+    async def _drain(self, writer: JsonlWriter, workers: list[int]) -> None:
+        """Merge the finished records of ``workers`` (one round trip each, all at once)."""
+        refs = {k: self.actors[k].drain.remote() for k in workers if k not in self.lost}
+        for k, ref in refs.items():
+            try:
+                lines = await asyncio.to_thread(self.ray.get, ref)
+            except Exception as exc:  # the actor is gone: what was drained before stays
+                self._mark_lost(k, exc)
+                continue
+            self._merge(writer, k, lines)
 
     def _mark_lost(self, k: int, exc: BaseException) -> None:
         if k not in self.lost:
@@ -225,9 +226,8 @@ class RayWorkerPool:
                 done, _ = await asyncio.to_thread(
                     ray.wait, list(open_runs), num_returns=len(open_runs), timeout=DRAIN_EVERY_S
                 )
-                for k in sorted(set(open_runs.values())):
-                    if k not in self.lost:
-                        self._drain(writer, k)
+                await self._drain(writer, sorted(set(open_runs.values())))
+                finished = []
                 for ref in done:
                     k = open_runs.pop(ref)
                     try:
@@ -235,7 +235,8 @@ class RayWorkerPool:
                     except Exception as exc:
                         self._mark_lost(k, exc)
                         continue
-                    self._drain(writer, k)  # the records after the last drain
+                    finished.append(k)
+                await self._drain(writer, finished)  # the records after the last drain
                 for ref, k in list(open_runs.items()):
                     if k in self.lost:
                         open_runs.pop(ref)

@@ -28,6 +28,7 @@ from kvbudget.report.markdown import (
     tier_rows,
     value_text,
 )
+from kvbudget.report.roles import roles_html
 from kvbudget.units import format_bytes
 
 CSS = """
@@ -268,5 +269,6 @@ def render_html(doc: AcceptResult) -> str:
     add("<h2>Rollback</h2>" + _list(doc.rollback, ordered=True))
     add("<h2>Canary</h2>" + _list(doc.canary, ordered=True))
     add(lifecycle_html(doc))
+    add(roles_html(doc))
     add("</body></html>")
     return "\n".join(parts)

@@ -8,6 +8,7 @@ from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult
 from kvbudget.report.lifecycle import lifecycle_markdown
+from kvbudget.report.roles import roles_markdown
 from kvbudget.units import format_bytes
 
 
@@ -429,5 +430,6 @@ def render_markdown(doc: AcceptResult) -> str:
     for step in doc.canary:
         add(f"1. {_md(step)}")
     out.extend(lifecycle_markdown(doc))
+    out.extend(roles_markdown(doc))
     add("")
     return "\n".join(out)

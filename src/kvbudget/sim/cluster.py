@@ -18,6 +18,7 @@ import numpy as np
 
 from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.sim.driver import DriveOptions, Driver, ScaleOut
+from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
 from kvbudget.sim.results import RequestResult, SimResult
@@ -40,6 +41,9 @@ class ClusterSpec:
     trace: bool = False
     #: closed loop: this many requests in flight; the next one arrives when one finishes
     concurrency: int | None = None
+    #: scale-in and crash events (kvbudget.sim.lifecycle); their replicas run the explicit engine
+    scale_in: list[ScaleIn] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
 
 
 def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
@@ -75,7 +79,11 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
             setup = replace(setup, shared_tiers=shared)
         return Replica(f"replica-{index}", setup, rng, ready_s=ready_s)
 
-    for setup in spec.setups:
+    setups = list(spec.setups)
+    if spec.scale_in or spec.crashes:
+        transfers = any(e.on_deadline == "transfer" for e in spec.scale_in)
+        setups = [replace(s, fast_path=False, accepts_transfers=transfers) for s in setups]
+    for setup in setups:
         replicas.append(build(setup, 0.0))
     router = Router(spec.router, stale_s=spec.stale_s)
     ordered = sorted(
@@ -114,6 +122,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
             sample_every_s=spec.sample_every_s,
         ),
         scale_out=spec.scale_out,
+        events=[*spec.scale_in, *spec.crashes],
     )
     for rep in replicas:
         for r in rep.unfinished():
@@ -156,6 +165,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
         router_fallbacks=router.num_fallbacks,
         trace_events=trace,
         notes=notes,
+        lifecycle=driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {},
     )
 
 

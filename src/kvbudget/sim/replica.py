@@ -59,6 +59,8 @@ class ReplicaSetup:
     identity: str = ""
     #: P/D decode replica: a request arrives with its prompt's KV transferred (kvbudget.sim.disagg)
     kv_preloaded: bool = False
+    #: requests flagged ``kv_transferred`` arrive with their KV (migration by transfer)
+    accepts_transfers: bool = False
 
 
 class Replica:
@@ -106,21 +108,38 @@ class Replica:
             if stack.has_cpu:
                 self.core.scheduler.on_preempt = stack.on_preempt
             self.core.kv.on_cache = lambda keys: stack.on_cache(keys, stack.now_s)
-        if setup.kv_preloaded:
-            if stack is not None:
+        if setup.kv_preloaded or setup.accepts_transfers:
+            if setup.kv_preloaded and stack is not None:
                 from kvbudget.errors import ConfigError
 
                 raise ConfigError(
                     "disaggregation: a decode replica with KV tiers is not modelled; drop its tiers",
                     field="tiers",
                 )
-            self.core.scheduler.tier_lookup = preloaded_prompt
+            inner = self.core.scheduler.tier_lookup
+            everything = setup.kv_preloaded
+
+            def lookup(req: SimRequest, num_gpu_hit: int, now_s: float) -> tuple[int, float, str]:
+                if everything or req.spec.kv_transferred:
+                    return preloaded_prompt(req, num_gpu_hit, now_s)
+                return inner(req, num_gpu_hit, now_s) if inner is not None else (0, now_s, "")
+
+            self.core.scheduler.tier_lookup = lookup
         use_fast = (
-            setup.fast_path and stack is None and not setup.kv_preloaded and fast_path_ok(cfg)
+            setup.fast_path
+            and stack is None
+            and not setup.kv_preloaded
+            and not setup.accepts_transfers
+            and fast_path_ok(cfg)
         )
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
-        #: the replica accepts work from this time on (cold start for scale-out)
+        #: the replica accepts work from this time on (cold start for scale-out; infinity once
+        #: it drains for scale-in or has crashed)
         self.ready_s = ready_s
+        #: after ready_s, traffic shifts to it over this many seconds (scale-out warm-up)
+        self.warmup_s = 0.0
+        #: end of the step the driver last started on it (what is in flight at an event)
+        self.step_end_s = 0.0
         self.busy = False
         #: waiting only for a tier reload to end (an arrival may restart it sooner)
         self.stalled = False

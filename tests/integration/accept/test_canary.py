@@ -40,7 +40,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _run(plan: Path, base: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     result = CliRunner().invoke(
-        canary, [str(plan), "--baseline", str(base), "--out", str(out), *extra]
+        canary, [str(plan), "--baseline-report", str(base), "--out", str(out), *extra]
     )
     assert (out / "canary.json").is_file(), result.output
     return result.exit_code, json.loads((out / "canary.json").read_text())
@@ -113,7 +113,15 @@ def test_unknown_cell_is_a_one_line_error(tmp_path: Path, baseline: tuple[Path, 
     plan, base = baseline
     result = CliRunner().invoke(
         canary,
-        [str(plan), "--baseline", str(base), "--out", str(tmp_path), "--cells", "tiny/single"],
+        [
+            str(plan),
+            "--baseline-report",
+            str(base),
+            "--out",
+            str(tmp_path),
+            "--cells",
+            "tiny/single",
+        ],
     )
     assert result.exit_code != 0
     assert "--cells: unknown cell 'tiny/single'" in str(result.exception)

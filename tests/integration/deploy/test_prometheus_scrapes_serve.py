@@ -104,7 +104,7 @@ def test_capacity_alert_fires_under_load_and_not_at_idle(tmp_path: Path, serve_u
     out = tmp_path / "deploy"
     result = CliRunner().invoke(
         deploy,
-        [str(DEMO_PLAN), "--out", str(out), "--name", "svc", "--metric-selector", 'model_name="m"',
+        [str(DEMO_PLAN), "--out", str(out), "--service", "svc", "--metric-selector", 'model_name="m"',
          "--alert-for", "3s", "--rate-window", "15s"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output

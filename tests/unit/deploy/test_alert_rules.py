@@ -36,7 +36,7 @@ def _promtool() -> str:
 
 def _render(tmp_path: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
     out = tmp_path / "deploy"
-    args = [str(DEMO_PLAN), "--out", str(out), "--name", SVC, "--metric-selector",
+    args = [str(DEMO_PLAN), "--out", str(out), "--service", SVC, "--metric-selector",
             'model_name="m"', "--alert-for", "1m", "--rate-window", "1m", *extra]  # fmt: skip
     result = CliRunner().invoke(deploy, args)
     assert result.exit_code == 0, result.output

@@ -61,7 +61,11 @@ def test_declared_extra_flag_is_passed_through(write_plan: Any) -> None:
 
 
 def test_offload_becomes_vllm_kv_offloading_size_in_gib(write_plan: Any) -> None:
-    path = write_plan({"offload": "cpu:64GiB"})
+    tier = {"name": "cpu", "capacity_bytes": 64 * 1024**3, "bandwidth_bytes_per_s": 2.0e10}
+    path = write_plan(
+        {"offload": "cpu:64GiB"},
+        target={"kind": "sim", "timing_model": "roofline", "kv_tiers": [tier]},
+    )
     argv = list(engine_command(load_plan(path).lock).argv)
     i = argv.index("--kv-offloading-size")
     assert argv[i : i + 4] == ["--kv-offloading-size", "64", "--kv-offloading-backend", "native"]
