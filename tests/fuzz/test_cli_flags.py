@@ -9,6 +9,7 @@ for any flag (nan, inf, a 400-digit number, 5,000 characters).
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,6 +19,8 @@ from kvbudget.cli.main import cli
 from tests.fuzz.harness import problems, run_cases
 
 SEED = 20261201
+#: the driver runs each case in a fresh temporary directory: file arguments are absolute
+DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "acceptance-demo.yaml")
 #: hostile values tried for every option; the first group is invalid for every flag
 ALWAYS_INVALID = ["nan", "inf", "-inf", "9" * 400, "x" * 5000]
 MAYBE_VALID = [
@@ -70,7 +73,9 @@ BASELINES: dict[str, list[str]] = {
     "audit reuse": ["audit", "reuse", "--target", "sim"],
     "audit isolation": ["audit", "isolation", "--target", "sim", "--trials", "4"],
     "report": ["report", "{TMP}/missing/report.json"],
-    "accept": ["accept", "--validate", "examples/acceptance-demo.yaml"],
+    "accept": ["accept", "--validate", DEMO],
+    "deploy": ["deploy", DEMO, "--out", "{TMP}/deploy"],
+    "fingerprint": ["fingerprint", "--model", "meta-llama/Llama-3.1-8B"],
     # servers: only values that must be refused before anything listens
     "serve": ["serve", "--port", "0"],
     "web": ["web", "--port", "0"],

@@ -85,7 +85,7 @@ def stop_statuses(
             )
         elif leak is None:
             iso = audits.get("isolation")
-            failed = isinstance(iso, dict) and iso.get("verdict") == "failed"
+            failed = isinstance(iso, dict) and iso.get("status") == "failed"
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",

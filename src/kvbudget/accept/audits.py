@@ -59,13 +59,14 @@ async def _with_probe(plan: AcceptPlan, work: Callable[[Any], Awaitable[Any]]) -
 
 
 def _failed(name: str, exc: Exception) -> dict[str, Any]:
-    """A failed audit as its report section: it says it failed and why (one line)."""
+    """A failed audit as its report section: verdict ``inconclusive`` (it proves nothing either
+    way), ``status: failed`` and the reason in one line."""
     why = exc.one_line() if isinstance(exc, KvbudgetError) else f"{type(exc).__name__}: {exc}"
     return {
-        "verdict": "failed",
+        "verdict": "inconclusive",
         "status": "failed",
-        "reason": f"the {name} audit did not complete ({' '.join(why.split())}); the matrix "
-        "cells above are kept; fix the endpoint and rerun accept with --resume",
+        "reason": f"the {name} audit could not run: {' '.join(why.split())}; the matrix cells "
+        "are kept; fix the endpoint and rerun accept with --resume",
     }
 
 
@@ -73,7 +74,7 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
     """Summaries of the requested audits (``{}`` when none is requested).
 
     An audit that fails (the endpoint answers 429, drops the connection ...) becomes a section
-    with ``verdict: failed`` and the reason, never an exception that would discard the finished
+    with ``verdict: inconclusive``, ``status: failed`` and the reason, never an exception that would discard the finished
     matrix; ``failed`` lists the audits that failed."""
     out: dict[str, Any] = {}
     if not (plan.audits.isolation or plan.audits.reuse):

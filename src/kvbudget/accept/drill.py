@@ -22,6 +22,7 @@ from typing import Any
 from kvbudget.accept.plan_checks import RollbackDrill
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import StopStatus
+from kvbudget.safety.procs import child_preexec
 
 POLL_S = 0.25
 
@@ -88,7 +89,9 @@ def run_drill(drill: RollbackDrill, *, model: str, max_restore_s: float) -> dict
     }
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(  # dies with kvbudget (kill -9 included)
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=child_preexec
+        )
     except OSError as exc:
         return {**out, "verdict": "fail", "reason": f"the baseline did not start: {exc}"}
     try:

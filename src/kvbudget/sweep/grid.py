@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.scenario import SimScenario, scenario_from_dict
 from kvbudget.spec.hardware import get_gpu, load_gpu_catalog
 
@@ -130,7 +131,7 @@ def load_grid(path: str | Path) -> GridFile:
     if not file.is_file():
         raise ConfigError(f"grid {path}: file not found; give a YAML grid file (see {DOCS})")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml_text(read_text_file(file, what="grid"), source=f"grid {file.name}")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"grid {path}: cannot read it ({exc}); check the file") from None
     except yaml.YAMLError as exc:

@@ -15,6 +15,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import (
+    MAX_DURATION_S,
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MAX_VOCAB,
+)
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.workload.arrival_specs import ArrivalSpec, ClosedLoopArrivals
 from kvbudget.workload.lengths import FixedLength, LengthSpec
@@ -37,8 +43,8 @@ class WorkloadSpec(BaseModel):
 
     name: str | None = None
     cell_id: str | None = Field(None, description="matrix cell or scenario id")
-    num_requests: int | None = Field(None, ge=0)
-    duration_s: float | None = Field(None, gt=0)
+    num_requests: int | None = Field(None, ge=0, le=MAX_REQUESTS)
+    duration_s: float | None = Field(None, gt=0, le=MAX_DURATION_S)
     arrivals: ArrivalSpec = Field(default_factory=lambda: ClosedLoopArrivals(concurrency=1))
     input_tokens: LengthSpec = Field(default_factory=lambda: FixedLength(value=1024))
     output_tokens: LengthSpec = Field(default_factory=lambda: FixedLength(value=128))
@@ -51,10 +57,10 @@ class WorkloadSpec(BaseModel):
     tenants: TenantSpec = Field(default_factory=TenantSpec)
     sessions: SessionSpec = Field(default_factory=SessionSpec)
     cancel_fraction: float = Field(0.0, ge=0, le=1)
-    cancel_after_tokens: int = Field(1, ge=1)
+    cancel_after_tokens: int = Field(1, ge=1, le=MAX_REQUEST_TOKENS)
     priorities: list[int] = Field(default_factory=lambda: [0], min_length=1)
     priority_weights: list[float] | None = None
-    vocab_size: int = Field(DEFAULT_VOCAB_SIZE, ge=MIN_VOCAB_SIZE)
+    vocab_size: int = Field(DEFAULT_VOCAB_SIZE, ge=MIN_VOCAB_SIZE, le=MAX_VOCAB)
     keep_prompt_text: bool = False
     trace: TraceReplaySpec | None = None
 
@@ -62,6 +68,15 @@ class WorkloadSpec(BaseModel):
     def _check(self) -> WorkloadSpec:
         if self.trace is None and self.num_requests is None and self.duration_s is None:
             raise ValueError("set num_requests or duration_s (or both)")
+        rate = getattr(self.arrivals, "rate_per_s", None)
+        if self.num_requests is None and self.duration_s is not None and rate is not None:
+            expected = float(rate) * self.duration_s
+            if expected > MAX_REQUESTS:
+                raise ValueError(
+                    f"rate_per_s x duration_s asks for about {expected:.3g} requests, more than "
+                    f"the {MAX_REQUESTS:,} a run may have (docs/limits.md); lower one, or set "
+                    "num_requests"
+                )
         if self.trace is not None and "arrivals" in self.model_fields_set:
             raise ValueError(
                 "a trace replay takes each request's arrival time from the trace (its "
