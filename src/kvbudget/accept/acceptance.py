@@ -16,6 +16,7 @@ from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
     resolve_lock,
 )
+from kvbudget.accept.plan_warnings import plan_warnings
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
@@ -263,6 +264,7 @@ def run_acceptance(
         audits=audits,
         verdict=verdict,
         verdict_reasons=reasons + outcome.notes,
+        plan_warnings=plan_warnings(plan),
         rollback=rollback_steps(plan),
         canary=canary_steps(plan),
     )
