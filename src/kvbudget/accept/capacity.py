@@ -1,8 +1,9 @@
 """Seed step 2 ("建立容量台账"): the capacity ledger, the three budgets and the simulated replica.
 
-One source of truth: the simulated replica gets exactly the blocks, page sizes and scheduler
-limits that ``plan`` (``capacity.planner.make_plan``) computes for the locked model, GPU and
-flags; the roofline timing model reads the same GPU catalog entry and weights estimate.
+One source of truth: the simulated replica is built by ``sim.fromplan.build_replica`` (the
+builder ``kvbudget sim`` and ``kvbudget serve --gpu`` use) from the lock's ``PlanRequest``, so it
+gets exactly the blocks, page sizes and scheduler limits ``plan`` computes, KV bytes per token
+per replica, MoE active parameters for the roofline and the target's KV tiers.
 
 The three budgets, side by side (all ``computed``):
 
@@ -23,17 +24,10 @@ from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import Budget, Ledger, LedgerEntry
 from kvbudget.capacity.budget import structural_budget, three_budgets
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
-from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import CapacityError, ConfigError, SpecError
-from kvbudget.sim.config import KVGroupConfig, ReplicaConfig
-from kvbudget.sim.timing import (
-    CalibratedTiming,
-    CalibrationProfile,
-    GpuPerf,
-    ModelCost,
-    RooflineTiming,
-    StepTimeModel,
-)
+from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.fromplan import BuiltReplica, build_replica
+from kvbudget.sim.timing import CalibrationProfile, StepTimeModel
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import format_bytes
@@ -43,10 +37,21 @@ from kvbudget.units import format_bytes
 class CapacityContext:
     plan: PlanResult
     ledger: Ledger
-    replica: ReplicaConfig
-    timing: StepTimeModel
-    timing_name: str
+    #: the simulated replica (``sim.fromplan.build_replica``: the same one sim and serve build)
+    built: BuiltReplica
     computed_lock: dict[str, tuple[Any, str]]
+
+    @property
+    def replica(self) -> ReplicaConfig:
+        return self.built.config
+
+    @property
+    def timing(self) -> StepTimeModel:
+        return self.built.timing
+
+    @property
+    def timing_name(self) -> str:
+        return self.built.timing_name
 
 
 def _value(lock: ObjectLock, name: str, default: Any = None) -> Any:
@@ -56,12 +61,22 @@ def _value(lock: ObjectLock, name: str, default: Any = None) -> Any:
 
 def plan_request(lock: ObjectLock) -> PlanRequest:
     gpu = lock.gpu.type.value
-    if gpu is None:
+    kv_bytes = lock.kv_cache_memory_bytes.value if lock.kv_cache_memory_bytes else None
+    override = lock.num_gpu_blocks_override.value if lock.num_gpu_blocks_override else None
+    device_bytes = None
+    if gpu is None and kv_bytes is not None:
+        # no GPU (vLLM's CPU build): the pool is the given KV memory; the device is a
+        # placeholder with room for it, so the device-peak budget says nothing
+        device_bytes = kv_bytes + (64 << 30)
+    elif gpu is None:
         raise ConfigError("lock.gpu.type: not set; name a GPU from `kvbudget gpus` (e.g. H100)")
     engine_version = lock.engine.version.value
     return PlanRequest(
         model=lock.model.id,
         gpu=gpu,
+        gpu_memory_bytes=device_bytes,
+        kv_cache_memory_bytes=kv_bytes,
+        num_gpu_blocks_override=override,
         tp=_value(lock, "tensor_parallel", 1),
         pp=_value(lock, "pipeline_parallel", 1),
         engine="vllm",
@@ -73,77 +88,6 @@ def plan_request(lock: ObjectLock) -> PlanRequest:
         kv_dtype=_value(lock, "kv_dtype", "auto"),
         block_size=_value(lock, "block_size"),
     )
-
-
-def _head_dim(spec: ModelSpec) -> int:
-    for layer in spec.layers:
-        value = getattr(layer, "head_dim", None)
-        if isinstance(value, int) and value > 0:
-            return value
-    if spec.hidden_size and spec.num_attention_heads:
-        return spec.hidden_size // spec.num_attention_heads
-    raise SpecError(f"{spec.model_id}: head_dim unknown; the roofline timing model needs it")
-
-
-def replica_from_plan(result: PlanResult, *, prefix_caching: bool) -> ReplicaConfig:
-    """The simulated replica of a plan: same blocks, block size, groups and limits."""
-    groups = []
-    for group in result.groups:
-        if group.kind == "full" or group.kind == "mla":
-            kind = "full"
-        elif group.kind in ("sliding", "chunked"):
-            kind = "sliding"
-        elif group.kind == "mamba":
-            kind = "state"
-        else:
-            continue
-        window = group.sliding_window or group.attention_chunk_size
-        groups.append(
-            KVGroupConfig(
-                kind=kind,
-                num_layers=max(1, group.num_layers),
-                sliding_window_tokens=window if kind == "sliding" else None,
-                page_size_bytes=group.page_size_bytes,
-            )
-        )
-    return ReplicaConfig(
-        name="replica-0",
-        num_gpu_blocks=result.num_blocks,
-        block_size=result.block_size,
-        kv_groups=tuple(groups) or (KVGroupConfig(),),
-        max_num_seqs=result.max_num_seqs,
-        max_num_batched_tokens=result.max_num_batched_tokens,
-        max_model_len=result.max_model_len,
-        enable_prefix_caching=prefix_caching,
-        kv_bytes_per_token=result.kv_bytes_per_token_per_rank,
-    )
-
-
-def roofline_from_plan(result: PlanResult, spec: ModelSpec) -> RooflineTiming:
-    gpu = result.gpu
-    if gpu.bf16_dense_tflops is None or gpu.hbm_bandwidth_bytes_per_s is None:
-        raise ConfigError(
-            f"lock.gpu.type: GPU {gpu.id!r} has no bf16 TFLOPS or HBM bandwidth in the catalog; "
-            "the roofline timing model needs both (pick a catalog GPU or use a calibrated profile)"
-        )
-    model = ModelCost(
-        model_id=result.model_id,
-        num_layers=spec.num_layers,
-        hidden_size=spec.hidden_size or 0,
-        num_attention_heads=spec.num_attention_heads or 0,
-        head_dim=_head_dim(spec),
-        num_active_params=float(result.weights.num_params or 0),
-        weights_bytes=float(result.weights.total_bytes),
-        kv_bytes_per_token=float(result.kv_bytes_per_token_replica),
-    )
-    perf = GpuPerf(
-        name=gpu.id,
-        memory_bytes=float(gpu.memory_bytes),
-        bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
-        peak_flops=gpu.bf16_dense_tflops * 1e12,
-        link_bytes_per_s=gpu.interconnect_bytes_per_s or 0.0,
-    )
-    return RooflineTiming(model, perf, tp=result.tp)
 
 
 def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledger:
@@ -206,6 +150,11 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
         ),
     ]
     warnings: list[str] = list(result.notes)
+    if plan.lock.gpu.type.value is None:
+        warnings.append(
+            "no GPU in the lock: the pool is lock.kv_cache_memory_bytes; the device-peak "
+            "budget is for a placeholder device and says nothing"
+        )
     if structural.total_bytes > three.engine_pool_bytes_replica:
         warnings.append(
             "the structural peak of the declared load exceeds the engine pool: the peak cells "
@@ -223,25 +172,33 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
 
 
 def build_capacity(plan: AcceptPlan, lock: ObjectLock) -> CapacityContext:
-    """Plan the pool for ``lock`` and build the simulated replica and timing model."""
+    """Plan the pool for ``lock`` and build the simulated replica (``sim.fromplan``'s builder)."""
     resolved = resolve_model(lock.model.id)
     if resolved.spec is None:
         raise SpecError(
             f"lock.model.id: {lock.model.id!r} could not be resolved: {resolved.reason}"
         )
-    result = make_plan(plan_request(lock), resolved.spec)
-    if not result.fits:
-        raise CapacityError(f"lock: the deployment does not fit: {result.error}")
+    request = plan_request(lock)
     policy = lock.prefix_caching.value
-    replica = replica_from_plan(result, prefix_caching=bool(policy is None or policy.enabled))
-    timing: StepTimeModel
-    timing_name = "roofline"
+    profile = None
     if plan.target.timing_model == "calibrated" and plan.target.profile is not None:
         profile = CalibrationProfile.load(plan.target.profile)
-        timing = CalibratedTiming(profile)
-        timing_name = f"calibrated ({profile.name}: {profile.engine} on {profile.gpu})"
-    else:
-        timing = roofline_from_plan(result, resolved.spec)
+    try:
+        built = build_replica(
+            request,
+            enable_prefix_caching=bool(policy is None or policy.enabled),
+            profile=profile,
+            tiers=plan.target.kv_tiers,
+            model=resolved,
+        )
+    except CapacityError as exc:
+        raise CapacityError(f"lock: the deployment does not fit: {exc}") from None
+    except ConfigError as exc:
+        if exc.field == "gpu":
+            raise ConfigError(f"lock.gpu.type: {exc}", field="lock.gpu.type") from None
+        raise
+    result = built.plan
+    assert result is not None
     computed: dict[str, tuple[Any, str]] = {}
     if resolved.source is not None:
         computed["model.id"] = (
@@ -255,8 +212,6 @@ def build_capacity(plan: AcceptPlan, lock: ObjectLock) -> CapacityContext:
     return CapacityContext(
         plan=result,
         ledger=build_ledger(plan, result, resolved.spec),
-        replica=replica,
-        timing=timing,
-        timing_name=timing_name,
+        built=built,
         computed_lock=computed,
     )

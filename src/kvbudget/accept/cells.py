@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -125,6 +126,32 @@ def cut_short_note(plan: AcceptPlan, concurrency_tier: str, runs: Sequence[CellR
     )
 
 
+def prompt_lengths_in_tier(
+    plan: AcceptPlan, input_tier: str, records: Sequence[RequestRecord]
+) -> dict[str, Any]:
+    """Do the prompts, as the target counted them (``usage.prompt_tokens``), fall inside the
+    input tier's ``[min_tokens, max_tokens]``? Quality-checkpoint prompts are not tier prompts."""
+    tier = next((t for name, t in plan.load.tiers.items() if name == input_tier), None)
+    counted = [
+        r.prompt_tokens
+        for r in records
+        if r.prompt_tokens is not None and "/quality:" not in r.request_id
+    ]
+    if tier is None or not counted:
+        return {}
+    inside = [tier.min_tokens <= n <= tier.max_tokens for n in counted]
+    return {
+        "min_tokens": tier.min_tokens,
+        "max_tokens": tier.max_tokens,
+        "num_counted": len(counted),
+        "num_in_bounds": sum(inside),
+        "min_counted": min(counted),
+        "max_counted": max(counted),
+        "within": all(inside),
+        "source": records[0].token_count_source or records[0].source,
+    }
+
+
 def summarize_cell(
     plan: AcceptPlan,
     *,
@@ -213,6 +240,7 @@ def summarize_cell(
         num_preemptions=int(sum(run.counters.get("preemptions", 0.0) for run in runs)),
         error_rate=(num_error / len(records)) if records else None,
         prompt_tokens_mean=float(np.mean(prompt_tokens)) if prompt_tokens else None,
+        prompt_tokens_in_tier=prompt_lengths_in_tier(plan, input_tier, records),
         summaries=summaries if records else {},
         throughput=throughput,
         prefix_hit_rate_tokens=(hits / queries) if queries > 0 else None,

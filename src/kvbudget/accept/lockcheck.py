@@ -54,6 +54,21 @@ def resolve_lock(
             entry = entry.model_copy(
                 update={"status": "not_applicable", "note": info.not_applicable[name]}
             )
+        elif name == "prefix_caching" and "prefix_caching.enabled" in info.observed:
+            # the engine reports whether prefix caching is on; the salt policy is what
+            # kvbudget itself sends with each request (cache_salt), so it is the plan's
+            got, source = info.observed["prefix_caching.enabled"]
+            want = (value or {}).get("enabled", True) if isinstance(value, dict) else None
+            status = "confirmed" if want is None or bool(got) == bool(want) else "mismatch"
+            shown = {**(value or {}), "enabled": bool(got)} if isinstance(value, dict) else value
+            entry = entry.model_copy(
+                update={
+                    "value": shown if status == "confirmed" else value,
+                    "status": status,
+                    "source": f"{source}; salt policy sent by kvbudget",
+                    "observed": {"enabled": bool(got)},
+                }
+            )
         elif name in info.observed:
             got, source = info.observed[name]
             got = lock_value(got)

@@ -114,6 +114,8 @@ class CellResult(_Model):
     num_preemptions: int = 0
     error_rate: float | None = None
     prompt_tokens_mean: float | None = None
+    #: the server-counted prompt lengths against the input tier's bounds (see cells.py)
+    prompt_tokens_in_tier: dict[str, Any] = Field(default_factory=dict)
     summaries: dict[str, MetricSummary] = Field(default_factory=dict)
     throughput: dict[str, float] = Field(default_factory=dict)
     prefix_hit_rate_tokens: float | None = None
@@ -211,6 +213,10 @@ class AcceptResult(ResultDocument):
     lock: list[LockEntry]
     blocking: list[str]
     ledger: Ledger
+    #: the engine's final resolved values read back over HTTP (EngineReport; {} for sim)
+    engine_report: dict[str, Any] = Field(default_factory=dict)
+    #: planned pool beside the engine-reported pool: {field, planned, engine_reported, ...}
+    pool: list[dict[str, Any]] = Field(default_factory=list)
     baseline: dict[str, Any] = Field(default_factory=dict)
     warmup: dict[str, Any] = Field(default_factory=dict)
     cells: list[CellResult]
@@ -225,4 +231,6 @@ class AcceptResult(ResultDocument):
     #: plan warnings shown before the run (a gated percentile out of reach, untestable quality)
     plan_warnings: list[str] = Field(default_factory=list)
     rollback: list[str] = Field(default_factory=list)
+    #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
+    rollback_drill: dict[str, Any] = Field(default_factory=dict)
     canary: list[str] = Field(default_factory=list)

@@ -1,16 +1,18 @@
-"""Run an acceptance plan (seed steps 4-6): idle baseline, warm-up, the nine cells, comparisons.
+"""Run the matrix of one acceptance plan (seed steps 4-5): baseline, warm-up, the nine cells.
 
-Order of work:
+:func:`run_matrix` is given a started target (the lock, the ledger and the target were built by
+:mod:`kvbudget.accept.acceptance` through a :data:`TargetFactory`); its order of work:
 
-1. resolve the lock and the capacity ledger; start the target;
-2. record the idle baseline (not counted as KV), then run the uniform warm-up (not scored);
-3. run the cells in the declared order, each ``repetitions`` times. Records are appended to
+1. record the idle baseline (not counted as KV), then run the uniform warm-up (not scored);
+2. run the cells in the declared order, each ``repetitions`` times. Records are appended to
    ``OUT/records.jsonl`` and each finished repetition to ``OUT/progress.jsonl`` as they come;
    ``resume=True`` skips repetitions already there (a resumed simulated run keeps the earlier
    repetitions' numbers; the engine state is rebuilt by the warm-up, not restored);
-4. on a capacity error the rest of that input tier's row is not run (last passing tier kept, no
-   retry); after any failed cell the idle baseline must recover before the next cell runs;
-5. run each single-factor comparison on its cells with the same requests (same seeds).
+3. on a capacity error the rest of that input tier's row is not run (last passing tier kept, no
+   retry); after any failed cell the idle baseline must recover before the next cell runs.
+
+Lock resolution, the single-factor comparisons (:mod:`kvbudget.accept.ab_runs`), audits and
+verdicts are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 """
 
 from __future__ import annotations
@@ -79,6 +81,60 @@ def check_quality_files(plan: AcceptPlan) -> None:
                 "path of the checkpoint's prompt (relative to the working directory)",
                 field=f"quality.{index}.prompt_file",
             )
+
+
+#: what a run in OUT was started with: ``--resume`` refuses another plan or target
+RUN_FILE = "accept-run.json"
+
+
+def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
+    """Record the plan's sha256 and target in ``OUT/accept-run.json``; with ``resume``, refuse
+    in one line when they differ from the recorded run's (its records would mix with this
+    plan's)."""
+    path = out_dir / RUN_FILE
+    target: dict[str, Any] = plan.target.model_dump(mode="json")
+    mine: dict[str, Any] = {"plan_sha256": plan.canonical_sha256(), "target": target}
+    if resume:
+        progress = out_dir / "progress.jsonl"
+        if path.exists():
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(
+                    f"--resume: {path} is not readable JSON; start over without --resume or "
+                    "choose another --out",
+                    field="resume",
+                ) from exc
+            old_target = old.get("target") if isinstance(old, dict) else None
+            if old_target != target:
+                fields = sorted(
+                    k
+                    for k in set(target) | set(old_target or {})
+                    if (old_target or {}).get(k) != target.get(k)
+                )
+                raise ConfigError(
+                    f"--resume: the run in {out_dir} used another target (differs on "
+                    f"target.{', target.'.join(fields) or 'kind'}); resume with the same plan "
+                    "or choose another --out",
+                    field="resume",
+                )
+            old_sha = str(old.get("plan_sha256")) if isinstance(old, dict) else ""
+            if old_sha != mine["plan_sha256"]:
+                raise ConfigError(
+                    f"--resume: the run in {out_dir} was made from another plan (sha256 "
+                    f"{old_sha[:12]}, this plan {mine['plan_sha256'][:12]}); resume with the "
+                    "same plan file or choose another --out",
+                    field="resume",
+                )
+            return
+        if progress.exists() and progress.stat().st_size > 0:
+            raise ConfigError(
+                f"--resume: {out_dir} holds records but no {RUN_FILE} naming their plan, so "
+                "they cannot be checked against this one; start over without --resume or "
+                "choose another --out",
+                field="resume",
+            )
+    write_json(path, mine)
 
 
 #: the idle baseline counts as recovered when KV usage is at most this and nothing runs

@@ -12,6 +12,7 @@ from html import escape
 from kvbudget.accept.result import AcceptResult
 from kvbudget.report.cell_tables import DETAIL_HEADER, detail_rows
 from kvbudget.report.charts import CHARTS, render_charts
+from kvbudget.report.lifecycle import lifecycle_html
 from kvbudget.report.markdown import (
     CELL_HEADER,
     PCT_HEADER,
@@ -28,6 +29,7 @@ from kvbudget.report.markdown import (
     tier_rows,
     value_text,
 )
+from kvbudget.report.roles import roles_html
 from kvbudget.report.summary import basis_text, capacity_sentences, peak_throughput
 from kvbudget.units import format_bytes
 
@@ -286,6 +288,23 @@ def ledger_section(doc: AcceptResult, charts: dict[str, str]) -> str:
     )
     if doc.ledger.warnings:
         out.append(_list([f"warning: {w}" for w in doc.ledger.warnings]))
+    if doc.pool:
+        out.append("<h2>KV pool: planned (computed) vs engine-reported (measured)</h2>")
+        out.append(
+            _table(
+                ["field", "planned", "engine-reported", "match", "engine source"],
+                [
+                    [
+                        r["field"],
+                        value_text(r["planned"]),
+                        value_text(r["engine_reported"]),
+                        {True: "yes", False: "NO", None: "—"}[r["match"]],
+                        r["source"] or "",
+                    ]
+                    for r in doc.pool
+                ],
+            )
+        )
     return "\n".join(out)
 
 
@@ -316,6 +335,9 @@ SECTIONS: list[Section] = [
     lock_section,
     ledger_section,
     closing_section,
+    lambda doc, charts: lifecycle_html(doc),
+    # "who does what" needs the plan's lock (a hand-built document may carry none)
+    lambda doc, charts: roles_html(doc) if doc.plan.get("lock") else "",
 ]
 
 SIDE_BY_SIDE: tuple[str, ...] = ("latency", "throughput", "timeline", "heatmap")

@@ -4,7 +4,8 @@ Two ways:
 
 * **planned** (``--gpu`` given): ``make_plan`` sizes the replica for the model on that GPU
   (blocks, block size, limits) and the simulator's roofline model times the steps
-  (``kvbudget.sim.fromplan``); the figures served are *simulated* with that timing model;
+  (``kvbudget.sim.fromplan.build_replica``, the builder every simulated path uses); the
+  figures served are *simulated* with that timing model;
 * **manual**: a pool of ``num_gpu_blocks`` blocks and a fixed step time
   (``step_s + per_token_s * tokens``), for tests, demos and load-client checks.
 """
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
-from kvbudget.sim.timing import FixedTiming
+from kvbudget.sim.fromplan import BuiltReplica, build_manual_replica, build_replica
+from kvbudget.sim.replica import Replica
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,15 @@ class BuiltEngine:
     description: str
 
 
+def _engine(built: BuiltReplica, opts: ServeEngineOptions) -> BuiltEngine:
+    """The replica's engine core, stepped on the wall clock by ``serve.engine``."""
+    replica = Replica(
+        built.config.name, built.setup, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size
+    )
+    replica.core.keep_finished = False  # a server forgets finished requests
+    return BuiltEngine(replica.core, built.config, built.timing_name, built.description)
+
+
 def _manual(opts: ServeEngineOptions) -> BuiltEngine:
     config = ReplicaConfig(
         name="serve-0",
@@ -56,21 +68,14 @@ def _manual(opts: ServeEngineOptions) -> BuiltEngine:
         max_num_batched_tokens=opts.max_num_batched_tokens or 8192,
         enable_prefix_caching=opts.enable_prefix_caching,
     )
-    timing = FixedTiming(step_s=opts.step_s, per_token_s=opts.per_token_s)
-    name = f"fixed(step={opts.step_s:g}s, per_token={opts.per_token_s:g}s)"
-    core = EngineCore(config, timing, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size)
-    desc = (
-        f"manual pool: {config.num_gpu_blocks} blocks x {config.block_size} tokens, "
-        f"max_model_len {config.max_model_len}, timing {name}"
+    built = build_manual_replica(
+        config, step_s=opts.step_s, per_token_s=opts.per_token_s, fast_path=False
     )
-    return BuiltEngine(core, config, name, desc)
+    return _engine(built, opts)
 
 
 def _planned(opts: ServeEngineOptions) -> BuiltEngine:
-    from kvbudget.capacity.plan_types import PlanRequest
-    from kvbudget.sim.fromplan import plan_replica
-
-    plan, config, timing = plan_replica(
+    built = build_replica(
         PlanRequest(
             model=opts.model,
             gpu=opts.gpu,
@@ -82,14 +87,9 @@ def _planned(opts: ServeEngineOptions) -> BuiltEngine:
             num_gpu_blocks_override=opts.num_gpu_blocks,
         ),
         enable_prefix_caching=opts.enable_prefix_caching,
+        fast_path=False,
     )
-    core = EngineCore(config, timing, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size)
-    desc = (
-        f"planned: {plan.model_id} on {plan.gpu.id} (tp {plan.tp}): {config.num_gpu_blocks} "
-        f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
-        f"timing {timing.name}"
-    )
-    return BuiltEngine(core, config, str(timing.name), desc)
+    return _engine(built, opts)
 
 
 def build_engine(opts: ServeEngineOptions) -> BuiltEngine:

@@ -1,11 +1,9 @@
-"""The cluster: replicas behind a router, driven by one deterministic event queue.
+"""The cluster: replicas behind a router, run by the one driver (:mod:`kvbudget.sim.driver`).
 
-Events (``(time_s, priority, seq)``, see :mod:`kvbudget.sim.events`): arrivals (pushed one at a
-time, in arrival order), replica steps (a replica that has work steps back to back; a step's
-state change is applied when it starts and its tokens exist when it ends), scale-out (a new
-replica that accepts work only after ``cold_start_s``, with an empty cache) and periodic
-samples of KV usage / running / waiting. Requests that cannot fit any replica are reported as
-unfinished with the reason; so are requests still in flight at ``max_simulated_s``.
+:func:`simulate` builds the replicas, sorts the workload by arrival, hands it to
+:class:`~kvbudget.sim.driver.Driver` and collects a :class:`~kvbudget.sim.results.SimResult`
+in the workload's order. Requests that cannot fit any replica are reported as unfinished with
+the reason; so are requests still in flight at ``max_simulated_s``.
 """
 
 from __future__ import annotations
@@ -19,23 +17,14 @@ from typing import Any
 import numpy as np
 
 from kvbudget.errors import ConfigError, KvbudgetError
-from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
-from kvbudget.sim.prefix import block_hashes
+from kvbudget.sim.driver import DriveOptions, Driver, ScaleOut
+from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import Replica, ReplicaSetup
-from kvbudget.sim.request import EngineRequest, as_engine_request
+from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
 from kvbudget.sim.results import RequestResult, SimResult
-from kvbudget.sim.router import Router, RouteRequest
-from kvbudget.sim.tiers import Tier, TierConfig
+from kvbudget.sim.router import Router
+from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import CalibrationProfile
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleOut:
-    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache."""
-
-    at_s: float
-    setup: ReplicaSetup
-    cold_start_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -52,6 +41,9 @@ class ClusterSpec:
     trace: bool = False
     #: closed loop: this many requests in flight; the next one arrives when one finishes
     concurrency: int | None = None
+    #: scale-in and crash events (kvbudget.sim.lifecycle); their replicas run the explicit engine
+    scale_in: list[ScaleIn] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
 
 
 def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
@@ -78,109 +70,61 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
     if spec.remote_tier is not None:
         cfg0 = spec.setups[0].config
         shared = (Tier(spec.remote_tier, cfg0.kv_bytes_per_token * cfg0.block_size),)
+    replicas: list[Replica] = []
 
     def build(setup: ReplicaSetup, ready_s: float) -> Replica:
         index = len(replicas)
         rng = np.random.default_rng(seeds.spawn(1)[0])
         if shared:
-            setup = ReplicaSetup(setup.config, setup.timing, setup.tiers, shared, setup.fast_path)
+            setup = replace(setup, shared_tiers=shared)
         return Replica(f"replica-{index}", setup, rng, ready_s=ready_s)
 
-    replicas: list[Replica] = []
-    for setup in spec.setups:
+    setups = list(spec.setups)
+    if spec.scale_in or spec.crashes:
+        transfers = any(e.on_deadline == "transfer" for e in spec.scale_in)
+        setups = [replace(s, fast_path=False, accepts_transfers=transfers) for s in setups]
+    for setup in setups:
         replicas.append(build(setup, 0.0))
     router = Router(spec.router, stale_s=spec.stale_s)
     ordered = sorted(
         ((as_engine_request(r), i) for i, r in enumerate(requests)),
         key=lambda x: (x[0].arrival_s, x[1]),
     )
-    queue: EventQueue[tuple[str, Any]] = EventQueue()
-    closed = spec.concurrency
-    next_closed = 0
-    if closed is not None:
-        if closed < 1:
-            raise ConfigError(f"concurrency: must be >= 1, got {closed}", field="concurrency")
-        for i in range(min(closed, len(ordered))):
-            queue.push(ordered[i][0].arrival_s, PRIO_ARRIVAL, ("arrival", i))
-        next_closed = min(closed, len(ordered))
-    elif ordered:
-        queue.push(ordered[0][0].arrival_s, PRIO_ARRIVAL, ("arrival", 0))
-    num_done = 0
-    for scale in spec.scale_out:
-        queue.push(scale.at_s, PRIO_SCALE, ("scale", scale))
-    if spec.sample_every_s:
-        queue.push(0.0, PRIO_SAMPLE, ("sample", None))
-    rejected: list[RequestResult] = []
+    results: list[RequestResult] = []
     trace: list[dict[str, Any]] = []
-    horizon = spec.max_simulated_s
-    now = 0.0
-    num_events = 0
-    while len(queue):
-        now, _prio, _seq, (kind, payload) = queue.pop()
-        if horizon is not None and now > horizon:
-            now = horizon
-            break
-        num_events += 1
-        if kind == "step":
-            index, gen = payload
-            rep = replicas[index]
-            if gen != rep.step_gen:
-                continue  # superseded: an arrival restarted this stalled replica
-            duration = rep.step(now)
-            if closed is not None:
-                done = sum(len(r.finished()) for r in replicas) + len(rejected)
-                while num_done < done and next_closed < len(ordered):
-                    queue.push(now + duration, PRIO_ARRIVAL, ("arrival", next_closed))
-                    next_closed += 1
-                    num_done += 1
-                num_done = done
-            if duration > 0:
-                if spec.trace:
-                    trace.append(_trace_step(rep, index, now, duration))
-                rep.stalled = False
-                queue.push(now + duration, PRIO_STEP, ("step", payload))
-            else:
-                wake = rep.wake_s()
-                if wake is not None and rep.has_work():
-                    # only reloading requests: wake when the first transfer ends (an arrival
-                    # before that restarts the replica at once)
-                    rep.stalled = True
-                    queue.push(max(wake, now), PRIO_STEP, ("step", payload))
-                else:
-                    rep.busy = False
-        elif kind == "arrival":
-            req = ordered[payload][0]
-            if closed is None and payload + 1 < len(ordered):
-                queue.push(
-                    ordered[payload + 1][0].arrival_s, PRIO_ARRIVAL, ("arrival", payload + 1)
-                )
-            num_rejected = len(rejected)
-            if closed is not None:
-                req = replace(req, arrival_s=now)
-            _route(req, now, replicas, router, queue, rejected)
-            if closed is not None and len(rejected) > num_rejected and next_closed < len(ordered):
-                queue.push(now, PRIO_ARRIVAL, ("arrival", next_closed))
-                next_closed += 1
-                num_done += 1
-        elif kind == "scale":
-            rep = build(payload.setup, payload.at_s + payload.cold_start_s)
-            replicas.append(rep)
-        else:  # sample
-            for rep in replicas:
-                rep.sample(now)
-            if any(r.has_work() for r in replicas) or len(queue):
-                assert spec.sample_every_s is not None
-                queue.push(now + spec.sample_every_s, PRIO_SAMPLE, ("sample", None))
-    results: list[RequestResult] = list(rejected)
-    routed = {r.request_id for r in rejected}
+
+    def on_finish(req: SimRequest, rep: Replica) -> None:
+        results.append(RequestResult.from_sim(req, rep.name))
+
+    def on_reject(req: EngineRequest, rep: Replica, exc: KvbudgetError) -> None:
+        results.append(_not_run(req, rep.name, f"rejected: {exc}"))
+
+    def on_not_run(req: EngineRequest) -> None:
+        results.append(_not_run(req, "", "horizon: not arrived"))
+
+    def on_step(rep: Replica, index: int, now: float, duration: float) -> None:
+        trace.append(_trace_step(rep, index, now, duration))
+
+    driver = Driver(
+        replicas,
+        router,
+        on_finish=on_finish,
+        on_reject=on_reject,
+        on_not_run=on_not_run,
+        on_step=on_step if spec.trace else None,
+        build=build,
+    )
+    outcome = driver.run(
+        (r for r, _ in ordered),
+        DriveOptions(
+            concurrency=spec.concurrency,
+            max_simulated_s=spec.max_simulated_s,
+            sample_every_s=spec.sample_every_s,
+        ),
+        scale_out=spec.scale_out,
+        events=[*spec.scale_in, *spec.crashes],
+    )
     for rep in replicas:
-        routed.update(r.spec.request_id for r in rep.finished())
-        routed.update(rep.core.requests)
-    for req, _ in ordered:
-        if req.request_id not in routed:
-            results.append(_not_run(req, "", "horizon: not arrived"))
-    for rep in replicas:
-        results.extend(RequestResult.from_sim(r, rep.name) for r in rep.finished())
         for r in rep.unfinished():
             results.append(RequestResult.from_sim(r, rep.name, f"horizon: {r.status}"))
     order = {r.request_id: i for i, (r, _) in enumerate(ordered)}
@@ -189,24 +133,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
     tier_stats: dict[str, dict[str, Any]] = {}
     for rep in replicas:
         if rep.tier_stack is not None:
-            st = rep.tier_stack
-            tier_stats[rep.name] = {
-                "reloads": st.num_reloads,
-                "declined_reloads": st.num_declined_reloads,
-                "reload_s_total": st.reload_s_total,
-                "tiers": {
-                    t.config.name: {
-                        "writes_blocks": t.num_writes,
-                        "reads_blocks": t.num_reads,
-                        "evictions_blocks": t.num_evictions,
-                        "resident_blocks": len(t.blocks),
-                        "bytes_written": t.bytes_written,
-                        "bytes_read": t.bytes_read,
-                    }
-                    for t in st.tiers
-                },
-                "reuse_histogram": st.reuse_histogram(),
-            }
+            tier_stats[rep.name] = _tier_stats(rep.tier_stack)
     if spec.trace:
         trace.extend(_trace_requests(results, {rep.name: i for i, rep in enumerate(replicas)}))
     notes: list[str] = []
@@ -226,53 +153,41 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
         samples=[s for rep in replicas for s in rep.samples],
         tier_stats=tier_stats,
         num_gpu_blocks={rep.name: rep.config.num_gpu_blocks for rep in replicas},
-        simulated_s=now if horizon is not None and now >= horizon else last_finish,
+        simulated_s=(
+            outcome.now_s
+            if spec.max_simulated_s is not None and outcome.now_s >= spec.max_simulated_s
+            else last_finish
+        ),
         wall_s=time.perf_counter() - wall0,
         num_steps=sum(rep.core.num_steps for rep in replicas),
-        num_events=num_events,
+        num_events=outcome.num_events,
         router=spec.router,
         router_fallbacks=router.num_fallbacks,
         trace_events=trace,
         notes=notes,
+        lifecycle=driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {},
     )
 
 
-def _route(
-    req: EngineRequest,
-    now: float,
-    replicas: list[Replica],
-    router: Router,
-    queue: EventQueue[tuple[str, Any]],
-    rejected: list[RequestResult],
-) -> None:
-    ready = [i for i, rep in enumerate(replicas) if rep.ready_s <= now]
-    if not ready:
-        ready = [min(range(len(replicas)), key=lambda i: replicas[i].ready_s)]
-    views = [replicas[i] for i in ready]
-    hashes: list[Any] = []
-    if router.needs_hashes:
-        cfg = views[0].config
-        hashes = block_hashes(
-            req.prompt_token_ids,
-            cfg.block_size,
-            algo=cfg.hash_algo,
-            adapter_id=req.adapter_id,
-            mm_hashes=req.mm_hashes,
-            cache_salt=req.cache_salt,
-        )
-    route = RouteRequest(req.request_id, req.num_prompt_tokens, hashes, req.session_id)
-    idx = ready[router.choose(route, views, now)]
-    rep = replicas[idx]
-    try:
-        rep.add(req)
-    except KvbudgetError as exc:
-        rejected.append(_not_run(req, rep.name, f"rejected: {exc}"))
-        return
-    if not rep.busy or rep.stalled:
-        rep.busy = True
-        rep.stalled = False
-        rep.step_gen += 1
-        queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", (idx, rep.step_gen)))
+def _tier_stats(st: TierStack) -> dict[str, Any]:
+    return {
+        "reloads": st.num_reloads,
+        "declined_reloads": st.num_declined_reloads,
+        "reload_s_total": st.reload_s_total,
+        "incompatible_misses": st.num_incompatible_misses,
+        "tiers": {
+            t.config.name: {
+                "writes_blocks": t.num_writes,
+                "reads_blocks": t.num_reads,
+                "evictions_blocks": t.num_evictions,
+                "resident_blocks": len(t.blocks),
+                "bytes_written": t.bytes_written,
+                "bytes_read": t.bytes_read,
+            }
+            for t in st.tiers
+        },
+        "reuse_histogram": st.reuse_histogram(),
+    }
 
 
 def _not_run(req: EngineRequest, replica: str, reason: str) -> RequestResult:

@@ -61,7 +61,8 @@ class ReplicaConfig(BaseModel):
     max_model_len: int = Field(default=131072, ge=1)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
-    #: KV bytes of one token over all layers on one rank (for tiers and timing); 0 = unknown
+    #: KV bytes of one token over all layers and all TP ranks of the replica (tiers size their
+    #: blocks with it: vLLM offloads every worker's copy, docs/engine-facts.md); 0 = unknown
     kv_bytes_per_token: int = Field(default=0, ge=0)
     policy: SchedulingPolicy = "fcfs"
     hash_algo: HashAlgo = "builtin"

@@ -1,4 +1,8 @@
-"""Build a simulated replica from ``plan``'s ``PlanResult`` (one source of truth).
+"""The one builder of simulated replicas, from ``plan``'s ``PlanResult`` (one source of truth).
+
+:func:`build_replica` is used by every simulated path: ``kvbudget sim`` (each replica of a
+scenario), accept's ``sim`` target, ``kvbudget serve --gpu`` and the audit's simulated probe
+(which also takes :func:`build_manual_replica`'s hand-given pool).
 
 The replica gets exactly the pool ``kvbudget plan`` computes for the same model, GPU and flags:
 ``num_blocks`` (block 0 is the null block), ``block_size``, the KV cache groups, the scheduler
@@ -10,15 +14,30 @@ resets at chunk boundaries, which holds at most as many blocks), ``mamba`` -> st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
-from kvbudget.sim.timing import GpuPerf, ModelCost, RooflineParams, RooflineTiming
+from kvbudget.sim.replica import Replica, ReplicaSetup
+from kvbudget.sim.tiers import TierConfig
+from kvbudget.sim.timing import (
+    CalibratedTiming,
+    CalibrationProfile,
+    FixedTiming,
+    GpuPerf,
+    ModelCost,
+    RooflineParams,
+    RooflineTiming,
+    StepTimeModel,
+)
 from kvbudget.spec.model import ModelSpec
-from kvbudget.spec.resolve import resolve_model
+from kvbudget.spec.resolve import ResolvedModel, resolve_model
 
 
 def _group(kind: str, num_layers: int, window: int | None, chunk: int | None, page: int) -> Any:
@@ -130,6 +149,100 @@ def roofline_from_plan(
     return RooflineTiming(model_cost(spec, plan), gpu_perf(plan), tp=plan.tp, params=params)
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltReplica:
+    """A replica ready to run: its setup (config, timing, tiers) and where it came from."""
+
+    setup: ReplicaSetup
+    timing_name: str
+    description: str
+    #: the plan it was sized from (``None`` for a manual pool)
+    plan: PlanResult | None = None
+    model: ResolvedModel | None = None
+
+    @property
+    def config(self) -> ReplicaConfig:
+        return self.setup.config
+
+    @property
+    def timing(self) -> StepTimeModel:
+        return self.setup.timing
+
+    def replica(self, rng: np.random.Generator, *, name: str = "replica-0") -> Replica:
+        """A fresh replica (empty cache) of this setup."""
+        return Replica(name, self.setup, rng)
+
+
+def resolve_for_sim(ref: str) -> ResolvedModel:
+    """The model spec the simulator needs; refuses a model it cannot resolve."""
+    resolved = resolve_model(ref)
+    if resolved.spec is None:
+        raise SpecError(
+            f"model {ref!r}: cannot simulate it ({resolved.reason or resolved.status}); "
+            f"missing fields: {', '.join(resolved.missing) or 'none listed'}"
+        )
+    return resolved
+
+
+def build_replica(
+    request: PlanRequest,
+    *,
+    enable_prefix_caching: bool = True,
+    policy: SchedulingPolicy = "fcfs",
+    params: RooflineParams | None = None,
+    profile: CalibrationProfile | None = None,
+    tiers: Sequence[TierConfig] = (),
+    fast_path: bool = True,
+    model: ResolvedModel | None = None,
+) -> BuiltReplica:
+    """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
+
+    ``profile`` replaces the roofline by a calibrated step-time model; ``tiers`` are sized
+    with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
+    ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
+    """
+    resolved = model or resolve_for_sim(request.model)
+    spec = resolved.spec
+    if spec is None:
+        raise SpecError(f"model {request.model!r}: no spec resolved; cannot simulate it")
+    plan = make_plan(request, spec)
+    config = replica_config_from_plan(
+        plan, enable_prefix_caching=enable_prefix_caching, policy=policy
+    )
+    timing: StepTimeModel
+    if profile is not None:
+        timing = CalibratedTiming(profile)
+        timing_name = f"calibrated ({profile.name}: {profile.engine} on {profile.gpu})"
+    elif request.gpu is None:
+        # no GPU (vLLM's CPU build behind target http, pool from kv_cache_memory_bytes): no
+        # roofline to price steps with; nothing is simulated on this replica's clock
+        timing = FixedTiming(name="none (no GPU in the lock)")
+        timing_name = "none (no GPU in the lock)"
+    else:
+        timing = roofline_from_plan(plan, spec, params)
+        timing_name = str(timing.name)
+    desc = (
+        f"planned: {plan.model_id} on {plan.gpu.id} (tp {plan.tp}): {config.num_gpu_blocks} "
+        f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
+        f"timing {timing_name}"
+    )
+    setup = ReplicaSetup(config=config, timing=timing, tiers=tuple(tiers), fast_path=fast_path)
+    return BuiltReplica(setup, timing_name, desc, plan=plan, model=resolved)
+
+
+def build_manual_replica(
+    config: ReplicaConfig, *, step_s: float, per_token_s: float, fast_path: bool = True
+) -> BuiltReplica:
+    """A replica with a hand-given pool and a fixed step time (tests, demos, the audit)."""
+    timing = FixedTiming(step_s=step_s, per_token_s=per_token_s)
+    name = f"fixed(step={step_s:g}s, per_token={per_token_s:g}s)"
+    desc = (
+        f"manual pool: {config.num_gpu_blocks} blocks x {config.block_size} tokens, "
+        f"max_model_len {config.max_model_len}, timing {name}"
+    )
+    return BuiltReplica(ReplicaSetup(config, timing, fast_path=fast_path), name, desc)
+
+
 def plan_replica(
     request: PlanRequest,
     *,
@@ -137,15 +250,9 @@ def plan_replica(
     policy: SchedulingPolicy = "fcfs",
     params: RooflineParams | None = None,
 ) -> tuple[PlanResult, ReplicaConfig, RooflineTiming]:
-    """make_plan + replica config + roofline, from one ``PlanRequest``."""
-    resolved = resolve_model(request.model)
-    if resolved.spec is None:
-        raise SpecError(
-            f"model {request.model!r}: cannot simulate it ({resolved.reason or resolved.status}); "
-            f"missing fields: {', '.join(resolved.missing) or 'none listed'}"
-        )
-    plan = make_plan(request, resolved.spec)
-    config = replica_config_from_plan(
-        plan, enable_prefix_caching=enable_prefix_caching, policy=policy
+    """make_plan + replica config + roofline, from one ``PlanRequest`` (:func:`build_replica`)."""
+    built = build_replica(
+        request, enable_prefix_caching=enable_prefix_caching, policy=policy, params=params
     )
-    return plan, config, roofline_from_plan(plan, resolved.spec, params)
+    assert built.plan is not None and isinstance(built.timing, RooflineTiming)
+    return built.plan, built.config, built.timing

@@ -8,7 +8,7 @@ advancing many at once give identical ids and block hashes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from kvbudget.sim.prefix import BlockHash, ChainHasher
@@ -48,6 +48,9 @@ class EngineRequest:
     tenant: str = "default"
     cell_id: str | None = None
     cancel_after_tokens: int | None = None
+    #: arrives with its context's KV transferred (a session migrated by transfer): every
+    #: prompt token but the last is present (kvbudget.sim.lifecycle, kvbudget.sim.disagg)
+    kv_transferred: bool = False
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -55,15 +58,18 @@ class EngineRequest:
         return len(self.prompt_token_ids)
 
 
-def as_engine_request(req: Any) -> EngineRequest:
-    """Accept an :class:`EngineRequest` or a ``PlannedRequest``-like object."""
+def as_engine_request(req: Any, *, arrival_s: float | None = None) -> EngineRequest:
+    """Accept an :class:`EngineRequest` or a ``PlannedRequest``-like object.
+
+    ``arrival_s`` replaces the request's own arrival time (a cell's timeline offset).
+    """
     if isinstance(req, EngineRequest):
-        return req
+        return req if arrival_s is None else replace(req, arrival_s=arrival_s)
     return EngineRequest(
         request_id=str(req.request_id),
         prompt_token_ids=tuple(req.prompt_token_ids),
         max_output_tokens=int(req.output_tokens),
-        arrival_s=float(getattr(req, "arrival_s", 0.0)),
+        arrival_s=float(getattr(req, "arrival_s", 0.0)) if arrival_s is None else arrival_s,
         priority=int(getattr(req, "priority", 0) or 0),
         cache_salt=getattr(req, "cache_salt", None),
         adapter_id=getattr(req, "adapter_id", None),

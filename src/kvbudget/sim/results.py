@@ -134,6 +134,8 @@ class SimResult:
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     #: caveats that change how to read the figures (e.g. a feature not modelled)
     notes: list[str] = field(default_factory=list)
+    #: scale-in / migration / crash costs (kvbudget.sim.lifecycle); empty without such events
+    lifecycle: dict[str, Any] = field(default_factory=dict)
 
     def records(self) -> list[RequestRecord]:
         """One ``RequestRecord`` (source ``simulated``) per request."""
@@ -217,4 +219,5 @@ class SimResult:
             "tiers": self.tier_stats,
             "notes": list(self.notes),
             "unfinished_reasons": self.unfinished_reasons(),
+            **({"lifecycle": dict(self.lifecycle)} if self.lifecycle else {}),
         }

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvbudget.sim.cluster import ClusterSpec, ScaleOut, simulate
+from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.driver import ScaleOut
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.timing import FixedTiming

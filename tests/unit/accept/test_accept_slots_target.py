@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbudget.calibrate.accept_slots import (
+from kvbudget.accept.slots_target import (
     SlotsPredictionTarget,
     engine_behaviour,
     fit_prompt_lengths,
