@@ -18,6 +18,7 @@ from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
     resolve_lock,
 )
+from kvbudget.accept.plan_warnings import plan_warnings
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
@@ -291,6 +292,7 @@ def run_acceptance(
         audits=audits,
         verdict=verdict,
         verdict_reasons=reasons + outcome.notes,
+        plan_warnings=plan_warnings(plan),
         rollback=rollback_steps(plan, drill),
         rollback_drill=drill,
         canary=canary_steps(plan),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,13 +23,37 @@ MAX_SERIES_POINTS = 240
 MAX_RAW_SAMPLES = 400
 #: characters of a quality output shown in the report (only with --keep-prompts)
 MAX_EXCERPT_CHARS = 300
-METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+METRICS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s")
+
+
+def goodput_bounds(plan: AcceptPlan) -> dict[str, float]:
+    """Per-request SLO bounds for goodput: the loosest declared ceiling per metric (``vllm bench
+    serve --goodput`` takes one bound per metric; a percentile ceiling is a bound on most
+    requests)."""
+    out: dict[str, float] = {}
+    for metric, ceilings in (("ttft_s", plan.stop.ttft_s), ("tpot_s", plan.stop.tpot_s)):
+        values = [v for _, v in ceilings.items()]
+        if values:
+            out[metric] = max(values)
+    return out
+
+
+def _meets(rec: RequestRecord, bounds: dict[str, float]) -> bool:
+    for metric, bound in bounds.items():
+        value = getattr(rec, metric)
+        if value is None or value > bound:
+            return False
+    return True
 
 
 def _values(records: Sequence[RequestRecord], metric: str) -> list[float]:
     out: list[float] = []
     for rec in records:
         if rec.status != "ok":
+            continue
+        if metric == "itl_s":  # inter-token latencies from the token times, where recorded
+            times = rec.token_times_s
+            out.extend(float(b - a) for a, b in itertools.pairwise(times))
             continue
         value = getattr(rec, metric)
         if value is not None:
@@ -76,6 +101,29 @@ def _per_repetition(runs: Sequence[CellRun]) -> list[dict[str, float | None]]:
                 row[key] = float(np.percentile(values, q)) if values else None
         out.append(row)
     return out
+
+
+#: a repetition that ended before this share of its declared duration was cut short
+CUT_SHORT_SHARE = 0.9
+
+
+def cut_short_note(plan: AcceptPlan, concurrency_tier: str, runs: Sequence[CellRun]) -> str | None:
+    """Says when ``load.max_requests_per_cell`` ended the cell before its declared duration."""
+    tier = plan.load.concurrency.get(concurrency_tier)  # type: ignore[call-overload]
+    cap = plan.load.max_requests_per_cell
+    if tier is None or not runs:
+        return None
+    ran = [run.duration_s for run in runs]
+    sent = [sum(1 for r in run.records if not r.warmup) for run in runs]
+    if max(ran) >= CUT_SHORT_SHARE * tier.duration_s or max(sent) < cap:
+        return None
+    return (
+        f"cut short by load.max_requests_per_cell ({cap} per repetition): ran "
+        f"{min(ran):.3g}-{max(ran):.3g} s of the declared {tier.duration_s:g} s"
+        if len(ran) > 1 and min(ran) != max(ran)
+        else f"cut short by load.max_requests_per_cell ({cap} per repetition): ran "
+        f"{max(ran):.3g} s of the declared {tier.duration_s:g} s"
+    )
 
 
 def prompt_lengths_in_tier(
@@ -149,14 +197,20 @@ def summarize_cell(
         plan, tier_summary, kind if records else None
     )
     verdict, reasons = cell_verdict(checks)
+    notes = [n for n in (cut_short_note(plan, concurrency_tier, runs),) if n is not None]
     duration = sum(run.duration_s for run in runs)
     ok = [r for r in records if r.status == "ok"]
     throughput: dict[str, float] = {}
+    bounds = goodput_bounds(plan)
+    num_good = sum(1 for r in ok if _meets(r, bounds))
     if duration > 0:
         throughput = {
             "requests_per_s": len(ok) / duration,
             "output_tokens_per_s": sum(r.output_tokens for r in ok) / duration,
+            "goodput_requests_per_s": num_good / duration,
         }
+    cached = [r for r in ok if r.cached_tokens is not None]
+    output_counts = [r.output_tokens for r in ok]
     queries = sum(run.counters.get("prefix_queries_tokens", 0.0) for run in runs)
     hits = sum(run.counters.get("prefix_hits_tokens", 0.0) for run in runs)
     kv_peaks = [s.value for run in runs for s in run.samples if s.name == "kv_usage"]
@@ -202,5 +256,16 @@ def summarize_cell(
         ],
         output_excerpts=excerpts,
         per_repetition=_per_repetition(runs),
+        notes=notes,
+        duration_s=duration,
+        num_good=num_good,
+        goodput_bounds=bounds,
+        prefix_queries_tokens=queries,
+        prefix_hits_tokens=hits,
+        num_prefix_hit_requests=sum(1 for r in cached if (r.cached_tokens or 0) > 0),
+        num_prefix_requests=len(cached),
+        prompt_tokens_min=min(prompt_tokens) if prompt_tokens else None,
+        prompt_tokens_max=max(prompt_tokens) if prompt_tokens else None,
+        output_tokens_mean=float(np.mean(output_counts)) if output_counts else None,
     )
     return result, evidence

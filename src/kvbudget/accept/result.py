@@ -132,6 +132,21 @@ class CellResult(_Model):
     per_repetition: list[dict[str, float | None]] = Field(default_factory=list)
     #: calibrated simulator's forecast for a measured cell, with relative errors
     prediction: dict[str, Any] = Field(default_factory=dict)
+    #: how the cell ran against its plan (e.g. cut short by max_requests_per_cell)
+    notes: list[str] = Field(default_factory=list)
+    #: seconds the repetitions ran, summed (the target's clock: virtual for sim)
+    duration_s: float = 0.0
+    #: requests meeting every per-request SLO bound (``goodput_bounds``, seconds per metric)
+    num_good: int = 0
+    goodput_bounds: dict[str, float] = Field(default_factory=dict)
+    #: prefix cache: tokens looked up / hit (engine counters), requests with any hit / counted
+    prefix_queries_tokens: float | None = None
+    prefix_hits_tokens: float | None = None
+    num_prefix_hit_requests: int = 0
+    num_prefix_requests: int = 0
+    prompt_tokens_min: int | None = None
+    prompt_tokens_max: int | None = None
+    output_tokens_mean: float | None = None
 
 
 class StopStatus(_Model):
@@ -213,6 +228,8 @@ class AcceptResult(ResultDocument):
     audits: dict[str, Any] = Field(default_factory=dict)
     verdict: OverallVerdict
     verdict_reasons: list[str]
+    #: plan warnings shown before the run (a gated percentile out of reach, untestable quality)
+    plan_warnings: list[str] = Field(default_factory=list)
     rollback: list[str] = Field(default_factory=list)
     #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
     rollback_drill: dict[str, Any] = Field(default_factory=dict)

@@ -76,8 +76,16 @@ def accept(
             "PLAN_FILE: missing; give a YAML plan (see examples/acceptance-demo.yaml)"
         )
     plan = load_plan(plan_file)
+    from kvbudget.accept.plan_warnings import plan_warnings
+
+    warnings = plan_warnings(plan)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
     if validate_only:
-        click.echo(f"plan {plan_file} is valid: {plan.name} (target {plan.target.kind})")
+        click.echo(
+            f"plan {plan_file} is valid: {plan.name} (target {plan.target.kind})"
+            + (f"; {len(warnings)} warning(s) above" if warnings else "")
+        )
         return
 
     from rich.console import Console

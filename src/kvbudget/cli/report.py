@@ -57,14 +57,16 @@ def report(
     """Re-render report.md and report.html from an acceptance report.json (no run, no load).
 
     With --compare VARIANT.json --factor F: add a single-factor comparison of two finished runs
-    (not_comparable, with every difference listed, when the locks differ in more than F); the
-    output then goes to --out (default: a 'compare' folder beside RESULT.json).
+    (not_comparable, with every difference listed, when the locks differ in more than F) and
+    show the two runs' charts side by side in report.html; the output then goes to --out
+    (default: a 'compare' folder beside RESULT.json).
     """
     from kvbudget.errors import ConfigError
     from kvbudget.report.terminal import print_summary
     from kvbudget.report.write import load_result, write_report
 
     doc = load_result(result_file)
+    variant = None
     if variant_file is not None:
         from kvbudget.accept.compare_results import compare_documents
 
@@ -86,7 +88,7 @@ def report(
     from kvbudget.cli.outdir import prepare_out_dir
 
     prepare_out_dir(target, ())  # created, or a one-line error naming the directory
-    paths = write_report(doc, target, json_too=out_dir is not None)
+    paths = write_report(doc, target, json_too=out_dir is not None, variant=variant)
     if out_dir is None:
         paths["json"] = result_file
     print_summary(doc, paths, wall_s=None)

@@ -7,6 +7,7 @@ the same bytes. No chart embeds user-supplied free text except cell ids and metr
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Callable
 
@@ -48,10 +49,29 @@ def _grid(cells: list[CellResult]) -> dict[tuple[str, str], CellResult]:
     return {(c.input_tier, c.concurrency_tier): c for c in cells}
 
 
+def _kind(doc: AcceptResult) -> str:
+    """What every chart's figures are: ``simulated (roofline)``, ``measured (vllm ...)``."""
+    return doc.provenance.label()
+
+
+def _conc_labels(doc: AcceptResult) -> list[str]:
+    conc = doc.plan.get("load", {}).get("concurrency", {})
+    out = []
+    for name in CONCURRENCY_TIERS:
+        tier = conc.get(name, {})
+        out.append(f"{name}\n{tier.get('concurrency', '?')} in flight")
+    return out
+
+
+def _ceilings(doc: AcceptResult, metric: str) -> list[tuple[str, float]]:
+    stop = doc.plan.get("stop", {}).get(metric, {}) or {}
+    return [(k, float(v)) for k, v in stop.items() if isinstance(v, int | float)]
+
+
 def verdict_heatmap(doc: AcceptResult) -> str:
     """Nine cells coloured by verdict, annotated with TTFT/TPOT p95."""
     grid = _grid(doc.cells)
-    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    fig, ax = plt.subplots(figsize=(12.0, 3.0))
     for r, it in enumerate(INPUT_TIERS):
         for c, ct in enumerate(CONCURRENCY_TIERS):
             cell = grid.get((it, ct))
@@ -62,17 +82,98 @@ def verdict_heatmap(doc: AcceptResult) -> str:
                 ttft = cell.summaries.get("ttft_s")
                 tpot = cell.summaries.get("tpot_s")
                 if ttft and ttft.pct("p95") is not None:
-                    lines.append(f"TTFT p95 {ttft.pct('p95'):.3g}s")
+                    lines.append(f"TTFT p95 {ttft.pct('p95'):.3g} s")
                 if tpot and tpot.pct("p95") is not None:
-                    lines.append(f"TPOT p95 {1000 * (tpot.pct('p95') or 0):.3g}ms")
-            ax.text(c + 0.5, r + 0.5, "\n".join(lines), ha="center", va="center", color="white")
+                    lines.append(f"TPOT p95 {1000 * (tpot.pct('p95') or 0):.3g} ms")
+            ax.text(c + 0.5, r + 0.5, "  ".join(lines), ha="center", va="center", color="white")
     ax.set_xlim(0, 3)
     ax.set_ylim(3, 0)
-    ax.set_xticks([0.5, 1.5, 2.5], list(CONCURRENCY_TIERS))
+    ax.set_xticks([0.5, 1.5, 2.5], _conc_labels(doc))
     ax.set_yticks([0.5, 1.5, 2.5], list(INPUT_TIERS))
     ax.set_xlabel("concurrency tier")
     ax.set_ylabel("input tier")
-    ax.set_title("Nine-cell verdicts (p95 latencies)")
+    ax.set_title(f"Nine-cell verdicts with p95 latencies — {_kind(doc)}")
+    return _svg(fig)
+
+
+def latency_vs_load(doc: AcceptResult) -> str:
+    """TTFT and TPOT (p50 and p95 with 95% CIs) against the concurrency tier, one panel per
+    input tier, with the declared ceilings as horizontal lines."""
+    grid = _grid(doc.cells)
+    fig, axes = plt.subplots(2, 3, figsize=(12.0, 5.2), sharex=True)
+    x = list(range(len(CONCURRENCY_TIERS)))
+    for col, it in enumerate(INPUT_TIERS):
+        for row, (metric, scale, unit) in enumerate((("ttft_s", 1.0, "s"), ("tpot_s", 1e3, "ms"))):
+            ax = axes[row][col]
+            seen: list[float] = []
+            for pct, marker in (("p50", "s"), ("p95", "o")):
+                ys, lo, hi = [], [], []
+                for ct in CONCURRENCY_TIERS:
+                    cell = grid.get((it, ct))
+                    summary = cell.summaries.get(metric) if cell else None
+                    est = summary.percentiles.get(pct) if summary else None
+                    v = est.value * scale if est else float("nan")
+                    ys.append(v)
+                    lo.append(v - est.low * scale if est and est.low is not None else 0.0)
+                    hi.append(est.high * scale - v if est and est.high is not None else 0.0)
+                ax.errorbar(x, ys, yerr=[lo, hi], marker=marker, capsize=3, label=pct)
+                seen.extend(y for y in ys if math.isfinite(y) and y > 0)
+            for i, (pct, limit) in enumerate(_ceilings(doc, metric)):
+                ax.axhline(
+                    limit * scale,
+                    color="#c62828",
+                    linestyle=("--", ":", "-.", "-")[i % 4],
+                    linewidth=1,
+                    label=f"SLO {pct} ≤ {limit * scale:g} {unit}",
+                )
+            ax.set_title(f"{it}: {metric.split('_')[0].upper()}")
+            ax.set_ylabel(f"{metric.split('_')[0].upper()} ({unit})")
+            ax.set_xticks(x, _conc_labels(doc))
+            if seen:
+                ax.set_yscale("log")
+            else:
+                ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+            ax.legend(fontsize=6, loc="upper left")
+            if row == 1:
+                ax.set_xlabel("concurrency tier")
+    fig.suptitle(f"Latency against load per input tier (p50, p95 with 95% CIs) — {_kind(doc)}")
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def throughput_vs_concurrency(doc: AcceptResult) -> str:
+    """Output tokens/s and requests/s (goodput dashed) against the in-flight requests."""
+    grid = _grid(doc.cells)
+    conc = doc.plan.get("load", {}).get("concurrency", {})
+    xs = [
+        float(conc.get(ct, {}).get("concurrency", i + 1)) for i, ct in enumerate(CONCURRENCY_TIERS)
+    ]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 3.2))
+    for it in INPUT_TIERS:
+        cells = [grid.get((it, ct)) for ct in CONCURRENCY_TIERS]
+
+        def series(key: str, cells: list[CellResult | None] = cells) -> list[float]:
+            return [c.throughput.get(key, float("nan")) if c else float("nan") for c in cells]
+
+        left.plot(xs, series("output_tokens_per_s"), marker="o", label=it)
+        line = right.plot(xs, series("requests_per_s"), marker="o", label=f"{it} requests/s")
+        right.plot(
+            xs,
+            series("goodput_requests_per_s"),
+            marker="x",
+            linestyle="--",
+            color=line[0].get_color(),
+            label=f"{it} goodput",
+        )
+    for ax, unit in ((left, "output tokens/s"), (right, "requests/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.set_xlabel("requests in flight (concurrency tier)")
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=6)
+    left.set_title(f"Output throughput — {_kind(doc)}")
+    right.set_title("Requests/s and goodput (requests meeting every SLO)")
+    fig.tight_layout()
     return _svg(fig)
 
 
@@ -81,7 +182,7 @@ def distributions(doc: AcceptResult, metric: str) -> str:
     attr = "samples_ttft_s" if metric == "ttft_s" else "samples_tpot_s"
     data = [getattr(c, attr) or [float("nan")] for c in doc.cells]
     labels = [c.cell_id for c in doc.cells]
-    fig, ax = plt.subplots(figsize=(7.0, 2.8))
+    fig, ax = plt.subplots(figsize=(12.0, 2.8))
     if not any(x > 0 for values in data for x in values):
         # no request succeeded (or none ran): nothing to draw on a log axis, and say so
         ax.text(0.5, 0.5, f"no {metric} samples: no request succeeded", ha="center",
@@ -89,35 +190,40 @@ def distributions(doc: AcceptResult, metric: str) -> str:
         ax.set_axis_off()
         return _svg(fig)
     ax.boxplot(data, showfliers=True)
-    ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right")
-    ax.set_yscale("log")
-    ax.set_ylabel(f"{metric} (s, log)")
-    ax.set_title(f"{metric.split('_')[0].upper()} distribution per cell ({doc.provenance.kind})")
+    ax.set_xticks(range(1, len(labels) + 1), labels)
+    if any(math.isfinite(v) and v > 0 for values in data for v in values):
+        ax.set_yscale("log")
+    ax.set_xlabel("cell (input tier / concurrency tier)")
+    ax.set_ylabel(f"{metric.split('_')[0].upper()} (s, log scale)")
+    ax.set_title(f"{metric.split('_')[0].upper()} distribution per cell — {_kind(doc)}")
     return _svg(fig)
 
 
 def timelines(doc: AcceptResult) -> str:
-    """KV usage and waiting requests over time, one panel per cell (first repetition)."""
-    fig, axes = plt.subplots(3, 3, figsize=(8.0, 5.4), sharey=True)
+    """KV usage (%) and waiting requests on one time axis per cell (first repetition)."""
+    fig, axes = plt.subplots(3, 3, figsize=(12.0, 6.6))
     grid = _grid(doc.cells)
     for r, it in enumerate(INPUT_TIERS):
         for c, ct in enumerate(CONCURRENCY_TIERS):
             ax = axes[r][c]
             cell = grid.get((it, ct))
             ax.set_title(f"{it}/{ct}")
-            ax.set_ylim(0, 1.05)
+            ax.set_ylim(0, 105)
+            ax.set_ylabel("KV use (%)", color="#1565c0")
+            ax.set_xlabel("time in cell (s)")
             if cell is None or not cell.timeseries.t_s:
                 ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
                 continue
             ts = cell.timeseries
-            ax.plot(ts.t_s, ts.kv_usage, color="#1565c0", linewidth=1, label="KV usage")
+            ax.plot(ts.t_s, [100 * v for v in ts.kv_usage], color="#1565c0", linewidth=1)
             twin = ax.twinx()
-            twin.plot(ts.t_s, ts.num_waiting, color="#ef6c00", linewidth=0.8, label="waiting")
+            twin.plot(ts.t_s, ts.num_waiting, color="#ef6c00", linewidth=0.8)
             twin.set_ylim(0, max(1.0, max(ts.num_waiting, default=0.0) * 1.1))
-            twin.tick_params(labelsize=6)
-    axes[2][1].set_xlabel("time in cell (s)")
-    axes[1][0].set_ylabel("KV usage (blue)")
-    fig.suptitle("KV usage and queue (orange: waiting requests) over time")
+            twin.set_ylabel("waiting (requests)", color="#ef6c00")
+    fig.suptitle(
+        f"KV use (blue, left axis) and waiting requests (orange, right axis) over time — "
+        f"{_kind(doc)}"
+    )
     fig.tight_layout()
     return _svg(fig)
 
@@ -125,7 +231,7 @@ def timelines(doc: AcceptResult) -> str:
 def budgets(doc: AcceptResult) -> str:
     """The three budgets side by side, in GiB."""
     items = [b for b in doc.ledger.budgets if b.bytes is not None]
-    fig, ax = plt.subplots(figsize=(5.0, 2.4))
+    fig, ax = plt.subplots(figsize=(12.0, 2.2))
     names = [b.name.replace("_", " ") for b in items]
     values = [(b.bytes or 0) / GIB for b in items]
     bars = ax.barh(names, values, color=["#6a1b9a", "#1565c0", "#37474f"][: len(items)])
@@ -138,25 +244,28 @@ def budgets(doc: AcceptResult) -> str:
         )
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
-    ax.set_title("Structural / engine pool / device peak budgets")
+    ax.set_ylabel("budget")
+    ax.set_title("Structural / engine pool / device peak budgets (computed)")
     return _svg(fig)
 
 
 def ab_deltas(doc: AcceptResult) -> str:
-    """Percentile differences (variant - baseline) with bootstrap 95 % intervals, as a % of the
+    """Percentile differences (variant - baseline) with their corrected intervals, as a % of the
     baseline percentile so TTFT (seconds) and TPOT (milliseconds) share one axis. Red: slower
-    (the interval lies above 0, or a significant positive Holm-adjusted shift); green: faster."""
+    (the corrected interval lies above 0, or a Holm-significant positive shift); green: faster;
+    grey: no change after correction."""
     rows = [
         (c.name, d)
         for c in doc.comparisons
         for d in c.deltas
         if d.pct_diff is not None and d.baseline_pct
     ]
-    fig, ax = plt.subplots(figsize=(6.0, max(1.6, 0.32 * len(rows) + 0.8)))
+    fig, ax = plt.subplots(figsize=(12.0, max(1.6, 0.3 * len(rows) + 1.0)))
     if not rows:
         ax.text(0.5, 0.5, "no comparison ran", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return _svg(fig)
+    seen: set[str] = set()
     for i, (_, d) in enumerate(rows):
         base = d.baseline_pct or 1.0
         diff = d.pct_diff or 0.0
@@ -164,23 +273,35 @@ def ab_deltas(doc: AcceptResult) -> str:
         high = d.pct_diff_high if d.pct_diff_high is not None else diff
         slower = low > 0 or (d.significant and (d.hl_shift or 0) > 0)
         faster = high < 0 or (d.significant and (d.hl_shift or 0) < 0)
-        color = "#c62828" if slower else ("#2e7d32" if faster else "#616161")
+        label = "slower" if slower else ("faster" if faster else "no change after correction")
+        color = {"slower": "#c62828", "faster": "#2e7d32"}.get(label, "#616161")
         ax.errorbar(
             [100.0 * diff / base],
             [i],
             xerr=[[100.0 * max(diff - low, 0) / base], [100.0 * max(high - diff, 0) / base]],
             fmt="o",
             color=color,
+            capsize=3,
+            label=None if label in seen else label,
         )
+        seen.add(label)
     ax.axvline(0, color="black", linewidth=0.6)
     ax.set_yticks(range(len(rows)), [f"{n}: {d.metric} {d.cell_id}" for n, d in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("variant - baseline at the declared percentile (% of baseline)")
-    ax.set_title("A/B deltas with bootstrap 95% intervals")
+    confidence = rows[0][1].ci_confidence
+    ax.set_xlabel(
+        f"variant - baseline at the declared percentile (% of baseline), "
+        f"{100 * confidence:.3g}% corrected interval"
+    )
+    ax.set_ylabel("comparison: metric, cell")
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"A/B deltas with corrected intervals — {_kind(doc)}")
     return _svg(fig)
 
 
 CHARTS: dict[str, tuple[str, Callable[[AcceptResult], str]]] = {
+    "latency": ("Latency against load per input tier, with the SLO lines", latency_vs_load),
+    "throughput": ("Throughput against concurrency", throughput_vs_concurrency),
     "heatmap": ("Nine-cell verdicts and p95 latencies", verdict_heatmap),
     "ttft": ("TTFT distribution per cell", lambda d: distributions(d, "ttft_s")),
     "tpot": ("TPOT distribution per cell", lambda d: distributions(d, "tpot_s")),

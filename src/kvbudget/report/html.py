@@ -6,9 +6,11 @@ every piece of text from the plan, the target or the model is escaped with ``htm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
 from kvbudget.accept.result import AcceptResult
+from kvbudget.report.cell_tables import DETAIL_HEADER, detail_rows
 from kvbudget.report.charts import CHARTS, render_charts
 from kvbudget.report.lifecycle import lifecycle_html
 from kvbudget.report.markdown import (
@@ -24,21 +26,24 @@ from kvbudget.report.markdown import (
     percentile_rows,
     prediction_rows,
     repetition_rows,
-    tier_row_text,
     tier_rows,
     value_text,
 )
 from kvbudget.report.roles import roles_html
+from kvbudget.report.summary import basis_text, capacity_sentences, peak_throughput
 from kvbudget.units import format_bytes
 
 CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#212121}
+body{font-family:system-ui,sans-serif;margin:1em 1.5em;color:#212121}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
 font-size:13px;text-align:left}.pass{background:#c8e6c9}.fail{background:#ffcdd2}
-.untested{background:#eeeeee}.not_comparable{background:#fff9c4}.banner{padding:.6em 1em;
-border-radius:6px;font-size:20px;font-weight:bold}figure{margin:1em 0}
-.note{background:#fff3e0;padding:.5em 1em;border-left:4px solid #ef6c00}
-pre{white-space:pre-wrap;background:#f5f5f5;padding:.5em}.basis{font-size:15px;font-weight:normal}
+.untested{background:#eeeeee}.not_comparable{background:#fff9c4}.banner{padding:.5em 1em;
+border-radius:6px;font-size:22px;font-weight:bold;margin:.3em 0}figure{margin:1em 0;width:100%}
+figure.chart svg{width:100%;height:auto}.note{background:#fff3e0;padding:.5em 1em;
+border-left:4px solid #ef6c00}pre{white-space:pre-wrap;background:#f5f5f5;padding:.5em}
+.basis{font-size:15px;font-weight:normal}#capacity li{font-size:16px;margin:.2em 0}
+h1{font-size:22px;margin:.2em 0}.side{display:grid;grid-template-columns:1fr 1fr;gap:1em}
+.side figure{margin:0}.side svg{width:100%;height:auto}
 """
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -61,76 +66,156 @@ def _list(items: list[str], ordered: bool = False) -> str:
     return f"<{tag}>" + "".join(f"<li>{_e(i)}</li>" for i in items) + f"</{tag}>"
 
 
-def render_html(doc: AcceptResult) -> str:
-    charts = render_charts(doc)
-    parts: list[str] = []
-    add = parts.append
-    add("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>")
-    add(f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">")
-    add(f"<title>kvbudget acceptance: {_e(doc.name)}</title><style>{CSS}</style></head><body>")
-    add(f"<h1>Capacity acceptance: {_e(doc.name)}</h1>")
-    add(
+def _chart(key: str, charts: dict[str, str]) -> str:
+    return (
+        f"<figure class='chart' data-chart='{_e(key)}'><figcaption>{_e(CHARTS[key][0])}"
+        f"</figcaption>{charts[key]}</figure>"
+    )
+
+
+Section = Callable[[AcceptResult, dict[str, str]], str]
+
+
+def head_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    """The first screen: verdict, basis, capacity per input tier, throughput, why."""
+    parts = [
+        f"<h1>Capacity acceptance: {_e(doc.name)}</h1>",
         f"<div class='banner {_e(doc.verdict)}' id='overall-verdict'>Overall verdict: "
-        f"{_e(doc.verdict.upper())} <span class='basis'>— {_e(doc.provenance.label())}</span>"
-        "</div>"
-    )
-    add(_list(doc.verdict_reasons))
-    add(
+        f"{_e(doc.verdict.upper())} <span class='basis'>— {_e(basis_text(doc))}</span></div>",
+        "<h2 id='capacity-heading'>Capacity per input tier</h2>",
+        "<ul id='capacity'>" + "".join(f"<li>{_e(x)}</li>" for x in capacity_sentences(doc)),
+        "</ul>",
+        f"<p id='throughput'><b>{_e(peak_throughput(doc))}</b></p>",
+        "<p>Why this verdict:</p>" + _list(doc.verdict_reasons),
         f"<p>Figures: <b>{_e(doc.provenance.label())}</b>; capacity figures are <i>computed</i>. "
-        f"Seed {_e(doc.seed)}; kvbudget {_e(doc.tool_version)}; created {_e(doc.created)}.</p>"
-    )
+        f"Seed {_e(doc.seed)}; kvbudget {_e(doc.tool_version)}; created {_e(doc.created)}.</p>",
+    ]
     if doc.target.get("synthetic_text"):
-        add(
+        parts.append(
             "<p class='note'>Simulated target: output text is synthetic, so every quality "
             "checkpoint is <b>untested</b> (never pass). Nothing here is a measurement.</p>"
         )
-    add("<h2 id='blocking'>Blocking list (lock fields not confirmed)</h2>")
-    add(_list(doc.blocking or ["none"]))
-    add("<h2>Verdicts (nine cells)</h2>")
-    add(_table(CELL_HEADER, [cell_row(c) for c in doc.cells], [c.verdict for c in doc.cells]))
+    if doc.plan_warnings:
+        parts.append(
+            "<div class='note' id='plan-warnings'>Plan warnings (before the run):"
+            + _list(doc.plan_warnings)
+            + "</div>"
+        )
+    return "\n".join(parts)
+
+
+def cells_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    rows = [cell_row(c) for c in doc.cells]
+    out = [
+        "<h2 id='cells'>Verdicts (nine cells)</h2>",
+        _table(CELL_HEADER, rows, [c.verdict for c in doc.cells]),
+    ]
+    notes = [f"{c.cell_id}: {n}" for c in doc.cells for n in c.notes]
+    if notes:
+        out.append(_list(notes))
     trows, basis = tier_rows(doc)
     if trows:
-        add(f"<h3>KV offload tier per cell ({_e(basis)})</h3>")
-        add(_table(TIER_HEADER, trows))
-    for key, (title, _) in CHARTS.items():
-        if key in ("heatmap", "ttft", "tpot", "timeline"):
-            add(
-                f"<figure class='chart' data-chart='{key}'><figcaption>{_e(title)}</figcaption>"
-                f"{charts[key]}</figure>"
-            )
-    if doc.rows:
-        add("<h3>Capacity per input tier (latency and capacity checks; quality apart)</h3>")
-        add(_list([f"{r['input_tier']}: {tier_row_text(r)}" for r in doc.rows]))
-    add("<h3>Reasons and checks</h3>")
+        out.append(f"<h3>KV offload tier per cell ({_e(basis)})</h3>")
+        out.append(_table(TIER_HEADER, trows))
+    return "\n".join(out)
+
+
+def blocking_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    if not doc.blocking:
+        return (
+            "<p id='blocking'>Lock: every field is confirmed or not applicable for this target "
+            "(the object lock is listed below).</p>"
+        )
+    return (
+        f"<details id='blocking'><summary>Blocking list: {len(doc.blocking)} lock field(s) not "
+        f"confirmed</summary>{_list(doc.blocking)}</details>"
+    )
+
+
+def charts_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    keys = ("latency", "throughput", "timeline", "heatmap", "ttft", "tpot")
+    return "<h2 id='charts'>Charts</h2>" + "".join(_chart(k, charts) for k in keys)
+
+
+def details_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    out = ["<h2 id='details'>Per cell: checks and figures</h2>"]
     for cell in doc.cells:
-        add(
+        out.append(
             f"<details><summary>{_e(cell.cell_id)}: {_e(cell.verdict)} — "
             f"{_e('; '.join(cell.reasons))}</summary>"
         )
-        add(
+        out.append(
             _table(
                 ["check", "verdict", "reason"],
                 [[c.name, c.verdict, c.reason] for c in cell.checks],
                 [c.verdict for c in cell.checks],
             )
         )
+        out.append(_table(DETAIL_HEADER, detail_rows(doc, cell)))
         if cell.summaries:
-            add(_table(PCT_HEADER, percentile_rows(cell)))
+            out.append(_table(PCT_HEADER, percentile_rows(cell)))
         if len(cell.per_repetition) > 1:
-            add(_table(REP_HEADER, repetition_rows(cell)))
+            out.append(_table(REP_HEADER, repetition_rows(cell)))
         if cell.output_excerpts:
-            add("<p>Model output excerpts (escaped):</p>")
-            for text in cell.output_excerpts:
-                add(f"<pre class='model-output'>{_e(text)}</pre>")
-        add("</details>")
+            out.append("<p>Model output excerpts (escaped):</p>")
+            out.extend(f"<pre class='model-output'>{_e(t)}</pre>" for t in cell.output_excerpts)
+        out.append("</details>")
     pred = prediction_rows(doc)
     if pred:
-        add("<h2 id='prediction'>Predicted (calibrated simulator) vs measured</h2>")
-        add(_table(PRED_HEADER, pred))
-    add("<h2 id='load'>Load</h2>")
+        out.append("<h2 id='prediction'>Predicted (calibrated simulator) vs measured</h2>")
+        out.append(_table(PRED_HEADER, pred))
+    return "\n".join(out)
+
+
+def comparisons_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    out = ["<h2 id='comparisons'>Single-factor comparisons</h2>", _chart("ab", charts)]
+    for c in doc.comparisons:
+        out.append(f"<h3>{_e(c.name)} ({_e(c.factor)}): {_e(c.verdict)}</h3>")
+        engine = [f"engine: {x}" for x in c.engine_changes]
+        out.append(
+            _list(
+                c.reasons + c.differences + engine + [f"{k}: {v}" for k, v in c.conclusions.items()]
+            )
+        )
+        if c.deltas:
+            out.append(_table(delta_header(c.percentile), delta_rows(c)))
+    return "\n".join(out)
+
+
+def audits_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    if not doc.audits:
+        return ""
+    out = ["<h2 id='audits'>Audits</h2>"]
+    items = []
+    for key in ("isolation", "reuse"):
+        summary = doc.audits.get(key)
+        if isinstance(summary, dict):
+            basis = f" ({summary['basis']})" if summary.get("basis") else ""
+            items.append(f"{key}{basis}: {summary.get('verdict')} — {summary.get('reason')}")
+    if "note" in doc.audits:
+        items.append(str(doc.audits["note"]))
+    out.append(_list(items))
+    for key in ("isolation_markdown", "reuse_markdown"):
+        detail = doc.audits.get(key)
+        if isinstance(detail, str):
+            out.append(
+                f"<details><summary>{_e(key.split('_')[0])} audit details</summary>"
+                f"<pre>{_e(detail)}</pre></details>"
+            )
+    return "\n".join(out)
+
+
+def stops_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    return "<h2 id='stops'>Stop conditions (declared before the run)</h2>" + _table(
+        ["condition", "declared", "status", "cells", "detail"],
+        [[s.name, s.declared, s.status, ", ".join(s.cells), s.detail] for s in doc.stop_conditions],
+    )
+
+
+def load_section(doc: AcceptResult, charts: dict[str, str]) -> str:
     load = doc.plan.get("load", {})
-    tiers = load.get("tiers", {})
-    add(
+    out = ["<h2 id='load'>Load</h2>"]
+    out.append(
         _table(
             ["input tier", "prompt tokens", "output tokens", "source"],
             [
@@ -141,12 +226,11 @@ def render_html(doc: AcceptResult) -> str:
                     str(t["source"]).replace("_", " ")
                     + (f" ({t['data_ref']})" if t.get("data_ref") else ""),
                 ]
-                for n, t in tiers.items()
+                for n, t in load.get("tiers", {}).items()
             ],
         )
     )
-    conc = load.get("concurrency", {})
-    add(
+    out.append(
         _table(
             ["concurrency tier", "in flight", "arrival", "duration (s)", "source"],
             [
@@ -157,17 +241,19 @@ def render_html(doc: AcceptResult) -> str:
                     t["duration_s"],
                     str(t["source"]).replace("_", " "),
                 ]
-                for n, t in conc.items()
+                for n, t in load.get("concurrency", {}).items()
             ],
         )
     )
-    add(
-        f"<p>Repetitions {_e(load.get('repetitions'))}; template {_e(load.get('template_version'))}; "
-        f"warm-up {_e(pairs_text(doc.warmup))}; idle baseline {_e(pairs_text(doc.baseline))}.</p>"
+    out.append(
+        f"<p>Repetitions {_e(load.get('repetitions'))}; at most "
+        f"{_e(load.get('max_requests_per_cell'))} requests per cell and repetition; template "
+        f"{_e(load.get('template_version'))}; warm-up {_e(pairs_text(doc.warmup))}; idle "
+        f"baseline {_e(pairs_text(doc.baseline))}.</p>"
     )
     samples = load.get("samples") or []
     if samples:
-        add(
+        out.append(
             _table(
                 ["sample tier", "sha256", "prompt tokens", "template"],
                 [
@@ -176,47 +262,35 @@ def render_html(doc: AcceptResult) -> str:
                 ],
             )
         )
-    add("<h2>Stop conditions (declared before the run)</h2>")
-    add(
-        _table(
-            ["condition", "declared", "status", "cells", "detail"],
-            [
-                [s.name, s.declared, s.status, ", ".join(s.cells), s.detail]
-                for s in doc.stop_conditions
-            ],
-        )
+    return "\n".join(out)
+
+
+def lock_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    return "<h2 id='lock'>Object lock</h2>" + _table(
+        ["field", "value", "status", "source", "note"],
+        [[e.field, value_text(e.value), e.status, e.source or "", e.note or ""] for e in doc.lock],
     )
-    add("<h2>Object lock</h2>")
-    add(
-        _table(
-            ["field", "value", "status", "source", "note"],
-            [
-                [e.field, value_text(e.value), e.status, e.source or "", e.note or ""]
-                for e in doc.lock
-            ],
-        )
-    )
-    add("<h2>Capacity ledger and the three budgets</h2>")
-    add(
-        f"<figure class='chart' data-chart='budgets'><figcaption>{_e(CHARTS['budgets'][0])}"
-        f"</figcaption>{charts['budgets']}</figure>"
-    )
-    add(
+
+
+def ledger_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    out = ["<h2 id='ledger'>Capacity ledger and the three budgets</h2>", _chart("budgets", charts)]
+    out.append(
         _table(
             ["budget", "size", "kind", "what"],
             [[b.name, format_bytes(b.bytes or 0), b.kind, b.what] for b in doc.ledger.budgets],
         )
     )
-    add(
+    out.append(
         _table(
             ["input", "value", "source"],
             [[i.name, value_text(i.value), i.source] for i in doc.ledger.entries],
         )
     )
-    add(_list([f"warning: {w}" for w in doc.ledger.warnings]) if doc.ledger.warnings else "")
+    if doc.ledger.warnings:
+        out.append(_list([f"warning: {w}" for w in doc.ledger.warnings]))
     if doc.pool:
-        add("<h2>KV pool: planned (computed) vs engine-reported (measured)</h2>")
-        add(
+        out.append("<h2>KV pool: planned (computed) vs engine-reported (measured)</h2>")
+        out.append(
             _table(
                 ["field", "planned", "engine-reported", "match", "engine source"],
                 [
@@ -231,44 +305,75 @@ def render_html(doc: AcceptResult) -> str:
                 ],
             )
         )
-    add("<h2>Single-factor comparisons</h2>")
-    add(
-        f"<figure class='chart' data-chart='ab'><figcaption>{_e(CHARTS['ab'][0])}</figcaption>"
-        f"{charts['ab']}</figure>"
+    return "\n".join(out)
+
+
+def closing_section(doc: AcceptResult, charts: dict[str, str]) -> str:
+    anomalies = [f"{a.code}: {a.title}. Evidence: {a.evidence}. {a.advice}" for a in doc.anomalies]
+    return (
+        "<h2 id='anomalies'>Anomaly hints</h2>"
+        + _list(anomalies or ["none raised (each needs its evidence)"])
+        + "<h2 id='rollback'>Rollback</h2>"
+        + _list(doc.rollback, ordered=True)
+        + "<h2 id='canary'>Canary</h2>"
+        + _list(doc.canary, ordered=True)
     )
-    for c in doc.comparisons:
-        add(f"<h3>{_e(c.name)} ({_e(c.factor)}): {_e(c.verdict)}</h3>")
-        add(_list(c.reasons + c.differences + [f"{k}: {v}" for k, v in c.conclusions.items()]))
-        if c.deltas:
-            add(_table(delta_header(c.percentile), delta_rows(c)))
-    if doc.audits:
-        add("<h2 id='audits'>Audits</h2>")
-        items = []
-        for key in ("isolation", "reuse"):
-            summary = doc.audits.get(key)
-            if isinstance(summary, dict):
-                basis = f" ({summary['basis']})" if summary.get("basis") else ""
-                items.append(f"{key}{basis}: {summary.get('verdict')} — {summary.get('reason')}")
-        if "note" in doc.audits:
-            items.append(str(doc.audits["note"]))
-        add(_list(items))
-        for key in ("isolation_markdown", "reuse_markdown"):
-            detail = doc.audits.get(key)
-            if isinstance(detail, str):
-                add(
-                    f"<details><summary>{_e(key.split('_')[0])} audit details</summary>"
-                    f"<pre>{_e(detail)}</pre></details>"
-                )
-    add("<h2>Anomaly hints</h2>")
-    add(
-        _list(
-            [f"{a.code}: {a.title}. Evidence: {a.evidence}. {a.advice}" for a in doc.anomalies]
-            or ["none raised (each needs its evidence)"]
+
+
+#: the report's sections in order; a new section is one function added here (it gets the
+#: document and the rendered charts and returns escaped HTML)
+SECTIONS: list[Section] = [
+    head_section,
+    cells_section,
+    blocking_section,
+    charts_section,
+    details_section,
+    comparisons_section,
+    audits_section,
+    stops_section,
+    load_section,
+    lock_section,
+    ledger_section,
+    closing_section,
+    lambda doc, charts: lifecycle_html(doc),
+    # "who does what" needs the plan's lock (a hand-built document may carry none)
+    lambda doc, charts: roles_html(doc) if doc.plan.get("lock") else "",
+]
+
+SIDE_BY_SIDE: tuple[str, ...] = ("latency", "throughput", "timeline", "heatmap")
+
+
+def side_by_side(doc: AcceptResult, variant: AcceptResult, charts: dict[str, str]) -> str:
+    """``report --compare``: the two runs' charts in two columns (baseline left)."""
+    other = render_charts(variant)
+    out = [
+        "<h2 id='side-by-side'>Baseline and variant side by side</h2>",
+        f"<p>Left: baseline <b>{_e(doc.name)}</b> ({_e(doc.provenance.label())}). Right: "
+        f"variant <b>{_e(variant.name)}</b> ({_e(variant.provenance.label())}), verdict "
+        f"{_e(variant.verdict.upper())}.</p>",
+    ]
+    for key in SIDE_BY_SIDE:
+        out.append(
+            f"<div class='side' data-side='{_e(key)}'>"
+            f"<figure class='chart-base'><figcaption>baseline: {_e(CHARTS[key][0])}</figcaption>"
+            f"{charts[key]}</figure>"
+            f"<figure class='chart-variant'><figcaption>variant: {_e(CHARTS[key][0])}"
+            f"</figcaption>{other[key]}</figure></div>"
         )
-    )
-    add("<h2>Rollback</h2>" + _list(doc.rollback, ordered=True))
-    add("<h2>Canary</h2>" + _list(doc.canary, ordered=True))
-    add(lifecycle_html(doc))
-    add(roles_html(doc))
-    add("</body></html>")
+    return "\n".join(out)
+
+
+def render_html(doc: AcceptResult, *, variant: AcceptResult | None = None) -> str:
+    charts = render_charts(doc)
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>kvbudget acceptance: {_e(doc.name)}</title><style>{CSS}</style></head><body>",
+    ]
+    for section in SECTIONS:
+        parts.append(section(doc, charts))
+        if section is comparisons_section and variant is not None:
+            parts.append(side_by_side(doc, variant, charts))
+    parts.append("</body></html>")
     return "\n".join(parts)

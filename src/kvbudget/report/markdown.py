@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult
+from kvbudget.report.cell_tables import DETAIL_HEADER, detail_rows
 from kvbudget.report.lifecycle import lifecycle_markdown
 from kvbudget.report.roles import roles_markdown
+from kvbudget.report.summary import basis_text, capacity_sentences, peak_throughput
 from kvbudget.units import format_bytes
 
 
@@ -194,11 +196,15 @@ def cell_row(cell: CellResult) -> list[str]:
     perf, qual = split_verdicts(cell)
     ttft = cell.summaries.get("ttft_s")
     tpot = cell.summaries.get("tpot_s")
+    t = cell.throughput
     return [
         cell.cell_id,
         cell.verdict.upper(),
         perf,
         qual,
+        f"{t['requests_per_s']:.3g}" if "requests_per_s" in t else "—",
+        f"{t['output_tokens_per_s']:.4g}" if "output_tokens_per_s" in t else "—",
+        f"{t['goodput_requests_per_s']:.3g}" if "goodput_requests_per_s" in t else "—",
         _fmt(ttft.pct("p95") if ttft else None),
         _fmt(tpot.pct("p95") if tpot else None, 1000.0, "ms"),
         str(cell.num_requests),
@@ -252,6 +258,9 @@ CELL_HEADER = [
     "verdict",
     "latency/capacity",
     "quality",
+    "req/s",
+    "output tok/s",
+    "goodput req/s",
     "TTFT p95",
     "TPOT p95",
     "requests",
@@ -264,7 +273,12 @@ def render_markdown(doc: AcceptResult) -> str:
     out: list[str] = []
     add = out.append
     add(f"# Capacity acceptance: {_md(doc.name)}\n")
-    add(f"**Overall verdict: {doc.verdict.upper()}** — {_md(doc.provenance.label())}\n")
+    add(f"**Overall verdict: {doc.verdict.upper()}** — {_md(basis_text(doc))}\n")
+    add("## Capacity per input tier\n")
+    for sentence in capacity_sentences(doc):
+        add(f"- {_md(sentence)}")
+    add(f"\n**{_md(peak_throughput(doc))}**\n")
+    add("Why this verdict:\n")
     for reason in doc.verdict_reasons:
         add(f"- {_md(reason)}")
     add("")
@@ -277,17 +291,29 @@ def render_markdown(doc: AcceptResult) -> str:
             "> Simulated target: output text is synthetic, so every quality checkpoint is "
             "**untested** (never pass). Nothing here is a measurement.\n"
         )
-    add("## Blocking list (lock fields not confirmed)\n")
-    if doc.blocking:
-        for item in doc.blocking:
-            add(f"- {_md(item)}")
-    else:
-        add("- none")
-    add("\n## Verdicts (nine cells)\n")
+    if doc.plan_warnings:
+        add("Plan warnings (before the run):\n")
+        for w in doc.plan_warnings:
+            add(f"- warning: {_md(w)}")
+        add("")
+    add("## Verdicts (nine cells)\n")
     add("| " + " | ".join(CELL_HEADER) + " |")
     add("|" + "---|" * len(CELL_HEADER))
     for cell in doc.cells:
         add("| " + " | ".join(_md(x) for x in cell_row(cell)) + " |")
+    for cell in doc.cells:
+        for note in cell.notes:
+            add(f"\n- {cell.cell_id}: {_md(note)}")
+    if doc.blocking:
+        add(
+            f"\n<details><summary>Blocking list: {len(doc.blocking)} lock field(s) not "
+            "confirmed</summary>\n"
+        )
+        for item in doc.blocking:
+            add(f"- {_md(item)}")
+        add("\n</details>")
+    else:
+        add("\nLock: every field is confirmed or not applicable for this target (see below).")
     trows, basis = tier_rows(doc)
     if trows:
         add(f"\n### KV offload tier per cell ({_md(basis)})\n")
@@ -295,10 +321,6 @@ def render_markdown(doc: AcceptResult) -> str:
         add("|" + "---|" * len(TIER_HEADER))
         for row in trows:
             add("| " + " | ".join(_md(x) for x in row) + " |")
-    if doc.rows:
-        add("\n### Capacity per input tier (latency and capacity checks; quality apart)\n")
-        for tier_row in doc.rows:
-            add(f"- **{tier_row['input_tier']}**: {tier_row_text(tier_row)}")
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))
@@ -314,11 +336,15 @@ def render_markdown(doc: AcceptResult) -> str:
                 f"{bounds['num_in_bounds']}/{bounds['num_counted']}"
                 f"{'' if bounds['within'] else ' **(outside)**'} |"
             )
-    add("\n### Percentiles per cell (bootstrap 95% CIs)\n")
+    add("\n### Figures and percentiles per cell (bootstrap 95% CIs)\n")
     for cell in doc.cells:
         if not cell.summaries:
             continue
         add(f"**{cell.cell_id}** ({cell.kind}, {cell.repetitions} repetitions)\n")
+        add("| " + " | ".join(DETAIL_HEADER) + " |\n|---|---|")
+        for row in detail_rows(doc, cell):
+            add("| " + " | ".join(_md(x) for x in row) + " |")
+        add("")
         add("| " + " | ".join(PCT_HEADER) + " |")
         add("|" + "---|" * len(PCT_HEADER))
         for row in percentile_rows(cell):
@@ -391,7 +417,7 @@ def render_markdown(doc: AcceptResult) -> str:
         add("\n## Single-factor comparisons\n")
         for c in doc.comparisons:
             add(f"### {_md(c.name)} ({c.factor}): {c.verdict}\n")
-            for r in c.reasons + c.differences:
+            for r in c.reasons + c.differences + [f"engine: {x}" for x in c.engine_changes]:
                 add(f"- {_md(r)}")
             for key, text in c.conclusions.items():
                 add(f"- {key}: {_md(text)}")
@@ -430,6 +456,7 @@ def render_markdown(doc: AcceptResult) -> str:
     for step in doc.canary:
         add(f"1. {_md(step)}")
     out.extend(lifecycle_markdown(doc))
-    out.extend(roles_markdown(doc))
+    if doc.plan.get("lock"):  # needs the plan's lock (a hand-built document may carry none)
+        out.extend(roles_markdown(doc))
     add("")
     return "\n".join(out)

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvbudget.accept.result import AcceptResult
-from kvbudget.report.markdown import CELL_HEADER, cell_row, tier_row_text
+from kvbudget.report.markdown import CELL_HEADER, cell_row
+from kvbudget.report.summary import capacity_sentences, peak_throughput
 
 STYLE = {
     "pass": "green",
@@ -21,7 +22,7 @@ STYLE = {
 
 
 def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | None) -> None:
-    console = Console(width=120)
+    console = Console(width=140)
     table = Table(title=f"{escape(doc.name)} — figures {escape(doc.provenance.label())}")
     for name in CELL_HEADER:
         table.add_column(name)
@@ -30,8 +31,14 @@ def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | 
         row[1] = f"[{STYLE[cell.verdict]}]{row[1]}[/]"
         table.add_row(*row)
     console.print(table)
-    for tier_row in doc.rows:
-        console.print(f"{tier_row['input_tier']}: {escape(tier_row_text(tier_row))}")
+    for sentence in capacity_sentences(doc):
+        console.print(escape(sentence))
+    console.print(escape(peak_throughput(doc)))
+    for cell in doc.cells:
+        for note in cell.notes:
+            console.print(f"{escape(cell.cell_id)}: {escape(note)}")
+    for warning in doc.plan_warnings:
+        console.print(f"plan warning: {escape(warning)}")
     if doc.blocking:
         console.print(
             f"blocking list: {len(doc.blocking)} lock field(s) not confirmed "

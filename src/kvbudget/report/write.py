@@ -12,8 +12,15 @@ from kvbudget.report.markdown import render_markdown
 from kvbudget.safety.redact import redact_text
 
 
-def write_report(doc: AcceptResult, out_dir: Path, *, json_too: bool = True) -> dict[str, Path]:
-    """Write the documents into ``out_dir``; returns their paths."""
+def write_report(
+    doc: AcceptResult,
+    out_dir: Path,
+    *,
+    json_too: bool = True,
+    variant: AcceptResult | None = None,
+) -> dict[str, Path]:
+    """Write the documents into ``out_dir``; returns their paths. With ``variant`` (``report
+    --compare``) the HTML shows the two runs' charts side by side."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "json": out_dir / "report.json",
@@ -22,7 +29,7 @@ def write_report(doc: AcceptResult, out_dir: Path, *, json_too: bool = True) -> 
     }
     # Render both views before writing anything: a rendering error leaves no half-written set.
     markdown_text = redact_text(render_markdown(doc))  # no echoed API key in any view
-    html_text = redact_text(render_html(doc))
+    html_text = redact_text(render_html(doc, variant=variant))
     if json_too:
         write_document(paths["json"], doc)
     paths["md"].write_text(markdown_text, encoding="utf-8")

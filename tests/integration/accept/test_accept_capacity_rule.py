@@ -37,7 +37,7 @@ def test_long_row_stops_at_the_first_capacity_error(
     rows = {r["input_tier"]: r for r in doc["rows"]}
     assert rows["long"]["last_passing"] is None and rows["long"]["stopped_at"] == "single"
     assert rows["long"]["capacity_error"] is True
-    assert "capacity error at: single" in (tmp_path / "out" / "report.md").read_text()
+    assert "capacity error at 1 concurrent (single)" in (tmp_path / "out" / "report.md").read_text()
     stops = {s["name"]: s for s in doc["stop_conditions"]}
     assert stops["capacity error"]["status"] == "triggered"
     assert doc["verdict"] == "fail"

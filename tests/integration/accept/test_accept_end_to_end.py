@@ -30,7 +30,7 @@ def test_report_files_and_nine_cells(small_run: Path) -> None:
     for cell in doc["cells"]:
         assert cell["verdict"] in ("pass", "fail", "untested", "not_comparable")
         assert cell["reasons"]
-        assert cell["verdict"] != "pass"  # quality is untested on the simulator
+        assert cell["verdict"] != "pass"  # 12 requests per cell: too few for the gated p95
         assert "ttft_s" in cell["summaries"]
         assert cell["kind"] == "simulated"
     assert doc["verdict"] in ("fail", "blocked", "untested")

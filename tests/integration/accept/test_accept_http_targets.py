@@ -32,6 +32,7 @@ def tiny_plan(target: dict[str, Any], quality: list[dict[str, Any]]) -> dict[str
             tier["rate_per_s"] = 8
     data["target"] = target
     data["quality"] = quality
+    data["stop"]["any_quality_failure"] = True
     data["comparisons"] = []
     return data
 

@@ -94,12 +94,12 @@ def test_tier_range_error_names_field_values_and_fix() -> None:
         ),
         (
             lambda d: d["quality"].append({"id": "r", "kind": "regex", "pattern": "(unclosed"}),
-            "quality.5.pattern",
+            "quality.0.pattern",
             "not a valid regular expression",
         ),
         (
             lambda d: d["quality"].append({"id": "n", "kind": "needle", "expected": "X"}),
-            "quality.5.distance_tokens",
+            "quality.0.distance_tokens",
             "needs distance_tokens",
         ),
         (lambda d: d["load"]["tiers"].pop("medium"), "load.tiers", "missing tier 'medium'"),

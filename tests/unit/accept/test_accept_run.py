@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[3]
 
 def small_plan(**load: Any) -> AcceptPlan:
     data = yaml.safe_load((REPO / "examples" / "acceptance-demo.yaml").read_text())
+    data["quality"] = [
+        {"id": "capital-exact", "kind": "exact", "expected": "Paris", "tiers": ["short"]}
+    ]
     data["load"]["repetitions"] = 2
     data["load"]["max_requests_per_cell"] = 6
     data["load"]["warmup"] = {"requests": 2, "input_tokens": 16, "output_tokens": 4}

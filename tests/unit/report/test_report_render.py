@@ -95,7 +95,7 @@ def test_tables_and_labels() -> None:
     assert split_verdicts(peak) == ("fail", "pass")
     row = cell_row(peak)
     assert len(row) == len(CELL_HEADER)
-    assert row[:2] == ["long/peak", "FAIL"] and row[4] == "2.5 s"
+    assert row[:2] == ["long/peak", "FAIL"] and row[CELL_HEADER.index("TTFT p95")] == "2.5 s"
     md = render_markdown(doc)
     assert "**Overall verdict: FAIL** — measured (vllm 0.11.0, H100)" in md
     assert "measured (vllm 0.11.0, H100)" in md

@@ -1,0 +1,151 @@
+"""The first screen of an acceptance report, in words: the verdict, its basis, and capacity
+per input tier ("short: 64 concurrent at TTFT p95 0.69 s (<= 2 s) ...").
+
+Shared by the HTML, Markdown and terminal views so the three say the same sentences. Every
+sentence is built from the cells' own checks (observed value and ceiling), never re-judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbudget.accept.result import AcceptResult, CellResult, Check
+
+_METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
+
+
+def seconds_text(value: float) -> str:
+    """``0.0134 -> '13.4 ms'``, ``1.23 -> '1.23 s'`` (3 significant digits)."""
+    if abs(value) < 1.0:
+        return f"{value * 1000:.3g} ms"
+    return f"{value:.3g} s"
+
+
+def _latency_checks(cell: CellResult) -> list[Check]:
+    return [
+        c
+        for c in cell.checks
+        if c.name.split(" ")[0] in _METRIC_WORDS and c.observed is not None and c.limit is not None
+    ]
+
+
+def check_text(check: Check) -> str:
+    """``TTFT p95 0.691 s (<= 2 s)`` or ``TTFT p50 16.9 s > 1 s`` from a latency check."""
+    metric, pct = check.name.split(" ")[:2]
+    assert check.observed is not None and check.limit is not None
+    word = _METRIC_WORDS.get(metric, metric)
+    if check.observed > check.limit:
+        return f"{word} {pct} {seconds_text(check.observed)} > {seconds_text(check.limit)}"
+    return f"{word} {pct} {seconds_text(check.observed)} (≤ {seconds_text(check.limit)})"
+
+
+def throughput_text(cell: CellResult) -> str:
+    t = cell.throughput
+    if not t:
+        return "throughput not measured"
+    parts = [
+        f"{t.get('requests_per_s', 0.0):.3g} req/s",
+        f"{t.get('output_tokens_per_s', 0.0):.4g} output tokens/s",
+    ]
+    if "goodput_requests_per_s" in t:
+        parts.append(f"goodput {t['goodput_requests_per_s']:.3g} req/s")
+    return ", ".join(parts)
+
+
+def load_words(doc: AcceptResult, concurrency_tier: str) -> str:
+    """``64 concurrent`` or ``16 in flight, Poisson 4 req/s`` for a concurrency tier."""
+    tier = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
+    n = tier.get("concurrency", "?")
+    arrival = tier.get("arrival", "closed")
+    if arrival == "closed":
+        return f"{n} concurrent"
+    rate = tier.get("rate_per_s")
+    rate_text = f" {rate:g} req/s" if isinstance(rate, int | float) else ""
+    return f"up to {n} in flight, {arrival}{rate_text}"
+
+
+def tier_label(doc: AcceptResult, input_tier: str) -> str:
+    """``short (128-768 prompt tokens, 128 out)``."""
+    tier = doc.plan.get("load", {}).get("tiers", {}).get(input_tier)
+    if not tier:
+        return input_tier
+    return (
+        f"{input_tier} ({tier['min_tokens']}–{tier['max_tokens']} prompt tokens, "
+        f"{tier['output_tokens']} out)"
+    )
+
+
+def _deciding_reason(cell: CellResult, verdict: str) -> str:
+    checks = [c for c in cell.checks if c.verdict == verdict and not c.name.startswith("quality ")]
+    latency = [c for c in checks if c in _latency_checks(cell)]
+    if latency and verdict == "fail":
+        return ", ".join(check_text(c) for c in latency)
+    if checks:
+        return "; ".join(dict.fromkeys(c.reason.split(";")[0] for c in checks))
+    return "; ".join(cell.reasons)
+
+
+def capacity_sentence(doc: AcceptResult, row: dict[str, Any]) -> str:
+    """One sentence per input tier: what it holds, where it fails, what stayed untested."""
+    name = str(row["input_tier"])
+    cells = {c.concurrency_tier: c for c in doc.cells if c.input_tier == name}
+    parts: list[str] = []
+    last = row.get("last_passing")
+    if last and last in cells:
+        cell = cells[last]
+        checks = ", ".join(check_text(c) for c in _latency_checks(cell))
+        parts.append(
+            f"holds {load_words(doc, last)} ({last}) at {checks or 'every check passed'}; "
+            f"{throughput_text(cell)}"
+        )
+    stopped = row.get("stopped_at")
+    if stopped and stopped in cells and row.get("capacity_error"):
+        parts.append(
+            f"capacity error at {load_words(doc, stopped)} ({stopped}): "
+            f"{_deciding_reason(cells[stopped], 'fail')}; rest of the row not run, no retry"
+        )
+    elif stopped and stopped in cells:
+        cell = cells[stopped]
+        parts.append(
+            f"fails at {load_words(doc, stopped)} ({stopped}): {_deciding_reason(cell, 'fail')}; "
+            f"{throughput_text(cell)}"
+        )
+    for conc in row.get("untested") or []:
+        if conc in cells:
+            parts.append(
+                f"untested at {load_words(doc, conc)} ({conc}): "
+                f"{_deciding_reason(cells[conc], 'untested')}"
+            )
+    if not parts:
+        parts.append("no cell was run")
+    return f"{tier_label(doc, name)}: " + "; ".join(parts)
+
+
+def capacity_sentences(doc: AcceptResult) -> list[str]:
+    return [capacity_sentence(doc, row) for row in doc.rows]
+
+
+def basis_text(doc: AcceptResult) -> str:
+    """``simulated (roofline) — simulated H100 (...)``: what the figures are and where from."""
+    label = str(doc.target.get("label") or "")
+    kind = doc.provenance.label()
+    return f"{kind} — {label}" if label and label != kind else kind
+
+
+def peak_throughput(doc: AcceptResult) -> str:
+    """The highest output-token throughput among the cells that passed latency and capacity."""
+    passing = [
+        c
+        for c in doc.cells
+        if c.throughput
+        and all(x.verdict == "pass" for x in c.checks if not x.name.startswith("quality "))
+    ]
+    pool = passing or [c for c in doc.cells if c.throughput]
+    if not pool:
+        return "Throughput: no cell ran."
+    best = max(pool, key=lambda c: c.throughput.get("output_tokens_per_s", 0.0))
+    which = "within every latency ceiling" if passing else "no cell met every ceiling"
+    return (
+        f"Throughput ({doc.provenance.kind}): best {throughput_text(best)} at {best.cell_id} "
+        f"({which})."
+    )
