@@ -192,6 +192,8 @@ class Driver:
             if horizon is not None and now > horizon:
                 now = horizon
                 hit_horizon = True
+                if kind == "arrival" and self.on_not_run is not None:
+                    self.on_not_run(payload)
                 break
             num_events += 1
             if kind == "step":
