@@ -17,7 +17,6 @@ verdicts are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -295,8 +294,3 @@ def run_matrix(
             records_out.close()
         if progress_out is not None:
             progress_out.close()
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
