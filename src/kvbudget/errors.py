@@ -58,3 +58,13 @@ class ReportError(KvbudgetError):
     """A result document could not be read or rendered."""
 
     kind = "ReportError"
+
+
+class RunFailedError(KvbudgetError):
+    """A run went through but its requests failed (all, or more than the allowed fraction).
+
+    Everything already recorded stays on disk; the message is one line from the first errors.
+    """
+
+    kind = "RunFailed"
+    exit_code = 4

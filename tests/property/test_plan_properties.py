@@ -75,14 +75,20 @@ def test_concurrency_times_blocks_per_request_within_blocks(
         ),
         spec,
     )
-    # blocks one sequence holds, worked independently per group (reference §1.2/§1.4):
-    # full: cdiv(L, 16); sliding (window 512): min(cdiv(L, 16), cdiv(min(511 + T_b, L), 16) + 1)
+    # Properties that need no copy of the per-group formula: below the window nothing is
+    # dropped, so every group holds the whole sequence (groups x blocks of L tokens); the count
+    # never falls as the sequence grows; and past the window plus one step's tokens only the
+    # full-attention groups still grow, by exactly their share of the new blocks.
     assert r.block_size == 16
-    full = -(-length // 16)
-    window = min(full, -(-min(511 + r.max_num_batched_tokens, length) // 16) + 1)
-    want = sum(full if g.kind == "full" else window for g in r.groups)
-    assert {g.kind for g in r.groups} <= {"full", "sliding"}
-    assert r.blocks_for_tokens(length) == want
+    num_groups = len(r.groups)
+    num_full = sum(1 for g in r.groups if g.kind == "full")
+    short = min(length, 512)
+    assert r.blocks_for_tokens(short) == num_groups * -(-short // 16)
+    assert r.blocks_for_tokens(length) <= r.blocks_for_tokens(length + 1)
+    far = 512 + r.max_num_batched_tokens + 32
+    for extra in (16, 160):
+        grown = r.blocks_for_tokens(far + extra) - r.blocks_for_tokens(far)
+        assert grown == num_full * (-(-(far + extra) // 16) - -(-far // 16))
     # the engine's own figure: max_concurrency x blocks of one max-length request <= num_blocks
     max_len_blocks = r.blocks_for_tokens(r.max_model_len)
     assert int(r.max_concurrency) * max_len_blocks <= r.num_blocks
@@ -176,3 +182,16 @@ def test_sglang_pool_monotone_and_page_aligned(
     assert large.kv_cache_tokens % page == 0
     # the pool never holds more bytes than the rest memory it was given
     assert large.kv_cache_tokens * large.kv_bytes_per_token_per_rank <= hi
+
+
+def test_blocks_per_sequence_worked_example() -> None:
+    """One full and one sliding (window 512) group, 65,536 tokens, vLLM's H100 default of 8,192
+    batched tokens: full cdiv(65536, 16) = 4,096 blocks; sliding cdiv(511 + 8192, 16) + 1 = 545
+    (vLLM SlidingWindowSpec.max_memory_usage_bytes, reference engines-kv-accounting.md §1.4)."""
+    r = make_plan(
+        PlanRequest(model="prop", gpu="H100", max_model_len=65536, kv_cache_memory_bytes=8 * GiB),
+        model(2, 8, 128, 2),
+    )
+    assert r.max_num_batched_tokens == 8192
+    assert sorted(g.kind for g in r.groups) == ["full", "sliding"]
+    assert r.blocks_for_tokens(65536) == 4096 + 545

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.engine_config import FACTOR_ENGINE_FIELD, engine_differences
 from kvbudget.accept.lockcheck import apply_overrides, lock_differences, single_factor_check
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
@@ -60,6 +61,22 @@ def run_comparisons(
                 )
             )
             continue
+        engine_lines = _engine_changes(base, variant)
+        wanted = FACTOR_ENGINE_FIELD[comp.factor]
+        if (
+            base.engine is not None
+            and variant.engine is not None
+            and not any(line.startswith(f"{wanted}:") for line in engine_lines)
+        ):
+            out.append(
+                not_comparable(
+                    comp,
+                    lines + engine_lines,
+                    f"the variant's engine was started with the same {wanted} as the baseline's; "
+                    "the two arms would be the same engine",
+                )
+            )
+            continue
         field_name = lines[0].split(":", 1)[0]
         baseline_value: Any = (
             getattr(plan.lock, field_name).value if hasattr(plan.lock, field_name) else None
@@ -76,5 +93,15 @@ def run_comparisons(
             rng=rng,
         )
         note = "baseline and variant each restarted fresh, same warm-up, same requests (seeds)"
-        out.append(result.model_copy(update={"reasons": [*result.reasons, note]}))
+        out.append(
+            result.model_copy(
+                update={"reasons": [*result.reasons, note], "engine_changes": engine_lines}
+            )
+        )
     return out
+
+
+def _engine_changes(base: PreparedTarget, variant: PreparedTarget) -> list[str]:
+    if base.engine is None or variant.engine is None:
+        return []
+    return [f"{k}: {a!r} -> {b!r}" for k, a, b in engine_differences(base.engine, variant.engine)]

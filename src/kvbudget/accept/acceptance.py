@@ -12,6 +12,8 @@ from kvbudget import __version__
 from kvbudget.accept.ab_runs import run_comparisons
 from kvbudget.accept.anomalies import find_anomalies
 from kvbudget.accept.audits import run_audits
+from kvbudget.accept.drill import drill_for, drill_stop_status
+from kvbudget.accept.engine_pool import pool_side_by_side
 from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.lockcheck import (
     resolve_lock,
@@ -19,7 +21,13 @@ from kvbudget.accept.lockcheck import (
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
-from kvbudget.accept.run import Progress, TargetFactory, check_quality_files, run_matrix
+from kvbudget.accept.run import (
+    Progress,
+    TargetFactory,
+    check_quality_files,
+    check_resume,
+    run_matrix,
+)
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.accept.tier_checks import tier_stop_statuses
 from kvbudget.accept.verdicts import overall_verdict, row_summaries
@@ -76,12 +84,21 @@ def stop_statuses(
                 )
             )
         elif leak is None:
+            iso = audits.get("isolation")
+            failed = isinstance(iso, dict) and iso.get("verdict") == "failed"
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
                     declared="none",
                     status="untested",
-                    detail="the isolation audit did not run (audits.isolation: true runs it)",
+                    detail=(
+                        f"the isolation audit failed: {iso['reason']}"
+                        if failed and isinstance(iso, dict)
+                        else str(
+                            (iso if isinstance(iso, dict) else {}).get("reason")
+                            or "the isolation audit did not run (audits.isolation: true runs it)"
+                        )
+                    ),
                 )
             )
         else:
@@ -110,7 +127,7 @@ def stop_statuses(
     return out
 
 
-def rollback_steps(plan: AcceptPlan) -> list[str]:
+def rollback_steps(plan: AcceptPlan, drill: dict[str, Any] | None = None) -> list[str]:
     rb = plan.rollback
     steps = [
         f"Keep the previous release ready: {rb.previous_release or 'NOT DECLARED (blocking)'}.",
@@ -128,7 +145,11 @@ def rollback_steps(plan: AcceptPlan) -> list[str]:
             else "NOT confirmed offline: include the download time in the restore time."
         ),
         "Rollback drill: "
-        + ("done." if rb.drill_done else "NOT done yet — run it before go-live."),
+        + (
+            f"{drill.get('verdict')} (measured: {drill.get('reason')})."
+            if drill
+            else ("done." if rb.drill_done else "NOT done yet — run it before go-live.")
+        ),
     ]
     return steps
 
@@ -209,11 +230,15 @@ def run_acceptance(
 ) -> AcceptResult:
     rng = np.random.default_rng([plan.seed, 7])
     check_quality_files(plan)
+    if out_dir is not None:
+        check_resume(plan, out_dir, resume=resume)
     prepared = factory(plan.lock)
     target = prepared.target
     info = target.info
     try:
         lock_entries, blocking = resolve_lock(plan.lock, info, computed=prepared.computed_lock)
+        pool_rows, pool_blocking = pool_side_by_side(prepared.ledger.pool, info.engine_report)
+        blocking += pool_blocking
         outcome = run_matrix(
             plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
         )
@@ -224,7 +249,8 @@ def run_acceptance(
         cells = _predict(plan, cells, outcome.runs, rng)
     comparisons = run_comparisons(plan, factory, rng)
     audits = run_audits(plan, run_async)
-    stops = stop_statuses(plan, cells, audits)
+    drill = drill_for(plan)
+    stops = stop_statuses(plan, cells, audits) + drill_stop_status(plan, drill)
     verdict, reasons = overall_verdict(
         stops,
         blocking,
@@ -253,6 +279,8 @@ def run_acceptance(
         lock=lock_entries,
         blocking=blocking,
         ledger=prepared.ledger,
+        engine_report=info.engine_report,
+        pool=pool_rows,
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,
@@ -263,6 +291,7 @@ def run_acceptance(
         audits=audits,
         verdict=verdict,
         verdict_reasons=reasons + outcome.notes,
-        rollback=rollback_steps(plan),
+        rollback=rollback_steps(plan, drill),
+        rollback_drill=drill,
         canary=canary_steps(plan),
     )

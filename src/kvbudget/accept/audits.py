@@ -20,6 +20,8 @@ from kvbudget.audit.isolation import IsolationConfig, SaltMode, run_isolation
 from kvbudget.audit.probe_http import HttpProbe
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.audit.reuse import ReuseConfig, run_reuse
+from kvbudget.errors import KvbudgetError
+from kvbudget.safety.redact import register_secret
 
 ISOLATION_TRIALS = 30
 
@@ -38,6 +40,7 @@ async def _with_probe(plan: AcceptPlan, work: Callable[[Any], Awaitable[Any]]) -
     if t.kind == "http":
         assert t.base_url is not None
         key = os.environ.get(t.api_key_env) if t.api_key_env else None
+        register_secret(key)
         async with HttpProbe(
             t.base_url,
             model=t.served_model or plan.lock.model.id,
@@ -55,8 +58,23 @@ async def _with_probe(plan: AcceptPlan, work: Callable[[Any], Awaitable[Any]]) -
     return await work(SimProbe(opts, np.random.default_rng([plan.seed, 31])))
 
 
+def _failed(name: str, exc: Exception) -> dict[str, Any]:
+    """A failed audit as its report section: it says it failed and why (one line)."""
+    why = exc.one_line() if isinstance(exc, KvbudgetError) else f"{type(exc).__name__}: {exc}"
+    return {
+        "verdict": "failed",
+        "status": "failed",
+        "reason": f"the {name} audit did not complete ({' '.join(why.split())}); the matrix "
+        "cells above are kept; fix the endpoint and rerun accept with --resume",
+    }
+
+
 def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
-    """Summaries of the requested audits (``{}`` when none is requested)."""
+    """Summaries of the requested audits (``{}`` when none is requested).
+
+    An audit that fails (the endpoint answers 429, drops the connection ...) becomes a section
+    with ``verdict: failed`` and the reason, never an exception that would discard the finished
+    matrix; ``failed`` lists the audits that failed."""
     out: dict[str, Any] = {}
     if not (plan.audits.isolation or plan.audits.reuse):
         return out
@@ -73,14 +91,24 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
             }
         else:
             cfg = IsolationConfig(trials=ISOLATION_TRIALS, seed=plan.seed, salt_mode=mode)
-            iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
-            out["isolation"] = {**iso.summary(), "basis": iso.provenance.label()}
-            out["isolation_markdown"] = iso.to_markdown(3)
-            out["cross_tenant_cached_tokens"] = iso.cross_tenant_cached_tokens
-            out["leak_detected"] = iso.verdict == "leak_detected"
+            try:
+                iso = run_async(_with_probe(plan, lambda p: run_isolation(p, cfg)))
+            except Exception as exc:  # the finished matrix is never discarded for it
+                out["isolation"] = _failed("isolation", exc)
+                out.setdefault("failed", []).append("isolation")
+            else:
+                out["isolation"] = {**iso.summary(), "basis": iso.provenance.label()}
+                out["isolation_markdown"] = iso.to_markdown(3)
+                out["cross_tenant_cached_tokens"] = iso.cross_tenant_cached_tokens
+                out["leak_detected"] = iso.verdict == "leak_detected"
     if plan.audits.reuse:
         rcfg = ReuseConfig(seed=plan.seed)
-        reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
-        out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
-        out["reuse_markdown"] = reuse.to_markdown(3)
+        try:
+            reuse = run_async(_with_probe(plan, lambda p: run_reuse(p, rcfg)))
+        except Exception as exc:  # the finished matrix is never discarded for it
+            out["reuse"] = _failed("reuse", exc)
+            out.setdefault("failed", []).append("reuse")
+        else:
+            out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
+            out["reuse_markdown"] = reuse.to_markdown(3)
     return out

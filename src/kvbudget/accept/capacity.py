@@ -61,12 +61,22 @@ def _value(lock: ObjectLock, name: str, default: Any = None) -> Any:
 
 def plan_request(lock: ObjectLock) -> PlanRequest:
     gpu = lock.gpu.type.value
-    if gpu is None:
+    kv_bytes = lock.kv_cache_memory_bytes.value if lock.kv_cache_memory_bytes else None
+    override = lock.num_gpu_blocks_override.value if lock.num_gpu_blocks_override else None
+    device_bytes = None
+    if gpu is None and kv_bytes is not None:
+        # no GPU (vLLM's CPU build): the pool is the given KV memory; the device is a
+        # placeholder with room for it, so the device-peak budget says nothing
+        device_bytes = kv_bytes + (64 << 30)
+    elif gpu is None:
         raise ConfigError("lock.gpu.type: not set; name a GPU from `kvbudget gpus` (e.g. H100)")
     engine_version = lock.engine.version.value
     return PlanRequest(
         model=lock.model.id,
         gpu=gpu,
+        gpu_memory_bytes=device_bytes,
+        kv_cache_memory_bytes=kv_bytes,
+        num_gpu_blocks_override=override,
         tp=_value(lock, "tensor_parallel", 1),
         pp=_value(lock, "pipeline_parallel", 1),
         engine="vllm",
@@ -140,6 +150,11 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
         ),
     ]
     warnings: list[str] = list(result.notes)
+    if plan.lock.gpu.type.value is None:
+        warnings.append(
+            "no GPU in the lock: the pool is lock.kv_cache_memory_bytes; the device-peak "
+            "budget is for a placeholder device and says nothing"
+        )
     if structural.total_bytes > three.engine_pool_bytes_replica:
         warnings.append(
             "the structural peak of the declared load exceeds the engine pool: the peak cells "

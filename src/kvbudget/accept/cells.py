@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,32 @@ def _per_repetition(runs: Sequence[CellRun]) -> list[dict[str, float | None]]:
                 row[key] = float(np.percentile(values, q)) if values else None
         out.append(row)
     return out
+
+
+def prompt_lengths_in_tier(
+    plan: AcceptPlan, input_tier: str, records: Sequence[RequestRecord]
+) -> dict[str, Any]:
+    """Do the prompts, as the target counted them (``usage.prompt_tokens``), fall inside the
+    input tier's ``[min_tokens, max_tokens]``? Quality-checkpoint prompts are not tier prompts."""
+    tier = next((t for name, t in plan.load.tiers.items() if name == input_tier), None)
+    counted = [
+        r.prompt_tokens
+        for r in records
+        if r.prompt_tokens is not None and "/quality:" not in r.request_id
+    ]
+    if tier is None or not counted:
+        return {}
+    inside = [tier.min_tokens <= n <= tier.max_tokens for n in counted]
+    return {
+        "min_tokens": tier.min_tokens,
+        "max_tokens": tier.max_tokens,
+        "num_counted": len(counted),
+        "num_in_bounds": sum(inside),
+        "min_counted": min(counted),
+        "max_counted": max(counted),
+        "within": all(inside),
+        "source": records[0].token_count_source or records[0].source,
+    }
 
 
 def summarize_cell(
@@ -159,6 +186,7 @@ def summarize_cell(
         num_preemptions=int(sum(run.counters.get("preemptions", 0.0) for run in runs)),
         error_rate=(num_error / len(records)) if records else None,
         prompt_tokens_mean=float(np.mean(prompt_tokens)) if prompt_tokens else None,
+        prompt_tokens_in_tier=prompt_lengths_in_tier(plan, input_tier, records),
         summaries=summaries if records else {},
         throughput=throughput,
         prefix_hit_rate_tokens=(hits / queries) if queries > 0 else None,

@@ -2,13 +2,15 @@
 
 A comparison is ``not_comparable`` (with every difference listed) when the two locks differ in
 anything but the declared factor. Otherwise the same requests (same seeds) run on the variant
-and, per cell and metric: Mann-Whitney U (two-sided), Hodges-Lehmann shift, a bootstrap CI of
-the difference of the declared percentile; Holm correction across all the comparison's tests.
+and, per cell and metric: Mann-Whitney U (two-sided, Holm-adjusted), Hodges-Lehmann shift, and a
+bootstrap CI of the difference of the declared percentile at ``1 - alpha / m`` (Bonferroni over
+the comparison's m tests). The verdict and its headline read only these corrected statistics.
 Capacity, latency and cost conclusions are kept apart.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +22,8 @@ from kvbudget.accept.targets import CellRun
 
 #: fewer samples than this per arm make a delta `untested`
 MIN_AB_SAMPLES = 8
+#: upper bound on bootstrap resamples per test (the corrected tails need more than 1,000)
+MAX_RESAMPLES = 10_000
 
 
 def _values(runs: Sequence[CellRun], metric: str) -> list[float]:
@@ -65,21 +69,40 @@ def judge_comparison(
     variant_value: object,
     rng: np.random.Generator,
 ) -> ComparisonResult:
-    """Deltas with intervals, Holm-adjusted, and the three separate conclusions."""
-    raw = []
+    """Deltas with corrected intervals and Holm-adjusted tests; the verdict and its headline
+    follow the corrected statistics only.
+
+    Two families of m tests each (m = the (cell, metric) pairs with samples in both arms): the
+    Mann-Whitney location shift, Holm-adjusted, and the bootstrap interval of the declared
+    percentile's difference at ``1 - alpha / m`` (Bonferroni). Slower in either family fails
+    the comparison; an uncorrected interval never decides it.
+    """
+    pairs = []
     for cell_id in sorted(variant_runs):
         for metric in comparison.metrics:
             a = _values(baseline_runs.get(cell_id, []), metric)
             b = _values(variant_runs[cell_id], metric)
-            raw.append((cell_id, metric, compare(a, b, comparison.percentile, rng)))
+            pairs.append((cell_id, metric, a, b))
+    num_tests = max(1, sum(1 for _, _, a, b in pairs if a and b))
+    confidence = 1.0 - comparison.alpha / num_tests
+    resamples = min(MAX_RESAMPLES, max(1000, math.ceil(40 * num_tests / comparison.alpha)))
+    raw = [
+        (
+            cell_id,
+            metric,
+            compare(a, b, comparison.percentile, rng, resamples, confidence=confidence),
+        )
+        for cell_id, metric, a, b in pairs
+    ]
     tested = [i for i, (_, _, r) in enumerate(raw) if r.p_value is not None]
     adjusted = holm([raw[i][2].p_value or 1.0 for i in tested]) if tested else []
     p_holm: dict[int, float] = dict(zip(tested, adjusted, strict=True))
     deltas: list[MetricDelta] = []
     worse: list[str] = []
-    tail_worse: list[str] = []
     better: list[str] = []
     small: list[str] = []
+    pct = f"p{comparison.percentile:g}"
+    ci_text = f"{100 * confidence:.3g}% CI"
     for i, (cell_id, metric, r) in enumerate(raw):
         ph = p_holm.get(i)
         significant = ph is not None and ph < comparison.alpha
@@ -94,61 +117,58 @@ def judge_comparison(
                 pct_diff=r.pct_diff,
                 pct_diff_low=r.pct_diff_low,
                 pct_diff_high=r.pct_diff_high,
+                ci_confidence=confidence,
                 hl_shift=r.hl_shift,
                 p_value=r.p_value,
                 p_holm=ph,
                 significant=significant,
             )
         )
-        label = (
-            f"{metric} in {cell_id} (HL shift {r.hl_shift:+.4g} s)"
-            if r.hl_shift is not None
-            else ""
-        )
         if min(r.n_baseline, r.n_variant) < MIN_AB_SAMPLES:
             small.append(f"{metric} in {cell_id}: n={r.n_baseline}/{r.n_variant}")
-        elif significant and r.hl_shift is not None and r.hl_shift > 0:
-            worse.append(label)
-        elif significant and r.hl_shift is not None and r.hl_shift < 0:
-            better.append(label)
-        if (
-            min(r.n_baseline, r.n_variant) >= MIN_AB_SAMPLES
-            and r.pct_diff_low is not None
-            and r.pct_diff_low > 0
-        ):
-            # the declared percentile (the tail the stop conditions judge) got slower, even
-            # where the whole-distribution test did not move
-            tail_worse.append(
-                f"{metric} p{comparison.percentile:g} in {cell_id} "
-                f"({r.pct_diff:+.4g} s, 95% CI [{r.pct_diff_low:.4g}, {r.pct_diff_high:.4g}])"
+            continue
+        facts = []
+        direction = 0
+        if r.pct_diff_low is not None and r.pct_diff_low > 0:
+            direction = 1
+        elif r.pct_diff_high is not None and r.pct_diff_high < 0:
+            direction = -1
+        if direction and r.pct_diff is not None and r.baseline_pct:
+            facts.append(
+                f"{pct} {r.pct_diff:+.4g} s ({100 * r.pct_diff / r.baseline_pct:+.0f}%, "
+                f"{ci_text} [{r.pct_diff_low:.4g}, {r.pct_diff_high:.4g}])"
             )
+        shift = r.hl_shift or 0.0
+        if significant and shift != 0.0:
+            facts.append(f"HL shift {shift:+.4g} s, p(Holm) {ph:.3g}")
+            direction = direction or (1 if shift > 0 else -1)
+        if not facts:
+            continue
+        label = f"{metric} in {cell_id}: " + "; ".join(facts)
+        (worse if direction > 0 else better).append(label)
     verdict: Verdict
-    if worse or tail_worse:
+    if worse:
         verdict = "fail"
-        reasons = []
-        if worse:
-            reasons.append("significantly slower (Holm-adjusted): " + "; ".join(worse))
-        if tail_worse:
-            reasons.append(
-                f"p{comparison.percentile:g} slower (bootstrap 95% CI of the difference above 0, "
-                "not multiplicity-corrected): " + "; ".join(tail_worse)
-            )
+        reasons = ["slower (corrected over " + f"{num_tests} tests): " + " | ".join(worse)]
+        if better:
+            reasons.append("faster (corrected): " + " | ".join(better))
     elif small or not deltas:
         verdict = "untested"
         reasons = ["too few samples for a comparison: " + ("; ".join(small) or "no cells")]
     else:
         verdict = "pass"
         reasons = [
-            f"no metric significantly slower at alpha {comparison.alpha} (Holm over "
-            f"{len(tested)} tests)"
+            f"nothing slower at alpha {comparison.alpha} after correction over {num_tests} tests "
+            f"(Holm for the location shift, {ci_text} for the {pct} difference)"
+            + ("; faster: " + " | ".join(better) if better else "")
         ]
     tokens_a = _pool_tokens(baseline_ledger)
     tokens_b = _pool_tokens(variant_ledger)
     capacity = "KV pool tokens not known"
     if tokens_a and tokens_b:
         capacity = f"KV pool {tokens_a} -> {tokens_b} tokens ({tokens_b / tokens_a:.2f}x, computed)"
-    latency = ("faster: " + "; ".join(better) if better else "no significant speed-up") + (
-        " | slower: " + "; ".join(worse + tail_worse) if worse or tail_worse else ""
+    latency = ("faster: " + " | ".join(better) if better else "nothing faster after correction") + (
+        " || slower: " + " | ".join(worse) if worse else ""
     )
     conclusions = {
         "capacity": capacity,

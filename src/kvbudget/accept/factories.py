@@ -8,6 +8,13 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.capacity import build_capacity
+from kvbudget.accept.engine_config import (
+    engine_config,
+    serve_flags,
+    sim_engine_config,
+    sim_lock_values,
+    sim_tiers,
+)
 from kvbudget.accept.http_target import HttpTarget, RunAsync, ServeTarget
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
@@ -30,25 +37,42 @@ def sim_info(lock: ObjectLock, timing_name: str, *, kind: str = "sim") -> Target
         not_applicable={
             "gpu.driver": "a simulated GPU has no driver; confirm on the real host",
             "engine.container": "no container runs in a simulation; pin the image for real runs",
+            "model.revision": "the simulator reads the model's config (pinned by config_sha256), "
+            "no weights; pin the HF revision for real runs",
+            "engine.flags": "the simulator is configured from the lock's fields, not launch "
+            "flags; check the flags on the real engine",
         },
         synthetic_text=True,
     )
 
 
 def sim_factory(plan: AcceptPlan) -> TargetFactory:
-    """A factory of fresh simulated replicas, one per lock (baseline, variants)."""
+    """A factory of fresh simulated replicas, one per lock (baseline, variants).
+
+    The lock decides the engine: ``lock.offload`` sets the cpu tier of the tier model
+    (:func:`kvbudget.accept.engine_config.sim_tiers`), the other factors reach the replica
+    through the capacity plan; the engine configuration is read back from the built replica.
+    """
 
     def make(lock: ObjectLock) -> PreparedTarget:
-        ctx = build_capacity(plan, lock)
+        tiers = sim_tiers(plan.target, lock)
+        lock_plan = plan.model_copy(
+            update={"target": plan.target.model_copy(update={"kv_tiers": list(tiers)})}
+        )
+        ctx = build_capacity(lock_plan, lock)
+        engine = sim_engine_config(plan.target, lock, ctx.replica, ctx.plan, tiers)
         info = sim_info(lock, ctx.timing_name)
         target = SimTarget(
             ctx.replica,
             ctx.timing,
             np.random.default_rng([plan.seed, 99]),
             info=info,
-            tiers=plan.target.kv_tiers,
+            tiers=tiers,
         )
-        return PreparedTarget(target=target, ledger=ctx.ledger, computed_lock=ctx.computed_lock)
+        computed = {**ctx.computed_lock, **sim_lock_values(engine, ctx.plan, lock)}
+        return PreparedTarget(
+            target=target, ledger=ctx.ledger, computed_lock=computed, engine=engine
+        )
 
     return make
 
@@ -70,20 +94,7 @@ def _serve_args(plan: AcceptPlan, lock: ObjectLock) -> list[str]:
         "--speedup",
         f"{plan.target.speedup:g}",
     ]
-    for flag, name in (
-        ("--tp", "tensor_parallel"),
-        ("--block-size", "block_size"),
-        ("--max-model-len", "max_model_len"),
-        ("--max-num-seqs", "max_num_seqs"),
-        ("--max-num-batched-tokens", "max_num_batched_tokens"),
-    ):
-        value = getattr(lock, name).value
-        if value is not None:
-            args += [flag, str(value)]
-    policy = lock.prefix_caching.value
-    if policy is not None and not policy.enabled:
-        args.append("--no-prefix-caching")
-    return args
+    return args + serve_flags(engine_config(plan.target, lock))
 
 
 def _declared_hardware(lock: ObjectLock) -> str:
@@ -152,6 +163,11 @@ def factory_for(
             timeout_s=plan.target.request_timeout_s,
             keep_prompts=keep_prompts,
         )
-        return PreparedTarget(target=target, ledger=ledger, computed_lock=computed)
+        return PreparedTarget(
+            target=target,
+            ledger=ledger,
+            computed_lock=computed,
+            engine=engine_config(plan.target, lock),
+        )
 
     return make_http if kind == "http" else make_serve

@@ -22,17 +22,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.errors import TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
+from kvbudget.load.engine_report import EngineReport, read_engine_report
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
 from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
+from kvbudget.safety.procs import child_preexec
+from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
 RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]
@@ -58,6 +60,30 @@ def capacity_error_of(records: Sequence[RequestRecord]) -> str | None:
         if rec.http_status == 400 and any(w in text for w in CONTEXT_WORDS):
             return f"request refused as too long: {rec.error_excerpt}"
     return None
+
+
+#: lock field -> EngineReport field the engine reports it in
+LOCK_FROM_REPORT = {
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "kv_dtype": "cache_dtype",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "prefix_caching.enabled": "enable_prefix_caching",
+    "max_num_seqs": "total_slots",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "num_gpu_blocks_override": "num_gpu_blocks_override",
+}
+
+
+def observed_lock_fields(report: EngineReport) -> dict[str, tuple[Any, str]]:
+    """Lock fields the engine itself reported, with the endpoint/label they came from."""
+    reported = report.reported()
+    out: dict[str, tuple[Any, str]] = {}
+    for lock_field, name in LOCK_FROM_REPORT.items():
+        if name in reported:
+            value, source = reported[name]
+            out[lock_field] = (value, f"engine-reported ({source})")
+    return out
 
 
 class HttpTarget:
@@ -91,11 +117,14 @@ class HttpTarget:
         self._info = info or self._probe()
 
     def _probe(self) -> TargetInfo:
-        async def probe() -> dict[str, Any]:
-            async with OpenAIClient(self.base_url, concurrency=1, timeout_s=10.0) as client:
-                return await server_identity(client)
+        metrics_url = self.metrics_url
 
-        ident = self.run_async(probe())
+        async def probe() -> tuple[dict[str, Any], EngineReport]:
+            async with OpenAIClient(self.base_url, concurrency=1, timeout_s=10.0) as client:
+                ident = await server_identity(client)
+                return ident, await read_engine_report(client, metrics_url)
+
+        ident, report = self.run_async(probe())
         if ident.get("models_status") in (0, None):
             raise TargetError(
                 f"target.base_url: cannot reach {self.base_url}/v1/models; check the URL and "
@@ -111,6 +140,8 @@ class HttpTarget:
             root = models[0].get("root") or models[0].get("id")
             if root:
                 observed["model.id"] = (str(root), "/v1/models (root)")
+        observed.update(observed_lock_fields(report))
+        report_json = report.model_dump(mode="json", exclude_none=True)
         if engine == "kvbudget-serve":
             # kvbudget's own simulator behind HTTP: its step times and text are simulated, so
             # nothing it returns is a measurement and quality cannot be judged on its text
@@ -126,6 +157,7 @@ class HttpTarget:
                 hardware=f"simulated: {self.hardware}",
                 observed=observed,
                 synthetic_text=True,
+                engine_report=report_json,
             )
         return TargetInfo(
             kind="http",
@@ -135,6 +167,7 @@ class HttpTarget:
             engine_version=str(version) if version else None,
             hardware=self.hardware,
             observed=observed,
+            engine_report=report_json,
         )
 
     @property
@@ -192,15 +225,16 @@ class HttpTarget:
             num_requests=len(requests),
             duration_s=duration_s if closed else None,
             timeout_s=self.timeout_s,
-            keep_prompts=True,
+            # text is recorded only when asked, or for the quality checkpoints judged below
+            keep_prompts=self.keep_prompts or any("/quality:" in r.request_id for r in requests),
             api_key_env=self.api_key_env,
             metrics_url=self.metrics_url,
             scrape_interval_s=0.5,
             seed=self.seed,
         )
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="kvbudget-accept-") as tmp:
-            out = Path(tmp)
+        # private (0700) and removed on every exit path, SIGKILL included
+        with private_tempdir("kvbudget-accept-") as out:
             self.run_async(run_load(cfg, out_dir=out, planned=list(requests)))
             raw = read_jsonl(out / REQUESTS_FILE, RequestRecord).items
             metrics = read_jsonl(out / METRICS_FILE, MetricSample).items if self.metrics_url else []
@@ -268,10 +302,17 @@ class ServeTarget(HttpTarget):
             model,
             *serve_args,
         ]
-        # stderr goes to a file (a full pipe would block the child); stdout is read by a thread
-        # so the start deadline holds even when the child prints nothing
+        # the serve child gets SIGKILL when accept dies (kill -9 included); stderr goes to an
+        # anonymous file (a full pipe would block the child); stdout is read by a thread so
+        # the start deadline holds even when the child prints nothing
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            preexec_fn=child_preexec,
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(
             target=self._read_stdout, name="kvbudget-serve-stdout", daemon=True

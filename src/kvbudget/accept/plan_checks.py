@@ -162,6 +162,23 @@ class Comparison(StrictModel):
         return self
 
 
+class RollbackDrill(StrictModel):
+    """How to restart the baseline target for a rollback drill (``accept.drill``).
+
+    ``command`` starts the previous release on this host (``kvbudget serve``, llama-server,
+    vLLM on CPU); ``{port}`` in it and in ``base_url`` becomes a free loopback port. The drill
+    measures the time to ready (health 200) and to the first successful requests, then stops
+    the process by its PID.
+    """
+
+    command: list[str] = Field(min_length=1, description="baseline launch argv; {port} = free port")
+    base_url: str = Field(default="http://127.0.0.1:{port}", description="where it listens")
+    health_path: str = Field(default="/health")
+    served_model: str | None = Field(default=None, description="model name (default lock.model.id)")
+    num_requests: int = Field(default=3, ge=1, le=100, description="successful requests needed")
+    max_tokens: int = Field(default=4, ge=1)
+
+
 class Rollback(StrictModel):
     """The rollback package (seed: 上线后的监控与回滚)."""
 
@@ -173,6 +190,11 @@ class Rollback(StrictModel):
         default=False, description="weights available without re-download"
     )
     drill_done: bool = Field(default=False, description="a rollback drill has been run")
+    drill: RollbackDrill | None = Field(
+        default=None,
+        description="restart the baseline and measure it: a failed drill, or one slower than "
+        "max_restore_s, blocks the overall verdict",
+    )
 
 
 class Canary(StrictModel):

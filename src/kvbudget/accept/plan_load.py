@@ -12,6 +12,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kvbudget.accept.plan_lock import StrictModel
+from kvbudget.safety.limits import (
+    MAX_CONCURRENCY,
+    MAX_DURATION_S,
+    MAX_RATE_PER_S,
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MIN_RATE_PER_S,
+)
 
 INPUT_TIERS: tuple[str, ...] = ("short", "medium", "long")
 CONCURRENCY_TIERS: tuple[str, ...] = ("single", "normal", "peak")
@@ -22,9 +30,11 @@ ArrivalMode = Literal["closed", "poisson", "constant", "burst"]
 class InputTier(StrictModel):
     """Prompt lengths (server-side tokens, template included) and the output length."""
 
-    min_tokens: int = Field(ge=1)
-    max_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=1, description="max_tokens asked of the engine (ignore_eos)")
+    min_tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS)
+    max_tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS)
+    output_tokens: int = Field(
+        ge=1, le=MAX_REQUEST_TOKENS, description="max_tokens asked of the engine (ignore_eos)"
+    )
     source: DataSource = "planning_scenario"
     data_ref: str | None = Field(
         default=None, description="where the real distribution came from (required for real_data)"
@@ -48,10 +58,14 @@ class InputTier(StrictModel):
 class ConcurrencyTier(StrictModel):
     """How many requests are in flight and how they arrive."""
 
-    concurrency: int = Field(ge=1, description="clients in flight (closed) or the in-flight cap")
-    duration_s: float = Field(gt=0, description="how long the tier is held")
+    concurrency: int = Field(
+        ge=1, le=MAX_CONCURRENCY, description="clients in flight (closed) or the in-flight cap"
+    )
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S, description="how long the tier is held")
     arrival: ArrivalMode = "closed"
-    rate_per_s: float | None = Field(default=None, gt=0, description="for poisson/constant")
+    rate_per_s: float | None = Field(
+        default=None, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="for poisson/constant"
+    )
     source: DataSource = "planning_scenario"
     data_ref: str | None = None
 
@@ -74,23 +88,25 @@ class SamplePrompt(StrictModel):
 
     tier: Literal["short", "medium", "long"]
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    prompt_tokens: int = Field(ge=1)
+    prompt_tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS)
     template_version: str
     tokenizer: str | None = None
 
 
 class Warmup(StrictModel):
-    requests: int = Field(default=8, ge=0, description="uniform warm-up requests, not scored")
-    input_tokens: int = Field(default=256, ge=1)
-    output_tokens: int = Field(default=32, ge=1)
+    requests: int = Field(
+        default=8, ge=0, le=MAX_REQUESTS, description="uniform warm-up requests, not scored"
+    )
+    input_tokens: int = Field(default=256, ge=1, le=MAX_REQUEST_TOKENS)
+    output_tokens: int = Field(default=32, ge=1, le=MAX_REQUEST_TOKENS)
 
 
 class SharedPrefix(StrictModel):
     """Shared system prompt / tool definitions placed before the varying part."""
 
-    tokens: int = Field(default=0, ge=0)
-    num_groups: int = Field(default=1, ge=1)
-    num_tenants: int = Field(default=1, ge=1)
+    tokens: int = Field(default=0, ge=0, le=MAX_REQUEST_TOKENS)
+    num_groups: int = Field(default=1, ge=1, le=MAX_CONCURRENCY)
+    num_tenants: int = Field(default=1, ge=1, le=MAX_CONCURRENCY)
 
 
 class LoadPlan(StrictModel):
@@ -101,8 +117,10 @@ class LoadPlan(StrictModel):
         description="cells as 'input/concurrency' in run order; default row by row, "
         "single -> normal -> peak",
     )
-    repetitions: int = Field(default=2, ge=1)
-    max_requests_per_cell: int = Field(default=200, ge=1, description="hard cap per repetition")
+    repetitions: int = Field(default=2, ge=1, le=1000)
+    max_requests_per_cell: int = Field(
+        default=200, ge=1, le=MAX_REQUESTS, description="hard cap per repetition"
+    )
     template_version: str = "unspecified"
     warmup: Warmup = Field(default_factory=Warmup)
     shared_prefix: SharedPrefix = Field(default_factory=SharedPrefix)
@@ -110,7 +128,7 @@ class LoadPlan(StrictModel):
     cancel_fraction: float = Field(
         default=0.0, ge=0, le=0.5, description="share of requests the client cancels mid-stream"
     )
-    cancel_after_tokens: int = Field(default=8, ge=1)
+    cancel_after_tokens: int = Field(default=8, ge=1, le=MAX_REQUEST_TOKENS)
 
     @model_validator(mode="after")
     def _check(self) -> LoadPlan:

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_v
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_TOKENS
+
 LockStatus = Literal["confirmed", "requested", "unconfirmed", "not_applicable"]
 T = TypeVar("T")
 
@@ -108,6 +110,17 @@ class PrefixCachingPolicy(StrictModel):
     )
 
 
+#: the lock's integer fields and their upper bounds (docs/limits.md)
+_INT_BOUNDS: dict[str, int] = {
+    "tensor_parallel": 4096,
+    "pipeline_parallel": 4096,
+    "max_model_len": MAX_TOKENS,
+    "block_size": 1 << 20,
+    "max_num_seqs": MAX_CONCURRENCY,
+    "max_num_batched_tokens": MAX_TOKENS,
+}
+
+
 class ObjectLock(StrictModel):
     """What the acceptance result applies to; the result is valid only for this lock."""
 
@@ -126,21 +139,48 @@ class ObjectLock(StrictModel):
     max_num_seqs: Locked[int] = Field(default_factory=lambda: Locked[int](value=256))
     max_num_batched_tokens: Locked[int] = Field(default_factory=lambda: Locked[int](value=8192))
     offload: Locked[str] = Field(
-        default_factory=lambda: Locked[str](value="none"),
-        description="KV offload tier, e.g. none or cpu:64GiB",
+        default_factory=_unconfirmed,
+        description="KV offload below the GPU: none or cpu:SIZE (e.g. cpu:64GiB); not given: "
+        "the target's own (sim: target.kv_tiers)",
+    )
+    #: vLLM --kv-cache-memory-bytes (on the CPU build: VLLM_CPU_KVCACHE_SPACE GiB); only when set
+    kv_cache_memory_bytes: Locked[int] | None = Field(
+        default=None,
+        description="KV pool bytes per GPU instead of a fraction of device memory (vLLM "
+        "--kv-cache-memory-bytes; the CPU build's VLLM_CPU_KVCACHE_SPACE); omit when unused",
+    )
+    #: vLLM --num-gpu-blocks-override; only when set
+    num_gpu_blocks_override: Locked[int] | None = Field(
+        default=None, description="vLLM --num-gpu-blocks-override; omit when unused"
     )
     router_policy: Locked[str] = Field(
-        default_factory=lambda: Locked[str](value="none"),
-        description="router policy when more than one replica serves the model",
+        default_factory=_unconfirmed,
+        description="router policy when more than one replica serves the model (not given: "
+        "the deployment's own; the acceptance targets run one replica)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data: Any) -> Any:
+        """``max_model_len: true`` is not 1: integers must be written as integers."""
+        if isinstance(data, dict):
+            for name in _INT_BOUNDS:
+                raw = data.get(name)
+                value = raw.get("value") if isinstance(raw, dict) else raw
+                if isinstance(value, bool):
+                    raise ValueError(
+                        f"@{name}: expected an integer, got {value!r}; give a positive integer"
+                    )
+        return data
 
     @model_validator(mode="after")
     def _positive(self) -> ObjectLock:
-        for name in ("tensor_parallel", "pipeline_parallel", "max_model_len", "block_size"):
+        for name, bound in _INT_BOUNDS.items():
             locked = getattr(self, name)
-            if locked.value is not None and locked.value < 1:
+            if locked.value is not None and not 1 <= locked.value <= bound:
                 raise ValueError(
-                    f"@{name}: must be >= 1 (got {locked.value}); give a positive integer"
+                    f"@{name}: must be >= 1 and <= {bound:,} (got {locked.value}); give a "
+                    "positive integer (docs/limits.md)"
                 )
         util = self.gpu_memory_utilization.value
         if util is not None and not 0.0 < util <= 1.0:
@@ -164,6 +204,18 @@ def flatten_lock(lock: ObjectLock) -> dict[str, Locked[Any]]:
                 item = getattr(value, sub)
                 if isinstance(item, Locked):
                     out[f"{name}.{sub}"] = item
+    return out
+
+
+def given_fields(lock: ObjectLock) -> set[str]:
+    """The flattened lock fields the plan file wrote (the rest are schema defaults)."""
+    out = {"model.id"}
+    for name in lock.model_fields_set:
+        value = getattr(lock, name)
+        if isinstance(value, Locked):
+            out.add(name)
+        elif isinstance(value, BaseModel):
+            out |= {f"{name}.{sub}" for sub in value.model_fields_set}
     return out
 
 

@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from kvbudget.accept.engine_config import factor_refusal, sim_tiers
+from kvbudget.accept.lifecycle import LifecycleLayer
 from kvbudget.accept.plan_checks import (
     Audits,
     Canary,
@@ -31,6 +33,7 @@ from kvbudget.accept.plan_checks import (
 from kvbudget.accept.plan_load import LoadPlan
 from kvbudget.accept.plan_lock import ObjectLock, StrictModel
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -68,6 +71,10 @@ class AcceptPlan(StrictModel):
     audits: Audits = Field(default_factory=Audits)
     rollback: Rollback = Field(default_factory=Rollback)
     canary: Canary = Field(default_factory=Canary)
+    lifecycle: list[LifecycleLayer] = Field(
+        default_factory=list,
+        description="deletion contract per storage layer (owner, trigger, retention, check)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AcceptPlan:
@@ -86,6 +93,15 @@ class AcceptPlan(StrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"@comparisons: name {dupes[0]!r} is used twice; names must be unique")
+        if self.target.kind == "sim":
+            try:
+                sim_tiers(self.target, self.lock)
+            except ConfigError as exc:
+                raise ValueError(f"@{exc}") from None
+        for index, comparison in enumerate(self.comparisons):
+            why = factor_refusal(self.target, comparison, self.lock)
+            if why is not None:
+                raise ValueError(f"@comparisons.{index}.factor: refused before the run: {why}")
         valid = {f"{i}/{c}" for i, c in self.load.cell_order()}
         for index, comparison in enumerate(self.comparisons):
             for cell in comparison.cells or []:
@@ -167,7 +183,7 @@ def load_plan(path: str | Path) -> AcceptPlan:
     if not file.is_file():
         raise ConfigError(f"plan: file {str(file)!r} not found; give the path of a YAML plan")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml_text(read_text_file(file, what="plan"), source=f"plan {file.name}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -25,7 +25,10 @@ class _Model(BaseModel):
 class LockEntry(_Model):
     field: str
     value: Any = None
-    status: Literal["confirmed", "requested", "unconfirmed", "not_applicable", "mismatch"]
+    #: ``default``: the plan did not give the field; the value is the schema's default (source)
+    status: Literal[
+        "confirmed", "requested", "unconfirmed", "not_applicable", "mismatch", "default"
+    ]
     source: str | None = None
     note: str | None = None
     observed: Any = None
@@ -111,6 +114,8 @@ class CellResult(_Model):
     num_preemptions: int = 0
     error_rate: float | None = None
     prompt_tokens_mean: float | None = None
+    #: the server-counted prompt lengths against the input tier's bounds (see cells.py)
+    prompt_tokens_in_tier: dict[str, Any] = Field(default_factory=dict)
     summaries: dict[str, MetricSummary] = Field(default_factory=dict)
     throughput: dict[str, float] = Field(default_factory=dict)
     prefix_hit_rate_tokens: float | None = None
@@ -147,6 +152,9 @@ class MetricDelta(_Model):
     pct_diff: float | None
     pct_diff_low: float | None
     pct_diff_high: float | None
+    #: the confidence of [pct_diff_low, pct_diff_high]: 1 - alpha / m (Bonferroni over the
+    #: comparison's m tests), so the interval is the corrected statistic the verdict reads
+    ci_confidence: float = 0.95
     hl_shift: float | None
     p_value: float | None
     p_holm: float | None
@@ -161,6 +169,8 @@ class ComparisonResult(_Model):
     baseline_value: Any = None
     variant_value: Any = None
     differences: list[str] = Field(default_factory=list)
+    #: the engine configuration fields that differ between the two arms as they were started
+    engine_changes: list[str] = Field(default_factory=list)
     percentile: float = 95.0
     alpha: float = 0.05
     deltas: list[MetricDelta] = Field(default_factory=list)
@@ -188,6 +198,10 @@ class AcceptResult(ResultDocument):
     lock: list[LockEntry]
     blocking: list[str]
     ledger: Ledger
+    #: the engine's final resolved values read back over HTTP (EngineReport; {} for sim)
+    engine_report: dict[str, Any] = Field(default_factory=dict)
+    #: planned pool beside the engine-reported pool: {field, planned, engine_reported, ...}
+    pool: list[dict[str, Any]] = Field(default_factory=list)
     baseline: dict[str, Any] = Field(default_factory=dict)
     warmup: dict[str, Any] = Field(default_factory=dict)
     cells: list[CellResult]
@@ -200,4 +214,6 @@ class AcceptResult(ResultDocument):
     verdict: OverallVerdict
     verdict_reasons: list[str]
     rollback: list[str] = Field(default_factory=list)
+    #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
+    rollback_drill: dict[str, Any] = Field(default_factory=dict)
     canary: list[str] = Field(default_factory=list)

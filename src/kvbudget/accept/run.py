@@ -17,6 +17,7 @@ verdicts are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.cells import summarize_cell
+from kvbudget.accept.engine_config import EngineConfig
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import CellResult, Ledger, Verdict
@@ -81,6 +83,60 @@ def check_quality_files(plan: AcceptPlan) -> None:
             )
 
 
+#: what a run in OUT was started with: ``--resume`` refuses another plan or target
+RUN_FILE = "accept-run.json"
+
+
+def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
+    """Record the plan's sha256 and target in ``OUT/accept-run.json``; with ``resume``, refuse
+    in one line when they differ from the recorded run's (its records would mix with this
+    plan's)."""
+    path = out_dir / RUN_FILE
+    target: dict[str, Any] = plan.target.model_dump(mode="json")
+    mine: dict[str, Any] = {"plan_sha256": plan.canonical_sha256(), "target": target}
+    if resume:
+        progress = out_dir / "progress.jsonl"
+        if path.exists():
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(
+                    f"--resume: {path} is not readable JSON; start over without --resume or "
+                    "choose another --out",
+                    field="resume",
+                ) from exc
+            old_target = old.get("target") if isinstance(old, dict) else None
+            if old_target != target:
+                fields = sorted(
+                    k
+                    for k in set(target) | set(old_target or {})
+                    if (old_target or {}).get(k) != target.get(k)
+                )
+                raise ConfigError(
+                    f"--resume: the run in {out_dir} used another target (differs on "
+                    f"target.{', target.'.join(fields) or 'kind'}); resume with the same plan "
+                    "or choose another --out",
+                    field="resume",
+                )
+            old_sha = str(old.get("plan_sha256")) if isinstance(old, dict) else ""
+            if old_sha != mine["plan_sha256"]:
+                raise ConfigError(
+                    f"--resume: the run in {out_dir} was made from another plan (sha256 "
+                    f"{old_sha[:12]}, this plan {mine['plan_sha256'][:12]}); resume with the "
+                    "same plan file or choose another --out",
+                    field="resume",
+                )
+            return
+        if progress.exists() and progress.stat().st_size > 0:
+            raise ConfigError(
+                f"--resume: {out_dir} holds records but no {RUN_FILE} naming their plan, so "
+                "they cannot be checked against this one; start over without --resume or "
+                "choose another --out",
+                field="resume",
+            )
+    write_json(path, mine)
+
+
 #: the idle baseline counts as recovered when KV usage is at most this and nothing runs
 RECOVERY_KV_USAGE = 0.01
 
@@ -92,6 +148,8 @@ class PreparedTarget:
     target: Target
     ledger: Ledger
     computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: the engine configuration this target was started with (None: not known, e.g. http)
+    engine: EngineConfig | None = None
 
 
 TargetFactory = Callable[[ObjectLock], PreparedTarget]
@@ -294,3 +352,8 @@ def run_matrix(
             records_out.close()
         if progress_out is not None:
             progress_out.close()
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

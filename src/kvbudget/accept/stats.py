@@ -71,14 +71,19 @@ def compare(
     percentile: float,
     rng: np.random.Generator,
     num_resamples: int = DEFAULT_RESAMPLES,
+    *,
+    confidence: float = 0.95,
 ) -> ABResult:
-    """Mann-Whitney U (two-sided), Hodges-Lehmann shift, bootstrap CI of a percentile diff."""
+    """Mann-Whitney U (two-sided), Hodges-Lehmann shift, bootstrap CI of a percentile diff
+    at ``confidence`` (a caller correcting for m tests passes ``1 - alpha / m``)."""
     a = np.asarray(baseline, dtype=float)
     b = np.asarray(variant, dtype=float)
     if a.size == 0 or b.size == 0:
         return ABResult(int(a.size), int(b.size), None, None, None, None, None, None, None)
     mw = mstats.mann_whitney(b, a, alternative="two-sided")
-    diff = mstats.bootstrap_percentile_diff(b, a, percentile, rng, num_bootstrap=num_resamples)
+    diff = mstats.bootstrap_percentile_diff(
+        b, a, percentile, rng, confidence=confidence, num_bootstrap=num_resamples
+    )
     return ABResult(
         n_baseline=int(a.size),
         n_variant=int(b.size),

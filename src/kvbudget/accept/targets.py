@@ -58,6 +58,8 @@ class TargetInfo:
     #: lock fields that are meaningless for this target -> why
     not_applicable: dict[str, str] = field(default_factory=dict)
     synthetic_text: bool = False
+    #: the engine's final resolved values (kvbudget.load.engine_report.EngineReport as JSON)
+    engine_report: dict[str, Any] = field(default_factory=dict)
 
 
 class Target(Protocol):

@@ -65,7 +65,7 @@ class IsolationConfig:
             )
         if self.prefix_tokens < 1 or self.suffix_tokens < 1:
             raise ConfigError(
-                f"--prefix-tokens {self.prefix_tokens} / --suffix-tokens {self.suffix_tokens}: "
+                f"--shared-prefix-tokens {self.prefix_tokens} / --suffix-tokens {self.suffix_tokens}: "
                 "both must be >= 1 (the prefix should span several KV blocks, e.g. 512)",
                 field="prefix_tokens",
             )
@@ -225,9 +225,10 @@ async def _run_trials(
         )
         after = await probe.hit_counter()
         if i == 0 and not victim.ok and not attacker.ok:
+            where = (await probe.identity()).base_url or "the simulator"
             raise TargetError(
-                f"the first audit requests failed ({attacker.error}); check --base-url, "
-                "--model and the API key variable"
+                f"the first audit requests failed at {where} ({attacker.error}); check "
+                "--base-url, --model and the API key variable"
             )
         delta = None if before is None or after is None else after - before
         records.append(

@@ -15,6 +15,7 @@ from kvbudget.errors import TargetError
 from kvbudget.load.client import ENDPOINT_PATHS, ClientRequest, Endpoint, OpenAIClient
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
+from kvbudget.load.run import check_served_model
 from kvbudget.records import excerpt
 
 HIT_SERIES = ("prefix_cache_hits_tokens", "prompt_tokens_cached")
@@ -115,20 +116,10 @@ class HttpProbe:
         if self._identity is not None:
             return self._identity
         ident = await server_identity(self.client)
-        if not ident.get("models_status"):
-            raise TargetError(
-                f"--base-url: cannot reach {redact_url(self.client.base_url)}/v1/models "
-                "(connection refused, or no answer in time); check --base-url and that the "
-                "server is up"
-            )
-        if self.model is None:
-            models = ident.get("models") or []
-            if not models:
-                raise TargetError(
-                    f"--model: {redact_url(self.client.base_url)}/v1/models lists no model "
-                    f"(HTTP {ident.get('models_status')}); pass --model NAME"
-                )
-            self.model = str(models[0]["id"])
+        # the name is checked against /v1/models (or taken from it) before any request
+        self.model = check_served_model(
+            redact_url(self.client.base_url), self.model, ident, connect_timeout_s=10.0
+        )
         # kvbudget serve is the simulator behind HTTP: its step times are simulated, not measured
         own_sim = ident.get("engine") == "kvbudget-serve"
         timing = (ident.get("version") or {}).get("timing_model") if own_sim else None

@@ -6,7 +6,7 @@ simulator's driver (``sim.driver``), one request at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from kvbudget.sim.fromplan import build_manual_replica, build_replica
 from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest, SimRequest
 from kvbudget.sim.router import Router
+from kvbudget.sim.tiers import Tier
 from kvbudget.workload.tokenizer import get_tokenizer
 
 
@@ -39,6 +40,10 @@ class SimProbeOptions:
     model: str = "sim"
     #: size the pool and time the steps from a plan (the builder sim and accept use) instead
     plan: PlanRequest | None = None
+    #: a KV store that outlives this probe's replica (restart/upgrade audits share it)
+    store: Tier | None = None
+    #: the deployment's cache identity (a CacheIdentity digest) for the store's keys
+    identity: str = ""
 
 
 class SimProbe:
@@ -56,15 +61,20 @@ class SimProbe:
                     max_model_len=opts.max_model_len,
                     max_num_batched_tokens=opts.max_model_len,
                     enable_prefix_caching=opts.enable_prefix_caching,
+                    # sizes the blocks of a persistent store (bf16, 8 KV heads x 128, 32 layers)
+                    kv_bytes_per_token=131072 if opts.store is not None else 0,
                 ),
                 step_s=opts.step_s,
                 per_token_s=opts.per_token_s,
             )
         self.opts = opts
         self.built = built
+        setup = built.setup
+        if opts.store is not None:
+            setup = replace(setup, shared_tiers=(opts.store,), identity=opts.identity)
         self.replica = Replica(
             built.config.name,
-            built.setup,
+            setup,
             np.random.default_rng(int(rng.integers(0, 2**31 - 1))),
             vocab_size=opts.vocab_size,
         )

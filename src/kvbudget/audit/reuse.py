@@ -46,8 +46,8 @@ class ReuseConfig:
     def validate(self) -> None:
         if self.num_prompts < 1 or self.prompt_tokens < 1 or self.max_tokens < 1:
             raise ConfigError(
-                f"--prompts {self.num_prompts} / --prompt-tokens {self.prompt_tokens} / "
-                f"--max-tokens {self.max_tokens}: each must be >= 1 (prompts should span "
+                f"--prompts {self.num_prompts} / --input-tokens {self.prompt_tokens} / "
+                f"--output-tokens {self.max_tokens}: each must be >= 1 (prompts should span "
                 "several KV blocks, e.g. 512 tokens)",
                 field="prompts",
             )
@@ -261,7 +261,8 @@ def _overall(
             "inconclusive",
             (
                 "hot runs matched the cold runs, but the after-reset run is untested: the target "
-                "refused the reset or has no reset route (/reset_prefix_cache, /flush_cache)"
+                "refused the reset or has no reset route (/reset_prefix_cache, /flush_cache; vLLM "
+                "serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1)"
             ),
         )
     return (
@@ -297,7 +298,8 @@ async def run_reuse(
         hot, dh = await _timed(probe, ids, text, cfg)
         if not cold.ok and not hot.ok and not firsts:
             raise TargetError(
-                f"the first completion failed ({cold.error}); check --base-url and --model"
+                f"the first completion failed at {ident.base_url or 'the simulator'} "
+                f"({cold.error}); check --base-url and --model"
             )
         firsts.append((cold, dc, hot, dh))
         done += 2

@@ -11,6 +11,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kvbudget.load.client import OpenAIClient
+from kvbudget.load.identity import server_identity
+from kvbudget.load.run import check_served_model
 
 #: llama.cpp's defaults for -b / -ub (common/common.h), used when the engine does not report them
 LLAMACPP_N_BATCH = 2048
@@ -35,8 +37,17 @@ class EngineInfo:
         return int(self.n_ctx_slot or self.max_model_len or 2048)
 
 
+def is_own_simulator(engine: str) -> bool:
+    """Whether the engine is kvbudget serve (the simulator over HTTP: its timings are simulated)."""
+    return engine.startswith("kvbudget-serve")
+
+
 async def discover(client: OpenAIClient, model: str) -> EngineInfo:
-    """Ask ``/props`` (llama.cpp), ``/version`` (vLLM, SGLang) and ``/v1/models``."""
+    """Ask ``/props`` (llama.cpp), ``/version`` (vLLM, SGLang) and ``/v1/models``.
+
+    ``model`` must be one of the served ids (checked before any request is sent).
+    """
+    check_served_model(client.base_url, model, await server_identity(client))
     status, props, _ = await client.get_json("/props")
     if status == 200 and isinstance(props, dict) and "total_slots" in props:
         gen = props.get("default_generation_settings") or {}

@@ -107,8 +107,8 @@ async def run_series(
         for out in outs:
             if out.status != "ok":
                 raise TargetError(
-                    f"calibration probe '{probe.label}' failed: {out.error_kind} "
-                    f"({out.error_excerpt}); check the server and --base-url"
+                    f"calibration probe '{probe.label}' failed: {out.error_kind} from "
+                    f"{client.base_url} ({out.error_excerpt}); check the server and --base-url"
                 )
         after = await scrape(client, metrics_url) if metrics_url else None
         results.append(ProbeResult(probe, tuple(outs), _delta(before, after)))

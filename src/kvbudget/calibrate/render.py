@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvbudget.calibrate.engine import is_own_simulator
 from kvbudget.calibrate.predict import ErrorRow
 from kvbudget.calibrate.validate import TARGET_REL_ERROR, ValidationReport
 from kvbudget.sim.timing import CalibrationProfile
@@ -19,7 +20,7 @@ _UNITS = {
 def profile_text(profile: CalibrationProfile) -> str:
     f = profile.fit
     lines = [
-        f"calibration profile {profile.name} (measured on {profile.engine}; {profile.hardware})",
+        f"calibration profile {profile.name} ({_timed_on(profile.engine)}; {profile.hardware})",
         f"  model {profile.model_id}; engine settings {profile.engine_settings}",
     ]
     if f is not None:
@@ -46,6 +47,12 @@ def profile_text(profile: CalibrationProfile) -> str:
     return "\n".join(lines)
 
 
+def _timed_on(engine: str) -> str:
+    if is_own_simulator(engine):
+        return f"timed on {engine}: kvbudget's simulator served in real time, figures simulated"
+    return f"measured on {engine}"
+
+
 def _fmt(row: ErrorRow, value: float | None) -> str:
     if value is None or value != value:
         return "n/a"
@@ -53,10 +60,10 @@ def _fmt(row: ErrorRow, value: float | None) -> str:
     return f"{value * scale:.1f}"
 
 
-def error_table(rows: list[ErrorRow]) -> str:
-    """Markdown: one line per cell and metric."""
+def error_table(rows: list[ErrorRow], *, served: str = "measured") -> str:
+    """Markdown: one line per cell and metric (``served``: what the engine's figures are)."""
     out = [
-        "| cell | role | metric | measured | simulated | relative error |",
+        f"| cell | role | metric | {served} (engine) | simulated (prediction) | relative error |",
         "|---|---|---|---:|---:|---:|",
     ]
     for r in rows:
@@ -75,10 +82,10 @@ def validation_text(report: ValidationReport) -> str:
     lines = [
         profile_text(report.profile),
         "",
-        f"measured: {report.engine} on {report.hardware}; simulated: llama.cpp slots with "
-        f"calibrated:{report.profile.name}",
+        f"{report.source}: {report.engine} on {report.hardware}; prediction (simulated): "
+        f"llama.cpp slots with calibrated:{report.profile.name}",
         "",
-        error_table(report.errors),
+        error_table(report.errors, served=report.source),
         "",
         f"held-out cells, largest |relative error|: TTFT p50 {worst.get('ttft_p50_s', float('nan')):.1%}, "
         f"TPOT p50 {worst.get('tpot_p50_s', float('nan')):.1%} "

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from kvbudget.calibrate.engine import EngineInfo, discover, poll_slot_cells
+from kvbudget.calibrate.engine import EngineInfo, discover, is_own_simulator, poll_slot_cells
 from kvbudget.calibrate.measure import token_request
 from kvbudget.calibrate.predict import (
     CellFigures,
@@ -83,6 +83,7 @@ async def measure_cell(
     engine_label: str,
     *,
     total_cells: int | None = None,
+    kind: str = "measured",
 ) -> CellFigures:
     """Closed loop: ``concurrency`` workers, each sends its next prompt when one ends. With
     ``total_cells`` (llama.cpp), the peak KV usage is sampled from ``/slots`` meanwhile."""
@@ -106,8 +107,8 @@ async def measure_cell(
     bad = [o for o in outs if o.status != "ok"]
     if bad:
         raise TargetError(
-            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed "
-            f"({bad[0].error_kind}: {bad[0].error_excerpt}); check the server"
+            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed, first "
+            f"{bad[0].error_kind} from {client.base_url} ({bad[0].error_excerpt}); check the server"
         )
     ttfts, tpots, total, starts, ends = [], [], 0, [], []
     for o in outs:
@@ -124,7 +125,7 @@ async def measure_cell(
         starts.append(o.sent_s)
         ends.append(times[-1])
     return figures(
-        f"measured ({engine_label})", ttfts, tpots, total, max(ends) - min(starts), peak_kv
+        f"{kind} ({engine_label})", ttfts, tpots, total, max(ends) - min(starts), peak_kv
     )
 
 
@@ -146,6 +147,9 @@ class ValidationReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: str = "kvbudget.calibration-validation"
+    #: what the "measured" figures are: ``simulated`` against kvbudget serve (its step times
+    #: are the simulator's, delivered in real time), else ``measured``
+    source: Literal["measured", "simulated"] = "measured"
     engine: str
     hardware: str
     profile: CalibrationProfile
@@ -180,6 +184,9 @@ async def validate(
     cells: list[CellResult] = []
     rows: list[ErrorRow] = []
     label = f"{cal.info.engine} {cal.info.version}, {profile.hardware}"
+    source: Literal["measured", "simulated"] = (
+        "simulated" if is_own_simulator(cal.info.engine) else "measured"
+    )
     slots, ctx = cal.info.num_slots, cal.info.n_ctx_slot
     slot_cells = slots * ctx if cal.info.engine == "llama.cpp" and slots and ctx else None
     async with OpenAIClient(
@@ -191,7 +198,9 @@ async def validate(
     ) as client:
         for k, plan in enumerate(plans):
             load = cell_load(plan, opts.seed + 1000 + k)
-            measured = await measure_cell(client, opts.model, load, label, total_cells=slot_cells)
+            measured = await measure_cell(
+                client, opts.model, load, label, total_cells=slot_cells, kind=source
+            )
             predicted, warnings = predict_cell(profile, load)
             cells.append(
                 CellResult(
@@ -217,6 +226,7 @@ async def validate(
         worst[metric] = max(errs) if errs else float("nan")
     met = all(v <= TARGET_REL_ERROR for v in worst.values())
     return ValidationReport(
+        source=source,
         engine=f"{cal.info.engine} {cal.info.version}",
         hardware=profile.hardware,
         profile=profile,

@@ -101,10 +101,25 @@ def model_assumptions(
             layout.padding,
         ),
     }
-    return [
+    out = [
         Assumption(name, CHECKLIST[name], holds, "derived from the model", "" if holds else why)
         for name, (holds, why) in checks.items()
     ]
+    if not spec.rules_verified:
+        out.append(
+            Assumption(
+                "verified_architecture",
+                VERIFIED_TEXT,
+                False,
+                "derived from the model",
+                f"model_type {spec.model_type} was read with generic rules that no oracle has "
+                "checked for it (see the architecture_rules ledger line)",
+            )
+        )
+    return out
+
+
+VERIFIED_TEXT = "the architecture's layer rules were checked against transformers' cache"
 
 
 def _kinds_text(kinds: dict[str, int]) -> str:

@@ -26,6 +26,7 @@ from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.ledger import input_entry, length_conflict
 from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import MAX_LAYERS
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
 from kvbudget.spec.resolve import ResolvedModel, resolve_model
@@ -52,6 +53,12 @@ def explicit_bytes(
         ("seqs", seqs),
     ):
         _positive(name, value)
+    if num_layers > MAX_LAYERS:
+        raise ConfigError(
+            f"layers: {num_layers} is beyond the limit of {MAX_LAYERS:,} (docs/limits.md); "
+            "give the model's real layer count",
+            field="layers",
+        )
     dtype_from_element_bytes(dtype_bytes)
     per_token = 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
     return per_token, per_token * tokens, per_token * tokens * seqs

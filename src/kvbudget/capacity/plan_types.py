@@ -59,6 +59,16 @@ class PlanRequest(BaseModel):
     snapshot: str | None = None
     api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
     mamba_cache_mode: MambaCacheMode = "none"
+    mamba_cache_dtype: str = Field(
+        default="auto", description="vLLM --mamba-cache-dtype (conv state; auto: model dtype)"
+    )
+    mamba_ssm_cache_dtype: str = Field(
+        default="auto",
+        description="vLLM --mamba-ssm-cache-dtype (recurrent state; auto: --mamba-cache-dtype)",
+    )
+    quantization: str | None = Field(
+        default=None, description="vLLM --quantization method name for the weights"
+    )
     disable_hybrid_kv_cache_manager: bool = Field(
         default=False, description="vLLM flag: sliding/chunked layers pay the full length"
     )

@@ -112,6 +112,7 @@ def _to_pool_layer(spec: VllmLayerSpec) -> vpool.PoolLayer:
         sliding_window=spec.sliding_window,
         attention_chunk_size=spec.attention_chunk_size,
         num_speculative_blocks=spec.num_speculative_blocks,
+        num_checkpoint_blocks=spec.num_checkpoint_blocks,
     )
 
 
@@ -173,6 +174,7 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
     snapshot = Path(request.snapshot) if request.snapshot else None
     if snapshot is None and Path(request.model).is_dir():
         snapshot = Path(request.model)  # --model is a snapshot folder: read its weights index
+    model = with_quantization(model, request.quantization)
     weights = estimate_weights(
         model, tp=request.tp, pp=request.pp, snapshot=snapshot, weights_bytes=request.weights_bytes
     )
@@ -249,6 +251,12 @@ def _make_vllm_plan(
         pp=1,
         block_size=request.block_size,
         mamba_cache_mode=request.mamba_cache_mode,
+        mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
+        mamba_ssm_state_bytes=mamba_dtype_bytes(
+            request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
+        ),
+        align_to_block_size=behaviour.version >= (0, 32, 0),
+        mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
     )
     pool_layers = vpool.raise_attention_block_for_mamba(
         [_to_pool_layer(s) for s in kv_layers(all_specs)]
@@ -388,6 +396,65 @@ def _make_vllm_plan(
         headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
     )
+
+
+#: vLLM ``--quantization`` names kvbudget sizes weights for, and the config each one implies
+#: when the checkpoint carries no ``quantization_config`` (vLLM's online defaults: fp8 dynamic
+#: per-tensor, AWQ/GPTQ 4 bit in groups of 128).
+QUANTIZATION_METHODS: dict[str, dict[str, object]] = {
+    "fp8": {"quant_method": "fp8"},
+    "awq": {"quant_method": "awq", "bits": 4, "group_size": 128},
+    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128},
+    "mxfp4": {"quant_method": "mxfp4"},
+    "compressed-tensors": {"quant_method": "compressed-tensors"},
+}
+
+
+def with_quantization(model: ModelSpec, method: str | None) -> ModelSpec:
+    """``--quantization``: the weights' method (vLLM's names). The KV dtype is not touched.
+
+    As vLLM (``ModelConfig._verify_quantization``), a method that contradicts the config's
+    ``quantization_config.quant_method`` is refused.
+    """
+    if method is None:
+        return model
+    name = method.strip().lower()
+    if name in ("none", ""):
+        return replace(model, quantization_config=None)
+    existing = model.quantization_config
+    if existing is not None:
+        found = str(existing.get("quant_method", "")).lower()
+        if found and found != name:
+            raise ConfigError(
+                f"quantization: --quantization {name} contradicts the config's quantization_config "
+                f"({found}); vLLM refuses this; drop --quantization or pass --quantization {found}",
+                field="quantization",
+            )
+        return model
+    if name not in QUANTIZATION_METHODS or name == "compressed-tensors":
+        known = ", ".join(m for m in QUANTIZATION_METHODS if m != "compressed-tensors")
+        raise ConfigError(
+            f"quantization: {method!r} is not a method kvbudget sizes without a quantization_config "
+            f"(known: {known}); pass --weights-bytes from the engine log",
+            field="quantization",
+        )
+    return replace(model, quantization_config=dict(QUANTIZATION_METHODS[name]))
+
+
+MAMBA_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def mamba_dtype_bytes(name: str, field: str) -> int | None:
+    """Element bytes of vLLM's ``--mamba-cache-dtype`` / ``--mamba-ssm-cache-dtype`` (None: auto)."""
+    key = name.strip().lower()
+    if key == "auto":
+        return None
+    if key not in MAMBA_DTYPE_BYTES:
+        raise ConfigError(
+            f"{field}: {name!r} is not one of vLLM's choices; use auto, float32, bfloat16 or float16",
+            field=field,
+        )
+    return MAMBA_DTYPE_BYTES[key]
 
 
 _VLLM_ONLY = (

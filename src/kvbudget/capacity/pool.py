@@ -44,6 +44,7 @@ class PoolLayer:
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     num_speculative_blocks: int = 0
+    num_checkpoint_blocks: int = 0  # vLLM 0.32 mamba2 prefill checkpoint (align mode)
 
     def spec_key(self) -> tuple[object, ...]:
         return (
@@ -52,6 +53,7 @@ class PoolLayer:
             self.page_size_bytes,
             self.sliding_window,
             self.attention_chunk_size,
+            self.num_checkpoint_blocks,
         )
 
     def max_memory_usage_bytes(
@@ -69,6 +71,7 @@ class PoolLayer:
             attention_chunk_size=self.attention_chunk_size,
             num_speculative_blocks=self.num_speculative_blocks,
             mamba_cache_mode=mamba_cache_mode,
+            num_checkpoint_blocks=self.num_checkpoint_blocks,
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
         )
@@ -87,6 +90,7 @@ class KvCacheGroup:
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     num_speculative_blocks: int = 0
+    num_checkpoint_blocks: int = 0
 
     @property
     def num_layers(self) -> int:
@@ -101,6 +105,7 @@ class KvCacheGroup:
             sliding_window=self.sliding_window,
             attention_chunk_size=self.attention_chunk_size,
             num_speculative_blocks=self.num_speculative_blocks,
+            num_checkpoint_blocks=self.num_checkpoint_blocks,
         )
 
     def max_blocks_per_request(
@@ -138,7 +143,9 @@ class KvCacheGroup:
             return min(full, cdiv(chunk, b))
         if mamba_cache_mode == "all":
             return full
-        return (2 if mamba_cache_mode == "align" else 1) + self.num_speculative_blocks
+        if mamba_cache_mode == "align":
+            return 2 + self.num_speculative_blocks + self.num_checkpoint_blocks
+        return 1 + self.num_speculative_blocks
 
 
 def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
@@ -242,6 +249,7 @@ def _make_group(group_id: int, proto: PoolLayer, indices: list[int], pad: int) -
         sliding_window=proto.sliding_window,
         attention_chunk_size=proto.attention_chunk_size,
         num_speculative_blocks=proto.num_speculative_blocks,
+        num_checkpoint_blocks=proto.num_checkpoint_blocks,
     )
 
 

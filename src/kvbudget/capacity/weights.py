@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvbudget.capacity.layouts.vllm import get_pp_indices
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layers import MLA, FullAttention, KVShared, LayerSpec, NoAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -201,6 +201,18 @@ def layer_matrices(spec: ModelSpec, index: int) -> tuple[list[Matrix], bool]:
     return mixer + _mlp_matrices(spec, index, h), approx
 
 
+def _quant_int(quant: dict[str, Any], key: str, default: Any, minimum: int) -> int:
+    """An integer of ``quantization_config`` (a wrong type is a one-line SpecError)."""
+    value = quant.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 2**31:
+        raise SpecError(
+            f"quantization_config.{key}: expected an integer >= {minimum}, got "
+            f"{str(value)[:40]!r}; fix the config",
+            field=f"quantization_config.{key}",
+        )
+    return value
+
+
 def _matrix_bytes(
     m: Matrix, shape: tuple[int, int], quant: dict[str, Any] | None, dtype_bytes: int
 ) -> int:
@@ -211,11 +223,18 @@ def _matrix_bytes(
     method = str(quant.get("quant_method", "")).lower()
     if method == "fp8":
         block = quant.get("weight_block_size")
-        scales = cdiv(n_out, int(block[0])) * cdiv(n_in, int(block[1])) if block else 1
+        if block:
+            rows = _quant_int({"b": block[0] if isinstance(block, list) else block}, "b", 1, 1)
+            cols = _quant_int(
+                {"b": block[1] if isinstance(block, list) and len(block) > 1 else None}, "b", 1, 1
+            )
+            scales = cdiv(n_out, rows) * cdiv(n_in, cols)
+        else:
+            scales = 1
         return n_in * n_out + 4 * scales
     if method in ("awq", "gptq"):
-        bits = int(quant.get("bits", quant.get("w_bit", 4)))
-        group = int(quant.get("group_size", quant.get("q_group_size", 128)))
+        bits = _quant_int(quant, "bits", quant.get("w_bit", 4), 1)
+        group = _quant_int(quant, "group_size", quant.get("q_group_size", 128), -1)
         group = n_in if group <= 0 else group
         groups = cdiv(n_in, group)
         packed = cdiv(n_in * n_out * bits, 8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -33,7 +34,7 @@ REPORT_FILES = ("report.json", "report.md", "report.html")
 @click.option(
     "--validate", "validate_only", is_flag=True, help="Validate the plan file and exit (no run)."
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--no-progress", "--quiet", "quiet", is_flag=True, help="No live progress bar.")
 @click.option(
     "--keep-prompts",
     is_flag=True,
@@ -61,7 +62,8 @@ def accept(
     Targets (plan target.kind): sim (default; virtual time), serve (kvbudget serve on
     127.0.0.1, real time) and http (a real OpenAI-compatible endpoint). Simulated figures are
     labelled simulated and their quality checks untested. Exit status: 0 when the run completed (whatever the verdict;
-    with --fail-on-verdict: 0 only for pass, else 1), 2 for bad input.
+    with --fail-on-verdict: 0 only for pass, else 1), 1 when a requested audit failed (the
+    report is written, its Audits section says why), 2 for bad input.
     """
     from kvbudget.accept.planfile import load_plan, plan_json_schema
     from kvbudget.errors import ConfigError
@@ -85,7 +87,6 @@ def accept(
     from kvbudget.accept.factories import factory_for
     from kvbudget.cli.outdir import prepare_out_dir
     from kvbudget.report.terminal import print_summary
-    from kvbudget.report.write import write_report
 
     prepare_out_dir(out_dir, REPORT_FILES)
     console = Console(stderr=True)
@@ -109,7 +110,93 @@ def accept(
         doc = run_acceptance(
             plan, factory, out_dir=out_dir, resume=resume, progress=progress, run_async=run_async
         )
-    paths = write_report(doc, out_dir)
+    doc.anomalies.extend(unstable_queues(out_dir))
+    failed = failure_line(plan, out_dir)
+    if failed is not None:
+        doc.verdict_reasons.insert(0, f"the run failed: {failed}")
+    paths = _write(doc, out_dir)
     print_summary(doc, paths, wall_s=time.monotonic() - started)
+    if failed is not None:
+        from kvbudget.errors import RunFailedError
+
+        raise RunFailedError(f"{failed} (report: {paths['md']})")
+    failed_audits = doc.audits.get("failed") if isinstance(doc.audits, dict) else None
+    if failed_audits:
+        click.echo(
+            f"accept: the {' and '.join(failed_audits)} audit(s) failed (the report's Audits "
+            "section says why; the cells are kept); exit 1",
+            err=True,
+        )
+        raise SystemExit(1)
     if fail_on_verdict and doc.verdict != "pass":
         raise SystemExit(1)
+
+
+def failure_line(plan: Any, out_dir: Path) -> str | None:
+    """One line when every timed request of the run failed (from OUT/records.jsonl)."""
+    from kvbudget.load.diagnosis import failure_diagnosis
+    from kvbudget.records import RequestRecord, read_jsonl
+
+    path = out_dir / "records.jsonl"
+    if not path.is_file():
+        return None
+    records = read_jsonl(path, RequestRecord).items
+    target = plan.target
+    if target.kind == "http":
+        url = f"{str(target.base_url).rstrip('/')} (target.base_url)"
+    elif target.kind == "serve":
+        url = "kvbudget serve (target.kind serve)"
+    else:
+        url = "the simulator (target.kind sim)"
+    return failure_diagnosis(records, url=url)
+
+
+def unstable_queues(out_dir: Path) -> list[Any]:
+    """An ``unstable_queue`` anomaly per open-loop cell repetition whose TTFT kept growing."""
+    from kvbudget.accept.result import Anomaly
+    from kvbudget.metrics.stability import queue_growth
+    from kvbudget.records import RequestRecord, read_jsonl
+
+    path = out_dir / "records.jsonl"
+    if not path.is_file():
+        return []
+    runs: dict[str, list[RequestRecord]] = {}
+    for r in read_jsonl(path, RequestRecord).items:
+        if r.warmup or r.scheduled_s is None or r.ttft_s is None:
+            continue  # closed-loop cells have no schedule: their queue cannot run away
+        runs.setdefault(r.request_id.rsplit("/", 1)[0], []).append(r)
+    out = []
+    for run_id, recs in sorted(runs.items()):
+        growth = queue_growth([r.scheduled_s or 0.0 for r in recs], [r.ttft_s or 0.0 for r in recs])
+        if growth is not None:
+            out.append(
+                Anomaly(
+                    code="unstable_queue",
+                    title=f"Unstable queue in {run_id}",
+                    evidence=growth.line(),
+                    advice="the cell's latency percentiles grow with its duration: read them as "
+                    "overload, not as the deployment's latency; lower the tier's rate_per_s or add "
+                    "replicas, and judge capacity at a stable rate",
+                    cells=[recs[0].cell_id or run_id],
+                )
+            )
+    return out
+
+
+def _write(doc: Any, out_dir: Path) -> dict[str, Path]:
+    """The three reports; if rendering fails, report.json is still written (nothing is lost)."""
+    from kvbudget.errors import KvbudgetError, ReportError
+    from kvbudget.records import write_document
+    from kvbudget.report.write import write_report
+
+    try:
+        return write_report(doc, out_dir)
+    except KvbudgetError:
+        raise
+    except Exception as exc:
+        write_document(out_dir / "report.json", doc)
+        raise ReportError(
+            f"report.md/report.html could not be rendered ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}); {out_dir / 'report.json'} was written: re-render "
+            "it with 'kvbudget report' after an upgrade"
+        ) from exc

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from kvbudget.cli.main import run_async
+from kvbudget.cli.vocab import COUNT, COUNT0, ENDPOINT, INPUT_TOKENS, OUTPUT_TOKENS
 from kvbudget.errors import ConfigError
 
 
@@ -20,7 +21,7 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--base-url",
             default=None,
-            help="OpenAI-compatible endpoint to audit (figures are measured).",
+            help="OpenAI-compatible server to audit, with or without /v1 (figures are measured).",
         ),
         click.option(
             "--target",
@@ -31,7 +32,7 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--model", default=None, help="Model name (default: first of /v1/models)."),
         click.option(
             "--endpoint",
-            type=click.Choice(["completions", "chat"]),
+            type=ENDPOINT,
             default="completions",
             show_default=True,
             help="--base-url: /v1/completions (raw prompt) or /v1/chat/completions (one user "
@@ -106,6 +107,9 @@ def _api_key(env_name: str | None, *, flag: str = "--api-key-env") -> str | None
             "or drop the flag",
             field=flag.strip("-").replace("-", "_"),
         )
+    from kvbudget.safety.redact import register_secret
+
+    register_secret(value)  # scrubbed from every file and message, whoever echoes it
     return value
 
 
@@ -196,7 +200,11 @@ def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
 
         out_dir.mkdir(parents=True, exist_ok=True)
         write_document(out_dir / f"{name}.json", result)
-        (out_dir / f"{name}.md").write_text(result.to_markdown(heading_level=1), encoding="utf-8")
+        from kvbudget.safety.redact import redact_text
+
+        (out_dir / f"{name}.md").write_text(
+            redact_text(result.to_markdown(heading_level=1)), encoding="utf-8"
+        )
     if opts["as_json"]:
         click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
     else:
@@ -205,14 +213,28 @@ def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
             click.echo(f"Wrote {out_dir / (name + '.json')} and {out_dir / (name + '.md')}")
 
 
+def _fail_if_all_failed(outcomes: list[tuple[str | None, bool]], result: Any, what: str) -> None:
+    """Exit 4 in one line when every request of the audit failed (the result is written)."""
+    from kvbudget.errors import RunFailedError
+    from kvbudget.load.diagnosis import Failure, diagnose, digest
+
+    failures = [Failure("other", None, error) for error, ok in outcomes if not ok]
+    where = (result.target or {}).get("base_url") or "the simulator"
+    line = diagnose(digest(failures, len(outcomes)), url=str(where), what=what)
+    if line is not None:
+        raise RunFailedError(line)
+
+
 def _load_salts(path: Path | None) -> dict[str, str] | None:
     if path is None:
         return None
     import yaml
 
+    from kvbudget.safety.yamlload import load_yaml_text, read_text_file
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        raw = load_yaml_text(read_text_file(path, what="--salt-file"), source="--salt-file")
+    except (OSError, yaml.YAMLError, ConfigError) as exc:
         # never echo the file's content (it holds secrets)
         raise ConfigError(
             f"--salt-file {path}: cannot read it as YAML ({type(exc).__name__}); write "
@@ -224,7 +246,12 @@ def _load_salts(path: Path | None) -> dict[str, str] | None:
             f"--salt-file {path}: must be a YAML mapping of tenant name to salt string",
             field="salt_file",
         )
-    return {k: v for k, v in raw.items() if isinstance(v, str)}
+    from kvbudget.safety.redact import register_secret
+
+    salts = {k: v for k, v in raw.items() if isinstance(v, str)}
+    for salt in salts.values():
+        register_secret(salt)  # salts are secrets too
+    return salts
 
 
 @click.group()
@@ -261,12 +288,18 @@ def audit() -> None:
     default=None,
     help="YAML mapping tenant-a / tenant-b to salts (for --salt user; never echoed).",
 )
-@click.option("--trials", type=int, default=30, show_default=True, help="Trials per arm.")
+@click.option("--trials", type=COUNT, default=30, show_default=True, help="Trials per arm.")
 @click.option(
-    "--prefix-tokens", type=int, default=512, show_default=True, help="Shared prefix length."
+    "--shared-prefix-tokens",
+    "--prefix-tokens",
+    "prefix_tokens",
+    type=COUNT,
+    default=512,
+    show_default=True,
+    help="Shared prefix length.",
 )
 @click.option(
-    "--suffix-tokens", type=int, default=32, show_default=True, help="Fresh suffix length."
+    "--suffix-tokens", type=COUNT, default=32, show_default=True, help="Fresh suffix length."
 )
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
 @click.option("--power", type=float, default=0.8, show_default=True, help="Power for the MDE AUC.")
@@ -303,7 +336,7 @@ def isolation(**opts: Any) -> int:
     )
     cfg.validate()
     _check_sim_length(
-        opts, cfg.prefix_tokens + cfg.suffix_tokens + 1, "--prefix-tokens + --suffix-tokens"
+        opts, cfg.prefix_tokens + cfg.suffix_tokens + 1, "--shared-prefix-tokens + --suffix-tokens"
     )
     if not 0 < cfg.power < 1:
         raise ConfigError(f"--power {cfg.power}: must lie in (0, 1), e.g. 0.8", field="power")
@@ -325,6 +358,10 @@ def isolation(**opts: Any) -> int:
 
     result = run_async(_with_probe(opts, work))
     _emit(result, opts, "audit-isolation")
+    trials = result.trial_records
+    _fail_if_all_failed(
+        [(t.error, t.victim_ok and t.attacker_ok) for t in trials], result, "trials"
+    )
     return 1 if opts["strict"] and result.verdict != "no_leak_detected" else 0
 
 
@@ -359,9 +396,11 @@ def _read_prompts(path: Path) -> list[tuple[tuple[int, ...], str]]:
 
 @audit.command("reuse", short_help="Correctness of reused KV: cold vs hot vs after-reset output.")
 @_target_options
-@click.option("--prompts", "num_prompts", type=int, default=8, show_default=True,
-              help="Number of generated prompts (ignored with --prompts-file).")  # fmt: skip
-@click.option("--prompt-tokens", type=int, default=512, show_default=True,
+@click.option("--prompts", "num_prompts", type=COUNT, default=8, show_default=True,
+              help="Number of distinct generated prompts, each sent cold, hot and after reset "
+              "(ignored with --prompts-file).")  # fmt: skip
+@click.option(*INPUT_TOKENS, "--prompt-tokens", "prompt_tokens", type=COUNT, default=512,
+              show_default=True,
               help="Length of each generated prompt (synthetic tokenizer words).")  # fmt: skip
 @click.option(
     "--prompts-file",
@@ -369,9 +408,9 @@ def _read_prompts(path: Path) -> list[tuple[tuple[int, ...], str]]:
     default=None,
     help='JSONL of {"prompt": "..."} lines (results store only their sha256).',
 )
-@click.option("--max-tokens", type=int, default=32, show_default=True,
-              help="Greedy output tokens per run.")  # fmt: skip
-@click.option("--logprobs", type=int, default=5, show_default=True,
+@click.option(*OUTPUT_TOKENS, "--max-tokens", "max_tokens", type=COUNT, default=32,
+              show_default=True, help="Greedy output tokens per run.")  # fmt: skip
+@click.option("--logprobs", type=COUNT0, default=5, show_default=True,
               help="Top logprobs to request (0 = none).")  # fmt: skip
 @click.option("--tolerance", type=float, default=0.05, show_default=True,
               help="Largest logprob gap (nats) of a near-tie at the first divergence.")  # fmt: skip
@@ -395,7 +434,7 @@ def reuse(**opts: Any) -> int:
         reset=not opts["no_reset"],
     )
     cfg.validate()
-    _check_sim_length(opts, cfg.prompt_tokens + cfg.max_tokens, "--prompt-tokens + --max-tokens")
+    _check_sim_length(opts, cfg.prompt_tokens + cfg.max_tokens, "--input-tokens + --output-tokens")
     _prepare_out(opts, "audit-reuse")
     prompts = _read_prompts(opts["prompts_file"]) if opts["prompts_file"] else None
     progress = _progress(not opts["as_json"] and sys.stderr.isatty())
@@ -405,4 +444,59 @@ def reuse(**opts: Any) -> int:
 
     result = run_async(_with_probe(opts, work))
     _emit(result, opts, "audit-reuse")
+    runs = [r for p in result.prompts for r in (p.cold, p.hot, p.after_reset) if r is not None]
+    _fail_if_all_failed([(r.error, r.ok) for r in runs], result, "requests")
     return 1 if opts["strict"] and result.verdict != "pass" else 0
+
+
+@audit.command(
+    "restart", short_help="Simulated: a persistent KV store across a restart and an upgrade."
+)
+@click.option("--prompts", "num_prompts", type=COUNT, default=4, show_default=True,
+              help="Number of generated prompts.")  # fmt: skip
+@click.option(*INPUT_TOKENS, "--prompt-tokens", "prompt_tokens", type=COUNT, default=512,
+              show_default=True, help="Length of each generated prompt.")  # fmt: skip
+@click.option(*OUTPUT_TOKENS, "--max-tokens", "max_tokens", type=COUNT, default=16,
+              show_default=True, help="Greedy output tokens per run.")  # fmt: skip
+@click.option("--identity", default="deploy-v1", show_default=True,
+              help="The deployment's cache identity (e.g. a kvbudget fingerprint digest).")  # fmt: skip
+@click.option("--upgraded-identity", default="deploy-v2", show_default=True,
+              help="The identity after the upgrade; the same value models a deployment that "
+              "forgot to change its fingerprint.")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Prompt seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the section as JSON.")
+def restart(**opts: Any) -> int:
+    """Simulated check that a KV store outliving the pod serves the same deployment after a
+    restart (reused tokens, output identical to cold) and serves nothing after an upgrade to
+    an incompatible identity. Exit 1 when a check fails."""
+    import json
+
+    from kvbudget.audit.restart import run_restart_upgrade
+    from kvbudget.audit.reuse import ReuseConfig
+
+    if opts["seed"] < 0:
+        raise ConfigError(f"--seed: must be >= 0, got {opts['seed']}", field="seed")
+    cfg = ReuseConfig(
+        num_prompts=opts["num_prompts"],
+        prompt_tokens=opts["prompt_tokens"],
+        max_tokens=opts["max_tokens"],
+        logprobs=0,
+        seed=opts["seed"],
+    )
+    section = run_async(
+        run_restart_upgrade(
+            cfg, identity=opts["identity"], upgraded_identity=opts["upgraded_identity"]
+        )
+    )
+    if opts["as_json"]:
+        click.echo(json.dumps(section, indent=2))
+    else:
+        click.echo(
+            f"audit restart ({section['figures']}): {section['verdict']} — {section['reason']}"
+        )
+        for check in section["checks"]:
+            click.echo(
+                f"  {check['phase']:<8} {check['identity']:<12} cached {check['cached_tokens']:>6}"
+                f"  output {check['output_vs_cold']:<10} {check['verdict']}"
+            )
+    return 0 if section["verdict"] == "pass" else 1

@@ -10,6 +10,15 @@ from typing import Any
 import click
 
 from kvbudget.cli.main import run_async
+from kvbudget.cli.vocab import (
+    COUNT,
+    COUNT0,
+    ENDPOINT,
+    INPUT_TOKENS,
+    NUM_REQUESTS,
+    OUTPUT_TOKENS,
+    RATE,
+)
 from kvbudget.errors import ConfigError
 
 _FLAG_OF = {
@@ -21,6 +30,7 @@ _FLAG_OF = {
     "gamma_cv": "--gamma-cv",
     "ramp_stages": "--ramp",
     "num_requests": "--num-requests",
+    "prompt_tokens": "--input-tokens",
     "duration_s": "--duration",
     "timeout_s": "--timeout",
 }
@@ -59,6 +69,48 @@ def _config(values: dict[str, Any]) -> Any:
         raise ConfigError(f"{where}{msg}", field=loc or None) from exc
 
 
+def _vllm_names(opts: dict[str, Any], ctx: click.Context) -> None:
+    """Resolve the load shape as ``vllm bench serve`` reads its flags.
+
+    ``--rate`` alone is a Poisson open loop (vLLM's default); ``--max-concurrency`` caps the
+    requests in flight of an open loop, or is the closed loop's concurrency without a rate;
+    ``--served-model-name`` is the name put in requests.
+    """
+    explicit_shape = ctx.get_parameter_source("shape") is not click.core.ParameterSource.DEFAULT
+    if opts["ramp_stages"] and opts["shape"] == "closed" and not explicit_shape:
+        opts["shape"] = "ramp"
+    if opts["rate_per_s"] is not None and opts["shape"] == "closed":
+        if explicit_shape:
+            raise ConfigError(
+                f"--rate {opts['rate_per_s']:g}: an offered rate is open loop; drop --arrival "
+                "closed (or drop --rate and give --concurrency)",
+                field="rate_per_s",
+            )
+        opts["shape"] = "poisson"
+    cap = opts.pop("max_concurrency")
+    if cap is not None:
+        key, flag = ("max_inflight", "--max-inflight")
+        if opts["shape"] == "closed":
+            key, flag = ("concurrency", "--concurrency")
+        if opts[key] is not None and opts[key] != cap:
+            raise ConfigError(
+                f"--max-concurrency {cap} and {flag} {opts[key]}: they mean the same here; give one",
+                field="max_concurrency",
+            )
+        opts[key] = cap
+    if opts["shape"] != "closed" and opts["concurrency"] is not None:
+        raise ConfigError(
+            f"--concurrency {opts['concurrency']}: only for the closed loop; with --rate cap the "
+            "requests in flight with --max-concurrency",
+            field="concurrency",
+        )
+    for key in ("concurrency", "max_inflight"):
+        if opts[key] is None:
+            del opts[key]  # the RunConfig default
+    # the name put in requests; empty: the first of GET /v1/models (checked before the load)
+    opts["model"] = opts.pop("served_model_name") or opts["model"] or ""
+
+
 def bench_json(doc: Any) -> dict[str, Any]:
     """The ``--json`` document: summary fields on top, then the details."""
     out: dict[str, Any] = dict(doc.summary)
@@ -73,7 +125,10 @@ def bench_json(doc: Any) -> dict[str, Any]:
     out["statistics"] = doc.statistics
     out["accounting"] = doc.accounting
     out["warnings"] = doc.warnings
+    out["failures"] = doc.failures
     out["server"] = doc.server
+    out["prompts"] = doc.prompts
+    out["engine_report"] = doc.engine_report
     out["provenance"] = doc.provenance.model_dump()
     out["scrape"] = doc.scrape
     out["schema_version"] = doc.schema_version
@@ -93,7 +148,9 @@ def _render(doc: Any) -> None:
     a = doc.accounting
     console = Console()
     console.print(
-        f"[bold]kvbudget bench[/] — {doc.provenance.label()}  ({doc.server.get('base_url')})"
+        f"[bold]kvbudget bench[/] — {doc.provenance.label()}  (POST "
+        f"{doc.server.get('endpoint_url') or doc.server.get('base_url')}, model "
+        f"{doc.server.get('model_sent')})"
     )
     if doc.provenance.note:
         console.print(f"note: {doc.provenance.note}")
@@ -112,6 +169,13 @@ def _render(doc: Any) -> None:
     if s["errors_by_kind"]:
         t.add_row("errors by kind", ", ".join(f"{k}={v}" for k, v in s["errors_by_kind"].items()))
     console.print(t)
+    for w in a.get("per_worker", []):
+        console.print(
+            f"ray worker {w['worker']} on {w['node']}: clock offset {w['clock_offset_s']:+.6f} s "
+            f"(rtt {w['clock_rtt_s'] * 1e3:.2f} ms), sent {w['sent'] if w['sent'] is not None else '?'}"
+            f" = ok {w['ok']} + error {w['error']} + cancelled {w['cancelled']}"
+            + (f"  LOST: {w['lost']}" if w["lost"] else "")
+        )
     lat = Table(show_header=True, header_style="bold")
     for col in ("metric", "p50", "p99"):
         lat.add_column(col, justify="right" if col != "metric" else "left")
@@ -147,14 +211,28 @@ def _render(doc: Any) -> None:
 
 
 @click.command("bench")
-@click.option("--base-url", required=True, help="Server root, e.g. http://127.0.0.1:8000 (no /v1).")
-@click.option("--model", required=True, help="Model name to put in requests (see GET /v1/models).")
+@click.option(
+    "--base-url",
+    required=True,
+    help="Server URL, e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1 (both mean the same).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Model name (default: the first of GET /v1/models); checked against /v1/models "
+    "before any request.",
+)
+@click.option(
+    "--served-model-name",
+    default=None,
+    help="Name to put in requests when it differs from --model (as vllm bench serve).",
+)
 @click.option(
     "--endpoint",
-    type=click.Choice(["completions", "chat"]),
+    type=ENDPOINT,
     default="completions",
     show_default=True,
-    help="/v1/completions or /v1/chat/completions.",
+    help="completions (/v1/completions) or chat (/v1/chat/completions).",
 )
 @click.option(
     "--metrics-url",
@@ -187,13 +265,23 @@ def _render(doc: Any) -> None:
 )
 @click.option(
     "--concurrency",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Closed loop: requests kept in flight.",
+    default=None,
+    type=COUNT,
+    help="Closed loop: requests kept in flight [default: 1].",
 )
 @click.option(
-    "--rate", "rate_per_s", default=None, type=float, help="Open loop: requests per second offered."
+    "--max-concurrency",
+    default=None,
+    type=COUNT,
+    help="vllm bench serve's cap: with --rate, the most requests in flight (--max-inflight); "
+    "without it, a closed loop of this many (--concurrency).",
+)
+@click.option(
+    *RATE,
+    "rate_per_s",
+    default=None,
+    type=float,
+    help="Open loop: requests per second offered (Poisson unless --arrival says otherwise).",
 )
 @click.option(
     "--gamma-cv",
@@ -207,9 +295,7 @@ def _render(doc: Any) -> None:
     default=None,
     help="Step ramp RATE:SECONDS,... e.g. 2:10,4:10,8:10 (Poisson within each step).",
 )
-@click.option(
-    "--num-requests", type=click.IntRange(1), default=None, help="Requests to send (count limit)."
-)
+@click.option(*NUM_REQUESTS, type=COUNT, default=None, help="Requests to send (count limit).")
 @click.option(
     "--duration",
     "duration_s",
@@ -221,7 +307,7 @@ def _render(doc: Any) -> None:
     "--warmup-requests",
     default=0,
     show_default=True,
-    type=click.IntRange(0),
+    type=COUNT0,
     help="First requests that are recorded but left out of the summary.",
 )
 @click.option(
@@ -242,29 +328,41 @@ def _render(doc: Any) -> None:
 )
 @click.option(
     "--max-inflight",
-    default=1024,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Open loop: most requests in flight; beyond it sends wait (and the lag is reported).",
+    default=None,
+    type=COUNT,
+    help="Open loop: most requests in flight; beyond it sends wait (and the lag is reported) "
+    "[default: 1024].",
 )
 @click.option(
+    *INPUT_TOKENS,
     "--prompt-tokens",
+    "prompt_tokens",
     default=32,
     show_default=True,
-    type=click.IntRange(1),
-    help="Synthetic prompt length (words of kvbudget's synthetic tokenizer).",
+    type=COUNT,
+    help="Prompt length in tokens of the served model's tokenizer (see --tokenizer).",
 )
 @click.option(
-    "--output-tokens",
+    "--tokenizer",
+    default="auto",
+    show_default=True,
+    help="Whose tokens --input-tokens counts: auto (the served model's tokenizer: its local "
+    "directory from /v1/models root, the local HF cache, else the server's /tokenize), a "
+    "directory / tokenizer.json / cached hub id, or synthetic (kvbudget's word tokenizer). "
+    "Never downloads.",
+)
+@click.option(
+    *OUTPUT_TOKENS,
+    "output_tokens",
     default=64,
     show_default=True,
-    type=click.IntRange(1),
+    type=COUNT,
     help="max_tokens of each request (sent with ignore_eos).",
 )
 @click.option("--cache-salt", default=None, help="cache_salt to send with every request (vLLM).")
 @click.option(
     "--cancel-after-tokens",
-    type=click.IntRange(1),
+    type=COUNT,
     default=None,
     help="Cancellation injection: abort requests after this many streamed chunks.",
 )
@@ -286,8 +384,20 @@ def _render(doc: Any) -> None:
     "--workers",
     default=1,
     show_default=True,
-    type=click.IntRange(1),
+    type=COUNT,
     help="Client processes; each paces its share; one merged result.",
+)
+@click.option(
+    "--ray",
+    "use_ray",
+    is_flag=True,
+    help="Run the --workers as Ray actors spread over a Ray cluster's nodes (kvbudget[ray]); "
+    "clock offsets corrected, one merged records file.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="With --ray: join this cluster (e.g. ray://HEAD:10001 or auto) [default: a local Ray].",
 )
 @click.option(
     "--keep-prompts",
@@ -321,6 +431,12 @@ def _render(doc: Any) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (no progress bar)."
 )
+@click.option(
+    "--max-error-fraction",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Exit 4 when more than this fraction of the requests failed [default: only when all did].",
+)
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
 def bench(**opts: Any) -> None:
     """Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...).
@@ -337,21 +453,31 @@ def bench(**opts: Any) -> None:
     resume: bool = opts.pop("resume")
     as_json: bool = opts.pop("as_json")
     no_progress: bool = opts.pop("no_progress")
+    max_error_fraction: float | None = opts.pop("max_error_fraction")
+    use_ray: bool = opts.pop("use_ray")
+    ray_address: str | None = opts.pop("ray_address")
+    if ray_address is not None and not use_ray:
+        raise ConfigError("--ray-address needs --ray (workers on Ray)", field="ray_address")
+    if use_ray:
+        from kvbudget.ray_support import import_ray
+
+        import_ray("kvbudget bench --ray")
     if resume and out_dir is None:
         raise ConfigError("--resume needs --out DIR (the run to continue)", field="resume")
     opts["ramp_stages"] = _parse_ramp(opts.pop("ramp"))
-    if opts["ramp_stages"] and opts["shape"] == "closed":
-        opts["shape"] = "ramp"
+    _vllm_names(opts, click.get_current_context())
     cfg = _config(opts)
     if out_dir is not None:
         from kvbudget.cli.outdir import prepare_out_dir
 
         prepare_out_dir(out_dir, ())  # created (or a one-line error) before any request
-    show = not as_json and not no_progress and sys.stderr.isatty()
+    show = not as_json and not no_progress and sys.stderr.isatty() and not use_ray
     if show:
         doc = _run_with_progress(cfg, out_dir, resume)
     else:
-        doc = run_async(run_load(cfg, out_dir=out_dir, resume=resume))
+        doc = run_async(
+            run_load(cfg, out_dir=out_dir, resume=resume, use_ray=use_ray, ray_address=ray_address)
+        )
     if as_json:
         click.echo(json.dumps(bench_json(doc), indent=2, default=str))
     else:
@@ -360,6 +486,30 @@ def bench(**opts: Any) -> None:
             click.echo(
                 f"records: {out_dir / 'requests.jsonl'}; summary: {out_dir / 'summary.json'}"
             )
+    lost = doc.accounting.get("workers_lost") or 0
+    if lost:
+        from kvbudget.errors import TargetError
+
+        raise TargetError(
+            f"{lost} of {cfg.workers} Ray worker(s) lost mid-run; their finished records are "
+            "kept" + (f" in {out_dir / 'requests.jsonl'}" if out_dir else "") + "; rerun with "
+            "--resume to send the rest"
+        )
+    _exit_if_failed(doc, max_error_fraction)
+
+
+def _exit_if_failed(doc: Any, max_error_fraction: float | None) -> None:
+    """Exit 4 with one line when every request (or more than the allowed share) failed."""
+    from kvbudget.errors import RunFailedError
+    from kvbudget.load.diagnosis import diagnose
+
+    line = diagnose(
+        doc.failures,
+        url=str(doc.server.get("endpoint_url") or doc.server.get("base_url")),
+        max_error_fraction=1.0 if max_error_fraction is None else max_error_fraction,
+    )
+    if line is not None:
+        raise RunFailedError(line)
 
 
 def _run_with_progress(cfg: Any, out_dir: Path | None, resume: bool) -> Any:

@@ -14,6 +14,7 @@ from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.kvbytes import ENGINES, calc_explicit, calc_model
 from kvbudget.capacity.layouts.llamacpp import LlamacppKV, llamacpp_cells, llamacpp_kv_split
 from kvbudget.capacity.result import CalcResult
+from kvbudget.cli.vocab import DP, KV_DTYPE, PP, TP
 from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import parse_overrides, resolve_model
 from kvbudget.units import GiB, MiB, parse_count
@@ -23,9 +24,12 @@ _EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
 
 
 def _count(name: str, value: str | None, default: int | None = None) -> int | None:
+    from kvbudget.safety.limits import MAX_LAYERS, MAX_MODEL_DIM, MAX_TOKENS
+
     if value is None:
         return default
-    return parse_count(value, field=name.replace("_", "-"))
+    bound = {"layers": MAX_LAYERS, "tokens": MAX_TOKENS}.get(name, MAX_MODEL_DIM)
+    return parse_count(value, field=name.replace("_", "-"), maximum=bound)
 
 
 @click.command("calc")
@@ -50,7 +54,8 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
     "--engine", type=click.Choice(ENGINES), help="Engine layout for --model (default vllm)."
 )
 @click.option(
-    "--kv-dtype",
+    *KV_DTYPE,
+    "kv_dtype",
     default="auto",
     show_default=True,
     help="KV cache dtype (auto = model dtype; fp8, nvfp4, q8_0, ...). For llamacpp this is -ctk.",
@@ -71,11 +76,13 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
 )
 @click.option("--cache-type-k", help="llamacpp only: llama.cpp -ctk (same as --kv-dtype).")
 @click.option("--cache-type-v", help="llamacpp only: llama.cpp -ctv (same as --v-dtype).")
-@click.option("--tokens", help="Tokens cached per sequence (e.g. 4096, 128K, 128Ki).")
+@click.option(
+    "--tokens", help="Tokens cached per sequence (e.g. 4096, 128k = 128,000, 128K = 131,072)."
+)
 @click.option("--seqs", help="Sequences held at once per replica [default: 1].")
-@click.option("--tp", help="Tensor-parallel size [default: 1].")
-@click.option("--pp", help="Pipeline-parallel size [default: 1].")
-@click.option("--dp", help="Data-parallel replicas [default: 1].")
+@click.option(*TP, "tp", help="Tensor-parallel size [default: 1].")
+@click.option(*PP, "pp", help="Pipeline-parallel size [default: 1].")
+@click.option(*DP, "dp", help="Data-parallel replicas [default: 1].")
 @click.option(
     "--block-size",
     help="vllm only: tokens per block (default 16; 64 for MLA; raised for hybrid mamba).",

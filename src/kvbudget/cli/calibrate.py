@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kvbudget.cli.main import run_async
+from kvbudget.cli.vocab import OUTPUT_TOKENS
 from kvbudget.errors import ConfigError
 
 
@@ -21,7 +22,11 @@ def _write(path: Path, text: str) -> None:
 
 
 @click.command("calibrate")
-@click.option("--base-url", required=True, help="Engine URL, e.g. http://127.0.0.1:8080.")
+@click.option(
+    "--base-url",
+    required=True,
+    help="Engine URL, e.g. http://127.0.0.1:8080 or http://127.0.0.1:8080/v1 (the same).",
+)
 @click.option("--model", required=True, help="Model name the engine serves (sent in requests).")
 @click.option(
     "--metrics-url",
@@ -62,14 +67,18 @@ def _write(path: Path, text: str) -> None:
     help="Times the series is repeated.",
 )
 @click.option(
+    *OUTPUT_TOKENS,
     "--decode-tokens",
+    "decode_tokens",
     type=click.IntRange(4, 1024),
     default=32,
     show_default=True,
     help="Tokens generated per decode probe (and per validation request).",
 )
 @click.option(
+    "--max-input-tokens",
     "--max-prompt-tokens",
+    "max_prompt_tokens",
     type=click.IntRange(64),
     default=None,
     help="Longest prompt of the series (default: the slot context minus room for output).",
@@ -140,7 +149,9 @@ def calibrate(
     from kvbudget.calibrate.run import CalibrateOptions
     from kvbudget.calibrate.run import calibrate as run_calibration
     from kvbudget.calibrate.validate import validate as run_validation
+    from kvbudget.safety.outlock import lock_out_file
 
+    lock_out_file(out_path, flag="--out")  # one calibration per output file at a time
     api_key = None
     if api_key_env:
         api_key = os.environ.get(api_key_env)
@@ -149,6 +160,9 @@ def calibrate(
                 f"--api-key-env {api_key_env}: the variable is not set; export it first",
                 field="api_key_env",
             )
+        from kvbudget.safety.redact import register_secret
+
+        register_secret(api_key)
     opts = CalibrateOptions(
         base_url=base_url,
         model=model,

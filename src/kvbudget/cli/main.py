@@ -34,6 +34,10 @@ COMMANDS: dict[str, str] = {
     "audit": "kvbudget.cli.audit:audit",
     "web": "kvbudget.cli.web:web",
     "calibrate": "kvbudget.cli.calibrate:calibrate",
+    "fingerprint": "kvbudget.cli.fingerprint:fingerprint",
+    "deploy": "kvbudget.cli.deploy:deploy",
+    "canary": "kvbudget.cli.canary:canary",
+    "sweep": "kvbudget.cli.sweep:sweep",
 }
 
 
@@ -61,7 +65,9 @@ class LazyGroup(click.Group):
         module = importlib.import_module(module_name)
         command = getattr(module, attr)
         assert isinstance(command, click.Command)
-        return command
+        from kvbudget.cli.guards import harden
+
+        return harden(command)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,37 +84,80 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _err(text: str) -> None:
+    """One line on stderr, with the run's secrets scrubbed (kvbudget.safety.redact)."""
+    from kvbudget.safety.redact import redact_text
+
+    click.echo(redact_text(text), err=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so every ``finally`` (temporary directories, child
+    processes, open records) runs before the process exits."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point with one-line errors."""
+    """Console-script entry point with one-line errors; SIGTERM runs every cleanup."""
+    import signal
+
+    from kvbudget.safety.redact import redact_std_streams
+
+    previous = signal.getsignal(signal.SIGTERM)
+    installed = previous is signal.SIG_DFL
+    if installed:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    redact_std_streams()  # a key a server echoed never reaches the terminal either
+    try:
+        _main(argv)
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         result = cli.main(args=argv, prog_name="kvbudget", standalone_mode=False)
     except KvbudgetError as exc:
-        click.echo(exc.one_line(), err=True)
+        _err(exc.one_line())
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+        _err("Aborted.")
         sys.exit(130)
     except click.UsageError as exc:
         hint = ""
         if exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"UsageError: {_one_line(exc.format_message())}{hint}", err=True)
+        _err(f"UsageError: {_one_line(exc.format_message())}{hint}")
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"Error: {_one_line(exc.format_message())}", err=True)
+        _err(f"Error: {_one_line(exc.format_message())}")
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except Terminated:
+        _err("Terminated (SIGTERM); finished records are kept.")
+        sys.exit(143)
     except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
+        _err("Interrupted.")
         sys.exit(130)
+    except OSError as exc:
+        # the environment, not kvbudget: a full disk, a read-only path, a vanished file
+        where = f" {exc.filename!r}" if exc.filename else ""
+        _err(
+            f"IOError: {exc.strerror or type(exc).__name__}{where}; free space, fix the "
+            "permissions or choose another path"
+        )
+        sys.exit(74)
     except Exception as exc:
         if os.environ.get("KVBUDGET_DEBUG"):
             raise
-        click.echo(
+        _err(
             f"InternalError: {type(exc).__name__}: {_one_line(str(exc))} "
-            "(this is a kvbudget bug; rerun with KVBUDGET_DEBUG=1 for the traceback)",
-            err=True,
+            "(this is a kvbudget bug; rerun with KVBUDGET_DEBUG=1 for the traceback)"
         )
         sys.exit(70)
     sys.exit(result if isinstance(result, int) else 0)

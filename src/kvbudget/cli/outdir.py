@@ -6,15 +6,18 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.outlock import lock_out_dir
 
 
 def prepare_out_dir(out_dir: Path, stale_names: Iterable[str], *, flag: str = "--out") -> None:
     """Create ``out_dir`` and remove a previous run's files ``stale_names``, so a run that stops
     early never leaves an older, complete-looking result beside its own partial output.
 
-    An unwritable directory is a one-line :class:`ConfigError` before the run, not after it."""
+    The directory is locked for this process first (:mod:`kvbudget.safety.outlock`): a second
+    run on the same directory refuses in one line instead of mixing or deleting records. An
+    unwritable directory is a one-line :class:`ConfigError` before the run, not after it."""
+    lock_out_dir(out_dir, flag=flag)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         for name in stale_names:
             (out_dir / name).unlink(missing_ok=True)
     except OSError as exc:

@@ -21,7 +21,9 @@ from kvbudget.capacity.scenarios import (
     evaluate_scenario,
 )
 from kvbudget.cli.plan_render import render_gpus, render_plan
+from kvbudget.cli.vocab import COUNT, KV_DTYPE, PP, TP
 from kvbudget.errors import ConfigError, SpecError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import parse_bytes, parse_count
@@ -52,6 +54,9 @@ _PLAIN_FLAGS = (
     "block_size",
     "snapshot",
     "mamba_cache_mode",
+    "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype",
+    "quantization",
     "mem_fraction_static",
     "page_size",
     "swa_full_tokens_ratio",
@@ -74,7 +79,8 @@ def _validation_error(exc: ValidationError, where: str) -> ConfigError:
 def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:
     """A YAML plan file: PlanRequest keys (sizes like ``80GiB`` allowed) plus optional ``scenarios``."""
     try:
-        data = yaml.safe_load(path.read_text("utf-8")) or {}
+        text = read_text_file(path, what="config")
+        data = load_yaml_text(text, source=f"config {str(path)!r}") or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(
             f"config: cannot read {path}: {' '.join(str(exc).split())}", field="config"
@@ -205,8 +211,8 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option("--gpu-bf16-tflops", type=float, help="Custom device: dense BF16 TFLOPS.")
 @click.option("--gpu-bandwidth", type=float, help="Custom device: memory bandwidth in GB/s.")
-@click.option("--tp", type=int, help="Tensor-parallel size (default 1).")
-@click.option("--pp", type=int, help="Pipeline-parallel size (default 1).")
+@click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size (default 1).")
+@click.option(*PP, "pp", type=COUNT, help="Pipeline-parallel size (default 1).")
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "sglang"]),
@@ -223,6 +229,8 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option(
     "--kv-cache-memory",
+    "--kv-cache-memory-bytes",
+    "kv_cache_memory",
     help="vLLM --kv-cache-memory-bytes: KV bytes per GPU, e.g. 20GiB; overrides utilization (SGLang: the rest memory for the pool).",
 )
 @click.option(
@@ -232,9 +240,11 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option("--max-num-batched-tokens", help="Tokens per step (default by device, vLLM §3.4).")
 @click.option("--max-num-seqs", help="Max running sequences (SGLang: max_running_requests).")
 @click.option(
-    "--kv-dtype", help="KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto)."
+    *KV_DTYPE,
+    "kv_dtype",
+    help="KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto).",
 )
-@click.option("--block-size", type=int, help="Tokens per block (vLLM default 16; MLA 64).")
+@click.option("--block-size", type=COUNT, help="Tokens per block (vLLM default 16; MLA 64).")
 @click.option("--weights-bytes", help="Weights per GPU from an engine log, e.g. 27.72GiB.")
 @click.option("--activation-bytes", help="Peak activation per GPU from an engine log.")
 @click.option("--non-torch-bytes", help="Non-torch memory per GPU from an engine log.")
@@ -254,6 +264,20 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     help="vLLM mamba cache mode (default none).",
 )
 @click.option(
+    "--mamba-cache-dtype",
+    help="vLLM --mamba-cache-dtype: auto (model dtype), float32, bfloat16, float16 (default auto).",
+)
+@click.option(
+    "--mamba-ssm-cache-dtype",
+    help="vLLM --mamba-ssm-cache-dtype for the recurrent state (auto follows --mamba-cache-dtype; "
+    "vLLM's CPU build resets it to float32).",
+)
+@click.option(
+    "--quantization",
+    help="vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "
+    "--kv-dtype. Default: the config's quantization_config, else none.",
+)
+@click.option(
     "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."
 )
 @click.option(
@@ -261,10 +285,10 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     type=float,
     help="SGLang hybrid SWA pool: sliding-window tokens per full-attention token (off: sliding layers count as full).",
 )
-@click.option("--page-size", type=int, help="SGLang page size in tokens (default 1).")
+@click.option("--page-size", type=COUNT, help="SGLang page size in tokens (default 1).")
 @click.option("--max-total-tokens", help="SGLang --max-total-tokens cap.")
 @click.option(
-    "--num-gpu-blocks-override", type=int, help="vLLM --num-gpu-blocks-override (testing)."
+    "--num-gpu-blocks-override", type=COUNT, help="vLLM --num-gpu-blocks-override (testing)."
 )
 @click.option(
     "--headroom-fraction",

@@ -8,14 +8,31 @@ import signal
 import click
 
 from kvbudget.cli.main import run_async
+from kvbudget.cli.vocab import PREFIX_CACHING, PREFIX_CACHING_VLLM, TP, Count
+from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_REQUEST_TOKENS, MAX_VOCAB
+
+
+def manual_note(model: str, description: str) -> str:
+    """What a server without ``--gpu`` is: a manual pool and timing, not the named model's."""
+    return (
+        f"note: no --gpu, so the KV pool and the step timing are manual settings "
+        f"({description.removeprefix('manual pool: ')}), not those of {model}; {model} is only "
+        f"the name served. Add --gpu GPU (see 'kvbudget gpus') to plan {model}'s pool and time "
+        "its steps with the roofline model."
+    )
 
 
 @click.command("serve")
 @click.option(
     "--model",
     required=True,
-    help="Served model name; with --gpu also the model to "
-    "plan (catalog id, config.json path or snapshot directory).",
+    help="The model: with --gpu the model to plan (catalog id, config.json path or snapshot "
+    "directory); without --gpu only a name (pool and timing are manual).",
+)
+@click.option(
+    "--served-model-name",
+    default=None,
+    help="Name the server answers to in /v1/models and requests [default: --model], as vLLM.",
 )
 @click.option(
     "--gpu",
@@ -24,39 +41,42 @@ from kvbudget.cli.main import run_async
     "and time steps with the roofline model. Without it the pool is manual.",
 )
 @click.option(
-    "--tp",
+    *TP,
+    "tp",
     default=1,
     show_default=True,
-    type=click.IntRange(1),
+    type=Count(minimum=1, maximum=4096),
     help="Tensor parallel size for the plan (with --gpu).",
 )
 @click.option(
+    "--num-gpu-blocks-override",
     "--num-gpu-blocks",
-    type=click.IntRange(2),
+    "num_gpu_blocks",
+    type=Count(minimum=2, maximum=10_000_000),
     default=None,
     help="KV blocks in the pool (manual default 8192; with --gpu overrides the planned number).",
 )
 @click.option(
     "--block-size",
-    type=click.IntRange(1),
+    type=Count(minimum=1, maximum=4096),
     default=None,
     help="Tokens per KV block (manual default 16).",
 )
 @click.option(
     "--max-model-len",
-    type=click.IntRange(1),
+    type=Count(minimum=1, maximum=MAX_REQUEST_TOKENS),
     default=None,
     help="Longest prompt + output in tokens (manual default 8192).",
 )
 @click.option(
     "--max-num-seqs",
-    type=click.IntRange(1),
+    type=Count(minimum=1, maximum=MAX_CONCURRENCY),
     default=None,
     help="Most requests running at once (manual default 256).",
 )
 @click.option(
     "--max-num-batched-tokens",
-    type=click.IntRange(1),
+    type=Count(minimum=1, maximum=MAX_REQUEST_TOKENS),
     default=None,
     help="Token budget of one step (manual default 8192).",
 )
@@ -81,12 +101,19 @@ from kvbudget.cli.main import run_async
     type=click.FloatRange(min=0, min_open=True),
     help="Run the simulated clock this many times faster than real time.",
 )
-@click.option("--no-prefix-caching", is_flag=True, help="Disable the prefix cache.")
+@click.option(
+    PREFIX_CACHING,
+    PREFIX_CACHING_VLLM,
+    "prefix_caching",
+    default=True,
+    show_default=True,
+    help="Automatic prefix caching.",
+)
 @click.option(
     "--vocab-size",
     default=32000,
     show_default=True,
-    type=click.IntRange(8),
+    type=click.IntRange(8, MAX_VOCAB),
     help="Size of the synthetic tokenizer's vocabulary.",
 )
 @click.option(
@@ -111,6 +138,7 @@ from kvbudget.cli.main import run_async
 )
 def serve(
     model: str,
+    served_model_name: str | None,
     gpu: str | None,
     tp: int,
     num_gpu_blocks: int | None,
@@ -121,7 +149,7 @@ def serve(
     step_ms: float,
     per_token_us: float,
     speedup: float,
-    no_prefix_caching: bool,
+    prefix_caching: bool,
     vocab_size: int,
     seed: int,
     host: str,
@@ -157,12 +185,13 @@ def serve(
             max_num_batched_tokens=max_num_batched_tokens,
             step_s=step_ms / 1e3,
             per_token_s=per_token_us / 1e6,
-            enable_prefix_caching=not no_prefix_caching,
+            enable_prefix_caching=prefix_caching,
             vocab_size=vocab_size,
             seed=seed,
         )
     )
 
+    served = served_model_name or model
     cfg = built.config
     blocks_needed = cdiv(cfg.max_model_len, cfg.block_size)
     if blocks_needed > cfg.num_gpu_blocks - 1:  # block 0 is the null block
@@ -170,14 +199,14 @@ def serve(
             f"warning: one max_model_len request ({cfg.max_model_len} tokens) needs "
             f"{blocks_needed} KV blocks of {cfg.block_size} tokens but the pool has "
             f"{cfg.num_gpu_blocks - 1} usable (vLLM would refuse to start); longer requests are "
-            "answered 400; raise --num-gpu-blocks or lower --max-model-len",
+            "answered 400; raise --num-gpu-blocks-override or lower --max-model-len",
             err=True,
         )
 
     async def main() -> None:
         app = ServeApp(
             built.core,
-            model_name=model,
+            model_name=served,
             max_model_len=built.config.max_model_len,
             vocab_size=vocab_size,
             speedup=speedup,
@@ -196,7 +225,9 @@ def serve(
             ) from exc
         if host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(f"warning: listening on {host}, not loopback (no authentication)", err=True)
-        click.echo(f"kvbudget serve: {url}  model={model}  {built.description}", err=True)
+        click.echo(f"kvbudget serve: {url}  model={served}  {built.description}", err=True)
+        if gpu is None:
+            click.echo(manual_note(model, built.description), err=True)
         click.echo(url, nl=True)  # the URL alone on stdout, for scripts
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -10,8 +10,19 @@ from typing import Any
 
 import click
 
+from kvbudget.cli.vocab import (
+    COUNT,
+    COUNT0,
+    INPUT_TOKENS,
+    KV_DTYPE,
+    NUM_REQUESTS,
+    OUTPUT_TOKENS,
+    PREFIX_CACHING,
+    PREFIX_CACHING_VLLM,
+    RATE,
+    TP,
+)
 from kvbudget.errors import ConfigError
-from kvbudget.units import parse_count
 
 _OUTPUT_FLAGS = ("trace_out", "records_out", "samples_out")
 
@@ -48,6 +59,9 @@ def _check_output_path(flag: str, raw: str) -> None:
             f"{flag} {raw}: file is not writable; give another path or fix its permissions",
             field=flag,
         )
+    from kvbudget.safety.outlock import lock_out_file
+
+    lock_out_file(path, flag=flag)  # two sims never write one file at once
 
 
 def _positive_tokens(flag: str, value: int) -> int:
@@ -62,8 +76,23 @@ def _positive_tokens(flag: str, value: int) -> int:
 
 def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     wl = dict(base)
-    if opts["requests"] is not None:
-        wl["num_requests"] = parse_count(opts["requests"], field="--requests")
+    if opts["num_requests"] is not None:
+        wl["num_requests"] = opts["num_requests"]
+    cap = opts["max_concurrency"]
+    if cap is not None:
+        if opts["concurrency"] is not None and opts["concurrency"] != cap:
+            raise ConfigError(
+                f"--max-concurrency {cap} and --concurrency {opts['concurrency']}: they mean "
+                "the same here; give one",
+                field="max_concurrency",
+            )
+        if opts["rate"] is not None:
+            raise ConfigError(
+                f"--max-concurrency {cap} with --rate: the simulated client has no in-flight "
+                "cap for an open loop; drop --max-concurrency (or --rate for a closed loop)",
+                field="max_concurrency",
+            )
+        opts = {**opts, "concurrency": cap}
     if opts["rate"] is not None and opts["concurrency"] is not None:
         raise ConfigError(
             "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
@@ -98,6 +127,16 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
             prefix["system_prompt_tokens"] = shared
         wl["prefix"] = prefix
     return wl
+
+
+def _queue_check(stats: Any) -> dict[str, Any]:
+    """``{"stable": bool, ...}``: TTFT against arrival time (kvbudget.metrics.stability)."""
+    from kvbudget.metrics.stability import queue_growth
+
+    growth = queue_growth(list(stats.first_token_arrival_s), list(stats.first_token_ttft_s))
+    if growth is None:
+        return {"stable": True}
+    return {"stable": False, "note": growth.line(), **growth.to_dict()}
 
 
 def _render(summary: dict[str, Any]) -> str:
@@ -144,45 +183,72 @@ def _render(summary: dict[str, Any]) -> str:
 )
 @click.option("--model", help="Catalog id or config.json path [default: meta-llama/Llama-3.1-8B].")
 @click.option("--gpu", help="GPU catalog id (kvbudget gpus) [default: H100-SXM].")
-@click.option("--tp", type=int, help="Tensor-parallel size per replica [default: 1].")
-@click.option("--replicas", type=int, help="Number of identical replicas [default: 1].")
+@click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size per replica [default: 1].")
+@click.option("--replicas", type=COUNT, help="Number of identical replicas [default: 1].")
 @click.option(
     "--router",
     help="round_robin, least_outstanding, least_kv, session, prefix_approx, prefix_precise or cost [default: round_robin].",
 )
-@click.option("--requests", help="Number of requests, e.g. 1000 or 10K [default: 1000].")
 @click.option(
-    "--rate", type=float, help="Poisson arrival rate, requests/s (open loop) [default: 10]."
+    "--compare-router",
+    help="Run the same requests and arrivals again with this router policy and print both "
+    "side by side per replica (routing acceptance).",
 )
 @click.option(
-    "--concurrency", type=int, help="Closed loop: requests kept in flight (instead of --rate)."
+    *NUM_REQUESTS,
+    "--requests",
+    "num_requests",
+    type=COUNT,
+    help="Number of requests, e.g. 1000 or 10k [default: 1000].",
 )
 @click.option(
-    "--input-tokens",
-    type=int,
+    *RATE, "rate", type=float, help="Poisson arrival rate, requests/s (open loop) [default: 10]."
+)
+@click.option(
+    "--concurrency", type=COUNT, help="Closed loop: requests kept in flight (instead of --rate)."
+)
+@click.option(
+    "--max-concurrency",
+    type=COUNT,
+    help="vllm bench serve's name: without --rate, the closed loop's --concurrency (the "
+    "simulated client has no in-flight cap for an open loop).",
+)
+@click.option(
+    *INPUT_TOKENS,
+    "input_tokens",
+    type=COUNT,
     help="Prompt tokens per request, shared prefix included [default: 1024].",
 )
-@click.option("--output-tokens", type=int, help="Output tokens per request [default: 128].")
+@click.option(
+    *OUTPUT_TOKENS,
+    "output_tokens",
+    type=COUNT,
+    help="Output tokens per request [default: 128].",
+)
 @click.option(
     "--prefix-groups",
-    type=int,
+    type=COUNT0,
     help="Shared-prefix groups (Zipf popularity); 0 = one system prompt.",
 )
 @click.option(
     "--shared-prefix-tokens",
-    type=int,
+    type=COUNT0,
     help="Tokens of the shared prefix (per group, or the system prompt).",
 )
 @click.option(
-    "--prefix-caching/--no-prefix-caching",
+    PREFIX_CACHING,
+    PREFIX_CACHING_VLLM,
+    "prefix_caching",
     default=None,
     help="vLLM automatic prefix caching [default: on].",
 )
 @click.option(
-    "--kv-dtype", help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto]."
+    *KV_DTYPE,
+    "kv_dtype",
+    help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto].",
 )
-@click.option("--max-num-seqs", type=int, help="Scheduler max_num_seqs [default: the plan's].")
-@click.option("--max-model-len", type=int, help="max_model_len [default: the plan's].")
+@click.option("--max-num-seqs", type=COUNT, help="Scheduler max_num_seqs [default: the plan's].")
+@click.option("--max-model-len", type=COUNT, help="max_model_len, e.g. 32k [default: the plan's].")
 @click.option(
     "--timing-profile",
     type=click.Path(dir_okay=False),
@@ -223,10 +289,10 @@ def _render(summary: dict[str, Any]) -> str:
     help="Engine behaviour: vLLM-style paged blocks, or llama.cpp-style fixed slots "
     "(one server; docs/calibration.md).",
 )
-@click.option("--slots", type=int, help="llamacpp: -np slots [default: profile's, else 4].")
+@click.option("--slots", type=COUNT, help="llamacpp: -np slots [default: profile's, else 4].")
 @click.option(
     "--ctx-size",
-    type=int,
+    type=COUNT,
     help="llamacpp: -c total context, split over the slots [default: profile's n_ctx_slot].",
 )
 def sim(**opts: Any) -> None:
@@ -288,21 +354,28 @@ def sim(**opts: Any) -> None:
             records = files.enter_context(Path(opts["records_out"]).open("w"))
         if opts["samples_out"]:
             samples = files.enter_context(_SampleWriter(Path(opts["samples_out"])))
-        if opts["trace_out"]:
-            # the Chrome trace is held whole: a collected run (results in workload order)
+        routing = None
+        if opts["trace_out"] or opts["compare_router"]:
+            # the Chrome trace and the routing comparison need every result: a collected run
+            # (results in workload order)
             requests, concurrency = build_workload(scenario)
             cluster.concurrency = concurrency
             result = simulate(requests, cluster, seed=scenario.seed)
+            routing = _compare_router(opts, scenario, requests, concurrency, result)
             for r in result.requests:
                 if records is not None:
                     records.write(r.to_record().model_dump_json() + "\n")
             for x in sorted(result.samples, key=lambda x: (x.time_s, x.replica)):
                 if samples is not None:
                     samples.write(x)
-            Path(opts["trace_out"]).write_text(
-                json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
-            )
+            if opts["trace_out"]:
+                Path(opts["trace_out"]).write_text(
+                    json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
+                )
             summary = result.summary()
+            stats = result.run_stats()
+            if routing is not None:
+                summary["routing_comparison"] = routing
             num_requests = len(result.requests)
         else:
             # streamed: requests generated as they arrive, results written as they finish
@@ -322,6 +395,7 @@ def sim(**opts: Any) -> None:
                 on_sample=samples.write if samples is not None else None,
             )
             summary = run.summary()
+            stats = run.stats
             num_requests = summary["requests_total"]
     reasons = summary["unfinished_reasons"]
     if (
@@ -333,6 +407,10 @@ def sim(**opts: Any) -> None:
             f"no request could run: {next(iter(reasons)).removeprefix('rejected: ')}",
             field="workload",
         )
+    if concurrency is None:  # open loop (rate or trace): did the queue keep growing?
+        summary["queue"] = _queue_check(stats)
+        if not summary["queue"]["stable"]:
+            summary["notes"] = [*summary.get("notes", []), summary["queue"]["note"]]
     summary["model"] = scenario.model
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp
@@ -341,6 +419,38 @@ def sim(**opts: Any) -> None:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
         click.echo(_render(summary))
+        if routing is not None:
+            from kvbudget.sim.per_replica import render_routing_section
+
+            click.echo(render_routing_section(routing))
+
+
+def _compare_router(
+    opts: dict[str, Any], scenario: Any, requests: Any, concurrency: int | None, first: Any
+) -> dict[str, Any] | None:
+    """``--compare-router``: the same requests through a second policy, per replica."""
+    other = opts["compare_router"]
+    if other is None:
+        return None
+    from kvbudget.sim.cluster import simulate
+    from kvbudget.sim.per_replica import routing_section
+    from kvbudget.sim.router import ROUTERS
+    from kvbudget.sim.scenario import build_cluster
+
+    if other not in ROUTERS:
+        raise ConfigError(
+            f"--compare-router: {other!r} is not a router policy; use one of {', '.join(ROUTERS)}",
+            field="compare_router",
+        )
+    if other == first.router:
+        raise ConfigError(
+            f"--compare-router: {other!r} is already --router; name a different policy",
+            field="compare_router",
+        )
+    second_cluster = build_cluster(scenario.model_copy(update={"router": other}), trace=False)
+    second_cluster.concurrency = concurrency
+    second = simulate(requests, second_cluster, seed=scenario.seed)
+    return routing_section({first.router: first, other: second})
 
 
 class _SampleWriter:
@@ -374,8 +484,21 @@ class _SampleWriter:
 
 def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
     """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
+    from kvbudget.safety.limits import MAX_SLOTS, MAX_TOKENS
     from kvbudget.sim.slots_scenario import simulate_slots_scenario, slots_summary_text
 
+    if opts["slots"] is not None and not 1 <= opts["slots"] <= MAX_SLOTS:
+        raise ConfigError(
+            f"--slots {opts['slots']}: llama.cpp needs 1 <= slots (-np) <= {MAX_SLOTS}; "
+            "give e.g. --slots 4",
+            field="slots",
+        )
+    if opts["ctx_size"] is not None and not 1 <= opts["ctx_size"] <= MAX_TOKENS:
+        raise ConfigError(
+            f"--ctx-size {opts['ctx_size']}: give 1 <= ctx-size <= {MAX_TOKENS} tokens "
+            "(llama.cpp -c)",
+            field="ctx_size",
+        )
     for flag in ("trace_out", "samples_out"):
         if opts[flag]:
             raise ConfigError(

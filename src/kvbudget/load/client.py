@@ -41,6 +41,7 @@ __all__ = [
     "Endpoint",
     "OpenAIClient",
     "StreamOutcome",
+    "api_root",
     "looks_like_oom",
 ]
 
@@ -48,6 +49,23 @@ ENDPOINT_PATHS: dict[str, str] = {
     "completions": "/v1/completions",
     "chat": "/v1/chat/completions",
 }
+
+
+def api_root(url: str) -> str:
+    """The server root of an OpenAI-compatible URL, with or without the OpenAI SDK's ``/v1``.
+
+    ``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` and ``http://h:8000/v1/`` (and a
+    full ``.../v1/completions`` or ``.../v1/chat/completions``) all give ``http://h:8000``:
+    routes are added to the root (``/v1/completions``, and ``/tokenize``, ``/metrics``,
+    ``/version`` which vLLM serves outside ``/v1``).
+    """
+    root = url.strip().rstrip("/")
+    for suffix in ("/v1/chat/completions", "/v1/completions", "/v1"):
+        if root.endswith(suffix):
+            return root.removesuffix(suffix)
+    return root
+
+
 #: seconds to wait for the end of the body after ``[DONE]`` (connection reuse only)
 DONE_GRACE_S = 1.0
 
@@ -115,7 +133,7 @@ class OpenAIClient:
         clock: Callable[[], float] = time.perf_counter,
         force_close: bool = False,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = api_root(base_url)
         #: one connection per request (for servers that close every connection anyway)
         self.force_close = force_close
         self.concurrency = max(1, concurrency)
@@ -216,8 +234,6 @@ class OpenAIClient:
         splitter = SseSplitter()
         events: list[tuple[float, bytes]] = []
         cancel_after = req.cancel_after_tokens
-        content_key = b'"content":"' if req.endpoint == "chat" else b'"text":"'
-        empty_key = b'"content":""' if req.endpoint == "chat" else b'"text":""'
         num_content = 0
         saw_done = False
         reader = resp.content
@@ -233,7 +249,7 @@ class OpenAIClient:
                         saw_done = True
                         continue
                     events.append(ev)
-                    if content_key in data and empty_key not in data:
+                    if cancel_after is not None and _has_content(data, req.endpoint):
                         num_content += 1
                 if saw_done:
                     if not reader.at_eof():
@@ -285,6 +301,30 @@ class OpenAIClient:
         except (TimeoutError, aiohttp.ClientError, OSError):
             return 0, None, {}
 
+    async def get_text(self, path_or_url: str) -> str | None:
+        """GET a text endpoint (a path on this server or an absolute URL); None on failure."""
+        url = path_or_url if "://" in path_or_url else self.base_url + path_or_url
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                async with self.session.get(url) as resp:
+                    text = await resp.text()
+                    return text if resp.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """POST a JSON body to a path on this server: (status, parsed body or None)."""
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                async with self.session.post(self.base_url + path, json=body) as resp:
+                    text = await resp.text()
+                    try:
+                        return resp.status, json.loads(text)
+                    except ValueError:
+                        return resp.status, None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return 0, None
+
     async def tokenize_count(
         self, model: str, text: str, *, chat: bool = False, add_special_tokens: bool = True
     ) -> int | None:
@@ -328,3 +368,24 @@ async def _drain_to_eof(reader: aiohttp.StreamReader) -> None:
         async with asyncio.timeout(DONE_GRACE_S):
             while await reader.readany():
                 pass
+
+
+def _has_content(data: bytes, endpoint: str) -> bool:
+    """Whether one streamed event carries generated text (parsed JSON, whatever its spacing:
+    ``"text": "a"`` counts as ``"text":"a"`` does; cancellation counts tokens from this)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    if not isinstance(event, dict):
+        return False
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    first = choices[0]
+    if endpoint == "chat":
+        delta = first.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+    else:
+        text = first.get("text")
+    return isinstance(text, str) and text != ""

@@ -11,6 +11,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvbudget.safety.limits import (
+    MAX_CONCURRENCY,
+    MAX_RATE_PER_S,
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_VOCAB,
+    MAX_WORKERS,
+    MIN_RATE_PER_S,
+)
+
 Shape = Literal["closed", "constant", "poisson", "gamma", "burst", "ramp", "planned"]
 TokenCheck = Literal["none", "server", "local"]
 
@@ -20,42 +31,51 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: the server root (a trailing ``/v1`` is dropped: the OpenAI SDK's habit means the same)
     base_url: str
-    model: str
+    #: the name put in requests; empty: the first model of ``GET /v1/models``
+    model: str = ""
     endpoint: Literal["completions", "chat"] = "completions"
     shape: Shape = "closed"
     #: closed loop: requests kept in flight
-    concurrency: int = Field(default=1, ge=1)
+    concurrency: int = Field(default=1, ge=1, le=MAX_CONCURRENCY)
     #: open loop (constant/poisson/gamma): offered requests per second
-    rate_per_s: float | None = Field(default=None, gt=0)
+    rate_per_s: float | None = Field(default=None, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
     gamma_cv: float = Field(default=1.0, gt=0)
     #: step ramp: (rate_per_s, stage_s) stages, back to back
     ramp_stages: list[tuple[float, float]] = Field(default_factory=list)
-    num_requests: int | None = Field(default=None, ge=1)
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     duration_s: float | None = Field(default=None, gt=0)
     #: the first requests of the run are sent and recorded but excluded from the summary
-    warmup_requests: int = Field(default=0, ge=0)
+    warmup_requests: int = Field(default=0, ge=0, le=MAX_REQUESTS)
     timeout_s: float = Field(default=60.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     #: open loop: most requests in flight at once (the client waits beyond it; lag shows it)
-    max_inflight: int = Field(default=1024, ge=1)
-    prompt_tokens: int = Field(default=32, ge=1)
-    output_tokens: int = Field(default=64, ge=1)
+    max_inflight: int = Field(default=1024, ge=1, le=MAX_CONCURRENCY)
+    prompt_tokens: int = Field(default=32, ge=1, le=MAX_REQUEST_TOKENS)
+    output_tokens: int = Field(default=64, ge=1, le=MAX_REQUEST_TOKENS)
     ignore_eos: bool = True
-    vocab_size: int = Field(default=32000, ge=8)
+    vocab_size: int = Field(default=32000, ge=8, le=MAX_VOCAB)
     cache_salt: str | None = None
     #: cancellation injection: abort after this many streamed tokens ...
-    cancel_after_tokens: int | None = Field(default=None, ge=1)
+    cancel_after_tokens: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
     #: ... on this fraction of requests (seeded)
     cancel_fraction: float = Field(default=1.0, ge=0, le=1)
-    seed: int = 0
-    workers: int = Field(default=1, ge=1)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     keep_prompts: bool = False
     api_key_env: str | None = None
     check_tokens: TokenCheck = "none"
+    #: whose tokens prompt lengths count: "auto" (the served model's tokenizer: its local
+    #: directory, the local HF cache, or the server's /tokenize), "synthetic" (kvbudget's
+    #: one-word-per-token tokenizer), or a tokenizer path / hub id (vLLM's --tokenizer)
+    tokenizer: str = "auto"
     metrics_url: str | None = None
     scrape_interval_s: float = Field(default=1.0, gt=0)
     baseline_s: float = Field(default=0.0, ge=0)
+    #: what the records are: set by the run from the server's identity, never by the user
+    #: (``simulated`` when the endpoint is ``kvbudget serve``, whose latencies are simulated)
+    record_source: Literal["measured", "simulated"] = "measured"
 
     @field_validator("base_url", "metrics_url")
     @classmethod
@@ -63,6 +83,20 @@ class RunConfig(BaseModel):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://, e.g. http://127.0.0.1:8000")
         return url
+
+    @field_validator("base_url")
+    @classmethod
+    def _root(cls, url: str) -> str:
+        from kvbudget.load.client import api_root
+
+        return api_root(url)
+
+    @property
+    def endpoint_url(self) -> str:
+        """The URL every request is posted to."""
+        from kvbudget.load.client import ENDPOINT_PATHS
+
+        return self.base_url + ENDPOINT_PATHS[self.endpoint]
 
     @model_validator(mode="after")
     def _coherent(self) -> RunConfig:
@@ -89,6 +123,6 @@ class RunConfig(BaseModel):
 
     def same_run(self, other: RunConfig) -> list[str]:
         """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers``."""
-        mine = self.model_dump(exclude={"workers"})
-        theirs = other.model_dump(exclude={"workers"})
+        mine = self.model_dump(exclude={"workers", "record_source"})
+        theirs = other.model_dump(exclude={"workers", "record_source"})
         return sorted(k for k in mine if mine[k] != theirs[k])

@@ -36,7 +36,12 @@ async def server_identity(client: OpenAIClient) -> dict[str, Any]:
     ident: dict[str, Any] = {"base_url": client.base_url, "engine": None, "engine_version": None}
     status, body, headers = await client.get_json("/v1/models")
     ident["models_status"] = status
+    if status != 200:
+        ident["models_error"] = " ".join(str(body if body is not None else "").split())[:200]
     if isinstance(body, dict) and isinstance(body.get("data"), list):
+        ident["model_ids"] = [
+            str(m["id"]) for m in body["data"][:1000] if isinstance(m, dict) and "id" in m
+        ]
         models = []
         for m in body["data"][:8]:
             if isinstance(m, dict):

@@ -105,6 +105,10 @@ DERIVED_QUERIES: dict[str, tuple[str, ...]] = {
 UNIFIED_KINDS: dict[str, SeriesKind] = {u.name: u.kind for u in SERIES_MAP.values()}
 
 
+def _base_name(name: str) -> str:
+    return name.removesuffix("_sum").removesuffix("_count")
+
+
 def _family_key(name: str, kind: str) -> str:
     if kind == "counter" and name.endswith("_total"):
         return name[: -len("_total")]
@@ -192,6 +196,8 @@ class ScrapeLog:
     engine: str | None = None
     first_text: str | None = None
     last_text: str | None = None
+    #: run-timeline time of the settled final scrape (see MetricsScraper.settle), if taken
+    settled_s: float | None = None
 
 
 class MetricsScraper:
@@ -249,6 +255,51 @@ class MetricsScraper:
                         await asyncio.wait_for(stop.wait(), timeout=wait)
             await self.scrape_once(session)
         return self.log
+
+    def _counter_values(self, since: int) -> dict[str, float]:
+        return {
+            s.name: s.value
+            for s in self.log.samples[since:]
+            if not s.labels and UNIFIED_KINDS.get(_base_name(s.name)) in ("counter", "histogram")
+        }
+
+    def _count_of(self, name: str) -> list[float]:
+        return [s.value for s in self.log.samples if s.name == name and not s.labels]
+
+    async def settle(
+        self, expected_finished: int, *, timeout_s: float = 10.0, interval_s: float = 0.25
+    ) -> bool:
+        """Scrape until the engine has counted the run's last request; True when it did.
+
+        Engines update their counters after the response is sent (observed on vLLM 0.32: a
+        scrape right after the last response counted 29 of 40 requests). Done when the e2e
+        histogram counted ``expected_finished`` more requests than at the first scrape, or,
+        for an engine without one, when two scrapes in a row give the same counters; bounded
+        by ``timeout_s``. The settled time is ``self.log.settled_s`` (run timeline).
+        """
+        e2e = E2E.name + "_count"
+        first = self._count_of(e2e)
+        deadline = self.clock() + timeout_s
+        previous: dict[str, float] | None = None
+        async with aiohttp.ClientSession() as session:
+            while True:
+                mark = len(self.log.samples)
+                ok = await self.scrape_once(session)
+                now = self.clock() - self.t0
+                if ok:
+                    counts = self._count_of(e2e)
+                    values = self._counter_values(mark)
+                    if first and counts and counts[-1] - first[0] >= expected_finished:
+                        self.log.settled_s = now
+                        return True
+                    if not first and previous is not None and values == previous:
+                        self.log.settled_s = now
+                        return True
+                    previous = values
+                if self.clock() > deadline:
+                    self.log.settled_s = now
+                    return False
+                await asyncio.sleep(interval_s)
 
     async def baseline(self, duration_s: float) -> None:
         """Idle baseline: scrape for ``duration_s`` before the load starts (at least once)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,10 +29,13 @@ from pydantic import Field
 from kvbudget.errors import ConfigError, TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
+from kvbudget.load.diagnosis import record_digest
+from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import safe_headers, server_identity
 from kvbudget.load.prometheus import MetricsScraper, summarize_series
 from kvbudget.load.requests import planned_open_loop, synthetic_request
 from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
+from kvbudget.load.served_prompts import resolve_tokenizer, served_prompts
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.load.workers import WorkerPool
 from kvbudget.metrics.run import summarize_run
@@ -45,6 +47,9 @@ from kvbudget.records import (
     read_jsonl,
     write_document,
 )
+from kvbudget.safety.outlock import lock_out_dir, release_out_dir
+from kvbudget.safety.redact import MIN_SECRET_CHARS, register_secret
+from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
 REQUESTS_FILE = "requests.jsonl"
@@ -60,12 +65,18 @@ class BenchDocument(ResultDocument):
     config: dict[str, Any]
     server: dict[str, Any] = Field(default_factory=dict)
     summary: dict[str, Any] = Field(default_factory=dict)
+    #: how prompts were built: tokenizer used, special tokens, requested vs built totals
+    prompts: dict[str, Any] = Field(default_factory=dict)
+    #: the engine's final resolved values (kvbudget.load.engine_report.EngineReport)
+    engine_report: dict[str, Any] = Field(default_factory=dict)
     accounting: dict[str, Any] = Field(default_factory=dict)
     server_metrics: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
     #: per latency metric: n, mean, percentiles with confidence intervals (kvbudget.metrics)
     statistics: dict[str, Any] = Field(default_factory=dict)
     scrape: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    #: failed requests by HTTP status / error kind with one example each (load.diagnosis)
+    failures: dict[str, Any] = Field(default_factory=dict)
 
 
 def read_api_key(cfg: RunConfig) -> str | None:
@@ -79,7 +90,76 @@ def read_api_key(cfg: RunConfig) -> str | None:
             f"export {cfg.api_key_env}=... or drop --api-key-env",
             field="api_key_env",
         )
+    if len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(
+            f"--api-key-env {cfg.api_key_env}: the key has {len(value)} characters; kvbudget "
+            f"scrubs the key from every file it writes and needs at least {MIN_SECRET_CHARS}",
+            field="api_key_env",
+        )
+    register_secret(value)
     return value
+
+
+def served_model(cfg: RunConfig, ident: dict[str, Any]) -> str:
+    """:func:`check_served_model` for a load run."""
+    return check_served_model(
+        cfg.base_url, cfg.model, ident, connect_timeout_s=cfg.connect_timeout_s
+    )
+
+
+def check_served_model(
+    base_url: str, model: str | None, ident: dict[str, Any], *, connect_timeout_s: float = 10.0
+) -> str:
+    """The model name to send, checked against ``GET /v1/models`` before any request.
+
+    ``ident`` is :func:`~kvbudget.load.identity.server_identity`'s answer. An empty ``model``
+    takes the first served model (as ``vllm bench serve`` does). A name the server does not
+    serve, an unreachable server or a ``/v1/models`` that is not an OpenAI model list stops
+    the run here, in one line, with nothing sent.
+    """
+    url = f"{base_url}/v1/models"
+    status = ident.get("models_status")
+    if status == 0:
+        raise TargetError(
+            f"--base-url: cannot reach {url} (connection refused, or no answer within "
+            f"{connect_timeout_s:g} s); check --base-url and that the server is up"
+        )
+    if status != 200:
+        hint = (
+            "give the key's variable with --api-key-env"
+            if status in (401, 403)
+            else "check --base-url: the server root, e.g. http://127.0.0.1:8000 (or its /v1)"
+        )
+        said = ident.get("models_error") or ""
+        raise TargetError(
+            f"GET {url} answered HTTP {status}" + (f" ({said})" if said else "") + f"; {hint}"
+        )
+    ids: list[str] = list(ident.get("model_ids") or [])
+    if not ids:
+        raise TargetError(
+            f"GET {url} lists no models; is this an OpenAI-compatible server? check --base-url"
+        )
+    if not model:
+        return ids[0]
+    if model not in ids:
+        shown = ", ".join(ids[:8]) + (f" (+{len(ids) - 8} more)" if len(ids) > 8 else "")
+        raise TargetError(
+            f"--model {model}: {base_url} does not serve it; it serves {shown}; give "
+            "one of those (or leave --model out for the first); nothing was sent"
+        )
+    return model
+
+
+def unique_records(records: Sequence[RequestRecord]) -> tuple[list[RequestRecord], int]:
+    """The first record of each request id, and how many later duplicates were dropped."""
+    seen: set[str] = set()
+    kept: list[RequestRecord] = []
+    for rec in records:
+        if rec.request_id in seen:
+            continue
+        seen.add(rec.request_id)
+        kept.append(rec)
+    return kept, len(records) - len(kept)
 
 
 def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[str]]:
@@ -131,18 +211,29 @@ async def run_load(
     resume: bool = False,
     progress: ProgressFn | None = None,
     progress_lines: Callable[[int], None] | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
 ) -> BenchDocument:
-    """Run the load described by ``cfg`` and return its result document."""
+    """Run the load described by ``cfg`` and return its result document.
+
+    ``use_ray``: the workers are Ray actors (:mod:`kvbudget.load.ray_workers`), on the local
+    Ray or the cluster at ``ray_address``.
+    """
     api_key = read_api_key(cfg)
-    tmp: tempfile.TemporaryDirectory[str] | None = None
-    if out_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="kvbudget-bench-")
-        out_dir = Path(tmp.name)
-    try:
-        return await _run_in(cfg, out_dir, planned, resume, progress, progress_lines, api_key)
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    if out_dir is not None:
+        lock_out_dir(out_dir)  # one run per directory: a second one refuses in one line
+        return await _run_in(
+            cfg, out_dir, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+        )
+    # removed on every exit path, SIGKILL included (a reaper process watches this one)
+    with private_tempdir("kvbudget-bench-") as tmp:
+        lock_out_dir(tmp)
+        try:
+            return await _run_in(
+                cfg, tmp, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+            )
+        finally:
+            release_out_dir(tmp)
 
 
 async def _run_in(
@@ -153,26 +244,45 @@ async def _run_in(
     progress: ProgressFn | None,
     progress_lines: Callable[[int], None] | None,
     api_key: str | None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
 ) -> BenchDocument:
-    segment, skip = _prepare_dir(cfg, out_dir, resume)
-    if planned is None and cfg.open_loop:
-        planned = planned_open_loop(cfg)
-    elif planned is None and cfg.num_requests is not None:
-        # generated before the clock starts, so prompt generation is not on the hot path
-        planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
     ) as probe:
         ident = await server_identity(probe)
-    if ident.get("models_status") == 0:
-        raise TargetError(
-            f"cannot reach {cfg.base_url}/v1/models (connection refused, or no answer within "
-            f"{cfg.connect_timeout_s:g} s); check --base-url and that the server is up"
-        )
+    own_sim = ident.get("engine") == "kvbudget-serve"
+    cfg = cfg.model_copy(
+        update={
+            "model": served_model(cfg, ident),
+            "record_source": "simulated" if own_sim else "measured",
+        }
+    )
+    segment, skip = _prepare_dir(cfg, out_dir, resume)
+    async with OpenAIClient(
+        cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
+    ) as probe:
+        # only once the server answered: an unreachable one costs no prompt generation
+        if planned is None and cfg.open_loop:
+            planned = planned_open_loop(cfg)
+        elif planned is None and cfg.num_requests is not None:
+            # generated before the clock starts, so prompt generation is not on the hot path
+            planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
+        report = await read_engine_report(probe, cfg.metrics_url)
+        planned, prompts_info = await _served_lengths(cfg, probe, ident, planned)
+    ident = {**ident, "engine_report": report.model_dump(mode="json", exclude_none=True)}
+    ident["prompts"] = prompts_info
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
     req_path = out_dir / REQUESTS_FILE
-    pool = None
-    if num_workers > 1:
+    pool: Any = None
+    if use_ray:
+        from kvbudget.load.ray_workers import RayWorkerPool
+
+        pool = RayWorkerPool(
+            cfg, planned, num_workers, segment, skip, req_path, api_key, ray_address=ray_address
+        )
+        await pool.start()  # actors up and their clock offsets estimated
+    elif num_workers > 1:
         pool = WorkerPool(cfg, planned, num_workers, segment, skip, req_path, api_key)
         await pool.start()  # every worker imported and waiting: only now pick the start
     t0 = time.perf_counter() + cfg.baseline_s + 0.05
@@ -211,9 +321,38 @@ async def _run_in(
         stop.set()
         if scrape_task is not None:
             await scrape_task
+        if scraper is not None and req_path.exists():
+            # the engine counts a request after answering it: scrape until it has counted all
+            done = read_jsonl(req_path, RequestRecord).items
+            await scraper.settle(sum(r.run_segment == segment and r.status == "ok" for r in done))
         if metrics_writer is not None:
             metrics_writer.close()
-    return _finish(cfg, out_dir, ident, results, scraper, segment)
+    ray_accounting = pool.accounting() if use_ray else None
+    return _finish(cfg, out_dir, ident, results, scraper, segment, ray_accounting)
+
+
+async def _served_lengths(
+    cfg: RunConfig,
+    client: OpenAIClient,
+    ident: dict[str, Any],
+    planned: Sequence[PlannedRequest] | None,
+) -> tuple[Sequence[PlannedRequest] | None, dict[str, Any]]:
+    """Rewrite prompts to their length in the served model's tokenizer (see served_prompts)."""
+    models = ident.get("models") or [{}]
+    root = models[0].get("root") if isinstance(models[0], dict) else None
+    tok = await resolve_tokenizer(client, cfg.model, cfg.tokenizer, root, ident.get("engine"))
+    if tok is None or not planned:
+        return planned, {"tokenizer": "synthetic" if tok is None else tok.source}
+    rewritten, build = await served_prompts(
+        list(planned), tok, client=client, model=cfg.model, seed=cfg.seed
+    )
+    return rewritten, {
+        "tokenizer": build.tokenizer,
+        "num_special_tokens": build.num_special_tokens,
+        "requested_tokens_total": build.requested_tokens_total,
+        "built_tokens_total": build.built_tokens_total,
+        "num_mismatched": build.num_mismatched,
+    }
 
 
 def _finish(
@@ -223,9 +362,10 @@ def _finish(
     results: list[WorkerResult],
     scraper: MetricsScraper | None,
     segment: int,
+    ray_accounting: dict[str, Any] | None = None,
 ) -> BenchDocument:
     read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
-    records = read.items
+    records, duplicates = unique_records(read.items)
     seg_records = [r for r in records if r.run_segment == segment]
     summary = summarize_records(records)
     offered = sum(r.offered for r in results)
@@ -242,6 +382,7 @@ def _finish(
         "recorded_total": len(records),
         "sent_equals_recorded": sent == len(seg_records),
         "skipped_jsonl_lines": read.skipped_lines,
+        "duplicate_records_ignored": duplicates,
         "workers": len(results),
         "client_cpu_s": cpu,
         "client_wall_s": wall,
@@ -261,17 +402,35 @@ def _finish(
     )
     statistics = {name: d.to_dict() for name, d in stats.latency.items() if d.n > 0}
     warnings.extend(stats.warnings)
+    if duplicates:
+        warnings.append(
+            f"{duplicates} record(s) repeat a request id already recorded (a writer outlived "
+            "a killed run?); each request id is counted once, the first record kept"
+        )
+    if ray_accounting is not None:
+        accounting.update(ray_accounting)
+        warnings.extend(_lost_warnings(ray_accounting, out_dir))
+        finished = {r.worker for r in results}
+        seg_records = [r for r in seg_records if r.worker in finished]
+        accounting["sent_equals_recorded"] = sent == len(seg_records)
     if sent != len(seg_records):
         warnings.append(
             f"accounting: {sent} request(s) sent but {len(seg_records)} recorded in this segment"
         )
     headers = next((r.headers for r in results if r.headers), None)
-    ident = {**ident, "response_headers": safe_headers(headers)}
+    ident = {
+        **ident,
+        "response_headers": safe_headers(headers),
+        "endpoint_url": cfg.endpoint_url,
+        "model_sent": cfg.model,
+    }
     server_metrics: dict[str, dict[str, float | int | None]] = {}
     scrape_info: dict[str, Any] = {}
     if scraper is not None:
         ends = [r.done_s for r in seg_records if r.done_s is not None]
-        window = (0.0, max(ends) if ends else 0.0)
+        end_s = max(ends) if ends else 0.0
+        # counters include the settled scrape taken after the engine counted the last request
+        window = (0.0, max(end_s, scraper.log.settled_s or end_s))
         server_metrics = summarize_series(scraper.log.samples, window=window)
         scrape_info = {
             "url": cfg.metrics_url,
@@ -279,6 +438,7 @@ def _finish(
             "failures": len(scraper.log.failures),
             "first_failures": scraper.log.failures[:5],
             "engine_names": scraper.log.engine,
+            "settled_s": scraper.log.settled_s,
         }
         if scraper.log.num_scrapes and scraper.log.failures:
             warnings.append(
@@ -291,6 +451,12 @@ def _finish(
     engine = ident.get("engine") or "unknown OpenAI-compatible server"
     version = ident.get("version") or {}
     own_sim = engine == "kvbudget-serve"
+    if (ident.get("prompts") or {}).get("tokenizer") == "synthetic" and not own_sim:
+        warnings.append(
+            "prompt lengths are words of kvbudget's synthetic tokenizer, not tokens of the "
+            "served model (no tokenizer found locally and no /tokenize + /detokenize on the "
+            "server); give --tokenizer DIR for exact lengths"
+        )
     note = None
     if own_sim:
         # The client timings are real, but what they time is kvbudget's own simulator: label the
@@ -312,12 +478,28 @@ def _finish(
         ),
         config=cfg.model_dump(mode="json"),
         server=ident,
+        prompts=ident.get("prompts") or {},
+        engine_report=ident.get("engine_report") or {},
         summary=summary,
         accounting=accounting,
         server_metrics=server_metrics,
         statistics=statistics,
         scrape=scrape_info,
         warnings=warnings,
+        failures=record_digest(records),
     )
     write_document(out_dir / SUMMARY_FILE, doc)
     return doc
+
+
+def _lost_warnings(ray_accounting: dict[str, Any], out_dir: Path) -> list[str]:
+    """One warning per Ray worker lost mid-run: what was kept and how to finish."""
+    out = []
+    for w in ray_accounting.get("per_worker", []):
+        if w.get("lost"):
+            out.append(
+                f"worker {w['worker']} (node {w['node']}) was lost mid-run ({w['lost']}); its "
+                f"{w['recorded']} finished record(s) are kept in {out_dir / REQUESTS_FILE}; what "
+                "it was sending is unrecorded: rerun with --resume to send the rest"
+            )
+    return out

@@ -83,7 +83,7 @@ def build_record(
     prompt = planned.text()
     return RequestRecord(
         request_id=planned.request_id,
-        source="measured",
+        source=cfg.record_source,
         status=out.status,
         cell_id=planned.cell_id,
         tenant=planned.tenant,

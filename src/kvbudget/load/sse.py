@@ -11,32 +11,46 @@ from __future__ import annotations
 
 
 class SseSplitter:
-    """Incremental SSE event splitter (bytes in, ``(time_s, data_bytes)`` out)."""
+    """Incremental SSE event splitter (bytes in, ``(time_s, data_bytes)`` out).
 
-    __slots__ = ("_buf", "_start_s")
+    Linear in the bytes received: a chunk that completes no event is appended to a buffer
+    (amortized O(1) per byte) and only the new chunk is searched for the blank line, so one
+    20 MB event arriving in many reads costs a single pass, not one copy per read."""
+
+    __slots__ = ("_buf", "_cr", "_start_s")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = bytearray()
+        #: the last chunk ended in ``\r`` (held back: it may start a ``\r\n`` across reads)
+        self._cr = False
         self._start_s = 0.0
 
     @property
     def pending(self) -> bytes:
         """Bytes of an event that has started but not ended."""
-        return self._buf
+        return bytes(self._buf) + (b"\r" if self._cr else b"")
 
     def feed(self, chunk: bytes, now_s: float) -> list[tuple[float, bytes]]:
         """Add a chunk received at ``now_s``; return the events it completed."""
-        if not self._buf:
+        if not chunk:
+            return []
+        if not self._buf and not self._cr:
             self._start_s = now_s
-            data = chunk
-        else:
-            data = self._buf + chunk
+        data = chunk
+        if self._cr:
+            data = b"\r" + data
+            self._cr = False
+        if data.endswith(b"\r"):
+            data = data[:-1]
+            self._cr = True
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n")
-        parts = data.split(b"\n\n")
-        self._buf = parts.pop()
-        if not parts:
+        buf = self._buf
+        if b"\n\n" not in data and not (buf.endswith(b"\n") and data.startswith(b"\n")):
+            buf += data  # no event ends in this chunk
             return []
+        parts = (bytes(buf) + data).split(b"\n\n")
+        self._buf = bytearray(parts.pop())
         out: list[tuple[float, bytes]] = []
         append = out.append
         t = self._start_s
@@ -48,9 +62,8 @@ class SseSplitter:
                 if payload is not None:
                     append((t, payload))
             t = now_s
-        if self._buf:
-            # the partial event started inside this chunk (or earlier, if nothing completed)
-            self._start_s = now_s
+        # the partial event (if any) started inside this chunk
+        self._start_s = now_s
         return out
 
 

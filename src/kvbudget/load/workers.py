@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from kvbudget.errors import TargetError
 from kvbudget.load.config import RunConfig
 from kvbudget.load.runner import WorkerResult, run_worker
 from kvbudget.records import JsonlWriter
+from kvbudget.safety.procs import die_with_parent
+from kvbudget.safety.redact import register_secret
 from kvbudget.workload.request import PlannedRequest
 
 #: how long spawned workers may take to import and report ready
@@ -38,8 +41,12 @@ def _worker_main(
     api_key: str | None,
     conn: Any,
     queue: Any,
+    parent_pid: int,
 ) -> None:
     """Entry point of a spawned worker process."""
+    # SIGKILL when the parent dies: an orphan must never keep sending and recording
+    die_with_parent(parent_pid)
+    register_secret(api_key)
     cfg = RunConfig.model_validate_json(cfg_json)
     conn.send("ready")
     try:
@@ -99,6 +106,7 @@ class WorkerPool:
                         api_key,
                         child,
                         self.queue,
+                        os.getpid(),
                     ),
                     daemon=True,
                 )

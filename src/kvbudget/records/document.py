@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from kvbudget import __version__
 from kvbudget.errors import ReportError
+from kvbudget.safety.redact import redact_text
 
 FigureKind = Literal["computed", "simulated", "measured"]
 FIGURE_KINDS: tuple[FigureKind, ...] = get_args(FigureKind)
@@ -104,10 +105,11 @@ DocT = TypeVar("DocT", bound=ResultDocument)
 
 
 def write_document(path: Path, doc: ResultDocument) -> None:
-    """Write a document as indented JSON (atomic: temp file then rename)."""
+    """Write a document as indented JSON (atomic: temp file then rename), with the run's
+    secrets scrubbed (:mod:`kvbudget.safety.redact`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(doc.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(redact_text(doc.model_dump_json(indent=2)) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 

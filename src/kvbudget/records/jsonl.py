@@ -18,6 +18,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kvbudget.safety.redact import redact_bytes
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ItemT = TypeVar("ItemT")
 
@@ -72,7 +74,7 @@ class JsonlWriter:
             line = item.model_dump_json()
         else:
             line = json.dumps(item, separators=(",", ":"), sort_keys=True)
-        data = (line + "\n").encode("utf-8")
+        data = redact_bytes((line + "\n").encode("utf-8"))  # no echoed API key on disk
         written = os.write(self._fd, data)
         while written < len(data):  # rare on regular files; keep the line whole anyway
             written += os.write(self._fd, data[written:])

@@ -82,6 +82,12 @@ def distributions(doc: AcceptResult, metric: str) -> str:
     data = [getattr(c, attr) or [float("nan")] for c in doc.cells]
     labels = [c.cell_id for c in doc.cells]
     fig, ax = plt.subplots(figsize=(7.0, 2.8))
+    if not any(x > 0 for values in data for x in values):
+        # no request succeeded (or none ran): nothing to draw on a log axis, and say so
+        ax.text(0.5, 0.5, f"no {metric} samples: no request succeeded", ha="center",
+                va="center", transform=ax.transAxes)  # fmt: skip
+        ax.set_axis_off()
+        return _svg(fig)
     ax.boxplot(data, showfliers=True)
     ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right")
     ax.set_yscale("log")

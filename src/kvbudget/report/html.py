@@ -10,6 +10,7 @@ from html import escape
 
 from kvbudget.accept.result import AcceptResult
 from kvbudget.report.charts import CHARTS, render_charts
+from kvbudget.report.lifecycle import lifecycle_html
 from kvbudget.report.markdown import (
     CELL_HEADER,
     PCT_HEADER,
@@ -27,6 +28,7 @@ from kvbudget.report.markdown import (
     tier_rows,
     value_text,
 )
+from kvbudget.report.roles import roles_html
 from kvbudget.units import format_bytes
 
 CSS = """
@@ -212,6 +214,23 @@ def render_html(doc: AcceptResult) -> str:
         )
     )
     add(_list([f"warning: {w}" for w in doc.ledger.warnings]) if doc.ledger.warnings else "")
+    if doc.pool:
+        add("<h2>KV pool: planned (computed) vs engine-reported (measured)</h2>")
+        add(
+            _table(
+                ["field", "planned", "engine-reported", "match", "engine source"],
+                [
+                    [
+                        r["field"],
+                        value_text(r["planned"]),
+                        value_text(r["engine_reported"]),
+                        {True: "yes", False: "NO", None: "—"}[r["match"]],
+                        r["source"] or "",
+                    ]
+                    for r in doc.pool
+                ],
+            )
+        )
     add("<h2>Single-factor comparisons</h2>")
     add(
         f"<figure class='chart' data-chart='ab'><figcaption>{_e(CHARTS['ab'][0])}</figcaption>"
@@ -249,5 +268,7 @@ def render_html(doc: AcceptResult) -> str:
     )
     add("<h2>Rollback</h2>" + _list(doc.rollback, ordered=True))
     add("<h2>Canary</h2>" + _list(doc.canary, ordered=True))
+    add(lifecycle_html(doc))
+    add(roles_html(doc))
     add("</body></html>")
     return "\n".join(parts)

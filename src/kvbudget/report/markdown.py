@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult
+from kvbudget.report.lifecycle import lifecycle_markdown
+from kvbudget.report.roles import roles_markdown
 from kvbudget.units import format_bytes
 
 
@@ -300,6 +302,18 @@ def render_markdown(doc: AcceptResult) -> str:
     add("\n### Reasons\n")
     for cell in doc.cells:
         add(f"- **{cell.cell_id}** ({cell.verdict}): " + "; ".join(_md(r) for r in cell.reasons))
+    in_tier = [cell for cell in doc.cells if cell.prompt_tokens_in_tier]
+    if in_tier:
+        add("\n### Prompt lengths as the engine counted them, against the tier bounds\n")
+        add("| cell | tier bounds | counted min–max | in bounds |\n|---|---|---|---|")
+        for cell in in_tier:
+            bounds = cell.prompt_tokens_in_tier
+            add(
+                f"| {cell.cell_id} | {bounds['min_tokens']}–{bounds['max_tokens']} | "
+                f"{bounds['min_counted']}–{bounds['max_counted']} | "
+                f"{bounds['num_in_bounds']}/{bounds['num_counted']}"
+                f"{'' if bounds['within'] else ' **(outside)**'} |"
+            )
     add("\n### Percentiles per cell (bootstrap 95% CIs)\n")
     for cell in doc.cells:
         if not cell.summaries:
@@ -347,6 +361,16 @@ def render_markdown(doc: AcceptResult) -> str:
         add(f"| {_md(entry.name)} | {_md(value_text(entry.value))} | {_md(entry.source)} |")
     for w in doc.ledger.warnings:
         add(f"- warning: {_md(w)}")
+    if doc.pool:
+        add("\n## KV pool: planned (computed) vs engine-reported (measured)\n")
+        add("| field | planned | engine-reported | match | engine source |\n|---|---|---|---|---|")
+        for pool_row in doc.pool:
+            match = {True: "yes", False: "**NO**", None: "—"}[pool_row["match"]]
+            add(
+                f"| {_md(pool_row['field'])} | {_md(value_text(pool_row['planned']))} | "
+                f"{_md(value_text(pool_row['engine_reported']))} | {match} | "
+                f"{_md(pool_row['source'] or '')} |"
+            )
     add("\n## Load\n")
     load = doc.plan.get("load", {})
     for name, tier in load.get("tiers", {}).items():
@@ -405,5 +429,7 @@ def render_markdown(doc: AcceptResult) -> str:
     add("\n## Canary\n")
     for step in doc.canary:
         add(f"1. {_md(step)}")
+    out.extend(lifecycle_markdown(doc))
+    out.extend(roles_markdown(doc))
     add("")
     return "\n".join(out)

@@ -9,6 +9,7 @@ from kvbudget.errors import ReportError
 from kvbudget.records import read_document, write_document
 from kvbudget.report.html import render_html
 from kvbudget.report.markdown import render_markdown
+from kvbudget.safety.redact import redact_text
 
 
 def write_report(doc: AcceptResult, out_dir: Path, *, json_too: bool = True) -> dict[str, Path]:
@@ -20,8 +21,8 @@ def write_report(doc: AcceptResult, out_dir: Path, *, json_too: bool = True) -> 
         "html": out_dir / "report.html",
     }
     # Render both views before writing anything: a rendering error leaves no half-written set.
-    markdown_text = render_markdown(doc)
-    html_text = render_html(doc)
+    markdown_text = redact_text(render_markdown(doc))  # no echoed API key in any view
+    html_text = redact_text(render_html(doc))
     if json_too:
         write_document(paths["json"], doc)
     paths["md"].write_text(markdown_text, encoding="utf-8")

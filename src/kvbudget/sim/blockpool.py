@@ -7,7 +7,8 @@ Follows vLLM V1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` as documented in the
   queue at start and never freed (used for sliding-window slots outside the window);
 * the free queue starts in block-id order; allocation pops from the head; a popped block that
   still carries a hash is evicted from the hash table at that moment (lazy eviction);
-* freed blocks go to the tail; callers free a request's blocks in reverse order so its tail
+* freed blocks with a hash go to the tail, freed blocks without one to the head (reused first,
+  vLLM 0.32 `BlockPool.free_blocks`); callers free a request's blocks in reverse order so its tail
   blocks are evicted before its head;
 * a cache hit on a block with reference count 0 removes it from the free queue ("touch");
 * identical blocks are not de-duplicated: two blocks may carry the same hash; lookup returns
@@ -69,11 +70,14 @@ class BlockPool:
         "_cached",
         "_compact_at",
         "_dups",
+        "_fgen",
+        "_front",
         "_inq",
         "_min_compact_at",
         "_num_free",
         "_num_pending_runs",
         "_pending",
+        "_phantom",
         "_queue",
         "block_key",
         "enable_caching",
@@ -96,6 +100,15 @@ class BlockPool:
         self.block_key: list[BlockKey | None] = [None] * num_blocks
         # the free queue starts in block-id order, without the null block
         self._queue: deque[int] = deque(range(1, num_blocks))
+        #: freed blocks without a hash, reused first (vLLM 0.32 ``BlockPool.free_blocks``
+        #: prepends them to the free queue: "LIFO reuse of non-cached blocks"), as
+        #: (block, generation); an entry is live while its generation is the block's latest
+        #: and the block is unreferenced. While a block's latest free put it at the front,
+        #: ``_phantom[b]`` holds one extra count in ``_inq`` so its older tail entries read
+        #: as stale.
+        self._front: deque[tuple[int, int]] = deque()
+        self._fgen: list[int] = [0] * num_blocks
+        self._phantom: list[bool] = [False] * num_blocks
         self._inq: list[int] = [1] * num_blocks
         self._inq[NULL_BLOCK_ID] = 0
         self._num_free = num_blocks - 1
@@ -133,6 +146,14 @@ class BlockPool:
         return self._live_entries()
 
     def _live_entries(self) -> list[int]:
+        """The free queue in order: unhashed freed blocks first, then the live tail entries."""
+        return self._live_front_entries() + self._live_tail_entries()
+
+    def _live_front_entries(self) -> list[int]:
+        gen, ref = self._fgen, self.ref_cnt
+        return [b for b, g in self._front if g == gen[b] and ref[b] == 0]
+
+    def _live_tail_entries(self) -> list[int]:
         """Live deque entries in order: the latest entry of each block with no reference."""
         remaining = list(self._inq)
         ref = self.ref_cnt
@@ -172,6 +193,19 @@ class BlockPool:
         cached = self._cached
         num_evicted = 0
         left = num_blocks
+        front = self._front
+        fgen = self._fgen
+        phantom = self._phantom
+        while left and front:
+            block_id, gen = front.popleft()
+            if gen != fgen[block_id] or ref[block_id]:
+                continue  # stale: freed again since, or touched
+            if phantom[block_id]:
+                phantom[block_id] = False
+                inq[block_id] -= 1
+            ref[block_id] = 1
+            append(block_id)
+            left -= 1
         while left:
             block_id = popleft()
             count = inq[block_id]
@@ -205,7 +239,9 @@ class BlockPool:
             ref[block_id] += 1
 
     def free(self, ordered_block_ids: Iterable[int]) -> None:
-        """Drop one reference each; blocks reaching 0 join the tail in the order given.
+        """Drop one reference each; blocks reaching 0 join the free queue in the order given:
+        hashed ones at the tail (LRU), unhashed ones at the head (reused first), as vLLM 0.32
+        ``BlockPool.free_blocks`` does.
 
         Pass a request's blocks in reverse (tail first) to get vLLM's eviction order.
         """
@@ -214,12 +250,26 @@ class BlockPool:
         queue = self._queue
         append = queue.append
         num_freed = 0
+        keys = self.block_key
+        fgen = self._fgen
+        phantom = self._phantom
+        unhashed: list[int] = []
         for block_id in ordered_block_ids:
             count = ref[block_id] - 1
             if count == 0 and block_id:  # block 0 is the null block (never freed)
                 ref[block_id] = 0
-                append(block_id)
-                inq[block_id] += 1
+                fgen[block_id] += 1  # any older front entry of this block is stale
+                if keys[block_id] is None:
+                    unhashed.append(block_id)  # to the front, in the order given
+                    if not phantom[block_id]:
+                        phantom[block_id] = True
+                        inq[block_id] += 1
+                else:
+                    if phantom[block_id]:
+                        phantom[block_id] = False
+                        inq[block_id] -= 1
+                    append(block_id)
+                    inq[block_id] += 1
                 num_freed += 1
             elif count > 0:
                 ref[block_id] = count
@@ -227,17 +277,24 @@ class BlockPool:
                 self._num_free += num_freed
                 raise SimulationError(f"block {block_id} freed more often than referenced")
         self._num_free += num_freed
-        if len(queue) > 2 * self.num_blocks:
+        if unhashed:
+            self._front.extendleft((b, fgen[b]) for b in reversed(unhashed))
+        if len(queue) > 2 * self.num_blocks or len(self._front) > 2 * self.num_blocks:
             self._compact()
 
     def _compact(self) -> None:
         """Drop stale deque entries (bounded memory; order of live entries unchanged)."""
-        live = self._live_entries()
+        live = self._live_tail_entries()
         self._queue = deque(live)
         inq = [0] * self.num_blocks
         for block_id in live:
             inq[block_id] = 1
+        for block_id, has_phantom in enumerate(self._phantom):
+            inq[block_id] += has_phantom
         self._inq = inq
+        if len(self._front) > 2 * self.num_blocks:
+            fgen, ref = self._fgen, self.ref_cnt
+            self._front = deque((b, g) for b, g in self._front if g == fgen[b] and ref[b] == 0)
 
     def cache_block(self, block_id: int, key: BlockKey) -> None:
         """Record that ``block_id`` (full, referenced) holds the content named ``key``."""

@@ -12,13 +12,14 @@ import gc
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.sim.driver import DriveOptions, DriveOutcome, Driver, OnStep, ScaleOut
+from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
 from kvbudget.sim.results import RequestResult, RunStats, SimResult, summarize
@@ -41,6 +42,9 @@ class ClusterSpec:
     trace: bool = False
     #: closed loop: this many requests in flight; the next one arrives when one finishes
     concurrency: int | None = None
+    #: scale-in and crash events (kvbudget.sim.lifecycle); their replicas run the explicit engine
+    scale_in: list[ScaleIn] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
 
 
 def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
@@ -112,6 +116,7 @@ class _Run:
     wall0: float
     max_simulated_s: float | None
     last_finish_s: float = 0.0
+    lifecycle: dict[str, Any] = field(default_factory=dict)
 
     @property
     def simulated_s(self) -> float:
@@ -155,6 +160,7 @@ class StreamedRun:
         self.tier_stats = run.tier_stats()
         self.notes = run.notes(stats)
         self.router = router
+        self.lifecycle = run.lifecycle
 
     def summary(self) -> dict[str, Any]:
         return summarize(
@@ -168,6 +174,7 @@ class StreamedRun:
             num_steps=self.num_steps,
             tier_stats=self.tier_stats,
             notes=self.notes,
+            lifecycle=self.lifecycle,
         )
 
 
@@ -195,10 +202,14 @@ def _run(
         index = len(replicas)
         rng = np.random.default_rng(seeds.spawn(1)[0])
         if shared:
-            setup = ReplicaSetup(setup.config, setup.timing, setup.tiers, shared, setup.fast_path)
+            setup = replace(setup, shared_tiers=shared)
         return Replica(f"replica-{index}", setup, rng, ready_s=ready_s)
 
-    for setup in spec.setups:
+    setups = list(spec.setups)
+    if spec.scale_in or spec.crashes:
+        transfers = any(e.on_deadline == "transfer" for e in spec.scale_in)
+        setups = [replace(s, fast_path=False, accepts_transfers=transfers) for s in setups]
+    for setup in setups:
         replicas.append(build(setup, 0.0))
     last_finish = 0.0
 
@@ -243,11 +254,13 @@ def _run(
             sample_every_s=spec.sample_every_s,
         ),
         scale_out=spec.scale_out,
+        events=[*spec.scale_in, *spec.crashes],
     )
     for rep in replicas:
         for r in rep.unfinished():
             finish(RequestResult.from_sim(r, rep.name, f"horizon: {r.status}"))
-    return _Run(replicas, router, outcome, wall0, spec.max_simulated_s, last_finish)
+    lifecycle = driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {}
+    return _Run(replicas, router, outcome, wall0, spec.max_simulated_s, last_finish, lifecycle)
 
 
 def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimResult:
@@ -294,6 +307,7 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
         router_fallbacks=run.router.num_fallbacks,
         trace_events=trace,
         notes=run.notes(stats),
+        lifecycle=run.lifecycle,
     )
 
 
@@ -302,6 +316,7 @@ def _tier_stats(st: TierStack) -> dict[str, Any]:
         "reloads": st.num_reloads,
         "declined_reloads": st.num_declined_reloads,
         "reload_s_total": st.reload_s_total,
+        "incompatible_misses": st.num_incompatible_misses,
         "tiers": {
             t.config.name: {
                 "writes_blocks": t.num_writes,

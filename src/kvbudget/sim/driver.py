@@ -23,12 +23,21 @@ request releases the next one, which arrives when the step that finished it ends
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
 from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
+from kvbudget.sim.lifecycle import (
+    Crash,
+    LifecycleStats,
+    ScaleIn,
+    continuation,
+    retry,
+    streamed_outputs,
+)
 from kvbudget.sim.prefix import block_hashes
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
@@ -44,11 +53,17 @@ BuildReplica = Callable[[ReplicaSetup, float], Replica]
 
 @dataclass(frozen=True, slots=True)
 class ScaleOut:
-    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache."""
+    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache.
+
+    ``warmup_s``: the router then shifts traffic to it gradually: during the warm-up a request
+    may go to it only if its request id's share (crc32 / 2**32) is below the elapsed fraction
+    of the warm-up, so about that fraction of the traffic is eligible for it.
+    """
 
     at_s: float
     setup: ReplicaSetup
     cold_start_s: float = 60.0
+    warmup_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +134,8 @@ class Driver:
         self.build = build
         self.num_finished = 0
         self.num_rejected = 0
+        #: what scale-in, migration and crashes cost (kvbudget.sim.lifecycle)
+        self.lifecycle = LifecycleStats()
 
     def _drain(self, rep: Replica) -> None:
         done = rep.core.finished
@@ -135,8 +152,13 @@ class Driver:
         options: DriveOptions | None = None,
         *,
         scale_out: Iterable[ScaleOut] = (),
+        events: Iterable[ScaleIn | Crash] = (),
     ) -> DriveOutcome:
-        """Feed ``requests`` (in arrival order) and step until done or the horizon."""
+        """Feed ``requests`` (in arrival order) and step until done or the horizon.
+
+        ``events``: scale-in and crashes (:mod:`kvbudget.sim.lifecycle`); the replicas they
+        name must run the explicit engine (no lazy-decode fast path).
+        """
         opts = options or DriveOptions()
         stream: Iterator[Any] = iter(requests)
         replicas = self.replicas
@@ -175,6 +197,21 @@ class Driver:
                 queue.push(first.arrival_s, PRIO_ARRIVAL, ("arrival", first))
         for scale in scale_out:
             queue.push(scale.at_s, PRIO_SCALE, ("scale", scale))
+        for event in events:
+            if event.replica >= len(replicas):
+                raise ConfigError(
+                    f"{type(event).__name__.lower()}: replica {event.replica} does not exist "
+                    f"(there are {len(replicas)}); give an index from 0",
+                    field="replica",
+                )
+            if replicas[event.replica].fast is not None:
+                raise ConfigError(
+                    "scale_in/crash: the replica runs the lazy-decode fast path; build it with "
+                    "fast_path=False",
+                    field="fast_path",
+                )
+            kind = "scale_in" if isinstance(event, ScaleIn) else "crash"
+            queue.push(event.at_s, PRIO_SCALE, (kind, event))
         if opts.sample_every_s:
             queue.push(opts.start_s, PRIO_SAMPLE, ("sample", None))
         horizon = opts.max_simulated_s
@@ -209,6 +246,7 @@ class Driver:
                         f"more than {max_steps} engine steps in one run; shorten the workload"
                     )
                 end = now + duration
+                rep.step_end_s = end
                 if closed is not None:
                     done = self.num_finished + self.num_rejected
                     while released < done:
@@ -251,14 +289,30 @@ class Driver:
                         nxt = pull()
                         if nxt is not None:
                             queue.push(now, PRIO_ARRIVAL, ("arrival", nxt))
+            elif kind == "rearrival":  # a retry or a migrated session: routed, nothing pulled
+                self._route(payload, now, queue)
             elif kind == "scale":
-                replicas.append(self.build(payload.setup, payload.at_s + payload.cold_start_s))
+                new = self.build(payload.setup, payload.at_s + payload.cold_start_s)
+                new.warmup_s = payload.warmup_s
+                replicas.append(new)
+            elif kind == "scale_in":
+                replicas[payload.replica].ready_s = float("inf")  # the router skips it
+                queue.push(now + payload.grace_s, PRIO_SCALE, ("scale_in_deadline", payload))
+            elif kind == "scale_in_deadline":
+                self._deadline(replicas[payload.replica], payload, now, queue)
+            elif kind == "crash":
+                self._crash(payload, now, queue)
             else:  # sample
                 for rep in replicas:
                     self.on_sample(rep, now)
                 if any(r.has_work() for r in replicas) or len(queue):
                     assert opts.sample_every_s is not None
-                    queue.push(now + opts.sample_every_s, PRIO_SAMPLE, ("sample", None))
+                    at = now + opts.sample_every_s
+                    if not any(r.has_work() for r in replicas):
+                        # idle until the next event: one sample there, not one per interval of
+                        # an idle gap (a tiny rate would otherwise ask for unbounded samples)
+                        at = max(at, queue.peek_time() or at)
+                    queue.push(at, PRIO_SAMPLE, ("sample", None))
         if self.on_not_run is not None:
             while len(queue):
                 _t, _p, _s, (kind, payload) = queue.pop()
@@ -275,11 +329,84 @@ class Driver:
             num_arrived=num_arrived,
         )
 
+    def _evict(self, rep: Replica, now: float) -> list[tuple[SimRequest, int]]:
+        """Every request still on ``rep`` (running first) with the outputs its client has
+        received by ``now``, removed with its blocks freed."""
+        held = list(rep.core.scheduler.running) + list(rep.core.requests.values())
+        seen: set[int] = set()
+        out: list[SimRequest] = []
+        for req in held:
+            if id(req) in seen or req.request_id not in rep.core.requests:
+                continue
+            seen.add(id(req))
+            out.append(req)
+        streamed = [streamed_outputs(req, now, rep.step_end_s) for req in out]
+        for req in out:
+            rep.core.abort_request(req.request_id)
+        rep.core.finished = [r for r in rep.core.finished if r.status != "aborted"]
+        return list(zip(out, streamed, strict=True))
+
+    def _deadline(
+        self, rep: Replica, event: ScaleIn, now: float, queue: EventQueue[tuple[str, Any]]
+    ) -> None:
+        """Scale-in grace over: cancel and retry, or migrate what is left on ``rep``."""
+        stats = self.lifecycle
+        for req, streamed in self._evict(rep, now):
+            if event.on_deadline == "cancel_retry":
+                stats.num_cancelled += 1
+                stats.num_retried += 1
+                stats.duplicated_prefill_tokens += req.num_prompt_tokens
+                stats.duplicated_output_tokens += req.num_output_tokens
+                req.num_output_tokens = streamed  # the record shows what the client received
+                req.finish_reason = "cancelled"
+                req.finish_s = now
+                self.on_finish(req, rep)
+                queue.push(now, PRIO_ARRIVAL, ("rearrival", retry(req)))
+                continue
+            moved = continuation(req, "migrate", streamed)
+            if event.on_deadline == "reprefill":
+                stats.num_migrated_reprefill += 1
+                stats.duplicated_prefill_tokens += moved.num_prompt_tokens
+                queue.push(now, PRIO_ARRIVAL, ("rearrival", moved))
+            else:
+                moved = replace(moved, kv_transferred=True)
+                # every context token's KV but the last, which the target recomputes
+                num_bytes = (moved.num_prompt_tokens - 1) * rep.config.kv_bytes_per_token
+                stats.num_migrated_transfer += 1
+                stats.transfer_bytes += num_bytes
+                at = now + num_bytes / event.transfer_bandwidth_bytes_per_s
+                queue.push(at, PRIO_ARRIVAL, ("rearrival", moved))
+        rep.busy = False
+
+    def _crash(self, event: Crash, now: float, queue: EventQueue[tuple[str, Any]]) -> None:
+        """The pod dies with its KV; the application re-sends its saved contexts."""
+        rep = self.replicas[event.replica]
+        rep.ready_s = float("inf")
+        stats = self.lifecycle
+        lost = self._evict(rep, now)
+        rep.busy = False
+        rep.step_gen += 1  # its pending step event is stale now
+        self.replicas.append(self.build(rep.setup, now + event.restart_s))
+        for req, streamed in lost:
+            moved = continuation(req, "recover", streamed)
+            stats.num_lost_in_crash += 1
+            stats.duplicated_prefill_tokens += moved.num_prompt_tokens
+            queue.push(now, PRIO_ARRIVAL, ("rearrival", moved))
+
     def _route(self, req: EngineRequest, now: float, queue: EventQueue[tuple[str, Any]]) -> bool:
         """Route one arrival; ``False`` when the chosen replica refused it."""
         replicas = self.replicas
         router = self.router
-        ready = [i for i, rep in enumerate(replicas) if rep.ready_s <= now]
+        ready = [
+            i
+            for i, rep in enumerate(replicas)
+            if rep.ready_s <= now
+            and (
+                rep.warmup_s <= 0
+                or now >= rep.ready_s + rep.warmup_s
+                or zlib.crc32(req.request_id.encode()) / 2**32 < (now - rep.ready_s) / rep.warmup_s
+            )
+        ]
         if not ready:
             ready = [min(range(len(replicas)), key=lambda i: replicas[i].ready_s)]
         views = [replicas[i] for i in ready]

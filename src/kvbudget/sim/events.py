@@ -43,6 +43,10 @@ class EventQueue(Generic[T]):
         """Remove and return the earliest event."""
         return heapq.heappop(self._heap)
 
+    def peek_time(self) -> float | None:
+        """Time of the earliest event, or ``None`` when empty."""
+        return self._heap[0][0] if self._heap else None
+
     def __len__(self) -> int:
         return len(self._heap)
 

@@ -213,6 +213,11 @@ def build_replica(
     if profile is not None:
         timing = CalibratedTiming(profile)
         timing_name = f"calibrated ({profile.name}: {profile.engine} on {profile.gpu})"
+    elif request.gpu is None:
+        # no GPU (vLLM's CPU build behind target http, pool from kv_cache_memory_bytes): no
+        # roofline to price steps with; nothing is simulated on this replica's clock
+        timing = FixedTiming(name="none (no GPU in the lock)")
+        timing_name = "none (no GPU in the lock)"
     else:
         timing = roofline_from_plan(plan, spec, params)
         timing_name = str(timing.name)

@@ -22,6 +22,18 @@ from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 
 
+def preloaded_prompt(req: SimRequest, num_gpu_hit: int, now_s: float) -> tuple[int, float, str]:
+    """P/D decode side: every prompt token but the last arrives with the request.
+
+    As vLLM 0.32's scheduler after a remote KV load (``_update_waiting_for_remote_kv``: a fully
+    loaded prompt recomputes its last token to sample the first output). Only on a request's
+    first admission: a preempted request's KV is gone and is recomputed.
+    """
+    if req.has_been_scheduled:
+        return 0, now_s, ""
+    return max(0, req.num_prompt_tokens - 1 - num_gpu_hit), now_s, "transfer"
+
+
 @dataclass(slots=True)
 class KVSample:
     """One sample of a replica's state."""
@@ -43,6 +55,12 @@ class ReplicaSetup:
     #: a remote tier object shared between replicas (built by the cluster)
     shared_tiers: tuple[Tier, ...] = field(default_factory=tuple)
     fast_path: bool = True
+    #: cache compatibility identity (a CacheIdentity digest); "" = one identity for all
+    identity: str = ""
+    #: P/D decode replica: a request arrives with its prompt's KV transferred (kvbudget.sim.disagg)
+    kv_preloaded: bool = False
+    #: requests flagged ``kv_transferred`` arrive with their KV (migration by transfer)
+    accepts_transfers: bool = False
 
 
 class Replica:
@@ -75,7 +93,7 @@ class Replica:
                 )
             tiers = [Tier(t, block_bytes) for t in setup.tiers if t.name != "remote"]
             tiers.extend(setup.shared_tiers)
-            self.tier_stack = TierStack(tiers, setup.timing, cfg.block_size)
+            self.tier_stack = TierStack(tiers, setup.timing, cfg.block_size, setup.identity)
         stack = self.tier_stack
         self.core = EngineCore(
             cfg,
@@ -90,10 +108,38 @@ class Replica:
             if stack.has_cpu:
                 self.core.scheduler.on_preempt = stack.on_preempt
             self.core.kv.on_cache = lambda keys: stack.on_cache(keys, stack.now_s)
-        use_fast = setup.fast_path and stack is None and fast_path_ok(cfg)
+        if setup.kv_preloaded or setup.accepts_transfers:
+            if setup.kv_preloaded and stack is not None:
+                from kvbudget.errors import ConfigError
+
+                raise ConfigError(
+                    "disaggregation: a decode replica with KV tiers is not modelled; drop its tiers",
+                    field="tiers",
+                )
+            inner = self.core.scheduler.tier_lookup
+            everything = setup.kv_preloaded
+
+            def lookup(req: SimRequest, num_gpu_hit: int, now_s: float) -> tuple[int, float, str]:
+                if everything or req.spec.kv_transferred:
+                    return preloaded_prompt(req, num_gpu_hit, now_s)
+                return inner(req, num_gpu_hit, now_s) if inner is not None else (0, now_s, "")
+
+            self.core.scheduler.tier_lookup = lookup
+        use_fast = (
+            setup.fast_path
+            and stack is None
+            and not setup.kv_preloaded
+            and not setup.accepts_transfers
+            and fast_path_ok(cfg)
+        )
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
-        #: the replica accepts work from this time on (cold start for scale-out)
+        #: the replica accepts work from this time on (cold start for scale-out; infinity once
+        #: it drains for scale-in or has crashed)
         self.ready_s = ready_s
+        #: after ready_s, traffic shifts to it over this many seconds (scale-out warm-up)
+        self.warmup_s = 0.0
+        #: end of the step the driver last started on it (what is in flight at an event)
+        self.step_end_s = 0.0
         self.busy = False
         #: waiting only for a tier reload to end (an arrival may restart it sooner)
         self.stalled = False
@@ -173,7 +219,7 @@ class Replica:
         num_tier = 0
         if self.tier_stack is not None:
             for h in block_hashes[num_gpu:]:
-                if not any(h in t.blocks for t in self.tier_stack.tiers):
+                if not self.tier_stack.holds(h):
                     break
                 num_tier += 1
         size = self.config.block_size
@@ -189,7 +235,7 @@ class Replica:
         keys: set[Hashable] = set(self.core.pool._cached)
         if self.tier_stack is not None:
             for tier in self.tier_stack.tiers:
-                keys.update(tier.blocks)
+                keys.update(self.tier_stack.own_hashes(tier))
         return keys
 
     def tier_reload_s(self, num_tokens: int) -> float:

@@ -39,6 +39,9 @@ class EngineRequest:
     tenant: str = "default"
     cell_id: str | None = None
     cancel_after_tokens: int | None = None
+    #: arrives with its context's KV transferred (a session migrated by transfer): every
+    #: prompt token but the last is present (kvbudget.sim.lifecycle, kvbudget.sim.disagg)
+    kv_transferred: bool = False
 
     @property
     def num_prompt_tokens(self) -> int:

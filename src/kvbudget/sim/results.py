@@ -136,6 +136,8 @@ class SimResult:
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     #: caveats that change how to read the figures (e.g. a feature not modelled)
     notes: list[str] = field(default_factory=list)
+    #: scale-in / migration / crash costs (kvbudget.sim.lifecycle); empty without such events
+    lifecycle: dict[str, Any] = field(default_factory=dict)
 
     def records(self) -> list[RequestRecord]:
         """One ``RequestRecord`` (source ``simulated``) per request."""
@@ -171,6 +173,7 @@ class SimResult:
             num_steps=self.num_steps,
             tier_stats=self.tier_stats,
             notes=self.notes,
+            lifecycle=self.lifecycle,
         )
 
 
@@ -184,6 +187,9 @@ class RunStats:
     def __init__(self) -> None:
         self.ttft_s = array("d")
         self.tpot_s = array("d")
+        #: (arrival, TTFT) of every request with a first token, for the queue-growth check
+        self.first_token_arrival_s = array("d")
+        self.first_token_ttft_s = array("d")
         self.num_requests = 0
         self.num_completed = 0
         self.num_cancelled = 0
@@ -202,6 +208,9 @@ class RunStats:
 
     def add(self, r: RequestResult) -> None:
         self.num_requests += 1
+        if r.first_token_s is not None:
+            self.first_token_arrival_s.append(r.arrival_s)
+            self.first_token_ttft_s.append(r.first_token_s - r.arrival_s)
         if r.first_scheduled_s is not None:
             self.num_scheduled += 1
             if r.cached_tokens > 0:
@@ -265,6 +274,7 @@ def summarize(
     num_steps: int,
     tier_stats: dict[str, dict[str, Any]],
     notes: list[str],
+    lifecycle: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``--json`` summary of a run (one definition for collected and streamed runs)."""
     ttft = np.frombuffer(stats.ttft_s, dtype=np.float64) if stats.ttft_s else np.array([])
@@ -308,4 +318,5 @@ def summarize(
         "tiers": tier_stats,
         "notes": list(notes),
         "unfinished_reasons": stats.unfinished_reasons(),
+        **({"lifecycle": dict(lifecycle)} if lifecycle else {}),
     }

@@ -17,7 +17,9 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     roofline: {compute_efficiency: 0.55, ...}
     tiers: []                          # [{name: cpu, capacity_bytes: ..., bandwidth_bytes_per_s: ...}]
     remote_tier: null                  # one tier shared by every replica
-    scale_out: []                      # [{at_s: 60, cold_start_s: 90}]
+    scale_out: []                      # [{at_s: 60, cold_start_s: 90, warmup_s: 30}]
+    scale_in: []                       # [{at_s: 120, replica: 0, grace_s: 30, on_deadline: cancel_retry}]
+    crashes: []                        # [{at_s: 200, replica: 1, restart_s: 120}]
     max_simulated_s: null
     sample_every_s: 1.0
     seed: 0
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -36,10 +38,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.cluster import ClusterSpec
 from kvbudget.sim.config import SchedulingPolicy
 from kvbudget.sim.driver import ScaleOut
 from kvbudget.sim.fromplan import build_replica
+from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
@@ -68,6 +72,29 @@ class ScaleOutSpec(BaseModel):
 
     at_s: float = Field(ge=0)
     cold_start_s: float = Field(default=60.0, ge=0)
+    warmup_s: float = Field(default=0.0, ge=0)
+
+
+class ScaleInSpec(BaseModel):
+    """Stop routing to ``replica`` at ``at_s``; after ``grace_s`` act on what is left."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_s: float = Field(ge=0)
+    replica: int = Field(ge=0)
+    grace_s: float = Field(default=30.0, ge=0)
+    on_deadline: Literal["cancel_retry", "reprefill", "transfer"] = "cancel_retry"
+    transfer_bandwidth_bytes_per_s: float = Field(default=25e9, gt=0)
+
+
+class CrashSpec(BaseModel):
+    """``replica`` dies at ``at_s``; a cold replacement serves from ``at_s + restart_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_s: float = Field(ge=0)
+    replica: int = Field(ge=0)
+    restart_s: float = Field(default=120.0, ge=0)
 
 
 class SimScenario(BaseModel):
@@ -94,6 +121,8 @@ class SimScenario(BaseModel):
     tiers: list[TierConfig] = Field(default_factory=list)
     remote_tier: TierConfig | None = None
     scale_out: list[ScaleOutSpec] = Field(default_factory=list)
+    scale_in: list[ScaleInSpec] = Field(default_factory=list)
+    crashes: list[CrashSpec] = Field(default_factory=list)
     max_simulated_s: float | None = Field(default=None, gt=0)
     sample_every_s: float | None = Field(default=1.0, gt=0)
     seed: int = 0
@@ -117,14 +146,14 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
             field="scenario",
         )
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_text_file(file, what="scenario")
+    except OSError as exc:
         raise ConfigError(
             f"scenario {path}: cannot read it ({exc}); check the file's permissions and encoding",
             field="scenario",
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text, source=f"scenario {file.name}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -237,7 +266,11 @@ def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
         setups=setups,
         router=scenario.router,
         stale_s=scenario.stale_index_s,
-        scale_out=[ScaleOut(s.at_s, setups[0], s.cold_start_s) for s in scenario.scale_out],
+        scale_out=[
+            ScaleOut(s.at_s, setups[0], s.cold_start_s, s.warmup_s) for s in scenario.scale_out
+        ],
+        scale_in=[ScaleIn(**s.model_dump()) for s in scenario.scale_in],
+        crashes=[Crash(**c.model_dump()) for c in scenario.crashes],
         sample_every_s=scenario.sample_every_s,
         remote_tier=scenario.remote_tier,
         max_simulated_s=scenario.max_simulated_s,

@@ -220,10 +220,15 @@ class Scheduler:
         self.waiting.pop()
         self.running.append(req)
         size = self.kv.block_size
-        self.prefix_queries_tokens += req.num_tokens
-        self.prefix_hits_tokens += num_hit + num_tier
-        self.prefix_queries_blocks += req.num_tokens // size
-        self.prefix_hits_blocks += (num_hit + num_tier) // size
+        if req.num_preemptions == 0:
+            # as vLLM 0.32 (v1/metrics/stats.py PrefixCacheStats.record): the re-admission of
+            # a preempted request goes to separate "preempted" stats, not to the counters
+            # behind vllm:prefix_cache_queries / _hits (checked live against vLLM in
+            # tests/integration/vllm/test_vllm_sim_counters.py)
+            self.prefix_queries_tokens += req.num_tokens
+            self.prefix_hits_tokens += num_hit + num_tier
+            self.prefix_queries_blocks += req.num_tokens // size
+            self.prefix_hits_blocks += (num_hit + num_tier) // size
         if not req.has_been_scheduled:
             req.has_been_scheduled = True
             if num_hit:

@@ -40,7 +40,7 @@ def slot_config_for(
     settings: dict[str, Any] = {}
     if isinstance(timing, CalibratedTiming):
         settings = dict(timing.profile.engine_settings)
-    slots = num_slots or int(settings.get("num_slots") or 4)
+    slots = num_slots if num_slots is not None else int(settings.get("num_slots") or 4)
     if ctx_size_tokens is not None:
         n_ctx_slot = _pad(_pad(ctx_size_tokens) // slots)
     elif settings.get("n_ctx_slot"):

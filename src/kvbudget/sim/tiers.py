@@ -17,6 +17,12 @@ cost ``kv_bytes_per_token * block_size`` bytes each.
   transfers share its bandwidth and a burst of offloads delays a reload.
 * Swap preemption: with a ``cpu`` tier, a preempted request's full blocks are written to it
   before they are freed, and come back through the same reload rule.
+* Compatibility (:mod:`kvbudget.spec.fingerprint`): a replica with a non-empty ``identity``
+  (a :class:`~kvbudget.spec.fingerprint.CacheIdentity` digest) stores and looks up its blocks
+  under ``(identity, hash)``, as a real store namespaces keys by model, format and sharding.
+  An entry written under another identity is therefore never a hit; a lookup that stops at a
+  block held only under another identity counts ``num_incompatible_misses``. The empty
+  identity (the default) keeps plain hash keys, so single-identity runs are unchanged.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class Tier:
                 field="capacity_bytes",
             )
         self.blocks: OrderedDict[Hashable, None] = OrderedDict()
+        #: raw block hash -> identity of its last writer (only for non-empty identities)
+        self.writers: dict[Hashable, str] = {}
         self.link_free_at_s = 0.0
         self.reuse: dict[Hashable, int] = {}
         self.num_writes = 0
@@ -93,6 +101,10 @@ class Tier:
             old, _ = self.blocks.popitem(last=False)
             self.num_evictions += 1
             self.reuse.pop(old, None)
+            if self.writers and isinstance(old, tuple) and len(old) == 2:
+                identity, raw = old
+                if self.writers.get(raw) == identity:
+                    del self.writers[raw]
             return old
         return None
 
@@ -100,8 +112,13 @@ class Tier:
 class TierStack:
     """The tiers of one replica (a remote tier object may be shared by several replicas)."""
 
-    def __init__(self, tiers: list[Tier], timing: StepTimeModel, block_size: int) -> None:
+    def __init__(
+        self, tiers: list[Tier], timing: StepTimeModel, block_size: int, identity: str = ""
+    ) -> None:
         self.tiers = tiers
+        self.identity = identity
+        #: lookups that stopped at a block held only under another deployment's identity
+        self.num_incompatible_misses = 0
         self.timing = timing
         self.block_size = block_size
         self.num_declined_reloads = 0
@@ -111,18 +128,41 @@ class TierStack:
         self.reload_waits_s: list[float] = []
         self.now_s = 0.0
 
+    def key(self, raw: Hashable) -> Hashable:
+        """The tier key of a block hash under this stack's identity."""
+        return (self.identity, raw) if self.identity else raw
+
+    def holds(self, raw: Hashable) -> bool:
+        """Whether some tier holds ``raw`` under this stack's identity."""
+        key = self.key(raw)
+        return any(key in t.blocks for t in self.tiers)
+
+    def own_hashes(self, tier: Tier) -> list[Hashable]:
+        """The block hashes ``tier`` holds under this stack's identity."""
+        if not self.identity:
+            return list(tier.blocks)
+        return [k[1] for k in tier.blocks if isinstance(k, tuple) and k[0] == self.identity]
+
     @property
     def has_cpu(self) -> bool:
         return any(t.config.name == "cpu" for t in self.tiers)
 
     def store(self, keys: list[Hashable], now_s: float, level: int = 0) -> None:
-        """Write blocks to tier ``level``; its LRU victims cascade to the next tier."""
+        """Write blocks (by hash) to tier ``level``; its LRU victims cascade to the next tier."""
+        self._store_keys([self.key(raw) for raw in keys], now_s, level)
+
+    def _store_keys(self, keys: list[Hashable], now_s: float, level: int) -> None:
+        """Write tier keys (namespaced by identity) to tier ``level`` and cascade its victims."""
         if level >= len(self.tiers) or not keys:
             return
         tier = self.tiers[level]
         tier.transfer(len(keys), now_s)
+        if self.identity:
+            for key in keys:
+                if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str):
+                    tier.writers[key[1]] = key[0]
         spilled = [old for old in (tier.put(k) for k in keys) if old is not None]
-        self.store(spilled, now_s, level + 1)
+        self._store_keys(spilled, now_s, level + 1)
 
     def on_gpu_evict(self, block_id: int, key: Hashable) -> None:
         """BlockPool hook: a cached GPU block is being reused."""
@@ -151,9 +191,14 @@ class TierStack:
             return 0, now_s, ""
         start = num_gpu_hit // self.block_size
         found: list[tuple[Hashable, int]] = []
-        for key in req.block_hashes[start:]:
+        for raw in req.block_hashes[start:]:
+            key = self.key(raw)
             level = next((i for i, t in enumerate(self.tiers) if key in t.blocks), -1)
             if level < 0:
+                if self.identity and any(
+                    t.writers.get(raw, self.identity) != self.identity for t in self.tiers
+                ):
+                    self.num_incompatible_misses += 1
                 break
             found.append((key, level))
         if not found:

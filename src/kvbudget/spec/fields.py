@@ -13,9 +13,23 @@ from typing import Any
 
 from kvbudget import __version__
 from kvbudget.errors import SpecError
+from kvbudget.safety.limits import MAX_LAYERS, MAX_MODEL_DIM, MAX_TOKENS
 from kvbudget.spec.provenance import LedgerEntry, SourceKind
 
 _MISSING: Any = object()
+
+
+def int_field_bound(key: str) -> int:
+    """Largest value a config integer may have (docs/limits.md): layer counts
+    :data:`~kvbudget.safety.limits.MAX_LAYERS`, lengths and windows
+    :data:`~kvbudget.safety.limits.MAX_TOKENS`, every other dimension
+    :data:`~kvbudget.safety.limits.MAX_MODEL_DIM`."""
+    low = key.lower()
+    if "layers" in low:
+        return MAX_LAYERS
+    if any(word in low for word in ("position", "window", "len", "chunk", "ctx", "token")):
+        return MAX_TOKENS
+    return MAX_MODEL_DIM
 
 
 class FieldReader:
@@ -134,7 +148,15 @@ class FieldReader:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise SpecError(
-                f"{self.prefix}{key}: expected a positive integer, got {value!r}; fix the config or --set {key}=N",
+                f"{self.prefix}{key}: expected a positive integer, got {str(value)[:40]!r}; fix the config or --set {key}=N",
+                field=key,
+            )
+        bound = int_field_bound(key)
+        if value > bound:
+            raise SpecError(
+                f"{self.prefix}{key}: {str(value)[:40]} is beyond the limit of {bound:,} "
+                "(docs/limits.md); fix the config or --set "
+                f"{key}=N",
                 field=key,
             )
         return value

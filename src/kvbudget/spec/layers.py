@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-StateKind = Literal["mamba", "mamba2", "gdn", "linear"]
+StateKind = Literal["mamba", "mamba2", "gdn", "linear", "shortconv"]
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -155,6 +155,8 @@ class StateLayer:
     * ``gdn`` (gated delta net): conv ``(conv_kernel-1, 2*num_k_heads*head_k_dim + num_heads*head_dim)``,
       ssm ``(num_heads, head_dim, head_k_dim)`` where ``num_heads``/``head_dim`` are the V heads.
     * ``linear`` (lightning / linear attention): no conv, state ``(num_heads, head_dim, head_dim)``.
+    * ``shortconv`` (LFM2 short convolution): conv ``(conv_kernel-1, intermediate_size)`` only,
+      where ``intermediate_size`` is the hidden size (``conv_L_cache`` is the kernel).
 
     Shapes follow vLLM's ``MambaStateShapeCalculator`` (``mamba_utils.py``); transformers keeps
     a conv window of ``conv_kernel`` (not ``-1``), which its layout accounts for.
@@ -174,7 +176,7 @@ class StateLayer:
 
     def conv_channels(self, tp: int = 1) -> int:
         """Conv-state channels on one rank (mamba2 pads ``n_groups`` up to a multiple of TP)."""
-        if self.state_kind == "mamba":
+        if self.state_kind in ("mamba", "shortconv"):
             return self.intermediate_size // tp
         if self.state_kind == "mamba2":
             groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
@@ -198,6 +200,8 @@ class StateLayer:
             return (self.num_heads // tp, self.head_dim, self.state_size)
         if self.state_kind == "gdn":
             return (self.num_heads // tp, self.head_dim, self.head_k_dim)
+        if self.state_kind == "shortconv":
+            return ()
         return (self.num_heads // tp, self.head_dim, self.head_dim)
 
     def conv_elements(self, tp: int = 1) -> int:
@@ -205,7 +209,8 @@ class StateLayer:
         return math.prod(shape) if shape else 0
 
     def ssm_elements(self, tp: int = 1) -> int:
-        return math.prod(self.ssm_shape(tp))
+        shape = self.ssm_shape(tp)
+        return math.prod(shape) if shape else 0
 
     def bytes_per_token(self, element_bytes: int) -> int:
         """State layers do not grow with tokens."""

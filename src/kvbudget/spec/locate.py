@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvbudget.errors import SpecError
+from kvbudget.safety.limits import MAX_CONFIG_BYTES, MAX_JSON_DEPTH
 from kvbudget.spec.catalog import find_catalog_entry
 
 Origin = Literal["file", "snapshot", "catalog", "hf_cache", "download"]
@@ -37,6 +38,21 @@ class ConfigSource:
     raw: dict[str, Any] = field(repr=False)
 
 
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_JSON_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
 def _read(path: Path, model_id: str, origin: Origin) -> ConfigSource:
     try:
         data = path.read_bytes()
@@ -44,8 +60,29 @@ def _read(path: Path, model_id: str, origin: Origin) -> ConfigSource:
         raise SpecError(
             f"model: cannot read {path}: {exc.strerror}; check the path", field="model"
         ) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise SpecError(
+            f"model: {path} is {len(data):,} bytes, more than the {MAX_CONFIG_BYTES:,} a "
+            "config.json may have; pass the model's config.json",
+            field="model",
+        )
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise SpecError(
+            f"model: {path} is UTF-16; save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)",
+            field="model",
+        )
     try:
-        raw = json.loads(data)
+        raw = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"model: {path} is not valid UTF-8 (byte {exc.start}); save it as UTF-8",
+            field="model",
+        ) from None
+    except RecursionError:
+        raise SpecError(
+            f"model: {path} nests deeper than {MAX_JSON_DEPTH} levels; pass a config.json",
+            field="model",
+        ) from None
     except json.JSONDecodeError as exc:
         raise SpecError(
             f"model: {path} is not valid JSON (line {exc.lineno}: {exc.msg}); pass a Hugging Face config.json",
@@ -54,6 +91,11 @@ def _read(path: Path, model_id: str, origin: Origin) -> ConfigSource:
     if not isinstance(raw, dict):
         raise SpecError(
             f"model: {path} holds a JSON {type(raw).__name__}, not an object; pass a config.json",
+            field="model",
+        )
+    if _depth(raw) > MAX_JSON_DEPTH:
+        raise SpecError(
+            f"model: {path} nests deeper than {MAX_JSON_DEPTH} levels; pass a config.json",
             field="model",
         )
     match = _SNAPSHOT_RE.search(path.resolve().as_posix())
@@ -113,6 +155,7 @@ def locate_config(ref: str, *, allow_download: bool = False) -> ConfigSource:
             return found
     raise SpecError(
         f"model: {text!r} is not a file, not a bundled catalog id (see 'kvbudget models') and not in the "
-        "local Hugging Face cache; pass a config.json path or snapshot directory, or add --download",
+        "local Hugging Face cache; pass a config.json path or snapshot directory, or fetch its "
+        f"config once into that cache with 'kvbudget calc --model {text} --download'",
         field="model",
     )

@@ -47,6 +47,7 @@ class ModelSpec:
     num_shared_experts: int | None = None
     shared_expert_intermediate_size: int | None = None
     quantization_config: dict[str, Any] | None = field(default=None, compare=False)
+    rules_verified: bool = True  # False: layer rules read generically, unverified for this type
     raw_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     ledger: tuple[LedgerEntry, ...] = field(default=(), compare=False, repr=False)
 

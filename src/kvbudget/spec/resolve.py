@@ -16,12 +16,39 @@ from typing import Any, Literal
 
 from kvbudget.errors import ConfigError
 from kvbudget.spec.arch_common import ARCH
-from kvbudget.spec.architectures import BUILDERS, WRAPPER_TEXT_TYPES
+from kvbudget.spec.arch_generic import UnknownVocabulary, build_from_traits
+from kvbudget.spec.architectures import BUILDERS
+from kvbudget.spec.architectures import WRAPPER_TEXT_TYPES as _BUILDER_WRAPPERS
 from kvbudget.spec.catalog import find_catalog_entry
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.locate import ConfigSource, locate_config
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import LedgerEntry
+from kvbudget.spec.traits import GENERIC, TRAITS, Traits
+from kvbudget.spec.traits import WRAPPER_TEXT_TYPES as _TRAIT_WRAPPERS
+
+WRAPPER_TEXT_TYPES = {**_TRAIT_WRAPPERS, **_BUILDER_WRAPPERS}
+
+#: config keys that mean structure the generic reading cannot infer (model_type without a row)
+_UNKNOWN_STRUCTURE_KEYS = (
+    "kv_lora_rank",
+    "mamba_d_state",
+    "state_size",
+    "ssm_state_size",
+    "linear_num_value_heads",
+    "linear_num_heads",
+    "conv_L_cache",
+    "num_kv_shared_layers",
+    "per_layer_config",
+    "kv_sharing_modes",
+    "multi_query",
+    "new_decoder_architecture",
+    "num_kv_heads",
+    "attn_config",
+    "v_head_dim",
+    "swa_num_key_value_heads",
+    "swa_head_dim",
+)
 
 ResolveStatus = Literal["resolved", "not_applicable"]
 
@@ -129,28 +156,39 @@ def resolve_config(
     default_type = WRAPPER_TEXT_TYPES.get(str(top_type)) if prefix else top_type
     model_type = reader.get("model_type", default=default_type, default_source=ARCH, required=False)
     builder = BUILDERS.get(str(model_type))
-    if builder is None:
-        known = ", ".join(sorted(BUILDERS))
-        return _not_applicable(
-            source,
-            reader,
-            ["model_type"],
-            f"model_type {model_type!r} ({architecture}) is not modelled; kvbudget knows {known}. The formula does not "
-            "apply; measure, use the explicit mode (--layers/--kv-heads/--head-dim/--dtype-bytes), or "
-            "--set model_type=llama if every layer is plain full attention",
-        )
-    layers = builder(reader, str(model_type))
+    traits = TRAITS.get(str(model_type))
+    verified = builder is not None or (traits is not None and traits.verified)
+    try:
+        if builder is not None:
+            layers = builder(reader, str(model_type))
+        else:
+            generic_missing = _generic_gaps(reader) if traits is None else []
+            if generic_missing:
+                return _not_applicable(
+                    source,
+                    reader,
+                    generic_missing,
+                    f"model_type {model_type!r} ({architecture}) has no kvbudget rule and its config "
+                    f"carries {', '.join(generic_missing)} whose meaning the generic reading cannot "
+                    "infer; supply --set layer_types=[...] (full_attention, sliding_attention, "
+                    "chunked_attention) or use the explicit mode (--layers/--kv-heads/--head-dim)",
+                )
+            layers = build_from_traits(reader, traits or GENERIC)
+    except UnknownVocabulary as exc:
+        return _not_applicable(source, reader, [exc.field], f"{model_type}: {exc.reason}")
     if reader.missing or layers is None:
         missing = reader.missing or ["layer structure"]
         fix = " ".join(f"--set {k}=..." for k in missing)
         return _not_applicable(
             source, reader, missing, f"config lacks {', '.join(missing)}; supply them with {fix}"
         )
+    _record_rules(reader, str(model_type), builder is not None, traits, verified)
     spec = ModelSpec(
         model_id=source.model_id,
         architecture=architecture,
         model_type=str(model_type),
         layers=tuple(layers),
+        rules_verified=verified,
         **_other_fields(reader, raw, str(model_type)),
         raw_config=cfg,
     )
@@ -252,3 +290,33 @@ def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> 
         ),
         "quantization_config": quant if isinstance(quant, dict) else None,
     }
+
+
+def _generic_gaps(reader: FieldReader) -> list[str]:
+    """Keys of an unknown model_type whose meaning the generic reading cannot infer."""
+    gaps = [key for key in _UNKNOWN_STRUCTURE_KEYS if reader.peek(key) is not None]
+    if not reader.has("layer_types") and (
+        reader.peek("sliding_window") is not None or reader.peek("attention_chunk_size") is not None
+    ):
+        gaps.append("layer_types")
+    return gaps
+
+
+def _record_rules(
+    reader: FieldReader, model_type: str, builder: bool, traits: Traits | None, verified: bool
+) -> None:
+    if builder:
+        source, note = (
+            "kvbudget.spec.architectures",
+            "hand-written rule, checked against transformers",
+        )
+    elif traits is not None:
+        source, note = traits.source, "trait table row (kvbudget.spec.traits)"
+    else:
+        source, note = GENERIC.source, "no row for this model_type"
+    note += (
+        "; verified against transformers' cache (exact)"
+        if verified
+        else "; rules UNVERIFIED for this architecture: the result is a structural reference"
+    )
+    reader.record("architecture_rules", source, "architecture_default", note=note)

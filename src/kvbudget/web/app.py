@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvbudget import __version__
 from kvbudget.errors import KvbudgetError
@@ -78,7 +79,10 @@ def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
         text = f"{field}: missing; add it to the request (see /docs)"
     elif kind == "extra_forbidden":
         text = f"{field}: unknown field (value {_short(value)}); remove it or check the spelling in /docs"
-    elif kind in {"json_invalid", "model_attributes_type", "dict_type"} and not loc:
+    elif kind == "json_invalid":
+        text = "request body: not valid JSON; send Content-Type: application/json with {...}"
+        loc = []
+    elif kind in {"model_attributes_type", "dict_type"} and not loc:
         text = "request body: not a JSON object; send Content-Type: application/json with {...}"
     else:
         msg = str(first.get("msg", "invalid"))
@@ -138,6 +142,17 @@ def create_app() -> FastAPI:
     async def kvbudget_error(request: Request, exc: KvbudgetError) -> JSONResponse:
         field = FIELD_ALIASES.get(exc.field or "", exc.field)
         return error_response(400, exc.one_line(), field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # the documented shape everywhere, never FastAPI's {"detail": ...}
+        detail = exc.detail if isinstance(exc.detail, str) else "request refused"
+        kind = "ConfigError" if exc.status_code < 500 else "InternalError"
+        hint = {
+            404: "; see /docs for the API paths",
+            405: "; see /docs for each path's method",
+        }.get(exc.status_code, "; send a JSON object body (see /docs)")
+        return error_response(exc.status_code, f"{kind}: {request.url.path}: {detail}{hint}")
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -110,10 +110,12 @@ class ModelInputs:
                 "model: give exactly one of 'model' (a catalog id) or 'config' (a pasted config.json)",
                 field="model",
             )
-        util = float(request.gpu_memory_utilization)
+        raw_util = request.gpu_memory_utilization
+        util = float(raw_util) if -2.0 <= raw_util <= 2.0 else float("nan")  # no int overflow
         if not 0.0 < util <= 1.0:
             raise ConfigError(
-                f"gpu_memory_utilization: must be in (0, 1], got {util}; vLLM's default is 0.9",
+                f"gpu_memory_utilization: must be in (0, 1], got {str(raw_util)[:40]}; vLLM's "
+                "default is 0.9",
                 field="gpu_memory_utilization",
             )
         auto_fit = _is_auto(request.max_model_len)

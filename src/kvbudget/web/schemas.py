@@ -1,6 +1,6 @@
 """Request bodies of the JSON API (pydantic, ``extra="forbid"``).
 
-Counts arrive as JSON numbers or as the strings the CLI accepts (``"4096"``, ``"128K"``,
+Counts arrive as JSON numbers or as the strings the CLI accepts (``"4096"``, ``"128k"``, ``"128K"``,
 ``"128Ki"``); they are read with :func:`kvbudget.units.parse_count`, the same parser the CLI
 flags use, so the web and the command line refuse the same inputs with the same words.
 """

@@ -313,6 +313,9 @@ def model_view(
         "pool": pool,
         "fits": fits,
         "fit_message": fit_message,
+        #: what to change so that it starts (the CLI's remedies), when it would not
+        "remedies": list(result.remedies) if result is not None and not result.fits else [],
+        "engine_label": None if result is None else f"{result.engine} {result.engine_version}",
         "max_model_len": result.max_model_len if result is not None else None,
         "max_model_len_source": "auto" if auto_fit else "given",
         "kv_memory_source": kv_memory_source(result) if result is not None else None,

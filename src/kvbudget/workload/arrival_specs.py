@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import MAX_RATE_PER_S, MIN_RATE_PER_S
 from kvbudget.workload import arrivals as arr
 
 
@@ -30,7 +31,7 @@ class _ArrivalBase(BaseModel):
 
 class PoissonArrivals(_ArrivalBase):
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
 
     def times(
         self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None
@@ -42,7 +43,7 @@ class PoissonArrivals(_ArrivalBase):
 
 class GammaArrivals(_ArrivalBase):
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
     cv: float = Field(gt=0, description="coefficient of variation of the gaps (burstiness)")
 
     def times(
@@ -55,7 +56,7 @@ class GammaArrivals(_ArrivalBase):
 
 class ConstantArrivals(_ArrivalBase):
     kind: Literal["constant"] = "constant"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
 
     def times(
         self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None
@@ -84,7 +85,7 @@ class BurstArrivals(_ArrivalBase):
 class RampStage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
     duration_s: float = Field(gt=0)
 
 

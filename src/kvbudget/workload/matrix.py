@@ -28,6 +28,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvbudget.safety.limits import (
+    MAX_CONCURRENCY,
+    MAX_DURATION_S,
+    MAX_RATE_PER_S,
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MIN_RATE_PER_S,
+)
 from kvbudget.workload.arrival_specs import (
     ArrivalSpec,
     BurstArrivals,
@@ -55,8 +63,8 @@ class InputTier(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: InputTierName
-    min_tokens: int = Field(ge=1)
-    max_tokens: int = Field(ge=1)
+    min_tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS)
+    max_tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS)
     lengths: LengthSpec | None = Field(None, description="overrides the uniform range")
     source: Source = "planning_scenario"
     source_note: str | None = None
@@ -86,14 +94,14 @@ class ConcurrencyTier(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: ConcurrencyTierName
-    concurrency: int = Field(ge=1)
-    duration_s: float = Field(gt=0)
+    concurrency: int = Field(ge=1, le=MAX_CONCURRENCY)
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S)
     arrival: Literal["closed", "burst", "constant", "poisson", "gamma", "ramp"] = "closed"
-    rate_per_s: float | None = Field(None, gt=0)
-    cv: float = Field(1.0, gt=0)
+    rate_per_s: float | None = Field(None, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
+    cv: float = Field(1.0, gt=0, le=1e6)
     stages: list[RampStage] | None = None
-    num_requests: int | None = Field(None, ge=1)
-    requests_per_slot: int = Field(10, ge=1)
+    num_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS)
+    requests_per_slot: int = Field(10, ge=1, le=MAX_REQUESTS)
     source: Source = "planning_scenario"
     source_note: str | None = None
 

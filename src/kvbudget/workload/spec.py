@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.workload.arrival_specs import ArrivalSpec, ClosedLoopArrivals
 from kvbudget.workload.lengths import FixedLength, LengthSpec
 from kvbudget.workload.prefixes import (
@@ -64,6 +65,11 @@ class WorkloadSpec(BaseModel):
     def _check(self) -> WorkloadSpec:
         if self.trace is None and self.num_requests is None and self.duration_s is None:
             raise ValueError("set num_requests or duration_s (or both)")
+        if self.trace is not None and "arrivals" in self.model_fields_set:
+            raise ValueError(
+                "a trace replay takes each request's arrival time from the trace (its "
+                "timestamps, scaled by trace.speedup); drop arrivals (and --rate/--concurrency)"
+            )
         if self.priority_weights is not None and len(self.priority_weights) != len(self.priorities):
             raise ValueError(
                 f"priority_weights has {len(self.priority_weights)} entries for "
@@ -73,7 +79,10 @@ class WorkloadSpec(BaseModel):
 
     @property
     def closed_loop_concurrency(self) -> int | None:
-        """Concurrency for closed-loop workloads, else ``None``."""
+        """Concurrency for closed-loop workloads, else ``None`` (a trace replay is open loop:
+        requests arrive at the trace's timestamps)."""
+        if self.trace is not None:
+            return None
         a = self.arrivals
         return a.concurrency if isinstance(a, ClosedLoopArrivals) else None
 
@@ -98,7 +107,7 @@ def load_workload_yaml(path: str | Path) -> WorkloadSpec:
     if not p.is_file():
         raise ConfigError(f"workload file {str(p)!r} does not exist", field="path")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml_text(read_text_file(p, what="workload file"), source=str(p))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc})", field="path") from None
     return workload_from_dict(data if data is not None else {})

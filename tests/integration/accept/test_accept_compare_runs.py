@@ -44,7 +44,7 @@ def test_compare_two_runs(tmp_path: Path, plan_data: dict[str, Any]) -> None:
     both = run(tmp_path, "both", {"kv_dtype": "fp8", "block_size": 32}, plan_data)
     ok = compare(base, fp8, "kv_dtype", tmp_path / "c1")
     assert ok["verdict"] in ("pass", "fail", "untested")
-    assert ok["differences"] == ["kv_dtype: 'auto' -> 'fp8'"]
+    assert ok["differences"] == ["kv_dtype: 'bfloat16' -> 'fp8'"]  # auto resolved by the sim
     assert ok["deltas"] and ok["capacity_ratio"] == pytest.approx(2.0, rel=0.01)
     assert any("records.jsonl" in r for r in ok["reasons"])
     wrong_factor = compare(base, fp8, "block_size", tmp_path / "c2")

@@ -34,7 +34,12 @@ def test_report_files_and_nine_cells(small_run: Path) -> None:
         assert "ttft_s" in cell["summaries"]
         assert cell["kind"] == "simulated"
     assert doc["verdict"] in ("fail", "blocked", "untested")
-    assert doc["blocking"]  # revision and others are not confirmed
+    # the simulator sets every lock field itself (confirmed) or cannot have it (not applicable)
+    assert doc["blocking"] == []
+    status = {e["field"]: (e["status"], e["source"] or e["note"]) for e in doc["lock"]}
+    assert status["model.revision"][0] == "not_applicable"
+    assert status["block_size"] == ("confirmed", "the simulated replica's configuration")
+    assert status["offload"] == ("confirmed", "the simulator's tier model")
     assert any(
         e["field"] == "model.config_sha256" and e["status"] == "confirmed" for e in doc["lock"]
     )

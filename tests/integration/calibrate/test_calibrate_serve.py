@@ -80,3 +80,37 @@ def test_calibration_recovers_the_servers_step_time(serve_url: str, tmp_path: Pa
     decode_s = fit["step_overhead_s"] + 4 * fit["decode_per_seq_s"]
     decode_s += 4 * 500 * fit["decode_per_context_token_s"]
     assert decode_s == pytest.approx((STEP_MS + 4 * PER_TOKEN_US / 1e3) / 1e3, rel=0.35)
+
+
+def test_validate_against_serve_labels_every_figure_simulated(tmp_path: Path) -> None:
+    """Issue 15 item 8: kvbudget serve's latencies are the simulator's step times delivered in
+    real time, so the "measured" side of a validation against it is labelled simulated, in the
+    report's records (every cell), not only in its headline."""
+    port = free_port()
+    serve = [sys.executable, "-m", "kvbudget", "serve", "--model", "tiny", "--port", str(port)]
+    serve += ["--step-ms", "2", "--max-model-len", "2048", "--speedup", "4"]
+    proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        out = tmp_path / "validation.json"
+        cmd = [sys.executable, "-m", "kvbudget", "calibrate", "--validate", "--base-url", url]
+        cmd += ["--model", "tiny", "--repeats", "1", "--output-tokens", "4", "--out", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["source"] == "simulated"
+    assert report["cells"] and all(
+        c["measured"]["source"].startswith("simulated (kvbudget-serve") for c in report["cells"]
+    )
+    assert "measured" not in done.stdout.split("| cell |")[0]
+    assert "timed on kvbudget-serve" in done.stdout

@@ -391,3 +391,47 @@ def test_local_api_page_lists_the_endpoints(browser: Any, server_url: str) -> No
     assert "POST /api/calc/explicit" in text
     assert "POST /api/model" in text
     assert errors == [] and foreign == []
+
+
+def test_assumption_boxes_start_unticked(page: tuple[Any, PageLog]) -> None:
+    """As the CLI: no assumption is confirmed until the user ticks it (structural_reference)."""
+    p, _ = page
+    fill_seed_example(p)
+    assert not any(box.is_checked() for box in assumption_boxes(p))
+    p.click("#explicit-submit")
+    p.wait_for_selector("#explicit-status.structural_reference")
+
+
+def test_engine_refusing_to_start_is_the_headline(page: tuple[Any, PageLog]) -> None:
+    """Llama-3.1-8B at its 131,072-token maximum on one L4: vLLM would refuse to start (one
+    sequence needs 2 x 32 x 8 x 128 x 2 B x 131,072 = 16 GiB of KV on a 24 GB card)."""
+    p, _ = page
+    p.click("#tab-model")
+    p.select_option("#model", "meta-llama/Llama-3.1-8B")
+    p.select_option("#engine", "vllm")
+    p.select_option("#gpu", "L4")
+    p.fill("#max_model_len", "131072")
+    p.click("#model-submit")
+    p.wait_for_selector("#model-result:not([hidden])")
+    p.wait_for_selector("#model-headline:not([hidden])")
+    headline = p.text_content("#model-headline") or ""
+    assert "would refuse to start" in headline
+    assert "--max-model-len" in headline  # the CLI's remedies, with their numbers
+    # the headline comes before the calculator's status, not a screen below it
+    order = p.evaluate(
+        "document.getElementById('model-headline').compareDocumentPosition("
+        "document.getElementById('model-status')) & Node.DOCUMENT_POSITION_FOLLOWING"
+    )
+    assert order
+
+
+def test_no_headline_when_it_fits(page: tuple[Any, PageLog]) -> None:
+    p, _ = page
+    p.click("#tab-model")
+    p.select_option("#model", "meta-llama/Llama-3.1-8B")
+    p.select_option("#engine", "vllm")
+    p.select_option("#gpu", "H100-SXM")
+    p.fill("#max_model_len", "8192")
+    p.click("#model-submit")
+    p.wait_for_selector("#model-result:not([hidden])")
+    assert p.is_hidden("#model-headline")

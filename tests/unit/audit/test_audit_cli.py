@@ -80,10 +80,13 @@ def test_user_salt_file_is_never_echoed(tmp_path: Path) -> None:
         (["audit", "isolation", "--target", "sim", "--salt", "user"], "--salt-file"),
         (["audit", "isolation", "--target", "sim", "--salt", "bogus"], "--salt"),
         (["audit", "reuse", "--target", "sim", "--logprobs", "50"], "--logprobs 50"),
-        (["audit", "reuse", "--target", "sim", "--prompts", "0"], "--prompts 0"),
+        (
+            ["audit", "reuse", "--target", "sim", "--prompts", "0"],
+            "--prompts: must be an integer >= 1, got '0'",
+        ),
         (["audit", "isolation", "--target", "sim", "--prefix-tokens", "20000"], "16384"),
         (["audit", "isolation", "--target", "sim", "--tenant-b-api-key-env", "X"], "--base-url"),
-        (["audit", "reuse", "--target", "sim", "--prompt-tokens", "16380"], "--max-tokens"),
+        (["audit", "reuse", "--target", "sim", "--input-tokens", "16380"], "--output-tokens"),
     ],
 )
 def test_bad_flags_are_one_line_errors(argv: list[str], needle: str) -> None:

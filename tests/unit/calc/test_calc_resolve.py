@@ -193,16 +193,29 @@ def test_repo_id_from_local_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyP
         resolve_model("acme/not-cached")
 
 
-def test_unknown_architecture_not_applicable(tmp_path: Path) -> None:
+def test_unknown_architecture_with_known_vocabulary_is_unverified(tmp_path: Path) -> None:
+    """A model_type without a rule, llama-style fields only: read generically, marked unverified."""
     path = tmp_path / "config.json"
     path.write_text(
         json.dumps({**LLAMA_8B, "model_type": "mystery", "architectures": ["MysteryLM"]}),
         encoding="utf-8",
     )
     resolved = resolve_model(str(path))
+    assert resolved.status == "resolved" and resolved.spec is not None
+    assert resolved.spec.rules_verified is False
+    assert resolved.spec.kind_counts() == {"full": 32}
+    rules = resolved.spec.ledger_entry("architecture_rules")
+    assert rules is not None and "UNVERIFIED" in rules.note
+
+
+def test_unknown_architecture_with_unknown_structure_lists_fields(tmp_path: Path) -> None:
+    cfg = {**LLAMA_8B, "model_type": "mystery", "kv_lora_rank": 512, "sliding_window": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    resolved = resolve_model(str(path))
     assert resolved.status == "not_applicable" and resolved.spec is None
-    assert resolved.missing == ("model_type",)
-    assert "measure" in resolved.reason
+    assert resolved.missing == ("kv_lora_rank", "layer_types")
+    assert "--set layer_types" in resolved.reason
 
 
 def test_missing_kv_heads_lists_field_and_set_supplies_it(tmp_path: Path) -> None:

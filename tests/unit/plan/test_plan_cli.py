@@ -219,3 +219,27 @@ def test_unknown_yaml_key_names_the_fix(tmp_path: Path) -> None:
     text = str(bad.exception)
     assert text.startswith("max_model_lenn: Extra inputs are not permitted (got 4096)")
     assert "remove it or check the spelling" in text and "\n" not in text
+
+
+def test_uncached_model_error_names_a_flag_that_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15 item 7: plan has no --download; the fix it is told must be a real command."""
+    import click
+    import huggingface_hub.constants
+
+    from kvbudget.cli.calc import calc
+    from kvbudget.cli.main import main
+    from kvbudget.cli.plan import plan
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--model", "acme/not-cached", "--gpu", "H100"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "kvbudget calc --model acme/not-cached --download" in err, err
+    names = {n for p in calc.params if isinstance(p, click.Option) for n in p.opts}
+    assert "--download" in names
+    assert "--download" not in {
+        n for p in plan.params if isinstance(p, click.Option) for n in p.opts
+    }

@@ -98,6 +98,7 @@ def test_accept_http_plan_with_unset_key_variable_fails_before_any_request(
         "base_url": "http://127.0.0.1:9",  # nothing listens: a request would be a TargetError
         "api_key_env": "KVB_REVIEW_SURELY_UNSET",
     }
+    data["comparisons"] = []  # an http target cannot run a variant: refused at validation
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump(data), encoding="utf-8")
     code, err = run_cli(["accept", str(plan), "--out", str(tmp_path / "out"), "--quiet"], capsys)

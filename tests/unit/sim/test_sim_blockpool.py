@@ -19,9 +19,21 @@ def test_null_block_taken_at_start_and_queue_in_id_order() -> None:
 def test_allocate_pops_head_and_free_appends_in_given_order() -> None:
     pool = BlockPool(6)
     assert pool.allocate(3) == [1, 2, 3]
+    pool.cache_block(1, "h-1")
+    pool.cache_block(2, "h-2")
     pool.free(reversed([1, 2, 3]))  # a request frees tail first
-    assert pool.free_block_ids() == [4, 5, 3, 2, 1]
+    # vLLM 0.32 BlockPool.free_blocks: the unhashed (partial) block 3 goes to the head, to be
+    # reused first; the hashed ones join the tail in the order given
+    assert pool.free_block_ids() == [3, 4, 5, 2, 1]
     assert pool.usage() == 0.0
+
+
+def test_unhashed_blocks_freed_together_keep_their_order_at_the_head() -> None:
+    pool = BlockPool(6)
+    assert pool.allocate(3) == [1, 2, 3]
+    pool.free(reversed([1, 2, 3]))
+    assert pool.free_block_ids() == [3, 2, 1, 4, 5]
+    assert pool.allocate(2) == [3, 2]
 
 
 def test_lazy_eviction_and_touch() -> None:

@@ -1,7 +1,9 @@
 """The deque free queue (lazy removal) behaves as an ordered dict free queue, op by op.
 
 Reference: vLLM's ``FreeKVCacheBlockQueue`` semantics written out with an ``OrderedDict``
-(pop from the head, append freed blocks at the tail, remove a touched block from anywhere).
+(pop from the head, freed blocks with a hash appended at the tail and freed blocks without one
+prepended at the head in the order given, as vLLM 0.32 ``BlockPool.free_blocks``; remove a
+touched block from anywhere).
 """
 
 from __future__ import annotations
@@ -32,11 +34,17 @@ class _Reference:
                 del self.free[b]
             self.ref[b] += 1
 
-    def release(self, ids: list[int]) -> None:
+    def release(self, ids: list[int], hashed: set[int]) -> None:
+        first: list[int] = []
         for b in ids:
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.free[b] = None
+                if b in hashed:
+                    self.free[b] = None
+                else:
+                    first.append(b)
+        rest = list(self.free)
+        self.free = OrderedDict.fromkeys([*first, *rest])
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -45,6 +53,8 @@ def test_free_queue_matches_ordered_dict_reference(seed: int) -> None:
     num_blocks = 12
     pool, ref = BlockPool(num_blocks), _Reference(num_blocks)
     held: list[int] = []  # one entry per reference held
+    hashed: set[int] = set()  # blocks carrying a hash (half of those allocated)
+    num_keys = 0
     for _ in range(3000):  # long enough for several compactions (> 2 x num_blocks stale)
         op = rng.integers(0, 3)
         if op == 0 and ref.free:
@@ -52,13 +62,19 @@ def test_free_queue_matches_ordered_dict_reference(seed: int) -> None:
             got = pool.allocate(n)
             assert got == ref.allocate(n)
             held.extend(got)
+            hashed.difference_update(got)  # a popped block loses its hash (lazy eviction)
+            for b in got:
+                if rng.random() < 0.5:
+                    num_keys += 1
+                    pool.cache_block(b, ("key", num_keys))
+                    hashed.add(b)
         elif op == 1 and held:
             # release some references, in a random order
             k = int(rng.integers(1, len(held) + 1))
             idx = sorted(rng.choice(len(held), size=k, replace=False).tolist(), reverse=True)
             ids = [held.pop(i) for i in idx]
             pool.free(ids)
-            ref.release(ids)
+            ref.release(ids, hashed)
         else:
             # touch blocks whether free (cache hit on an unused block) or held
             ids = sorted(set(rng.integers(1, num_blocks, size=3).tolist()))
@@ -70,3 +86,4 @@ def test_free_queue_matches_ordered_dict_reference(seed: int) -> None:
         assert pool.ref_cnt == ref.ref
         pool.check_invariants()
     assert len(pool._queue) <= 2 * num_blocks + num_blocks  # compacted, not growing
+    assert len(pool._front) <= 2 * num_blocks + num_blocks

@@ -79,6 +79,8 @@ class VllmLayerSpec:
     real_page_size_bytes: int = 0  # before mamba padding (equals page_size_bytes otherwise)
     num_speculative_blocks: int = 0
     mamba_cache_mode: MambaCacheMode = "none"
+    #: vLLM 0.32 ``MambaMixer2.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks=1`` (align mode)
+    num_checkpoint_blocks: int = 0
 
     def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
@@ -90,6 +92,7 @@ class VllmLayerSpec:
             attention_chunk_size=self.attention_chunk_size,
             num_speculative_blocks=self.num_speculative_blocks,
             mamba_cache_mode=self.mamba_cache_mode,
+            num_checkpoint_blocks=self.num_checkpoint_blocks,
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
         )
@@ -106,6 +109,7 @@ def max_memory_usage_bytes(
     mamba_cache_mode: MambaCacheMode,
     max_model_len: int,
     max_num_batched_tokens: int,
+    num_checkpoint_blocks: int = 0,
 ) -> int:
     """vLLM ``max_memory_usage_bytes`` of one layer spec (reference §1.2–1.6), shared by the
     layout's :class:`VllmLayerSpec` and the pool's ``PoolLayer``."""
@@ -124,7 +128,7 @@ def max_memory_usage_bytes(
         if mamba_cache_mode == "all":
             return cdiv(max_model_len, block) * page
         if mamba_cache_mode == "align":
-            return page * (2 + num_speculative_blocks)
+            return page * (2 + num_speculative_blocks + num_checkpoint_blocks)
         return page * (1 + num_speculative_blocks)
     return 0
 
@@ -174,11 +178,18 @@ def vllm_layer_specs(
     block_size: int | None = None,
     mamba_cache_mode: MambaCacheMode = "none",
     mamba_ssm_state_bytes: int | None = None,
+    mamba_state_bytes: int | None = None,
+    align_to_block_size: bool = False,
+    mamba2_checkpoint_blocks: int = 0,
 ) -> list[VllmLayerSpec]:
     """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank.
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
-    ``mamba_ssm_state_bytes`` overrides the recurrent state element size (``--mamba-ssm-cache-dtype``).
+    ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
+    sizes (``--mamba-cache-dtype`` / ``--mamba-ssm-cache-dtype``; default: the model dtype).
+    ``align_to_block_size``: the hybrid raise rounds to multiples of ``max(16, block_size)``
+    (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
+    max(min kernel block, cache_config.block_size)``), not of 16.
     """
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
@@ -186,7 +197,9 @@ def vllm_layer_specs(
     if block_size is not None and block_size < 1:
         raise ConfigError(f"block_size: must be >= 1, got {block_size}", field="block_size")
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
-    state_bytes = _model_dtype_bytes(spec)
+    state_bytes = mamba_state_bytes or _model_dtype_bytes(spec)
+    if mamba_ssm_state_bytes is None and mamba_state_bytes is not None:
+        mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     layers: list[LayerSpec] = list(spec.layers[start:end])
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
@@ -205,7 +218,8 @@ def vllm_layer_specs(
             if isinstance(first, MLA)
             else attention_page_bytes(first, dtype, tp, 1)
         )
-        raised = 16 * cdiv(mamba_page, 16 * per_token)
+        align = max(16, block_size or 16) if align_to_block_size else 16
+        raised = align * cdiv(mamba_page, align * per_token)
         if block_size is None or block_size < raised:
             attn_block = raised
         mamba_page_padded = attn_block * per_token
@@ -221,6 +235,7 @@ def vllm_layer_specs(
                 mamba_ssm_state_bytes,
                 mamba_page_padded,
                 mamba_cache_mode,
+                mamba2_checkpoint_blocks,
             )
         )
     return out
@@ -235,6 +250,7 @@ def _one(
     ssm_bytes: int | None,
     mamba_page_padded: int | None,
     mamba_cache_mode: MambaCacheMode,
+    mamba2_checkpoint_blocks: int = 0,
 ) -> VllmLayerSpec:
     idx = layer.layer_index
     if isinstance(layer, MLA):
@@ -258,7 +274,13 @@ def _one(
         real = mamba_page_bytes(layer, state_bytes, tp, ssm_bytes)
         page = max(real, mamba_page_padded or 0)
         return VllmLayerSpec(
-            idx, "mamba", block, page, real_page_size_bytes=real, mamba_cache_mode=mamba_cache_mode
+            idx,
+            "mamba",
+            block,
+            page,
+            real_page_size_bytes=real,
+            mamba_cache_mode=mamba_cache_mode,
+            num_checkpoint_blocks=mamba2_checkpoint_blocks if layer.state_kind == "mamba2" else 0,
         )
     return VllmLayerSpec(idx, "none", block, 0)
 
@@ -293,7 +315,9 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
     if spec.kind == "mamba":
         if spec.mamba_cache_mode == "all":  # one state per block of tokens (prefix caching)
             return cdiv(num_tokens, block)
-        return (2 if spec.mamba_cache_mode == "align" else 1) + spec.num_speculative_blocks
+        if spec.mamba_cache_mode == "align":
+            return 2 + spec.num_speculative_blocks + spec.num_checkpoint_blocks
+        return 1 + spec.num_speculative_blocks
     return 0
 
 

@@ -32,7 +32,8 @@ function buildAssumptions(list) {
     input.type = "checkbox";
     input.id = "assume-" + a.key;
     input.name = a.key;
-    input.checked = true;
+    // unticked until the user confirms each one, as the CLI starts at structural_reference
+    input.checked = false;
     input.dataset.assumption = a.key;
     label.appendChild(input);
     label.appendChild(document.createTextNode(" " + a.label));
@@ -173,6 +174,7 @@ async function submitModel(event) {
   $("model-submit").disabled = false;
   if (!result.ok) { show($("model-result"), false); showServerError(form, result, "model-error"); return; }
   const d = result.data;
+  renderHeadline($("model-headline"), d);
   renderStatus($("model-status"), d.status, d.status_note);
   $("model-layout").textContent = body.engine;
   renderFigures($("model-figures"), d.figures);
@@ -201,6 +203,23 @@ async function submitModel(event) {
   const chart = await api("POST", "/api/chart", body);
   if (!chart.ok) { clear($("chart")); $("chart-error").textContent = chart.error; return; }
   drawChart($("chart"), chart.data);
+}
+
+
+// When the engine would refuse to start, that is the answer: first, with the CLI's remedies.
+function renderHeadline(box, d) {
+  clear(box);
+  if (d.fits) { show(box, false); return; }
+  box.appendChild(el("strong", `${d.engine_label || "The engine"} would refuse to start: `));
+  box.appendChild(document.createTextNode(d.fit_message || "one max-length request does not fit"));
+  if ((d.remedies || []).length) {
+    box.appendChild(el("p", "Change one of these (kvbudget plan flags):"));
+    const list = el("ul");
+    for (const r of d.remedies) { const li = el("li"); li.appendChild(el("code", r)); list.appendChild(li); }
+    box.appendChild(list);
+  }
+  box.appendChild(el("p", "The calculator's status below is about the model's structure only; it does not make this deployment start."));
+  show(box, true);
 }
 
 

@@ -35,17 +35,22 @@ export function clearErrors(form, errorId) {
 }
 
 // ---------- input validation (browser side; the server validates again) ----------
-const COUNT_RE = /^\s*[0-9]+(\.[0-9]+)?\s*(k|m|ki|mi)?\s*$/i;
+// Suffixes as vLLM 0.32.0's human_readable_int (and kvbudget.units.parse_count) read them:
+// k/m/g = ×1000/×10^6/×10^9, K/M/G = ×1024/×2^20/×2^30 (case matters), Ki/Mi = ×1024/×2^20.
+const COUNT_RE = /^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g|K|M|G|[kK]i|[mM]i)?\s*$/;
+const COUNT_MULT = { "": 1, k: 1e3, m: 1e6, g: 1e9, K: 1024, M: 1048576, G: 1073741824, ki: 1024, mi: 1048576 };
 export function checkCount(name, label, raw, minimum) {
   const text = String(raw).trim();
   if (text === "") return `${label}: enter a whole number ≥ ${minimum}.`;
-  if (!COUNT_RE.test(text)) return `${label}: "${text}" is not a whole number; type digits such as 4096 (K = ×1000, Ki = ×1024).`;
-  const m = text.match(/^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$/i);
-  const mult = { "": 1, k: 1000, m: 1000000, ki: 1024, mi: 1048576 }[m[2].toLowerCase()];
-  const value = Number(m[1]) * mult;
-  if (!Number.isInteger(value)) return `${label}: "${text}" is not a whole number; give an integer.`;
+  const m = text.match(COUNT_RE);
+  if (!m) return `${label}: "${text}" is not a whole number; type digits such as 4096 (k = ×1000, K = ×1024, as vLLM reads them).`;
+  const suffix = m[2] || "";
+  const key = suffix.length === 2 ? suffix.toLowerCase() : suffix;
+  if (m[1].includes(".") && /^[KMG]$/.test(suffix)) return `${label}: "${text}" has a decimal with a binary suffix; did you mean ${m[1]}${suffix.toLowerCase()}?`;
+  const value = Number(m[1]) * COUNT_MULT[key];
+  if (!Number.isInteger(Math.round(value * 1e6) / 1e6)) return `${label}: "${text}" is not a whole number; give an integer.`;
   if (value < minimum) return `${label}: must be ≥ ${minimum}, got ${text}.`;
-  if (!Number.isSafeInteger(value)) return `${label}: ${text} is too large.`;
+  if (!Number.isSafeInteger(Math.round(value))) return `${label}: ${text} is too large.`;
   return null;
 }
 export function checkFraction(label, raw) {

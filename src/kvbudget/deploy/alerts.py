@@ -1,0 +1,309 @@
+"""The Prometheus rule file: recording rules for the autoscaler and alerts in the seed's four
+classes (capacity, performance, quality, security).
+
+Series names are the engine's own (vLLM 0.32.0 ``vllm/v1/metrics/loggers.py``; SGLang and
+llama.cpp as in docs/metrics-mapping.md). Counters carry prometheus_client's ``_total`` suffix.
+Aggregations keep only ``namespace`` and ``model_name`` (bounded cardinality: no pod churn in
+alert labels, and no prompt, user, tenant or request id in any label). A high prefix hit rate is
+never treated as health: the one rule that reads it is a security "investigate" signal.
+
+Series that engines do not export (canary failures, cross-tenant hits, requests without a salt,
+cleanup failures) are named here as a contract: ``kvbudget canary --metrics-textfile`` writes
+the canary ones; the gateway and the cleanup jobs must export the others under these names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvbudget.deploy.source import (
+    DeploySource,
+    Figure,
+    accepted_peak,
+    accepted_preemption_rate,
+    accepted_queue_p99,
+    ceiling,
+)
+
+#: per engine: unified name -> series (None: the engine does not export it)
+ENGINE_SERIES: dict[str, dict[str, str | None]] = {
+    "vllm": {
+        "kv_usage": "vllm:kv_cache_usage_perc",
+        "waiting": "vllm:num_requests_waiting",
+        "preemptions": "vllm:num_preemptions_total",
+        "ttft_bucket": "vllm:time_to_first_token_seconds_bucket",
+        "tpot_bucket": "vllm:request_time_per_output_token_seconds_bucket",
+        "queue_bucket": "vllm:request_queue_time_seconds_bucket",
+        "prefix_hits": "vllm:prefix_cache_hits_total",
+        "prefix_queries": "vllm:prefix_cache_queries_total",
+    },
+    "sglang": {
+        "kv_usage": "sglang:token_usage",
+        "waiting": "sglang:num_queue_reqs",
+        "preemptions": None,
+        "ttft_bucket": "sglang:time_to_first_token_seconds_bucket",
+        "tpot_bucket": "sglang:inter_token_latency_seconds_bucket",
+        "queue_bucket": None,
+        "prefix_hits": "sglang:cached_tokens_total",
+        "prefix_queries": "sglang:prompt_tokens_total",
+    },
+    "llamacpp": {
+        "kv_usage": None,
+        "waiting": "llamacpp:requests_deferred",
+        "preemptions": None,
+        "ttft_bucket": None,
+        "tpot_bucket": None,
+        "queue_bucket": None,
+        "prefix_hits": None,
+        "prefix_queries": None,
+    },
+}
+GROUP_BY = "namespace, model_name"
+DEFAULT_KV_HIGH_WATER = 0.90
+
+
+@dataclass(frozen=True, slots=True)
+class AlertOptions:
+    engine: str
+    service: str
+    selector: str
+    alert_for: str = "10m"
+    rate_window: str = "5m"
+    kv_high_water: float = DEFAULT_KV_HIGH_WATER
+    salt_required: bool = True
+
+
+@dataclass(slots=True)
+class RuleSet:
+    rules: list[dict[str, Any]] = field(default_factory=list)
+    recording: list[dict[str, Any]] = field(default_factory=list)
+    #: alert name -> (class, threshold figure text)
+    thresholds: dict[str, tuple[str, str]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _alert(
+    rs: RuleSet,
+    name: str,
+    cls: str,
+    expr: str,
+    *,
+    for_: str,
+    severity: str,
+    summary: str,
+    threshold: str,
+) -> None:
+    rs.rules.append(
+        {
+            "alert": name,
+            "expr": expr,
+            "for": for_,
+            "labels": {"severity": severity, "class": cls},
+            "annotations": {
+                "summary": summary,
+                "threshold": threshold,
+                "runbook": "see README.md in the kvbudget deploy output, section Alerts",
+            },
+        }
+    )
+    rs.thresholds[name] = (cls, threshold)
+
+
+def _quantile(q: float, bucket: str, sel: str, window: str, by: str = GROUP_BY) -> str:
+    return f"histogram_quantile({q:g}, sum by ({by}, le) (rate({bucket}{{{sel}}}[{window}])))"
+
+
+def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
+    series = ENGINE_SERIES[opts.engine]
+    sel, win, for_ = opts.selector, opts.rate_window, opts.alert_for
+    rs = RuleSet()
+    svc = {"service": opts.service}
+
+    # --- recording rules (per pod, for the autoscaler) --------------------------------------
+    for key, record in (
+        ("ttft_bucket", "kvbudget:ttft_seconds:p95"),
+        ("queue_bucket", "kvbudget:queue_seconds:p95"),
+    ):
+        bucket = series[key]
+        if bucket is not None:
+            rs.recording.append(
+                {
+                    "record": record,
+                    "expr": _quantile(0.95, bucket, sel, win, by="namespace, pod, model_name"),
+                }
+            )
+
+    # --- capacity --------------------------------------------------------------------------
+    if series["kv_usage"]:
+        peak = accepted_peak(src, "kv_usage")
+        note = f"; accepted peak mean {peak.text()}" if peak else ""
+        _alert(
+            rs,
+            "KVCacheUsageHighWater",
+            "capacity",
+            f"max by ({GROUP_BY}) ({series['kv_usage']}{{{sel}}}) > {opts.kv_high_water:g}",
+            for_=for_,
+            severity="warning",
+            summary=f"KV cache usage above {opts.kv_high_water:.0%} for {for_}",
+            threshold=f"{opts.kv_high_water:g} (assumed high water, --kv-usage-high-water){note}",
+        )
+    else:
+        rs.skipped.append(f"KVCacheUsageHighWater: {opts.engine} exports no KV usage gauge")
+    if series["preemptions"]:
+        rate = accepted_preemption_rate(src)
+        limit = Figure(0.0, "assumed", "none accepted") if rate is None else rate
+        _alert(
+            rs,
+            "KVCachePreemptions",
+            "capacity",
+            f"sum by ({GROUP_BY}) (rate({series['preemptions']}{{{sel}}}[{win}])) > {limit.value:g}",
+            for_=for_,
+            severity="warning",
+            summary="preemptions above the accepted rate (KV blocks short)",
+            threshold=limit.text(" /s"),
+        )
+    else:
+        rs.skipped.append(f"KVCachePreemptions: {opts.engine} exports no preemption counter")
+    waiting = accepted_peak(src, "num_waiting")
+    wlimit = (
+        Figure(0.0, "assumed", "no accepted cell: any sustained queue")
+        if waiting is None
+        else waiting
+    )
+    _alert(
+        rs,
+        "RequestsWaiting",
+        "capacity",
+        f"avg by ({GROUP_BY}) ({series['waiting']}{{{sel}}}) > {wlimit.value:g}",
+        for_=for_,
+        severity="warning",
+        summary="requests waiting per replica above the accepted level",
+        threshold=wlimit.text(" requests per replica"),
+    )
+
+    # --- performance -----------------------------------------------------------------------
+    for metric, key, name in (
+        ("ttft_s", "ttft_bucket", "TTFTP99High"),
+        ("tpot_s", "tpot_bucket", "TPOTP99High"),
+    ):
+        declared = ceiling(src, metric)  # type: ignore[arg-type]
+        bucket = series[key]
+        if bucket is None or declared is None:
+            rs.skipped.append(
+                f"{name}: "
+                + (
+                    "no histogram from " + opts.engine
+                    if bucket is None
+                    else f"no {metric} ceiling in the plan"
+                )
+            )
+            continue
+        pct, limit_s = declared
+        _alert(
+            rs,
+            name,
+            "performance",
+            f"{_quantile(0.99, bucket, sel, win)} > {limit_s:g}",
+            for_=for_,
+            severity="critical",
+            summary=f"{metric.split('_')[0].upper()} p99 above the accepted ceiling",
+            threshold=f"{limit_s:g} s (declared: plan stop.{metric}.{pct}; compared with p99)",
+        )
+    queue = accepted_queue_p99(src)
+    if series["queue_bucket"] and queue is not None:
+        qlimit = max(queue.value * 2, 0.1)
+        _alert(
+            rs,
+            "QueueTimeP99High",
+            "performance",
+            f"{_quantile(0.99, series['queue_bucket'], sel, win)} > {qlimit:g}",
+            for_=for_,
+            severity="warning",
+            summary="queue time p99 above twice the accepted level",
+            threshold=f"{qlimit:g} s = max(2 x {queue.text(' s')}, 0.1 s)",
+        )
+    else:
+        rs.skipped.append(
+            "QueueTimeP99High: "
+            + (
+                "no accepted queue time"
+                if series["queue_bucket"]
+                else f"{opts.engine} exports no queue histogram"
+            )
+        )
+
+    # --- quality ---------------------------------------------------------------------------
+    svc_sel = f'service="{opts.service}"'
+    _alert(
+        rs,
+        "CanaryFailed",
+        "quality",
+        f"increase(kvbudget_canary_failures_total{{{svc_sel}}}[1h]) > 0",
+        for_="0m",
+        severity="critical",
+        summary="a kvbudget canary run failed its gate (quality or stop conditions)",
+        threshold="any failure (kvbudget canary --metrics-textfile)",
+    )
+
+    # --- security --------------------------------------------------------------------------
+    _alert(
+        rs,
+        "CrossTenantPrefixHit",
+        "security",
+        f"increase(kvbudget_cross_tenant_cached_tokens_total{{{svc_sel}}}[1h]) > 0",
+        for_="0m",
+        severity="critical",
+        summary="cached tokens served across tenants: stop cross-request sharing",
+        threshold="any (isolation audit / gateway counter)",
+    )
+    if opts.salt_required:
+        _alert(
+            rs,
+            "RequestsWithoutCacheSalt",
+            "security",
+            f"increase(kvbudget_requests_without_cache_salt_total{{{svc_sel}}}[{win}]) > 0",
+            for_="0m",
+            severity="critical",
+            summary="requests reached the engine without cache_salt where salting is required",
+            threshold="any (gateway counter; lock.prefix_caching.salt is not 'none')",
+        )
+    _alert(
+        rs,
+        "CacheCleanupFailed",
+        "security",
+        f"increase(kvbudget_cache_cleanup_failures_total{{{svc_sel}}}[1h]) > 0",
+        for_="0m",
+        severity="critical",
+        summary="a cache cleanup (reset_prefix_cache, tier purge, deletion job) failed",
+        threshold="any (cleanup job counter)",
+    )
+    if series["prefix_hits"] and series["prefix_queries"]:
+        hits, queries = series["prefix_hits"], series["prefix_queries"]
+        _alert(
+            rs,
+            "PrefixHitRateUnexpectedlyHigh",
+            "security",
+            f"(sum by ({GROUP_BY}) (rate({hits}{{{sel}}}[{win}])) / sum by ({GROUP_BY}) "
+            f"(rate({queries}{{{sel}}}[{win}]))) > 0.98 and sum by ({GROUP_BY}) "
+            f"(rate({queries}{{{sel}}}[{win}])) > 0",
+            for_=for_,
+            severity="info",
+            summary="prefix hit rate near 1: check for stale templates, over-sharing or probing "
+            "(a high hit rate is not a health signal)",
+            threshold="0.98 (assumed)",
+        )
+    for rule in rs.rules:
+        rule["labels"].update(svc)
+    return rs
+
+
+def rule_file(rs: RuleSet, *, name: str) -> dict[str, Any]:
+    groups: list[dict[str, Any]] = []
+    if rs.recording:
+        groups.append({"name": f"{name}.recording", "rules": rs.recording})
+    for cls in ("capacity", "performance", "quality", "security"):
+        rules = [r for r in rs.rules if r["labels"]["class"] == cls]
+        if rules:
+            groups.append({"name": f"{name}.{cls}", "rules": rules})
+    return {"groups": groups}

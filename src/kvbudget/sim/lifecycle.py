@@ -1,0 +1,150 @@
+"""Scale-in, session migration and pod crashes in the simulated cluster (all *simulated*).
+
+The second seed: "when scaling in, first stop assigning new requests, wait for the streams in
+flight to end or reach an explicit exit deadline, then release the instance. A shared cache may
+keep reusable prefixes, but that does not mean active decodes migrate seamlessly. After a pod
+crash, the application usually has to recompute from the context it saved; agents with tool
+calls must handle retries and idempotency in the application."
+
+Events (handled by :class:`~kvbudget.sim.driver.Driver`):
+
+* :class:`ScaleIn` at ``at_s``: the replica stops receiving requests (the router skips it); the
+  requests it holds keep running. At ``at_s + grace_s`` whatever is still there is handled by
+  ``on_deadline``:
+
+  - ``"cancel_retry"``: the stream is cancelled (reported ``cancelled``) and the client retries
+    the *original* request on another replica: its prompt and the output tokens produced so
+    far are computed again (``duplicated_*`` counters);
+  - ``"reprefill"``: the session migrates by re-prefill: the application re-sends the prompt
+    plus the output streamed so far as a new prompt, with the remaining output tokens; the
+    context is computed again on the target but no output token is generated twice;
+  - ``"transfer"``: the session migrates by KV transfer: the same continuation arrives at the
+    target after ``tokens x kv_bytes_per_token / transfer_bandwidth_bytes_per_s`` with its KV
+    present except the last token (the P/D rule, :mod:`kvbudget.sim.disagg`).
+
+* :class:`Crash` at ``at_s``: every request on the replica is lost with its KV (nothing is
+  reported for the lost attempt but the counters); the application re-sends each from its
+  saved context (prompt + output streamed so far, the remaining output tokens) at once; the
+  pod comes back as a new, cold replica ``restart_s`` later.
+
+Retried and migrated requests carry the original id with a ``#retry<n>`` / ``#migrate<n>`` /
+``#recover<n>`` suffix and the original arrival time is kept in their latency (the client's
+view: the whole wait counts). Replicas involved must run the explicit engine (the cluster builds
+them without the lazy-decode fast path when such events are declared).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from kvbudget.errors import ConfigError
+from kvbudget.sim.request import EngineRequest, SimRequest
+
+OnDeadline = Literal["cancel_retry", "reprefill", "transfer"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleIn:
+    """Stop routing to replica ``replica`` at ``at_s``; act on what is left at the deadline."""
+
+    at_s: float
+    replica: int
+    grace_s: float = 30.0
+    on_deadline: OnDeadline = "cancel_retry"
+    transfer_bandwidth_bytes_per_s: float = 25e9
+
+    def __post_init__(self) -> None:
+        if self.at_s < 0 or self.grace_s < 0 or self.replica < 0:
+            raise ConfigError("scale_in: at_s, grace_s and replica must be >= 0", field="scale_in")
+        if self.transfer_bandwidth_bytes_per_s <= 0:
+            raise ConfigError(
+                "scale_in: transfer_bandwidth_bytes_per_s must be > 0", field="scale_in"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Crash:
+    """Replica ``replica`` dies at ``at_s``; a cold replacement serves from ``at_s + restart_s``."""
+
+    at_s: float
+    replica: int
+    restart_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.at_s < 0 or self.restart_s < 0 or self.replica < 0:
+            raise ConfigError("crash: at_s, restart_s and replica must be >= 0", field="crash")
+
+
+@dataclass(slots=True)
+class LifecycleStats:
+    """What scale-in, migration and crashes cost, in requests and tokens."""
+
+    num_cancelled: int = 0
+    num_retried: int = 0
+    num_migrated_reprefill: int = 0
+    num_migrated_transfer: int = 0
+    num_lost_in_crash: int = 0
+    #: context tokens computed again on another replica: a retry's prompt, a re-prefilled or
+    #: recovered session's prompt + streamed output
+    duplicated_prefill_tokens: int = 0
+    #: output tokens generated twice: a cancelled attempt's outputs (the one still in flight
+    #: at the deadline included), which its retry generates again
+    duplicated_output_tokens: int = 0
+    transfer_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int | list[str]]:
+        return {
+            "cancelled": self.num_cancelled,
+            "retried": self.num_retried,
+            "migrated_reprefill": self.num_migrated_reprefill,
+            "migrated_transfer": self.num_migrated_transfer,
+            "lost_in_crash": self.num_lost_in_crash,
+            "duplicated_prefill_tokens": self.duplicated_prefill_tokens,
+            "duplicated_output_tokens": self.duplicated_output_tokens,
+            "transfer_bytes": self.transfer_bytes,
+            "notes": list(self.notes),
+        }
+
+
+def _suffix(request_id: str, tag: str) -> str:
+    base, _, count = request_id.rpartition(f"#{tag}")
+    if base and count.isdigit():
+        return f"{base}#{tag}{int(count) + 1}"
+    return f"{request_id}#{tag}1"
+
+
+def streamed_outputs(req: SimRequest, now_s: float, step_end_s: float) -> int:
+    """Output tokens the client has received by ``now_s``.
+
+    The engine applies a step when it starts; a token of the step still running at ``now_s``
+    (it ends at ``step_end_s``) has not reached the client and is wasted work.
+    """
+    n = req.num_output_tokens
+    if n > 0 and req.status == "running" and now_s < step_end_s:
+        return n - 1
+    return n
+
+
+def continuation(req: SimRequest, tag: str, num_streamed: int) -> EngineRequest:
+    """The context so far (prompt + ``num_streamed`` outputs) as a new request for the rest."""
+    spec = req.spec
+    prompt = tuple(req.token_slice(0, req.num_prompt_tokens + num_streamed))
+    return replace(
+        spec,
+        request_id=_suffix(spec.request_id, tag),
+        prompt_token_ids=prompt,
+        max_output_tokens=max(1, spec.max_output_tokens - num_streamed),
+        cancel_after_tokens=(
+            None
+            if spec.cancel_after_tokens is None
+            else max(1, spec.cancel_after_tokens - num_streamed)
+        ),
+        kv_transferred=False,
+    )
+
+
+def retry(req: SimRequest) -> EngineRequest:
+    """The client's retry of the original request (everything recomputed)."""
+    return replace(req.spec, request_id=_suffix(req.spec.request_id, "retry"), kv_transferred=False)

@@ -1,0 +1,360 @@
+"""Generic builders: layers from a :class:`~kvbudget.spec.traits.Traits` row and a config.
+
+Reading follows transformers' configuration classes: a key is looked up under its canonical name
+and then under the row's ``attribute_map`` alias; omitted keys take the class default the row
+names (ledger source ``architecture_default``); ``layer_types`` (or the row's key for it, e.g.
+``layers_block_type``) is used as given, else derived by the row's :class:`Pattern`; each entry is
+mapped by the vocabulary in :mod:`kvbudget.spec.traits`. An entry outside that vocabulary, or a
+state layer the row does not describe, leaves the model ``not_applicable`` with the field named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbudget.errors import SpecError
+from kvbudget.spec.arch_common import ARCH, check_types, summarize
+from kvbudget.spec.fields import FieldReader
+from kvbudget.spec.layers import (
+    MLA,
+    ChunkedLocal,
+    FullAttention,
+    KVShared,
+    LayerSpec,
+    NoAttention,
+    SlidingWindow,
+    StateLayer,
+)
+from kvbudget.spec.traits import (
+    ATTENTION_TYPES,
+    NO_CACHE_TYPES,
+    FieldRule,
+    Pattern,
+    StateRule,
+    Traits,
+)
+
+
+class UnknownVocabulary(Exception):
+    """A ``layer_types`` entry (or state) the traits cannot map; ``field`` names the key."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+def key_of(traits: Traits, name: str) -> str:
+    return traits.aliases.get(name, name)
+
+
+def get(r: FieldReader, traits: Traits, name: str, **kwargs: Any) -> Any:
+    key = key_of(traits, name) if not r.has(name) else name
+    if "default" not in kwargs and name in traits.defaults:
+        kwargs = {**kwargs, "default": traits.defaults[name], "default_source": ARCH}
+    return r.get(key, name=name, **kwargs)
+
+
+def get_int(r: FieldReader, traits: Traits, name: str, **kwargs: Any) -> int | None:
+    key = key_of(traits, name) if not r.has(name) else name
+    if "default" not in kwargs and name in traits.defaults:
+        kwargs = {**kwargs, "default": traits.defaults[name], "default_source": ARCH}
+    return r.get_int(key, name=name, **kwargs)
+
+
+def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | None:
+    """(num_kv_heads, head_dim, v_head_dim) of the head-based attention layers."""
+    heads = get_int(r, traits, "num_attention_heads", note="query heads (never used as KV heads)")
+    if (
+        traits.multi_query_key
+        and r.peek(traits.multi_query_key)
+        and not (traits.multi_query_unless and r.peek(traits.multi_query_unless))
+    ):
+        r.get(traits.multi_query_key, note="multi-query attention: one KV head")
+        kv: int | None = 1
+    elif (
+        not r.has("num_key_value_heads")
+        and not r.has(key_of(traits, "num_key_value_heads"))
+        and traits.kv_heads_default
+        and heads
+    ) or (traits.multi_query_key and heads and not r.has(key_of(traits, "num_key_value_heads"))):
+        kv = heads
+        r.record(
+            "num_key_value_heads",
+            heads,
+            ARCH,
+            location=f"{r.location}:{r.prefix}num_key_value_heads (absent)",
+            note="the config class sets num_key_value_heads = num_attention_heads when omitted",
+        )
+    else:
+        kv = get_int(r, traits, "num_key_value_heads", note="KV heads per layer")
+    head_dim: int | None = None
+    if r.has(key_of(traits, "head_dim")):
+        head_dim = get_int(r, traits, "head_dim")
+    else:
+        hidden = get_int(r, traits, "hidden_size")
+        if hidden and heads:
+            if hidden % heads:
+                r.missing.append("head_dim")
+            else:
+                head_dim = hidden // heads
+                r.derive(
+                    "head_dim",
+                    head_dim,
+                    f"hidden_size / num_attention_heads = {hidden} / {heads}; config has no head_dim",
+                )
+    if heads and kv and heads % kv:
+        raise SpecError(
+            f"{r.prefix}num_key_value_heads: {kv} does not divide num_attention_heads {heads}; fix the "
+            "config or --set num_key_value_heads=N with N dividing the query heads",
+            field="num_key_value_heads",
+        )
+    v_dim = 0
+    if r.has("v_head_dim") and not traits.mla:
+        v_dim = int(r.get("v_head_dim", note="V head size differs from K"))
+    if kv is None or head_dim is None:
+        return None
+    return kv, head_dim, v_dim
+
+
+def layer_types(r: FieldReader, traits: Traits, n: int) -> list[str] | None:
+    """``layer_types`` as the config lists it, else derived by the row's pattern."""
+    key = traits.layer_types_key
+    for candidate in dict.fromkeys((key, "layer_types")):
+        if r.has(candidate):
+            value = r.get(candidate, name="layer_types")
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SpecError(
+                    f"{r.prefix}{candidate}: expected a list of strings, got {value!r}",
+                    field=candidate,
+                )
+            return check_types(r, list(value), n)
+    return derive_types(r, traits.pattern, n)
+
+
+def derive_types(r: FieldReader, pattern: Pattern, n: int) -> list[str] | None:
+    kind = pattern.kind
+    if kind == "full":
+        types = [pattern.base if pattern.base != "sliding_attention" else "full_attention"] * n
+        note = f"every layer is {types[0] if types else 'full_attention'}"
+    elif kind == "window_all":
+        window = r.peek("sliding_window")
+        types = ["sliding_attention" if window is not None else "full_attention"] * n
+        note = "sliding_window applies to every layer" if window else "no sliding_window: full"
+    elif kind == "qwen":
+        use = r.get("use_sliding_window", default=False, default_source=ARCH, required=False)
+        if not use or r.peek("sliding_window") is None:
+            types = ["full_attention"] * n
+            note = "use_sliding_window is false: every layer is full"
+        else:
+            first = r.get_int("max_window_layers", default=0, default_source=ARCH) or 0
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+            note = f"layers >= max_window_layers ({first}) slide"
+    else:
+        every = _pattern_n(r, pattern)
+        if every is None:
+            return None
+        if kind == "sliding_unless_nth":
+            types = [pattern.other if (i + 1) % every == 0 else pattern.base for i in range(n)]
+            note = f"layer i is {pattern.other} when (i+1) % {every} == 0, else {pattern.base}"
+            if pattern.last_is_other and types:
+                types[-1] = pattern.other
+                note += "; the last layer is always " + pattern.other
+        elif kind == "nth_from_zero":
+            types = [pattern.other if i % every == 0 else pattern.base for i in range(n)]
+            note = f"layer i is {pattern.other} when i % {every} == 0, else {pattern.base}"
+        else:
+            offset = r.get_int(pattern.offset_key or "", default=pattern.offset_default)
+            types = [pattern.other if i % every == offset else pattern.base for i in range(n)]
+            note = f"layer i is {pattern.other} when i % {every} == {offset}"
+    r.record("layer_types", summarize(types), ARCH, note=f"derived by the config class: {note}")
+    return types
+
+
+def _pattern_n(r: FieldReader, pattern: Pattern) -> int | None:
+    if pattern.key is None:
+        return pattern.default
+    return r.get_int(pattern.key, default=pattern.default, default_source=ARCH)
+
+
+def _value(r: FieldReader, rule: FieldRule, defaults: dict[str, Any]) -> int | None:
+    if isinstance(rule, str):
+        if rule in defaults:
+            return r.get_int(rule, default=defaults[rule], default_source=ARCH)
+        return r.get_int(rule)
+    if len(rule) == 2:  # ("const", n)
+        return int(rule[1])
+    op, left, right = rule
+    a = _value(r, left, defaults)
+    b = _value(r, right, defaults)
+    if a is None or b is None:
+        return None
+    return a * b if op == "mul" else a // b
+
+
+def state_layer(r: FieldReader, rule: StateRule, index: int) -> StateLayer | None:
+    values: dict[str, int] = {}
+    for name, spec in rule.fields.items():
+        value = _value(r, spec, rule.defaults)
+        if value is None:
+            return None
+        values[name] = value
+    return StateLayer(index, rule.state_kind, **values)  # type: ignore[arg-type]
+
+
+def mla_layer(r: FieldReader, index: int) -> MLA | None:
+    rank = r.get_int("kv_lora_rank", note="latent cached per token")
+    rope = r.get_int("qk_rope_head_dim", note="shared rotary key cached per token")
+    nope = r.get("qk_nope_head_dim", default=0, required=False)
+    v_dim = r.get("v_head_dim", default=0, required=False)
+    heads = r.peek("num_attention_heads") or 0
+    if rank is None or rope is None:
+        return None
+    return MLA(index, rank, rope, int(nope or 0), int(v_dim or 0), int(heads))
+
+
+def build_from_traits(r: FieldReader, traits: Traits) -> list[LayerSpec] | None:
+    """Layers of a model described by ``traits`` (None when a required field is missing)."""
+    listed = r.peek(traits.layer_types_key)
+    if not r.has(key_of(traits, "num_hidden_layers")) and isinstance(listed, list):
+        n: int | None = len(listed)
+        r.derive(
+            "num_hidden_layers", n, f"len({traits.layer_types_key}) (the config class's property)"
+        )
+    else:
+        n = get_int(r, traits, "num_hidden_layers", note="decoder layers")
+    if n is None:
+        return None
+    types = layer_types(r, traits, n)
+    if types is None:
+        return None
+    needs_heads = any(ATTENTION_TYPES.get(t) for t in types) and not traits.mla
+    dims = attention_dims(r, traits) if needs_heads else None
+    if needs_heads and dims is None:
+        return None
+    window = _window(r, types)
+    chunk = (
+        r.get_int("attention_chunk_size", note="chunk of the local layers")
+        if "chunked_attention" in types
+        else None
+    )
+    per_layer = _per_layer_config(r, n)
+    out: list[LayerSpec] = []
+    for i, t in enumerate(types):
+        own = per_layer.get(i, {})
+        layer_dims = dims
+        if dims is not None and own:
+            layer_dims = (
+                int(own.get("num_key_value_heads", dims[0])),
+                int(own.get("head_dim", dims[1])),
+                int(own.get("v_head_dim", dims[2])),
+            )
+        layer_window = int(own.get("sliding_window", window)) if window is not None else None
+        layer = _one(r, traits, i, t, layer_dims, layer_window, chunk)
+        if layer is None:
+            return None
+        out.append(layer)
+    return _share_kv(r, out, types)
+
+
+#: per-layer override keys that change what a layer caches (transformers ``per_layer_config``)
+PER_LAYER_KEYS = ("head_dim", "num_key_value_heads", "v_head_dim", "sliding_window")
+
+
+def _per_layer_config(r: FieldReader, n: int) -> dict[int, dict[str, Any]]:
+    """``per_layer_config`` (transformers 5: ``{"05": {"head_dim": 512}}``) by layer index."""
+    value = r.peek("per_layer_config")
+    if not value:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(
+            f"{r.prefix}per_layer_config: expected a mapping of layer index to fields, got {value!r}",
+            field="per_layer_config",
+        )
+    out: dict[int, dict[str, Any]] = {}
+    for key, fields in value.items():
+        if not str(key).isdigit() or not isinstance(fields, dict) or int(key) >= n:
+            raise SpecError(
+                f"{r.prefix}per_layer_config: entry {key!r} is not a layer index below {n} with fields",
+                field="per_layer_config",
+            )
+        out[int(key)] = {k: v for k, v in fields.items() if k in PER_LAYER_KEYS}
+    r.get("per_layer_config", note=f"per-layer overrides read: {', '.join(PER_LAYER_KEYS)}")
+    return out
+
+
+def _share_kv(r: FieldReader, layers: list[LayerSpec], types: list[str]) -> list[LayerSpec]:
+    """``num_kv_shared_layers``: the last N layers reuse the KV of the last earlier layer of their type."""
+    if not r.has("num_kv_shared_layers"):
+        return layers
+    shared = r.get("num_kv_shared_layers", note="the last N layers reuse earlier layers' KV")
+    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+        raise SpecError(
+            f"{r.prefix}num_kv_shared_layers: expected an integer >= 0, got {shared!r}",
+            field="num_kv_shared_layers",
+        )
+    if not shared:
+        return layers
+    first = len(layers) - shared
+    if first <= 0:
+        raise SpecError(
+            f"{r.prefix}num_kv_shared_layers: {shared} leaves no layer to share from "
+            f"({len(layers)} layers)",
+            field="num_kv_shared_layers",
+        )
+    out = list(layers[:first])
+    for i in range(first, len(layers)):
+        earlier = [j for j in range(first) if types[j] == types[i]]
+        if not earlier:
+            raise SpecError(
+                f"{r.prefix}layer_types: shared layer {i} ({types[i]}) has no earlier layer of "
+                "that type",
+                field="layer_types",
+            )
+        source = earlier[-1]
+        out.append(KVShared(i, source, layers[source].kind))
+    return out
+
+
+def _window(r: FieldReader, types: list[str]) -> int | None:
+    if not any(ATTENTION_TYPES.get(t) == "sliding" for t in types):
+        return None
+    return r.get_int("sliding_window", note="window of the sliding layers")
+
+
+def _one(
+    r: FieldReader,
+    traits: Traits,
+    i: int,
+    t: str,
+    dims: tuple[int, int, int] | None,
+    window: int | None,
+    chunk: int | None,
+) -> LayerSpec | None:
+    kind = ATTENTION_TYPES.get(t)
+    if kind is not None:
+        if traits.mla:
+            if kind != "full":
+                raise UnknownVocabulary("layer_types", f"layer {i}: {t!r} with MLA is not modelled")
+            return mla_layer(r, i)
+        assert dims is not None
+        kv, head_dim, v_dim = dims
+        if kind == "sliding":
+            return None if window is None else SlidingWindow(i, kv, head_dim, v_dim, window)
+        if kind == "chunked":
+            return None if chunk is None else ChunkedLocal(i, kv, head_dim, v_dim, chunk)
+        return FullAttention(i, kv, head_dim, v_dim)
+    rule = {"linear_attention": traits.linear, "mamba": traits.mamba, "conv": traits.conv}.get(t)
+    if rule is not None:
+        return state_layer(r, rule, i)
+    if t in NO_CACHE_TYPES:
+        return NoAttention(i)
+    raise UnknownVocabulary(
+        traits.layer_types_key,
+        f"layer {i} is {t!r}: kvbudget has no rule for what this layer type stores in this "
+        f"architecture (known: {', '.join(sorted(ATTENTION_TYPES))}"
+        + (", linear_attention" if traits.linear else "")
+        + (", mamba" if traits.mamba else "")
+        + (", conv" if traits.conv else "")
+        + ")",
+    )

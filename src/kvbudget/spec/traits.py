@@ -1,0 +1,316 @@
+"""Declarative architecture traits: which config field says what, as transformers defines it.
+
+One :class:`Traits` row per ``model_type`` replaces a hand-written builder: the transformers file
+that defines the config class (``models/<name>/configuration_<name>.py``, 5.x), the
+``attribute_map`` aliases (canonical name -> the key the config really uses), the defaults the
+class applies when ``config.json`` omits a key, the rule that derives ``layer_types`` when the
+config does not list them, and what a ``linear_attention`` / ``mamba`` / ``conv`` layer stores.
+:mod:`kvbudget.spec.arch_generic` turns a row plus a config into layers.
+
+``verified=True`` rows were checked byte for byte against transformers' returned cache (the
+``hf`` oracle, ``tests/peer/test_hf_oracle.py``) and, where vLLM's CPU engine starts them, against
+vLLM's logged pool (``tests/peer/test_vllm_pool_oracle.py``); their results are ``exact``. A
+``model_type`` with no row whose config uses only known vocabulary resolves through
+:data:`GENERIC` as ``structural_reference`` with a ledger line saying its rules are unverified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``layer_types`` vocabulary kvbudget maps (transformers ``cache_utils`` layer types)
+ATTENTION_TYPES = {
+    "full_attention": "full",
+    "attention": "full",
+    "global": "full",
+    "sliding_attention": "sliding",
+    "local": "sliding",
+    "chunked_attention": "chunked",
+}
+STATE_TYPES = ("linear_attention", "mamba", "conv")
+NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
+
+#: a field value: a config key, ("mul", key, key), ("div", key, key) or ("const", n)
+FieldRule = str | tuple[str, Any, Any] | tuple[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StateRule:
+    """What one state layer stores: the :class:`~kvbudget.spec.layers.StateLayer` fields.
+
+    ``fields`` maps a StateLayer field (``conv_kernel``, ``intermediate_size``, ``state_size``,
+    ``n_groups``, ``num_heads``, ``head_dim``, ``num_k_heads``, ``head_k_dim``) to a config key
+    or a small expression; ``defaults`` are the config class's defaults for omitted keys.
+    """
+
+    state_kind: str  # mamba | mamba2 | gdn | linear | shortconv
+    fields: dict[str, FieldRule]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """How ``layer_types`` is derived when the config does not list it.
+
+    kinds: ``full`` (every layer full), ``window_all`` (every layer slides when
+    ``sliding_window`` is set), ``qwen`` (``use_sliding_window`` + ``max_window_layers``),
+    ``sliding_unless_nth`` (layer i is ``other`` when ``(i+1) % N == 0`` else ``base``),
+    ``nth_from_zero`` (layer i is ``other`` when ``i % N == 0`` else ``base``),
+    ``period_offset`` (``other`` when ``i % N == offset`` else ``base``; Jamba).
+    """
+
+    kind: str = "full"
+    key: str | None = None  # config key holding N
+    default: int | None = None
+    base: str = "sliding_attention"
+    other: str = "full_attention"
+    offset_key: str | None = None
+    offset_default: int = 0
+    last_is_other: bool = False  # the last layer is always ``other`` (Gemma-4)
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """One architecture as its transformers config class defines it."""
+
+    source: str
+    aliases: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    kv_heads_default: str | None = "num_attention_heads"  # when num_key_value_heads is omitted
+    multi_query_key: str | None = None  # a bool key meaning "one KV head" (GPT-BigCode, Falcon)
+    multi_query_unless: str | None = None  # a bool key that switches multi_query off (Falcon)
+    pattern: Pattern = field(default_factory=Pattern)
+    mla: bool = False
+    linear: StateRule | None = None  # what a "linear_attention" layer stores
+    mamba: StateRule | None = None  # what a "mamba" layer stores
+    conv: StateRule | None = None  # what a "conv" layer stores (LFM2 short convolution)
+    layer_types_key: str = "layer_types"
+    verified: bool = True
+    note: str = ""
+
+
+def _t(name: str) -> str:
+    return f"transformers/models/{name}/configuration_{name}.py"
+
+
+GPT2_ALIASES = {
+    "hidden_size": "n_embd",
+    "num_attention_heads": "n_head",
+    "num_hidden_layers": "n_layer",
+    "max_position_embeddings": "n_positions",
+}
+
+_MAMBA2_FALCON_H1 = StateRule(
+    "mamba2",
+    {
+        "conv_kernel": "mamba_d_conv",
+        "intermediate_size": "mamba_d_ssm",
+        "state_size": "mamba_d_state",
+        "n_groups": "mamba_n_groups",
+        "num_heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+    },
+)
+_MAMBA2_GRANITE = StateRule(
+    "mamba2",
+    {
+        "conv_kernel": "mamba_d_conv",
+        "intermediate_size": ("mul", "mamba_expand", "hidden_size"),
+        "state_size": "mamba_d_state",
+        "n_groups": "mamba_n_groups",
+        "num_heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+    },
+    {"mamba_d_conv": 4, "mamba_expand": 2, "mamba_d_state": 256, "mamba_n_groups": 1},
+)
+_MAMBA2_NEMOTRON_H = StateRule(
+    "mamba2",
+    {
+        "conv_kernel": "conv_kernel",
+        "intermediate_size": ("mul", "mamba_num_heads", "mamba_head_dim"),
+        "state_size": "ssm_state_size",
+        "n_groups": "n_groups",
+        "num_heads": "mamba_num_heads",
+        "head_dim": "mamba_head_dim",
+    },
+)
+_GDN = StateRule(
+    "gdn",
+    {
+        "conv_kernel": "linear_conv_kernel_dim",
+        "num_heads": "linear_num_value_heads",
+        "head_dim": "linear_value_head_dim",
+        "num_k_heads": "linear_num_key_heads",
+        "head_k_dim": "linear_key_head_dim",
+    },
+    {"linear_conv_kernel_dim": 4},
+)
+_MAMBA1 = StateRule(
+    "mamba",
+    {
+        "conv_kernel": "conv_kernel",
+        "intermediate_size": "intermediate_size",
+        "state_size": "state_size",
+    },
+    {"conv_kernel": 4, "state_size": 16},
+)
+_SHORTCONV = StateRule(
+    "shortconv", {"conv_kernel": "conv_L_cache", "intermediate_size": "hidden_size"}
+)
+
+_GEMMA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 6, last_is_other=True)
+_SWA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 4)
+
+#: model_type -> traits (verified against transformers' cache; see the module docstring)
+TRAITS: dict[str, Traits] = {
+    # plain full attention, llama-style fields
+    **{
+        name: Traits(_t(name))
+        for name in (
+            "llama",
+            "apertus",
+            "arcee",
+            "cohere",
+            "ernie4_5",
+            "ernie4_5_moe",
+            "exaone",
+            "flex_olmo",
+            "glm",
+            "glm4",
+            "glm4_moe",
+            "granite",
+            "granitemoe",
+            "granitemoeshared",
+            "hunyuan_v1_dense",
+            "hunyuan_v1_moe",
+            "hyperclovax",
+            "internlm3",
+            "jais2",
+            "mellum",
+            "ministral3",
+            "nemotron",
+            "olmo",
+            "olmo2",
+            "olmoe",
+            "seed_oss",
+            "smollm3",
+            "stablelm",
+            "minimax_m2",
+            "iquestcoder",
+            "laguna",
+            "hy_v3",
+            "afmoe",
+            "phi",
+            "vaultgemma",
+            "qwen3_moe",
+            "qwen2_moe",
+            "mixtral",
+            "qwen3_vl_text",
+            "hrm_text",
+            "sarvam_moe",
+            "qwen3_vl_moe_text",
+        )
+    },
+    "gemma": Traits(_t("gemma"), defaults={"tie_word_embeddings": True}),
+    "gemma2": Traits(
+        _t("gemma2"),
+        pattern=Pattern("sliding_unless_nth", None, 2),
+        defaults={"sliding_window": 4096},
+    ),
+    "gpt_oss": Traits(_t("gpt_oss"), pattern=Pattern("sliding_unless_nth", None, 2)),
+    "gemma3_text": Traits(
+        _t("gemma3"), pattern=Pattern("sliding_unless_nth", "sliding_window_pattern", 6)
+    ),
+    "cohere2": Traits(_t("cohere2"), pattern=_SWA4),
+    "cohere2_moe": Traits(_t("cohere2_moe"), pattern=_SWA4),
+    "exaone4": Traits(_t("exaone4"), pattern=_SWA4),
+    "exaone_moe": Traits(_t("exaone_moe"), pattern=_SWA4),
+    "olmo3": Traits(_t("olmo3"), pattern=Pattern("sliding_unless_nth", None, 4)),
+    "cwm": Traits(_t("cwm"), pattern=Pattern("nth_from_zero", "window_pattern", 4)),
+    "granite_swa": Traits(_t("granite_swa"), pattern=Pattern("nth_from_zero", None, 4)),
+    "granitemoe_swa": Traits(_t("granitemoe_swa"), pattern=Pattern("nth_from_zero", None, 4)),
+    "mistral": Traits(_t("mistral"), pattern=Pattern("window_all")),
+    "ministral": Traits(_t("ministral"), pattern=Pattern("window_all")),
+    "starcoder2": Traits(_t("starcoder2"), pattern=Pattern("window_all")),
+    "phi3": Traits(_t("phi3"), pattern=Pattern("window_all")),
+    "qwen2": Traits(_t("qwen2"), pattern=Pattern("qwen")),
+    "qwen3": Traits(_t("qwen3"), pattern=Pattern("qwen")),
+    # GPT-2 family: attribute_map aliases
+    "gpt2": Traits(_t("gpt2"), aliases=GPT2_ALIASES),
+    "gpt-sw3": Traits(_t("gpt_sw3"), aliases=GPT2_ALIASES),
+    "gpt_bigcode": Traits(_t("gpt_bigcode"), aliases=GPT2_ALIASES, multi_query_key="multi_query"),
+    "gpt_neox": Traits(_t("gpt_neox")),
+    "gptj": Traits(
+        _t("gptj"),
+        aliases={
+            "hidden_size": "n_embd",
+            "num_attention_heads": "n_head",
+            "num_hidden_layers": "n_layer",
+            "max_position_embeddings": "n_positions",
+        },
+    ),
+    "falcon": Traits(
+        _t("falcon"),
+        aliases={"num_key_value_heads": "num_kv_heads"},
+        multi_query_key="multi_query",
+        multi_query_unless="new_decoder_architecture",
+        kv_heads_default=None,
+        note="new_decoder_architecture: num_kv_heads; else multi_query: 1 KV head; else all heads",
+    ),
+    "gemma4_text": Traits(_t("gemma4"), pattern=_GEMMA4),
+    "gemma4_unified_text": Traits(_t("gemma4_unified"), pattern=_GEMMA4),
+    "bloom": Traits(
+        _t("bloom"), aliases={"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"}
+    ),
+    "opt": Traits(_t("opt"), aliases={"hidden_size": "hidden_size"}),
+    # MLA
+    **{
+        name: Traits(_t(name), mla=True)
+        for name in (
+            "deepseek_v2",
+            "deepseek_v3",
+            "glm4_moe_lite",
+            "minicpm3",
+            "axk1",
+            "sarvam_mla",
+        )
+    },
+    "longcat_flash": Traits(
+        _t("longcat_flash"), mla=True, aliases={"num_hidden_layers": "num_layers"}
+    ),
+    # hybrids with recurrent state
+    "granitemoehybrid": Traits(
+        _t("granitemoehybrid"),
+        linear=_MAMBA2_GRANITE,
+        pattern=Pattern("full", base="linear_attention"),
+    ),
+    "nemotron_h": Traits(
+        _t("nemotron_h"), layer_types_key="layers_block_type", linear=_MAMBA2_NEMOTRON_H
+    ),
+    "qwen3_5_text": Traits(_t("qwen3_5"), linear=_GDN),
+    "qwen3_5_moe_text": Traits(_t("qwen3_5_moe"), linear=_GDN),
+    "olmo_hybrid": Traits(_t("olmo_hybrid"), linear=_GDN),
+    "falcon_mamba": Traits(
+        _t("falcon_mamba"), mamba=_MAMBA1, pattern=Pattern("full", base="mamba")
+    ),
+    "lfm2": Traits(_t("lfm2"), conv=_SHORTCONV),
+    "lfm2_moe": Traits(_t("lfm2_moe"), conv=_SHORTCONV),
+}
+
+#: traits for a model_type kvbudget has no row for: llama-style field names, layer_types as given
+GENERIC = Traits("(none: generic reading of llama-style fields)", verified=False)
+
+#: top-level wrapper model_type -> the text model_type when text_config does not name it
+WRAPPER_TEXT_TYPES = {
+    "gemma3": "gemma3_text",
+    "llama4": "llama4_text",
+    "gemma3n": "gemma3n_text",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+    "qwen3_vl": "qwen3_vl_text",
+    "qwen3_vl_moe": "qwen3_vl_moe_text",
+    "mistral3": "mistral",
+    "gemma4": "gemma4_text",
+    "gemma4_unified": "gemma4_unified_text",
+}

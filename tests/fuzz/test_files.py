@@ -1,0 +1,208 @@
+"""Seeded fuzz of the files kvbudget reads: model config.json files (calc, plan) and acceptance
+plan files (accept --validate, then a short run of the mutants that validate).
+
+Judged as the flag fuzz is: no traceback or InternalError, no hang, one-line errors; the
+known-hostile files (alias bomb, cycle, UTF-16, invalid UTF-8, 1,000-deep nesting) must fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fuzz.harness import problems, run_cases
+
+SEED = 4242
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "src" / "kvbudget" / "spec" / "catalog" / "models"
+HOSTILE_JSON: list[Any] = [
+    -1,
+    0,
+    10**400,
+    1e18,
+    1e308,
+    0.5,
+    "x",
+    "",
+    [],
+    {},
+    None,
+    True,
+    "nan",
+    [1, 2],
+    {"a": 1},
+    2**63,
+]
+DEEP = "[" * 1000 + "]" * 1000
+LAUGHS = "\n".join(
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+)
+
+
+def _leaves(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out.append((*prefix, k))
+            out.extend(_leaves(v, (*prefix, k)))
+    elif isinstance(data, list):
+        for i, v in enumerate(data[:3]):
+            out.append((*prefix, i))
+            out.extend(_leaves(v, (*prefix, i)))
+    return out
+
+
+def _set(data: Any, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        data = data[key]
+    data[path[-1]] = value
+
+
+def _config_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = []
+    files = sorted(MODELS.glob("*.json"))
+    for n in range(60):
+        base = json.loads(rng.choice(files).read_text())
+        config = base.get("config", base)
+        mutated = copy.deepcopy(config)
+        for _ in range(rng.randint(1, 3)):
+            paths = _leaves(mutated)
+            if not paths:
+                break
+            path = rng.choice(paths)
+            if rng.random() < 0.2:
+                parent = mutated
+                for key in path[:-1]:
+                    parent = parent[key]
+                if isinstance(parent, dict):
+                    parent.pop(path[-1], None)
+                continue
+            _set(mutated, path, copy.deepcopy(rng.choice(HOSTILE_JSON)))
+        path = tmp / f"config-{n}.json"
+        path.write_text(json.dumps(mutated))
+        cases.append(
+            {
+                "argv": ["calc", "--model", str(path), "--tokens", "4096"],
+                "limit_s": 30,
+                "must_fail": False,
+            }
+        )
+        if n % 3 == 0:
+            cases.append(
+                {
+                    "argv": ["plan", "--model", str(path), "--gpu", "H100-SXM-80GB"],
+                    "limit_s": 60,
+                    "must_fail": False,
+                }
+            )
+    hostile = {
+        "deep.json": DEEP.encode(),
+        "utf16.json": json.dumps({"model_type": "llama"}).encode("utf-16"),
+        "latin.json": b'{"model_type": "ll\xffama"}',
+        "empty.json": b"",
+        "list.json": b"[1, 2]",
+        "layers.json": json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 10**8,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+            }
+        ).encode(),
+        "intermediate.json": json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "intermediate_size": [],
+            }
+        ).encode(),
+    }
+    for name, data in hostile.items():
+        path = tmp / name
+        path.write_bytes(data)
+        cases.append(
+            {
+                "argv": ["calc", "--model", str(path), "--tokens", "4096"],
+                "limit_s": 30,
+                "must_fail": True,
+            }
+        )
+    return cases
+
+
+def _small_plan() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((REPO / "examples" / "acceptance-demo.yaml").read_text())
+    load = data["load"]
+    load.update(repetitions=1, max_requests_per_cell=4)
+    load["warmup"] = {"requests": 1, "input_tokens": 16, "output_tokens": 4}
+    for tier in load["tiers"].values():
+        tier.update(min_tokens=16, max_tokens=64, output_tokens=4)
+    for tier in load["concurrency"].values():
+        tier.update(duration_s=2)
+    data["comparisons"] = []
+    data["audits"] = {"isolation": False, "reuse": False}
+    return data
+
+
+def _plan_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = []
+    base = _small_plan()
+    runs = 0
+    for n in range(80):
+        plan = copy.deepcopy(base)
+        path_value = rng.choice(_leaves(plan))
+        _set(plan, path_value, copy.deepcopy(rng.choice(HOSTILE_JSON)))
+        path = tmp / f"plan-{n}.yaml"
+        path.write_text(yaml.safe_dump(plan))
+        cases.append(
+            {"argv": ["accept", str(path), "--validate"], "limit_s": 30, "must_fail": False}
+        )
+        if runs < 8 and n % 10 == 0:
+            runs += 1
+            cases.append(
+                {
+                    "argv": ["accept", str(path), "--out", "{TMP}/out", "--quiet"],
+                    "limit_s": 240,
+                    "must_fail": False,
+                }
+            )
+    hostile = {
+        "laughs.yaml": LAUGHS.encode(),
+        "cycle.yaml": b"name: &a [*a]\n",
+        "deep.yaml": DEEP.encode(),
+        "utf16.yaml": yaml.safe_dump(base).encode("utf-16"),
+        "latin.yaml": yaml.safe_dump(base).encode() + b"\nnote: \xff\xfe\n",
+        "scalar.yaml": b"just text\n",
+    }
+    for name, data in hostile.items():
+        path = tmp / name
+        path.write_bytes(data)
+        cases.append(
+            {"argv": ["accept", str(path), "--validate"], "limit_s": 30, "must_fail": True}
+        )
+        cases.append({"argv": ["sim", "--scenario", str(path)], "limit_s": 30, "must_fail": True})
+    return cases
+
+
+@pytest.mark.timeout(1500)
+def test_config_and_plan_files(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    cases = _config_cases(tmp_path, rng) + _plan_cases(tmp_path, rng)
+    outcomes = run_cases(cases, total_timeout_s=1400)
+    assert len(outcomes) == len(cases)
+    bad = []
+    for case, outcome in zip(cases, outcomes, strict=True):
+        found = problems(outcome, must_fail=case["must_fail"])
+        if found:
+            bad.append(f"{' '.join(a[-60:] for a in outcome.argv)}: {'; '.join(found)}")
+    assert not bad, f"{len(bad)} of {len(cases)} cases misbehaved:\n" + "\n".join(bad[:40])

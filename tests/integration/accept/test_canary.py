@@ -1,0 +1,127 @@
+"""kvbudget canary: the short single-concurrency cells against the candidate, gated on the
+plan's stop conditions and on a baseline report; its textfile counters; the drill."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from kvbudget.cli.accept import accept
+from kvbudget.cli.canary import canary
+from tests.unit.deploy.conftest import small_plan_data
+
+SERVE = [sys.executable, "-m", "kvbudget", "serve", "--model", "m", "--port", "{port}"]
+
+
+def _plan(root: Path, **rollback: Any) -> Path:
+    data = small_plan_data()
+    data["load"]["max_requests_per_cell"] = 20  # a median claim needs 20 samples
+    data["load"]["cancel_fraction"] = 0.0  # every one of them served
+    data["rollback"].update(rollback)
+    path = root / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("canary-baseline")
+    plan = _plan(root)
+    result = CliRunner().invoke(accept, [str(plan), "--out", str(root / "base"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return plan, root / "base" / "report.json"
+
+
+def _run(plan: Path, base: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(
+        canary, [str(plan), "--baseline-report", str(base), "--out", str(out), *extra]
+    )
+    assert (out / "canary.json").is_file(), result.output
+    return result.exit_code, json.loads((out / "canary.json").read_text())
+
+
+def test_same_configuration_does_not_regress(tmp_path: Path, baseline: tuple[Path, Path]) -> None:
+    plan, base = baseline
+    code, doc = _run(plan, base, tmp_path / "c")
+    assert [c["cell_id"] for c in doc["cells"]] == ["short/single", "medium/single"]
+    assert all(c["num_ok"] == 20 for c in doc["cells"])
+    regression = {c["name"]: c["verdict"] for c in doc["regression"]}
+    # 20 samples: the median is compared (p95 would need 200)
+    assert regression["short/single ttft_s vs baseline"] == "pass"
+    assert regression["medium/single tpot_s vs baseline"] == "pass"
+    assert doc["verdict"] != "fail" and code == 0
+    assert doc["provenance"]["kind"] == "simulated"
+    assert (tmp_path / "c" / "canary.md").read_text().count("vs baseline") >= 4
+
+
+def test_a_regression_against_the_baseline_fails_the_canary(
+    tmp_path: Path, baseline: tuple[Path, Path]
+) -> None:
+    plan, base = baseline
+    report = json.loads(base.read_text())
+    for cell in report["cells"]:  # a baseline ten times faster than the candidate can be
+        for metric in ("ttft_s", "tpot_s"):
+            for pct in cell["summaries"][metric]["percentiles"].values():
+                pct["value"] /= 10
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps(report))
+    textfile = tmp_path / "canary.prom"
+    code, doc = _run(
+        plan, fast, tmp_path / "c", "--metrics-textfile", str(textfile), "--service", "svc"
+    )
+    assert doc["verdict"] == "fail" and code == 1
+    failed = [c for c in doc["regression"] if c["verdict"] == "fail"]
+    assert failed and all(c["observed"] > c["limit"] for c in failed)
+    assert 'kvbudget_canary_failures_total{service="svc"} 1' in textfile.read_text()
+    # a second run adds to the counters
+    _run(plan, fast, tmp_path / "c2", "--metrics-textfile", str(textfile), "--service", "svc")
+    text = textfile.read_text()
+    assert 'kvbudget_canary_runs_total{service="svc"} 2' in text
+    assert 'kvbudget_canary_failures_total{service="svc"} 2' in text
+
+
+def test_measured_baseline_is_not_comparable_with_a_simulated_candidate(
+    tmp_path: Path, baseline: tuple[Path, Path]
+) -> None:
+    plan, base = baseline
+    report = json.loads(base.read_text())
+    report["provenance"] = {"kind": "measured", "engine": "vllm", "engine_version": "0.32.0"}
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps(report))
+    _, doc = _run(plan, measured, tmp_path / "c")
+    assert {c["verdict"] for c in doc["regression"]} == {"not_comparable"}
+    assert doc["verdict"] != "pass"
+
+
+def test_canary_runs_the_rollback_drill(tmp_path: Path, baseline: tuple[Path, Path]) -> None:
+    _, base = baseline
+    plan = _plan(tmp_path, drill={"command": SERVE, "served_model": "m"}, max_restore_s=300)
+    code, doc = _run(plan, base, tmp_path / "c", "--drill", "--cells", "short/single")
+    drill = doc["rollback_drill"]
+    assert drill["verdict"] == "pass" and drill["kind"] == "measured"
+    assert 0 < drill["time_to_ready_s"] <= drill["time_to_first_ok_s"] <= 300
+    assert code == 0
+
+
+def test_unknown_cell_is_a_one_line_error(tmp_path: Path, baseline: tuple[Path, Path]) -> None:
+    plan, base = baseline
+    result = CliRunner().invoke(
+        canary,
+        [
+            str(plan),
+            "--baseline-report",
+            str(base),
+            "--out",
+            str(tmp_path),
+            "--cells",
+            "tiny/single",
+        ],
+    )
+    assert result.exit_code != 0
+    assert "--cells: unknown cell 'tiny/single'" in str(result.exception)

@@ -1,0 +1,102 @@
+"""The ``vllm`` oracle: ``plan --engine vllm --engine-version 0.32.0`` against vLLM's own log.
+
+``fixtures/vllm_pools_0.32.0.json`` was recorded by ``scripts/record_vllm_pools.py`` from vLLM
+0.32.0's CPU engine (``load_format=dummy``, ``VLLM_CPU_KVCACHE_SPACE=1``): for each tiny config
+(built from transformers' own config classes) it holds the logged ``CPU KV cache size`` tokens,
+``Maximum concurrency``, the ``kv cache group sizes`` and the engine's final ``num_gpu_blocks``.
+Those are measured numbers from an independent implementation; the plan must equal them exactly.
+
+Inputs the plan takes from the recording are the ones a user passes to vLLM (block size, KV
+dtype, override, max_model_len, KV memory) plus two values vLLM's CPU platform decides for itself
+and logs: the SSM state dtype (``Reset SSM cache type to float32``, ``platforms/cpu.py``) and the
+mamba cache mode (``align`` when prefix caching is on, ``models/config.py``). The CPU default
+block size is 128 (``platforms/cpu.py``: ``cache_config.block_size = 128`` unless given).
+
+Cases vLLM's CPU engine refused are kept with their error and listed in docs/architectures.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.planner import make_plan
+from kvbudget.spec.resolve import resolve_model
+from kvbudget.units import GiB
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm_pools_0.32.0.json"
+DATA: dict[str, Any] = json.loads(FIXTURE.read_text("utf-8"))
+CPU_DEFAULT_BLOCK_SIZE = 128
+
+RECORDED = sorted(name for name, rec in DATA["cases"].items() if "engine_final" in rec)
+REFUSED = sorted(name for name, rec in DATA["cases"].items() if "engine_final" not in rec)
+
+#: recorded cases kvbudget does not model yet (resolve not_applicable), with the reason
+NOT_MODELLED: dict[str, str] = {
+    "falcon_h1": "parallel hybrid: every layer holds attention KV and a Mamba-2 state",
+}
+
+
+def plan_for(name: str, tmp_path: Path) -> Any:
+    rec = DATA["cases"][name]
+    final = rec["engine_final"]
+    engine = rec["engine_args"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(rec["config"]), encoding="utf-8")
+    resolved = resolve_model(str(path))
+    if name in NOT_MODELLED:
+        assert resolved.status == "not_applicable", f"{name} now resolves: verify it"
+        return None
+    assert resolved.spec is not None, f"{name}: {resolved.reason}"
+    has_state = any(layer.kind == "state" for layer in resolved.spec.layers)
+    request = PlanRequest(
+        model=str(path),
+        engine="vllm",
+        engine_version=DATA["vllm_version"],
+        gpu_memory_bytes=64 * GiB,
+        kv_cache_memory_bytes=int(rec["kv_cache_space_gib"] * GiB),
+        weights_bytes=0,
+        max_model_len=final["max_model_len"],
+        max_num_batched_tokens=final.get("max_num_batched_tokens") or 2048,
+        max_num_seqs=final.get("max_num_seqs") or 256,
+        block_size=engine.get("block_size", CPU_DEFAULT_BLOCK_SIZE),
+        kv_dtype=engine.get("kv_cache_dtype", "auto"),
+        num_gpu_blocks_override=engine.get("num_gpu_blocks_override"),
+        mamba_cache_mode=final["mamba_cache_mode"] if has_state else "none",
+        mamba_ssm_cache_dtype=final["mamba_ssm_cache_dtype"] if has_state else "auto",
+    )
+    return make_plan(request, resolved.spec)
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_plan_matches_vllm_log(name: str, tmp_path: Path) -> None:
+    rec = DATA["cases"][name]
+    result = plan_for(name, tmp_path)
+    if result is None:
+        return
+    got = {
+        "kv_cache_tokens": result.kv_cache_tokens,
+        "max_concurrency": round(result.max_concurrency, 2),
+        "num_gpu_blocks": result.num_blocks,
+    }
+    want = {
+        "kv_cache_tokens": rec["kv_cache_tokens"],
+        "max_concurrency": rec["max_concurrency"],
+        "num_gpu_blocks": rec["engine_final"]["num_gpu_blocks"],
+    }
+    if "group_block_sizes" in rec:
+        got["group_block_sizes"] = [g.block_size for g in result.groups]
+        want["group_block_sizes"] = rec["group_block_sizes"]
+    assert got == want, f"{name}: plan {got} != vLLM {want}"
+
+
+def test_fixture_is_vllm_0_32_and_covers_the_required_cases() -> None:
+    assert DATA["vllm_version"] == "0.32.0"
+    required = {"llama_gqa", "llama_mqa", "llama_fp8", "llama_override", "llama_block32"}
+    assert required <= set(RECORDED)
+    for name in REFUSED:
+        assert DATA["cases"][name]["error"], f"{name}: refused without an error line"

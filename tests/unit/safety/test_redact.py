@@ -1,0 +1,61 @@
+"""Secrets registered once are scrubbed from text, bytes, JSON values and std streams."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvbudget.records import JsonlWriter, Provenance, ResultDocument, write_document
+from kvbudget.safety import redact
+
+KEY = "sk-test-5f0c1e22-secret/+="
+
+
+@pytest.fixture(autouse=True)
+def _secret() -> Iterator[None]:
+    redact.register_secret(KEY)
+    yield
+    redact.clear_secrets()
+
+
+def test_every_spelling_is_scrubbed() -> None:
+    text = f"Bearer {KEY} {json.dumps(KEY)} sk-test-5f0c1e22-secret%2F%2B%3D"
+    out = redact.redact_text(text)
+    assert "5f0c1e22" not in out
+    assert out.count(redact.REDACTED) == 3
+    assert redact.redact_obj({"h": [f"x{KEY}"], KEY: 1}) == {
+        "h": [f"x{redact.REDACTED}"],
+        redact.REDACTED: 1,
+    }
+    assert redact.redact_bytes(KEY.encode()) == redact.REDACTED.encode()
+
+
+def test_short_secrets_are_not_registered() -> None:
+    redact.clear_secrets()
+    redact.register_secret("ab")
+    assert not redact.has_secrets()
+    assert redact.redact_text("about") == "about"
+
+
+def test_files_and_streams_never_hold_the_key(tmp_path: Path) -> None:
+    class Doc(ResultDocument):
+        kind: str = "t"
+        echoed: str
+
+    write_document(
+        tmp_path / "d.json", Doc(provenance=Provenance(kind="computed"), echoed=f"v {KEY}")
+    )
+    with JsonlWriter(tmp_path / "r.jsonl") as w:
+        w.write({"authorization": f"Bearer {KEY}"})
+    for name in ("d.json", "r.jsonl"):
+        data = (tmp_path / name).read_text()
+        assert "5f0c1e22" not in data
+        assert redact.REDACTED in data
+    sink = io.StringIO()
+    stream = redact.RedactingStream(sink)
+    stream.write(f"key={KEY}\n")
+    assert sink.getvalue() == f"key={redact.REDACTED}\n"
