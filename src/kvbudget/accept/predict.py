@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import CellResult
 
@@ -84,12 +82,3 @@ def attach_predictions(
         )
         out.append(cell.model_copy(update={"prediction": table}))
     return out
-
-
-def median_abs_error(cells: Sequence[CellResult], key: str) -> float | None:
-    errors = [
-        abs(c.prediction["quantities"][key]["relative_error"])
-        for c in cells
-        if c.prediction and c.prediction["quantities"][key]["relative_error"] is not None
-    ]
-    return float(np.median(errors)) if errors else None

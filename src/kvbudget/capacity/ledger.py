@@ -41,7 +41,3 @@ def length_conflict(spec: ModelSpec, tokens: int, entry: LedgerEntry) -> LedgerE
             "without rope scaling / an override"
         )
     return entry
-
-
-def ledger_dicts(entries: list[LedgerEntry] | tuple[LedgerEntry, ...]) -> list[dict[str, Any]]:
-    return [e.to_dict() for e in entries]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -128,12 +129,11 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
     return wl
 
 
-def _queue_check(records: Any) -> dict[str, Any]:
+def _queue_check(stats: Any) -> dict[str, Any]:
     """``{"stable": bool, ...}``: TTFT against arrival time (kvbudget.metrics.stability)."""
     from kvbudget.metrics.stability import queue_growth
 
-    done = [r for r in records if r.ttft_s is not None and r.scheduled_s is not None]
-    growth = queue_growth([r.scheduled_s for r in done], [r.ttft_s for r in done])
+    growth = queue_growth(list(stats.first_token_arrival_s), list(stats.first_token_ttft_s))
     if growth is None:
         return {"stable": True}
     return {"stable": False, "note": growth.line(), **growth.to_dict()}
@@ -303,12 +303,13 @@ def sim(**opts: Any) -> None:
     calibrated profile; the summary names the model used. See docs/simulator.md for what is
     and is not modelled.
     """
-    from kvbudget.sim.cluster import simulate
+    from kvbudget.sim.cluster import simulate, simulate_stream
     from kvbudget.sim.scenario import (
         build_cluster,
         build_workload,
         load_scenario,
         scenario_from_dict,
+        stream_workload,
     )
 
     for flag in _OUTPUT_FLAGS:
@@ -347,16 +348,58 @@ def sim(**opts: Any) -> None:
         _sim_slots(scenario, opts)
         return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
-    requests, concurrency = build_workload(scenario)
-    cluster.concurrency = concurrency
-    result = simulate(requests, cluster, seed=scenario.seed)
-    summary = result.summary()
-    routing = _compare_router(opts, scenario, requests, concurrency, result)
-    if routing is not None:
-        summary["routing_comparison"] = routing
+    with ExitStack() as files:
+        records = samples = None
+        if opts["records_out"]:
+            records = files.enter_context(Path(opts["records_out"]).open("w"))
+        if opts["samples_out"]:
+            samples = files.enter_context(_SampleWriter(Path(opts["samples_out"])))
+        routing = None
+        if opts["trace_out"] or opts["compare_router"]:
+            # the Chrome trace and the routing comparison need every result: a collected run
+            # (results in workload order)
+            requests, concurrency = build_workload(scenario)
+            cluster.concurrency = concurrency
+            result = simulate(requests, cluster, seed=scenario.seed)
+            routing = _compare_router(opts, scenario, requests, concurrency, result)
+            for r in result.requests:
+                if records is not None:
+                    records.write(r.to_record().model_dump_json() + "\n")
+            for x in sorted(result.samples, key=lambda x: (x.time_s, x.replica)):
+                if samples is not None:
+                    samples.write(x)
+            if opts["trace_out"]:
+                Path(opts["trace_out"]).write_text(
+                    json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
+                )
+            summary = result.summary()
+            stats = result.run_stats()
+            if routing is not None:
+                summary["routing_comparison"] = routing
+            num_requests = len(result.requests)
+        else:
+            # streamed: requests generated as they arrive, results written as they finish
+            stream, concurrency = stream_workload(scenario)
+            cluster.concurrency = concurrency
+            out = records
+
+            def on_result(r: Any) -> None:
+                if out is not None:
+                    out.write(r.to_record().model_dump_json() + "\n")
+
+            run = simulate_stream(
+                stream,
+                cluster,
+                seed=scenario.seed,
+                on_result=on_result,
+                on_sample=samples.write if samples is not None else None,
+            )
+            summary = run.summary()
+            stats = run.stats
+            num_requests = summary["requests_total"]
     reasons = summary["unfinished_reasons"]
     if (
-        requests
+        num_requests
         and summary["requests_completed"] == 0
         and all(k.startswith("rejected") for k in reasons)
     ):
@@ -365,28 +408,13 @@ def sim(**opts: Any) -> None:
             field="workload",
         )
     if concurrency is None:  # open loop (rate or trace): did the queue keep growing?
-        summary["queue"] = _queue_check(result.records())
+        summary["queue"] = _queue_check(stats)
         if not summary["queue"]["stable"]:
             summary["notes"] = [*summary.get("notes", []), summary["queue"]["note"]]
     summary["model"] = scenario.model
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp
-    summary["replicas"] = len(result.num_gpu_blocks)
-    if opts["trace_out"]:
-        Path(opts["trace_out"]).write_text(
-            json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
-        )
-    if opts["samples_out"]:
-        with Path(opts["samples_out"]).open("w") as fh:
-            fh.write("time_s,replica,kv_usage,num_running,num_waiting\n")
-            for x in sorted(result.samples, key=lambda x: (x.time_s, x.replica)):
-                fh.write(
-                    f"{x.time_s:.6f},{x.replica},{x.kv_usage:.6f},{x.num_running},{x.num_waiting}\n"
-                )
-    if opts["records_out"]:
-        with Path(opts["records_out"]).open("w") as fh:
-            for record in result.records():
-                fh.write(record.model_dump_json() + "\n")
+    summary["replicas"] = len(summary["num_gpu_blocks_by_replica"])
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
@@ -423,6 +451,35 @@ def _compare_router(
     second_cluster.concurrency = concurrency
     second = simulate(requests, second_cluster, seed=scenario.seed)
     return routing_section({first.router: first, other: second})
+
+
+class _SampleWriter:
+    """The samples CSV, written as samples come (rows of one time sorted by replica name)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._batch: list[Any] = []
+
+    def __enter__(self) -> _SampleWriter:
+        self._fh = self.path.open("w")
+        self._fh.write("time_s,replica,kv_usage,num_running,num_waiting\n")
+        return self
+
+    def write(self, x: Any) -> None:
+        if self._batch and self._batch[0].time_s != x.time_s:
+            self._flush()
+        self._batch.append(x)
+
+    def _flush(self) -> None:
+        for x in sorted(self._batch, key=lambda x: x.replica):
+            self._fh.write(
+                f"{x.time_s:.6f},{x.replica},{x.kv_usage:.6f},{x.num_running},{x.num_waiting}\n"
+            )
+        self._batch.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self._flush()
+        self._fh.close()
 
 
 def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ child, or pass :func:`child_preexec` as ``preexec_fn`` to :mod:`subprocess`.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
@@ -55,9 +54,3 @@ def die_with_parent(parent_pid: int | None = None) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, name="kvbudget-parent-watchdog", daemon=True).start()
-
-
-def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    """Signal the process group led by ``pid`` (ignoring one that is already gone)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)

@@ -68,10 +68,12 @@ class BlockPool:
 
     __slots__ = (
         "_cached",
+        "_compact_at",
         "_dups",
         "_fgen",
         "_front",
         "_inq",
+        "_min_compact_at",
         "_num_free",
         "_num_pending_runs",
         "_pending",
@@ -115,6 +117,11 @@ class BlockPool:
         #: lazy registration: root hash (block 0 of the chain) -> runs in registration order
         self._pending: dict[BlockKey, list[PendingRun]] = {}
         self._num_pending_runs = 0
+        #: compact the pending runs when there are more than this (twice the live ones after
+        #: the last compaction, at least min(2 x blocks, 1024)): a dead run holds its request's
+        #: prompt, so memory stays proportional to the cache, not to the requests served
+        self._min_compact_at = min(2 * num_blocks, 1024)
+        self._compact_at = self._min_compact_at
         self.num_evictions = 0
         self.on_evict = on_evict
         self.ref_cnt[NULL_BLOCK_ID] = 1  # pinned for the pool's lifetime
@@ -341,7 +348,7 @@ class BlockPool:
         for block_id in block_ids:
             if keys[block_id] is None and block_id != NULL_BLOCK_ID:
                 keys[block_id] = run
-        if self._num_pending_runs > 2 * self.num_blocks:
+        if self._num_pending_runs > self._compact_at:
             self._compact_pending()
 
     def materialize(self, root: BlockKey) -> None:
@@ -381,6 +388,7 @@ class BlockPool:
             else:
                 del self._pending[root]
         self._num_pending_runs = sum(len(v) for v in self._pending.values())
+        self._compact_at = max(self._min_compact_at, 2 * self._num_pending_runs)
 
     def _evict(self, block_id: int) -> None:
         key = self.block_key[block_id]

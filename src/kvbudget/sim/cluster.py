@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kvbudget.errors import ConfigError, KvbudgetError
-from kvbudget.sim.driver import DriveOptions, Driver, ScaleOut
+from kvbudget.sim.driver import DriveOptions, DriveOutcome, Driver, OnStep, ScaleOut
 from kvbudget.sim.lifecycle import Crash, ScaleIn
-from kvbudget.sim.replica import Replica, ReplicaSetup
+from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
-from kvbudget.sim.results import RequestResult, SimResult
+from kvbudget.sim.results import RequestResult, RunStats, SimResult, summarize
 from kvbudget.sim.router import Router
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import CalibrationProfile
@@ -47,21 +48,146 @@ class ClusterSpec:
 
 
 def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
-    """Run the whole workload through the cluster and collect the results.
+    """Run the whole workload through the cluster and collect every request's result.
 
-    Python's cyclic garbage collector is paused for the run (the simulator builds no reference
-    cycles; reference counting frees everything): it saves 10-15% on large runs.
+    The results come back in the workload's order. Python's cyclic garbage collector is paused
+    for the run (the simulator builds no reference cycles; reference counting frees
+    everything): it saves 10-15% on large runs.
     """
+    with _no_gc():
+        return _simulate(requests, spec, seed=seed)
+
+
+def simulate_stream(
+    requests: Iterable[Any],
+    spec: ClusterSpec,
+    *,
+    seed: int = 0,
+    on_result: Callable[[RequestResult], None] | None = None,
+    on_sample: Callable[[KVSample], None] | None = None,
+) -> StreamedRun:
+    """Run a request stream (in arrival order) keeping only the summary's accumulator.
+
+    Each request's result goes to ``on_result`` when it is known (finish order; refused ones at
+    arrival, unfinished ones at the end) and each state sample to ``on_sample``, so memory stays
+    flat in the number of requests. Same simulation as :func:`simulate` (same seed, same
+    results); ``spec.trace`` is refused (the Chrome trace is held whole: use :func:`simulate`).
+    """
+    if spec.trace:
+        raise ConfigError(
+            "trace: a streamed run keeps no trace; drop --trace-out or run a smaller workload",
+            field="trace",
+        )
+    stats = RunStats()
+
+    def result(r: RequestResult) -> None:
+        stats.add(r)
+        if on_result is not None:
+            on_result(r)
+
+    def sample(x: KVSample) -> None:
+        stats.add_sample(x)
+        if on_sample is not None:
+            on_sample(x)
+
+    with _no_gc():
+        run = _run(requests, spec, seed=seed, on_result=result, on_sample=sample)
+    return StreamedRun(run, stats, spec.router)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(requests, spec, seed=seed)
+        yield
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimResult:
+@dataclass(slots=True)
+class _Run:
+    """A finished cluster run, its requests already handed out."""
+
+    replicas: list[Replica]
+    router: Router
+    outcome: DriveOutcome
+    wall0: float
+    max_simulated_s: float | None
+    last_finish_s: float = 0.0
+    lifecycle: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def simulated_s(self) -> float:
+        horizon = self.max_simulated_s
+        if horizon is not None and self.outcome.now_s >= horizon:
+            return self.outcome.now_s
+        return self.last_finish_s
+
+    def tier_stats(self) -> dict[str, dict[str, Any]]:
+        return {
+            rep.name: _tier_stats(rep.tier_stack)
+            for rep in self.replicas
+            if rep.tier_stack is not None
+        }
+
+    def notes(self, stats: RunStats) -> list[str]:
+        notes: list[str] = []
+        for rep in self.replicas:
+            cfg = rep.config
+            if cfg.enable_prefix_caching and not cfg.prefix_caching_effective:
+                notes.append(
+                    f"{rep.name}: prefix caching is not modelled for state (mamba / linear "
+                    "attention) KV groups; this replica ran without it (hit rate 0)"
+                )
+            notes.extend(_profile_range_notes(rep, stats))
+        return notes
+
+
+class StreamedRun:
+    """What :func:`simulate_stream` returns: the summary, without the per-request results."""
+
+    def __init__(self, run: _Run, stats: RunStats, router: str) -> None:
+        self.stats = stats
+        self.replica_stats = {rep.name: rep.core.stats() for rep in run.replicas}
+        self.num_gpu_blocks = {rep.name: rep.config.num_gpu_blocks for rep in run.replicas}
+        self.timing_model = "+".join(sorted({rep.timing.name for rep in run.replicas}))
+        self.simulated_s = run.simulated_s
+        self.wall_s = time.perf_counter() - run.wall0
+        self.num_steps = sum(rep.core.num_steps for rep in run.replicas)
+        self.num_events = run.outcome.num_events
+        self.tier_stats = run.tier_stats()
+        self.notes = run.notes(stats)
+        self.router = router
+        self.lifecycle = run.lifecycle
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(
+            self.stats,
+            timing_model=self.timing_model,
+            router=self.router,
+            replica_stats=self.replica_stats,
+            num_gpu_blocks=self.num_gpu_blocks,
+            simulated_s=self.simulated_s,
+            wall_s=self.wall_s,
+            num_steps=self.num_steps,
+            tier_stats=self.tier_stats,
+            notes=self.notes,
+            lifecycle=self.lifecycle,
+        )
+
+
+def _run(
+    requests: Iterable[Any],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    on_result: Callable[[RequestResult], None],
+    on_sample: Callable[[KVSample], None] | None = None,
+    on_step: OnStep | None = None,
+) -> _Run:
+    """Build the replicas, drive them, hand every request's result to ``on_result``."""
     if not spec.setups:
         raise ConfigError("replicas: need at least one replica", field="replicas")
     wall0 = time.perf_counter()
@@ -85,37 +211,43 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
         setups = [replace(s, fast_path=False, accepts_transfers=transfers) for s in setups]
     for setup in setups:
         replicas.append(build(setup, 0.0))
-    router = Router(spec.router, stale_s=spec.stale_s)
-    ordered = sorted(
-        ((as_engine_request(r), i) for i, r in enumerate(requests)),
-        key=lambda x: (x[0].arrival_s, x[1]),
-    )
-    results: list[RequestResult] = []
-    trace: list[dict[str, Any]] = []
+    last_finish = 0.0
+
+    def finish(r: RequestResult) -> None:
+        nonlocal last_finish
+        if r.finish_s is not None and r.finish_s > last_finish:
+            last_finish = r.finish_s
+        on_result(r)
 
     def on_finish(req: SimRequest, rep: Replica) -> None:
-        results.append(RequestResult.from_sim(req, rep.name))
+        finish(RequestResult.from_sim(req, rep.name))
 
     def on_reject(req: EngineRequest, rep: Replica, exc: KvbudgetError) -> None:
-        results.append(_not_run(req, rep.name, f"rejected: {exc}"))
+        on_result(_not_run(req, rep.name, f"rejected: {exc}"))
 
     def on_not_run(req: EngineRequest) -> None:
-        results.append(_not_run(req, "", "horizon: not arrived"))
+        on_result(_not_run(req, "", "horizon: not arrived"))
 
-    def on_step(rep: Replica, index: int, now: float, duration: float) -> None:
-        trace.append(_trace_step(rep, index, now, duration))
+    def sample(rep: Replica, now_s: float) -> None:
+        rep.sample(now_s)
 
+    def sample_out(rep: Replica, now_s: float) -> None:
+        assert on_sample is not None
+        on_sample(rep.snapshot(now_s))
+
+    router = Router(spec.router, stale_s=spec.stale_s)
     driver = Driver(
         replicas,
         router,
         on_finish=on_finish,
         on_reject=on_reject,
         on_not_run=on_not_run,
-        on_step=on_step if spec.trace else None,
+        on_step=on_step,
+        on_sample=sample if on_sample is None else sample_out,
         build=build,
     )
     outcome = driver.run(
-        (r for r, _ in ordered),
+        requests,
         DriveOptions(
             concurrency=spec.concurrency,
             max_simulated_s=spec.max_simulated_s,
@@ -126,46 +258,56 @@ def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimRe
     )
     for rep in replicas:
         for r in rep.unfinished():
-            results.append(RequestResult.from_sim(r, rep.name, f"horizon: {r.status}"))
+            finish(RequestResult.from_sim(r, rep.name, f"horizon: {r.status}"))
+    lifecycle = driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {}
+    return _Run(replicas, router, outcome, wall0, spec.max_simulated_s, last_finish, lifecycle)
+
+
+def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimResult:
+    ordered = sorted(
+        ((as_engine_request(r), i) for i, r in enumerate(requests)),
+        key=lambda x: (x[0].arrival_s, x[1]),
+    )
+    results: list[RequestResult] = []
+    trace: list[dict[str, Any]] = []
+
+    def on_step(rep: Replica, index: int, now: float, duration: float) -> None:
+        trace.append(_trace_step(rep, index, now, duration))
+
+    run = _run(
+        (r for r, _ in ordered),
+        spec,
+        seed=seed,
+        on_result=results.append,
+        on_step=on_step if spec.trace else None,
+    )
     order = {r.request_id: i for i, (r, _) in enumerate(ordered)}
     results.sort(key=lambda r: order.get(r.request_id, len(order)))
-    timing_names = sorted({rep.timing.name for rep in replicas})
-    tier_stats: dict[str, dict[str, Any]] = {}
-    for rep in replicas:
-        if rep.tier_stack is not None:
-            tier_stats[rep.name] = _tier_stats(rep.tier_stack)
+    replicas = run.replicas
     if spec.trace:
         trace.extend(_trace_requests(results, {rep.name: i for i, rep in enumerate(replicas)}))
-    notes: list[str] = []
-    for rep in replicas:
-        cfg = rep.config
-        if cfg.enable_prefix_caching and not cfg.prefix_caching_effective:
-            notes.append(
-                f"{rep.name}: prefix caching is not modelled for state (mamba / linear "
-                "attention) KV groups; this replica ran without it (hit rate 0)"
-            )
-        notes.extend(_profile_range_notes(rep, results))
-    last_finish = max((r.finish_s for r in results if r.finish_s is not None), default=0.0)
+    samples = [s for rep in replicas for s in rep.samples]
+    stats = RunStats()
+    for r in results:
+        stats.add(r)
+    for x in samples:
+        stats.add_sample(x)
     return SimResult(
-        timing_model="+".join(timing_names),
+        timing_model="+".join(sorted({rep.timing.name for rep in replicas})),
         requests=results,
         replica_stats={rep.name: rep.core.stats() for rep in replicas},
-        samples=[s for rep in replicas for s in rep.samples],
-        tier_stats=tier_stats,
+        samples=samples,
+        tier_stats=run.tier_stats(),
         num_gpu_blocks={rep.name: rep.config.num_gpu_blocks for rep in replicas},
-        simulated_s=(
-            outcome.now_s
-            if spec.max_simulated_s is not None and outcome.now_s >= spec.max_simulated_s
-            else last_finish
-        ),
-        wall_s=time.perf_counter() - wall0,
+        simulated_s=run.simulated_s,
+        wall_s=time.perf_counter() - run.wall0,
         num_steps=sum(rep.core.num_steps for rep in replicas),
-        num_events=outcome.num_events,
+        num_events=run.outcome.num_events,
         router=spec.router,
-        router_fallbacks=router.num_fallbacks,
+        router_fallbacks=run.router.num_fallbacks,
         trace_events=trace,
-        notes=notes,
-        lifecycle=driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {},
+        notes=run.notes(stats),
+        lifecycle=run.lifecycle,
     )
 
 
@@ -248,17 +390,17 @@ def _trace_step(rep: Replica, index: int, now: float, duration: float) -> dict[s
     }
 
 
-def _profile_range_notes(rep: Replica, results: Sequence[RequestResult]) -> list[str]:
+def _profile_range_notes(rep: Replica, stats: RunStats) -> list[str]:
     """A calibrated profile used outside the ranges it was measured on says so."""
     profile = getattr(rep.timing, "profile", None)
     if not isinstance(profile, CalibrationProfile) or not profile.valid_ranges:
         return []
-    mine = [r for r in results if r.replica == rep.name]
-    if not mine:
+    seen = stats.max_tokens.get(rep.name)
+    if seen is None:
         return []
     observed = {
-        "prompt_tokens": float(max(r.prompt_tokens for r in mine)),
-        "context_tokens": float(max(r.prompt_tokens + max(r.output_tokens - 1, 0) for r in mine)),
-        "batch_size": float(max((s.num_running for s in rep.samples), default=1)),
+        "prompt_tokens": float(seen[0]),
+        "context_tokens": float(seen[1]),
+        "batch_size": float(stats.max_running.get(rep.name, 1)),
     }
     return [f"{rep.name}: {w}" for w in profile.range_warnings(observed)]

@@ -12,8 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvbudget.errors import ConfigError
-
 GroupKind = Literal["full", "sliding", "state"]
 SchedulingPolicy = Literal["fcfs", "priority"]
 HashAlgo = Literal["builtin", "sha256"]
@@ -112,15 +110,3 @@ class ReplicaConfig(BaseModel):
             else:
                 total += -(-num_tokens // self.block_size)
         return total
-
-
-def validate_fits(config: ReplicaConfig, num_tokens: int, *, field: str = "request") -> None:
-    """Refuse a request that can never fit the pool, with the numbers and the knob."""
-    needed = config.blocks_for_tokens(num_tokens)
-    if needed > config.num_usable_blocks:
-        raise ConfigError(
-            f"{field}: {num_tokens} tokens need {needed} KV blocks but the replica has "
-            f"{config.num_usable_blocks} usable blocks (block_size {config.block_size}); "
-            "shorten the request or give the replica more memory",
-            field=field,
-        )

@@ -151,18 +151,6 @@ class KVCacheManager:
             hits.append(ids)
         return hits, n * size
 
-    def num_blocks_to_allocate(self, req: SimRequest, num_tokens_need: int) -> int:
-        """New blocks the request needs to hold ``num_tokens_need`` tokens (all groups)."""
-        total = 0
-        size = self.block_size
-        for g, kind in enumerate(self.kinds):
-            have = len(req.block_ids[g])
-            if kind == "state":
-                total += 0 if have else 1
-            else:
-                total += max(0, -(-num_tokens_need // size) - have)
-        return total
-
     def _remove_skipped(self, req: SimRequest, num_computed_tokens: int) -> None:
         size = self.block_size
         for g, kind in enumerate(self.kinds):

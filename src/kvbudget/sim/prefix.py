@@ -64,16 +64,6 @@ def extra_keys_for_block(
     return tuple(keys) if keys else None
 
 
-def hash_block_tokens(
-    hash_fn: HashFn,
-    parent_hash: BlockHash,
-    block_token_ids: tuple[int, ...],
-    extra_keys: tuple[Any, ...] | None,
-) -> BlockHash:
-    """One link of the chain."""
-    return hash_fn((parent_hash, block_token_ids, extra_keys))
-
-
 def block_hashes(
     token_ids: Sequence[int],
     block_size: int,

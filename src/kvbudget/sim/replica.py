@@ -180,10 +180,14 @@ class Replica:
         """When a stalled replica (only reloading requests) can run again."""
         return self.core.next_ready_s()
 
-    def sample(self, now_s: float) -> None:
+    def snapshot(self, now_s: float) -> KVSample:
+        """The replica's state now (KV usage, running, waiting)."""
         st = self.core.stats()
         running = len(self.fast.running) if self.fast is not None else st.num_running
-        self.samples.append(KVSample(now_s, self.name, st.kv_usage, running, st.num_waiting))
+        return KVSample(now_s, self.name, st.kv_usage, running, st.num_waiting)
+
+    def sample(self, now_s: float) -> None:
+        self.samples.append(self.snapshot(now_s))
 
     # ------------------------------------------------------------------ router views
     def num_outstanding(self) -> int:

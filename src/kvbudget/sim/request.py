@@ -9,7 +9,7 @@ advancing many at once give identical ids and block hashes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from kvbudget.sim.prefix import BlockHash, ChainHasher
 
@@ -21,15 +21,6 @@ _MIX = 2654435761  # Knuth's multiplicative constant
 def generated_token_id(seed: int, index: int, vocab_size: int) -> int:
     """Token id of output ``index`` (0-based) of a request whose seed is ``seed``."""
     return (seed + (index + 1) * _MIX) % vocab_size
-
-
-class PlannedRequestLike(Protocol):
-    """What the engine reads from ``kvbudget.workload.PlannedRequest`` (duck-typed)."""
-
-    request_id: str
-    arrival_s: float
-    prompt_token_ids: tuple[int, ...]
-    output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

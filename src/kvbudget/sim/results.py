@@ -7,6 +7,8 @@ tokens / prompt tokens looked up) and blocks (cached full blocks / full prompt b
 
 from __future__ import annotations
 
+import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,83 +143,180 @@ class SimResult:
         """One ``RequestRecord`` (source ``simulated``) per request."""
         return [r.to_record() for r in self.requests]
 
+    def run_stats(self) -> RunStats:
+        """The summary's accumulator over this result's requests and samples."""
+        stats = RunStats()
+        for r in self.requests:
+            stats.add(r)
+        for x in self.samples:
+            stats.add_sample(x)
+        return stats
+
     def hit_rates(self) -> dict[str, dict[str, float | int]]:
         """Prefix-cache hit rates with their numerators and denominators."""
-        done = [r for r in self.requests if r.first_scheduled_s is not None]
-        n_hit_req = sum(1 for r in done if r.cached_tokens > 0)
-        q_tokens = sum(s.prefix_cache_queries_tokens for s in self.replica_stats.values())
-        h_tokens = sum(s.prefix_cache_hits_tokens for s in self.replica_stats.values())
-        q_blocks = sum(s.prefix_cache_queries_blocks for s in self.replica_stats.values())
-        h_blocks = sum(s.prefix_cache_hits_blocks for s in self.replica_stats.values())
-
-        def rate(num: int, den: int) -> dict[str, float | int]:
-            return {"hits": num, "queries": den, "rate": num / den if den else 0.0}
-
-        return {
-            "requests": rate(n_hit_req, len(done)),
-            "tokens": rate(h_tokens, q_tokens),
-            "blocks": rate(h_blocks, q_blocks),
-        }
+        return hit_rates(self.run_stats(), self.replica_stats)
 
     def unfinished_reasons(self) -> dict[str, int]:
         """Why requests did not finish: reason -> count."""
-        out: dict[str, int] = {}
-        for r in self.requests:
-            if r.status == "unfinished":
-                out[r.reason] = out.get(r.reason, 0) + 1
-        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+        return self.run_stats().unfinished_reasons()
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` summary (all figures simulated with ``timing_model``)."""
-        done = [r for r in self.requests if r.finished]
-        ttft = np.array([r.first_token_s - r.arrival_s for r in done if r.first_token_s])
-        tpot = np.array(
-            [
-                (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
-                for r in done
-                if r.finish_s is not None and r.first_token_s is not None and r.output_tokens > 1
-            ]
+        return summarize(
+            self.run_stats(),
+            timing_model=self.timing_model,
+            router=self.router,
+            replica_stats=self.replica_stats,
+            num_gpu_blocks=self.num_gpu_blocks,
+            simulated_s=self.simulated_s,
+            wall_s=self.wall_s,
+            num_steps=self.num_steps,
+            tier_stats=self.tier_stats,
+            notes=self.notes,
+            lifecycle=self.lifecycle,
         )
 
-        def pct(values: np.ndarray, q: float) -> float | None:
-            return float(np.percentile(values, q)) if values.size else None
 
-        hits = self.hit_rates()
-        out_tokens = sum(r.output_tokens for r in done)
-        return {
-            "figures": "simulated",
-            "timing_model": self.timing_model,
-            "router": self.router,
-            "requests_total": len(self.requests),
-            "requests_completed": len(done),
-            "requests_cancelled": sum(1 for r in self.requests if r.status == "cancelled"),
-            "requests_unfinished": sum(
-                1 for r in self.requests if r.status not in ("finished", "cancelled")
-            ),
-            "ttft_p50_s": pct(ttft, 50),
-            "ttft_p99_s": pct(ttft, 99),
-            "tpot_p50_s": pct(tpot, 50),
-            "tpot_p99_s": pct(tpot, 99),
-            "prefix_hit_rate_tokens": hits["tokens"]["rate"],
-            "prefix_hit_rate_blocks": hits["blocks"]["rate"],
-            "prefix_hit_rate_requests": hits["requests"]["rate"],
-            "prefix_cache_hits_tokens": hits["tokens"]["hits"],
-            "prefix_cache_queries_tokens": hits["tokens"]["queries"],
-            "prefix_hit_rates": hits,
-            "num_preemptions": sum(s.num_preemptions for s in self.replica_stats.values()),
-            "num_gpu_blocks": sum(self.num_gpu_blocks.values()),
-            "num_gpu_blocks_by_replica": dict(self.num_gpu_blocks),
-            "output_tokens_per_s": out_tokens / self.simulated_s if self.simulated_s else 0.0,
-            "simulated_s": self.simulated_s,
-            "wall_s": self.wall_s,
-            "num_steps": self.num_steps,
-            "kv_usage_peak": max((x.kv_usage for x in self.samples), default=None),
-            "kv_usage_mean": (
-                sum(x.kv_usage for x in self.samples) / len(self.samples) if self.samples else None
-            ),
-            "num_samples": len(self.samples),
-            "tiers": self.tier_stats,
-            "notes": list(self.notes),
-            "unfinished_reasons": self.unfinished_reasons(),
-            **({"lifecycle": dict(self.lifecycle)} if self.lifecycle else {}),
-        }
+class RunStats:
+    """What the summary needs, accumulated one request at a time (streamed runs keep only this).
+
+    Per request it keeps two floats (TTFT, TPOT) for exact percentiles; everything else is
+    counts, sums and maxima.
+    """
+
+    def __init__(self) -> None:
+        self.ttft_s = array("d")
+        self.tpot_s = array("d")
+        #: (arrival, TTFT) of every request with a first token, for the queue-growth check
+        self.first_token_arrival_s = array("d")
+        self.first_token_ttft_s = array("d")
+        self.num_requests = 0
+        self.num_completed = 0
+        self.num_cancelled = 0
+        self.num_scheduled = 0
+        self.num_hit_requests = 0
+        self.output_tokens_completed = 0
+        self.reasons: dict[str, int] = {}
+        #: replica -> (max prompt tokens, max context tokens) of its requests
+        self.max_tokens: dict[str, tuple[int, int]] = {}
+        self.num_samples = 0
+        #: every sampled KV usage (samples grow with simulated time, not with requests)
+        self.kv_usage = array("d")
+        self.kv_usage_peak: float | None = None
+        #: replica -> largest running batch sampled
+        self.max_running: dict[str, int] = {}
+
+    def add(self, r: RequestResult) -> None:
+        self.num_requests += 1
+        if r.first_token_s is not None:
+            self.first_token_arrival_s.append(r.arrival_s)
+            self.first_token_ttft_s.append(r.first_token_s - r.arrival_s)
+        if r.first_scheduled_s is not None:
+            self.num_scheduled += 1
+            if r.cached_tokens > 0:
+                self.num_hit_requests += 1
+        if r.status == "finished":
+            self.num_completed += 1
+            self.output_tokens_completed += r.output_tokens
+            if r.first_token_s:
+                self.ttft_s.append(r.first_token_s - r.arrival_s)
+            if r.finish_s is not None and r.first_token_s is not None and r.output_tokens > 1:
+                self.tpot_s.append((r.finish_s - r.first_token_s) / (r.output_tokens - 1))
+        elif r.status == "cancelled":
+            self.num_cancelled += 1
+        else:
+            self.reasons[r.reason] = self.reasons.get(r.reason, 0) + 1
+        prompt, context = self.max_tokens.get(r.replica, (0, 0))
+        self.max_tokens[r.replica] = (
+            max(prompt, r.prompt_tokens),
+            max(context, r.prompt_tokens + max(r.output_tokens - 1, 0)),
+        )
+
+    def add_sample(self, x: KVSample) -> None:
+        self.num_samples += 1
+        self.kv_usage.append(x.kv_usage)
+        if self.kv_usage_peak is None or x.kv_usage > self.kv_usage_peak:
+            self.kv_usage_peak = x.kv_usage
+        self.max_running[x.replica] = max(self.max_running.get(x.replica, 0), x.num_running)
+
+    def unfinished_reasons(self) -> dict[str, int]:
+        return dict(sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def hit_rates(
+    stats: RunStats, replica_stats: dict[str, EngineStats]
+) -> dict[str, dict[str, float | int]]:
+    """Prefix-cache hit rates (requests, tokens, blocks) with numerators and denominators."""
+    q_tokens = sum(s.prefix_cache_queries_tokens for s in replica_stats.values())
+    h_tokens = sum(s.prefix_cache_hits_tokens for s in replica_stats.values())
+    q_blocks = sum(s.prefix_cache_queries_blocks for s in replica_stats.values())
+    h_blocks = sum(s.prefix_cache_hits_blocks for s in replica_stats.values())
+
+    def rate(num: int, den: int) -> dict[str, float | int]:
+        return {"hits": num, "queries": den, "rate": num / den if den else 0.0}
+
+    return {
+        "requests": rate(stats.num_hit_requests, stats.num_scheduled),
+        "tokens": rate(h_tokens, q_tokens),
+        "blocks": rate(h_blocks, q_blocks),
+    }
+
+
+def summarize(
+    stats: RunStats,
+    *,
+    timing_model: str,
+    router: str,
+    replica_stats: dict[str, EngineStats],
+    num_gpu_blocks: dict[str, int],
+    simulated_s: float,
+    wall_s: float,
+    num_steps: int,
+    tier_stats: dict[str, dict[str, Any]],
+    notes: list[str],
+    lifecycle: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``--json`` summary of a run (one definition for collected and streamed runs)."""
+    ttft = np.frombuffer(stats.ttft_s, dtype=np.float64) if stats.ttft_s else np.array([])
+    tpot = np.frombuffer(stats.tpot_s, dtype=np.float64) if stats.tpot_s else np.array([])
+
+    def pct(values: np.ndarray, q: float) -> float | None:
+        return float(np.percentile(values, q)) if values.size else None
+
+    hits = hit_rates(stats, replica_stats)
+    out_tokens = stats.output_tokens_completed
+    return {
+        "figures": "simulated",
+        "timing_model": timing_model,
+        "router": router,
+        "requests_total": stats.num_requests,
+        "requests_completed": stats.num_completed,
+        "requests_cancelled": stats.num_cancelled,
+        "requests_unfinished": stats.num_requests - stats.num_completed - stats.num_cancelled,
+        "ttft_p50_s": pct(ttft, 50),
+        "ttft_p99_s": pct(ttft, 99),
+        "tpot_p50_s": pct(tpot, 50),
+        "tpot_p99_s": pct(tpot, 99),
+        "prefix_hit_rate_tokens": hits["tokens"]["rate"],
+        "prefix_hit_rate_blocks": hits["blocks"]["rate"],
+        "prefix_hit_rate_requests": hits["requests"]["rate"],
+        "prefix_cache_hits_tokens": hits["tokens"]["hits"],
+        "prefix_cache_queries_tokens": hits["tokens"]["queries"],
+        "prefix_hit_rates": hits,
+        "num_preemptions": sum(s.num_preemptions for s in replica_stats.values()),
+        "num_gpu_blocks": sum(num_gpu_blocks.values()),
+        "num_gpu_blocks_by_replica": dict(num_gpu_blocks),
+        "output_tokens_per_s": out_tokens / simulated_s if simulated_s else 0.0,
+        "simulated_s": simulated_s,
+        "wall_s": wall_s,
+        "num_steps": num_steps,
+        "kv_usage_peak": stats.kv_usage_peak,
+        "kv_usage_mean": (
+            math.fsum(stats.kv_usage) / stats.num_samples if stats.num_samples else None
+        ),
+        "num_samples": stats.num_samples,
+        "tiers": tier_stats,
+        "notes": list(notes),
+        "unfinished_reasons": stats.unfinished_reasons(),
+        **({"lifecycle": dict(lifecycle)} if lifecycle else {}),
+    }

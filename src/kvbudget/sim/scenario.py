@@ -28,6 +28,7 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,7 +50,7 @@ from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import CalibrationProfile, RooflineParams
 from kvbudget.workload.lengths import FixedLength
 from kvbudget.workload.request import PlannedRequest
-from kvbudget.workload.spec import WorkloadSpec, generate, workload_from_dict
+from kvbudget.workload.spec import WorkloadSpec, generate, generate_stream, workload_from_dict
 
 
 class ReplicaOverride(BaseModel):
@@ -282,3 +283,10 @@ def build_workload(scenario: SimScenario) -> tuple[list[PlannedRequest], int | N
     spec: WorkloadSpec = workload_from_dict(scenario.workload)
     rng = np.random.default_rng(scenario.seed)
     return generate(spec, rng), spec.closed_loop_concurrency
+
+
+def stream_workload(scenario: SimScenario) -> tuple[Iterator[PlannedRequest], int | None]:
+    """:func:`build_workload`'s requests as a stream, in arrival order (trace scale)."""
+    spec: WorkloadSpec = workload_from_dict(scenario.workload)
+    rng = np.random.default_rng(scenario.seed)
+    return generate_stream(spec, rng), spec.closed_loop_concurrency

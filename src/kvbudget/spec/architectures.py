@@ -31,7 +31,6 @@ from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layers import (
     MLA,
     LayerSpec,
-    NoAttention,
 )
 
 
@@ -227,7 +226,3 @@ BUILDERS: dict[str, Builder] = {
 
 #: top-level wrapper model_type -> the text model_type when text_config does not name it
 WRAPPER_TEXT_TYPES = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma3n": "gemma3n_text"}
-
-
-def no_attention(n: int) -> list[LayerSpec]:
-    return [NoAttention(i) for i in range(n)]

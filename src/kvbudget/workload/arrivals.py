@@ -18,7 +18,7 @@ process started at t = 0; deterministic processes start at t = 0):
 - ``ramp``: a step ramp, a list of ``(rate_per_s, duration_s)`` stages each run as a Poisson
   (or constant) process, back to back.
 - ``trace``: replay recorded timestamps, shifted so the first is 0 and divided by ``speedup``.
-- closed loop: no arrival times; ``ClosedLoop(concurrency)`` describes it and the runner keeps
+- closed loop: no arrival times; ``ClosedLoopArrivals`` (``arrival_specs``) describes it and the runner keeps
   ``concurrency`` requests in flight (all planned arrivals are 0).
 """
 
@@ -26,22 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from kvbudget.errors import ConfigError
 
 GapSampler = Callable[[int], np.ndarray]
-
-
-@dataclass(frozen=True, slots=True)
-class ClosedLoop:
-    """Closed-loop load: keep ``concurrency`` requests in flight until the count/duration."""
-
-    concurrency: int
-    num_requests: int | None = None
-    duration_s: float | None = None
 
 
 def _check_positive(name: str, value: float) -> None:

@@ -1,12 +1,15 @@
 """``WorkloadSpec`` (what YAML files and CLI flags build) and ``generate``.
 
 ``generate(spec, rng)`` is deterministic: the same spec and the same seeded generator give
-the same list of :class:`PlannedRequest`, sorted by (arrival, turn, session).
+the same list of :class:`PlannedRequest`, sorted by (arrival, turn, session);
+``generate_stream(spec, rng)`` yields the same requests one at a time (trace scale).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,11 +136,28 @@ def _choice(rng: np.random.Generator, n: int, p: np.ndarray, size: int) -> np.nd
 
 def generate(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedRequest]:
     """Plan every request of ``spec`` with randomness drawn only from ``rng``."""
+    return list(generate_stream(spec, rng))
+
+
+#: sessions whose unique prompt tokens are drawn in one ``rng`` call (streamed generation)
+DRAW_CHUNK_SESSIONS = 256
+
+
+def generate_stream(spec: WorkloadSpec, rng: np.random.Generator) -> Iterator[PlannedRequest]:
+    """The requests of :func:`generate`, one at a time, without holding their prompts.
+
+    Same requests, same ids, same order: the per-session draws (arrivals, tenants, lengths, ...)
+    are made first as in :func:`generate` (a few numbers per session), then the prompt tokens,
+    the last draw, in chunks of sessions (numpy's bounded integers give the same stream in
+    chunks as in one call); sessions' turns are merged in (arrival, turn, session) order with a
+    heap of the turns still to come. Arrival processes whose times are not sorted (none of the
+    built-in ones) fall back to building the list.
+    """
     tok = get_tokenizer(spec.vocab_size)
     base_seed = int(rng.integers(0, 2**62))
     if spec.trace is not None:
         records = read_trace(spec.trace.path)
-        return requests_from_trace(
+        yield from requests_from_trace(
             records,
             tok,
             base_seed=base_seed,
@@ -147,72 +167,141 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedReques
             duration_s=spec.duration_s,
             cell_id=spec.cell_id,
         )
-    turns = spec.sessions.num_turns
-    cap = None if spec.num_requests is None else math.ceil(spec.num_requests / turns)
-    starts = spec.arrivals.times(rng, cap, spec.duration_s)
-    num_sessions = int(starts.size)
-    tenants = spec.tenants
-    tenant_idx = _choice(rng, len(tenants.names), tenants.probabilities(), num_sessions)
-    pfx = spec.prefix
-    groups = (
-        _choice(rng, pfx.num_groups, zipf_probabilities(pfx.num_groups, pfx.zipf_s), num_sessions)
-        if pfx.num_groups
-        else None
-    )
-    first_len = spec.input_tokens.sample(rng, num_sessions)
-    out_len = spec.output_tokens.sample(rng, num_sessions * turns).reshape(num_sessions, turns)
-    out_len = np.maximum(out_len, 1)
-    user_dist = spec.sessions.user_tokens or spec.input_tokens
-    user_len = user_dist.sample(rng, num_sessions * (turns - 1)).reshape(num_sessions, turns - 1)
-    pw = np.asarray(spec.priority_weights or [1.0] * len(spec.priorities), dtype=np.float64)
-    prio = _choice(rng, len(spec.priorities), pw / pw.sum(), num_sessions * turns)
-    cancel = rng.random(num_sessions * turns) < spec.cancel_fraction
-    dynamic_all = tok.random_ids(rng, num_sessions * pfx.dynamic_tokens).reshape(
-        num_sessions, pfx.dynamic_tokens
-    )
-    builder = PromptBuilder(pfx, tok, base_seed)
-    overhead = pfx.shared_tokens + pfx.dynamic_tokens if spec.input_tokens_include_prefix else 0
-    unique_len = np.maximum(first_len - overhead, 1)
-    unique_all = tok.random_ids(rng, int(unique_len.sum()) + int(user_len.sum()))
-    cursor = 0
-    salts = {name: tenants.salt_for(name, base_seed) for name in tenants.names}
-    rows: list[tuple[float, int, int, dict[str, Any]]] = []
-    for s in range(num_sessions):
-        tenant = tenants.names[int(tenant_idx[s])]
-        group = None if groups is None else int(groups[s])
-        shared = builder.shared_part(int(tenant_idx[s]), group)
-        unique = tuple(unique_all[cursor : cursor + int(unique_len[s])].tolist())
-        cursor += int(unique_len[s])
-        dynamic = tuple(dynamic_all[s].tolist())
-        ids, reusable = builder.compose(shared, dynamic, unique)
+        return
+    plan = _SessionPlan(spec, rng, tok, base_seed)
+    if plan.num_sessions and bool(np.any(np.diff(plan.starts) < 0)):
+        yield from _generate_sorted(plan, rng)
+        return
+    yield from _generate_merged(plan, rng)
+
+
+class _SessionPlan:
+    """The per-session draws of one workload, in :func:`generate`'s order."""
+
+    def __init__(
+        self, spec: WorkloadSpec, rng: np.random.Generator, tok: Any, base_seed: int
+    ) -> None:
+        self.spec = spec
+        self.tok = tok
+        turns = spec.sessions.num_turns
+        self.turns = turns
+        cap = None if spec.num_requests is None else math.ceil(spec.num_requests / turns)
+        self.starts = spec.arrivals.times(rng, cap, spec.duration_s)
+        num_sessions = int(self.starts.size)
+        self.num_sessions = num_sessions
+        tenants = spec.tenants
+        self.tenant_idx = _choice(rng, len(tenants.names), tenants.probabilities(), num_sessions)
+        pfx = spec.prefix
+        self.groups = (
+            _choice(
+                rng, pfx.num_groups, zipf_probabilities(pfx.num_groups, pfx.zipf_s), num_sessions
+            )
+            if pfx.num_groups
+            else None
+        )
+        first_len = spec.input_tokens.sample(rng, num_sessions)
+        out_len = spec.output_tokens.sample(rng, num_sessions * turns).reshape(num_sessions, turns)
+        self.out_len = np.maximum(out_len, 1)
+        user_dist = spec.sessions.user_tokens or spec.input_tokens
+        self.user_len = user_dist.sample(rng, num_sessions * (turns - 1)).reshape(
+            num_sessions, turns - 1
+        )
+        pw = np.asarray(spec.priority_weights or [1.0] * len(spec.priorities), dtype=np.float64)
+        self.prio = _choice(rng, len(spec.priorities), pw / pw.sum(), num_sessions * turns)
+        self.cancel = rng.random(num_sessions * turns) < spec.cancel_fraction
+        self.dynamic_all = tok.random_ids(rng, num_sessions * pfx.dynamic_tokens).reshape(
+            num_sessions, pfx.dynamic_tokens
+        )
+        self.builder = PromptBuilder(pfx, tok, base_seed)
+        overhead = pfx.shared_tokens + pfx.dynamic_tokens if spec.input_tokens_include_prefix else 0
+        self.unique_len = np.maximum(first_len - overhead, 1)
+        #: prompt tokens each session draws (its unique part, then each later turn's user part)
+        self.draw_len = self.unique_len + self.user_len.sum(axis=1)
+        self.salts = {name: tenants.salt_for(name, base_seed) for name in tenants.names}
+
+    def session(self, s: int, ids_pool: np.ndarray) -> list[tuple[float, int, int, dict[str, Any]]]:
+        """Every turn of session ``s``; ``ids_pool`` holds exactly its drawn tokens."""
+        spec = self.spec
+        tok = self.tok
+        turns = self.turns
+        tenant = spec.tenants.names[int(self.tenant_idx[s])]
+        group = None if self.groups is None else int(self.groups[s])
+        shared = self.builder.shared_part(int(self.tenant_idx[s]), group)
+        n_unique = int(self.unique_len[s])
+        unique = tuple(ids_pool[:n_unique].tolist())
+        cursor = n_unique
+        dynamic = tuple(self.dynamic_all[s].tolist())
+        ids, reusable = self.builder.compose(shared, dynamic, unique)
         session_id = f"s{s:06d}" if turns > 1 else None
+        rows: list[tuple[float, int, int, dict[str, Any]]] = []
         for k in range(turns):
             if k > 0:
-                prev_out = tok.output_ids(ids, int(out_len[s, k - 1]))
-                n_user = int(user_len[s, k - 1])
-                user = tuple(unique_all[cursor : cursor + n_user].tolist())
+                prev_out = tok.output_ids(ids, int(self.out_len[s, k - 1]))
+                n_user = int(self.user_len[s, k - 1])
+                user = tuple(ids_pool[cursor : cursor + n_user].tolist())
                 cursor += n_user
                 reusable = len(ids) + len(prev_out)
                 ids = ids + tuple(prev_out) + user
             j = s * turns + k
-            arrival_s = float(starts[s]) + k * spec.sessions.turn_interval_s
+            arrival_s = float(self.starts[s]) + k * spec.sessions.turn_interval_s
             fields: dict[str, Any] = {
                 "arrival_s": arrival_s,
                 "prompt_token_ids": ids,
-                "output_tokens": int(out_len[s, k]),
+                "output_tokens": int(self.out_len[s, k]),
                 "prompt_text": tok.decode(ids) if spec.keep_prompt_text else None,
                 "tenant": tenant,
-                "cache_salt": salts[tenant],
+                "cache_salt": self.salts[tenant],
                 "session_id": session_id,
                 "prefix_group": group,
-                "priority": int(spec.priorities[int(prio[j])]),
-                "cancel_after_tokens": spec.cancel_after_tokens if cancel[j] else None,
+                "priority": int(spec.priorities[int(self.prio[j])]),
+                "cancel_after_tokens": spec.cancel_after_tokens if self.cancel[j] else None,
                 "cell_id": spec.cell_id,
                 "shared_prefix_tokens": int(reusable),
                 "turn_index": k,
             }
             rows.append((arrival_s, k, s, fields))
+        return rows
+
+    def sessions(self, rng: np.random.Generator) -> Iterator[list[tuple[float, int, int, Any]]]:
+        """Each session's turns in session order, drawing prompt tokens chunk by chunk."""
+        for a in range(0, self.num_sessions, DRAW_CHUNK_SESSIONS):
+            b = min(a + DRAW_CHUNK_SESSIONS, self.num_sessions)
+            lens = self.draw_len[a:b]
+            pool = self.tok.random_ids(rng, int(lens.sum()))
+            offset = 0
+            for s in range(a, b):
+                n = int(lens[s - a])
+                yield self.session(s, pool[offset : offset + n])
+                offset += n
+
+
+def _generate_sorted(plan: _SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:
+    """Every row built, then sorted (unsorted arrival times)."""
+    rows = [row for session in plan.sessions(rng) for row in session]
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    if spec.num_requests is not None:
-        rows = rows[: spec.num_requests]
-    return [PlannedRequest(request_id=f"r{i:06d}", **r[3]) for i, r in enumerate(rows)]
+    limit = plan.spec.num_requests
+    for i, r in enumerate(rows if limit is None else rows[:limit]):
+        yield PlannedRequest(request_id=f"r{i:06d}", **r[3])
+
+
+def _generate_merged(plan: _SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:
+    """Rows in (arrival, turn, session) order from sessions in start order (sorted starts)."""
+    limit = plan.spec.num_requests
+    pending: list[tuple[float, int, int, dict[str, Any]]] = []
+    sessions = plan.sessions(rng)
+    upcoming = next(sessions, None)
+    i = 0
+    while limit is None or i < limit:
+        # a session's first turn is its earliest; later sessions start no earlier
+        if upcoming is not None and (not pending or upcoming[0][:3] <= pending[0][:3]):
+            first, *later = upcoming
+            for row in later:
+                heapq.heappush(pending, row)
+            row = first
+            upcoming = next(sessions, None)
+        elif pending:
+            row = heapq.heappop(pending)
+        else:
+            return
+        yield PlannedRequest(request_id=f"r{i:06d}", **row[3])
+        i += 1
