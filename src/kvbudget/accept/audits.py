@@ -77,7 +77,7 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
     with ``verdict: inconclusive``, ``status: failed`` and the reason, never an exception that would discard the finished
     matrix; ``failed`` lists the audits that failed."""
     out: dict[str, Any] = {}
-    if not (plan.audits.isolation or plan.audits.reuse):
+    if not (plan.audits.isolation or plan.audits.reuse or plan.audits.restart):
         return out
     if run_async is None:
         out["note"] = "audits requested but no event-loop runner was given (run from the CLI)"
@@ -112,4 +112,26 @@ def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
         else:
             out["reuse"] = {**reuse.summary(), "basis": reuse.provenance.label()}
             out["reuse_markdown"] = reuse.to_markdown(3)
+    if plan.audits.restart:
+        out["restart"] = _restart(plan, run_async)
+        if out["restart"].get("status") == "failed":
+            out.setdefault("failed", []).append("restart")
     return out
+
+
+def _restart(plan: AcceptPlan, run_async: RunAsync) -> dict[str, Any]:
+    """Reuse across a restart and an upgrade: the simulator's store (kvbudget.audit.restart)."""
+    from kvbudget.audit.restart import run_restart_upgrade
+
+    if plan.target.kind != "sim":
+        return {
+            "verdict": "untested",
+            "reason": "the restart/upgrade audit runs on the simulator only (a real engine's "
+            "restart needs its persistent store and connector); use target kind sim",
+        }
+    cfg = ReuseConfig(num_prompts=4, prompt_tokens=512, max_tokens=16, logprobs=0, seed=plan.seed)
+    try:
+        section = run_async(run_restart_upgrade(cfg))
+    except Exception as exc:  # the finished matrix is never discarded for it
+        return _failed("restart", exc)
+    return {**section, "basis": section["figures"]}

@@ -247,3 +247,5 @@ class TargetPlan(StrictModel):
 class Audits(StrictModel):
     isolation: bool = False
     reuse: bool = False
+    #: a persistent KV store across a restart and an upgrade (simulated only: kvbudget.audit.restart)
+    restart: bool = False

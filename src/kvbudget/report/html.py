@@ -187,7 +187,7 @@ def audits_section(doc: AcceptResult, charts: dict[str, str]) -> str:
         return ""
     out = ["<h2 id='audits'>Audits</h2>"]
     items = []
-    for key in ("isolation", "reuse"):
+    for key in ("isolation", "reuse", "restart"):
         summary = doc.audits.get(key)
         if isinstance(summary, dict):
             basis = f" ({summary['basis']})" if summary.get("basis") else ""

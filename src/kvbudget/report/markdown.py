@@ -428,7 +428,7 @@ def render_markdown(doc: AcceptResult) -> str:
                     add("| " + " | ".join(_md(x) for x in row) + " |")
     if doc.audits:
         add("\n## Audits\n")
-        for key in ("isolation", "reuse"):
+        for key in ("isolation", "reuse", "restart"):
             summary = doc.audits.get(key)
             if isinstance(summary, dict):
                 basis = f" ({_md(summary['basis'])})" if summary.get("basis") else ""
