@@ -128,16 +128,24 @@ def parse_log(text: str) -> dict[str, Any]:
     return out
 
 
+#: generic wrapper exceptions that only point at the root cause printed before them
+WRAPPER_ERRORS = (
+    "Engine core initialization failed",
+    "WorkerProc initialization failed",
+    "For further information visit",
+)
+
+
 def error_line(text: str) -> str:
     """The engine's own exception line (``ValueError: ...``), else the last error-looking line."""
     raised = [
         line.strip()
         for line in text.splitlines()
         if re.match(r"^\s*(\(\w+ pid=\d+\)\s*)?[\w.]*(Error|Exception): \S", line)
-        and "Engine core initialization failed" not in line
+        and not any(wrapper in line for wrapper in WRAPPER_ERRORS)
     ]
     if raised:
-        return raised[-1][:500]
+        return raised[0][:500]
     candidates = [
         line.strip()
         for line in text.splitlines()
@@ -160,7 +168,8 @@ def run_case(
         record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
         return record
     config.update(overrides)
-    engine = {"max_model_len": 4096, **engine}
+    limit = config.get("max_position_embeddings") or config.get("n_positions") or 4096
+    engine = {"max_model_len": min(4096, int(limit)), **engine}
     record.update(config=config, engine_args=engine, kv_cache_space_gib=KV_SPACE_GIB)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config, default=str), encoding="utf-8")
@@ -191,6 +200,7 @@ def run_case(
             record["engine_final"] = json.loads(line.removeprefix("KVB_RESULT "))
     if "engine_final" not in record:
         record["error"] = error_line(text)
+        record["log_tail"] = text.strip().splitlines()[-40:]
     return record
 
 

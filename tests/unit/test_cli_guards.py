@@ -54,7 +54,7 @@ BIG = "9" * 400
             ],
             "10,000",
         ),
-        (["sim", "--engine", "llamacpp", "--slots", "0"], "--slots 0"),
+        (["sim", "--engine", "llamacpp", "--slots", "0"], "--slots: must be an integer >= 1"),
         (["sim", "--engine", "llamacpp", "--slots", "7638656406"], "--slots"),
         (["sim", "--rate", "1e-300"], "rate_per_s"),
     ],

@@ -46,6 +46,9 @@ def _rows(doc: AcceptResult) -> tuple[list[tuple[str, str, str]], list[tuple[str
 
 
 def roles_markdown(doc: AcceptResult) -> list[str]:
+    if not isinstance(doc.plan.get("lock"), dict):
+        return []
+
     def md(text: str) -> str:
         return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
@@ -58,6 +61,8 @@ def roles_markdown(doc: AcceptResult) -> list[str]:
 
 
 def roles_html(doc: AcceptResult) -> str:
+    if not isinstance(doc.plan.get("lock"), dict):
+        return ""
     roles, kinds = _rows(doc)
 
     def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

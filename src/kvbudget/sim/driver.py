@@ -227,10 +227,10 @@ class Driver:
         while len(queue):
             now, _prio, _seq, (kind, payload) = queue.pop()
             if horizon is not None and now > horizon:
+                if kind in ("arrival", "rearrival"):
+                    queue.push(now, PRIO_ARRIVAL, (kind, payload))  # reported as not run below
                 now = horizon
                 hit_horizon = True
-                if kind == "arrival" and self.on_not_run is not None:
-                    self.on_not_run(payload)
                 break
             num_events += 1
             if kind == "step":
@@ -316,7 +316,7 @@ class Driver:
         if self.on_not_run is not None:
             while len(queue):
                 _t, _p, _s, (kind, payload) = queue.pop()
-                if kind == "arrival":
+                if kind in ("arrival", "rearrival"):
                     self.on_not_run(payload)
             for raw in stream:
                 self.on_not_run(as_engine_request(raw))

@@ -50,10 +50,10 @@ def test_all_failing_http_target_writes_a_report_and_exits_4(
     assert doc["verdict_reasons"][0].startswith(f"the run failed: {expected}")
     assert expected in (out / "report.md").read_text()
     assert (out / "report.html").is_file()
-    # the audits against the same target say they could not run, instead of aborting the run
+    # the audits against the same target are failed sections that say why (the cells stay)
     for name in ("isolation", "reuse"):
-        assert doc["audits"][name]["verdict"] == "inconclusive"
+        assert doc["audits"][name]["verdict"] == "failed"
         assert (
-            "could not run" in doc["audits"][name]["reason"]
+            "did not complete" in doc["audits"][name]["reason"]
             and MESSAGE in doc["audits"][name]["reason"]
         )

@@ -83,7 +83,8 @@ def test_accept_removes_an_older_report_before_running(
     code, err = run_cli(["accept", str(DEMO), "--out", str(out), "--quiet"], capsys)
     assert code == 2
     assert err.startswith("TargetError: ")
-    assert sorted(p.name for p in out.iterdir()) == []
+    # only the output-directory lock file (kvbudget.safety.outlock) remains
+    assert sorted(p.name for p in out.iterdir() if p.name != ".kvbudget.lock") == []
 
 
 def test_accept_http_plan_with_unset_key_variable_fails_before_any_request(
