@@ -231,8 +231,6 @@ class Driver:
                     queue.push(now, PRIO_ARRIVAL, (kind, payload))  # reported as not run below
                 now = horizon
                 hit_horizon = True
-                if kind == "arrival" and self.on_not_run is not None:
-                    self.on_not_run(payload)
                 break
             num_events += 1
             if kind == "step":
