@@ -180,18 +180,6 @@ def prediction_rows(doc: AcceptResult) -> list[list[str]]:
     return rows
 
 
-def tier_row_text(row: dict[str, Any]) -> str:
-    """``last passing concurrency tier: normal; untested: single; failed at: peak``."""
-    text = f"last passing concurrency tier: {row.get('last_passing') or 'none'}"
-    if row.get("untested"):
-        text += "; untested: " + ", ".join(row["untested"])
-    if row.get("stopped_at") and row.get("capacity_error"):
-        text += f"; capacity error at: {row['stopped_at']} (rest of the row not run, no retry)"
-    elif row.get("stopped_at"):
-        text += f"; first failure at: {row['stopped_at']}"
-    return text
-
-
 def cell_row(cell: CellResult) -> list[str]:
     perf, qual = split_verdicts(cell)
     ttft = cell.summaries.get("ttft_s")
