@@ -101,7 +101,22 @@ def llamacpp() -> str:
     return text.rstrip("\n") + "\n"  # as --update-docs writes it
 
 
+def sim_scale() -> str:
+    """Whole-process simulator speed and peak RSS (``bench/results/sim_scale.json``)."""
+    out = [
+        "| requests | CPU s | wall s | requests / CPU s | peak RSS (MB) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in _load("sim_scale.json")["runs"]:
+        out.append(
+            f"| {r['requests']:,} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
+            f"{r['requests_per_cpu_s']:,} | {r['peak_rss_bytes'] / 1e6:.0f} |"
+        )
+    return "\n".join(out)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "sim-scale": sim_scale,
     "client-overhead": lambda: client_overhead("client_overhead.json"),
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
     "sim-speed": sim_speed,
