@@ -49,7 +49,7 @@ __all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_
 
 def resolve_gpu(request: PlanRequest) -> GpuSpec:
     """The catalog GPU, optionally with its memory replaced by ``--gpu-memory``."""
-    if request.gpu is None and request.gpu_memory_bytes is None:
+    if not request.gpu and request.gpu_memory_bytes is None:
         raise ConfigError(
             "gpu: no device given; pass --gpu H100 (see 'kvbudget gpus') or --gpu-memory 80GiB",
             field="gpu",
@@ -67,7 +67,11 @@ def resolve_gpu(request: PlanRequest) -> GpuSpec:
             bf16_dense_tflops=request.gpu_bf16_tflops,
             hbm_bandwidth_gb_s=request.gpu_bandwidth_gb_s,
         )
-    assert base is not None
+    if base is None:
+        raise ConfigError(
+            "gpu: no device given; pass --gpu H100 (see 'kvbudget gpus') or --gpu-memory 80GiB",
+            field="gpu",
+        )
     return base
 
 

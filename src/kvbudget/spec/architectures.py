@@ -186,6 +186,13 @@ def build_mla(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
             "num_key_value_heads",
             note="nominal for MLA: the latent is shared by all heads; not used",
         )
+    for key, value in (("qk_nope_head_dim", nope), ("v_head_dim", v_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(
+                f"{r.prefix}{key}: expected a non-negative integer, got {str(value)[:40]!r}; "
+                f"fix the config or --set {key}=N",
+                field=key,
+            )
     if n is None or rank is None or rope is None:
         return None
     return [MLA(i, rank, rope, int(nope), int(v_dim), heads or 0) for i in range(n)]
