@@ -55,6 +55,6 @@ def test_all_failing_http_target_writes_a_report_and_exits_4(
         assert doc["audits"][name]["verdict"] == "inconclusive"
         assert doc["audits"][name]["status"] == "failed"
         assert (
-            "did not complete" in doc["audits"][name]["reason"]
+            "could not run" in doc["audits"][name]["reason"]
             and MESSAGE in doc["audits"][name]["reason"]
         )
