@@ -182,6 +182,8 @@ class LlamaServer:
             "--metrics",
             "-lv",
             "4",
+            # the name /v1/models lists (bench and accept check --model against it)
+            *(() if "--alias" in self.args else ("--alias", "tiny-llama")),
             *self.args,
         ]
         self.log_path.with_suffix(".cmd").write_text(" ".join(cmd) + "\n")

@@ -41,7 +41,7 @@ def test_calibrate_validate_reports_errors_from_real_measurements(
         "--base-url",
         server.base_url,
         "--model",
-        str(model),
+        "tiny-llama",  # the --alias the test server is started with (bench/llamacpp_server.py)
         "--engine-flags",
         " ".join(SERVER_ARGS),
         "--out",
