@@ -24,11 +24,11 @@ _EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
 
 
 def _count(name: str, value: str | None, default: int | None = None) -> int | None:
-    from kvbudget.safety.limits import MAX_LAYERS, MAX_MODEL_DIM, MAX_TOKENS
+    from kvbudget.safety.limits import MAX_MODEL_DIM, MAX_TOKENS
 
     if value is None:
         return default
-    bound = {"layers": MAX_LAYERS, "tokens": MAX_TOKENS}.get(name, MAX_MODEL_DIM)
+    bound = MAX_TOKENS if name == "tokens" else MAX_MODEL_DIM
     return parse_count(value, field=name.replace("_", "-"), maximum=bound)
 
 
