@@ -125,7 +125,7 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
                 }
             )
             continue
-        layer = layers[index] if index < len(layers) else None
+        layer: Any = layers[index] if index < len(layers) else None
         entry: dict[str, Any] = {"index": index, "class": type(layer).__name__}
         keys = getattr(layer, "keys", None)
         if hasattr(layer, "conv_states"):
