@@ -21,7 +21,16 @@ from kvbudget.accept.lockcheck import (
 from kvbudget.accept.plan_warnings import plan_warnings
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
-from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
+from kvbudget.accept.result import (
+    STOP_CAPACITY,
+    STOP_ERROR_RATE,
+    STOP_OOM,
+    STOP_QUALITY,
+    AcceptResult,
+    CellResult,
+    StopStatus,
+    latency_stop,
+)
 from kvbudget.accept.run import (
     Progress,
     TargetFactory,
@@ -35,11 +44,11 @@ from kvbudget.accept.verdicts import overall_verdict, row_summaries
 from kvbudget.records import Provenance
 
 
-def _failed(cells: Sequence[CellResult], prefix: str) -> tuple[list[str], int]:
+def _failed(cells: Sequence[CellResult], stop: str) -> tuple[list[str], int]:
     failed, tested = [], 0
     for cell in cells:
         for check in cell.checks:
-            if check.name.startswith(prefix):
+            if check.stop == stop:
                 if check.verdict != "untested":
                     tested += 1
                 if check.verdict == "fail":
@@ -54,8 +63,8 @@ def stop_statuses(
     stop = plan.stop
     out: list[StopStatus] = []
 
-    def add(name: str, declared: str, prefix: str) -> None:
-        failed, tested = _failed(cells, prefix)
+    def add(name: str, declared: str) -> None:
+        failed, tested = _failed(cells, name)
         status = "triggered" if failed else ("not_triggered" if tested else "untested")
         detail = (
             f"failed in {len(failed)} cell(s)" if failed else f"checked in {tested} cell check(s)"
@@ -66,13 +75,13 @@ def stop_statuses(
 
     for metric, ceilings in (("ttft_s", stop.ttft_s), ("tpot_s", stop.tpot_s)):
         for pct, limit in ceilings.items():
-            add(f"{metric} {pct}", f"<= {limit:g} s", f"{metric} {pct}")
-    add("error rate", f"<= {stop.error_rate_max:g}", "error rate")
-    add("capacity error", "none (engine refuses or runs out of KV)", "capacity")
+            add(latency_stop(metric, pct), f"<= {limit:g} s")
+    add(STOP_ERROR_RATE, f"<= {stop.error_rate_max:g}")
+    add(STOP_CAPACITY, "none (engine refuses or runs out of KV)")
     if stop.any_oom:
-        add("OOM", "none", "no OOM")
+        add(STOP_OOM, "none")
     if stop.any_quality_failure:
-        add("quality failure", "none", "quality ")
+        add(STOP_QUALITY, "none")
     if stop.any_cross_tenant_hit:
         leak = audits.get("cross_tenant_cached_tokens")
         if audits.get("leak_detected"):

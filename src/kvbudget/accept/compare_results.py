@@ -18,6 +18,7 @@ import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
 from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD, Comparison
+from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import AcceptResult, ComparisonResult
 from kvbudget.accept.targets import CellRun
 from kvbudget.records import RequestRecord, read_jsonl
@@ -44,7 +45,7 @@ def _runs(doc: AcceptResult, path: Path) -> tuple[dict[str, list[CellRun]], str]
         n = max(len(cell.samples_ttft_s), len(cell.samples_tpot_s))
         recs = [
             RequestRecord(
-                request_id=f"{cell.cell_id}/{i}",
+                request_id=RequestKey(cell.cell_id, 0, f"sample{i}").encode(),
                 source=doc.provenance.kind if doc.provenance.kind != "computed" else "simulated",  # type: ignore[arg-type]
                 status="ok",
                 ttft_s=cell.samples_ttft_s[i] if i < len(cell.samples_ttft_s) else None,

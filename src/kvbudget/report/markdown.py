@@ -76,8 +76,8 @@ def value_text(value: object) -> str:
 
 def split_verdicts(cell: CellResult) -> tuple[str, str]:
     """(latency/capacity verdict, quality verdict) of a cell, from its checks."""
-    perf = [c.verdict for c in cell.checks if not c.name.startswith("quality ")]
-    qual = [c.verdict for c in cell.checks if c.name.startswith("quality ")]
+    perf = [c.verdict for c in cell.checks if not c.is_quality]
+    qual = [c.verdict for c in cell.checks if c.is_quality]
 
     def worst(vs: Sequence[str]) -> str:
         order = {"pass": 0, "untested": 1, "not_comparable": 2, "fail": 3}

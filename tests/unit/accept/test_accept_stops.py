@@ -26,7 +26,7 @@ def cell(*checks: Check) -> CellResult:
 
 def test_cross_tenant_leak_triggers_and_fails_the_run() -> None:
     plan = load_plan(DEMO)
-    ok = cell(Check(name="ttft_s p95 <= 2", verdict="pass", reason=""))
+    ok = cell(Check(name="ttft_s p95 <= 2", stop="ttft_s p95", verdict="pass", reason=""))
     stops = stop_statuses(plan, [ok], {"leak_detected": True, "cross_tenant_cached_tokens": 512})
     by = {s.name: s for s in stops}
     assert by["cross-tenant cache hit"].status == "triggered"
@@ -50,7 +50,7 @@ def test_reuse_divergence_triggers() -> None:
 
 def test_failed_cell_check_triggers_its_stop_condition() -> None:
     plan = load_plan(DEMO)
-    bad = cell(Check(name="ttft_s p95 <= 2", verdict="fail", reason="3 > 2"))
+    bad = cell(Check(name="ttft_s p95 <= 2", stop="ttft_s p95", verdict="fail", reason="3 > 2"))
     stops = {s.name: s for s in stop_statuses(plan, [bad], {})}
     assert stops["ttft_s p95"].status == "triggered"
     assert stops["ttft_s p95"].cells == ["short/single"]
@@ -58,6 +58,60 @@ def test_failed_cell_check_triggers_its_stop_condition() -> None:
 
 def test_capacity_stop_is_tested_when_cells_ran_without_error() -> None:
     plan = load_plan(DEMO)
-    ran = cell(Check(name="capacity", verdict="pass", reason="admitted"))
+    ran = cell(Check(name="capacity", stop="capacity error", verdict="pass", reason="admitted"))
     stops = {s.name: s for s in stop_statuses(plan, [ran], {})}
     assert stops["capacity error"].status == "not_triggered"
+
+
+def test_checks_carry_the_stop_key_their_status_counts() -> None:
+    """A display name that reads like another condition does not count toward it: only the key."""
+    plan = load_plan(DEMO)
+    look_alike = cell(Check(name="ttft_s p95 <= 2", verdict="fail", reason="x", stop=None))
+    stops = {s.name: s for s in stop_statuses(plan, [look_alike], {})}
+    assert stops["ttft_s p95"].status == "untested"
+
+
+def test_report_from_before_stop_keys_reads_them_from_the_names() -> None:
+    """report.json written before checks had ``stop``: the names those versions wrote (copied
+    from a demo report.json of that version) map to the stop conditions by hand."""
+    from kvbudget.accept.result import AcceptResult
+
+    old = {
+        "ran": None,
+        "capacity": "capacity error",
+        "ttft_s p95 <= 2": "ttft_s p95",
+        "tpot_s p50 <= 0.03": "tpot_s p50",
+        "error rate <= 0.01": "error rate",
+        "no OOM": "OOM",
+        "quality capital-exact": "quality failure",
+        "host memory peak bytes": "host memory",
+        "transfer reload wait p95": "transfer",
+    }
+    doc = {
+        "kind": "accept",
+        "provenance": {"kind": "simulated", "timing_model": "roofline"},
+        "name": "n",
+        "seed": 1,
+        "plan": {},
+        "plan_sha256": "0",
+        "target": {},
+        "lock": [],
+        "blocking": [],
+        "ledger": {},
+        "cells": [
+            {
+                "cell_id": "short/single",
+                "input_tier": "short",
+                "concurrency_tier": "single",
+                "order": 0,
+                "verdict": "pass",
+                "reasons": [],
+                "checks": [{"name": n, "verdict": "pass", "reason": ""} for n in old],
+            }
+        ],
+        "stop_conditions": [],
+        "verdict": "pass",
+        "verdict_reasons": [],
+    }
+    result = AcceptResult.model_validate(doc)
+    assert {c.name: c.stop for c in result.cells[0].checks} == old
