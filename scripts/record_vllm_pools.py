@@ -46,6 +46,21 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "llama_block32": ("llama", {}, {"block_size": 32}),
     "mistral_sliding": ("mistral", {"sliding_window": 256}, {}),
     "phi3_sliding": ("phi3", {"sliding_window": 256}, {}),
+    # vLLM 0.32 reads config.head_dim (models/glm4_moe.py: head_dim=config.head_dim); GLM-4.5's
+    # config.json carries it (128), transformers 5.19's Glm4MoeConfig default has none
+    "glm4_moe": ("glm4_moe", {"head_dim": 64}, {}),
+    # vLLM 0.32 sizes the short-conv state from config.conv_dim (models/lfm2.py); LFM2's
+    # config.json carries conv_dim = hidden_size, transformers' Lfm2Config has no such field
+    "lfm2": ("lfm2", {"conv_dim": 256}, {}),
+    "lfm2_moe": ("lfm2_moe", {"conv_dim": 256}, {}),
+    # the default Nemotron-H (Nemotron-3 Nano) has non-gated relu2 MoE layers, which vLLM CPU
+    # refuses (fused_moe/config.py: is_act_and_mul=False only on CUDA, XPU, ROCm); the dense
+    # Nemotron-H layout (mamba, mlp and attention layers) starts
+    "nemotron_h_dense": (
+        "nemotron_h",
+        {"layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"] * 2},
+        {},
+    ),
 }
 
 WORKER = r"""

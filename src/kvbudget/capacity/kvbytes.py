@@ -27,6 +27,7 @@ from kvbudget.capacity.ledger import input_entry, length_conflict
 from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
 from kvbudget.safety.limits import MAX_MODEL_DIM
+from kvbudget.spec.from_transformers import from_transformers
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
 from kvbudget.spec.resolve import ResolvedModel, resolve_model
@@ -251,10 +252,13 @@ def calc_model(
     resolved: ResolvedModel | None = None,
     ctx_size: int | None = None,
     unified: bool = False,
+    read_transformers: bool = False,
 ) -> CalcResult:
     """Resolve ``ref`` and compute its KV bytes under ``engine``'s layout.
 
-    ``resolved`` skips the lookup (the web passes a pasted config resolved in memory).
+    ``resolved`` skips the lookup (the web passes a pasted config resolved in memory);
+    ``read_transformers`` reads the layer structure from transformers itself
+    (:mod:`kvbudget.spec.from_transformers`).
     """
     for name, value in (("tokens", tokens), ("seqs", seqs), ("tp", tp), ("pp", pp), ("dp", dp)):
         _positive(name, value)
@@ -264,6 +268,8 @@ def calc_model(
         )
     if resolved is None:
         resolved = resolve_model(ref, overrides=overrides, allow_download=allow_download)
+    if read_transformers:
+        resolved = from_transformers(resolved, overrides=overrides)
     base: dict[str, Any] = {
         "engine": engine,
         "kv_dtype": kv_dtype,

@@ -54,6 +54,13 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
     "--engine", type=click.Choice(ENGINES), help="Engine layout for --model (default vllm)."
 )
 @click.option(
+    "--from-transformers",
+    "read_transformers",
+    is_flag=True,
+    help="Read the layer structure from transformers itself (meta-device model; needs "
+    "transformers and torch) and check it against kvbudget's table.",
+)
+@click.option(
     *KV_DTYPE,
     "kv_dtype",
     default="auto",
@@ -148,6 +155,7 @@ def calc(
     sets: tuple[str, ...],
     download: bool,
     engine: str | None,
+    read_transformers: bool,
     kv_dtype: str,
     v_dtype: str | None,
     ctx_size: str | None,
@@ -237,6 +245,7 @@ def calc(
             )
         model_only = {
             "--engine": engine,
+            "--from-transformers": read_transformers or None,
             "--set": sets or None,
             "--tp": tp,
             "--pp": pp,
@@ -287,6 +296,7 @@ def calc(
             allow_download=download,
             ctx_size=llama.ctx_size,
             unified=llama.unified,
+            read_transformers=read_transformers,
         )
     kv = None
     if model_ref is not None and engine == "llamacpp" and result.status != "not_applicable":
