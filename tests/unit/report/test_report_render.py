@@ -33,7 +33,9 @@ def make_doc(name: str = "hand-built") -> AcceptResult:
                     reasons=["r"],
                     kind="measured",
                     checks=[
-                        Check(name="ttft_s p95 <= 2", stop="ttft_s p95", verdict=verdict, reason="x"),
+                        Check(
+                            name="ttft_s p95 <= 2", stop="ttft_s p95", verdict=verdict, reason="x"
+                        ),
                         Check(name="quality q", stop="quality failure", verdict="pass", reason="y"),
                     ],
                     num_requests=300,
