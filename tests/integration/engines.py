@@ -1,10 +1,12 @@
-"""The real engines' launchers for the tests: ``bench/<name>.py`` loaded once by file path
-(bench/ is not a package), the cached build found or the test FAILED with the command that
-builds it (a real-engine test never skips), and a factory that stops what it started."""
+"""Servers the integration tests start: the real engines' launchers (``bench/<name>.py`` loaded
+once by file path, bench/ is not a package; the cached build found or the test FAILS with the
+command that builds it: a real-engine test never skips), a factory that stops what it started,
+and ``kvbudget serve`` on a free port."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +15,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from kvbudget.safety.servers import LocalServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +59,15 @@ def server_factory(logs: Path, stem: str, make: Callable[..., Any]) -> Iterator[
     finally:
         for server in servers:
             server.stop()
+
+
+@contextmanager
+def kvbudget_serve(log_path: Path, *args: str) -> Iterator[LocalServer]:
+    """``kvbudget serve ARGS`` on a free loopback port, ready (``/health`` 200 within 60 s);
+    stopped by PID on exit."""
+    server = LocalServer(log_path=log_path, args=list(args))
+    server.port = free_port()
+    cmd = [sys.executable, "-m", "kvbudget", "serve", "--port", str(server.port), *args]
+    with server:
+        server.launch(cmd, env=os.environ, name="kvbudget serve", timeout_s=60.0, poll_s=0.2)
+        yield server

@@ -11,7 +11,6 @@ without it the test fails.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,28 +25,13 @@ import yaml
 from click.testing import CliRunner
 
 from kvbudget.cli.deploy import deploy
+from kvbudget.safety.servers import free_port, stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEMO_PLAN = REPO_ROOT / "examples" / "acceptance-demo.yaml"
 CAPACITY_ALERTS = {"RequestsWaiting", "KVCacheUsageHighWater", "KVCachePreemptions"}
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
 
 
 @pytest.fixture
@@ -61,7 +45,7 @@ def serve_url() -> Iterator[str]:
         assert line.startswith("http://"), f"kvbudget serve printed {line!r}"
         yield line
     finally:
-        _stop(proc)
+        stop_process(proc, 20.0)
 
 
 def _prometheus(tmp: Path, target: str, rules: Path) -> tuple[subprocess.Popen[Any], str]:
@@ -73,7 +57,7 @@ def _prometheus(tmp: Path, target: str, rules: Path) -> tuple[subprocess.Popen[A
         "scrape_configs": [{"job_name": "engine", "static_configs": [{"targets": [target]}]}],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{port}"],
@@ -151,4 +135,4 @@ def test_capacity_alert_fires_under_load_and_not_at_idle(tmp_path: Path, serve_u
         assert float(waiting[0]["value"][1]) > 0
     finally:
         stop.set()
-        _stop(prom_proc)
+        stop_process(prom_proc, 20.0)
