@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from click.testing import CliRunner
 
 from kvbudget.cli.deploy import deploy
 from kvbudget.safety.servers import free_port, stop_process
+from tests.integration.engines import kvbudget_serve
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEMO_PLAN = REPO_ROOT / "examples" / "acceptance-demo.yaml"
@@ -35,17 +35,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def serve_url() -> Iterator[str]:
-    cmd = [sys.executable, "-m", "kvbudget", "serve", "--model", "m", "--port", "0",
-           "--num-gpu-blocks", "512", "--max-num-seqs", "2", "--step-ms", "20"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("http://"), f"kvbudget serve printed {line!r}"
-        yield line
-    finally:
-        stop_process(proc, 20.0)
+def serve_url(tmp_path: Path) -> Iterator[str]:
+    args = ["--model", "m", "--num-gpu-blocks", "512", "--max-num-seqs", "2", "--step-ms", "20"]
+    with kvbudget_serve(tmp_path / "serve.log", *args) as server:
+        yield server.base_url
 
 
 def _prometheus(tmp: Path, target: str, rules: Path) -> tuple[subprocess.Popen[Any], str]:
