@@ -1,10 +1,14 @@
-"""The real engines' launchers for the tests: ``bench/<name>.py`` loaded once by file path
-(bench/ is not a package), the cached build found or the test FAILED with the command that
-builds it (a real-engine test never skips), and a factory that stops what it started."""
+"""Servers the integration tests start: the real engines' launchers (``bench/<name>.py`` loaded
+once by file path, bench/ is not a package; the cached build found or the test FAILS with the
+command that builds it: a real-engine test never skips), a factory that stops what it started,
+``kvbudget serve`` on a free port, and ``kvbudget bench`` against a running server."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +17,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from kvbudget.safety.servers import LocalServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +61,29 @@ def server_factory(logs: Path, stem: str, make: Callable[..., Any]) -> Iterator[
     finally:
         for server in servers:
             server.stop()
+
+
+@contextmanager
+def kvbudget_serve(log_path: Path, *args: str) -> Iterator[LocalServer]:
+    """``kvbudget serve ARGS`` on a free loopback port, ready (``/health`` 200 within 60 s);
+    stopped by PID on exit."""
+    server = LocalServer(log_path=log_path, args=list(args))
+    server.port = free_port()
+    cmd = [sys.executable, "-m", "kvbudget", "serve", "--port", str(server.port), *args]
+    with server:
+        server.launch(cmd, env=os.environ, name="kvbudget serve", timeout_s=60.0, poll_s=0.2)
+        yield server
+
+
+def run_kvbudget_bench(server: Any, model: str, out_dir: Path, *args: str) -> dict[str, Any]:
+    """``kvbudget bench --json`` against ``server`` (its /metrics scraped every 0.25 s), into
+    ``out_dir``; the printed result, or the test fails with bench's stderr."""
+    cmd = [sys.executable, "-m", "kvbudget", "bench", "--base-url", server.base_url]
+    cmd += ["--model", model, "--metrics-url", server.base_url + "/metrics"]
+    cmd += ["--scrape-interval", "0.25", "--out", str(out_dir), "--json", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, (
+        f"kvbudget bench failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    )
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
