@@ -11,6 +11,7 @@ import numpy as np
 from kvbudget import __version__
 from kvbudget.accept.ab_runs import run_comparisons
 from kvbudget.accept.anomalies import find_anomalies
+from kvbudget.accept.audit_sections import AuditsSection
 from kvbudget.accept.audits import run_audits
 from kvbudget.accept.drill import drill_for, drill_stop_status
 from kvbudget.accept.engine_pool import pool_side_by_side
@@ -57,7 +58,7 @@ def _failed(cells: Sequence[CellResult], stop: str) -> tuple[list[str], int]:
 
 
 def stop_statuses(
-    plan: AcceptPlan, cells: Sequence[CellResult], audits: dict[str, Any]
+    plan: AcceptPlan, cells: Sequence[CellResult], audits: AuditsSection
 ) -> list[StopStatus]:
     """Each declared stop condition: triggered, not triggered, or untested (no evidence)."""
     stop = plan.stop
@@ -83,8 +84,8 @@ def stop_statuses(
     if stop.any_quality_failure:
         add(STOP_QUALITY, "none")
     if stop.any_cross_tenant_hit:
-        leak = audits.get("cross_tenant_cached_tokens")
-        if audits.get("leak_detected"):
+        leak = audits.cross_tenant_cached_tokens
+        if audits.leak_detected:
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
@@ -94,20 +95,17 @@ def stop_statuses(
                 )
             )
         elif leak is None:
-            iso = audits.get("isolation")
-            failed = isinstance(iso, dict) and iso.get("status") == "failed"
+            iso = audits.isolation
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
                     declared="none",
                     status="untested",
                     detail=(
-                        f"the isolation audit failed: {iso['reason']}"
-                        if failed and isinstance(iso, dict)
-                        else str(
-                            (iso if isinstance(iso, dict) else {}).get("reason")
-                            or "the isolation audit did not run (audits.isolation: true runs it)"
-                        )
+                        f"the isolation audit failed: {iso.reason}"
+                        if iso is not None and iso.status == "failed"
+                        else (iso.reason if iso is not None else "")
+                        or "the isolation audit did not run (audits.isolation: true runs it)"
                     ),
                 )
             )
@@ -120,17 +118,15 @@ def stop_statuses(
                     detail=f"{leak} cross-tenant cached tokens",
                 )
             )
-    reuse = audits.get("reuse")
-    if isinstance(reuse, dict):
-        status = {"fail": "triggered", "pass": "not_triggered"}.get(
-            str(reuse.get("status")), "untested"
-        )
+    reuse = audits.reuse
+    if reuse is not None:
+        status = {"fail": "triggered", "pass": "not_triggered"}.get(str(reuse.status), "untested")
         out.append(
             StopStatus(
                 name="reused KV correctness",
                 declared="cold, hot and reloaded outputs agree",
                 status=status,  # type: ignore[arg-type]
-                detail=f"reuse audit: {reuse.get('verdict')} — {reuse.get('reason')}",
+                detail=f"reuse audit: {reuse.verdict} — {reuse.reason}",
             )
         )
     out.extend(tier_stop_statuses(plan, cells))

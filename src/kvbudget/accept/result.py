@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvbudget.accept.audit_sections import AuditsSection
 from kvbudget.records import FigureKind, ResultDocument
 
 Verdict = Literal["pass", "fail", "untested", "not_comparable"]
@@ -266,7 +267,7 @@ class AcceptResult(ResultDocument):
     stop_conditions: list[StopStatus]
     comparisons: list[ComparisonResult] = Field(default_factory=list)
     anomalies: list[Anomaly] = Field(default_factory=list)
-    audits: dict[str, Any] = Field(default_factory=dict)
+    audits: AuditsSection = Field(default_factory=AuditsSection)
     verdict: OverallVerdict
     verdict_reasons: list[str]
     #: plan warnings shown before the run (a gated percentile out of reach, untestable quality)

@@ -128,7 +128,7 @@ def accept(
         from kvbudget.errors import RunFailedError
 
         raise RunFailedError(f"{failed} (report: {paths['md']})")
-    failed_audits = doc.audits.get("failed") if isinstance(doc.audits, dict) else None
+    failed_audits = doc.audits.failed
     if failed_audits:
         click.echo(
             f"accept: the {' and '.join(failed_audits)} audit(s) failed (the report's Audits "
