@@ -164,9 +164,12 @@ def main() -> None:
     ap.add_argument("--vidur-requests", type=int, default=100_000)
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
+    root = Path(__file__).resolve().parents[1]
     commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
     ).stdout.strip()
+    if not commit and (root / "COMMIT").is_file():  # a snapshot of the tree (git archive)
+        commit = (root / "COMMIT").read_text().strip()
     out: dict[str, Any] = {
         "what": "whole-process simulator speed and peak RSS (measured host CPU, wall and memory); "
         "simulated latencies are roofline estimates",
