@@ -24,7 +24,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from kvbudget.audit.probes import Completion, Probe
-from kvbudget.errors import ConfigError, TargetError
+from kvbudget.errors import ConfigError, RunFailedError
+from kvbudget.load.diagnosis import failure_from_text, stopped_line
 from kvbudget.records import ResultDocument
 from kvbudget.workload.tokenizer import get_tokenizer
 
@@ -298,9 +299,12 @@ async def run_reuse(
         cold, dc = await _timed(probe, ids, text, cfg)
         hot, dh = await _timed(probe, ids, text, cfg)
         if not cold.ok and not hot.ok and not firsts:
-            raise TargetError(
-                f"the first completion failed at {ident.base_url or 'the simulator'} "
-                f"({cold.error}); check --base-url and --model"
+            raise RunFailedError(
+                stopped_line(
+                    [failure_from_text(cold.error), failure_from_text(hot.error)],
+                    num_sent=2,
+                    url=ident.base_url or "the simulator",
+                )
             )
         firsts.append((cold, dc, hot, dh))
         done += 2

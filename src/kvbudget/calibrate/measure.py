@@ -25,8 +25,9 @@ import aiohttp
 
 from kvbudget.calibrate.fit import Observation, decode_observation, prefill_observation
 from kvbudget.calibrate.series import Probe
-from kvbudget.errors import TargetError
+from kvbudget.errors import RunFailedError, TargetError
 from kvbudget.load.client import ClientRequest, OpenAIClient, StreamOutcome
+from kvbudget.load.diagnosis import Failure, stopped_line
 from kvbudget.load.prometheus import parse_exposition
 
 
@@ -117,10 +118,11 @@ async def run_series(
     deadline_s: float,
     metrics_url: str | None = None,
 ) -> list[ProbeResult]:
-    """Send every probe in order; a failed request stops the series with a TargetError."""
+    """Send every probe in order; a failed request stops the series with a RunFailedError (exit 4)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
     results: list[ProbeResult] = []
+    sent = 0
     for i, probe in enumerate(probes):
         if loop.time() > end:
             raise TargetError(
@@ -146,12 +148,17 @@ async def run_series(
                 for j, p in enumerate(probe.prompts)
             ]
             outs = list(await asyncio.gather(*(client.stream(r) for r in reqs)))
-        for out in outs:
-            if out.status != "ok":
-                raise TargetError(
-                    f"calibration probe '{probe.label}' failed: {out.error_kind} from "
-                    f"{client.base_url} ({out.error_excerpt}); check the server and --base-url"
-                )
+        bad = [o for o in outs if o.status != "ok"]
+        if bad:
+            sent += len(outs)
+            line = stopped_line(
+                [Failure(o.error_kind, o.http_status, o.error_excerpt) for o in bad],
+                num_sent=sent,
+                url=client.base_url,
+                what="calibration requests",
+            )
+            raise RunFailedError(f"calibration probe '{probe.label}': {line}")
+        sent += len(outs)
         after = None
         if metrics_url:
             after = await settled_scrape(client, metrics_url, before, len(outs))

@@ -33,8 +33,9 @@ from kvbudget.calibrate.predict import (
 from kvbudget.calibrate.predict_paged import is_paged_profile, predict_paged_cell
 from kvbudget.calibrate.run import CalibrateOptions, calibrate
 from kvbudget.calibrate.series import token_range
-from kvbudget.errors import TargetError
+from kvbudget.errors import RunFailedError, TargetError
 from kvbudget.load.client import OpenAIClient
+from kvbudget.load.diagnosis import Failure, stopped_line
 from kvbudget.sim.timing import CalibrationProfile
 
 TARGET_REL_ERROR = 0.20
@@ -109,9 +110,15 @@ async def measure_cell(
     peak_kv = peak_cells / total_cells if peak_cells is not None and total_cells else None
     bad = [o for o in outs if o.status != "ok"]
     if bad:
-        raise TargetError(
-            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed, first "
-            f"{bad[0].error_kind} from {client.base_url} ({bad[0].error_excerpt}); check the server"
+        raise RunFailedError(
+            "cell "
+            + load.cell_id
+            + ": "
+            + stopped_line(
+                [Failure(o.error_kind, o.http_status, o.error_excerpt) for o in bad],
+                num_sent=len(outs),
+                url=client.base_url,
+            )
         )
     ttfts, tpots, total, starts, ends = [], [], 0, [], []
     for o in outs:

@@ -180,6 +180,19 @@ def parse_exposition(text: str, timestamp_s: float) -> list[MetricSample]:
     return out
 
 
+def sample_values(text: str) -> dict[str, float]:
+    """Every sample by the name it is exposed under (``_total``, ``_bucket``, ... kept), its
+    values summed over label sets (vLLM's ``engine``/``model_name``); llama.cpp's carry none.
+
+    Raises ``ValueError`` when the text is not Prometheus exposition format.
+    """
+    values: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            values[s.name] = values.get(s.name, 0.0) + float(s.value)
+    return values
+
+
 def detect_engine(text: str) -> str | None:
     """Which engine's names an exposition text uses (vllm, sglang, llamacpp) or None."""
     for prefix in ("vllm:", "sglang:", "llamacpp:"):
