@@ -88,7 +88,8 @@ class PromptResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt_sha256: str
-    #: prompt length in synthetic-tokenizer tokens (the server's own count is in the runs)
+    #: prompt length requested (tokens; sent as served token ids to vLLM/SGLang, whose own
+    #: count in the runs is then the same: see kvbudget.audit.probe_http)
     prompt_tokens: int
     cold: RunRecord
     hot: RunRecord
