@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvbudget.accept.lockcheck import apply_overrides
+from kvbudget.accept.lockcheck import Difference, apply_overrides
 from kvbudget.accept.plan_checks import Comparison, TargetPlan
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.capacity.plan_types import PlanResult
@@ -220,10 +220,10 @@ def serve_flags(config: EngineConfig) -> list[str]:
     return args
 
 
-def engine_differences(baseline: EngineConfig, variant: EngineConfig) -> list[tuple[str, Any, Any]]:
-    """(field, baseline, variant) for every engine-configuration field that differs."""
+def engine_differences(baseline: EngineConfig, variant: EngineConfig) -> list[Difference]:
+    """Every engine-configuration field that differs."""
     a, b = baseline.as_dict(), variant.as_dict()
-    return [(k, a[k], b[k]) for k in a if a[k] != b[k]]
+    return [Difference(k, a[k], b[k]) for k in a if a[k] != b[k]]
 
 
 def factor_refusal(target: TargetPlan, comparison: Comparison, lock: ObjectLock) -> str | None:

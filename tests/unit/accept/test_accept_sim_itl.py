@@ -25,6 +25,7 @@ import yaml
 
 from kvbudget.accept.cells import summarize_cell
 from kvbudget.accept.planfile import parse_plan
+from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.sim.config import ReplicaConfig
@@ -34,9 +35,13 @@ from kvbudget.workload.request import PlannedRequest
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
 
 
+def _id(name: str) -> str:
+    return RequestKey("short/normal", 0, name).encode()
+
+
 def _request(name: str, first_token: int, prompt: int, output: int) -> PlannedRequest:
     return PlannedRequest(
-        request_id=name,
+        request_id=_id(name),
         arrival_s=0.0,
         prompt_token_ids=tuple(range(first_token, first_token + prompt)),
         output_tokens=output,
@@ -64,14 +69,14 @@ def test_token_times_are_the_step_ends(fast: bool) -> None:
         requests, cell_id="short/normal", closed_loop_concurrency=2, duration_s=None
     )
     times = {r.request_id: r.token_times_s for r in run.records}
-    assert times["A"] == pytest.approx([0.050, 0.062])
-    assert times["B"] == pytest.approx([0.050, 0.062, 0.103, 0.115])
-    assert times["C"] == pytest.approx([0.103, 0.115])
+    assert times[_id("A")] == pytest.approx([0.050, 0.062])
+    assert times[_id("B")] == pytest.approx([0.050, 0.062, 0.103, 0.115])
+    assert times[_id("C")] == pytest.approx([0.103, 0.115])
     by_id = {r.request_id: r for r in run.records}
-    assert by_id["C"].sent_s == pytest.approx(0.062)
-    assert by_id["C"].ttft_s == pytest.approx(0.041)
+    assert by_id[_id("C")].sent_s == pytest.approx(0.062)
+    assert by_id[_id("C")].ttft_s == pytest.approx(0.041)
     # TPOT is the mean of a request's ITLs: B (115 - 50) / 3 ms
-    assert by_id["B"].tpot_s == pytest.approx(0.065 / 3)
+    assert by_id[_id("B")].tpot_s == pytest.approx(0.065 / 3)
 
     plan = parse_plan(yaml.safe_load(DEMO.read_text(encoding="utf-8")))
     cell, _ = summarize_cell(
