@@ -46,6 +46,21 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "llama_block32": ("llama", {}, {"block_size": 32}),
     "mistral_sliding": ("mistral", {"sliding_window": 256}, {}),
     "phi3_sliding": ("phi3", {"sliding_window": 256}, {}),
+    # vLLM 0.32 reads config.head_dim (models/glm4_moe.py: head_dim=config.head_dim); GLM-4.5's
+    # config.json carries it (128), transformers 5.19's Glm4MoeConfig default has none
+    "glm4_moe": ("glm4_moe", {"head_dim": 64}, {}),
+    # vLLM 0.32 sizes the short-conv state from config.conv_dim (models/lfm2.py); LFM2's
+    # config.json carries conv_dim = hidden_size, transformers' Lfm2Config has no such field
+    "lfm2": ("lfm2", {"conv_dim": 256}, {}),
+    "lfm2_moe": ("lfm2_moe", {"conv_dim": 256}, {}),
+    # the default Nemotron-H (Nemotron-3 Nano) has non-gated relu2 MoE layers, which vLLM CPU
+    # refuses (fused_moe/config.py: is_act_and_mul=False only on CUDA, XPU, ROCm); the dense
+    # Nemotron-H layout (mamba, mlp and attention layers) starts
+    "nemotron_h_dense": (
+        "nemotron_h",
+        {"layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"] * 2},
+        {},
+    ),
 }
 
 WORKER = r"""
@@ -136,27 +151,50 @@ WRAPPER_ERRORS = (
 )
 
 
+#: a worker's line prefix (``(EngineCore_DP0 pid=12) ``) and vLLM's log prefix (``ERROR 12-01 ...] ``)
+LINE_PREFIX = re.compile(r"^\s*(\(\w+ pid=\d+\)\s*)?(\w+ \d\d-\d\d [\d:.]+ \[[^\]]*\]\s*)?")
+
+
 def error_line(text: str) -> str:
-    """The engine's own exception line (``ValueError: ...``), else the last error-looking line."""
+    """The engine's own root-cause exception line (``ValueError: ...``), else the last error line.
+
+    Worker processes print the root cause before the parent's wrapper exceptions; their lines
+    carry a ``(Name pid=N)`` prefix and often vLLM's ``ERROR date [file:line]`` prefix.
+    """
+    stripped = [LINE_PREFIX.sub("", line).strip() for line in text.splitlines()]
     raised = [
-        line.strip()
-        for line in text.splitlines()
-        if re.match(r"^\s*(\(\w+ pid=\d+\)\s*)?[\w.]*(Error|Exception): \S", line)
+        line
+        for line in stripped
+        if re.match(r"^[\w.]*(Error|Exception): \S", line)
         and not any(wrapper in line for wrapper in WRAPPER_ERRORS)
     ]
     if raised:
         return raised[0][:500]
     candidates = [
-        line.strip()
-        for line in text.splitlines()
+        line
+        for line in stripped
         if re.search(r"(Error|error|not supported|Unsupported|NotImplemented)", line)
         and "Traceback" not in line
     ]
     return candidates[-1][:500] if candidates else text.strip().splitlines()[-1][:500]
 
 
+def root_cause_context(text: str, line: str, before: int = 25) -> list[str]:
+    """The log lines leading to the root-cause line (its traceback), prefixes stripped."""
+    stripped = [LINE_PREFIX.sub("", raw).rstrip() for raw in text.splitlines()]
+    for index, candidate in enumerate(stripped):
+        if candidate.strip()[:500] == line:
+            return stripped[max(0, index - before) : index + 1]
+    return []
+
+
 def run_case(
-    name: str, model_type: str, overrides: dict[str, Any], engine: dict[str, Any], timeout_s: int
+    name: str,
+    model_type: str,
+    overrides: dict[str, Any],
+    engine: dict[str, Any],
+    timeout_s: int,
+    logs: Path | None = None,
 ) -> dict[str, Any]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -200,7 +238,11 @@ def run_case(
             record["engine_final"] = json.loads(line.removeprefix("KVB_RESULT "))
     if "engine_final" not in record:
         record["error"] = error_line(text)
+        record["root_cause_context"] = root_cause_context(text, record["error"])
         record["log_tail"] = text.strip().splitlines()[-40:]
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{name}.log").write_text(text, encoding="utf-8")
     return record
 
 
@@ -210,6 +252,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated case names")
     parser.add_argument("--registry", type=Path, help="also write vLLM's architecture list here")
     parser.add_argument("--timeout", type=int, default=900)
+    parser.add_argument("--logs", type=Path, help="also keep each case's full engine log here")
     parser.add_argument("--skip-done", action="store_true", help="skip cases already recorded")
     args = parser.parse_args()
     import transformers
@@ -248,7 +291,7 @@ def main() -> int:
         if args.skip_done and name in data["cases"]:
             continue
         model_type, overrides, engine = cases[name]
-        record = run_case(name, model_type, overrides, engine, args.timeout)
+        record = run_case(name, model_type, overrides, engine, args.timeout, args.logs)
         record["recorded_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         data["cases"][name] = record
         status = record.get("error") or f"{record.get('kv_cache_tokens')} tokens"

@@ -1,11 +1,11 @@
-"""Render the tables of docs/benchmarks.md from the raw results under bench/results/.
+"""Render the tables of docs/benchmarks.md and docs/calibration.md from bench/results/.
 
 Every published figure table sits between ``<!-- generated:NAME:begin -->`` and
 ``<!-- generated:NAME:end -->`` and is rewritten from its raw JSON file by this script (and the
 llama.cpp block by ``bench/llamacpp_measure.render_markdown``), so no table is typed by hand.
 ``tests/unit/test_published_figures.py`` fails when a block differs from what the raw file gives.
 
-    python scripts/render_benchmarks.py           # rewrite the blocks in docs/benchmarks.md
+    python scripts/render_benchmarks.py           # rewrite the blocks in both documents
     python scripts/render_benchmarks.py --check   # exit 1 if a block is out of date
 """
 
@@ -23,6 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs" / "benchmarks.md"
+CALIBRATION_DOC = ROOT / "docs" / "calibration.md"
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -158,6 +159,54 @@ def sim_scale(name: str) -> str:
     return "\n".join(out)
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0%}"
+
+
+def vllm_calibrate() -> str:
+    """Predicted vs measured p50s of ``bench/vllm_calibrate.py``'s raw validation report."""
+    raw = _load("vllm_calibrate.json")
+    rep = raw["report"]
+    errors = {(e["cell_id"], e["metric"]): e["rel_error"] for e in rep["errors"]}
+    out = [
+        f"{raw['label']}. Engine: {rep['engine']} on {rep['hardware']}; run "
+        f"{raw['date_utc']}, load average {raw['load_average_1m_before']} before and "
+        f"{raw['load_average_1m_after']} after on {raw['cpu_count']} cores; timings from "
+        f"`{rep['profile']['engine_settings']['timings_source']}`. Command: "
+        f"`{raw['command']}`.",
+        "",
+        "| cell | role | prompt tokens | concurrency | requests | TTFT p50 measured (ms) | "
+        "predicted (ms) | error | TPOT p50 measured (ms) | predicted (ms) | error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in rep["cells"]:
+        m, p = c["measured"], c["predicted"]
+        out.append(
+            f"| {c['cell_id']} | {c['role']} | {c['prompt_tokens']:,} | {c['concurrency']} | "
+            f"{c['num_requests']} | {m['ttft_p50_s'] * 1e3:,.0f} | {p['ttft_p50_s'] * 1e3:,.0f} | "
+            f"{_pct(errors.get((c['cell_id'], 'ttft_p50_s')))} | {m['tpot_p50_s'] * 1e3:,.1f} | "
+            f"{p['tpot_p50_s'] * 1e3:,.1f} | {_pct(errors.get((c['cell_id'], 'tpot_p50_s')))} |"
+        )
+    worst = rep["held_out_max_abs_rel_error"]
+    held = [
+        abs(e["rel_error"])
+        for e in rep["errors"]
+        if e["role"] == "held-out"
+        and e["metric"] in ("ttft_p50_s", "tpot_p50_s")
+        and e["rel_error"] is not None
+    ]
+    median = sorted(held)[len(held) // 2] if held else None
+    out.append("")
+    out.append(
+        f"Held-out cells, largest |error|: TTFT p50 {worst['ttft_p50_s']:.0%}, TPOT p50 "
+        f"{worst['tpot_p50_s']:.0%}; median |error| of the held-out p50s "
+        f"{'—' if median is None else f'{median:.0%}'} (target ±"
+        f"{rep['target_rel_error']:.0%}: **{'met' if rep['target_met'] else 'not met'}**). "
+        f"Calibration {rep['calibration_wall_s']:.0f} s, whole run {rep['validation_wall_s']:.0f} s."
+    )
+    return "\n".join(out)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "sim-scale": lambda: sim_scale("sim_scale.json"),
     "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
@@ -166,6 +215,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-speed": sim_speed,
     "llamacpp": llamacpp,
 }
+#: the generated blocks of docs/calibration.md
+CALIBRATION_BLOCKS: dict[str, Callable[[], str]] = {"vllm-calibrate": vllm_calibrate}
 
 
 def _pattern(name: str) -> re.Pattern[str]:
@@ -176,23 +227,23 @@ def _pattern(name: str) -> re.Pattern[str]:
     )
 
 
-def published(text: str) -> dict[str, str]:
+def published(text: str, blocks: dict[str, Callable[[], str]] | None = None) -> dict[str, str]:
     """The generated blocks as they stand in a document."""
     out: dict[str, str] = {}
-    for name in BLOCKS:
+    for name in BLOCKS if blocks is None else blocks:
         match = _pattern(name).search(text)
         if match:
             out[name] = match.group(2)
     return out
 
 
-def render(text: str) -> str:
+def render(text: str, blocks: dict[str, Callable[[], str]] | None = None) -> str:
     """``text`` with every generated block rewritten from its raw file."""
-    for name, make in BLOCKS.items():
+    for name, make in (BLOCKS if blocks is None else blocks).items():
         body = make()
         text, n = _pattern(name).subn(lambda m, b=body: m.group(1) + b + m.group(3), text)
         if n != 1:
-            raise SystemExit(f"{DOCS}: no (or more than one) block generated:{name}")
+            raise SystemExit(f"no (or more than one) block generated:{name} in the document")
     return text
 
 
@@ -200,15 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
     args = ap.parse_args(argv)
-    text = DOCS.read_text(encoding="utf-8")
-    new = render(text)
-    if args.check:
-        if new != text:
-            print(f"{DOCS}: generated blocks are out of date; run {sys.argv[0]}", file=sys.stderr)
-            return 1
-        return 0
-    DOCS.write_text(new, encoding="utf-8")
-    return 0
+    stale = 0
+    for doc, blocks in ((DOCS, BLOCKS), (CALIBRATION_DOC, CALIBRATION_BLOCKS)):
+        text = doc.read_text(encoding="utf-8")
+        new = render(text, blocks)
+        if args.check:
+            if new != text:
+                print(
+                    f"{doc}: generated blocks are out of date; run {sys.argv[0]}", file=sys.stderr
+                )
+                stale = 1
+        else:
+            doc.write_text(new, encoding="utf-8")
+    return stale
 
 
 if __name__ == "__main__":

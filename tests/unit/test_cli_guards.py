@@ -42,7 +42,7 @@ BIG = "9" * 400
             [
                 "calc",
                 "--layers",
-                "100000000",
+                "2147483648",  # 2^31: beyond every model dimension (1e8 answers, issue 16)
                 "--kv-heads",
                 "8",
                 "--head-dim",
@@ -52,7 +52,7 @@ BIG = "9" * 400
                 "--dtype-bytes",
                 "2",
             ],
-            "10,000",
+            "2,147,483,647",
         ),
         (["sim", "--engine", "llamacpp", "--slots", "0"], "--slots"),
         (["sim", "--engine", "llamacpp", "--slots", "7638656406"], "--slots"),

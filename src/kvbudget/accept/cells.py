@@ -10,6 +10,7 @@ import numpy as np
 
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.quality import evaluate_checkpoint
+from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import CellResult, MetricSummary, TimeSeries
 from kvbudget.accept.stats import summarize
 from kvbudget.accept.targets import CellRun
@@ -135,7 +136,7 @@ def prompt_lengths_in_tier(
     counted = [
         r.prompt_tokens
         for r in records
-        if r.prompt_tokens is not None and "/quality:" not in r.request_id
+        if r.prompt_tokens is not None and RequestKey.decode(r.request_id).checkpoint is None
     ]
     if tier is None or not counted:
         return {}
@@ -176,9 +177,11 @@ def summarize_cell(
     for checkpoint in plan.quality:
         if input_tier not in checkpoint.tiers or skipped_reason is not None or not records:
             continue
-        suffix = f"/quality:{checkpoint.id}"
         outputs: list[str | None] = [
-            text for run in runs for rid, text in run.outputs.items() if rid.endswith(suffix)
+            text
+            for run in runs
+            for rid, text in run.outputs.items()
+            if RequestKey.decode(rid).checkpoint == checkpoint.id
         ]
         outcomes.append(evaluate_checkpoint(checkpoint, outputs, simulated=synthetic_text))
     evidence = CellEvidence(

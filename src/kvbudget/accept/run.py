@@ -29,6 +29,7 @@ from kvbudget.accept.cells import summarize_cell
 from kvbudget.accept.engine_config import EngineConfig
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
 from kvbudget.accept.result import CellResult, Ledger, Verdict
 from kvbudget.accept.targets import CellRun, Target
 from kvbudget.accept.verdicts import row_stopped
@@ -62,7 +63,7 @@ def with_quality_prompts(
         text = Path(checkpoint.prompt_file).read_text(encoding="utf-8")
         out[slot] = replace(
             out[slot],
-            request_id=f"{cell_id}#{repetition}/quality:{checkpoint.id}",
+            request_id=RequestKey(cell_id, repetition).quality(checkpoint.id).encode(),
             prompt_token_ids=tuple(encode(text)),
             prompt_text=text,
             prefix_group=None,
@@ -179,19 +180,19 @@ def _run_to_json(cell_id: str, repetition: int, run: CellRun) -> dict[str, Any]:
 def _load_progress(out_dir: Path) -> dict[tuple[str, int], CellRun]:
     progress = read_jsonl_dicts(out_dir / "progress.jsonl").items
     records = read_jsonl_dicts(out_dir / "records.jsonl").items
-    by_cell: dict[str, list[RequestRecord]] = {}
+    by_run: dict[tuple[str, int], list[RequestRecord]] = {}
     for raw in records:
         rec = RequestRecord.model_validate(raw)
         if rec.cell_id is not None and not rec.warmup:
-            by_cell.setdefault(rec.cell_id, []).append(rec)
+            key = RequestKey.decode(rec.request_id)
+            if key.repetition is not None:
+                by_run.setdefault((key.cell_id, key.repetition), []).append(rec)
     done: dict[tuple[str, int], CellRun] = {}
     for item in progress:
         cell_id = str(item["cell_id"])
         rep = int(item["repetition"])
-        prefix = f"{cell_id}#{rep}/"
-        recs = [r for r in by_cell.get(cell_id, []) if r.request_id.startswith(prefix)]
         done[(cell_id, rep)] = CellRun(
-            records=recs,
+            records=by_run.get((cell_id, rep), []),
             duration_s=float(item["duration_s"]),
             samples=[MetricSample.model_validate(s) for s in item["samples"]],
             capacity_error=item["capacity_error"],
@@ -250,7 +251,11 @@ def run_matrix(
         warm_info: dict[str, Any] = {"requests": len(warm), "scored": False}
         if warm:
             warm_run = target.run_cell(
-                warm, cell_id="warmup", closed_loop_concurrency=None, duration_s=None, warmup=True
+                warm,
+                cell_id=WARMUP_CELL,
+                closed_loop_concurrency=None,
+                duration_s=None,
+                warmup=True,
             )
             warm_info["duration_s"] = warm_run.duration_s
             warm_info["errors"] = sum(1 for r in warm_run.records if r.status == "error")

@@ -26,7 +26,8 @@ from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.ledger import input_entry, length_conflict
 from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
-from kvbudget.safety.limits import MAX_LAYERS
+from kvbudget.safety.limits import MAX_MODEL_DIM
+from kvbudget.spec.from_transformers import from_transformers
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
 from kvbudget.spec.resolve import ResolvedModel, resolve_model
@@ -38,6 +39,17 @@ def _positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}", field=name)
     return value
+
+
+def layer_ranges(indices: tuple[int, ...] | list[int]) -> list[list[int]]:
+    """Layer indices as half-open ``[start, stop)`` runs: ``(0, 1, 2, 5)`` -> ``[[0, 3], [5, 6]]``."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and runs[-1][1] == index:
+            runs[-1][1] = index + 1
+        else:
+            runs.append([index, index + 1])
+    return runs
 
 
 def explicit_bytes(
@@ -53,9 +65,9 @@ def explicit_bytes(
         ("seqs", seqs),
     ):
         _positive(name, value)
-    if num_layers > MAX_LAYERS:
+    if num_layers > MAX_MODEL_DIM:
         raise ConfigError(
-            f"layers: {num_layers} is beyond the limit of {MAX_LAYERS:,} (docs/limits.md); "
+            f"layers: {num_layers} is beyond the limit of {MAX_MODEL_DIM:,} (docs/limits.md); "
             "give the model's real layer count",
             field="layers",
         )
@@ -100,7 +112,7 @@ def calc_explicit(
         "pp_rank": 0,
         "kind": "full",
         "num_layers": num_layers,
-        "layer_indices": list(range(num_layers)),
+        "layer_ranges": [[0, num_layers]],
         "tokens_kept": tokens,
         "bytes_per_token": per_token,
         "bytes_per_sequence": per_seq,
@@ -199,7 +211,7 @@ def _layout_tables(layout: LayoutResult) -> tuple[list[dict[str, Any]], list[dic
             "pp_rank": s.pp_rank,
             "kind": g.kind,
             "num_layers": g.num_layers,
-            "layer_indices": list(g.layer_indices),
+            "layer_ranges": layer_ranges(g.layer_indices),
             "tokens_kept": g.tokens_kept,
             "bytes_per_token": g.bytes_per_token,
             "bytes_per_sequence": g.bytes_per_sequence,
@@ -240,10 +252,13 @@ def calc_model(
     resolved: ResolvedModel | None = None,
     ctx_size: int | None = None,
     unified: bool = False,
+    read_transformers: bool = False,
 ) -> CalcResult:
     """Resolve ``ref`` and compute its KV bytes under ``engine``'s layout.
 
-    ``resolved`` skips the lookup (the web passes a pasted config resolved in memory).
+    ``resolved`` skips the lookup (the web passes a pasted config resolved in memory);
+    ``read_transformers`` reads the layer structure from transformers itself
+    (:mod:`kvbudget.spec.from_transformers`).
     """
     for name, value in (("tokens", tokens), ("seqs", seqs), ("tp", tp), ("pp", pp), ("dp", dp)):
         _positive(name, value)
@@ -253,6 +268,8 @@ def calc_model(
         )
     if resolved is None:
         resolved = resolve_model(ref, overrides=overrides, allow_download=allow_download)
+    if read_transformers:
+        resolved = from_transformers(resolved, overrides=overrides)
     base: dict[str, Any] = {
         "engine": engine,
         "kv_dtype": kv_dtype,

@@ -216,9 +216,9 @@ def _emit(result: Any, opts: dict[str, Any], name: str) -> None:
 def _fail_if_all_failed(outcomes: list[tuple[str | None, bool]], result: Any, what: str) -> None:
     """Exit 4 in one line when every request of the audit failed (the result is written)."""
     from kvbudget.errors import RunFailedError
-    from kvbudget.load.diagnosis import Failure, diagnose, digest
+    from kvbudget.load.diagnosis import diagnose, digest, failure_from_text
 
-    failures = [Failure("other", None, error) for error, ok in outcomes if not ok]
+    failures = [failure_from_text(error) for error, ok in outcomes if not ok]
     where = (result.target or {}).get("base_url") or "the simulator"
     line = diagnose(digest(failures, len(outcomes)), url=str(where), what=what)
     if line is not None:

@@ -24,11 +24,11 @@ _EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
 
 
 def _count(name: str, value: str | None, default: int | None = None) -> int | None:
-    from kvbudget.safety.limits import MAX_LAYERS, MAX_MODEL_DIM, MAX_TOKENS
+    from kvbudget.safety.limits import MAX_MODEL_DIM, MAX_TOKENS
 
     if value is None:
         return default
-    bound = {"layers": MAX_LAYERS, "tokens": MAX_TOKENS}.get(name, MAX_MODEL_DIM)
+    bound = MAX_TOKENS if name == "tokens" else MAX_MODEL_DIM
     return parse_count(value, field=name.replace("_", "-"), maximum=bound)
 
 
@@ -52,6 +52,13 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
 )
 @click.option(
     "--engine", type=click.Choice(ENGINES), help="Engine layout for --model (default vllm)."
+)
+@click.option(
+    "--from-transformers",
+    "read_transformers",
+    is_flag=True,
+    help="Read the layer structure from transformers itself (meta-device model; needs "
+    "transformers and torch) and check it against kvbudget's table.",
 )
 @click.option(
     *KV_DTYPE,
@@ -148,6 +155,7 @@ def calc(
     sets: tuple[str, ...],
     download: bool,
     engine: str | None,
+    read_transformers: bool,
     kv_dtype: str,
     v_dtype: str | None,
     ctx_size: str | None,
@@ -237,6 +245,7 @@ def calc(
             )
         model_only = {
             "--engine": engine,
+            "--from-transformers": read_transformers or None,
             "--set": sets or None,
             "--tp": tp,
             "--pp": pp,
@@ -287,6 +296,7 @@ def calc(
             allow_download=download,
             ctx_size=llama.ctx_size,
             unified=llama.unified,
+            read_transformers=read_transformers,
         )
     kv = None
     if model_ref is not None and engine == "llamacpp" and result.status != "not_applicable":

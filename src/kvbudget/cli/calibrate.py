@@ -96,10 +96,13 @@ def _write(path: Path, text: str) -> None:
     help="Engine's -b (logical batch), when not the llama.cpp default 2048.",
 )
 @click.option(
+    "--max-num-batched-tokens",
     "--n-ubatch",
+    "n_ubatch",
     type=click.IntRange(1),
     default=None,
-    help="Engine's -ub (physical batch), when not the llama.cpp default 512.",
+    help="Tokens one engine step computes: llama.cpp's -ub (default 512), vLLM's "
+    "--max-num-batched-tokens (default: vLLM's CPU default 2048).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random prompts.")
 @click.option(

@@ -61,6 +61,10 @@ class ReplicaSetup:
     kv_preloaded: bool = False
     #: requests flagged ``kv_transferred`` arrive with their KV (migration by transfer)
     accepts_transfers: bool = False
+    #: keep every output token's time per request in ``Replica.token_times`` (ITL); off by
+    #: default (plain ``kvbudget sim`` runs pay nothing); on, the explicit engine is used (the
+    #: lazy-decode fast path materialises no per-token times)
+    record_token_times: bool = False
 
 
 class Replica:
@@ -130,6 +134,7 @@ class Replica:
             and stack is None
             and not setup.kv_preloaded
             and not setup.accepts_transfers
+            and not setup.record_token_times
             and fast_path_ok(cfg)
         )
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
@@ -147,6 +152,9 @@ class Replica:
         self.step_gen = 0
         self.num_routed = 0
         self.samples: list[KVSample] = []
+        #: request id -> end time of each step that gave it an output token (when
+        #: ``setup.record_token_times``); the caller pops a request's entry when it finishes
+        self.token_times: dict[str, list[float]] | None = {} if setup.record_token_times else None
 
     # ------------------------------------------------------------------ driving
     def add(self, req: Any) -> SimRequest:
@@ -165,6 +173,11 @@ class Replica:
         if self.fast is not None:
             return self.fast.step(now_s)
         result = self.core.step(now_s)
+        times = self.token_times
+        if times is not None:
+            end_s = now_s + result.duration_s  # a step's tokens exist when it ends
+            for out in result.outputs:
+                times.setdefault(out.request_id, []).append(end_s)
         for out in result.outputs:
             if out.finished:
                 continue

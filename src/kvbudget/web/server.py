@@ -11,6 +11,7 @@ from types import TracebackType
 import uvicorn
 
 from kvbudget.errors import ConfigError
+from kvbudget.safety.servers import free_port
 from kvbudget.web.app import create_app
 
 DEFAULT_HOST = "127.0.0.1"
@@ -40,14 +41,6 @@ def check_bindable(host: str, port: int) -> None:
                 "pick a free port with --port or another address with --host",
                 field="port",
             ) from exc
-
-
-def free_port(host: str = DEFAULT_HOST) -> int:
-    """A port the OS says is free right now on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def make_server(host: str, port: int) -> uvicorn.Server:

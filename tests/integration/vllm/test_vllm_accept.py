@@ -103,11 +103,10 @@ def no_prefix_server(
     vllm: Any, vllm_launcher: Any, tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("vllm-noprefix") / "vllm.log"
-    server = vllm_launcher.start_server(vllm, tiny_llama, log, ["--no-enable-prefix-caching"])
-    try:
+    with vllm_launcher.start_server(
+        vllm, tiny_llama, log, ["--no-enable-prefix-caching"]
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def run_accept(server: Any, out: Path, *, prefix_caching: bool) -> dict[str, Any]:

@@ -1,0 +1,272 @@
+"""``calc --from-transformers``: read the cache structure from transformers itself.
+
+The seed asks to "prefer the engine's authoritative per-layer spec". With transformers (and
+torch) installed, this module builds the model from its config on the ``meta`` device (no memory,
+no weights), runs one forward of two tokens and reads what transformers' own cache holds, layer
+by layer (``transformers/cache_utils.py``, 5.x):
+
+* ``DynamicLayer`` K ``[batch, kv_heads, seq, head_dim]`` and V ``[batch, kv_heads, seq, v_dim]``:
+  full attention (MLA models keep the latent ``[batch, 1, seq, kv_lora_rank]`` as K and the
+  rotary key ``[batch, 1, seq, rope]`` as V);
+* ``DynamicSlidingWindowLayer`` (``sliding_window``): sliding, or chunked when the config's
+  ``layer_types`` says ``chunked_attention`` (the same class with the chunk size);
+* a linear-attention layer (``conv_states`` / ``recurrent_states``): a recurrent state;
+* ``DummyLayer`` or a layer without keys: nothing stored (KV-shared or MLP-only layers).
+
+The reading is authoritative for which layers exist, their kinds, KV heads, head sizes,
+windows and state sizes. Where kvbudget's table also resolves the model, every layer is
+compared and a disagreement is a ``not_applicable`` answer naming the layer (never a silent
+pick). Where the table refuses, a model whose layers are all attention (or empty) is built from
+transformers' reading alone, marked unverified for the other engines' layouts. The ledger's
+``layer_structure`` line says which happened.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from kvbudget.errors import ConfigError, SpecError
+from kvbudget.spec.layers import (
+    MLA,
+    ChunkedLocal,
+    FullAttention,
+    KVShared,
+    LayerSpec,
+    NoAttention,
+    SlidingWindow,
+    StateLayer,
+)
+from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.provenance import LedgerEntry
+from kvbudget.spec.resolve import ResolvedModel
+
+INSTALL_HINT = (
+    "from-transformers: needs transformers and torch; install them with "
+    "pip install transformers torch, or drop --from-transformers to use kvbudget's own table"
+)
+
+#: tokens of the probe forward (enough to give every cached tensor its per-token shape)
+PROBE_TOKENS = 2
+
+
+def _modules() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise ConfigError(INSTALL_HINT, field="from_transformers") from exc
+    return torch, transformers
+
+
+def _config_dict(resolved: ResolvedModel, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    if resolved.source is None:
+        raise SpecError("from-transformers: no config.json was found to build", field="model")
+    raw = dict(resolved.source.raw)
+    if overrides:
+        if isinstance(raw.get("text_config"), dict):
+            raw["text_config"] = {**raw["text_config"], **overrides}
+        else:
+            raw.update(overrides)
+    return raw
+
+
+def _build(raw: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(config, text config, cache) after a meta-device forward of :data:`PROBE_TOKENS` tokens."""
+    torch, transformers = _modules()
+    model_type = raw.get("model_type")
+    kwargs = {k: v for k, v in raw.items() if k not in ("model_type", "transformers_version")}
+    try:
+        config = transformers.AutoConfig.for_model(str(model_type), **kwargs)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        ids = torch.zeros((1, PROBE_TOKENS), dtype=torch.long, device="meta")
+        with torch.no_grad():
+            out = model.eval()(input_ids=ids, use_cache=True)
+    except Exception as exc:
+        words = " ".join(str(exc).split())[:300]
+        raise SpecError(
+            f"from-transformers: transformers {transformers.__version__} could not build "
+            f"model_type {model_type!r} on the meta device ({type(exc).__name__}: {words}); "
+            "drop --from-transformers to use kvbudget's table",
+            field="model",
+        ) from exc
+    return config, config.get_text_config(decoder=True), out.past_key_values
+
+
+def _shape(tensor: Any) -> tuple[int, ...]:
+    return tuple(int(x) for x in tensor.shape)
+
+
+def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
+    """One dict per decoder layer: what transformers' cache holds for it."""
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, list):
+        raise SpecError(
+            f"from-transformers: the returned cache ({type(cache).__name__}) has no per-layer "
+            "list to read; drop --from-transformers",
+            field="model",
+        )
+    types = list(getattr(text, "layer_types", None) or [])
+    out: list[dict[str, Any]] = []
+    for index, layer in enumerate(layers):
+        entry: dict[str, Any] = {"index": index, "class": type(layer).__name__}
+        keys = getattr(layer, "keys", None)
+        if hasattr(layer, "conv_states"):
+            conv = [t for t in layer.conv_states.values() if t is not None]
+            rec = [t for t in layer.recurrent_states.values() if t is not None]
+            entry.update(
+                kind="state",
+                conv_shapes=[_shape(t)[1:] for t in conv],
+                recurrent_shapes=[_shape(t)[1:] for t in rec],
+            )
+            if keys is not None:
+                entry["kind"] = "hybrid"
+        elif keys is None:
+            entry["kind"] = "none"
+        else:
+            window = getattr(layer, "sliding_window", None)
+            chunked = index < len(types) and types[index] == "chunked_attention"
+            entry.update(
+                kind="full" if window is None else ("chunked" if chunked else "sliding"),
+                num_kv_heads=_shape(keys)[1],
+                head_dim=_shape(keys)[-1],
+                v_head_dim=_shape(layer.values)[-1],
+                window=int(window) if window is not None else None,
+            )
+        out.append(entry)
+    return out
+
+
+def _attention_spec(entry: dict[str, Any]) -> LayerSpec:
+    i, heads, k, v = entry["index"], entry["num_kv_heads"], entry["head_dim"], entry["v_head_dim"]
+    if entry["kind"] == "sliding":
+        return SlidingWindow(i, heads, k, v if v != k else 0, sliding_window=entry["window"])
+    if entry["kind"] == "chunked":
+        return ChunkedLocal(i, heads, k, v if v != k else 0, attention_chunk_size=entry["window"])
+    return FullAttention(i, heads, k, v if v != k else 0)
+
+
+def _disagreement(table: LayerSpec, entry: dict[str, Any]) -> str | None:
+    """Why the table's layer differs from transformers' reading (None when they agree)."""
+    kind = entry["kind"]
+    if isinstance(table, MLA):
+        want = (1, table.kv_lora_rank, table.qk_rope_head_dim)
+        got = (entry.get("num_kv_heads"), entry.get("head_dim"), entry.get("v_head_dim"))
+        return None if kind == "full" and got == want else f"MLA latent {want} vs {kind} {got}"
+    if isinstance(table, FullAttention):
+        if kind != table.kind:
+            return f"kind {table.kind} vs {kind}"
+        want_dims = (table.num_kv_heads, table.head_dim, table.v_dim)
+        got_dims = (entry["num_kv_heads"], entry["head_dim"], entry["v_head_dim"])
+        if want_dims != got_dims:
+            return f"(kv_heads, head_dim, v_head_dim) {want_dims} vs {got_dims}"
+        window = getattr(table, "sliding_window", None) or getattr(
+            table, "attention_chunk_size", None
+        )
+        return None if window == entry["window"] else f"window {window} vs {entry['window']}"
+    if isinstance(table, StateLayer):
+        if kind != "state":
+            return f"state vs {kind}"
+        conv = sum(math.prod(s) for s in entry["conv_shapes"])
+        rec = sum(math.prod(s) for s in entry["recurrent_shapes"])
+        want_conv = 0 if table.state_kind == "linear" else table.conv_channels() * table.conv_kernel
+        if (conv, rec) != (want_conv, table.ssm_elements()):
+            return f"state elements (conv, recurrent) {(want_conv, table.ssm_elements())} vs {(conv, rec)}"
+        return None
+    if isinstance(table, KVShared | NoAttention):
+        return None if kind == "none" else f"{table.kind} vs {kind}"
+    return f"{table.kind} vs {kind}"  # pragma: no cover (every LayerSpec kind is handled above)
+
+
+def _summary(entries: list[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for entry in entries:
+        counts[f"{entry['kind']} ({entry['class']})"] = (
+            counts.get(f"{entry['kind']} ({entry['class']})", 0) + 1
+        )
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
+
+
+def _with_entry(spec: ModelSpec, entry: LedgerEntry) -> ModelSpec:
+    ledger = (*(e for e in spec.ledger if e.field != entry.field), entry)
+    return replace(spec, ledger=ledger)
+
+
+def from_transformers(
+    resolved: ResolvedModel, *, overrides: dict[str, Any] | None = None
+) -> ResolvedModel:
+    """``resolved`` with its layer structure read from (and checked against) transformers."""
+    _, transformers = _modules()
+    raw = _config_dict(resolved, overrides)
+    _, text, cache = _build(raw)
+    entries = read_layers(cache, text)
+    where = (
+        f"transformers {transformers.__version__}: AutoModelForCausalLM.from_config on the meta "
+        f"device, one forward of {PROBE_TOKENS} tokens, {type(cache).__name__}.layers"
+    )
+    base = next((e for e in resolved.ledger if e.field == "architecture"), None)
+    read = LedgerEntry(
+        field="layer_structure",
+        value=_summary(entries),
+        source="derived",
+        location=where,
+        note="read from transformers itself (--from-transformers)",
+    )
+    resolved = replace(resolved, ledger=(*resolved.ledger, read))
+    spec = resolved.spec
+    if spec is not None:
+        if len(spec.layers) != len(entries):
+            return _refuse(
+                resolved,
+                f"transformers caches {len(entries)} layers, kvbudget's table reads "
+                f"{len(spec.layers)}; report it (drop --from-transformers for the table's answer)",
+            )
+        for table_layer, entry in zip(spec.layers, entries, strict=True):
+            why = _disagreement(table_layer, entry)
+            if why is not None:
+                return _refuse(
+                    resolved,
+                    f"layer {entry['index']}: transformers and kvbudget's table disagree ({why}); "
+                    "report it (drop --from-transformers for the table's answer)",
+                )
+        note = (
+            "read from transformers itself (--from-transformers): every layer's kind, KV heads, "
+            "head sizes, window and state size equal kvbudget's table"
+        )
+    else:
+        unsupported = sorted({e["kind"] for e in entries} - {"full", "sliding", "chunked", "none"})
+        if unsupported:
+            return _refuse(
+                resolved,
+                f"{resolved.reason} (transformers caches {', '.join(unsupported)} layers, whose "
+                "engine layouts kvbudget cannot derive from tensor shapes alone)",
+            )
+        layers = tuple(
+            NoAttention(e["index"]) if e["kind"] == "none" else _attention_spec(e) for e in entries
+        )
+        spec = ModelSpec(
+            model_id=resolved.model_id,
+            architecture=str(base.value) if base is not None else str(raw.get("model_type")),
+            model_type=str(getattr(text, "model_type", raw.get("model_type"))),
+            layers=layers,
+            hidden_size=getattr(text, "hidden_size", None),
+            num_attention_heads=getattr(text, "num_attention_heads", None),
+            vocab_size=getattr(text, "vocab_size", None),
+            max_position_embeddings=getattr(text, "max_position_embeddings", None),
+            torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "") or None,
+            rules_verified=False,
+            raw_config=raw,
+            ledger=resolved.ledger,
+        )
+        note = (
+            "read from transformers itself (--from-transformers); kvbudget's table has no rule "
+            "to cross-check, so other engines' layouts are a structural reference"
+        )
+    spec = _with_entry(spec, replace(read, note=note))
+    return replace(resolved, status="resolved", spec=spec, ledger=spec.ledger)
+
+
+def _refuse(resolved: ResolvedModel, reason: str) -> ResolvedModel:
+    return replace(resolved, status="not_applicable", spec=None, reason=reason)

@@ -1,0 +1,133 @@
+"""``calc --from-transformers``: the layer structure read from transformers itself.
+
+Configs are tiny variants of transformers' own defaults (``tiny_configs.py``). Expected bytes are
+worked by hand from those configs' fields (below, per case), and the table path (without the
+flag) must give the same bytes for every engine layout the model allows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.peer import tiny_configs
+from tests.unit.calc.helpers_calc import run_main
+
+#: model_type -> (tokens, hf bytes for 1 sequence, worked by hand)
+HAND: dict[str, tuple[int, int]] = {
+    # dense: 8 layers x 2 KV heads x (64 + 64) x 2 bytes = 4,096 B/token; x 48 tokens
+    "llama": (48, 196_608),
+    # sliding hybrid: Gemma-2 layer_types alternate sliding (window 128) and full; 2 KV heads,
+    # head_dim 64, bf16 = 512 B per layer-token. transformers keeps window - 1 = 127 tokens:
+    # 4 x 512 x 300 + 4 x 512 x 127 = 614,400 + 260,096
+    "gemma2": (300, 874_496),
+    # MLA: transformers caches the latent (kv_lora_rank 512) and the rotary key (64):
+    # 8 layers x 576 x 2 bytes x 48 tokens
+    "deepseek_v2": (48, 442_368),
+    # mamba hybrid: Jamba, 1 attention layer (period 8, offset 4) and 7 Mamba layers.
+    # attention: 2 KV heads x (64 + 64) x 2 B = 512 B/token x 48 = 24,576;
+    # Mamba: intermediate 2 x 256 = 512; conv 512 x d_conv 4 x 2 B = 4,096, ssm 512 x d_state
+    # 16 x 4 B (float32) = 32,768; 7 x 36,864 = 258,048
+    "jamba": (48, 282_624),
+}
+
+#: layouts that apply to each case at tp=pp=1 (llama.cpp has no MLA or Mamba-hybrid layout here)
+ENGINES: dict[str, tuple[str, ...]] = {
+    "llama": ("hf", "vllm", "sglang", "llamacpp"),
+    "gemma2": ("hf", "vllm", "sglang", "llamacpp"),
+    "deepseek_v2": ("hf", "vllm", "sglang"),
+    "jamba": ("hf", "vllm"),
+}
+
+
+def write_config(model_type: str, tmp_path: Path) -> Path:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    raw = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps(raw, default=str), encoding="utf-8")
+    return path
+
+
+def calc(path: Path, tokens: int, engine: str, *extra: str) -> dict[str, Any]:
+    argv = ["calc", "--model", str(path), "--tokens", str(tokens), "--engine", engine, "--json"]
+    code, out, err = run_main([*argv, *extra])
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", sorted(HAND))
+def test_from_transformers_matches_hand_bytes_and_the_table(
+    model_type: str, tmp_path: Path
+) -> None:
+    path = write_config(model_type, tmp_path)
+    tokens, hand_bytes = HAND[model_type]
+    read = calc(path, tokens, "hf", "--from-transformers")
+    assert read["bytes_per_sequence"] == hand_bytes
+    entry = next(e for e in read["ledger"] if e["field"] == "layer_structure")
+    assert "transformers" in entry["location"] and "meta device" in entry["location"]
+    assert "equal kvbudget's table" in entry["note"]
+    for engine in ENGINES[model_type]:
+        table = calc(path, tokens, engine)
+        ours = calc(path, tokens, engine, "--from-transformers")
+        for key in ("bytes_per_token", "bytes_per_sequence", "total_bytes", "status"):
+            assert ours[key] == table[key], f"{model_type} {engine} {key}"
+
+
+@pytest.mark.slow
+def test_table_refusal_read_from_transformers_is_a_structural_reference(tmp_path: Path) -> None:
+    """MiMo-V2-Flash: sliding and full layers with their own head sizes; the table refuses."""
+    from tests.peer.test_hf_oracle import expected_bytes, meta_model
+
+    path = write_config("mimo_v2_flash", tmp_path)
+    code, out, _ = run_main(["calc", "--model", str(path), "--tokens", "300", "--engine", "hf"])
+    assert code == 3, out  # the table alone: not_applicable
+    doc = calc(path, 300, "hf", "--from-transformers")
+    assert doc["status"] == "structural_reference"
+    entry = next(e for e in doc["ledger"] if e["field"] == "layer_structure")
+    assert "no rule to cross-check" in entry["note"]
+    model = meta_model(tiny_configs.build_config("mimo_v2_flash", tiny=True))
+    assert doc["bytes_per_sequence"] == expected_bytes(model, 300, 1)  # transformers' cache
+
+
+def test_without_transformers_one_line_saying_how_to_install(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "torch_dtype": "bfloat16",
+            }
+        ),
+        encoding="utf-8",
+    )
+    code = (
+        "import sys; sys.modules['transformers'] = None; sys.modules['torch'] = None\n"
+        "from kvbudget.cli.main import main\n"
+        f"main(['calc', '--model', {str(path)!r}, '--tokens', '8', '--from-transformers'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(lines) == 1 and "pip install transformers torch" in lines[0], proc.stderr
+
+
+def test_explicit_mode_refuses_from_transformers() -> None:
+    argv = ["calc", "--layers", "2", "--kv-heads", "1", "--head-dim", "8", "--dtype-bytes", "2"]
+    code, out, err = run_main([*argv, "--tokens", "8", "--from-transformers"])
+    assert code == 2 and out == "" and "--from-transformers" in err
