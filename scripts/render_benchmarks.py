@@ -102,17 +102,60 @@ def llamacpp() -> str:
     return text.rstrip("\n") + "\n"  # as --update-docs writes it
 
 
-def sim_scale() -> str:
-    """Whole-process simulator speed and peak RSS (``bench/results/sim_scale.json``)."""
+def sim_scale(name: str) -> str:
+    """Whole-process simulator speed and peak RSS beside Vidur (``bench/sim_scale.py``)."""
+    data = _load(name)
+    w, host = data["workload"], data["host"]
     out = [
-        "| requests | CPU s | wall s | requests / CPU s | peak RSS (MB) |",
-        "|---:|---:|---:|---:|---:|",
+        f"Measured by `bench/sim_scale.py` on {data.get('started_utc', '?')} UTC, commit "
+        f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs, "
+        f"{host['machine']}, Python {host['python']}; load average "
+        f"{host['loadavg_at_start'][0]:.1f} at the start, {data['loadavg_at_end'][0]:.1f} at the "
+        "end). Each row is one whole `kvbudget sim` process on one core: CPU s is that "
+        "process's own user + system time (requests / CPU s is the figure to read on a shared "
+        "host), wall s its elapsed time. Workload (simulated, roofline timing model): "
+        f"{w['model']} on one {w['gpu']}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
+        f"{w['arrivals']}. Raw result: [`bench/results/{name}`](../bench/results/{name}).",
+        "",
+        "| requests | records written | CPU s | wall s | requests / CPU s | requests / wall s | "
+        "peak RSS (MB) | simulated s | TTFT p50 ms (simulated) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in _load("sim_scale.json")["runs"]:
+    for r in data["runs"]:
+        if not r.get("ran"):
+            out.append(f"| {r['requests']:,} | did not run: {r.get('reason', '?')} |||||||")
+            continue
+        rec = f"yes ({r['records_bytes'] / 1e6:,.0f} MB)" if r.get("records_out") else "no"
         out.append(
-            f"| {r['requests']:,} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
-            f"{r['requests_per_cpu_s']:,} | {r['peak_rss_bytes'] / 1e6:.0f} |"
+            f"| {r['requests']:,} | {rec} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
+            f"{r['requests_per_cpu_s']:,} | {r['requests_per_wall_s']:,} | "
+            f"{r['peak_rss_bytes'] / 1e6:,.0f} | {r['simulated_s']:,.0f} | "
+            f"{r['ttft_p50_s'] * 1e3:.1f} |"
         )
+    v = data.get("vidur", {})
+    out.append("")
+    if "requests_per_cpu_s" in v:
+        run, start = v["run"], v["startup"]
+        trained = (
+            f"; its predictors were trained in this run ({v['training_wall_s']:,.0f} s wall)"
+            if "training_wall_s" in v
+            else "; its predictors came from the cache (trained in an earlier run)"
+        )
+        out.append(
+            f"Vidur 0.0.26 in the same run (its own processes, measured the same way): "
+            f"{run['requests']:,} requests at Poisson {v['qps']:g} req/s on its A100 Llama-3-8B "
+            f"profile, {run['cpu_s']:.1f} CPU s / {run['wall_s']:.1f} wall s, peak RSS "
+            f"{run['peak_rss_bytes'] / 1e6:,.0f} MB; less its start-up (10 requests: "
+            f"{start['cpu_s']:.1f} CPU s / {start['wall_s']:.1f} wall s): "
+            f"{v['requests_per_cpu_s']:,} requests / CPU s, {v['requests_per_wall_s']:,} / wall s"
+            f"{trained}. kvbudget over Vidur at {run['requests']:,} requests: "
+            f"**{v['ratio_kvbudget_over_vidur_cpu']}x** per CPU second "
+            f"({v['ratio_kvbudget_over_vidur_wall']}x per wall second; kvbudget's figure "
+            "includes its own start-up)."
+        )
+    else:
+        reason = v.get("run", v.get("startup", {})).get("reason", "see the raw file")
+        out.append(f"Vidur did not run in this file: {reason}.")
     return "\n".join(out)
 
 
@@ -354,27 +397,6 @@ def sim_speed_findings() -> str:
     return "\n".join(out)
 
 
-def sim_scale_setup() -> str:
-    """The set-up line above the trace-scale table (``bench/results/sim_scale.json``)."""
-    data = _load("sim_scale.json")
-    w, host = data["workload"], data["host"]
-    return (
-        f"Measured: whole `kvbudget sim` process, {w['model']} on {w['gpu']} (simulated, "
-        f"roofline), {w['input_tokens']}/{w['output_tokens']} tokens, {w['arrivals']}; host "
-        f"{host['machine']}, {host['cpus']} CPUs, load average at start "
-        f"{host['loadavg_at_start'][0]:.1f}."
-    )
-
-
-def sim_scale_vidur() -> str:
-    """What the raw file says about Vidur (its rate, or why it did not run)."""
-    v = _load("sim_scale.json").get("vidur") or {}
-    if "requests_per_cpu_s" in v:
-        return f"Vidur, same shape: {v['requests_per_cpu_s']:,} requests / CPU s (raw file)."
-    reason = (v.get("startup") or {}).get("reason") or (v.get("run") or {}).get("reason")
-    return f"Vidur did not run: {reason or 'not in the raw file'}"
-
-
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:+.0%}"
 
@@ -424,15 +446,14 @@ def vllm_calibrate() -> str:
 
 
 BLOCKS: dict[str, Callable[[], str]] = {
-    "sim-scale": sim_scale,
+    "sim-scale": lambda: sim_scale("sim_scale.json"),
+    "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
     "sim-speed": sim_speed,
     "llamacpp": llamacpp,
     "client-overhead-findings": client_overhead_findings,
     "sim-speed-findings": sim_speed_findings,
-    "sim-scale-setup": sim_scale_setup,
-    "sim-scale-vidur": sim_scale_vidur,
 }
 #: the generated blocks of docs/calibration.md
 CALIBRATION_BLOCKS: dict[str, Callable[[], str]] = {"vllm-calibrate": vllm_calibrate}
