@@ -7,7 +7,8 @@ The binary comes from `scripts/llama-server.sh` (built once per machine, cached 
 ``${XDG_CACHE_HOME:-~/.cache}/kvbudget/llama.cpp/<version>/``). Servers start on 127.0.0.1 with
 a free port, ``--metrics`` and ``-lv 4`` (the KV allocation lines are only printed at trace
 verbosity), and are stopped by PID, waiting for the process to exit (shutdown takes 1.5-2.5 s; a
-new server must not race a dying one).
+new server must not race a dying one). Start, wait for ready, stop and the port pick are
+``kvbudget.safety.servers``'; /metrics is parsed by ``kvbudget.load.prometheus``.
 """
 
 from __future__ import annotations
@@ -15,16 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kvbudget.load.prometheus import sample_values
+from kvbudget.safety.servers import LocalServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LLAMACPP_PY_VERSION = os.environ.get("KVBUDGET_LLAMACPP_PY_VERSION", "0.3.36")
@@ -97,75 +97,21 @@ def parse_kv_log(text: str) -> list[KvLogLine]:
     return out
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Series name (no labels: llama.cpp's metrics carry none) -> value."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values[sample.name] = float(sample.value)
-    return values
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class LlamaServer:
+@dataclass(kw_only=True)
+class LlamaServer(LocalServer):
     """A running llama-server process (stop() by PID)."""
 
     binary: Path
     model: Path
-    log_path: Path
-    args: list[str]
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    version: str = ""
-    started_s: float = 0.0
-    _log: Any = field(default=None, repr=False)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+    stop_timeout_s: float = STOP_TIMEOUT_S
 
     def kv_lines(self) -> list[KvLogLine]:
         return parse_kv_log(self.log_text())
 
-    def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.base_url + path, timeout=timeout_s) as r:
-                return int(r.status), bytes(r.read())
-        except urllib.error.HTTPError as e:
-            return int(e.code), bytes(e.read())
-
-    def post_json(self, path: str, body: dict[str, Any], timeout_s: float = 120.0) -> Any:
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return json.loads(r.read())
-
     def metrics(self) -> dict[str, float]:
-        status, body = self.get("/metrics")
-        assert status == 200, f"/metrics answered {status}: {body[:200]!r}"
-        return parse_prometheus(body.decode())
+        return sample_values(self.metrics_text())
 
     def start(self) -> None:
-        self._log = self.log_path.open("wb")
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = str(self.binary.parent) + (
             ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else ""
@@ -187,40 +133,14 @@ class LlamaServer:
             *self.args,
         ]
         self.log_path.with_suffix(".cmd").write_text(" ".join(cmd) + "\n")
-        self.started_s = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = "\n".join(self.log_text().splitlines()[-25:])
-                raise RuntimeError(
-                    f"llama-server exited with {self.proc.returncode} while starting "
-                    f"({' '.join(self.args)}); log {self.log_path}:\n{tail}"
-                )
-            try:
-                status, _ = self.get("/health", timeout_s=2.0)
-                if status == 200:
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(
-            f"llama-server not healthy after {STARTUP_TIMEOUT_S:.0f} s; log {self.log_path}"
+        self.launch(
+            cmd,
+            env=env,
+            name="llama-server",
+            timeout_s=STARTUP_TIMEOUT_S,
+            poll_s=0.2,
+            tail_lines=25,
         )
-
-    def stop(self) -> None:
-        """SIGTERM this PID, wait for it to exit (SIGKILL after STOP_TIMEOUT_S)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 @dataclass(frozen=True)

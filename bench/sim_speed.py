@@ -42,7 +42,14 @@ from kvbudget.sim.request import EngineRequest
 
 LOAD = 0.9
 VIDUR_CACHE = Path("/work/shared/peers/vidur-offline/profiling_data")
-VIDUR_WORK = Path(tempfile.gettempdir()) / "kvbudget-vidur-work"
+#: Vidur keeps its trained predictors in ``./.vidur_cache`` of its working directory: a fixed
+#: one in the user cache dir (outside the repo), so only the first run ever trains
+VIDUR_WORK = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvbudget" / "vidur-0.0.26"
+) / "work"
+#: Vidur's first run trains its random-forest predictors (minutes on one core; much longer on a
+#: loaded host): a generous limit
+VIDUR_TIMEOUT_S = 3 * 3600
 
 
 def make_requests(n: int, rate: float | None, seed: int) -> list[EngineRequest]:
@@ -85,19 +92,28 @@ def timed(requests: list[EngineRequest], spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
-    """Vidur on the README's command; returns wall seconds or the reason it did not run."""
-    if not Path(python).exists():
-        return {"ran": False, "reason": f"no Vidur interpreter at {python} (pip install vidur)"}
-    if not VIDUR_CACHE.is_dir():
-        return {"ran": False, "reason": f"offline profile cache {VIDUR_CACHE} missing"}
-    # a fixed work directory: Vidur keeps its trained predictors in ./.vidur_cache, so only the
-    # first run trains (minutes); later runs reuse them
+def vidur_predictors_cached() -> bool:
+    """Whether Vidur's trained predictors are in :data:`VIDUR_WORK` (no training needed)."""
+    pred = VIDUR_WORK / ".vidur_cache" / "predictors"
+    return pred.is_dir() and any(pred.rglob("*.pkl"))
+
+
+def vidur_prepare() -> Path:
+    """Vidur's working directory with the offline profile in place (copied once)."""
     work = VIDUR_WORK
     if not (work / ".vidur_cache" / "profiling_data").is_dir():
         shutil.copytree(VIDUR_CACHE, work / ".vidur_cache" / "profiling_data")
-    out_dir = Path(tempfile.mkdtemp(prefix="vidur-out-"))
-    args = [
+    return work
+
+
+def vidur_env() -> dict[str, str]:
+    """Vidur's environment: no hub, no wandb."""
+    return dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+
+
+def vidur_args(python: str, n: int, qps: float, out_dir: Path) -> list[str]:
+    """The README's Vidur command for ``n`` requests at ``qps``."""
+    return [
         python, "-m", "vidur.main",
         "--replica_config_device", "a100", "--replica_config_network_device", "a100_dgx",
         "--replica_config_model_name", "meta-llama/Llama-3-8B",
@@ -125,10 +141,41 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
         "--no-metrics_config_enable_chrome_trace", "--no-metrics_config_store_plots",
         "--metrics_config_output_dir", str(out_dir),
     ]  # fmt: skip
-    env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+
+
+def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
+    """Vidur on the README's command; returns wall seconds or the reason it did not run.
+
+    ``trained`` says whether this run had to train the predictors first (its time then
+    includes the training, recorded as such).
+    """
+    if not Path(python).exists():
+        return {"ran": False, "reason": f"no Vidur interpreter at {python} (pip install vidur)"}
+    if not VIDUR_CACHE.is_dir():
+        return {"ran": False, "reason": f"offline profile cache {VIDUR_CACHE} missing"}
+    work = vidur_prepare()
+    out_dir = Path(tempfile.mkdtemp(prefix="vidur-out-"))
+    args = vidur_args(python, n, qps, out_dir)
+    trained = not vidur_predictors_cached()
     t0 = time.perf_counter()
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(
+            args,
+            cwd=work,
+            env=vidur_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=VIDUR_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return {
+            "ran": False,
+            "trained": trained,
+            "reason": f"vidur ran past {VIDUR_TIMEOUT_S} s (trained: {trained})",
+        }
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -136,7 +183,14 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
     if proc.returncode != 0:
         tail = " ".join((proc.stderr or proc.stdout).split()[-40:])
         return {"ran": False, "reason": f"vidur exited {proc.returncode}: {tail}"}
-    return {"ran": True, "requests": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
+    return {
+        "ran": True,
+        "requests": n,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "trained": trained,
+        "cache_dir": str(work / ".vidur_cache"),
+    }
 
 
 def main() -> None:

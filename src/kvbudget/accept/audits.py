@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kvbudget.accept.audit_sections import AuditsSection
 from kvbudget.accept.http_target import RunAsync
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.audit.isolation import IsolationConfig, SaltMode, run_isolation
@@ -70,18 +71,24 @@ def _failed(name: str, exc: Exception) -> dict[str, Any]:
     }
 
 
-def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> dict[str, Any]:
+def run_audits(plan: AcceptPlan, run_async: RunAsync | None) -> AuditsSection:
     """Summaries of the requested audits (``{}`` when none is requested).
 
     An audit that fails (the endpoint answers 429, drops the connection ...) becomes a section
     with ``verdict: inconclusive``, ``status: failed`` and the reason, never an exception that would discard the finished
     matrix; ``failed`` lists the audits that failed."""
-    out: dict[str, Any] = {}
     if not (plan.audits.isolation or plan.audits.reuse or plan.audits.restart):
-        return out
+        return AuditsSection()
     if run_async is None:
-        out["note"] = "audits requested but no event-loop runner was given (run from the CLI)"
-        return out
+        return AuditsSection(
+            note="audits requested but no event-loop runner was given (run from the CLI)"
+        )
+    return AuditsSection.model_validate(_sections(plan, run_async))
+
+
+def _sections(plan: AcceptPlan, run_async: RunAsync) -> dict[str, Any]:
+    """The sections as the audits give them (validated into :class:`AuditsSection`)."""
+    out: dict[str, Any] = {}
     if plan.audits.isolation:
         mode = _salt_mode(plan)
         if mode is None:

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.lockcheck import Difference, difference_lines
 from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD, Comparison
+from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import AcceptResult, ComparisonResult
 from kvbudget.accept.targets import CellRun
 from kvbudget.records import RequestRecord, read_jsonl
@@ -44,7 +46,7 @@ def _runs(doc: AcceptResult, path: Path) -> tuple[dict[str, list[CellRun]], str]
         n = max(len(cell.samples_ttft_s), len(cell.samples_tpot_s))
         recs = [
             RequestRecord(
-                request_id=f"{cell.cell_id}/{i}",
+                request_id=RequestKey(cell.cell_id, 0, f"sample{i}").encode(),
                 source=doc.provenance.kind if doc.provenance.kind != "computed" else "simulated",  # type: ignore[arg-type]
                 status="ok",
                 ttft_s=cell.samples_ttft_s[i] if i < len(cell.samples_ttft_s) else None,
@@ -68,8 +70,10 @@ def compare_documents(
 ) -> ComparisonResult:
     field_name = FACTOR_LOCK_FIELD[factor]
     a, b = _lock_values(base), _lock_values(variant)
-    diffs = [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    lines = [f"{k}: {x!r} -> {y!r}" for k, x, y in diffs]
+    diffs = [
+        Difference(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+    ]
+    lines = difference_lines(diffs)
     comparison = Comparison(
         name=f"{base_path.parent.name or 'baseline'}-vs-{variant_path.parent.name or 'variant'}"
         if _SAFE.match(f"{base_path.parent.name}-vs-{variant_path.parent.name}")
@@ -85,7 +89,7 @@ def compare_documents(
             lines,
             f"one run is {base.provenance.kind}, the other {variant.provenance.kind}",
         )
-    others = [k for k, _, _ in diffs if k != field_name]
+    others = [d.field for d in diffs if d.field != field_name]
     if not diffs:
         return not_comparable(comparison, lines, f"the two locks are identical ({factor} too)")
     if others:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,14 +22,10 @@ from kvbudget.accept.plan_checks import RollbackDrill
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import StopStatus
 from kvbudget.safety.procs import child_preexec
+from kvbudget.safety.servers import free_port, stop_process
 
 POLL_S = 0.25
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+STOP_TIMEOUT_S = 30.0
 
 
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
@@ -61,19 +56,9 @@ def _complete(base_url: str, model: str, max_tokens: int, timeout_s: float) -> t
         return False, type(exc).__name__
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-
-
 def run_drill(drill: RollbackDrill, *, model: str, max_restore_s: float) -> dict[str, Any]:
     """Start the baseline, wait for health and ``num_requests`` successes, stop it by PID."""
-    port = _free_port()
+    port = free_port()
     argv = [part.replace("{port}", str(port)) for part in drill.command]
     base_url = drill.base_url.replace("{port}", str(port)).rstrip("/")
     budget_s = max_restore_s * 1.5  # give a slow drill the chance to report how slow it is
@@ -124,7 +109,7 @@ def run_drill(drill: RollbackDrill, *, model: str, max_restore_s: float) -> dict
                 last_error = err
                 time.sleep(POLL_S)
     finally:
-        _stop(proc)
+        stop_process(proc, STOP_TIMEOUT_S)
     first = out["time_to_first_ok_s"]
     if out["num_ok"] < drill.num_requests:
         reason = (

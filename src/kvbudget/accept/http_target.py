@@ -9,7 +9,7 @@ engine behind it is the simulator, so its figures are labelled ``simulated`` and
 synthetic (quality untested).
 
 The event loop is owned by the CLI: the target is given ``run_async`` (``asyncio.run`` at the
-edge) and calls it once per cell. Prompts and outputs are kept in memory only for quality
+edge) and calls it for the start-up probe, each metrics scrape and each cell. Prompts and outputs are kept in memory only for quality
 checks; records written by accept carry hashes unless ``--keep-prompts``.
 """
 
@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.errors import TargetError
 from kvbudget.load.client import OpenAIClient
@@ -84,6 +85,11 @@ def observed_lock_fields(report: EngineReport) -> dict[str, tuple[Any, str]]:
             value, source = reported[name]
             out[lock_field] = (value, f"engine-reported ({source})")
     return out
+
+
+def _is_checkpoint(request_id: str) -> bool:
+    """Does this request carry a quality checkpoint's prompt (its output is judged)?"""
+    return RequestKey.decode(request_id).checkpoint is not None
 
 
 class HttpTarget:
@@ -226,7 +232,7 @@ class HttpTarget:
             duration_s=duration_s if closed else None,
             timeout_s=self.timeout_s,
             # text is recorded only when asked, or for the quality checkpoints judged below
-            keep_prompts=self.keep_prompts or any("/quality:" in r.request_id for r in requests),
+            keep_prompts=self.keep_prompts or any(_is_checkpoint(r.request_id) for r in requests),
             api_key_env=self.api_key_env,
             metrics_url=self.metrics_url,
             scrape_interval_s=0.5,
@@ -238,7 +244,7 @@ class HttpTarget:
             self.run_async(run_load(cfg, out_dir=out, planned=list(requests)))
             raw = read_jsonl(out / REQUESTS_FILE, RequestRecord).items
             metrics = read_jsonl(out / METRICS_FILE, MetricSample).items if self.metrics_url else []
-        outputs = {r.request_id: r.output_text or "" for r in raw if "/quality:" in r.request_id}
+        outputs = {r.request_id: r.output_text or "" for r in raw if _is_checkpoint(r.request_id)}
         keep = self.keep_prompts
         records = [
             r.model_copy(

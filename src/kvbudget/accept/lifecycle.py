@@ -83,13 +83,13 @@ def _declared(plan: dict[str, Any]) -> dict[str, LifecycleLayer]:
 def _kv_evidence(result: Any) -> tuple[Status, str]:
     notes: list[str] = []
     failed = False
-    reuse = (result.audits or {}).get("reuse")
-    if isinstance(reuse, dict) and reuse.get("reset_available"):
-        ok = reuse.get("status") != "fail"
+    reuse = result.audits.reuse
+    if reuse is not None and reuse.reset_available:
+        ok = reuse.status != "fail"
         failed |= not ok
         notes.append(
             f"/reset_prefix_cache: after-reset run {'matched' if ok else 'did NOT match'} the "
-            f"cold run ({reuse.get('source', '?')}, reuse audit)"
+            f"cold run ({reuse.source or '?'}, reuse audit)"
         )
     else:
         notes.append("/reset_prefix_cache: not exercised (audits.reuse: true runs it)")

@@ -10,13 +10,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD
 from kvbudget.accept.plan_lock import ObjectLock, flatten_lock, given_fields, lock_value
 from kvbudget.accept.result import LockEntry
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.errors import ConfigError
+
+
+class Difference(NamedTuple):
+    """One field that differs between a baseline and its variant (lock or engine field)."""
+
+    field: str
+    baseline: Any
+    variant: Any
+
+    def line(self) -> str:
+        """How the report shows it: ``kv_dtype: 'auto' -> 'fp8'``."""
+        return f"{self.field}: {self.baseline!r} -> {self.variant!r}"
+
+
+def difference_lines(differences: Sequence[Difference]) -> list[str]:
+    return [d.line() for d in differences]
 
 
 def resolve_lock(
@@ -112,8 +129,8 @@ def apply_overrides(lock: ObjectLock, overrides: dict[str, Any]) -> ObjectLock:
     return ObjectLock.model_validate(data)
 
 
-def lock_differences(baseline: ObjectLock, variant: ObjectLock) -> list[tuple[str, Any, Any]]:
-    """Every flattened field whose value differs: (field, baseline value, variant value)."""
+def lock_differences(baseline: ObjectLock, variant: ObjectLock) -> list[Difference]:
+    """Every flattened field whose value differs."""
     a = flatten_lock(baseline)
     b = flatten_lock(variant)
     out = []
@@ -121,17 +138,11 @@ def lock_differences(baseline: ObjectLock, variant: ObjectLock) -> list[tuple[st
         va = lock_value(a[name].value)
         vb = lock_value(b[name].value) if name in b else None
         if va != vb:
-            out.append((name, va, vb))
+            out.append(Difference(name, va, vb))
     return out
 
 
-def single_factor_check(
-    factor: str, differences: list[tuple[str, Any, Any]]
-) -> tuple[bool, list[str]]:
-    """(comparable, lines): comparable only when the sole difference is the factor's field."""
+def single_factor_check(factor: str, differences: Sequence[Difference]) -> bool:
+    """Comparable only when the sole difference is the factor's field."""
     allowed = FACTOR_LOCK_FIELD[factor]
-    lines = [f"{name}: {a!r} -> {b!r}" for name, a, b in differences]
-    others = [name for name, _, _ in differences if name != allowed]
-    if not differences:
-        return False, ["the variant does not differ from the baseline at all"]
-    return not others, lines
+    return bool(differences) and all(d.field == allowed for d in differences)

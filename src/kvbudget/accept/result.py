@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvbudget.accept.audit_sections import AuditsSection
 from kvbudget.records import FigureKind, ResultDocument
 
 Verdict = Literal["pass", "fail", "untested", "not_comparable"]
@@ -78,6 +79,40 @@ class MetricSummary(_Model):
         return None if item is None else item.value
 
 
+#: stop-condition keys (:attr:`Check.stop`, :attr:`StopStatus.name`); latency ones are
+#: :func:`latency_stop` (``ttft_s p95``)
+STOP_CAPACITY = "capacity error"
+STOP_ERROR_RATE = "error rate"
+STOP_OOM = "OOM"
+STOP_QUALITY = "quality failure"
+STOP_HOST_MEMORY = "host memory"
+STOP_TRANSFER = "transfer"
+
+
+def latency_stop(metric: str, pct: str) -> str:
+    """The key of a latency ceiling: ``ttft_s p95``."""
+    return f"{metric} {pct}"
+
+
+def _stop_of_old_check(name: str) -> str | None:
+    """The stop key of a check in a document written before checks carried one (read once,
+    here, from the display name those versions wrote)."""
+    head = name.split(" ", 2)
+    if head[0] in ("ttft_s", "tpot_s") and len(head) > 1:
+        return latency_stop(head[0], head[1])
+    for prefix, stop in (
+        ("quality ", STOP_QUALITY),
+        ("capacity", STOP_CAPACITY),
+        ("error rate", STOP_ERROR_RATE),
+        ("no OOM", STOP_OOM),
+        ("host memory", STOP_HOST_MEMORY),
+        ("transfer", STOP_TRANSFER),
+    ):
+        if name.startswith(prefix):
+            return stop
+    return None
+
+
 class Check(_Model):
     """One judged condition of a cell, with the numbers behind it."""
 
@@ -87,6 +122,13 @@ class Check(_Model):
     observed: float | None = None
     limit: float | None = None
     kind: FigureKind | None = None
+    #: the stop condition this check counts toward (a ``STOP_*`` key or :func:`latency_stop`);
+    #: None for a check that judges none (``ran``, a canary's regression checks)
+    stop: str | None = None
+
+    @property
+    def is_quality(self) -> bool:
+        return self.stop == STOP_QUALITY
 
 
 class TimeSeries(_Model):
@@ -225,7 +267,7 @@ class AcceptResult(ResultDocument):
     stop_conditions: list[StopStatus]
     comparisons: list[ComparisonResult] = Field(default_factory=list)
     anomalies: list[Anomaly] = Field(default_factory=list)
-    audits: dict[str, Any] = Field(default_factory=dict)
+    audits: AuditsSection = Field(default_factory=AuditsSection)
     verdict: OverallVerdict
     verdict_reasons: list[str]
     #: plan warnings shown before the run (a gated percentile out of reach, untestable quality)
@@ -234,3 +276,23 @@ class AcceptResult(ResultDocument):
     #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
     rollback_drill: dict[str, Any] = Field(default_factory=dict)
     canary: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_document(cls, data: Any) -> Any:
+        """A report.json from before checks carried their stop key gets it from their names."""
+        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+            return data
+        cells = [
+            {**c, "checks": [_with_stop(ch) for ch in c["checks"]]}
+            if isinstance(c, dict) and isinstance(c.get("checks"), list)
+            else c
+            for c in data["cells"]
+        ]
+        return {**data, "cells": cells}
+
+
+def _with_stop(check: Any) -> Any:
+    if isinstance(check, dict) and "stop" not in check and isinstance(check.get("name"), str):
+        return {**check, "stop": _stop_of_old_check(check["name"])}
+    return check

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.accept.plan_checks import DEFAULT_HOST_MEMORY_MAX_FRACTION, StopConditions
-from kvbudget.accept.result import Check, StopStatus
+from kvbudget.accept.result import STOP_HOST_MEMORY, STOP_TRANSFER, Check, StopStatus
 from kvbudget.records import FigureKind
 
 if TYPE_CHECKING:
@@ -124,12 +124,15 @@ def _transfer_declared(stop: StopConditions) -> bool:
     return stop.transfer_busy_max_fraction is not None or stop.transfer_stall_max_s is not None
 
 
-def _judge(name: str, observed: float, limit: float, unit: str, kind: FigureKind | None) -> Check:
+def _judge(
+    name: str, stop: str, observed: float, limit: float, unit: str, kind: FigureKind | None
+) -> Check:
     failed = observed > limit
     verdict = "fail" if failed else "pass"
     rel = ">" if failed else "<="
     return Check(
         name=name,
+        stop=stop,
         verdict=verdict,
         reason=f"{observed:.4g}{unit} {rel} ceiling {limit:.4g}{unit} ({BASIS})",
         observed=observed,
@@ -156,17 +159,25 @@ def tier_checks(plan: AcceptPlan, summary: dict[str, Any], kind: FigureKind | No
         else:
             why = ""
         if why:
-            checks.append(Check(name="host memory", verdict="untested", reason=why))
+            checks.append(
+                Check(name="host memory", stop=STOP_HOST_MEMORY, verdict="untested", reason=why)
+            )
         else:
             fraction = stop.host_memory_max_fraction or DEFAULT_HOST_MEMORY_MAX_FRACTION
             check = _judge(
-                "host memory peak/capacity", summary["host_peak_fraction"], fraction, "", kind
+                "host memory peak/capacity",
+                STOP_HOST_MEMORY,
+                summary["host_peak_fraction"],
+                fraction,
+                "",
+                kind,
             )
             checks.append(check)
             if stop.host_memory_max_bytes is not None:
                 checks.append(
                     _judge(
                         "host memory peak bytes",
+                        STOP_HOST_MEMORY,
                         summary["host_peak_bytes"],
                         float(stop.host_memory_max_bytes),
                         " B",
@@ -181,17 +192,31 @@ def tier_checks(plan: AcceptPlan, summary: dict[str, Any], kind: FigureKind | No
         else:
             why = ""
         if why:
-            checks.append(Check(name="transfer", verdict="untested", reason=why))
+            checks.append(
+                Check(name="transfer", stop=STOP_TRANSFER, verdict="untested", reason=why)
+            )
             return checks
         busy = summary.get("link_busy_fraction")
         if stop.transfer_busy_max_fraction is not None:
             if busy is None:
                 checks.append(
-                    Check(name="transfer busy", verdict="untested", reason="cell has no duration")
+                    Check(
+                        name="transfer busy",
+                        stop=STOP_TRANSFER,
+                        verdict="untested",
+                        reason="cell has no duration",
+                    )
                 )
             else:
                 checks.append(
-                    _judge("transfer link busy", busy, stop.transfer_busy_max_fraction, "", kind)
+                    _judge(
+                        "transfer link busy",
+                        STOP_TRANSFER,
+                        busy,
+                        stop.transfer_busy_max_fraction,
+                        "",
+                        kind,
+                    )
                 )
         if stop.transfer_stall_max_s is not None:
             wait = summary.get("reload_wait_p95_s")
@@ -199,13 +224,21 @@ def tier_checks(plan: AcceptPlan, summary: dict[str, Any], kind: FigureKind | No
                 checks.append(
                     Check(
                         name="transfer reload wait",
+                        stop=STOP_TRANSFER,
                         verdict="untested",
                         reason="no tier reloads in this cell (no reload wait samples)",
                     )
                 )
             else:
                 checks.append(
-                    _judge("transfer reload wait p95", wait, stop.transfer_stall_max_s, " s", kind)
+                    _judge(
+                        "transfer reload wait p95",
+                        STOP_TRANSFER,
+                        wait,
+                        stop.transfer_stall_max_s,
+                        " s",
+                        kind,
+                    )
                 )
     return checks
 
@@ -226,11 +259,11 @@ def tier_stop_statuses(plan: AcceptPlan, cells: Sequence[CellResult]) -> list[St
         transfer_declared.append(f"reload wait p95 <= {stop.transfer_stall_max_s:g} s")
     rows = []
     if has_host or _host_declared(stop):
-        rows.append(("host memory", "; ".join(host_declared), "host memory"))
+        rows.append((STOP_HOST_MEMORY, "; ".join(host_declared)))
     if _transfer_declared(stop):
-        rows.append(("transfer", "; ".join(transfer_declared), "transfer"))
-    for name, declared, prefix in rows:
-        checks = [(c, ch) for c in cells for ch in c.checks if ch.name.startswith(prefix)]
+        rows.append((STOP_TRANSFER, "; ".join(transfer_declared)))
+    for name, declared in rows:
+        checks = [(c, ch) for c in cells for ch in c.checks if ch.stop == name]
         failed = sorted({c.cell_id for c, ch in checks if ch.verdict == "fail"})
         tested = [ch for _, ch in checks if ch.verdict != "untested"]
         if failed:

@@ -24,6 +24,10 @@ from typing import Any
 from kvbudget.accept.plan_checks import StopConditions
 from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
 from kvbudget.accept.result import (
+    STOP_CAPACITY,
+    STOP_ERROR_RATE,
+    STOP_OOM,
+    STOP_QUALITY,
     VERDICT_ORDER,
     CellResult,
     Check,
@@ -31,6 +35,7 @@ from kvbudget.accept.result import (
     OverallVerdict,
     StopStatus,
     Verdict,
+    latency_stop,
 )
 from kvbudget.metrics.summary import required_samples
 from kvbudget.records import FigureKind
@@ -84,16 +89,22 @@ def percentile_check(
 ) -> Check:
     """One ceiling ``metric pct <= limit``."""
     name = f"{metric} {pct} <= {limit:g}"
+    stop = latency_stop(metric, pct)
     if summary is None or summary.n == 0:
-        return Check(name=name, verdict="untested", reason=f"no {metric} samples", limit=limit)
+        return Check(
+            name=name, stop=stop, verdict="untested", reason=f"no {metric} samples", limit=limit
+        )
     observed = summary.pct(pct)
     if observed is None:
-        return Check(name=name, verdict="untested", reason=f"{pct} not computed", limit=limit)
+        return Check(
+            name=name, stop=stop, verdict="untested", reason=f"{pct} not computed", limit=limit
+        )
     needed = min_samples_for(pct)
     if observed > limit:
         small = f"; only {summary.n} samples (< {needed})" if summary.n < needed else ""
         return Check(
             name=name,
+            stop=stop,
             verdict="fail",
             reason=f"{metric} {pct} {observed:.4g} > ceiling {limit:g}{small}",
             observed=observed,
@@ -103,6 +114,7 @@ def percentile_check(
     if summary.n < needed:
         return Check(
             name=name,
+            stop=stop,
             verdict="untested",
             reason=f"{summary.n} samples are too few for {pct} (needs >= {needed}); "
             f"observed {observed:.4g} <= {limit:g} is not a claim",
@@ -112,6 +124,7 @@ def percentile_check(
         )
     return Check(
         name=name,
+        stop=stop,
         verdict="pass",
         reason=f"{metric} {pct} {observed:.4g} <= {limit:g} (n={summary.n})",
         observed=observed,
@@ -127,7 +140,12 @@ def cell_checks(stop: StopConditions, ev: CellEvidence) -> list[Check]:
     checks: list[Check] = []
     if ev.capacity_error is not None:
         checks.append(
-            Check(name="capacity", verdict="fail", reason=f"capacity error: {ev.capacity_error}")
+            Check(
+                name="capacity",
+                stop=STOP_CAPACITY,
+                verdict="fail",
+                reason=f"capacity error: {ev.capacity_error}",
+            )
         )
     if ev.num_requests == 0:
         checks.append(Check(name="ran", verdict="untested", reason="no request completed a run"))
@@ -136,6 +154,7 @@ def cell_checks(stop: StopConditions, ev: CellEvidence) -> list[Check]:
         checks.append(
             Check(
                 name="capacity",
+                stop=STOP_CAPACITY,
                 verdict="pass",
                 reason=f"no capacity error: the engine admitted all {ev.num_requests} requests",
                 kind=ev.kind,
@@ -148,6 +167,7 @@ def cell_checks(stop: StopConditions, ev: CellEvidence) -> list[Check]:
     checks.append(
         Check(
             name=f"error rate <= {stop.error_rate_max:g}",
+            stop=STOP_ERROR_RATE,
             verdict="fail" if rate > stop.error_rate_max else "pass",
             reason=f"{ev.num_error} errors in {ev.num_requests} requests ({rate:.2%})",
             observed=rate,
@@ -159,6 +179,7 @@ def cell_checks(stop: StopConditions, ev: CellEvidence) -> list[Check]:
         checks.append(
             Check(
                 name="no OOM",
+                stop=STOP_OOM,
                 verdict="fail" if ev.num_oom > 0 else "pass",
                 reason=f"{ev.num_oom} out-of-memory errors",
                 observed=float(ev.num_oom),
@@ -170,6 +191,7 @@ def cell_checks(stop: StopConditions, ev: CellEvidence) -> list[Check]:
         checks.append(
             Check(
                 name=f"quality {outcome.checkpoint_id}",
+                stop=STOP_QUALITY,
                 verdict=outcome.verdict,
                 reason=outcome.reason,
                 observed=float(outcome.num_failed) if outcome.num_checked else None,
@@ -270,7 +292,7 @@ def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
             cell = by_key.get((tier, conc))
             if cell is None:
                 continue
-            perf = worst([c.verdict for c in cell.checks if not c.name.startswith("quality ")])
+            perf = worst([c.verdict for c in cell.checks if not c.is_quality])
             if perf == "pass":
                 last = conc
             elif perf == "fail":

@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from kvbudget.accept.plan_load import ConcurrencyTier, InputTier, LoadPlan
+from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
 from kvbudget.workload.arrival_specs import (
     ArrivalSpec,
     BurstArrivals,
@@ -90,7 +91,10 @@ def cell_requests(
         cancel_after_tokens=load.cancel_after_tokens,
     )
     requests = generate(spec, cell_seed(seed, cell_index, repetition))
-    return [replace(r, request_id=f"{cell_id}#{repetition}/{r.request_id}") for r in requests]
+    return [
+        replace(r, request_id=RequestKey(cell_id, repetition, r.request_id).encode())
+        for r in requests
+    ]
 
 
 def warmup_requests(load: LoadPlan, *, seed: int) -> list[PlannedRequest]:
@@ -99,12 +103,15 @@ def warmup_requests(load: LoadPlan, *, seed: int) -> list[PlannedRequest]:
     if w.requests == 0:
         return []
     spec = WorkloadSpec(
-        name="warmup",
-        cell_id="warmup",
+        name=WARMUP_CELL,
+        cell_id=WARMUP_CELL,
         num_requests=w.requests,
         arrivals=BurstArrivals(),
         input_tokens=FixedLength(value=w.input_tokens),
         output_tokens=FixedLength(value=w.output_tokens),
     )
     requests = generate(spec, np.random.default_rng([seed, 10_000]))
-    return [replace(r, request_id=f"warmup/{r.request_id}") for r in requests]
+    return [
+        replace(r, request_id=RequestKey(WARMUP_CELL, None, r.request_id).encode())
+        for r in requests
+    ]

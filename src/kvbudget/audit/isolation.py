@@ -32,7 +32,8 @@ from kvbudget.audit.isolation_rules import (
     valid,
 )
 from kvbudget.audit.probes import Probe
-from kvbudget.errors import ConfigError, TargetError
+from kvbudget.errors import ConfigError, RunFailedError
+from kvbudget.load.diagnosis import failure_from_text, stopped_line
 from kvbudget.metrics.stats import min_detectable_auc
 from kvbudget.records import ResultDocument
 from kvbudget.workload.tokenizer import get_tokenizer
@@ -226,9 +227,12 @@ async def _run_trials(
         after = await probe.hit_counter()
         if i == 0 and not victim.ok and not attacker.ok:
             where = (await probe.identity()).base_url or "the simulator"
-            raise TargetError(
-                f"the first audit requests failed at {where} ({attacker.error}); check "
-                "--base-url, --model and the API key variable"
+            raise RunFailedError(
+                stopped_line(
+                    [failure_from_text(victim.error), failure_from_text(attacker.error)],
+                    num_sent=2,
+                    url=where,
+                )
             )
         delta = None if before is None or after is None else after - before
         records.append(

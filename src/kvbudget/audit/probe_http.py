@@ -1,4 +1,16 @@
-"""The HTTP probe: any OpenAI-compatible endpoint (see :mod:`kvbudget.audit.probes`)."""
+"""The HTTP probe: any OpenAI-compatible endpoint (see :mod:`kvbudget.audit.probes`).
+
+Prompts in the served model's tokens: against vLLM or SGLang on ``/v1/completions``, a prompt
+is sent as a list of the SERVED model's token ids, so an audit's N-token prompt is N tokens on
+the server (its prefix-cache and cached-token counts are then exact: a 256-token shared prefix
+is two full 128-token blocks). Each of the audit's synthetic ids ``i`` becomes
+``allowed[i % len(allowed)]`` (the served vocabulary without its special ids, as
+``bench --tokenizer`` maps them: :mod:`kvbudget.load.served_prompts`), so prompts that share a
+prefix still share it, token for token. The vocabulary comes from the served model's
+``tokenizer.json`` (``/v1/models`` ``root`` a local directory or cached hub id) or the server's
+``/tokenize``; when neither is available, or on the chat endpoint, llama.cpp and ``kvbudget
+serve``, the synthetic text is sent as before. ``identity().details["prompts"]`` says which.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +23,17 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from kvbudget.audit.probes import Completion, Observation, TargetIdentity
-from kvbudget.errors import TargetError
+from kvbudget.errors import ConfigError, TargetError
 from kvbudget.load.client import ENDPOINT_PATHS, ClientRequest, Endpoint, OpenAIClient
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import check_served_model
+from kvbudget.load.served_prompts import AUTO, allowed_ids, resolve_tokenizer
 from kvbudget.records import excerpt
 
 HIT_SERIES = ("prefix_cache_hits_tokens", "prompt_tokens_cached")
+#: engines whose /v1/completions takes a token-id list and counts it as given (no BOS added)
+TOKEN_ID_ENGINES = ("vllm", "sglang")
 
 
 def _parse_logprobs(
@@ -100,6 +115,8 @@ class HttpProbe:
         self.metrics_errors = 0
         self.reset_route: str | None = None
         self._identity: TargetIdentity | None = None
+        #: the served vocabulary without special ids, when prompts are sent as its token ids
+        self.served_ids: list[int] | None = None
 
     async def __aenter__(self) -> HttpProbe:
         await self.client.__aenter__()
@@ -120,6 +137,7 @@ class HttpProbe:
         self.model = check_served_model(
             redact_url(self.client.base_url), self.model, ident, connect_timeout_s=10.0
         )
+        prompts = await self._served_vocabulary(ident)
         # kvbudget serve is the simulator behind HTTP: its step times are simulated, not measured
         own_sim = ident.get("engine") == "kvbudget-serve"
         timing = (ident.get("version") or {}).get("timing_model") if own_sim else None
@@ -131,9 +149,36 @@ class HttpProbe:
             engine_version=ident.get("engine_version"),
             model=self.model,
             base_url=redact_url(self.client.base_url),
-            details={k: v for k, v in ident.items() if k not in ("base_url",)},
+            details={k: v for k, v in ident.items() if k not in ("base_url",)}
+            | {"prompts": prompts},
         )
         return self._identity
+
+    async def _served_vocabulary(self, ident: dict[str, Any]) -> str:
+        """Find the served vocabulary (see the module doc); says how prompts will be sent."""
+        if self.endpoint != "completions" or ident.get("engine") not in TOKEN_ID_ENGINES:
+            return "synthetic-tokenizer text"
+        models = ident.get("models") or [{}]
+        root = models[0].get("root") if isinstance(models[0], dict) else None
+        try:
+            tok = await resolve_tokenizer(self.client, self._model(), AUTO, root, ident["engine"])
+            allowed = None if tok is None else await allowed_ids(tok)
+        except (ConfigError, OSError, ValueError, RuntimeError):
+            tok, allowed = None, None
+        if tok is None or allowed is None or len(allowed) == 0:
+            return "synthetic-tokenizer text (no served tokenizer found)"
+        self.served_ids = [int(i) for i in allowed]
+        return f"served token ids ({tok.source}; {len(allowed)} ids)"
+
+    def _ids_body(self, prompt_ids: tuple[int, ...]) -> dict[str, Any]:
+        return {} if self.served_ids is None else {"prompt": self.served_prompt(prompt_ids, "")}
+
+    def served_prompt(self, prompt_ids: tuple[int, ...], prompt_text: str) -> str | list[int]:
+        """What goes in the request's ``prompt``: served token ids, else the text."""
+        if self.served_ids is None:
+            return prompt_text
+        allowed = self.served_ids
+        return [allowed[i % len(allowed)] for i in prompt_ids]
 
     def _model(self) -> str:
         if self.model is None:
@@ -156,7 +201,7 @@ class HttpProbe:
             model=self._model(),
             endpoint=self.endpoint,
             cache_salt=cache_salt,
-            extra_body={"temperature": 0},
+            extra_body={"temperature": 0, **self._ids_body(prompt_ids)},
         )
         out = await self.tenant_clients.get(tenant, self.client).stream(req)
         if out.status != "ok" or out.sent_s is None:
@@ -234,7 +279,7 @@ class HttpProbe:
                 body["logprobs"] = True
                 body["top_logprobs"] = logprobs
         else:
-            body["prompt"] = prompt_text
+            body["prompt"] = self.served_prompt(prompt_ids, prompt_text)
             if logprobs > 0:
                 body["logprobs"] = logprobs
         try:

@@ -24,7 +24,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from kvbudget.audit.probes import Completion, Probe
-from kvbudget.errors import ConfigError, TargetError
+from kvbudget.errors import ConfigError, RunFailedError
+from kvbudget.load.diagnosis import failure_from_text, stopped_line
 from kvbudget.records import ResultDocument
 from kvbudget.workload.tokenizer import get_tokenizer
 
@@ -87,7 +88,8 @@ class PromptResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt_sha256: str
-    #: prompt length in synthetic-tokenizer tokens (the server's own count is in the runs)
+    #: prompt length requested (tokens; sent as served token ids to vLLM/SGLang, whose own
+    #: count in the runs is then the same: see kvbudget.audit.probe_http)
     prompt_tokens: int
     cold: RunRecord
     hot: RunRecord
@@ -297,9 +299,12 @@ async def run_reuse(
         cold, dc = await _timed(probe, ids, text, cfg)
         hot, dh = await _timed(probe, ids, text, cfg)
         if not cold.ok and not hot.ok and not firsts:
-            raise TargetError(
-                f"the first completion failed at {ident.base_url or 'the simulator'} "
-                f"({cold.error}); check --base-url and --model"
+            raise RunFailedError(
+                stopped_line(
+                    [failure_from_text(cold.error), failure_from_text(hot.error)],
+                    num_sent=2,
+                    url=ident.base_url or "the simulator",
+                )
             )
         firsts.append((cold, dc, hot, dh))
         done += 2

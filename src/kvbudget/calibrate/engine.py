@@ -11,12 +11,21 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kvbudget.load.client import OpenAIClient
+from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import server_identity
 from kvbudget.load.run import check_served_model
+from kvbudget.load.served_prompts import local_tokenizer_file
 
 #: llama.cpp's defaults for -b / -ub (common/common.h), used when the engine does not report them
 LLAMACPP_N_BATCH = 2048
 LLAMACPP_N_UBATCH = 512
+#: vLLM's default --max-num-batched-tokens for the OpenAI server on CPU (vLLM 0.32.0
+#: vllm/engine/arg_utils.py get_batch_defaults: 2048 * world_size; GPU defaults differ: pass
+#: --max-num-batched-tokens) and --max-num-seqs (128 * world_size), not on its /metrics
+VLLM_CPU_MAX_NUM_BATCHED_TOKENS = 2048
+VLLM_CPU_MAX_NUM_SEQS = 128
+#: vllm:cache_config_info fields copied into the profile's settings (the paged prediction's pool)
+VLLM_POOL_FIELDS = ("num_gpu_blocks", "block_size", "enable_prefix_caching")
 
 
 @dataclass(slots=True)
@@ -31,6 +40,12 @@ class EngineInfo:
     max_model_len: int | None = None
     settings: dict[str, int | float | str | bool] = field(default_factory=dict)
 
+    #: the served vocabulary size when known (random prompt ids stay below it)
+    @property
+    def vocab_size(self) -> int | None:
+        v = self.settings.get("vocab_size")
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
     @property
     def max_prompt_tokens(self) -> int:
         """Largest context one request may use (slot context, model length, else 2048)."""
@@ -42,8 +57,9 @@ def is_own_simulator(engine: str) -> bool:
     return engine.startswith("kvbudget-serve")
 
 
-async def discover(client: OpenAIClient, model: str) -> EngineInfo:
-    """Ask ``/props`` (llama.cpp), ``/version`` (vLLM, SGLang) and ``/v1/models``.
+async def discover(client: OpenAIClient, model: str, metrics_url: str | None = None) -> EngineInfo:
+    """Ask ``/props`` (llama.cpp), ``/version`` (vLLM, SGLang), ``/v1/models`` and, for vLLM,
+    ``vllm:cache_config_info`` (the pool the paged prediction is built with).
 
     ``model`` must be one of the served ids (checked before any request is sent).
     """
@@ -85,7 +101,32 @@ async def discover(client: OpenAIClient, model: str) -> EngineInfo:
                 info.max_model_len = mml
                 if mml:
                     info.settings["max_model_len"] = mml
+                vocab = local_vocab_size(str(entry.get("root") or model))
+                if vocab:
+                    info.settings["vocab_size"] = vocab
+    if engine == "vllm":
+        report = await read_engine_report(client, metrics_url)
+        for name in VLLM_POOL_FIELDS:
+            value = getattr(report, name)
+            if value is not None:
+                info.settings[name] = value
+        info.settings["max_num_batched_tokens"] = VLLM_CPU_MAX_NUM_BATCHED_TOKENS
+        info.settings["max_num_seqs"] = VLLM_CPU_MAX_NUM_SEQS
     return info
+
+
+def local_vocab_size(name: str) -> int | None:
+    """Vocabulary size of a local model directory or cached hub id (its tokenizer.json, which
+    counts the added tokens too), None when not found: never a download."""
+    path = local_tokenizer_file(name)
+    if path is None:
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        return int(Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True))
+    except (ImportError, OSError, ValueError, RuntimeError):
+        return None
 
 
 def _int(value: Any) -> int | None:

@@ -1,7 +1,8 @@
 """Predict a cell with the calibrated model and compare it with what was measured.
 
 The prediction replays the cell's requests (same prompt token ids, output lengths and
-concurrency) through the llama.cpp slot engine (:mod:`kvbudget.sim.slots`) priced by
+concurrency) through the llama.cpp slot engine (a profile measured on vLLM: the paged engine,
+:mod:`kvbudget.calibrate.predict_paged`) (:mod:`kvbudget.sim.slots`) priced by
 :class:`~kvbudget.sim.timing.CalibratedTiming`; the profile's ``request_overhead_s`` (HTTP and
 tokenization, measured during calibration) is added to every TTFT and is the closed-loop
 turnaround (a client's next request reaches the server that long after its previous one
@@ -128,21 +129,27 @@ def predict_cell(profile: CalibrationProfile, load: CellLoad) -> tuple[CellFigur
         span,
         stats.peak_kv_usage,
     )
-    # llama.cpp adds no BOS to a token-id prompt (its timings report prompt_n = len(prompt))
-    longest = max((len(p) for p in load.prompts), default=0)
-    observed = {
-        "prompt_tokens": float(longest),
-        # the last output token is sampled, never fed back: context peaks at prompt + out - 1
-        "context_tokens": float(longest + load.output_tokens - 1),
-        "batch_size": float(min(load.concurrency, config.num_slots)),
-    }
-    warnings = [f"{load.cell_id}: {w}" for w in profile.range_warnings(observed)]
+    warnings = cell_warnings(profile, load, config.num_slots)
     if len(ok) < len(results):
         warnings.append(
             f"{load.cell_id}: {len(results) - len(ok)} of {len(results)} requests refused by "
             f"the simulated slots (prompt does not fit {config.n_ctx_slot} cells)"
         )
     return out, warnings
+
+
+def cell_warnings(profile: CalibrationProfile, load: CellLoad, max_batch: int) -> list[str]:
+    """The profile's out-of-range warnings for a cell whose decode batch is capped at
+    ``max_batch`` (slots, or vLLM's max_num_seqs)."""
+    # llama.cpp and vLLM add no BOS to a token-id prompt (llama.cpp's prompt_n = len(prompt))
+    longest = max((len(p) for p in load.prompts), default=0)
+    observed = {
+        "prompt_tokens": float(longest),
+        # the last output token is sampled, never fed back: context peaks at prompt + out - 1
+        "context_tokens": float(longest + load.output_tokens - 1),
+        "batch_size": float(min(load.concurrency, max_batch)),
+    }
+    return [f"{load.cell_id}: {w}" for w in profile.range_warnings(observed)]
 
 
 def compare(

@@ -82,8 +82,8 @@ def validation_text(report: ValidationReport) -> str:
     lines = [
         profile_text(report.profile),
         "",
-        f"{report.source}: {report.engine} on {report.hardware}; prediction (simulated): "
-        f"llama.cpp slots with calibrated:{report.profile.name}",
+        f"{report.source}: {report.engine} on {report.hardware}; prediction: "
+        + (report.cells[0].predicted.source if report.cells else "none"),
         "",
         error_table(report.errors, served=report.source),
         "",

@@ -55,6 +55,7 @@ def series_spec(opts: CalibrateOptions, info: EngineInfo) -> SeriesSpec:
         decode_tokens=opts.decode_tokens,
         repeats=opts.repeats,
         seed=opts.seed,
+        vocab_size=info.vocab_size,
     )
 
 
@@ -67,17 +68,20 @@ async def calibrate(opts: CalibrateOptions) -> Calibration:
         api_key=opts.api_key,
         force_close=True,  # llama.cpp closes every connection after a streamed response
     ) as client:
-        info = await discover(client, opts.model)
+        info = await discover(client, opts.model, opts.metrics_url)
         if opts.n_batch:
             info.settings["n_batch"] = opts.n_batch
         if opts.n_ubatch:
-            info.settings["n_ubatch"] = opts.n_ubatch
+            key = "max_num_batched_tokens" if info.engine == "vllm" else "n_ubatch"
+            info.settings[key] = opts.n_ubatch
         spec = series_spec(opts, info)
         probes = plan_series(spec)
         results = await run_series(
             client, opts.model, probes, deadline_s=opts.deadline_s, metrics_url=opts.metrics_url
         )
-    n_ubatch = int(info.settings.get("n_ubatch", 0) or opts.n_ubatch or 512)
+    # tokens one step computes: llama.cpp's -ub, vLLM's --max-num-batched-tokens
+    step = info.settings.get("n_ubatch") or info.settings.get("max_num_batched_tokens")
+    n_ubatch = int(step or opts.n_ubatch or 512)
     obs = observations(results, n_ubatch=n_ubatch)
     fit = fit_step_model(obs)
     profile = build_profile(opts, info, obs, fit, request_overhead_s(results))

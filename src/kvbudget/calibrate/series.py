@@ -10,8 +10,9 @@ Three kinds of probe, each a group of requests sent at the same time:
   for several batch sizes ``B`` up to the slot count and three context lengths (32 tokens,
   half and all of the longest prompt less the output).
 
-Prompts are random token ids (``[1000, 30000)``: ordinary entries of any 32k+ vocabulary),
-drawn from a seeded generator, so no probe hits another's cache by accident.
+Prompts are random token ids (``[1000, 30000)``: ordinary entries of any 32k+ vocabulary; for a
+smaller served vocabulary, its upper half), drawn from a seeded generator, so no probe hits
+another's cache by accident.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ TOKEN_LOW, TOKEN_HIGH = 1000, 30000
 MIN_PROMPT_TOKENS = 16
 #: output tokens of a prefill probe (the prompt time is what it measures)
 PREFILL_OUTPUT_TOKENS = 2
+
+
+def token_range(vocab_size: int | None) -> tuple[int, int]:
+    """[low, high) of the random prompt ids: ``[1000, 30000)``, or the upper half of a smaller
+    served vocabulary (a vLLM test model has 2,048 ids; an id outside it is refused)."""
+    if vocab_size is None or vocab_size >= TOKEN_HIGH:
+        return TOKEN_LOW, TOKEN_HIGH
+    return min(TOKEN_LOW, vocab_size // 2), vocab_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,8 @@ class SeriesSpec:
     num_prefill_lengths: int = 7
     repeats: int = 2
     seed: int = 0
+    #: the served vocabulary size, when known (see token_range)
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_prompt_tokens < 4 * MIN_PROMPT_TOKENS:
@@ -74,9 +85,10 @@ def batch_sizes(max_batch: int) -> list[int]:
 def plan_series(spec: SeriesSpec) -> list[Probe]:
     """The whole series, in send order."""
     rng = np.random.default_rng(spec.seed)
+    low, high = token_range(spec.vocab_size)
 
     def fresh(n: int) -> tuple[int, ...]:
-        return tuple(int(t) for t in rng.integers(TOKEN_LOW, TOKEN_HIGH, size=n))
+        return tuple(int(t) for t in rng.integers(low, high, size=n))
 
     probes: list[Probe] = []
     top = spec.max_prompt_tokens

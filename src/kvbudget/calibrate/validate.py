@@ -2,7 +2,8 @@
 
 The calibration series is limited to what the *calibration cells* cover (prompts up to the
 medium length, batches up to the normal concurrency); then every cell is measured on the
-engine and predicted from the profile. Cells at peak concurrency and with long inputs are
+engine and predicted from the profile (on the llama.cpp slot engine, or for a profile measured
+on vLLM on the paged engine). Cells at peak concurrency and with long inputs are
 *held out*: the fit never saw batches that large or prompts that long, and the profile's
 range warnings say so. Measured figures come from the client clock (TTFT = first streamed
 token - send; TPOT = (last token - first token) / (tokens - 1); throughput = output tokens /
@@ -29,10 +30,12 @@ from kvbudget.calibrate.predict import (
     figures,
     predict_cell,
 )
+from kvbudget.calibrate.predict_paged import is_paged_profile, predict_paged_cell
 from kvbudget.calibrate.run import CalibrateOptions, calibrate
-from kvbudget.calibrate.series import TOKEN_HIGH, TOKEN_LOW
-from kvbudget.errors import TargetError
+from kvbudget.calibrate.series import token_range
+from kvbudget.errors import RunFailedError, TargetError
 from kvbudget.load.client import OpenAIClient
+from kvbudget.load.diagnosis import Failure, stopped_line
 from kvbudget.sim.timing import CalibrationProfile
 
 TARGET_REL_ERROR = 0.20
@@ -67,10 +70,11 @@ def default_cells(info: EngineInfo, *, output_tokens: int = 32, scale: int = 1) 
     ]
 
 
-def cell_load(plan: CellPlan, seed: int) -> CellLoad:
+def cell_load(plan: CellPlan, seed: int, vocab_size: int | None = None) -> CellLoad:
     rng = np.random.default_rng(seed)
+    low, high = token_range(vocab_size)
     prompts = tuple(
-        tuple(int(t) for t in rng.integers(TOKEN_LOW, TOKEN_HIGH, size=plan.prompt_tokens))
+        tuple(int(t) for t in rng.integers(low, high, size=plan.prompt_tokens))
         for _ in range(plan.num_requests)
     )
     return CellLoad(plan.cell_id, prompts, plan.output_tokens, plan.concurrency)
@@ -106,9 +110,15 @@ async def measure_cell(
     peak_kv = peak_cells / total_cells if peak_cells is not None and total_cells else None
     bad = [o for o in outs if o.status != "ok"]
     if bad:
-        raise TargetError(
-            f"cell {load.cell_id}: {len(bad)} of {len(outs)} requests failed, first "
-            f"{bad[0].error_kind} from {client.base_url} ({bad[0].error_excerpt}); check the server"
+        raise RunFailedError(
+            "cell "
+            + load.cell_id
+            + ": "
+            + stopped_line(
+                [Failure(o.error_kind, o.http_status, o.error_excerpt) for o in bad],
+                num_sent=len(outs),
+                url=client.base_url,
+            )
         )
     ttfts, tpots, total, starts, ends = [], [], 0, [], []
     for o in outs:
@@ -171,7 +181,7 @@ async def validate(
     async with OpenAIClient(
         opts.base_url, concurrency=4, timeout_s=30, api_key=opts.api_key
     ) as probe_client:
-        info = await discover(probe_client, opts.model)
+        info = await discover(probe_client, opts.model, opts.metrics_url)
     plans = default_cells(info, output_tokens=output_tokens, scale=scale)
     train = [p for p in plans if p.role == "calibration"]
     limited = replace(
@@ -197,11 +207,12 @@ async def validate(
         force_close=True,  # llama.cpp closes every connection after a streamed response
     ) as client:
         for k, plan in enumerate(plans):
-            load = cell_load(plan, opts.seed + 1000 + k)
+            load = cell_load(plan, opts.seed + 1000 + k, cal.info.vocab_size)
             measured = await measure_cell(
                 client, opts.model, load, label, total_cells=slot_cells, kind=source
             )
-            predicted, warnings = predict_cell(profile, load)
+            predict = predict_paged_cell if is_paged_profile(profile) else predict_cell
+            predicted, warnings = predict(profile, load)
             cells.append(
                 CellResult(
                     cell_id=plan.cell_id,

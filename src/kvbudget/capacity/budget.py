@@ -167,6 +167,8 @@ def three_budgets(plan: PlanResult, model: ModelSpec) -> ThreeBudgets:
     for rank in plan.ranks:
         pool = rank.kv_pool_bytes
         pool_bytes.append(pool)
+        if not plan.device_given:  # --kv-cache-memory without a device: no peak to compare
+            continue
         peaks.append(
             DevicePeak(
                 pp_rank=rank.pp_rank,

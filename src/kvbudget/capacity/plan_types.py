@@ -56,6 +56,9 @@ class PlanRequest(BaseModel):
     activation_bytes: int | None = Field(default=None, ge=0)
     non_torch_bytes: int | None = Field(default=None, ge=0)
     cudagraph_bytes: int | None = Field(default=None, ge=0)
+    enforce_eager: bool = Field(
+        default=False, description="vLLM --enforce-eager: no CUDA graphs, none in the budget"
+    )
     snapshot: str | None = None
     api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
     mamba_cache_mode: MambaCacheMode = "none"
@@ -126,6 +129,8 @@ class PlanResult:
     figure: str = "computed"
     headroom_fraction: float = 0.03
     defaults_applied: dict[str, str] = field(default_factory=dict)
+    #: False when ``--kv-cache-memory`` sized the pool without a device (no device peak)
+    device_given: bool = True
 
     @property
     def num_gpus(self) -> int:
@@ -151,7 +156,8 @@ class PlanResult:
             "model": self.model_id,
             "engine": self.engine,
             "engine_version": self.engine_version,
-            "gpu": self.gpu.to_dict(),
+            "gpu": self.gpu.to_dict() if self.device_given else None,
+            "device_given": self.device_given,
             "tp": self.tp,
             "pp": self.pp,
             "num_gpus": self.num_gpus,

@@ -24,6 +24,7 @@ from kvbudget.capacity.memory import (
     MemoryTerm,
     RankMemory,
     available_kv_bytes,
+    eager_cudagraph_term,
     estimate_activation_bytes,
     estimate_cudagraph_bytes,
     estimate_non_torch_bytes,
@@ -45,6 +46,29 @@ from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
 __all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_gpu"]
+
+#: vLLM 0.32 ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``): when the device
+#: cannot be queried, ``device_memory = 0`` and the "other hardware" defaults apply
+#: (``max_num_batched_tokens`` 2048 for the API server, 8192 for the LLM class; 256 sequences).
+_NO_DEVICE_BATCH_DEFAULTS = {True: (2048, 256), False: (8192, 256)}
+
+
+def device_not_given() -> GpuSpec:
+    """The device of a vLLM plan sized by ``--kv-cache-memory`` alone: no memory figure is used.
+
+    vLLM's worker reserves exactly ``kv_cache_memory_bytes`` for the pool and skips memory
+    profiling (0.32 ``vllm/v1/worker/gpu_worker.py``, ``determine_available_memory``), so the
+    pool needs no device; the device peak is then not computed. ``memory_bytes`` is a
+    placeholder (``PlanResult.device_given`` is False and ``to_dict`` writes ``gpu: null``).
+    """
+    return GpuSpec(
+        id="not given",
+        device_name="not given",
+        vendor="unknown",
+        memory_bytes=1,
+        memory_source="no device: --kv-cache-memory sets the pool; pass --gpu for the device peak",
+        custom=True,
+    )
 
 
 def resolve_gpu(request: PlanRequest) -> GpuSpec:
@@ -144,9 +168,17 @@ def plan_terms(
         if request.non_torch_bytes is not None
         else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
     )
+    if request.enforce_eager and request.cudagraph_bytes:
+        raise ConfigError(
+            f"cudagraph_bytes: {request.cudagraph_bytes} with enforce_eager: vLLM captures no "
+            "CUDA graphs in eager mode; drop --cudagraph-bytes or --enforce-eager",
+            field="cudagraph_bytes",
+        )
     graphs = (
         flag_term("cudagraph", request.cudagraph_bytes, "--cudagraph-bytes")
         if request.cudagraph_bytes is not None
+        else eager_cudagraph_term()
+        if request.enforce_eager
         else estimate_cudagraph_bytes(spec)
     )
     return weights_term, act, non_torch, graphs
@@ -168,7 +200,17 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
             f"pp: {request.pp} stages for {model.num_layers} layers; choose --pp <= {model.num_layers}",
             field="pp",
         )
-    gpu = resolve_gpu(request)
+    device_given = bool(request.gpu) or request.gpu_memory_bytes is not None
+    if not device_given and request.kv_cache_memory_bytes is not None:
+        if request.engine == "sglang":
+            raise ConfigError(
+                "gpu: no device given; --engine sglang sizes its pool from the device even with "
+                "--kv-cache-memory; pass --gpu H100 (see 'kvbudget gpus') or --gpu-memory 80GiB",
+                field="gpu",
+            )
+        gpu = device_not_given()
+    else:
+        gpu = resolve_gpu(request)
     max_model_len = request.max_model_len or model.max_position_embeddings
     if not max_model_len:
         raise ConfigError(
@@ -187,14 +229,14 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
 
         result = make_sglang_plan(request, model, gpu, weights, max_model_len)
     else:
-        result = _make_vllm_plan(request, model, gpu, weights, max_model_len)
+        result = _make_vllm_plan(request, model, gpu, weights, max_model_len, device_given)
         if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:
             fitted = result.estimated_max_model_len
             line = (
                 f"Auto-fit max_model_len: reduced from {max_model_len} to {fitted} to fit in available "
                 f"GPU memory ({format_gib_new(result.available_kv_bytes)} GiB available for KV cache)"
             )
-            again = _make_vllm_plan(request, model, gpu, weights, fitted)
+            again = _make_vllm_plan(request, model, gpu, weights, fitted, device_given)
             result = replace(again, log_lines=(line, *again.log_lines))
     ignored = tuple(message for _, message in engine_flag_conflicts(request))
     return replace(result, notes=result.notes + ignored) if ignored else result
@@ -206,6 +248,7 @@ def _make_vllm_plan(
     gpu: GpuSpec,
     weights: WeightsEstimate,
     max_model_len: int,
+    device_given: bool = True,
 ) -> PlanResult:
     version_text = request.engine_version or DEFAULT_VLLM_VERSION
     behaviour = vllm_behaviour(version_text)
@@ -219,9 +262,13 @@ def _make_vllm_plan(
         )
     if request.engine_version is None:
         defaults["engine_version"] = f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
-    t_b_default, seqs_default, why = batch_defaults(
-        gpu, api_server=request.api_server, version=behaviour.version
-    )
+    if device_given:
+        t_b_default, seqs_default, why = batch_defaults(
+            gpu, api_server=request.api_server, version=behaviour.version
+        )
+    else:
+        t_b_default, seqs_default = _NO_DEVICE_BATCH_DEFAULTS[request.api_server]
+        why = "device not given: vLLM's defaults when it cannot query the device"
     t_b = request.max_num_batched_tokens or t_b_default
     max_seqs = request.max_num_seqs or seqs_default
     if request.max_num_batched_tokens is None:
@@ -234,7 +281,7 @@ def _make_vllm_plan(
     if request.max_num_seqs is None:
         defaults["max_num_seqs"] = f"{max_seqs} ({why})"
     util = request.gpu_memory_utilization or behaviour.default_gpu_memory_utilization
-    if request.gpu_memory_utilization is None:
+    if request.gpu_memory_utilization is None and request.kv_cache_memory_bytes is None:
         defaults["gpu_memory_utilization"] = f"{util} (vLLM default; the newest snapshot uses 0.92)"
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
     if request.kv_dtype.strip().lower() != "auto":
@@ -281,8 +328,9 @@ def _make_vllm_plan(
         start, end = get_pp_indices(model.num_layers, p, request.pp)
         rank_layers = set(range(start, end))
         w, act, non_torch, graphs = plan_terms(request, model, weights, p, t_b, max_seqs)
+        total_bytes = gpu.memory_bytes if device_given else 0
         requested, avail = available_kv_bytes(
-            total_bytes=gpu.memory_bytes,
+            total_bytes=total_bytes,
             gpu_memory_utilization=util,
             weights=w.num_bytes,
             activation=act.num_bytes,
@@ -297,7 +345,7 @@ def _make_vllm_plan(
         ranks.append(
             RankMemory(
                 pp_rank=p,
-                total_bytes=gpu.memory_bytes,
+                total_bytes=total_bytes,
                 gpu_memory_utilization=util,
                 requested_bytes=requested,
                 weights=w,
@@ -399,6 +447,7 @@ def _make_vllm_plan(
         remedies=remedies,
         headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
+        device_given=device_given,
     )
 
 
@@ -465,6 +514,7 @@ _VLLM_ONLY = (
     "gpu_memory_utilization",
     "num_gpu_blocks_override",
     "disable_hybrid_kv_cache_manager",
+    "enforce_eager",
     "auto_fit_max_model_len",  # --max-model-len auto: vLLM's -1 auto-fit; SGLang has none
 )
 _SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens", "swa_full_tokens_ratio")

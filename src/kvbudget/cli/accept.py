@@ -128,7 +128,7 @@ def accept(
         from kvbudget.errors import RunFailedError
 
         raise RunFailedError(f"{failed} (report: {paths['md']})")
-    failed_audits = doc.audits.get("failed") if isinstance(doc.audits, dict) else None
+    failed_audits = doc.audits.failed
     if failed_audits:
         click.echo(
             f"accept: the {' and '.join(failed_audits)} audit(s) failed (the report's Audits "
@@ -161,6 +161,7 @@ def failure_line(plan: Any, out_dir: Path) -> str | None:
 
 def unstable_queues(out_dir: Path) -> list[Any]:
     """An ``unstable_queue`` anomaly per open-loop cell repetition whose TTFT kept growing."""
+    from kvbudget.accept.request_keys import RequestKey
     from kvbudget.accept.result import Anomaly
     from kvbudget.metrics.stability import queue_growth
     from kvbudget.records import RequestRecord, read_jsonl
@@ -172,7 +173,7 @@ def unstable_queues(out_dir: Path) -> list[Any]:
     for r in read_jsonl(path, RequestRecord).items:
         if r.warmup or r.scheduled_s is None or r.ttft_s is None:
             continue  # closed-loop cells have no schedule: their queue cannot run away
-        runs.setdefault(r.request_id.rsplit("/", 1)[0], []).append(r)
+        runs.setdefault(RequestKey.decode(r.request_id).run_id, []).append(r)
     out = []
     for run_id, recs in sorted(runs.items()):
         growth = queue_growth([r.scheduled_s or 0.0 for r in recs], [r.ttft_s or 0.0 for r in recs])

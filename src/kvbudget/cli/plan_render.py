@@ -40,7 +40,9 @@ def render_plan(
     head.add_row("engine", f"{result.engine} {result.engine_version}")
     head.add_row(
         "gpu",
-        f"{result.gpu.id}: {format_bytes(result.gpu.memory_bytes)} ({escape(result.gpu.memory_source)})",
+        f"{result.gpu.id}: {format_bytes(result.gpu.memory_bytes)} ({escape(result.gpu.memory_source)})"
+        if result.device_given
+        else f"not given ({escape(result.gpu.memory_source)})",
     )
     head.add_row(
         "parallel", f"TP {result.tp} x PP {result.pp} = {result.num_gpus} GPU(s) per replica"
@@ -63,7 +65,8 @@ def render_plan(
             how = f"(device - 0.5 GiB context) x mem_fraction_static {rank.gpu_memory_utilization}"
         else:
             how = f"total x gpu_memory_utilization {rank.gpu_memory_utilization}"
-        mem.add_row("requested", _gib(rank.requested_bytes), "computed", how)
+        if result.device_given:
+            mem.add_row("requested", _gib(rank.requested_bytes), "computed", how)
 
         _term_row(mem, rank.weights)
         _term_row(mem, rank.activation)
@@ -145,6 +148,8 @@ def render_plan(
         f"{format_bytes(budgets.engine_pool_bytes_replica)} per replica",
         "what the engine allocates for KV",
     )
+    if not budgets.device_peak:
+        bud.add_row("device peak", "not computed", "no device given; pass --gpu to check it")
     for peak in budgets.device_peak:
         verdict = "[green]ok[/green]" if peak.ok else "[red]tight[/red]"
         bud.add_row(

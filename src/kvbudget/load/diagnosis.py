@@ -10,6 +10,7 @@ echoed API key) and the likely fix.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -87,19 +88,57 @@ def diagnose(
         return None
     if num_failed < num_total and num_failed / num_total <= max_error_fraction:
         return None
-    counts = Counter({str(k): int(v) for k, v in (summary.get("by_label") or {}).items()})
-    common, _ = counts.most_common(1)[0]
-    ex = (summary.get("examples") or {}).get(common) or {}
-    first = Failure(ex.get("error_kind"), ex.get("http_status"), ex.get("error_excerpt"))
-    said = f": {first.error_excerpt}" if first.error_excerpt else ""
-    kinds = ", ".join(f"{k} x{n}" for k, n in counts.most_common(3))
     scope = (
         f"all {num_total} {what} failed"
         if num_failed == num_total
         else f"{num_failed} of {num_total} {what} failed (more than the allowed "
         f"{max_error_fraction:.0%})"
     )
+    return _describe(summary, scope, url)
+
+
+def _describe(summary: dict[str, Any], scope: str, url: str) -> str:
+    counts = Counter({str(k): int(v) for k, v in (summary.get("by_label") or {}).items()})
+    common, _ = counts.most_common(1)[0] if counts else ("error", 0)
+    ex = (summary.get("examples") or {}).get(common) or {}
+    first = Failure(ex.get("error_kind"), ex.get("http_status"), ex.get("error_excerpt"))
+    said = f": {first.error_excerpt}" if first.error_excerpt else ""
+    said = said.replace(f": {common}: ", ": ", 1) if said.startswith(f": {common}: ") else said
+    kinds = ", ".join(f"{k} x{n}" for k, n in counts.most_common(3))
     return f"{scope} ({kinds}); first {common} from {url}{said}; {_hint(first)}"
+
+
+_HTTP_TEXT = re.compile(r"HTTP (\d{3}):? ?(.*)", re.DOTALL)
+
+
+def failure_from_text(error: str | None) -> Failure:
+    """A :class:`Failure` from a probe's error text (``HTTP 500: msg``, ``connect: msg``, ...)."""
+    text = error or ""
+    found = _HTTP_TEXT.search(text)
+    if found:
+        return Failure("http_status", int(found.group(1)), found.group(2).strip() or None)
+    kind, sep, rest = text.partition(": ")
+    if sep and kind and " " not in kind:
+        return Failure(kind, None, rest.strip() or None)
+    return Failure("error", None, text.strip() or None)
+
+
+def stopped_line(
+    failures: list[Failure], *, num_sent: int, url: str, what: str = "requests"
+) -> str:
+    """One line for a run that stopped at a failed request (``audit``, ``calibrate``).
+
+    Every failure is named the same way as :func:`diagnose` names them: how many of the
+    requests sent failed, the most common status or kind, the URL, the server's words and the
+    likely fix.
+    """
+    num_failed = len(failures)
+    scope = (
+        f"all {num_sent} {what} failed"
+        if num_failed >= num_sent
+        else f"{num_failed} of {num_sent} {what} failed"
+    )
+    return f"{_describe(digest(failures, num_sent), scope, url)}; the run stopped there"
 
 
 def record_digest(records: Iterable[RequestRecord]) -> dict[str, Any]:

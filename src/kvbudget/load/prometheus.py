@@ -10,7 +10,7 @@ Unified names: ``kv_usage_ratio``, ``requests_running``, ``requests_waiting`` (g
 ``prefix_cache_queries_tokens``, ``prefix_cache_hits_tokens``, ``preemptions``,
 ``prompt_tokens``, ``generation_tokens``, ``prompt_tokens_cached`` (counters);
 ``engine_ttft_seconds``, ``engine_itl_seconds``, ``engine_e2e_seconds``,
-``engine_queue_seconds`` (histograms, as ``<name>_sum`` / ``_count`` / ``_bucket``).
+``engine_queue_seconds``, ``engine_prefill_seconds`` (histograms, as ``<name>_sum`` / ``_count`` / ``_bucket``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ TTFT = Unified("engine_ttft_seconds", "histogram")
 ITL = Unified("engine_itl_seconds", "histogram")
 E2E = Unified("engine_e2e_seconds", "histogram")
 QUEUE = Unified("engine_queue_seconds", "histogram")
+PREFILL = Unified("engine_prefill_seconds", "histogram")
 
 #: engine family name (as prometheus_client reports it: counters without ``_total``) -> unified
 SERIES_MAP: dict[str, Unified] = {
@@ -69,6 +70,7 @@ SERIES_MAP: dict[str, Unified] = {
     "vllm:inter_token_latency_seconds": ITL,
     "vllm:e2e_request_latency_seconds": E2E,
     "vllm:request_queue_time_seconds": QUEUE,
+    "vllm:request_prefill_time_seconds": PREFILL,
     # vLLM older names (deprecated 0.9 / ~0.11)
     "vllm:gpu_cache_usage_perc": KV_USAGE,
     "vllm:gpu_prefix_cache_queries": PREFIX_QUERIES,
@@ -176,6 +178,19 @@ def parse_exposition(text: str, timestamp_s: float) -> list[MetricSample]:
                 )
                 break
     return out
+
+
+def sample_values(text: str) -> dict[str, float]:
+    """Every sample by the name it is exposed under (``_total``, ``_bucket``, ... kept), its
+    values summed over label sets (vLLM's ``engine``/``model_name``); llama.cpp's carry none.
+
+    Raises ``ValueError`` when the text is not Prometheus exposition format.
+    """
+    values: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            values[s.name] = values.get(s.name, 0.0) + float(s.value)
+    return values
 
 
 def detect_engine(text: str) -> str | None:

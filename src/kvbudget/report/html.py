@@ -183,25 +183,20 @@ def comparisons_section(doc: AcceptResult, charts: dict[str, str]) -> str:
 
 
 def audits_section(doc: AcceptResult, charts: dict[str, str]) -> str:
-    if not doc.audits:
+    if not doc.audits.requested:
         return ""
     out = ["<h2 id='audits'>Audits</h2>"]
     items = []
-    for key in ("isolation", "reuse", "restart"):
-        summary = doc.audits.get(key)
-        if isinstance(summary, dict):
-            basis = f" ({summary['basis']})" if summary.get("basis") else ""
-            items.append(f"{key}{basis}: {summary.get('verdict')} — {summary.get('reason')}")
-    if "note" in doc.audits:
-        items.append(str(doc.audits["note"]))
+    for key, summary in doc.audits.summaries():
+        basis = f" ({summary.basis})" if summary.basis else ""
+        items.append(f"{key}{basis}: {summary.verdict} — {summary.reason}")
+    if doc.audits.note is not None:
+        items.append(doc.audits.note)
     out.append(_list(items))
-    for key in ("isolation_markdown", "reuse_markdown"):
-        detail = doc.audits.get(key)
-        if isinstance(detail, str):
-            out.append(
-                f"<details><summary>{_e(key.split('_')[0])} audit details</summary>"
-                f"<pre>{_e(detail)}</pre></details>"
-            )
+    for key, detail in doc.audits.details():
+        out.append(
+            f"<details><summary>{_e(key)} audit details</summary><pre>{_e(detail)}</pre></details>"
+        )
     return "\n".join(out)
 
 

@@ -76,8 +76,8 @@ def value_text(value: object) -> str:
 
 def split_verdicts(cell: CellResult) -> tuple[str, str]:
     """(latency/capacity verdict, quality verdict) of a cell, from its checks."""
-    perf = [c.verdict for c in cell.checks if not c.name.startswith("quality ")]
-    qual = [c.verdict for c in cell.checks if c.name.startswith("quality ")]
+    perf = [c.verdict for c in cell.checks if not c.is_quality]
+    qual = [c.verdict for c in cell.checks if c.is_quality]
 
     def worst(vs: Sequence[str]) -> str:
         order = {"pass": 0, "untested": 1, "not_comparable": 2, "fail": 3}
@@ -414,24 +414,17 @@ def render_markdown(doc: AcceptResult) -> str:
                 add("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
                 for row in delta_rows(c):
                     add("| " + " | ".join(_md(x) for x in row) + " |")
-    if doc.audits:
+    if doc.audits.requested:
         add("\n## Audits\n")
-        for key in ("isolation", "reuse", "restart"):
-            summary = doc.audits.get(key)
-            if isinstance(summary, dict):
-                basis = f" ({_md(summary['basis'])})" if summary.get("basis") else ""
-                add(
-                    f"- **{key}**{basis}: {_md(summary.get('verdict'))} — "
-                    f"{_md(summary.get('reason'))}"
-                )
-        if "note" in doc.audits:
-            add(f"- {_md(doc.audits['note'])}")
-        for key in ("isolation_markdown", "reuse_markdown"):
-            detail = doc.audits.get(key)
-            if isinstance(detail, str):
-                add("\n<details><summary>" + key.split("_")[0] + " audit details</summary>\n")
-                add(detail.replace("<", "&lt;").replace(">", "&gt;"))
-                add("\n</details>")
+        for key, summary in doc.audits.summaries():
+            basis = f" ({_md(summary.basis)})" if summary.basis else ""
+            add(f"- **{key}**{basis}: {_md(summary.verdict)} — {_md(summary.reason)}")
+        if doc.audits.note is not None:
+            add(f"- {_md(doc.audits.note)}")
+        for key, detail in doc.audits.details():
+            add("\n<details><summary>" + key + " audit details</summary>\n")
+            add(detail.replace("<", "&lt;").replace(">", "&gt;"))
+            add("\n</details>")
     add("\n## Anomaly hints\n")
     if not doc.anomalies:
         add("- none raised (each needs its evidence)")

@@ -76,7 +76,7 @@ def tier_label(doc: AcceptResult, input_tier: str) -> str:
 
 
 def _deciding_reason(cell: CellResult, verdict: str) -> str:
-    checks = [c for c in cell.checks if c.verdict == verdict and not c.name.startswith("quality ")]
+    checks = [c for c in cell.checks if c.verdict == verdict and not c.is_quality]
     latency = [c for c in checks if c in _latency_checks(cell)]
     if latency and verdict == "fail":
         return ", ".join(check_text(c) for c in latency)
@@ -137,8 +137,7 @@ def peak_throughput(doc: AcceptResult) -> str:
     passing = [
         c
         for c in doc.cells
-        if c.throughput
-        and all(x.verdict == "pass" for x in c.checks if not x.name.startswith("quality "))
+        if c.throughput and all(x.verdict == "pass" for x in c.checks if not x.is_quality)
     ]
     pool = passing or [c for c in doc.cells if c.throughput]
     if not pool:

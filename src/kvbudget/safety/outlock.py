@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from kvbudget.errors import ConfigError
@@ -29,6 +30,32 @@ def _holder(path: Path) -> str:
     except OSError:
         return "another kvbudget run"
     return f"another kvbudget run ({text[:80]})" if text else "another kvbudget run"
+
+
+def _take(
+    lock_path: Path,
+    key: str,
+    *,
+    field: str,
+    cannot_open: Callable[[str], str],
+    busy: Callable[[str], str],
+) -> int:
+    """Open ``lock_path``, take its exclusive lock without waiting, write this pid into it and
+    hold it under ``key``; the descriptor. A ConfigError with ``cannot_open(the OS reason)``
+    when it cannot be opened, ``busy(the holder)`` when another process holds it."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ConfigError(cannot_open(str(exc.strerror or exc)), field=field) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise ConfigError(busy(_holder(lock_path)), field=field) from exc
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    _HELD[key] = fd
+    return fd
 
 
 def lock_out_dir(out_dir: Path, *, flag: str = "--out") -> Path:
@@ -48,26 +75,19 @@ def lock_out_dir(out_dir: Path, *, flag: str = "--out") -> Path:
     lock_path = Path(key) / LOCK_NAME
     if key in _HELD:
         return lock_path
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise ConfigError(
-            f"{flag}: cannot write to directory {str(out_dir)!r} ({exc.strerror or exc}); "
-            "give a writable directory",
-            field=field,
-        ) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        raise ConfigError(
-            f"{flag} {str(out_dir)!r}: {_holder(lock_path)} is writing to this directory; "
-            "wait for it to finish or choose another directory",
-            field=field,
-        ) from exc
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}\n".encode())
-    _HELD[key] = fd
+    _take(
+        lock_path,
+        key,
+        field=field,
+        cannot_open=lambda reason: (
+            f"{flag}: cannot write to directory {str(out_dir)!r} ({reason}); "
+            "give a writable directory"
+        ),
+        busy=lambda holder: (
+            f"{flag} {str(out_dir)!r}: {holder} is writing to this directory; "
+            "wait for it to finish or choose another directory"
+        ),
+    )
     return lock_path
 
 
@@ -85,26 +105,18 @@ def lock_out_file(path: Path, *, flag: str) -> None:
         key = "file:" + str(sidecar)
     if key in _HELD:
         return
-    try:
-        fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise ConfigError(
-            f"{flag} {str(path)!r}: cannot write in its directory ({exc.strerror or exc}); "
-            "give a writable path",
-            field=field,
-        ) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        raise ConfigError(
-            f"{flag} {str(path)!r}: {_holder(sidecar)} is writing this file; wait for it to "
-            "finish or choose another path",
-            field=field,
-        ) from exc
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}\n".encode())
-    _HELD[key] = fd
+    fd = _take(
+        sidecar,
+        key,
+        field=field,
+        cannot_open=lambda reason: (
+            f"{flag} {str(path)!r}: cannot write in its directory ({reason}); give a writable path"
+        ),
+        busy=lambda holder: (
+            f"{flag} {str(path)!r}: {holder} is writing this file; wait for it to "
+            "finish or choose another path"
+        ),
+    )
     atexit.register(_drop_sidecar, sidecar, fd)
 
 

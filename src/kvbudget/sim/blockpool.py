@@ -14,12 +14,14 @@ Follows vLLM V1's ``BlockPool`` / ``FreeKVCacheBlockQueue`` as documented in the
 * identical blocks are not de-duplicated: two blocks may carry the same hash; lookup returns
   the first one cached that is still present.
 
-The free queue is a ``deque`` of block ids with lazy removal: a block leaves the queue logically
-when it is touched (its reference count rises above 0), and the stale entry is skipped when it
-reaches the head; a block freed again gets a new entry at the tail, and ``_inq[b]`` (entries of
-``b`` in the deque) tells the stale older one from it. Only the latest entry of a block with
-reference count 0 is live, so the live entries, in deque order, are exactly vLLM's free queue.
-The deque is compacted when stale entries outnumber the pool. Per-block loops use plain
+The free queue is a list of block ids (consumed from a head index) with lazy removal: a block
+leaves the queue logically when it is touched (its reference count rises above 0), and the stale
+entry is skipped when it reaches the head; a block freed again gets a new entry at the tail, and
+``_inq[b]`` (entries of ``b`` in the queue) tells the stale older one from it. Only the latest
+entry of a block with reference count 0 is live, so the live entries, in queue order, are exactly
+vLLM's free queue. ``_num_tail_live`` counts the live entries: when it equals the queue's length
+(no stale entry, as in a trace without cache hits) an allocation takes its blocks as one slice.
+The queue is compacted when stale entries outnumber the pool. Per-block loops use plain
 subscripts only and eviction is inlined in the common case (no duplicate hashes, no eviction
 hook): with prefix caching on these loops were most of the simulator's cost (an
 ``OrderedDict`` free queue cost about twice as much; docs/benchmarks.md, "Simulator speed").
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
+from itertools import islice
 from typing import Protocol
 
 from kvbudget.errors import SimulationError
@@ -51,16 +54,18 @@ class PendingRun:
     """Blocks registered for the prefix cache whose hashes are not computed yet (lazy mode).
 
     ``block_ids[k]`` holds block ``start + k`` of ``source``'s chain; a block still carries
-    the run as its key (``block_key[b] is run``) until it is evicted or the run materializes.
+    the run as its key (``block_key[b] is run``) until it is evicted or the run materializes;
+    ``num_live`` counts those blocks (0: the run is dead and compaction drops it).
     """
 
-    __slots__ = ("block_ids", "block_size", "source", "start")
+    __slots__ = ("block_ids", "block_size", "num_live", "source", "start")
 
     def __init__(self, source: HashSource, start: int, block_ids: list[int], block_size: int):
         self.source = source
         self.start = start
         self.block_ids = block_ids
         self.block_size = block_size
+        self.num_live = 0
 
 
 class BlockPool:
@@ -76,8 +81,10 @@ class BlockPool:
         "_min_compact_at",
         "_num_free",
         "_num_pending_runs",
+        "_num_tail_live",
         "_pending",
         "_phantom",
+        "_qhead",
         "_queue",
         "block_key",
         "enable_caching",
@@ -99,7 +106,11 @@ class BlockPool:
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_key: list[BlockKey | None] = [None] * num_blocks
         # the free queue starts in block-id order, without the null block
-        self._queue: deque[int] = deque(range(1, num_blocks))
+        self._queue: list[int] = list(range(1, num_blocks))
+        #: entries before this index are consumed
+        self._qhead = 0
+        #: free blocks whose live entry is in ``_queue`` (not in ``_front``)
+        self._num_tail_live = num_blocks - 1
         #: freed blocks without a hash, reused first (vLLM 0.32 ``BlockPool.free_blocks``
         #: prepends them to the free queue: "LIFO reuse of non-cached blocks"), as
         #: (block, generation); an entry is live while its generation is the block's latest
@@ -158,7 +169,7 @@ class BlockPool:
         remaining = list(self._inq)
         ref = self.ref_cnt
         out = []
-        for block_id in self._queue:
+        for block_id in islice(self._queue, self._qhead, None):
             remaining[block_id] -= 1
             if remaining[block_id] == 0 and ref[block_id] == 0:
                 out.append(block_id)
@@ -183,7 +194,8 @@ class BlockPool:
                 "must check can_allocate first"
             )
         self._num_free -= num_blocks
-        popleft = self._queue.popleft
+        queue = self._queue
+        head = self._qhead
         inq = self._inq
         ref = self.ref_cnt
         out: list[int] = []
@@ -206,8 +218,32 @@ class BlockPool:
             ref[block_id] = 1
             append(block_id)
             left -= 1
+        if left and len(queue) - head == self._num_tail_live:
+            # no stale entry: the next ``left`` entries are live, one per block
+            taken = queue[head : head + left]
+            head += left
+            self._num_tail_live -= left
+            out.extend(taken)
+            if simple:
+                for block_id in taken:
+                    inq[block_id] = 0
+                    ref[block_id] = 1
+                    key = keys[block_id]
+                    if key is not None:
+                        if key.__class__ is PendingRun:
+                            key.num_live -= 1
+                        else:
+                            del cached[key]
+                        keys[block_id] = None
+                        num_evicted += 1
+            else:
+                for block_id in taken:
+                    inq[block_id] = 0
+                    ref[block_id] = 1
+            left = 0
         while left:
-            block_id = popleft()
+            block_id = queue[head]
+            head += 1
             count = inq[block_id]
             inq[block_id] = count - 1
             if count != 1 or ref[block_id]:
@@ -215,14 +251,21 @@ class BlockPool:
             ref[block_id] = 1
             append(block_id)
             left -= 1
+            self._num_tail_live -= 1
             if simple:
                 # every keyed block is the table's only entry for its key: evict inline
                 key = keys[block_id]
                 if key is not None:
-                    if key.__class__ is not PendingRun:
+                    if key.__class__ is PendingRun:
+                        key.num_live -= 1
+                    else:
                         del cached[key]
                     keys[block_id] = None
                     num_evicted += 1
+        if head > self.num_blocks:
+            del queue[:head]  # drop consumed entries (amortized O(1) per entry)
+            head = 0
+        self._qhead = head
         self.num_evictions += num_evicted
         if not simple and self.enable_caching:
             for block_id in out:
@@ -233,9 +276,14 @@ class BlockPool:
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks; unreferenced ones leave the free queue."""
         ref = self.ref_cnt
+        phantom = self._phantom
         for block_id in block_ids:
             if ref[block_id] == 0:
-                self._num_free -= 1  # its deque entry turns stale
+                self._num_free -= 1  # its queue entry turns stale
+                if phantom[block_id]:
+                    self._fgen[block_id] += 1  # its front entry turns stale
+                else:
+                    self._num_tail_live -= 1
             ref[block_id] += 1
 
     def free(self, ordered_block_ids: Iterable[int]) -> None:
@@ -248,18 +296,54 @@ class BlockPool:
         ref = self.ref_cnt
         inq = self._inq
         queue = self._queue
-        append = queue.append
-        num_freed = 0
         keys = self.block_key
         fgen = self._fgen
         phantom = self._phantom
+        ids = list(ordered_block_ids)
+        n = len(ids)
+        bulk = False
+        if (
+            n
+            and list(map(ref.__getitem__, ids)).count(1) == n
+            and True not in map(phantom.__getitem__, ids)
+            and NULL_BLOCK_ID not in ids
+        ):  # (a block listed twice would hold two references: count(1) rules it out)
+            first = ids[0]
+            if keys[first] is None and None not in map(keys.__getitem__, ids[1:]):
+                # a request's partial last block (freed first) is unhashed: to the front
+                ref[first] = 0
+                fgen[first] += 1
+                phantom[first] = True
+                inq[first] += 1
+                self._front.appendleft((first, fgen[first]))
+                self._num_free += 1
+                ids = ids[1:]
+                n -= 1
+                bulk = True
+            else:
+                bulk = None not in map(keys.__getitem__, ids)
+        if bulk:
+            # the common case: each block's last reference, every block hashed, none at the
+            # front: all join the tail in the order given
+            for block_id in ids:
+                ref[block_id] = 0
+                inq[block_id] += 1
+            queue.extend(ids)
+            self._num_free += n
+            self._num_tail_live += n
+            if len(queue) - self._qhead > 2 * self.num_blocks:
+                self._compact()
+            return
+        append = queue.append
+        num_freed = 0
+        num_tail = 0
         unhashed: list[int] = []
-        for block_id in ordered_block_ids:
+        for block_id in ids:
             count = ref[block_id] - 1
             if count == 0 and block_id:  # block 0 is the null block (never freed)
                 ref[block_id] = 0
-                fgen[block_id] += 1  # any older front entry of this block is stale
                 if keys[block_id] is None:
+                    fgen[block_id] += 1  # a new front entry: any older one is stale
                     unhashed.append(block_id)  # to the front, in the order given
                     if not phantom[block_id]:
                         phantom[block_id] = True
@@ -270,22 +354,26 @@ class BlockPool:
                         inq[block_id] -= 1
                     append(block_id)
                     inq[block_id] += 1
+                    num_tail += 1
                 num_freed += 1
             elif count > 0:
                 ref[block_id] = count
             elif count < 0:
                 self._num_free += num_freed
+                self._num_tail_live += num_tail
                 raise SimulationError(f"block {block_id} freed more often than referenced")
         self._num_free += num_freed
+        self._num_tail_live += num_tail
         if unhashed:
             self._front.extendleft((b, fgen[b]) for b in reversed(unhashed))
-        if len(queue) > 2 * self.num_blocks or len(self._front) > 2 * self.num_blocks:
+        if len(queue) - self._qhead > 2 * self.num_blocks or len(self._front) > 2 * self.num_blocks:
             self._compact()
 
     def _compact(self) -> None:
         """Drop stale deque entries (bounded memory; order of live entries unchanged)."""
         live = self._live_tail_entries()
-        self._queue = deque(live)
+        self._queue = live
+        self._qhead = 0
         inq = [0] * self.num_blocks
         for block_id in live:
             inq[block_id] = 1
@@ -345,9 +433,12 @@ class BlockPool:
             run = PendingRun(source, start, list(block_ids), size)
             runs.append(run)
             self._num_pending_runs += 1
+        num_set = 0
         for block_id in block_ids:
             if keys[block_id] is None and block_id != NULL_BLOCK_ID:
                 keys[block_id] = run
+                num_set += 1
+        run.num_live += num_set
         if self._num_pending_runs > self._compact_at:
             self._compact_pending()
 
@@ -380,9 +471,8 @@ class BlockPool:
 
     def _compact_pending(self) -> None:
         """Drop pending runs none of whose blocks still carries them (bounded memory)."""
-        keys = self.block_key
         for root in list(self._pending):
-            live = [r for r in self._pending[root] if any(keys[b] is r for b in r.block_ids)]
+            live = [r for r in self._pending[root] if r.num_live]
             if live:
                 self._pending[root] = live
             else:
@@ -395,6 +485,7 @@ class BlockPool:
         self.block_key[block_id] = None
         self.num_evictions += 1
         if key.__class__ is PendingRun:
+            key.num_live -= 1
             return  # never hashed: nothing in the table (lazy mode has no eviction hook)
         if self._cached.get(key) == block_id:
             dups = self._dups.get(key)
@@ -429,7 +520,18 @@ class BlockPool:
                 raise SimulationError(
                     f"block {block_id}: ref_cnt {count} but in free queue={block_id in free_ids}"
                 )
+        num_tail_live = len(self._live_tail_entries())
+        if num_tail_live != self._num_tail_live:
+            raise SimulationError(
+                f"free queue: {num_tail_live} live tail entries, counter {self._num_tail_live}"
+            )
         runs = [r for rs in self._pending.values() for r in rs]
+        for r in runs:
+            carried = sum(1 for b in set(r.block_ids) if self.block_key[b] is r)
+            if carried != r.num_live:
+                raise SimulationError(
+                    f"pending run: {carried} blocks carry it, counter {r.num_live}"
+                )
         if len(runs) != self._num_pending_runs:
             raise SimulationError(f"{len(runs)} pending runs, counter {self._num_pending_runs}")
         num_referenced = sum(1 for count in self.ref_cnt if count > 0)

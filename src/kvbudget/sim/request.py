@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kvbudget.sim.prefix import BlockHash, ChainHasher
+from kvbudget.workload.request import PlannedRequest
 
 Status = Literal["waiting", "loading", "running", "finished", "aborted"]
 
@@ -56,6 +57,22 @@ def as_engine_request(req: Any, *, arrival_s: float | None = None) -> EngineRequ
     """
     if isinstance(req, EngineRequest):
         return req if arrival_s is None else replace(req, arrival_s=arrival_s)
+    if req.__class__ is PlannedRequest:
+        # the generator's own type (trace scale): its fields, positionally, same coercions
+        return EngineRequest(
+            str(req.request_id),
+            tuple(req.prompt_token_ids),
+            int(req.output_tokens),
+            float(req.arrival_s) if arrival_s is None else arrival_s,
+            int(req.priority or 0),
+            req.cache_salt,
+            None,
+            (),
+            req.session_id,
+            str(req.tenant or "default"),
+            req.cell_id,
+            req.cancel_after_tokens,
+        )
     return EngineRequest(
         request_id=str(req.request_id),
         prompt_token_ids=tuple(req.prompt_token_ids),

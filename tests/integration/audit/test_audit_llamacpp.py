@@ -14,11 +14,8 @@ fields are ignored), so per-tenant salts cannot isolate tenants; it has no
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,31 +23,16 @@ import pytest
 from kvbudget.audit.isolation import IsolationConfig, run_isolation
 from kvbudget.audit.probe_http import HttpProbe
 from kvbudget.audit.reuse import ReuseConfig, run_reuse
+from tests.integration.engines import find_or_fail, load_bench
 
 pytestmark = pytest.mark.llamacpp
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def _launcher() -> ModuleType:
-    name = "kvbudget_bench_llamacpp_server"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / "llamacpp_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_llamacpp_leaks_across_tenants_despite_salts_and_reuse_is_correct(
     tmp_path: Path, record_property: Any
 ) -> None:
-    launcher = _launcher()
-    try:
-        lc = launcher.find_llamacpp()
-    except launcher.NotBuiltError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    launcher = load_bench("llamacpp_server")
+    lc = find_or_fail(launcher, launcher.find_llamacpp)
     args = ["-c", "2048", "-np", "1", "-t", "2", "--metrics"]
     server = launcher.start_server(lc, lc.model("llama"), tmp_path / "llama.log", args)
     try:

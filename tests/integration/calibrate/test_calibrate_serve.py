@@ -10,54 +10,25 @@ histograms for lone prefills and small decode batches, the client clock elsewher
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.integration.engines import kvbudget_serve
 
 # Steps long enough (20 ms + 0.2 ms per token) that real-time delivery overhead on a busy
 # 2-core machine (about 1-2 ms per step: sleep overshoot, event loop) stays well inside 35 %.
 STEP_MS, PER_TOKEN_US = 20.0, 200.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def serve_url(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "kvbudget", "serve", "--model", "tiny", "--port", str(port)]
-    cmd += ["--step-ms", str(STEP_MS), "--per-token-us", str(PER_TOKEN_US)]
-    cmd += ["--max-model-len", "2048"]
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("kvbudget serve did not become healthy in 60 s")
-        yield url
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-        log.close()
+    args = ["--model", "tiny", "--step-ms", str(STEP_MS), "--per-token-us", str(PER_TOKEN_US)]
+    with kvbudget_serve(tmp_path / "serve.log", *args, "--max-model-len", "2048") as server:
+        yield server.base_url
 
 
 def test_calibration_recovers_the_servers_step_time(serve_url: str, tmp_path: Path) -> None:
@@ -86,26 +57,13 @@ def test_validate_against_serve_labels_every_figure_simulated(tmp_path: Path) ->
     """Issue 15 item 8: kvbudget serve's latencies are the simulator's step times delivered in
     real time, so the "measured" side of a validation against it is labelled simulated, in the
     report's records (every cell), not only in its headline."""
-    port = free_port()
-    serve = [sys.executable, "-m", "kvbudget", "serve", "--model", "tiny", "--port", str(port)]
-    serve += ["--step-ms", "2", "--max-model-len", "2048", "--speedup", "4"]
-    proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.2)
+    serve = ["--model", "tiny", "--step-ms", "2", "--max-model-len", "2048", "--speedup", "4"]
+    with kvbudget_serve(tmp_path / "serve.log", *serve) as server:
+        url = server.base_url
         out = tmp_path / "validation.json"
         cmd = [sys.executable, "-m", "kvbudget", "calibrate", "--validate", "--base-url", url]
         cmd += ["--model", "tiny", "--repeats", "1", "--output-tokens", "4", "--out", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["source"] == "simulated"

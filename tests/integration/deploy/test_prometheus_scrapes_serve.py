@@ -11,9 +11,7 @@ without it the test fails.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +24,8 @@ import yaml
 from click.testing import CliRunner
 
 from kvbudget.cli.deploy import deploy
+from kvbudget.safety.servers import free_port, stop_process
+from tests.integration.engines import kvbudget_serve
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEMO_PLAN = REPO_ROOT / "examples" / "acceptance-demo.yaml"
@@ -34,34 +34,11 @@ CAPACITY_ALERTS = {"RequestsWaiting", "KVCacheUsageHighWater", "KVCachePreemptio
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-
-
 @pytest.fixture
-def serve_url() -> Iterator[str]:
-    cmd = [sys.executable, "-m", "kvbudget", "serve", "--model", "m", "--port", "0",
-           "--num-gpu-blocks", "512", "--max-num-seqs", "2", "--step-ms", "20"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("http://"), f"kvbudget serve printed {line!r}"
-        yield line
-    finally:
-        _stop(proc)
+def serve_url(tmp_path: Path) -> Iterator[str]:
+    args = ["--model", "m", "--num-gpu-blocks", "512", "--max-num-seqs", "2", "--step-ms", "20"]
+    with kvbudget_serve(tmp_path / "serve.log", *args) as server:
+        yield server.base_url
 
 
 def _prometheus(tmp: Path, target: str, rules: Path) -> tuple[subprocess.Popen[Any], str]:
@@ -73,7 +50,7 @@ def _prometheus(tmp: Path, target: str, rules: Path) -> tuple[subprocess.Popen[A
         "scrape_configs": [{"job_name": "engine", "static_configs": [{"targets": [target]}]}],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{port}"],
@@ -151,4 +128,4 @@ def test_capacity_alert_fires_under_load_and_not_at_idle(tmp_path: Path, serve_u
         assert float(waiting[0]["value"][1]) > 0
     finally:
         stop.set()
-        _stop(prom_proc)
+        stop_process(prom_proc, 20.0)

@@ -8,8 +8,6 @@ measured.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -17,56 +15,37 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from tests.integration.engines import find_or_fail, load_bench, server_factory
 
-
-def _load_launcher() -> ModuleType:
-    name = "kvbudget_bench_llamacpp_server"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / "llamacpp_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-launcher = _load_launcher()
+launcher = load_bench("llamacpp_server")
 
 
 @pytest.fixture(scope="session")
 def llamacpp_launcher() -> ModuleType:
-    """The launcher module (LlamaServer, parse_kv_log, parse_prometheus, ...)."""
+    """The launcher module (LlamaServer, parse_kv_log, stream_completion, ...)."""
     return launcher
 
 
 @pytest.fixture(scope="session")
 def llamacpp() -> Any:
-    try:
-        return launcher.find_llamacpp()
-    except launcher.NotBuiltError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    return find_or_fail(launcher, launcher.find_llamacpp)
 
 
 @pytest.fixture
 def start_llama_server(llamacpp: Any, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Factory: ``start_llama_server(model, *args) -> LlamaServer``; all stopped at teardown."""
-    servers: list[Any] = []
 
-    def start(model: Path, *args: str) -> Any:
-        log = tmp_path / f"llama-server-{len(servers)}.log"
-        server = launcher.LlamaServer(
-            binary=llamacpp.binary, model=model, log_path=log, args=list(args)
+    def make(log: Path, model: Path, *args: str) -> Any:
+        return launcher.LlamaServer(
+            binary=llamacpp.binary,
+            model=model,
+            log_path=log,
+            args=list(args),
+            version=llamacpp.version,
         )
-        server.version = llamacpp.version
-        servers.append(server)
-        server.start()
-        return server
 
-    yield start
-    for server in servers:
-        server.stop()
+    with server_factory(tmp_path, "llama-server", make) as start:
+        yield start
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +53,5 @@ def shared_llama_server(llamacpp: Any, tmp_path_factory: pytest.TempPathFactory)
     """One f16 server for a whole test module: 4 slots of 2048 tokens, 2 threads."""
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
     args = ["-c", "8192", "-np", "4", "-t", "2", "-ctk", "f16", "-ctv", "f16"]
-    server = launcher.start_server(llamacpp, llamacpp.model("llama"), log, args)
-    try:
+    with launcher.start_server(llamacpp, llamacpp.model("llama"), log, args) as server:
         yield server
-    finally:
-        server.stop()

@@ -9,12 +9,12 @@ test before and after the run, and the request count / token budget the test ask
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.engines import run_kvbudget_bench
 
 pytestmark = pytest.mark.llamacpp
 
@@ -26,38 +26,9 @@ OUTPUT_TOKENS = 16
 
 
 def run_bench(server: Any, out_dir: Path, *extra: str) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "kvbudget",
-        "bench",
-        "--base-url",
-        server.base_url,
-        "--model",
-        "tiny-llama",
-        "--metrics-url",
-        server.base_url + "/metrics",
-        "--concurrency",
-        str(CONCURRENCY),
-        "--num-requests",
-        str(NUM_REQUESTS),
-        "--prompt-tokens",
-        str(PROMPT_TOKENS),
-        "--output-tokens",
-        str(OUTPUT_TOKENS),
-        "--scrape-interval",
-        "0.25",
-        "--out",
-        str(out_dir),
-        "--json",
-        *extra,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, (
-        f"kvbudget bench failed ({done.returncode}):\n{done.stderr[-3000:]}"
-    )
-    doc: dict[str, Any] = json.loads(done.stdout)
-    return doc
+    args = ["--concurrency", str(CONCURRENCY), "--num-requests", str(NUM_REQUESTS)]
+    args += ["--prompt-tokens", str(PROMPT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS)]
+    return run_kvbudget_bench(server, "tiny-llama", out_dir, *args, *extra)
 
 
 def test_bench_accounts_every_request_and_maps_llamacpp_metrics(

@@ -47,20 +47,6 @@ def test_parse_kv_log_reads_engine_lines(llamacpp_launcher: ModuleType) -> None:
     assert [x.buffer_mib for x in lines] == ["4.25", "4.00", "1.50"]
 
 
-def test_parse_prometheus_reads_llamacpp_metrics(llamacpp_launcher: ModuleType) -> None:
-    text = (
-        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
-        "# TYPE llamacpp:prompt_tokens_total counter\n"
-        "llamacpp:prompt_tokens_total 1626\n"
-        "# HELP llamacpp:requests_processing Number of requests processing.\n"
-        "# TYPE llamacpp:requests_processing gauge\n"
-        "llamacpp:requests_processing 0\n"
-    )
-    values = llamacpp_launcher.parse_prometheus(text)
-    assert values["llamacpp:prompt_tokens_total"] == 1626.0
-    assert values["llamacpp:requests_processing"] == 0.0
-
-
 def test_missing_binary_fails_with_the_build_command(tmp_path: Path) -> None:
     target = Path(__file__).with_name("test_llamacpp_prefix_cache.py")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "empty-cache"))

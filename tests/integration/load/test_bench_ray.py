@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,30 +17,14 @@ from kvbudget.load.ray_workers import RayWorkerPool
 from kvbudget.load.requests import synthetic_request
 from kvbudget.load.run import run_load
 from kvbudget.records import RequestRecord, read_jsonl
-
-KVBUDGET = [sys.executable, "-m", "kvbudget"]
+from tests.integration.engines import kvbudget_serve
 
 
 @pytest.fixture(scope="module")
-def serve_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [*KVBUDGET, "serve", "--model", "m", "--port", "0", "--step-ms", "4"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else url
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def serve_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with kvbudget_serve(log, "--model", "m", "--step-ms", "4") as server:
+        yield server.base_url
 
 
 def _cfg(url: str, **kw: Any) -> RunConfig:

@@ -15,30 +15,16 @@ from pathlib import Path
 import pytest
 
 from kvbudget.records import RequestRecord, read_jsonl
+from tests.integration.engines import kvbudget_serve
 
 KVBUDGET = [sys.executable, "-m", "kvbudget"]
 
 
 @pytest.fixture(scope="module")
-def serve_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [*KVBUDGET, "serve", "--model", "m", "--port", "0", "--step-ms", "4"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else url
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def serve_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with kvbudget_serve(log, "--model", "m", "--step-ms", "4") as server:
+        yield server.base_url
 
 
 def _bench(url: str, out: Path, *extra: str) -> list[str]:

@@ -11,8 +11,6 @@ start costs 30-90 s on a busy two-core machine.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,36 +18,20 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from tests.integration.engines import find_or_fail, load_bench, server_factory
 
-
-def _load_launcher() -> ModuleType:
-    name = "kvbudget_bench_vllm_server"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / "vllm_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-launcher = _load_launcher()
+launcher = load_bench("vllm_server")
 
 
 @pytest.fixture(scope="session")
 def vllm_launcher() -> ModuleType:
-    """The launcher module (VllmServer, parse_kv_log, parse_prometheus, ...)."""
+    """The launcher module (VllmServer, parse_kv_log, start_server, ...)."""
     return launcher
 
 
 @pytest.fixture(scope="session")
 def vllm() -> Any:
-    try:
-        return launcher.find_vllm()
-    except launcher.NotBuiltError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    return find_or_fail(launcher, launcher.find_vllm)
 
 
 @pytest.fixture(scope="session")
@@ -64,12 +46,9 @@ def module_server_factory(
     vllm: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., Any]]:
     """Factory ``start(model, args, **kw) -> VllmServer``; every server stopped at module end."""
-    servers: list[Any] = []
-    logs = tmp_path_factory.mktemp("vllm")
 
-    def start(model: Path, args: list[str], **kw: Any) -> Any:
-        log = logs / f"vllm-{len(servers)}.log"
-        server = launcher.VllmServer(
+    def make(log: Path, model: Path, args: list[str], **kw: Any) -> Any:
+        return launcher.VllmServer(
             python=vllm.python,
             model=model,
             log_path=log,
@@ -77,13 +56,9 @@ def module_server_factory(
             version=vllm.version,
             **kw,
         )
-        servers.append(server)
-        server.start()
-        return server
 
-    yield start
-    for server in servers:
-        server.stop()
+    with server_factory(tmp_path_factory.mktemp("vllm"), "vllm", make) as start:
+        yield start
 
 
 #: the suite's default engine: tiny GQA llama, bf16 KV, the CPU default block size (128),
@@ -97,8 +72,5 @@ def vllm_server(
 ) -> Iterator[Any]:
     """One default server shared by the bench, audit and calibrate modules (one start)."""
     log = tmp_path_factory.mktemp("vllm-default") / "vllm.log"
-    server = launcher.start_server(vllm, tiny_llama, log, DEFAULT_ARGS)
-    try:
+    with launcher.start_server(vllm, tiny_llama, log, DEFAULT_ARGS) as server:
         yield server
-    finally:
-        server.stop()

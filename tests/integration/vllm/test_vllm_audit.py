@@ -5,7 +5,8 @@ scraped by the test around requests the test sends itself, and the engine's outp
 
 * isolation without ``cache_salt``: a second tenant's identical prompt is served from cache
   (the test sees the hit counter move for tenant B's request), and the audit says
-  ``leak_detected`` with cross-tenant cached tokens > 0;
+  ``leak_detected`` with exactly 12 x 256 cross-tenant cached tokens (its prompts are the served
+  model's token ids, so a 256-token shared prefix is two full 128-token blocks);
 * isolation with per-tenant salts: the test sees no hit for tenant B's identical prompt under
   another salt, and the audit says ``no_leak_detected`` with 0 cross-tenant cached tokens while
   its same-tenant positive control proves reuse;
@@ -69,7 +70,14 @@ def test_isolation_leak_without_salt_none_with_per_tenant_salt(vllm_server: Any)
     common = ["--trials", "12", "--prefix-tokens", "256", "--suffix-tokens", "16"]
     leak = audit(server, "isolation", "--salt", "none", "--seed", "11", *common)
     assert leak["verdict"] == "leak_detected", leak["reason"]
-    assert leak["cross_tenant_cached_tokens"] > 0
+    # prompts are sent as the served model's token ids: 256 + 16 = 272 tokens on the server,
+    # and each of the 12 cross-tenant trials hits the shared prefix's two full 128-token
+    # blocks, no more (the 16-token tail never fills a block): 12 x 256 by hand
+    assert leak["target"]["details"]["prompts"].startswith("served token ids")
+    assert {r["attacker_prompt_tokens"] for r in leak["trial_records"]} == {272}
+    assert leak["cross_tenant_hit_counter_tokens"] == 12 * 256
+    assert leak["cross_tenant_cached_tokens"] == 12 * 256
+    assert leak["control_cached_tokens_max"] in (None, 0)
     assert leak["provenance"]["kind"] == "measured" and leak["provenance"]["engine"] == "vllm"
     assert leak["provenance"]["engine_version"] == "0.32.0"
 
@@ -100,7 +108,12 @@ def test_reuse_cold_hot_and_after_reset(vllm_server: Any) -> None:
     assert doc["verdict"] == "pass", doc["reason"]
     assert doc["num_reuse_proven"] == 3 and doc["num_diverged"] == 0
     for p in doc["prompts"]:
-        assert p["hot"]["hit_counter_delta"] > 0  # the hot run really came from the cache
+        # served token ids: the server counts the 200 requested tokens, and the hot run reuses
+        # exactly the one full 128-token block of the cold run's prompt (by hand)
+        assert p["cold"]["prompt_tokens"] == 200 and p["hot"]["prompt_tokens"] == 200
+        assert p["cold"]["hit_counter_delta"] == 0
+        assert p["hot"]["hit_counter_delta"] == 128  # the hot run really came from the cache
+        assert p["after_reset"]["hit_counter_delta"] == 0 and p["after_reset_path"] == "recomputed"
         assert p["hot"]["output_sha256"] == p["cold"]["output_sha256"]
         assert p["after_reset"]["output_sha256"] == p["cold"]["output_sha256"]
 

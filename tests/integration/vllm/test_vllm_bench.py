@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.engines import run_kvbudget_bench
+
 # an engine start takes 30-90 s (minutes on a busy machine): generous per-test limits
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
@@ -36,34 +38,8 @@ OUTPUT_TOKENS = 8
 
 
 def run_bench(server: Any, out_dir: Path, *extra: str) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "kvbudget",
-        "bench",
-        "--base-url",
-        server.base_url,
-        "--model",
-        server.served_model_name,
-        "--metrics-url",
-        server.base_url + "/metrics",
-        "--concurrency",
-        str(CONCURRENCY),
-        "--output-tokens",
-        str(OUTPUT_TOKENS),
-        "--scrape-interval",
-        "0.25",
-        "--out",
-        str(out_dir),
-        "--json",
-        *extra,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, (
-        f"kvbudget bench failed ({done.returncode}):\n{done.stderr[-3000:]}"
-    )
-    doc: dict[str, Any] = json.loads(done.stdout)
-    return doc
+    args = ["--concurrency", str(CONCURRENCY), "--output-tokens", str(OUTPUT_TOKENS), *extra]
+    return run_kvbudget_bench(server, server.served_model_name, out_dir, *args)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

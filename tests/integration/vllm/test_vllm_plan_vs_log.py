@@ -60,11 +60,10 @@ def mqa_fp8_server(
     log = tmp_path_factory.mktemp("vllm-mqa") / "vllm.log"
     args = ["--kv-cache-dtype", "fp8", "--block-size", "64"]
     args += ["--num-gpu-blocks-override", str(OVERRIDE_BLOCKS)]
-    server = vllm_launcher.start_server(vllm, vllm.model("mqa"), log, args, max_model_len=2048)
-    try:
+    with vllm_launcher.start_server(
+        vllm, vllm.model("mqa"), log, args, max_model_len=2048
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_dense_gqa_pool_equals_vllm_log(vllm_server: Any) -> None:

@@ -68,11 +68,10 @@ def small_pool_server(
     log = tmp_path_factory.mktemp("vllm-small") / "vllm.log"
     args = ["--enable-prefix-caching", "--num-gpu-blocks-override", str(NUM_BLOCKS)]
     args += ["--max-num-batched-tokens", str(MAX_BATCHED), "--max-num-seqs", str(MAX_SEQS)]
-    server = vllm_launcher.start_server(vllm, tiny_llama, log, args, max_model_len=MAX_MODEL_LEN)
-    try:
+    with vllm_launcher.start_server(
+        vllm, tiny_llama, log, args, max_model_len=MAX_MODEL_LEN
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def sequence() -> list[list[int]]:

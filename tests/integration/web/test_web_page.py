@@ -132,6 +132,15 @@ def assumption_boxes(page: Any) -> list[Any]:
     return boxes
 
 
+def _llama_8b_on(p: Any, gpu: str, *, max_model_len: str) -> None:
+    """The model tab filled for Llama-3.1-8B on vLLM with ``gpu`` and ``max_model_len``."""
+    p.click("#tab-model")
+    p.select_option("#model", "meta-llama/Llama-3.1-8B")
+    p.select_option("#engine", "vllm")
+    p.select_option("#gpu", gpu)
+    p.fill("#max_model_len", max_model_len)
+
+
 def test_seed_example_reads_four_gib(page: tuple[Any, PageLog]) -> None:
     p, _ = page
     fill_seed_example(p)
@@ -226,11 +235,7 @@ def test_malformed_document_shows_the_error(page: tuple[Any, PageLog]) -> None:
 
 def test_model_mode_shows_budgets_pool_and_chart(page: tuple[Any, PageLog]) -> None:
     p, _ = page
-    p.click("#tab-model")
-    p.select_option("#model", "meta-llama/Llama-3.1-8B")
-    p.select_option("#engine", "vllm")
-    p.select_option("#gpu", "H100-SXM")
-    p.fill("#max_model_len", "8192")
+    _llama_8b_on(p, "H100-SXM", max_model_len="8192")
     p.click("#model-submit")
     p.wait_for_selector("#model-result:not([hidden])")
     budgets = p.text_content("#model-budgets") or ""
@@ -249,11 +254,7 @@ def test_model_mode_shows_budgets_pool_and_chart(page: tuple[Any, PageLog]) -> N
 def test_model_mode_auto_fit_with_kv_cache_memory(page: tuple[Any, PageLog]) -> None:
     """``auto`` + a 4 GiB KV override: 4 GiB / (2 x 32 x 8 x 128 x 2 B per token) = 32,768 tokens."""
     p, _ = page
-    p.click("#tab-model")
-    p.select_option("#model", "meta-llama/Llama-3.1-8B")
-    p.select_option("#engine", "vllm")
-    p.select_option("#gpu", "H100-SXM")
-    p.fill("#max_model_len", "auto")
+    _llama_8b_on(p, "H100-SXM", max_model_len="auto")
     p.fill("#kv_cache_memory", "4 gigs")
     p.click("#model-submit")
     p.wait_for_selector("#err-kv_cache_memory:not(:empty)")
@@ -406,11 +407,7 @@ def test_engine_refusing_to_start_is_the_headline(page: tuple[Any, PageLog]) -> 
     """Llama-3.1-8B at its 131,072-token maximum on one L4: vLLM would refuse to start (one
     sequence needs 2 x 32 x 8 x 128 x 2 B x 131,072 = 16 GiB of KV on a 24 GB card)."""
     p, _ = page
-    p.click("#tab-model")
-    p.select_option("#model", "meta-llama/Llama-3.1-8B")
-    p.select_option("#engine", "vllm")
-    p.select_option("#gpu", "L4")
-    p.fill("#max_model_len", "131072")
+    _llama_8b_on(p, "L4", max_model_len="131072")
     p.click("#model-submit")
     p.wait_for_selector("#model-result:not([hidden])")
     p.wait_for_selector("#model-headline:not([hidden])")
@@ -427,11 +424,7 @@ def test_engine_refusing_to_start_is_the_headline(page: tuple[Any, PageLog]) -> 
 
 def test_no_headline_when_it_fits(page: tuple[Any, PageLog]) -> None:
     p, _ = page
-    p.click("#tab-model")
-    p.select_option("#model", "meta-llama/Llama-3.1-8B")
-    p.select_option("#engine", "vllm")
-    p.select_option("#gpu", "H100-SXM")
-    p.fill("#max_model_len", "8192")
+    _llama_8b_on(p, "H100-SXM", max_model_len="8192")
     p.click("#model-submit")
     p.wait_for_selector("#model-result:not([hidden])")
     assert p.is_hidden("#model-headline")

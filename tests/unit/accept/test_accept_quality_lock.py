@@ -83,10 +83,12 @@ def test_lock_resolution_confirms_observed_and_flags_mismatch() -> None:
 def test_single_factor_and_not_comparable() -> None:
     plan = load_plan(DEMO)
     one = apply_overrides(plan.lock, {"kv_dtype": "fp8"})
-    ok, lines = single_factor_check("kv_dtype", lock_differences(plan.lock, one))
-    assert ok and lines == ["kv_dtype: 'auto' -> 'fp8'"]
+    diffs = lock_differences(plan.lock, one)
+    assert single_factor_check("kv_dtype", diffs)
+    assert [(d.field, d.baseline, d.variant) for d in diffs] == [("kv_dtype", "auto", "fp8")]
+    assert [d.line() for d in diffs] == ["kv_dtype: 'auto' -> 'fp8'"]
     two = apply_overrides(plan.lock, {"kv_dtype": "fp8", "block_size": 32})
-    ok, lines = single_factor_check("kv_dtype", lock_differences(plan.lock, two))
-    assert not ok and "block_size: 16 -> 32" in lines
-    ok, _ = single_factor_check("kv_dtype", lock_differences(plan.lock, plan.lock))
-    assert not ok
+    diffs = lock_differences(plan.lock, two)
+    assert not single_factor_check("kv_dtype", diffs)
+    assert "block_size: 16 -> 32" in [d.line() for d in diffs]
+    assert not single_factor_check("kv_dtype", lock_differences(plan.lock, plan.lock))

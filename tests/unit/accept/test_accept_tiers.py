@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kvbudget.accept.acceptance import stop_statuses
+from kvbudget.accept.audit_sections import AuditsSection
 from kvbudget.accept.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.result import CellResult
 from kvbudget.accept.sim_target import SimTarget
@@ -146,7 +147,7 @@ def test_no_tier_leaves_host_and_transfer_untested_never_pass() -> None:
         ("host memory", "untested"),
         ("transfer", "untested"),
     ]
-    stops = {s.name: s for s in stop_statuses(plan, [_cell(checks)], {})}
+    stops = {s.name: s for s in stop_statuses(plan, [_cell(checks)], AuditsSection())}
     assert stops["host memory"].status == "untested"
     assert "target.kv_tiers" in stops["host memory"].detail
     assert stops["transfer"].status == "untested"
@@ -155,7 +156,7 @@ def test_no_tier_leaves_host_and_transfer_untested_never_pass() -> None:
 def test_demo_plan_without_tier_has_no_tier_rows() -> None:
     plan = demo_plan()
     assert tier_checks(plan, {}, "simulated") == []
-    names = {s.name for s in stop_statuses(plan, [_cell([])], {})}
+    names = {s.name for s in stop_statuses(plan, [_cell([])], AuditsSection())}
     assert "host memory" not in names and "transfer" not in names
 
 
@@ -180,7 +181,9 @@ def test_transfer_busy_and_reload_wait_ceilings() -> None:
     }
     stops = {
         s.name: s
-        for s in stop_statuses(plan, [_cell(list(tier_checks(plan, summary, "simulated")))], {})
+        for s in stop_statuses(
+            plan, [_cell(list(tier_checks(plan, summary, "simulated")))], AuditsSection()
+        )
     }
     assert stops["transfer"].status == "triggered"
     assert stops["host memory"].status == "not_triggered"

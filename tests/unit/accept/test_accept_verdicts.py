@@ -173,8 +173,8 @@ def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
 
     def cell(it: str, ct: str, perf: str, quality: str = "untested") -> CellResult:
         checks = [
-            Check(name="ttft_s p95 <= 2", verdict=perf, reason=""),  # type: ignore[arg-type]
-            Check(name="quality q", verdict=quality, reason=""),  # type: ignore[arg-type]
+            Check(name="ttft_s p95 <= 2", stop="ttft_s p95", verdict=perf, reason=""),  # type: ignore[arg-type]
+            Check(name="quality q", stop="quality failure", verdict=quality, reason=""),  # type: ignore[arg-type]
         ]
         return CellResult(
             cell_id=f"{it}/{ct}",

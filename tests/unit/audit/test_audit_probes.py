@@ -57,3 +57,23 @@ def test_credentials_in_the_base_url_are_never_kept() -> None:
 
     assert redact_url("https://user:pw@host.example:8443/v1") == "https://host.example:8443/v1"
     assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+
+
+def test_prompts_become_served_token_ids_only_for_token_id_engines() -> None:
+    import asyncio
+
+    from kvbudget.audit.probe_http import HttpProbe
+
+    async def go() -> None:
+        async with HttpProbe("http://127.0.0.1:9", model="m") as probe:
+            assert probe.served_prompt((1, 2, 3), "w1 w2 w3") == "w1 w2 w3"  # nothing resolved
+            # llama.cpp and kvbudget serve keep the synthetic text (no request is sent)
+            for engine in ("llama.cpp", "kvbudget-serve"):
+                said = await probe._served_vocabulary({"engine": engine})
+                assert said == "synthetic-tokenizer text" and probe.served_ids is None
+            probe.served_ids = [10, 11, 12]  # a served vocabulary of three plain ids
+            # id i -> allowed[i % 3]: a shared prefix stays shared, token for token
+            assert probe.served_prompt((0, 1, 2, 3, 4), "") == [10, 11, 12, 10, 11]
+            assert probe._ids_body((5,)) == {"prompt": [12]}
+
+    asyncio.run(go())

@@ -66,54 +66,38 @@ SVC_LABELS = {"service": SVC}
 TTFT = "vllm:time_to_first_token_seconds_bucket"
 TPOT = "vllm:request_time_per_output_token_seconds_bucket"
 
+Case = tuple[list[dict[str, str]], list[dict[str, str]], dict[str, str]]
+
+
+def _flip(name: str, labels: dict[str, str], firing: str, silent: str) -> Case:
+    """One series with values that fire the alert and values that keep it silent; an engine
+    series' alert carries the engine labels, kvbudget's own the service label."""
+    alert = ENGINE if labels is POD else labels
+    return [_series(name, labels, firing)], [_series(name, labels, silent)], alert
+
+
+def _hist_flip(name: str, bounds: list[str], firing: str, silent: str) -> Case:
+    return _hist(name, bounds, firing, POD), _hist(name, bounds, silent, POD), ENGINE
+
+
 #: alert -> (series that fire it, series that keep it silent, labels of the firing alert)
-CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], dict[str, str]]] = {
-    "KVCacheUsageHighWater": (
-        [_series("vllm:kv_cache_usage_perc", POD, f"0.95x{N}")],
-        [_series("vllm:kv_cache_usage_perc", POD, f"0.85x{N}")],
-        ENGINE,
-    ),
-    "KVCachePreemptions": (
-        [_series("vllm:num_preemptions_total", POD, f"0+5x{N}")],
-        [_series("vllm:num_preemptions_total", POD, f"7+0x{N}")],
-        ENGINE,
-    ),
-    "RequestsWaiting": (
-        [_series("vllm:num_requests_waiting", POD, f"3x{N}")],
-        [_series("vllm:num_requests_waiting", POD, f"0x{N}")],
-        ENGINE,
-    ),
+CASES: dict[str, Case] = {
+    "KVCacheUsageHighWater": _flip("vllm:kv_cache_usage_perc", POD, f"0.95x{N}", f"0.85x{N}"),
+    "KVCachePreemptions": _flip("vllm:num_preemptions_total", POD, f"0+5x{N}", f"7+0x{N}"),
+    "RequestsWaiting": _flip("vllm:num_requests_waiting", POD, f"3x{N}", f"0x{N}"),
     # (2.5, 5]: p99 = 2.5 + 0.99 x 2.5 = 4.975 > 2;  (0, 1]: p99 = 0.99 < 2
-    "TTFTP99High": (
-        _hist(TTFT, ["1", "2.5", "5", "+Inf"], "5", POD),
-        _hist(TTFT, ["1", "2.5", "5", "+Inf"], "1", POD),
-        ENGINE,
-    ),
+    "TTFTP99High": _hist_flip(TTFT, ["1", "2.5", "5", "+Inf"], "5", "1"),
     # (0.05, 0.1]: p99 = 0.0995 > 0.06;  (0, 0.05]: p99 = 0.0495 < 0.06
-    "TPOTP99High": (
-        _hist(TPOT, ["0.05", "0.1", "+Inf"], "0.1", POD),
-        _hist(TPOT, ["0.05", "0.1", "+Inf"], "0.05", POD),
-        ENGINE,
+    "TPOTP99High": _hist_flip(TPOT, ["0.05", "0.1", "+Inf"], "0.1", "0.05"),
+    "CanaryFailed": _flip("kvbudget_canary_failures_total", SVC_LABELS, f"0 0 0 1x{N}", f"0x{N}"),
+    "CrossTenantPrefixHit": _flip(
+        "kvbudget_cross_tenant_cached_tokens_total", SVC_LABELS, f"0 0 16x{N}", f"0x{N}"
     ),
-    "CanaryFailed": (
-        [_series("kvbudget_canary_failures_total", SVC_LABELS, f"0 0 0 1x{N}")],
-        [_series("kvbudget_canary_failures_total", SVC_LABELS, f"0x{N}")],
-        SVC_LABELS,
+    "RequestsWithoutCacheSalt": _flip(
+        "kvbudget_requests_without_cache_salt_total", SVC_LABELS, f"0+1x{N}", f"4x{N}"
     ),
-    "CrossTenantPrefixHit": (
-        [_series("kvbudget_cross_tenant_cached_tokens_total", SVC_LABELS, f"0 0 16x{N}")],
-        [_series("kvbudget_cross_tenant_cached_tokens_total", SVC_LABELS, f"0x{N}")],
-        SVC_LABELS,
-    ),
-    "RequestsWithoutCacheSalt": (
-        [_series("kvbudget_requests_without_cache_salt_total", SVC_LABELS, f"0+1x{N}")],
-        [_series("kvbudget_requests_without_cache_salt_total", SVC_LABELS, f"4x{N}")],
-        SVC_LABELS,
-    ),
-    "CacheCleanupFailed": (
-        [_series("kvbudget_cache_cleanup_failures_total", SVC_LABELS, f"0 0 0 0 1x{N}")],
-        [_series("kvbudget_cache_cleanup_failures_total", SVC_LABELS, f"0x{N}")],
-        SVC_LABELS,
+    "CacheCleanupFailed": _flip(
+        "kvbudget_cache_cleanup_failures_total", SVC_LABELS, f"0 0 0 0 1x{N}", f"0x{N}"
     ),
     # 99 of 100 queried tokens hit: 0.99 > 0.98; 50 of 100: silent
     "PrefixHitRateUnexpectedlyHigh": (

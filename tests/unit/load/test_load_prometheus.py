@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.load.prometheus import detect_engine, parse_exposition, summarize_series
+from kvbudget.load.prometheus import (
+    detect_engine,
+    parse_exposition,
+    sample_values,
+    summarize_series,
+)
 from kvbudget.records import MetricSample
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -126,3 +131,21 @@ def test_gauge_has_no_delta() -> None:
     assert "delta" not in out
     assert out["max"] == 0.7
     assert out["baseline"] is None
+
+
+def test_sample_values_keep_exposed_names_and_sum_label_sets() -> None:
+    text = (
+        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+        "# TYPE llamacpp:prompt_tokens_total counter\n"
+        "llamacpp:prompt_tokens_total 1626\n"
+        "# HELP llamacpp:requests_processing Number of requests processing.\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        "llamacpp:requests_processing 0\n"
+    )
+    assert sample_values(text) == {
+        "llamacpp:prompt_tokens_total": 1626.0,
+        "llamacpp:requests_processing": 0.0,
+    }
+    vllm = sample_values((FIXTURES / "vllm_v1.prom").read_text())
+    assert vllm["vllm:num_requests_running"] == 5  # 3 + 2, the two DP engines of the fixture
+    assert vllm["vllm:prefix_cache_queries_total"] == 5120  # 4096 + 1024

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kvbudget.metrics.ab import compare
 from kvbudget.metrics.stats import (
     auc,
     bootstrap_percentile_diff,
@@ -150,25 +149,3 @@ def test_bootstrap_percentile_diff_covers_truth() -> None:
     assert res.diff == pytest.approx(float(np.median(x) - np.median(y)))
     again = bootstrap_percentile_diff(x, y, 50, np.random.default_rng(12))
     assert again == res
-
-
-def test_ab_compare_directions_and_holm() -> None:
-    rng = np.random.default_rng(13)
-    base = {
-        "ttft_s": rng.normal(1.0, 0.1, 300),
-        "tpot_s": rng.normal(0.05, 0.01, 300),
-        "e2e_s": [1.0],
-    }
-    var = {
-        "ttft_s": rng.normal(0.8, 0.1, 300),
-        "tpot_s": rng.normal(0.05, 0.01, 300),
-        "e2e_s": [1.0],
-    }
-    res = compare(base, var, np.random.default_rng(14), num_bootstrap=300).by_metric()
-    assert res["ttft_s"].direction == "lower"
-    assert res["ttft_s"].shift is not None
-    assert res["ttft_s"].shift.ci_low < -0.2 < res["ttft_s"].shift.ci_high
-    assert res["tpot_s"].direction == "no_difference"
-    assert res["e2e_s"].direction == "untested"
-    p_raw = [res[m].mann_whitney.p_value for m in ("ttft_s", "tpot_s")]  # type: ignore[union-attr]
-    assert [res[m].p_adjusted for m in ("ttft_s", "tpot_s")] == pytest.approx(holm(p_raw).adjusted)

@@ -33,8 +33,10 @@ def make_doc(name: str = "hand-built") -> AcceptResult:
                     reasons=["r"],
                     kind="measured",
                     checks=[
-                        Check(name="ttft_s p95 <= 2", verdict=verdict, reason="x"),
-                        Check(name="quality q", verdict="pass", reason="y"),
+                        Check(
+                            name="ttft_s p95 <= 2", stop="ttft_s p95", verdict=verdict, reason="x"
+                        ),
+                        Check(name="quality q", stop="quality failure", verdict="pass", reason="y"),
                     ],
                     num_requests=300,
                     summaries={

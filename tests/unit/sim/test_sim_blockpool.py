@@ -82,3 +82,30 @@ def test_cannot_allocate_more_than_free() -> None:
     pool = BlockPool(3)
     with pytest.raises(SimulationError, match="asked for 3 blocks with 2 free"):
         pool.allocate(3)
+
+
+def test_allocation_after_a_hit_skips_the_touched_block_in_queue_order() -> None:
+    """The slice path (no stale entry) and the per-entry path give vLLM's FIFO order."""
+    pool = BlockPool(7)
+    assert pool.allocate(3) == [1, 2, 3]
+    for b in (1, 2, 3):
+        pool.cache_block(b, f"h-{b}")
+    pool.free(reversed([1, 2, 3]))  # all hashed: the tail gets 3, 2, 1
+    assert pool.free_block_ids() == [4, 5, 6, 3, 2, 1]
+    # no stale entry yet: the next three come off the head as one slice
+    assert pool.allocate(3) == [4, 5, 6]
+    pool.check_invariants()
+    # a hit on block 2 takes it out of the queue (its entry goes stale) ...
+    pool.touch([2])
+    assert pool.free_block_ids() == [3, 1]
+    # ... so the next allocation walks the entries and skips it; 3 and 1 lose their hashes
+    assert pool.allocate(2) == [3, 1]
+    assert pool.get_cached_block("h-3") is None
+    assert pool.get_cached_block("h-1") is None
+    assert pool.get_cached_block("h-2") == 2
+    assert pool.num_evictions == 2
+    pool.check_invariants()
+    # freeing 2 again (still hashed) puts it back at the tail: the only free block
+    pool.free([2])
+    assert pool.free_block_ids() == [2]
+    pool.check_invariants()
