@@ -75,6 +75,21 @@ KNOWN_DIVERGENCE: dict[str, tuple[str, float]] = {
 }
 
 
+#: recorded cases where vLLM pages a layer differently from kvbudget's vllm layout (a kvbudget
+#: gap, left open): why, and vLLM's num_gpu_blocks worked by hand from vLLM's own rule
+VLLM_LAYOUT_GAP: dict[str, tuple[str, int]] = {
+    "minicpm3": (
+        "vLLM 0.32 caches MiniCPM3 as plain attention, not MLA: num_heads KV heads of "
+        "qk_nope + qk_rope, V zero-padded to that size (vllm/model_executor/models/minicpm3.py, "
+        "Attention(..., qk_head_dim, num_kv_heads=num_local_heads) and F.pad of v); kvbudget "
+        "plans the latent (kv_lora_rank + qk_rope)",
+        # 8 layers x 4 heads x (96 + 96) x 2 B = 12,288 B/token; x 128 tokens = 1,572,864 B per
+        # block; 1 GiB / 1,572,864 = 682.67 -> 682 blocks (87,296 tokens, logged)
+        682,
+    ),
+}
+
+
 def plan_for(name: str, tmp_path: Path) -> Any:
     rec = DATA["cases"][name]
     final = rec["engine_final"]
@@ -122,6 +137,10 @@ def test_plan_matches_vllm_log(name: str, tmp_path: Path) -> None:
         "max_concurrency": rec["max_concurrency"],
         "num_gpu_blocks": rec["engine_final"]["num_gpu_blocks"],
     }
+    if name in VLLM_LAYOUT_GAP:
+        assert want["num_gpu_blocks"] == VLLM_LAYOUT_GAP[name][1], name
+        assert got["num_gpu_blocks"] != want["num_gpu_blocks"], f"{name} now matches: update"
+        return
     if name in KNOWN_DIVERGENCE:
         ratio = KNOWN_DIVERGENCE[name][1]
         assert rec["kv_cache_tokens"] == int(result.kv_cache_tokens * ratio), name
