@@ -133,7 +133,8 @@ def _queue_check(stats: Any) -> dict[str, Any]:
     """``{"stable": bool, ...}``: TTFT against arrival time (kvbudget.metrics.stability)."""
     from kvbudget.metrics.stability import queue_growth
 
-    growth = queue_growth(list(stats.first_token_arrival_s), list(stats.first_token_ttft_s))
+    # the float arrays themselves (numpy reads their buffers): no list of a million floats
+    growth = queue_growth(stats.first_token_arrival_s, stats.first_token_ttft_s)
     if growth is None:
         return {"stable": True}
     return {"stable": False, "note": growth.line(), **growth.to_dict()}

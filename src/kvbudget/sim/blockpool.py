@@ -54,16 +54,18 @@ class PendingRun:
     """Blocks registered for the prefix cache whose hashes are not computed yet (lazy mode).
 
     ``block_ids[k]`` holds block ``start + k`` of ``source``'s chain; a block still carries
-    the run as its key (``block_key[b] is run``) until it is evicted or the run materializes.
+    the run as its key (``block_key[b] is run``) until it is evicted or the run materializes;
+    ``num_live`` counts those blocks (0: the run is dead and compaction drops it).
     """
 
-    __slots__ = ("block_ids", "block_size", "source", "start")
+    __slots__ = ("block_ids", "block_size", "num_live", "source", "start")
 
     def __init__(self, source: HashSource, start: int, block_ids: list[int], block_size: int):
         self.source = source
         self.start = start
         self.block_ids = block_ids
         self.block_size = block_size
+        self.num_live = 0
 
 
 class BlockPool:
@@ -228,7 +230,9 @@ class BlockPool:
                     ref[block_id] = 1
                     key = keys[block_id]
                     if key is not None:
-                        if key.__class__ is not PendingRun:
+                        if key.__class__ is PendingRun:
+                            key.num_live -= 1
+                        else:
                             del cached[key]
                         keys[block_id] = None
                         num_evicted += 1
@@ -252,7 +256,9 @@ class BlockPool:
                 # every keyed block is the table's only entry for its key: evict inline
                 key = keys[block_id]
                 if key is not None:
-                    if key.__class__ is not PendingRun:
+                    if key.__class__ is PendingRun:
+                        key.num_live -= 1
+                    else:
                         del cached[key]
                     keys[block_id] = None
                     num_evicted += 1
@@ -274,7 +280,9 @@ class BlockPool:
         for block_id in block_ids:
             if ref[block_id] == 0:
                 self._num_free -= 1  # its queue entry turns stale
-                if not phantom[block_id]:
+                if phantom[block_id]:
+                    self._fgen[block_id] += 1  # its front entry turns stale
+                else:
                     self._num_tail_live -= 1
             ref[block_id] += 1
 
@@ -319,7 +327,6 @@ class BlockPool:
             # front: all join the tail in the order given
             for block_id in ids:
                 ref[block_id] = 0
-                fgen[block_id] += 1
                 inq[block_id] += 1
             queue.extend(ids)
             self._num_free += n
@@ -335,8 +342,8 @@ class BlockPool:
             count = ref[block_id] - 1
             if count == 0 and block_id:  # block 0 is the null block (never freed)
                 ref[block_id] = 0
-                fgen[block_id] += 1  # any older front entry of this block is stale
                 if keys[block_id] is None:
+                    fgen[block_id] += 1  # a new front entry: any older one is stale
                     unhashed.append(block_id)  # to the front, in the order given
                     if not phantom[block_id]:
                         phantom[block_id] = True
@@ -426,9 +433,12 @@ class BlockPool:
             run = PendingRun(source, start, list(block_ids), size)
             runs.append(run)
             self._num_pending_runs += 1
+        num_set = 0
         for block_id in block_ids:
             if keys[block_id] is None and block_id != NULL_BLOCK_ID:
                 keys[block_id] = run
+                num_set += 1
+        run.num_live += num_set
         if self._num_pending_runs > self._compact_at:
             self._compact_pending()
 
@@ -461,10 +471,8 @@ class BlockPool:
 
     def _compact_pending(self) -> None:
         """Drop pending runs none of whose blocks still carries them (bounded memory)."""
-        carried = self.block_key.__getitem__
         for root in list(self._pending):
-            # ``in`` over the blocks' keys, in C: a PendingRun compares by identity only
-            live = [r for r in self._pending[root] if r in map(carried, r.block_ids)]
+            live = [r for r in self._pending[root] if r.num_live]
             if live:
                 self._pending[root] = live
             else:
@@ -477,6 +485,7 @@ class BlockPool:
         self.block_key[block_id] = None
         self.num_evictions += 1
         if key.__class__ is PendingRun:
+            key.num_live -= 1
             return  # never hashed: nothing in the table (lazy mode has no eviction hook)
         if self._cached.get(key) == block_id:
             dups = self._dups.get(key)
@@ -517,6 +526,12 @@ class BlockPool:
                 f"free queue: {num_tail_live} live tail entries, counter {self._num_tail_live}"
             )
         runs = [r for rs in self._pending.values() for r in rs]
+        for r in runs:
+            carried = sum(1 for b in set(r.block_ids) if self.block_key[b] is r)
+            if carried != r.num_live:
+                raise SimulationError(
+                    f"pending run: {carried} blocks carry it, counter {r.num_live}"
+                )
         if len(runs) != self._num_pending_runs:
             raise SimulationError(f"{len(runs)} pending runs, counter {self._num_pending_runs}")
         num_referenced = sum(1 for count in self.ref_cnt if count > 0)
