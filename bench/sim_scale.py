@@ -2,15 +2,21 @@
 
 Workload of issue 18: Llama-3.1-8B on one H100-SXM (pool from ``make_plan``), 1,024 input and
 128 output tokens, Poisson 20 req/s, prefix caching on. Each size runs ``kvbudget sim --json``
-in a child process and records its peak RSS (``ru_maxrss`` of the child), CPU seconds (user +
-system of the child) and wall seconds. Vidur 0.0.26 (its own venv; offline profile cache from
-``/work/shared/peers/vidur-offline``, see ``bench/sim_speed.py``) runs the same shape in the
-same run: its start-up (N=10) is subtracted from its run, as that README says.
+as a child process; ``os.wait4`` gives that child's own CPU seconds (user + system), peak RSS
+(``ru_maxrss``) and the wall seconds, so children running at the same time are measured apart.
 
-Run: ``.venv/bin/python bench/sim_scale.py --sizes 20000,100000 --vidur-requests 10000
---out bench/results/sim_scale.json``; ``bench/sim_scale_table.py`` renders the table. Figures
-are measurements of simulator speed and memory on the machine named in the file; the simulated
-latencies inside are roofline estimates.
+Vidur 0.0.26 (its own venv; offline profile cache from ``/work/shared/peers/vidur-offline``,
+trained predictors kept in the user cache dir, see ``bench/sim_speed.py``) runs beside the
+kvbudget sizes (in a thread, its own child processes): a start-up run (N=10) and the measured
+run; its start-up is subtracted, as that README says. Vidur has only an A100 profile of
+Llama-3-8B, so it runs the README's shape (1,024 / 128 tokens, Poisson 8 req/s, about 87% of
+that replica's saturation); kvbudget also runs Vidur's request count on its own workload, and
+the ratio is requests per CPU second at that same count.
+
+Run: ``.venv/bin/python bench/sim_scale.py --sizes 100000,1000000 --vidur-requests 100000
+--out bench/results/sim_scale.json``; ``scripts/render_benchmarks.py`` renders the table in
+docs/benchmarks.md. Figures are measurements of simulator speed and memory on the host named in
+the file; the simulated latencies inside are roofline estimates.
 """
 
 from __future__ import annotations
@@ -19,89 +25,189 @@ import argparse
 import json
 import os
 import platform
-import resource
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_speed import run_vidur
+from sim_speed import vidur_args, vidur_env, vidur_predictors_cached, vidur_prepare
 
 RATE = 20.0
+VIDUR_QPS = 8.0
+VIDUR_TIMEOUT_S = 3 * 3600
 
 
-def run_kvbudget(n: int) -> dict[str, Any]:
+def run_child(
+    cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout_s: float
+) -> dict[str, Any]:
+    """Run ``cmd``; its exit status, output, wall, own CPU seconds and peak RSS."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
+        timer = threading.Timer(timeout_s, lambda: os.kill(proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            _pid, status, ru = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return {
+            "rc": proc.returncode,
+            "timed_out": proc.returncode == -signal.SIGKILL,
+            "stdout": out.read().decode(errors="replace"),
+            "stderr": err.read().decode(errors="replace"),
+            "wall_s": wall,
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "peak_rss_bytes": ru.ru_maxrss * 1024,
+        }
+
+
+def run_kvbudget(n: int, *, records: bool = False) -> dict[str, Any]:
     """One whole ``kvbudget sim`` process; its own measures."""
     cmd = [
         sys.executable, "-m", "kvbudget", "sim", "--model", "meta-llama/Llama-3.1-8B",
         "--gpu", "H100-SXM", "--input-tokens", "1024", "--output-tokens", "128",
         "--rate", f"{RATE:g}", "--requests", str(n), "--json",
     ]  # fmt: skip
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    records_path = Path(tempfile.gettempdir()) / f"kvbudget-sim-scale-records-{os.getpid()}.jsonl"
+    if records:
+        cmd += ["--records-out", str(records_path)]
+    r = run_child(cmd, timeout_s=4 * 3600)
+    row: dict[str, Any] = {"requests": n, "records_out": records}
+    if r["rc"] != 0:
+        row.update(ran=False, reason=r["stderr"].strip()[-300:] or f"exit {r['rc']}")
+        return row
+    if records:
+        row["records_bytes"] = records_path.stat().st_size
+        records_path.unlink()
+    summary = json.loads(r["stdout"])
+    cpu, wall = r["cpu_s"], r["wall_s"]
+    row.update(
+        ran=True,
+        cpu_s=round(cpu, 2),
+        wall_s=round(wall, 2),
+        peak_rss_bytes=r["peak_rss_bytes"],
+        requests_per_cpu_s=round(n / cpu),
+        requests_per_wall_s=round(n / wall),
+        requests_completed=summary["requests_completed"],
+        simulated_s=round(summary["simulated_s"], 2),
+        ttft_p50_s=summary["ttft_p50_s"],
+        tpot_p50_s=summary["tpot_p50_s"],
+        timing_model=summary["timing_model"],
+    )
+    return row
+
+
+def run_vidur(python: str, n: int) -> dict[str, Any]:
+    """One Vidur process on the README's command (``n`` requests); its own measures."""
+    if not Path(python).exists():
+        return {"ran": False, "requests": n, "reason": f"no Vidur interpreter at {python}"}
+    trained = not vidur_predictors_cached()
+    work = vidur_prepare()
+    with tempfile.TemporaryDirectory(prefix="vidur-out-") as out_dir:
+        r = run_child(
+            vidur_args(python, n, VIDUR_QPS, Path(out_dir)),
+            cwd=work,
+            env=vidur_env(),
+            timeout_s=VIDUR_TIMEOUT_S,
+        )
+    row: dict[str, Any] = {"requests": n, "trained_predictors": trained}
+    if r["rc"] != 0:
+        tail = " ".join((r["stderr"] or r["stdout"]).split()[-40:])
+        why = f"ran past {VIDUR_TIMEOUT_S} s" if r["timed_out"] else f"exited {r['rc']}: {tail}"
+        row.update(ran=False, reason=f"vidur {why}", wall_s=round(r["wall_s"], 1))
+        return row
+    row.update(
+        ran=True,
+        wall_s=round(r["wall_s"], 2),
+        cpu_s=round(r["cpu_s"], 2),
+        peak_rss_bytes=r["peak_rss_bytes"],
+    )
+    return row
+
+
+def vidur_block(python: str, n: int) -> dict[str, Any]:
+    """Vidur's start-up run, then its measured run, with the net rates."""
+    block: dict[str, Any] = {"qps": VIDUR_QPS, "cache_dir": str(vidur_prepare() / ".vidur_cache")}
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        return {"ran": False, "requests": n, "reason": proc.stderr.strip()[-300:]}
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    summary = json.loads(proc.stdout)
-    return {
-        "ran": True,
-        "requests": n,
-        "cpu_s": round(cpu, 2),
-        "wall_s": round(wall, 2),
-        # ru_maxrss of children is the largest child so far: sizes run in increasing order
-        "peak_rss_bytes": r1.ru_maxrss * 1024,
-        "requests_per_cpu_s": round(n / cpu),
-        "requests_per_wall_s": round(n / wall),
-        "requests_completed": summary["requests_completed"],
-        "simulated_s": round(summary["simulated_s"], 2),
-        "ttft_p50_s": summary["ttft_p50_s"],
-    }
+    startup = run_vidur(python, 10)
+    block["startup"] = startup
+    if startup.get("trained_predictors"):
+        # this run trained and cached the predictors: how long that took, and a second
+        # start-up (predictors loaded from the cache) to subtract
+        block["training_wall_s"] = round(time.perf_counter() - t0, 1)
+        startup = run_vidur(python, 10)
+        block["startup"] = startup
+    if not startup.get("ran"):
+        return block
+    main_run = run_vidur(python, n)
+    block["run"] = main_run
+    if main_run.get("ran"):
+        block["requests_per_cpu_s"] = round(n / max(1e-9, main_run["cpu_s"] - startup["cpu_s"]))
+        block["requests_per_wall_s"] = round(n / max(1e-9, main_run["wall_s"] - startup["wall_s"]))
+    return block
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="20000,100000")
+    ap.add_argument("--sizes", default="100000,1000000")
+    ap.add_argument("--records-size", type=int, default=100_000, help="0: no --records-out run")
     ap.add_argument("--vidur-python", default="/tmp/vidur-venv/bin/python")
-    ap.add_argument("--vidur-requests", type=int, default=10_000)
+    ap.add_argument("--vidur-requests", type=int, default=100_000)
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
+    root = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not commit and (root / "COMMIT").is_file():  # a snapshot of the tree (git archive)
+        commit = (root / "COMMIT").read_text().strip()
     out: dict[str, Any] = {
-        "what": "whole-process simulator speed and peak RSS (measured host time and memory); "
+        "what": "whole-process simulator speed and peak RSS (measured host CPU, wall and memory); "
         "simulated latencies are roofline estimates",
         "workload": {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM", "input_tokens": 1024,
                      "output_tokens": 128, "arrivals": f"poisson {RATE:g} req/s"},
         "host": {"python": sys.version.split()[0], "machine": platform.machine(),
-                 "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
+                 "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
+                 "note": "shared host: other builds and tests ran at the same time"},
+        "commit": commit,
+        "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "runs": [],
     }  # fmt: skip
-    for n in sorted(int(x) for x in opts.sizes.split(",")):
+    vidur: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: vidur.update(vidur_block(opts.vidur_python, opts.vidur_requests))
+    )
+    thread.start()
+    sizes = sorted({int(x) for x in opts.sizes.split(",")} | {opts.vidur_requests})
+    for n in sizes:
         row = run_kvbudget(n)
         out["runs"].append(row)
         print(json.dumps(row), flush=True)
-    vn = opts.vidur_requests
-    startup = run_vidur(opts.vidur_python, 10, 8.0)
-    vidur: dict[str, Any] = {"startup": startup}
-    if startup.get("ran"):
-        main_run = run_vidur(opts.vidur_python, vn, 8.0)
-        vidur["run"] = main_run
-        if main_run.get("ran"):
-            vidur["requests_per_cpu_s"] = round(
-                vn / max(1e-9, main_run["cpu_s"] - startup["cpu_s"])
-            )
-            vidur["requests_per_wall_s"] = round(
-                vn / max(1e-9, main_run["wall_s"] - startup["wall_s"])
-            )
-            ours = run_kvbudget(vn)
-            vidur["kvbudget_same_size"] = ours
-            if ours.get("ran"):
-                vidur["ratio_kvbudget_over_vidur_cpu"] = round(
-                    ours["requests_per_cpu_s"] / vidur["requests_per_cpu_s"], 2
-                )
+    if opts.records_size:
+        row = run_kvbudget(opts.records_size, records=True)
+        out["runs"].append(row)
+        print(json.dumps(row), flush=True)
+    thread.join()
+    ours = next(
+        (r for r in out["runs"] if r["requests"] == opts.vidur_requests and not r["records_out"]),
+        None,
+    )
+    if "requests_per_cpu_s" in vidur and ours is not None and ours.get("ran"):
+        vidur["ratio_kvbudget_over_vidur_cpu"] = round(
+            ours["requests_per_cpu_s"] / vidur["requests_per_cpu_s"], 1
+        )
+        vidur["ratio_kvbudget_over_vidur_wall"] = round(
+            ours["requests_per_wall_s"] / vidur["requests_per_wall_s"], 1
+        )
     out["vidur"] = vidur
     out["loadavg_at_end"] = os.getloadavg()
     print(json.dumps(vidur), flush=True)

@@ -98,23 +98,22 @@ def vidur_predictors_cached() -> bool:
     return pred.is_dir() and any(pred.rglob("*.pkl"))
 
 
-def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
-    """Vidur on the README's command; returns wall seconds or the reason it did not run.
-
-    ``trained`` says whether this run had to train the predictors first (its time then
-    includes the training, recorded as such).
-    """
-    if not Path(python).exists():
-        return {"ran": False, "reason": f"no Vidur interpreter at {python} (pip install vidur)"}
-    if not VIDUR_CACHE.is_dir():
-        return {"ran": False, "reason": f"offline profile cache {VIDUR_CACHE} missing"}
-    # a fixed work directory: Vidur keeps its trained predictors in ./.vidur_cache, so only the
-    # first run trains (minutes); later runs reuse them
+def vidur_prepare() -> Path:
+    """Vidur's working directory with the offline profile in place (copied once)."""
     work = VIDUR_WORK
     if not (work / ".vidur_cache" / "profiling_data").is_dir():
         shutil.copytree(VIDUR_CACHE, work / ".vidur_cache" / "profiling_data")
-    out_dir = Path(tempfile.mkdtemp(prefix="vidur-out-"))
-    args = [
+    return work
+
+
+def vidur_env() -> dict[str, str]:
+    """Vidur's environment: no hub, no wandb."""
+    return dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+
+
+def vidur_args(python: str, n: int, qps: float, out_dir: Path) -> list[str]:
+    """The README's Vidur command for ``n`` requests at ``qps``."""
+    return [
         python, "-m", "vidur.main",
         "--replica_config_device", "a100", "--replica_config_network_device", "a100_dgx",
         "--replica_config_model_name", "meta-llama/Llama-3-8B",
@@ -142,7 +141,21 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
         "--no-metrics_config_enable_chrome_trace", "--no-metrics_config_store_plots",
         "--metrics_config_output_dir", str(out_dir),
     ]  # fmt: skip
-    env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+
+
+def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
+    """Vidur on the README's command; returns wall seconds or the reason it did not run.
+
+    ``trained`` says whether this run had to train the predictors first (its time then
+    includes the training, recorded as such).
+    """
+    if not Path(python).exists():
+        return {"ran": False, "reason": f"no Vidur interpreter at {python} (pip install vidur)"}
+    if not VIDUR_CACHE.is_dir():
+        return {"ran": False, "reason": f"offline profile cache {VIDUR_CACHE} missing"}
+    work = vidur_prepare()
+    out_dir = Path(tempfile.mkdtemp(prefix="vidur-out-"))
+    args = vidur_args(python, n, qps, out_dir)
     trained = not vidur_predictors_cached()
     t0 = time.perf_counter()
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -150,7 +163,7 @@ def run_vidur(python: str, n: int, qps: float) -> dict[str, Any]:
         proc = subprocess.run(
             args,
             cwd=work,
-            env=env,
+            env=vidur_env(),
             capture_output=True,
             text=True,
             check=False,

@@ -29,6 +29,19 @@ def _alarm(signum: int, frame: Any) -> None:
     raise Hang()
 
 
+def _sandbox(tmp: str) -> str:
+    """The case's working directory, two levels down in ``tmp``: a relative value such as
+    ``../../etc/passwd`` then names ``tmp/etc/passwd`` (a decoy file made here), never the host's
+    ``/etc/passwd``. The suite runs as root, so a value that escaped would overwrite real files
+    (it did: a canary ``--metrics-textfile ../../etc/passwd`` replaced the host's /etc/passwd)."""
+    work = os.path.join(tmp, "case", "cwd")
+    os.makedirs(work)
+    os.makedirs(os.path.join(tmp, "etc"))
+    with open(os.path.join(tmp, "etc", "passwd"), "w", encoding="utf-8") as decoy:
+        decoy.write("root:x:0:0:root:/root:/bin/bash\n")
+    return work
+
+
 def main() -> None:
     memory_mib = int(sys.argv[1])
     limit = memory_mib * 1024 * 1024
@@ -50,7 +63,7 @@ def main() -> None:
         started = time.monotonic()
         cwd = os.getcwd()
         with tempfile.TemporaryDirectory(prefix="kvbudget-fuzz-") as tmp:
-            os.chdir(tmp)
+            os.chdir(_sandbox(tmp))
             argv = [a.replace("{TMP}", tmp) for a in case["argv"]]
             signal.setitimer(signal.ITIMER_REAL, float(case.get("limit_s", 20)))
             try:

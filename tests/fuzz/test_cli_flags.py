@@ -108,10 +108,12 @@ def _must_fail(opt: click.Option, value: str) -> bool:
     return (numeric and value in ALWAYS_INVALID[:4]) or value == ALWAYS_INVALID[4]
 
 
-def _cases() -> list[dict[str, Any]]:
+def _cases(
+    baselines: dict[str, list[str]] | None = None, *, num_valid: int = 3, limit_s: float = 30
+) -> list[dict[str, Any]]:
     rng = random.Random(SEED)
     cases: list[dict[str, Any]] = []
-    for path, base in BASELINES.items():
+    for path, base in (BASELINES if baselines is None else baselines).items():
         for opt in _options(_command(path)):
             flag = max(opt.opts, key=len)
             if path in SERVERS:  # only what must be refused before anything listens
@@ -119,12 +121,12 @@ def _cases() -> list[dict[str, Any]]:
             else:
                 pool = rng.sample(ALWAYS_INVALID, 2)
                 if not isinstance(opt.type, click.Choice):
-                    pool += rng.sample(MAYBE_VALID, 3)
+                    pool += rng.sample(MAYBE_VALID, num_valid)
             for value in pool:
                 cases.append(
                     {
                         "argv": [*base, flag, value],
-                        "limit_s": 30,
+                        "limit_s": limit_s,
                         "must_fail": _must_fail(opt, value),
                         "server": path in SERVERS,
                     }
@@ -132,10 +134,8 @@ def _cases() -> list[dict[str, Any]]:
     return cases
 
 
-@pytest.mark.timeout(1500)
-def test_no_traceback_no_hang_no_exit0_on_invalid_flags() -> None:
-    cases = _cases()
-    outcomes = run_cases(cases, total_timeout_s=1400)
+def _judge(cases: list[dict[str, Any]], total_timeout_s: float) -> None:
+    outcomes = run_cases(cases, total_timeout_s=total_timeout_s)
     assert len(outcomes) == len(cases)
     bad = []
     for case, outcome in zip(cases, outcomes, strict=True):
@@ -145,3 +145,56 @@ def test_no_traceback_no_hang_no_exit0_on_invalid_flags() -> None:
         if found:
             bad.append(f"{' '.join(a[:60] for a in outcome.argv)}: {'; '.join(found)}")
     assert not bad, f"{len(bad)} of {len(cases)} cases misbehaved:\n" + "\n".join(bad[:40])
+
+
+@pytest.mark.timeout(1500)
+def test_no_traceback_no_hang_no_exit0_on_invalid_flags() -> None:
+    _judge(_cases(), 1400)
+
+
+#: a one-point grid: the sweep baseline joins a Ray "cluster" where nothing listens, which
+#: kvbudget refuses after a plain TCP connect (no Ray start per case)
+SWEEP_GRID = {
+    "base": {
+        "model": "meta-llama/Llama-3.1-8B",
+        "max_model_len": 4096,
+        "workload": {
+            "num_requests": 4,
+            "input_tokens": {"kind": "fixed", "value": 64},
+            "output_tokens": {"kind": "fixed", "value": 4},
+        },
+    },
+    "grid": {"gpu": ["H100-SXM"], "rate_per_s": [5]},
+    "slos": [{"name": "chat", "ttft_s": {"p99": 0.5}}],
+}
+
+
+@pytest.mark.timeout(900)
+def test_sweep_and_canary_flags(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``sweep`` and ``canary`` (issue 16): the canary against a real, small accepted baseline
+    so that flag values reach the run, not only the parser."""
+    import yaml
+    from click.testing import CliRunner
+
+    from kvbudget.cli.accept import accept
+    from tests.unit.deploy.conftest import small_plan_data
+
+    root = tmp_path_factory.mktemp("fuzz-sweep-canary")
+    plan = small_plan_data()
+    plan["load"]["max_requests_per_cell"] = 3
+    plan_path = root / "plan.yaml"
+    plan_path.write_text(yaml.safe_dump(plan), encoding="utf-8")
+    accepted = CliRunner().invoke(accept, [str(plan_path), "--out", str(root / "base"), "--quiet"])
+    assert accepted.exit_code in (0, 1), accepted.output  # a verdict, not an error
+    grid = root / "grid.yaml"
+    grid.write_text(yaml.safe_dump(SWEEP_GRID), encoding="utf-8")
+    baselines = {
+        "sweep": ["sweep", str(grid), "--out", "{TMP}/sweep", "--ray-address", "127.0.0.1:9"],
+        "canary": [
+            *("canary", str(plan_path), "--baseline-report", str(root / "base" / "report.json")),
+            *("--out", "{TMP}/canary", "--cells", "short/single", "--num-requests", "2"),
+        ],
+    }
+    cases = _cases(baselines, num_valid=3, limit_s=60)
+    assert len(cases) >= 30  # every option of both commands, several values each
+    _judge(cases, 800)

@@ -1,14 +1,18 @@
 """The canary's Prometheus textfile (node_exporter's textfile collector format).
 
 ``kvbudget_canary_runs_total`` and ``kvbudget_canary_failures_total`` are counters kept across
-runs: each run reads the previous file and adds to it (a missing or unreadable file starts at 0).
-The only label is ``service`` (bounded; no prompt or identity).
+runs: each run reads the previous file and adds to it (a missing file starts at 0); other
+services' counters in the same file are kept. The only label is ``service`` (bounded; no prompt
+or identity). A file that holds anything else (not UTF-8 text, or a line that is neither a
+comment nor one of these counters) is refused before the canary runs, never overwritten.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from kvbudget.errors import ConfigError
 
 _LINE = re.compile(r'^(kvbudget_canary_(?:runs|failures)_total)\{service="([^"]*)"\}\s+(\S+)$')
 
@@ -20,37 +24,67 @@ def service_name(text: str, *, max_len: int = 52) -> str:
     return name or "kvbudget"
 
 
-def _previous(path: Path, service: str) -> dict[str, float]:
-    counts = {"kvbudget_canary_runs_total": 0.0, "kvbudget_canary_failures_total": 0.0}
+_NAMES = ("kvbudget_canary_runs_total", "kvbudget_canary_failures_total")
+_HELP = {
+    "kvbudget_canary_runs_total": "kvbudget canary runs.",
+    "kvbudget_canary_failures_total": "kvbudget canary runs whose gate failed.",
+}
+
+
+def read_textfile(path: Path) -> dict[tuple[str, str], float]:
+    """The counters already in ``path`` by ``(name, service)`` (empty when it does not exist).
+
+    Raises a one-line ConfigError, without echoing the file, when it is not such a textfile.
+    """
+    fix = "give a textfile of its own, e.g. /var/lib/node_exporter/textfile/kvbudget_canary.prom"
+    if not path.exists():
+        return {}
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError:
-        return counts
-    for line in text.splitlines():
-        match = _LINE.match(line.strip())
-        if match and match.group(2) == service:
-            try:
-                counts[match.group(1)] = float(match.group(3))
-            except ValueError:
-                continue
+    except (OSError, UnicodeDecodeError) as exc:
+        what = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "cannot be read"
+        raise ConfigError(
+            f"--metrics-textfile {str(path)!r}: {what}; {fix}", field="metrics_textfile"
+        ) from None
+    counts: dict[tuple[str, str], float] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _LINE.match(stripped)
+        value = _number(match.group(3)) if match else None
+        if match is None or value is None:
+            raise ConfigError(
+                f"--metrics-textfile {str(path)!r}: line {number} is not a kvbudget canary "
+                f"counter, so the file is not overwritten; {fix}",
+                field="metrics_textfile",
+            )
+        counts[(match.group(1), match.group(2))] = value
     return counts
 
 
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 and value != float("inf") else None
+
+
 def write_textfile(path: Path, *, service: str, failed: bool) -> dict[str, float]:
-    counts = _previous(path, service)
-    counts["kvbudget_canary_runs_total"] += 1
-    if failed:
-        counts["kvbudget_canary_failures_total"] += 1
-    lines = [
-        "# HELP kvbudget_canary_runs_total kvbudget canary runs.",
-        "# TYPE kvbudget_canary_runs_total counter",
-        f'kvbudget_canary_runs_total{{service="{service}"}} {counts["kvbudget_canary_runs_total"]:g}',
-        "# HELP kvbudget_canary_failures_total kvbudget canary runs whose gate failed.",
-        "# TYPE kvbudget_canary_failures_total counter",
-        f'kvbudget_canary_failures_total{{service="{service}"}} '
-        f"{counts['kvbudget_canary_failures_total']:g}",
-        "",
-    ]
+    known = read_textfile(path)
+    runs = ("kvbudget_canary_runs_total", service)
+    fails = ("kvbudget_canary_failures_total", service)
+    known[runs] = known.get(runs, 0.0) + 1
+    known[fails] = known.get(fails, 0.0) + (1 if failed else 0)
+    lines: list[str] = []
+    for name in _NAMES:
+        lines += [f"# HELP {name} {_HELP[name]}", f"# TYPE {name} counter"]
+        for (metric, svc), value in sorted(known.items()):
+            if metric == name:
+                lines.append(f'{name}{{service="{svc}"}} {value:g}')
+    lines.append("")
+    counts = {name: known[(name, service)] for name in _NAMES}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines), encoding="utf-8")

@@ -13,8 +13,14 @@ factor (lock field)     sim (virtual time)          serve (kvbudget serve)      
 ``max_model_len``       replica max_model_len        ``--max-model-len``         refused
 ``offload``             the cpu tier of the tier     refused (no tier model)     refused
                         model (``target.kv_tiers``)
-``router_policy``       refused (one replica)        refused (one replica)       refused
+``router_policy``       the router over              refused (one replica)       refused
+                        ``target.replicas`` (>= 2)
 ======================  ==========================  ==========================  ===========
+
+On the sim target with ``target.replicas`` of 2 or more, the replicas run behind the
+simulator's router (:mod:`kvbudget.sim.router`) with the policy ``lock.router_policy``
+(kvbudget's default ``round_robin`` when the lock gives none); with one replica no router
+chooses, so a ``router_policy`` comparison is refused there.
 
 A refused factor stops the plan before anything runs (:func:`factor_refusal`, called by the
 plan validator) with one line naming the comparison, the factor and what to do instead; a
@@ -37,6 +43,7 @@ from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.errors import ConfigError
 from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.units import format_bytes, parse_bytes
 
@@ -105,6 +112,26 @@ def offload_text(tiers: tuple[TierConfig, ...]) -> str:
     return "none" if cpu is None else f"cpu:{format_bytes(cpu.capacity_bytes).replace(' ', '')}"
 
 
+#: the sim target's router when ``target.replicas`` > 1 and the lock names none
+DEFAULT_ROUTER = "round_robin"
+
+
+def sim_router(target: TargetPlan, lock: ObjectLock) -> str | None:
+    """The router policy of the sim target's replicas (``None``: one replica, no router)."""
+    if target.replicas <= 1:
+        return None
+    value = lock.router_policy.value
+    if value is None:
+        return DEFAULT_ROUTER
+    if value not in ROUTERS:
+        raise ConfigError(
+            f"lock.router_policy: {value!r} is not a simulated router; use one of "
+            f"{', '.join(ROUTERS)}",
+            field="lock.router_policy",
+        )
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What the engine of one arm is started with (vLLM's engine-argument names)."""
@@ -118,6 +145,8 @@ class EngineConfig:
     kv_offload: tuple[TierConfig, ...]
     #: ``None``: one replica, no router
     router_policy: str | None
+    #: identical replicas behind the router (sim: ``target.replicas``)
+    num_replicas: int
     tensor_parallel_size: int
     gpu_memory_utilization: float | None
     max_num_seqs: int | None
@@ -139,7 +168,8 @@ def engine_config(target: TargetPlan, lock: ObjectLock) -> EngineConfig:
         enable_prefix_caching=bool(policy is None or policy.enabled),
         max_model_len=lock.max_model_len.value,
         kv_offload=sim_tiers(target, lock) if target.kind == "sim" else (),
-        router_policy=None,
+        router_policy=sim_router(target, lock) if target.kind == "sim" else None,
+        num_replicas=target.replicas,
         tensor_parallel_size=lock.tensor_parallel.value or 1,
         gpu_memory_utilization=lock.gpu_memory_utilization.value,
         max_num_seqs=lock.max_num_seqs.value,
@@ -153,8 +183,11 @@ def sim_engine_config(
     replica: ReplicaConfig,
     plan: PlanResult,
     tiers: tuple[TierConfig, ...],
+    *,
+    router_policy: str | None,
+    num_replicas: int,
 ) -> EngineConfig:
-    """What the simulated replica was really built with (read back from its configuration)."""
+    """What the simulated replicas were really built with (read back from the target)."""
     return EngineConfig(
         target_kind=target.kind,
         kv_cache_dtype=plan.kv_dtype,
@@ -162,7 +195,8 @@ def sim_engine_config(
         enable_prefix_caching=replica.enable_prefix_caching,
         max_model_len=replica.max_model_len,
         kv_offload=tiers,
-        router_policy=None,
+        router_policy=router_policy,
+        num_replicas=num_replicas,
         tensor_parallel_size=plan.tp,
         gpu_memory_utilization=lock.gpu_memory_utilization.value,
         max_num_seqs=replica.max_num_seqs,
@@ -198,11 +232,15 @@ def factor_refusal(target: TargetPlan, comparison: Comparison, lock: ObjectLock)
     factor, kind = comparison.factor, target.kind
     if kind == "http":
         return f"factor {factor} on target kind http: " + _HTTP_FIX.format(factor=factor)
-    if factor == "router_policy":
+    if factor == "router_policy" and kind == "serve":
         return (
-            f"factor router_policy on target kind {kind}: the acceptance target runs one replica, "
-            "so no router chooses between replicas; compare router policies with kvbudget sim "
-            "on a cluster scenario (replicas + router)"
+            "factor router_policy on target kind serve: kvbudget serve is one replica, so no "
+            "router chooses between replicas; use target kind sim with target.replicas: 2 or more"
+        )
+    if factor == "router_policy" and target.replicas <= 1:
+        return (
+            "factor router_policy on target kind sim: target.replicas is 1, so no router "
+            "chooses between replicas; set target.replicas: 2 or more"
         )
     if factor == "kv_dtype" and kind == "serve":
         return (
@@ -251,6 +289,11 @@ def sim_lock_values(
             "the simulated replica's prefix cache (on/off); cache_salt per tenant of the load",
         )
     }
+    pool = f"the simulated replica's KV pool ({plan.num_blocks} blocks, the capacity plan)"
+    for name in ("kv_cache_memory_bytes", "num_gpu_blocks_override"):
+        given = getattr(lock, name)
+        if given is not None and given.value is not None:
+            out[name] = (given.value, pool)  # the pool was planned from this value
     return out | {
         "engine.name": (plan.engine, "the simulator applies this engine's pool rule and scheduler"),
         "engine.version": (plan.engine_version, "the pool rule kvbudget plan applied"),
@@ -258,7 +301,11 @@ def sim_lock_values(
             lock.gpu.type.value or plan.gpu.id,
             f"GPU catalog entry {plan.gpu.id} (the simulator's timing model and memory)",
         ),
-        "gpu.count": (plan.num_gpus, "tensor_parallel x pipeline_parallel of the capacity plan"),
+        "gpu.count": (
+            plan.num_gpus * engine.num_replicas,
+            "tensor_parallel x pipeline_parallel of the capacity plan"
+            + (f" x {engine.num_replicas} simulated replicas" if engine.num_replicas > 1 else ""),
+        ),
         "tensor_parallel": (plan.tp, "the capacity plan"),
         "pipeline_parallel": (plan.pp, "the capacity plan"),
         "kv_dtype": (engine.kv_cache_dtype, "the capacity plan (resolved KV dtype)"),
@@ -268,5 +315,9 @@ def sim_lock_values(
         "max_num_seqs": (engine.max_num_seqs, replica),
         "max_num_batched_tokens": (engine.max_num_batched_tokens, replica),
         "offload": (offload_text(engine.kv_offload), "the simulator's tier model"),
-        "router_policy": ("none", "one simulated replica: no router"),
+        "router_policy": (
+            (engine.router_policy, f"the simulated router over {engine.num_replicas} replicas")
+            if engine.router_policy is not None
+            else ("none", "one simulated replica: no router")
+        ),
     }

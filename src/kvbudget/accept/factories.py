@@ -9,10 +9,12 @@ import numpy as np
 
 from kvbudget.accept.capacity import build_capacity
 from kvbudget.accept.engine_config import (
+    DEFAULT_ROUTER,
     engine_config,
     serve_flags,
     sim_engine_config,
     sim_lock_values,
+    sim_router,
     sim_tiers,
 )
 from kvbudget.accept.http_target import HttpTarget, RunAsync, ServeTarget
@@ -25,15 +27,25 @@ from kvbudget.accept.targets import TargetInfo
 from kvbudget.errors import ConfigError, KvbudgetError, TargetError
 
 
-def sim_info(lock: ObjectLock, timing_name: str, *, kind: str = "sim") -> TargetInfo:
+def sim_info(
+    lock: ObjectLock,
+    timing_name: str,
+    *,
+    kind: str = "sim",
+    num_replicas: int = 1,
+    router: str | None = None,
+) -> TargetInfo:
     gpu = lock.gpu.type.value or "unknown GPU"
     how = "virtual time" if kind == "sim" else "real time behind kvbudget serve (HTTP)"
+    cluster = f"{num_replicas} replicas of " if num_replicas > 1 else ""
+    behind = f", {router} router" if num_replicas > 1 and router else ""
     return TargetInfo(
         kind=kind,
         source="simulated",
-        label=f"simulated {gpu} ({timing_name} step-time model, vLLM-style scheduler, {how})",
+        label=f"simulated {cluster}{gpu} ({timing_name} step-time model, vLLM-style scheduler"
+        f"{behind}, {how})",
         timing_model=timing_name if kind == "sim" else f"{timing_name} via kvbudget serve",
-        hardware=f"simulated {gpu}",
+        hardware=f"simulated {cluster}{gpu}",
         not_applicable={
             "gpu.driver": "a simulated GPU has no driver; confirm on the real host",
             "engine.container": "no container runs in a simulation; pin the image for real runs",
@@ -60,14 +72,25 @@ def sim_factory(plan: AcceptPlan) -> TargetFactory:
             update={"target": plan.target.model_copy(update={"kv_tiers": list(tiers)})}
         )
         ctx = build_capacity(lock_plan, lock)
-        engine = sim_engine_config(plan.target, lock, ctx.replica, ctx.plan, tiers)
-        info = sim_info(lock, ctx.timing_name)
+        router = sim_router(plan.target, lock)
+        info = sim_info(lock, ctx.timing_name, num_replicas=plan.target.replicas, router=router)
         target = SimTarget(
             ctx.replica,
             ctx.timing,
             np.random.default_rng([plan.seed, 99]),
             info=info,
             tiers=tiers,
+            num_replicas=plan.target.replicas,
+            router=router or DEFAULT_ROUTER,
+        )
+        engine = sim_engine_config(
+            plan.target,
+            lock,
+            ctx.replica,
+            ctx.plan,
+            tiers,
+            router_policy=target.router,
+            num_replicas=len(target.replicas),
         )
         computed = {**ctx.computed_lock, **sim_lock_values(engine, ctx.plan, lock)}
         return PreparedTarget(

@@ -229,6 +229,13 @@ class TargetPlan(StrictModel):
         default_factory=list,
         description="sim: KV tiers below the GPU (cpu, disk, remote), the simulator's tier model",
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="sim: identical replicas behind the simulator's router (lock.router_policy, "
+        "default round_robin); serve and http are one endpoint",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TargetPlan:
@@ -243,6 +250,15 @@ class TargetPlan(StrictModel):
                 "kv_tiers",
                 f"only target kind 'sim' simulates KV tiers (got kind {self.kind!r}); "
                 "remove kv_tiers or use kind: sim",
+            )
+        if self.replicas > 1 and self.kind != "sim":
+            raise ValueError(
+                f"@replicas: only target kind 'sim' runs several replicas (got kind "
+                f"{self.kind!r}, one endpoint); set replicas: 1, or use kind: sim"
+            )
+        if self.replicas > 1 and self.kv_tiers:
+            raise ValueError(
+                "@replicas: KV tiers are metered on one replica; remove kv_tiers or set replicas: 1"
             )
         names = [t.name for t in self.kv_tiers]
         if len(set(names)) != len(names):

@@ -157,8 +157,9 @@ class ObjectLock(StrictModel):
     )
     router_policy: Locked[str] = Field(
         default_factory=_unconfirmed,
-        description="router policy when more than one replica serves the model (not given: "
-        "the deployment's own; the acceptance targets run one replica)",
+        description="router policy when more than one replica serves the model (sim with "
+        "target.replicas >= 2: a kvbudget.sim.router policy, default round_robin; not given: "
+        "the deployment's own)",
     )
 
     @model_validator(mode="before")

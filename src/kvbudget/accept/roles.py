@@ -73,7 +73,8 @@ def who_does_what(lock: ObjectLock, target_kind: str, num_replicas: int = 1) -> 
     policy = lock.prefix_caching.value
     caching = policy.enabled if policy is not None else False
     offload = str(lock.offload.value or "none")
-    router = str(lock.router_policy.value or "none")
+    # several simulated replicas without a declared policy run the sim target's default
+    router = str(lock.router_policy.value or ("round_robin" if num_replicas > 1 else "none"))
     simulated = target_kind in ("sim", "serve")
     who_engine = "the simulated engine (vLLM V1 rules)" if simulated else f"the engine ({engine})"
     if not caching:
@@ -90,7 +91,8 @@ def who_does_what(lock: ObjectLock, target_kind: str, num_replicas: int = 1) -> 
             _PREFIX_MATCH.get(engine, "unknown engine: name it in lock.engine.name")
             + f"; tenants separated by cache_salt: {salt}",
         )
-    where_parts = [f"{who_engine}'s own hash table (one replica's GPU blocks)"]
+    blocks = "one replica's GPU blocks" if num_replicas <= 1 else "per replica, its GPU blocks"
+    where_parts = [f"{who_engine}'s own hash table ({blocks})"]
     if router in ("prefix_precise", "cost"):
         where_parts.append("the router's index, fed by the engines' KV events (precise)")
     elif router == "prefix_approx":
@@ -177,11 +179,15 @@ def cache_kinds(summary: dict[str, Any] | None, basis: str) -> list[CacheKindRow
 
 
 def roles_section(
-    lock: ObjectLock, target_kind: str, summary: dict[str, Any] | None, basis: str
+    lock: ObjectLock,
+    target_kind: str,
+    summary: dict[str, Any] | None,
+    basis: str,
+    num_replicas: int = 1,
 ) -> dict[str, Any]:
     """The report section ``who_does_what`` (JSON-ready)."""
     return {
         "basis": "declared (the plan's lock and target)",
-        "questions": [asdict(r) for r in who_does_what(lock, target_kind)],
+        "questions": [asdict(r) for r in who_does_what(lock, target_kind, num_replicas)],
         "cache_kinds": [asdict(r) for r in cache_kinds(summary, basis)],
     }

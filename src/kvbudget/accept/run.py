@@ -105,7 +105,7 @@ def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
         if path.exists():
             try:
                 old = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:
                 raise ConfigError(
                     f"--resume: {path} is not readable JSON; start over without --resume or "
                     "choose another --out",

@@ -1,10 +1,11 @@
-"""The ``sim`` target: one simulated replica in virtual time, run by the simulator's driver.
+"""The ``sim`` target: simulated replicas in virtual time, run by the simulator's driver.
 
 One replica (``sim.replica.Replica``, built by ``sim.fromplan.build_replica`` through
-:mod:`kvbudget.accept.capacity`) serves the whole acceptance run (warm-up, then the cells in
-order), so the prefix cache carries over between cells as it would on a real server. Each cell
-is one :meth:`kvbudget.sim.driver.Driver.run` and its figures are on its own timeline starting
-at 0:
+:mod:`kvbudget.accept.capacity`), or ``target.replicas`` identical ones behind the simulator's
+router (:mod:`kvbudget.sim.router`, the policy ``lock.router_policy``), serves the whole
+acceptance run (warm-up, then the cells in order), so the prefix caches carry over between
+cells as they would on real servers. Each cell is one :meth:`kvbudget.sim.driver.Driver.run`
+and its figures are on its own timeline starting at 0:
 
 * closed loop (``closed_loop_concurrency`` given): that many requests in flight; a finished
   request is replaced by the next one until ``duration_s`` has passed or the list is used up;
@@ -12,6 +13,12 @@ at 0:
 
 A request the engine can never fit (longer than ``max_model_len`` or than the whole KV pool)
 is recorded as an error and reported as the cell's capacity error.
+
+Every output token's time is recorded (``token_times_s``, the end of the engine step that
+produced it), so ITL is reported (``ReplicaSetup.record_token_times``; the lazy-decode fast
+path gives a decoder's tokens the ends of its steps). With several replicas the KV /
+queue samples and the engine counters are the cluster's totals (KV usage: used blocks over all
+blocks) and each record names its replica.
 """
 
 from __future__ import annotations
@@ -64,8 +71,42 @@ class _Cell:
     capacity_error: str | None = None
 
 
+def _totals(replicas: Sequence[Replica]) -> dict[str, float]:
+    """The engine counters and state summed over ``replicas`` (KV usage: used / all blocks)."""
+    out = dict.fromkeys(
+        (
+            "prefix_queries_tokens",
+            "prefix_hits_tokens",
+            "preemptions",
+            "prompt_tokens",
+            "generation_tokens",
+            "num_running",
+            "num_waiting",
+            "num_free_blocks",
+            "num_total_blocks",
+            "used_blocks",
+        ),
+        0.0,
+    )
+    for rep in replicas:
+        st = rep.core.stats()
+        out["prefix_queries_tokens"] += st.prefix_cache_queries_tokens
+        out["prefix_hits_tokens"] += st.prefix_cache_hits_tokens
+        out["preemptions"] += st.num_preemptions
+        out["prompt_tokens"] += st.prompt_tokens
+        out["generation_tokens"] += st.generation_tokens
+        out["num_running"] += st.num_running
+        out["num_waiting"] += st.num_waiting
+        out["num_free_blocks"] += st.num_free_blocks
+        out["num_total_blocks"] += st.num_total_blocks
+        out["used_blocks"] += st.kv_usage * st.num_total_blocks
+    total = out["num_total_blocks"]
+    out["kv_usage"] = out["used_blocks"] / total if total else 0.0
+    return out
+
+
 class SimTarget:
-    """Drives one simulated replica; every record is ``source="simulated"``."""
+    """Drives the simulated replica(s); every record is ``source="simulated"``."""
 
     def __init__(
         self,
@@ -76,6 +117,8 @@ class SimTarget:
         info: TargetInfo,
         hash_prompts: bool = True,
         tiers: Sequence[TierConfig] = (),
+        num_replicas: int = 1,
+        router: str = "round_robin",
     ) -> None:
         self.config = config
         if tiers and config.kv_bytes_per_token * config.block_size <= 0:
@@ -84,15 +127,30 @@ class SimTarget:
                 "need it to size blocks; remove kv_tiers or plan from a catalog model",
                 field="target.kv_tiers",
             )
-        self.setup = ReplicaSetup(config=config, timing=timing, tiers=tuple(tiers))
-        self.replica = Replica(config.name, self.setup, rng)
+        if num_replicas > 1 and tiers:
+            raise ConfigError(
+                "target.replicas: KV tiers are metered on one replica; remove kv_tiers or set "
+                "target.replicas: 1",
+                field="target.replicas",
+            )
+        self.setup = ReplicaSetup(
+            config=config, timing=timing, tiers=tuple(tiers), record_token_times=True
+        )
+        # replica 0 draws from ``rng`` (one replica: as before); the others from its children
+        rngs = [rng, *rng.spawn(num_replicas - 1)] if num_replicas > 1 else [rng]
+        names = (
+            [config.name] if num_replicas == 1 else [f"replica-{i}" for i in range(num_replicas)]
+        )
+        self.replicas = [Replica(name, self.setup, r) for name, r in zip(names, rngs, strict=True)]
+        self.replica = self.replicas[0]
+        #: the router's policy; ``None`` with one replica (nothing to choose)
+        self.router: str | None = router if num_replicas > 1 else None
         self.tier_stack: TierStack | None = self.replica.tier_stack
-        self.engine = self.replica.core
         self._cell: _Cell | None = None
         self._meter: TierMeter | None = None
         self._driver = Driver(
-            [self.replica],
-            Router("round_robin"),
+            self.replicas,
+            Router(router),
             on_finish=self._on_finish,
             on_reject=self._on_reject,
             on_step=self._on_step if self.tier_stack is not None else None,
@@ -107,14 +165,9 @@ class SimTarget:
         return self._info
 
     def idle_baseline(self) -> dict[str, float]:
-        stats = self.engine.stats()
-        return {
-            "kv_usage": stats.kv_usage,
-            "num_running": float(stats.num_running),
-            "num_waiting": float(stats.num_waiting),
-            "num_free_blocks": float(stats.num_free_blocks),
-            "num_total_blocks": float(stats.num_total_blocks),
-        }
+        t = _totals(self.replicas)
+        keys = ("kv_usage", "num_running", "num_waiting", "num_free_blocks", "num_total_blocks")
+        return {k: t[k] for k in keys}
 
     def close(self) -> None:
         return None
@@ -132,6 +185,7 @@ class SimTarget:
         ttft, tpot, e2e = derive_latencies(
             sent_s=sent, first_token_s=first, done_s=done, output_tokens=req.num_output_tokens
         )
+        times = rep.token_times.pop(req.request_id, []) if rep.token_times is not None else []
         queue_s = None
         if req.first_scheduled_s is not None:
             queue_s = max(0.0, req.first_scheduled_s - req.spec.arrival_s)
@@ -143,12 +197,14 @@ class SimTarget:
                 error_kind="cancelled" if cancelled else None,
                 cell_id=cell.cell_id,
                 tenant=planned.tenant,
+                replica=rep.name if self.router is not None else None,
                 warmup=cell.warmup,
                 finish_reason="abort" if cancelled else req.finish_reason,
                 scheduled_s=planned.arrival_s,
                 sent_s=sent,
                 first_token_s=first,
                 done_s=done,
+                token_times_s=[round(t - base, 6) for t in times],
                 prompt_tokens=req.num_prompt_tokens,
                 output_tokens=req.num_output_tokens,
                 cached_tokens=req.num_cached_tokens,
@@ -180,6 +236,7 @@ class SimTarget:
                 error_excerpt=message[:200],
                 cell_id=cell.cell_id,
                 tenant=planned.tenant,
+                replica=rep.name if self.router is not None else None,
                 warmup=cell.warmup,
                 scheduled_s=planned.arrival_s,
                 sent_s=now,
@@ -194,16 +251,17 @@ class SimTarget:
             self._meter.observe()
 
     def _on_sample(self, rep: Replica, now_s: float) -> None:
+        # the driver samples every replica at the same instant, first to last: one cluster
+        # sample when it asks for the first one
+        if rep is not self.replicas[0]:
+            return
         cell = self._cell
         assert cell is not None
-        stats = rep.core.stats()
+        totals = _totals(self.replicas)
         t = now_s - cell.base_s
         cell.samples.extend(
-            (
-                MetricSample(timestamp_s=t, name="kv_usage", value=stats.kv_usage),
-                MetricSample(timestamp_s=t, name="num_running", value=float(stats.num_running)),
-                MetricSample(timestamp_s=t, name="num_waiting", value=float(stats.num_waiting)),
-            )
+            MetricSample(timestamp_s=t, name=name, value=totals[name])
+            for name in ("kv_usage", "num_running", "num_waiting")
         )
 
     # ------------------------------------------------------------------ one cell
@@ -217,9 +275,8 @@ class SimTarget:
         warmup: bool = False,
     ) -> CellRun:
         """Drive the cell on its own timeline (0 at its start) on the persistent replica."""
-        engine = self.engine
         base = self._clock_s
-        start_stats = engine.stats()
+        start = _totals(self.replicas)
         self._meter = TierMeter(self.tier_stack) if self.tier_stack is not None else None
         ordered = sorted(requests, key=lambda r: r.arrival_s)
         closed = closed_loop_concurrency is not None
@@ -247,8 +304,9 @@ class SimTarget:
             ) from None
         finally:
             self._cell = None
-        if self.replica.unfinished():
-            stuck = self.replica.unfinished()[0]
+        stuck_on = [r.unfinished()[0] for r in self.replicas if r.unfinished()]
+        if stuck_on:
+            stuck = stuck_on[0]
             raise SimulationError(
                 f"cell {cell_id}: the engine stalled with work queued (request "
                 f"{stuck.request_id} is {stuck.status})"
@@ -256,17 +314,16 @@ class SimTarget:
         # anything left in the queue of a closed loop after the duration is simply not sent
         now = outcome.last_activity_s - base
         self._clock_s = base + now
-        end_stats = engine.stats()
+        end = _totals(self.replicas)
         counters = {
-            "prefix_queries_tokens": float(
-                end_stats.prefix_cache_queries_tokens - start_stats.prefix_cache_queries_tokens
-            ),
-            "prefix_hits_tokens": float(
-                end_stats.prefix_cache_hits_tokens - start_stats.prefix_cache_hits_tokens
-            ),
-            "preemptions": float(end_stats.num_preemptions - start_stats.num_preemptions),
-            "prompt_tokens": float(end_stats.prompt_tokens - start_stats.prompt_tokens),
-            "generation_tokens": float(end_stats.generation_tokens - start_stats.generation_tokens),
+            key: end[key] - start[key]
+            for key in (
+                "prefix_queries_tokens",
+                "prefix_hits_tokens",
+                "preemptions",
+                "prompt_tokens",
+                "generation_tokens",
+            )
         }
         if self._meter is not None:
             counters.update(self._meter.counters(now))
@@ -277,5 +334,5 @@ class SimTarget:
             samples=cell.samples,
             capacity_error=cell.capacity_error,
             counters=counters,
-            kv_usage_after_drain=end_stats.kv_usage,
+            kv_usage_after_drain=end["kv_usage"],
         )

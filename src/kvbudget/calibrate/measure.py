@@ -118,7 +118,7 @@ async def run_series(
     deadline_s: float,
     metrics_url: str | None = None,
 ) -> list[ProbeResult]:
-    """Send every probe in order; a failed request stops the series with a TargetError."""
+    """Send every probe in order; a failed request stops the series with a RunFailedError (exit 4)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
     results: list[ProbeResult] = []

@@ -86,7 +86,7 @@ def canary(
     when the canary fails (with --require-pass: unless it passes), 2 for bad input.
     """
     from kvbudget.accept.canary import canary_markdown, run_canary
-    from kvbudget.accept.canary_metrics import service_name, write_textfile
+    from kvbudget.accept.canary_metrics import read_textfile, service_name, write_textfile
     from kvbudget.accept.factories import factory_for
     from kvbudget.accept.planfile import load_plan
     from kvbudget.cli.main import run_async
@@ -97,6 +97,8 @@ def canary(
     plan = load_plan(plan_file)
     baseline = load_result(baseline_path)
     wanted = [c.strip() for c in cells.split(",") if c.strip()]
+    if metrics_textfile is not None:
+        read_textfile(metrics_textfile)  # a file that is not its textfile is refused before the run
     prepare_out_dir(out_dir, ("canary.json", "canary.md"))
     factory = factory_for(plan, run_async=run_async, keep_prompts=keep_prompts)
     doc = run_canary(
@@ -115,7 +117,7 @@ def canary(
     if metrics_textfile is not None:
         write_textfile(
             metrics_textfile,
-            service=service or service_name(plan.name),
+            service=service_name(service or plan.name),  # the label kvbudget deploy gives it
             failed=doc.verdict == "fail",
         )
     click.echo(f"canary {doc.verdict}: " + "; ".join(doc.verdict_reasons[:3]))

@@ -173,7 +173,16 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
                 f"{out_dir} (start one without --resume)",
                 field="resume",
             )
-        old = RunConfig.model_validate(json.loads(run_file.read_text())["config"])
+        try:
+            old = RunConfig.model_validate(
+                json.loads(run_file.read_text(encoding="utf-8"))["config"]
+            )
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            raise ConfigError(
+                f"--resume: {run_file} is not a run file kvbudget wrote (unreadable, not JSON or "
+                "no valid 'config'); start over without --resume or choose another --out",
+                field="resume",
+            ) from None
         diff = cfg.same_run(old)
         if diff:
             raise ConfigError(

@@ -89,7 +89,8 @@ def detail_rows(doc: AcceptResult, cell: CellResult) -> list[list[str]]:
             "ITL",
             "not recorded by this target (no token times)"
             if itl is None or not itl.n
-            else f"p50 {_fmt(itl.pct('p50'))}, p95 {_fmt(itl.pct('p95'))} (n={itl.n})",
+            else f"p50 {_fmt(itl.pct('p50'))}, p95 {_fmt(itl.pct('p95'))}, "
+            f"p99 {_fmt(itl.pct('p99'))} (n={itl.n})",
         ],
         ["preemptions", str(cell.num_preemptions)],
         [

@@ -24,7 +24,8 @@ INTRO = (
 def _rows(doc: AcceptResult) -> tuple[list[tuple[str, str, str]], list[tuple[str, ...]]]:
     lock = ObjectLock.model_validate(doc.plan.get("lock", {}))
     kind = str(doc.target.get("kind", "sim"))
-    roles = [(r.question, r.who, r.how) for r in who_does_what(lock, kind)]
+    num_replicas = int(doc.plan.get("target", {}).get("replicas", 1) or 1)
+    roles = [(r.question, r.who, r.how) for r in who_does_what(lock, kind, num_replicas)]
     peaks = [c.peak_kv_usage for c in doc.cells if c.peak_kv_usage is not None]
     hits = [c.prefix_hit_rate_tokens for c in doc.cells if c.prefix_hit_rate_tokens is not None]
     summary: dict[str, Any] = {}

@@ -61,6 +61,9 @@ class ReplicaSetup:
     kv_preloaded: bool = False
     #: requests flagged ``kv_transferred`` arrive with their KV (migration by transfer)
     accepts_transfers: bool = False
+    #: keep every output token's time per request in ``Replica.token_times`` (ITL); off by
+    #: default (plain ``kvbudget sim`` runs pay nothing)
+    record_token_times: bool = False
 
 
 class Replica:
@@ -147,6 +150,11 @@ class Replica:
         self.step_gen = 0
         self.num_routed = 0
         self.samples: list[KVSample] = []
+        #: request id -> end time of each step that gave it an output token (when
+        #: ``setup.record_token_times``); the caller pops a request's entry when it finishes
+        self.token_times: dict[str, list[float]] | None = {} if setup.record_token_times else None
+        if self.fast is not None and self.token_times is not None:
+            self.fast.token_times = self.token_times
 
     # ------------------------------------------------------------------ driving
     def add(self, req: Any) -> SimRequest:
@@ -165,6 +173,11 @@ class Replica:
         if self.fast is not None:
             return self.fast.step(now_s)
         result = self.core.step(now_s)
+        times = self.token_times
+        if times is not None:
+            end_s = now_s + result.duration_s  # a step's tokens exist when it ends
+            for out in result.outputs:
+                times.setdefault(out.request_id, []).append(end_s)
         for out in result.outputs:
             if out.finished:
                 continue

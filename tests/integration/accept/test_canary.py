@@ -125,3 +125,22 @@ def test_unknown_cell_is_a_one_line_error(tmp_path: Path, baseline: tuple[Path, 
     )
     assert result.exit_code != 0
     assert "--cells: unknown cell 'tiny/single'" in str(result.exception)
+
+
+def test_a_foreign_metrics_textfile_is_refused_before_the_run(
+    tmp_path: Path, baseline: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvbudget.cli.main import main
+
+    plan, base = baseline
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0:root:/root:/bin/bash\n", encoding="utf-8")
+    argv = ["canary", str(plan), "--baseline-report", str(base), "--out", str(tmp_path / "c"),
+            "--metrics-textfile", str(victim)]  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert info.value.code == 2
+    assert err[-1].startswith("ConfigError: --metrics-textfile") and "root:x" not in err[-1]
+    assert victim.read_text(encoding="utf-8") == "root:x:0:0:root:/root:/bin/bash\n"
+    assert not (tmp_path / "c" / "canary.json").exists()  # refused before anything ran
