@@ -252,13 +252,15 @@ class TargetPlan(StrictModel):
                 "remove kv_tiers or use kind: sim",
             )
         if self.replicas > 1 and self.kind != "sim":
-            raise ValueError(
-                f"@replicas: only target kind 'sim' runs several replicas (got kind "
-                f"{self.kind!r}, one endpoint); set replicas: 1, or use kind: sim"
+            raise field_error(
+                "replicas",
+                f"only target kind 'sim' runs several replicas (got kind "
+                f"{self.kind!r}, one endpoint); set replicas: 1, or use kind: sim",
             )
         if self.replicas > 1 and self.kv_tiers:
-            raise ValueError(
-                "@replicas: KV tiers are metered on one replica; remove kv_tiers or set replicas: 1"
+            raise field_error(
+                "replicas",
+                "KV tiers are metered on one replica; remove kv_tiers or set replicas: 1",
             )
         names = [t.name for t in self.kv_tiers]
         if len(set(names)) != len(names):
