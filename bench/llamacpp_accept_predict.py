@@ -43,6 +43,7 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     launcher = _load("kvbudget_bench_llamacpp_server", REPO / "bench" / "llamacpp_server.py")
+    sys.path.insert(0, str(REPO))  # the test module below imports tests.integration.engines
     plans = _load(
         "kvbudget_llamacpp_accept_plan",
         REPO / "tests" / "integration" / "llamacpp" / "test_llamacpp_accept.py",

@@ -42,8 +42,12 @@ edit by hand. Model types: every `model_type` of transformers' `MODEL_FOR_CAUSAL
   started vLLM's CPU engine with `load_format=dummy` and 1 GiB of KV
   (`VLLM_CPU_KVCACHE_SPACE=1`); the logged `CPU KV cache size` tokens, `Maximum concurrency`, the
   group block sizes and `num_gpu_blocks` must equal `plan --engine vllm --engine-version {vllm}`.
-  `exact (N tokens)` = measured and equal; `engine refused` = vLLM CPU did not start it (its error);
-  `-` = not recorded yet.
+  `exact (N tokens)` = measured and equal; `engine refused` = vLLM CPU did not start it (the
+  worker's root-cause error, and why, from vLLM's source); `-` = not recorded yet. Where vLLM
+  reads a field that transformers' default config lacks but the real checkpoints carry
+  (GLM-4.5's `head_dim`, LFM2's `conv_dim` and `block_dim`), the recorded case adds it; a
+  named variant (`nemotron_h_dense`) records a layout the default cannot start on CPU
+  (`CASES` in the recorder says why for each).
 * **rule**: `builder` = hand-written rule in `kvbudget.spec.architectures`; `table` = a row of the
   trait table `kvbudget.spec.traits` (transformers file named); `generic` = no row: read with
   llama-style fields, ledger line `architecture_rules` says UNVERIFIED and calc's status is
@@ -94,9 +98,8 @@ def _vllm(model_type: str, cases: dict[str, dict[str, object]]) -> str:
                 if "Value error," in str(line)
             ]
             error = (detail[-1] if detail else str(rec.get("error", ""))).replace("|", "\\|")[:200]
-            if "initialization failed" in error:
-                error += " (root cause not kept by this recording; rerun the recorder for it)"
-            parts.append(f"{label}engine refused: `{error}`")
+            why = vo.ENGINE_REFUSED.get(name, ("", ""))[1]
+            parts.append(f"{label}engine refused: `{error}`" + (f": {why}" if why else ""))
         elif name in vo.KNOWN_DIVERGENCE:
             parts.append(
                 f"{label}differs ({rec['kv_cache_tokens']:,} tokens): {vo.KNOWN_DIVERGENCE[name][0]}"

@@ -13,7 +13,9 @@ enforce_eager=True, dtype="bfloat16", ...)`` with ``VLLM_CPU_KVCACHE_SPACE`` GiB
 The log's ``CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: Xx``,
 ``kv cache group sizes``, the block-size raise / mamba padding lines and the engine's final
 ``cache_config`` (``num_gpu_blocks``, ``block_size``, mamba dtypes and mode) are stored with
-vLLM's and transformers' versions. A case vLLM refuses keeps its error line. Existing results in
+vLLM's and transformers' versions. A case vLLM refuses keeps its root-cause error line (the
+worker's exception, not the parent's wrapper) and the traceback leading to it
+(``root_cause_context``); ``--logs DIR`` also keeps every case's full engine log. Existing results in
 ``--out`` are kept; cases are merged in (so the recorder can run in batches).
 """
 
@@ -49,9 +51,10 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # vLLM 0.32 reads config.head_dim (models/glm4_moe.py: head_dim=config.head_dim); GLM-4.5's
     # config.json carries it (128), transformers 5.19's Glm4MoeConfig default has none
     "glm4_moe": ("glm4_moe", {"head_dim": 64}, {}),
-    # vLLM 0.32 sizes the short-conv state from config.conv_dim (models/lfm2.py); LFM2's
-    # config.json carries conv_dim = hidden_size, transformers' Lfm2Config has no such field
-    "lfm2": ("lfm2", {"conv_dim": 256}, {}),
+    # vLLM 0.32 sizes the short-conv state from config.conv_dim and the blocks from
+    # config.block_dim (models/lfm2.py); LFM2's config.json carries both = hidden_size,
+    # transformers' Lfm2Config has neither
+    "lfm2": ("lfm2", {"conv_dim": 256, "block_dim": 256}, {}),
     "lfm2_moe": ("lfm2_moe", {"conv_dim": 256}, {}),
     # the default Nemotron-H (Nemotron-3 Nano) has non-gated relu2 MoE layers, which vLLM CPU
     # refuses (fused_moe/config.py: is_act_and_mul=False only on CUDA, XPU, ROCm); the dense

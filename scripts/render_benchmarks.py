@@ -159,6 +159,244 @@ def sim_scale(name: str) -> str:
     return "\n".join(out)
 
 
+def _rows_by(name: str) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(r["client"], r["concurrency"]): r for r in _load(name)["rows"]}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _x(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}×" if value < 10 else f"{value:.0f}×"
+
+
+#: issue 5's targets for the load client (targets, not results)
+EVENTS_TARGET_PER_S = 50_000
+PEER_TARGET_RATIO = 6.0
+BARE_TARGET_RATIO = 0.5
+BIAS_P50_TARGET_MS = 0.5
+BIAS_P99_TARGET_MS = 5.0
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def client_overhead_findings() -> str:
+    """The sentences under the client-overhead tables, every figure computed from both raw runs."""
+    runs = {
+        "latest": _rows_by("client_overhead.json"),
+        "earlier": _rows_by("client_overhead_earlier_run.json"),
+    }
+    out: list[str] = []
+    for label, rows in runs.items():
+        streams = sorted({c for (_, c) in rows})
+        parts = []
+        for c in streams:
+            k = rows.get(("kvbudget", c), {})
+            ratios = [
+                _x(_ratio(k.get("requests_per_s"), rows.get((peer, c), {}).get("requests_per_s")))
+                for peer in ("aiperf", "guidellm")
+            ]
+            parts.append(f"{ratios[0]} / {ratios[1]} at {c} stream{'s' if c > 1 else ''}")
+        cpu = [
+            _ratio(
+                rows.get((peer, c), {}).get("client_process_cpu_ms_per_request"),
+                rows.get(("kvbudget", c), {}).get("client_process_cpu_ms_per_request"),
+            )
+            for c in streams
+            for peer in ("aiperf", "guidellm")
+        ]
+        cpu_known = [v for v in cpu if v is not None]
+        held = ", ".join(
+            f"{peer} {rows[(peer, c)]['max_inflight']} of {c}"
+            for c in streams
+            if c > 1
+            for peer in ("aiperf", "guidellm")
+            if (peer, c) in rows
+        )
+        kv_held = ", ".join(
+            f"{rows[('kvbudget', c)]['max_inflight']} of {c}"
+            for c in streams
+            if c > 1 and ("kvbudget", c) in rows
+        )
+        out.append(
+            f"* **Against the peers ({label} run):** kvbudget's requests/s over AIPerf's / "
+            f"GuideLLM's: {'; '.join(parts)}; at "
+            + (
+                f"{min(cpu_known):.0f}–{max(cpu_known):.0f}× less client process CPU per request"
+                if cpu_known
+                else "an unknown CPU ratio"
+            )
+            + f"; streams in flight (server-side maximum): kvbudget {kv_held}; {held}."
+        )
+    out.append("* **Against the targets of issue 5**, per run:")
+    for label, rows in runs.items():
+        k = {c: r for (client, c), r in rows.items() if client == "kvbudget"}
+        events = ", ".join(
+            f"{r['events_per_s']:,.0f} at {c} ({r['max_inflight']} of {c} in flight)"
+            for c, r in sorted(k.items())
+        )
+        events_ok = [
+            c
+            for c, r in sorted(k.items())
+            if r["events_per_s"] >= EVENTS_TARGET_PER_S and r["max_inflight"] == c
+        ]
+        peer_ratio = {
+            c: _ratio(
+                r["requests_per_s"],
+                max(
+                    (
+                        rows[(p, c)]["requests_per_s"]
+                        for p in ("aiperf", "guidellm")
+                        if (p, c) in rows
+                    ),
+                    default=None,
+                ),
+            )
+            for c, r in sorted(k.items())
+        }
+        bare = {
+            c: _ratio(r["requests_per_s"], rows.get(("bare", c), {}).get("requests_per_s"))
+            for c, r in sorted(k.items())
+        }
+        p50 = k.get(1, {}).get("ttft_bias_ms_p50")
+        p99 = k.get(64, {}).get("ttft_bias_ms_p99")
+        out += [
+            f"  - {label}: ≥ {EVENTS_TARGET_PER_S:,} events/s with every stream in flight: "
+            f"{_met(bool(events_ok))}"
+            + (f" at {', '.join(map(str, events_ok))} streams" if events_ok else "")
+            + f" ({events});",
+            f"  - {label}: over {PEER_TARGET_RATIO:g}× the best peer's requests/s: "
+            + ", ".join(
+                f"{_x(v)} at {c} ({_met(v is not None and v > PEER_TARGET_RATIO)})"
+                for c, v in peer_ratio.items()
+            )
+            + ";",
+            f"  - {label}: within 2× of the bare client (kvbudget / bare requests/s ≥ "
+            f"{BARE_TARGET_RATIO:g}): "
+            + ", ".join(
+                f"{'—' if v is None else f'{v:.2f}'} at {c} "
+                f"({_met(v is not None and v >= BARE_TARGET_RATIO)})"
+                for c, v in bare.items()
+            )
+            + ";",
+            f"  - {label}: TTFT bias p50 under {BIAS_P50_TARGET_MS:g} ms at 1 stream: "
+            f"{'—' if p50 is None else f'{p50:.2f} ms'} "
+            f"({_met(p50 is not None and p50 < BIAS_P50_TARGET_MS)}); p99 under "
+            f"{BIAS_P99_TARGET_MS:g} ms at 64 streams: {'—' if p99 is None else f'{p99:.1f} ms'} "
+            f"({_met(p99 is not None and p99 < BIAS_P99_TARGET_MS)}), the bare client "
+            f"{rows.get(('bare', 64), {}).get('ttft_bias_ms_p99', float('nan')):.1f} ms.",
+        ]
+    floor = [
+        rows[("aiohttp-floor", 64)]["client_cpu_ms_per_request_run"]
+        for rows in runs.values()
+        if ("aiohttp-floor", 64) in rows
+    ]
+    own = [
+        rows[("kvbudget", 64)]["client_cpu_ms_per_request_run"]
+        - rows[("aiohttp-floor", 64)]["client_cpu_ms_per_request_run"]
+        for rows in runs.values()
+        if ("aiohttp-floor", 64) in rows and ("kvbudget", 64) in rows
+    ]
+    if floor and own:
+        out.append(
+            f"* **Where kvbudget's CPU goes (64 streams, load window):** "
+            f"{min(floor):.2f}–{max(floor):.2f} ms/request is aiohttp's own floor; "
+            f"{min(own):.2f}–{max(own):.2f} ms/request is kvbudget's on top of it (SSE split and "
+            "timestamps, one JSON parse of the whole stream, the pydantic record, the JSONL "
+            "append). The rest of the gap to the bare client is aiohttp's."
+        )
+    loads = {
+        label: _load(name)["loadavg_after"][0]
+        for label, name in (
+            ("latest", "client_overhead.json"),
+            ("earlier", "client_overhead_earlier_run.json"),
+        )
+    }
+    out.append(
+        "* Load average (1 min) when each run ended: "
+        + ", ".join(f"{label} {v:.1f}" for label, v in loads.items())
+        + "."
+    )
+    return "\n".join(out)
+
+
+def sim_speed_findings() -> str:
+    """The workload and the reading of the simulator-speed table, from ``sim_speed.json``."""
+    data = _load("sim_speed.json")
+    rep = data.get("replica", {})
+    host = data.get("host", {})
+    runs = data.get("runs", [])
+    out = [
+        f"Workload: {rep.get('model')} on one {rep.get('gpu')} replica built by `make_plan` "
+        f"({rep.get('num_gpu_blocks', 0):,} blocks of 16 tokens, `max_num_seqs` "
+        f"{rep.get('max_num_seqs')}, `max_num_batched_tokens` {rep.get('max_num_batched_tokens')}); "
+        f"Poisson arrivals at {data.get('rate_requests_per_s')} req/s per replica, below the "
+        f"replica's simulated saturation of {data.get('saturation_requests_per_s')} req/s (an "
+        f"all-at-once burst). Host: Python {host.get('python')}, {host.get('machine')}, "
+        f"{host.get('cpus')} CPUs, load average at the start "
+        + "/".join(f"{v:.1f}" for v in host.get("loadavg_at_start", []))
+        + ".",
+        "",
+    ]
+
+    def pick(**want: Any) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in runs
+            if all(r.get(k, "builtin" if k == "hash_algo" else None) == v for k, v in want.items())
+        ]
+
+    single = pick(prefix_caching=True, replicas=1, hash_algo="builtin")
+    if single:
+        met = [f"{r['requests']:,}" for r in single if r["requests_per_cpu_s"] >= 10_000]
+        miss = [f"{r['requests']:,}" for r in single if r["requests_per_cpu_s"] < 10_000]
+        out.append(
+            "* **Target (≥ 10,000 simulated requests per CPU-second, caching on, one replica):** "
+            + (f"met at {', '.join(met)} requests" if met else "not met at any size")
+            + (f"; not met at {', '.join(miss)}" if miss else "")
+            + "."
+        )
+        first, last = single[0], single[-1]
+        change = last["requests_per_cpu_s"] / first["requests_per_cpu_s"] - 1
+        out.append(
+            f"* **Scaling with requests:** {first['requests_per_cpu_s']:,} req/CPU-s at "
+            f"{first['requests']:,} requests, {last['requests_per_cpu_s']:,} at "
+            f"{last['requests']:,} ({change:+.0%})."
+        )
+    builtin = pick(prefix_caching=True, replicas=1, hash_algo="builtin", requests=10_000)
+    sha = pick(prefix_caching=True, replicas=1, hash_algo="sha256", requests=10_000)
+    if builtin and sha:
+        out.append(
+            f"* **Hash function:** `sha256` {sha[0]['requests_per_cpu_s']:,} vs `builtin` "
+            f"{builtin[0]['requests_per_cpu_s']:,} req/CPU-s at 10,000 requests."
+        )
+    rr = [r for r in runs if r.get("router") == "round_robin"]
+    cost = [r for r in runs if r.get("router") == "cost"]
+    if rr:
+        out.append(
+            "* **Scaling with replicas (round robin):** "
+            + ", ".join(f"{r['requests_per_cpu_s']:,} at {r['replicas']}" for r in rr)
+            + " req/CPU-s"
+            + (
+                f"; the `cost` router at {cost[0]['replicas']}: {cost[0]['requests_per_cpu_s']:,}"
+                if cost
+                else ""
+            )
+            + "."
+        )
+    fast = data.get("fast_path_vs_explicit")
+    if fast:
+        out.append(
+            f"* **Event skipping:** the lazy-decode fast path vs stepping `EngineCore` every "
+            f"step, {fast['requests']:,} requests: {fast['fast_cpu_s']:.3f} vs "
+            f"{fast['explicit_cpu_s']:.3f} CPU s ({fast['speedup']:.1f}×)."
+        )
+    return "\n".join(out)
+
+
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:+.0%}"
 
@@ -214,6 +452,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
     "sim-speed": sim_speed,
     "llamacpp": llamacpp,
+    "client-overhead-findings": client_overhead_findings,
+    "sim-speed-findings": sim_speed_findings,
 }
 #: the generated blocks of docs/calibration.md
 CALIBRATION_BLOCKS: dict[str, Callable[[], str]] = {"vllm-calibrate": vllm_calibrate}

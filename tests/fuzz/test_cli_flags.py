@@ -17,6 +17,7 @@ import pytest
 
 from kvbudget.cli.main import cli
 from tests.fuzz.harness import problems, run_cases
+from tests.unit.calc.helpers_calc import CALC_LLAMA_8B
 
 SEED = 20261201
 #: the driver runs each case in a fresh temporary directory: file arguments are absolute
@@ -38,19 +39,7 @@ MAYBE_VALID = [
 CLOSED = "http://127.0.0.1:9"  # nothing listens there: connect refused at once
 
 BASELINES: dict[str, list[str]] = {
-    "calc": [
-        "calc",
-        "--layers",
-        "32",
-        "--kv-heads",
-        "8",
-        "--head-dim",
-        "128",
-        "--dtype-bytes",
-        "2",
-        "--tokens",
-        "4096",
-    ],
+    "calc": ["calc", *CALC_LLAMA_8B],
     "models": ["models"],
     "gpus": ["gpus"],
     "plan": ["plan", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM-80GB"],

@@ -206,3 +206,60 @@ def test_config_and_plan_files(tmp_path: Path) -> None:
         if found:
             bad.append(f"{' '.join(a[-60:] for a in outcome.argv)}: {'; '.join(found)}")
     assert not bad, f"{len(bad)} of {len(cases)} cases misbehaved:\n" + "\n".join(bad[:40])
+
+
+def _grid_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
+    """``kvbudget sweep`` grid files (issue 16): mutants of a one-point grid, and the hostile
+    files. The grid is checked before Ray is joined, and the address is one where nothing
+    listens, so a grid that passes ends in one TargetError line without starting Ray."""
+    from tests.fuzz.test_cli_flags import SWEEP_GRID
+
+    def argv(path: Path) -> list[str]:
+        return ["sweep", str(path), "--out", "{TMP}/sweep", "--ray-address", "127.0.0.1:9"]
+
+    cases: list[dict[str, Any]] = []
+    for n in range(40):
+        grid = copy.deepcopy(SWEEP_GRID)
+        for _ in range(rng.randint(1, 2)):
+            _set(grid, rng.choice(_leaves(grid)), copy.deepcopy(rng.choice(HOSTILE_JSON)))
+        path = tmp / f"grid-{n}.yaml"
+        path.write_text(yaml.safe_dump(grid))
+        cases.append({"argv": argv(path), "limit_s": 60, "must_fail": True})  # never runs
+    hostile = {
+        "g-laughs.yaml": LAUGHS.encode(),
+        "g-cycle.yaml": b"base: &a [*a]\n",
+        "g-deep.yaml": DEEP.encode(),
+        "g-utf16.yaml": yaml.safe_dump(SWEEP_GRID).encode("utf-16"),
+        "g-latin.yaml": yaml.safe_dump(SWEEP_GRID).encode() + b"\nnote: \xff\xfe\n",
+        "g-scalar.yaml": b"just text\n",
+    }
+    for name, data in hostile.items():
+        path = tmp / name
+        path.write_bytes(data)
+        cases.append({"argv": argv(path), "limit_s": 60, "must_fail": True})
+        # the same bytes as every JSON file a command reads: a result document (report,
+        # deploy), a timing profile (sim), a fingerprint (--compare); bench --resume's run.json: tests/integration/load/test_bench_resume_corrupt.py
+        doc = tmp / f"{name}.json"
+        doc.write_bytes(data)
+        for command in (
+            ["report", str(doc)],
+            ["deploy", str(doc), "--out", "{TMP}/deploy"],
+            ["sim", "--requests", "2", "--input-tokens", "8", "--output-tokens", "2",
+             "--timing-profile", str(doc)],
+            ["fingerprint", "--model", "meta-llama/Llama-3.1-8B", "--compare", str(doc)],
+        ):  # fmt: skip
+            cases.append({"argv": command, "limit_s": 60, "must_fail": True})
+    return cases
+
+
+@pytest.mark.timeout(900)
+def test_sweep_grid_and_json_input_files(tmp_path: Path) -> None:
+    cases = _grid_cases(tmp_path, random.Random(SEED))
+    outcomes = run_cases(cases, total_timeout_s=800)
+    assert len(outcomes) == len(cases)
+    bad = []
+    for case, outcome in zip(cases, outcomes, strict=True):
+        found = problems(outcome, must_fail=case["must_fail"])
+        if found:
+            bad.append(f"{' '.join(a[-60:] for a in outcome.argv)}: {'; '.join(found)}")
+    assert not bad, f"{len(bad)} of {len(cases)} cases misbehaved:\n" + "\n".join(bad[:40])

@@ -1,7 +1,8 @@
 """Servers the integration tests start: the real engines' launchers (``bench/<name>.py`` loaded
 once by file path, bench/ is not a package; the cached build found or the test FAILS with the
 command that builds it: a real-engine test never skips), a factory that stops what it started,
-``kvbudget serve`` on a free port, and ``kvbudget bench`` against a running server."""
+``kvbudget serve`` on a free port, and ``kvbudget bench`` / ``kvbudget accept`` against a running
+server."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from kvbudget.safety.servers import LocalServer, free_port
 
@@ -87,3 +89,21 @@ def run_kvbudget_bench(server: Any, model: str, out_dir: Path, *args: str) -> di
     )
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc
+
+
+def run_kvbudget_accept(
+    plan: dict[str, Any], out: Path, *, timeout_s: float = 900.0
+) -> dict[str, Any]:
+    """``kvbudget accept`` of ``plan`` (written beside ``out`` as YAML) into ``out``; its
+    report.json, or the test fails with accept's output."""
+    plan_path = out.with_suffix(".yaml")
+    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    cmd = [sys.executable, "-m", "kvbudget", "accept", str(plan_path), "--out", str(out)]
+    done = subprocess.run(
+        [*cmd, "--quiet"], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    assert done.returncode == 0, (
+        f"accept failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    return report

@@ -34,6 +34,10 @@ HAND: dict[str, tuple[int, int]] = {
     # Mamba: intermediate 2 x 256 = 512; conv 512 x d_conv 4 x 2 B = 4,096, ssm 512 x d_state
     # 16 x 4 B (float32) = 32,768; 7 x 36,864 = 258,048
     "jamba": (48, 282_624),
+    # lightning attention: MiniMax layer_types alternate full and linear_attention. full: 4 x 2 KV
+    # heads x 128 x 2 B = 2,048 B/token x 48 = 98,304; linear state (MiniMaxCache.linear_cache,
+    # outside cache.layers) 4 heads x 64 x 64 x 2 B = 32,768 per layer, x 4 = 131,072
+    "minimax": (48, 229_376),
 }
 
 #: layouts that apply to each case at tp=pp=1 (llama.cpp has no MLA or Mamba-hybrid layout here)
@@ -42,6 +46,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "gemma2": ("hf", "vllm", "sglang", "llamacpp"),
     "deepseek_v2": ("hf", "vllm", "sglang"),
     "jamba": ("hf", "vllm"),
+    "minimax": ("hf", "vllm"),
 }
 
 

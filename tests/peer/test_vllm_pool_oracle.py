@@ -41,6 +41,29 @@ NOT_MODELLED: dict[str, str] = {
 }
 
 
+#: cases vLLM 0.32.0's CPU engine refuses: (words of its root-cause error, why, from vLLM's source)
+ENGINE_REFUSED: dict[str, tuple[str, str]] = {
+    "nemotron_h": (
+        "is_act_and_mul=False is supported only for CUDA, XPU and ROCm",
+        "the default Nemotron-H (Nemotron-3 Nano) has non-gated relu2 MoE layers; vLLM CPU's "
+        "fused MoE refuses them (vllm/model_executor/layers/fused_moe/config.py, "
+        "FusedMoEConfig.__post_init__). The dense Nemotron-H layout starts (nemotron_h_dense)",
+    ),
+    "olmo_hybrid": (
+        "module 'triton' has no attribute 'set_allocator'",
+        "its gated delta net layer (vllm/model_executor/layers/mamba/gdn/"
+        "olmo_gdn_linear_attn.py) sets a Triton allocator at init "
+        "(vllm/triton_utils/allocation.py); the CPU build's Triton has no CPU backend",
+    ),
+    "qwen3_5_text": (
+        "1 validation error for ModelConfig",
+        "vLLM cannot inspect Qwen3_5ForCausalLM: its module imports torchvision "
+        "(ModuleNotFoundError: No module named 'torchvision' in the registry's log), which the "
+        "CPU venv does not install",
+    ),
+}
+
+
 #: recorded cases where kvbudget knowingly differs from vLLM, the reason, and vLLM/kvbudget tokens
 KNOWN_DIVERGENCE: dict[str, tuple[str, float]] = {
     "gpt_bigcode": (
@@ -115,3 +138,10 @@ def test_fixture_is_vllm_0_32_and_covers_the_required_cases() -> None:
     assert required <= set(RECORDED)
     for name in REFUSED:
         assert DATA["cases"][name]["error"], f"{name}: refused without an error line"
+
+
+def test_every_engine_refusal_is_explained_by_its_root_cause() -> None:
+    """Each refused case names its root cause; an explained case that now starts fails here."""
+    assert set(REFUSED) == set(ENGINE_REFUSED)
+    for name, (words, _why) in ENGINE_REFUSED.items():
+        assert words in DATA["cases"][name]["error"], f"{name}: {DATA['cases'][name]['error']}"

@@ -16,6 +16,7 @@ from kvbudget.accept.stats import summarize
 from kvbudget.accept.targets import CellRun
 from kvbudget.accept.tier_checks import summarize_tiers, tier_checks
 from kvbudget.accept.verdicts import CellEvidence, cell_checks, cell_verdict
+from kvbudget.metrics.throughput import throughput_of_runs
 from kvbudget.records import FigureKind, RequestRecord
 
 #: points kept per time series in the result document
@@ -206,11 +207,14 @@ def summarize_cell(
     throughput: dict[str, float] = {}
     bounds = goodput_bounds(plan)
     num_good = sum(1 for r in ok if _meets(r, bounds))
-    if duration > 0:
+    # the one definition (kvbudget.metrics.throughput): each repetition's first send to last
+    # finish, windows added over the repetitions
+    pooled = throughput_of_runs([run.records for run in runs])
+    if pooled.requests_per_s is not None and pooled.output_tokens_per_s is not None:
         throughput = {
-            "requests_per_s": len(ok) / duration,
-            "output_tokens_per_s": sum(r.output_tokens for r in ok) / duration,
-            "goodput_requests_per_s": num_good / duration,
+            "requests_per_s": pooled.requests_per_s,
+            "output_tokens_per_s": pooled.output_tokens_per_s,
+            "goodput_requests_per_s": num_good / pooled.window_s,
         }
     cached = [r for r in ok if r.cached_tokens is not None]
     output_counts = [r.output_tokens for r in ok]

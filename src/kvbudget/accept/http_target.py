@@ -9,7 +9,7 @@ engine behind it is the simulator, so its figures are labelled ``simulated`` and
 synthetic (quality untested).
 
 The event loop is owned by the CLI: the target is given ``run_async`` (``asyncio.run`` at the
-edge) and calls it once per cell. Prompts and outputs are kept in memory only for quality
+edge) and calls it for the start-up probe, each metrics scrape and each cell. Prompts and outputs are kept in memory only for quality
 checks; records written by accept carry hashes unless ``--keep-prompts``.
 """
 

@@ -1,18 +1,23 @@
 """Run the matrix of one acceptance plan (seed steps 4-5): baseline, warm-up, the nine cells.
 
-:func:`run_matrix` is given a started target (the lock, the ledger and the target were built by
-:mod:`kvbudget.accept.acceptance` through a :data:`TargetFactory`); its order of work:
+:func:`run_matrix` is given a started target, built through a :data:`TargetFactory` by its
+caller: :func:`kvbudget.accept.acceptance.run_acceptance` (the plan's run, written to ``OUT``),
+:mod:`kvbudget.accept.ab_runs` (each arm of a single-factor comparison, nothing written) and
+the calibrated prediction beside a measured run (nothing written). Its order of work:
 
 1. record the idle baseline (not counted as KV), then run the uniform warm-up (not scored);
-2. run the cells in the declared order, each ``repetitions`` times. Records are appended to
-   ``OUT/records.jsonl`` and each finished repetition to ``OUT/progress.jsonl`` as they come;
-   ``resume=True`` skips repetitions already there (a resumed simulated run keeps the earlier
-   repetitions' numbers; the engine state is rebuilt by the warm-up, not restored);
-3. on a capacity error the rest of that input tier's row is not run (last passing tier kept, no
-   retry); after any failed cell the idle baseline must recover before the next cell runs.
+2. run the cells in the declared order (or the listed subset), each ``repetitions`` times.
+   With ``out_dir``, records are appended to ``OUT/records.jsonl`` and each finished
+   repetition to ``OUT/progress.jsonl`` as they come; ``resume=True`` skips repetitions already
+   there (a resumed simulated run keeps the earlier repetitions' numbers; the engine state is
+   rebuilt by the warm-up, not restored) and drops the records of an unfinished one;
+3. after a capacity error a cell runs no further repetition, and the rest of that input tier's
+   row is not run (last passing tier kept, no retry); after a failed cell the idle baseline
+   must recover, else every later cell is not run;
+4. each cell's summaries, checks and verdict (:func:`kvbudget.accept.cells.summarize_cell`).
 
-Lock resolution, the single-factor comparisons (:mod:`kvbudget.accept.ab_runs`), audits and
-verdicts are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
+Lock resolution, the single-factor comparisons, audits, stop conditions and the overall verdict
+are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
         if path.exists():
             try:
                 old = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:
                 raise ConfigError(
                     f"--resume: {path} is not readable JSON; start over without --resume or "
                     "choose another --out",
@@ -202,9 +207,9 @@ def _load_progress(out_dir: Path) -> dict[tuple[str, int], CellRun]:
     return done
 
 
-def _drop_unfinished_records(out_dir: Path, done: dict[tuple[str, int], CellRun], tag: str) -> None:
+def _drop_unfinished_records(out_dir: Path, done: dict[tuple[str, int], CellRun]) -> None:
     """Keep only the records of finished repetitions (a killed repetition is run again)."""
-    path = out_dir / f"records{tag}.jsonl"
+    path = out_dir / "records.jsonl"
     if not path.exists():
         return
     kept = [rec for run in done.values() for rec in run.records]
@@ -229,7 +234,6 @@ def run_matrix(
     cells_subset: list[str] | None = None,
     progress: Progress | None = None,
     rng: np.random.Generator,
-    tag: str = "",
 ) -> MatrixOutcome:
     """Warm-up then every (or the listed) cell with its repetitions."""
     info = target.info
@@ -238,12 +242,12 @@ def run_matrix(
     records_out = progress_out = None
     if out_dir is not None:
         if resume:
-            _drop_unfinished_records(out_dir, done, tag)
+            _drop_unfinished_records(out_dir, done)
         else:  # a fresh run never appends to an earlier run's files
-            for stale in (f"records{tag}.jsonl", f"progress{tag}.jsonl"):
+            for stale in ("records.jsonl", "progress.jsonl"):
                 (out_dir / stale).unlink(missing_ok=True)
-        records_out = JsonlWriter(out_dir / f"records{tag}.jsonl")
-        progress_out = JsonlWriter(out_dir / f"progress{tag}.jsonl")
+        records_out = JsonlWriter(out_dir / "records.jsonl")
+        progress_out = JsonlWriter(out_dir / "progress.jsonl")
     notes: list[str] = []
     try:
         baseline = target.idle_baseline()

@@ -15,8 +15,8 @@ A request the engine can never fit (longer than ``max_model_len`` or than the wh
 is recorded as an error and reported as the cell's capacity error.
 
 Every output token's time is recorded (``token_times_s``, the end of the engine step that
-produced it), so ITL is reported; the replicas then run the explicit engine (same schedule as
-the lazy-decode fast path, which keeps no per-token times). With several replicas the KV /
+produced it), so ITL is reported (``ReplicaSetup.record_token_times``; the lazy-decode fast
+path gives a decoder's tokens the ends of its steps). With several replicas the KV /
 queue samples and the engine counters are the cluster's totals (KV usage: used blocks over all
 blocks) and each record names its replica.
 """

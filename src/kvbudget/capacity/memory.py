@@ -116,6 +116,13 @@ def estimate_cudagraph_bytes(spec: ModelSpec) -> MemoryTerm:
     )
 
 
+def eager_cudagraph_term() -> MemoryTerm:
+    """No CUDA graphs: vLLM's --enforce-eager sets cudagraph_mode NONE (vLLM 0.32.0
+    ``vllm/config/vllm.py``), and the worker then subtracts no graph estimate from the KV
+    budget (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``)."""
+    return MemoryTerm("cudagraph", 0, "flag", "--enforce-eager: no CUDA graphs are captured")
+
+
 def flag_term(name: str, num_bytes: int, flag: str) -> MemoryTerm:
     return MemoryTerm(name, num_bytes, "flag", f"{flag} (user-supplied, e.g. from an engine log)")
 

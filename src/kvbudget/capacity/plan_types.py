@@ -56,6 +56,9 @@ class PlanRequest(BaseModel):
     activation_bytes: int | None = Field(default=None, ge=0)
     non_torch_bytes: int | None = Field(default=None, ge=0)
     cudagraph_bytes: int | None = Field(default=None, ge=0)
+    enforce_eager: bool = Field(
+        default=False, description="vLLM --enforce-eager: no CUDA graphs, none in the budget"
+    )
     snapshot: str | None = None
     api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
     mamba_cache_mode: MambaCacheMode = "none"

@@ -24,6 +24,7 @@ from kvbudget.capacity.memory import (
     MemoryTerm,
     RankMemory,
     available_kv_bytes,
+    eager_cudagraph_term,
     estimate_activation_bytes,
     estimate_cudagraph_bytes,
     estimate_non_torch_bytes,
@@ -167,9 +168,17 @@ def plan_terms(
         if request.non_torch_bytes is not None
         else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
     )
+    if request.enforce_eager and request.cudagraph_bytes:
+        raise ConfigError(
+            f"cudagraph_bytes: {request.cudagraph_bytes} with enforce_eager: vLLM captures no "
+            "CUDA graphs in eager mode; drop --cudagraph-bytes or --enforce-eager",
+            field="cudagraph_bytes",
+        )
     graphs = (
         flag_term("cudagraph", request.cudagraph_bytes, "--cudagraph-bytes")
         if request.cudagraph_bytes is not None
+        else eager_cudagraph_term()
+        if request.enforce_eager
         else estimate_cudagraph_bytes(spec)
     )
     return weights_term, act, non_torch, graphs
@@ -505,6 +514,7 @@ _VLLM_ONLY = (
     "gpu_memory_utilization",
     "num_gpu_blocks_override",
     "disable_hybrid_kv_cache_manager",
+    "enforce_eager",
     "auto_fit_max_model_len",  # --max-model-len auto: vLLM's -1 auto-fit; SGLang has none
 )
 _SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens", "swa_full_tokens_ratio")

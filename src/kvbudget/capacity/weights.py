@@ -341,7 +341,7 @@ def read_snapshot_total(snapshot: Path) -> int | None:
         try:
             data = json.loads(index.read_text("utf-8"))
             return int(data["metadata"]["total_size"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise ConfigError(
                 f"snapshot: {index} has no readable metadata.total_size ({exc}); pass --weights-bytes",
                 field="snapshot",

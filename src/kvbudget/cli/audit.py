@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ import click
 from kvbudget.cli.main import run_async
 from kvbudget.cli.vocab import COUNT, COUNT0, ENDPOINT, INPUT_TOKENS, OUTPUT_TOKENS
 from kvbudget.errors import ConfigError
+from kvbudget.safety.redact import secret_from_env
 
 
 def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -97,22 +97,6 @@ def _target_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _api_key(env_name: str | None, *, flag: str = "--api-key-env") -> str | None:
-    if env_name is None:
-        return None
-    value = os.environ.get(env_name)
-    if not value:
-        raise ConfigError(
-            f"{flag} {env_name}: the environment variable is unset or empty; export it "
-            "or drop the flag",
-            field=flag.strip("-").replace("-", "_"),
-        )
-    from kvbudget.safety.redact import register_secret
-
-    register_secret(value)  # scrubbed from every file and message, whoever echoes it
-    return value
-
-
 def _check_target(opts: dict[str, Any]) -> None:
     if (opts["base_url"] is None) == (opts["target"] is None):
         raise ConfigError(
@@ -150,13 +134,13 @@ async def _with_probe(opts: dict[str, Any], work: Callable[[Any], Any]) -> Any:
     if tenant_b_env:
         from kvbudget.audit.isolation import ATTACKER
 
-        key = _api_key(tenant_b_env, flag="--tenant-b-api-key-env")
+        key = secret_from_env(tenant_b_env, flag="--tenant-b-api-key-env")
         tenant_keys = {ATTACKER: key} if key else None
     async with HttpProbe(
         opts["base_url"],
         model=opts["model"],
         metrics_url=opts["metrics_url"],
-        api_key=_api_key(opts["api_key_env"]),
+        api_key=secret_from_env(opts["api_key_env"], flag="--api-key-env"),
         timeout_s=opts["timeout_s"],
         endpoint=opts["endpoint"],
         tenant_api_keys=tenant_keys,

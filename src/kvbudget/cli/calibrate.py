@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
@@ -153,19 +152,10 @@ def calibrate(
     from kvbudget.calibrate.run import calibrate as run_calibration
     from kvbudget.calibrate.validate import validate as run_validation
     from kvbudget.safety.outlock import lock_out_file
+    from kvbudget.safety.redact import secret_from_env
 
     lock_out_file(out_path, flag="--out")  # one calibration per output file at a time
-    api_key = None
-    if api_key_env:
-        api_key = os.environ.get(api_key_env)
-        if not api_key:
-            raise ConfigError(
-                f"--api-key-env {api_key_env}: the variable is not set; export it first",
-                field="api_key_env",
-            )
-        from kvbudget.safety.redact import register_secret
-
-        register_secret(api_key)
+    api_key = secret_from_env(api_key_env or None, flag="--api-key-env")
     opts = CalibrateOptions(
         base_url=base_url,
         model=model,

@@ -118,7 +118,7 @@ def _load_identity(path: str) -> CacheIdentity:
         raise ConfigError(
             f"--compare: {path} does not exist; pass a fingerprint JSON", field="compare"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(
             f"--compare: {path} is not a readable fingerprint JSON ({type(exc).__name__}); "
             "write one with 'kvbudget fingerprint --out'",

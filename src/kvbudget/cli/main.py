@@ -164,10 +164,14 @@ def _main(argv: list[str] | None) -> None:
 
 
 def run_async(coro: Any) -> Any:
-    """Run a coroutine at the CLI edge: the one event loop of the CLI process.
+    """Run a coroutine at the CLI edge: the event loop of ``accept``, ``audit``, ``bench``,
+    ``calibrate`` and ``serve`` (the product's only ``asyncio.run`` in this process).
 
-    (``kvbudget bench``'s spawned worker processes each run their own loop,
-    ``kvbudget.load.workers``; nothing else calls ``asyncio.run``.)
+    Other loops, not started here: ``kvbudget bench``'s spawned worker processes run their
+    own (``asyncio.run`` in :mod:`kvbudget.load.workers`), ``kvbudget web`` runs uvicorn's
+    (``uvicorn.Server.run`` in :mod:`kvbudget.web.server`), ``bench --ray`` actors run in
+    Ray's (:mod:`kvbudget.load.ray_workers`), and the scripts under ``bench/`` call
+    ``asyncio.run`` themselves.
     """
     import asyncio
 

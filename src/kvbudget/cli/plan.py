@@ -63,6 +63,7 @@ _PLAIN_FLAGS = (
     "headroom_fraction",
     "num_gpu_blocks_override",
     "disable_hybrid_kv_cache_manager",
+    "enforce_eager",
 )
 
 
@@ -294,6 +295,12 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     "--headroom-fraction",
     type=float,
     help="Device-peak margin as a fraction of device memory (default 0.03).",
+)
+@click.option(
+    "--enforce-eager",
+    is_flag=True,
+    default=None,
+    help="vLLM flag: no CUDA graphs, so no graph memory is taken from the KV budget.",
 )
 @click.option(
     "--disable-hybrid-kv-cache-manager",

@@ -40,4 +40,7 @@ def web(host: str, port: int) -> None:
         )
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"kvbudget web: http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
-    serve(host, port)
+    try:
+        serve(host, port)
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT/SIGTERM it shut down on
+        click.echo("kvbudget web: stopped", err=True)

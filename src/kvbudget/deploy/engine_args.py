@@ -53,6 +53,20 @@ def _v(lock: ObjectLock, name: str) -> Any:
     return getattr(lock, name).value
 
 
+def _locked_flags(
+    lock: ObjectLock, pairs: tuple[tuple[str, str], ...], sources: dict[str, str]
+) -> list[str]:
+    """``flag value`` for every (flag, lock field) pair whose field the lock sets; each flag's
+    source recorded as ``lock.<field>``."""
+    argv: list[str] = []
+    for flag, name in pairs:
+        value = _v(lock, name)
+        if value is not None:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+            sources[flag] = f"lock.{name}"
+    return argv
+
+
 def engine_name(lock: ObjectLock) -> str:
     raw = str(lock.engine.name.value or "vllm").lower().replace(".", "").replace("-", "")
     name = {"llamacpp": "llamacpp", "llamaserver": "llamacpp"}.get(raw, raw)
@@ -153,11 +167,7 @@ def _vllm(lock: ObjectLock, model: str, port: int, sources: dict[str, str]) -> l
         ("--max-num-seqs", "max_num_seqs"),
         ("--max-num-batched-tokens", "max_num_batched_tokens"),
     )
-    for flag, name in pairs:
-        value = _v(lock, name)
-        if value is not None:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-            sources[flag] = f"lock.{name}"
+    argv += _locked_flags(lock, pairs, sources)
     policy = _v(lock, "prefix_caching")
     if policy is not None:
         flag = "--enable-prefix-caching" if policy.enabled else "--no-enable-prefix-caching"
@@ -184,11 +194,7 @@ def _sglang(lock: ObjectLock, model: str, port: int, sources: dict[str, str]) ->
         ("--max-running-requests", "max_num_seqs"),
         ("--chunked-prefill-size", "max_num_batched_tokens"),
     )
-    for flag, name in pairs:
-        value = _v(lock, name)
-        if value is not None:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-            sources[flag] = f"lock.{name}"
+    argv += _locked_flags(lock, pairs, sources)
     policy = _v(lock, "prefix_caching")
     if policy is not None and not policy.enabled:
         argv.append("--disable-radix-cache")

@@ -73,7 +73,7 @@ def load_source(path: Path, *, allow_failed: bool = False) -> DeploySource:
         return DeploySource(path=path, origin="plan", plan=load_plan(path))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(
             f"{path.name}: not JSON ({exc}); give kvbudget accept's report.json"
         ) from None

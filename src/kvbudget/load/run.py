@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,7 +47,7 @@ from kvbudget.records import (
     write_document,
 )
 from kvbudget.safety.outlock import lock_out_dir, release_out_dir
-from kvbudget.safety.redact import MIN_SECRET_CHARS, register_secret
+from kvbudget.safety.redact import secret_from_env
 from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
@@ -81,23 +80,7 @@ class BenchDocument(ResultDocument):
 
 def read_api_key(cfg: RunConfig) -> str | None:
     """The API key from the environment variable named in the config (never stored)."""
-    if cfg.api_key_env is None:
-        return None
-    value = os.environ.get(cfg.api_key_env)
-    if not value:
-        raise ConfigError(
-            f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty; "
-            f"export {cfg.api_key_env}=... or drop --api-key-env",
-            field="api_key_env",
-        )
-    if len(value) < MIN_SECRET_CHARS:
-        raise ConfigError(
-            f"--api-key-env {cfg.api_key_env}: the key has {len(value)} characters; kvbudget "
-            f"scrubs the key from every file it writes and needs at least {MIN_SECRET_CHARS}",
-            field="api_key_env",
-        )
-    register_secret(value)
-    return value
+    return secret_from_env(cfg.api_key_env, flag="--api-key-env")
 
 
 def served_model(cfg: RunConfig, ident: dict[str, Any]) -> str:
@@ -173,7 +156,16 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
                 f"{out_dir} (start one without --resume)",
                 field="resume",
             )
-        old = RunConfig.model_validate(json.loads(run_file.read_text())["config"])
+        try:
+            old = RunConfig.model_validate(
+                json.loads(run_file.read_text(encoding="utf-8"))["config"]
+            )
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            raise ConfigError(
+                f"--resume: {run_file} is not a run file kvbudget wrote (unreadable, not JSON or "
+                "no valid 'config'); start over without --resume or choose another --out",
+                field="resume",
+            ) from None
         diff = cfg.same_run(old)
         if diff:
             raise ConfigError(

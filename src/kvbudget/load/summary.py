@@ -1,9 +1,9 @@
 """The summary of a load run, computed from its request records (and server samples).
 
 Percentiles are numpy's default (linear interpolation between order statistics). Warm-up
-requests are recorded but excluded here. Throughput is over the measurement window of each
-run segment (first send to last completion of the non-warm-up requests), summed over
-segments when a run was resumed.
+requests are recorded but excluded here. Throughput is :mod:`kvbudget.metrics.throughput`'s:
+over the measurement window of each run segment (first send to last completion of the
+non-warm-up requests), windows added over segments when a run was resumed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kvbudget.metrics.throughput import throughput_of_runs
 from kvbudget.records import RequestRecord
 
 #: open loop: p99 schedule lag above this many seconds means the client could not keep pace
@@ -38,13 +39,8 @@ def summarize_records(records: Sequence[RequestRecord]) -> dict[str, Any]:
     itl = [g for r in ok for g in r.itl_s()]
     chunk_itl = [g for r in ok for g in r.chunk_itl_s()]
     lag = [r.schedule_lag_s for r in measured if r.schedule_lag_s is not None]
-    window_s = 0.0
-    for seg in sorted({r.run_segment for r in measured}):
-        part = [r for r in measured if r.run_segment == seg]
-        starts = [r.sent_s for r in part if r.sent_s is not None]
-        ends = [r.done_s for r in part if r.done_s is not None]
-        if starts and ends:
-            window_s += max(ends) - min(starts)
+    segments = sorted({r.run_segment for r in measured})
+    tp = throughput_of_runs([r for r in measured if r.run_segment == seg] for seg in segments)
     out_tokens = sum(r.output_tokens for r in ok)
     summary: dict[str, Any] = {
         "requests_total": len(measured),
@@ -67,9 +63,9 @@ def summarize_records(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "schedule_lag_p99_s": _pct(lag, 99),
         "schedule_lag_max_s": max(lag) if lag else None,
         "output_tokens_total": out_tokens,
-        "window_s": window_s,
-        "output_tokens_per_s": out_tokens / window_s if window_s > 0 else None,
-        "requests_per_s": len(ok) / window_s if window_s > 0 else None,
+        "window_s": tp.window_s,
+        "output_tokens_per_s": tp.output_tokens_per_s,
+        "requests_per_s": tp.requests_per_s,
         "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
     }
     summary["token_count_check"] = _token_check(ok)

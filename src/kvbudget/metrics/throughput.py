@@ -1,19 +1,24 @@
-"""Throughput of a run or cell: requests/s and tokens/s over an explicit window.
+"""Throughput of a run or cell: requests/s and tokens/s over a measurement window.
 
-The window is ``[start_s, end_s]``: by default from the earliest ``sent_s`` (else
-``scheduled_s``) to the latest ``done_s`` among the counted records. Rates:
+The one definition every command uses (``bench``, ``accept``'s cells, ``sim``'s summary):
 
-- ``requests_per_s = num_ok / window_s``
-- ``output_tokens_per_s = sum(output_tokens of ok records) / window_s``
-- ``prompt_tokens_per_s = sum(prompt_tokens of ok records) / window_s``
-- ``total_tokens_per_s`` = the two above added.
+- the window of one run (a bench run segment, one repetition of an accept cell) is
+  :func:`window_s`: from the first send (``sent_s``; ``scheduled_s`` only when no counted
+  request was sent) to the last finish (``done_s``) of the counted records;
+- over several runs (resumed segments, repetitions) the windows are added and the counts pooled
+  (:func:`throughput_of_runs`), since each run has its own clock and idle time between runs is
+  not serving time;
+- ``requests_per_s = num_ok / window_s``,
+  ``output_tokens_per_s = sum(output_tokens of ok records) / window_s``,
+  ``prompt_tokens_per_s = sum(prompt_tokens of ok records) / window_s``,
+  ``total_tokens_per_s`` = the two added.
 
 Warm-up records are excluded unless asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from kvbudget.records import RequestRecord
@@ -37,6 +42,18 @@ class Throughput:
         return asdict(self)
 
 
+def window_s(records: Iterable[RequestRecord]) -> float:
+    """First send to last finish of one run's records (0 when nothing was sent or finished)."""
+    recs = list(records)
+    starts = [r.sent_s for r in recs if r.sent_s is not None]
+    if not starts:
+        starts = [r.scheduled_s for r in recs if r.scheduled_s is not None]
+    ends = [r.done_s for r in recs if r.done_s is not None]
+    if not starts or not ends:
+        return 0.0
+    return max(0.0, max(ends) - min(starts))
+
+
 def throughput(
     records: Iterable[RequestRecord],
     *,
@@ -44,22 +61,30 @@ def throughput(
     end_s: float | None = None,
     include_warmup: bool = False,
 ) -> Throughput:
-    """Requests/s and tokens/s of ``records`` over the window (see module doc)."""
+    """Requests/s and tokens/s of one run's ``records`` over its window (see module doc), or
+    over ``[start_s, end_s]`` where given."""
     recs = [r for r in records if include_warmup or not r.warmup]
-    ok = [r for r in recs if r.status == "ok"]
-    starts = [
-        r.sent_s if r.sent_s is not None else r.scheduled_s
-        for r in recs
-        if r.sent_s is not None or r.scheduled_s is not None
+    if start_s is None and end_s is None:
+        return _rates(recs, window_s(recs))
+    starts = [r.sent_s for r in recs if r.sent_s is not None] or [
+        r.scheduled_s for r in recs if r.scheduled_s is not None
     ]
     ends = [r.done_s for r in recs if r.done_s is not None]
-    lo = (
-        start_s
-        if start_s is not None
-        else (min(x for x in starts if x is not None) if starts else None)
-    )
+    lo = start_s if start_s is not None else (min(starts) if starts else None)
     hi = end_s if end_s is not None else (max(ends) if ends else None)
-    window = 0.0 if lo is None or hi is None else max(0.0, hi - lo)
+    return _rates(recs, 0.0 if lo is None or hi is None else max(0.0, hi - lo))
+
+
+def throughput_of_runs(
+    runs: Iterable[Sequence[RequestRecord]], *, include_warmup: bool = False
+) -> Throughput:
+    """Pooled over runs with their own clocks: counts added, windows added."""
+    parts = [[r for r in run if include_warmup or not r.warmup] for run in runs]
+    return _rates([r for part in parts for r in part], sum(window_s(part) for part in parts))
+
+
+def _rates(recs: Sequence[RequestRecord], window: float) -> Throughput:
+    ok = [r for r in recs if r.status == "ok"]
     out_tok = sum(r.output_tokens for r in ok)
     in_tok = sum(r.prompt_tokens or 0 for r in ok)
 

@@ -119,6 +119,15 @@ def read_document(path: Path, cls: type[DocT]) -> DocT:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ReportError(f"result document {path} does not exist") from exc
+    except UnicodeDecodeError as exc:
+        raise ReportError(
+            f"result document {path} is not UTF-8 text (byte {exc.start}); kvbudget writes "
+            "UTF-8 JSON"
+        ) from None
+    except RecursionError:
+        raise ReportError(
+            f"result document {path} nests deeper than any result document does; it is not one"
+        ) from None
     except (OSError, json.JSONDecodeError) as exc:
         raise ReportError(f"result document {path} is not readable JSON: {exc}") from exc
     version = raw.get("schema_version", SCHEMA_VERSION) if isinstance(raw, dict) else None

@@ -10,8 +10,11 @@ are scrubbed too. Registered secrets live in this process only (workers register
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from typing import Any
+
+from kvbudget.errors import ConfigError
 
 REDACTED = "[redacted]"
 
@@ -30,6 +33,30 @@ def register_secret(secret: str | None) -> None:
     """Scrub ``secret`` (and its escaped spellings) from everything written from now on."""
     if secret and len(secret) >= MIN_SECRET_CHARS:
         _SECRETS.update(_spellings(secret))
+
+
+def secret_from_env(env_name: str | None, *, flag: str) -> str | None:
+    """The secret that environment variable ``env_name`` holds, registered for scrubbing (None
+    when no variable is named). A one-line ConfigError naming ``flag`` when the variable is
+    unset or empty, or the secret too short to scrub."""
+    if env_name is None:
+        return None
+    field = flag.strip("-").replace("-", "_")
+    value = os.environ.get(env_name)
+    if not value:
+        raise ConfigError(
+            f"{flag} {env_name}: that environment variable is not set or empty; "
+            f"export {env_name}=... or drop {flag}",
+            field=field,
+        )
+    if len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(
+            f"{flag} {env_name}: the key has {len(value)} characters; kvbudget "
+            f"scrubs the key from every file it writes and needs at least {MIN_SECRET_CHARS}",
+            field=field,
+        )
+    register_secret(value)
+    return value
 
 
 def clear_secrets() -> None:

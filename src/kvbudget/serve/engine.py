@@ -4,6 +4,27 @@ One asyncio task steps the core: it calls ``core.step(sim_now)``, sleeps the ste
 duration (divided by ``speedup``), then hands each token to the queue of its request. With
 nothing to do it waits for the next submission. ``abort`` removes a request from the core at
 once (its blocks are freed); tokens still in flight for it are dropped.
+
+Why this loop and not :class:`kvbudget.sim.driver.Driver` (the driver of every other simulated
+path): the replica is the same (built by ``kvbudget.sim.fromplan``, ``serve.build``), but
+``Driver.run`` is a virtual-time loop over a request stream it pulls in arrival order, and a
+server has none of what that needs:
+
+* the next arrival is unknown until a client sends it: ``Driver.run`` pulls the next request
+  as soon as it handles an arrival, so a pull that waited for the next client would stop
+  every step of the requests already running until someone else connects;
+* a client that disconnects cancels its request at once (``abort``); the driver has no cancel
+  event, only the planned ``cancel_after_tokens`` of a ``PlannedRequest``;
+* tokens are streamed as each step ends (``StepResult.outputs`` to each request's queue); the
+  driver hands a request out only when it finishes (``on_finish``);
+* time is the wall clock scaled by ``speedup`` (a step starts when the loop gets to it, after
+  HTTP handling), not the driver's event times.
+
+Driving serve through the driver would need an incremental API on it (submit at a time,
+abort, one step returning its outputs) with ``Driver.run`` rebuilt on top; until then this
+loop calls the same ``EngineCore.step`` the replica's explicit path calls (serve builds its
+replica with ``fast_path=False`` and no KV tiers, so ``Replica.step`` would add nothing but
+the planned cancellation, which HTTP requests do not carry).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every simulated path steps its replicas here: the cluster (:mod:`kvbudget.sim.cluster`),
 accept's simulated target (one cell per :meth:`Driver.run`, on the same replica so its cache
 carries over) and the audit's simulated probe (one request at a time). ``kvbudget serve``
-steps the same :class:`~kvbudget.sim.replica.Replica` from an asyncio shell on the wall clock.
+steps the same replica's engine core from an asyncio loop on the wall clock instead
+(:mod:`kvbudget.serve.engine` says why: live arrivals, client aborts, per-token streaming).
 
 Events (``(time_s, priority, seq)``, see :mod:`kvbudget.sim.events`): arrivals (pulled one at
 a time from the request stream, which must come in arrival order), replica steps (a replica

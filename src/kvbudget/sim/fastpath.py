@@ -65,6 +65,10 @@ class FastEngine:
         self._seq = 0
         self._finish_heap: list[tuple[int, int, int, SimRequest]] = []
         self.num_steps = 0
+        #: per-token times (``Replica`` sets both when asked): request id -> output times, and
+        #: the end time of every step (a lazy decoder's tokens are the ends of its steps)
+        self.token_times: dict[str, list[float]] | None = None
+        self.step_ends: list[float] = []
 
     # ------------------------------------------------------------------ lazy bookkeeping
     def _materialize(self, req: SimRequest) -> None:
@@ -85,6 +89,10 @@ class FastEngine:
 
     def _remove_decoder(self, req: SimRequest) -> None:
         self._materialize(req)
+        if self.token_times is not None:  # its lazy tokens: steps lazy_g0 + 1 .. g
+            self.token_times.setdefault(req.spec.request_id, []).extend(
+                self.step_ends[req.lazy_g0 : self.g]
+            )
         del self.phase[(req.lazy_g0 - req.lazy_c0) % self.block_size][req.running_seq]
         self.num_decoders -= 1
         self.decode_ctx -= req.num_computed_tokens
@@ -257,6 +265,9 @@ class FastEngine:
         duration = self.timing.step_time_s(shape)
         end_s = now_s + duration
         core = self.core
+        times = self.token_times
+        if times is not None:
+            self.step_ends.append(end_s)  # step g + 1 ends at step_ends[g]
         self.num_steps += 1
         core.num_steps += 1
         self.g += 1
@@ -282,6 +293,8 @@ class FastEngine:
                 continue
             req.num_output_tokens += 1
             core.generation_tokens += 1
+            if times is not None:
+                times.setdefault(req.spec.request_id, []).append(end_s)
             if req.first_token_s is None:
                 req.first_token_s = end_s
                 core.prompt_tokens += req.num_prompt_tokens

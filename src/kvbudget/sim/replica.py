@@ -62,8 +62,7 @@ class ReplicaSetup:
     #: requests flagged ``kv_transferred`` arrive with their KV (migration by transfer)
     accepts_transfers: bool = False
     #: keep every output token's time per request in ``Replica.token_times`` (ITL); off by
-    #: default (plain ``kvbudget sim`` runs pay nothing); on, the explicit engine is used (the
-    #: lazy-decode fast path materialises no per-token times)
+    #: default (plain ``kvbudget sim`` runs pay nothing)
     record_token_times: bool = False
 
 
@@ -134,7 +133,6 @@ class Replica:
             and stack is None
             and not setup.kv_preloaded
             and not setup.accepts_transfers
-            and not setup.record_token_times
             and fast_path_ok(cfg)
         )
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
@@ -155,6 +153,8 @@ class Replica:
         #: request id -> end time of each step that gave it an output token (when
         #: ``setup.record_token_times``); the caller pops a request's entry when it finishes
         self.token_times: dict[str, list[float]] | None = {} if setup.record_token_times else None
+        if self.fast is not None and self.token_times is not None:
+            self.fast.token_times = self.token_times
 
     # ------------------------------------------------------------------ driving
     def add(self, req: Any) -> SimRequest:

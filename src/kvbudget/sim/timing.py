@@ -226,8 +226,8 @@ class CalibrationProfile(BaseModel):
     def load(cls, path: str | Path) -> CalibrationProfile:
         """Read a profile; bad files raise a one-line ConfigError."""
         try:
-            return cls.model_validate(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError, ValidationError) as exc:
+            return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError, RecursionError) as exc:  # bad UTF-8 or JSON
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ConfigError(
                 f"timing profile {path}: cannot use it ({first}); see docs/simulator.md "

@@ -214,7 +214,7 @@ def chat_template_hash(directory: Path) -> str | None:
         return None
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise SpecError(
             f"tokenizer: {config} is not valid JSON; fix or remove it", field="tokenizer"
         ) from None

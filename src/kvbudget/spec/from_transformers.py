@@ -109,8 +109,23 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
             field="model",
         )
     types = list(getattr(text, "layer_types", None) or [])
+    # MiniMaxCache keeps lightning-attention states outside ``layers`` (``linear_cache``)
+    linear = list(getattr(cache, "linear_cache", None) or [])
     out: list[dict[str, Any]] = []
-    for index, layer in enumerate(layers):
+    for index in range(max(len(layers), len(linear))):
+        state = linear[index] if index < len(linear) else None
+        if state is not None and hasattr(state, "shape"):
+            out.append(
+                {
+                    "index": index,
+                    "class": f"{type(cache).__name__}.linear_cache",
+                    "kind": "state",
+                    "conv_shapes": [],
+                    "recurrent_shapes": [_shape(state)[1:]],
+                }
+            )
+            continue
+        layer: Any = layers[index] if index < len(layers) else None
         entry: dict[str, Any] = {"index": index, "class": type(layer).__name__}
         keys = getattr(layer, "keys", None)
         if hasattr(layer, "conv_states"):

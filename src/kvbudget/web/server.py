@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -16,6 +18,9 @@ from kvbudget.web.app import create_app
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+#: on SIGTERM/SIGINT, requests still in flight get this long before they are cancelled (uvicorn
+#: waits for them forever by default, so one slow client kept ``kvbudget web`` from exiting)
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def is_loopback(host: str) -> bool:
@@ -43,6 +48,22 @@ def check_bindable(host: str, port: int) -> None:
             ) from exc
 
 
+class _ShutdownLines(logging.Filter):
+    """uvicorn's shutdown in kvbudget's words: the requests cancelled after the grace period
+    are one line, not one traceback each (their ``CancelledError`` is the shutdown itself)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, asyncio.CancelledError):
+            return False
+        if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task"):
+            record.msg = (
+                "kvbudget web: stopping; %s request(s) still in flight after "
+                f"{GRACEFUL_SHUTDOWN_S} s were cancelled"
+            )
+        return True
+
+
 def make_server(host: str, port: int) -> uvicorn.Server:
     """A uvicorn server for the app, quiet (no access log: paths may carry user data)."""
     config = uvicorn.Config(
@@ -52,7 +73,9 @@ def make_server(host: str, port: int) -> uvicorn.Server:
         log_level="warning",
         access_log=False,
         server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+    logging.getLogger("uvicorn.error").addFilter(_ShutdownLines())
     return uvicorn.Server(config)
 
 

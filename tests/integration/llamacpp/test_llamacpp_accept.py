@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import yaml
+
+from tests.integration.engines import run_kvbudget_accept
 
 pytestmark = pytest.mark.llamacpp
 
@@ -98,21 +97,8 @@ def test_accept_http_runs_nine_cells_and_labels_figures_measured(
 ) -> None:
     server = shared_llama_server
     model_config = llamacpp.model("llama").with_suffix(".config.json")
-    plan_path = tmp_path / "plan.yaml"
-    plan_path.write_text(yaml.safe_dump(small_plan(server, model_config), sort_keys=False))
     out = tmp_path / "accept"
-
-    done = subprocess.run(
-        [sys.executable, "-m", "kvbudget", "accept", str(plan_path), "--out", str(out), "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, (
-        f"accept failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    )
-    report = json.loads((out / "report.json").read_text())
+    report = run_kvbudget_accept(small_plan(server, model_config), out)
 
     # The document's provenance: measured, naming the engine and the version the server reports.
     prov = report["provenance"]
@@ -192,20 +178,8 @@ def test_accept_with_a_llamacpp_profile_predicts_on_the_slot_engine(
     )
     plan = small_plan(server, model_config)
     plan["target"]["profile"] = str(profile)
-    plan_path = tmp_path / "plan.yaml"
-    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
     out = tmp_path / "accept"
-    done = subprocess.run(
-        [sys.executable, "-m", "kvbudget", "accept", str(plan_path), "--out", str(out), "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, (
-        f"accept failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    )
-    report = json.loads((out / "report.json").read_text())
+    report = run_kvbudget_accept(plan, out)
     records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
     cells = {c["cell_id"]: c for c in report["cells"]}
     behaviour = "llama.cpp slots (4 x 2048 cells, n_batch 2048, n_ubatch 512)"

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tests.integration.engines import run_kvbudget_accept
 
 # an engine start takes 30-90 s (minutes on a busy machine): generous per-test limits
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
@@ -111,18 +112,7 @@ def no_prefix_server(
 
 def run_accept(server: Any, out: Path, *, prefix_caching: bool) -> dict[str, Any]:
     plan = nine_cell_plan(server, prefix_caching=prefix_caching)
-    plan_path = out.with_suffix(".yaml")
-    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
-    done = subprocess.run(
-        [sys.executable, "-m", "kvbudget", "accept", str(plan_path), "--out", str(out), "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert done.returncode == 0, f"accept failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    doc: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return doc
+    return run_kvbudget_accept(plan, out, timeout_s=1800)
 
 
 def check_measured_and_confirmed(doc: dict[str, Any], server: Any) -> None:

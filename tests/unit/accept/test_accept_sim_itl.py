@@ -29,7 +29,6 @@ from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.timing import FixedTiming
 from kvbudget.workload.request import PlannedRequest
 
@@ -49,8 +48,10 @@ def _request(name: str, first_token: int, prompt: int, output: int) -> PlannedRe
     )
 
 
-def _target() -> SimTarget:
-    config = ReplicaConfig(num_gpu_blocks=64, enable_prefix_caching=False)
+def _target(fast: bool) -> SimTarget:
+    # max_num_seqs == max_num_batched_tokens keeps the explicit engine (fast_path_ok)
+    limits = {} if fast else {"max_num_seqs": 64, "max_num_batched_tokens": 64}
+    config = ReplicaConfig(num_gpu_blocks=64, enable_prefix_caching=False, **limits)
     return SimTarget(
         config,
         FixedTiming(step_s=0.010, per_token_s=0.001),
@@ -59,9 +60,12 @@ def _target() -> SimTarget:
     )
 
 
-def test_token_times_are_the_step_ends() -> None:
+@pytest.mark.parametrize("fast", [True, False])
+def test_token_times_are_the_step_ends(fast: bool) -> None:
+    target = _target(fast)
+    assert (target.replica.fast is not None) == fast
     requests = [_request("A", 100, 20, 2), _request("B", 200, 20, 4), _request("C", 300, 30, 2)]
-    run = _target().run_cell(
+    run = target.run_cell(
         requests, cell_id="short/normal", closed_loop_concurrency=2, duration_s=None
     )
     times = {r.request_id: r.token_times_s for r in run.records}
@@ -89,15 +93,3 @@ def test_token_times_are_the_step_ends() -> None:
     assert itl.pct("p50") == pytest.approx(0.012)
     assert itl.pct("p95") == pytest.approx(0.0352)
     assert itl.pct("p99") == pytest.approx(0.03984)
-
-
-def test_token_times_are_off_by_default_in_the_simulator() -> None:
-    """Plain ``kvbudget sim`` replicas keep no per-token times and keep the fast path."""
-    config = ReplicaConfig(num_gpu_blocks=64)
-    timing = FixedTiming()
-    plain = Replica("r", ReplicaSetup(config, timing), np.random.default_rng(0))
-    assert plain.token_times is None and plain.fast is not None
-    timed = Replica(
-        "r", ReplicaSetup(config, timing, record_token_times=True), np.random.default_rng(0)
-    )
-    assert timed.token_times == {} and timed.fast is None

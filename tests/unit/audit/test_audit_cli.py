@@ -3,28 +3,17 @@ salts never echoed."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from kvbudget.cli.main import main
+from tests.unit.calc.helpers_calc import run_main
 
 SMALL = ["--target", "sim", "--trials", "4", "--prefix-tokens", "32", "--suffix-tokens", "8"]
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as exc,
-    ):
-        main(argv)
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+run = run_main
 
 
 def test_isolation_json_has_the_promised_fields_and_statistics_come_first() -> None:

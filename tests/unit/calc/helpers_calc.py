@@ -1,4 +1,5 @@
-"""Run ``kvbudget`` in-process and capture what a user would see (shared by the calc tests)."""
+"""Run ``kvbudget`` in-process and capture what a user would see (shared by the CLI tests), and
+the calc arguments of a Llama-3.1-8B-shaped model the CLI tests share."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import io
 import pytest
 
 from kvbudget.cli.main import main
+
+#: ``kvbudget calc`` flags for 32 layers x 8 KV heads x head_dim 128 at 2 bytes, 4096 tokens
+CALC_LLAMA_8B = ["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype-bytes", "2"]
+CALC_LLAMA_8B += ["--tokens", "4096"]
 
 
 def run_main(argv: list[str]) -> tuple[int, str, str]:

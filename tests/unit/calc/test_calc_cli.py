@@ -8,23 +8,9 @@ import sys
 
 import pytest
 
-from .helpers_calc import run_main
+from .helpers_calc import CALC_LLAMA_8B, run_main
 
-SEED = [
-    "calc",
-    "--layers",
-    "32",
-    "--kv-heads",
-    "8",
-    "--head-dim",
-    "128",
-    "--dtype-bytes",
-    "2",
-    "--tokens",
-    "4096",
-    "--seqs",
-    "8",
-]
+SEED = ["calc", *CALC_LLAMA_8B, "--seqs", "8"]
 
 
 run = run_main

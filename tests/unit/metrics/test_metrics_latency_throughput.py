@@ -12,7 +12,7 @@ from kvbudget.metrics.latency import collect_latencies, record_latencies
 from kvbudget.metrics.run import summarize_run
 from kvbudget.metrics.slo import SloSpec, check_percentile_ceiling, goodput, meets_slo
 from kvbudget.metrics.summary import summarize
-from kvbudget.metrics.throughput import throughput
+from kvbudget.metrics.throughput import throughput, throughput_of_runs, window_s
 from kvbudget.records import RequestRecord
 
 
@@ -71,6 +71,29 @@ def test_throughput_hand_worked() -> None:
     assert tp.prompt_tokens_per_s == pytest.approx(30.0)
     assert (tp.num_requests, tp.num_ok, tp.num_error) == (4, 3, 1)
     assert throughput([]).requests_per_s is None
+
+
+def test_runs_with_their_own_clocks_add_their_windows() -> None:
+    """Two repetitions, each on its own clock: windows 10 s (0 -> 10) and 4 s (1 -> 5) add to
+    14 s; 5 ok requests (3 + 2) and 100 output tokens (10+20+30 + 15+25) over 14 s (hand arithmetic). The idle 1 s before
+    the second run's first send is not serving time."""
+    first = records_for_window()
+    second = [
+        rec("e", sent_s=1.0, first_token_s=1.5, done_s=3.0, output_tokens=15),
+        rec("f", sent_s=2.0, first_token_s=2.5, done_s=5.0, output_tokens=25),
+    ]
+    assert window_s(first) == 10.0 and window_s(second) == 4.0
+    tp = throughput_of_runs([first, second])
+    assert tp.window_s == 14.0
+    assert tp.num_ok == 5 and tp.num_error == 1
+    assert tp.requests_per_s == pytest.approx(5 / 14)
+    assert tp.output_tokens_per_s == pytest.approx(100 / 14)
+
+
+def test_window_is_zero_without_a_send_or_a_finish() -> None:
+    assert window_s([]) == 0.0
+    assert window_s([rec("a", status="cancelled", sent_s=1.0)]) == 0.0
+    assert throughput_of_runs([[]]).requests_per_s is None
 
 
 def test_goodput_hand_worked() -> None:

@@ -13,6 +13,10 @@ from click.testing import CliRunner
 from kvbudget.cli.plan import gpus, plan
 from kvbudget.errors import ConfigError
 
+#: Llama-3.1-8B on an H100 with 10 GiB of KV and a 32,768-token max_model_len
+LLAMA_H100_10GIB = ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100"]
+LLAMA_H100_10GIB += ["--kv-cache-memory", "10GiB", "--max-model-len", "32768"]
+
 
 def run(args: list[str]) -> tuple[int, str, str]:
     result = CliRunner().invoke(plan, args)
@@ -22,14 +26,7 @@ def run(args: list[str]) -> tuple[int, str, str]:
 def test_plan_json_fields() -> None:
     code, out, _ = run(
         [
-            "--model",
-            "meta-llama/Llama-3.1-8B",
-            "--gpu",
-            "H100",
-            "--kv-cache-memory",
-            "10GiB",
-            "--max-model-len",
-            "32768",
+            *LLAMA_H100_10GIB,
             "--json",
         ]
     )
@@ -135,14 +132,7 @@ def test_gpus_json() -> None:
 def test_lengths_flag_scenario() -> None:
     code, out, _ = run(
         [
-            "--model",
-            "meta-llama/Llama-3.1-8B",
-            "--gpu",
-            "H100",
-            "--kv-cache-memory",
-            "10GiB",
-            "--max-model-len",
-            "32768",
+            *LLAMA_H100_10GIB,
             "--lengths",
             "1000,8000",
             "--concurrency",

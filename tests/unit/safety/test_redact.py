@@ -59,3 +59,22 @@ def test_files_and_streams_never_hold_the_key(tmp_path: Path) -> None:
     stream = redact.RedactingStream(sink)
     stream.write(f"key={KEY}\n")
     assert sink.getvalue() == f"key={redact.REDACTED}\n"
+
+
+def test_secret_from_env_reads_registers_and_refuses_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvbudget.errors import ConfigError
+
+    assert redact.secret_from_env(None, flag="--api-key-env") is None
+    monkeypatch.delenv("KVB_T_UNSET", raising=False)
+    with pytest.raises(ConfigError) as unset:
+        redact.secret_from_env("KVB_T_UNSET", flag="--tenant-b-api-key-env")
+    assert unset.value.field == "tenant_b_api_key_env"
+    assert "--tenant-b-api-key-env KVB_T_UNSET" in unset.value.one_line()
+    monkeypatch.setenv("KVB_T_SHORT", "abc")  # 3 characters: too short to scrub
+    with pytest.raises(ConfigError, match="3 characters"):
+        redact.secret_from_env("KVB_T_SHORT", flag="--api-key-env")
+    monkeypatch.setenv("KVB_T_KEY", "sk-live-1234")
+    assert redact.secret_from_env("KVB_T_KEY", flag="--api-key-env") == "sk-live-1234"
+    assert redact.redact_text("auth sk-live-1234") == f"auth {redact.REDACTED}"

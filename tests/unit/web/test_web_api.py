@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kvbudget.web.app import static_dir
+from tests.unit.calc.helpers_calc import CALC_LLAMA_8B
 
 SEED_EXAMPLE: dict[str, Any] = {
     "layers": 32,
@@ -243,16 +244,7 @@ def test_web_returns_the_cli_calc_document(client: TestClient) -> None:
             "-m",
             "kvbudget",
             "calc",
-            "--layers",
-            "32",
-            "--kv-heads",
-            "8",
-            "--head-dim",
-            "128",
-            "--dtype-bytes",
-            "2",
-            "--tokens",
-            "4096",
+            *CALC_LLAMA_8B,
             "--seqs",
             "8",
             "--assume",

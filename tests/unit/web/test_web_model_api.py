@@ -257,3 +257,32 @@ def test_the_shown_command_lines_give_the_same_figures(client: TestClient) -> No
     plan = plan_doc.get("plan", plan_doc)
     assert plan["num_blocks"] == body["raw"]["plan"]["num_blocks"]
     assert plan["kv_cache_tokens"] == body["raw"]["plan"]["kv_cache_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ({"model_type": "llama", "num_hidden_layers": 10_000_000, "hidden_size": 4096}, "10,000"),
+        (
+            {
+                "model_type": "gemma3",
+                "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 1e18},
+            },
+            "positive integer",
+        ),
+    ],
+)
+def test_pasted_huge_layer_count_is_refused_in_one_line(
+    client: TestClient, config: dict[str, Any], needle: str
+) -> None:
+    """Issue 16: a pasted 10,000,000-layer config is refused by its documented bound
+    (docs/limits.md: 10,000 decoder layers of a config), not built layer by layer."""
+    payload = {
+        "gpu": "H100-SXM",
+        "max_model_len": 4096,
+        "config": {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 32, **config},
+    }
+    response = client.post("/api/model", json=payload)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "num_hidden_layers" in error and needle in error and "\n" not in error

@@ -9,7 +9,6 @@ import pytest
 from pydantic import BaseModel
 
 from kvbudget.workload import arrival_specs, lengths
-from kvbudget.workload.matrix import ConcurrencyTier, InputTier, MatrixSpec
 from kvbudget.workload.prefixes import PrefixSpec, SessionSpec, TenantSpec
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.spec import WorkloadSpec
@@ -29,9 +28,6 @@ MODELS: list[type[BaseModel]] = [
     TenantSpec,
     SessionSpec,
     TraceReplaySpec,
-    InputTier,
-    ConcurrencyTier,
-    MatrixSpec,
     *union_members(arrival_specs.ArrivalSpec),
     *union_members(lengths.LengthSpec),
 ]
@@ -81,14 +77,9 @@ def test_documented_examples_validate_and_generate() -> None:
     import numpy as np
     import yaml
 
-    from kvbudget.workload.matrix import cell_workload, cells
     from kvbudget.workload.spec import generate, workload_from_dict
 
-    workload_yaml, matrix_yaml = yaml_blocks()
+    (workload_yaml,) = yaml_blocks()
     spec = workload_from_dict(yaml.safe_load(workload_yaml))
     reqs = generate(spec.model_copy(update={"num_requests": 50}), np.random.default_rng(0))
     assert len(reqs) == 50
-    matrix = MatrixSpec.model_validate(yaml.safe_load(matrix_yaml))
-    peak = next(c for c in cells(matrix) if c.cell_id == "long/peak")
-    assert peak.planning_scenario  # the peak tier is still a planning scenario
-    assert cell_workload(matrix, peak).arrivals.kind == "ramp"

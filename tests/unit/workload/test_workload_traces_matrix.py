@@ -1,4 +1,4 @@
-"""JSONL traces (block hash ids, privacy, replay) and the nine-cell matrix."""
+"""JSONL traces (block hash ids, privacy, replay)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from kvbudget.errors import ConfigError
-from kvbudget.workload.matrix import MatrixSpec, cell_workload, cells
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.spec import generate, workload_from_dict
 from kvbudget.workload.traces import block_chain_hashes, export_trace, read_trace
@@ -89,81 +87,3 @@ def test_bad_trace_line(tmp_path: Path) -> None:
     bad.write_text("{nope\n")
     with pytest.raises(ConfigError, match="not valid JSON"):
         read_trace(bad)
-
-
-def test_nine_cells_in_declared_order() -> None:
-    m = MatrixSpec()
-    ids = [c.cell_id for c in cells(m)]
-    assert ids == [
-        f"{i}/{c}" for i in ("short", "medium", "long") for c in ("single", "normal", "peak")
-    ]
-    assert all(c.planning_scenario for c in cells(m))
-    order = list(reversed(ids))
-    assert [c.cell_id for c in cells(MatrixSpec(order=order))] == order
-
-
-def test_cell_workload_follows_tiers() -> None:
-    m = MatrixSpec()
-    cell = next(c for c in cells(m) if c.cell_id == "medium/normal")
-    spec = cell_workload(m, cell)
-    assert spec.cell_id == "medium/normal"
-    assert spec.closed_loop_concurrency == 16
-    reqs = generate(spec, np.random.default_rng(0))
-    assert len(reqs) == 16 * 10
-    assert all(1024 <= r.prompt_tokens <= 4096 for r in reqs)
-    assert {r.cell_id for r in reqs} == {"medium/normal"}
-
-
-def test_matrix_open_loop_and_validation() -> None:
-    m = MatrixSpec.model_validate(
-        {
-            "concurrency_tiers": [
-                {"name": "single", "concurrency": 1, "duration_s": 10, "arrival": "burst"},
-                {
-                    "name": "normal",
-                    "concurrency": 8,
-                    "duration_s": 10,
-                    "arrival": "poisson",
-                    "rate_per_s": 2,
-                },
-                {
-                    "name": "peak",
-                    "concurrency": 32,
-                    "duration_s": 10,
-                    "arrival": "ramp",
-                    "stages": [
-                        {"rate_per_s": 1, "duration_s": 5},
-                        {"rate_per_s": 4, "duration_s": 5},
-                    ],
-                },
-            ]
-        }
-    )
-    by = {c.cell_id: c for c in cells(m)}
-    normal = generate(cell_workload(m, by["short/normal"]), np.random.default_rng(0))
-    assert normal and max(r.arrival_s for r in normal) < 10
-    assert len(generate(cell_workload(m, by["short/single"]), np.random.default_rng(0))) == 1
-    with pytest.raises(ValidationError, match="exactly short, medium and long"):
-        MatrixSpec.model_validate(
-            {"input_tiers": [{"name": "short", "min_tokens": 1, "max_tokens": 2}]}
-        )
-    with pytest.raises(ValidationError, match="source_note"):
-        MatrixSpec.model_validate(
-            {
-                "input_tiers": [
-                    {"name": "short", "min_tokens": 1, "max_tokens": 2, "source": "real_data"},
-                    {"name": "medium", "min_tokens": 1, "max_tokens": 2},
-                    {"name": "long", "min_tokens": 1, "max_tokens": 2},
-                ]
-            }
-        )
-    with pytest.raises(ValidationError, match="needs rate_per_s"):
-        MatrixSpec.model_validate(
-            {
-                "concurrency_tiers": [
-                    {"name": "single", "concurrency": 1, "duration_s": 1, "arrival": "poisson"},
-                    {"name": "normal", "concurrency": 1, "duration_s": 1},
-                    {"name": "peak", "concurrency": 1, "duration_s": 1},
-                ]
-            }
-        )
