@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from kvbudget.accept.plan_errors import field_error
 from kvbudget.accept.plan_lock import StrictModel
 from kvbudget.sim.tiers import TierConfig
 
@@ -54,12 +55,12 @@ class QualityCheckpoint(StrictModel):
         }
         for name in needs[self.kind]:
             if getattr(self, name) is None:
-                raise ValueError(f"@{name}: quality checkpoint kind '{self.kind}' needs {name}")
+                raise field_error(f"{name}", f"quality checkpoint kind '{self.kind}' needs {name}")
         if self.pattern is not None:
             try:
                 re.compile(self.pattern)
             except re.error as exc:
-                raise ValueError(f"@pattern: not a valid regular expression ({exc})") from None
+                raise field_error("pattern", f"not a valid regular expression ({exc})") from None
         if self.json_schema is not None:
             from jsonschema.exceptions import SchemaError
             from jsonschema.validators import validator_for
@@ -67,7 +68,9 @@ class QualityCheckpoint(StrictModel):
             try:
                 validator_for(self.json_schema).check_schema(self.json_schema)
             except SchemaError as exc:
-                raise ValueError(f"@json_schema: not a valid JSON Schema ({exc.message})") from None
+                raise field_error(
+                    "json_schema", f"not a valid JSON Schema ({exc.message})"
+                ) from None
         return self
 
 
@@ -114,9 +117,10 @@ class StopConditions(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> StopConditions:
         if not self.ttft_s.items() and not self.tpot_s.items():
-            raise ValueError(
-                "@ttft_s: declare at least one TTFT or TPOT percentile ceiling "
-                "(e.g. ttft_s: {p95: 2.0}) before the run"
+            raise field_error(
+                "ttft_s",
+                "declare at least one TTFT or TPOT percentile ceiling "
+                "(e.g. ttft_s: {p95: 2.0}) before the run",
             )
         return self
 
@@ -155,9 +159,10 @@ class Comparison(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> Comparison:
         if FACTOR_LOCK_FIELD[self.factor] not in self.set:
-            raise ValueError(
-                f"@set: factor '{self.factor}' must be set for the variant "
-                f"(e.g. set: {{{FACTOR_LOCK_FIELD[self.factor]}: ...}})"
+            raise field_error(
+                "set",
+                f"factor '{self.factor}' must be set for the variant "
+                f"(e.g. set: {{{FACTOR_LOCK_FIELD[self.factor]}: ...}})",
             )
         return self
 
@@ -235,28 +240,31 @@ class TargetPlan(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> TargetPlan:
         if self.kind == "http" and not self.base_url:
-            raise ValueError(
-                "@base_url: target kind 'http' needs base_url (e.g. http://127.0.0.1:8000)"
+            raise field_error(
+                "base_url", "target kind 'http' needs base_url (e.g. http://127.0.0.1:8000)"
             )
         if self.timing_model == "calibrated" and not self.profile:
-            raise ValueError("@profile: timing_model 'calibrated' needs profile (a JSON file)")
+            raise field_error("profile", "timing_model 'calibrated' needs profile (a JSON file)")
         if self.kv_tiers and self.kind != "sim":
-            raise ValueError(
-                f"@kv_tiers: only target kind 'sim' simulates KV tiers (got kind {self.kind!r}); "
-                "remove kv_tiers or use kind: sim"
+            raise field_error(
+                "kv_tiers",
+                f"only target kind 'sim' simulates KV tiers (got kind {self.kind!r}); "
+                "remove kv_tiers or use kind: sim",
             )
         if self.replicas > 1 and self.kind != "sim":
-            raise ValueError(
-                f"@replicas: only target kind 'sim' runs several replicas (got kind "
-                f"{self.kind!r}, one endpoint); set replicas: 1, or use kind: sim"
+            raise field_error(
+                "replicas",
+                f"only target kind 'sim' runs several replicas (got kind "
+                f"{self.kind!r}, one endpoint); set replicas: 1, or use kind: sim",
             )
         if self.replicas > 1 and self.kv_tiers:
-            raise ValueError(
-                "@replicas: KV tiers are metered on one replica; remove kv_tiers or set replicas: 1"
+            raise field_error(
+                "replicas",
+                "KV tiers are metered on one replica; remove kv_tiers or set replicas: 1",
             )
         names = [t.name for t in self.kv_tiers]
         if len(set(names)) != len(names):
-            raise ValueError(f"@kv_tiers: each tier name may appear once (got {names})")
+            raise field_error("kv_tiers", f"each tier name may appear once (got {names})")
         return self
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from kvbudget.accept.plan_errors import field_error
 from kvbudget.accept.plan_lock import StrictModel
 from kvbudget.safety.limits import (
     MAX_CONCURRENCY,
@@ -43,14 +44,16 @@ class InputTier(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> InputTier:
         if self.max_tokens < self.min_tokens:
-            raise ValueError(
-                f"@max_tokens: must be >= min_tokens (got {self.max_tokens} < {self.min_tokens}); "
-                "fix the tier range"
+            raise field_error(
+                "max_tokens",
+                f"must be >= min_tokens (got {self.max_tokens} < {self.min_tokens}); "
+                "fix the tier range",
             )
         if self.source == "real_data" and not self.data_ref:
-            raise ValueError(
-                "@data_ref: source 'real_data' needs data_ref (which log, which dates); "
-                "otherwise mark the tier source: planning_scenario"
+            raise field_error(
+                "data_ref",
+                "source 'real_data' needs data_ref (which log, which dates); "
+                "otherwise mark the tier source: planning_scenario",
             )
         return self
 
@@ -72,13 +75,14 @@ class ConcurrencyTier(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> ConcurrencyTier:
         if self.arrival in ("poisson", "constant") and self.rate_per_s is None:
-            raise ValueError(
-                f"@rate_per_s: arrival '{self.arrival}' needs rate_per_s (requests per second); "
-                "give it or use arrival: closed"
+            raise field_error(
+                "rate_per_s",
+                f"arrival '{self.arrival}' needs rate_per_s (requests per second); "
+                "give it or use arrival: closed",
             )
         if self.source == "real_data" and not self.data_ref:
-            raise ValueError(
-                "@data_ref: source 'real_data' needs data_ref; otherwise mark it planning_scenario"
+            raise field_error(
+                "data_ref", "source 'real_data' needs data_ref; otherwise mark it planning_scenario"
             )
         return self
 
@@ -134,22 +138,22 @@ class LoadPlan(StrictModel):
     def _check(self) -> LoadPlan:
         for name in INPUT_TIERS:
             if name not in self.tiers:
-                raise ValueError(f"@tiers: missing tier '{name}'; declare short, medium and long")
+                raise field_error("tiers", f"missing tier '{name}'; declare short, medium and long")
         for name in CONCURRENCY_TIERS:
             if name not in self.concurrency:
-                raise ValueError(
-                    f"@concurrency: missing tier '{name}'; declare single, normal and peak"
+                raise field_error(
+                    "concurrency", f"missing tier '{name}'; declare single, normal and peak"
                 )
         if self.order is not None:
             valid = {f"{i}/{c}" for i in INPUT_TIERS for c in CONCURRENCY_TIERS}
             for cell in self.order:
                 if cell not in valid:
-                    raise ValueError(
-                        f"@order: unknown cell {cell!r}; write 'input/concurrency' "
-                        "such as 'short/single'"
+                    raise field_error(
+                        "order",
+                        f"unknown cell {cell!r}; write 'input/concurrency' such as 'short/single'",
                     )
             if len(set(self.order)) != len(self.order):
-                raise ValueError("@order: a cell is listed twice; list each cell at most once")
+                raise field_error("order", "a cell is listed twice; list each cell at most once")
         return self
 
     def cell_order(self) -> list[tuple[str, str]]:

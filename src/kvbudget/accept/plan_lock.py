@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_v
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from kvbudget.accept.plan_errors import field_error
 from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_TOKENS
 
 LockStatus = Literal["confirmed", "requested", "unconfirmed", "not_applicable"]
@@ -71,8 +72,9 @@ class Locked(StrictModel, Generic[T]):
     @model_validator(mode="after")
     def _confirmed_needs_value(self) -> Locked[T]:
         if self.status == "confirmed" and self.value is None:
-            raise ValueError(
-                "@status: 'confirmed' needs a value (got none); give the value or mark it unconfirmed"
+            raise field_error(
+                "status",
+                "'confirmed' needs a value (got none); give the value or mark it unconfirmed",
             )
         return self
 
@@ -169,8 +171,8 @@ class ObjectLock(StrictModel):
                 raw = data.get(name)
                 value = raw.get("value") if isinstance(raw, dict) else raw
                 if isinstance(value, bool):
-                    raise ValueError(
-                        f"@{name}: expected an integer, got {value!r}; give a positive integer"
+                    raise field_error(
+                        f"{name}", f"expected an integer, got {value!r}; give a positive integer"
                     )
         return data
 
@@ -179,14 +181,15 @@ class ObjectLock(StrictModel):
         for name, bound in _INT_BOUNDS.items():
             locked = getattr(self, name)
             if locked.value is not None and not 1 <= locked.value <= bound:
-                raise ValueError(
-                    f"@{name}: must be >= 1 and <= {bound:,} (got {locked.value}); give a "
-                    "positive integer (docs/limits.md)"
+                raise field_error(
+                    f"{name}",
+                    f"must be >= 1 and <= {bound:,} (got {locked.value}); give a "
+                    "positive integer (docs/limits.md)",
                 )
         util = self.gpu_memory_utilization.value
         if util is not None and not 0.0 < util <= 1.0:
-            raise ValueError(
-                f"@gpu_memory_utilization: must be in (0, 1] (got {util}); vLLM's default is 0.9"
+            raise field_error(
+                "gpu_memory_utilization", f"must be in (0, 1] (got {util}); vLLM's default is 0.9"
             )
         return self
 

@@ -30,6 +30,7 @@ from kvbudget.accept.plan_checks import (
     StopConditions,
     TargetPlan,
 )
+from kvbudget.accept.plan_errors import PLAN_FIELD_ERROR, field_error
 from kvbudget.accept.plan_load import LoadPlan
 from kvbudget.accept.plan_lock import ObjectLock, StrictModel
 from kvbudget.errors import ConfigError
@@ -79,36 +80,41 @@ class AcceptPlan(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> AcceptPlan:
         if self.schema_version != PLAN_SCHEMA_VERSION:
-            raise ValueError(
-                f"@schema_version: this kvbudget reads plan schema {PLAN_SCHEMA_VERSION} "
-                f"(got {self.schema_version}); update the plan file"
+            raise field_error(
+                "schema_version",
+                f"this kvbudget reads plan schema {PLAN_SCHEMA_VERSION} "
+                f"(got {self.schema_version}); update the plan file",
             )
         ids = [q.id for q in self.quality]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
-            raise ValueError(
-                f"@quality: checkpoint id {dupes[0]!r} is used twice; ids must be unique"
+            raise field_error(
+                "quality", f"checkpoint id {dupes[0]!r} is used twice; ids must be unique"
             )
         names = [c.name for c in self.comparisons]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"@comparisons: name {dupes[0]!r} is used twice; names must be unique")
+            raise field_error(
+                "comparisons", f"name {dupes[0]!r} is used twice; names must be unique"
+            )
         if self.target.kind == "sim":
             try:
                 sim_tiers(self.target, self.lock)
             except ConfigError as exc:
-                raise ValueError(f"@{exc}") from None
+                field = exc.field or "target"
+                text = str(exc).removeprefix(f"{field}: ")
+                raise field_error(field, text) from None
         for index, comparison in enumerate(self.comparisons):
             why = factor_refusal(self.target, comparison, self.lock)
             if why is not None:
-                raise ValueError(f"@comparisons.{index}.factor: refused before the run: {why}")
+                raise field_error(f"comparisons.{index}.factor", f"refused before the run: {why}")
         valid = {f"{i}/{c}" for i, c in self.load.cell_order()}
         for index, comparison in enumerate(self.comparisons):
             for cell in comparison.cells or []:
                 if cell not in valid:
-                    raise ValueError(
-                        f"@comparisons.{index}.cells: unknown cell {cell!r}; "
-                        "write 'input/concurrency' such as 'medium/normal'"
+                    raise field_error(
+                        f"comparisons.{index}.cells",
+                        f"unknown cell {cell!r}; write 'input/concurrency' such as 'medium/normal'",
                     )
         return self
 
@@ -125,7 +131,8 @@ def _loc_text(loc: tuple[int | str, ...]) -> str:
 def format_validation_error(exc: ValidationError) -> str:
     """The first error of a pydantic ValidationError as ``field.path: message``.
 
-    Validators in the plan models write ``@field: text`` to point below their own location.
+    Validators in the plan models raise :func:`~kvbudget.accept.plan_errors.field_error` to
+    point below their own location.
     """
     err = exc.errors(include_url=False)[0]
     loc = tuple(part for part in err["loc"] if not str(part).startswith("function-"))
@@ -133,10 +140,10 @@ def format_validation_error(exc: ValidationError) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]
-    if msg.startswith("@"):
-        sub, _, rest = msg[1:].partition(": ")
-        loc = (*loc, sub)
-        msg = rest
+    if err["type"] == PLAN_FIELD_ERROR:
+        ctx = err.get("ctx") or {}
+        loc = (*loc, str(ctx["field"]))
+        msg = str(ctx["text"])
     field = _loc_text(loc) or "plan"
     kind = err["type"]
     if kind == "extra_forbidden":

@@ -6,5 +6,7 @@
   message, whatever source echoed them.
 * :mod:`~kvbudget.safety.yamlload` — YAML loaded with size, depth and alias-expansion limits.
 * :mod:`~kvbudget.safety.procs` — child processes that die with their parent.
+* :mod:`~kvbudget.safety.servers` — local server processes: a free port, a start that waits for
+  ready within a deadline, a stop by PID (and process group).
 * :mod:`~kvbudget.safety.limits` — the documented upper bounds of counts and sizes.
 """

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,28 +22,36 @@ from kvbudget.safety.outlock import (
 _HOLD = (
     "import sys, time\n"
     "from pathlib import Path\n"
-    "from kvbudget.safety.outlock import lock_out_dir\n"
-    "lock_out_dir(Path(sys.argv[1]))\n"
+    "from kvbudget.safety.outlock import lock_out_dir, lock_out_file\n"
+    "lock = lock_out_dir if sys.argv[1] == 'dir' else lock_out_file\n"
+    "lock(Path(sys.argv[2]), flag='--records-out')\n"
     "print('locked', flush=True)\n"
     "time.sleep(120)\n"
 )
 
 
-def test_second_process_is_refused_and_lock_dies_with_holder(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+@contextmanager
+def _held(kind: str, path: Path) -> Iterator[int]:
+    """Another process holding the ``kind`` ("dir" or "file") lock on ``path``; its pid. It is
+    SIGKILLed on exit (the kernel drops the flock)."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(out)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _HOLD, kind, str(path)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(ConfigError) as err:
-            lock_out_dir(out)
-        assert f"pid {holder.pid}" in str(err.value)
-        assert "\n" not in err.value.one_line()
+        yield holder.pid
     finally:
-        holder.kill()  # SIGKILL: the kernel drops the flock
+        holder.kill()
         holder.wait(timeout=30)
+
+
+def test_second_process_is_refused_and_lock_dies_with_holder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with _held("dir", out) as pid, pytest.raises(ConfigError) as err:
+        lock_out_dir(out)
+    assert f"pid {pid}" in str(err.value)
+    assert "\n" not in err.value.one_line()
     lock_out_dir(out)  # a stale lock file never blocks the next run
     try:
         assert holds_lock(out)
@@ -59,34 +69,15 @@ def test_unwritable_parent_is_a_config_error(tmp_path: Path) -> None:
         lock_out_dir(blocker / "sub")
 
 
-_HOLD_FILE = (
-    "import sys, time\n"
-    "from pathlib import Path\n"
-    "from kvbudget.safety.outlock import lock_out_file\n"
-    "lock_out_file(Path(sys.argv[1]), flag='--records-out')\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(120)\n"
-)
-
-
 def test_output_file_lock_refuses_a_second_process_and_an_unwritable_place(
     tmp_path: Path,
 ) -> None:
     target = tmp_path / "records.jsonl"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_FILE, str(target)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(ConfigError) as err:
-            lock_out_file(target, flag="--records-out")
-        text = err.value.one_line()
-        assert "--records-out" in text and "\n" not in text
-        assert f"pid {holder.pid}" in text and "is writing this file" in text
-    finally:
-        holder.kill()
-        holder.wait(timeout=30)
+    with _held("file", target) as pid, pytest.raises(ConfigError) as err:
+        lock_out_file(target, flag="--records-out")
+    text = err.value.one_line()
+    assert "--records-out" in text and "\n" not in text
+    assert f"pid {pid}" in text and "is writing this file" in text
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="cannot write in its directory"):
