@@ -3,8 +3,9 @@
 The same 8-point grid (Llama-3.1-8B, H100-SXM / A100-80GB x 1 / 2 replicas x 10 / 20 req/s,
 ``NUM_REQUESTS`` requests of 1,024 + 128 tokens each) is swept by ``kvbudget sweep --workers W
 --json`` in a fresh process (a fresh local Ray) for W = 1 and W = 2, alternating, ``--repeats``
-times each. Reported per run: the sweep's simulate phase (Ray already up: points submitted ->
-last row written), Ray's start, the total wall, and the host CPU seconds the points used
+times each. Reported per run: the sweep's simulate phase (Ray already up and every worker has
+imported the simulator: points submitted -> last row written), Ray's start (with that worker
+warm-up), the total wall, and the host CPU seconds the points used
 (the sum of their ``wall_s`` as Ray workers saw it). The target ratio is
 ``points/s (2 workers) / points/s (1 worker) >= 1.6`` on the simulate phase, best run of each.
 

@@ -50,6 +50,18 @@ def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]
     return result.summary(), list(result.requests)
 
 
+def warm_worker() -> int:
+    """Import the simulator in a Ray worker before any point is sent (the worker's pid).
+
+    Ray starts its worker processes lazily; without this, the first point on every worker also
+    pays the simulator's imports, which is a fixed cost per worker, not per point.
+    """
+    import kvbudget.sim.cluster
+    import kvbudget.sim.scenario  # noqa: F401
+
+    return os.getpid()
+
+
 def _percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
     arr = np.asarray(values, dtype=float)
     return {

@@ -31,7 +31,7 @@ from kvbudget.ray_support import cluster_cpus, ensure_ray
 from kvbudget.records import JsonlWriter
 from kvbudget.sweep.grid import GridFile, SweepPoint, expand, load_grid
 from kvbudget.sweep.pareto import write_pareto
-from kvbudget.sweep.point import run_point
+from kvbudget.sweep.point import run_point, warm_worker
 from kvbudget.sweep.table import (
     cheapest,
     columns,
@@ -114,9 +114,12 @@ def _run_on_ray(
 ) -> tuple[list[dict[str, Any]], int]:
     start = time.perf_counter()
     ray = ensure_ray("kvbudget sweep", address=ray_address, num_cpus=workers or 1)
+    limit = workers or (cluster_cpus(ray) if ray_address else 1)
+    # every worker imports the simulator once before the first point (counted in Ray's start)
+    warm = ray.remote(num_cpus=1)(warm_worker)
+    ray.get([warm.remote() for _ in range(min(limit, len(todo)))])
     timings["ray_start_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    limit = workers or (cluster_cpus(ray) if ray_address else 1)
     remote = ray.remote(num_cpus=1, max_retries=2)(run_point)
     rows: list[dict[str, Any]] = []
     pending: dict[Any, SweepPoint] = {}
