@@ -22,6 +22,12 @@ from typing import Any
 from kvbudget.errors import ConfigError, TargetError
 
 INSTALL_HINT = "pip install 'kvbudget[ray]'"
+#: a cluster started by ``ray start`` (Ray 2.60) takes a token by default, and a driver joining
+#: it sends none unless told (``ray/_private/authentication/authentication_token_setup.py``)
+TOKEN_HINT = (
+    "; a cluster with token authentication (the default of `ray start` in Ray 2.60) needs "
+    "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"
+)
 #: object store of a local Ray: rows and records are small
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024 * 1024
 
@@ -89,6 +95,7 @@ def ensure_ray(what: str, *, address: str | None, num_cpus: int | None) -> Modul
         raise TargetError(
             f"{what}: cannot start or join {where} ({' '.join(str(exc).split())[:200]}); "
             "check --ray-address (e.g. ray://HEAD:10001 or auto) and that the cluster is up"
+            + (TOKEN_HINT if address else "")
         ) from None
     return ray
 
