@@ -41,19 +41,37 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-def run(base_url: str, model: str, repeats: int, output_tokens: int, tmp: Path) -> dict[str, Any]:
+LABEL = (
+    "measured (vLLM 0.32.0, CPU, this host); predicted: simulated (calibrated step-time model, "
+    "vLLM-style paged engine)"
+)
+
+
+def run(
+    base_url: str,
+    model: str,
+    repeats: int,
+    output_tokens: int,
+    tmp: Path,
+    *,
+    engine_flags: list[str] = SERVER_ARGS,
+    metrics: bool = True,
+    label: str = LABEL,
+    kind: str = "kvbudget.bench.vllm-calibrate",
+) -> dict[str, Any]:
+    """Run ``kvbudget calibrate --validate`` against ``base_url``; the raw result to keep."""
     report = tmp / "validation.json"
     cmd = ["kvbudget", "calibrate", "--validate", "--base-url", base_url, "--model", model]
-    cmd += ["--metrics-url", base_url + "/metrics", "--repeats", str(repeats)]
-    cmd += ["--output-tokens", str(output_tokens), f"--engine-flags={' '.join(SERVER_ARGS)}"]
-    cmd += ["--out", str(report)]
+    if metrics:
+        cmd += ["--metrics-url", base_url + "/metrics"]
+    cmd += ["--repeats", str(repeats), "--output-tokens", str(output_tokens)]
+    cmd += [f"--engine-flags={' '.join(engine_flags)}", "--out", str(report)]
     load_before = os.getloadavg()
     started = datetime.datetime.now(datetime.UTC)
     subprocess.run([sys.executable, "-m", *cmd], check=True, timeout=1800)
     return {
-        "kind": "kvbudget.bench.vllm-calibrate",
-        "label": "measured (vLLM 0.32.0, CPU, this host); predicted: simulated (calibrated "
-        "step-time model, vLLM-style paged engine)",
+        "kind": kind,
+        "label": label,
         "date_utc": started.isoformat(timespec="seconds"),
         "command": " ".join([*cmd[:-2], "--out", "validation.json"]),
         "load_average_1m_before": round(load_before[0], 2),

@@ -401,9 +401,10 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:+.0%}"
 
 
-def vllm_calibrate() -> str:
-    """Predicted vs measured p50s of ``bench/vllm_calibrate.py``'s raw validation report."""
-    raw = _load("vllm_calibrate.json")
+def calibrate_validation(name: str) -> str:
+    """Predicted vs measured p50s of a raw ``calibrate --validate`` report
+    (``bench/vllm_calibrate.py``, ``bench/llamacpp_calibrate.py``)."""
+    raw = _load(name)
     rep = raw["report"]
     errors = {(e["cell_id"], e["metric"]): e["rel_error"] for e in rep["errors"]}
     out = [
@@ -454,9 +455,12 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "llamacpp": llamacpp,
     "client-overhead-findings": client_overhead_findings,
     "sim-speed-findings": sim_speed_findings,
+    "llamacpp-calibrate": lambda: calibrate_validation("llamacpp_calibrate.json"),
 }
 #: the generated blocks of docs/calibration.md
-CALIBRATION_BLOCKS: dict[str, Callable[[], str]] = {"vllm-calibrate": vllm_calibrate}
+CALIBRATION_BLOCKS: dict[str, Callable[[], str]] = {
+    "vllm-calibrate": lambda: calibrate_validation("vllm_calibrate.json")
+}
 
 
 def _pattern(name: str) -> re.Pattern[str]:
