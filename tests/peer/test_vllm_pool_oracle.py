@@ -77,17 +77,7 @@ KNOWN_DIVERGENCE: dict[str, tuple[str, float]] = {
 
 #: recorded cases where vLLM pages a layer differently from kvbudget's vllm layout (a kvbudget
 #: gap, left open): why, and vLLM's num_gpu_blocks worked by hand from vLLM's own rule
-VLLM_LAYOUT_GAP: dict[str, tuple[str, int]] = {
-    "minicpm3": (
-        "vLLM 0.32 caches MiniCPM3 as plain attention, not MLA: num_heads KV heads of "
-        "qk_nope + qk_rope, V zero-padded to that size (vllm/model_executor/models/minicpm3.py, "
-        "Attention(..., qk_head_dim, num_kv_heads=num_local_heads) and F.pad of v); kvbudget "
-        "plans the latent (kv_lora_rank + qk_rope)",
-        # 8 layers x 4 heads x (96 + 96) x 2 B = 12,288 B/token; x 128 tokens = 1,572,864 B per
-        # block; 1 GiB / 1,572,864 = 682.67 -> 682 blocks (87,296 tokens, logged)
-        682,
-    ),
-}
+VLLM_LAYOUT_GAP: dict[str, tuple[str, int]] = {}
 
 
 def plan_for(name: str, tmp_path: Path) -> Any:

@@ -201,13 +201,14 @@ def vllm_layer_specs(
     if mamba_ssm_state_bytes is None and mamba_state_bytes is not None:
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
-    layers: list[LayerSpec] = list(spec.layers[start:end])
+    model_layers = _as_vllm_pages(spec)
+    layers: list[LayerSpec] = model_layers[start:end]
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
-    has_mla = any(layer.kind == "mla" for layer in spec.layers)
+    has_mla = any(layer.kind == "mla" for layer in model_layers)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in spec.layers if isinstance(layer, StateLayer)]
-    attns = [layer for layer in spec.layers if isinstance(layer, FullAttention | MLA)]
+    states = [layer for layer in model_layers if isinstance(layer, StateLayer)]
+    attns = [layer for layer in model_layers if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
             mamba_page_bytes(s, state_bytes, tp, mamba_ssm_state_bytes) for s in states
@@ -239,6 +240,27 @@ def vllm_layer_specs(
             )
         )
     return out
+
+
+#: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
+#: ``vllm/model_executor/models/minicpm3.py`` builds ``Attention(num_local_heads, qk_head_dim,
+#: num_kv_heads=num_local_heads)`` with ``qk_head_dim = qk_nope_head_dim + qk_rope_head_dim`` and
+#: zero-pads V to ``qk_head_dim`` (``F.pad(v, [0, qk_head_dim - v_head_dim])``)
+VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
+
+
+def _as_vllm_pages(spec: ModelSpec) -> list[LayerSpec]:
+    """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if spec.model_type not in VLLM_MLA_AS_ATTENTION:
+        return list(spec.layers)
+    return [
+        FullAttention(
+            layer.layer_index, layer.num_heads, layer.qk_nope_head_dim + layer.qk_rope_head_dim
+        )
+        if isinstance(layer, MLA)
+        else layer
+        for layer in spec.layers
+    ]
 
 
 def _one(
@@ -377,6 +399,11 @@ def vllm_layout(
         notes.append(
             f"attention block size set to {block} tokens so that the attention page >= the mamba page "
             "(vLLM HybridAttentionMambaModelConfig); mamba pages padded to the attention page"
+        )
+    if spec.model_type in VLLM_MLA_AS_ATTENTION:
+        notes.append(
+            f"vLLM 0.32 pages {spec.model_type}'s MLA layers as plain attention (every query head "
+            "a KV head of qk_nope + qk_rope, V zero-padded to that size), not as the latent"
         )
     padding = ""
     if tokens % block:
