@@ -9,6 +9,7 @@ transformers, an independent implementation; the layout must match it exactly.
 
 from __future__ import annotations
 
+import importlib
 import json
 from functools import cache
 from pathlib import Path
@@ -20,8 +21,8 @@ from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.spec.catalog import list_catalog
 from kvbudget.spec.resolve import resolve_model
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = importlib.import_module("torch")
+transformers = importlib.import_module("transformers")
 
 CACHE_FIELDS = {"keys", "values", "conv_states", "recurrent_states", "linear_cache"}
 

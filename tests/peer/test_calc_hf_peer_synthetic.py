@@ -6,6 +6,7 @@ them on the ``meta`` device and its returned cache is the independent oracle for
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ import pytest
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.spec.resolve import resolve_model
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = importlib.import_module("torch")
+transformers = importlib.import_module("transformers")
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "mamba": {

@@ -18,6 +18,7 @@ in :data:`NOT_MODELLED` with the reason and must resolve ``not_applicable`` (nev
 
 from __future__ import annotations
 
+import importlib
 import json
 from functools import cache
 from pathlib import Path
@@ -29,8 +30,8 @@ from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.spec.resolve import resolve_model
 from tests.peer import tiny_configs
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = importlib.import_module("torch")
+transformers = importlib.import_module("transformers")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = importlib.import_module("torch")
+transformers = importlib.import_module("transformers")
 
 from kvbudget.capacity.weights import compute_weights  # noqa: E402
 from kvbudget.spec.resolve import resolve_model  # noqa: E402
