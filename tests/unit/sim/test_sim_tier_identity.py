@@ -51,8 +51,16 @@ def _run(first_identity: str, second_identity: str) -> tuple[dict[str, int], dic
     )
     res = simulate(REQS, spec, seed=0)
     by_id = {r.request_id: r for r in res.requests}
-    assert by_id["second"].replica == "replica-1"
+    assert by_id["first"].replica == "replica-0" and by_id["second"].replica == "replica-1"
     return by_id["second"].cached_tokens_by_tier, res.tier_stats["replica-1"]
+
+
+def test_remote_tier_is_shared_between_replicas() -> None:
+    # the default identity ("": one for all): replica-1 never computed the prefix, and its 32
+    # shared tokens come from the remote tier replica-0 wrote through
+    cached, stats = _run("", "")
+    assert cached == {"remote": 32}
+    assert stats["incompatible_misses"] == 0
 
 
 def test_same_identity_reloads_the_shared_prefix() -> None:

@@ -134,37 +134,3 @@ def test_on_preempt_writes_the_victims_computed_full_blocks() -> None:
     req.num_computed_tokens = 3 * BLOCK + 5  # three full blocks computed, one partial
     stack.on_preempt(req, now_s=0.0)
     assert list(stack.tiers[0].blocks) == req.block_hashes[:3]
-
-
-def test_remote_tier_is_shared_between_replicas() -> None:
-    cfg = ReplicaConfig(
-        num_gpu_blocks=64,
-        block_size=4,
-        max_num_seqs=4,
-        max_num_batched_tokens=64,
-        max_model_len=128,
-        kv_bytes_per_token=1000,
-    )
-    remote = TierConfig(
-        name="remote",
-        capacity_bytes=10**8,
-        bandwidth_bytes_per_s=1e9,
-        latency_s=0.001,
-        policy="write_through",
-    )
-    timing = FixedTiming(step_s=0.01, per_token_s=0.01)  # prefill far slower than a reload
-    shared = tuple(range(1, 33))
-    reqs = [
-        EngineRequest("first", (*shared, 90), 2, arrival_s=0.0),
-        EngineRequest("second", (*shared, 91), 2, arrival_s=1.0),
-    ]
-    spec = ClusterSpec(
-        [ReplicaSetup(cfg, timing), ReplicaSetup(cfg, timing)],
-        router="round_robin",
-        remote_tier=remote,
-    )
-    res = simulate(reqs, spec, seed=0)
-    by_id = {r.request_id: r for r in res.requests}
-    assert by_id["first"].replica == "replica-0" and by_id["second"].replica == "replica-1"
-    # replica-1 never computed the prefix: its 32 shared tokens come from the remote tier
-    assert by_id["second"].cached_tokens_by_tier == {"remote": 32}
