@@ -11,7 +11,8 @@ from kvbudget.calibrate.predict_paged import is_paged_profile, predict_paged_cel
 from kvbudget.calibrate.series import Probe, SeriesSpec, plan_series, token_range
 from kvbudget.load.client import StreamOutcome
 from kvbudget.load.prometheus import parse_exposition
-from kvbudget.sim.timing import CalibrationProfile, StepFit
+from kvbudget.sim.timing import CalibrationProfile
+from tests.unit.calibrate.test_calibrate_predict import profile
 
 
 def outcome(sent: float, first: float, prompt_tokens: int | None = None) -> StreamOutcome:
@@ -83,30 +84,21 @@ def test_prefix_probe_reads_each_request_and_the_engine_hit_count() -> None:
 
 
 def vllm_profile() -> CalibrationProfile:
-    return CalibrationProfile(
-        name="hand",
-        model_id="m",
-        gpu="cpu",
-        engine="vllm 0.32.0",
-        prefill_points=[(16, 0.01), (64, 0.01), (128, 0.01)],
-        decode_points=[(1, 10, 0.01), (2, 20, 0.01), (4, 40, 0.01)],
-        # every engine step costs 10 ms, whatever it holds
-        fit=StepFit(
-            step_overhead_s=0.01,
-            prefill_per_token_s=0.0,
-            prefill_per_pair_s=0.0,
-            decode_per_seq_s=0.0,
-            decode_per_context_token_s=0.0,
-        ),
-        request_overhead_s=0.0,
-        engine_settings={
-            "num_gpu_blocks": 256,
-            "block_size": 16,
-            "max_model_len": 4096,
-            "max_num_batched_tokens": 2048,
-            "max_num_seqs": 128,
-            "enable_prefix_caching": False,
-        },
+    """The hand profile of test_calibrate_predict (every engine step costs 10 ms, whatever it
+    holds) as a vLLM profile: no per-request overhead, the paged engine's settings."""
+    return profile().model_copy(
+        update={
+            "engine": "vllm 0.32.0",
+            "request_overhead_s": 0.0,
+            "engine_settings": {
+                "num_gpu_blocks": 256,
+                "block_size": 16,
+                "max_model_len": 4096,
+                "max_num_batched_tokens": 2048,
+                "max_num_seqs": 128,
+                "enable_prefix_caching": False,
+            },
+        }
     )
 
 
