@@ -176,15 +176,7 @@ def _plan_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
                     "must_fail": False,
                 }
             )
-    hostile = {
-        "laughs.yaml": LAUGHS.encode(),
-        "cycle.yaml": b"name: &a [*a]\n",
-        "deep.yaml": DEEP.encode(),
-        "utf16.yaml": yaml.safe_dump(base).encode("utf-16"),
-        "latin.yaml": yaml.safe_dump(base).encode() + b"\nnote: \xff\xfe\n",
-        "scalar.yaml": b"just text\n",
-    }
-    for name, data in hostile.items():
+    for name, data in _hostile_yaml(base, prefix="", anchor_key="name").items():
         path = tmp / name
         path.write_bytes(data)
         cases.append(
@@ -192,6 +184,20 @@ def _plan_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
         )
         cases.append({"argv": ["sim", "--scenario", str(path)], "limit_s": 30, "must_fail": True})
     return cases
+
+
+def _hostile_yaml(valid: dict[str, Any], *, prefix: str, anchor_key: str) -> dict[str, bytes]:
+    """File name -> bytes of the YAML files every YAML reader must refuse in one line: an alias
+    bomb, a cyclic alias, deep nesting, ``valid`` in UTF-16 and with invalid UTF-8 appended, and
+    a bare scalar."""
+    return {
+        f"{prefix}laughs.yaml": LAUGHS.encode(),
+        f"{prefix}cycle.yaml": f"{anchor_key}: &a [*a]\n".encode(),
+        f"{prefix}deep.yaml": DEEP.encode(),
+        f"{prefix}utf16.yaml": yaml.safe_dump(valid).encode("utf-16"),
+        f"{prefix}latin.yaml": yaml.safe_dump(valid).encode() + b"\nnote: \xff\xfe\n",
+        f"{prefix}scalar.yaml": b"just text\n",
+    }
 
 
 @pytest.mark.timeout(1500)
@@ -225,15 +231,7 @@ def _grid_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
         path = tmp / f"grid-{n}.yaml"
         path.write_text(yaml.safe_dump(grid))
         cases.append({"argv": argv(path), "limit_s": 60, "must_fail": True})  # never runs
-    hostile = {
-        "g-laughs.yaml": LAUGHS.encode(),
-        "g-cycle.yaml": b"base: &a [*a]\n",
-        "g-deep.yaml": DEEP.encode(),
-        "g-utf16.yaml": yaml.safe_dump(SWEEP_GRID).encode("utf-16"),
-        "g-latin.yaml": yaml.safe_dump(SWEEP_GRID).encode() + b"\nnote: \xff\xfe\n",
-        "g-scalar.yaml": b"just text\n",
-    }
-    for name, data in hostile.items():
+    for name, data in _hostile_yaml(SWEEP_GRID, prefix="g-", anchor_key="base").items():
         path = tmp / name
         path.write_bytes(data)
         cases.append({"argv": argv(path), "limit_s": 60, "must_fail": True})
