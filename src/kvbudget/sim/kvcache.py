@@ -181,12 +181,12 @@ class KVCacheManager:
         if len(releases) == 1:
             pool.free(releases[0])
             return
-        keys = pool.block_key
         flat = [b for r in releases for b in r]
-        num_hashed = sum(1 for b in flat if keys[b] is not None)
-        if num_hashed == len(flat):
+        keys = list(map(pool.block_key.__getitem__, flat))
+        num_unhashed = keys.count(None)
+        if num_unhashed == 0:
             pool.free(flat)
-        elif num_hashed == 0:
+        elif num_unhashed == len(flat):
             pool.free([b for r in reversed(releases) for b in r])
         else:
             for r in releases:
