@@ -36,9 +36,7 @@ RECORDED = sorted(name for name, rec in DATA["cases"].items() if "engine_final" 
 REFUSED = sorted(name for name, rec in DATA["cases"].items() if "engine_final" not in rec)
 
 #: recorded cases kvbudget does not model yet (resolve not_applicable), with the reason
-NOT_MODELLED: dict[str, str] = {
-    "falcon_h1": "parallel hybrid: every layer holds attention KV and a Mamba-2 state",
-}
+NOT_MODELLED: dict[str, str] = {}
 
 
 #: cases vLLM 0.32.0's CPU engine refuses: (words of its root-cause error, why, from vLLM's source)
@@ -91,7 +89,7 @@ def plan_for(name: str, tmp_path: Path) -> Any:
         assert resolved.status == "not_applicable", f"{name} now resolves: verify it"
         return None
     assert resolved.spec is not None, f"{name}: {resolved.reason}"
-    has_state = any(layer.kind == "state" for layer in resolved.spec.layers)
+    has_state = any(layer.kind in ("state", "hybrid") for layer in resolved.spec.layers)
     request = PlanRequest(
         model=str(path),
         engine="vllm",

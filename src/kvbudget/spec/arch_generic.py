@@ -22,11 +22,13 @@ from kvbudget.spec.layers import (
     KVShared,
     LayerSpec,
     NoAttention,
+    ParallelHybrid,
     SlidingWindow,
     StateLayer,
 )
 from kvbudget.spec.traits import (
     ATTENTION_TYPES,
+    HYBRID_TYPES,
     NO_CACHE_TYPES,
     FieldRule,
     Pattern,
@@ -77,6 +79,7 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
         and not r.has(key_of(traits, "num_key_value_heads"))
         and traits.kv_heads_default
         and heads
+        and not ("num_key_value_heads" in traits.defaults and "num_key_value_heads" not in r.config)
     ) or (traits.multi_query_key and heads and not r.has(key_of(traits, "num_key_value_heads"))):
         kv = heads
         r.record(
@@ -185,6 +188,15 @@ def _value(r: FieldReader, rule: FieldRule, defaults: dict[str, Any]) -> int | N
     if len(rule) == 2:  # ("const", n)
         return int(rule[1])
     op, left, right = rule
+    if op == "or":  # the key's value; the fallback rule when it is null or "auto"
+        present = left in r.config or left in r.overrides
+        raw = r.peek(left) if present else defaults.get(left)
+        if raw is None or raw == "auto":
+            value = _value(r, right, defaults)
+            if value is not None:
+                r.derive(left, value, f"{left} is {raw!r}: the config class computes {right!r}")
+            return value
+        return _value(r, left, defaults)
     a = _value(r, left, defaults)
     b = _value(r, right, defaults)
     if a is None or b is None:
@@ -228,7 +240,7 @@ def build_from_traits(r: FieldReader, traits: Traits) -> list[LayerSpec] | None:
     types = layer_types(r, traits, n)
     if types is None:
         return None
-    needs_heads = any(ATTENTION_TYPES.get(t) for t in types) and not traits.mla
+    needs_heads = any(ATTENTION_TYPES.get(t) or t in HYBRID_TYPES for t in types) and not traits.mla
     dims = attention_dims(r, traits) if needs_heads else None
     if needs_heads and dims is None:
         return None
@@ -347,6 +359,10 @@ def _one(
     rule = {"linear_attention": traits.linear, "mamba": traits.mamba, "conv": traits.conv}.get(t)
     if rule is not None:
         return state_layer(r, rule, i)
+    if t in HYBRID_TYPES and traits.hybrid is not None and not traits.mla:
+        assert dims is not None
+        state = state_layer(r, traits.hybrid, i)
+        return None if state is None else ParallelHybrid(i, FullAttention(i, *dims), state)
     if t in NO_CACHE_TYPES:
         return NoAttention(i)
     raise UnknownVocabulary(
@@ -356,5 +372,6 @@ def _one(
         + (", linear_attention" if traits.linear else "")
         + (", mamba" if traits.mamba else "")
         + (", conv" if traits.conv else "")
+        + (", hybrid" if traits.hybrid else "")
         + ")",
     )

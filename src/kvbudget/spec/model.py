@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbudget.spec.layers import HEAD_KINDS, LayerSpec
+from kvbudget.spec.layers import HEAD_KINDS, LayerSpec, cache_parts
 from kvbudget.spec.provenance import LedgerEntry
 
 #: bytes per element of the torch dtypes a config may name
@@ -72,7 +72,9 @@ class ModelSpec:
     def num_kv_heads(self) -> int | None:
         """KV heads of the head-based attention layers (None if they differ or there are none)."""
         heads = {
-            getattr(layer, "num_kv_heads", 0) for layer in self.layers if layer.kind in HEAD_KINDS
+            getattr(layer, "num_kv_heads", 0)
+            for layer in cache_parts(self.layers)
+            if layer.kind in HEAD_KINDS
         }
         return heads.pop() if len(heads) == 1 else None
 
