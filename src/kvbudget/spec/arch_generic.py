@@ -74,6 +74,21 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
     ):
         r.get(traits.multi_query_key, note="multi-query attention: one KV head")
         kv: int | None = 1
+        stray = r.peek(key_of(traits, "num_key_value_heads"))
+        if stray not in (None, 1):
+            r.record(
+                "num_key_value_heads",
+                1,
+                ARCH,
+                location=f"{r.location}:{r.prefix}{traits.multi_query_key}",
+                note=f"{traits.multi_query_key}=true: the modeling code caches one KV head",
+            )
+            r.flag_conflict(
+                "num_key_value_heads",
+                f"config also says num_key_value_heads={stray!r}, which the config class derives "
+                f"from {traits.multi_query_key} (1) and transformers' modeling ignores; vLLM 0.32 "
+                "reads it (model_arch_config_convertor.py), so its pool would differ; fix the config",
+            )
     elif (
         not r.has("num_key_value_heads")
         and not r.has(key_of(traits, "num_key_value_heads"))
