@@ -37,7 +37,7 @@ def spec_of(model_id: str) -> ModelSpec:
 
 def test_catalog_ships_every_reference_config() -> None:
     ids = {e.model_id for e in list_catalog()}
-    assert len(ids) == 27  # 22 reference configs + 5 built from transformers defaults
+    assert len(ids) == 28  # 22 reference configs + 6 built from transformers defaults
     assert "meta-llama/Llama-3.1-8B" in ids
     assert all(e.status != "unknown" for e in list_catalog())
 
