@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 StateKind = Literal["mamba", "mamba2", "gdn", "linear", "shortconv"]
@@ -280,7 +280,8 @@ class ParallelHybrid:
     sequence (transformers 5 ``LinearAttentionAndFullAttentionLayer`` for layer type
     ``"hybrid"``, ``cache_utils.py``; vLLM 0.32 ``FalconH1ParallelHybrid`` registers an
     ``Attention`` and a ``MambaMixer2`` per decoder layer, ``models/falcon_h1.py``). Both parts
-    carry this layer's ``layer_index``.
+    carry this layer's ``layer_index`` (set here, so ``replace(layer, layer_index=i)`` moves
+    both parts with it).
     """
 
     kind: ClassVar[str] = "hybrid"
@@ -289,11 +290,10 @@ class ParallelHybrid:
     state: StateLayer
 
     def __post_init__(self) -> None:
-        for part in (self.attention, self.state):
+        for name in ("attention", "state"):
+            part = getattr(self, name)
             if part.layer_index != self.layer_index:
-                raise ValueError(
-                    f"hybrid layer {self.layer_index}: part {part.kind} has index {part.layer_index}"
-                )
+                object.__setattr__(self, name, replace(part, layer_index=self.layer_index))
 
     @property
     def num_kv_heads(self) -> int:

@@ -17,6 +17,7 @@ Expected figures below are worked from these by hand (never read from kvbudget).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ def test_every_decoder_layer_is_one_hybrid_layer_with_both_parts(tmp_path: Path)
         num_heads=128,
         head_dim=8,
     )
+    moved = replace(layer, layer_index=5)  # both parts move with the decoder layer
+    assert (moved.attention.layer_index, moved.state.layer_index) == (5, 5)
     parts = cache_parts(spec.layers)
     assert [p.kind for p in parts[:4]] == ["full", "state", "full", "state"]
     assert [p.layer_index for p in parts[:4]] == [0, 0, 1, 1]
