@@ -79,6 +79,14 @@ class FastEngine:
             if kind == "sliding":
                 offsets.add((window - 1) % self.block_size)
         self._offsets = tuple(sorted(offsets))
+        #: multi-group: ``c % block_size`` at which a window leaves a block behind
+        self._skip_phases = frozenset(
+            (w - 1) % self.block_size
+            for k, w in zip(core.kv.kinds, core.kv.windows, strict=True)
+            if k == "sliding"
+        )
+        #: multi-group: the groups that take a block per ``block_size`` tokens (not state)
+        self._paged = tuple(g for g, k in enumerate(core.kv.kinds) if k != "state")
         self.num_decoders = 0
         self.decode_ctx = 0
         self.g = 0
@@ -249,9 +257,10 @@ class FastEngine:
         its slot), plus once on a decoder's first step (``remove_skipped`` catches up on the
         blocks its last prefill chunk left behind). Every other call is a no-op. Those
         decoders are the phase buckets at fixed offsets from ``G`` (:attr:`_offsets`) and
-        :attr:`fresh`; they are called in running order (a free and an allocation of two
-        decoders do not commute: an unhashed freed block is reused first), each exactly as
-        ``EngineCore`` would, preemptions included.
+        :attr:`fresh`; they take ``allocate_slots``'s steps in running order (a free and an
+        allocation of two decoders do not commute: an unhashed freed block is reused first),
+        and a decoder that finds too few free blocks calls ``allocate_slots`` itself and
+        preempts as ``EngineCore`` does.
         """
         size = self.block_size
         g = self.g
@@ -261,28 +270,50 @@ class FastEngine:
             bucket = phase[(g - offset) % size]
             if bucket:
                 events.update(bucket)
+        fresh: set[int] = set()
         if self.fresh:
             for req in self.fresh:
                 if req.lazy_g0 >= 0:
                     events[req.running_seq] = req
+                    fresh.add(req.running_seq)
             self.fresh.clear()
         if not events:
             return False
         kv = self.kv
+        pool = self.pool
         running = self.running
+        paged = self._paged
+        num_paged = len(paged)
+        skip_phases = self._skip_phases
+        caching = kv.caching
         preempted = False
         for seq in sorted(events):
             req = events[seq]
             if running.get(seq) is not req or req.lazy_g0 < 0:
                 continue  # preempted above in this step
             d = g - req.lazy_g0
-            req.num_computed_tokens = req.lazy_c0 + d
+            c = req.lazy_c0 + d
+            req.num_computed_tokens = c
             req.num_output_tokens = req.lazy_o0 + d
-            while not kv.allocate_slots(req, 1):
-                victim = self._preempt_last()
-                preempted = True
-                if victim is req:
-                    return True  # it was the last running request
+            # allocate_slots(req, 1), step by step: remove_skipped, one block per paged group
+            # at a boundary (one pop of num_paged blocks: the same blocks, in group order, as
+            # one pop per group), registration of the block this token fills
+            pos = c % size
+            if pos in skip_phases or seq in fresh:
+                kv._remove_skipped(req, c)
+            if pos == 0:
+                if pool._num_free < num_paged:
+                    while not kv.allocate_slots(req, 1):  # preempt until it fits
+                        victim = self._preempt_last()
+                        preempted = True
+                        if victim is req:
+                            return True  # it was the last running request
+                    continue
+                tables = req.block_ids
+                for group, block_id in zip(paged, pool.allocate(num_paged), strict=True):
+                    tables[group].append(block_id)
+            if caching:
+                kv._cache_full_blocks(req, c + 1)
         return preempted
 
     def _admit_waiting(
