@@ -288,6 +288,8 @@ class _SessionPlan:
         self, shared: tuple[int, ...], dynamic: np.ndarray, unique: np.ndarray
     ) -> tuple[array[int], int]:
         """:meth:`PromptBuilder.compose`'s layout, as one ``array('q')``."""
+        if not shared and not dynamic.size:
+            return _compact(unique), 0
         if self.spec.prefix.dynamic_position == "before" and dynamic.size:
             return _compact(dynamic) + array("q", shared) + _compact(unique), 0
         return array("q", shared) + _compact(dynamic) + _compact(unique), len(shared)
