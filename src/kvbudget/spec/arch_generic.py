@@ -216,7 +216,7 @@ def _value(r: FieldReader, rule: FieldRule, defaults: dict[str, Any]) -> int | N
         if raw is None or raw == "auto":
             value = _value(r, right, defaults)
             if value is not None:
-                r.derive(left, value, f"{left} is {raw!r}: the config class computes {right!r}")
+                r.derive(left, value, f"{left} is {raw!r}: the config class uses {_text(right)}")
             return value
         return _value(r, left, defaults)
     a = _value(r, left, defaults)
@@ -224,6 +224,18 @@ def _value(r: FieldReader, rule: FieldRule, defaults: dict[str, Any]) -> int | N
     if a is None or b is None:
         return None
     return a * b if op == "mul" else a // b
+
+
+def _text(rule: FieldRule) -> str:
+    """A field rule as arithmetic (``mamba_expand * hidden_size``) for the ledger."""
+    if isinstance(rule, str):
+        return rule
+    if len(rule) == 2:
+        return str(rule[1])
+    op, left, right = rule
+    if op == "or":
+        return _text(left)
+    return f"({_text(left)} {'*' if op == 'mul' else '//'} {_text(right)})"
 
 
 def state_layer(r: FieldReader, rule: StateRule, index: int) -> StateLayer | None:
