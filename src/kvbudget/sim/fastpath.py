@@ -192,7 +192,7 @@ class FastEngine:
     def step(self, now_s: float) -> float:
         """Schedule and apply one step at ``now_s``; returns its duration (0 = nothing ran)."""
         if self.explicit_mode:
-            duration = explicit_step(self.core, now_s, self.token_times)
+            duration = explicit_step(self.core, now_s, self.token_times).duration_s
             if lazy_ok(self):
                 to_lazy(self)
             return duration

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.engine import EngineCore, StepResult
 
 if TYPE_CHECKING:
     from kvbudget.sim.fastpath import FastEngine
@@ -66,7 +66,7 @@ def to_lazy(fe: FastEngine) -> None:
 
 def explicit_step(
     core: EngineCore, now_s: float, token_times: dict[str, list[float]] | None
-) -> float:
+) -> StepResult:
     """One ``EngineCore`` step, with per-token times and the client's cancellations.
 
     A request whose client cancels after ``cancel_after_tokens`` outputs is aborted after the
@@ -85,4 +85,4 @@ def explicit_step(
             core.abort_request(out.request_id)
             req.finish_reason = "cancelled"
             req.finish_s = end_s
-    return result.duration_s
+    return result
