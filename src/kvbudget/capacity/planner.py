@@ -8,6 +8,7 @@ SGLang: ``mem_fraction_static`` -> rest memory -> ``max_total_num_tokens`` (``sg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -184,7 +185,7 @@ def plan_terms(
     return weights_term, act, non_torch, graphs
 
 
-def _per_token_bytes(layers: list[VllmLayerSpec], rank_layers: set[int]) -> int:
+def _per_token_bytes(layers: Sequence[VllmLayerSpec], rank_layers: set[int]) -> int:
     return sum(
         (s.real_page_size_bytes or s.page_size_bytes) // s.block_size
         for s in layers

@@ -64,13 +64,13 @@ def sglang_layout(
         start, end = get_pp_indices(spec.num_layers, rank, pp)
         groups: list[GroupBytes] = []
         for (kind, _w), layers in group_by_kind(spec.layers[start:end]):
-            first = layers[0]
-            indices = tuple(x.layer_index for x in layers)
+            first = layers.first
+            indices = layers.indices
             if isinstance(first, FullAttention | MLA):
-                per_token = sum(
-                    sglang_cell_bytes(x, dtype, tp)
-                    for x in layers
-                    if isinstance(x, FullAttention | MLA)
+                per_token = layers.total(
+                    lambda x: (
+                        sglang_cell_bytes(x, dtype, tp) if isinstance(x, FullAttention | MLA) else 0
+                    )
                 )
                 note = (
                     "counted at full length (SWA pool not modelled)"
@@ -91,10 +91,12 @@ def sglang_layout(
                     )
                 )
             elif isinstance(first, StateLayer):
-                per_seq = sum(
-                    x.conv_elements(tp) * model_bytes + x.ssm_elements(tp) * SSM_STATE_BYTES
-                    for x in layers
-                    if isinstance(x, StateLayer)
+                per_seq = layers.total(
+                    lambda x: (
+                        x.conv_elements(tp) * model_bytes + x.ssm_elements(tp) * SSM_STATE_BYTES
+                        if isinstance(x, StateLayer)
+                        else 0
+                    )
                 )
                 groups.append(
                     GroupBytes(

@@ -29,7 +29,8 @@ that group layers must skip ``kind == "none"`` (see :func:`kv_layers`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
@@ -43,6 +44,7 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_runs import IndexedRuns, LayerSeq
 from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -181,8 +183,8 @@ def vllm_layer_specs(
     mamba_state_bytes: int | None = None,
     align_to_block_size: bool = False,
     mamba2_checkpoint_blocks: int = 0,
-) -> list[VllmLayerSpec]:
-    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank.
+) -> IndexedRuns[VllmLayerSpec]:
+    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs).
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
     ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
@@ -202,13 +204,14 @@ def vllm_layer_specs(
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
-    layers: list[LayerSpec] = model_layers[start:end]
+    layers = model_layers[start:end]
+    distinct = model_layers.distinct()
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
-    has_mla = any(layer.kind == "mla" for layer in model_layers)
+    has_mla = any(layer.kind == "mla" for layer in distinct)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in model_layers if isinstance(layer, StateLayer)]
-    attns = [layer for layer in model_layers if isinstance(layer, FullAttention | MLA)]
+    states = [layer for layer in distinct if isinstance(layer, StateLayer)]
+    attns = [layer for layer in distinct if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
             mamba_page_bytes(s, state_bytes, tp, mamba_ssm_state_bytes) for s in states
@@ -224,22 +227,20 @@ def vllm_layer_specs(
         if block_size is None or block_size < raised:
             attn_block = raised
         mamba_page_padded = attn_block * per_token
-    out: list[VllmLayerSpec] = []
-    for layer in layers:
-        out.append(
-            _one(
-                layer,
-                dtype,
-                tp,
-                attn_block,
-                state_bytes,
-                mamba_ssm_state_bytes,
-                mamba_page_padded,
-                mamba_cache_mode,
-                mamba2_checkpoint_blocks,
-            )
+    specs = layers.map(
+        lambda layer, index: _one(
+            replace(layer, layer_index=index),
+            dtype,
+            tp,
+            attn_block,
+            state_bytes,
+            mamba_ssm_state_bytes,
+            mamba_page_padded,
+            mamba_cache_mode,
+            mamba2_checkpoint_blocks,
         )
-    return out
+    )
+    return IndexedRuns(specs.blocks, base=specs.base)
 
 
 #: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
@@ -249,18 +250,18 @@ def vllm_layer_specs(
 VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
 
 
-def _as_vllm_pages(spec: ModelSpec) -> list[LayerSpec]:
+def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
     if spec.model_type not in VLLM_MLA_AS_ATTENTION:
-        return list(spec.layers)
-    return [
-        FullAttention(
-            layer.layer_index, layer.num_heads, layer.qk_nope_head_dim + layer.qk_rope_head_dim
-        )
-        if isinstance(layer, MLA)
-        else layer
-        for layer in spec.layers
-    ]
+        return spec.layer_seq
+    return LayerSeq.from_runs(
+        spec.layer_seq,
+        lambda layer, index: (
+            FullAttention(index, layer.num_heads, layer.qk_nope_head_dim + layer.qk_rope_head_dim)
+            if isinstance(layer, MLA)
+            else layer
+        ),
+    )
 
 
 def _one(
@@ -307,7 +308,7 @@ def _one(
     return VllmLayerSpec(idx, "none", block, 0)
 
 
-def kv_layers(specs: list[VllmLayerSpec]) -> list[VllmLayerSpec]:
+def kv_layers(specs: Sequence[VllmLayerSpec]) -> list[VllmLayerSpec]:
     """The specs that hold KV (drops ``kind == "none"``)."""
     return [s for s in specs if s.kind != "none"]
 
@@ -370,20 +371,20 @@ def vllm_layout(
         )
         groups: list[GroupBytes] = []
         for (kind, _w), members in group_by_kind(specs):
-            first = members[0]
+            first = members.first
             block = first.block_size if kind != "none" else block
             held = blocks_held(first, tokens)
-            per_seq = sum(blocks_held(m, tokens) * m.page_size_bytes for m in members)
+            per_seq = members.total(lambda m: blocks_held(m, tokens) * m.page_size_bytes)
             per_token = (
                 0
                 if kind in ("mamba", "none")
-                else sum(m.page_size_bytes for m in members) // first.block_size
+                else members.total(lambda m: m.page_size_bytes) // first.block_size
             )
             kept = 0 if kind in ("mamba", "none") else held * first.block_size
             groups.append(
                 GroupBytes(
                     kind,
-                    tuple(m.layer_index for m in members),
+                    members.indices,
                     kept,
                     per_token,
                     per_seq,
