@@ -200,6 +200,8 @@ class Runs(Sequence[T]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
             return NotImplemented
+        if type(other) is type(self) and (other.base, other.blocks) == (self.base, self._blocks):
+            return True  # same blocks: equal without visiting every item
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
     def __hash__(self) -> int:
@@ -292,14 +294,6 @@ class LayerSeq(IndexedRuns[LayerSpec]):
         return cls(mapped.blocks, base=runs.base)
 
 
-def group_runs(runs: Runs[T], key: Callable[[T], Any]) -> list[tuple[Any, list[tuple[T, range]]]]:
-    """``[(key, [(item, indices), ...]), ...]`` in order of first appearance, per run."""
-    groups: dict[Any, list[tuple[T, range]]] = {}
-    for item, indices in runs.runs():
-        groups.setdefault(key(item), []).append((item, indices))
-    return list(groups.items())
-
-
 class LayerIndices(Sequence[int]):
     """Layer indices of one group as ``range`` objects; iterates in ascending order."""
 
@@ -367,25 +361,24 @@ class LayerIndices(Sequence[int]):
     def as_ranges(self) -> list[list[int]]:
         """JSON form: ``[start, stop)`` pairs when at most :data:`MAX_LISTED_RUNS` of them,
         else one ``[start, stop, step]`` triple per range (Python's ``range``)."""
-        strided = sum(len(r) for r in self.ranges if r.step != 1 and len(r) > 1)
-        if strided > MAX_LISTED_RUNS:
-            return [
-                [r.start, r.stop] if r.step == 1 or len(r) == 1 else [r.start, r.stop, r.step]
-                for r in self.ranges
-            ]
+        strided = [r for r in self.ranges if r.step != 1 and len(r) > 1]
+        listed = sum(len(r) for r in strided) <= MAX_LISTED_RUNS
         pieces: list[tuple[int, int]] = []
+        triples: list[list[int]] = []
         for r in self.ranges:
             if r.step == 1 or len(r) == 1:
                 pieces.append((r.start, r.start + len(r)))
-            else:
+            elif listed:
                 pieces.extend((i, i + 1) for i in r)
+            else:
+                triples.append([r.start, r.start + (len(r) - 1) * r.step + 1, r.step])
         runs: list[list[int]] = []
         for a, b in sorted(pieces):
             if runs and runs[-1][1] >= a:
                 runs[-1][1] = max(runs[-1][1], b)
             else:
                 runs.append([a, b])
-        return runs
+        return sorted(runs + triples)
 
 
 def _first_at_least(r: range, lo: int) -> int:

@@ -24,12 +24,12 @@ Sources (paraphrased in ``/work/shared/reference/engines-kv-accounting.md``):
 
 KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
 as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
-that group layers must skip ``kind == "none"`` (see :func:`kv_layers`).
+that group layers must skip ``kind == "none"``. The specs come as runs
+(:class:`~kvbudget.spec.layer_runs.IndexedRuns`): one per run of alike layers, never per layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -56,7 +56,6 @@ __all__ = [
     "blocks_held",
     "get_pp_indices",
     "heads_per_rank",
-    "kv_layers",
     "vllm_layer_specs",
     "vllm_layout",
 ]
@@ -306,11 +305,6 @@ def _one(
             num_checkpoint_blocks=mamba2_checkpoint_blocks if layer.state_kind == "mamba2" else 0,
         )
     return VllmLayerSpec(idx, "none", block, 0)
-
-
-def kv_layers(specs: Sequence[VllmLayerSpec]) -> list[VllmLayerSpec]:
-    """The specs that hold KV (drops ``kind == "none"``)."""
-    return [s for s in specs if s.kind != "none"]
 
 
 def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
