@@ -205,7 +205,7 @@ def serve(
 
     async def main() -> None:
         app = ServeApp(
-            built.core,
+            built.replica,
             model_name=served,
             max_model_len=built.config.max_model_len,
             vocab_size=vocab_size,

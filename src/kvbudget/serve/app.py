@@ -20,9 +20,10 @@ from aiohttp import web
 
 from kvbudget import __version__
 from kvbudget.errors import KvbudgetError
-from kvbudget.serve.engine import EngineCoreLike, RealTimeEngine
+from kvbudget.serve.engine import RealTimeEngine
 from kvbudget.serve.metrics import ServeMetrics
 from kvbudget.serve.protocol import ChunkMaker, ParsedRequest, RequestInvalid, parse_body, usage
+from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest
 from kvbudget.workload.tokenizer import get_tokenizer
 
@@ -42,11 +43,12 @@ def _error(exc: RequestInvalid) -> web.Response:
 
 
 class ServeApp:
-    """An embedded engine behind HTTP; ``await start()`` then use :attr:`base_url`."""
+    """A simulated replica behind HTTP, driven by :class:`RealTimeEngine` (the simulator's
+    driver on the wall clock); ``await start()`` then use :attr:`base_url`."""
 
     def __init__(
         self,
-        core: EngineCoreLike,
+        replica: Replica,
         *,
         model_name: str,
         max_model_len: int,
@@ -57,14 +59,14 @@ class ServeApp:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self.engine = RealTimeEngine(core, speedup=speedup, timing_name=timing_name)
+        self.engine = RealTimeEngine(replica, speedup=speedup, timing_name=timing_name)
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.tokenizer = get_tokenizer(vocab_size)
         self.output_seed = output_seed
         self.host = host
         self.port = port
-        self.metrics = ServeMetrics(core.stats, model_name)
+        self.metrics = ServeMetrics(replica.core.stats, model_name)
         self.created = int(time.time())
         self._runner: web.AppRunner | None = None
         self.base_url = ""

@@ -1,4 +1,4 @@
-"""Build the engine core that ``kvbudget serve`` puts behind HTTP.
+"""Build the replica that ``kvbudget serve`` puts behind HTTP.
 
 Two ways:
 
@@ -43,19 +43,24 @@ class ServeEngineOptions:
 
 @dataclass
 class BuiltEngine:
-    core: EngineCore
+    #: the replica ``ServeApp`` serves (stepped by the simulator's driver, ``serve.engine``)
+    replica: Replica
     config: ReplicaConfig
     timing_name: str
     description: str
 
+    @property
+    def core(self) -> EngineCore:
+        """The replica's engine core (stats, prefix cache)."""
+        return self.replica.core
+
 
 def _engine(built: BuiltReplica, opts: ServeEngineOptions) -> BuiltEngine:
-    """The replica's engine core, stepped on the wall clock by ``serve.engine``."""
+    """The replica, stepped on the wall clock by the driver (``serve.engine``)."""
     replica = Replica(
         built.config.name, built.setup, np.random.default_rng(opts.seed), vocab_size=opts.vocab_size
     )
-    replica.core.keep_finished = False  # a server forgets finished requests
-    return BuiltEngine(replica.core, built.config, built.timing_name, built.description)
+    return BuiltEngine(replica, built.config, built.timing_name, built.description)
 
 
 def _manual(opts: ServeEngineOptions) -> BuiltEngine:

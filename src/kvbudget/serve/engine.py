@@ -1,30 +1,23 @@
-"""Drive the simulator's ``EngineCore`` in real time for the HTTP server.
+"""The engine of ``kvbudget serve``: an async shell over the simulator's one driver.
 
-One asyncio task steps the core: it calls ``core.step(sim_now)``, sleeps the step's simulated
-duration (divided by ``speedup``), then hands each token to the queue of its request. With
-nothing to do it waits for the next submission. ``abort`` removes a request from the core at
-once (its blocks are freed); tokens still in flight for it are dropped.
+The replica is the one every simulated path builds (``kvbudget.sim.fromplan``, through
+``serve.build``) and it is stepped by the one driver, :class:`kvbudget.sim.driver.Driver`,
+through its step-wise API: the code ``Driver.run`` uses for the cluster, accept's simulated
+target and the audit's probe (``_route`` admits or refuses, ``_step`` steps the replica and
+hands out what finished). This module only adds the wall clock and the queues of the clients:
 
-Why this loop and not :class:`kvbudget.sim.driver.Driver` (the driver of every other simulated
-path): the replica is the same (built by ``kvbudget.sim.fromplan``, ``serve.build``), but
-``Driver.run`` is a virtual-time loop over a request stream it pulls in arrival order, and a
-server has none of what that needs:
+* the driver's time is the wall clock since :meth:`RealTimeEngine.start` times ``speedup``;
+* a request is submitted when its client sends it (``Driver.submit``: admitted or refused at
+  once; a refusal is raised, the server answers 400);
+* one asyncio task waits until the next step is due (``Driver.next_event_s``) or a submission
+  wakes it, runs the step at the current time (``Driver.step``: a step starts when the loop
+  gets to it, after HTTP handling), sleeps until the step's end (its simulated duration
+  divided by ``speedup``) and hands each of the step's tokens to the queue of its request;
+* a client that disconnects aborts its request (``Driver.abort``: its blocks are freed at
+  once); tokens still in flight for it are dropped.
 
-* the next arrival is unknown until a client sends it: ``Driver.run`` pulls the next request
-  as soon as it handles an arrival, so a pull that waited for the next client would stop
-  every step of the requests already running until someone else connects;
-* a client that disconnects cancels its request at once (``abort``); the driver has no cancel
-  event, only the planned ``cancel_after_tokens`` of a ``PlannedRequest``;
-* tokens are streamed as each step ends (``StepResult.outputs`` to each request's queue); the
-  driver hands a request out only when it finishes (``on_finish``);
-* time is the wall clock scaled by ``speedup`` (a step starts when the loop gets to it, after
-  HTTP handling), not the driver's event times.
-
-Driving serve through the driver would need an incremental API on it (submit at a time,
-abort, one step returning its outputs) with ``Driver.run`` rebuilt on top; until then this
-loop calls the same ``EngineCore.step`` the replica's explicit path calls (serve builds its
-replica with ``fast_path=False`` and no KV tiers, so ``Replica.step`` would add nothing but
-the planned cancellation, which HTTP requests do not carry).
+A step that raises (a simulator bug) ends every request in flight with an error, and the server
+keeps serving.
 """
 
 from __future__ import annotations
@@ -34,32 +27,28 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
 
-from kvbudget.sim.engine import EngineStats, StepResult, TokenOutput
-
-
-class EngineCoreLike(Protocol):
-    """The part of ``kvbudget.sim.engine.EngineCore`` (brief, interface 7) the server uses."""
-
-    def add_request(self, req: Any) -> Any: ...
-    def abort_request(self, request_id: str) -> bool: ...
-    def has_work(self) -> bool: ...
-    def step(self, now_s: float) -> StepResult: ...
-    def reset_prefix_cache(self) -> bool: ...
-    def stats(self) -> EngineStats: ...
-
+from kvbudget.sim.driver import Driver
+from kvbudget.sim.engine import EngineCore, TokenOutput
+from kvbudget.sim.replica import Replica
+from kvbudget.sim.request import EngineRequest
+from kvbudget.sim.router import Router
 
 #: a queue item: a token, or None when the request ended without one more token (abort)
 TokenQueue = asyncio.Queue[TokenOutput | None]
 
 
+def _keep_nothing(*_args: object) -> None:
+    """A server forgets finished requests (the client has its tokens) and answers a refusal
+    itself (``Driver.submit`` returns it)."""
+
+
 class RealTimeEngine:
-    """Steps an engine core on the wall clock (``speedup`` > 1 runs faster than real time)."""
+    """Drives one replica on the wall clock (``speedup`` > 1 runs faster than real time)."""
 
     def __init__(
         self,
-        core: EngineCoreLike,
+        replica: Replica,
         *,
         speedup: float = 1.0,
         timing_name: str = "unknown",
@@ -67,7 +56,10 @@ class RealTimeEngine:
     ) -> None:
         if speedup <= 0:
             raise ValueError(f"speedup={speedup} must be > 0")
-        self.core = core
+        self.replica = replica
+        self.driver = Driver(
+            [replica], Router("round_robin"), on_finish=_keep_nothing, on_reject=_keep_nothing
+        )
         self.speedup = speedup
         self.timing_name = timing_name
         self._clock = clock
@@ -80,12 +72,18 @@ class RealTimeEngine:
         #: the last engine failure (requests in flight then end with an error), or None
         self.error: str | None = None
 
+    @property
+    def core(self) -> EngineCore:
+        """The replica's engine core (stats, prefix-cache reset)."""
+        return self.replica.core
+
     def sim_now_s(self) -> float:
         return (self._clock() - self._start) * self.speedup
 
     async def start(self) -> None:
         if self._task is None:
-            self._start = self._clock()
+            # the driver's clock goes on from where it is (0 on the first start)
+            self._start = self._clock() - self.driver.now_s / self.speedup
             self._task = asyncio.create_task(self._loop(), name="kvbudget-serve-engine")
 
     async def stop(self) -> None:
@@ -97,10 +95,12 @@ class RealTimeEngine:
         for rid in list(self._queues):
             self.abort(rid)
 
-    def submit(self, req: Any) -> TokenQueue:
-        """Add a request (``ConfigError`` if it can never fit); returns its token queue."""
+    def submit(self, req: EngineRequest) -> TokenQueue:
+        """Add a request now (``ConfigError`` if it can never fit); returns its token queue."""
+        refusal = self.driver.submit(req, self.sim_now_s())
+        if refusal is not None:
+            raise refusal
         queue: TokenQueue = asyncio.Queue()
-        self.core.add_request(req)
         self._queues[req.request_id] = queue
         self._wake.set()
         return queue
@@ -108,7 +108,7 @@ class RealTimeEngine:
     def abort(self, request_id: str) -> bool:
         """Stop a request now and free its blocks (``False`` if it had already finished)."""
         queue = self._queues.pop(request_id, None)
-        freed = self.core.abort_request(request_id)
+        freed = self.driver.abort(request_id)
         if queue is not None:
             queue.put_nowait(None)
         if freed:
@@ -123,15 +123,25 @@ class RealTimeEngine:
     def num_open(self) -> int:
         return len(self._queues)
 
+    async def _wait(self, timeout_s: float | None) -> None:
+        """Until a submission (or ``timeout_s`` of wall time)."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout_s)
+
     async def _loop(self) -> None:
-        core = self.core
+        driver = self.driver
         while True:
-            if not core.has_work():
-                self._wake.clear()
-                await self._wake.wait()
+            due_s = driver.next_event_s()
+            if due_s is None:  # idle: the next submission starts a step
+                await self._wait(None)
+                continue
+            now_s = self.sim_now_s()
+            if due_s > now_s:  # e.g. only KV reloads in flight: wait for them or an arrival
+                await self._wait((due_s - now_s) / self.speedup)
                 continue
             try:
-                result = core.step(self.sim_now_s())
+                out = driver.step(now_s)
             except Exception as exc:  # a simulator bug must not hang every client
                 self.error = f"{type(exc).__name__}: {exc}"
                 print(f"kvbudget serve: engine step failed: {self.error}", file=sys.stderr)
@@ -139,12 +149,12 @@ class RealTimeEngine:
                     self.abort(rid)
                 await asyncio.sleep(0.01)
                 continue
+            if out.replica is None:
+                continue  # a superseded step event
             self.num_steps += 1
-            if result.duration_s > 0:
-                await asyncio.sleep(result.duration_s / self.speedup)
-            elif not result.outputs:
-                await asyncio.sleep(0.001)  # nothing computable now (e.g. KV reloading)
-            for tok in result.outputs:
+            # the step's tokens exist at its end; sleeping also lets the HTTP handlers run
+            await asyncio.sleep(max(0.0, (out.end_s - self.sim_now_s()) / self.speedup))
+            for tok in out.outputs:
                 queue = self._queues.get(tok.request_id)
                 if queue is not None:
                     queue.put_nowait(tok)

@@ -2,9 +2,17 @@
 
 Every simulated path steps its replicas here: the cluster (:mod:`kvbudget.sim.cluster`),
 accept's simulated target (one cell per :meth:`Driver.run`, on the same replica so its cache
-carries over) and the audit's simulated probe (one request at a time). ``kvbudget serve``
-steps the same replica's engine core from an asyncio loop on the wall clock instead
-(:mod:`kvbudget.serve.engine` says why: live arrivals, client aborts, per-token streaming).
+carries over), the audit's simulated probe (one request at a time) and ``kvbudget serve``
+(:mod:`kvbudget.serve.engine`, an async shell over the step-wise API below).
+
+Two ways in, one set of primitives. :meth:`Driver.run` feeds a request stream and loops over
+the event queue; the step-wise API is for a caller that learns of its requests as they come
+(a server): :meth:`Driver.submit` (an arrival now: routed, admitted or refused),
+:meth:`Driver.abort` (a client gone: its blocks are freed now), :meth:`Driver.next_event_s`
+(when the next replica step is due) and :meth:`Driver.step` (handle that event, returning a
+:class:`StepOutcome` with the step's tokens, finishes and refusals). Both go through the same
+``_dispatch`` (every event), ``_step`` (the only place a replica is stepped and its finished
+requests handed out) and ``_route`` (the only place a request is admitted or refused).
 
 Events (``(time_s, priority, seq)``, see :mod:`kvbudget.sim.events`): arrivals (pulled one at
 a time from the request stream, which must come in arrival order), replica steps (a replica
@@ -25,79 +33,33 @@ request releases the next one, which arrives when the step that finished it ends
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
-from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
-from kvbudget.sim.lifecycle import (
-    Crash,
-    LifecycleStats,
-    ScaleIn,
-    continuation,
-    retry,
-    streamed_outputs,
+from kvbudget.sim.drive_types import (
+    BuildReplica,
+    DriveOptions,
+    DriveOutcome,
+    OnFinish,
+    OnNotRun,
+    OnReject,
+    OnSample,
+    OnStep,
+    Rejection,
+    RequestFeed,
+    ScaleOut,
+    StepOutcome,
 )
+from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
+from kvbudget.sim.lifecycle import Crash, LifecycleStats, ScaleIn, after_crash, at_deadline
 from kvbudget.sim.prefix import block_hashes
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
 from kvbudget.sim.router import Router, RouteRequest
 
-OnFinish = Callable[[SimRequest, Replica], None]
-OnReject = Callable[[EngineRequest, Replica, KvbudgetError], None]
-OnNotRun = Callable[[EngineRequest], None]
-OnStep = Callable[[Replica, int, float, float], None]
-OnSample = Callable[[Replica, float], None]
-BuildReplica = Callable[[ReplicaSetup, float], Replica]
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleOut:
-    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache.
-
-    ``warmup_s``: the router then shifts traffic to it gradually: during the warm-up a request
-    may go to it only if its request id's share (crc32 / 2**32) is below the elapsed fraction
-    of the warm-up, so about that fraction of the traffic is eligible for it.
-    """
-
-    at_s: float
-    setup: ReplicaSetup
-    cold_start_s: float = 60.0
-    warmup_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class DriveOptions:
-    """How one :meth:`Driver.run` feeds its requests and when it stops."""
-
-    #: closed loop: this many requests in flight; the next one arrives when one finishes
-    concurrency: int | None = None
-    #: closed loop: no request is released once a step ends at or after this time
-    admit_until_s: float | None = None
-    #: stop at this simulated time; what is still in flight is left in the replicas
-    max_simulated_s: float | None = None
-    #: sample every replica's state this often (simulated seconds), from the first event on
-    sample_every_s: float | None = None
-    #: first sample time (the timeline's origin when driving several runs on one replica)
-    start_s: float = 0.0
-    #: a runaway guard: more engine steps than this raise ``SimulationError``
-    max_steps: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DriveOutcome:
-    """What one run did (its requests went to the callbacks)."""
-
-    #: time of the last event handled (the horizon when it was reached)
-    now_s: float
-    #: end of the last engine step or the last arrival, whichever is later (``start_s`` when
-    #: nothing happened): where the run's own timeline ends, samples aside
-    last_activity_s: float
-    num_events: int
-    num_steps: int
-    hit_horizon: bool
-    num_arrived: int
+__all__ = ["DriveOptions", "DriveOutcome", "Driver", "OnStep", "ScaleOut", "StepOutcome"]
 
 
 def _sample(rep: Replica, now_s: float) -> None:
@@ -109,7 +71,8 @@ def _default_build(setup: ReplicaSetup, ready_s: float) -> Replica:
 
 
 class Driver:
-    """Replicas behind a router; :meth:`run` feeds them a stream of requests."""
+    """Replicas behind a router; :meth:`run` feeds them a stream of requests, or a caller
+    drives them step by step (:meth:`submit`, :meth:`abort`, :meth:`step`)."""
 
     def __init__(
         self,
@@ -135,18 +98,94 @@ class Driver:
         self.build = build
         self.num_finished = 0
         self.num_rejected = 0
+        #: engine steps over the driver's life (every run and every :meth:`step`)
+        self.num_steps = 0
         #: what scale-in, migration and crashes cost (kvbudget.sim.lifecycle)
         self.lifecycle = LifecycleStats()
+        #: the time of the last event handled (the step-wise API's clock)
+        self.now_s = 0.0
+        self._queue: EventQueue[tuple[str, Any]] = EventQueue()
+        # what the current run set (run() only; the step-wise API has no feed)
+        self._feed: RequestFeed | None = None
+        self._max_steps: int | None = None
+        self._step_limit: int | None = None
+        self._sample_every_s: float | None = None
+        self._last_end = 0.0
+        self._num_arrived = 0
+        # step(): where this event's finishes and refusals are collected
+        self._collect: tuple[list[SimRequest], list[Rejection]] | None = None
 
-    def _drain(self, rep: Replica) -> None:
-        done = rep.core.finished
-        if done:
-            on_finish = self.on_finish
-            for req in done:
-                on_finish(req, rep)
-            self.num_finished += len(done)
-            done.clear()
+    # ------------------------------------------------------------------ the step-wise API
+    def submit(self, request: Any, now_s: float) -> KvbudgetError | None:
+        """A request arrives at ``now_s`` (not before the last event handled): route it now.
 
+        Returns ``None`` when a replica admitted it (a replica that was idle gets a step
+        event at ``now_s``), else the refusal (also given to ``on_reject``).
+        """
+        self._advance_clock(now_s)
+        return self._route(as_engine_request(request), now_s)
+
+    def abort(self, request_id: str) -> bool:
+        """The client is gone: drop the request now and free its blocks (``False`` if no
+        replica holds it). It is handed to ``on_finish`` at once (``finish_reason`` "abort");
+        tokens of the step in flight for it are dropped by the caller."""
+        for rep in self.replicas:
+            if request_id in rep.core.requests:
+                if rep.fast is not None:
+                    raise ConfigError(
+                        "abort: the replica runs the lazy-decode fast path; build it with "
+                        "fast_path=False",
+                        field="fast_path",
+                    )
+                rep.core.abort_request(request_id)
+                self._drain(rep)
+                return True
+        return False
+
+    def next_event_s(self) -> float | None:
+        """When the next event is due (``None``: nothing is pending; a submission restarts)."""
+        return self._queue.peek_time()
+
+    def step(self, now_s: float) -> StepOutcome:
+        """Handle the next event if it is due by ``now_s``, as if at ``now_s``.
+
+        A caller on the wall clock comes to a step at or after its due time; the step starts
+        when it comes (its state change now, its tokens at ``end_s``). Nothing due: an outcome
+        with ``kind == ""``. A step that raises leaves its replica idle (the next submission
+        restarts it).
+        """
+        queue = self._queue
+        due = queue.peek_time()
+        if due is None or due > now_s:
+            return StepOutcome("", now_s, now_s)
+        self._advance_clock(now_s)
+        _t, _p, _s, (kind, payload) = queue.pop()
+        finished: list[SimRequest] = []
+        rejected: list[Rejection] = []
+        self._collect = (finished, rejected)
+        try:
+            end = self._dispatch(kind, payload, now_s)
+        except BaseException:
+            if kind == "step":
+                self.replicas[payload[0]].busy = False
+            raise
+        finally:
+            self._collect = None
+        if end is None:
+            return StepOutcome(kind, now_s, now_s, None, (), finished, rejected)
+        index = payload[0]
+        outputs = self.replicas[index].last_outputs
+        return StepOutcome(kind, now_s, end, index, outputs, finished, rejected)
+
+    def _advance_clock(self, now_s: float) -> None:
+        if now_s < self.now_s:
+            raise SimulationError(
+                f"driver: time went back from {self.now_s:g} s to {now_s:g} s; the step-wise "
+                "API needs a clock that never goes back"
+            )
+        self.now_s = now_s
+
+    # ------------------------------------------------------------------ the event loop
     def run(
         self,
         requests: Iterable[Any],
@@ -158,42 +197,24 @@ class Driver:
         """Feed ``requests`` (in arrival order) and step until done or the horizon.
 
         ``events``: scale-in and crashes (:mod:`kvbudget.sim.lifecycle`); the replicas they
-        name must run the explicit engine (no lazy-decode fast path).
+        name must run the explicit engine (no lazy-decode fast path). A run starts a fresh
+        event queue (do not mix it with the step-wise API on one driver).
         """
         opts = options or DriveOptions()
-        stream: Iterator[Any] = iter(requests)
         replicas = self.replicas
-        queue: EventQueue[tuple[str, Any]] = EventQueue()
-        closed = opts.concurrency
-        last_arrival = float("-inf")
-
-        def pull() -> EngineRequest | None:
-            nonlocal last_arrival
-            raw = next(stream, None)
-            if raw is None:
-                return None
-            req = as_engine_request(raw)
-            if req.arrival_s < last_arrival:
-                raise ConfigError(
-                    f"request {req.request_id}: arrives at {req.arrival_s:g} s, before the "
-                    f"previous request ({last_arrival:g} s); a request stream must be in arrival "
-                    "order (sort it, or pass a list to kvbudget.sim.cluster.simulate)",
-                    field="requests",
-                )
-            last_arrival = req.arrival_s
-            return req
-
-        num_arrived = 0
+        self._queue = queue = EventQueue[tuple[str, Any]]()
+        feed = RequestFeed(requests, opts, self.num_finished + self.num_rejected)
+        closed = feed.closed
         if closed is not None:
             if closed < 1:
                 raise ConfigError(f"concurrency: must be >= 1, got {closed}", field="concurrency")
             for _ in range(closed):
-                req = pull()
+                req = feed.pull()
                 if req is None:
                     break
                 queue.push(req.arrival_s, PRIO_ARRIVAL, ("arrival", req))
         else:
-            first = pull()
+            first = feed.pull()
             if first is not None:
                 queue.push(first.arrival_s, PRIO_ARRIVAL, ("arrival", first))
         for scale in scale_out:
@@ -215,187 +236,191 @@ class Driver:
             queue.push(event.at_s, PRIO_SCALE, (kind, event))
         if opts.sample_every_s:
             queue.push(opts.start_s, PRIO_SAMPLE, ("sample", None))
+        self._feed = feed
+        self._sample_every_s = opts.sample_every_s
+        self._max_steps = opts.max_steps
+        start_steps = self.num_steps
+        self._step_limit = None if opts.max_steps is None else start_steps + opts.max_steps
+        self._last_end = opts.start_s  # end of the last step or the last arrival
+        self._num_arrived = 0
         horizon = opts.max_simulated_s
-        admit_until = opts.admit_until_s
-        max_steps = opts.max_steps
-        on_step = self.on_step
+        dispatch = self._dispatch
         now = opts.start_s
-        last_end = opts.start_s  # end of the last step or the last arrival
         num_events = 0
-        num_steps = 0
-        released = self.num_finished + self.num_rejected  # closed loop: finishes seen
         hit_horizon = False
-        while len(queue):
-            now, _prio, _seq, (kind, payload) = queue.pop()
-            if horizon is not None and now > horizon:
-                if kind in ("arrival", "rearrival"):
-                    queue.push(now, PRIO_ARRIVAL, (kind, payload))  # reported as not run below
-                now = horizon
-                hit_horizon = True
-                break
-            num_events += 1
-            if kind == "step":
-                index, gen = payload
-                rep = replicas[index]
-                if gen != rep.step_gen:
-                    continue  # superseded: an arrival restarted this stalled replica
-                duration = rep.step(now)
-                self._drain(rep)
-                num_steps += 1
-                if max_steps is not None and num_steps > max_steps:
-                    raise SimulationError(
-                        f"more than {max_steps} engine steps in one run; shorten the workload"
-                    )
-                end = now + duration
-                rep.step_end_s = end
-                if closed is not None:
-                    done = self.num_finished + self.num_rejected
-                    while released < done:
-                        released += 1
-                        if admit_until is not None and end >= admit_until:
-                            continue
-                        nxt = pull()
-                        if nxt is None:
-                            break
-                        queue.push(end, PRIO_ARRIVAL, ("arrival", nxt))
-                    released = done
-                if duration > 0:
-                    last_end = max(last_end, end)
-                    if on_step is not None:
-                        on_step(rep, index, now, duration)
-                    rep.stalled = False
-                    queue.push(end, PRIO_STEP, ("step", payload))
-                else:
-                    wake = rep.wake_s()
-                    if wake is not None and rep.has_work():
-                        # only reloading requests: wake when the first transfer ends (an arrival
-                        # before that restarts the replica at once)
-                        rep.stalled = True
-                        queue.push(max(wake, now), PRIO_STEP, ("step", payload))
-                    else:
-                        rep.busy = False
-            elif kind == "arrival":
-                req = payload
-                num_arrived += 1
-                last_end = max(last_end, now)
-                if closed is None:
-                    nxt = pull()
-                    if nxt is not None:
-                        queue.push(nxt.arrival_s, PRIO_ARRIVAL, ("arrival", nxt))
-                else:
-                    req = replace(req, arrival_s=now)
-                if not self._route(req, now, queue) and closed is not None:
-                    released += 1
-                    if admit_until is None or now < admit_until:
-                        nxt = pull()
-                        if nxt is not None:
-                            queue.push(now, PRIO_ARRIVAL, ("arrival", nxt))
-            elif kind == "rearrival":  # a retry or a migrated session: routed, nothing pulled
-                self._route(payload, now, queue)
-            elif kind == "scale":
-                new = self.build(payload.setup, payload.at_s + payload.cold_start_s)
-                new.warmup_s = payload.warmup_s
-                replicas.append(new)
-            elif kind == "scale_in":
-                replicas[payload.replica].ready_s = float("inf")  # the router skips it
-                queue.push(now + payload.grace_s, PRIO_SCALE, ("scale_in_deadline", payload))
-            elif kind == "scale_in_deadline":
-                self._deadline(replicas[payload.replica], payload, now, queue)
-            elif kind == "crash":
-                self._crash(payload, now, queue)
-            else:  # sample
-                for rep in replicas:
-                    self.on_sample(rep, now)
-                if any(r.has_work() for r in replicas) or len(queue):
-                    assert opts.sample_every_s is not None
-                    at = now + opts.sample_every_s
-                    if not any(r.has_work() for r in replicas):
-                        # idle until the next event: one sample there, not one per interval of
-                        # an idle gap (a tiny rate would otherwise ask for unbounded samples)
-                        at = max(at, queue.peek_time() or at)
-                    queue.push(at, PRIO_SAMPLE, ("sample", None))
+        try:
+            while len(queue):
+                now, _prio, _seq, (kind, payload) = queue.pop()
+                if horizon is not None and now > horizon:
+                    if kind in ("arrival", "rearrival"):
+                        queue.push(now, PRIO_ARRIVAL, (kind, payload))  # reported as not run
+                    now = horizon
+                    hit_horizon = True
+                    break
+                num_events += 1
+                dispatch(kind, payload, now)
+        finally:
+            self._feed = None  # the step-wise API has no feed and no step limit
+            self._step_limit = None
+        self.now_s = max(self.now_s, now)
         if self.on_not_run is not None:
             while len(queue):
                 _t, _p, _s, (kind, payload) = queue.pop()
                 if kind in ("arrival", "rearrival"):
                     self.on_not_run(payload)
-            for raw in stream:
+            for raw in feed.stream:
                 self.on_not_run(as_engine_request(raw))
+        self._queue = EventQueue()  # what a horizon left is dropped, as the run's own
         return DriveOutcome(
             now_s=now,
-            last_activity_s=last_end,
+            last_activity_s=self._last_end,
             num_events=num_events,
-            num_steps=num_steps,
+            num_steps=self.num_steps - start_steps,
             hit_horizon=hit_horizon,
-            num_arrived=num_arrived,
+            num_arrived=self._num_arrived,
         )
 
-    def _evict(self, rep: Replica, now: float) -> list[tuple[SimRequest, int]]:
-        """Every request still on ``rep`` (running first) with the outputs its client has
-        received by ``now``, removed with its blocks freed."""
-        held = list(rep.core.scheduler.running) + list(rep.core.requests.values())
-        seen: set[int] = set()
-        out: list[SimRequest] = []
-        for req in held:
-            if id(req) in seen or req.request_id not in rep.core.requests:
-                continue
-            seen.add(id(req))
-            out.append(req)
-        streamed = [streamed_outputs(req, now, rep.step_end_s) for req in out]
-        for req in out:
-            rep.core.abort_request(req.request_id)
-        rep.core.finished = [r for r in rep.core.finished if r.status != "aborted"]
-        return list(zip(out, streamed, strict=True))
-
-    def _deadline(
-        self, rep: Replica, event: ScaleIn, now: float, queue: EventQueue[tuple[str, Any]]
-    ) -> None:
-        """Scale-in grace over: cancel and retry, or migrate what is left on ``rep``."""
-        stats = self.lifecycle
-        for req, streamed in self._evict(rep, now):
-            if event.on_deadline == "cancel_retry":
-                stats.num_cancelled += 1
-                stats.num_retried += 1
-                stats.duplicated_prefill_tokens += req.num_prompt_tokens
-                stats.duplicated_output_tokens += req.num_output_tokens
-                req.num_output_tokens = streamed  # the record shows what the client received
-                req.finish_reason = "cancelled"
-                req.finish_s = now
-                self.on_finish(req, rep)
-                queue.push(now, PRIO_ARRIVAL, ("rearrival", retry(req)))
-                continue
-            moved = continuation(req, "migrate", streamed)
-            if event.on_deadline == "reprefill":
-                stats.num_migrated_reprefill += 1
-                stats.duplicated_prefill_tokens += moved.num_prompt_tokens
-                queue.push(now, PRIO_ARRIVAL, ("rearrival", moved))
+    def _dispatch(self, kind: str, payload: Any, now: float) -> float | None:
+        """Handle one event at ``now``; returns the end of the replica step it ran, if any."""
+        if kind == "step":
+            return self._step(payload, now)
+        queue = self._queue
+        if kind == "arrival":  # pulled from run()'s stream
+            feed = self._feed
+            assert feed is not None
+            req = payload
+            self._num_arrived += 1
+            self._last_end = max(self._last_end, now)
+            closed = feed.closed
+            if closed is None:
+                nxt = feed.pull()
+                if nxt is not None:
+                    queue.push(nxt.arrival_s, PRIO_ARRIVAL, ("arrival", nxt))
             else:
-                moved = replace(moved, kv_transferred=True)
-                # every context token's KV but the last, which the target recomputes
-                num_bytes = (moved.num_prompt_tokens - 1) * rep.config.kv_bytes_per_token
-                stats.num_migrated_transfer += 1
-                stats.transfer_bytes += num_bytes
-                at = now + num_bytes / event.transfer_bandwidth_bytes_per_s
-                queue.push(at, PRIO_ARRIVAL, ("rearrival", moved))
+                req = replace(req, arrival_s=now)
+            if self._route(req, now) is not None and closed is not None:
+                feed.released += 1
+                if feed.admit_until is None or now < feed.admit_until:
+                    nxt = feed.pull()
+                    if nxt is not None:
+                        queue.push(now, PRIO_ARRIVAL, ("arrival", nxt))
+        elif kind == "rearrival":  # a retry or a migrated session: routed, nothing pulled
+            self._route(payload, now)
+        elif kind == "scale":
+            new = self.build(payload.setup, payload.at_s + payload.cold_start_s)
+            new.warmup_s = payload.warmup_s
+            self.replicas.append(new)
+        elif kind == "scale_in":
+            self.replicas[payload.replica].ready_s = float("inf")  # the router skips it
+            queue.push(now + payload.grace_s, PRIO_SCALE, ("scale_in_deadline", payload))
+        elif kind == "scale_in_deadline":
+            self._deadline(self.replicas[payload.replica], payload, now)
+        elif kind == "crash":
+            self._crash(payload, now)
+        else:  # sample
+            replicas = self.replicas
+            for rep in replicas:
+                self.on_sample(rep, now)
+            if any(r.has_work() for r in replicas) or len(queue):
+                every = self._sample_every_s
+                assert every is not None
+                at = now + every
+                if not any(r.has_work() for r in replicas):
+                    # idle until the next event: one sample there, not one per interval of
+                    # an idle gap (a tiny rate would otherwise ask for unbounded samples)
+                    at = max(at, queue.peek_time() or at)
+                queue.push(at, PRIO_SAMPLE, ("sample", None))
+        return None
+
+    def _step(self, payload: tuple[int, int], now: float) -> float | None:
+        """Step replica ``payload[0]`` at ``now`` (the one place a replica is stepped): hand
+        out what finished, release closed-loop arrivals, chain its next step. Returns the
+        step's end, or ``None`` when the event was superseded."""
+        index, gen = payload
+        rep = self.replicas[index]
+        if gen != rep.step_gen:
+            return None  # superseded: an arrival restarted this stalled replica
+        duration = rep.step(now)
+        self._drain(rep)
+        self.num_steps += 1
+        limit = self._step_limit
+        if limit is not None and self.num_steps > limit:
+            raise SimulationError(
+                f"more than {self._max_steps} engine steps in one run; shorten the workload"
+            )
+        end = now + duration
+        rep.step_end_s = end
+        feed = self._feed
+        queue = self._queue
+        if feed is not None and feed.closed is not None:
+            done = self.num_finished + self.num_rejected
+            admit_until = feed.admit_until
+            while feed.released < done:
+                feed.released += 1
+                if admit_until is not None and end >= admit_until:
+                    continue
+                nxt = feed.pull()
+                if nxt is None:
+                    break
+                queue.push(end, PRIO_ARRIVAL, ("arrival", nxt))
+            feed.released = done
+        if duration > 0 or (rep.fast is None and rep.last_num_scheduled_tokens > 0):
+            # (a zero-cost timing model computes tokens in no time: still a step)
+            self._last_end = max(self._last_end, end)
+            on_step = self.on_step
+            if on_step is not None:
+                on_step(rep, index, now, duration)
+            rep.stalled = False
+            queue.push(end, PRIO_STEP, ("step", payload))
+        else:
+            wake = rep.wake_s()
+            if wake is not None and rep.has_work():
+                # only reloading requests: wake when the first transfer ends (an arrival
+                # before that restarts the replica at once)
+                rep.stalled = True
+                queue.push(max(wake, now), PRIO_STEP, ("step", payload))
+            else:
+                rep.busy = False
+        return end
+
+    def _drain(self, rep: Replica) -> None:
+        done = rep.core.finished
+        if done:
+            on_finish = self.on_finish
+            for req in done:
+                on_finish(req, rep)
+            self.num_finished += len(done)
+            if self._collect is not None:
+                self._collect[0].extend(done)
+            done.clear()
+
+    # ------------------------------------------------------------------ lifecycle events
+    def _deadline(self, rep: Replica, event: ScaleIn, now: float) -> None:
+        """Scale-in grace over: what is left on ``rep`` is cancelled and retried, or migrated."""
+        cancelled, resend = at_deadline(rep, event, now, self.lifecycle)
+        for req in cancelled:
+            self.on_finish(req, rep)
+            if self._collect is not None:
+                self._collect[0].append(req)
+        for at, moved in resend:
+            self._queue.push(at, PRIO_ARRIVAL, ("rearrival", moved))
         rep.busy = False
 
-    def _crash(self, event: Crash, now: float, queue: EventQueue[tuple[str, Any]]) -> None:
+    def _crash(self, event: Crash, now: float) -> None:
         """The pod dies with its KV; the application re-sends its saved contexts."""
         rep = self.replicas[event.replica]
         rep.ready_s = float("inf")
-        stats = self.lifecycle
-        lost = self._evict(rep, now)
+        resend = after_crash(rep, now, self.lifecycle)
         rep.busy = False
         rep.step_gen += 1  # its pending step event is stale now
         self.replicas.append(self.build(rep.setup, now + event.restart_s))
-        for req, streamed in lost:
-            moved = continuation(req, "recover", streamed)
-            stats.num_lost_in_crash += 1
-            stats.duplicated_prefill_tokens += moved.num_prompt_tokens
-            queue.push(now, PRIO_ARRIVAL, ("rearrival", moved))
+        for moved in resend:
+            self._queue.push(now, PRIO_ARRIVAL, ("rearrival", moved))
 
-    def _route(self, req: EngineRequest, now: float, queue: EventQueue[tuple[str, Any]]) -> bool:
-        """Route one arrival; ``False`` when the chosen replica refused it."""
+    # ------------------------------------------------------------------ admission
+    def _route(self, req: EngineRequest, now: float) -> KvbudgetError | None:
+        """Route one arrival (the one place a request is admitted or refused); returns the
+        refusal, or ``None`` when the chosen replica took it."""
         replicas = self.replicas
         router = self.router
         ready = [
@@ -430,10 +455,12 @@ class Driver:
         except KvbudgetError as exc:
             self.num_rejected += 1
             self.on_reject(req, rep, exc)
-            return False
+            if self._collect is not None:
+                self._collect[1].append((req, exc))
+            return exc
         if not rep.busy or rep.stalled:
             rep.busy = True
             rep.stalled = False
             rep.step_gen += 1
-            queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", (idx, rep.step_gen)))
-        return True
+            self._queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", (idx, rep.step_gen)))
+        return None

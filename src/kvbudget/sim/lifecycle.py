@@ -36,10 +36,13 @@ them without the lazy-decode fast path when such events are declared).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kvbudget.errors import ConfigError
 from kvbudget.sim.request import EngineRequest, SimRequest
+
+if TYPE_CHECKING:
+    from kvbudget.sim.replica import Replica
 
 OnDeadline = Literal["cancel_retry", "reprefill", "transfer"]
 
@@ -148,3 +151,69 @@ def continuation(req: SimRequest, tag: str, num_streamed: int) -> EngineRequest:
 def retry(req: SimRequest) -> EngineRequest:
     """The client's retry of the original request (everything recomputed)."""
     return replace(req.spec, request_id=_suffix(req.spec.request_id, "retry"), kv_transferred=False)
+
+
+def evict(rep: Replica, now_s: float) -> list[tuple[SimRequest, int]]:
+    """Every request still on ``rep`` (running first) with the outputs its client has
+    received by ``now_s``, removed with its blocks freed."""
+    held = list(rep.core.scheduler.running) + list(rep.core.requests.values())
+    seen: set[int] = set()
+    out: list[SimRequest] = []
+    for req in held:
+        if id(req) in seen or req.request_id not in rep.core.requests:
+            continue
+        seen.add(id(req))
+        out.append(req)
+    streamed = [streamed_outputs(req, now_s, rep.step_end_s) for req in out]
+    for req in out:
+        rep.core.abort_request(req.request_id)
+    rep.core.finished = [r for r in rep.core.finished if r.status != "aborted"]
+    return list(zip(out, streamed, strict=True))
+
+
+def at_deadline(
+    rep: Replica, event: ScaleIn, now_s: float, stats: LifecycleStats
+) -> tuple[list[SimRequest], list[tuple[float, EngineRequest]]]:
+    """Scale-in grace over: cancel and retry, or migrate what is left on ``rep``.
+
+    Returns the cancelled requests (to report, as the client received them) and the
+    requests to re-send, with the time each arrives, in order.
+    """
+    cancelled: list[SimRequest] = []
+    resend: list[tuple[float, EngineRequest]] = []
+    for req, streamed in evict(rep, now_s):
+        if event.on_deadline == "cancel_retry":
+            stats.num_cancelled += 1
+            stats.num_retried += 1
+            stats.duplicated_prefill_tokens += req.num_prompt_tokens
+            stats.duplicated_output_tokens += req.num_output_tokens
+            req.num_output_tokens = streamed  # the record shows what the client received
+            req.finish_reason = "cancelled"
+            req.finish_s = now_s
+            cancelled.append(req)
+            resend.append((now_s, retry(req)))
+            continue
+        moved = continuation(req, "migrate", streamed)
+        if event.on_deadline == "reprefill":
+            stats.num_migrated_reprefill += 1
+            stats.duplicated_prefill_tokens += moved.num_prompt_tokens
+            resend.append((now_s, moved))
+        else:
+            moved = replace(moved, kv_transferred=True)
+            # every context token's KV but the last, which the target recomputes
+            num_bytes = (moved.num_prompt_tokens - 1) * rep.config.kv_bytes_per_token
+            stats.num_migrated_transfer += 1
+            stats.transfer_bytes += num_bytes
+            resend.append((now_s + num_bytes / event.transfer_bandwidth_bytes_per_s, moved))
+    return cancelled, resend
+
+
+def after_crash(rep: Replica, now_s: float, stats: LifecycleStats) -> list[EngineRequest]:
+    """The pod dies with its KV: the contexts the application re-sends at once, in order."""
+    resend: list[EngineRequest] = []
+    for req, streamed in evict(rep, now_s):
+        moved = continuation(req, "recover", streamed)
+        stats.num_lost_in_crash += 1
+        stats.duplicated_prefill_tokens += moved.num_prompt_tokens
+        resend.append(moved)
+    return resend

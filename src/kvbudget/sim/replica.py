@@ -1,6 +1,6 @@
 """A simulated replica: an engine (fast path or explicit), optional KV tiers, its results.
 
-The replica is stepped by the cluster's event loop (:mod:`kvbudget.sim.cluster`): ``step(now)``
+The replica is stepped by the driver (:mod:`kvbudget.sim.driver`, for every path): ``step(now)``
 runs one engine step and returns its duration; ``wake_s()`` says when a replica with only
 reloading requests can continue. It also answers the router's questions from its real state:
 outstanding requests, KV usage, queued prefill tokens, the prefix it has cached for a prompt.
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.engine import EngineCore, TokenOutput
 from kvbudget.sim.fastpath import FastEngine, fast_path_ok
 from kvbudget.sim.request import SimRequest
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
@@ -149,6 +149,10 @@ class Replica:
         #: generation of the replica's step chain (stale step events are dropped)
         self.step_gen = 0
         self.num_routed = 0
+        #: the explicit engine's last step: its tokens and scheduled tokens (what a caller of
+        #: ``Driver.step`` streams; the lazy-decode fast path leaves them empty)
+        self.last_outputs: list[TokenOutput] = []
+        self.last_num_scheduled_tokens = 0
         self.samples: list[KVSample] = []
         #: request id -> end time of each step that gave it an output token (when
         #: ``setup.record_token_times``); the caller pops a request's entry when it finishes
@@ -173,6 +177,8 @@ class Replica:
         if self.fast is not None:
             return self.fast.step(now_s)
         result = self.core.step(now_s)
+        self.last_outputs = result.outputs
+        self.last_num_scheduled_tokens = result.num_scheduled_tokens
         times = self.token_times
         if times is not None:
             end_s = now_s + result.duration_s  # a step's tokens exist when it ends

@@ -33,7 +33,7 @@ def _with_serve(
             )
         )
         async with ServeApp(
-            built.core, model_name="m", max_model_len=2048, timing_name=built.timing_name
+            built.replica, model_name="m", max_model_len=2048, timing_name=built.timing_name
         ) as app:
             murl = app.base_url + "/metrics" if metrics else None
             endpoint: Literal["completions", "chat"] = "chat" if chat else "completions"
@@ -272,7 +272,7 @@ def _through_gateway(keys: dict[str, str] | None, api_key: str) -> IsolationResu
 
     async def go() -> IsolationResult:
         built = build_engine(ServeEngineOptions(model="m", num_gpu_blocks=512, step_s=0.0005))
-        async with ServeApp(built.core, model_name="m", max_model_len=8192) as app:
+        async with ServeApp(built.replica, model_name="m", max_model_len=8192) as app:
             runner = web.AppRunner(_gateway_app(app.base_url), access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)

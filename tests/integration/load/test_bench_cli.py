@@ -71,7 +71,7 @@ def test_bench_against_kvbudget_serve_is_labelled_simulated(tmp_path: Path) -> N
 
     async def go() -> dict[str, object]:
         built = build_engine(ServeEngineOptions(model="tiny", step_s=0.001, num_gpu_blocks=256))
-        async with ServeApp(built.core, model_name="tiny", max_model_len=2048) as app:
+        async with ServeApp(built.replica, model_name="tiny", max_model_len=2048) as app:
             url = app.base_url
             cfg = RunConfig(
                 base_url=url,

@@ -37,7 +37,7 @@ def serve_url() -> Iterator[str]:
 
     def make() -> ServeApp:
         built = build_engine(ServeEngineOptions(model="tiny", step_s=0.001, num_gpu_blocks=256))
-        return ServeApp(built.core, model_name="tiny", max_model_len=2048)
+        return ServeApp(built.replica, model_name="tiny", max_model_len=2048)
 
     with ThreadServer(make) as server:
         yield server.url

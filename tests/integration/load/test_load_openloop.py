@@ -20,7 +20,7 @@ from kvbudget.serve.build import ServeEngineOptions, build_engine
 def _run(tmp: Path, **cfg_kw: Any) -> tuple[Any, list[RequestRecord]]:
     async def go() -> Any:
         built = build_engine(ServeEngineOptions(model="m", num_gpu_blocks=1024, step_s=0.002))
-        async with ServeApp(built.core, model_name="m", max_model_len=8192) as app:
+        async with ServeApp(built.replica, model_name="m", max_model_len=8192) as app:
             cfg = RunConfig(base_url=app.base_url, model="m", prompt_tokens=8, **cfg_kw)
             return await run_load(cfg, out_dir=tmp)
 

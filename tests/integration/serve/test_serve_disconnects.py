@@ -22,7 +22,7 @@ def test_concurrent_disconnects_free_every_block() -> None:
             ServeEngineOptions(model="m", num_gpu_blocks=4096, step_s=0.02, max_model_len=4096)
         )
         core = built.core
-        async with ServeApp(core, model_name="m", max_model_len=4096) as app:
+        async with ServeApp(built.replica, model_name="m", max_model_len=4096) as app:
             body = {
                 "model": "m",
                 "prompt": " ".join(["ba"] * 100) + " be",

@@ -28,7 +28,7 @@ def test_engine_failure_is_reported_to_clients() -> None:
             return real_step(now_s)
 
         core.step = flaky_step  # type: ignore[method-assign]
-        async with ServeApp(core, model_name="m", max_model_len=8192) as app:
+        async with ServeApp(built.replica, model_name="m", max_model_len=8192) as app:
             async with OpenAIClient(app.base_url, concurrency=2, timeout_s=20) as c:
                 streamed, plain = await asyncio.gather(
                     c.stream(ClientRequest("a", "ba be bi", 50, "m")),

@@ -28,7 +28,7 @@ def _serve(coro: Callable[[ServeApp], Awaitable[Any]], **opts: Any) -> Any:
             )
         )
         async with ServeApp(
-            built.core, model_name="m", max_model_len=2048, timing_name=built.timing_name
+            built.replica, model_name="m", max_model_len=2048, timing_name=built.timing_name
         ) as app:
             return await coro(app)
 

@@ -1,8 +1,8 @@
 """Every simulated path builds the same replica: a TP = 2 MoE model (Qwen3-30B-A3B on 2 x H100).
 
 The paths: ``kvbudget sim`` (a scenario's replica), accept's ``sim`` target, the audit's
-simulated probe (planned) and ``kvbudget serve --gpu``. They used to disagree on KV bytes per
-token (per rank vs per replica) and on MoE active parameters.
+simulated probe (planned) and ``kvbudget serve --gpu`` (the replica its driver steps). They
+used to disagree on KV bytes per token (per rank vs per replica) and on MoE active parameters.
 
 Independent figures, by hand from the model's config.json (48 layers, 4 KV heads, head_dim 128,
 bf16) and its model card:
@@ -25,6 +25,7 @@ from kvbudget.accept.planfile import parse_plan
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.serve.app import ServeApp
 from kvbudget.serve.build import ServeEngineOptions, build_engine
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.scenario import build_cluster, scenario_from_dict
@@ -80,7 +81,11 @@ def _audit_path() -> tuple[ReplicaConfig, StepTimeModel]:
 
 def _serve_path() -> tuple[ReplicaConfig, StepTimeModel]:
     built = build_engine(ServeEngineOptions(model=MODEL, gpu=GPU, tp=2, **LIMITS))
-    return built.config, built.core.timing
+    app = ServeApp(built.replica, model_name=MODEL, max_model_len=built.config.max_model_len)
+    # the replica serve's driver steps (``kvbudget serve --gpu``'s whole path, not started)
+    (replica,) = app.engine.driver.replicas
+    assert replica.core is app.engine.core
+    return replica.config, replica.timing
 
 
 def test_every_path_builds_the_same_tp2_moe_replica() -> None:

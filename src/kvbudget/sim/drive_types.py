@@ -1,0 +1,118 @@
+"""What :class:`kvbudget.sim.driver.Driver` is given and gives back (re-exported there)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvbudget.errors import ConfigError, KvbudgetError
+from kvbudget.sim.engine import TokenOutput
+from kvbudget.sim.replica import Replica, ReplicaSetup
+from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
+
+OnFinish = Callable[[SimRequest, Replica], None]
+OnReject = Callable[[EngineRequest, Replica, KvbudgetError], None]
+OnNotRun = Callable[[EngineRequest], None]
+OnStep = Callable[[Replica, int, float, float], None]
+OnSample = Callable[[Replica, float], None]
+BuildReplica = Callable[[ReplicaSetup, float], Replica]
+Rejection = tuple[EngineRequest, KvbudgetError]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleOut:
+    """Add a replica at ``at_s``; it serves from ``at_s + cold_start_s`` with a cold cache.
+
+    ``warmup_s``: the router then shifts traffic to it gradually: during the warm-up a request
+    may go to it only if its request id's share (crc32 / 2**32) is below the elapsed fraction
+    of the warm-up, so about that fraction of the traffic is eligible for it.
+    """
+
+    at_s: float
+    setup: ReplicaSetup
+    cold_start_s: float = 60.0
+    warmup_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DriveOptions:
+    """How one :meth:`Driver.run` feeds its requests and when it stops."""
+
+    #: closed loop: this many requests in flight; the next one arrives when one finishes
+    concurrency: int | None = None
+    #: closed loop: no request is released once a step ends at or after this time
+    admit_until_s: float | None = None
+    #: stop at this simulated time; what is still in flight is left in the replicas
+    max_simulated_s: float | None = None
+    #: sample every replica's state this often (simulated seconds), from the first event on
+    sample_every_s: float | None = None
+    #: first sample time (the timeline's origin when driving several runs on one replica)
+    start_s: float = 0.0
+    #: a runaway guard: more engine steps than this raise ``SimulationError``
+    max_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DriveOutcome:
+    """What one run did (its requests went to the callbacks)."""
+
+    #: time of the last event handled (the horizon when it was reached)
+    now_s: float
+    #: end of the last engine step or the last arrival, whichever is later (``start_s`` when
+    #: nothing happened): where the run's own timeline ends, samples aside
+    last_activity_s: float
+    num_events: int
+    num_steps: int
+    hit_horizon: bool
+    num_arrived: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one :meth:`Driver.step` handled (``kind`` ``""``: nothing was due)."""
+
+    #: the event: ``"step"`` (a replica step), or ``""`` when no event was due by ``start_s``
+    kind: str
+    start_s: float
+    #: when the step's tokens exist (``start_s`` + its simulated duration); ``start_s`` when
+    #: no replica stepped
+    end_s: float
+    #: index of the replica that stepped (``None``: none did, e.g. a superseded step event)
+    replica: int | None = None
+    #: the step's tokens, one per request that produced one (the explicit engine's
+    #: ``StepResult.outputs``; a lazy-decode fast-path replica reports none)
+    outputs: Sequence[TokenOutput] = ()
+    #: requests that ended in this step (also given to ``on_finish``)
+    finished: Sequence[SimRequest] = ()
+    #: requests refused while handling it (also given to ``on_reject``)
+    rejected: Sequence[Rejection] = ()
+
+
+class RequestFeed:
+    """:meth:`Driver.run`'s request stream: pulled in arrival order, open or closed loop."""
+
+    __slots__ = ("admit_until", "closed", "last_arrival", "released", "stream")
+
+    def __init__(self, requests: Iterable[Any], opts: DriveOptions, released: int) -> None:
+        self.stream: Iterator[Any] = iter(requests)
+        self.closed = opts.concurrency
+        self.admit_until = opts.admit_until_s
+        self.last_arrival = float("-inf")
+        #: closed loop: finishes and refusals seen (each releases the next request)
+        self.released = released
+
+    def pull(self) -> EngineRequest | None:
+        raw = next(self.stream, None)
+        if raw is None:
+            return None
+        req = as_engine_request(raw)
+        if req.arrival_s < self.last_arrival:
+            raise ConfigError(
+                f"request {req.request_id}: arrives at {req.arrival_s:g} s, before the "
+                f"previous request ({self.last_arrival:g} s); a request stream must be in arrival "
+                "order (sort it, or pass a list to kvbudget.sim.cluster.simulate)",
+                field="requests",
+            )
+        self.last_arrival = req.arrival_s
+        return req
