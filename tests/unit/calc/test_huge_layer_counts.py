@@ -155,3 +155,25 @@ def test_layer_count_bound_is_the_model_dimension_bound(tmp_path: Path) -> None:
         Exception, match=r"num_hidden_layers: 2147483648 is beyond the limit of 2,147,483,647"
     ):
         calc_model(str(path), engine="vllm", tokens=16)
+
+
+def test_jamba_attention_every_8th_at_100m_layers(tmp_path: Path) -> None:
+    # Jamba's defaults: attention where i % 8 == 4 (12,500,000 layers), Mamba elsewhere
+    config = {
+        "model_type": "jamba",
+        "architectures": ["JambaForCausalLM"],
+        "num_hidden_layers": N,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    result, peak = traced(lambda: calc_model(str(path), engine="hf", tokens=4096))
+    # transformers: K + V of 8 heads x 128 in bf16 = 4,096 B per token per attention layer; a
+    # Mamba layer keeps a bf16 conv (8,192 channels x kernel 4) and an fp32 state (8,192 x 16)
+    attention, mamba = N // 8, N - N // 8
+    expected = attention * 4096 * 4096 + mamba * (8192 * 4 * 2 + 8192 * 16 * 4)
+    assert result.to_dict()["total_bytes"] == expected
+    assert peak < PEAK_LIMIT_BYTES, peak
