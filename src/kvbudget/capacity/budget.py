@@ -17,7 +17,7 @@ from typing import Any
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.spec.layers import StateLayer
+from kvbudget.spec.layers import StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -135,11 +135,14 @@ def structural_budget(
     runs = list(model.layer_runs())
     per_token = sum(layer.bytes_per_token(elem) * len(indices) for layer, indices in runs)
     per_seq = 0
-    for layer, indices in runs:
-        if isinstance(layer, StateLayer):
-            per_seq += layer.bytes_per_state(state_elem if state_elem != 4 else 2) * len(indices)
-        else:
-            per_seq += layer.bytes_per_sequence(num_tokens, elem) * len(indices)
+    for run, indices in runs:
+        for layer in cache_parts((run,)):  # a parallel hybrid layer: attention and state
+            if isinstance(layer, StateLayer):
+                per_seq += layer.bytes_per_state(state_elem if state_elem != 4 else 2) * len(
+                    indices
+                )
+            else:
+                per_seq += layer.bytes_per_sequence(num_tokens, elem) * len(indices)
     return StructuralBudget(
         bytes_per_token=per_token,
         bytes_per_sequence=per_seq,

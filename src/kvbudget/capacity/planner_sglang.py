@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
+from kvbudget.capacity.layouts.vllm import get_pp_indices, spec_runs, vllm_layer_specs
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -56,12 +56,18 @@ def make_sglang_plan(
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
     specs = [
         (s, indices)
-        for s, indices in vllm_layer_specs(
-            model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
-        ).runs()
+        for s, indices in spec_runs(
+            vllm_layer_specs(model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1)
+        )
         if s.kind != "none"
     ]  # one entry per run of layers, never per layer
-    attn = [(s, r) for s, r in specs if s.kind in ("full", "mla", "sliding", "chunked")]
+    # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
+    # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
+    attn = [
+        (replace(s, block_size=1, page_size_bytes=s.page_size_bytes // s.block_size), r)
+        for s, r in specs
+        if s.kind in ("full", "mla", "sliding", "chunked")
+    ]
     if any(s.kind == "mamba" for s, _ in specs):
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"

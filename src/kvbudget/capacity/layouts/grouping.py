@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from kvbudget.capacity.layouts.base import group_key
-from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices, Runs
+from kvbudget.spec.layer_runs import LayerIndices, Runs
+from kvbudget.spec.layers import ParallelHybrid, cache_parts
 
 T = TypeVar("T")
 
@@ -31,10 +32,24 @@ class Members(Generic[T]):
         return sum(per_layer(item) * len(indices) for item, indices in self.runs)
 
 
+def _listed_runs(items: Sequence[T]) -> list[tuple[T, range]]:
+    """A listed sequence (each item carries its own ``layer_index``) as one-layer runs."""
+    return [(item, range(index, index + 1)) for item in items for index in [item_index(item)]]
+
+
+def item_index(item: object) -> int:
+    index = getattr(item, "layer_index", None)
+    assert isinstance(index, int), item
+    return index
+
+
 def group_by_kind(layers: Sequence[T]) -> list[tuple[tuple[str, int | None], Members[T]]]:
-    """``[((kind, window), members), ...]`` in order of first appearance."""
-    runs = layers if isinstance(layers, Runs) else IndexedRuns.from_items(layers)
+    """``[((kind, window), members), ...]`` in order of first appearance, per run; a parallel
+    hybrid layer (Falcon-H1) counts once in its attention group and once in its state group."""
+    runs = layers.runs() if isinstance(layers, Runs) else _listed_runs(layers)
     groups: dict[tuple[str, int | None], list[tuple[T, range]]] = {}
-    for item, indices in runs.runs():
-        groups.setdefault(group_key(item), []).append((item, indices))
+    for item, indices in runs:
+        parts = cache_parts((item,)) if isinstance(item, ParallelHybrid) else (item,)
+        for part in parts:
+            groups.setdefault(group_key(part), []).append((cast(T, part), indices))
     return [(key, Members(tuple(members))) for key, members in groups.items()]

@@ -13,6 +13,9 @@ Source: ``transformers/cache_utils.py`` (5.x, read in this venv) and the models'
   (Mamba ``[batch, intermediate, d_state]``; GDN ``[batch, v_heads, k_dim, v_dim]``).
 * ``MiniMaxCache.linear_cache``: ``[batch, heads, head_dim, head_dim]`` in the model dtype.
 * KV-shared layers (Gemma-3n consumers) get a ``DummyLayer`` that stores nothing.
+* ``LinearAttentionAndFullAttentionLayer`` (layer type ``"hybrid"``, Falcon-H1): one cache layer
+  holding both a ``DynamicLayer``'s K/V and a ``LinearAttentionLayer``'s conv and recurrent
+  states; its two parts are counted in the full and state groups under the same layer index.
 
 Transformers runs in one process, so ``tp`` and ``pp`` must be 1 (``dp`` counts replicas).
 """

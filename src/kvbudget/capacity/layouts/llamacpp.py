@@ -13,6 +13,9 @@ Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.c
   (``swa_full`` off; ``n_ubatch`` default 512).
 * Recurrent layers (Mamba, gated delta net): f32 conv ``(kernel-1) x channels`` and f32 state per
   sequence. MLA and lightning attention are not modelled (the layout changes between versions).
+* Falcon-H1: ``llama_model::create_memory`` (``src/llama-model.cpp``) builds a
+  ``llama_memory_hybrid`` whose attention and recurrent filters both accept every layer, so each
+  decoder layer has K/V cells and a recurrent state.
 * One ``llama-server`` process: ``tp``/``pp`` are 1; ``dp`` counts servers.
 """
 

@@ -13,6 +13,9 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Mamba-hybrid models keep a separate per-request state pool; here its size is the state shapes of
   vLLM's calculator in the model dtype (conv) and float32 (temporal state; SGLang's
   ``--mamba-ssm-dtype`` default), split by TP.
+* Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
+  every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
+  is counted once in the token pool and once in the state pool.
 """
 
 from __future__ import annotations

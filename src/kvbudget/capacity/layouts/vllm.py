@@ -22,6 +22,10 @@ Sources (paraphrased in ``/work/shared/reference/engines-kv-accounting.md``):
 * Block size (§3.4): 16 by default on CUDA; MLA defaults to 64 here (FlashMLA on Hopper forces a
   multiple of 64; CUTLASS MLA on Blackwell uses 128; pass ``block_size`` to choose).
 
+A parallel hybrid decoder layer (Falcon-H1) gives two specs, its attention and its mamba mixer,
+both under the decoder layer's index (vLLM 0.32 ``models/falcon_h1.py`` names the mixer
+``layers.{num_hidden_layers + i}``; only the counts per kind matter to the grouping).
+
 KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
 as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
 that group layers must skip ``kind == "none"``. The specs come as runs
@@ -30,6 +34,7 @@ that group layers must skip ``kind == "none"``. The specs come as runs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -44,8 +49,15 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import MAX_LISTED_LAYERS
 from kvbudget.spec.layer_runs import IndexedRuns, LayerSeq
-from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
+from kvbudget.spec.layers import (
+    MLA,
+    CacheLayer,
+    FullAttention,
+    StateLayer,
+    cache_parts,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -182,8 +194,9 @@ def vllm_layer_specs(
     mamba_state_bytes: int | None = None,
     align_to_block_size: bool = False,
     mamba2_checkpoint_blocks: int = 0,
-) -> IndexedRuns[VllmLayerSpec]:
-    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs).
+) -> Sequence[VllmLayerSpec]:
+    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs;
+    listed one by one for parallel-hybrid models, whose layers give two specs each).
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
     ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
@@ -203,14 +216,23 @@ def vllm_layer_specs(
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
-    layers = model_layers[start:end]
     distinct = model_layers.distinct()
+    # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
+    hybrid = any(layer.kind == "hybrid" for layer in distinct)
+    if hybrid and spec.num_layers > MAX_LISTED_LAYERS:
+        raise ConfigError(
+            f"num_hidden_layers: {spec.num_layers:,} parallel-hybrid layers are beyond "
+            f"{MAX_LISTED_LAYERS:,} for the vllm layout (its two specs per layer are still listed "
+            "one by one; docs/limits.md); use --engine hf or sglang",
+            field="num_hidden_layers",
+        )
+    model_parts = cache_parts(distinct)
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
-    has_mla = any(layer.kind == "mla" for layer in distinct)
+    has_mla = any(layer.kind == "mla" for layer in model_parts)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in distinct if isinstance(layer, StateLayer)]
-    attns = [layer for layer in distinct if isinstance(layer, FullAttention | MLA)]
+    states = [layer for layer in model_parts if isinstance(layer, StateLayer)]
+    attns = [layer for layer in model_parts if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
             mamba_page_bytes(s, state_bytes, tp, mamba_ssm_state_bytes) for s in states
@@ -226,9 +248,10 @@ def vllm_layer_specs(
         if block_size is None or block_size < raised:
             attn_block = raised
         mamba_page_padded = attn_block * per_token
-    specs = layers.map(
-        lambda layer, index: _one(
-            replace(layer, layer_index=index),
+
+    def one(layer: CacheLayer) -> VllmLayerSpec:
+        return _one(
+            layer,
             dtype,
             tp,
             attn_block,
@@ -238,8 +261,19 @@ def vllm_layer_specs(
             mamba_cache_mode,
             mamba2_checkpoint_blocks,
         )
-    )
+
+    layers = model_layers[start:end]
+    if hybrid:  # two specs under one layer index: listed (bounded above)
+        return [one(part) for part in cache_parts(layers)]
+    specs = layers.map(lambda layer, index: one(replace(layer, layer_index=index)))  # type: ignore[arg-type]
     return IndexedRuns(specs.blocks, base=specs.base)
+
+
+def spec_runs(specs: Sequence[VllmLayerSpec]) -> list[tuple[VllmLayerSpec, range]]:
+    """``(spec, indices)`` per run (runs as they are; a listed sequence one spec at a time)."""
+    if isinstance(specs, IndexedRuns):
+        return list(specs.runs())
+    return [(s, range(s.layer_index, s.layer_index + 1)) for s in specs]
 
 
 #: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
@@ -264,7 +298,7 @@ def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
 
 
 def _one(
-    layer: LayerSpec,
+    layer: CacheLayer,
     dtype: KvDtype,
     tp: int,
     block: int,
