@@ -177,3 +177,20 @@ def test_jamba_attention_every_8th_at_100m_layers(tmp_path: Path) -> None:
     expected = attention * 4096 * 4096 + mamba * (8192 * 4 * 2 + 8192 * 16 * 4)
     assert result.to_dict()["total_bytes"] == expected
     assert peak < PEAK_LIMIT_BYTES, peak
+
+
+def test_falcon_h1_parallel_hybrid_at_100m_layers(tmp_path: Path) -> None:
+    catalog = Path(__file__).resolve().parents[3] / "src" / "kvbudget" / "spec" / "catalog"
+    raw = json.loads((catalog / "models" / "transformers-defaults--falcon_h1.json").read_text())
+    config = {**raw.get("config", raw), "num_hidden_layers": N}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    result, peak = traced(lambda: calc_model(str(path), engine="hf", tokens=4096))
+    # every layer: K + V of 8 heads x 128 in bf16 (4,096 B per token) and a Mamba-2 state: bf16
+    # conv of (1,024 + 2 x 1 x 256) channels x kernel 4, fp32 ssm of 128 heads x 8 x 256
+    per_layer = 4096 * 4096 + (1024 + 2 * 256) * 4 * 2 + 128 * 8 * 256 * 4
+    assert result.to_dict()["total_bytes"] == N * per_layer
+    assert peak < PEAK_LIMIT_BYTES, peak
+    # the vllm layout still lists a hybrid layer's two specs: a one-line refusal past 10,000
+    with pytest.raises(Exception, match=r"parallel-hybrid layers are beyond 10,000"):
+        calc_model(str(path), engine="vllm", tokens=4096)
