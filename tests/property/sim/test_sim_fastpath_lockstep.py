@@ -11,6 +11,13 @@ one full-attention group to Gemma-2 (1 sliding : 1 full) and Gemma-3 (5 sliding 
 styles, a sliding-only (Mistral-style) model, two windows, and a state (Mamba-style) group, with
 windows from 1 token to more than the longest request. With several groups the per-request
 block tables (null blocks where the window released a block) and the hash table are compared too.
+
+KV tiers are drawn as well (a CPU tier, offload or write-through, optionally a disk tier below it,
+small enough to evict, with links slow and fast enough that reloads are both declined and taken
+and last several steps; preemption then swaps to the CPU tier): every tier's blocks in LRU order,
+link times and counters are compared after every step, and so is when a stalled replica wakes.
+A ``long_prefill_token_threshold`` is drawn too (a later, shorter prompt then starts decoding
+while an earlier one still prefills ahead of it).
 """
 
 from __future__ import annotations
@@ -142,6 +149,7 @@ Requests = list[tuple[int, int, int, int, int | None, bool, int | None, int]]
     layout=st.sampled_from(LAYOUTS),
     window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
     tier=st.one_of(st.none(), TIERS),
+    threshold=st.sampled_from([0, 0, 3, 8]),  # long_prefill_token_threshold
 )
 def test_fast_path_in_lockstep_with_engine(
     reqs: Requests,
@@ -151,8 +159,9 @@ def test_fast_path_in_lockstep_with_engine(
     layout: str,
     window: int,
     tier: TierDraw | None,
+    threshold: int,
 ) -> None:
-    _lockstep(reqs, num_blocks, block_size, caching, layout, window, tier)
+    _lockstep(reqs, num_blocks, block_size, caching, layout, window, tier, threshold=threshold)
 
 
 @settings(max_examples=100, deadline=None)
@@ -215,6 +224,8 @@ def _lockstep(
     window: int,
     tier: TierDraw | None,
     budget: int = 24,
+    *,
+    threshold: int = 0,
 ) -> None:
     groups = _groups(layout, window)
     base = ReplicaConfig(
@@ -223,6 +234,7 @@ def _lockstep(
         kv_groups=groups,
         max_num_seqs=4,
         max_num_batched_tokens=budget,
+        long_prefill_token_threshold=threshold,
         max_model_len=256,
         kv_bytes_per_token=KV_BYTES_PER_TOKEN,
     )

@@ -163,15 +163,27 @@ def _assert_same(
     return res.tier_stats
 
 
+@pytest.mark.parametrize("threshold", [4, 16])
+@pytest.mark.parametrize("layout", ["dense", "gemma2"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_with_a_long_prefill_threshold(
+    seed: int, layout: str, threshold: int
+) -> None:
+    """vLLM's long_prefill_token_threshold caps each prefill chunk, so a later, shorter prompt
+    can start decoding while an earlier one still prefills ahead of it in running order (the
+    fast path then steps EngineCore until the order is decoders first again)."""
+    groups = _gemma(1, 8) if layout == "gemma2" else (KVGroupConfig(),)
+    cfg = _cfg(seed, groups).model_copy(update={"long_prefill_token_threshold": threshold})
+    _assert_same(seed, cfg)
+
+
 def test_fast_path_not_used_where_it_would_differ() -> None:
     base = {"num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64}
     assert not fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
     assert not fast_path_ok(
         ReplicaConfig.model_validate({**base, "max_num_seqs": 64, "max_num_batched_tokens": 64})
     )
-    assert not fast_path_ok(
-        ReplicaConfig.model_validate({**base, "long_prefill_token_threshold": 16})
-    )
+    assert fast_path_ok(ReplicaConfig.model_validate(base))
 
 
 @pytest.mark.parametrize("fast", [True, False])
