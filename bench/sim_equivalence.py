@@ -10,11 +10,14 @@ counts -> same digest)::
 
 Scenarios: the issue's workload on the fast path and on the explicit engine; shared prefixes on a
 small pool (evictions, preemptions) with salts and cancellations, fast and explicit; sha256
-hashing; a sliding-window group; a CPU tier; four replicas behind the cost router; no caching.
-Each line: scenario, digest, preemptions, prefix-cache hit tokens, steps (all simulated); the
-last line says whether the shared-prefix scenario gives the same digest on the fast path and on
-the explicit engine (it must: 364,128 hit tokens on both since 2026-11-30; the fast path had
-364,000 before its completed-vs-cancelled free order was fixed).
+hashing; a sliding-window group (fast and explicit, with and without caching); Gemma-3-27B's
+groups on a small pool with salts and cancellations (fast and explicit); a CPU tier; four
+replicas behind the cost router; no caching. Each line: scenario, digest, preemptions,
+prefix-cache hit tokens, steps (all simulated). The last three lines say whether a scenario
+gives the same digest on the fast path and on the explicit engine (it must). The shared-prefix
+one: the fast path once gave 128 fewer hit tokens there, before its completed-vs-cancelled free
+order was fixed on 2026-11-30. ``sliding`` and ``gemma3_small`` run on the fast path since
+2026-12-01; their digests are the ones the explicit engine gave them before.
 """
 
 from __future__ import annotations
@@ -91,6 +94,12 @@ def main() -> None:
             "kv_groups": (KVGroupConfig(), KVGroupConfig(kind="sliding", sliding_window_tokens=256))
         }
     )
+    # Gemma-3-27B at TP 2 (six sliding groups with a 1,024-token window, one full group) on a
+    # pool small enough to preempt
+    _, gemma3, gemma_roofline = plan_replica(
+        PlanRequest(model="google/gemma-3-27b-it", gpu="H100-SXM", tp=2)
+    )
+    gemma3 = gemma3.model_copy(update={"num_gpu_blocks": 3000})
     cpu = TierConfig(name="cpu", capacity_bytes=4 * 2**30, bandwidth_bytes_per_s=2e10)
     mixed: dict[str, Any] = {"shared": True, "salt": True, "cancel": True}
     cases: dict[str, tuple[list[EngineRequest], list[ReplicaSetup], dict[str, Any]]] = {
@@ -116,6 +125,26 @@ def main() -> None:
             {},
         ),
         "sliding": (make_requests(300, 40, 4, shared=True), [ReplicaSetup(sliding, roofline)], {}),
+        "sliding_explicit": (
+            make_requests(300, 40, 4, shared=True),
+            [ReplicaSetup(sliding, roofline, fast_path=False)],
+            {},
+        ),
+        "sliding_nocache": (
+            make_requests(300, 40, 4, shared=True),
+            [ReplicaSetup(sliding.model_copy(update={"enable_prefix_caching": False}), roofline)],
+            {},
+        ),
+        "gemma3_small": (
+            make_requests(300, 20, 8, **mixed),
+            [ReplicaSetup(gemma3, gemma_roofline)],
+            {},
+        ),
+        "gemma3_small_explicit": (
+            make_requests(300, 20, 8, **mixed),
+            [ReplicaSetup(gemma3, gemma_roofline, fast_path=False)],
+            {},
+        ),
         "tier_cpu": (
             make_requests(500, 40, 5, shared=True),
             [ReplicaSetup(small, roofline, tiers=(cpu,))],
@@ -140,6 +169,9 @@ def main() -> None:
     # same workload, fast path vs explicit stepping: must be identical (docs/simulator.md)
     same = digests["shared_small_fast"] == digests["shared_small_explicit"]
     print("shared_small fast == explicit:", "identical" if same else "DIFFERENT", flush=True)
+    for name in ("sliding", "gemma3_small"):
+        same = digests[name] == digests[f"{name}_explicit"]
+        print(f"{name} fast == explicit:", "identical" if same else "DIFFERENT", flush=True)
 
 
 if __name__ == "__main__":

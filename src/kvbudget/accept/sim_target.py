@@ -48,7 +48,7 @@ MAX_STEPS_PER_CELL = 2_000_000
 SAMPLE_EVERY_S = 0.2
 
 
-def _prompt_sha256(prompt_token_ids: tuple[int, ...]) -> str:
+def _prompt_sha256(prompt_token_ids: Sequence[int]) -> str:
     """sha256 of the prompt's token ids as little-endian uint32 (``"ids:"`` prefixed).
 
     Simulated prompts are synthetic token sequences; hashing the ids instead of the decoded text

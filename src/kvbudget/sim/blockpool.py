@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from itertools import islice
+from operator import itemgetter
 from typing import Protocol
 
 from kvbudget.errors import SimulationError
@@ -193,6 +194,8 @@ class BlockPool:
                 f"asked for {num_blocks} blocks with {self._num_free} free; the scheduler "
                 "must check can_allocate first"
             )
+        if num_blocks == 1 and self.on_evict is None and not self._dups:
+            return [self._allocate_one()]
         self._num_free -= num_blocks
         queue = self._queue
         head = self._qhead
@@ -224,7 +227,33 @@ class BlockPool:
             head += left
             self._num_tail_live -= left
             out.extend(taken)
-            if simple:
+            if simple and left > 1:
+                # gather the keys at C level; evict run by run (a dead request's blocks
+                # are usually consecutive in the queue and carry the same pending run)
+                taken_keys = itemgetter(*taken)(keys)
+                num_evicted = left - taken_keys.count(None)
+                for block_id in taken:
+                    inq[block_id] = 0
+                    ref[block_id] = 1
+                if num_evicted:
+                    run = None
+                    num_run = 0
+                    for block_id, key in zip(taken, taken_keys, strict=True):
+                        if key is None:
+                            continue
+                        keys[block_id] = None
+                        if key is run:
+                            num_run += 1
+                        elif key.__class__ is PendingRun:
+                            if run is not None:
+                                run.num_live -= num_run
+                            run = key
+                            num_run = 1
+                        else:
+                            del cached[key]
+                    if run is not None:
+                        run.num_live -= num_run
+            elif simple:
                 for block_id in taken:
                     inq[block_id] = 0
                     ref[block_id] = 1
@@ -273,6 +302,51 @@ class BlockPool:
                     self._evict(block_id)
         return out
 
+    def _allocate_one(self) -> int:
+        """:meth:`allocate` of one block without an eviction hook or duplicate hashes (a
+        decoder crossing a block boundary): the same steps, fewer locals."""
+        self._num_free -= 1
+        ref = self.ref_cnt
+        inq = self._inq
+        front = self._front
+        if front:
+            fgen = self._fgen
+            phantom = self._phantom
+            while front:
+                block_id, gen = front.popleft()
+                if gen != fgen[block_id] or ref[block_id]:
+                    continue  # stale: freed again since, or touched
+                if phantom[block_id]:
+                    phantom[block_id] = False
+                    inq[block_id] -= 1
+                ref[block_id] = 1
+                return block_id  # freed unhashed, and only referenced blocks get a key
+        queue = self._queue
+        head = self._qhead
+        while True:
+            block_id = queue[head]
+            head += 1
+            count = inq[block_id]
+            inq[block_id] = count - 1
+            if count == 1 and not ref[block_id]:
+                break  # else stale: a later entry exists, or the block was touched
+        ref[block_id] = 1
+        self._num_tail_live -= 1
+        keys = self.block_key
+        key = keys[block_id]
+        if key is not None:
+            if key.__class__ is PendingRun:
+                key.num_live -= 1
+            else:
+                del self._cached[key]
+            keys[block_id] = None
+            self.num_evictions += 1
+        if head > self.num_blocks:
+            del queue[:head]  # drop consumed entries (amortized O(1) per entry)
+            head = 0
+        self._qhead = head
+        return block_id
+
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks; unreferenced ones leave the free queue."""
         ref = self.ref_cnt
@@ -302,32 +376,38 @@ class BlockPool:
         ids = list(ordered_block_ids)
         n = len(ids)
         bulk = False
-        if (
-            n
-            and list(map(ref.__getitem__, ids)).count(1) == n
-            and True not in map(phantom.__getitem__, ids)
-            and NULL_BLOCK_ID not in ids
-        ):  # (a block listed twice would hold two references: count(1) rules it out)
-            first = ids[0]
-            if keys[first] is None and None not in map(keys.__getitem__, ids[1:]):
-                # a request's partial last block (freed first) is unhashed: to the front
-                ref[first] = 0
-                fgen[first] += 1
-                phantom[first] = True
-                inq[first] += 1
-                self._front.appendleft((first, fgen[first]))
-                self._num_free += 1
-                ids = ids[1:]
-                n -= 1
-                bulk = True
-            else:
-                bulk = None not in map(keys.__getitem__, ids)
+        if n > 1:
+            # one C-level gather per array (itemgetter of 2+ ids gives a tuple)
+            get = itemgetter(*ids)
+            if (
+                get(ref).count(1) == n and True not in get(phantom) and NULL_BLOCK_ID not in ids
+            ):  # (a block listed twice would hold two references: count(1) rules it out)
+                block_keys = get(keys)
+                first = ids[0]
+                if block_keys[0] is None and None not in block_keys[1:]:
+                    # a request's partial last block (freed first) is unhashed: to the front
+                    ref[first] = 0
+                    fgen[first] += 1
+                    phantom[first] = True
+                    inq[first] += 1
+                    self._front.appendleft((first, fgen[first]))
+                    self._num_free += 1
+                    ids = ids[1:]
+                    n -= 1
+                    bulk = True
+                else:
+                    bulk = None not in block_keys
         if bulk:
             # the common case: each block's last reference, every block hashed, none at the
             # front: all join the tail in the order given
-            for block_id in ids:
-                ref[block_id] = 0
-                inq[block_id] += 1
+            if n > 1 and itemgetter(*ids)(inq).count(0) == n:
+                for block_id in ids:  # no stale entry of these blocks: plain stores
+                    ref[block_id] = 0
+                    inq[block_id] = 1
+            else:
+                for block_id in ids:
+                    ref[block_id] = 0
+                    inq[block_id] += 1
             queue.extend(ids)
             self._num_free += n
             self._num_tail_live += n
@@ -434,10 +514,19 @@ class BlockPool:
             runs.append(run)
             self._num_pending_runs += 1
         num_set = 0
-        for block_id in block_ids:
-            if keys[block_id] is None and block_id != NULL_BLOCK_ID:
+        if (
+            len(block_ids) > 1
+            and NULL_BLOCK_ID not in block_ids
+            and itemgetter(*block_ids)(keys).count(None) == len(block_ids)
+        ):
+            for block_id in block_ids:  # every block new to the table: plain stores
                 keys[block_id] = run
-                num_set += 1
+            num_set = len(block_ids)
+        else:
+            for block_id in block_ids:
+                if keys[block_id] is None and block_id != NULL_BLOCK_ID:
+                    keys[block_id] = run
+                    num_set += 1
         run.num_live += num_set
         if self._num_pending_runs > self._compact_at:
             self._compact_pending()

@@ -153,6 +153,7 @@ class KVCacheManager:
 
     def _remove_skipped(self, req: SimRequest, num_computed_tokens: int) -> None:
         size = self.block_size
+        releases: list[list[int]] = []  # per sliding group, tail first
         for g, kind in enumerate(self.kinds):
             if kind != "sliding":
                 continue
@@ -162,11 +163,34 @@ class KVCacheManager:
             if target <= start:
                 continue
             table = req.block_ids[g]
-            released = table[start:target]
+            releases.append(table[start:target][::-1])
             for i in range(start, target):
                 table[i] = NULL_BLOCK_ID
             req.num_skipped_blocks[g] = target
-            self.pool.free(reversed(released))
+        if releases:
+            self._free_groups(releases)
+
+    def _free_groups(self, releases: list[list[int]]) -> None:
+        """``pool.free(r) for r in releases``, in one call where that is the same.
+
+        Hashed blocks join the free queue's tail in the order given, unhashed ones its head
+        (the last freed first): one call over the groups in order, or in reverse order, when
+        every block is hashed, or none is; otherwise one call per group.
+        """
+        pool = self.pool
+        if len(releases) == 1:
+            pool.free(releases[0])
+            return
+        flat = [b for r in releases for b in r]
+        keys = list(map(pool.block_key.__getitem__, flat))
+        num_unhashed = keys.count(None)
+        if num_unhashed == 0:
+            pool.free(flat)
+        elif num_unhashed == len(flat):
+            pool.free([b for r in reversed(releases) for b in r])
+        else:
+            for r in releases:
+                pool.free(r)
 
     def allocate_slots(
         self,
@@ -259,31 +283,30 @@ class KVCacheManager:
         req.update_block_hashes(num_tokens)
         hashes = req.block_hashes
         start = req.num_cached_blocks
-        cache_block = pool.cache_block
-        table0 = req.block_ids[0]
-        if pool.enable_caching:
+        if pool.enable_caching:  # pool.cache_block on each new full block, inlined
             keys = pool.block_key
             cached = pool._cached
-            for i in range(start, num_full):
-                block_id = table0[i]
-                if block_id == NULL_BLOCK_ID or keys[block_id] is not None:
-                    continue
-                h = hashes[i]
-                keys[block_id] = h
-                if h in cached:
-                    pool._dups.setdefault(h, []).append(block_id)
-                else:
-                    cached[h] = block_id
-        for g in range(1, self.num_groups):
-            table = req.block_ids[g]
-            for i in range(start, num_full):
-                cache_block(table[i], (g, hashes[i]))
+            for g, table in enumerate(req.block_ids):
+                for i in range(start, num_full):
+                    block_id = table[i]
+                    if block_id == NULL_BLOCK_ID or keys[block_id] is not None:
+                        continue
+                    key = hashes[i] if g == 0 else (g, hashes[i])
+                    keys[block_id] = key
+                    if key in cached:
+                        pool._dups.setdefault(key, []).append(block_id)
+                    else:
+                        cached[key] = block_id
         if self.on_cache is not None:
             self.on_cache(hashes[req.num_cached_blocks : num_full])
         req.num_cached_blocks = num_full
 
     def free(self, req: SimRequest) -> None:
         """Release every block of ``req`` (tail first, group by group)."""
-        for table in req.block_ids:
-            self.pool.free(reversed(table))
+        if self.num_groups == 1:
+            self.pool.free(reversed(req.block_ids[0]))
+        else:  # the null block (released sliding slots) is never freed: left out
+            self._free_groups(
+                [[b for b in reversed(t) if b != NULL_BLOCK_ID] for t in req.block_ids]
+            )
         self.init_request(req)

@@ -8,6 +8,8 @@ advancing many at once give identical ids and block hashes.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -29,7 +31,8 @@ class EngineRequest:
     """A request as the engine receives it."""
 
     request_id: str
-    prompt_token_ids: tuple[int, ...]
+    #: a tuple, or an ``array('q')`` (the streamed generator's compact ids): read-only
+    prompt_token_ids: Sequence[int]
     max_output_tokens: int
     arrival_s: float = 0.0
     priority: int = 0
@@ -59,9 +62,10 @@ def as_engine_request(req: Any, *, arrival_s: float | None = None) -> EngineRequ
         return req if arrival_s is None else replace(req, arrival_s=arrival_s)
     if req.__class__ is PlannedRequest:
         # the generator's own type (trace scale): its fields, positionally, same coercions
+        ids = req.prompt_token_ids
         return EngineRequest(
             str(req.request_id),
-            tuple(req.prompt_token_ids),
+            ids if ids.__class__ is array else tuple(ids),  # compact ids stay compact
             int(req.output_tokens),
             float(req.arrival_s) if arrival_s is None else arrival_s,
             int(req.priority or 0),
@@ -154,7 +158,7 @@ class SimRequest:
         """Prompt tokens served from any cache tier at first scheduling."""
         return sum(self.cached_tokens_by_tier.values())
 
-    def token_slice(self, start: int, end: int) -> list[int] | tuple[int, ...]:
+    def token_slice(self, start: int, end: int) -> Sequence[int]:
         """Tokens ``start .. end-1`` (prompt then generated)."""
         prompt = self.spec.prompt_token_ids
         num_prompt = len(prompt)

@@ -289,4 +289,4 @@ def stream_workload(scenario: SimScenario) -> tuple[Iterator[PlannedRequest], in
     """:func:`build_workload`'s requests as a stream, in arrival order (trace scale)."""
     spec: WorkloadSpec = workload_from_dict(scenario.workload)
     rng = np.random.default_rng(scenario.seed)
-    return generate_stream(spec, rng), spec.closed_loop_concurrency
+    return generate_stream(spec, rng, compact_ids=True), spec.closed_loop_concurrency

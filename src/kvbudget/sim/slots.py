@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,7 +55,7 @@ class SlotConfig:
 class SlotRequest:
     request_id: str
     arrival_s: float
-    prompt_token_ids: tuple[int, ...]
+    prompt_token_ids: Sequence[int]
     output_tokens: int
 
 
@@ -91,7 +92,7 @@ class _Slot:
     max_out: int = 0
 
 
-def _lcp(a: list[int], b: tuple[int, ...]) -> int:
+def _lcp(a: list[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -134,7 +135,7 @@ class SlotEngine:
     def has_work(self) -> bool:
         return bool(self.waiting) or any(s.req is not None for s in self.slots)
 
-    def _pick_slot(self, prompt: tuple[int, ...]) -> _Slot | None:
+    def _pick_slot(self, prompt: Sequence[int]) -> _Slot | None:
         idle = [s for s in self.slots if s.req is None]
         if not idle:
             return None

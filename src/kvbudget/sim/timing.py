@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -33,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvbudget.errors import ConfigError
 
 
-@dataclass(frozen=True, slots=True)
-class BatchShape:
-    """What one step computes, aggregated over its requests."""
+class BatchShape(NamedTuple):
+    """What one step computes, aggregated over its requests (a named tuple: built once per
+    simulated step, and a tuple is built at C speed where a frozen dataclass sets each field
+    through ``object.__setattr__``)."""
 
     num_prefill_tokens: int = 0
     #: sum over prefill chunks of n * (c + (n + 1) / 2)

@@ -10,16 +10,19 @@ state layer the row does not describe, leaves the model ``not_applicable`` with 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from kvbudget.errors import SpecError
-from kvbudget.spec.arch_common import ARCH, check_types, summarize
+from kvbudget.spec.arch_common import ARCH, Types, listed_types, nth_types, split_types, summarize
+from kvbudget.spec.arch_hybrid import with_shared_kv
 from kvbudget.spec.fields import FieldReader
+from kvbudget.spec.layer_runs import LayerSeq, Runs
 from kvbudget.spec.layers import (
     MLA,
     ChunkedLocal,
     FullAttention,
-    KVShared,
     LayerSpec,
     NoAttention,
     SlidingWindow,
@@ -117,7 +120,7 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
     return kv, head_dim, v_dim
 
 
-def layer_types(r: FieldReader, traits: Traits, n: int) -> list[str] | None:
+def layer_types(r: FieldReader, traits: Traits, n: int) -> Types | None:
     """``layer_types`` as the config lists it, else derived by the row's pattern."""
     key = traits.layer_types_key
     for candidate in dict.fromkeys((key, "layer_types")):
@@ -128,44 +131,48 @@ def layer_types(r: FieldReader, traits: Traits, n: int) -> list[str] | None:
                     f"{r.prefix}{candidate}: expected a list of strings, got {value!r}",
                     field=candidate,
                 )
-            return check_types(r, list(value), n)
+            return listed_types(r, value, n)
     return derive_types(r, traits.pattern, n)
 
 
-def derive_types(r: FieldReader, pattern: Pattern, n: int) -> list[str] | None:
+def derive_types(r: FieldReader, pattern: Pattern, n: int) -> Types | None:
     kind = pattern.kind
+    types: Types
     if kind == "full":
-        types = [pattern.base if pattern.base != "sliding_attention" else "full_attention"] * n
-        note = f"every layer is {types[0] if types else 'full_attention'}"
+        only = pattern.base if pattern.base != "sliding_attention" else "full_attention"
+        types = Runs.periodic([only], n)
+        note = f"every layer is {only if n else 'full_attention'}"
     elif kind == "window_all":
         window = r.peek("sliding_window")
-        types = ["sliding_attention" if window is not None else "full_attention"] * n
+        types = Runs.periodic(["sliding_attention" if window is not None else "full_attention"], n)
         note = "sliding_window applies to every layer" if window else "no sliding_window: full"
     elif kind == "qwen":
         use = r.get("use_sliding_window", default=False, default_source=ARCH, required=False)
         if not use or r.peek("sliding_window") is None:
-            types = ["full_attention"] * n
+            types = Runs.periodic(["full_attention"], n)
             note = "use_sliding_window is false: every layer is full"
         else:
             first = r.get_int("max_window_layers", default=0, default_source=ARCH) or 0
-            types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+            types = split_types(n, first, "full_attention", "sliding_attention")
             note = f"layers >= max_window_layers ({first}) slide"
     else:
         every = _pattern_n(r, pattern)
         if every is None:
             return None
         if kind == "sliding_unless_nth":
-            types = [pattern.other if (i + 1) % every == 0 else pattern.base for i in range(n)]
+            types = nth_types(n, every, every - 1, pattern.other, pattern.base)
             note = f"layer i is {pattern.other} when (i+1) % {every} == 0, else {pattern.base}"
-            if pattern.last_is_other and types:
-                types[-1] = pattern.other
+            if pattern.last_is_other and n:
+                types = Runs.chain([types[: n - 1], Runs.periodic([pattern.other], 1)])
                 note += "; the last layer is always " + pattern.other
         elif kind == "nth_from_zero":
-            types = [pattern.other if i % every == 0 else pattern.base for i in range(n)]
+            types = nth_types(n, every, 0, pattern.other, pattern.base)
             note = f"layer i is {pattern.other} when i % {every} == 0, else {pattern.base}"
         else:
             offset = r.get_int(pattern.offset_key or "", default=pattern.offset_default)
-            types = [pattern.other if i % every == offset else pattern.base for i in range(n)]
+            types = nth_types(
+                n, every, -1 if offset is None else offset, pattern.other, pattern.base
+            )
             note = f"layer i is {pattern.other} when i % {every} == {offset}"
     r.record("layer_types", summarize(types), ARCH, note=f"derived by the config class: {note}")
     return types
@@ -213,7 +220,7 @@ def mla_layer(r: FieldReader, index: int) -> MLA | None:
     return MLA(index, rank, rope, int(nope or 0), int(v_dim or 0), int(heads))
 
 
-def build_from_traits(r: FieldReader, traits: Traits) -> list[LayerSpec] | None:
+def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | None:
     """Layers of a model described by ``traits`` (None when a required field is missing)."""
     listed = r.peek(traits.layer_types_key)
     if not r.has(key_of(traits, "num_hidden_layers")) and isinstance(listed, list):
@@ -228,20 +235,28 @@ def build_from_traits(r: FieldReader, traits: Traits) -> list[LayerSpec] | None:
     types = layer_types(r, traits, n)
     if types is None:
         return None
-    needs_heads = any(ATTENTION_TYPES.get(t) for t in types) and not traits.mla
+    distinct = types.distinct()
+    needs_heads = any(ATTENTION_TYPES.get(t) for t in distinct) and not traits.mla
     dims = attention_dims(r, traits) if needs_heads else None
     if needs_heads and dims is None:
         return None
-    window = _window(r, types)
+    window = _window(r, distinct)
     chunk = (
         r.get_int("attention_chunk_size", note="chunk of the local layers")
-        if "chunked_attention" in types
+        if "chunked_attention" in distinct
         else None
     )
     per_layer = _per_layer_config(r, n)
-    out: list[LayerSpec] = []
-    for i, t in enumerate(types):
-        own = per_layer.get(i, {})
+    templates: dict[str, LayerSpec] = {}
+    for t, indices in types.runs():
+        if t not in templates:
+            layer = _one(r, traits, indices[0], t, dims, window, chunk)
+            if layer is None:
+                return None
+            templates[t] = layer
+    out = LayerSeq.from_runs(types, lambda t, i: replace(templates[t], layer_index=i))
+    own_layers: dict[int, LayerSpec] = {}
+    for i, own in per_layer.items():
         layer_dims = dims
         if dims is not None and own:
             layer_dims = (
@@ -250,10 +265,12 @@ def build_from_traits(r: FieldReader, traits: Traits) -> list[LayerSpec] | None:
                 int(own.get("v_head_dim", dims[2])),
             )
         layer_window = int(own.get("sliding_window", window)) if window is not None else None
-        layer = _one(r, traits, i, t, layer_dims, layer_window, chunk)
+        layer = _one(r, traits, i, types[i], layer_dims, layer_window, chunk)
         if layer is None:
             return None
-        out.append(layer)
+        own_layers[i] = layer
+    if own_layers:
+        out = out.replaced(own_layers)
     return _share_kv(r, out, types)
 
 
@@ -283,7 +300,7 @@ def _per_layer_config(r: FieldReader, n: int) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _share_kv(r: FieldReader, layers: list[LayerSpec], types: list[str]) -> list[LayerSpec]:
+def _share_kv(r: FieldReader, layers: LayerSeq, types: Types) -> LayerSeq:
     """``num_kv_shared_layers``: the last N layers reuse the KV of the last earlier layer of their type."""
     if not r.has("num_kv_shared_layers"):
         return layers
@@ -302,21 +319,10 @@ def _share_kv(r: FieldReader, layers: list[LayerSpec], types: list[str]) -> list
             f"({len(layers)} layers)",
             field="num_kv_shared_layers",
         )
-    out = list(layers[:first])
-    for i in range(first, len(layers)):
-        earlier = [j for j in range(first) if types[j] == types[i]]
-        if not earlier:
-            raise SpecError(
-                f"{r.prefix}layer_types: shared layer {i} ({types[i]}) has no earlier layer of "
-                "that type",
-                field="layer_types",
-            )
-        source = earlier[-1]
-        out.append(KVShared(i, source, layers[source].kind))
-    return out
+    return with_shared_kv(r, layers, types, first)
 
 
-def _window(r: FieldReader, types: list[str]) -> int | None:
+def _window(r: FieldReader, types: Sequence[str]) -> int | None:
     if not any(ATTENTION_TYPES.get(t) == "sliding" for t in types):
         return None
     return r.get_int("sliding_window", note="window of the sliding layers")

@@ -3,17 +3,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from kvbudget.errors import SpecError
 from kvbudget.spec.arch_common import (
     ARCH,
+    Types,
     attention_dims,
     attention_layers,
     derived_types,
     explicit_types,
+    nth_types,
     num_layers,
     summarize,
 )
 from kvbudget.spec.fields import FieldReader
+from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import (
     FullAttention,
     KVShared,
@@ -22,7 +28,7 @@ from kvbudget.spec.layers import (
 )
 
 
-def build_jamba(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_jamba(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """Jamba: attention when i % attn_layer_period == attn_layer_offset, Mamba elsewhere."""
     n = num_layers(r)
     dims = attention_dims(r)
@@ -37,26 +43,23 @@ def build_jamba(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     assert n and dims and period and hidden and expand and d_state and d_conv
     inner = expand * hidden
     r.derive("mamba_intermediate_size", inner, f"mamba_expand * hidden_size = {expand} * {hidden}")
-    out: list[LayerSpec] = []
-    for i in range(n):
-        if i % period == offset:
-            out.append(FullAttention(i, *dims))
-        else:
-            out.append(
-                StateLayer(
-                    i, "mamba", conv_kernel=d_conv, intermediate_size=inner, state_size=d_state
-                )
-            )
+    at = offset if isinstance(offset, int) and not isinstance(offset, bool) else -1
+    types = nth_types(n, period, at, "attention", "mamba")
+    mamba = StateLayer(0, "mamba", conv_kernel=d_conv, intermediate_size=inner, state_size=d_state)
+    out = LayerSeq.from_runs(
+        types,
+        lambda t, i: FullAttention(i, *dims) if t == "attention" else replace(mamba, layer_index=i),
+    )
     r.record(
         "layer_types",
-        summarize([layer.kind for layer in out]),
+        summarize(types.map(lambda t, _: "full" if t == "attention" else "state")),
         "derived",
         note=f"attention at i % {period} == {offset}",
     )
     return out
 
 
-def build_qwen3_next(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_qwen3_next(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """Qwen3-Next: gated-delta-net linear attention, full attention every Nth layer."""
     n = num_layers(r)
     dims = attention_dims(r)
@@ -68,7 +71,7 @@ def build_qwen3_next(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
         assert interval is not None
         types = derived_types(
             r,
-            ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)],
+            nth_types(n, interval, interval - 1, "full_attention", "linear_attention"),
             f"full every {interval}th",
         )
     kernel = r.get_int("linear_conv_kernel_dim")
@@ -78,26 +81,24 @@ def build_qwen3_next(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     v_dim = r.get_int("linear_value_head_dim")
     if dims is None or None in (kernel, k_dim, k_heads, v_heads, v_dim):
         return None
-    out: list[LayerSpec] = []
-    for i, t in enumerate(types):
-        if t == "linear_attention":
-            out.append(
-                StateLayer(
-                    i,
-                    "gdn",
-                    conv_kernel=kernel or 0,
-                    num_heads=v_heads or 0,
-                    head_dim=v_dim or 0,
-                    num_k_heads=k_heads or 0,
-                    head_k_dim=k_dim or 0,
-                )
-            )
-        else:
-            out.append(FullAttention(i, *dims))
-    return out
+    gdn = StateLayer(
+        0,
+        "gdn",
+        conv_kernel=kernel or 0,
+        num_heads=v_heads or 0,
+        head_dim=v_dim or 0,
+        num_k_heads=k_heads or 0,
+        head_k_dim=k_dim or 0,
+    )
+    return LayerSeq.from_runs(
+        types,
+        lambda t, i: (
+            replace(gdn, layer_index=i) if t == "linear_attention" else FullAttention(i, *dims)
+        ),
+    )
 
 
-def build_minimax(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_minimax(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """MiniMax-Text-01: lightning (linear) attention with softmax attention layers in between."""
     n = num_layers(r)
     dims = attention_dims(r)
@@ -108,19 +109,20 @@ def build_minimax(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     if types is None:
         types = derived_types(
             r,
-            ["full_attention" if (i + 1) % 2 else "linear_attention" for i in range(n)],
+            nth_types(n, 2, 1, "linear_attention", "full_attention"),
             "minimax default alternation",
         )
-    out: list[LayerSpec] = []
-    for i, t in enumerate(types):
-        if t == "linear_attention":
-            out.append(StateLayer(i, "linear", num_heads=int(heads), head_dim=dims[1]))
-        else:
-            out.append(FullAttention(i, *dims))
-    return out
+    return LayerSeq.from_runs(
+        types,
+        lambda t, i: (
+            StateLayer(i, "linear", num_heads=int(heads), head_dim=dims[1])
+            if t == "linear_attention"
+            else FullAttention(i, *dims)
+        ),
+    )
 
 
-def build_gemma3n(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_gemma3n(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """Gemma-3n: sliding/full layers; the last ``num_kv_shared_layers`` reuse earlier KV."""
     n = num_layers(r)
     dims = attention_dims(r)
@@ -130,29 +132,35 @@ def build_gemma3n(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     if types is None:
         types = derived_types(
             r,
-            ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)],
+            nth_types(n, 5, 4, "full_attention", "sliding_attention"),
             "gemma3n: every 5th full",
         )
     shared = r.get_int("num_kv_shared_layers", default=15, default_source=ARCH, required=False) or 0
     base = attention_layers(r, types, dims)
     if base is None:
         return None
-    first_shared = n - shared
-    out: list[LayerSpec] = list(base[:first_shared])
-    unshared = types[:first_shared]
-    for i in range(first_shared, n):
-        t = types[i]
-        if t not in unshared:
+    first_shared = max(0, n - shared)
+    return with_shared_kv(r, base, types, first_shared)
+
+
+def with_shared_kv(r: FieldReader, base: LayerSeq, types: Types, first: int) -> LayerSeq:
+    """Layers ``first..`` reuse the KV of the last earlier layer of their type (per run)."""
+    if first >= len(base):
+        return base
+    sources = types[:first].last_index()
+    shared = types[first:]
+    for t, indices in shared.runs():
+        if t not in sources:
             raise SpecError(
-                f"{r.prefix}layer_types: shared layer {i} ({t}) has no earlier layer of that type",
+                f"{r.prefix}layer_types: shared layer {indices[0]} ({t}) has no earlier layer of "
+                "that type",
                 field="layer_types",
             )
-        source = first_shared - 1 - unshared[::-1].index(t)
-        out.append(KVShared(i, source, base[source].kind))
-    return out
+    tail = LayerSeq.from_runs(shared, lambda t, i: KVShared(i, sources[t], base[sources[t]].kind))
+    return LayerSeq.chain([base[:first], tail])
 
 
-def build_mamba(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_mamba(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """Pure Mamba (``mamba``) and Mamba2 (``mamba2``) models: every layer holds a state.
 
     ``intermediate_size = expand * hidden_size`` (transformers ``MambaConfig``/``Mamba2Config``);
@@ -173,26 +181,28 @@ def build_mamba(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     r.derive("mamba_intermediate_size", inner, f"expand * hidden_size = {expand} * {hidden}")
     if model_type == "mamba":
         r.record("layer_types", f"mamba x{n}", "derived", note="every layer is a Mamba block")
-        return [
-            StateLayer(i, "mamba", conv_kernel=kernel, intermediate_size=inner, state_size=state)
-            for i in range(n)
-        ]
+        return LayerSeq.periodic(
+            [StateLayer(0, "mamba", conv_kernel=kernel, intermediate_size=inner, state_size=state)],
+            n,
+        )
     heads = r.get_int("num_heads")
     head_dim = r.get_int("head_dim", default=64, default_source=ARCH)
     groups = r.get_int("n_groups", default=8, default_source=ARCH)
     if heads is None or head_dim is None or groups is None:
         return None
     r.record("layer_types", f"mamba2 x{n}", "derived", note="every layer is a Mamba2 block")
-    return [
-        StateLayer(
-            i,
-            "mamba2",
-            conv_kernel=kernel,
-            intermediate_size=inner,
-            state_size=state,
-            n_groups=groups,
-            num_heads=heads,
-            head_dim=head_dim,
-        )
-        for i in range(n)
-    ]
+    return LayerSeq.periodic(
+        [
+            StateLayer(
+                0,
+                "mamba2",
+                conv_kernel=kernel,
+                intermediate_size=inner,
+                state_size=state,
+                n_groups=groups,
+                num_heads=heads,
+                head_dim=head_dim,
+            )
+        ],
+        n,
+    )

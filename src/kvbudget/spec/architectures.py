@@ -8,16 +8,19 @@ hold a recurrent state, which reuse another layer's KV. Each builder returns the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kvbudget.errors import SpecError
 from kvbudget.spec.arch_common import (
     ARCH,
+    Types,
     attention_dims,
     attention_layers,
     derived_types,
     explicit_types,
+    nth_types,
     num_layers,
+    split_types,
     summarize,
 )
 from kvbudget.spec.arch_hybrid import (
@@ -28,13 +31,14 @@ from kvbudget.spec.arch_hybrid import (
     build_qwen3_next,
 )
 from kvbudget.spec.fields import FieldReader
+from kvbudget.spec.layer_runs import LayerSeq, Runs
 from kvbudget.spec.layers import (
     MLA,
     LayerSpec,
 )
 
 
-def build_dense(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_dense(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """Llama, Mistral, Mixtral, Qwen2/3, Phi-3, Gemma 1/2/3, gpt-oss: full and sliding layers."""
     n = num_layers(r)
     dims = attention_dims(r)
@@ -48,9 +52,9 @@ def build_dense(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     return attention_layers(r, types, dims)
 
 
-def _default_dense_types(r: FieldReader, model_type: str, n: int) -> list[str] | None:
+def _default_dense_types(r: FieldReader, model_type: str, n: int) -> Types | None:
     if model_type in ("gemma2", "gpt_oss"):
-        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        types = nth_types(n, 2, 1, "full_attention", "sliding_attention")
         return derived_types(
             r, types, f"{model_type}: sliding and full layers alternate (sliding first)"
         )
@@ -60,7 +64,7 @@ def _default_dense_types(r: FieldReader, model_type: str, n: int) -> list[str] |
         )
         if pattern is None:
             return None
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+        types = nth_types(n, pattern, pattern - 1, "full_attention", "sliding_attention")
         return derived_types(
             r, types, f"gemma3: layer i is full when (i+1) % {pattern} == 0, else sliding"
         )
@@ -81,7 +85,7 @@ def _default_dense_types(r: FieldReader, model_type: str, n: int) -> list[str] |
             if window
             else f"{model_type}: no window"
         )
-        return derived_types(r, [kind] * n, note)
+        return derived_types(r, Runs.periodic([kind], n), note)
     window = r.peek("sliding_window")
     if window is not None:
         _unused_window(
@@ -90,7 +94,9 @@ def _default_dense_types(r: FieldReader, model_type: str, n: int) -> list[str] |
             f"{model_type} defines no sliding layers but the config carries sliding_window={window}; kvbudget "
             "keeps every layer full (the larger figure); give --set layer_types=[...] if the window applies",
         )
-    return derived_types(r, ["full_attention"] * n, f"{model_type}: every layer is full attention")
+    return derived_types(
+        r, Runs.periodic(["full_attention"], n), f"{model_type}: every layer is full attention"
+    )
 
 
 def _unused_window(r: FieldReader, window: object, conflict: str) -> None:
@@ -101,7 +107,7 @@ def _unused_window(r: FieldReader, window: object, conflict: str) -> None:
     r.flag_conflict("sliding_window", conflict)
 
 
-def _qwen_types(r: FieldReader, n: int) -> list[str]:
+def _qwen_types(r: FieldReader, n: int) -> Types:
     use = r.get("use_sliding_window", default=False, default_source=ARCH, required=False)
     window = r.peek("sliding_window")
     if not use:
@@ -113,7 +119,9 @@ def _qwen_types(r: FieldReader, n: int) -> list[str]:
                 "(use_sliding_window wins, as in transformers and vLLM)",
             )
         return derived_types(
-            r, ["full_attention"] * n, "use_sliding_window is false: every layer is full"
+            r,
+            Runs.periodic(["full_attention"], n),
+            "use_sliding_window is false: every layer is full",
         )
     first = r.get_int(
         "max_window_layers",
@@ -122,13 +130,13 @@ def _qwen_types(r: FieldReader, n: int) -> list[str]:
         note="layers below this index stay full",
     )
     start = first or 0
-    types = ["sliding_attention" if i >= start else "full_attention" for i in range(n)]
+    types = split_types(n, start, "full_attention", "sliding_attention")
     return derived_types(
         r, types, f"use_sliding_window: layers >= max_window_layers ({start}) slide"
     )
 
 
-def build_llama4(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_llama4(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """Llama 4: RoPE layers use chunked local attention, every 4th (NoPE) layer is full."""
     n = num_layers(r)
     dims = attention_dims(r)
@@ -140,12 +148,13 @@ def build_llama4(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     types = explicit_types(r, n)
     if types is None:
         if r.has("no_rope_layers"):
-            flags = r.get("no_rope_layers")
-            if not isinstance(flags, list) or len(flags) != n:
+            listed = r.get("no_rope_layers")
+            if not isinstance(listed, list) or len(listed) != n:
                 raise SpecError(
-                    f"{r.prefix}no_rope_layers: expected {n} 0/1 entries, got {flags!r}",
+                    f"{r.prefix}no_rope_layers: expected {n} 0/1 entries, got {listed!r}",
                     field="no_rope_layers",
                 )
+            flags: Runs[int] = Runs.from_items(listed)
         else:
             interval = r.get_int(
                 "no_rope_layer_interval",
@@ -154,16 +163,16 @@ def build_llama4(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
                 note="every Nth layer is NoPE/global",
             )
             assert interval is not None
-            flags = [int((i + 1) % interval != 0) for i in range(n)]
+            flags = nth_types(n, interval, interval - 1, "0", "1").map(lambda f, _: int(f))
             r.record(
                 "no_rope_layers",
-                summarize([str(f) for f in flags]),
+                summarize(flags.map(lambda f, _: str(f))),
                 ARCH,
                 note=f"int((i+1) % {interval} != 0)",
             )
-        types = [
-            "chunked_attention" if f and chunk is not None else "full_attention" for f in flags
-        ]
+        types = flags.map(
+            lambda f, _: "chunked_attention" if f and chunk is not None else "full_attention"
+        )
         r.record(
             "layer_types",
             summarize(types),
@@ -173,7 +182,7 @@ def build_llama4(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
     return attention_layers(r, types, dims, chunk=chunk)
 
 
-def build_mla(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
+def build_mla(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     """DeepSeek-V2/V3 (and Kimi-K2): every layer caches one latent of kv_lora_rank + rope dims."""
     n = num_layers(r)
     rank = r.get_int("kv_lora_rank", note="latent cached per token")
@@ -195,10 +204,10 @@ def build_mla(r: FieldReader, model_type: str) -> list[LayerSpec] | None:
             )
     if n is None or rank is None or rope is None:
         return None
-    return [MLA(i, rank, rope, int(nope), int(v_dim), heads or 0) for i in range(n)]
+    return LayerSeq.periodic([MLA(0, rank, rope, int(nope), int(v_dim), heads or 0)], n)
 
 
-Builder = Callable[[FieldReader, str], list[LayerSpec] | None]
+Builder = Callable[[FieldReader, str], Sequence[LayerSpec] | None]
 
 BUILDERS: dict[str, Builder] = {
     **dict.fromkeys(

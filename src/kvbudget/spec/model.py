@@ -1,11 +1,12 @@
-"""``ModelSpec``: the resolved structure of a model, layer by layer, with its provenance."""
+"""``ModelSpec``: the resolved structure of a model, by runs of layers, with its provenance."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import HEAD_KINDS, LayerSpec
 from kvbudget.spec.provenance import LedgerEntry
 
@@ -25,7 +26,9 @@ TORCH_DTYPE_BYTES: dict[str, int] = {
 class ModelSpec:
     """A model's structure as kvbudget understands it.
 
-    ``layers`` has one entry per decoder layer in order (``layer_index`` 0..N-1). MoE fields
+    ``layers`` has one entry per decoder layer in order (``layer_index`` 0..N-1), held as a
+    run-length :class:`~kvbudget.spec.layer_runs.LayerSeq` (a tuple given is compressed), so
+    a config of 10^8 layers costs a few objects; :meth:`layer_runs` walks it per run. MoE fields
     are ``None`` for dense models. ``raw_config`` is the (text) config dict the spec was read
     from; ``ledger`` records where every field came from.
     """
@@ -33,7 +36,7 @@ class ModelSpec:
     model_id: str
     architecture: str
     model_type: str
-    layers: tuple[LayerSpec, ...]
+    layers: Sequence[LayerSpec]
     hidden_size: int | None = None
     num_attention_heads: int | None = None
     vocab_size: int | None = None
@@ -51,6 +54,20 @@ class ModelSpec:
     raw_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     ledger: tuple[LedgerEntry, ...] = field(default=(), compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.layers, LayerSeq):
+            object.__setattr__(self, "layers", LayerSeq.from_items(self.layers))
+
+    @property
+    def layer_seq(self) -> LayerSeq:
+        layers = self.layers
+        assert isinstance(layers, LayerSeq)  # __post_init__ made it one
+        return layers
+
+    def layer_runs(self) -> Iterator[tuple[LayerSpec, range]]:
+        """``(layer, indices)`` per run: ``layer`` is the run's first layer, all alike."""
+        return self.layer_seq.runs()
+
     @property
     def num_layers(self) -> int:
         return len(self.layers)
@@ -64,7 +81,10 @@ class ModelSpec:
 
     def kind_counts(self) -> dict[str, int]:
         """Number of layers of each kind, in first-seen order."""
-        return dict(Counter(layer.kind for layer in self.layers))
+        counts: dict[str, int] = {}
+        for layer, indices in self.layer_runs():
+            counts[layer.kind] = counts.get(layer.kind, 0) + len(indices)
+        return counts
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self.kind_counts())
@@ -72,7 +92,9 @@ class ModelSpec:
     def num_kv_heads(self) -> int | None:
         """KV heads of the head-based attention layers (None if they differ or there are none)."""
         heads = {
-            getattr(layer, "num_kv_heads", 0) for layer in self.layers if layer.kind in HEAD_KINDS
+            getattr(layer, "num_kv_heads", 0)
+            for layer, _ in self.layer_runs()
+            if layer.kind in HEAD_KINDS
         }
         return heads.pop() if len(heads) == 1 else None
 

@@ -187,7 +187,7 @@ def resolve_config(
         model_id=source.model_id,
         architecture=architecture,
         model_type=str(model_type),
-        layers=tuple(layers),
+        layers=layers,
         rules_verified=verified,
         **_other_fields(reader, raw, str(model_type)),
         raw_config=cfg,

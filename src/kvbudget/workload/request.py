@@ -9,6 +9,7 @@ the simulator.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvbudget.workload.tokenizer import decode
@@ -23,7 +24,9 @@ class PlannedRequest:
     - ``request_id``: unique within a workload (``"r000042"``; sessions ``"s0003-t02"``).
     - ``arrival_s``: offset from the start of the run, seconds (>= 0). Closed-loop
       workloads set 0 for every request and let the runner pace them.
-    - ``prompt_token_ids``: token ids of the shared synthetic tokenizer.
+    - ``prompt_token_ids``: token ids of the shared synthetic tokenizer: a tuple, or an
+      ``array('q')`` from the simulator's streamed generator (``compact_ids``: 8 bytes a token,
+      no Python int per token; the same ids, so the same block hashes).
     - ``prompt_text``: the prompt as text, or ``None`` (then use :meth:`text`).
     - ``output_tokens``: tokens to generate (``max_tokens`` with ``ignore_eos``).
     - ``tenant``: tenant name (``"default"`` when the workload has one tenant).
@@ -42,7 +45,7 @@ class PlannedRequest:
 
     request_id: str
     arrival_s: float
-    prompt_token_ids: tuple[int, ...]
+    prompt_token_ids: Sequence[int]
     output_tokens: int
     prompt_text: str | None = None
     tenant: str = "default"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +144,14 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedReques
 DRAW_CHUNK_SESSIONS = 256
 
 
-def generate_stream(spec: WorkloadSpec, rng: np.random.Generator) -> Iterator[PlannedRequest]:
+def generate_stream(
+    spec: WorkloadSpec, rng: np.random.Generator, *, compact_ids: bool = False
+) -> Iterator[PlannedRequest]:
     """The requests of :func:`generate`, one at a time, without holding their prompts.
+
+    ``compact_ids``: generated prompts' ids as ``array('q')`` (8 bytes a token, copied from
+    numpy's draw without a Python int per token) instead of tuples: the same ids in the same
+    order (the simulator's trace-scale path; a trace file's requests stay tuples).
 
     Same requests, same ids, same order: the per-session draws (arrivals, tenants, lengths, ...)
     are made first as in :func:`generate` (a few numbers per session), then the prompt tokens,
@@ -168,7 +175,7 @@ def generate_stream(spec: WorkloadSpec, rng: np.random.Generator) -> Iterator[Pl
             cell_id=spec.cell_id,
         )
         return
-    plan = _SessionPlan(spec, rng, tok, base_seed)
+    plan = _SessionPlan(spec, rng, tok, base_seed, compact_ids=compact_ids)
     if plan.num_sessions and bool(np.any(np.diff(plan.starts) < 0)):
         yield from _generate_sorted(plan, rng)
         return
@@ -179,9 +186,16 @@ class _SessionPlan:
     """The per-session draws of one workload, in :func:`generate`'s order."""
 
     def __init__(
-        self, spec: WorkloadSpec, rng: np.random.Generator, tok: Any, base_seed: int
+        self,
+        spec: WorkloadSpec,
+        rng: np.random.Generator,
+        tok: Any,
+        base_seed: int,
+        *,
+        compact_ids: bool = False,
     ) -> None:
         self.spec = spec
+        self.compact_ids = compact_ids
         self.tok = tok
         turns = spec.sessions.num_turns
         self.turns = turns
@@ -228,20 +242,28 @@ class _SessionPlan:
         group = None if self.groups is None else int(self.groups[s])
         shared = self.builder.shared_part(int(self.tenant_idx[s]), group)
         n_unique = int(self.unique_len[s])
-        unique = tuple(ids_pool[:n_unique].tolist())
         cursor = n_unique
-        dynamic = tuple(self.dynamic_all[s].tolist())
-        ids, reusable = self.builder.compose(shared, dynamic, unique)
+        ids: Sequence[int]
+        if self.compact_ids:
+            dynamic_ids = self.dynamic_all[s]
+            ids, reusable = self._compact_first_turn(shared, dynamic_ids, ids_pool[:n_unique])
+        else:
+            unique = tuple(ids_pool[:n_unique].tolist())
+            dynamic = tuple(self.dynamic_all[s].tolist())
+            ids, reusable = self.builder.compose(shared, dynamic, unique)
         session_id = f"s{s:06d}" if turns > 1 else None
         rows: list[tuple[float, int, int, dict[str, Any]]] = []
         for k in range(turns):
             if k > 0:
                 prev_out = tok.output_ids(ids, int(self.out_len[s, k - 1]))
                 n_user = int(self.user_len[s, k - 1])
-                user = tuple(ids_pool[cursor : cursor + n_user].tolist())
+                user = ids_pool[cursor : cursor + n_user]
                 cursor += n_user
                 reusable = len(ids) + len(prev_out)
-                ids = ids + tuple(prev_out) + user
+                if isinstance(ids, array):
+                    ids = ids + array("q", prev_out) + _compact(user)
+                else:
+                    ids = tuple(ids) + tuple(prev_out) + tuple(user.tolist())
             j = s * turns + k
             arrival_s = float(self.starts[s]) + k * spec.sessions.turn_interval_s
             fields: dict[str, Any] = {
@@ -262,6 +284,16 @@ class _SessionPlan:
             rows.append((arrival_s, k, s, fields))
         return rows
 
+    def _compact_first_turn(
+        self, shared: tuple[int, ...], dynamic: np.ndarray, unique: np.ndarray
+    ) -> tuple[array[int], int]:
+        """:meth:`PromptBuilder.compose`'s layout, as one ``array('q')``."""
+        if not shared and not dynamic.size:
+            return _compact(unique), 0
+        if self.spec.prefix.dynamic_position == "before" and dynamic.size:
+            return _compact(dynamic) + array("q", shared) + _compact(unique), 0
+        return array("q", shared) + _compact(dynamic) + _compact(unique), len(shared)
+
     def sessions(self, rng: np.random.Generator) -> Iterator[list[tuple[float, int, int, Any]]]:
         """Each session's turns in session order, drawing prompt tokens chunk by chunk."""
         for a in range(0, self.num_sessions, DRAW_CHUNK_SESSIONS):
@@ -273,6 +305,13 @@ class _SessionPlan:
                 n = int(lens[s - a])
                 yield self.session(s, pool[offset : offset + n])
                 offset += n
+
+
+def _compact(ids: np.ndarray) -> array[int]:
+    """int64 ids as an ``array('q')``: one copy of the buffer, no Python int per id."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+    return out
 
 
 def _generate_sorted(plan: _SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:

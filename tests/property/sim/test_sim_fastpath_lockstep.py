@@ -6,7 +6,11 @@ the step duration, the free queue in order (so eviction order), the eviction cou
 prefix-cache counters and the finished requests with their reasons. Shared prefixes, client
 cancellations (``cancel_after_tokens``) that coincide with completions, cache salts and small
 pools (preemptions, evictions) and follow-up turns whose prompts repeat an earlier request's
-generated tokens (while it may still be computing them) are all drawn.
+generated tokens (while it may still be computing them) are all drawn, on KV group layouts from
+one full-attention group to Gemma-2 (1 sliding : 1 full) and Gemma-3 (5 sliding : 1 full)
+styles, a sliding-only (Mistral-style) model, two windows, and a state (Mamba-style) group, with
+windows from 1 token to more than the longest request. With several groups the per-request
+block tables (null blocks where the window released a block) and the hash table are compared too.
 """
 
 from __future__ import annotations
@@ -15,27 +19,52 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.config import GroupKind, KVGroupConfig, ReplicaConfig
 from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, generated_token_id
 from kvbudget.sim.timing import FixedTiming
 
+#: KV group layouts: kind per group ("s" sliding with the drawn window, "t" a second window
+#: of half of it, "f" full, "m" a state page)
+LAYOUTS = ("f", "sf", "sssssf", "s", "stf", "fm")
+
+
+def _groups(layout: str, window: int) -> tuple[KVGroupConfig, ...]:
+    kinds: dict[str, GroupKind] = {"f": "full", "s": "sliding", "t": "sliding", "m": "state"}
+    return tuple(
+        KVGroupConfig(
+            kind=kinds[c],
+            sliding_window_tokens={"s": window, "t": max(1, window // 2)}.get(c),
+        )
+        for c in layout
+    )
+
 
 def _state(replica: Replica) -> tuple[object, ...]:
     core = replica.core
-    st_ = core.stats()
     done = sorted(
         (r.spec.request_id, r.finish_reason or "", r.num_output_tokens, r.finish_s)
         for r in replica.finished()
     )
+    if not core.kv.single_full:  # eager hashing: the table and every block table compare
+        tables = sorted(
+            (rid, r.block_ids, r.num_skipped_blocks, r.num_cached_blocks)
+            for rid, r in core.requests.items()
+        )
+        return (*_pool_state(replica), done, tables, dict(core.pool._cached), core.pool._dups)
+    return (*_pool_state(replica), done)
+
+
+def _pool_state(replica: Replica) -> tuple[object, ...]:
+    core = replica.core
+    st_ = core.stats()
     return (
         core.pool.free_block_ids(),
         core.pool.num_evictions,
         st_.prefix_cache_queries_tokens,
         st_.prefix_cache_hits_tokens,
         st_.num_preemptions,
-        done,
     )
 
 
@@ -58,20 +87,35 @@ def _state(replica: Replica) -> tuple[object, ...]:
     num_blocks=st.integers(20, 50),  # for block_size 4; scaled to the same tokens
     block_size=st.sampled_from([1, 2, 4]),
     caching=st.booleans(),
+    layout=st.sampled_from(LAYOUTS),
+    window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
 )
 def test_fast_path_in_lockstep_with_engine(
     reqs: list[tuple[int, int, int, int, int | None, bool, int | None, int]],
     num_blocks: int,
     block_size: int,
     caching: bool,
+    layout: str,
+    window: int,
 ) -> None:
-    cfg = ReplicaConfig(
-        num_gpu_blocks=num_blocks * 4 // block_size,  # every request fits (<= 72 tokens)
+    groups = _groups(layout, window)
+    base = ReplicaConfig(
+        num_gpu_blocks=2,
         block_size=block_size,
+        kv_groups=groups,
         max_num_seqs=4,
         max_num_batched_tokens=24,
         max_model_len=256,
-        enable_prefix_caching=caching,
+    )
+    cfg = base.model_copy(
+        update={
+            # every request fits (<= 72 tokens); per group as many blocks as one full group
+            # would get, so the pool is as tight for a hybrid model as for a dense one
+            "num_gpu_blocks": max(
+                num_blocks * 4 // block_size * len(groups), base.blocks_for_tokens(72) + 1
+            ),
+            "enable_prefix_caching": caching,
+        }
     )
     assert fast_path_ok(cfg)
     prefixes = [tuple(range(100 * p, 100 * p + 8)) for p in range(3)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvbudget.sim.cluster import ClusterSpec, simulate
-from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.config import KVGroupConfig, ReplicaConfig
 from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
@@ -34,16 +34,45 @@ def _workload(seed: int, n: int = 50) -> list[EngineRequest]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_fast_path_equals_explicit_stepping(seed: int) -> None:
-    cfg = ReplicaConfig(
-        num_gpu_blocks=20 + 3 * seed,  # small pools: many preemptions and evictions
+def _gemma(num_sliding: int, window: int) -> tuple[KVGroupConfig, ...]:
+    """Gemma-2 (1 sliding : 1 full) or Gemma-3 (5 sliding : 1 full) style groups."""
+    sliding = KVGroupConfig(kind="sliding", sliding_window_tokens=window)
+    return (sliding,) * num_sliding + (KVGroupConfig(kind="full"),)
+
+
+def _cfg(seed: int, groups: tuple[KVGroupConfig, ...] = (KVGroupConfig(),)) -> ReplicaConfig:
+    base = ReplicaConfig(
+        num_gpu_blocks=2,
         block_size=4,
+        kv_groups=groups,
         max_num_seqs=6,
         max_num_batched_tokens=48,
         max_model_len=256,
-        enable_prefix_caching=seed % 4 != 3,
     )
+    # small pools: many preemptions and evictions (the workload's requests are <= 109 tokens)
+    per_group = 20 + 3 * seed
+    num_blocks = max(per_group * len(groups), base.blocks_for_tokens(109) + 1)
+    return base.model_copy(
+        update={"num_gpu_blocks": num_blocks, "enable_prefix_caching": seed % 4 != 3}
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_path_equals_explicit_stepping(seed: int) -> None:
+    _assert_same(seed, _cfg(seed))
+
+
+@pytest.mark.parametrize("num_sliding", [1, 5])
+@pytest.mark.parametrize("window", [3, 8, 33, 200])  # below, around and above the prompts
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_with_sliding_windows(
+    seed: int, window: int, num_sliding: int
+) -> None:
+    cfg = _cfg(seed, _gemma(num_sliding, window))
+    _assert_same(seed, cfg)
+
+
+def _assert_same(seed: int, cfg: ReplicaConfig) -> None:
     assert fast_path_ok(cfg)
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     runs = []
@@ -70,6 +99,7 @@ def test_fast_path_equals_explicit_stepping(seed: int) -> None:
             )
         )
     assert runs[0] == runs[1]
+    assert runs[0][1]  # the run did something (stats recorded)
 
 
 def test_fast_path_not_used_where_it_would_differ() -> None:
@@ -77,6 +107,9 @@ def test_fast_path_not_used_where_it_would_differ() -> None:
     assert not fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
     assert not fast_path_ok(
         ReplicaConfig.model_validate({**base, "max_num_seqs": 64, "max_num_batched_tokens": 64})
+    )
+    assert not fast_path_ok(
+        ReplicaConfig.model_validate({**base, "long_prefill_token_threshold": 16})
     )
 
 
