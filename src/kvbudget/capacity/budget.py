@@ -17,7 +17,7 @@ from typing import Any
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.spec.layers import StateLayer
+from kvbudget.spec.layers import StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -134,7 +134,7 @@ def structural_budget(
     state_elem = model.dtype_bytes or 2
     per_token = sum(layer.bytes_per_token(elem) for layer in model.layers)
     per_seq = 0
-    for layer in model.layers:
+    for layer in cache_parts(model.layers):
         if isinstance(layer, StateLayer):
             per_seq += layer.bytes_per_state(state_elem if state_elem != 4 else 2)
         else:

@@ -56,7 +56,13 @@ def make_sglang_plan(
     specs = kv_layers(
         vllm_layer_specs(model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1)
     )
-    attn = [s for s in specs if s.kind in ("full", "mla", "sliding", "chunked")]
+    # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
+    # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
+    attn = [
+        replace(s, block_size=1, page_size_bytes=s.page_size_bytes // s.block_size)
+        for s in specs
+        if s.kind in ("full", "mla", "sliding", "chunked")
+    ]
     if any(s.kind == "mamba" for s in specs):
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"

@@ -13,6 +13,9 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Mamba-hybrid models keep a separate per-request state pool; here its size is the state shapes of
   vLLM's calculator in the model dtype (conv) and float32 (temporal state; SGLang's
   ``--mamba-ssm-dtype`` default), split by TP.
+* Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
+  every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
+  is counted once in the token pool and once in the state pool.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
-from kvbudget.spec.layers import MLA, FullAttention, StateLayer
+from kvbudget.spec.layers import MLA, FullAttention, StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
 
 SSM_STATE_BYTES = 4
@@ -63,7 +66,7 @@ def sglang_layout(
     for rank in range(pp):
         start, end = get_pp_indices(spec.num_layers, rank, pp)
         groups: list[GroupBytes] = []
-        for (kind, _w), layers in group_by_kind(spec.layers[start:end]):
+        for (kind, _w), layers in group_by_kind(cache_parts(spec.layers[start:end])):
             first = layers[0]
             indices = tuple(x.layer_index for x in layers)
             if isinstance(first, FullAttention | MLA):

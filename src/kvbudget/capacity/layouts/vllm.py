@@ -22,6 +22,10 @@ Sources (paraphrased in ``/work/shared/reference/engines-kv-accounting.md``):
 * Block size (§3.4): 16 by default on CUDA; MLA defaults to 64 here (FlashMLA on Hopper forces a
   multiple of 64; CUTLASS MLA on Blackwell uses 128; pass ``block_size`` to choose).
 
+A parallel hybrid decoder layer (Falcon-H1) gives two specs, its attention and its mamba mixer,
+both under the decoder layer's index (vLLM 0.32 ``models/falcon_h1.py`` names the mixer
+``layers.{num_hidden_layers + i}``; only the counts per kind matter to the grouping).
+
 KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
 as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
 that group layers must skip ``kind == "none"`` (see :func:`kv_layers`).
@@ -43,7 +47,14 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
+from kvbudget.spec.layers import (
+    MLA,
+    CacheLayer,
+    FullAttention,
+    LayerSpec,
+    StateLayer,
+    cache_parts,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -202,13 +213,15 @@ def vllm_layer_specs(
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
-    layers: list[LayerSpec] = model_layers[start:end]
+    # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
+    layers = cache_parts(model_layers[start:end])
+    model_parts = cache_parts(model_layers)
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
-    has_mla = any(layer.kind == "mla" for layer in model_layers)
+    has_mla = any(layer.kind == "mla" for layer in model_parts)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in model_layers if isinstance(layer, StateLayer)]
-    attns = [layer for layer in model_layers if isinstance(layer, FullAttention | MLA)]
+    states = [layer for layer in model_parts if isinstance(layer, StateLayer)]
+    attns = [layer for layer in model_parts if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
             mamba_page_bytes(s, state_bytes, tp, mamba_ssm_state_bytes) for s in states
@@ -264,7 +277,7 @@ def _as_vllm_pages(spec: ModelSpec) -> list[LayerSpec]:
 
 
 def _one(
-    layer: LayerSpec,
+    layer: CacheLayer,
     dtype: KvDtype,
     tp: int,
     block: int,
