@@ -111,7 +111,7 @@ def _config_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
         "layers.json": json.dumps(
             {
                 "model_type": "llama",
-                "num_hidden_layers": 10**8,
+                "num_hidden_layers": 2**31,  # one past the bound (docs/limits.md)
                 "hidden_size": 4096,
                 "num_attention_heads": 32,
                 "num_key_value_heads": 8,
@@ -137,6 +137,14 @@ def _config_cases(tmp: Path, rng: random.Random) -> list[dict[str, Any]]:
                 "must_fail": True,
             }
         )
+    huge = tmp / "huge-layers.json"  # 10^8 layers are answered per run of layers (issue 16)
+    config = json.loads(hostile["layers.json"])
+    huge.write_text(json.dumps({**config, "num_hidden_layers": 10**8}))
+    for argv in (
+        ["calc", "--model", str(huge), "--tokens", "4096"],
+        ["plan", "--model", str(huge), "--gpu", "H100-SXM-80GB"],
+    ):
+        cases.append({"argv": argv, "limit_s": 60, "must_fail": False})
     return cases
 
 

@@ -73,7 +73,7 @@ def model_assumptions(
             getattr(layer, "head_dim", 0),
             getattr(layer, "latent_dim", 0),
         )
-        for layer in spec.layers
+        for layer, _ in spec.layer_runs()
     }
     checks: dict[str, tuple[bool, str]] = {
         "full_attention": (set(kinds) == {"full"}, _kinds_text(kinds)),

@@ -10,6 +10,7 @@ tokens x seqs``; e.g. 32 layers, 8 KV heads, head_dim 128, 2 bytes, 4096 tokens,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kvbudget.capacity.assumptions import (
@@ -28,6 +29,7 @@ from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
 from kvbudget.safety.limits import MAX_MODEL_DIM
 from kvbudget.spec.from_transformers import from_transformers
+from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
 from kvbudget.spec.resolve import ResolvedModel, resolve_model
@@ -41,15 +43,10 @@ def _positive(name: str, value: Any) -> int:
     return value
 
 
-def layer_ranges(indices: tuple[int, ...] | list[int]) -> list[list[int]]:
-    """Layer indices as half-open ``[start, stop)`` runs: ``(0, 1, 2, 5)`` -> ``[[0, 3], [5, 6]]``."""
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and runs[-1][1] == index:
-            runs[-1][1] = index + 1
-        else:
-            runs.append([index, index + 1])
-    return runs
+def layer_ranges(indices: Sequence[int]) -> list[list[int]]:
+    """Layer indices as half-open ``[start, stop)`` runs: ``(0, 1, 2, 5)`` -> ``[[0, 3], [5, 6]]``;
+    a strided group too long to list (a period over 10^8 layers) as ``[start, stop, step]``."""
+    return LayerIndices.of(indices).as_ranges()
 
 
 def explicit_bytes(

@@ -61,7 +61,9 @@ def estimate_activation_bytes(
     kv_heads = spec.num_kv_heads() or heads
     head_dim = h // heads if heads else 0
     head_dims = [
-        getattr(layer, "head_dim", 0) for layer in spec.layers if getattr(layer, "head_dim", 0)
+        getattr(layer, "head_dim", 0)
+        for layer, _ in spec.layer_runs()
+        if getattr(layer, "head_dim", 0)
     ]
     if head_dims:
         head_dim = max(head_dims)

@@ -19,6 +19,7 @@ from kvbudget.capacity.pool import KvCacheGroup, MambaCacheMode
 from kvbudget.capacity.sglang_pool import SglangPool
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.spec.hardware import GpuSpec
+from kvbudget.spec.layer_runs import MAX_LISTED_RUNS, LayerIndices
 from kvbudget.units import GiB, cdiv
 
 Engine = Literal["vllm", "sglang"]
@@ -185,7 +186,10 @@ class PlanResult:
                     "group_id": g.group_id,
                     "kind": g.kind,
                     "num_layers": g.num_layers,
-                    "layer_indices": list(g.layer_indices),
+                    "layer_indices": list(g.layer_indices)
+                    if g.num_layers <= MAX_LISTED_RUNS
+                    else None,
+                    "layer_ranges": LayerIndices.of(g.layer_indices).as_ranges(),
                     "num_padding_layers": g.num_padding_layers,
                     "block_size": g.block_size,
                     "page_size_bytes": g.page_size_bytes,

@@ -8,6 +8,7 @@ SGLang: ``mem_fraction_static`` -> rest memory -> ``max_total_num_tokens`` (``sg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm import (
     VllmLayerSpec,
     get_pp_indices,
-    kv_layers,
+    spec_runs,
     vllm_layer_specs,
 )
 from kvbudget.capacity.memory import (
@@ -42,6 +43,7 @@ from kvbudget.capacity.versions import (
 from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
+from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -129,11 +131,10 @@ def _resolve_spec(request: PlanRequest, spec: ModelSpec | None) -> ModelSpec:
     return found
 
 
-def _to_pool_layer(spec: VllmLayerSpec) -> vpool.PoolLayer:
+def _to_pool_layer(spec: VllmLayerSpec, index: int) -> vpool.PoolLayer:
     kind = spec.kind
-    assert kind != "none"
     return vpool.PoolLayer(
-        layer_index=spec.layer_index,
+        layer_index=index,
         kind=kind,
         block_size=spec.block_size,
         page_size_bytes=spec.page_size_bytes,
@@ -184,11 +185,13 @@ def plan_terms(
     return weights_term, act, non_torch, graphs
 
 
-def _per_token_bytes(layers: list[VllmLayerSpec], rank_layers: set[int]) -> int:
+def _per_token_bytes(layers: Sequence[VllmLayerSpec], rank_layers: range) -> int:
     return sum(
-        (s.real_page_size_bytes or s.page_size_bytes) // s.block_size
-        for s in layers
-        if s.kind in ("full", "mla", "sliding", "chunked") and s.layer_index in rank_layers
+        (s.real_page_size_bytes or s.page_size_bytes)
+        // s.block_size
+        * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
+        for s, indices in spec_runs(layers)
+        if s.kind in ("full", "mla", "sliding", "chunked")
     )
 
 
@@ -310,7 +313,9 @@ def _make_vllm_plan(
         mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
     )
     pool_layers = vpool.raise_attention_block_for_mamba(
-        [_to_pool_layer(s) for s in kv_layers(all_specs)]
+        all_specs.map_indexed(_to_pool_layer)
+        if isinstance(all_specs, IndexedRuns)
+        else [_to_pool_layer(s, s.layer_index) for s in all_specs if s.kind != "none"]
     )
     if request.disable_hybrid_kv_cache_manager:
         pool_layers = vpool.unify_hybrid_as_full(pool_layers)
@@ -326,7 +331,7 @@ def _make_vllm_plan(
     per_token_replica = 0
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
-        rank_layers = set(range(start, end))
+        rank_layers = range(start, end)
         w, act, non_torch, graphs = plan_terms(request, model, weights, p, t_b, max_seqs)
         total_bytes = gpu.memory_bytes if device_given else 0
         requested, avail = available_kv_bytes(

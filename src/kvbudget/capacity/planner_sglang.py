@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.vllm import get_pp_indices, kv_layers, vllm_layer_specs
+from kvbudget.capacity.layouts.vllm import get_pp_indices, spec_runs, vllm_layer_specs
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -28,6 +28,7 @@ from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
+from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
 
@@ -53,21 +54,25 @@ def make_sglang_plan(
         defaults["mem_fraction_static"] = f"{frac} ({rule.rule})"
     page_size = request.page_size or 1
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
-    specs = kv_layers(
-        vllm_layer_specs(model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1)
-    )
+    specs = [
+        (s, indices)
+        for s, indices in spec_runs(
+            vllm_layer_specs(model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1)
+        )
+        if s.kind != "none"
+    ]  # one entry per run of layers, never per layer
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [
-        replace(s, block_size=1, page_size_bytes=s.page_size_bytes // s.block_size)
-        for s in specs
+        (replace(s, block_size=1, page_size_bytes=s.page_size_bytes // s.block_size), r)
+        for s, r in specs
         if s.kind in ("full", "mla", "sliding", "chunked")
     ]
-    if any(s.kind == "mamba" for s in specs):
+    if any(s.kind == "mamba" for s, _ in specs):
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"
         )
-    sliding = [s for s in attn if s.kind in ("sliding", "chunked")]
+    sliding = [(s, r) for s, r in attn if s.kind in ("sliding", "chunked")]
     ratio = request.swa_full_tokens_ratio
     if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
         raise ConfigError(
@@ -81,7 +86,7 @@ def make_sglang_plan(
             "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. "
             "gpt-oss); pass --swa-full-tokens-ratio to model SGLang's hybrid SWA pool"
         )
-    mla = any(s.kind == "mla" for s in attn)
+    mla = any(s.kind == "mla" for s, _ in attn)
     total_free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     notes.append(
         "free memory before weights taken as device memory minus 512 MiB CUDA context (estimate)"
@@ -93,7 +98,7 @@ def make_sglang_plan(
     replica_per_token = 0
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
-        cell = sum(s.page_size_bytes for s in attn if start <= s.layer_index < end)
+        cell = sum(s.page_size_bytes * _count(r, start, end) for s, r in attn)
         cell_max = max(cell_max, cell)
         replica_per_token += cell * request.tp
         w = weights.per_rank_bytes[p]
@@ -142,13 +147,13 @@ def make_sglang_plan(
     full_tokens: int | None = None
     swa_tokens: int | None = None
     if sliding and ratio is not None:
-        full_layers = [s for s in attn if s.kind not in ("sliding", "chunked")]
+        full_layers = [(s, r) for s, r in attn if s.kind not in ("sliding", "chunked")]
         full_tokens, swa_tokens = split_hybrid_swa(
             tokens,
-            full_bytes=full_layers[0].page_size_bytes if full_layers else 0,
-            swa_bytes=sliding[0].page_size_bytes,
-            num_full=len(full_layers),
-            num_swa=len(sliding),
+            full_bytes=full_layers[0][0].page_size_bytes if full_layers else 0,
+            swa_bytes=sliding[0][0].page_size_bytes,
+            num_full=sum(len(r) for _, r in full_layers),
+            num_swa=sum(len(r) for _, r in sliding),
             ratio=ratio,
         )
         notes.append(
@@ -165,10 +170,10 @@ def make_sglang_plan(
         defaults["max_running_requests"] = (
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
         )
-    layers_rank0 = [
-        s for s in attn if s.layer_index < get_pp_indices(model.num_layers, 0, request.pp)[1]
-    ]
-    k_per_token = sum(s.page_size_bytes // 2 for s in layers_rank0) if not mla else cell_max
+    end0 = get_pp_indices(model.num_layers, 0, request.pp)[1]
+    k_per_token = (
+        sum(s.page_size_bytes // 2 * _count(r, 0, end0) for s, r in attn) if not mla else cell_max
+    )
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
     fits = rest_min > 0 and capacity >= context_len
     error = None
@@ -182,10 +187,10 @@ def make_sglang_plan(
     group = KvCacheGroup(
         group_id=0,
         kind="mla" if mla else "full",
-        layer_indices=tuple(s.layer_index for s in attn),
+        layer_indices=LayerIndices(r for _, r in attn),
         num_padding_layers=0,
         block_size=page_size,
-        page_size_bytes=max((s.page_size_bytes for s in attn), default=0) * page_size,
+        page_size_bytes=max((s.page_size_bytes for s, _ in attn), default=0) * page_size,
     )
     sg = SglangPool(
         mem_fraction_static=frac,
@@ -237,3 +242,8 @@ def make_sglang_plan(
         headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
     )
+
+
+def _count(indices: range, start: int, end: int) -> int:
+    """Layers of ``indices`` in ``[start, end)``."""
+    return len(LayerIndices([indices]).split(start, end))

@@ -23,14 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from kvbudget.capacity import pool_runs
 from kvbudget.capacity.layouts.vllm import MambaCacheMode
 from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_memory_usage_bytes
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import SpecError
+from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.units import cdiv
 
-PoolKind = Literal["full", "sliding", "chunked", "mla", "mamba"]
+PoolKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]  # none: no cache, skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,7 @@ class KvCacheGroup:
 
     group_id: int
     kind: PoolKind
-    layer_indices: tuple[int, ...]
+    layer_indices: Sequence[int]  # a LayerIndices (ranges)
     num_padding_layers: int
     block_size: int
     page_size_bytes: int
@@ -148,54 +150,106 @@ class KvCacheGroup:
         return 1 + self.num_speculative_blocks
 
 
-def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+def _distinct(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+    """The distinct layers, index set to 0, as first seen (per run for runs)."""
+    items = layers.distinct() if isinstance(layers, IndexedRuns) else layers
+    return list(dict.fromkeys(replace(layer, layer_index=0) for layer in items))
+
+
+def _retemplate(
+    layers: Sequence[PoolLayer], new: dict[PoolLayer, PoolLayer]
+) -> Sequence[PoolLayer]:
+    """Each layer replaced by ``new[layer without index]`` (kept when absent), index kept;
+    runs stay runs, a listed sequence comes back sorted by layer index."""
+
+    def one(layer: PoolLayer, index: int) -> PoolLayer:
+        found = new.get(replace(layer, layer_index=0))
+        return layer if found is None else replace(found, layer_index=index)
+
+    if isinstance(layers, IndexedRuns):
+        return layers.map_indexed(one)
+    out = [one(layer, layer.layer_index) for layer in layers]
+    return sorted(out, key=lambda layer: layer.layer_index)
+
+
+def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> Sequence[PoolLayer]:
     """Hybrid attention+mamba: raise the attention block size, then pad the mamba page (§1.6).
 
     ``attn_block = 16 * cdiv(mamba_page, 16 * attn_page_per_token)``; the mamba page is then
     padded to the attention page; mamba layers take the same block size (vLLM's
-    ``cache_config.block_size``). Idempotent when the layout already did it.
+    ``cache_config.block_size``). Idempotent when the layout already did it. Per distinct layer.
     """
-    mamba = [layer for layer in layers if layer.kind == "mamba"]
-    attn = [layer for layer in layers if layer.kind != "mamba"]
+    distinct = _distinct(layers)
+    mamba = [layer for layer in distinct if layer.kind == "mamba"]
+    attn = [layer for layer in distinct if layer.kind not in ("mamba", "none")]
     if not mamba or not attn:
-        return list(layers)
+        return layers if isinstance(layers, IndexedRuns) else list(layers)
     mamba_page = max(layer.page_size_bytes for layer in mamba)
-    out: list[PoolLayer] = []
+    new: dict[PoolLayer, PoolLayer] = {}
     for layer in attn:
         per_token = layer.page_size_bytes // layer.block_size
         if layer.page_size_bytes < mamba_page:
             block = 16 * cdiv(mamba_page, 16 * per_token)
-            layer = replace(layer, block_size=block, page_size_bytes=per_token * block)
-        out.append(layer)
-    attn_page = max(layer.page_size_bytes for layer in out)
-    attn_block = max(layer.block_size for layer in out)
+            new[layer] = replace(layer, block_size=block, page_size_bytes=per_token * block)
+    raised = [new.get(layer, layer) for layer in attn]
+    attn_page = max(layer.page_size_bytes for layer in raised)
+    attn_block = max(layer.block_size for layer in raised)
     # vLLM's MambaSpec takes cache_config.block_size, which now holds the raised attention block
-    out.extend(replace(layer, page_size_bytes=attn_page, block_size=attn_block) for layer in mamba)
-    return sorted(out, key=lambda layer: layer.layer_index)
+    for layer in mamba:
+        new[layer] = replace(layer, page_size_bytes=attn_page, block_size=attn_block)
+    return _retemplate(layers, new)
 
 
-def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> Sequence[PoolLayer]:
     """``--disable-hybrid-kv-cache-manager`` (§2.1 step 1): sliding/chunked layers become full."""
-    return [
-        replace(layer, kind="full", sliding_window=None, attention_chunk_size=None)
-        if layer.kind in ("sliding", "chunked")
-        else layer
-        for layer in layers
-    ]
+    new = {
+        key: replace(key, kind="full", sliding_window=None, attention_chunk_size=None)
+        for key in _distinct(layers)
+        if key.kind in ("sliding", "chunked")
+    }
+    return _retemplate(layers, new)
+
+
+def _buckets(
+    layers: Sequence[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
+) -> dict[tuple[object, ...], list[pool_runs.Segment]]:
+    """Layers by spec key, each as segments in index order ("none" layers left out)."""
+    buckets: dict[tuple[object, ...], list[pool_runs.Segment]] = {}
+    if not isinstance(layers, IndexedRuns):  # listed: one segment per layer, by layer index
+        for layer in sorted(layers, key=lambda item: item.layer_index):
+            if layer.kind != "none":
+                segment = pool_runs.Segment(layer.layer_index, 1, (0,), 1)
+                buckets.setdefault(key[replace(layer, layer_index=0)], []).append(segment)
+        return buckets
+    runs = layers
+    for block in runs.blocks:
+        period = len(block.pattern)
+        lo = runs.base + block.start
+        by_key: dict[tuple[object, ...], list[int]] = {}
+        for offset, layer in enumerate(block.pattern):
+            if layer.kind != "none":
+                by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
+        for spec_key, offsets in by_key.items():
+            segment = pool_runs.Segment(lo, period, tuple(offsets), block.repeats)
+            buckets.setdefault(spec_key, []).append(segment)
+    return buckets
 
 
 def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[KvCacheGroup]:
-    """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1)."""
-    if not layers:
+    """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1), run by run."""
+    distinct = [x for x in _distinct(layers) if x.kind != "none"]
+    if not distinct:
         return []
-    keys = {layer.spec_key() for layer in layers}
+    keys = {layer.spec_key() for layer in distinct}
     if len(keys) == 1:
-        first = layers[0]
-        return [_make_group(0, first, [layer.layer_index for layer in layers], 0)]
-    kinds = {layer.kind for layer in layers}
+        only = {layer: layer.spec_key() for layer in distinct}
+        ranges = [r for bucket in _buckets(layers, only).values() for r in _all(bucket)]
+        indices = LayerIndices(ranges)
+        return [_make_group(0, replace(distinct[0], layer_index=indices[0]), indices, 0)]
+    kinds = {layer.kind for layer in distinct}
     if (
         len(kinds) == 1
-        and len({layer.block_size for layer in layers}) == 1
+        and len({layer.block_size for layer in distinct}) == 1
         and kinds <= {"full", "mla"}
     ):
         raise SpecError(
@@ -203,9 +257,10 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
             "vLLM; kvbudget does not model that case yet; pass --kv-cache-memory and measure",
             field="layers",
         )
-    max_page = max(layer.page_size_bytes for layer in layers)
-    unified: list[PoolLayer] = []
-    for layer in layers:
+    max_page = max(layer.page_size_bytes for layer in distinct)
+    unified: dict[PoolLayer, PoolLayer] = {}
+    for layer in distinct:
+        out = layer
         if layer.page_size_bytes != max_page:
             if max_page % layer.page_size_bytes:
                 raise SpecError(
@@ -214,35 +269,40 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
                     field="layers",
                 )
             ratio = max_page // layer.page_size_bytes
-            layer = replace(layer, block_size=layer.block_size * ratio, page_size_bytes=max_page)
-        unified.append(layer)
-    buckets: dict[tuple[object, ...], list[PoolLayer]] = {}
-    for layer in sorted(unified, key=lambda item: item.layer_index):
-        buckets.setdefault(layer.spec_key(), []).append(layer)
-    sizes = [len(bucket) for bucket in buckets.values()]
+            out = replace(layer, block_size=layer.block_size * ratio, page_size_bytes=max_page)
+        unified[layer] = out
+    buckets = _buckets(layers, {layer: out.spec_key() for layer, out in unified.items()})
+    proto = {out.spec_key(): out for out in unified.values()}
+    sizes = [pool_runs.bucket_size(bucket) for bucket in buckets.values()]
     group_size = min(sizes)
     if strided and max(sizes) < 1.5 * min(sizes):
         group_size = max(sizes)
     groups: list[KvCacheGroup] = []
-    for bucket in buckets.values():
-        num_groups = cdiv(len(bucket), group_size)
+    for spec_key, bucket in buckets.items():
+        size = pool_runs.bucket_size(bucket)
+        num_groups = cdiv(size, group_size)
         for i in range(num_groups):
             if strided:
-                members = bucket[i::num_groups]
+                members = LayerIndices(pool_runs.select(bucket, i, num_groups))
             else:
-                members = bucket[i * group_size : (i + 1) * group_size]
+                members = LayerIndices(
+                    pool_runs.window(bucket, i * group_size, (i + 1) * group_size)
+                )
             pad = group_size - len(members)
-            groups.append(
-                _make_group(len(groups), members[0], [m.layer_index for m in members], pad)
-            )
+            first = replace(proto[spec_key], layer_index=members[0])
+            groups.append(_make_group(len(groups), first, members, pad))
     return groups
 
 
-def _make_group(group_id: int, proto: PoolLayer, indices: list[int], pad: int) -> KvCacheGroup:
+def _all(bucket: list[pool_runs.Segment]) -> list[range]:
+    return pool_runs.window(bucket, 0, pool_runs.bucket_size(bucket))
+
+
+def _make_group(group_id: int, proto: PoolLayer, indices: LayerIndices, pad: int) -> KvCacheGroup:
     return KvCacheGroup(
         group_id=group_id,
         kind=proto.kind,
-        layer_indices=tuple(indices),
+        layer_indices=indices,
         num_padding_layers=pad,
         block_size=proto.block_size,
         page_size_bytes=proto.page_size_bytes,
@@ -253,17 +313,25 @@ def _make_group(group_id: int, proto: PoolLayer, indices: list[int], pad: int) -
     )
 
 
-def group_size_on(groups: Sequence[KvCacheGroup], rank_layers: set[int] | None = None) -> int:
-    """``max(len(g.layer_names))`` of the groups projected onto one worker's layers."""
+def group_size_on(
+    groups: Sequence[KvCacheGroup], rank_layers: range | set[int] | None = None
+) -> int:
+    """``max(len(g.layer_names))`` of the groups projected onto one worker's layers
+    (``rank_layers`` a ``range`` of layer indices: counted per range, never per layer)."""
     if not groups:
         return 0
     if rank_layers is None:
         return max(g.num_layers for g in groups)
+    if isinstance(rank_layers, range) and rank_layers.step == 1:
+        lo, hi = rank_layers.start, rank_layers.stop
+        return max(len(LayerIndices.of(g.layer_indices).split(lo, hi)) for g in groups)
     return max(sum(1 for i in g.layer_indices if i in rank_layers) for g in groups)
 
 
 def num_blocks_for(
-    available_bytes: int, groups: Sequence[KvCacheGroup], rank_layers: set[int] | None = None
+    available_bytes: int,
+    groups: Sequence[KvCacheGroup],
+    rank_layers: range | set[int] | None = None,
 ) -> int:
     """``max(0, available // page // group_size)`` on one worker (§2.2); 1 when attention-free."""
     if not groups:

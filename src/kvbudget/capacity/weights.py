@@ -27,6 +27,7 @@ parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first sta
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -162,10 +163,15 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
 def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
     if not spec.num_experts:
         return False
+    if index in (_raw(spec, "mlp_only_layers", []) or []):
+        return False
+    return _moe_by_pattern(spec, index)
+
+
+def _moe_by_pattern(spec: ModelSpec, index: int) -> bool:
+    """The config's MoE pattern at ``index``, ``mlp_only_layers`` aside."""
     first_dense = int(_raw(spec, "first_k_dense_replace", 0) or 0)
     if index < first_dense:
-        return False
-    if index in (_raw(spec, "mlp_only_layers", []) or []):
         return False
     step = int(
         _raw(spec, "decoder_sparse_step", 0) or _raw(spec, "interleave_moe_layer_step", 0) or 1
@@ -179,8 +185,49 @@ def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
     return (index - first_dense) % freq == 0
 
 
-def _mlp_matrices(spec: ModelSpec, index: int, h: int) -> list[Matrix]:
-    if _is_moe_layer(spec, index):
+#: the most layer indices one run's MoE count may visit (a pattern period, or the run itself)
+MAX_MOE_PATTERN = 10_000_000
+
+
+def _moe_period(spec: ModelSpec) -> int:
+    """Period of :func:`_is_moe_layer` over the layers past ``first_k_dense_replace``."""
+    step = int(
+        _raw(spec, "decoder_sparse_step", 0) or _raw(spec, "interleave_moe_layer_step", 0) or 1
+    )
+    period = _raw(spec, "expert_layer_period")
+    other = int(period) if period else int(_raw(spec, "moe_layer_freq", 1) or 1)
+    return math.lcm(max(1, step), max(1, other))
+
+
+def count_moe_layers(spec: ModelSpec, indices: range) -> int:
+    """How many layers of ``indices`` are MoE layers, visiting at most one period of the pattern."""
+    if not spec.num_experts or not indices:
+        return 0
+    if len(indices) <= 4096:
+        return sum(1 for i in indices if _is_moe_layer(spec, i))
+    first_dense = int(_raw(spec, "first_k_dense_replace", 0) or 0)
+    k0 = max(0, -(-(first_dense - indices.start) // indices.step))
+    tail = indices[k0:]
+    if not tail:
+        return 0
+    period = _moe_period(spec) // math.gcd(_moe_period(spec), tail.step)
+    visits = min(len(tail), period)
+    if visits > MAX_MOE_PATTERN:
+        raise ConfigError(
+            f"decoder_sparse_step/moe_layer_freq: a MoE pattern of period {period:,} over "
+            f"{len(tail):,} layers is beyond {MAX_MOE_PATTERN:,} steps to count; fix the config",
+            field="decoder_sparse_step",
+        )
+    cycle = [_moe_by_pattern(spec, i) for i in tail[:visits]]
+    full, rest = divmod(len(tail), visits)
+    count = full * sum(cycle) + sum(cycle[:rest])
+    listed = _raw(spec, "mlp_only_layers", []) or []
+    dense = {i for i in listed if isinstance(i, int) and i in tail and _moe_by_pattern(spec, i)}
+    return count - len(dense)
+
+
+def _mlp_matrices(spec: ModelSpec, index: int, h: int, moe: bool | None = None) -> list[Matrix]:
+    if _is_moe_layer(spec, index) if moe is None else moe:
         assert spec.num_experts is not None
         moe_inter = spec.moe_intermediate_size or spec.intermediate_size or 4 * h
         out = [
@@ -201,8 +248,11 @@ def _mlp_matrices(spec: ModelSpec, index: int, h: int) -> list[Matrix]:
     return [Matrix("mlp.gate_up", h, 2 * inter), Matrix("mlp.down", inter, h, split="row")]
 
 
-def layer_matrices(spec: ModelSpec, index: int) -> tuple[list[Matrix], bool]:
-    """All matrices of decoder layer ``index`` and whether any were approximated."""
+def layer_matrices(
+    spec: ModelSpec, index: int, moe: bool | None = None
+) -> tuple[list[Matrix], bool]:
+    """All matrices of decoder layer ``index`` and whether any were approximated
+    (``moe`` given: whether it is a MoE layer, else read from the config's pattern)."""
     h = spec.hidden_size
     if not h:
         raise ConfigError(
@@ -210,7 +260,7 @@ def layer_matrices(spec: ModelSpec, index: int) -> tuple[list[Matrix], bool]:
             field="hidden_size",
         )
     mixer, approx = _attention_matrices(spec.layers[index], spec, h)
-    return mixer + _mlp_matrices(spec, index, h), approx
+    return mixer + _mlp_matrices(spec, index, h, moe), approx
 
 
 def _quant_int(quant: dict[str, Any], key: str, default: Any, minimum: int) -> int:
@@ -305,21 +355,26 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
     norm = h * dtype_bytes
     for p in range(pp):
         start, end = get_pp_indices(spec.num_layers, p, pp)
-        for i in range(start, end):
-            mats, approx = layer_matrices(spec, i)
-            approx_any = approx_any or approx
-            layer_rank = 2 * norm
-            for m in mats:
-                layer_rank += m.count * _matrix_bytes(
-                    m, m.rank_shape(tp, kv_heads), quant, dtype_bytes
-                )
-                total_bytes += m.count * _matrix_bytes(
-                    m, (m.in_features, m.out_features), quant, dtype_bytes
-                )
-                params += m.count * m.in_features * m.out_features
-            stage_bytes[p] += layer_rank
-            total_bytes += 2 * norm
-            params += 2 * h
+        for layer, indices in spec.layer_seq[start:end].runs():
+            num_moe = count_moe_layers(spec, indices)
+            for moe, count in ((True, num_moe), (False, len(indices) - num_moe)):
+                if not count:
+                    continue
+                mats, approx = layer_matrices(spec, layer.layer_index, moe)
+                approx_any = approx_any or approx
+                layer_rank = 2 * norm
+                layer_total = 0
+                for m in mats:
+                    layer_rank += m.count * _matrix_bytes(
+                        m, m.rank_shape(tp, kv_heads), quant, dtype_bytes
+                    )
+                    layer_total += m.count * _matrix_bytes(
+                        m, (m.in_features, m.out_features), quant, dtype_bytes
+                    )
+                    params += count * m.count * m.in_features * m.out_features
+                stage_bytes[p] += count * layer_rank
+                total_bytes += count * (layer_total + 2 * norm)
+                params += count * 2 * h
     embed_rank = cdiv(vocab, tp) * h * dtype_bytes
     stage_bytes[0] += embed_rank
     lm_head_on_last = (not spec.tie_word_embeddings) or pp > 1

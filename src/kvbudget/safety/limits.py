@@ -13,8 +13,14 @@ MAX_SEED = 2**63 - 1
 #: a text flag (model names, ids, URLs)
 MAX_TEXT_FLAG_CHARS = 4096
 
-#: decoder layers of one model (the largest public models have a few hundred)
-MAX_LAYERS = 10_000
+#: decoder layers of one model, like every model dimension (arithmetic sanity, not memory:
+#: model mode works per run of alike layers, so 10^8 layers cost a few objects)
+MAX_LAYERS = 2**31 - 1
+#: layers ``--from-transformers`` lets transformers build (it makes one module per layer)
+MAX_TRANSFORMERS_LAYERS = 10_000
+#: layers of a model whose engine specs are still listed one by one (parallel-hybrid layers,
+#: Falcon-H1, in the vllm layout and plan: two specs per layer index)
+MAX_LISTED_LAYERS = 10_000
 #: attention / KV heads, head dimension, hidden size, intermediate size, vocabulary entries
 MAX_MODEL_DIM = 2**31 - 1
 #: tokens of one sequence or one budget (about 1.1e12)

@@ -101,7 +101,7 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
     """Roofline inputs from the spec (shape) and the plan (weights, KV bytes)."""
     hidden = spec.hidden_size or 0
     heads = spec.num_attention_heads or 1
-    head_dim = next((int(getattr(layer, "head_dim", 0)) for layer in spec.layers), 0) or (
+    head_dim = next((int(getattr(layer, "head_dim", 0)) for layer, _ in spec.layer_runs()), 0) or (
         hidden // heads if heads else 0
     )
     num_params = float(plan.weights.num_params or plan.weights.total_bytes / 2)

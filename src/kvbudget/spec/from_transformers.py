@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvbudget.errors import ConfigError, SpecError
+from kvbudget.safety.limits import MAX_TRANSFORMERS_LAYERS
 from kvbudget.spec.layers import (
     MLA,
     ChunkedLocal,
@@ -220,6 +221,13 @@ def from_transformers(
     resolved: ResolvedModel, *, overrides: dict[str, Any] | None = None
 ) -> ResolvedModel:
     """``resolved`` with its layer structure read from (and checked against) transformers."""
+    if resolved.spec is not None and resolved.spec.num_layers > MAX_TRANSFORMERS_LAYERS:
+        raise ConfigError(
+            f"from_transformers: {resolved.spec.num_layers:,} layers is beyond "
+            f"{MAX_TRANSFORMERS_LAYERS:,} for --from-transformers (transformers builds one module "
+            "per layer; docs/limits.md); drop --from-transformers",
+            field="from_transformers",
+        )
     _, transformers = _modules()
     raw = _config_dict(resolved, overrides)
     _, text, cache = _build(raw)

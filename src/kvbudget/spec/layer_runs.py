@@ -200,6 +200,8 @@ class Runs(Sequence[T]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
             return NotImplemented
+        if type(other) is type(self) and (other.base, other.blocks) == (self.base, self._blocks):
+            return True  # same blocks: equal without visiting every item
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
     def __hash__(self) -> int:
@@ -230,53 +232,66 @@ def _shortest_period(pattern: tuple[T, ...]) -> int:
     return n
 
 
-def _unindexed(layer: LayerSpec) -> LayerSpec:
-    return replace(layer, layer_index=0)
+def _unindexed(item: Any) -> Any:
+    return replace(item, layer_index=0)
 
 
-class LayerSeq(Runs[LayerSpec]):
-    """A model's layers: templates stored once per pattern entry, ``layer_index`` set on access."""
+class IndexedRuns(Runs[T]):
+    """Runs of frozen dataclasses with a ``layer_index`` field, filled in on access."""
 
     __slots__ = ()
 
-    def _item(self, item: LayerSpec, index: int) -> LayerSpec:
-        return item if item.layer_index == index else replace(item, layer_index=index)
+    def _item(self, item: T, index: int) -> T:
+        if getattr(item, "layer_index") == index:  # noqa: B009 (T is any indexed dataclass)
+            return item
+        out: T = replace(item, layer_index=index)  # type: ignore[type-var]
+        return out
 
-    def _key(self, item: LayerSpec) -> Any:
+    def _key(self, item: T) -> Any:
         return _unindexed(item)
 
     @classmethod
-    def from_items(cls, items: Iterable[LayerSpec], *, base: int = 0) -> Self:
-        """Compress explicit layers by runs of layers equal but for ``layer_index``."""
-        blocks: list[Block[LayerSpec]] = []
+    def from_items(cls, items: Iterable[T], *, base: int = 0) -> Self:
+        """Compress explicit items by runs of items equal but for ``layer_index``."""
+        blocks: list[Block[T]] = []
         position = 0
         for _, group in itertools.groupby(items, key=_unindexed):
-            first: LayerSpec | None = None
+            first: T | None = None
             count = 0
-            for layer in group:
-                first = first or layer
+            for item in group:
+                first = item if first is None else first
                 count += 1
             assert first is not None
             blocks.append(Block(position, (first,), count))
             position += count
         return cls(blocks, base=base)
 
+    def map_indexed(self, function: Callable[[T, int], U]) -> IndexedRuns[U]:
+        """:meth:`map` whose results are indexed dataclasses too."""
+        return IndexedRuns(self.map(function).blocks, base=self.base)
+
+    def replaced(self, items: dict[int, T]) -> Self:
+        """These items with ``items[i]`` at index ``i`` (O(blocks x replacements))."""
+        parts: list[Runs[T]] = []
+        position = self.base
+        for index in sorted(items):
+            parts.append(self[position - self.base : index - self.base])
+            parts.append(Runs.from_items([items[index]]))
+            position = index + 1
+        parts.append(self[position - self.base :])
+        return type(self).chain(parts, base=self.base)
+
+
+class LayerSeq(IndexedRuns[LayerSpec]):
+    """A model's layers: templates stored once per pattern entry, ``layer_index`` set on access."""
+
+    __slots__ = ()
+
     @classmethod
     def from_runs(cls, runs: Runs[Any], build: Callable[[Any, int], LayerSpec]) -> LayerSeq:
         """Layers from a run-length list (e.g. layer types): ``build(item, first_index)``."""
         mapped = runs.map(build)
         return cls(mapped.blocks, base=runs.base)
-
-    def replaced(self, layers: dict[int, LayerSpec]) -> LayerSeq:
-        """These layers with ``layers[i]`` at index ``i`` (O(blocks x replacements))."""
-        parts: list[Runs[LayerSpec]] = []
-        position = self.base
-        for index in sorted(layers):
-            parts.append(self[position - self.base : index - self.base])
-            parts.append(LayerSeq.from_items([layers[index]]))
-            position = index + 1
-        parts.append(self[position - self.base :])
-        return LayerSeq.chain(parts, base=self.base)
 
 
 class LayerIndices(Sequence[int]):
@@ -288,7 +303,7 @@ class LayerIndices(Sequence[int]):
         self.ranges: tuple[range, ...] = tuple(r for r in ranges if len(r))
 
     @classmethod
-    def of(cls, indices: Iterable[int] | LayerIndices) -> LayerIndices:
+    def of(cls, indices: Iterable[int]) -> LayerIndices:
         if isinstance(indices, LayerIndices):
             return indices
         runs: list[list[int]] = []
@@ -346,25 +361,24 @@ class LayerIndices(Sequence[int]):
     def as_ranges(self) -> list[list[int]]:
         """JSON form: ``[start, stop)`` pairs when at most :data:`MAX_LISTED_RUNS` of them,
         else one ``[start, stop, step]`` triple per range (Python's ``range``)."""
-        strided = sum(len(r) for r in self.ranges if r.step != 1 and len(r) > 1)
-        if strided > MAX_LISTED_RUNS:
-            return [
-                [r.start, r.stop] if r.step == 1 or len(r) == 1 else [r.start, r.stop, r.step]
-                for r in self.ranges
-            ]
+        strided = [r for r in self.ranges if r.step != 1 and len(r) > 1]
+        listed = sum(len(r) for r in strided) <= MAX_LISTED_RUNS
         pieces: list[tuple[int, int]] = []
+        triples: list[list[int]] = []
         for r in self.ranges:
             if r.step == 1 or len(r) == 1:
                 pieces.append((r.start, r.start + len(r)))
-            else:
+            elif listed:
                 pieces.extend((i, i + 1) for i in r)
+            else:
+                triples.append([r.start, r.start + (len(r) - 1) * r.step + 1, r.step])
         runs: list[list[int]] = []
         for a, b in sorted(pieces):
             if runs and runs[-1][1] >= a:
                 runs[-1][1] = max(runs[-1][1], b)
             else:
                 runs.append([a, b])
-        return runs
+        return sorted(runs + triples)
 
 
 def _first_at_least(r: range, lo: int) -> int:

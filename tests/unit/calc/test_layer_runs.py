@@ -78,6 +78,6 @@ def test_layer_indices_json_forms() -> None:
     assert list(ids)[:4] == [0, 1, 6, 7]
     assert ids.as_ranges() == [[6 * k, 6 * k + 2] for k in range(10)] + [[60, 62]]
     big = LayerIndices([range(0, 120_000, 6), range(120_000, 120_002)])
-    assert big.as_ranges() == [[0, 120_000, 6], [120_000, 120_002]]
+    assert big.as_ranges() == [[0, 119_995, 6], [120_000, 120_002]]  # stop: last + 1
     assert LayerIndices.of((0, 1, 2, 5)).as_ranges() == [[0, 3], [5, 6]]
     assert big.split(10, 20) == (12, 18)

@@ -262,7 +262,10 @@ def test_the_shown_command_lines_give_the_same_figures(client: TestClient) -> No
 @pytest.mark.parametrize(
     ("config", "needle"),
     [
-        ({"model_type": "llama", "num_hidden_layers": 10_000_000, "hidden_size": 4096}, "10,000"),
+        (
+            {"model_type": "llama", "num_hidden_layers": 2**31, "hidden_size": 4096},
+            "2,147,483,647",
+        ),
         (
             {
                 "model_type": "gemma3",
@@ -275,8 +278,9 @@ def test_the_shown_command_lines_give_the_same_figures(client: TestClient) -> No
 def test_pasted_huge_layer_count_is_refused_in_one_line(
     client: TestClient, config: dict[str, Any], needle: str
 ) -> None:
-    """Issue 16: a pasted 10,000,000-layer config is refused by its documented bound
-    (docs/limits.md: 10,000 decoder layers of a config), not built layer by layer."""
+    """Issue 16: a pasted 2^31-layer config is refused by its documented bound (docs/limits.md:
+    2^31 - 1 decoder layers, like every model dimension); 10^8 layers are answered
+    (tests/unit/calc/test_huge_layer_counts.py)."""
     payload = {
         "gpu": "H100-SXM",
         "max_model_len": 4096,

@@ -8,6 +8,7 @@ split or replicated evenly), so a stage is described once and multiplied by ``tp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -16,7 +17,7 @@ class GroupBytes:
     """Layers of one kind (and window) on one rank of one stage."""
 
     kind: str
-    layer_indices: tuple[int, ...]
+    layer_indices: Sequence[int]  # a LayerIndices (ranges) from the layouts
     tokens_kept: int  # per sequence (cells / slots for paged engines); 0 for state layers
     bytes_per_token: int  # growth per cached token per sequence, all layers of the group, one rank
     bytes_per_sequence: int  # all layers of the group, one rank, one sequence

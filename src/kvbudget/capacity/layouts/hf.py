@@ -33,7 +33,6 @@ from kvbudget.spec.layers import (
     LayerSpec,
     SlidingWindow,
     StateLayer,
-    cache_parts,
 )
 from kvbudget.spec.model import ModelSpec
 
@@ -79,28 +78,24 @@ def hf_layout(
     dtype = get_kv_dtype(kv_dtype, engine="hf", model_dtype=model_dtype)
     s = dtype.block_bytes
     groups: list[GroupBytes] = []
-    for (kind, _window), layers in group_by_kind(cache_parts(spec.layers)):
-        first = layers[0]
+    for (kind, _window), layers in group_by_kind(spec.layers):
+        first = layers.first
         if isinstance(first, StateLayer):
-            per_seq = sum(
-                state_bytes_hf(layer, s) for layer in layers if isinstance(layer, StateLayer)
+            per_seq = layers.total(
+                lambda layer: state_bytes_hf(layer, s) if isinstance(layer, StateLayer) else 0
             )
             per_token = 0
         elif isinstance(first, FullAttention | MLA):
-            per_token = sum(
-                layer.bytes_per_token(s)
-                for layer in layers
-                if isinstance(layer, FullAttention | MLA)
+            per_token = layers.total(
+                lambda layer: (
+                    layer.bytes_per_token(s) if isinstance(layer, FullAttention | MLA) else 0
+                )
             )
             per_seq = per_token * _kept(first, tokens)
         else:
             per_token = per_seq = 0
         kept = _kept(first, tokens)
-        groups.append(
-            GroupBytes(
-                kind, tuple(x.layer_index for x in layers), kept, per_token, per_seq, per_seq * seqs
-            )
-        )
+        groups.append(GroupBytes(kind, layers.indices, kept, per_token, per_seq, per_seq * seqs))
     notes = (
         ()
         if spec.torch_dtype

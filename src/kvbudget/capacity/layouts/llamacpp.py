@@ -33,7 +33,7 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import FullAttention, StateLayer, cache_parts
+from kvbudget.spec.layers import FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -93,12 +93,12 @@ def llamacpp_kv_split(
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     k_bytes = v_bytes = 0
-    for (_, window), layers in group_by_kind(cache_parts(spec.layers)):
+    for (_, window), layers in group_by_kind(spec.layers):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
-        for x in layers:
+        for x, indices in layers.runs:
             if isinstance(x, FullAttention):
-                k_bytes += n * k_type.row_bytes(x.num_kv_heads * x.head_dim)
-                v_bytes += n * v_type.row_bytes(x.num_kv_heads * x.v_dim)
+                k_bytes += n * k_type.row_bytes(x.num_kv_heads * x.head_dim) * len(indices)
+                v_bytes += n * v_type.row_bytes(x.num_kv_heads * x.v_dim) * len(indices)
     return LlamacppKV(cells * streams, cells, streams, k_type.name, v_type.name, k_bytes, v_bytes)
 
 
@@ -133,15 +133,17 @@ def llamacpp_layout(
             field="ctx_size",
         )
     groups: list[GroupBytes] = []
-    for (kind, window), layers in group_by_kind(cache_parts(spec.layers)):
-        indices = tuple(x.layer_index for x in layers)
-        first = layers[0]
+    for (kind, window), layers in group_by_kind(spec.layers):
+        indices = layers.indices
+        first = layers.first
         if isinstance(first, FullAttention):
-            rows = sum(
-                k_type.row_bytes(x.num_kv_heads * x.head_dim)
-                + v_type.row_bytes(x.num_kv_heads * x.v_dim)
-                for x in layers
-                if isinstance(x, FullAttention)
+            rows = layers.total(
+                lambda x: (
+                    k_type.row_bytes(x.num_kv_heads * x.head_dim)
+                    + v_type.row_bytes(x.num_kv_heads * x.v_dim)
+                    if isinstance(x, FullAttention)
+                    else 0
+                )
             )
             layer_cells = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch)
             total = rows * layer_cells * streams
@@ -161,10 +163,12 @@ def llamacpp_layout(
                 raise LayoutNotApplicable(
                     "llama.cpp lightning/linear attention layout is not modelled; measure"
                 )
-            per_seq = sum(
-                (x.conv_elements() + x.ssm_elements()) * F32_BYTES
-                for x in layers
-                if isinstance(x, StateLayer)
+            per_seq = layers.total(
+                lambda x: (
+                    (x.conv_elements() + x.ssm_elements()) * F32_BYTES
+                    if isinstance(x, StateLayer)
+                    else 0
+                )
             )
             groups.append(
                 GroupBytes(

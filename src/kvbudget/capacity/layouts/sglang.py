@@ -31,7 +31,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
-from kvbudget.spec.layers import MLA, FullAttention, StateLayer, cache_parts
+from kvbudget.spec.layers import MLA, FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 
 SSM_STATE_BYTES = 4
@@ -66,14 +66,14 @@ def sglang_layout(
     for rank in range(pp):
         start, end = get_pp_indices(spec.num_layers, rank, pp)
         groups: list[GroupBytes] = []
-        for (kind, _w), layers in group_by_kind(cache_parts(spec.layers[start:end])):
-            first = layers[0]
-            indices = tuple(x.layer_index for x in layers)
+        for (kind, _w), layers in group_by_kind(spec.layers[start:end]):
+            first = layers.first
+            indices = layers.indices
             if isinstance(first, FullAttention | MLA):
-                per_token = sum(
-                    sglang_cell_bytes(x, dtype, tp)
-                    for x in layers
-                    if isinstance(x, FullAttention | MLA)
+                per_token = layers.total(
+                    lambda x: (
+                        sglang_cell_bytes(x, dtype, tp) if isinstance(x, FullAttention | MLA) else 0
+                    )
                 )
                 note = (
                     "counted at full length (SWA pool not modelled)"
@@ -94,10 +94,12 @@ def sglang_layout(
                     )
                 )
             elif isinstance(first, StateLayer):
-                per_seq = sum(
-                    x.conv_elements(tp) * model_bytes + x.ssm_elements(tp) * SSM_STATE_BYTES
-                    for x in layers
-                    if isinstance(x, StateLayer)
+                per_seq = layers.total(
+                    lambda x: (
+                        x.conv_elements(tp) * model_bytes + x.ssm_elements(tp) * SSM_STATE_BYTES
+                        if isinstance(x, StateLayer)
+                        else 0
+                    )
                 )
                 groups.append(
                     GroupBytes(

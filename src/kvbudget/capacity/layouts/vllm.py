@@ -28,12 +28,14 @@ both under the decoder layer's index (vLLM 0.32 ``models/falcon_h1.py`` names th
 
 KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
 as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
-that group layers must skip ``kind == "none"`` (see :func:`kv_layers`).
+that group layers must skip ``kind == "none"``. The specs come as runs
+(:class:`~kvbudget.spec.layer_runs.IndexedRuns`): one per run of alike layers, never per layer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
@@ -47,11 +49,12 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
+from kvbudget.safety.limits import MAX_LISTED_LAYERS
+from kvbudget.spec.layer_runs import IndexedRuns, LayerSeq
 from kvbudget.spec.layers import (
     MLA,
     CacheLayer,
     FullAttention,
-    LayerSpec,
     StateLayer,
     cache_parts,
 )
@@ -65,7 +68,6 @@ __all__ = [
     "blocks_held",
     "get_pp_indices",
     "heads_per_rank",
-    "kv_layers",
     "vllm_layer_specs",
     "vllm_layout",
 ]
@@ -192,8 +194,9 @@ def vllm_layer_specs(
     mamba_state_bytes: int | None = None,
     align_to_block_size: bool = False,
     mamba2_checkpoint_blocks: int = 0,
-) -> list[VllmLayerSpec]:
-    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank.
+) -> Sequence[VllmLayerSpec]:
+    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs;
+    listed one by one for parallel-hybrid models, whose layers give two specs each).
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
     ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
@@ -213,9 +216,17 @@ def vllm_layer_specs(
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
+    distinct = model_layers.distinct()
     # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
-    layers = cache_parts(model_layers[start:end])
-    model_parts = cache_parts(model_layers)
+    hybrid = any(layer.kind == "hybrid" for layer in distinct)
+    if hybrid and spec.num_layers > MAX_LISTED_LAYERS:
+        raise ConfigError(
+            f"num_hidden_layers: {spec.num_layers:,} parallel-hybrid layers are beyond "
+            f"{MAX_LISTED_LAYERS:,} for the vllm layout (its two specs per layer are still listed "
+            "one by one; docs/limits.md); use --engine hf or sglang",
+            field="num_hidden_layers",
+        )
+    model_parts = cache_parts(distinct)
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
     has_mla = any(layer.kind == "mla" for layer in model_parts)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
@@ -237,22 +248,32 @@ def vllm_layer_specs(
         if block_size is None or block_size < raised:
             attn_block = raised
         mamba_page_padded = attn_block * per_token
-    out: list[VllmLayerSpec] = []
-    for layer in layers:
-        out.append(
-            _one(
-                layer,
-                dtype,
-                tp,
-                attn_block,
-                state_bytes,
-                mamba_ssm_state_bytes,
-                mamba_page_padded,
-                mamba_cache_mode,
-                mamba2_checkpoint_blocks,
-            )
+
+    def one(layer: CacheLayer) -> VllmLayerSpec:
+        return _one(
+            layer,
+            dtype,
+            tp,
+            attn_block,
+            state_bytes,
+            mamba_ssm_state_bytes,
+            mamba_page_padded,
+            mamba_cache_mode,
+            mamba2_checkpoint_blocks,
         )
-    return out
+
+    layers = model_layers[start:end]
+    if hybrid:  # two specs under one layer index: listed (bounded above)
+        return [one(part) for part in cache_parts(layers)]
+    specs = layers.map(lambda layer, index: one(replace(layer, layer_index=index)))  # type: ignore[arg-type]
+    return IndexedRuns(specs.blocks, base=specs.base)
+
+
+def spec_runs(specs: Sequence[VllmLayerSpec]) -> list[tuple[VllmLayerSpec, range]]:
+    """``(spec, indices)`` per run (runs as they are; a listed sequence one spec at a time)."""
+    if isinstance(specs, IndexedRuns):
+        return list(specs.runs())
+    return [(s, range(s.layer_index, s.layer_index + 1)) for s in specs]
 
 
 #: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
@@ -262,18 +283,18 @@ def vllm_layer_specs(
 VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
 
 
-def _as_vllm_pages(spec: ModelSpec) -> list[LayerSpec]:
+def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
     if spec.model_type not in VLLM_MLA_AS_ATTENTION:
-        return list(spec.layers)
-    return [
-        FullAttention(
-            layer.layer_index, layer.num_heads, layer.qk_nope_head_dim + layer.qk_rope_head_dim
-        )
-        if isinstance(layer, MLA)
-        else layer
-        for layer in spec.layers
-    ]
+        return spec.layer_seq
+    return LayerSeq.from_runs(
+        spec.layer_seq,
+        lambda layer, index: (
+            FullAttention(index, layer.num_heads, layer.qk_nope_head_dim + layer.qk_rope_head_dim)
+            if isinstance(layer, MLA)
+            else layer
+        ),
+    )
 
 
 def _one(
@@ -318,11 +339,6 @@ def _one(
             num_checkpoint_blocks=mamba2_checkpoint_blocks if layer.state_kind == "mamba2" else 0,
         )
     return VllmLayerSpec(idx, "none", block, 0)
-
-
-def kv_layers(specs: list[VllmLayerSpec]) -> list[VllmLayerSpec]:
-    """The specs that hold KV (drops ``kind == "none"``)."""
-    return [s for s in specs if s.kind != "none"]
 
 
 def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
@@ -383,20 +399,20 @@ def vllm_layout(
         )
         groups: list[GroupBytes] = []
         for (kind, _w), members in group_by_kind(specs):
-            first = members[0]
+            first = members.first
             block = first.block_size if kind != "none" else block
             held = blocks_held(first, tokens)
-            per_seq = sum(blocks_held(m, tokens) * m.page_size_bytes for m in members)
+            per_seq = members.total(lambda m: blocks_held(m, tokens) * m.page_size_bytes)
             per_token = (
                 0
                 if kind in ("mamba", "none")
-                else sum(m.page_size_bytes for m in members) // first.block_size
+                else members.total(lambda m: m.page_size_bytes) // first.block_size
             )
             kept = 0 if kind in ("mamba", "none") else held * first.block_size
             groups.append(
                 GroupBytes(
                     kind,
-                    tuple(m.layer_index for m in members),
+                    members.indices,
                     kept,
                     per_token,
                     per_seq,

@@ -1,0 +1,84 @@
+"""vLLM's grouping on runs equals the same grouping done layer by layer (engines-kv-accounting §2.1).
+
+The reference below is the per-layer reading of ``get_kv_cache_groups``: bucket the layers by
+spec in index order, ``group_size = min`` (``max`` when ``max < 1.5 * min``, strided), then
+``bucket[i::num_groups]`` (strided) or ``bucket[i * size:(i + 1) * size]`` (contiguous).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbudget.capacity.pool import PoolLayer, group_layers
+from kvbudget.spec.layer_runs import IndexedRuns, Runs
+from kvbudget.units import cdiv
+
+FULL = PoolLayer(0, "full", 16, 16384)
+SLIDING = PoolLayer(0, "sliding", 16, 16384, sliding_window=512)
+NONE = PoolLayer(0, "none", 16, 0)
+
+
+def reference(kinds: list[str], strided: bool) -> list[tuple[str, list[int], int]]:
+    buckets: dict[str, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        if kind != "none":
+            buckets.setdefault(kind, []).append(i)
+    if len(buckets) == 1:
+        ((kind, members),) = buckets.items()
+        return [(kind, members, 0)]
+    sizes = [len(b) for b in buckets.values()]
+    size = min(sizes)
+    if strided and max(sizes) < 1.5 * min(sizes):
+        size = max(sizes)
+    out = []
+    for kind, bucket in buckets.items():
+        n = cdiv(len(bucket), size)
+        for i in range(n):
+            members = bucket[i::n] if strided else bucket[i * size : (i + 1) * size]
+            out.append((kind, members, size - len(members)))
+    return out
+
+
+def runs_of(kinds: Runs[str]) -> IndexedRuns[PoolLayer]:
+    by_kind = {"full": FULL, "sliding": SLIDING, "none": NONE}
+    mapped = kinds.map(lambda kind, i: by_kind[kind])
+    return IndexedRuns(mapped.blocks, base=0)
+
+
+def periodic(n: int, pattern: str) -> Runs[str]:
+    names = {"f": "full", "s": "sliding", "n": "none"}
+    return Runs.periodic([names[c] for c in pattern], n)
+
+
+@pytest.mark.parametrize("strided", [True, False])
+@pytest.mark.parametrize(
+    ("n", "pattern"),
+    [
+        (62, "sssssf"),
+        (60, "sssssf"),
+        (26, "sf"),
+        (48, "sssf"),
+        (35, "fsssssss"),
+        (40, "sssssssf"),
+        (37, "ssnf"),
+        (30, "f"),
+        (1000, "sssssf"),
+        (997, "ssssssssssf"),
+    ],
+)
+def test_runs_grouping_equals_per_layer(n: int, pattern: str, strided: bool) -> None:
+    kinds = periodic(n, pattern)
+    groups = group_layers(runs_of(kinds), strided=strided)
+    got = [(g.kind, list(g.layer_indices), g.num_padding_layers) for g in groups]
+    assert got == reference(list(kinds), strided)
+
+
+def test_listed_layers_compressed_by_runs_group_the_same() -> None:
+    kinds = ["sliding"] * 7 + ["full"] * 2 + ["sliding"] * 11 + ["full"] * 3 + ["sliding"] * 5
+    runs = runs_of(Runs.from_items(kinds))
+    for strided in (True, False):
+        got = [
+            (g.kind, list(g.layer_indices), g.num_padding_layers)
+            for g in group_layers(runs, strided=strided)
+        ]
+        assert got == reference(kinds, strided)
