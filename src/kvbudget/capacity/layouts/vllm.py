@@ -55,6 +55,8 @@ from kvbudget.spec.layers import (
     MLA,
     CacheLayer,
     FullAttention,
+    LayerSpec,
+    ParallelHybrid,
     StateLayer,
     cache_parts,
 )
@@ -265,7 +267,12 @@ def vllm_layer_specs(
     layers = model_layers[start:end]
     if hybrid:  # two specs under one layer index: listed (bounded above)
         return [one(part) for part in cache_parts(layers)]
-    specs = layers.map(lambda layer, index: one(replace(layer, layer_index=index)))  # type: ignore[arg-type]
+
+    def indexed(layer: LayerSpec, index: int) -> VllmLayerSpec:
+        assert not isinstance(layer, ParallelHybrid)  # hybrid models took the branch above
+        return one(replace(layer, layer_index=index))
+
+    specs = layers.map(indexed)
     return IndexedRuns(specs.blocks, base=specs.base)
 
 
