@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvbudget.capacity import pool as vpool
+from kvbudget.capacity import pool_templates
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm import (
     VllmLayerSpec,
@@ -312,13 +313,13 @@ def _make_vllm_plan(
         align_to_block_size=behaviour.version >= (0, 32, 0),
         mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
     )
-    pool_layers = vpool.raise_attention_block_for_mamba(
+    pool_layers = pool_templates.raise_attention_block_for_mamba(
         all_specs.map_indexed(_to_pool_layer)
         if isinstance(all_specs, IndexedRuns)
         else [_to_pool_layer(s, s.layer_index) for s in all_specs if s.kind != "none"]
     )
     if request.disable_hybrid_kv_cache_manager:
-        pool_layers = vpool.unify_hybrid_as_full(pool_layers)
+        pool_layers = pool_templates.unify_hybrid_as_full(pool_layers)
         notes.append(
             "--disable-hybrid-kv-cache-manager: sliding/chunked layers are treated as full attention "
             "(the full-length cost is paid)"
