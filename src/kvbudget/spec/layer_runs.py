@@ -14,22 +14,27 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Generic, Self, TypeVar, overload
+from dataclasses import Field, dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, overload
 
 from kvbudget.spec.layers import LayerSpec
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+
+class _Dataclass(Protocol):
+    """Any dataclass instance (typeshed's ``DataclassInstance``, which ``replace`` takes)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
 
 T = TypeVar("T")
 U = TypeVar("U")
 #: an indexed item: a frozen dataclass with a ``layer_index`` field
-D = TypeVar("D", bound="DataclassInstance")
-E = TypeVar("E", bound="DataclassInstance")
+D = TypeVar("D", bound=_Dataclass)
+E = TypeVar("E", bound=_Dataclass)
 
-#: groups whose layers form at most this many ``[start, stop)`` runs list them as pairs
-MAX_LISTED_RUNS = 10_000
+#: a group's layers are written out one by one (plan's ``layer_indices``; the layers of strided
+#: ranges in :meth:`LayerIndices.as_ranges`) only up to this many layers
+MAX_SPELLED_OUT_LAYERS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,10 +397,12 @@ class LayerIndices(Sequence[int]):
         return LayerIndices(out)
 
     def as_ranges(self) -> list[list[int]]:
-        """JSON form: ``[start, stop)`` pairs when at most :data:`MAX_LISTED_RUNS` of them,
-        else one ``[start, stop, step]`` triple per range (Python's ``range``)."""
+        """JSON form, sorted by start: each step-1 range as a ``[start, stop)`` pair; the strided
+        ranges' layers as pairs too (touching pairs merged) when they hold at most
+        :data:`MAX_SPELLED_OUT_LAYERS` layers in all, else each strided range as one
+        ``[start, last + 1, step]`` triple (Python's ``range``), pairs and triples mixed."""
         strided = [r for r in self.ranges if r.step != 1 and len(r) > 1]
-        listed = sum(len(r) for r in strided) <= MAX_LISTED_RUNS
+        listed = sum(len(r) for r in strided) <= MAX_SPELLED_OUT_LAYERS
         pieces: list[tuple[int, int]] = []
         triples: list[list[int]] = []
         for r in self.ranges:
