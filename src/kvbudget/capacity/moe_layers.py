@@ -3,8 +3,10 @@
 A config's pattern is arithmetic: layers below ``first_k_dense_replace`` are dense; with
 ``decoder_sparse_step`` (or ``interleave_moe_layer_step``) ``s > 1`` layer ``i`` is MoE only when
 ``(i + 1) % s == 0``; then ``expert_layer_period`` / ``expert_layer_offset`` (Jamba: ``i % p ==
-offset``) or else ``moe_layer_freq`` (``(i - first_k_dense_replace) % f == 0``); layers listed in
-``mlp_only_layers`` are dense. Each condition is a congruence, so the layers of a ``range`` that
+offset``) or else ``moe_layer_freq``: ``i % f == 0`` as vLLM 0.32.0's DeepSeek-V2/V3
+(``deepseek_v2.py``, ``DeepseekV2DecoderLayer``), GLM-4-MoE-Lite and AXK1 read it, ``(i -
+first_k_dense_replace) % f == 0`` for Sarvam (``sarvam.py``); layers listed in ``mlp_only_layers``
+are dense. Each condition is a congruence, so the layers of a ``range`` that
 pass them all are counted by the Chinese remainder theorem: O(1) arithmetic plus one look at each
 ``mlp_only_layers`` entry, whatever the number of layers or the pattern's period.
 """
@@ -13,11 +15,30 @@ from __future__ import annotations
 
 import math
 
+from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
+
+#: architectures whose ``moe_layer_freq`` counts from ``first_k_dense_replace`` (vLLM 0.32.0
+#: ``sarvam.py``: ``(layer_idx - first_k_dense) % moe_layer_freq == 0``)
+_FREQ_FROM_FIRST_DENSE = frozenset({"SarvamMoEForCausalLM", "SarvamMLAForCausalLM"})
 
 
 def _int(spec: ModelSpec, key: str, default: int) -> int:
-    return int(spec.raw_config.get(key) or default)
+    value = spec.raw_config.get(key) or default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"{key}: {value!r} is not one integer; kvbudget reads a MoE pattern from integer "
+            "fields only (a per-layer list is not modelled); fix the config or pass --weights-bytes",
+            field=key,
+        )
+    return value
+
+
+def _freq_residue(spec: ModelSpec, freq: int) -> int:
+    """``i % freq`` of the MoE layers (see the module doc)."""
+    if spec.architecture in _FREQ_FROM_FIRST_DENSE:
+        return _int(spec, "first_k_dense_replace", 0) % freq
+    return 0
 
 
 def _listed_dense(spec: ModelSpec) -> set[int]:
@@ -47,7 +68,8 @@ def _moe_by_pattern(spec: ModelSpec, index: int) -> bool:
     period = spec.raw_config.get("expert_layer_period")
     if period:
         return index % int(period) == _int(spec, "expert_layer_offset", 0)
-    return (index - first_dense) % _int(spec, "moe_layer_freq", 1) == 0
+    freq = abs(_int(spec, "moe_layer_freq", 1))
+    return index % freq == _freq_residue(spec, freq)
 
 
 def _congruences(spec: ModelSpec) -> list[tuple[int, int]] | None:
@@ -65,7 +87,7 @@ def _congruences(spec: ModelSpec) -> list[tuple[int, int]] | None:
         out.append((offset % abs(p), abs(p)))
     else:
         freq = abs(_int(spec, "moe_layer_freq", 1))
-        out.append((_int(spec, "first_k_dense_replace", 0) % freq, freq))
+        out.append((_freq_residue(spec, freq), freq))
     return out
 
 

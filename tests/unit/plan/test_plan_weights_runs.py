@@ -7,17 +7,20 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kvbudget.capacity.moe_layers import count_moe_layers
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 
 
-def moe_spec(n: int, raw: dict[str, Any]) -> ModelSpec:
+def moe_spec(n: int, raw: dict[str, Any], architecture: str = "A") -> ModelSpec:
     layers = LayerSeq.periodic([FullAttention(0, 8, 128)], n)
-    return ModelSpec("m", "A", "t", layers, num_experts=8, raw_config=raw)
+    return ModelSpec("m", architecture, "t", layers, num_experts=8, raw_config=raw)
 
 
 def test_first_k_dense_replace() -> None:
@@ -42,11 +45,11 @@ def test_dense_model_has_no_moe_layers() -> None:
 
 
 def test_combined_step_and_freq_and_period_by_hand() -> None:
-    # step 4: i % 4 == 3; first_k_dense_replace 2 and moe_layer_freq 3: (i - 2) % 3 == 0, i >= 2;
-    # both: i % 12 == 11 -> 11, 23, ..., 95 below 100 (8 layers)
+    # step 4: i % 4 == 3; first_k_dense_replace 2 and moe_layer_freq 3: i >= 2 and i % 3 == 0
+    # (vLLM 0.32.0 deepseek_v2.py); both: i % 12 == 3 -> 3, 15, ..., 99 below 100 (9 layers)
     raw = {"decoder_sparse_step": 4, "first_k_dense_replace": 2, "moe_layer_freq": 3}
-    assert count_moe_layers(moe_spec(100, raw), range(100)) == 8
-    assert count_moe_layers(moe_spec(100, raw), range(99, -1, -1)) == 8  # a reversed range
+    assert count_moe_layers(moe_spec(100, raw), range(100)) == 9
+    assert count_moe_layers(moe_spec(100, raw), range(99, -1, -1)) == 9  # a reversed range
     # step 2 (odd i) and Jamba's period 2 offset 1 (odd i): 50 of 100; offset 0 (even i): none
     odd = {"decoder_sparse_step": 2, "expert_layer_period": 2, "expert_layer_offset": 1}
     assert count_moe_layers(moe_spec(100, odd), range(100)) == 50
@@ -99,3 +102,17 @@ def test_qwen2_moe_step_9999991_at_100m_layers_is_closed_form(tmp_path: Path) ->
     # 37,120 params; a dense one 64 x 256 + 128 x 64 = 24,576; bf16: 25,088 B more per MoE layer
     dense = plan(200_000_000)
     assert doc["weights"]["total_bytes"] - dense["weights"]["total_bytes"] == 9 * 25_088
+
+
+def test_moe_layer_freq_counts_from_zero_but_for_sarvam() -> None:
+    # vLLM 0.32.0 deepseek_v2.py: layer_idx >= first_k_dense_replace and layer_idx % freq == 0;
+    # first 1 dense, freq 2, 10 layers: 2, 4, 6, 8. sarvam.py: (layer_idx - 1) % 2 == 0: 1, 3, .. 9
+    raw = {"first_k_dense_replace": 1, "moe_layer_freq": 2}
+    assert count_moe_layers(moe_spec(10, raw), range(10)) == 4
+    assert count_moe_layers(moe_spec(10, raw, "SarvamMoEForCausalLM"), range(10)) == 5
+    assert count_moe_layers(moe_spec(10**8, raw), range(10**8)) == 5 * 10**7 - 1  # 2, 4, ...
+
+
+def test_a_listed_moe_layer_freq_is_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"moe_layer_freq: \[0, 1\] is not one integer"):
+        count_moe_layers(moe_spec(10, {"moe_layer_freq": [0, 1]}), range(10))
