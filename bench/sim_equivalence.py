@@ -11,13 +11,14 @@ counts -> same digest)::
 Scenarios: the issue's workload on the fast path and on the explicit engine; shared prefixes on a
 small pool (evictions, preemptions) with salts and cancellations, fast and explicit; sha256
 hashing; a sliding-window group (fast and explicit, with and without caching); Gemma-3-27B's
-groups on a small pool with salts and cancellations (fast and explicit); a CPU tier; four
-replicas behind the cost router; no caching. Each line: scenario, digest, preemptions,
-prefix-cache hit tokens, steps (all simulated). The last three lines say whether a scenario
-gives the same digest on the fast path and on the explicit engine (it must). The shared-prefix
-one: the fast path once gave 128 fewer hit tokens there, before its completed-vs-cancelled free
-order was fixed on 2026-11-30. ``sliding`` and ``gemma3_small`` run on the fast path since
-2026-12-01; their digests are the ones the explicit engine gave them before.
+groups on a small pool with salts and cancellations (fast and explicit); a CPU tier (fast and
+explicit); four replicas behind the cost router; no caching. Each line: scenario, digest,
+preemptions, prefix-cache hit tokens, steps (all simulated). The last four lines say whether a
+scenario gives the same digest on the fast path and on the explicit engine (it must). The
+shared-prefix one: the fast path once gave 128 fewer hit tokens there, before its
+completed-vs-cancelled free order was fixed on 2026-11-30. ``sliding``, ``gemma3_small`` and
+``tier_cpu`` run on the fast path since 2026-12-01; their digests are the ones the explicit
+engine gave them before.
 """
 
 from __future__ import annotations
@@ -150,6 +151,11 @@ def main() -> None:
             [ReplicaSetup(small, roofline, tiers=(cpu,))],
             {},
         ),
+        "tier_cpu_explicit": (
+            make_requests(500, 40, 5, shared=True),
+            [ReplicaSetup(small, roofline, tiers=(cpu,), fast_path=False)],
+            {},
+        ),
         "cost4": (
             make_requests(800, 80, 6, shared=True),
             [ReplicaSetup(small, roofline)] * 4,
@@ -169,7 +175,7 @@ def main() -> None:
     # same workload, fast path vs explicit stepping: must be identical (docs/simulator.md)
     same = digests["shared_small_fast"] == digests["shared_small_explicit"]
     print("shared_small fast == explicit:", "identical" if same else "DIFFERENT", flush=True)
-    for name in ("sliding", "gemma3_small"):
+    for name in ("sliding", "gemma3_small", "tier_cpu"):
         same = digests[name] == digests[f"{name}_explicit"]
         print(f"{name} fast == explicit:", "identical" if same else "DIFFERENT", flush=True)
 

@@ -80,8 +80,14 @@ def run_kvbudget(n: int, *, records: bool = False) -> dict[str, Any]:
     records_path = Path(tempfile.gettempdir()) / f"kvbudget-sim-scale-records-{os.getpid()}.jsonl"
     if records:
         cmd += ["--records-out", str(records_path)]
+    load_before = os.getloadavg()
     r = run_child(cmd, timeout_s=4 * 3600)
-    row: dict[str, Any] = {"requests": n, "records_out": records}
+    row: dict[str, Any] = {
+        "requests": n,
+        "records_out": records,
+        # the host's 1-minute load average before and after this process (shared host)
+        "loadavg_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+    }
     if r["rc"] != 0:
         row.update(ran=False, reason=r["stderr"].strip()[-300:] or f"exit {r['rc']}")
         return row

@@ -91,6 +91,37 @@ def sim_speed() -> str:
     return "\n".join(out)
 
 
+def sim_fastpath_hybrid() -> str:
+    """Fast path vs explicit stepping on sliding-window replicas (``bench/sim_fastpath_speed.py``)."""
+    data = _load("sim_fastpath_hybrid.json")
+    w, h = data["workload"], data["host"]
+    load = "/".join(f"{x:.1f}" for x in h["loadavg_at_start"])
+    out = [
+        f"Commit {data['commit']}; {w['requests']:,} requests of {w['input_tokens']:,} input and "
+        f"{w['output_tokens']:,} output tokens, Poisson arrivals at {w['load']:.0%} of each "
+        "replica's simulated saturation (roofline timing; H100-SXM replicas built by "
+        f"`make_plan`). CPU seconds: best of {w['repeats']}, same run. Host: Python "
+        f"{h['python']}, {h['cpus']} CPUs, load average at the start {load}.",
+        "",
+        "| model | TP | KV groups (layers) | blocks | req/s | fast path CPU s | explicit CPU s "
+        "| explicit / fast | results identical |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["runs"]:
+        groups: dict[str, list[int]] = {}
+        for g in r["kv_groups"]:
+            name = g["kind"] if g["window"] is None else f"sliding {g['window']:,}"
+            groups.setdefault(name, []).append(g["num_layers"])
+        text = ", ".join(f"{len(v)} × {k} ({sum(v)})" for k, v in groups.items())
+        out.append(
+            f"| {r['model']} | {r['tp']} | {text} | {r['num_gpu_blocks']:,} | "
+            f"{r['rate_requests_per_s']} | {r['fast']['cpu_s']:.3f} | "
+            f"{r['explicit']['cpu_s']:.3f} | **{r['speedup_cpu']:.2f}×** | "
+            f"{'yes' if r['identical_results'] else 'NO'} |"
+        )
+    return "\n".join(out)
+
+
 def llamacpp() -> str:
     spec = importlib.util.spec_from_file_location(
         "llamacpp_measure", ROOT / "bench" / "llamacpp_measure.py"
@@ -452,6 +483,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "client-overhead": lambda: client_overhead("client_overhead.json"),
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
     "sim-speed": sim_speed,
+    "sim-fastpath-hybrid": sim_fastpath_hybrid,
     "llamacpp": llamacpp,
     "client-overhead-findings": client_overhead_findings,
     "sim-speed-findings": sim_speed_findings,

@@ -38,6 +38,12 @@ HAND: dict[str, tuple[int, int]] = {
     # heads x 128 x 2 B = 2,048 B/token x 48 = 98,304; linear state (MiniMaxCache.linear_cache,
     # outside cache.layers) 4 heads x 64 x 64 x 2 B = 32,768 per layer, x 4 = 131,072
     "minimax": (48, 229_376),
+    # parallel hybrid: every Falcon-H1 layer holds attention and a Mamba-2 state
+    # (LinearAttentionAndFullAttentionLayer). attention: 2 KV heads x (64 + 64) x 2 B x 48 tokens
+    # = 24,576; conv (d_ssm 1024 + 2 x 1 group x d_state 256) = 1,536 channels x d_conv 4 x 2 B
+    # = 12,288; ssm 128 heads x d_head 8 x d_state 256 x 4 B (float32) = 1,048,576.
+    # 8 x 1,085,440
+    "falcon_h1": (48, 8_683_520),
 }
 
 #: layouts that apply to each case at tp=pp=1 (llama.cpp has no MLA or Mamba-hybrid layout here)
@@ -47,6 +53,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "deepseek_v2": ("hf", "vllm", "sglang"),
     "jamba": ("hf", "vllm"),
     "minimax": ("hf", "vllm"),
+    "falcon_h1": ("hf", "vllm", "sglang", "llamacpp"),
 }
 
 

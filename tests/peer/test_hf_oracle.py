@@ -61,7 +61,6 @@ NOT_MODELLED: dict[str, str] = {
     "qwen4_exp": "several Mamba state layouts in one model",
     "qwen4_exp_text": "several Mamba state layouts in one model",
     "mimo_v2_flash": "sliding and full layers with their own head sizes; the generic reading refuses",
-    "falcon_h1": "parallel hybrid: every layer holds attention KV and a Mamba-2 state",
     "zamba2": "shared attention blocks at hybrid_layer_ids on top of Mamba-2 layers",
 }
 

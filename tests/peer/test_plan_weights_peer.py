@@ -89,3 +89,24 @@ def test_llama4_scout_expert_sizes() -> None:
         model = transformers.Llama4ForCausalLM(config)
     expected = int(sum(p.numel() for p in model.parameters()))
     assert ours == expected
+
+
+def test_falcon_h1_parallel_hybrid_counts_both_branches(tmp_path: Path) -> None:
+    """Falcon-H1 (tiny variant of transformers' defaults): every decoder layer has attention and
+    a Mamba-2 mixer. kvbudget counts both branches' projections; it leaves out the mixer's
+    conv1d, A_log, D and dt_bias (as for every Mamba), which the expected count subtracts."""
+    from tests.peer import tiny_configs
+
+    raw = tiny_configs.config_dict("falcon_h1", tiny=True, architecture="FalconH1ForCausalLM")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw, default=str), encoding="utf-8")
+    spec = resolve_model(str(path)).spec
+    assert spec is not None
+    config = tiny_configs.build_config("falcon_h1", tiny=True)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    skip = ("conv1d", "A_log", "mamba.D", "dt_bias")
+    expected = sum(
+        p.numel() for name, p in model.named_parameters() if not any(s in name for s in skip)
+    )
+    assert compute_weights(spec).num_params == expected

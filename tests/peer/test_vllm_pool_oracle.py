@@ -12,6 +12,7 @@ and logs: the SSM state dtype (``Reset SSM cache type to float32``, ``platforms/
 mamba cache mode (``align`` when prefix caching is on, ``models/config.py``). The CPU default
 block size is 128 (``platforms/cpu.py``: ``cache_config.block_size = 128`` unless given).
 
+Every case vLLM's CPU engine started must match exactly: there is no list of exempted cases.
 Cases vLLM's CPU engine refused are kept with their error and listed in docs/architectures.md.
 """
 
@@ -34,12 +35,6 @@ CPU_DEFAULT_BLOCK_SIZE = 128
 
 RECORDED = sorted(name for name, rec in DATA["cases"].items() if "engine_final" in rec)
 REFUSED = sorted(name for name, rec in DATA["cases"].items() if "engine_final" not in rec)
-
-#: recorded cases kvbudget does not model yet (resolve not_applicable), with the reason
-NOT_MODELLED: dict[str, str] = {
-    "falcon_h1": "parallel hybrid: every layer holds attention KV and a Mamba-2 state",
-}
-
 
 #: cases vLLM 0.32.0's CPU engine refuses: (words of its root-cause error, why, from vLLM's source)
 ENGINE_REFUSED: dict[str, tuple[str, str]] = {
@@ -64,22 +59,6 @@ ENGINE_REFUSED: dict[str, tuple[str, str]] = {
 }
 
 
-#: recorded cases where kvbudget knowingly differs from vLLM, the reason, and vLLM/kvbudget tokens
-KNOWN_DIVERGENCE: dict[str, tuple[str, float]] = {
-    "gpt_bigcode": (
-        "the tiny config carries multi_query=True and a stray num_key_value_heads=2 (added by the "
-        "generic shrinking, not a GPT-BigCode field): transformers caches 1 KV head and kvbudget "
-        "follows it; vLLM 0.32 reads num_key_value_heads, so its pool holds half the tokens",
-        0.5,
-    ),
-}
-
-
-#: recorded cases where vLLM pages a layer differently from kvbudget's vllm layout (a kvbudget
-#: gap, left open): why, and vLLM's num_gpu_blocks worked by hand from vLLM's own rule
-VLLM_LAYOUT_GAP: dict[str, tuple[str, int]] = {}
-
-
 def plan_for(name: str, tmp_path: Path) -> Any:
     rec = DATA["cases"][name]
     final = rec["engine_final"]
@@ -87,11 +66,8 @@ def plan_for(name: str, tmp_path: Path) -> Any:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(rec["config"]), encoding="utf-8")
     resolved = resolve_model(str(path))
-    if name in NOT_MODELLED:
-        assert resolved.status == "not_applicable", f"{name} now resolves: verify it"
-        return None
     assert resolved.spec is not None, f"{name}: {resolved.reason}"
-    has_state = any(layer.kind == "state" for layer in resolved.spec.layers)
+    has_state = any(layer.kind in ("state", "hybrid") for layer in resolved.spec.layers)
     request = PlanRequest(
         model=str(path),
         engine="vllm",
@@ -115,8 +91,6 @@ def plan_for(name: str, tmp_path: Path) -> Any:
 def test_plan_matches_vllm_log(name: str, tmp_path: Path) -> None:
     rec = DATA["cases"][name]
     result = plan_for(name, tmp_path)
-    if result is None:
-        return
     got = {
         "kv_cache_tokens": result.kv_cache_tokens,
         "max_concurrency": round(result.max_concurrency, 2),
@@ -127,14 +101,6 @@ def test_plan_matches_vllm_log(name: str, tmp_path: Path) -> None:
         "max_concurrency": rec["max_concurrency"],
         "num_gpu_blocks": rec["engine_final"]["num_gpu_blocks"],
     }
-    if name in VLLM_LAYOUT_GAP:
-        assert want["num_gpu_blocks"] == VLLM_LAYOUT_GAP[name][1], name
-        assert got["num_gpu_blocks"] != want["num_gpu_blocks"], f"{name} now matches: update"
-        return
-    if name in KNOWN_DIVERGENCE:
-        ratio = KNOWN_DIVERGENCE[name][1]
-        assert rec["kv_cache_tokens"] == int(result.kv_cache_tokens * ratio), name
-        return
     if "group_block_sizes" in rec:
         got["group_block_sizes"] = [g.block_size for g in result.groups]
         want["group_block_sizes"] = rec["group_block_sizes"]

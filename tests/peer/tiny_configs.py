@@ -57,6 +57,11 @@ SPECIFIC: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 4
     },  # its hybrid_layer_ids / block types follow the default
     "mamba2": {"num_heads": 8, "head_dim": 64, "n_groups": 1},
+    # GPTBigCodeConfig has no num_key_value_heads field: __post_init__ derives it from
+    # multi_query (1, or n_head); setting it would leave a stray value beside multi_query=True
+    # that vLLM 0.32 reads (model_arch_config_convertor.py get_total_num_kv_heads) and
+    # transformers' modeling ignores (kv_heads = 1 if multi_query)
+    "gpt_bigcode": {"num_key_value_heads": None},
     "lfm2": {"layer_types": ["conv", "conv", "full_attention"]},
     "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention"]},
     "granitemoehybrid": {"layer_types": ["linear_attention"] * 3 + ["full_attention"]},

@@ -87,8 +87,9 @@ def model_assumptions(
             f"sliding x{kinds.get('sliding', 0)}, chunked x{kinds.get('chunked', 0)}",
         ),
         "no_hybrid_state": (
-            not ({"state", "shared", "none"} & set(kinds)),
-            f"state x{kinds.get('state', 0)}, shared x{kinds.get('shared', 0)}",
+            not ({"state", "shared", "none", "hybrid"} & set(kinds)),
+            f"state x{kinds.get('state', 0)}, shared x{kinds.get('shared', 0)}"
+            + (f", attention+state x{kinds['hybrid']}" if "hybrid" in kinds else ""),
         ),
         "no_quant_metadata": (
             not any(d.has_metadata for d in dtypes),

@@ -41,7 +41,8 @@ from kvbudget.capacity.versions import (
 from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
-from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
+from kvbudget.spec.layer_parts import PartRuns
+from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -183,7 +184,7 @@ def plan_terms(
     return weights_term, act, non_torch, graphs
 
 
-def _per_token_bytes(layers: IndexedRuns[VllmLayerSpec], rank_layers: range) -> int:
+def _per_token_bytes(layers: PartRuns[VllmLayerSpec], rank_layers: range) -> int:
     return sum(
         (s.real_page_size_bytes or s.page_size_bytes)
         // s.block_size
@@ -310,7 +311,7 @@ def _make_vllm_plan(
         align_to_block_size=behaviour.version >= (0, 32, 0),
         mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
     )
-    pool_layers = vpool.raise_attention_block_for_mamba(all_specs.map_indexed(_to_pool_layer))
+    pool_layers = vpool.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
     if request.disable_hybrid_kv_cache_manager:
         pool_layers = vpool.unify_hybrid_as_full(pool_layers)
         notes.append(

@@ -60,8 +60,14 @@ def make_sglang_plan(
             model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
         ).runs()
         if s.kind != "none"
-    ]  # one entry per run of layers, never per layer
-    attn = [(s, r) for s, r in specs if s.kind in ("full", "mla", "sliding", "chunked")]
+    ]  # one entry per run of layers (two for a parallel hybrid run), never per layer
+    # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
+    # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
+    attn = [
+        (replace(s, block_size=1, page_size_bytes=s.page_size_bytes // s.block_size), r)
+        for s, r in specs
+        if s.kind in ("full", "mla", "sliding", "chunked")
+    ]
     if any(s.kind == "mamba" for s, _ in specs):
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"

@@ -29,6 +29,7 @@ from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_m
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import SpecError
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.units import cdiv
 
@@ -150,25 +151,29 @@ class KvCacheGroup:
         return 1 + self.num_speculative_blocks
 
 
-def _runs(layers: Sequence[PoolLayer]) -> IndexedRuns[PoolLayer]:
-    if isinstance(layers, IndexedRuns):
+def _runs(layers: Sequence[PoolLayer]) -> PartRuns[PoolLayer]:
+    """Layers as cache parts by runs (a parallel hybrid layer's two parts share its index)."""
+    if isinstance(layers, PartRuns):
         return layers
-    return IndexedRuns.from_items(sorted(layers, key=lambda layer: layer.layer_index))
+    if isinstance(layers, IndexedRuns):
+        return PartRuns.single(layers)
+    ordered = sorted(layers, key=lambda layer: layer.layer_index)
+    return PartRuns.single(IndexedRuns.from_items(ordered))
 
 
 def _retemplate(
-    layers: IndexedRuns[PoolLayer], new: dict[PoolLayer, PoolLayer]
-) -> IndexedRuns[PoolLayer]:
+    layers: PartRuns[PoolLayer], new: dict[PoolLayer, PoolLayer]
+) -> PartRuns[PoolLayer]:
     """Each layer replaced by ``new[layer without index]`` (kept when absent), index kept."""
 
     def one(layer: PoolLayer, index: int) -> PoolLayer:
         found = new.get(replace(layer, layer_index=0))
         return layer if found is None else replace(found, layer_index=index)
 
-    return layers.map_indexed(one)
+    return layers.map(one)
 
 
-def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> IndexedRuns[PoolLayer]:
+def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> PartRuns[PoolLayer]:
     """Hybrid attention+mamba: raise the attention block size, then pad the mamba page (§1.6).
 
     ``attn_block = 16 * cdiv(mamba_page, 16 * attn_page_per_token)``; the mamba page is then
@@ -197,7 +202,7 @@ def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> IndexedRuns[
     return _retemplate(runs, new)
 
 
-def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> IndexedRuns[PoolLayer]:
+def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> PartRuns[PoolLayer]:
     """``--disable-hybrid-kv-cache-manager`` (§2.1 step 1): sliding/chunked layers become full."""
     runs = _runs(layers)
     new = {
@@ -209,17 +214,19 @@ def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> IndexedRuns[PoolLayer]:
 
 
 def _buckets(
-    runs: IndexedRuns[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
+    runs: PartRuns[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
 ) -> dict[tuple[object, ...], list[pool_runs.Segment]]:
-    """Layers by spec key, each as segments in index order ("none" layers left out)."""
+    """Layers by spec key, each as segments in index order ("none" layers left out); a
+    parallel hybrid layer's attention and mamba parts fall in different buckets."""
     buckets: dict[tuple[object, ...], list[pool_runs.Segment]] = {}
     for block in runs.blocks:
         period = len(block.pattern)
         lo = runs.base + block.start
         by_key: dict[tuple[object, ...], list[int]] = {}
-        for offset, layer in enumerate(block.pattern):
-            if layer.kind != "none":
-                by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
+        for offset, parts in enumerate(block.pattern):
+            for layer in parts:
+                if layer.kind != "none":
+                    by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
         for spec_key, offsets in by_key.items():
             segment = pool_runs.Segment(lo, period, tuple(offsets), block.repeats)
             buckets.setdefault(spec_key, []).append(segment)

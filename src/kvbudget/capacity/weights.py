@@ -34,7 +34,15 @@ from typing import Any, Literal
 
 from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.errors import ConfigError, SpecError
-from kvbudget.spec.layers import MLA, FullAttention, KVShared, LayerSpec, NoAttention, StateLayer
+from kvbudget.spec.layers import (
+    MLA,
+    FullAttention,
+    KVShared,
+    LayerSpec,
+    NoAttention,
+    ParallelHybrid,
+    StateLayer,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -137,6 +145,10 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
             Matrix("in_proj", h, 2 * inner + extra),
             Matrix("out_proj", inner, h, split="row"),
         ], True
+    if isinstance(layer, ParallelHybrid):  # Falcon-H1: both branches' projections
+        attention, _ = _attention_matrices(layer.attention, spec, h)
+        state, _ = _attention_matrices(layer.state, spec, h)
+        return attention + state, True
     # KV-shared layers still project Q (and K/V that are discarded in some models); NoAttention none
     if isinstance(layer, KVShared):
         d = h // n_heads

@@ -17,21 +17,26 @@ something can change:
 * sliding-window groups (vLLM's ``SlidingWindowManager.remove_skipped_blocks``): a block
   falls out of a ``w``-token window when ``(c - w + 1) % block_size == 0``, one more phase
   bucket per window; a decoder's first step also catches up on the blocks its last prefill
-  chunk left behind. With several groups (sliding, state, or more than one full group) the
-  decoders of those buckets call ``allocate_slots(req, 1)`` exactly as the explicit engine
-  does, in running order (a free and another decoder's allocation do not commute: an
-  unhashed freed block is reused first);
-* prefills, admissions and preemptions: done exactly as the explicit engine does them.
+  chunk left behind. With several groups (sliding, state, or more than one full group) or KV
+  tiers, the decoders of those buckets take ``allocate_slots(req, 1)``'s steps exactly as the
+  explicit engine does, in running order (a free and another decoder's allocation do not
+  commute: an unhashed freed block is reused first; a tier sees evictions and registrations in
+  the order they happen); :mod:`kvbudget.sim.fastpath_events`;
+* prefills, admissions (with a tier lookup) and preemptions (with a swap to the CPU tier):
+  done exactly as the explicit engine does them;
+* KV tier reloads: a reloading request stays in the running list unscheduled and, once loaded,
+  prefills ahead of later decoders with the budget first, so from the step that admits it
+  until no request reloads and none prefills ahead of a decoder, ``EngineCore`` itself steps
+  the replica (:mod:`kvbudget.sim.fastpath_modes`).
 
 The step-time model sees the same batch (decode count and summed context are kept as running
 sums). The result is identical to stepping :class:`EngineCore` (same block ids, eviction order,
-times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads and
-``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on dense, Gemma-2
+tier contents, times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads
+and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on dense, Gemma-2
 (1 sliding : 1 full), Gemma-3 (5 sliding : 1 full), sliding-only, two-window and state-group
-layouts. Used when the replica is FCFS with ``max_num_seqs < max_num_batched_tokens`` and no
-``long_prefill_token_threshold`` (see :func:`fast_path_ok`), and has no KV tier (the replica
-checks that: a reloading request stays in the running list unscheduled and, once loaded,
-prefills ahead of later decoders, so decoders no longer come first in running order).
+layouts, with and without CPU/disk tiers. Used when the replica is FCFS with ``max_num_seqs <
+max_num_batched_tokens`` and no ``long_prefill_token_threshold`` (see :func:`fast_path_ok`);
+the replica also keeps P/D decode replicas and KV transfers on the explicit engine.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ import heapq
 
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.fastpath_events import group_events, single_group_events
+from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
 from kvbudget.sim.request import SimRequest
 from kvbudget.sim.timing import BatchShape
 
@@ -87,6 +94,25 @@ class FastEngine:
         )
         #: multi-group: the groups that take a block per ``block_size`` tokens (not state)
         self._paged = tuple(g for g, k in enumerate(core.kv.kinds) if k != "state")
+        sched = core.scheduler
+        #: KV tiers (the replica set the hooks): evictions, registrations and swaps write to
+        #: a tier, so every decoder event is taken in running order, and a reload is stepped
+        #: on the explicit engine (:meth:`_to_explicit`)
+        self.tiered = (
+            core.pool.on_evict is not None
+            or core.kv.on_cache is not None
+            or sched.tier_lookup is not None
+            or sched.on_preempt is not None
+        )
+        self._events = (
+            single_group_events if core.kv.single_full and not self.tiered else group_events
+        )
+        #: stepping ``EngineCore`` itself (a request is reloading, or a reloaded one prefills
+        #: ahead of decoders); the running requests are then in ``scheduler.running``
+        self.explicit_mode = False
+        #: a request was admitted to reload from a tier in this step
+        self._loading = False
+        self._now_s = 0.0
         self.num_decoders = 0
         self.decode_ctx = 0
         self.g = 0
@@ -142,6 +168,8 @@ class FastEngine:
     def _preempt_last(self) -> SimRequest:
         victim = self.running[next(reversed(self.running))]
         self._drop_running(victim)
+        if self.sched.on_preempt is not None:
+            self.sched.on_preempt(victim, self._now_s)  # swap to the CPU tier, then free
         self.kv.free(victim)
         victim.status = "waiting"
         victim.num_computed_tokens = 0
@@ -151,7 +179,11 @@ class FastEngine:
         return victim
 
     def has_work(self) -> bool:
-        return bool(self.running) or bool(len(self.waiting))
+        return bool(self.running) or bool(self.sched.running) or bool(len(self.waiting))
+
+    def num_running(self) -> int:
+        """Running requests (lazy or, in explicit mode, the scheduler's)."""
+        return len(self.running) + len(self.sched.running)
 
     def add_request(self, req: object) -> SimRequest:
         return self.core.add_request(req)
@@ -159,10 +191,22 @@ class FastEngine:
     # ------------------------------------------------------------------ one step
     def step(self, now_s: float) -> float:
         """Schedule and apply one step at ``now_s``; returns its duration (0 = nothing ran)."""
+        if self.explicit_mode:
+            duration = explicit_step(self.core, now_s, self.token_times).duration_s
+            if lazy_ok(self):
+                to_lazy(self)
+            return duration
+        self._now_s = now_s
+        duration = self._lazy_step(now_s)
+        if self._loading:
+            to_explicit(self)
+        return duration
+
+    def _lazy_step(self, now_s: float) -> float:
         cfg = self.config
         kv = self.kv
         # 1. the running decoders whose blocks change in this step, in running order
-        preempted = self._single_group_events() if kv.single_full else self._group_events()
+        preempted = self._events(self)
         # 2. the explicit (prefilling) running requests, in running order
         budget = cfg.max_num_batched_tokens - self.num_decoders
         scheduled: list[tuple[SimRequest, int]] = []
@@ -195,127 +239,6 @@ class FastEngine:
             return 0.0
         return self._apply(now_s, scheduled)
 
-    def _single_group_events(self) -> bool:
-        """One full-attention group: the decoders that cross a block boundary or fill one."""
-        kv = self.kv
-        preempted = False
-        # running decoders that cross a block boundary, in running order
-        size = self.block_size
-        crossing = self.phase[self.g % size]
-        if crossing:
-            pool = self.pool
-            g = self.g
-            for seq in list(crossing):
-                req = crossing.get(seq)
-                if req is None or seq not in self.running:
-                    continue
-                c = req.lazy_c0 + g - req.lazy_g0
-                req.num_computed_tokens = c
-                req.num_output_tokens = req.lazy_o0 + g - req.lazy_g0
-                if pool._num_free:
-                    # exactly one new block (c is a multiple of block_size): the same steps
-                    # as allocate_slots, without its general bookkeeping
-                    req.block_ids[0].extend(pool.allocate(1))
-                    if kv.caching and (c + 1) // size > req.num_cached_blocks:
-                        # block_size 1: the block taken now is full once this step computes it
-                        kv._cache_full_blocks(req, c + 1)
-                    continue
-                ok = True
-                while not kv.allocate_slots(req, 1):
-                    victim = self._preempt_last()
-                    preempted = True
-                    if victim is req:
-                        ok = False
-                        break
-                if not ok:
-                    break
-        # 1b. decoders whose token this step fills a block: the block is registered for the
-        # prefix cache now, when that token is scheduled (vLLM's allocate_slots ->
-        # cache_blocks(num_computed + num_new), as EngineCore), so a request admitted in this
-        # step can hit it. After the crossing loop, same order of registrations as running
-        # order: registering keys a referenced block, allocation pops free ones (independent),
-        # and a decoder preempted above has already left its bucket (as EngineCore, which
-        # never schedules it). Block size 1: the crossing loop registered it already.
-        if size > 1 and kv.caching:
-            completing = self.phase[(self.g + 1) % size]
-            if completing:
-                g1 = self.g + 1
-                cache = kv._cache_full_blocks
-                for req in completing.values():
-                    cache(req, req.lazy_c0 + g1 - req.lazy_g0)
-        return preempted
-
-    def _group_events(self) -> bool:
-        """Several groups (sliding window, state, more than one full group): ``allocate_slots``.
-
-        ``EngineCore`` calls ``allocate_slots(req, 1)`` for every decoder every step; it
-        changes something only when the decoder's computed tokens ``c`` (before this step)
-        cross a block boundary (``c % block_size == 0``: a new block per full/sliding group),
-        when its token fills a block (``(c + 1) % block_size == 0``: registered for the prefix
-        cache) or when a sliding window of ``w`` tokens leaves a block behind
-        (``(c - w + 1) % block_size == 0``: ``remove_skipped`` frees it, the null block takes
-        its slot), plus once on a decoder's first step (``remove_skipped`` catches up on the
-        blocks its last prefill chunk left behind). Every other call is a no-op. Those
-        decoders are the phase buckets at fixed offsets from ``G`` (:attr:`_offsets`) and
-        :attr:`fresh`; they take ``allocate_slots``'s steps in running order (a free and an
-        allocation of two decoders do not commute: an unhashed freed block is reused first),
-        and a decoder that finds too few free blocks calls ``allocate_slots`` itself and
-        preempts as ``EngineCore`` does.
-        """
-        size = self.block_size
-        g = self.g
-        phase = self.phase
-        events: dict[int, SimRequest] = {}
-        for offset in self._offsets:
-            bucket = phase[(g - offset) % size]
-            if bucket:
-                events.update(bucket)
-        fresh: set[int] = set()
-        if self.fresh:
-            for req in self.fresh:
-                if req.lazy_g0 >= 0:
-                    events[req.running_seq] = req
-                    fresh.add(req.running_seq)
-            self.fresh.clear()
-        if not events:
-            return False
-        kv = self.kv
-        pool = self.pool
-        running = self.running
-        paged = self._paged
-        num_paged = len(paged)
-        skip_phases = self._skip_phases
-        caching = kv.caching
-        preempted = False
-        for seq in sorted(events):
-            req = events[seq]
-            if running.get(seq) is not req or req.lazy_g0 < 0:
-                continue  # preempted above in this step
-            d = g - req.lazy_g0
-            c = req.lazy_c0 + d
-            req.num_computed_tokens = c
-            req.num_output_tokens = req.lazy_o0 + d
-            # allocate_slots(req, 1), step by step: remove_skipped, one block per paged group
-            # at a boundary (one pop of num_paged blocks: the same blocks, in group order, as
-            # one pop per group), registration of the block this token fills
-            pos = c % size
-            if pos in skip_phases or seq in fresh:
-                kv._remove_skipped(req, c)
-            if pos == 0:
-                if pool._num_free < num_paged:
-                    while not kv.allocate_slots(req, 1):  # preempt until it fits
-                        victim = self._preempt_last()
-                        preempted = True
-                        if victim is req:
-                            return True  # it was the last running request
-                    continue
-                tables = req.block_ids
-                for group, block_id in zip(paged, pool.allocate(num_paged), strict=True):
-                    tables[group].append(block_id)
-            if caching:
-                kv._cache_full_blocks(req, c + 1)
-        return preempted
-
     def _admit_waiting(
         self, now_s: float, scheduled: list[tuple[SimRequest, int]], budget: int
     ) -> int:
@@ -328,6 +251,19 @@ class FastEngine:
             num_hit = 0
             if req.num_computed_tokens == 0 and kv.caching:
                 hits, num_hit = kv.find_cache_hit(req)
+            if sched.tier_lookup is not None and req.num_computed_tokens == 0:
+                num_tier, ready_s, tier = sched.tier_lookup(req, num_hit, now_s)
+                if num_tier > 0:  # as Scheduler._schedule_waiting: reload, compute later
+                    if not kv.allocate_slots(req, num_tier, hits, num_hit):
+                        break
+                    sched._admit(req, num_hit, num_tier, tier)
+                    sched.running.pop()
+                    self._admit(req)
+                    req.num_computed_tokens = num_hit + num_tier
+                    req.status = "loading"
+                    req.loading_until_s = ready_s
+                    self._loading = True
+                    continue
             num_new = req.num_tokens - num_hit
             if not cfg.enable_chunked_prefill and num_new > budget:
                 break

@@ -17,6 +17,7 @@ import numpy as np
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore, TokenOutput
 from kvbudget.sim.fastpath import FastEngine, fast_path_ok
+from kvbudget.sim.fastpath_modes import explicit_step
 from kvbudget.sim.request import SimRequest
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
@@ -130,7 +131,6 @@ class Replica:
             self.core.scheduler.tier_lookup = lookup
         use_fast = (
             setup.fast_path
-            and stack is None
             and not setup.kv_preloaded
             and not setup.accepts_transfers
             and fast_path_ok(cfg)
@@ -176,23 +176,9 @@ class Replica:
             self.tier_stack.now_s = now_s
         if self.fast is not None:
             return self.fast.step(now_s)
-        result = self.core.step(now_s)
+        result = explicit_step(self.core, now_s, self.token_times)
         self.last_outputs = result.outputs
         self.last_num_scheduled_tokens = result.num_scheduled_tokens
-        times = self.token_times
-        if times is not None:
-            end_s = now_s + result.duration_s  # a step's tokens exist when it ends
-            for out in result.outputs:
-                times.setdefault(out.request_id, []).append(end_s)
-        for out in result.outputs:
-            if out.finished:
-                continue
-            req = self.core.requests.get(out.request_id)
-            if req is not None and req.num_output_tokens >= req.output_limit:
-                # the client cancels after cancel_after_tokens outputs (PlannedRequest)
-                self.core.abort_request(out.request_id)
-                req.finish_reason = "cancelled"
-                req.finish_s = now_s + result.duration_s
         return result.duration_s
 
     def wake_s(self) -> float | None:
@@ -202,7 +188,7 @@ class Replica:
     def snapshot(self, now_s: float) -> KVSample:
         """The replica's state now (KV usage, running, waiting)."""
         st = self.core.stats()
-        running = len(self.fast.running) if self.fast is not None else st.num_running
+        running = self.fast.num_running() if self.fast is not None else st.num_running
         return KVSample(now_s, self.name, st.kv_usage, running, st.num_waiting)
 
     def sample(self, now_s: float) -> None:

@@ -25,11 +25,13 @@ from kvbudget.spec.layers import (
     FullAttention,
     LayerSpec,
     NoAttention,
+    ParallelHybrid,
     SlidingWindow,
     StateLayer,
 )
 from kvbudget.spec.traits import (
     ATTENTION_TYPES,
+    HYBRID_TYPES,
     NO_CACHE_TYPES,
     FieldRule,
     Pattern,
@@ -75,11 +77,27 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
     ):
         r.get(traits.multi_query_key, note="multi-query attention: one KV head")
         kv: int | None = 1
+        stray = r.peek(key_of(traits, "num_key_value_heads"))
+        if stray not in (None, 1):
+            r.record(
+                "num_key_value_heads",
+                1,
+                ARCH,
+                location=f"{r.location}:{r.prefix}{traits.multi_query_key}",
+                note=f"{traits.multi_query_key}=true: the modeling code caches one KV head",
+            )
+            r.flag_conflict(
+                "num_key_value_heads",
+                f"config also says num_key_value_heads={stray!r}, which the config class derives "
+                f"from {traits.multi_query_key} (1) and transformers' modeling ignores; vLLM 0.32 "
+                "reads it (model_arch_config_convertor.py), so its pool would differ; fix the config",
+            )
     elif (
         not r.has("num_key_value_heads")
         and not r.has(key_of(traits, "num_key_value_heads"))
         and traits.kv_heads_default
         and heads
+        and not ("num_key_value_heads" in traits.defaults and "num_key_value_heads" not in r.config)
     ) or (traits.multi_query_key and heads and not r.has(key_of(traits, "num_key_value_heads"))):
         kv = heads
         r.record(
@@ -192,11 +210,32 @@ def _value(r: FieldReader, rule: FieldRule, defaults: dict[str, Any]) -> int | N
     if len(rule) == 2:  # ("const", n)
         return int(rule[1])
     op, left, right = rule
+    if op == "or":  # the key's value; the fallback rule when it is null or "auto"
+        present = left in r.config or left in r.overrides
+        raw = r.peek(left) if present else defaults.get(left)
+        if raw is None or raw == "auto":
+            value = _value(r, right, defaults)
+            if value is not None:
+                r.derive(left, value, f"{left} is {raw!r}: the config class uses {_text(right)}")
+            return value
+        return _value(r, left, defaults)
     a = _value(r, left, defaults)
     b = _value(r, right, defaults)
     if a is None or b is None:
         return None
     return a * b if op == "mul" else a // b
+
+
+def _text(rule: FieldRule) -> str:
+    """A field rule as arithmetic (``mamba_expand * hidden_size``) for the ledger."""
+    if isinstance(rule, str):
+        return rule
+    if len(rule) == 2:
+        return str(rule[1])
+    op, left, right = rule
+    if op == "or":
+        return _text(left)
+    return f"({_text(left)} {'*' if op == 'mul' else '//'} {_text(right)})"
 
 
 def state_layer(r: FieldReader, rule: StateRule, index: int) -> StateLayer | None:
@@ -236,7 +275,9 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
     if types is None:
         return None
     distinct = types.distinct()
-    needs_heads = any(ATTENTION_TYPES.get(t) for t in distinct) and not traits.mla
+    needs_heads = (
+        any(ATTENTION_TYPES.get(t) or t in HYBRID_TYPES for t in distinct) and not traits.mla
+    )
     dims = attention_dims(r, traits) if needs_heads else None
     if needs_heads and dims is None:
         return None
@@ -353,6 +394,10 @@ def _one(
     rule = {"linear_attention": traits.linear, "mamba": traits.mamba, "conv": traits.conv}.get(t)
     if rule is not None:
         return state_layer(r, rule, i)
+    if t in HYBRID_TYPES and traits.hybrid is not None and not traits.mla:
+        assert dims is not None
+        state = state_layer(r, traits.hybrid, i)
+        return None if state is None else ParallelHybrid(i, FullAttention(i, *dims), state)
     if t in NO_CACHE_TYPES:
         return NoAttention(i)
     raise UnknownVocabulary(
@@ -362,5 +407,6 @@ def _one(
         + (", linear_attention" if traits.linear else "")
         + (", mamba" if traits.mamba else "")
         + (", conv" if traits.conv else "")
+        + (", hybrid" if traits.hybrid else "")
         + ")",
     )

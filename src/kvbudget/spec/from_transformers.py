@@ -10,7 +10,8 @@ by layer (``transformers/cache_utils.py``, 5.x):
   rotary key ``[batch, 1, seq, rope]`` as V);
 * ``DynamicSlidingWindowLayer`` (``sliding_window``): sliding, or chunked when the config's
   ``layer_types`` says ``chunked_attention`` (the same class with the chunk size);
-* a linear-attention layer (``conv_states`` / ``recurrent_states``): a recurrent state;
+* a linear-attention layer (``conv_states`` / ``recurrent_states``): a recurrent state; with
+  keys as well (``LinearAttentionAndFullAttentionLayer``, Falcon-H1's ``hybrid``) both;
 * ``DummyLayer`` or a layer without keys: nothing stored (KV-shared or MLP-only layers).
 
 The reading is authoritative for which layers exist, their kinds, KV heads, head sizes,
@@ -36,6 +37,7 @@ from kvbudget.spec.layers import (
     KVShared,
     LayerSpec,
     NoAttention,
+    ParallelHybrid,
     SlidingWindow,
     StateLayer,
 )
@@ -129,19 +131,7 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
         layer: Any = layers[index] if index < len(layers) else None
         entry: dict[str, Any] = {"index": index, "class": type(layer).__name__}
         keys = getattr(layer, "keys", None)
-        if hasattr(layer, "conv_states"):
-            conv = [t for t in layer.conv_states.values() if t is not None]
-            rec = [t for t in layer.recurrent_states.values() if t is not None]
-            entry.update(
-                kind="state",
-                conv_shapes=[_shape(t)[1:] for t in conv],
-                recurrent_shapes=[_shape(t)[1:] for t in rec],
-            )
-            if keys is not None:
-                entry["kind"] = "hybrid"
-        elif keys is None:
-            entry["kind"] = "none"
-        else:
+        if keys is not None:
             window = getattr(layer, "sliding_window", None)
             chunked = index < len(types) and types[index] == "chunked_attention"
             entry.update(
@@ -151,6 +141,18 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
                 v_head_dim=_shape(layer.values)[-1],
                 window=int(window) if window is not None else None,
             )
+        if hasattr(layer, "conv_states"):
+            conv = [t for t in layer.conv_states.values() if t is not None]
+            rec = [t for t in layer.recurrent_states.values() if t is not None]
+            entry.update(
+                # LinearAttentionAndFullAttentionLayer (Falcon-H1's "hybrid"): keys and states
+                attention_kind=entry.get("kind"),
+                kind="state" if keys is None else "hybrid",
+                conv_shapes=[_shape(t)[1:] for t in conv],
+                recurrent_shapes=[_shape(t)[1:] for t in rec],
+            )
+        elif keys is None:
+            entry["kind"] = "none"
         out.append(entry)
     return out
 
@@ -182,6 +184,11 @@ def _disagreement(table: LayerSpec, entry: dict[str, Any]) -> str | None:
             table, "attention_chunk_size", None
         )
         return None if window == entry["window"] else f"window {window} vs {entry['window']}"
+    if isinstance(table, ParallelHybrid):
+        if kind != "hybrid":
+            return f"hybrid vs {kind}"
+        attention = _disagreement(table.attention, {**entry, "kind": entry["attention_kind"]})
+        return attention or _disagreement(table.state, {**entry, "kind": "state"})
     if isinstance(table, StateLayer):
         if kind != "state":
             return f"state vs {kind}"

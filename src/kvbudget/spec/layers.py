@@ -15,13 +15,17 @@ Kinds (``kind`` class attribute):
 * ``state``: fixed-size recurrent state (Mamba, Mamba2, gated delta net, lightning/linear
   attention): bytes per sequence, whatever the length.
 * ``shared``: reuses another layer's K/V (Gemma-3n): stores nothing itself.
+* ``hybrid``: a parallel hybrid decoder layer (Falcon-H1) that holds both an attention cache and
+  a recurrent state; :func:`cache_parts` splits it into its two cache entries, both with the
+  decoder layer's index, so layer counts stay decoder-layer counts.
 * ``none``: a layer with no attention cache at all.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 StateKind = Literal["mamba", "mamba2", "gdn", "linear", "shortconv"]
@@ -268,8 +272,81 @@ class NoAttention:
         return 0
 
 
-LayerSpec = FullAttention | SlidingWindow | ChunkedLocal | MLA | StateLayer | KVShared | NoAttention
+@dataclass(frozen=True, slots=True)
+class ParallelHybrid:
+    """One decoder layer whose attention and state-space branches run side by side (Falcon-H1).
+
+    It caches both: the attention branch's K/V per token and the Mamba-2 branch's state per
+    sequence (transformers 5 ``LinearAttentionAndFullAttentionLayer`` for layer type
+    ``"hybrid"``, ``cache_utils.py``; vLLM 0.32 ``FalconH1ParallelHybrid`` registers an
+    ``Attention`` and a ``MambaMixer2`` per decoder layer, ``models/falcon_h1.py``). Both parts
+    carry this layer's ``layer_index`` (set here, so ``replace(layer, layer_index=i)`` moves
+    both parts with it).
+    """
+
+    kind: ClassVar[str] = "hybrid"
+    layer_index: int
+    attention: FullAttention
+    state: StateLayer
+
+    def __post_init__(self) -> None:
+        for name in ("attention", "state"):
+            part = getattr(self, name)
+            if part.layer_index != self.layer_index:
+                object.__setattr__(self, name, replace(part, layer_index=self.layer_index))
+
+    @property
+    def num_kv_heads(self) -> int:
+        """The attention branch's KV heads."""
+        return self.attention.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        """The attention branch's head size."""
+        return self.attention.head_dim
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        """The attention branch's bytes per token (the state does not grow)."""
+        return self.attention.bytes_per_token(element_bytes)
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        return self.attention.kept_tokens(num_tokens)
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        """Attention bytes for ``num_tokens`` plus one state."""
+        return self.attention.bytes_per_sequence(
+            num_tokens, element_bytes
+        ) + self.state.bytes_per_sequence(num_tokens, element_bytes)
+
+
+LayerSpec = (
+    FullAttention
+    | SlidingWindow
+    | ChunkedLocal
+    | MLA
+    | StateLayer
+    | KVShared
+    | NoAttention
+    | ParallelHybrid
+)
+#: a single cache entry: every layer kind but ``hybrid`` (see :func:`cache_parts`)
+CacheLayer = (
+    FullAttention | SlidingWindow | ChunkedLocal | MLA | StateLayer | KVShared | NoAttention
+)
+
+
+def cache_parts(layers: Iterable[LayerSpec]) -> list[CacheLayer]:
+    """Each decoder layer's cache entries in order: a hybrid layer gives its attention part,
+    then its state part (both with the decoder layer's index); every other layer gives itself."""
+    out: list[CacheLayer] = []
+    for layer in layers:
+        if isinstance(layer, ParallelHybrid):
+            out.extend((layer.attention, layer.state))
+        else:
+            out.append(layer)
+    return out
+
 
 #: Attention kinds whose per-token bytes come from ``num_kv_heads`` and ``head_dim``.
 HEAD_KINDS = ("full", "sliding", "chunked")
-LAYER_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared", "none")
+LAYER_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared", "none", "hybrid")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbudget.spec.layer_runs import LayerSeq
-from kvbudget.spec.layers import HEAD_KINDS, LayerSpec
+from kvbudget.spec.layers import HEAD_KINDS, LayerSpec, cache_parts
 from kvbudget.spec.provenance import LedgerEntry
 
 #: bytes per element of the torch dtypes a config may name
@@ -93,7 +93,8 @@ class ModelSpec:
         """KV heads of the head-based attention layers (None if they differ or there are none)."""
         heads = {
             getattr(layer, "num_kv_heads", 0)
-            for layer, _ in self.layer_runs()
+            for run, _ in self.layer_runs()
+            for layer in cache_parts((run,))
             if layer.kind in HEAD_KINDS
         }
         return heads.pop() if len(heads) == 1 else None

@@ -29,9 +29,12 @@ ATTENTION_TYPES = {
     "chunked_attention": "chunked",
 }
 STATE_TYPES = ("linear_attention", "mamba", "conv")
+#: a decoder layer holding full attention and a recurrent state side by side (Falcon-H1)
+HYBRID_TYPES = ("hybrid",)
 NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
 
-#: a field value: a config key, ("mul", key, key), ("div", key, key) or ("const", n)
+#: a field value: a config key, ("mul", key, key), ("div", key, key), ("const", n) or
+#: ("or", key, rule): the key's value, or the rule when the key is null or "auto"
 FieldRule = str | tuple[str, Any, Any] | tuple[str, Any]
 
 
@@ -85,6 +88,7 @@ class Traits:
     linear: StateRule | None = None  # what a "linear_attention" layer stores
     mamba: StateRule | None = None  # what a "mamba" layer stores
     conv: StateRule | None = None  # what a "conv" layer stores (LFM2 short convolution)
+    hybrid: StateRule | None = None  # the state beside the attention of a "hybrid" layer
     layer_types_key: str = "layer_types"
     verified: bool = True
     note: str = ""
@@ -101,15 +105,27 @@ GPT2_ALIASES = {
     "max_position_embeddings": "n_positions",
 }
 
+#: FalconH1Config: ``mamba_d_ssm`` null means ``mamba_expand * hidden_size``; ``mamba_d_head``
+#: "auto" (the default) means that intermediate size // ``mamba_n_heads`` (``__post_init__``)
+_FALCON_H1_INNER: FieldRule = ("or", "mamba_d_ssm", ("mul", "mamba_expand", "hidden_size"))
 _MAMBA2_FALCON_H1 = StateRule(
     "mamba2",
     {
         "conv_kernel": "mamba_d_conv",
-        "intermediate_size": "mamba_d_ssm",
+        "intermediate_size": _FALCON_H1_INNER,
         "state_size": "mamba_d_state",
         "n_groups": "mamba_n_groups",
         "num_heads": "mamba_n_heads",
-        "head_dim": "mamba_d_head",
+        "head_dim": ("or", "mamba_d_head", ("div", _FALCON_H1_INNER, "mamba_n_heads")),
+    },
+    {
+        "mamba_d_conv": 4,
+        "mamba_d_ssm": 1024,
+        "mamba_expand": 2,
+        "mamba_d_state": 256,
+        "mamba_n_groups": 1,
+        "mamba_n_heads": 128,
+        "mamba_d_head": "auto",
     },
 )
 _MAMBA2_GRANITE = StateRule(
@@ -295,6 +311,15 @@ TRAITS: dict[str, Traits] = {
         _t("falcon_mamba"), mamba=_MAMBA1, pattern=Pattern("full", base="mamba")
     ),
     "lfm2": Traits(_t("lfm2"), conv=_SHORTCONV),
+    # parallel hybrid: every decoder layer caches attention K/V and a Mamba-2 state
+    # (layers_block_type is ["hybrid"] * num_hidden_layers; modeling_falcon_h1.py)
+    "falcon_h1": Traits(
+        _t("falcon_h1"),
+        hybrid=_MAMBA2_FALCON_H1,
+        pattern=Pattern("full", base="hybrid"),
+        defaults={"num_key_value_heads": 8},
+        note="num_key_value_heads: 8 when absent, num_attention_heads when null",
+    ),
     "lfm2_moe": Traits(_t("lfm2_moe"), conv=_SHORTCONV),
 }
 

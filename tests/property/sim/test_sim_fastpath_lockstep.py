@@ -16,14 +16,19 @@ block tables (null blocks where the window released a block) and the hash table 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvbudget.sim.config import GroupKind, KVGroupConfig, ReplicaConfig
 from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, generated_token_id
+from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import FixedTiming
+
+#: (policy, capacity in blocks, bandwidth B/s, latency s, a disk tier below)
+TierDraw = tuple[str, int, float, float, bool]
+KV_BYTES_PER_TOKEN = 1000
 
 #: KV group layouts: kind per group ("s" sliding with the drawn window, "t" a second window
 #: of half of it, "f" full, "m" a state page)
@@ -53,7 +58,43 @@ def _state(replica: Replica) -> tuple[object, ...]:
             for rid, r in core.requests.items()
         )
         return (*_pool_state(replica), done, tables, dict(core.pool._cached), core.pool._dups)
-    return (*_pool_state(replica), done)
+    return (*_pool_state(replica), done, _tier_state(replica))
+
+
+def _tier_state(replica: Replica) -> tuple[object, ...]:
+    stack = replica.tier_stack
+    if stack is None:
+        return ()
+    tiers = [
+        (list(t.blocks), t.link_free_at_s, t.num_writes, t.num_reads, t.num_evictions, t.busy_s)
+        for t in stack.tiers
+    ]
+    return (
+        tiers,
+        stack.num_reloads,
+        stack.num_declined_reloads,
+        stack.reload_waits_s,
+        replica.wake_s(),
+    )
+
+
+def _tiers(draw: TierDraw | None, block_size: int) -> tuple[TierConfig, ...]:
+    if draw is None:
+        return ()
+    policy, capacity, bandwidth, latency, disk = draw
+    block_bytes = KV_BYTES_PER_TOKEN * block_size
+    cpu = TierConfig(
+        name="cpu",
+        capacity_bytes=capacity * block_bytes,
+        bandwidth_bytes_per_s=bandwidth,
+        latency_s=latency,
+        policy=policy,  # type: ignore[arg-type]
+    )
+    if not disk:
+        return (cpu,)
+    return cpu, TierConfig(
+        name="disk", capacity_bytes=4 * capacity * block_bytes, bandwidth_bytes_per_s=bandwidth / 4
+    )
 
 
 def _pool_state(replica: Replica) -> tuple[object, ...]:
@@ -68,35 +109,112 @@ def _pool_state(replica: Replica) -> tuple[object, ...]:
     )
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    reqs=st.lists(
-        st.tuples(
-            st.integers(0, 2),  # shared prefix id
-            st.integers(1, 20),  # own prompt tokens (prompts cut at 60)
-            st.integers(1, 12),  # output tokens
-            st.integers(0, 12),  # arrival step
-            st.one_of(st.none(), st.integers(1, 6)),  # client cancellation
-            st.booleans(),  # cache salt
-            st.one_of(st.none(), st.integers(0, 15)),  # follow-up of an earlier request
-            st.integers(0, 12),  # generated tokens of that request the follow-up repeats
-        ),
-        min_size=1,
-        max_size=16,
+REQUESTS = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # shared prefix id
+        st.integers(1, 20),  # own prompt tokens (prompts cut at 60)
+        st.integers(1, 12),  # output tokens
+        st.integers(0, 12),  # arrival step
+        st.one_of(st.none(), st.integers(1, 6)),  # client cancellation
+        st.booleans(),  # cache salt
+        st.one_of(st.none(), st.integers(0, 15)),  # follow-up of an earlier request
+        st.integers(0, 12),  # generated tokens of that request the follow-up repeats
     ),
+    min_size=1,
+    max_size=16,
+)
+TIERS = st.tuples(
+    st.sampled_from(["offload", "write_through"]),
+    st.integers(2, 40),  # blocks
+    st.sampled_from([4e5, 4e6, 4e7]),  # a 4-block reload: 40 ms, 4 ms, 0.4 ms (size 4)
+    st.sampled_from([0.0, 0.002, 0.03]),
+    st.booleans(),
+)
+Requests = list[tuple[int, int, int, int, int | None, bool, int | None, int]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    reqs=REQUESTS,
     num_blocks=st.integers(20, 50),  # for block_size 4; scaled to the same tokens
     block_size=st.sampled_from([1, 2, 4]),
     caching=st.booleans(),
     layout=st.sampled_from(LAYOUTS),
     window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
+    tier=st.one_of(st.none(), TIERS),
 )
 def test_fast_path_in_lockstep_with_engine(
-    reqs: list[tuple[int, int, int, int, int | None, bool, int | None, int]],
+    reqs: Requests,
     num_blocks: int,
     block_size: int,
     caching: bool,
     layout: str,
     window: int,
+    tier: TierDraw | None,
+) -> None:
+    _lockstep(reqs, num_blocks, block_size, caching, layout, window, tier)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    reqs=REQUESTS,
+    num_blocks=st.integers(20, 30),  # small pools: GPU evictions feed the tier, preemptions swap
+    block_size=st.sampled_from([2, 4]),
+    layout=st.sampled_from(LAYOUTS[:3]),
+    window=st.integers(1, 80),
+    tier=TIERS,
+    budget=st.sampled_from([5, 8, 24]),  # small: a reloaded prompt's rest outgrows the step
+)
+# found by a random search: a reloaded request prefills ahead of decoders with a budget too
+# small for both (handing back to the lazy step as soon as no request is loading fails them)
+@example(
+    reqs=[
+        (1, 20, 7, 7, None, False, 8, 2), (1, 4, 10, 10, None, False, 8, 7),
+        (1, 1, 6, 12, None, False, None, 5), (1, 19, 2, 10, None, False, 4, 8),
+        (2, 20, 4, 0, None, False, None, 4), (2, 3, 4, 10, None, False, None, 11),
+        (2, 3, 5, 3, None, False, None, 1), (2, 15, 9, 8, None, False, 4, 8),
+        (2, 2, 10, 1, None, False, None, 11), (2, 10, 6, 3, None, False, 9, 2),
+        (2, 12, 2, 4, None, False, 13, 1),
+    ],
+    num_blocks=21, block_size=2, layout="f", window=56,
+    tier=("offload", 3, 4e7, 0.002, True), budget=5,
+)  # fmt: skip
+@example(
+    reqs=[
+        (0, 2, 7, 6, None, False, 11, 10), (1, 2, 1, 12, None, False, 14, 4),
+        (0, 9, 8, 4, None, False, 9, 7), (0, 9, 3, 10, None, False, 11, 4),
+        (2, 5, 2, 3, None, False, None, 2), (1, 18, 6, 10, None, False, None, 5),
+        (2, 8, 8, 9, None, False, 15, 9), (2, 18, 11, 7, None, False, None, 6),
+        (2, 14, 3, 11, None, False, 12, 5), (2, 7, 11, 9, None, False, None, 3),
+        (0, 3, 4, 2, None, False, 15, 7), (1, 13, 1, 0, None, False, None, 10),
+        (0, 12, 10, 7, None, False, 10, 8),
+    ],
+    num_blocks=20, block_size=4, layout="sf", window=48,
+    tier=("offload", 7, 4e6, 0.002, True), budget=8,
+)  # fmt: skip
+def test_fast_path_in_lockstep_with_engine_on_tiers(
+    reqs: Requests,
+    num_blocks: int,
+    block_size: int,
+    layout: str,
+    window: int,
+    tier: TierDraw,
+    budget: int,
+) -> None:
+    """Tiers with prefix caching on (what they need) and pressure: reloads, swaps, stalls, and
+    a reloaded request prefilling ahead of decoders with a token budget too small for both."""
+    _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget)
+
+
+def _lockstep(
+    reqs: Requests,
+    num_blocks: int,
+    block_size: int,
+    caching: bool,
+    layout: str,
+    window: int,
+    tier: TierDraw | None,
+    budget: int = 24,
 ) -> None:
     groups = _groups(layout, window)
     base = ReplicaConfig(
@@ -104,8 +222,9 @@ def test_fast_path_in_lockstep_with_engine(
         block_size=block_size,
         kv_groups=groups,
         max_num_seqs=4,
-        max_num_batched_tokens=24,
+        max_num_batched_tokens=budget,
         max_model_len=256,
+        kv_bytes_per_token=KV_BYTES_PER_TOKEN,
     )
     cfg = base.model_copy(
         update={
@@ -120,8 +239,11 @@ def test_fast_path_in_lockstep_with_engine(
     assert fast_path_ok(cfg)
     prefixes = [tuple(range(100 * p, 100 * p + 8)) for p in range(3)]
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
-    fast = Replica("f", ReplicaSetup(cfg, timing), np.random.default_rng(3))
-    slow = Replica("s", ReplicaSetup(cfg, timing, fast_path=False), np.random.default_rng(3))
+    tiers = _tiers(tier, block_size)
+    fast = Replica("f", ReplicaSetup(cfg, timing, tiers=tiers), np.random.default_rng(3))
+    slow = Replica(
+        "s", ReplicaSetup(cfg, timing, tiers=tiers, fast_path=False), np.random.default_rng(3)
+    )
     assert fast.fast is not None and slow.fast is None
     added: dict[int, tuple[tuple[int, ...], int]] = {}  # index -> (prompt, seed)
 
@@ -155,4 +277,7 @@ def test_fast_path_in_lockstep_with_engine(
         assert slow.step(now_s) == duration_s
         assert _state(fast) == _state(slow), f"step {step}"
         now_s += duration_s
+        wake_s = fast.wake_s()
+        if duration_s == 0 and wake_s is not None:  # only reloading requests: wait for one
+            now_s = max(now_s, wake_s)
     assert not fast.has_work() and not slow.has_work()

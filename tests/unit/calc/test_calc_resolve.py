@@ -37,7 +37,7 @@ def spec_of(model_id: str) -> ModelSpec:
 
 def test_catalog_ships_every_reference_config() -> None:
     ids = {e.model_id for e in list_catalog()}
-    assert len(ids) == 27  # 22 reference configs + 5 built from transformers defaults
+    assert len(ids) == 28  # 22 reference configs + 6 built from transformers defaults
     assert "meta-llama/Llama-3.1-8B" in ids
     assert all(e.status != "unknown" for e in list_catalog())
 
@@ -260,3 +260,27 @@ def test_kv_heads_must_divide_query_heads() -> None:
     assert "\n" not in str(err.value)
     # 32 % 4 == 0 is fine (8 query heads per KV head)
     assert resolve_model("meta-llama/Llama-3.1-8B", overrides={"num_key_value_heads": 4}).spec
+
+
+def test_gpt_bigcode_multi_query_wins_and_a_stray_kv_heads_is_flagged(tmp_path: Path) -> None:
+    """GPTBigCodeConfig derives num_key_value_heads from multi_query (1 when true) and the
+    modeling code caches ``1 if multi_query else n_head`` heads (transformers 5,
+    models/gpt_bigcode); a config that also says 2 is inconsistent and the ledger says so."""
+    config = {
+        "architectures": ["GPTBigCodeForCausalLM"],
+        "model_type": "gpt_bigcode",
+        "n_embd": 256,
+        "n_head": 4,
+        "n_layer": 8,
+        "multi_query": True,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    for stray, conflict in ((None, False), (1, False), (2, True)):
+        raw = config if stray is None else {**config, "num_key_value_heads": stray}
+        path.write_text(json.dumps(raw), encoding="utf-8")
+        resolved = resolve_model(str(path))
+        assert resolved.spec is not None and resolved.spec.num_kv_heads() == 1
+        entry = resolved.spec.ledger_entry("num_key_value_heads")
+        flagged = entry is not None and "num_key_value_heads=2" in (entry.conflict or "")
+        assert flagged == conflict, stray

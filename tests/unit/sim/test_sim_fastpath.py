@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from kvbudget.sim.config import KVGroupConfig, ReplicaConfig
 from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
+from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import FixedTiming
 
 
@@ -72,14 +75,70 @@ def test_fast_path_equals_explicit_stepping_with_sliding_windows(
     _assert_same(seed, cfg)
 
 
-def _assert_same(seed: int, cfg: ReplicaConfig) -> None:
+@pytest.mark.parametrize("policy", ["offload", "write_through"])
+@pytest.mark.parametrize("layout", ["dense", "gemma3"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_with_kv_tiers(
+    seed: int, layout: str, policy: str
+) -> None:
+    """A CPU tier (and a disk tier below it) small enough to evict, fast enough that reloads
+    are taken: the fast path hands the replica to EngineCore while a request reloads."""
+    groups = _gemma(5, 8) if layout == "gemma3" else (KVGroupConfig(),)
+    cfg = _cfg(seed % 3, groups).model_copy(update={"kv_bytes_per_token": 1000})
+    block_bytes = 1000 * cfg.block_size
+    tiers = (
+        TierConfig(
+            name="cpu",
+            capacity_bytes=30 * block_bytes,
+            bandwidth_bytes_per_s=4e7,
+            latency_s=0.002 * (seed % 2),
+            policy=policy,  # type: ignore[arg-type]
+        ),
+        TierConfig(name="disk", capacity_bytes=90 * block_bytes, bandwidth_bytes_per_s=1e7),
+    )
+    tier_stats = _assert_same(seed, cfg, tiers)
+    assert sum(t["reloads"] for t in tier_stats.values()) > 0  # the case under test happened
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fast_path_equals_explicit_stepping_with_a_shared_remote_tier(seed: int) -> None:
+    """Two replicas (round robin) write through one remote tier and reload from it: each
+    replica's tier writes and reloads happen in the same steps and order on both engines."""
+    cfg = _cfg(seed, _gemma(1, 8)).model_copy(update={"kv_bytes_per_token": 1000})
+    remote = TierConfig(
+        name="remote",
+        capacity_bytes=60 * 1000 * cfg.block_size,
+        bandwidth_bytes_per_s=4e7,
+        policy="write_through",
+    )
+    runs = []
+    for fast in (True, False):
+        setup = ReplicaSetup(cfg, FixedTiming(step_s=0.01, per_token_s=1e-4), fast_path=fast)
+        spec = ClusterSpec([setup, setup], remote_tier=remote)
+        res = simulate(_workload(seed, 80), spec, seed=7)
+        runs.append(
+            (
+                [
+                    (r.request_id, r.first_token_s, r.finish_s, r.cached_tokens)
+                    for r in res.requests
+                ],
+                res.replica_stats,
+                res.tier_stats,
+            )
+        )
+    assert runs[0] == runs[1]
+    assert sum(t["reloads"] for t in runs[0][2].values()) > 0
+
+
+def _assert_same(
+    seed: int, cfg: ReplicaConfig, tiers: tuple[TierConfig, ...] = ()
+) -> dict[str, Any]:
     assert fast_path_ok(cfg)
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     runs = []
     for fast in (True, False):
-        res = simulate(
-            _workload(seed), ClusterSpec([ReplicaSetup(cfg, timing, fast_path=fast)]), seed=7
-        )
+        setup = ReplicaSetup(cfg, timing, tiers=tiers, fast_path=fast)
+        res = simulate(_workload(seed), ClusterSpec([setup]), seed=7)
         runs.append(
             (
                 [
@@ -96,10 +155,12 @@ def _assert_same(seed: int, cfg: ReplicaConfig) -> None:
                 ],
                 res.replica_stats,
                 res.num_steps,
+                res.tier_stats,
             )
         )
     assert runs[0] == runs[1]
     assert runs[0][1]  # the run did something (stats recorded)
+    return res.tier_stats
 
 
 def test_fast_path_not_used_where_it_would_differ() -> None:

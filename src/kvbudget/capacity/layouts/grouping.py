@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kvbudget.capacity.layouts.base import group_key
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices, Runs
 
 T = TypeVar("T")
@@ -32,8 +33,11 @@ class Members(Generic[T]):
 
 
 def group_by_kind(layers: Sequence[T]) -> list[tuple[tuple[str, int | None], Members[T]]]:
-    """``[((kind, window), members), ...]`` in order of first appearance."""
-    runs = layers if isinstance(layers, Runs) else IndexedRuns.from_items(layers)
+    """``[((kind, window), members), ...]`` in order of first appearance.
+
+    ``layers`` as :class:`PartRuns` (a hybrid run's parts go to their own groups, both with the
+    run's indices), :class:`Runs`, or any sequence of indexed layers (compressed by runs)."""
+    runs = layers if isinstance(layers, Runs | PartRuns) else IndexedRuns.from_items(layers)
     groups: dict[tuple[str, int | None], list[tuple[T, range]]] = {}
     for item, indices in runs.runs():
         groups.setdefault(group_key(item), []).append((item, indices))

@@ -13,6 +13,9 @@ Source: ``transformers/cache_utils.py`` (5.x, read in this venv) and the models'
   (Mamba ``[batch, intermediate, d_state]``; GDN ``[batch, v_heads, k_dim, v_dim]``).
 * ``MiniMaxCache.linear_cache``: ``[batch, heads, head_dim, head_dim]`` in the model dtype.
 * KV-shared layers (Gemma-3n consumers) get a ``DummyLayer`` that stores nothing.
+* ``LinearAttentionAndFullAttentionLayer`` (layer type ``"hybrid"``, Falcon-H1): one cache layer
+  holding both a ``DynamicLayer``'s K/V and a ``LinearAttentionLayer``'s conv and recurrent
+  states; its two parts are counted in the full and state groups under the same layer index.
 
 Transformers runs in one process, so ``tp`` and ``pp`` must be 1 (``dp`` counts replicas).
 """
@@ -23,6 +26,7 @@ from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import GroupBytes, LayoutResult, StageBytes, check_load
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_parts import cache_part_runs
 from kvbudget.spec.layers import (
     MLA,
     ChunkedLocal,
@@ -75,7 +79,7 @@ def hf_layout(
     dtype = get_kv_dtype(kv_dtype, engine="hf", model_dtype=model_dtype)
     s = dtype.block_bytes
     groups: list[GroupBytes] = []
-    for (kind, _window), layers in group_by_kind(spec.layers):
+    for (kind, _window), layers in group_by_kind(cache_part_runs(spec.layer_seq)):
         first = layers.first
         if isinstance(first, StateLayer):
             per_seq = layers.total(

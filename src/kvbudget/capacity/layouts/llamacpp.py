@@ -13,6 +13,9 @@ Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.c
   (``swa_full`` off; ``n_ubatch`` default 512).
 * Recurrent layers (Mamba, gated delta net): f32 conv ``(kernel-1) x channels`` and f32 state per
   sequence. MLA and lightning attention are not modelled (the layout changes between versions).
+* Falcon-H1: ``llama_model::create_memory`` (``src/llama-model.cpp``) builds a
+  ``llama_memory_hybrid`` whose attention and recurrent filters both accept every layer, so each
+  decoder layer has K/V cells and a recurrent state.
 * One ``llama-server`` process: ``tp``/``pp`` are 1; ``dp`` counts servers.
 """
 
@@ -30,6 +33,7 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_parts import cache_part_runs
 from kvbudget.spec.layers import FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -90,7 +94,7 @@ def llamacpp_kv_split(
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     k_bytes = v_bytes = 0
-    for (_, window), layers in group_by_kind(spec.layers):
+    for (_, window), layers in group_by_kind(cache_part_runs(spec.layer_seq)):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
         for x, indices in layers.runs:
             if isinstance(x, FullAttention):
@@ -130,7 +134,7 @@ def llamacpp_layout(
             field="ctx_size",
         )
     groups: list[GroupBytes] = []
-    for (kind, window), layers in group_by_kind(spec.layers):
+    for (kind, window), layers in group_by_kind(cache_part_runs(spec.layer_seq)):
         indices = layers.indices
         first = layers.first
         if isinstance(first, FullAttention):

@@ -13,6 +13,9 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Mamba-hybrid models keep a separate per-request state pool; here its size is the state shapes of
   vLLM's calculator in the model dtype (conv) and float32 (temporal state; SGLang's
   ``--mamba-ssm-dtype`` default), split by TP.
+* Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
+  every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
+  is counted once in the token pool and once in the state pool.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.spec.layer_parts import cache_part_runs
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 
@@ -63,7 +67,7 @@ def sglang_layout(
     for rank in range(pp):
         start, end = get_pp_indices(spec.num_layers, rank, pp)
         groups: list[GroupBytes] = []
-        for (kind, _w), layers in group_by_kind(spec.layers[start:end]):
+        for (kind, _w), layers in group_by_kind(cache_part_runs(spec.layer_seq[start:end])):
             first = layers.first
             indices = layers.indices
             if isinstance(first, FullAttention | MLA):

@@ -22,15 +22,20 @@ Sources (paraphrased in ``/work/shared/reference/engines-kv-accounting.md``):
 * Block size (§3.4): 16 by default on CUDA; MLA defaults to 64 here (FlashMLA on Hopper forces a
   multiple of 64; CUTLASS MLA on Blackwell uses 128; pass ``block_size`` to choose).
 
+A parallel hybrid decoder layer (Falcon-H1) gives two specs, its attention and its mamba mixer,
+both under the decoder layer's index (vLLM 0.32 ``models/falcon_h1.py`` names the mixer
+``layers.{num_hidden_layers + i}``; only the counts per kind matter to the grouping).
+
 KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
 as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
 that group layers must skip ``kind == "none"``. The specs come as runs
-(:class:`~kvbudget.spec.layer_runs.IndexedRuns`): one per run of alike layers, never per layer.
+(:class:`~kvbudget.spec.layer_parts.PartRuns`): one per run of alike layers (two for a run of
+parallel hybrid layers), never per layer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
@@ -44,8 +49,9 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layer_runs import IndexedRuns, LayerSeq
-from kvbudget.spec.layers import MLA, FullAttention, LayerSpec, StateLayer
+from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
+from kvbudget.spec.layer_runs import LayerSeq
+from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -182,8 +188,9 @@ def vllm_layer_specs(
     mamba_state_bytes: int | None = None,
     align_to_block_size: bool = False,
     mamba2_checkpoint_blocks: int = 0,
-) -> IndexedRuns[VllmLayerSpec]:
-    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs).
+) -> PartRuns[VllmLayerSpec]:
+    """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs;
+    a parallel hybrid run gives two, its attention and its mamba mixer, with the same indices).
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
     ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
@@ -203,8 +210,9 @@ def vllm_layer_specs(
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
-    layers = model_layers[start:end]
-    distinct = model_layers.distinct()
+    # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
+    layers = cache_part_runs(model_layers[start:end])
+    distinct = [part for layer in model_layers.distinct() for part in cache_parts((layer,))]
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
     has_mla = any(layer.kind == "mla" for layer in distinct)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
@@ -226,9 +234,9 @@ def vllm_layer_specs(
         if block_size is None or block_size < raised:
             attn_block = raised
         mamba_page_padded = attn_block * per_token
-    specs = layers.map(
-        lambda layer, index: _one(
-            replace(layer, layer_index=index),
+    return layers.map(
+        lambda layer, _index: _one(
+            layer,
             dtype,
             tp,
             attn_block,
@@ -239,7 +247,6 @@ def vllm_layer_specs(
             mamba2_checkpoint_blocks,
         )
     )
-    return IndexedRuns(specs.blocks, base=specs.base)
 
 
 #: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
@@ -264,7 +271,7 @@ def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
 
 
 def _one(
-    layer: LayerSpec,
+    layer: CacheLayer,
     dtype: KvDtype,
     tp: int,
     block: int,
