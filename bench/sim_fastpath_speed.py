@@ -5,7 +5,9 @@ Same shape as ``bench/sim_speed.py`` (1,024 input and 128 output tokens, Poisson
 same simulator), on replicas with sliding-window KV groups, planned by ``make_plan`` on
 H100-SXM: Gemma-2-9B (21 sliding layers with a 4,096-token window, 21 full; the window is
 longer than every request) and Gemma-3-27B at TP 2 (52 sliding layers with a 1,024-token window
-in six groups, 10 full; every request outgrows the window while it decodes). For each, the same
+in six groups, 10 full; every request outgrows the window while it decodes), then Llama-3.1-8B
+and Gemma-3-27B with a CPU tier (64 GiB at 25 GB/s, offload; these prompts share nothing, so
+it is written on evictions and never reloaded: the fast path stays lazy). For each, the same
 requests run on the fast path and on ``EngineCore`` stepped every step, in the same run: CPU
 seconds (best of ``REPEATS``) and their ratio, and whether the per-request results are identical.
 
@@ -32,8 +34,17 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.fromplan import plan_replica
 from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.tiers import TierConfig
 
-MODELS = (("google/gemma-2-9b", 1), ("google/gemma-3-27b-it", 2))
+#: a CPU tier (offload on GPU eviction), as in bench/sim_whatif.py: 64 GiB at 25 GB/s
+CPU_TIER = TierConfig(name="cpu", capacity_bytes=64 * 2**30, bandwidth_bytes_per_s=25e9)
+#: (model, TP, KV tiers)
+MODELS: tuple[tuple[str, int, tuple[TierConfig, ...]], ...] = (
+    ("google/gemma-2-9b", 1, ()),
+    ("google/gemma-3-27b-it", 2, ()),
+    ("meta-llama/Llama-3.1-8B", 1, (CPU_TIER,)),
+    ("google/gemma-3-27b-it", 2, (CPU_TIER,)),
+)
 
 
 def _sim_speed() -> ModuleType:
@@ -69,10 +80,10 @@ def main() -> None:
                      "requests": opts.requests, "repeats": speed.REPEATS},
     }  # fmt: skip
     rows = []
-    for model, tp in MODELS:
+    for model, tp, tiers in MODELS:
         _, cfg, roofline = plan_replica(PlanRequest(model=model, gpu="H100-SXM", tp=tp))
-        fast_setup = ReplicaSetup(cfg, roofline)
-        explicit_setup = ReplicaSetup(cfg, roofline, fast_path=False)
+        fast_setup = ReplicaSetup(cfg, roofline, tiers=tiers)
+        explicit_setup = ReplicaSetup(cfg, roofline, tiers=tiers, fast_path=False)
         burst = simulate(speed.make_requests(2000, None, 1), ClusterSpec([fast_setup]), seed=0)
         rate = speed.LOAD * 2000 / burst.summary()["simulated_s"]
         requests = speed.make_requests(opts.requests, rate, 4)
@@ -87,6 +98,7 @@ def main() -> None:
                 "model": model,
                 "gpu": "H100-SXM",
                 "tp": tp,
+                "tiers": [t.model_dump() for t in tiers],
                 "kv_groups": [
                     {"kind": g.kind, "num_layers": g.num_layers, "window": g.sliding_window_tokens}
                     for g in cfg.kv_groups

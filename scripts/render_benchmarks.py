@@ -103,9 +103,9 @@ def sim_fastpath_hybrid() -> str:
         f"`make_plan`). CPU seconds: best of {w['repeats']}, same run. Host: Python "
         f"{h['python']}, {h['cpus']} CPUs, load average at the start {load}.",
         "",
-        "| model | TP | KV groups (layers) | blocks | req/s | fast path CPU s | explicit CPU s "
-        "| explicit / fast | results identical |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | TP | KV groups (layers) | KV tiers | blocks | req/s | fast path CPU s "
+        "| explicit CPU s | explicit / fast | results identical |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["runs"]:
         groups: dict[str, list[int]] = {}
@@ -113,8 +113,12 @@ def sim_fastpath_hybrid() -> str:
             name = g["kind"] if g["window"] is None else f"sliding {g['window']:,}"
             groups.setdefault(name, []).append(g["num_layers"])
         text = ", ".join(f"{len(v)} × {k} ({sum(v)})" for k, v in groups.items())
+        tiers = ", ".join(
+            f"{t['name']} {t['capacity_bytes'] / 2**30:g} GiB, {t['policy']}"
+            for t in r.get("tiers", [])
+        )
         out.append(
-            f"| {r['model']} | {r['tp']} | {text} | {r['num_gpu_blocks']:,} | "
+            f"| {r['model']} | {r['tp']} | {text} | {tiers or '–'} | {r['num_gpu_blocks']:,} | "
             f"{r['rate_requests_per_s']} | {r['fast']['cpu_s']:.3f} | "
             f"{r['explicit']['cpu_s']:.3f} | **{r['speedup_cpu']:.2f}×** | "
             f"{'yes' if r['identical_results'] else 'NO'} |"

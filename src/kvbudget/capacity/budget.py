@@ -17,8 +17,7 @@ from typing import Any
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.spec.layer_parts import cache_part_runs
-from kvbudget.spec.layers import StateLayer
+from kvbudget.spec.layers import StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -133,15 +132,17 @@ def structural_budget(
     """Engine-neutral bytes for ``num_sequences`` sequences of ``num_tokens`` tokens (whole model)."""
     elem, how = _element_bytes(kv_dtype, model, engine)
     state_elem = model.dtype_bytes or 2
-    per_token = sum(
-        layer.bytes_per_token(elem) * len(indices) for layer, indices in model.layer_runs()
-    )
+    runs = list(model.layer_runs())
+    per_token = sum(layer.bytes_per_token(elem) * len(indices) for layer, indices in runs)
     per_seq = 0
-    for layer, indices in cache_part_runs(model.layer_seq).runs():
-        if isinstance(layer, StateLayer):
-            per_seq += layer.bytes_per_state(state_elem if state_elem != 4 else 2) * len(indices)
-        else:
-            per_seq += layer.bytes_per_sequence(num_tokens, elem) * len(indices)
+    for run, indices in runs:
+        for layer in cache_parts((run,)):  # a parallel hybrid layer: attention and state
+            if isinstance(layer, StateLayer):
+                per_seq += layer.bytes_per_state(state_elem if state_elem != 4 else 2) * len(
+                    indices
+                )
+            else:
+                per_seq += layer.bytes_per_sequence(num_tokens, elem) * len(indices)
     return StructuralBudget(
         bytes_per_token=per_token,
         bytes_per_sequence=per_seq,

@@ -151,41 +151,43 @@ class KvCacheGroup:
         return 1 + self.num_speculative_blocks
 
 
-def _runs(layers: Sequence[PoolLayer]) -> PartRuns[PoolLayer]:
-    """Layers as cache parts by runs (a parallel hybrid layer's two parts share its index)."""
-    if isinstance(layers, PartRuns):
-        return layers
-    if isinstance(layers, IndexedRuns):
-        return PartRuns.single(layers)
-    ordered = sorted(layers, key=lambda layer: layer.layer_index)
-    return PartRuns.single(IndexedRuns.from_items(ordered))
+def _distinct(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+    """The distinct layers, index set to 0, as first seen (per run for runs)."""
+    items = layers.distinct() if isinstance(layers, IndexedRuns | PartRuns) else layers
+    return list(dict.fromkeys(replace(layer, layer_index=0) for layer in items))
 
 
 def _retemplate(
-    layers: PartRuns[PoolLayer], new: dict[PoolLayer, PoolLayer]
-) -> PartRuns[PoolLayer]:
-    """Each layer replaced by ``new[layer without index]`` (kept when absent), index kept."""
+    layers: Sequence[PoolLayer], new: dict[PoolLayer, PoolLayer]
+) -> Sequence[PoolLayer]:
+    """Each layer replaced by ``new[layer without index]`` (kept when absent), index kept;
+    runs stay runs (a parallel hybrid run's parts each replaced), a listed sequence comes back
+    sorted by layer index."""
 
     def one(layer: PoolLayer, index: int) -> PoolLayer:
         found = new.get(replace(layer, layer_index=0))
         return layer if found is None else replace(found, layer_index=index)
 
-    return layers.map(one)
+    if isinstance(layers, IndexedRuns):
+        return layers.map_indexed(one)
+    if isinstance(layers, PartRuns):
+        return layers.map(one)
+    out = [one(layer, layer.layer_index) for layer in layers]
+    return sorted(out, key=lambda layer: layer.layer_index)
 
 
-def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> PartRuns[PoolLayer]:
+def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> Sequence[PoolLayer]:
     """Hybrid attention+mamba: raise the attention block size, then pad the mamba page (§1.6).
 
     ``attn_block = 16 * cdiv(mamba_page, 16 * attn_page_per_token)``; the mamba page is then
     padded to the attention page; mamba layers take the same block size (vLLM's
     ``cache_config.block_size``). Idempotent when the layout already did it. Per distinct layer.
     """
-    runs = _runs(layers)
-    distinct = [replace(layer, layer_index=0) for layer in runs.distinct()]
+    distinct = _distinct(layers)
     mamba = [layer for layer in distinct if layer.kind == "mamba"]
     attn = [layer for layer in distinct if layer.kind not in ("mamba", "none")]
     if not mamba or not attn:
-        return runs
+        return layers if isinstance(layers, IndexedRuns | PartRuns) else list(layers)
     mamba_page = max(layer.page_size_bytes for layer in mamba)
     new: dict[PoolLayer, PoolLayer] = {}
     for layer in attn:
@@ -199,26 +201,35 @@ def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> PartRuns[Poo
     # vLLM's MambaSpec takes cache_config.block_size, which now holds the raised attention block
     for layer in mamba:
         new[layer] = replace(layer, page_size_bytes=attn_page, block_size=attn_block)
-    return _retemplate(runs, new)
+    return _retemplate(layers, new)
 
 
-def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> PartRuns[PoolLayer]:
+def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> Sequence[PoolLayer]:
     """``--disable-hybrid-kv-cache-manager`` (§2.1 step 1): sliding/chunked layers become full."""
-    runs = _runs(layers)
     new = {
         key: replace(key, kind="full", sliding_window=None, attention_chunk_size=None)
-        for key in (replace(layer, layer_index=0) for layer in runs.distinct())
+        for key in _distinct(layers)
         if key.kind in ("sliding", "chunked")
     }
-    return _retemplate(runs, new)
+    return _retemplate(layers, new)
 
 
 def _buckets(
-    runs: PartRuns[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
+    layers: Sequence[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
 ) -> dict[tuple[object, ...], list[pool_runs.Segment]]:
     """Layers by spec key, each as segments in index order ("none" layers left out); a
-    parallel hybrid layer's attention and mamba parts fall in different buckets."""
+    parallel hybrid run's attention and mamba parts (:class:`PartRuns`) fall in different
+    buckets, both with the run's indices."""
     buckets: dict[tuple[object, ...], list[pool_runs.Segment]] = {}
+    if isinstance(layers, IndexedRuns):
+        layers = PartRuns.single(layers)
+    if not isinstance(layers, PartRuns):  # listed: one segment per layer, by layer index
+        for layer in sorted(layers, key=lambda item: item.layer_index):
+            if layer.kind != "none":
+                segment = pool_runs.Segment(layer.layer_index, 1, (0,), 1)
+                buckets.setdefault(key[replace(layer, layer_index=0)], []).append(segment)
+        return buckets
+    runs = layers
     for block in runs.blocks:
         period = len(block.pattern)
         lo = runs.base + block.start
@@ -235,14 +246,13 @@ def _buckets(
 
 def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[KvCacheGroup]:
     """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1), run by run."""
-    runs = _runs(layers)
-    distinct = [replace(x, layer_index=0) for x in runs.distinct() if x.kind != "none"]
+    distinct = [x for x in _distinct(layers) if x.kind != "none"]
     if not distinct:
         return []
     keys = {layer.spec_key() for layer in distinct}
     if len(keys) == 1:
         only = {layer: layer.spec_key() for layer in distinct}
-        ranges = [r for bucket in _buckets(runs, only).values() for r in _all(bucket)]
+        ranges = [r for bucket in _buckets(layers, only).values() for r in _all(bucket)]
         indices = LayerIndices(ranges)
         return [_make_group(0, replace(distinct[0], layer_index=indices[0]), indices, 0)]
     kinds = {layer.kind for layer in distinct}
@@ -270,7 +280,7 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
             ratio = max_page // layer.page_size_bytes
             out = replace(layer, block_size=layer.block_size * ratio, page_size_bytes=max_page)
         unified[layer] = out
-    buckets = _buckets(runs, {layer: out.spec_key() for layer, out in unified.items()})
+    buckets = _buckets(layers, {layer: out.spec_key() for layer, out in unified.items()})
     proto = {out.spec_key(): out for out in unified.values()}
     sizes = [pool_runs.bucket_size(bucket) for bucket in buckets.values()]
     group_size = min(sizes)

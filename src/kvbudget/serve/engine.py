@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from kvbudget.errors import ConfigError
 from kvbudget.sim.driver import Driver
 from kvbudget.sim.engine import EngineCore, TokenOutput
 from kvbudget.sim.replica import Replica
@@ -56,6 +57,12 @@ class RealTimeEngine:
     ) -> None:
         if speedup <= 0:
             raise ValueError(f"speedup={speedup} must be > 0")
+        if replica.fast is not None:
+            raise ConfigError(
+                "serve: the replica runs the lazy-decode fast path, which streams no tokens; "
+                "build it with fast_path=False (serve.build does)",
+                field="fast_path",
+            )
         self.replica = replica
         self.driver = Driver(
             [replica], Router("round_robin"), on_finish=_keep_nothing, on_reject=_keep_nothing

@@ -17,7 +17,6 @@ OnNotRun = Callable[[EngineRequest], None]
 OnStep = Callable[[Replica, int, float, float], None]
 OnSample = Callable[[Replica, float], None]
 BuildReplica = Callable[[ReplicaSetup, float], Replica]
-Rejection = tuple[EngineRequest, KvbudgetError]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,8 @@ class DriveOutcome:
 class StepOutcome:
     """What one :meth:`Driver.step` handled (``kind`` ``""``: nothing was due)."""
 
-    #: the event: ``"step"`` (a replica step), or ``""`` when no event was due by ``start_s``
+    #: the event: ``"step"`` (the only kind the step-wise API queues), or ``""`` when no
+    #: event was due by ``start_s``
     kind: str
     start_s: float
     #: when the step's tokens exist (``start_s`` + its simulated duration); ``start_s`` when
@@ -83,10 +83,9 @@ class StepOutcome:
     #: the step's tokens, one per request that produced one (the explicit engine's
     #: ``StepResult.outputs``; a lazy-decode fast-path replica reports none)
     outputs: Sequence[TokenOutput] = ()
-    #: requests that ended in this step (also given to ``on_finish``)
+    #: requests that ended in this step (also given to ``on_finish``); a refusal is not a
+    #: step's: :meth:`Driver.submit` returns it
     finished: Sequence[SimRequest] = ()
-    #: requests refused while handling it (also given to ``on_reject``)
-    rejected: Sequence[Rejection] = ()
 
 
 class RequestFeed:

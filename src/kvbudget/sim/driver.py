@@ -10,7 +10,7 @@ the event queue; the step-wise API is for a caller that learns of its requests a
 (a server): :meth:`Driver.submit` (an arrival now: routed, admitted or refused),
 :meth:`Driver.abort` (a client gone: its blocks are freed now), :meth:`Driver.next_event_s`
 (when the next replica step is due) and :meth:`Driver.step` (handle that event, returning a
-:class:`StepOutcome` with the step's tokens, finishes and refusals). Both go through the same
+:class:`StepOutcome` with the step's tokens and finishes). Both go through the same
 ``_dispatch`` (every event), ``_step`` (the only place a replica is stepped and its finished
 requests handed out) and ``_route`` (the only place a request is admitted or refused).
 
@@ -47,7 +47,6 @@ from kvbudget.sim.drive_types import (
     OnReject,
     OnSample,
     OnStep,
-    Rejection,
     RequestFeed,
     ScaleOut,
     StepOutcome,
@@ -112,8 +111,8 @@ class Driver:
         self._sample_every_s: float | None = None
         self._last_end = 0.0
         self._num_arrived = 0
-        # step(): where this event's finishes and refusals are collected
-        self._collect: tuple[list[SimRequest], list[Rejection]] | None = None
+        # step(): where this event's finishes are collected
+        self._collect: list[SimRequest] | None = None
 
     # ------------------------------------------------------------------ the step-wise API
     def submit(self, request: Any, now_s: float) -> KvbudgetError | None:
@@ -161,8 +160,7 @@ class Driver:
         self._advance_clock(now_s)
         _t, _p, _s, (kind, payload) = queue.pop()
         finished: list[SimRequest] = []
-        rejected: list[Rejection] = []
-        self._collect = (finished, rejected)
+        self._collect = finished
         try:
             end = self._dispatch(kind, payload, now_s)
         except BaseException:
@@ -172,10 +170,10 @@ class Driver:
         finally:
             self._collect = None
         if end is None:
-            return StepOutcome(kind, now_s, now_s, None, (), finished, rejected)
+            return StepOutcome(kind, now_s, now_s, None, (), finished)
         index = payload[0]
         outputs = self.replicas[index].last_outputs
-        return StepOutcome(kind, now_s, end, index, outputs, finished, rejected)
+        return StepOutcome(kind, now_s, end, index, outputs, finished)
 
     def _advance_clock(self, now_s: float) -> None:
         if now_s < self.now_s:
@@ -391,7 +389,7 @@ class Driver:
                 on_finish(req, rep)
             self.num_finished += len(done)
             if self._collect is not None:
-                self._collect[0].extend(done)
+                self._collect.extend(done)
             done.clear()
 
     # ------------------------------------------------------------------ lifecycle events
@@ -401,7 +399,7 @@ class Driver:
         for req in cancelled:
             self.on_finish(req, rep)
             if self._collect is not None:
-                self._collect[0].append(req)
+                self._collect.append(req)
         for at, moved in resend:
             self._queue.push(at, PRIO_ARRIVAL, ("rearrival", moved))
         rep.busy = False
@@ -455,8 +453,6 @@ class Driver:
         except KvbudgetError as exc:
             self.num_rejected += 1
             self.on_reject(req, rep, exc)
-            if self._collect is not None:
-                self._collect[1].append((req, exc))
             return exc
         if not rep.busy or rep.stalled:
             rep.busy = True

@@ -27,16 +27,18 @@ something can change:
 * KV tier reloads: a reloading request stays in the running list unscheduled and, once loaded,
   prefills ahead of later decoders with the budget first, so from the step that admits it
   until no request reloads and none prefills ahead of a decoder, ``EngineCore`` itself steps
-  the replica (:mod:`kvbudget.sim.fastpath_modes`).
+  the replica (:mod:`kvbudget.sim.fastpath_modes`); the same when ``long_prefill_token_threshold``
+  caps a prefill chunk and a later, shorter prompt starts decoding behind it.
 
 The step-time model sees the same batch (decode count and summed context are kept as running
 sums). The result is identical to stepping :class:`EngineCore` (same block ids, eviction order,
 tier contents, times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads
 and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on dense, Gemma-2
 (1 sliding : 1 full), Gemma-3 (5 sliding : 1 full), sliding-only, two-window and state-group
-layouts, with and without CPU/disk tiers. Used when the replica is FCFS with ``max_num_seqs <
-max_num_batched_tokens`` and no ``long_prefill_token_threshold`` (see :func:`fast_path_ok`);
-the replica also keeps P/D decode replicas and KV transfers on the explicit engine.
+layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold`` and
+``max_num_seqs`` above ``max_num_batched_tokens``. Used when the replica is FCFS (see
+:func:`fast_path_ok`); the replica also keeps P/D decode replicas and KV transfers on the
+explicit engine.
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ from kvbudget.sim.timing import BatchShape
 
 
 def fast_path_ok(config: ReplicaConfig) -> bool:
-    """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration."""
-    return (
-        config.policy == "fcfs"
-        and config.max_num_seqs < config.max_num_batched_tokens
-        and config.long_prefill_token_threshold == 0
-    )
+    """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration.
+
+    Any FCFS replica. ``max_num_seqs`` may exceed ``max_num_batched_tokens``: the decoders
+    never outnumber a step's tokens (a request starts decoding in a step that computed at least
+    one of its tokens, beside one token per earlier decoder), so every decoder is scheduled in
+    every step, as the lazy step assumes.
+    """
+    return config.policy == "fcfs"
 
 
 class FastEngine:
@@ -112,6 +116,9 @@ class FastEngine:
         self.explicit_mode = False
         #: a request was admitted to reload from a tier in this step
         self._loading = False
+        #: a request started decoding behind one still prefilling (a prefill chunk capped by
+        #: ``long_prefill_token_threshold`` left budget for a later, shorter prompt)
+        self._disorder = False
         self._now_s = 0.0
         self.num_decoders = 0
         self.decode_ctx = 0
@@ -198,7 +205,7 @@ class FastEngine:
             return duration
         self._now_s = now_s
         duration = self._lazy_step(now_s)
-        if self._loading:
+        if self._loading or self._disorder:
             to_explicit(self)
         return duration
 
@@ -209,16 +216,16 @@ class FastEngine:
         preempted = self._events(self)
         # 2. the explicit (prefilling) running requests, in running order
         budget = cfg.max_num_batched_tokens - self.num_decoders
+        threshold = cfg.long_prefill_token_threshold
         scheduled: list[tuple[SimRequest, int]] = []
         for seq in list(self.explicit):
             req = self.explicit.get(seq)
             if req is None or budget <= 0:
                 continue
-            num_new = min(
-                req.num_tokens - req.num_computed_tokens,
-                budget,
-                cfg.max_model_len - req.num_computed_tokens,
-            )
+            num_new = req.num_tokens - req.num_computed_tokens
+            if threshold and num_new > threshold:
+                num_new = threshold
+            num_new = min(num_new, budget, cfg.max_model_len - req.num_computed_tokens)
             if num_new <= 0:
                 continue
             ok = True
@@ -265,6 +272,8 @@ class FastEngine:
                     self._loading = True
                     continue
             num_new = req.num_tokens - num_hit
+            if cfg.long_prefill_token_threshold and num_new > cfg.long_prefill_token_threshold:
+                num_new = cfg.long_prefill_token_threshold
             if not cfg.enable_chunked_prefill and num_new > budget:
                 break
             num_new = min(num_new, budget)
@@ -362,6 +371,8 @@ class FastEngine:
         for req in joined:
             del self.explicit[req.running_seq]
             self._add_decoder(req)
+        if joined and self.explicit and next(iter(self.explicit)) < joined[-1].running_seq:
+            self._disorder = True  # (explicit is in running order: its first is the oldest)
         if joined and not self.kv.single_full:
             self.fresh.extend(joined)
         return duration

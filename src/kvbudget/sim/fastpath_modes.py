@@ -34,6 +34,7 @@ def to_explicit(fe: FastEngine) -> None:
     fe.fresh.clear()
     fe._finish_heap.clear()
     fe._loading = False
+    fe._disorder = False
     fe.explicit_mode = True
 
 

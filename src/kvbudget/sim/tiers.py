@@ -127,6 +127,8 @@ class TierStack:
         #: per taken reload: seconds it waited for busy tier links before its own transfer
         self.reload_waits_s: list[float] = []
         self.now_s = 0.0
+        #: GPU evictions are written to the first tier (its policy is ``offload``)
+        self._offload = bool(tiers) and tiers[0].config.policy == "offload"
 
     def key(self, raw: Hashable) -> Hashable:
         """The tier key of a block hash under this stack's identity."""
@@ -166,7 +168,8 @@ class TierStack:
 
     def on_gpu_evict(self, block_id: int, key: Hashable) -> None:
         """BlockPool hook: a cached GPU block is being reused."""
-        if self.tiers and self.tiers[0].config.policy == "offload" and not isinstance(key, tuple):
+        # (a key of group 1.. is a (group, hash) tuple: only group 0's blocks are written)
+        if self._offload and key.__class__ is not tuple:
             self.store([key], self.now_s)
 
     def on_cache(self, keys: list[Hashable], now_s: float) -> None:

@@ -266,6 +266,10 @@ class IndexedRuns(Runs[T]):
             position += count
         return cls(blocks, base=base)
 
+    def map_indexed(self, function: Callable[[T, int], U]) -> IndexedRuns[U]:
+        """:meth:`map` whose results are indexed dataclasses too."""
+        return IndexedRuns(self.map(function).blocks, base=self.base)
+
     def replaced(self, items: dict[int, T]) -> Self:
         """These items with ``items[i]`` at index ``i`` (O(blocks x replacements))."""
         parts: list[Runs[T]] = []

@@ -44,3 +44,21 @@ def test_tp_without_gpu_is_a_config_error(capsys: pytest.CaptureFixture[str]) ->
     assert capsys.readouterr().err.strip() == (
         "ConfigError: --tp 2: only used to plan the replica with --gpu; add --gpu GPU or drop --tp"
     )
+
+
+def test_a_fast_path_replica_is_refused() -> None:
+    """The lazy-decode fast path produces no per-step tokens to stream."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from kvbudget.serve.engine import RealTimeEngine
+    from kvbudget.sim.replica import Replica
+
+    built = build_engine(ServeEngineOptions(model="m", num_gpu_blocks=64))
+    assert built.replica.fast is None  # what serve builds
+    setup = replace(built.replica.setup, fast_path=True)
+    fast = Replica("r", setup, np.random.default_rng(0))
+    assert fast.fast is not None
+    with pytest.raises(ConfigError, match="fast_path=False"):
+        RealTimeEngine(fast)

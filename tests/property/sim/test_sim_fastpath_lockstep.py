@@ -11,6 +11,14 @@ one full-attention group to Gemma-2 (1 sliding : 1 full) and Gemma-3 (5 sliding 
 styles, a sliding-only (Mistral-style) model, two windows, and a state (Mamba-style) group, with
 windows from 1 token to more than the longest request. With several groups the per-request
 block tables (null blocks where the window released a block) and the hash table are compared too.
+
+KV tiers are drawn as well (a CPU tier, offload or write-through, optionally a disk tier below it,
+small enough to evict, with links slow and fast enough that reloads are both declined and taken
+and last several steps; preemption then swaps to the CPU tier): every tier's blocks in LRU order,
+link times and counters are compared after every step, and so is when a stalled replica wakes.
+A ``long_prefill_token_threshold`` is drawn too (a later, shorter prompt then starts decoding
+while an earlier one still prefills ahead of it), and ``max_num_seqs`` above
+``max_num_batched_tokens``.
 """
 
 from __future__ import annotations
@@ -142,6 +150,8 @@ Requests = list[tuple[int, int, int, int, int | None, bool, int | None, int]]
     layout=st.sampled_from(LAYOUTS),
     window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
     tier=st.one_of(st.none(), TIERS),
+    threshold=st.sampled_from([0, 0, 3, 8]),  # long_prefill_token_threshold
+    limits=st.sampled_from([(4, 24), (4, 24), (8, 6)]),  # max_num_seqs, max_num_batched_tokens
 )
 def test_fast_path_in_lockstep_with_engine(
     reqs: Requests,
@@ -151,8 +161,14 @@ def test_fast_path_in_lockstep_with_engine(
     layout: str,
     window: int,
     tier: TierDraw | None,
+    threshold: int,
+    limits: tuple[int, int],
 ) -> None:
-    _lockstep(reqs, num_blocks, block_size, caching, layout, window, tier)
+    seqs, budget = limits  # (8, 6): more running requests allowed than tokens in a step
+    _lockstep(
+        reqs, num_blocks, block_size, caching, layout, window, tier, budget,
+        threshold=threshold, max_num_seqs=seqs,
+    )  # fmt: skip
 
 
 @settings(max_examples=100, deadline=None)
@@ -164,6 +180,7 @@ def test_fast_path_in_lockstep_with_engine(
     window=st.integers(1, 80),
     tier=TIERS,
     budget=st.sampled_from([5, 8, 24]),  # small: a reloaded prompt's rest outgrows the step
+    seqs=st.sampled_from([4, 10]),  # max_num_seqs (10: above a budget of 5 or 8)
 )
 # found by a random search: a reloaded request prefills ahead of decoders with a budget too
 # small for both (handing back to the lazy step as soon as no request is loading fails them)
@@ -177,7 +194,7 @@ def test_fast_path_in_lockstep_with_engine(
         (2, 12, 2, 4, None, False, 13, 1),
     ],
     num_blocks=21, block_size=2, layout="f", window=56,
-    tier=("offload", 3, 4e7, 0.002, True), budget=5,
+    tier=("offload", 3, 4e7, 0.002, True), budget=5, seqs=4,
 )  # fmt: skip
 @example(
     reqs=[
@@ -190,7 +207,7 @@ def test_fast_path_in_lockstep_with_engine(
         (0, 12, 10, 7, None, False, 10, 8),
     ],
     num_blocks=20, block_size=4, layout="sf", window=48,
-    tier=("offload", 7, 4e6, 0.002, True), budget=8,
+    tier=("offload", 7, 4e6, 0.002, True), budget=8, seqs=4,
 )  # fmt: skip
 def test_fast_path_in_lockstep_with_engine_on_tiers(
     reqs: Requests,
@@ -200,10 +217,11 @@ def test_fast_path_in_lockstep_with_engine_on_tiers(
     window: int,
     tier: TierDraw,
     budget: int,
+    seqs: int,
 ) -> None:
     """Tiers with prefix caching on (what they need) and pressure: reloads, swaps, stalls, and
     a reloaded request prefilling ahead of decoders with a token budget too small for both."""
-    _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget)
+    _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget, max_num_seqs=seqs)
 
 
 def _lockstep(
@@ -215,14 +233,18 @@ def _lockstep(
     window: int,
     tier: TierDraw | None,
     budget: int = 24,
+    *,
+    threshold: int = 0,
+    max_num_seqs: int = 4,
 ) -> None:
     groups = _groups(layout, window)
     base = ReplicaConfig(
         num_gpu_blocks=2,
         block_size=block_size,
         kv_groups=groups,
-        max_num_seqs=4,
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
+        long_prefill_token_threshold=threshold,
         max_model_len=256,
         kv_bytes_per_token=KV_BYTES_PER_TOKEN,
     )

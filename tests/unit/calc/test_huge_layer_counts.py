@@ -177,3 +177,24 @@ def test_jamba_attention_every_8th_at_100m_layers(tmp_path: Path) -> None:
     expected = attention * 4096 * 4096 + mamba * (8192 * 4 * 2 + 8192 * 16 * 4)
     assert result.to_dict()["total_bytes"] == expected
     assert peak < PEAK_LIMIT_BYTES, peak
+
+
+def test_falcon_h1_parallel_hybrid_at_100m_layers(tmp_path: Path) -> None:
+    catalog = Path(__file__).resolve().parents[3] / "src" / "kvbudget" / "spec" / "catalog"
+    raw = json.loads((catalog / "models" / "transformers-defaults--falcon_h1.json").read_text())
+    config = {**raw.get("config", raw), "num_hidden_layers": N}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    result, peak = traced(lambda: calc_model(str(path), engine="hf", tokens=4096))
+    # every layer: K + V of 8 heads x 128 in bf16 (4,096 B per token) and a Mamba-2 state: bf16
+    # conv of (1,024 + 2 x 1 x 256) channels x kernel 4, fp32 ssm of 128 heads x 8 x 256
+    per_layer = 4096 * 4096 + (1024 + 2 * 256) * 4 * 2 + 128 * 8 * 256 * 4
+    assert result.to_dict()["total_bytes"] == N * per_layer
+    assert peak < PEAK_LIMIT_BYTES, peak
+    # vLLM splits each hybrid run into its attention and mamba specs per run: mamba page
+    # 3 x 1,536 x 2 + 128 x 8 x 256 x 2 = 533,504 B raises the attention block to
+    # 16 x cdiv(533,504, 16 x 4,096) = 144 tokens (page 589,824 B, the mamba page padded to it);
+    # 4,096 tokens hold cdiv(4,096, 144) = 29 attention blocks and one state page per layer
+    vllm, peak = traced(lambda: calc_model(str(path), engine="vllm", tokens=4096))
+    assert vllm.to_dict()["total_bytes"] == N * (29 + 1) * 144 * 4096
+    assert peak < PEAK_LIMIT_BYTES, peak

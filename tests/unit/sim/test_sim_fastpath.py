@@ -131,14 +131,18 @@ def test_fast_path_equals_explicit_stepping_with_a_shared_remote_tier(seed: int)
 
 
 def _assert_same(
-    seed: int, cfg: ReplicaConfig, tiers: tuple[TierConfig, ...] = ()
+    seed: int,
+    cfg: ReplicaConfig,
+    tiers: tuple[TierConfig, ...] = (),
+    workload: list[EngineRequest] | None = None,
 ) -> dict[str, Any]:
     assert fast_path_ok(cfg)
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     runs = []
     for fast in (True, False):
         setup = ReplicaSetup(cfg, timing, tiers=tiers, fast_path=fast)
-        res = simulate(_workload(seed), ClusterSpec([setup]), seed=7)
+        requests = _workload(seed) if workload is None else workload
+        res = simulate(requests, ClusterSpec([setup]), seed=7)
         runs.append(
             (
                 [
@@ -163,15 +167,50 @@ def _assert_same(
     return res.tier_stats
 
 
+@pytest.mark.parametrize("threshold", [4, 16])
+@pytest.mark.parametrize("layout", ["dense", "gemma2"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_with_a_long_prefill_threshold(
+    seed: int, layout: str, threshold: int
+) -> None:
+    """vLLM's long_prefill_token_threshold caps each prefill chunk, so a later, shorter prompt
+    can start decoding while an earlier one still prefills ahead of it in running order (the
+    fast path then steps EngineCore until the order is decoders first again)."""
+    groups = _gemma(1, 8) if layout == "gemma2" else (KVGroupConfig(),)
+    cfg = _cfg(seed, groups).model_copy(update={"long_prefill_token_threshold": threshold})
+    _assert_same(seed, cfg)
+
+
+@pytest.mark.parametrize("layout", ["dense", "gemma2"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_with_more_seqs_than_tokens(
+    seed: int, layout: str
+) -> None:
+    """max_num_seqs 16 above max_num_batched_tokens 8, on a pool large enough that the
+    running requests are limited by the token budget, not by blocks; a burst of short prompts
+    with long outputs fills a step with decoders (8 of them, every token of the step)."""
+    groups = _gemma(1, 8) if layout == "gemma2" else (KVGroupConfig(),)
+    cfg = _cfg(seed, groups).model_copy(
+        update={"max_num_seqs": 16, "max_num_batched_tokens": 8, "num_gpu_blocks": 2000}
+    )
+    rng = np.random.default_rng(seed)
+    burst = [
+        EngineRequest(
+            f"b{i}",
+            tuple(rng.integers(1, 500, size=int(rng.integers(1, 5))).tolist()),
+            int(rng.integers(20, 60)),
+            arrival_s=0.001 * i,
+        )
+        for i in range(40)
+    ]
+    _assert_same(seed, cfg, workload=burst)
+    _assert_same(seed, cfg)
+
+
 def test_fast_path_not_used_where_it_would_differ() -> None:
     base = {"num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64}
     assert not fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
-    assert not fast_path_ok(
-        ReplicaConfig.model_validate({**base, "max_num_seqs": 64, "max_num_batched_tokens": 64})
-    )
-    assert not fast_path_ok(
-        ReplicaConfig.model_validate({**base, "long_prefill_token_threshold": 16})
-    )
+    assert fast_path_ok(ReplicaConfig.model_validate(base))
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from kvbudget.capacity.layouts.base import group_key
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices, Runs
+from kvbudget.spec.layer_runs import LayerIndices, Runs
+from kvbudget.spec.layers import ParallelHybrid, cache_parts
 
 T = TypeVar("T")
 
@@ -32,13 +33,25 @@ class Members(Generic[T]):
         return sum(per_layer(item) * len(indices) for item, indices in self.runs)
 
 
-def group_by_kind(layers: Sequence[T]) -> list[tuple[tuple[str, int | None], Members[T]]]:
-    """``[((kind, window), members), ...]`` in order of first appearance.
+def _listed_runs(items: Sequence[T]) -> list[tuple[T, range]]:
+    """A listed sequence (each item carries its own ``layer_index``) as one-layer runs."""
+    return [(item, range(index, index + 1)) for item in items for index in [item_index(item)]]
 
-    ``layers`` as :class:`PartRuns` (a hybrid run's parts go to their own groups, both with the
-    run's indices), :class:`Runs`, or any sequence of indexed layers (compressed by runs)."""
-    runs = layers if isinstance(layers, Runs | PartRuns) else IndexedRuns.from_items(layers)
+
+def item_index(item: object) -> int:
+    index = getattr(item, "layer_index", None)
+    assert isinstance(index, int), item
+    return index
+
+
+def group_by_kind(layers: Sequence[T]) -> list[tuple[tuple[str, int | None], Members[T]]]:
+    """``[((kind, window), members), ...]`` in order of first appearance, per run; a parallel
+    hybrid layer (Falcon-H1) counts once in its attention group and once in its state group
+    (:class:`PartRuns`, e.g. vLLM's specs, come already split: both parts of a run share it)."""
+    runs = layers.runs() if isinstance(layers, Runs | PartRuns) else _listed_runs(layers)
     groups: dict[tuple[str, int | None], list[tuple[T, range]]] = {}
-    for item, indices in runs.runs():
-        groups.setdefault(group_key(item), []).append((item, indices))
+    for item, indices in runs:
+        parts = cache_parts((item,)) if isinstance(item, ParallelHybrid) else (item,)
+        for part in parts:
+            groups.setdefault(group_key(part), []).append((cast(T, part), indices))
     return [(key, Members(tuple(members))) for key, members in groups.items()]

@@ -26,7 +26,6 @@ from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import GroupBytes, LayoutResult, StageBytes, check_load
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layer_parts import cache_part_runs
 from kvbudget.spec.layers import (
     MLA,
     ChunkedLocal,
@@ -79,7 +78,7 @@ def hf_layout(
     dtype = get_kv_dtype(kv_dtype, engine="hf", model_dtype=model_dtype)
     s = dtype.block_bytes
     groups: list[GroupBytes] = []
-    for (kind, _window), layers in group_by_kind(cache_part_runs(spec.layer_seq)):
+    for (kind, _window), layers in group_by_kind(spec.layers):
         first = layers.first
         if isinstance(first, StateLayer):
             per_seq = layers.total(

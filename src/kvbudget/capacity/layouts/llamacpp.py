@@ -33,7 +33,6 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layer_parts import cache_part_runs
 from kvbudget.spec.layers import FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -94,7 +93,7 @@ def llamacpp_kv_split(
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     k_bytes = v_bytes = 0
-    for (_, window), layers in group_by_kind(cache_part_runs(spec.layer_seq)):
+    for (_, window), layers in group_by_kind(spec.layers):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
         for x, indices in layers.runs:
             if isinstance(x, FullAttention):
@@ -134,7 +133,7 @@ def llamacpp_layout(
             field="ctx_size",
         )
     groups: list[GroupBytes] = []
-    for (kind, window), layers in group_by_kind(cache_part_runs(spec.layer_seq)):
+    for (kind, window), layers in group_by_kind(spec.layers):
         indices = layers.indices
         first = layers.first
         if isinstance(first, FullAttention):

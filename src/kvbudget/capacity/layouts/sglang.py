@@ -31,7 +31,6 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
-from kvbudget.spec.layer_parts import cache_part_runs
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 
@@ -67,7 +66,7 @@ def sglang_layout(
     for rank in range(pp):
         start, end = get_pp_indices(spec.num_layers, rank, pp)
         groups: list[GroupBytes] = []
-        for (kind, _w), layers in group_by_kind(cache_part_runs(spec.layer_seq[start:end])):
+        for (kind, _w), layers in group_by_kind(spec.layers[start:end]):
             first = layers.first
             indices = layers.indices
             if isinstance(first, FullAttention | MLA):
