@@ -29,6 +29,7 @@ from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_m
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import SpecError
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.units import cdiv
 
@@ -152,16 +153,20 @@ class KvCacheGroup:
 
 def distinct_layers(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
     """The distinct layers, index set to 0, as first seen (per run for runs)."""
-    items = layers.distinct() if isinstance(layers, IndexedRuns) else layers
+    items = layers.distinct() if isinstance(layers, IndexedRuns | PartRuns) else layers
     return list(dict.fromkeys(replace(layer, layer_index=0) for layer in items))
 
 
 def _buckets(
     layers: Sequence[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
 ) -> dict[tuple[object, ...], list[pool_runs.Segment]]:
-    """Layers by spec key, each as segments in index order ("none" layers left out)."""
+    """Layers by spec key, each as segments in index order ("none" layers left out); a
+    parallel hybrid run's attention and mamba parts (:class:`PartRuns`) fall in different
+    buckets, both with the run's indices."""
     buckets: dict[tuple[object, ...], list[pool_runs.Segment]] = {}
-    if not isinstance(layers, IndexedRuns):  # listed: one segment per layer, by layer index
+    if isinstance(layers, IndexedRuns):
+        layers = PartRuns.single(layers)
+    if not isinstance(layers, PartRuns):  # listed: one segment per layer, by layer index
         for layer in sorted(layers, key=lambda item: item.layer_index):
             if layer.kind != "none":
                 segment = pool_runs.Segment(layer.layer_index, 1, (0,), 1)
@@ -172,9 +177,10 @@ def _buckets(
         period = len(block.pattern)
         lo = runs.base + block.start
         by_key: dict[tuple[object, ...], list[int]] = {}
-        for offset, layer in enumerate(block.pattern):
-            if layer.kind != "none":
-                by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
+        for offset, parts in enumerate(block.pattern):
+            for layer in parts:
+                if layer.kind != "none":
+                    by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
         for spec_key, offsets in by_key.items():
             segment = pool_runs.Segment(lo, period, tuple(offsets), block.repeats)
             buckets.setdefault(spec_key, []).append(segment)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvbudget.capacity.pool import PoolLayer, distinct_layers
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns
 from kvbudget.units import cdiv
 
@@ -17,7 +18,8 @@ def _retemplate(
     layers: Sequence[PoolLayer], new: dict[PoolLayer, PoolLayer]
 ) -> Sequence[PoolLayer]:
     """Each layer replaced by ``new[layer without index]`` (kept when absent), index kept;
-    runs stay runs, a listed sequence comes back sorted by layer index."""
+    runs stay runs (a parallel hybrid run's parts each replaced), a listed sequence comes back
+    sorted by layer index."""
 
     def one(layer: PoolLayer, index: int) -> PoolLayer:
         found = new.get(replace(layer, layer_index=0))
@@ -25,6 +27,8 @@ def _retemplate(
 
     if isinstance(layers, IndexedRuns):
         return layers.map_indexed(one)
+    if isinstance(layers, PartRuns):
+        return layers.map(one)
     out = [one(layer, layer.layer_index) for layer in layers]
     return sorted(out, key=lambda layer: layer.layer_index)
 
@@ -40,7 +44,7 @@ def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> Sequence[Poo
     mamba = [layer for layer in distinct if layer.kind == "mamba"]
     attn = [layer for layer in distinct if layer.kind not in ("mamba", "none")]
     if not mamba or not attn:
-        return layers if isinstance(layers, IndexedRuns) else list(layers)
+        return layers if isinstance(layers, IndexedRuns | PartRuns) else list(layers)
     mamba_page = max(layer.page_size_bytes for layer in mamba)
     new: dict[PoolLayer, PoolLayer] = {}
     for layer in attn:
