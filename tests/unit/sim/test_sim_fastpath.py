@@ -14,27 +14,7 @@ from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import FixedTiming
-
-
-def _workload(seed: int, n: int = 50) -> list[EngineRequest]:
-    rng = np.random.default_rng(seed)
-    prefixes = [
-        tuple(rng.integers(1, 500, size=int(rng.integers(4, 40))).tolist()) for _ in range(3)
-    ]
-    out = []
-    t = 0.0
-    for i in range(n):
-        t += float(rng.exponential(0.01))
-        prompt = prefixes[int(rng.integers(0, 3))] + tuple(
-            rng.integers(1, 500, size=int(rng.integers(1, 30))).tolist()
-        )
-        cancel = int(rng.integers(1, 20)) if rng.random() < 0.2 else None
-        out.append(
-            EngineRequest(
-                f"r{i}", prompt, int(rng.integers(1, 40)), arrival_s=t, cancel_after_tokens=cancel
-            )
-        )
-    return out
+from tests.unit.sim.helpers_sim import random_workload
 
 
 def _gemma(num_sliding: int, window: int) -> tuple[KVGroupConfig, ...]:
@@ -115,7 +95,7 @@ def test_fast_path_equals_explicit_stepping_with_a_shared_remote_tier(seed: int)
     for fast in (True, False):
         setup = ReplicaSetup(cfg, FixedTiming(step_s=0.01, per_token_s=1e-4), fast_path=fast)
         spec = ClusterSpec([setup, setup], remote_tier=remote)
-        res = simulate(_workload(seed, 80), spec, seed=7)
+        res = simulate(random_workload(seed, 80), spec, seed=7)
         runs.append(
             (
                 [
@@ -141,7 +121,7 @@ def _assert_same(
     runs = []
     for fast in (True, False):
         setup = ReplicaSetup(cfg, timing, tiers=tiers, fast_path=fast)
-        requests = _workload(seed) if workload is None else workload
+        requests = random_workload(seed) if workload is None else workload
         res = simulate(requests, ClusterSpec([setup]), seed=7)
         runs.append(
             (
