@@ -35,8 +35,9 @@ sums). The result is identical to stepping :class:`EngineCore` (same block ids, 
 tier contents, times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads
 and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on dense, Gemma-2
 (1 sliding : 1 full), Gemma-3 (5 sliding : 1 full), sliding-only, two-window and state-group
-layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold`` and
-``max_num_seqs`` above ``max_num_batched_tokens``. Used when the replica is FCFS (see
+layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold``, chunked prefill
+off, requests that end at ``max_model_len`` and ``max_num_seqs`` above
+``max_num_batched_tokens``. Used when the replica is FCFS (see
 :func:`fast_path_ok`); the replica also keeps P/D decode replicas and KV transfers on the
 explicit engine.
 """
@@ -56,10 +57,17 @@ from kvbudget.sim.timing import BatchShape
 def fast_path_ok(config: ReplicaConfig) -> bool:
     """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration.
 
-    Any FCFS replica. ``max_num_seqs`` may exceed ``max_num_batched_tokens``: the decoders
-    never outnumber a step's tokens (a request starts decoding in a step that computed at least
-    one of its tokens, beside one token per earlier decoder), so every decoder is scheduled in
-    every step, as the lazy step assumes.
+    Any FCFS replica (``policy == "priority"`` stays on the explicit engine). The tests prove
+    exactly this range (``tests/unit/sim/test_sim_fastpath.py`` on random workloads,
+    ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step): one full group,
+    sliding windows, state groups and several windows; prefix caching on and off; CPU and disk
+    tiers; ``long_prefill_token_threshold``; chunked prefill on and off (off: a budget of
+    ``max_model_len``); requests that end exactly at ``max_model_len``; and ``max_num_seqs``
+    above ``max_num_batched_tokens``. That last one holds because the decoders never outnumber
+    a step's tokens (a request starts decoding in a step that computed at least one of its
+    tokens, beside one token per earlier decoder), so every decoder is scheduled in every
+    step, as the lazy step assumes. P/D decode replicas and KV transfers are kept on the
+    explicit engine by the replica, not here.
     """
     return config.policy == "fcfs"
 
