@@ -124,6 +124,8 @@ class FastEngine:
         self.explicit_mode = False
         #: a request was admitted to reload from a tier in this step
         self._loading = False
+        #: a running request was preempted in this step (no admissions then, as Scheduler)
+        self.preempted = False
         #: a request started decoding behind one still prefilling (a prefill chunk capped by
         #: ``long_prefill_token_threshold`` left budget for a later, shorter prompt)
         self._disorder = False
@@ -180,6 +182,16 @@ class FastEngine:
         self._seq += 1
         self.running[req.running_seq] = req
 
+    def _allocate_or_preempt(self, req: SimRequest, num_tokens: int) -> bool:
+        """``allocate_slots(req, num_tokens)``, preempting the last running request until it
+        fits (as ``Scheduler`` does); False when ``req`` itself was preempted. A preemption
+        sets :attr:`preempted` (no admissions in this step)."""
+        while not self.kv.allocate_slots(req, num_tokens):
+            self.preempted = True
+            if self._preempt_last() is req:
+                return False
+        return True
+
     def _preempt_last(self) -> SimRequest:
         victim = self.running[next(reversed(self.running))]
         self._drop_running(victim)
@@ -219,9 +231,9 @@ class FastEngine:
 
     def _lazy_step(self, now_s: float) -> float:
         cfg = self.config
-        kv = self.kv
         # 1. the running decoders whose blocks change in this step, in running order
-        preempted = self._events(self)
+        self.preempted = False
+        self._events(self)
         # 2. the explicit (prefilling) running requests, in running order
         budget = cfg.max_num_batched_tokens - self.num_decoders
         threshold = cfg.long_prefill_token_threshold
@@ -236,19 +248,12 @@ class FastEngine:
             num_new = min(num_new, budget, cfg.max_model_len - req.num_computed_tokens)
             if num_new <= 0:
                 continue
-            ok = True
-            while not kv.allocate_slots(req, num_new):
-                victim = self._preempt_last()
-                preempted = True
-                if victim is req:
-                    ok = False
-                    break
-            if not ok:
+            if not self._allocate_or_preempt(req, num_new):
                 break
             scheduled.append((req, num_new))
             budget -= num_new
         # 3. waiting requests (only if nothing was preempted)
-        if not preempted:
+        if not self.preempted:
             budget = self._admit_waiting(now_s, scheduled, budget)
         if not scheduled and self.num_decoders == 0:
             return 0.0
