@@ -17,8 +17,13 @@ preemptions, prefix-cache hit tokens, steps (all simulated). The last four lines
 scenario gives the same digest on the fast path and on the explicit engine (it must). The
 shared-prefix one: the fast path once gave 128 fewer hit tokens there, before its
 completed-vs-cancelled free order was fixed on 2026-11-30. ``sliding``, ``gemma3_small`` and
-``tier_cpu`` run on the fast path since 2026-12-01; their digests are the ones the explicit
-engine gave them before.
+``tier_cpu`` run on the fast path since 2026-12-01; each also runs on the explicit engine in the
+same run (``*_explicit``), and the last lines compare the two.
+
+Kept output: ``bench/results/sim_equivalence.txt`` is this script's output on the commit named
+in its first line (a ``#`` comment); compare a later tree to it with::
+
+    diff <(tail -n +2 bench/results/sim_equivalence.txt) after.txt
 """
 
 from __future__ import annotations

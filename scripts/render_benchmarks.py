@@ -91,9 +91,9 @@ def sim_speed() -> str:
     return "\n".join(out)
 
 
-def sim_fastpath_hybrid() -> str:
+def sim_fastpath_hybrid(name: str) -> str:
     """Fast path vs explicit stepping on sliding-window replicas (``bench/sim_fastpath_speed.py``)."""
-    data = _load("sim_fastpath_hybrid.json")
+    data = _load(name)
     w, h = data["workload"], data["host"]
     load = "/".join(f"{x:.1f}" for x in h["loadavg_at_start"])
     out = [
@@ -487,7 +487,10 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "client-overhead": lambda: client_overhead("client_overhead.json"),
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
     "sim-speed": sim_speed,
-    "sim-fastpath-hybrid": sim_fastpath_hybrid,
+    "sim-fastpath-hybrid": lambda: sim_fastpath_hybrid("sim_fastpath_hybrid.json"),
+    "sim-fastpath-hybrid-earlier": lambda: sim_fastpath_hybrid(
+        "sim_fastpath_hybrid_earlier_run.json"
+    ),
     "llamacpp": llamacpp,
     "client-overhead-findings": client_overhead_findings,
     "sim-speed-findings": sim_speed_findings,

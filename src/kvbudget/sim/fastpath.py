@@ -35,8 +35,9 @@ sums). The result is identical to stepping :class:`EngineCore` (same block ids, 
 tier contents, times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads
 and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on dense, Gemma-2
 (1 sliding : 1 full), Gemma-3 (5 sliding : 1 full), sliding-only, two-window and state-group
-layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold`` and
-``max_num_seqs`` above ``max_num_batched_tokens``. Used when the replica is FCFS (see
+layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold``, chunked prefill
+off, requests that end at ``max_model_len`` and ``max_num_seqs`` above
+``max_num_batched_tokens``. Used when the replica is FCFS (see
 :func:`fast_path_ok`); the replica also keeps P/D decode replicas and KV transfers on the
 explicit engine.
 """
@@ -56,10 +57,17 @@ from kvbudget.sim.timing import BatchShape
 def fast_path_ok(config: ReplicaConfig) -> bool:
     """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration.
 
-    Any FCFS replica. ``max_num_seqs`` may exceed ``max_num_batched_tokens``: the decoders
-    never outnumber a step's tokens (a request starts decoding in a step that computed at least
-    one of its tokens, beside one token per earlier decoder), so every decoder is scheduled in
-    every step, as the lazy step assumes.
+    Any FCFS replica (``policy == "priority"`` stays on the explicit engine). The tests prove
+    exactly this range (``tests/unit/sim/test_sim_fastpath.py`` on random workloads,
+    ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step): one full group,
+    sliding windows, state groups and several windows; prefix caching on and off; CPU and disk
+    tiers; ``long_prefill_token_threshold``; chunked prefill on and off (off: a budget of
+    ``max_model_len``); requests that end exactly at ``max_model_len``; and ``max_num_seqs``
+    above ``max_num_batched_tokens``. That last one holds because the decoders never outnumber
+    a step's tokens (a request starts decoding in a step that computed at least one of its
+    tokens, beside one token per earlier decoder), so every decoder is scheduled in every
+    step, as the lazy step assumes. P/D decode replicas and KV transfers are kept on the
+    explicit engine by the replica, not here.
     """
     return config.policy == "fcfs"
 
@@ -116,6 +124,8 @@ class FastEngine:
         self.explicit_mode = False
         #: a request was admitted to reload from a tier in this step
         self._loading = False
+        #: a running request was preempted in this step (no admissions then, as Scheduler)
+        self.preempted = False
         #: a request started decoding behind one still prefilling (a prefill chunk capped by
         #: ``long_prefill_token_threshold`` left budget for a later, shorter prompt)
         self._disorder = False
@@ -172,6 +182,16 @@ class FastEngine:
         self._seq += 1
         self.running[req.running_seq] = req
 
+    def _allocate_or_preempt(self, req: SimRequest, num_tokens: int) -> bool:
+        """``allocate_slots(req, num_tokens)``, preempting the last running request until it
+        fits (as ``Scheduler`` does); False when ``req`` itself was preempted. A preemption
+        sets :attr:`preempted` (no admissions in this step)."""
+        while not self.kv.allocate_slots(req, num_tokens):
+            self.preempted = True
+            if self._preempt_last() is req:
+                return False
+        return True
+
     def _preempt_last(self) -> SimRequest:
         victim = self.running[next(reversed(self.running))]
         self._drop_running(victim)
@@ -211,9 +231,9 @@ class FastEngine:
 
     def _lazy_step(self, now_s: float) -> float:
         cfg = self.config
-        kv = self.kv
         # 1. the running decoders whose blocks change in this step, in running order
-        preempted = self._events(self)
+        self.preempted = False
+        self._events(self)
         # 2. the explicit (prefilling) running requests, in running order
         budget = cfg.max_num_batched_tokens - self.num_decoders
         threshold = cfg.long_prefill_token_threshold
@@ -228,19 +248,12 @@ class FastEngine:
             num_new = min(num_new, budget, cfg.max_model_len - req.num_computed_tokens)
             if num_new <= 0:
                 continue
-            ok = True
-            while not kv.allocate_slots(req, num_new):
-                victim = self._preempt_last()
-                preempted = True
-                if victim is req:
-                    ok = False
-                    break
-            if not ok:
+            if not self._allocate_or_preempt(req, num_new):
                 break
             scheduled.append((req, num_new))
             budget -= num_new
         # 3. waiting requests (only if nothing was preempted)
-        if not preempted:
+        if not self.preempted:
             budget = self._admit_waiting(now_s, scheduled, budget)
         if not scheduled and self.num_decoders == 0:
             return 0.0

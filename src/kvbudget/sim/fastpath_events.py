@@ -15,10 +15,9 @@ if TYPE_CHECKING:
     from kvbudget.sim.fastpath import FastEngine
 
 
-def single_group_events(fe: FastEngine) -> bool:
+def single_group_events(fe: FastEngine) -> None:
     """One full-attention group: the decoders that cross a block boundary or fill one."""
     kv = fe.kv
-    preempted = False
     # running decoders that cross a block boundary, in running order
     size = fe.block_size
     crossing = fe.phase[fe.g % size]
@@ -40,15 +39,8 @@ def single_group_events(fe: FastEngine) -> bool:
                     # block_size 1: the block taken now is full once this step computes it
                     kv._cache_full_blocks(req, c + 1)
                 continue
-            ok = True
-            while not kv.allocate_slots(req, 1):
-                victim = fe._preempt_last()
-                preempted = True
-                if victim is req:
-                    ok = False
-                    break
-            if not ok:
-                break
+            if not fe._allocate_or_preempt(req, 1):
+                break  # it was the last running request
     # 1b. decoders whose token this step fills a block: the block is registered for the
     # prefix cache now, when that token is scheduled (vLLM's allocate_slots ->
     # cache_blocks(num_computed + num_new), as EngineCore), so a request admitted in this
@@ -63,10 +55,9 @@ def single_group_events(fe: FastEngine) -> bool:
             cache = kv._cache_full_blocks
             for req in completing.values():
                 cache(req, req.lazy_c0 + g1 - req.lazy_g0)
-    return preempted
 
 
-def group_events(fe: FastEngine) -> bool:
+def group_events(fe: FastEngine) -> None:
     """Several groups (sliding window, state, more than one full group): ``allocate_slots``.
 
     ``EngineCore`` calls ``allocate_slots(req, 1)`` for every decoder every step; it
@@ -99,7 +90,7 @@ def group_events(fe: FastEngine) -> bool:
                 fresh.add(req.running_seq)
         fe.fresh.clear()
     if not events:
-        return False
+        return
     kv = fe.kv
     pool = fe.pool
     running = fe.running
@@ -107,7 +98,6 @@ def group_events(fe: FastEngine) -> bool:
     num_paged = len(paged)
     skip_phases = fe._skip_phases
     caching = kv.caching
-    preempted = False
     for seq in sorted(events):
         req = events[seq]
         if running.get(seq) is not req or req.lazy_g0 < 0:
@@ -124,15 +114,11 @@ def group_events(fe: FastEngine) -> bool:
             kv._remove_skipped(req, c)
         if pos == 0:
             if pool._num_free < num_paged:
-                while not kv.allocate_slots(req, 1):  # preempt until it fits
-                    victim = fe._preempt_last()
-                    preempted = True
-                    if victim is req:
-                        return True  # it was the last running request
+                if not fe._allocate_or_preempt(req, 1):
+                    return  # it was the last running request
                 continue
             tables = req.block_ids
             for group, block_id in zip(paged, pool.allocate(num_paged), strict=True):
                 tables[group].append(block_id)
         if caching:
             kv._cache_full_blocks(req, c + 1)
-    return preempted

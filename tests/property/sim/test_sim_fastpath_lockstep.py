@@ -17,8 +17,9 @@ small enough to evict, with links slow and fast enough that reloads are both dec
 and last several steps; preemption then swaps to the CPU tier): every tier's blocks in LRU order,
 link times and counters are compared after every step, and so is when a stalled replica wakes.
 A ``long_prefill_token_threshold`` is drawn too (a later, shorter prompt then starts decoding
-while an earlier one still prefills ahead of it), and ``max_num_seqs`` above
-``max_num_batched_tokens``.
+while an earlier one still prefills ahead of it), ``max_num_seqs`` above
+``max_num_batched_tokens``, chunked prefill off (a budget of ``max_model_len``) and a small
+``max_model_len`` that most requests end exactly at.
 """
 
 from __future__ import annotations
@@ -224,6 +225,41 @@ def test_fast_path_in_lockstep_with_engine_on_tiers(
     _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget, max_num_seqs=seqs)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    reqs=REQUESTS,
+    num_blocks=st.integers(20, 50),
+    block_size=st.sampled_from([1, 2, 4]),
+    caching=st.booleans(),
+    layout=st.sampled_from(LAYOUTS),
+    window=st.integers(1, 40),
+    tier=st.one_of(st.none(), TIERS),
+    threshold=st.sampled_from([0, 0, 3, 8]),
+    max_model_len=st.sampled_from([8, 17, 32]),  # below most requests: they end at the cap
+    chunked=st.booleans(),  # off: max_num_batched_tokens = max_model_len, as vLLM requires
+)
+def test_fast_path_in_lockstep_with_engine_at_max_model_len(
+    reqs: Requests,
+    num_blocks: int,
+    block_size: int,
+    caching: bool,
+    layout: str,
+    window: int,
+    tier: TierDraw | None,
+    threshold: int,
+    max_model_len: int,
+    chunked: bool,
+) -> None:
+    """Requests cut to ``max_model_len`` (prompt to ``max_model_len - 1``, output to the rest,
+    so many end exactly at it), with chunked prefill on (budget 6) or off (budget
+    ``max_model_len``: a prompt waits for a step with room for all of it)."""
+    _lockstep(
+        reqs, num_blocks, block_size, caching, layout, window, tier,
+        max_model_len if not chunked else 6,
+        threshold=threshold, max_num_seqs=4, max_model_len=max_model_len, chunked=chunked,
+    )  # fmt: skip
+
+
 def _lockstep(
     reqs: Requests,
     num_blocks: int,
@@ -236,6 +272,8 @@ def _lockstep(
     *,
     threshold: int = 0,
     max_num_seqs: int = 4,
+    max_model_len: int = 256,
+    chunked: bool = True,
 ) -> None:
     groups = _groups(layout, window)
     base = ReplicaConfig(
@@ -245,7 +283,8 @@ def _lockstep(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         long_prefill_token_threshold=threshold,
-        max_model_len=256,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
         kv_bytes_per_token=KV_BYTES_PER_TOKEN,
     )
     cfg = base.model_copy(
@@ -280,6 +319,8 @@ def _lockstep(
                 generated_token_id(seed, j, 32000) for j in range(num_gen)
             )
         prompt = (prompt + tuple(range(10_000 + 100 * i, 10_000 + 100 * i + own)))[:60]
+        prompt = prompt[: max_model_len - 1]
+        out = min(out, max_model_len - len(prompt))  # a request at the cap ends exactly there
         return EngineRequest(
             f"r{i}", prompt, out, cancel_after_tokens=cancel, cache_salt="s" if salt else None
         )

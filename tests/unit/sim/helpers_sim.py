@@ -41,4 +41,34 @@ def run_to_end(core: EngineCore, now_s: float = 0.0, max_steps: int = 10_000) ->
     raise AssertionError("engine did not drain")
 
 
-__all__ = ["KVGroupConfig", "make_config", "make_engine", "make_request", "run_to_end"]
+def random_workload(seed: int, n: int = 50) -> list[EngineRequest]:
+    """Poisson arrivals of prompts on 3 shared prefixes (<= 69 prompt, <= 39 output tokens),
+    about a fifth cancelled by the client."""
+    rng = np.random.default_rng(seed)
+    prefixes = [
+        tuple(rng.integers(1, 500, size=int(rng.integers(4, 40))).tolist()) for _ in range(3)
+    ]
+    out = []
+    t = 0.0
+    for i in range(n):
+        t += float(rng.exponential(0.01))
+        prompt = prefixes[int(rng.integers(0, 3))] + tuple(
+            rng.integers(1, 500, size=int(rng.integers(1, 30))).tolist()
+        )
+        cancel = int(rng.integers(1, 20)) if rng.random() < 0.2 else None
+        out.append(
+            EngineRequest(
+                f"r{i}", prompt, int(rng.integers(1, 40)), arrival_s=t, cancel_after_tokens=cancel
+            )
+        )
+    return out
+
+
+__all__ = [
+    "KVGroupConfig",
+    "make_config",
+    "make_engine",
+    "make_request",
+    "random_workload",
+    "run_to_end",
+]

@@ -13,8 +13,7 @@ from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest
 from kvbudget.sim.router import Router
 from kvbudget.sim.timing import FixedTiming
-from tests.unit.sim.helpers_sim import make_config, make_request
-from tests.unit.sim.test_sim_fastpath import _workload
+from tests.unit.sim.helpers_sim import make_config, make_request, random_workload
 
 Record = tuple[str, float | None, float | None, int, int, int, str | None]
 
@@ -143,7 +142,7 @@ def test_stepwise_api_is_the_event_loop(seed: int) -> None:
     ``Driver.run`` gives: the same finishes, token times and cache hits (small pool:
     preemptions and evictions; planned cancellations)."""
     cfg = {"num_gpu_blocks": 24 + 4 * seed, "max_num_seqs": 6, "max_num_batched_tokens": 48}
-    requests = _workload(seed, 40)
+    requests = random_workload(seed, 40)
     by_run, run_done, run_refused = _driver(**cfg)
     by_run.run(requests, DriveOptions())
     stepwise, step_done, step_refused = _driver(**cfg)

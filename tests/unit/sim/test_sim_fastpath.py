@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -14,27 +15,7 @@ from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import FixedTiming
-
-
-def _workload(seed: int, n: int = 50) -> list[EngineRequest]:
-    rng = np.random.default_rng(seed)
-    prefixes = [
-        tuple(rng.integers(1, 500, size=int(rng.integers(4, 40))).tolist()) for _ in range(3)
-    ]
-    out = []
-    t = 0.0
-    for i in range(n):
-        t += float(rng.exponential(0.01))
-        prompt = prefixes[int(rng.integers(0, 3))] + tuple(
-            rng.integers(1, 500, size=int(rng.integers(1, 30))).tolist()
-        )
-        cancel = int(rng.integers(1, 20)) if rng.random() < 0.2 else None
-        out.append(
-            EngineRequest(
-                f"r{i}", prompt, int(rng.integers(1, 40)), arrival_s=t, cancel_after_tokens=cancel
-            )
-        )
-    return out
+from tests.unit.sim.helpers_sim import random_workload
 
 
 def _gemma(num_sliding: int, window: int) -> tuple[KVGroupConfig, ...]:
@@ -115,7 +96,7 @@ def test_fast_path_equals_explicit_stepping_with_a_shared_remote_tier(seed: int)
     for fast in (True, False):
         setup = ReplicaSetup(cfg, FixedTiming(step_s=0.01, per_token_s=1e-4), fast_path=fast)
         spec = ClusterSpec([setup, setup], remote_tier=remote)
-        res = simulate(_workload(seed, 80), spec, seed=7)
+        res = simulate(random_workload(seed, 80), spec, seed=7)
         runs.append(
             (
                 [
@@ -141,7 +122,7 @@ def _assert_same(
     runs = []
     for fast in (True, False):
         setup = ReplicaSetup(cfg, timing, tiers=tiers, fast_path=fast)
-        requests = _workload(seed) if workload is None else workload
+        requests = random_workload(seed) if workload is None else workload
         res = simulate(requests, ClusterSpec([setup]), seed=7)
         runs.append(
             (
@@ -205,6 +186,48 @@ def test_fast_path_equals_explicit_stepping_with_more_seqs_than_tokens(
     ]
     _assert_same(seed, cfg, workload=burst)
     _assert_same(seed, cfg)
+
+
+def _capped(requests: list[EngineRequest], max_model_len: int) -> list[EngineRequest]:
+    """The requests cut to ``max_model_len``: the prompt to at most ``max_model_len - 1``
+    tokens, the output to the rest, so a long request ends exactly at the cap."""
+    out = []
+    for r in requests:
+        prompt = r.prompt_token_ids[: max_model_len - 1]
+        num_out = min(r.max_output_tokens, max_model_len - len(prompt))
+        out.append(replace(r, prompt_token_ids=prompt, max_output_tokens=num_out))
+    return out
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+@pytest.mark.parametrize("variant", ["dense", "gemma3", "tiers", "threshold"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_at_max_model_len(
+    seed: int, variant: str, chunked: bool
+) -> None:
+    """max_model_len 40 (the workload's requests cut to it, most of them end exactly at it),
+    with chunked prefill on or off (off: max_num_batched_tokens 40, a prompt waits until the
+    step has room for all of it), on a dense model, Gemma-3's groups, KV tiers and a
+    long_prefill_token_threshold."""
+    groups = _gemma(5, 8) if variant == "gemma3" else (KVGroupConfig(),)
+    update: dict[str, object] = {
+        "max_model_len": 40,
+        "max_num_batched_tokens": 40 if not chunked else 16,
+        "enable_chunked_prefill": chunked,
+        "kv_bytes_per_token": 1000,
+    }
+    if variant == "threshold":
+        update["long_prefill_token_threshold"] = 12
+    cfg = ReplicaConfig.model_validate({**_cfg(seed, groups).model_dump(), **update})
+    tiers: tuple[TierConfig, ...] = ()
+    if variant == "tiers":
+        block_bytes = 1000 * cfg.block_size
+        tiers = (
+            TierConfig(name="cpu", capacity_bytes=30 * block_bytes, bandwidth_bytes_per_s=4e7),
+        )
+    requests = _capped(random_workload(seed), 40)
+    assert sum(r.num_prompt_tokens + r.max_output_tokens == 40 for r in requests) >= 10
+    _assert_same(seed, cfg, tiers, workload=requests)
 
 
 def test_fast_path_not_used_where_it_would_differ() -> None:

@@ -16,7 +16,7 @@ from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest
 from kvbudget.sim.router import Router
 from kvbudget.sim.timing import FixedTiming
-from tests.unit.sim.test_sim_fastpath import _workload
+from tests.unit.sim.helpers_sim import random_workload
 
 
 def _times(cfg: ReplicaConfig, seed: int, *, fast: bool) -> tuple[dict[str, list[float]], int]:
@@ -43,7 +43,7 @@ def _times(cfg: ReplicaConfig, seed: int, *, fast: bool) -> tuple[dict[str, list
         out[req.request_id] = []  # too long for the pool: refused on both paths alike
 
     Driver([rep], Router("round_robin"), on_finish=on_finish, on_reject=on_reject).run(
-        _workload(seed)
+        random_workload(seed)
     )
     return out, preemptions
 
