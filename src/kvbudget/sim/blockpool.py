@@ -232,27 +232,33 @@ class BlockPool:
                 # are usually consecutive in the queue and carry the same pending run)
                 taken_keys = itemgetter(*taken)(keys)
                 num_evicted = left - taken_keys.count(None)
-                for block_id in taken:
-                    inq[block_id] = 0
-                    ref[block_id] = 1
                 if num_evicted:
-                    run = None
-                    num_run = 0
-                    for block_id, key in zip(taken, taken_keys, strict=True):
-                        if key is None:
-                            continue
+                    for block_id in taken:
+                        inq[block_id] = 0
+                        ref[block_id] = 1
                         keys[block_id] = None
-                        if key is run:
-                            num_run += 1
+                    i = 0
+                    while i < left:
+                        key = taken_keys[i]
+                        if key is None:
+                            i += 1
                         elif key.__class__ is PendingRun:
-                            if run is not None:
-                                run.num_live -= num_run
-                            run = key
-                            num_run = 1
+                            # its occurrences from i on; all in one stretch: one step
+                            rest = taken_keys[i:]
+                            num_run = rest.count(key)
+                            if rest[:num_run].count(key) == num_run:
+                                key.num_live -= num_run
+                                i += num_run
+                            else:
+                                key.num_live -= 1
+                                i += 1
                         else:
                             del cached[key]
-                    if run is not None:
-                        run.num_live -= num_run
+                            i += 1
+                else:
+                    for block_id in taken:
+                        inq[block_id] = 0
+                        ref[block_id] = 1
             elif simple:
                 for block_id in taken:
                     inq[block_id] = 0
