@@ -382,6 +382,7 @@ class BlockPool:
         ids = list(ordered_block_ids)
         n = len(ids)
         bulk = False
+        inq_counts: tuple[int, ...] = ()
         if n > 1:
             # one C-level gather per array (itemgetter of 2+ ids gives a tuple)
             get = itemgetter(*ids)
@@ -389,6 +390,7 @@ class BlockPool:
                 get(ref).count(1) == n and True not in get(phantom) and NULL_BLOCK_ID not in ids
             ):  # (a block listed twice would hold two references: count(1) rules it out)
                 block_keys = get(keys)
+                inq_counts = get(inq)  # before any store below (the ids are distinct)
                 first = ids[0]
                 if block_keys[0] is None and None not in block_keys[1:]:
                     # a request's partial last block (freed first) is unhashed: to the front
@@ -399,6 +401,7 @@ class BlockPool:
                     self._front.appendleft((first, fgen[first]))
                     self._num_free += 1
                     ids = ids[1:]
+                    inq_counts = inq_counts[1:]
                     n -= 1
                     bulk = True
                 else:
@@ -406,7 +409,7 @@ class BlockPool:
         if bulk:
             # the common case: each block's last reference, every block hashed, none at the
             # front: all join the tail in the order given
-            if n > 1 and itemgetter(*ids)(inq).count(0) == n:
+            if n > 1 and inq_counts.count(0) == n:
                 for block_id in ids:  # no stale entry of these blocks: plain stores
                     ref[block_id] = 0
                     inq[block_id] = 1
