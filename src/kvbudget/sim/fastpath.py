@@ -35,9 +35,10 @@ sums). The result is identical to stepping :class:`EngineCore` (same block ids, 
 tier contents, times); ``tests/unit/sim/test_sim_fastpath.py`` checks that on random workloads
 and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on dense, Gemma-2
 (1 sliding : 1 full), Gemma-3 (5 sliding : 1 full), sliding-only, two-window and state-group
-layouts, with and without CPU/disk tiers and a ``long_prefill_token_threshold``. Used when the
-replica is FCFS with ``max_num_seqs < max_num_batched_tokens`` (see :func:`fast_path_ok`); the
-replica also keeps P/D decode replicas and KV transfers on the explicit engine.
+layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold`` and
+``max_num_seqs`` above ``max_num_batched_tokens``. Used when the replica is FCFS (see
+:func:`fast_path_ok`); the replica also keeps P/D decode replicas and KV transfers on the
+explicit engine.
 """
 
 from __future__ import annotations
@@ -53,8 +54,14 @@ from kvbudget.sim.timing import BatchShape
 
 
 def fast_path_ok(config: ReplicaConfig) -> bool:
-    """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration."""
-    return config.policy == "fcfs" and config.max_num_seqs < config.max_num_batched_tokens
+    """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration.
+
+    Any FCFS replica. ``max_num_seqs`` may exceed ``max_num_batched_tokens``: the decoders
+    never outnumber a step's tokens (a request starts decoding in a step that computed at least
+    one of its tokens, beside one token per earlier decoder), so every decoder is scheduled in
+    every step, as the lazy step assumes.
+    """
+    return config.policy == "fcfs"
 
 
 class FastEngine:

@@ -17,7 +17,8 @@ small enough to evict, with links slow and fast enough that reloads are both dec
 and last several steps; preemption then swaps to the CPU tier): every tier's blocks in LRU order,
 link times and counters are compared after every step, and so is when a stalled replica wakes.
 A ``long_prefill_token_threshold`` is drawn too (a later, shorter prompt then starts decoding
-while an earlier one still prefills ahead of it).
+while an earlier one still prefills ahead of it), and ``max_num_seqs`` above
+``max_num_batched_tokens``.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ Requests = list[tuple[int, int, int, int, int | None, bool, int | None, int]]
     window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
     tier=st.one_of(st.none(), TIERS),
     threshold=st.sampled_from([0, 0, 3, 8]),  # long_prefill_token_threshold
+    limits=st.sampled_from([(4, 24), (4, 24), (8, 6)]),  # max_num_seqs, max_num_batched_tokens
 )
 def test_fast_path_in_lockstep_with_engine(
     reqs: Requests,
@@ -160,8 +162,13 @@ def test_fast_path_in_lockstep_with_engine(
     window: int,
     tier: TierDraw | None,
     threshold: int,
+    limits: tuple[int, int],
 ) -> None:
-    _lockstep(reqs, num_blocks, block_size, caching, layout, window, tier, threshold=threshold)
+    seqs, budget = limits  # (8, 6): more running requests allowed than tokens in a step
+    _lockstep(
+        reqs, num_blocks, block_size, caching, layout, window, tier, budget,
+        threshold=threshold, max_num_seqs=seqs,
+    )  # fmt: skip
 
 
 @settings(max_examples=100, deadline=None)
@@ -173,6 +180,7 @@ def test_fast_path_in_lockstep_with_engine(
     window=st.integers(1, 80),
     tier=TIERS,
     budget=st.sampled_from([5, 8, 24]),  # small: a reloaded prompt's rest outgrows the step
+    seqs=st.sampled_from([4, 10]),  # max_num_seqs (10: above a budget of 5 or 8)
 )
 # found by a random search: a reloaded request prefills ahead of decoders with a budget too
 # small for both (handing back to the lazy step as soon as no request is loading fails them)
@@ -186,7 +194,7 @@ def test_fast_path_in_lockstep_with_engine(
         (2, 12, 2, 4, None, False, 13, 1),
     ],
     num_blocks=21, block_size=2, layout="f", window=56,
-    tier=("offload", 3, 4e7, 0.002, True), budget=5,
+    tier=("offload", 3, 4e7, 0.002, True), budget=5, seqs=4,
 )  # fmt: skip
 @example(
     reqs=[
@@ -199,7 +207,7 @@ def test_fast_path_in_lockstep_with_engine(
         (0, 12, 10, 7, None, False, 10, 8),
     ],
     num_blocks=20, block_size=4, layout="sf", window=48,
-    tier=("offload", 7, 4e6, 0.002, True), budget=8,
+    tier=("offload", 7, 4e6, 0.002, True), budget=8, seqs=4,
 )  # fmt: skip
 def test_fast_path_in_lockstep_with_engine_on_tiers(
     reqs: Requests,
@@ -209,10 +217,11 @@ def test_fast_path_in_lockstep_with_engine_on_tiers(
     window: int,
     tier: TierDraw,
     budget: int,
+    seqs: int,
 ) -> None:
     """Tiers with prefix caching on (what they need) and pressure: reloads, swaps, stalls, and
     a reloaded request prefilling ahead of decoders with a token budget too small for both."""
-    _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget)
+    _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget, max_num_seqs=seqs)
 
 
 def _lockstep(
@@ -226,13 +235,14 @@ def _lockstep(
     budget: int = 24,
     *,
     threshold: int = 0,
+    max_num_seqs: int = 4,
 ) -> None:
     groups = _groups(layout, window)
     base = ReplicaConfig(
         num_gpu_blocks=2,
         block_size=block_size,
         kv_groups=groups,
-        max_num_seqs=4,
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         long_prefill_token_threshold=threshold,
         max_model_len=256,

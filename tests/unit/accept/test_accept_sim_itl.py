@@ -49,9 +49,11 @@ def _request(name: str, first_token: int, prompt: int, output: int) -> PlannedRe
 
 
 def _target(fast: bool) -> SimTarget:
-    # max_num_seqs == max_num_batched_tokens keeps the explicit engine (fast_path_ok)
-    limits = {} if fast else {"max_num_seqs": 64, "max_num_batched_tokens": 64}
-    config = ReplicaConfig(num_gpu_blocks=64, enable_prefix_caching=False, **limits)
+    # the priority policy keeps the explicit engine (fast_path_ok); with equal priorities and
+    # no preemption it schedules as FCFS
+    config = ReplicaConfig(
+        num_gpu_blocks=64, enable_prefix_caching=False, policy="fcfs" if fast else "priority"
+    )
     return SimTarget(
         config,
         FixedTiming(step_s=0.010, per_token_s=0.001),

@@ -131,14 +131,18 @@ def test_fast_path_equals_explicit_stepping_with_a_shared_remote_tier(seed: int)
 
 
 def _assert_same(
-    seed: int, cfg: ReplicaConfig, tiers: tuple[TierConfig, ...] = ()
+    seed: int,
+    cfg: ReplicaConfig,
+    tiers: tuple[TierConfig, ...] = (),
+    workload: list[EngineRequest] | None = None,
 ) -> dict[str, Any]:
     assert fast_path_ok(cfg)
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     runs = []
     for fast in (True, False):
         setup = ReplicaSetup(cfg, timing, tiers=tiers, fast_path=fast)
-        res = simulate(_workload(seed), ClusterSpec([setup]), seed=7)
+        requests = _workload(seed) if workload is None else workload
+        res = simulate(requests, ClusterSpec([setup]), seed=7)
         runs.append(
             (
                 [
@@ -177,12 +181,35 @@ def test_fast_path_equals_explicit_stepping_with_a_long_prefill_threshold(
     _assert_same(seed, cfg)
 
 
+@pytest.mark.parametrize("layout", ["dense", "gemma2"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_path_equals_explicit_stepping_with_more_seqs_than_tokens(
+    seed: int, layout: str
+) -> None:
+    """max_num_seqs 16 above max_num_batched_tokens 8, on a pool large enough that the
+    running requests are limited by the token budget, not by blocks; a burst of short prompts
+    with long outputs fills a step with decoders (8 of them, every token of the step)."""
+    groups = _gemma(1, 8) if layout == "gemma2" else (KVGroupConfig(),)
+    cfg = _cfg(seed, groups).model_copy(
+        update={"max_num_seqs": 16, "max_num_batched_tokens": 8, "num_gpu_blocks": 2000}
+    )
+    rng = np.random.default_rng(seed)
+    burst = [
+        EngineRequest(
+            f"b{i}",
+            tuple(rng.integers(1, 500, size=int(rng.integers(1, 5))).tolist()),
+            int(rng.integers(20, 60)),
+            arrival_s=0.001 * i,
+        )
+        for i in range(40)
+    ]
+    _assert_same(seed, cfg, workload=burst)
+    _assert_same(seed, cfg)
+
+
 def test_fast_path_not_used_where_it_would_differ() -> None:
     base = {"num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64}
     assert not fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
-    assert not fast_path_ok(
-        ReplicaConfig.model_validate({**base, "max_num_seqs": 64, "max_num_batched_tokens": 64})
-    )
     assert fast_path_ok(ReplicaConfig.model_validate(base))
 
 
