@@ -232,27 +232,33 @@ class BlockPool:
                 # are usually consecutive in the queue and carry the same pending run)
                 taken_keys = itemgetter(*taken)(keys)
                 num_evicted = left - taken_keys.count(None)
-                for block_id in taken:
-                    inq[block_id] = 0
-                    ref[block_id] = 1
                 if num_evicted:
-                    run = None
-                    num_run = 0
-                    for block_id, key in zip(taken, taken_keys, strict=True):
-                        if key is None:
-                            continue
+                    for block_id in taken:
+                        inq[block_id] = 0
+                        ref[block_id] = 1
                         keys[block_id] = None
-                        if key is run:
-                            num_run += 1
+                    i = 0
+                    while i < left:
+                        key = taken_keys[i]
+                        if key is None:
+                            i += 1
                         elif key.__class__ is PendingRun:
-                            if run is not None:
-                                run.num_live -= num_run
-                            run = key
-                            num_run = 1
+                            # its occurrences from i on; all in one stretch: one step
+                            rest = taken_keys[i:]
+                            num_run = rest.count(key)
+                            if rest[:num_run].count(key) == num_run:
+                                key.num_live -= num_run
+                                i += num_run
+                            else:
+                                key.num_live -= 1
+                                i += 1
                         else:
                             del cached[key]
-                    if run is not None:
-                        run.num_live -= num_run
+                            i += 1
+                else:
+                    for block_id in taken:
+                        inq[block_id] = 0
+                        ref[block_id] = 1
             elif simple:
                 for block_id in taken:
                     inq[block_id] = 0
@@ -376,6 +382,7 @@ class BlockPool:
         ids = list(ordered_block_ids)
         n = len(ids)
         bulk = False
+        inq_counts: tuple[int, ...] = ()
         if n > 1:
             # one C-level gather per array (itemgetter of 2+ ids gives a tuple)
             get = itemgetter(*ids)
@@ -383,6 +390,7 @@ class BlockPool:
                 get(ref).count(1) == n and True not in get(phantom) and NULL_BLOCK_ID not in ids
             ):  # (a block listed twice would hold two references: count(1) rules it out)
                 block_keys = get(keys)
+                inq_counts = get(inq)  # before any store below (the ids are distinct)
                 first = ids[0]
                 if block_keys[0] is None and None not in block_keys[1:]:
                     # a request's partial last block (freed first) is unhashed: to the front
@@ -393,6 +401,7 @@ class BlockPool:
                     self._front.appendleft((first, fgen[first]))
                     self._num_free += 1
                     ids = ids[1:]
+                    inq_counts = inq_counts[1:]
                     n -= 1
                     bulk = True
                 else:
@@ -400,7 +409,7 @@ class BlockPool:
         if bulk:
             # the common case: each block's last reference, every block hashed, none at the
             # front: all join the tail in the order given
-            if n > 1 and itemgetter(*ids)(inq).count(0) == n:
+            if n > 1 and inq_counts.count(0) == n:
                 for block_id in ids:  # no stale entry of these blocks: plain stores
                     ref[block_id] = 0
                     inq[block_id] = 1

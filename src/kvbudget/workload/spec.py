@@ -233,7 +233,9 @@ class _SessionPlan:
         self.draw_len = self.unique_len + self.user_len.sum(axis=1)
         self.salts = {name: tenants.salt_for(name, base_seed) for name in tenants.names}
 
-    def session(self, s: int, ids_pool: np.ndarray) -> list[tuple[float, int, int, dict[str, Any]]]:
+    def session(
+        self, s: int, ids_pool: np.ndarray
+    ) -> list[tuple[float, int, int, tuple[Any, ...]]]:
         """Every turn of session ``s``; ``ids_pool`` holds exactly its drawn tokens."""
         spec = self.spec
         tok = self.tok
@@ -252,7 +254,7 @@ class _SessionPlan:
             dynamic = tuple(self.dynamic_all[s].tolist())
             ids, reusable = self.builder.compose(shared, dynamic, unique)
         session_id = f"s{s:06d}" if turns > 1 else None
-        rows: list[tuple[float, int, int, dict[str, Any]]] = []
+        rows: list[tuple[float, int, int, tuple[Any, ...]]] = []
         for k in range(turns):
             if k > 0:
                 prev_out = tok.output_ids(ids, int(self.out_len[s, k - 1]))
@@ -266,21 +268,23 @@ class _SessionPlan:
                     ids = tuple(ids) + tuple(prev_out) + tuple(user.tolist())
             j = s * turns + k
             arrival_s = float(self.starts[s]) + k * spec.sessions.turn_interval_s
-            fields: dict[str, Any] = {
-                "arrival_s": arrival_s,
-                "prompt_token_ids": ids,
-                "output_tokens": int(self.out_len[s, k]),
-                "prompt_text": tok.decode(ids) if spec.keep_prompt_text else None,
-                "tenant": tenant,
-                "cache_salt": self.salts[tenant],
-                "session_id": session_id,
-                "prefix_group": group,
-                "priority": int(spec.priorities[int(self.prio[j])]),
-                "cancel_after_tokens": spec.cancel_after_tokens if self.cancel[j] else None,
-                "cell_id": spec.cell_id,
-                "shared_prefix_tokens": int(reusable),
-                "turn_index": k,
-            }
+            # PlannedRequest's fields after request_id, in field order (positional: cheaper
+            # than a dict of keywords, once per request)
+            fields = (
+                arrival_s,
+                ids,
+                int(self.out_len[s, k]),
+                tok.decode(ids) if spec.keep_prompt_text else None,
+                tenant,
+                self.salts[tenant],
+                session_id,
+                group,
+                int(spec.priorities[int(self.prio[j])]),
+                spec.cancel_after_tokens if self.cancel[j] else None,
+                spec.cell_id,
+                int(reusable),
+                k,
+            )
             rows.append((arrival_s, k, s, fields))
         return rows
 
@@ -320,13 +324,13 @@ def _generate_sorted(plan: _SessionPlan, rng: np.random.Generator) -> Iterator[P
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     limit = plan.spec.num_requests
     for i, r in enumerate(rows if limit is None else rows[:limit]):
-        yield PlannedRequest(request_id=f"r{i:06d}", **r[3])
+        yield PlannedRequest(f"r{i:06d}", *r[3])
 
 
 def _generate_merged(plan: _SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:
     """Rows in (arrival, turn, session) order from sessions in start order (sorted starts)."""
     limit = plan.spec.num_requests
-    pending: list[tuple[float, int, int, dict[str, Any]]] = []
+    pending: list[tuple[float, int, int, tuple[Any, ...]]] = []
     sessions = plan.sessions(rng)
     upcoming = next(sessions, None)
     i = 0
@@ -342,5 +346,5 @@ def _generate_merged(plan: _SessionPlan, rng: np.random.Generator) -> Iterator[P
             row = heapq.heappop(pending)
         else:
             return
-        yield PlannedRequest(request_id=f"r{i:06d}", **row[3])
+        yield PlannedRequest(f"r{i:06d}", *row[3])
         i += 1
