@@ -207,7 +207,7 @@ def test_jamba_mamba_hybrid() -> None:
 
 
 def test_hand_built_mamba_hybrid_block_raise() -> None:
-    from kvbudget.capacity.pool import raise_attention_block_for_mamba
+    from kvbudget.capacity.pool_templates import raise_attention_block_for_mamba
 
     # attention 4096 B per token at B=16; mamba page 1,000,000 B:
     # block = 16 x cdiv(1000000, 65536) = 16 x 16 = 256 -> page 1,048,576; mamba padded to it

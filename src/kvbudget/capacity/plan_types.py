@@ -19,7 +19,7 @@ from kvbudget.capacity.pool import KvCacheGroup, MambaCacheMode
 from kvbudget.capacity.sglang_pool import SglangPool
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.spec.layer_runs import MAX_LISTED_RUNS, LayerIndices
+from kvbudget.spec.layer_runs import MAX_SPELLED_OUT_LAYERS, LayerIndices
 from kvbudget.units import GiB, cdiv
 
 Engine = Literal["vllm", "sglang"]
@@ -187,7 +187,7 @@ class PlanResult:
                     "kind": g.kind,
                     "num_layers": g.num_layers,
                     "layer_indices": list(g.layer_indices)
-                    if g.num_layers <= MAX_LISTED_RUNS
+                    if g.num_layers <= MAX_SPELLED_OUT_LAYERS
                     else None,
                     "layer_ranges": LayerIndices.of(g.layer_indices).as_ranges(),
                     "num_padding_layers": g.num_padding_layers,

@@ -8,16 +8,15 @@ SGLang: ``mem_fraction_static`` -> rest memory -> ``max_total_num_tokens`` (``sg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from kvbudget.capacity import pool as vpool
+from kvbudget.capacity import pool_templates
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm import (
     VllmLayerSpec,
     get_pp_indices,
-    spec_runs,
     vllm_layer_specs,
 )
 from kvbudget.capacity.memory import (
@@ -43,7 +42,8 @@ from kvbudget.capacity.versions import (
 from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
-from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
+from kvbudget.spec.layer_parts import PartRuns
+from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -185,12 +185,12 @@ def plan_terms(
     return weights_term, act, non_torch, graphs
 
 
-def _per_token_bytes(layers: Sequence[VllmLayerSpec], rank_layers: range) -> int:
+def _per_token_bytes(layers: PartRuns[VllmLayerSpec], rank_layers: range) -> int:
     return sum(
         (s.real_page_size_bytes or s.page_size_bytes)
         // s.block_size
         * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
-        for s, indices in spec_runs(layers)
+        for s, indices in layers.runs()
         if s.kind in ("full", "mla", "sliding", "chunked")
     )
 
@@ -312,13 +312,9 @@ def _make_vllm_plan(
         align_to_block_size=behaviour.version >= (0, 32, 0),
         mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
     )
-    pool_layers = vpool.raise_attention_block_for_mamba(
-        all_specs.map_indexed(_to_pool_layer)
-        if isinstance(all_specs, IndexedRuns)
-        else [_to_pool_layer(s, s.layer_index) for s in all_specs if s.kind != "none"]
-    )
+    pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
     if request.disable_hybrid_kv_cache_manager:
-        pool_layers = vpool.unify_hybrid_as_full(pool_layers)
+        pool_layers = pool_templates.unify_hybrid_as_full(pool_layers)
         notes.append(
             "--disable-hybrid-kv-cache-manager: sliding/chunked layers are treated as full attention "
             "(the full-length cost is paid)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.vllm import get_pp_indices, spec_runs, vllm_layer_specs
+from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -56,11 +56,11 @@ def make_sglang_plan(
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
     specs = [
         (s, indices)
-        for s, indices in spec_runs(
-            vllm_layer_specs(model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1)
-        )
+        for s, indices in vllm_layer_specs(
+            model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
+        ).runs()
         if s.kind != "none"
-    ]  # one entry per run of layers, never per layer
+    ]  # one entry per run of layers (two for a parallel hybrid run), never per layer
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [

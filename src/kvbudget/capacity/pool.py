@@ -29,6 +29,7 @@ from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_m
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import SpecError
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.units import cdiv
 
@@ -150,72 +151,22 @@ class KvCacheGroup:
         return 1 + self.num_speculative_blocks
 
 
-def _distinct(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+def distinct_layers(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
     """The distinct layers, index set to 0, as first seen (per run for runs)."""
-    items = layers.distinct() if isinstance(layers, IndexedRuns) else layers
+    items = layers.distinct() if isinstance(layers, IndexedRuns | PartRuns) else layers
     return list(dict.fromkeys(replace(layer, layer_index=0) for layer in items))
-
-
-def _retemplate(
-    layers: Sequence[PoolLayer], new: dict[PoolLayer, PoolLayer]
-) -> Sequence[PoolLayer]:
-    """Each layer replaced by ``new[layer without index]`` (kept when absent), index kept;
-    runs stay runs, a listed sequence comes back sorted by layer index."""
-
-    def one(layer: PoolLayer, index: int) -> PoolLayer:
-        found = new.get(replace(layer, layer_index=0))
-        return layer if found is None else replace(found, layer_index=index)
-
-    if isinstance(layers, IndexedRuns):
-        return layers.map_indexed(one)
-    out = [one(layer, layer.layer_index) for layer in layers]
-    return sorted(out, key=lambda layer: layer.layer_index)
-
-
-def raise_attention_block_for_mamba(layers: Sequence[PoolLayer]) -> Sequence[PoolLayer]:
-    """Hybrid attention+mamba: raise the attention block size, then pad the mamba page (§1.6).
-
-    ``attn_block = 16 * cdiv(mamba_page, 16 * attn_page_per_token)``; the mamba page is then
-    padded to the attention page; mamba layers take the same block size (vLLM's
-    ``cache_config.block_size``). Idempotent when the layout already did it. Per distinct layer.
-    """
-    distinct = _distinct(layers)
-    mamba = [layer for layer in distinct if layer.kind == "mamba"]
-    attn = [layer for layer in distinct if layer.kind not in ("mamba", "none")]
-    if not mamba or not attn:
-        return layers if isinstance(layers, IndexedRuns) else list(layers)
-    mamba_page = max(layer.page_size_bytes for layer in mamba)
-    new: dict[PoolLayer, PoolLayer] = {}
-    for layer in attn:
-        per_token = layer.page_size_bytes // layer.block_size
-        if layer.page_size_bytes < mamba_page:
-            block = 16 * cdiv(mamba_page, 16 * per_token)
-            new[layer] = replace(layer, block_size=block, page_size_bytes=per_token * block)
-    raised = [new.get(layer, layer) for layer in attn]
-    attn_page = max(layer.page_size_bytes for layer in raised)
-    attn_block = max(layer.block_size for layer in raised)
-    # vLLM's MambaSpec takes cache_config.block_size, which now holds the raised attention block
-    for layer in mamba:
-        new[layer] = replace(layer, page_size_bytes=attn_page, block_size=attn_block)
-    return _retemplate(layers, new)
-
-
-def unify_hybrid_as_full(layers: Sequence[PoolLayer]) -> Sequence[PoolLayer]:
-    """``--disable-hybrid-kv-cache-manager`` (§2.1 step 1): sliding/chunked layers become full."""
-    new = {
-        key: replace(key, kind="full", sliding_window=None, attention_chunk_size=None)
-        for key in _distinct(layers)
-        if key.kind in ("sliding", "chunked")
-    }
-    return _retemplate(layers, new)
 
 
 def _buckets(
     layers: Sequence[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
 ) -> dict[tuple[object, ...], list[pool_runs.Segment]]:
-    """Layers by spec key, each as segments in index order ("none" layers left out)."""
+    """Layers by spec key, each as segments in index order ("none" layers left out); a
+    parallel hybrid run's attention and mamba parts (:class:`PartRuns`) fall in different
+    buckets, both with the run's indices."""
     buckets: dict[tuple[object, ...], list[pool_runs.Segment]] = {}
-    if not isinstance(layers, IndexedRuns):  # listed: one segment per layer, by layer index
+    if isinstance(layers, IndexedRuns):
+        layers = PartRuns.single(layers)
+    if not isinstance(layers, PartRuns):  # listed: one segment per layer, by layer index
         for layer in sorted(layers, key=lambda item: item.layer_index):
             if layer.kind != "none":
                 segment = pool_runs.Segment(layer.layer_index, 1, (0,), 1)
@@ -226,9 +177,10 @@ def _buckets(
         period = len(block.pattern)
         lo = runs.base + block.start
         by_key: dict[tuple[object, ...], list[int]] = {}
-        for offset, layer in enumerate(block.pattern):
-            if layer.kind != "none":
-                by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
+        for offset, parts in enumerate(block.pattern):
+            for layer in parts:
+                if layer.kind != "none":
+                    by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
         for spec_key, offsets in by_key.items():
             segment = pool_runs.Segment(lo, period, tuple(offsets), block.repeats)
             buckets.setdefault(spec_key, []).append(segment)
@@ -237,7 +189,7 @@ def _buckets(
 
 def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[KvCacheGroup]:
     """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1), run by run."""
-    distinct = [x for x in _distinct(layers) if x.kind != "none"]
+    distinct = [x for x in distinct_layers(layers) if x.kind != "none"]
     if not distinct:
         return []
     keys = {layer.spec_key() for layer in distinct}
@@ -451,6 +403,7 @@ __all__ = [
     "KvCacheGroup",
     "MambaCacheMode",
     "PoolLayer",
+    "distinct_layers",
     "estimate_max_model_len",
     "fit_error_text",
     "format_gib_new",
@@ -461,6 +414,4 @@ __all__ = [
     "max_concurrency",
     "needed_bytes",
     "num_blocks_for",
-    "raise_attention_block_for_mamba",
-    "unify_hybrid_as_full",
 ]

@@ -27,12 +27,12 @@ parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first sta
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from kvbudget.capacity.layouts.vllm import get_pp_indices
+from kvbudget.capacity.moe_layers import count_moe_layers, is_moe_layer
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layers import (
     MLA,
@@ -160,74 +160,8 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
     return [], False
 
 
-def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
-    if not spec.num_experts:
-        return False
-    if index in (_raw(spec, "mlp_only_layers", []) or []):
-        return False
-    return _moe_by_pattern(spec, index)
-
-
-def _moe_by_pattern(spec: ModelSpec, index: int) -> bool:
-    """The config's MoE pattern at ``index``, ``mlp_only_layers`` aside."""
-    first_dense = int(_raw(spec, "first_k_dense_replace", 0) or 0)
-    if index < first_dense:
-        return False
-    step = int(
-        _raw(spec, "decoder_sparse_step", 0) or _raw(spec, "interleave_moe_layer_step", 0) or 1
-    )
-    if step > 1 and (index + 1) % step != 0:
-        return False
-    period = _raw(spec, "expert_layer_period")
-    if period:
-        return index % int(period) == int(_raw(spec, "expert_layer_offset", 0) or 0)
-    freq = int(_raw(spec, "moe_layer_freq", 1) or 1)
-    return (index - first_dense) % freq == 0
-
-
-#: the most layer indices one run's MoE count may visit (a pattern period, or the run itself)
-MAX_MOE_PATTERN = 10_000_000
-
-
-def _moe_period(spec: ModelSpec) -> int:
-    """Period of :func:`_is_moe_layer` over the layers past ``first_k_dense_replace``."""
-    step = int(
-        _raw(spec, "decoder_sparse_step", 0) or _raw(spec, "interleave_moe_layer_step", 0) or 1
-    )
-    period = _raw(spec, "expert_layer_period")
-    other = int(period) if period else int(_raw(spec, "moe_layer_freq", 1) or 1)
-    return math.lcm(max(1, step), max(1, other))
-
-
-def count_moe_layers(spec: ModelSpec, indices: range) -> int:
-    """How many layers of ``indices`` are MoE layers, visiting at most one period of the pattern."""
-    if not spec.num_experts or not indices:
-        return 0
-    if len(indices) <= 4096:
-        return sum(1 for i in indices if _is_moe_layer(spec, i))
-    first_dense = int(_raw(spec, "first_k_dense_replace", 0) or 0)
-    k0 = max(0, -(-(first_dense - indices.start) // indices.step))
-    tail = indices[k0:]
-    if not tail:
-        return 0
-    period = _moe_period(spec) // math.gcd(_moe_period(spec), tail.step)
-    visits = min(len(tail), period)
-    if visits > MAX_MOE_PATTERN:
-        raise ConfigError(
-            f"decoder_sparse_step/moe_layer_freq: a MoE pattern of period {period:,} over "
-            f"{len(tail):,} layers is beyond {MAX_MOE_PATTERN:,} steps to count; fix the config",
-            field="decoder_sparse_step",
-        )
-    cycle = [_moe_by_pattern(spec, i) for i in tail[:visits]]
-    full, rest = divmod(len(tail), visits)
-    count = full * sum(cycle) + sum(cycle[:rest])
-    listed = _raw(spec, "mlp_only_layers", []) or []
-    dense = {i for i in listed if isinstance(i, int) and i in tail and _moe_by_pattern(spec, i)}
-    return count - len(dense)
-
-
 def _mlp_matrices(spec: ModelSpec, index: int, h: int, moe: bool | None = None) -> list[Matrix]:
-    if _is_moe_layer(spec, index) if moe is None else moe:
+    if is_moe_layer(spec, index) if moe is None else moe:
         assert spec.num_experts is not None
         moe_inter = spec.moe_intermediate_size or spec.intermediate_size or 4 * h
         out = [

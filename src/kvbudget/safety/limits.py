@@ -18,9 +18,6 @@ MAX_TEXT_FLAG_CHARS = 4096
 MAX_LAYERS = 2**31 - 1
 #: layers ``--from-transformers`` lets transformers build (it makes one module per layer)
 MAX_TRANSFORMERS_LAYERS = 10_000
-#: layers of a model whose engine specs are still listed one by one (parallel-hybrid layers,
-#: Falcon-H1, in the vllm layout and plan: two specs per layer index)
-MAX_LISTED_LAYERS = 10_000
 #: attention / KV heads, head dimension, hidden size, intermediate size, vocabulary entries
 MAX_MODEL_DIM = 2**31 - 1
 #: tokens of one sequence or one budget (about 1.1e12)

@@ -13,17 +13,28 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, Self, TypeVar, overload
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from dataclasses import Field, dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, overload
 
 from kvbudget.spec.layers import LayerSpec
 
+
+class _Dataclass(Protocol):
+    """Any dataclass instance (typeshed's ``DataclassInstance``, which ``replace`` takes)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+
 T = TypeVar("T")
 U = TypeVar("U")
+#: an indexed item: a frozen dataclass with a ``layer_index`` field
+D = TypeVar("D", bound=_Dataclass)
+E = TypeVar("E", bound=_Dataclass)
 
-#: groups whose layers form at most this many ``[start, stop)`` runs list them as pairs
-MAX_LISTED_RUNS = 10_000
+#: a group's layers are written out one by one (plan's ``layer_indices``; the layers of strided
+#: ranges in :meth:`LayerIndices.as_ranges`) only up to this many layers
+MAX_SPELLED_OUT_LAYERS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +110,9 @@ class Runs(Sequence[T]):
             position += len(part)
         return cls(blocks, base=base)
 
-    def last_index(self) -> dict[Any, int]:
+    def last_index(self) -> dict[Hashable, int]:
         """The last index of every distinct item (by :meth:`_key`), O(blocks x pattern)."""
-        out: dict[Any, int] = {}
+        out: dict[Hashable, int] = {}
         for item, indices in self.runs():
             key = self._key(item)
             out[key] = max(out.get(key, -1), indices[-1])
@@ -127,16 +138,14 @@ class Runs(Sequence[T]):
 
     def distinct(self) -> list[T]:
         """Distinct items (as first seen), O(blocks x pattern)."""
-        seen: dict[Any, T] = {}
+        seen: dict[Hashable, T] = {}
         for item, _ in self.runs():
             seen.setdefault(self._key(item), item)
         return list(seen.values())
 
-    def _key(self, item: T) -> Any:
+    def _key(self, item: T) -> Hashable:
+        assert isinstance(item, Hashable)
         return item
-
-    def count_where(self, predicate: Callable[[T], bool]) -> int:
-        return sum(len(indices) for item, indices in self.runs() if predicate(item))
 
     def map(self, function: Callable[[T, int], U]) -> Runs[U]:
         """Apply ``function(item, first_index)`` once per pattern entry; same block structure."""
@@ -162,7 +171,11 @@ class Runs(Sequence[T]):
         if isinstance(index, slice):
             start, stop, step = index.indices(n)
             if step != 1:
-                return Runs.from_items(self[i] for i in range(start, stop, step))  # a plain copy
+                raise ValueError(
+                    f"{type(self).__name__}[{index.start}:{index.stop}:{index.step}]: a run-length "
+                    "sequence slices with step 1 only (a strided copy would renumber its "
+                    "indices); use runs() for each item's indices as a range"
+                )
             return self._window(start, max(start, stop))
         if index < 0:
             index += n
@@ -232,31 +245,32 @@ def _shortest_period(pattern: tuple[T, ...]) -> int:
     return n
 
 
-def _unindexed(item: Any) -> Any:
+def _unindexed(item: D) -> D:
     return replace(item, layer_index=0)
 
 
-class IndexedRuns(Runs[T]):
+class IndexedRuns(Runs[D]):
     """Runs of frozen dataclasses with a ``layer_index`` field, filled in on access."""
 
     __slots__ = ()
 
-    def _item(self, item: T, index: int) -> T:
-        if getattr(item, "layer_index") == index:  # noqa: B009 (T is any indexed dataclass)
+    def _item(self, item: D, index: int) -> D:
+        if getattr(item, "layer_index") == index:  # noqa: B009 (D is any indexed dataclass)
             return item
-        out: T = replace(item, layer_index=index)  # type: ignore[type-var]
-        return out
+        return replace(item, layer_index=index)
 
-    def _key(self, item: T) -> Any:
-        return _unindexed(item)
+    def _key(self, item: D) -> Hashable:
+        key = _unindexed(item)
+        assert isinstance(key, Hashable)
+        return key
 
     @classmethod
-    def from_items(cls, items: Iterable[T], *, base: int = 0) -> Self:
+    def from_items(cls, items: Iterable[D], *, base: int = 0) -> Self:
         """Compress explicit items by runs of items equal but for ``layer_index``."""
-        blocks: list[Block[T]] = []
+        blocks: list[Block[D]] = []
         position = 0
         for _, group in itertools.groupby(items, key=_unindexed):
-            first: T | None = None
+            first: D | None = None
             count = 0
             for item in group:
                 first = item if first is None else first
@@ -266,13 +280,13 @@ class IndexedRuns(Runs[T]):
             position += count
         return cls(blocks, base=base)
 
-    def map_indexed(self, function: Callable[[T, int], U]) -> IndexedRuns[U]:
+    def map_indexed(self, function: Callable[[D, int], E]) -> IndexedRuns[E]:
         """:meth:`map` whose results are indexed dataclasses too."""
         return IndexedRuns(self.map(function).blocks, base=self.base)
 
-    def replaced(self, items: dict[int, T]) -> Self:
+    def replaced(self, items: dict[int, D]) -> Self:
         """These items with ``items[i]`` at index ``i`` (O(blocks x replacements))."""
-        parts: list[Runs[T]] = []
+        parts: list[Runs[D]] = []
         position = self.base
         for index in sorted(items):
             parts.append(self[position - self.base : index - self.base])
@@ -288,14 +302,15 @@ class LayerSeq(IndexedRuns[LayerSpec]):
     __slots__ = ()
 
     @classmethod
-    def from_runs(cls, runs: Runs[Any], build: Callable[[Any, int], LayerSpec]) -> LayerSeq:
+    def from_runs(cls, runs: Runs[T], build: Callable[[T, int], LayerSpec]) -> LayerSeq:
         """Layers from a run-length list (e.g. layer types): ``build(item, first_index)``."""
         mapped = runs.map(build)
         return cls(mapped.blocks, base=runs.base)
 
 
 class LayerIndices(Sequence[int]):
-    """Layer indices of one group as ``range`` objects; iterates in ascending order."""
+    """Layer indices of one group as disjoint ascending ``range`` objects; iterates in ascending
+    order."""
 
     __slots__ = ("ranges",)
 
@@ -329,15 +344,38 @@ class LayerIndices(Sequence[int]):
     def __getitem__(self, index: int) -> int: ...
 
     @overload
-    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: slice) -> LayerIndices: ...
 
-    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+    def __getitem__(self, index: int | slice) -> int | LayerIndices:
+        """The ``index``-th smallest index, or a step-1 slice: O(ranges x log(span))."""
+        n = len(self)
         if isinstance(index, slice):
-            return tuple(self)[index]
-        if index in (0, -1) and self.ranges:
-            values = [r[index] for r in self.ranges]
-            return min(values) if index == 0 else max(values)
-        return tuple(self)[index]
+            start, stop, step = index.indices(n)
+            if step != 1:
+                raise ValueError(
+                    f"LayerIndices[{index.start}:{index.stop}:{index.step}]: slices with step 1 "
+                    "only; iterate or use .ranges for a strided view"
+                )
+            if start >= stop:
+                return LayerIndices(())
+            return self.split(self._kth(start), self._kth(stop - 1) + 1)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for {n} layer indices")
+        return self._kth(index)
+
+    def _kth(self, k: int) -> int:
+        """The ``k``-th smallest index (0-based; the ranges are disjoint): the least value with
+        more than ``k`` indices at or below it, by bisection over the values."""
+        lo, hi = min(r[0] for r in self.ranges), max(r[-1] for r in self.ranges)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sum(len(range(r.start, min(mid + 1, r.stop), r.step)) for r in self.ranges) > k:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
@@ -359,10 +397,12 @@ class LayerIndices(Sequence[int]):
         return LayerIndices(out)
 
     def as_ranges(self) -> list[list[int]]:
-        """JSON form: ``[start, stop)`` pairs when at most :data:`MAX_LISTED_RUNS` of them,
-        else one ``[start, stop, step]`` triple per range (Python's ``range``)."""
+        """JSON form, sorted by start: each step-1 range as a ``[start, stop)`` pair; the strided
+        ranges' layers as pairs too (touching pairs merged) when they hold at most
+        :data:`MAX_SPELLED_OUT_LAYERS` layers in all, else each strided range as one
+        ``[start, last + 1, step]`` triple (Python's ``range``), pairs and triples mixed."""
         strided = [r for r in self.ranges if r.step != 1 and len(r) > 1]
-        listed = sum(len(r) for r in strided) <= MAX_LISTED_RUNS
+        listed = sum(len(r) for r in strided) <= MAX_SPELLED_OUT_LAYERS
         pieces: list[tuple[int, int]] = []
         triples: list[list[int]] = []
         for r in self.ranges:

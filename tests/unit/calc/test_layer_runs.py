@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kvbudget.spec.arch_common import nth_types, split_types
 from kvbudget.spec.layer_runs import LayerIndices, LayerSeq, Runs
 from kvbudget.spec.layers import FullAttention, SlidingWindow
@@ -25,7 +27,7 @@ def test_small_blocks_whatever_the_period() -> None:
         types = nth_types(n, every, every - 1, "full_attention", "sliding_attention")
         assert len(types) == n
         assert sum(len(b.pattern) for b in types.blocks) <= 3 * 10_001
-        assert types.count_where(lambda t: t == "full_attention") == n // every
+        assert sum(len(r) for t, r in types.runs() if t == "full_attention") == n // every
         assert types[every - 1] == "full_attention" and types[every - 2] == "sliding_attention"
         assert types[n - 1] == ("full_attention" if n % every == 0 else "sliding_attention")
 
@@ -54,7 +56,8 @@ def test_layer_seq_indices_slices_and_runs() -> None:
     assert list(seq) == explicit and seq == tuple(explicit)
     assert seq[5] == FullAttention(5, 8, 128) and seq[-1] == explicit[-1]
     assert list(seq[4:9]) == explicit[4:9] and [x.layer_index for x in seq[4:9]] == [4, 5, 6, 7, 8]
-    assert list(seq[::5]) == explicit[::5]
+    with pytest.raises(ValueError, match=r"slices with step 1 only"):
+        seq[::5]
     # runs: layers 5, 11, ..., 35 full (stride 6), then the 4-layer sliding tail 36..39
     runs = [(type(layer).__name__, indices) for layer, indices in seq.runs()]
     assert ("FullAttention", range(5, 36, 6)) in runs and len(runs) == 6 + 4
@@ -81,3 +84,11 @@ def test_layer_indices_json_forms() -> None:
     assert big.as_ranges() == [[0, 119_995, 6], [120_000, 120_002]]  # stop: last + 1
     assert LayerIndices.of((0, 1, 2, 5)).as_ranges() == [[0, 3], [5, 6]]
     assert big.split(10, 20) == (12, 18)
+    # the k-th index without listing: ids is 0, 1, 6, 7, ..., 54, 55, 60, 61
+    assert [ids[k] for k in (0, 1, 2, 3, 19, 20, 21, -1, -22)] == [0, 1, 6, 7, 55, 60, 61, 61, 0]
+    assert ids[3:7] == (7, 12, 13, 18) and ids[5:5] == ()
+    assert big[19_999] == 119_994 and big[20_000] == 120_000 and big[-1] == 120_001
+    with pytest.raises(IndexError):
+        ids[22]
+    with pytest.raises(ValueError, match=r"step 1"):
+        ids[::2]

@@ -1,10 +1,15 @@
-"""MoE layers are counted per run of layers, by one period of the config's pattern."""
+"""MoE layers are counted per run of layers, in closed form (congruences), whatever the period."""
 
 from __future__ import annotations
 
+import json
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
-from kvbudget.capacity.weights import count_moe_layers
+from kvbudget.capacity.moe_layers import count_moe_layers
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.planner import make_plan
 from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
@@ -34,3 +39,63 @@ def test_sparse_step_and_mlp_only_layers() -> None:
 def test_dense_model_has_no_moe_layers() -> None:
     spec = ModelSpec("m", "A", "t", LayerSeq.periodic([FullAttention(0, 8, 128)], 10**8))
     assert count_moe_layers(spec, range(10**8)) == 0
+
+
+def test_combined_step_and_freq_and_period_by_hand() -> None:
+    # step 4: i % 4 == 3; first_k_dense_replace 2 and moe_layer_freq 3: (i - 2) % 3 == 0, i >= 2;
+    # both: i % 12 == 11 -> 11, 23, ..., 95 below 100 (8 layers)
+    raw = {"decoder_sparse_step": 4, "first_k_dense_replace": 2, "moe_layer_freq": 3}
+    assert count_moe_layers(moe_spec(100, raw), range(100)) == 8
+    assert count_moe_layers(moe_spec(100, raw), range(99, -1, -1)) == 8  # a reversed range
+    # step 2 (odd i) and Jamba's period 2 offset 1 (odd i): 50 of 100; offset 0 (even i): none
+    odd = {"decoder_sparse_step": 2, "expert_layer_period": 2, "expert_layer_offset": 1}
+    assert count_moe_layers(moe_spec(100, odd), range(100)) == 50
+    assert count_moe_layers(moe_spec(100, {**odd, "expert_layer_offset": 0}), range(100)) == 0
+    # an offset the period never reaches (i % 2 is 0 or 1): none
+    assert count_moe_layers(moe_spec(100, {**odd, "expert_layer_offset": 2}), range(100)) == 0
+
+
+def qwen2_moe_config(n: int, step: int) -> dict[str, Any]:
+    return {
+        "model_type": "qwen2_moe",
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "num_hidden_layers": n,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": step,
+        "mlp_only_layers": [9_999_990, 5],
+        "vocab_size": 1000,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 4096,
+    }
+
+
+def test_qwen2_moe_step_9999991_at_100m_layers_is_closed_form(tmp_path: Path) -> None:
+    # layer i is MoE when (i + 1) % 9,999,991 == 0: i + 1 = 9,999,991 k for k = 1..10 (11 k is
+    # 109,999,901 > 10^8); mlp_only_layers drops i = 9,999,990 (k = 1); 5 is dense already: 9
+    n = 100_000_000
+
+    def plan(step: int) -> dict[str, Any]:
+        path = tmp_path / f"config-{step}.json"
+        path.write_text(json.dumps(qwen2_moe_config(n, step)), encoding="utf-8")
+        request = PlanRequest(model=str(path), gpu="H100-SXM", max_model_len=16)
+        return make_plan(request).to_dict()
+
+    tracemalloc.start()
+    try:
+        doc = plan(9_999_991)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, peak
+    # step 2 x 10^8 (above every i + 1): no MoE layer. A MoE layer's MLP: experts gate_up
+    # 4 x 64 x 64 + down 4 x 32 x 64 + router 64 x 4 + shared gate_up 64 x 128 + down 64 x 64 =
+    # 37,120 params; a dense one 64 x 256 + 128 x 64 = 24,576; bf16: 25,088 B more per MoE layer
+    dense = plan(200_000_000)
+    assert doc["weights"]["total_bytes"] - dense["weights"]["total_bytes"] == 9 * 25_088

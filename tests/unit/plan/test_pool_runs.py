@@ -64,6 +64,9 @@ def periodic(n: int, pattern: str) -> Runs[str]:
         (30, "f"),
         (1000, "sssssf"),
         (997, "ssssssssssf"),
+        (62, "ssnssf"),  # none layers, a cut last period (layers 60, 61: sliding), 5 sliding groups
+        (65, "nssnsf"),
+        (50, "fsns"),
     ],
 )
 def test_runs_grouping_equals_per_layer(n: int, pattern: str, strided: bool) -> None:
@@ -82,3 +85,39 @@ def test_listed_layers_compressed_by_runs_group_the_same() -> None:
             for g in group_layers(runs, strided=strided)
         ]
         assert got == reference(kinds, strided)
+
+
+def test_none_layers_and_a_cut_last_period_by_hand() -> None:
+    # 62 layers of "ssnssf": 10 full (5, 11, ..., 59), 10 none (2, 8, ..., 56), 42 sliding (four
+    # per period plus 60, 61); group_size = 10 (the smaller bucket; 42 >= 1.5 x 10), the sliding
+    # bucket splits into cdiv(42, 10) = 5 groups: strided, groups 0 and 1 take 9 layers, 2-4 take 8
+    groups = group_layers(runs_of(periodic(62, "ssnssf")), strided=True)
+    got = [(g.kind, len(g.layer_indices), g.num_padding_layers) for g in groups]
+    assert got == [("sliding", 9, 1)] * 2 + [("sliding", 8, 2)] * 3 + [("full", 10, 0)]
+    # the sliding bucket in index order is 0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, ...: group 0 takes
+    # every 5th member (bucket[0], bucket[5], bucket[10]); 60 and 61 are members 40 and 41
+    assert list(groups[0].layer_indices)[:3] == [0, 7, 15]
+    assert 61 in groups[1].layer_indices and 60 in groups[0].layer_indices
+
+
+def test_listed_layers_with_none_in_the_middle() -> None:
+    kinds = (
+        ["sliding"] * 7
+        + ["none"] * 2
+        + ["full"] * 2
+        + ["sliding"] * 5
+        + ["none"]
+        + ["full"] * 3
+        + ["sliding"] * 4
+    )
+    runs = runs_of(Runs.from_items(kinds))
+    for strided in (True, False):
+        got = [
+            (g.kind, list(g.layer_indices), g.num_padding_layers)
+            for g in group_layers(runs, strided=strided)
+        ]
+        assert got == reference(kinds, strided)
+    # by hand: 16 sliding, 5 full (9, 10, 17, 18, 19) -> group_size 5, cdiv(16, 5) = 4 groups
+    groups = group_layers(runs, strided=False)
+    assert [len(g.layer_indices) for g in groups] == [5, 5, 5, 1, 5]
+    assert list(groups[-1].layer_indices) == [9, 10, 17, 18, 19]

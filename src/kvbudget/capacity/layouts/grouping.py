@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
 from kvbudget.capacity.layouts.base import group_key
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import LayerIndices, Runs
 from kvbudget.spec.layers import ParallelHybrid, cache_parts
 
@@ -45,8 +46,9 @@ def item_index(item: object) -> int:
 
 def group_by_kind(layers: Sequence[T]) -> list[tuple[tuple[str, int | None], Members[T]]]:
     """``[((kind, window), members), ...]`` in order of first appearance, per run; a parallel
-    hybrid layer (Falcon-H1) counts once in its attention group and once in its state group."""
-    runs = layers.runs() if isinstance(layers, Runs) else _listed_runs(layers)
+    hybrid layer (Falcon-H1) counts once in its attention group and once in its state group
+    (:class:`PartRuns`, e.g. vLLM's specs, come already split: both parts of a run share it)."""
+    runs = layers.runs() if isinstance(layers, Runs | PartRuns) else _listed_runs(layers)
     groups: dict[tuple[str, int | None], list[tuple[T, range]]] = {}
     for item, indices in runs:
         parts = cache_parts((item,)) if isinstance(item, ParallelHybrid) else (item,)

@@ -29,13 +29,13 @@ both under the decoder layer's index (vLLM 0.32 ``models/falcon_h1.py`` names th
 KV-shared layers (Gemma-3n) and layers without attention get no KV spec in vLLM; they appear here
 as ``kind="none"`` with ``page_size_bytes == 0`` so that layer indices stay complete. Callers
 that group layers must skip ``kind == "none"``. The specs come as runs
-(:class:`~kvbudget.spec.layer_runs.IndexedRuns`): one per run of alike layers, never per layer.
+(:class:`~kvbudget.spec.layer_parts.PartRuns`): one per run of alike layers (two for a run of
+parallel hybrid layers), never per layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
@@ -49,15 +49,9 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.safety.limits import MAX_LISTED_LAYERS
-from kvbudget.spec.layer_runs import IndexedRuns, LayerSeq
-from kvbudget.spec.layers import (
-    MLA,
-    CacheLayer,
-    FullAttention,
-    StateLayer,
-    cache_parts,
-)
+from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
+from kvbudget.spec.layer_runs import LayerSeq
+from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -194,9 +188,9 @@ def vllm_layer_specs(
     mamba_state_bytes: int | None = None,
     align_to_block_size: bool = False,
     mamba2_checkpoint_blocks: int = 0,
-) -> Sequence[VllmLayerSpec]:
+) -> PartRuns[VllmLayerSpec]:
     """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs;
-    listed one by one for parallel-hybrid models, whose layers give two specs each).
+    a parallel hybrid run gives two, its attention and its mamba mixer, with the same indices).
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
     ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
@@ -216,23 +210,15 @@ def vllm_layer_specs(
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
-    distinct = model_layers.distinct()
     # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
-    hybrid = any(layer.kind == "hybrid" for layer in distinct)
-    if hybrid and spec.num_layers > MAX_LISTED_LAYERS:
-        raise ConfigError(
-            f"num_hidden_layers: {spec.num_layers:,} parallel-hybrid layers are beyond "
-            f"{MAX_LISTED_LAYERS:,} for the vllm layout (its two specs per layer are still listed "
-            "one by one; docs/limits.md); use --engine hf or sglang",
-            field="num_hidden_layers",
-        )
-    model_parts = cache_parts(distinct)
+    layers = cache_part_runs(model_layers[start:end])
+    distinct = [part for layer in model_layers.distinct() for part in cache_parts((layer,))]
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
-    has_mla = any(layer.kind == "mla" for layer in model_parts)
+    has_mla = any(layer.kind == "mla" for layer in distinct)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in model_parts if isinstance(layer, StateLayer)]
-    attns = [layer for layer in model_parts if isinstance(layer, FullAttention | MLA)]
+    states = [layer for layer in distinct if isinstance(layer, StateLayer)]
+    attns = [layer for layer in distinct if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
             mamba_page_bytes(s, state_bytes, tp, mamba_ssm_state_bytes) for s in states
@@ -248,9 +234,8 @@ def vllm_layer_specs(
         if block_size is None or block_size < raised:
             attn_block = raised
         mamba_page_padded = attn_block * per_token
-
-    def one(layer: CacheLayer) -> VllmLayerSpec:
-        return _one(
+    return layers.map(
+        lambda layer, _index: _one(
             layer,
             dtype,
             tp,
@@ -261,19 +246,7 @@ def vllm_layer_specs(
             mamba_cache_mode,
             mamba2_checkpoint_blocks,
         )
-
-    layers = model_layers[start:end]
-    if hybrid:  # two specs under one layer index: listed (bounded above)
-        return [one(part) for part in cache_parts(layers)]
-    specs = layers.map(lambda layer, index: one(replace(layer, layer_index=index)))  # type: ignore[arg-type]
-    return IndexedRuns(specs.blocks, base=specs.base)
-
-
-def spec_runs(specs: Sequence[VllmLayerSpec]) -> list[tuple[VllmLayerSpec, range]]:
-    """``(spec, indices)`` per run (runs as they are; a listed sequence one spec at a time)."""
-    if isinstance(specs, IndexedRuns):
-        return list(specs.runs())
-    return [(s, range(s.layer_index, s.layer_index + 1)) for s in specs]
+    )
 
 
 #: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
