@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from kvbudget import __version__
 from kvbudget.errors import KvbudgetError
-from kvbudget.serve.engine import RealTimeEngine
+from kvbudget.serve.engine import RealTimeEngine, TokenQueue
 from kvbudget.serve.metrics import ServeMetrics
 from kvbudget.serve.protocol import ChunkMaker, ParsedRequest, RequestInvalid, parse_body, usage
 from kvbudget.sim.replica import Replica
@@ -30,11 +30,11 @@ from kvbudget.workload.tokenizer import get_tokenizer
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-def _dumps(obj: Any) -> str:
+def _dumps(obj: Mapping[str, object]) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _sse(obj: Any) -> bytes:
+def _sse(obj: Mapping[str, object]) -> bytes:
     return b"data: " + _dumps(obj).encode() + b"\n\n"
 
 
@@ -217,7 +217,7 @@ class ServeApp:
         request: web.Request,
         rid: str,
         parsed: ParsedRequest,
-        queue: Any,
+        queue: TokenQueue,
         received: float,
     ) -> tuple[web.StreamResponse, bool]:
         tok = self.tokenizer

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.sim.engine import TokenOutput
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
+from kvbudget.workload.request import PlannedRequest
+
+#: what the driver takes as a request (a planned one is converted on arrival)
+RequestIn = EngineRequest | PlannedRequest
 
 OnFinish = Callable[[SimRequest, Replica], None]
 OnReject = Callable[[EngineRequest, Replica, KvbudgetError], None]
@@ -17,6 +21,16 @@ OnNotRun = Callable[[EngineRequest], None]
 OnStep = Callable[[Replica, int, float, float], None]
 OnSample = Callable[[Replica, float], None]
 BuildReplica = Callable[[ReplicaSetup, float], Replica]
+
+
+def sample_replica(rep: Replica, now_s: float) -> None:
+    """The default ``on_sample``: the replica keeps its own samples."""
+    rep.sample(now_s)
+
+
+def no_build(setup: ReplicaSetup, ready_s: float) -> Replica:
+    """The default ``build``: a driver given no builder cannot scale out."""
+    raise ConfigError("scale_out: this driver was given no replica builder", field="scale_out")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +87,7 @@ class StepOutcome:
 
     #: the event: ``"step"`` (the only kind the step-wise API queues), or ``""`` when no
     #: event was due by ``start_s``
-    kind: str
+    kind: Literal["step", ""]
     start_s: float
     #: when the step's tokens exist (``start_s`` + its simulated duration); ``start_s`` when
     #: no replica stepped
@@ -89,12 +103,17 @@ class StepOutcome:
 
 
 class RequestFeed:
-    """:meth:`Driver.run`'s request stream: pulled in arrival order, open or closed loop."""
+    """:meth:`Driver.run`'s request stream: pulled in arrival order, open or closed loop.
+
+    Closed loop (``concurrency``): that many requests in flight; each finished (or refused)
+    request releases the next one, which arrives when the step that finished it ends, until
+    ``admit_until_s`` (if given) has passed.
+    """
 
     __slots__ = ("admit_until", "closed", "last_arrival", "released", "stream")
 
-    def __init__(self, requests: Iterable[Any], opts: DriveOptions, released: int) -> None:
-        self.stream: Iterator[Any] = iter(requests)
+    def __init__(self, requests: Iterable[RequestIn], opts: DriveOptions, released: int) -> None:
+        self.stream: Iterator[RequestIn] = iter(requests)
         self.closed = opts.concurrency
         self.admit_until = opts.admit_until_s
         self.last_arrival = float("-inf")
@@ -115,3 +134,28 @@ class RequestFeed:
             )
         self.last_arrival = req.arrival_s
         return req
+
+    def refused(self, now_s: float) -> EngineRequest | None:
+        """Closed loop: an arrival was refused at ``now_s``; it releases the next request
+        (none once ``admit_until`` has passed)."""
+        self.released += 1
+        if self.admit_until is None or now_s < self.admit_until:
+            return self.pull()
+        return None
+
+    def release(self, done: int, end_s: float) -> list[EngineRequest]:
+        """Closed loop: ``done`` requests have finished or been refused by the step that ends
+        at ``end_s``; each one not yet counted releases the next request (none once
+        ``admit_until`` has passed). Returns the released requests (they arrive at ``end_s``)."""
+        out: list[EngineRequest] = []
+        admit_until = self.admit_until
+        while self.released < done:
+            self.released += 1
+            if admit_until is not None and end_s >= admit_until:
+                continue
+            nxt = self.pull()
+            if nxt is None:
+                break
+            out.append(nxt)
+        self.released = done
+        return out

@@ -11,33 +11,41 @@ the event queue; the step-wise API is for a caller that learns of its requests a
 :meth:`Driver.abort` (a client gone: its blocks are freed now), :meth:`Driver.next_event_s`
 (when the next replica step is due) and :meth:`Driver.step` (handle that event, returning a
 :class:`StepOutcome` with the step's tokens and finishes). Both go through the same
-``_dispatch`` (every event), ``_step`` (the only place a replica is stepped and its finished
-requests handed out) and ``_route`` (the only place a request is admitted or refused).
+``_dispatch`` (one handler per event type), ``_step`` (the only place a replica is stepped and
+its finished requests handed out) and ``_route`` (the only place a request is admitted or
+refused).
 
-Events (``(time_s, priority, seq)``, see :mod:`kvbudget.sim.events`): arrivals (pulled one at
-a time from the request stream, which must come in arrival order), replica steps (a replica
-that has work steps back to back; a step's state change is applied when it starts and its
-tokens exist when it ends), scale-out (a new replica that accepts work only from its ready
-time, with an empty cache) and periodic samples of KV usage / running / waiting.
+Events (``(time_s, priority, seq)`` in :mod:`kvbudget.sim.events`; their typed payloads in
+:mod:`kvbudget.sim.drive_events`): arrivals (pulled one at a time from the request stream, which
+must come in arrival order), replica steps (a replica that has work steps back to back; a
+step's state change is applied when it starts and its tokens exist when it ends), scale-out (a
+new replica that accepts work only from its ready time, with an empty cache), scale-in, crashes
+and periodic samples of KV usage / running / waiting.
 
 Nothing is kept here: finished requests go to ``on_finish`` as soon as their step ends,
 refused ones to ``on_reject``, requests that never arrived before the horizon to
 ``on_not_run`` and samples to ``on_sample``, so a caller that streams them out runs in memory
-flat in the number of requests.
-
-Closed loop (``concurrency``): that many requests in flight; each finished (or refused)
-request releases the next one, which arrives when the step that finished it ends, until
-``admit_until_s`` (if given) has passed.
+flat in the number of requests. Closed loop (``concurrency``): see
+:class:`kvbudget.sim.drive_types.RequestFeed`.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
+from kvbudget.sim.drive_events import (
+    SAMPLE,
+    Arrival,
+    DriveEvent,
+    Rearrival,
+    ScaleInDeadline,
+    StepDue,
+    next_sample_s,
+    seed,
+)
+from kvbudget.sim.drive_route import eligible, route_request
 from kvbudget.sim.drive_types import (
     BuildReplica,
     DriveOptions,
@@ -48,25 +56,19 @@ from kvbudget.sim.drive_types import (
     OnSample,
     OnStep,
     RequestFeed,
+    RequestIn,
     ScaleOut,
     StepOutcome,
+    no_build,
+    sample_replica,
 )
 from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
 from kvbudget.sim.lifecycle import Crash, LifecycleStats, ScaleIn, after_crash, at_deadline
-from kvbudget.sim.prefix import block_hashes
-from kvbudget.sim.replica import Replica, ReplicaSetup
+from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
-from kvbudget.sim.router import Router, RouteRequest
+from kvbudget.sim.router import Router
 
 __all__ = ["DriveOptions", "DriveOutcome", "Driver", "OnStep", "ScaleOut", "StepOutcome"]
-
-
-def _sample(rep: Replica, now_s: float) -> None:
-    rep.sample(now_s)
-
-
-def _default_build(setup: ReplicaSetup, ready_s: float) -> Replica:
-    raise ConfigError("scale_out: this driver was given no replica builder", field="scale_out")
 
 
 class Driver:
@@ -82,8 +84,8 @@ class Driver:
         on_reject: OnReject,
         on_not_run: OnNotRun | None = None,
         on_step: OnStep | None = None,
-        on_sample: OnSample = _sample,
-        build: BuildReplica = _default_build,
+        on_sample: OnSample = sample_replica,
+        build: BuildReplica = no_build,
     ) -> None:
         if not replicas:
             raise ConfigError("replicas: need at least one replica", field="replicas")
@@ -103,7 +105,7 @@ class Driver:
         self.lifecycle = LifecycleStats()
         #: the time of the last event handled (the step-wise API's clock)
         self.now_s = 0.0
-        self._queue: EventQueue[tuple[str, Any]] = EventQueue()
+        self._queue: EventQueue[DriveEvent] = EventQueue()
         # what the current run set (run() only; the step-wise API has no feed)
         self._feed: RequestFeed | None = None
         self._max_steps: int | None = None
@@ -115,7 +117,7 @@ class Driver:
         self._collect: list[SimRequest] | None = None
 
     # ------------------------------------------------------------------ the step-wise API
-    def submit(self, request: Any, now_s: float) -> KvbudgetError | None:
+    def submit(self, request: RequestIn, now_s: float) -> KvbudgetError | None:
         """A request arrives at ``now_s`` (not before the last event handled): route it now.
 
         Returns ``None`` when a replica admitted it (a replica that was idle gets a step
@@ -158,22 +160,23 @@ class Driver:
         if due is None or due > now_s:
             return StepOutcome("", now_s, now_s)
         self._advance_clock(now_s)
-        _t, _p, _s, (kind, payload) = queue.pop()
+        _t, _p, _s, event = queue.pop()
+        if not isinstance(event, StepDue):  # only run() queues other events; it drops them
+            raise SimulationError(f"driver: step(): a {type(event).__name__} event was queued")
         finished: list[SimRequest] = []
         self._collect = finished
         try:
-            end = self._dispatch(kind, payload, now_s)
+            end = self._step(event, now_s)
         except BaseException:
-            if kind == "step":
-                self.replicas[payload[0]].busy = False
+            self.replicas[event.replica].busy = False
             raise
         finally:
             self._collect = None
         if end is None:
-            return StepOutcome(kind, now_s, now_s, None, (), finished)
-        index = payload[0]
+            return StepOutcome("step", now_s, now_s, None, (), finished)
+        index = event.replica
         outputs = self.replicas[index].last_outputs
-        return StepOutcome(kind, now_s, end, index, outputs, finished)
+        return StepOutcome("step", now_s, end, index, outputs, finished)
 
     def _advance_clock(self, now_s: float) -> None:
         if now_s < self.now_s:
@@ -186,7 +189,7 @@ class Driver:
     # ------------------------------------------------------------------ the event loop
     def run(
         self,
-        requests: Iterable[Any],
+        requests: Iterable[RequestIn],
         options: DriveOptions | None = None,
         *,
         scale_out: Iterable[ScaleOut] = (),
@@ -200,40 +203,9 @@ class Driver:
         """
         opts = options or DriveOptions()
         replicas = self.replicas
-        self._queue = queue = EventQueue[tuple[str, Any]]()
+        self._queue = queue = EventQueue[DriveEvent]()
         feed = RequestFeed(requests, opts, self.num_finished + self.num_rejected)
-        closed = feed.closed
-        if closed is not None:
-            if closed < 1:
-                raise ConfigError(f"concurrency: must be >= 1, got {closed}", field="concurrency")
-            for _ in range(closed):
-                req = feed.pull()
-                if req is None:
-                    break
-                queue.push(req.arrival_s, PRIO_ARRIVAL, ("arrival", req))
-        else:
-            first = feed.pull()
-            if first is not None:
-                queue.push(first.arrival_s, PRIO_ARRIVAL, ("arrival", first))
-        for scale in scale_out:
-            queue.push(scale.at_s, PRIO_SCALE, ("scale", scale))
-        for event in events:
-            if event.replica >= len(replicas):
-                raise ConfigError(
-                    f"{type(event).__name__.lower()}: replica {event.replica} does not exist "
-                    f"(there are {len(replicas)}); give an index from 0",
-                    field="replica",
-                )
-            if replicas[event.replica].fast is not None:
-                raise ConfigError(
-                    "scale_in/crash: the replica runs the lazy-decode fast path; build it with "
-                    "fast_path=False",
-                    field="fast_path",
-                )
-            kind = "scale_in" if isinstance(event, ScaleIn) else "crash"
-            queue.push(event.at_s, PRIO_SCALE, (kind, event))
-        if opts.sample_every_s:
-            queue.push(opts.start_s, PRIO_SAMPLE, ("sample", None))
+        seed(queue, feed, replicas, opts, scale_out, events)
         self._feed = feed
         self._sample_every_s = opts.sample_every_s
         self._max_steps = opts.max_steps
@@ -248,24 +220,24 @@ class Driver:
         hit_horizon = False
         try:
             while len(queue):
-                now, _prio, _seq, (kind, payload) = queue.pop()
+                now, _prio, _seq, event = queue.pop()
                 if horizon is not None and now > horizon:
-                    if kind in ("arrival", "rearrival"):
-                        queue.push(now, PRIO_ARRIVAL, (kind, payload))  # reported as not run
+                    if isinstance(event, (Arrival, Rearrival)):
+                        queue.push(now, PRIO_ARRIVAL, event)  # reported as not run
                     now = horizon
                     hit_horizon = True
                     break
                 num_events += 1
-                dispatch(kind, payload, now)
+                dispatch(event, now)
         finally:
             self._feed = None  # the step-wise API has no feed and no step limit
             self._step_limit = None
         self.now_s = max(self.now_s, now)
         if self.on_not_run is not None:
             while len(queue):
-                _t, _p, _s, (kind, payload) = queue.pop()
-                if kind in ("arrival", "rearrival"):
-                    self.on_not_run(payload)
+                _t, _p, _s, event = queue.pop()
+                if isinstance(event, (Arrival, Rearrival)):
+                    self.on_not_run(event.request)
             for raw in feed.stream:
                 self.on_not_run(as_engine_request(raw))
         self._queue = EventQueue()  # what a horizon left is dropped, as the run's own
@@ -278,63 +250,57 @@ class Driver:
             num_arrived=self._num_arrived,
         )
 
-    def _dispatch(self, kind: str, payload: Any, now: float) -> float | None:
-        """Handle one event at ``now``; returns the end of the replica step it ran, if any."""
-        if kind == "step":
-            return self._step(payload, now)
-        queue = self._queue
-        if kind == "arrival":  # pulled from run()'s stream
-            feed = self._feed
-            assert feed is not None
-            req = payload
-            self._num_arrived += 1
-            self._last_end = max(self._last_end, now)
-            closed = feed.closed
-            if closed is None:
-                nxt = feed.pull()
-                if nxt is not None:
-                    queue.push(nxt.arrival_s, PRIO_ARRIVAL, ("arrival", nxt))
-            else:
-                req = replace(req, arrival_s=now)
-            if self._route(req, now) is not None and closed is not None:
-                feed.released += 1
-                if feed.admit_until is None or now < feed.admit_until:
-                    nxt = feed.pull()
-                    if nxt is not None:
-                        queue.push(now, PRIO_ARRIVAL, ("arrival", nxt))
-        elif kind == "rearrival":  # a retry or a migrated session: routed, nothing pulled
-            self._route(payload, now)
-        elif kind == "scale":
-            new = self.build(payload.setup, payload.at_s + payload.cold_start_s)
-            new.warmup_s = payload.warmup_s
+    def _dispatch(self, event: DriveEvent, now: float) -> float | None:
+        """Handle one event at ``now`` (one handler per event type); returns the end of the
+        replica step it ran, if any."""
+        if isinstance(event, StepDue):  # the hot one first
+            return self._step(event, now)
+        if isinstance(event, Arrival):
+            self._on_arrival(event.request, now)
+        elif isinstance(event, Rearrival):  # a retry or a migrated session: nothing pulled
+            self._route(event.request, now)
+        elif isinstance(event, ScaleOut):
+            new = self.build(event.setup, event.at_s + event.cold_start_s)
+            new.warmup_s = event.warmup_s
             self.replicas.append(new)
-        elif kind == "scale_in":
-            self.replicas[payload.replica].ready_s = float("inf")  # the router skips it
-            queue.push(now + payload.grace_s, PRIO_SCALE, ("scale_in_deadline", payload))
-        elif kind == "scale_in_deadline":
-            self._deadline(self.replicas[payload.replica], payload, now)
-        elif kind == "crash":
-            self._crash(payload, now)
-        else:  # sample
-            replicas = self.replicas
-            for rep in replicas:
+        elif isinstance(event, ScaleIn):
+            self.replicas[event.replica].ready_s = float("inf")  # the router skips it
+            self._queue.push(now + event.grace_s, PRIO_SCALE, ScaleInDeadline(event))
+        elif isinstance(event, ScaleInDeadline):
+            self._deadline(self.replicas[event.scale_in.replica], event.scale_in, now)
+        elif isinstance(event, Crash):
+            self._crash(event, now)
+        else:  # Sample
+            for rep in self.replicas:
                 self.on_sample(rep, now)
-            if any(r.has_work() for r in replicas) or len(queue):
-                every = self._sample_every_s
-                assert every is not None
-                at = now + every
-                if not any(r.has_work() for r in replicas):
-                    # idle until the next event: one sample there, not one per interval of
-                    # an idle gap (a tiny rate would otherwise ask for unbounded samples)
-                    at = max(at, queue.peek_time() or at)
-                queue.push(at, PRIO_SAMPLE, ("sample", None))
+            at = next_sample_s(self.replicas, self._queue, self._sample_every_s, now)
+            if at is not None:
+                self._queue.push(at, PRIO_SAMPLE, SAMPLE)
         return None
 
-    def _step(self, payload: tuple[int, int], now: float) -> float | None:
-        """Step replica ``payload[0]`` at ``now`` (the one place a replica is stepped): hand
+    def _on_arrival(self, req: EngineRequest, now: float) -> None:
+        """A request of run()'s stream arrives: pull the next one (open loop) or, when this one
+        is refused, release the next one (closed loop)."""
+        feed = self._feed
+        assert feed is not None
+        self._num_arrived += 1
+        self._last_end = max(self._last_end, now)
+        queue = self._queue
+        if feed.closed is None:
+            nxt = feed.pull()
+            if nxt is not None:
+                queue.push(nxt.arrival_s, PRIO_ARRIVAL, Arrival(nxt))
+            self._route(req, now)
+        elif self._route(replace(req, arrival_s=now), now) is not None:
+            nxt = feed.refused(now)
+            if nxt is not None:
+                queue.push(now, PRIO_ARRIVAL, Arrival(nxt))
+
+    def _step(self, event: StepDue, now: float) -> float | None:
+        """Step replica ``event.replica`` at ``now`` (the one place a replica is stepped): hand
         out what finished, release closed-loop arrivals, chain its next step. Returns the
         step's end, or ``None`` when the event was superseded."""
-        index, gen = payload
+        index, gen = event
         rep = self.replicas[index]
         if gen != rep.step_gen:
             return None  # superseded: an arrival restarted this stalled replica
@@ -351,17 +317,8 @@ class Driver:
         feed = self._feed
         queue = self._queue
         if feed is not None and feed.closed is not None:
-            done = self.num_finished + self.num_rejected
-            admit_until = feed.admit_until
-            while feed.released < done:
-                feed.released += 1
-                if admit_until is not None and end >= admit_until:
-                    continue
-                nxt = feed.pull()
-                if nxt is None:
-                    break
-                queue.push(end, PRIO_ARRIVAL, ("arrival", nxt))
-            feed.released = done
+            for nxt in feed.release(self.num_finished + self.num_rejected, end):
+                queue.push(end, PRIO_ARRIVAL, Arrival(nxt))
         if duration > 0 or (rep.fast is None and rep.last_num_scheduled_tokens > 0):
             # (a zero-cost timing model computes tokens in no time: still a step)
             self._last_end = max(self._last_end, end)
@@ -369,14 +326,14 @@ class Driver:
             if on_step is not None:
                 on_step(rep, index, now, duration)
             rep.stalled = False
-            queue.push(end, PRIO_STEP, ("step", payload))
+            queue.push(end, PRIO_STEP, event)
         else:
             wake = rep.wake_s()
             if wake is not None and rep.has_work():
                 # only reloading requests: wake when the first transfer ends (an arrival
                 # before that restarts the replica at once)
                 rep.stalled = True
-                queue.push(max(wake, now), PRIO_STEP, ("step", payload))
+                queue.push(max(wake, now), PRIO_STEP, event)
             else:
                 rep.busy = False
         return end
@@ -401,7 +358,7 @@ class Driver:
             if self._collect is not None:
                 self._collect.append(req)
         for at, moved in resend:
-            self._queue.push(at, PRIO_ARRIVAL, ("rearrival", moved))
+            self._queue.push(at, PRIO_ARRIVAL, Rearrival(moved))
         rep.busy = False
 
     def _crash(self, event: Crash, now: float) -> None:
@@ -413,40 +370,17 @@ class Driver:
         rep.step_gen += 1  # its pending step event is stale now
         self.replicas.append(self.build(rep.setup, now + event.restart_s))
         for moved in resend:
-            self._queue.push(now, PRIO_ARRIVAL, ("rearrival", moved))
+            self._queue.push(now, PRIO_ARRIVAL, Rearrival(moved))
 
     # ------------------------------------------------------------------ admission
     def _route(self, req: EngineRequest, now: float) -> KvbudgetError | None:
         """Route one arrival (the one place a request is admitted or refused); returns the
         refusal, or ``None`` when the chosen replica took it."""
         replicas = self.replicas
-        router = self.router
-        ready = [
-            i
-            for i, rep in enumerate(replicas)
-            if rep.ready_s <= now
-            and (
-                rep.warmup_s <= 0
-                or now >= rep.ready_s + rep.warmup_s
-                or zlib.crc32(req.request_id.encode()) / 2**32 < (now - rep.ready_s) / rep.warmup_s
-            )
-        ]
-        if not ready:
-            ready = [min(range(len(replicas)), key=lambda i: replicas[i].ready_s)]
+        ready = eligible(replicas, req.request_id, now)
         views = [replicas[i] for i in ready]
-        hashes: list[Any] = []
-        if router.needs_hashes:
-            cfg = views[0].config
-            hashes = block_hashes(
-                req.prompt_token_ids,
-                cfg.block_size,
-                algo=cfg.hash_algo,
-                adapter_id=req.adapter_id,
-                mm_hashes=req.mm_hashes,
-                cache_salt=req.cache_salt,
-            )
-        route = RouteRequest(req.request_id, req.num_prompt_tokens, hashes, req.session_id)
-        idx = ready[router.choose(route, views, now)]
+        route = route_request(req, views[0], self.router.needs_hashes)
+        idx = ready[self.router.choose(route, views, now)]
         rep = replicas[idx]
         try:
             rep.add(req)
@@ -458,5 +392,5 @@ class Driver:
             rep.busy = True
             rep.stalled = False
             rep.step_gen += 1
-            self._queue.push(max(now, rep.ready_s), PRIO_STEP, ("step", (idx, rep.step_gen)))
+            self._queue.push(max(now, rep.ready_s), PRIO_STEP, StepDue(idx, rep.step_gen))
         return None
