@@ -1,10 +1,13 @@
-"""Run ``kvbudget`` in-process and capture what a user would see (shared by the CLI tests), and
-the calc arguments of a Llama-3.1-8B-shaped model the CLI tests share."""
+"""Run ``kvbudget`` in-process and capture what a user would see (shared by the CLI tests), the
+calc arguments of a Llama-3.1-8B-shaped model the CLI tests share, and a tracemalloc peak."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import tracemalloc
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -26,3 +29,16 @@ def run_main(argv: list[str]) -> tuple[int, str, str]:
         main(argv)
     code = exc.value.code
     return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+
+
+T = TypeVar("T")
+
+
+def traced(function: Callable[[], T]) -> tuple[T, int]:
+    """``function()`` and the peak bytes Python allocated while it ran."""
+    tracemalloc.start()
+    try:
+        result = function()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

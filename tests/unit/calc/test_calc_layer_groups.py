@@ -7,9 +7,9 @@ dtype_bytes x tokens x seqs``; memory is measured with ``tracemalloc`` (no wall-
 from __future__ import annotations
 
 import json
-import tracemalloc
 
 from kvbudget.capacity.kvbytes import calc_explicit, layer_ranges
+from tests.unit.calc.helpers_calc import traced
 
 from .helpers_calc import run_main
 
@@ -41,14 +41,11 @@ def test_hundred_million_layers_answers_with_one_group() -> None:
 
 
 def test_explicit_memory_does_not_grow_with_layers() -> None:
-    tracemalloc.start()
-    try:
-        calc_explicit(
+    _, peak = traced(
+        lambda: calc_explicit(
             num_layers=2**31 - 1, num_kv_heads=8, head_dim=128, dtype_bytes=2, tokens=8, seqs=1
         )
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    )
     assert peak < 1_000_000, f"{peak} bytes traced for one explicit calculation"
 
 

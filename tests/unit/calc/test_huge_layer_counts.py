@@ -9,10 +9,9 @@ tracemalloc's peak (Python allocations), never on time.
 from __future__ import annotations
 
 import json
-import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -22,6 +21,7 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
 from kvbudget.sim.fromplan import build_replica
 from kvbudget.web.app import create_app
+from tests.unit.calc.helpers_calc import traced
 
 N = 100_000_000
 NUM_FULL = N // 6  # 16,666,666
@@ -44,18 +44,6 @@ CONFIG: dict[str, Any] = {
     "intermediate_size": 6912,
     "max_position_embeddings": 32768,
 }
-
-T = TypeVar("T")
-
-
-def traced(function: Callable[[], T]) -> tuple[T, int]:
-    """``function()`` and the peak bytes Python allocated while it ran."""
-    tracemalloc.start()
-    try:
-        result = function()
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,13 @@ count; the memory bound is tracemalloc's peak (Python allocations), never time.
 from __future__ import annotations
 
 import json
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kvbudget.capacity.kvbytes import calc_model
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
+from tests.unit.calc.helpers_calc import traced
 
 N = 100_000_000
 PEAK_LIMIT_BYTES = 4 * 1024 * 1024
@@ -32,18 +31,6 @@ CONFIG: dict[str, Any] = {
 #: the mamba page padded to it
 VLLM_BLOCK = 16 * -(-(9_216 + 524_288) // (16 * 512))
 VLLM_PAGE = VLLM_BLOCK * 512
-
-T = TypeVar("T")
-
-
-def traced(function: Callable[[], T]) -> tuple[T, int]:
-    """``function()`` and the peak bytes Python allocated while it ran."""
-    tracemalloc.start()
-    try:
-        result = function()
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def _config(tmp_path: Path) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
+from tests.unit.calc.helpers_calc import traced
 
 
 def moe_spec(n: int, raw: dict[str, Any], architecture: str = "A") -> ModelSpec:
@@ -90,12 +90,7 @@ def test_qwen2_moe_step_9999991_at_100m_layers_is_closed_form(tmp_path: Path) ->
         request = PlanRequest(model=str(path), gpu="H100-SXM", max_model_len=16)
         return make_plan(request).to_dict()
 
-    tracemalloc.start()
-    try:
-        doc = plan(9_999_991)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    doc, peak = traced(lambda: plan(9_999_991))
     assert peak < 4 * 1024 * 1024, peak
     # step 2 x 10^8 (above every i + 1): no MoE layer. A MoE layer's MLP: experts gate_up
     # 4 x 64 x 64 + down 4 x 32 x 64 + router 64 x 4 + shared gate_up 64 x 128 + down 64 x 64 =
