@@ -50,6 +50,17 @@ def periodic(n: int, pattern: str) -> Runs[str]:
     return Runs.periodic([names[c] for c in pattern], n)
 
 
+def assert_listed_matches_reference(kinds: list[str]) -> None:
+    """A listed ``layer_types``, compressed by runs, groups as the per-layer reading does."""
+    runs = runs_of(Runs.from_items(kinds))
+    for strided in (True, False):
+        got = [
+            (g.kind, list(g.layer_indices), g.num_padding_layers)
+            for g in group_layers(runs, strided=strided)
+        ]
+        assert got == reference(kinds, strided)
+
+
 @pytest.mark.parametrize("strided", [True, False])
 @pytest.mark.parametrize(
     ("n", "pattern"),
@@ -78,13 +89,7 @@ def test_runs_grouping_equals_per_layer(n: int, pattern: str, strided: bool) -> 
 
 def test_listed_layers_compressed_by_runs_group_the_same() -> None:
     kinds = ["sliding"] * 7 + ["full"] * 2 + ["sliding"] * 11 + ["full"] * 3 + ["sliding"] * 5
-    runs = runs_of(Runs.from_items(kinds))
-    for strided in (True, False):
-        got = [
-            (g.kind, list(g.layer_indices), g.num_padding_layers)
-            for g in group_layers(runs, strided=strided)
-        ]
-        assert got == reference(kinds, strided)
+    assert_listed_matches_reference(kinds)
 
 
 def test_none_layers_and_a_cut_last_period_by_hand() -> None:
@@ -110,14 +115,8 @@ def test_listed_layers_with_none_in_the_middle() -> None:
         + ["full"] * 3
         + ["sliding"] * 4
     )
-    runs = runs_of(Runs.from_items(kinds))
-    for strided in (True, False):
-        got = [
-            (g.kind, list(g.layer_indices), g.num_padding_layers)
-            for g in group_layers(runs, strided=strided)
-        ]
-        assert got == reference(kinds, strided)
+    assert_listed_matches_reference(kinds)
     # by hand: 16 sliding, 5 full (9, 10, 17, 18, 19) -> group_size 5, cdiv(16, 5) = 4 groups
-    groups = group_layers(runs, strided=False)
+    groups = group_layers(runs_of(Runs.from_items(kinds)), strided=False)
     assert [len(g.layer_indices) for g in groups] == [5, 5, 5, 1, 5]
     assert list(groups[-1].layer_indices) == [9, 10, 17, 18, 19]
