@@ -14,26 +14,19 @@ Results go to ``OUT/`` (profile.json, plan.yaml, accept/report.{json,md}, table.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SERVER_ARGS = ["-c", "8192", "-np", "4", "-t", "1", "-ctk", "f16", "-ctv", "f16"]
+sys.path.insert(0, str(REPO / "bench"))  # bench/ is not a package
+import llamacpp_server as launcher  # noqa: E402
 
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+SERVER_ARGS = launcher.CALIBRATE_SERVER_ARGS
 
 
 def main() -> None:
@@ -42,12 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    launcher = _load("kvbudget_bench_llamacpp_server", REPO / "bench" / "llamacpp_server.py")
     sys.path.insert(0, str(REPO))  # the test module below imports tests.integration.engines
-    plans = _load(
-        "kvbudget_llamacpp_accept_plan",
-        REPO / "tests" / "integration" / "llamacpp" / "test_llamacpp_accept.py",
-    )
+    plans = importlib.import_module("tests.integration.llamacpp.test_llamacpp_accept")
     llamacpp = launcher.find_llamacpp()
     model = llamacpp.model("llama")
     server = launcher.start_server(llamacpp, model, out / "llama-server.log", SERVER_ARGS)

@@ -13,24 +13,16 @@ fields as ``bench/vllm_calibrate.py`` (whose ``run`` it uses). Usage::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[1]
-SERVER_ARGS = ["-c", "8192", "-np", "4", "-t", "1", "-ctk", "f16", "-ctv", "f16"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+import llamacpp_server as launcher
+import vllm_calibrate as shared
 
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+SERVER_ARGS = launcher.CALIBRATE_SERVER_ARGS
 
 
 def main() -> None:
@@ -39,8 +31,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output-tokens", type=int, default=32)
     args = parser.parse_args()
-    shared = _load("kvbudget_bench_vllm_calibrate", REPO / "bench" / "vllm_calibrate.py")
-    launcher = _load("kvbudget_bench_llamacpp_server", REPO / "bench" / "llamacpp_server.py")
     llamacpp = launcher.find_llamacpp()
     with tempfile.TemporaryDirectory() as tmp:
         server = launcher.start_server(

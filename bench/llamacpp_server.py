@@ -26,6 +26,9 @@ from typing import Any
 from kvbudget.load.prometheus import sample_values
 from kvbudget.safety.servers import LocalServer, free_port
 
+#: the calibration benchmarks' server: 4 slots of 2,048 tokens, one thread, f16 K and V
+CALIBRATE_SERVER_ARGS = ["-c", "8192", "-np", "4", "-t", "1", "-ctk", "f16", "-ctv", "f16"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LLAMACPP_PY_VERSION = os.environ.get("KVBUDGET_LLAMACPP_PY_VERSION", "0.3.36")
 MODEL_BUILDER_REVISION = 1  # bump when scripts/tiny_gguf.py changes what it writes

@@ -17,28 +17,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))  # bench/ is not a package
 #: beyond the launcher's own (--load-format dummy --dtype bfloat16 --enforce-eager ...)
 SERVER_ARGS = ["--enable-prefix-caching"]
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 LABEL = (
@@ -93,7 +84,7 @@ def main() -> None:
         if args.base_url:
             raw = run(args.base_url, args.model, args.repeats, args.output_tokens, Path(tmp))
         else:
-            launcher = _load("kvbudget_bench_vllm_server", REPO / "bench" / "vllm_server.py")
+            launcher = importlib.import_module("vllm_server")  # bench/, on sys.path
             vllm = launcher.find_vllm()
             server = launcher.start_server(
                 vllm, vllm.model("llama"), Path(tmp) / "vllm.log", SERVER_ARGS
