@@ -14,8 +14,11 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(PIP) install -e .
 
+# also compiles the simulator's hot modules with mypyc into ~/.cache/kvbudget/mypyc (cached by
+# the sources' hash; no C compiler: skipped, the simulator stays pure Python; docs/simulator.md)
 install-test: $(BIN)/python
 	$(PIP) install -e '.[test]'
+	$(BIN)/python scripts/build_mypyc.py
 
 demo: install
 	$(BIN)/kvbudget accept examples/acceptance-demo.yaml --out reports/demo
@@ -52,6 +55,7 @@ test: install-test
 	$(BIN)/lint-imports
 	bash scripts/deadcode.sh
 	$(BIN)/pytest
+	KVBUDGET_PURE_PYTHON=1 $(BIN)/pytest tests/unit/sim tests/property/sim
 	@if [ -x scripts/llama-server.sh ] && [ -z "$$KVBUDGET_SKIP_LLAMACPP" ]; then \
 	  bash scripts/llama-server.sh && $(BIN)/pytest -m llamacpp -o addopts='-q --import-mode=importlib'; \
 	else echo "llama.cpp tests not run (KVBUDGET_SKIP_LLAMACPP set or no build script)"; fi

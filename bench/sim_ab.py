@@ -9,6 +9,10 @@ figures are compared.
 
 Run: ``git archive OLD src | tar -x -C /tmp/old && .venv/bin/python bench/sim_ab.py --before
 /tmp/old/src --after src --requests 50000 --out bench/results/sim_ab.json``.
+
+Pure Python against the mypyc build of one tree (``bench/results/sim_mypyc_ab.json``):
+``--before src --before-env KVBUDGET_PURE_PYTHON=1 --after src``. Each side records the
+``simulator_build`` its ``kvbudget sim --json`` named.
 """
 
 from __future__ import annotations
@@ -28,13 +32,13 @@ from sim_scale import RATE, run_child
 SAME_KEYS = ("requests_completed", "simulated_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s")
 
 
-def one(src: str, n: int) -> dict[str, Any]:
+def one(src: str, n: int, extra_env: dict[str, str]) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "kvbudget", "sim", "--model", "meta-llama/Llama-3.1-8B",
         "--gpu", "H100-SXM", "--input-tokens", "1024", "--output-tokens", "128",
         "--rate", f"{RATE:g}", "--requests", str(n), "--json",
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
+    env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()), **extra_env)
     r = run_child(cmd, env=env, timeout_s=3600)
     if r["rc"] != 0:
         return {"ran": False, "reason": r["stderr"].strip()[-300:]}
@@ -46,7 +50,12 @@ def one(src: str, n: int) -> dict[str, Any]:
         "peak_rss_bytes": r["peak_rss_bytes"],
         "requests_per_cpu_s": round(n / r["cpu_s"]),
         "summary": {k: summary[k] for k in SAME_KEYS},
+        "simulator_build": summary.get("simulator_build", "pure Python (not named by this tree)"),
     }
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in pairs)
 
 
 def main() -> None:
@@ -55,6 +64,8 @@ def main() -> None:
     ap.add_argument("--after", required=True, help="the new tree's src directory")
     ap.add_argument("--before-label", default="before")
     ap.add_argument("--after-label", default="after")
+    ap.add_argument("--before-env", action="append", default=[], help="KEY=VALUE (repeatable)")
+    ap.add_argument("--after-env", action="append", default=[], help="KEY=VALUE (repeatable)")
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path)
@@ -63,6 +74,7 @@ def main() -> None:
         "what": "whole-process kvbudget sim, two source trees run at the same time (measured "
         "host CPU); simulated latencies are roofline estimates",
         "labels": {"before": opts.before_label, "after": opts.after_label},
+        "env": {"before": opts.before_env, "after": opts.after_env},
         "requests": opts.requests,
         "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
         "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -72,9 +84,12 @@ def main() -> None:
         res: dict[str, dict[str, Any]] = {}
         threads = [
             threading.Thread(
-                target=lambda k=k, s=s, res=res: res.update({k: one(s, opts.requests)})
+                target=lambda k=k, s=s, e=e, res=res: res.update({k: one(s, opts.requests, e)})
             )
-            for k, s in (("before", opts.before), ("after", opts.after))
+            for k, s, e in (
+                ("before", opts.before, _env(opts.before_env)),
+                ("after", opts.after, _env(opts.after_env)),
+            )
         ]
         for t in threads:
             t.start()

@@ -108,6 +108,8 @@ def run_kvbudget(n: int, *, records: bool = False) -> dict[str, Any]:
         ttft_p50_s=summary["ttft_p50_s"],
         tpot_p50_s=summary["tpot_p50_s"],
         timing_model=summary["timing_model"],
+        # which build ran: compiled with mypyc (and which modules) or pure Python
+        simulator_build=summary["simulator_build"],
     )
     return row
 

@@ -137,6 +137,18 @@ def llamacpp() -> str:
     return text.rstrip("\n") + "\n"  # as --update-docs writes it
 
 
+def _sim_builds(runs: list[dict[str, Any]]) -> str:
+    """The simulator build each run states (runs from before the mypyc build were pure)."""
+    builds = sorted(
+        {
+            r.get("simulator_build", "pure Python (run before the mypyc build existed)")
+            for r in runs
+            if r.get("ran")
+        }
+    )
+    return "; ".join(builds) or "none ran"
+
+
 def sim_scale(name: str) -> str:
     """Whole-process simulator speed and peak RSS beside Vidur (``bench/sim_scale.py``)."""
     data = _load(name)
@@ -150,7 +162,8 @@ def sim_scale(name: str) -> str:
         "process's own user + system time (requests / CPU s is the figure to read on a shared "
         "host), wall s its elapsed time. Workload (simulated, roofline timing model): "
         f"{w['model']} on one {w['gpu']}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
-        f"{w['arrivals']}. Raw result: [`bench/results/{name}`](../bench/results/{name}).",
+        f"{w['arrivals']}. Simulator build: {_sim_builds(data['runs'])}. "
+        f"Raw result: [`bench/results/{name}`](../bench/results/{name}).",
         "",
         "| requests | records written | CPU s | wall s | requests / CPU s | requests / wall s | "
         "peak RSS (MB) | simulated s | TTFT p50 ms (simulated) |",

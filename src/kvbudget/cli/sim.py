@@ -169,6 +169,7 @@ def _render(summary: dict[str, Any]) -> str:
         f"({', '.join(f'{k}: {v}' for k, v in summary['num_gpu_blocks_by_replica'].items())})",
         f"  output throughput    {summary['output_tokens_per_s']:.1f} tokens/s",
         f"  simulated / wall     {summary['simulated_s']:.2f} s / {summary['wall_s']:.2f} s",
+        f"  simulator build      {summary['simulator_build']}",
     ]
     for reason, count in list(summary.get("unfinished_reasons", {}).items())[:3]:
         lines.append(f"  unfinished ({count}): {reason}")
@@ -305,6 +306,7 @@ def sim(**opts: Any) -> None:
     and is not modelled.
     """
     from kvbudget.sim.cluster import simulate, simulate_stream
+    from kvbudget.sim.native import build_label
     from kvbudget.sim.scenario import (
         build_cluster,
         build_workload,
@@ -416,6 +418,7 @@ def sim(**opts: Any) -> None:
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp
     summary["replicas"] = len(summary["num_gpu_blocks_by_replica"])
+    summary["simulator_build"] = build_label()
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
@@ -486,6 +489,7 @@ class _SampleWriter:
 def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
     """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
     from kvbudget.safety.limits import MAX_SLOTS, MAX_TOKENS
+    from kvbudget.sim.native import build_label
     from kvbudget.sim.slots_scenario import simulate_slots_scenario, slots_summary_text
 
     if opts["slots"] is not None and not 1 <= opts["slots"] <= MAX_SLOTS:
@@ -509,6 +513,7 @@ def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
     summary, records = simulate_slots_scenario(
         scenario, num_slots=opts["slots"], ctx_size_tokens=opts["ctx_size"]
     )
+    summary["simulator_build"] = build_label()
     if opts["records_out"]:
         with Path(opts["records_out"]).open("w") as fh:
             for record in records:

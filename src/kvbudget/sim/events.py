@@ -13,7 +13,6 @@ scale-out events, then replica steps, then state samples.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 PRIO_TRANSFER_DONE = 0
@@ -25,12 +24,18 @@ PRIO_SAMPLE = 4
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
 class EventQueue(Generic[T]):
-    """A min-heap of ``(time_s, priority, seq, payload)``; ``seq`` is this queue's counter."""
+    """A min-heap of ``(time_s, priority, seq, payload)``; ``seq`` is this queue's counter.
 
-    _heap: list[tuple[float, int, int, T]] = field(default_factory=list)
-    _seq: int = 0
+    A plain class, not a dataclass: mypyc cannot compile a generic dataclass (its import fails
+    with "attribute '__dict__' of 'type' objects is not writable", mypyc/mypyc#1061).
+    """
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, T]] = []
+        self._seq = 0
 
     def push(self, time_s: float, priority: int, payload: T) -> int:
         """Add an event; returns its sequence number."""

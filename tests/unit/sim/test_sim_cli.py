@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from kvbudget.cli.sim import sim
+from kvbudget.sim.native import build_label
 
 REQUIRED = {
     "requests_completed",
@@ -20,6 +21,7 @@ REQUIRED = {
     "num_gpu_blocks",
     "simulated_s",
     "wall_s",
+    "simulator_build",
 }
 
 
@@ -42,6 +44,9 @@ def test_json_summary_has_the_required_keys(tmp_path: Path) -> None:
     summary = json.loads(out)
     assert set(summary) >= REQUIRED
     assert summary["figures"] == "simulated" and summary["timing_model"] == "roofline"
+    # the build that ran is named: this session's (test_sim_native checks which one that is)
+    assert summary["simulator_build"] == build_label()
+    assert summary["simulator_build"].startswith(("compiled with mypyc ", "pure Python ("))
     assert summary["requests_completed"] == 40
     # 128 of 256 prompt tokens are shared: every request after the first hits them
     assert summary["prefix_cache_hits_tokens"] == 39 * 128

@@ -12,16 +12,30 @@ from kvbudget.sim.driver import DriveOptions, Driver
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest
 from kvbudget.sim.router import Router
-from kvbudget.sim.timing import FixedTiming
+from kvbudget.sim.timing import BatchShape, FixedTiming
 from tests.unit.sim.helpers_sim import make_config, make_request, random_workload
 
 Record = tuple[str, float | None, float | None, int, int, int, str | None]
 
 
+class _BreakableTiming(FixedTiming):
+    """The fixed timing, raising inside the engine's step while ``broken`` (a bug there).
+
+    The engine itself is not patched: compiled with mypyc (kvbudget.sim.native), its methods
+    cannot be replaced from Python."""
+
+    broken = False
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        if self.broken:
+            raise RuntimeError("bug")
+        return super().step_time_s(shape)
+
+
 def _driver(
     step_s: float = 0.01, *, fast: bool = False, **cfg: object
 ) -> tuple[Driver, list[SimRequest], list[str]]:
-    setup = ReplicaSetup(make_config(**cfg), FixedTiming(step_s=step_s), fast_path=fast)
+    setup = ReplicaSetup(make_config(**cfg), _BreakableTiming(step_s=step_s), fast_path=fast)
     rep = Replica("r", setup, np.random.default_rng(0))
     done: list[SimRequest] = []
     refused: list[str] = []
@@ -95,17 +109,14 @@ def test_the_clock_never_goes_back() -> None:
 def test_a_failing_step_leaves_the_replica_restartable() -> None:
     driver, done, _ = _driver()
     rep = driver.replicas[0]
-    real = rep.core.step
-
-    def broken(now_s: float) -> object:
-        raise RuntimeError("bug")
-
-    rep.core.step = broken  # type: ignore[assignment, method-assign]
+    timing = rep.core.timing
+    assert isinstance(timing, _BreakableTiming)
+    timing.broken = True
     driver.submit(make_request("a", 4, 2), 0.0)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="bug"):
         driver.step(0.0)
     assert driver.next_event_s() is None and not rep.busy
-    rep.core.step = real  # type: ignore[method-assign]
+    timing.broken = False
     driver.abort("a")
     driver.submit(make_request("b", 4, 2), 1.0)  # restarts the replica
     assert driver.next_event_s() == 1.0
