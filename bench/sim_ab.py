@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -78,6 +79,9 @@ def main() -> None:
         "requests": opts.requests,
         "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
         "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip(),
         "rounds": [],
     }
     for _ in range(opts.rounds):

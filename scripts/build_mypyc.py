@@ -166,8 +166,13 @@ def main() -> int:
         return 0
     root = native.cache_root()
     started = time.monotonic()
+    key_dir = root / native.source_key(SRC, modules)
+    live = {str(rel): native.file_digest(SRC / rel) for rel in import_closure(modules)}
+    done = key_dir / build_id(live, mypy_version)
+    if (done / native.MANIFEST).is_file():  # nothing to build: no need to wait on the lock
+        print(f"mypyc build up to date (mypyc {mypy_version}, {len(modules)} modules): {done}")
+        return 0
     with locked(root):
-        key_dir = root / native.source_key(SRC, modules)
         key_dir.mkdir(parents=True, exist_ok=True)
         before = {p.name for p in key_dir.iterdir()}
         target = compile_into(modules, key_dir, mypy_version)

@@ -494,7 +494,42 @@ def calibrate_validation(name: str) -> str:
     return "\n".join(out)
 
 
+def sim_ab(name: str) -> str:
+    """Two builds or trees of ``kvbudget sim`` run at the same time, round by round."""
+    data = _load(name)
+    labels, host = data["labels"], data["host"]
+    first = next((r for r in data["rounds"] if r.get("before", {}).get("ran")), {})
+    builds = {k: first.get(k, {}).get("simulator_build", "?") for k in ("before", "after")}
+    out = [
+        f"Measured by `bench/sim_ab.py` on {data['started_utc']} UTC, commit "
+        f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs; load "
+        f"average {host['loadavg_at_start'][0]:.1f} at the start, "
+        f"{data['loadavg_at_end'][0]:.1f} at the end): {data['requests']:,} requests, the "
+        "issue-18 workload (simulated, roofline timing model), both sides' whole `kvbudget sim` "
+        "processes at the same time in each round; CPU s is each process's own. "
+        f"Before: {labels['before']}, which ran as *{builds['before']}*. After: "
+        f"{labels['after']}, which ran as *{builds['after']}*. Raw result: "
+        f"[`bench/results/{name}`](../bench/results/{name}).",
+        "",
+        "| round | before CPU s | after CPU s | before requests / CPU s | after requests / CPU s "
+        "| speed-up (CPU) | same results |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for i, r in enumerate(data["rounds"], 1):
+        b, a = r.get("before", {}), r.get("after", {})
+        if not (b.get("ran") and a.get("ran")):
+            out.append(f"| {i} | did not run: {b.get('reason') or a.get('reason')} ||||||")
+            continue
+        out.append(
+            f"| {i} | {b['cpu_s']:.1f} | {a['cpu_s']:.1f} | {b['requests_per_cpu_s']:,} | "
+            f"{a['requests_per_cpu_s']:,} | {r['speedup_cpu']:.2f}x | "
+            f"{'yes' if r['same_results'] else '**no**'} |"
+        )
+    return "\n".join(out)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "sim-mypyc-ab": lambda: sim_ab("sim_mypyc_ab.json"),
     "sim-scale": lambda: sim_scale("sim_scale.json"),
     "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),
