@@ -112,7 +112,7 @@ def find_build(
     try:
         key_dir = cache_root() / source_key(src_root, modules)
         candidates = sorted(p for p in key_dir.iterdir() if p.is_dir())
-    except OSError:
+    except (OSError, RuntimeError):  # no cache directory, or no home directory to find it
         return None
     for build in candidates:
         manifest = _valid(build, src_root, modules)
