@@ -50,7 +50,7 @@ from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
 from kvbudget.sim.fastpath_events import group_events, single_group_events
 from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
-from kvbudget.sim.request import SimRequest
+from kvbudget.sim.request import RequestIn, SimRequest
 from kvbudget.sim.timing import BatchShape
 
 
@@ -212,7 +212,7 @@ class FastEngine:
         """Running requests (lazy or, in explicit mode, the scheduler's)."""
         return len(self.running) + len(self.sched.running)
 
-    def add_request(self, req: object) -> SimRequest:
+    def add_request(self, req: RequestIn) -> SimRequest:
         return self.core.add_request(req)
 
     # ------------------------------------------------------------------ one step
