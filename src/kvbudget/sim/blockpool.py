@@ -25,6 +25,13 @@ The queue is compacted when stale entries outnumber the pool. Per-block loops us
 subscripts only and eviction is inlined in the common case (no duplicate hashes, no eviction
 hook): with prefix caching on these loops were most of the simulator's cost (an
 ``OrderedDict`` free queue cost about twice as much; docs/benchmarks.md, "Simulator speed").
+
+Deferred sources (:meth:`BlockPool.defer`): a source may hold full blocks it has not registered
+yet (a decoder on the fast path registers its filled blocks when it leaves). At most one
+deferred source per root. Before the pool registers another source's blocks under that root,
+or materializes it, it calls the flush hook, which registers the deferred source's blocks as
+they would have been registered by then; so the registration order under every root, and every
+lookup, is the same as without deferral.
 """
 
 from __future__ import annotations
@@ -75,8 +82,10 @@ class BlockPool:
     __slots__ = (
         "_cached",
         "_compact_at",
+        "_deferred",
         "_dups",
         "_fgen",
+        "_flush",
         "_front",
         "_inq",
         "_min_compact_at",
@@ -129,6 +138,10 @@ class BlockPool:
         #: lazy registration: root hash (block 0 of the chain) -> runs in registration order
         self._pending: dict[BlockKey, list[PendingRun]] = {}
         self._num_pending_runs = 0
+        #: root -> the one source holding unregistered full blocks under it (:meth:`defer`),
+        #: and the hook that registers them (its owner's)
+        self._deferred: dict[BlockKey, HashSource] = {}
+        self._flush: Callable[[HashSource], None] | None = None
         #: compact the pending runs when there are more than this (twice the live ones after
         #: the last compaction, at least min(2 x blocks, 1024)): a dead run holds its request's
         #: prompt, so memory stays proportional to the cache, not to the requests served
@@ -178,12 +191,13 @@ class BlockPool:
 
     def get_cached_block(self, key: BlockKey) -> int | None:
         """Block id cached under ``key`` or ``None``."""
-        if self._pending:
+        if self._pending or self._deferred:
             self.materialize_all()
         return self._cached.get(key)
 
     def num_cached_blocks(self) -> int:
-        """Blocks currently carrying a hash."""
+        """Blocks currently carrying a hash (deferred blocks registered first)."""
+        self.flush_deferred()
         return self.num_blocks - self.block_key.count(None)
 
     # ------------------------------------------------------------------ mutations
@@ -510,6 +524,11 @@ class BlockPool:
         carrying a key and the null block are skipped, as :meth:`cache_block` does. Only for
         pools without an eviction hook.
         """
+        deferred = self._deferred
+        if deferred:
+            owner = deferred.get(root)
+            if owner is not None and owner is not source:
+                self._flush_owner(owner)
         keys = self.block_key
         runs = self._pending.get(root)
         if runs is None:
@@ -541,7 +560,12 @@ class BlockPool:
             self._compact_pending()
 
     def materialize(self, root: BlockKey) -> None:
-        """Hash and enter the pending runs of chains starting with ``root``, in order."""
+        """Hash and enter the pending runs of chains starting with ``root``, in order (a
+        deferred source's blocks under ``root`` registered first)."""
+        if self._deferred:
+            owner = self._deferred.get(root)
+            if owner is not None:
+                self._flush_owner(owner)
         runs = self._pending.pop(root, None)
         if runs is None:
             return
@@ -564,8 +588,39 @@ class BlockPool:
 
     def materialize_all(self) -> None:
         """Hash every pending run (for callers that look keys up without a root)."""
+        self.flush_deferred()
         for root in list(self._pending):
             self.materialize(root)
+
+    # ------------------------------------------------------------------ deferred sources
+    def set_flush(self, flush: Callable[[HashSource], None]) -> None:
+        """The hook that registers a deferred source's blocks (owned by whoever defers)."""
+        self._flush = flush
+
+    def defer(self, root: BlockKey, source: HashSource) -> bool:
+        """Let ``source`` hold unregistered full blocks under ``root``; ``False`` (nothing
+        changed) when another source is deferred there already or no flush hook is set."""
+        if self._flush is None or root in self._deferred:
+            return False
+        self._deferred[root] = source
+        return True
+
+    def undefer(self, root: BlockKey) -> None:
+        """``source`` registers its own blocks from now on (call before it registers them)."""
+        del self._deferred[root]
+
+    def is_deferred(self, root: BlockKey) -> bool:
+        """Whether a source holds unregistered blocks under ``root``."""
+        return root in self._deferred
+
+    def flush_deferred(self) -> None:
+        """Register every deferred source's blocks (they stay deferred)."""
+        for source in list(self._deferred.values()):
+            self._flush_owner(source)
+
+    def _flush_owner(self, source: HashSource) -> None:
+        assert self._flush is not None  # defer() needs the hook
+        self._flush(source)
 
     def _compact_pending(self) -> None:
         """Drop pending runs none of whose blocks still carries them (bounded memory)."""

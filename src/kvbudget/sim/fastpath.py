@@ -47,6 +47,7 @@ from __future__ import annotations
 import heapq
 
 from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.blockpool import HashSource
 from kvbudget.sim.engine import EngineCore
 from kvbudget.sim.fastpath_events import group_events, single_group_events
 from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
@@ -119,6 +120,26 @@ class FastEngine:
         self._events = (
             single_group_events if core.kv.single_full and not self.tiered else group_events
         )
+        #: one full group, lazy registration, block size > 1: a decoder's filled blocks are
+        #: registered when it leaves or when another request uses its root (the pool's flush
+        #: hook), not in each step that fills one; ``fill_phase`` holds the decoders that
+        #: still register in the step their token fills a block (another decoder holds the
+        #: deferral of their root), else it is ``phase`` itself
+        self._defer = (
+            self._events is single_group_events
+            and core.kv.lazy
+            and core.kv.caching
+            and core.pool.enable_caching
+            and self.block_size > 1
+        )
+        self.fill_phase: list[dict[int, SimRequest]] = (
+            [{} for _ in range(self.block_size)] if self._defer else self.phase
+        )
+        #: the decode step up to which filled blocks count as registered: ``g + 1`` once a
+        #: step's fill registrations are due (:func:`single_group_events`), ``g`` before
+        self.reg_g = 0
+        if self._defer:
+            core.pool.set_flush(self._flush_deferred)
         #: stepping ``EngineCore`` itself (a request is reloading, or a reloaded one prefills
         #: ahead of decoders); the running requests are then in ``scheduler.running``
         self.explicit_mode = False
@@ -148,11 +169,22 @@ class FastEngine:
             req.num_computed_tokens = req.lazy_c0 + d
             req.num_output_tokens = req.lazy_o0 + d
 
+    def _flush_deferred(self, source: HashSource) -> None:
+        """Register a deferred decoder's filled blocks, as registering each in the step its
+        token filled it would have by now (the pool's flush hook)."""
+        assert isinstance(source, SimRequest)
+        self.kv._cache_full_blocks(source, source.lazy_c0 + self.reg_g - source.lazy_g0)
+
     def _add_decoder(self, req: SimRequest) -> None:
         req.lazy_g0 = self.g
         req.lazy_c0 = req.num_computed_tokens
         req.lazy_o0 = req.num_output_tokens
-        self.phase[(self.g - req.lazy_c0) % self.block_size][req.running_seq] = req
+        phase = (self.g - req.lazy_c0) % self.block_size
+        self.phase[phase][req.running_seq] = req
+        if self._defer:
+            hashes = req.block_hashes
+            if not (hashes and self.pool.defer(hashes[0], req)):
+                self.fill_phase[phase][req.running_seq] = req
         self.num_decoders += 1
         self.decode_ctx += req.lazy_c0
         finish_at = self.g + req.output_limit - req.lazy_o0
@@ -164,7 +196,16 @@ class FastEngine:
             self.token_times.setdefault(req.spec.request_id, []).extend(
                 self.step_ends[req.lazy_g0 : self.g]
             )
-        del self.phase[(req.lazy_g0 - req.lazy_c0) % self.block_size][req.running_seq]
+        phase = (req.lazy_g0 - req.lazy_c0) % self.block_size
+        if self._defer:
+            hashes = req.block_hashes
+            pool = self.pool
+            if hashes and pool._deferred.get(hashes[0]) is req:
+                pool.undefer(hashes[0])  # its blocks filled so far, registered now
+                self.kv._cache_full_blocks(req, req.lazy_c0 + self.reg_g - req.lazy_g0)
+            else:
+                del self.fill_phase[phase][req.running_seq]
+        del self.phase[phase][req.running_seq]
         self.num_decoders -= 1
         self.decode_ctx -= req.num_computed_tokens
         req.lazy_g0 = -1

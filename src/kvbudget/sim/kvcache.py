@@ -89,7 +89,7 @@ class KVCacheManager:
             if not req.block_hashes:
                 return [[]], 0
             root = req.block_hashes[0]
-            if root in pool._pending:
+            if root in pool._pending or root in pool._deferred:
                 pool.materialize(root)
             if root not in pool._cached:
                 return [[]], 0
