@@ -29,13 +29,11 @@ def single_group_events(fe: FastEngine) -> None:
             # every one fits: one pop of their blocks, handed out in running order (the same
             # blocks, evictions and free queue as one pop each; a bucket holds only running
             # decoders, in running order)
-            for req, block_id in zip(
-                crossing.values(), pool.allocate(num_crossing), strict=True
-            ):
-                d = g - req.lazy_g0
-                req.num_computed_tokens = req.lazy_c0 + d
-                req.num_output_tokens = req.lazy_o0 + d
-                req.block_ids[0].append(block_id)
+            for dec, block_id in zip(crossing.values(), pool.allocate(num_crossing), strict=True):
+                d = g - dec.lazy_g0
+                dec.num_computed_tokens = dec.lazy_c0 + d
+                dec.num_output_tokens = dec.lazy_o0 + d
+                dec.block_ids[0].append(block_id)
             crossing = {}
         for seq in list(crossing):
             req = crossing.get(seq)
