@@ -245,8 +245,14 @@ class BlockPool:
                 # gather the keys at C level; evict run by run (a dead request's blocks
                 # are usually consecutive in the queue and carry the same pending run)
                 taken_keys = itemgetter(*taken)(keys)
-                num_evicted = left - taken_keys.count(None)
-                if num_evicted:
+                # (``count(None)`` over keyed entries is slow: each non-None one takes the
+                # rich-comparison fallback; identity matches are cheap, so the walk below
+                # checks a run's stretch with ``count(run)`` over at most its live blocks)
+                if taken_keys[0] is None and taken_keys.count(None) == left:
+                    for block_id in taken:  # nothing to evict (a pool not yet full)
+                        inq[block_id] = 0
+                        ref[block_id] = 1
+                else:
                     for block_id in taken:
                         inq[block_id] = 0
                         ref[block_id] = 1
@@ -257,22 +263,21 @@ class BlockPool:
                         if key is None:
                             i += 1
                         elif key.__class__ is PendingRun:
-                            # its occurrences from i on; all in one stretch: one step
-                            rest = taken_keys[i:]
-                            num_run = rest.count(key)
-                            if rest[:num_run].count(key) == num_run:
-                                key.num_live -= num_run
-                                i += num_run
-                            else:
-                                key.num_live -= 1
-                                i += 1
+                            # its stretch from i: usually all its live blocks (one C-level
+                            # count of identity matches), else walked by identity
+                            m = min(key.num_live, left - i)
+                            if m < 2 or taken_keys[i : i + m].count(key) != m:
+                                m = i + 1
+                                while m < left and taken_keys[m] is key:
+                                    m += 1
+                                m -= i
+                            key.num_live -= m
+                            num_evicted += m
+                            i += m
                         else:
                             del cached[key]
+                            num_evicted += 1
                             i += 1
-                else:
-                    for block_id in taken:
-                        inq[block_id] = 0
-                        ref[block_id] = 1
             elif simple:
                 for block_id in taken:
                     inq[block_id] = 0
@@ -470,6 +475,54 @@ class BlockPool:
         if unhashed:
             self._front.extendleft((b, fgen[b]) for b in reversed(unhashed))
         if len(queue) - self._qhead > 2 * self.num_blocks or len(self._front) > 2 * self.num_blocks:
+            self._compact()
+
+    def free_table(self, table: list[int], num_keyed: int) -> None:
+        """:meth:`free` of a request's whole block table, tail first, when the caller knows
+        that its first ``num_keyed`` blocks carry a key and the rest do not (a request's
+        registered blocks are a prefix of its table: registration goes in table order, and
+        only a referenced block gets a key). No null block in ``table``.
+
+        The common case, every block's last reference, takes one gather and one loop: a block
+        with a reference is never at the front (``_phantom``), so the checks :meth:`free`
+        makes on every block (its key, the null block, the front) are known here. A block
+        shared with another request (reference count above 1) falls back to :meth:`free`.
+        """
+        n = len(table)
+        if n < 2 or itemgetter(*table)(self.ref_cnt).count(1) != n:
+            self.free(reversed(table))
+            return
+        if not self.enable_caching:
+            num_keyed = 0
+        ref = self.ref_cnt
+        inq = self._inq
+        if num_keyed < n:
+            # unkeyed: to the front, in the order freed (the table's last block first)
+            fgen = self._fgen
+            phantom = self._phantom
+            front = self._front
+            for block_id in reversed(table[num_keyed:]):
+                ref[block_id] = 0
+                fgen[block_id] += 1
+                phantom[block_id] = True
+                inq[block_id] += 1
+            if n - num_keyed == 1:
+                block_id = table[-1]
+                front.appendleft((block_id, fgen[block_id]))
+            else:
+                front.extendleft((b, fgen[b]) for b in table[num_keyed:])
+        if num_keyed:
+            keyed = table[num_keyed - 1 :: -1]
+            for block_id in keyed:
+                ref[block_id] = 0
+                inq[block_id] += 1
+            self._queue.extend(keyed)
+            self._num_tail_live += num_keyed
+        self._num_free += n
+        if (
+            len(self._queue) - self._qhead > 2 * self.num_blocks
+            or len(self._front) > 2 * self.num_blocks
+        ):
             self._compact()
 
     def _compact(self) -> None:
