@@ -213,7 +213,7 @@ class Replica:
         if not self.config.prefix_caching_effective:
             return 0, 0
         num_gpu = 0
-        if block_hashes and block_hashes[0] in pool._pending:
+        if block_hashes and (block_hashes[0] in pool._pending or block_hashes[0] in pool._deferred):
             pool.materialize(block_hashes[0])  # lazy registration: same root, same chain
         cached = pool._cached
         for h in block_hashes:
