@@ -512,17 +512,18 @@ def sim_ab(name: str) -> str:
         f"[`bench/results/{name}`](../bench/results/{name}).",
         "",
         "| round | before CPU s | after CPU s | before requests / CPU s | after requests / CPU s "
-        "| speed-up (CPU) | same results |",
-        "|---:|---:|---:|---:|---:|---:|---|",
+        "| speed-up (CPU) | peak RSS MB before / after | same results |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for i, r in enumerate(data["rounds"], 1):
         b, a = r.get("before", {}), r.get("after", {})
         if not (b.get("ran") and a.get("ran")):
-            out.append(f"| {i} | did not run: {b.get('reason') or a.get('reason')} ||||||")
+            out.append(f"| {i} | did not run: {b.get('reason') or a.get('reason')} |||||||")
             continue
         out.append(
             f"| {i} | {b['cpu_s']:.1f} | {a['cpu_s']:.1f} | {b['requests_per_cpu_s']:,} | "
             f"{a['requests_per_cpu_s']:,} | {r['speedup_cpu']:.2f}x | "
+            f"{b['peak_rss_bytes'] / 1e6:,.0f} / {a['peak_rss_bytes'] / 1e6:,.0f} | "
             f"{'yes' if r['same_results'] else '**no**'} |"
         )
     return "\n".join(out)
@@ -530,6 +531,7 @@ def sim_ab(name: str) -> str:
 
 BLOCKS: dict[str, Callable[[], str]] = {
     "sim-mypyc-ab": lambda: sim_ab("sim_mypyc_ab.json"),
+    "sim-mypyc-ab-1m": lambda: sim_ab("sim_mypyc_ab_1m.json"),
     "sim-scale": lambda: sim_scale("sim_scale.json"),
     "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),
