@@ -531,7 +531,7 @@ def sim_ab(name: str) -> str:
 
 BLOCKS: dict[str, Callable[[], str]] = {
     "sim-mypyc-ab": lambda: sim_ab("sim_mypyc_ab.json"),
-    "sim-mypyc-ab-1m": lambda: sim_ab("sim_mypyc_ab_1m.json"),
+    "sim-mypyc-ab-trace-scale": lambda: sim_ab("sim_mypyc_ab_1m.json"),
     "sim-scale": lambda: sim_scale("sim_scale.json"),
     "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),
