@@ -115,6 +115,12 @@ class SessionPlan:
         )
         self.salts = {name: tenants.salt_for(name, base_seed) for name in tenants.names}
         self._priorities = [int(p) for p in spec.priorities]
+        self._names = list(tenants.names)
+        self._plain = not pfx.shared_tokens and not pfx.dynamic_tokens
+        self._keep_text = spec.keep_prompt_text
+        self._cancel_after = spec.cancel_after_tokens
+        self._cell_id = spec.cell_id
+        self._turn_interval_s = spec.sessions.turn_interval_s
 
     def sessions(self, rng: np.random.Generator) -> Iterator[list[Row]]:
         """Each session's turns in session order, drawing prompt tokens chunk by chunk."""
@@ -124,27 +130,35 @@ class SessionPlan:
             for a in range(a0, b0, DRAW_CHUNK_SESSIONS):
                 b = min(a + DRAW_CHUNK_SESSIONS, b0)
                 lens = block.draw_len[a - a0 : b - a0]
-                pool = self.tok.random_ids(rng, int(lens.sum()))
+                pool: Any = self.tok.random_ids(rng, int(lens.sum()))
+                if self.compact_ids:
+                    pool = compact(pool)  # sliced per session: one copy of each prompt
                 offset = 0
                 for s, n in zip(range(a, b), lens.tolist(), strict=True):
                     yield self.session(s, s - a0, block, pool[offset : offset + n])
                     offset += n
 
-    def session(self, s: int, i: int, block: _Block, ids_pool: np.ndarray) -> list[Row]:
-        """Every turn of session ``s`` (``i`` within ``block``); ``ids_pool``: its drawn tokens."""
-        spec = self.spec
+    def session(self, s: int, i: int, block: _Block, ids_pool: Any) -> list[Row]:
+        """Every turn of session ``s`` (``i`` within ``block``); ``ids_pool``: its drawn tokens
+        (an ``array('q')`` with ``compact_ids``, else an int64 array)."""
         tok = self.tok
         turns = self.turns
         tenant_index = block.tenant_idx[i]
-        tenant = spec.tenants.names[tenant_index]
+        tenant = self._names[tenant_index]
         group = None if block.groups is None else block.groups[i]
-        shared = self.builder.shared_part(tenant_index, group)
         n_unique = block.unique_len[i]
         cursor = n_unique
         ids: Sequence[int]
         if self.compact_ids:
-            ids, reusable = self._compact_first_turn(shared, block.dynamic[i], ids_pool[:n_unique])
+            # a fresh array per session already: no second copy when it is the whole prompt
+            unique = ids_pool if n_unique == len(ids_pool) else ids_pool[:n_unique]
+            if self._plain:  # no shared part, no dynamic field: the unique part alone
+                ids, reusable = unique, 0
+            else:
+                shared = self.builder.shared_part(tenant_index, group)
+                ids, reusable = self._compact_first_turn(shared, block.dynamic[i], unique)
         else:
+            shared = self.builder.shared_part(tenant_index, group)
             unique = tuple(ids_pool[:n_unique].tolist())
             dynamic = tuple(block.dynamic[i].tolist())
             ids, reusable = self.builder.compose(shared, dynamic, unique)
@@ -152,8 +166,13 @@ class SessionPlan:
         out_len = block.out_len[i]
         start = block.starts[i]
         salt = self.salts[tenant]
-        keep_text = spec.keep_prompt_text
-        cancel_after = spec.cancel_after_tokens
+        keep_text = self._keep_text
+        cancel_after = self._cancel_after
+        cell_id = self._cell_id
+        interval = self._turn_interval_s
+        priorities = self._priorities
+        prio = block.prio
+        cancel = block.cancel
         rows: list[Row] = []
         for k in range(turns):
             if k > 0:
@@ -163,11 +182,11 @@ class SessionPlan:
                 cursor += n_user
                 reusable = len(ids) + len(prev_out)
                 if isinstance(ids, array):
-                    ids = ids + array("q", prev_out) + compact(user)
+                    ids = ids + array("q", prev_out) + user
                 else:
                     ids = tuple(ids) + tuple(prev_out) + tuple(user.tolist())
             j = i * turns + k
-            arrival_s = start + k * spec.sessions.turn_interval_s if k else start
+            arrival_s = start + k * interval
             # PlannedRequest's fields after request_id, in field order (positional: cheaper
             # than a dict of keywords, once per request)
             fields = (
@@ -179,9 +198,9 @@ class SessionPlan:
                 salt,
                 session_id,
                 group,
-                self._priorities[block.prio[j]],
-                cancel_after if block.cancel[j] else None,
-                spec.cell_id,
+                priorities[prio[j]],
+                cancel_after if cancel[j] else None,
+                cell_id,
                 int(reusable),
                 k,
             )
@@ -189,14 +208,14 @@ class SessionPlan:
         return rows
 
     def _compact_first_turn(
-        self, shared: tuple[int, ...], dynamic: np.ndarray, unique: np.ndarray
+        self, shared: tuple[int, ...], dynamic: np.ndarray, unique: array[int]
     ) -> tuple[array[int], int]:
         """:meth:`PromptBuilder.compose`'s layout, as one ``array('q')``."""
         if not shared and not dynamic.size:
-            return compact(unique), 0
+            return unique, 0
         if self.spec.prefix.dynamic_position == "before" and dynamic.size:
-            return compact(dynamic) + array("q", shared) + compact(unique), 0
-        return array("q", shared) + compact(dynamic) + compact(unique), len(shared)
+            return compact(dynamic) + array("q", shared) + unique, 0
+        return array("q", shared) + compact(dynamic) + unique, len(shared)
 
 
 def compact(ids: np.ndarray) -> array[int]:

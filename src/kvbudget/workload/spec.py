@@ -8,6 +8,7 @@ the same list of :class:`PlannedRequest`, sorted by (arrival, turn, session);
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,13 @@ def _generate_sorted(plan: SessionPlan, rng: np.random.Generator) -> Iterator[Pl
 def _generate_merged(plan: SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:
     """Rows in (arrival, turn, session) order from sessions in start order (sorted starts)."""
     limit = plan.spec.num_requests
-    pending: list[tuple[float, int, int, tuple[Any, ...]]] = []
     sessions = plan.sessions(rng)
+    if plan.turns == 1:
+        # one row a session, sessions already in (arrival, session) order: no merge
+        for i, (row,) in enumerate(itertools.islice(sessions, limit)):
+            yield PlannedRequest(f"r{i:06d}", *row[3])
+        return
+    pending: list[tuple[float, int, int, tuple[Any, ...]]] = []
     upcoming = next(sessions, None)
     i = 0
     while limit is None or i < limit:
