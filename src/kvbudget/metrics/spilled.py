@@ -39,9 +39,9 @@ Chunks = Callable[[], Iterator[np.ndarray]]
 class SpilledColumns:
     """Rows of ``num_columns`` float64 values: a buffer in memory, the rest in a temporary file."""
 
-    def __init__(self, num_columns: int = 1, *, buffer_rows: int = BUFFER_ROWS) -> None:
+    def __init__(self, num_columns: int = 1, *, buffer_rows: int = 0) -> None:
         self.num_columns = num_columns
-        self._limit = buffer_rows * num_columns
+        self._limit = (buffer_rows or BUFFER_ROWS) * num_columns
         self._buf = array("d")
         self._file: IO[bytes] | None = None
         self._spilled_values = 0
