@@ -92,6 +92,12 @@ def test_length_column_replays_sample(dist: Any, monkeypatch: pytest.MonkeyPatch
         col.take(1)
 
 
+def _ramp(process: str) -> RampArrivals:
+    stages = [{"rate_per_s": 5, "duration_s": 20}, {"rate_per_s": 2.5, "duration_s": 10.5},
+              {"rate_per_s": 9, "duration_s": 4}]  # fmt: skip
+    return RampArrivals.model_validate({"stages": stages, "process": process})
+
+
 ARRIVALS: list[tuple[Any, int | None, float | None]] = [
     (PoissonArrivals(rate_per_s=20), 777, None),
     (PoissonArrivals(rate_per_s=20), None, 30.0),
@@ -104,7 +110,12 @@ ARRIVALS: list[tuple[Any, int | None, float | None]] = [
     (ConstantArrivals(rate_per_s=3.3), 50, 100.0),
     (BurstArrivals(at_s=2.0), 90, None),
     (ClosedLoopArrivals(concurrency=3), 90, None),
-    (RampArrivals(stages=[{"rate_per_s": 5, "duration_s": 20}]), None, 10.0),  # type: ignore[list-item]
+    (_ramp("poisson"), None, None),
+    (_ramp("poisson"), 150, None),
+    (_ramp("poisson"), None, 25.0),
+    (_ramp("poisson"), 120, 25.0),
+    (_ramp("constant"), None, 25.0),
+    (_ramp("constant"), 40, None),
     (TraceArrivals(timestamps_s=[3.0, 1.0, 2.0]), None, None),
 ]
 
