@@ -17,8 +17,9 @@ preemptions, prefix-cache hit tokens, steps (all simulated). The last four lines
 scenario gives the same digest on the fast path and on the explicit engine (it must). The
 shared-prefix one: the fast path once gave 128 fewer hit tokens there, before its
 completed-vs-cancelled free order was fixed on 2026-11-30. ``sliding``, ``gemma3_small`` and
-``tier_cpu`` run on the fast path since 2026-12-01; each also runs on the explicit engine in the
-same run (``*_explicit``), and the last lines compare the two.
+``tier_cpu`` run on the fast path since 2026-12-01, and ``priority_small`` (priority scheduling,
+three levels, on the shared-prefix workload and small pool) since 2026-12-01 too; each also runs
+on the explicit engine in the same run (``*_explicit``), and the last lines compare the two.
 
 Kept output: ``bench/results/sim_equivalence.txt`` is this script's output on the commit named
 in its first line (a ``#`` comment); compare a later tree to it with::
@@ -53,6 +54,7 @@ def make_requests(
     shared: bool = False,
     salt: bool = False,
     cancel: bool = False,
+    priority: bool = False,
 ) -> list[EngineRequest]:
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
@@ -73,6 +75,7 @@ def make_requests(
                 arrival_s=float(arrivals[i]),
                 cache_salt=f"s{i % 2}" if salt and i % 3 == 0 else None,
                 cancel_after_tokens=int(rng.integers(1, 50)) if cancel and i % 4 == 0 else None,
+                priority=(i * 7) % 3 if priority else 0,
             )
         )
     return out
@@ -161,6 +164,20 @@ def main() -> None:
             [ReplicaSetup(small, roofline, tiers=(cpu,), fast_path=False)],
             {},
         ),
+        "priority_small": (
+            make_requests(800, 40, 2, priority=True, **mixed),
+            [ReplicaSetup(small.model_copy(update={"policy": "priority"}), roofline)],
+            {},
+        ),
+        "priority_small_explicit": (
+            make_requests(800, 40, 2, priority=True, **mixed),
+            [
+                ReplicaSetup(
+                    small.model_copy(update={"policy": "priority"}), roofline, fast_path=False
+                )
+            ],
+            {},
+        ),
         "cost4": (
             make_requests(800, 80, 6, shared=True),
             [ReplicaSetup(small, roofline)] * 4,
@@ -180,7 +197,7 @@ def main() -> None:
     # same workload, fast path vs explicit stepping: must be identical (docs/simulator.md)
     same = digests["shared_small_fast"] == digests["shared_small_explicit"]
     print("shared_small fast == explicit:", "identical" if same else "DIFFERENT", flush=True)
-    for name in ("sliding", "gemma3_small", "tier_cpu"):
+    for name in ("sliding", "gemma3_small", "tier_cpu", "priority_small"):
         same = digests[name] == digests[f"{name}_explicit"]
         print(f"{name} fast == explicit:", "identical" if same else "DIFFERENT", flush=True)
 

@@ -22,7 +22,15 @@ from kvbudget import __version__
 from kvbudget.errors import KvbudgetError
 from kvbudget.serve.engine import RealTimeEngine, TokenQueue
 from kvbudget.serve.metrics import ServeMetrics
-from kvbudget.serve.protocol import ChunkMaker, ParsedRequest, RequestInvalid, parse_body, usage
+from kvbudget.serve.protocol import (
+    ParsedRequest,
+    RequestInvalid,
+    TokenizeBody,
+    chat_text,
+    parse_body,
+    validate,
+)
+from kvbudget.serve.responses import ChunkMaker, ErrorBody, TokenizeResult, usage
 from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest
 from kvbudget.workload.tokenizer import get_tokenizer
@@ -155,17 +163,21 @@ class ServeApp:
             return _error(RequestInvalid(400, "request body is not valid JSON"))
         tok = self.tokenizer
         try:
-            if isinstance(body, dict) and "messages" in body:
-                ids = tok.encode(tok.render_chat(body["messages"]))
-            elif isinstance(body, dict) and isinstance(body.get("prompt"), str):
-                ids = tok.encode(body["prompt"])
+            req = validate(TokenizeBody, body)
+            if req.messages is not None:
+                ids = tok.encode(chat_text(req.messages, tok))
+            elif req.prompt is not None:
+                ids = tok.encode(req.prompt)
             else:
-                return _error(RequestInvalid(400, "give 'prompt' (string) or 'messages'", "prompt"))
-        except KvbudgetError as exc:
-            return _error(RequestInvalid(400, str(exc), "messages"))
-        return web.json_response(
-            {"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
-        )
+                raise RequestInvalid(400, "give 'prompt' (string) or 'messages'", "prompt")
+        except RequestInvalid as exc:
+            return _error(exc)
+        result: TokenizeResult = {
+            "count": len(ids),
+            "max_model_len": self.max_model_len,
+            "tokens": ids,
+        }
+        return web.json_response(result)
 
     # ---------------------------------------------------------------- generation
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -241,11 +253,12 @@ class ServeApp:
                     f"the engine aborted the request ({self.engine.error or 'server stopping'})"
                 )
                 if stream is None:
-                    err = {
+                    err: ErrorBody = {
                         "error": {"message": message, "type": "InternalServerError", "code": 500}
                     }
                     return web.json_response(err, status=500), False
-                await stream.write(_sse({"error": {"message": message, "code": 500}}))
+                in_stream: ErrorBody = {"error": {"message": message, "code": 500}}
+                await stream.write(_sse(in_stream))
                 await stream.write(b"data: [DONE]\n\n")
                 await stream.write_eof()
                 return stream, False

@@ -25,6 +25,13 @@ The queue is compacted when stale entries outnumber the pool. Per-block loops us
 subscripts only and eviction is inlined in the common case (no duplicate hashes, no eviction
 hook): with prefix caching on these loops were most of the simulator's cost (an
 ``OrderedDict`` free queue cost about twice as much; docs/benchmarks.md, "Simulator speed").
+
+Deferred sources (:meth:`BlockPool.defer`): a source may hold full blocks it has not registered
+yet (a decoder on the fast path registers its filled blocks when it leaves). At most one
+deferred source per root. Before the pool registers another source's blocks under that root,
+or materializes it, it calls the flush hook, which registers the deferred source's blocks as
+they would have been registered by then; so the registration order under every root, and every
+lookup, is the same as without deferral.
 """
 
 from __future__ import annotations
@@ -75,8 +82,10 @@ class BlockPool:
     __slots__ = (
         "_cached",
         "_compact_at",
+        "_deferred",
         "_dups",
         "_fgen",
+        "_flush",
         "_front",
         "_inq",
         "_min_compact_at",
@@ -129,6 +138,10 @@ class BlockPool:
         #: lazy registration: root hash (block 0 of the chain) -> runs in registration order
         self._pending: dict[BlockKey, list[PendingRun]] = {}
         self._num_pending_runs = 0
+        #: root -> the one source holding unregistered full blocks under it (:meth:`defer`),
+        #: and the hook that registers them (its owner's)
+        self._deferred: dict[BlockKey, HashSource] = {}
+        self._flush: Callable[[HashSource], None] | None = None
         #: compact the pending runs when there are more than this (twice the live ones after
         #: the last compaction, at least min(2 x blocks, 1024)): a dead run holds its request's
         #: prompt, so memory stays proportional to the cache, not to the requests served
@@ -178,12 +191,13 @@ class BlockPool:
 
     def get_cached_block(self, key: BlockKey) -> int | None:
         """Block id cached under ``key`` or ``None``."""
-        if self._pending:
+        if self._pending or self._deferred:
             self.materialize_all()
         return self._cached.get(key)
 
     def num_cached_blocks(self) -> int:
-        """Blocks currently carrying a hash."""
+        """Blocks currently carrying a hash (deferred blocks registered first)."""
+        self.flush_deferred()
         return self.num_blocks - self.block_key.count(None)
 
     # ------------------------------------------------------------------ mutations
@@ -231,8 +245,14 @@ class BlockPool:
                 # gather the keys at C level; evict run by run (a dead request's blocks
                 # are usually consecutive in the queue and carry the same pending run)
                 taken_keys = itemgetter(*taken)(keys)
-                num_evicted = left - taken_keys.count(None)
-                if num_evicted:
+                # (``count(None)`` over keyed entries is slow: each non-None one takes the
+                # rich-comparison fallback; identity matches are cheap, so the walk below
+                # checks a run's stretch with ``count(run)`` over at most its live blocks)
+                if taken_keys[0] is None and taken_keys.count(None) == left:
+                    for block_id in taken:  # nothing to evict (a pool not yet full)
+                        inq[block_id] = 0
+                        ref[block_id] = 1
+                else:
                     for block_id in taken:
                         inq[block_id] = 0
                         ref[block_id] = 1
@@ -243,22 +263,21 @@ class BlockPool:
                         if key is None:
                             i += 1
                         elif key.__class__ is PendingRun:
-                            # its occurrences from i on; all in one stretch: one step
-                            rest = taken_keys[i:]
-                            num_run = rest.count(key)
-                            if rest[:num_run].count(key) == num_run:
-                                key.num_live -= num_run
-                                i += num_run
-                            else:
-                                key.num_live -= 1
-                                i += 1
+                            # its stretch from i: usually all its live blocks (one C-level
+                            # count of identity matches), else walked by identity
+                            m = min(key.num_live, left - i)
+                            if m < 2 or taken_keys[i : i + m].count(key) != m:
+                                m = i + 1
+                                while m < left and taken_keys[m] is key:
+                                    m += 1
+                                m -= i
+                            key.num_live -= m
+                            num_evicted += m
+                            i += m
                         else:
                             del cached[key]
+                            num_evicted += 1
                             i += 1
-                else:
-                    for block_id in taken:
-                        inq[block_id] = 0
-                        ref[block_id] = 1
             elif simple:
                 for block_id in taken:
                     inq[block_id] = 0
@@ -458,6 +477,54 @@ class BlockPool:
         if len(queue) - self._qhead > 2 * self.num_blocks or len(self._front) > 2 * self.num_blocks:
             self._compact()
 
+    def free_table(self, table: list[int], num_keyed: int) -> None:
+        """:meth:`free` of a request's whole block table, tail first, when the caller knows
+        that its first ``num_keyed`` blocks carry a key and the rest do not (a request's
+        registered blocks are a prefix of its table: registration goes in table order, and
+        only a referenced block gets a key). No null block in ``table``.
+
+        The common case, every block's last reference, takes one gather and one loop: a block
+        with a reference is never at the front (``_phantom``), so the checks :meth:`free`
+        makes on every block (its key, the null block, the front) are known here. A block
+        shared with another request (reference count above 1) falls back to :meth:`free`.
+        """
+        n = len(table)
+        if n < 2 or itemgetter(*table)(self.ref_cnt).count(1) != n:
+            self.free(reversed(table))
+            return
+        if not self.enable_caching:
+            num_keyed = 0
+        ref = self.ref_cnt
+        inq = self._inq
+        if num_keyed < n:
+            # unkeyed: to the front, in the order freed (the table's last block first)
+            fgen = self._fgen
+            phantom = self._phantom
+            front = self._front
+            for block_id in reversed(table[num_keyed:]):
+                ref[block_id] = 0
+                fgen[block_id] += 1
+                phantom[block_id] = True
+                inq[block_id] += 1
+            if n - num_keyed == 1:
+                block_id = table[-1]
+                front.appendleft((block_id, fgen[block_id]))
+            else:
+                front.extendleft((b, fgen[b]) for b in table[num_keyed:])
+        if num_keyed:
+            keyed = table[num_keyed - 1 :: -1]
+            for block_id in keyed:
+                ref[block_id] = 0
+                inq[block_id] += 1
+            self._queue.extend(keyed)
+            self._num_tail_live += num_keyed
+        self._num_free += n
+        if (
+            len(self._queue) - self._qhead > 2 * self.num_blocks
+            or len(self._front) > 2 * self.num_blocks
+        ):
+            self._compact()
+
     def _compact(self) -> None:
         """Drop stale deque entries (bounded memory; order of live entries unchanged)."""
         live = self._live_tail_entries()
@@ -510,6 +577,11 @@ class BlockPool:
         carrying a key and the null block are skipped, as :meth:`cache_block` does. Only for
         pools without an eviction hook.
         """
+        deferred = self._deferred
+        if deferred:
+            owner = deferred.get(root)
+            if owner is not None and owner is not source:
+                self._flush_owner(owner)
         keys = self.block_key
         runs = self._pending.get(root)
         if runs is None:
@@ -541,7 +613,12 @@ class BlockPool:
             self._compact_pending()
 
     def materialize(self, root: BlockKey) -> None:
-        """Hash and enter the pending runs of chains starting with ``root``, in order."""
+        """Hash and enter the pending runs of chains starting with ``root``, in order (a
+        deferred source's blocks under ``root`` registered first)."""
+        if self._deferred:
+            owner = self._deferred.get(root)
+            if owner is not None:
+                self._flush_owner(owner)
         runs = self._pending.pop(root, None)
         if runs is None:
             return
@@ -564,8 +641,39 @@ class BlockPool:
 
     def materialize_all(self) -> None:
         """Hash every pending run (for callers that look keys up without a root)."""
+        self.flush_deferred()
         for root in list(self._pending):
             self.materialize(root)
+
+    # ------------------------------------------------------------------ deferred sources
+    def set_flush(self, flush: Callable[[HashSource], None]) -> None:
+        """The hook that registers a deferred source's blocks (owned by whoever defers)."""
+        self._flush = flush
+
+    def defer(self, root: BlockKey, source: HashSource) -> bool:
+        """Let ``source`` hold unregistered full blocks under ``root``; ``False`` (nothing
+        changed) when another source is deferred there already or no flush hook is set."""
+        if self._flush is None or root in self._deferred:
+            return False
+        self._deferred[root] = source
+        return True
+
+    def undefer(self, root: BlockKey) -> None:
+        """``source`` registers its own blocks from now on (call before it registers them)."""
+        del self._deferred[root]
+
+    def is_deferred(self, root: BlockKey) -> bool:
+        """Whether a source holds unregistered blocks under ``root``."""
+        return root in self._deferred
+
+    def flush_deferred(self) -> None:
+        """Register every deferred source's blocks (they stay deferred)."""
+        for source in list(self._deferred.values()):
+            self._flush_owner(source)
+
+    def _flush_owner(self, source: HashSource) -> None:
+        assert self._flush is not None  # defer() needs the hook
+        self._flush(source)
 
     def _compact_pending(self) -> None:
         """Drop pending runs none of whose blocks still carries them (bounded memory)."""

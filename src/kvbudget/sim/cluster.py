@@ -21,7 +21,7 @@ from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.sim.driver import DriveOptions, DriveOutcome, Driver, OnStep, ScaleOut
 from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
-from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
+from kvbudget.sim.request import EngineRequest, RequestIn, SimRequest
 from kvbudget.sim.results import RequestResult, RunStats, SimResult, summarize
 from kvbudget.sim.router import Router
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
@@ -47,7 +47,7 @@ class ClusterSpec:
     crashes: list[Crash] = field(default_factory=list)
 
 
-def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
+def simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
     """Run the whole workload through the cluster and collect every request's result.
 
     The results come back in the workload's order. Python's cyclic garbage collector is paused
@@ -59,7 +59,7 @@ def simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int = 0) -> Si
 
 
 def simulate_stream(
-    requests: Iterable[Any],
+    requests: Iterable[RequestIn],
     spec: ClusterSpec,
     *,
     seed: int = 0,
@@ -179,7 +179,7 @@ class StreamedRun:
 
 
 def _run(
-    requests: Iterable[Any],
+    requests: Iterable[RequestIn],
     spec: ClusterSpec,
     *,
     seed: int,
@@ -263,11 +263,9 @@ def _run(
     return _Run(replicas, router, outcome, wall0, spec.max_simulated_s, last_finish, lifecycle)
 
 
-def _simulate(requests: Sequence[Any], spec: ClusterSpec, *, seed: int) -> SimResult:
-    ordered = sorted(
-        ((as_engine_request(r), i) for i, r in enumerate(requests)),
-        key=lambda x: (x[0].arrival_s, x[1]),
-    )
+def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) -> SimResult:
+    # sorted as given: the driver converts each request once, when it arrives
+    ordered = sorted(((r, i) for i, r in enumerate(requests)), key=lambda x: (x[0].arrival_s, x[1]))
     results: list[RequestResult] = []
     trace: list[dict[str, Any]] = []
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvbudget.errors import ConfigError
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.replica import ReplicaSetup
-from kvbudget.sim.request import EngineRequest, as_engine_request
+from kvbudget.sim.request import EngineRequest, RequestIn, as_engine_request
 from kvbudget.sim.results import RequestResult, SimResult
 
 
@@ -103,7 +103,7 @@ class PDResult:
         return self.decode.timing_model
 
 
-def simulate_pd(requests: Sequence[Any], spec: PDSpec, *, seed: int = 0) -> PDResult:
+def simulate_pd(requests: Sequence[RequestIn], spec: PDSpec, *, seed: int = 0) -> PDResult:
     """Run ``requests`` through the prefill pool, the link and the decode pool."""
     if not spec.prefill or not spec.decode:
         raise ConfigError(
@@ -175,7 +175,7 @@ def latency_summary(requests: Sequence[RequestResult]) -> dict[str, float | int 
         ]
     )
 
-    def pct(values: Any, q: float) -> float | None:
+    def pct(values: np.ndarray, q: float) -> float | None:
         return float(np.percentile(values, q)) if len(values) else None
 
     return {
@@ -189,7 +189,7 @@ def latency_summary(requests: Sequence[RequestResult]) -> dict[str, float | int 
 
 
 def compare_pd(
-    requests: Sequence[Any], spec: PDSpec, colocated: Sequence[ReplicaSetup], *, seed: int = 0
+    requests: Sequence[RequestIn], spec: PDSpec, colocated: Sequence[ReplicaSetup], *, seed: int = 0
 ) -> dict[str, Any]:
     """The same requests disaggregated and co-located; the figures are simulated."""
     pd = simulate_pd(requests, spec, seed=seed)

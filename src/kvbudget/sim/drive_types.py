@@ -10,10 +10,7 @@ from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.sim.engine import TokenOutput
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
-from kvbudget.workload.request import PlannedRequest
-
-#: what the driver takes as a request (a planned one is converted on arrival)
-RequestIn = EngineRequest | PlannedRequest
+from kvbudget.sim.request import RequestIn as RequestIn  # the driver's input, re-exported
 
 OnFinish = Callable[[SimRequest, Replica], None]
 OnReject = Callable[[EngineRequest, Replica, KvbudgetError], None]

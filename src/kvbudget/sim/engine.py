@@ -22,7 +22,6 @@ tier; :meth:`EngineCore.next_ready_s` says when to call again).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from kvbudget.sim.blockpool import BlockPool, EvictHook
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.kvcache import KVCacheManager
 from kvbudget.sim.prefix import ChainHasher
-from kvbudget.sim.request import SimRequest, as_engine_request, generated_token_id
+from kvbudget.sim.request import RequestIn, SimRequest, as_engine_request, generated_token_id
 from kvbudget.sim.scheduler import Scheduler, SchedulerOutput
 from kvbudget.sim.timing import BatchShape, StepTimeModel
 
@@ -116,7 +115,7 @@ class EngineCore:
         self.finished: list[SimRequest] = []
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, req: Any) -> SimRequest:
+    def add_request(self, req: RequestIn) -> SimRequest:
         """Queue a ``PlannedRequest`` / ``EngineRequest``; refuses one that can never fit."""
         spec = as_engine_request(req)
         cfg = self.config

@@ -37,27 +37,32 @@ and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on de
 (1 sliding : 1 full), Gemma-3 (5 sliding : 1 full), sliding-only, two-window and state-group
 layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold``, chunked prefill
 off, requests that end at ``max_model_len`` and ``max_num_seqs`` above
-``max_num_batched_tokens``. Used when the replica is FCFS (see
-:func:`fast_path_ok`); the replica also keeps P/D decode replicas and KV transfers on the
-explicit engine.
+``max_num_batched_tokens``, FCFS and priority scheduling (a priority step that could
+preempt runs on ``EngineCore``: :meth:`FastEngine.may_preempt`). With one full group the
+registration of a decoder's filled blocks is deferred (``BlockPool.defer``: registered when it
+leaves or when another request uses its root, in the order it would have had). The replica
+keeps P/D decode replicas and KV transfers on the explicit engine.
 """
 
 from __future__ import annotations
 
 import heapq
 
+from kvbudget.errors import SimulationError
+from kvbudget.sim.blockpool import HashSource
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
 from kvbudget.sim.fastpath_events import group_events, single_group_events
 from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
-from kvbudget.sim.request import SimRequest
+from kvbudget.sim.request import RequestIn, SimRequest
 from kvbudget.sim.timing import BatchShape
 
 
 def fast_path_ok(config: ReplicaConfig) -> bool:
     """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration.
 
-    Any FCFS replica (``policy == "priority"`` stays on the explicit engine). The tests prove
+    Every replica, FCFS or priority (a priority replica steps ``EngineCore`` itself in any step
+    that could preempt: :meth:`FastEngine.may_preempt`). The tests prove
     exactly this range (``tests/unit/sim/test_sim_fastpath.py`` on random workloads,
     ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step): one full group,
     sliding windows, state groups and several windows; prefix caching on and off; CPU and disk
@@ -69,7 +74,7 @@ def fast_path_ok(config: ReplicaConfig) -> bool:
     step, as the lazy step assumes. P/D decode replicas and KV transfers are kept on the
     explicit engine by the replica, not here.
     """
-    return config.policy == "fcfs"
+    return config.policy in ("fcfs", "priority")
 
 
 class FastEngine:
@@ -119,6 +124,31 @@ class FastEngine:
         self._events = (
             single_group_events if core.kv.single_full and not self.tiered else group_events
         )
+        #: one full group, lazy registration, block size > 1: a decoder's filled blocks are
+        #: registered when it leaves or when another request uses its root (the pool's flush
+        #: hook), not in each step that fills one; ``fill_phase`` holds the decoders that
+        #: still register in the step their token fills a block (another decoder holds the
+        #: deferral of their root), else it is ``phase`` itself
+        self._defer = (
+            self._events is single_group_events
+            and core.kv.lazy
+            and core.kv.caching
+            and core.pool.enable_caching
+            and self.block_size > 1
+        )
+        self.fill_phase: list[dict[int, SimRequest]] = (
+            [{} for _ in range(self.block_size)] if self._defer else self.phase
+        )
+        #: the decode step up to which filled blocks count as registered: ``g + 1`` once a
+        #: step's fill registrations are due (:func:`single_group_events`), ``g`` before
+        self.reg_g = 0
+        if self._defer:
+            core.pool.set_flush(self._flush_deferred)
+        #: priority scheduling: a preemption's victim is the running request with the largest
+        #: ``(priority, arrival)``, and when it is the request being scheduled the rest of the
+        #: running list waits a step (vLLM's scheduler breaks out of its loop); the lazy step
+        #: advances every decoder, so a step that could preempt runs on ``EngineCore``
+        self.priority = core.config.policy == "priority"
         #: stepping ``EngineCore`` itself (a request is reloading, or a reloaded one prefills
         #: ahead of decoders); the running requests are then in ``scheduler.running``
         self.explicit_mode = False
@@ -148,11 +178,22 @@ class FastEngine:
             req.num_computed_tokens = req.lazy_c0 + d
             req.num_output_tokens = req.lazy_o0 + d
 
+    def _flush_deferred(self, source: HashSource) -> None:
+        """Register a deferred decoder's filled blocks, as registering each in the step its
+        token filled it would have by now (the pool's flush hook)."""
+        assert isinstance(source, SimRequest)
+        self.kv._cache_full_blocks(source, source.lazy_c0 + self.reg_g - source.lazy_g0)
+
     def _add_decoder(self, req: SimRequest) -> None:
         req.lazy_g0 = self.g
         req.lazy_c0 = req.num_computed_tokens
         req.lazy_o0 = req.num_output_tokens
-        self.phase[(self.g - req.lazy_c0) % self.block_size][req.running_seq] = req
+        phase = (self.g - req.lazy_c0) % self.block_size
+        self.phase[phase][req.running_seq] = req
+        if self._defer:
+            hashes = req.block_hashes
+            if not (hashes and self.pool.defer(hashes[0], req)):
+                self.fill_phase[phase][req.running_seq] = req
         self.num_decoders += 1
         self.decode_ctx += req.lazy_c0
         finish_at = self.g + req.output_limit - req.lazy_o0
@@ -164,7 +205,16 @@ class FastEngine:
             self.token_times.setdefault(req.spec.request_id, []).extend(
                 self.step_ends[req.lazy_g0 : self.g]
             )
-        del self.phase[(req.lazy_g0 - req.lazy_c0) % self.block_size][req.running_seq]
+        phase = (req.lazy_g0 - req.lazy_c0) % self.block_size
+        if self._defer:
+            hashes = req.block_hashes
+            pool = self.pool
+            if hashes and pool._deferred.get(hashes[0]) is req:
+                pool.undefer(hashes[0])  # its blocks filled so far, registered now
+                self.kv._cache_full_blocks(req, req.lazy_c0 + self.reg_g - req.lazy_g0)
+            else:
+                del self.fill_phase[phase][req.running_seq]
+        del self.phase[phase][req.running_seq]
         self.num_decoders -= 1
         self.decode_ctx -= req.num_computed_tokens
         req.lazy_g0 = -1
@@ -193,6 +243,8 @@ class FastEngine:
         return True
 
     def _preempt_last(self) -> SimRequest:
+        if self.priority:  # may_preempt() sends every step that could get here to EngineCore
+            raise SimulationError("fast path: a priority replica preempted in a lazy step")
         victim = self.running[next(reversed(self.running))]
         self._drop_running(victim)
         if self.sched.on_preempt is not None:
@@ -212,12 +264,34 @@ class FastEngine:
         """Running requests (lazy or, in explicit mode, the scheduler's)."""
         return len(self.running) + len(self.sched.running)
 
-    def add_request(self, req: object) -> SimRequest:
+    def add_request(self, req: RequestIn) -> SimRequest:
         return self.core.add_request(req)
 
     # ------------------------------------------------------------------ one step
+    def may_preempt(self) -> bool:
+        """Whether the next lazy step could run out of blocks before its admissions (which
+        stop, not preempt, at a full pool): every decoder at a block boundary takes a block
+        per paged group, and every prefilling request at most the blocks for the rest of its
+        prompt (a bound: its chunk may be shorter; sliding frees only add room)."""
+        size = self.block_size
+        paged = self._paged
+        need = len(self.phase[self.g % size]) * len(paged)
+        if self.explicit:
+            num_state = self.kv.num_groups - len(paged)
+            max_len = self.config.max_model_len
+            for req in self.explicit.values():
+                tables = req.block_ids
+                num_blocks = -(-min(req.num_tokens, max_len) // size)
+                for group in paged:
+                    need += max(0, num_blocks - len(tables[group]))
+                if num_state:
+                    need += sum(1 for g, t in enumerate(tables) if g not in paged and not t)
+        return need > self.pool.num_free_blocks
+
     def step(self, now_s: float) -> float:
         """Schedule and apply one step at ``now_s``; returns its duration (0 = nothing ran)."""
+        if self.priority and not self.explicit_mode and self.may_preempt():
+            to_explicit(self)  # this step on EngineCore (its victim rule), then back
         if self.explicit_mode:
             duration = explicit_step(self.core, now_s, self.token_times).duration_s
             if lazy_ok(self):
@@ -256,6 +330,7 @@ class FastEngine:
         if not self.preempted:
             budget = self._admit_waiting(now_s, scheduled, budget)
         if not scheduled and self.num_decoders == 0:
+            self.reg_g = self.g  # no step: no decoder token was scheduled
             return 0.0
         return self._apply(now_s, scheduled)
 

@@ -24,6 +24,17 @@ def single_group_events(fe: FastEngine) -> None:
     if crossing:
         pool = fe.pool
         g = fe.g
+        num_crossing = len(crossing)
+        if size > 1 and num_crossing <= pool._num_free:
+            # every one fits: one pop of their blocks, handed out in running order (the same
+            # blocks, evictions and free queue as one pop each; a bucket holds only running
+            # decoders, in running order)
+            for dec, block_id in zip(crossing.values(), pool.allocate(num_crossing), strict=True):
+                d = g - dec.lazy_g0
+                dec.num_computed_tokens = dec.lazy_c0 + d
+                dec.num_output_tokens = dec.lazy_o0 + d
+                dec.block_ids[0].append(block_id)
+            crossing = {}
         for seq in list(crossing):
             req = crossing.get(seq)
             if req is None or seq not in fe.running:
@@ -48,13 +59,17 @@ def single_group_events(fe: FastEngine) -> None:
     # order: registering keys a referenced block, allocation pops free ones (independent),
     # and a decoder preempted above has already left its bucket (as EngineCore, which
     # never schedules it). Block size 1: the crossing loop registered it already.
+    # With deferral (FastEngine._defer) only the decoders in ``fill_phase`` register now; the
+    # others' blocks count as registered from here on (``reg_g``) and are registered when the
+    # pool first needs them.
     if size > 1 and kv.caching:
-        completing = fe.phase[(fe.g + 1) % size]
+        g1 = fe.g + 1
+        completing = fe.fill_phase[g1 % size]
         if completing:
-            g1 = fe.g + 1
             cache = kv._cache_full_blocks
             for req in completing.values():
                 cache(req, req.lazy_c0 + g1 - req.lazy_g0)
+        fe.reg_g = g1
 
 
 def group_events(fe: FastEngine) -> None:

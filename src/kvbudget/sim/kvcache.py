@@ -89,7 +89,7 @@ class KVCacheManager:
             if not req.block_hashes:
                 return [[]], 0
             root = req.block_hashes[0]
-            if root in pool._pending:
+            if root in pool._pending or root in pool._deferred:
                 pool.materialize(root)
             if root not in pool._cached:
                 return [[]], 0
@@ -303,7 +303,9 @@ class KVCacheManager:
 
     def free(self, req: SimRequest) -> None:
         """Release every block of ``req`` (tail first, group by group)."""
-        if self.num_groups == 1:
+        if self.single_full:  # its registered blocks are its table's first ones, no null
+            self.pool.free_table(req.block_ids[0], req.num_cached_blocks)
+        elif self.num_groups == 1:
             self.pool.free(reversed(req.block_ids[0]))
         else:  # the null block (released sliding slots) is never freed: left out
             self._free_groups(

@@ -96,6 +96,19 @@ class LifecycleStats:
     duplicated_output_tokens: int = 0
     transfer_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    #: each re-sent request's id -> (the id its first re-send was made from, tag, attempt):
+    #: the next attempt's id comes from here, never parsed back out of the id's text
+    resent: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+
+    def resend_id(self, request_id: str, tag: str) -> str:
+        """The id of the next ``tag`` attempt of ``request_id``: ``a#retry1``, then
+        ``a#retry2`` (a re-sent request re-sent again the same way), ``a#retry1#migrate1``."""
+        base, last_tag, attempt = self.resent.get(request_id, (request_id, tag, 0))
+        if last_tag != tag:
+            base, attempt = request_id, 0
+        new_id = f"{base}#{tag}{attempt + 1}"
+        self.resent[new_id] = (base, tag, attempt + 1)
+        return new_id
 
     def as_dict(self) -> dict[str, int | list[str]]:
         return {
@@ -111,13 +124,6 @@ class LifecycleStats:
         }
 
 
-def _suffix(request_id: str, tag: str) -> str:
-    base, _, count = request_id.rpartition(f"#{tag}")
-    if base and count.isdigit():
-        return f"{base}#{tag}{int(count) + 1}"
-    return f"{request_id}#{tag}1"
-
-
 def streamed_outputs(req: SimRequest, now_s: float, step_end_s: float) -> int:
     """Output tokens the client has received by ``now_s``.
 
@@ -130,13 +136,15 @@ def streamed_outputs(req: SimRequest, now_s: float, step_end_s: float) -> int:
     return n
 
 
-def continuation(req: SimRequest, tag: str, num_streamed: int) -> EngineRequest:
+def continuation(
+    req: SimRequest, tag: str, num_streamed: int, stats: LifecycleStats
+) -> EngineRequest:
     """The context so far (prompt + ``num_streamed`` outputs) as a new request for the rest."""
     spec = req.spec
     prompt = tuple(req.token_slice(0, req.num_prompt_tokens + num_streamed))
     return replace(
         spec,
-        request_id=_suffix(spec.request_id, tag),
+        request_id=stats.resend_id(spec.request_id, tag),
         prompt_token_ids=prompt,
         max_output_tokens=max(1, spec.max_output_tokens - num_streamed),
         cancel_after_tokens=(
@@ -148,9 +156,10 @@ def continuation(req: SimRequest, tag: str, num_streamed: int) -> EngineRequest:
     )
 
 
-def retry(req: SimRequest) -> EngineRequest:
+def retry(req: SimRequest, stats: LifecycleStats) -> EngineRequest:
     """The client's retry of the original request (everything recomputed)."""
-    return replace(req.spec, request_id=_suffix(req.spec.request_id, "retry"), kv_transferred=False)
+    new_id = stats.resend_id(req.spec.request_id, "retry")
+    return replace(req.spec, request_id=new_id, kv_transferred=False)
 
 
 def evict(rep: Replica, now_s: float) -> list[tuple[SimRequest, int]]:
@@ -191,9 +200,9 @@ def at_deadline(
             req.finish_reason = "cancelled"
             req.finish_s = now_s
             cancelled.append(req)
-            resend.append((now_s, retry(req)))
+            resend.append((now_s, retry(req, stats)))
             continue
-        moved = continuation(req, "migrate", streamed)
+        moved = continuation(req, "migrate", streamed, stats)
         if event.on_deadline == "reprefill":
             stats.num_migrated_reprefill += 1
             stats.duplicated_prefill_tokens += moved.num_prompt_tokens
@@ -212,7 +221,7 @@ def after_crash(rep: Replica, now_s: float, stats: LifecycleStats) -> list[Engin
     """The pod dies with its KV: the contexts the application re-sends at once, in order."""
     resend: list[EngineRequest] = []
     for req, streamed in evict(rep, now_s):
-        moved = continuation(req, "recover", streamed)
+        moved = continuation(req, "recover", streamed, stats)
         stats.num_lost_in_crash += 1
         stats.duplicated_prefill_tokens += moved.num_prompt_tokens
         resend.append(moved)

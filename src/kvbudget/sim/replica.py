@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore, TokenOutput
 from kvbudget.sim.fastpath import FastEngine, fast_path_ok
 from kvbudget.sim.fastpath_modes import explicit_step
-from kvbudget.sim.request import SimRequest
+from kvbudget.sim.request import RequestIn, SimRequest
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 
@@ -161,7 +160,7 @@ class Replica:
             self.fast.token_times = self.token_times
 
     # ------------------------------------------------------------------ driving
-    def add(self, req: Any) -> SimRequest:
+    def add(self, req: RequestIn) -> SimRequest:
         self.num_routed += 1
         if self.fast is not None:
             return self.fast.add_request(req)
@@ -214,7 +213,7 @@ class Replica:
         if not self.config.prefix_caching_effective:
             return 0, 0
         num_gpu = 0
-        if block_hashes and block_hashes[0] in pool._pending:
+        if block_hashes and (block_hashes[0] in pool._pending or block_hashes[0] in pool._deferred):
             pool.materialize(block_hashes[0])  # lazy registration: same root, same chain
         cached = pool._cached
         for h in block_hashes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from kvbudget.sim.prefix import BlockHash, ChainHasher
 from kvbudget.workload.request import PlannedRequest
@@ -53,43 +53,35 @@ class EngineRequest:
         return len(self.prompt_token_ids)
 
 
-def as_engine_request(req: Any, *, arrival_s: float | None = None) -> EngineRequest:
-    """Accept an :class:`EngineRequest` or a ``PlannedRequest``-like object.
+#: what the engine takes as a request: its own type, or the workload's, converted on arrival
+RequestIn = EngineRequest | PlannedRequest
 
+
+def as_engine_request(req: RequestIn, *, arrival_s: float | None = None) -> EngineRequest:
+    """The engine's view of ``req``: the one conversion of a :class:`PlannedRequest`.
+
+    An :class:`EngineRequest` is returned as it is (no copy); a planned request gives its
+    fields, positionally (one object per request on the trace-scale path), with the engine's
+    own fields at their defaults (no adapter, no multimodal inputs, no KV transferred).
     ``arrival_s`` replaces the request's own arrival time (a cell's timeline offset).
     """
     if isinstance(req, EngineRequest):
         return req if arrival_s is None else replace(req, arrival_s=arrival_s)
-    if req.__class__ is PlannedRequest:
-        # the generator's own type (trace scale): its fields, positionally, same coercions
-        ids = req.prompt_token_ids
-        return EngineRequest(
-            str(req.request_id),
-            ids if ids.__class__ is array else tuple(ids),  # compact ids stay compact
-            int(req.output_tokens),
-            float(req.arrival_s) if arrival_s is None else arrival_s,
-            int(req.priority or 0),
-            req.cache_salt,
-            None,
-            (),
-            req.session_id,
-            str(req.tenant or "default"),
-            req.cell_id,
-            req.cancel_after_tokens,
-        )
+    ids = req.prompt_token_ids
     return EngineRequest(
-        request_id=str(req.request_id),
-        prompt_token_ids=tuple(req.prompt_token_ids),
-        max_output_tokens=int(req.output_tokens),
-        arrival_s=float(getattr(req, "arrival_s", 0.0)) if arrival_s is None else arrival_s,
-        priority=int(getattr(req, "priority", 0) or 0),
-        cache_salt=getattr(req, "cache_salt", None),
-        adapter_id=getattr(req, "adapter_id", None),
-        mm_hashes=tuple(getattr(req, "mm_hashes", ()) or ()),
-        session_id=getattr(req, "session_id", None),
-        tenant=str(getattr(req, "tenant", "default") or "default"),
-        cell_id=getattr(req, "cell_id", None),
-        cancel_after_tokens=getattr(req, "cancel_after_tokens", None),
+        req.request_id,
+        # a read-only sequence: compact ids and tuples as they are, anything else copied
+        ids if ids.__class__ is array or ids.__class__ is tuple else tuple(ids),
+        req.output_tokens,
+        req.arrival_s if arrival_s is None else arrival_s,
+        req.priority,
+        req.cache_salt,
+        None,
+        (),
+        req.session_id,
+        req.tenant,
+        req.cell_id,
+        req.cancel_after_tokens,
     )
 
 

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from kvbudget.errors import ConfigError
+from kvbudget.records import RequestRecord
 from kvbudget.sim.scenario import SimScenario, build_cluster, build_workload
 from kvbudget.sim.slots import SlotConfig
 from kvbudget.sim.slots_records import run_planned
-from kvbudget.sim.timing import CalibratedTiming
+from kvbudget.sim.timing import CalibratedTiming, StepTimeModel
 
 LLAMACPP_PAD = 256
 
@@ -30,7 +31,7 @@ def _pad(n: int) -> int:
 
 def slot_config_for(
     scenario: SimScenario,
-    timing: Any,
+    timing: StepTimeModel,
     *,
     num_slots: int | None,
     ctx_size_tokens: int | None,
@@ -62,7 +63,7 @@ def simulate_slots_scenario(
     ctx_size_tokens: int | None = None,
     n_batch: int | None = None,
     n_ubatch: int | None = None,
-) -> tuple[dict[str, Any], list[Any]]:
+) -> tuple[dict[str, Any], list[RequestRecord]]:
     """(summary, records) of the scenario's workload on one llama.cpp-style server."""
     wall0 = time.perf_counter()
     if scenario.replicas != 1 or scenario.tiers:

@@ -187,3 +187,42 @@ def test_bench_against_serve_end_to_end(tmp_path: Path) -> None:
     # every block is back: only the null block is not free
     assert stats.num_free_blocks == stats.num_total_blocks - 1
     assert stats.num_running == 0 and stats.num_waiting == 0
+
+
+def test_bad_bodies_are_one_line_400s_and_the_server_keeps_serving() -> None:
+    async def raw(app: ServeApp, path: str, data: bytes) -> tuple[int, str]:
+        headers = {"Content-Type": "application/json"}
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(app.base_url + path, data=data, headers=headers) as r,
+        ):
+            return r.status, await r.text()
+
+    async def go(app: ServeApp) -> list[tuple[int, Any]]:
+        return [
+            await raw(app, "/v1/completions", b"{not json"),
+            await _post(app, "/v1/completions", {"model": "m", "prompt": "ba", "max_tokens": "3"}),
+            await _post(app, "/v1/chat/completions", {"model": "m", "messages": [{"x": 1}]}),
+            await _post(app, "/tokenize", {"model": "m", "prompt": 5}),
+            await _post(app, "/v1/completions", {"model": "m", "prompt": "ba", "max_tokens": 2}),
+        ]
+
+    not_json, bad_max, bad_message, bad_tokenize, ok = _serve(go)
+    assert not_json[0] == 400 and json.loads(not_json[1])["error"]["code"] == 400
+    assert bad_max[0] == 400
+    assert json.loads(bad_max[1])["error"] == {
+        "message": "max_tokens='3' is not valid (input should be a valid integer); "
+        "give an integer >= 1 (default 16)",
+        "type": "BadRequestError",
+        "param": "max_tokens",
+        "code": 400,
+    }
+    err = json.loads(bad_message[1])["error"]
+    assert bad_message[0] == 400 and err["param"] == "messages.0.role"
+    assert err["message"].startswith("messages[0].role is required; ")
+    err = json.loads(bad_tokenize[1])["error"]
+    assert bad_tokenize[0] == 400 and err["param"] == "prompt"
+    assert err["message"].startswith(
+        "prompt=an integer is not valid (input should be a valid string)"
+    )
+    assert ok[0] == 200 and json.loads(ok[1])["usage"]["completion_tokens"] == 2

@@ -18,11 +18,15 @@ and last several steps; preemption then swaps to the CPU tier): every tier's blo
 link times and counters are compared after every step, and so is when a stalled replica wakes.
 A ``long_prefill_token_threshold`` is drawn too (a later, shorter prompt then starts decoding
 while an earlier one still prefills ahead of it), ``max_num_seqs`` above
-``max_num_batched_tokens``, chunked prefill off (a budget of ``max_model_len``) and a small
-``max_model_len`` that most requests end exactly at.
+``max_num_batched_tokens``, chunked prefill off (a budget of ``max_model_len``), a small
+``max_model_len`` that most requests end exactly at, and priority scheduling (three levels per
+request). With one group the hash table is compared too, after materializing the lazy and
+deferred registrations.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import example, given, settings
@@ -67,7 +71,11 @@ def _state(replica: Replica) -> tuple[object, ...]:
             for rid, r in core.requests.items()
         )
         return (*_pool_state(replica), done, tables, dict(core.pool._cached), core.pool._dups)
-    return (*_pool_state(replica), done, _tier_state(replica))
+    # one full group: lazy registration (and, on the fast path, deferred registration of a
+    # decoder's filled blocks) is materialized first; the table must be the same
+    core.pool.materialize_all()
+    table = (dict(core.pool._cached), core.pool._dups)
+    return (*_pool_state(replica), done, _tier_state(replica), table)
 
 
 def _tier_state(replica: Replica) -> tuple[object, ...]:
@@ -140,151 +148,152 @@ TIERS = st.tuples(
     st.booleans(),
 )
 Requests = list[tuple[int, int, int, int, int | None, bool, int | None, int]]
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    reqs=REQUESTS,
-    num_blocks=st.integers(20, 50),  # for block_size 4; scaled to the same tokens
-    block_size=st.sampled_from([1, 2, 4]),
-    caching=st.booleans(),
-    layout=st.sampled_from(LAYOUTS),
-    window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
-    tier=st.one_of(st.none(), TIERS),
-    threshold=st.sampled_from([0, 0, 3, 8]),  # long_prefill_token_threshold
-    limits=st.sampled_from([(4, 24), (4, 24), (8, 6)]),  # max_num_seqs, max_num_batched_tokens
+#: per-request priorities (vLLM: lower first) for a ``policy="priority"`` replica; () = FCFS
+PRIORITIES = st.one_of(
+    st.just(()), st.lists(st.integers(0, 2), min_size=16, max_size=16).map(tuple)
 )
-def test_fast_path_in_lockstep_with_engine(
-    reqs: Requests,
-    num_blocks: int,
-    block_size: int,
-    caching: bool,
-    layout: str,
-    window: int,
-    tier: TierDraw | None,
-    threshold: int,
-    limits: tuple[int, int],
-) -> None:
-    seqs, budget = limits  # (8, 6): more running requests allowed than tokens in a step
-    _lockstep(
-        reqs, num_blocks, block_size, caching, layout, window, tier, budget,
-        threshold=threshold, max_num_seqs=seqs,
-    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    """One drawn replica and workload (what every lockstep test below varies)."""
+
+    reqs: Requests
+    num_blocks: int  # for block_size 4; scaled to the same tokens
+    block_size: int
+    layout: str = "f"
+    window: int = 80
+    tier: TierDraw | None = None
+    caching: bool = True
+    budget: int = 24  # max_num_batched_tokens
+    threshold: int = 0  # long_prefill_token_threshold
+    max_num_seqs: int = 4
+    max_model_len: int = 256
+    chunked: bool = True
+    priorities: tuple[int, ...] = ()
 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    reqs=REQUESTS,
-    num_blocks=st.integers(20, 30),  # small pools: GPU evictions feed the tier, preemptions swap
-    block_size=st.sampled_from([2, 4]),
-    layout=st.sampled_from(LAYOUTS[:3]),
-    window=st.integers(1, 80),
-    tier=TIERS,
-    budget=st.sampled_from([5, 8, 24]),  # small: a reloaded prompt's rest outgrows the step
-    seqs=st.sampled_from([4, 10]),  # max_num_seqs (10: above a budget of 5 or 8)
+    case=st.builds(
+        Case,
+        reqs=REQUESTS,
+        num_blocks=st.integers(20, 50),
+        block_size=st.sampled_from([1, 2, 4]),
+        caching=st.booleans(),
+        layout=st.sampled_from(LAYOUTS),
+        window=st.integers(1, 80),  # tokens; prompts are up to 60, requests up to 72
+        tier=st.one_of(st.none(), TIERS),
+        threshold=st.sampled_from([0, 0, 3, 8]),
+        # (8, 6): more running requests allowed than tokens in a step
+        max_num_seqs=st.sampled_from([4, 4, 8]),
+        budget=st.sampled_from([24, 24, 6]),
+        priorities=PRIORITIES,
+    )
+)
+def test_fast_path_in_lockstep_with_engine(case: Case) -> None:
+    _lockstep(case)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=st.builds(
+        Case,
+        reqs=REQUESTS,
+        num_blocks=st.integers(
+            20, 30
+        ),  # small pools: GPU evictions feed the tier, preemptions swap
+        block_size=st.sampled_from([2, 4]),
+        layout=st.sampled_from(LAYOUTS[:3]),
+        window=st.integers(1, 80),
+        tier=TIERS,
+        budget=st.sampled_from([5, 8, 24]),  # small: a reloaded prompt's rest outgrows the step
+        max_num_seqs=st.sampled_from([4, 10]),  # 10: above a budget of 5 or 8
+        priorities=PRIORITIES,
+    )
 )
 # found by a random search: a reloaded request prefills ahead of decoders with a budget too
 # small for both (handing back to the lazy step as soon as no request is loading fails them)
 @example(
-    reqs=[
-        (1, 20, 7, 7, None, False, 8, 2), (1, 4, 10, 10, None, False, 8, 7),
-        (1, 1, 6, 12, None, False, None, 5), (1, 19, 2, 10, None, False, 4, 8),
-        (2, 20, 4, 0, None, False, None, 4), (2, 3, 4, 10, None, False, None, 11),
-        (2, 3, 5, 3, None, False, None, 1), (2, 15, 9, 8, None, False, 4, 8),
-        (2, 2, 10, 1, None, False, None, 11), (2, 10, 6, 3, None, False, 9, 2),
-        (2, 12, 2, 4, None, False, 13, 1),
-    ],
-    num_blocks=21, block_size=2, layout="f", window=56,
-    tier=("offload", 3, 4e7, 0.002, True), budget=5, seqs=4,
+    case=Case(
+        reqs=[
+            (1, 20, 7, 7, None, False, 8, 2), (1, 4, 10, 10, None, False, 8, 7),
+            (1, 1, 6, 12, None, False, None, 5), (1, 19, 2, 10, None, False, 4, 8),
+            (2, 20, 4, 0, None, False, None, 4), (2, 3, 4, 10, None, False, None, 11),
+            (2, 3, 5, 3, None, False, None, 1), (2, 15, 9, 8, None, False, 4, 8),
+            (2, 2, 10, 1, None, False, None, 11), (2, 10, 6, 3, None, False, 9, 2),
+            (2, 12, 2, 4, None, False, 13, 1),
+        ],
+        num_blocks=21, block_size=2, layout="f", window=56,
+        tier=("offload", 3, 4e7, 0.002, True), budget=5, max_num_seqs=4,
+    )
 )  # fmt: skip
 @example(
-    reqs=[
-        (0, 2, 7, 6, None, False, 11, 10), (1, 2, 1, 12, None, False, 14, 4),
-        (0, 9, 8, 4, None, False, 9, 7), (0, 9, 3, 10, None, False, 11, 4),
-        (2, 5, 2, 3, None, False, None, 2), (1, 18, 6, 10, None, False, None, 5),
-        (2, 8, 8, 9, None, False, 15, 9), (2, 18, 11, 7, None, False, None, 6),
-        (2, 14, 3, 11, None, False, 12, 5), (2, 7, 11, 9, None, False, None, 3),
-        (0, 3, 4, 2, None, False, 15, 7), (1, 13, 1, 0, None, False, None, 10),
-        (0, 12, 10, 7, None, False, 10, 8),
-    ],
-    num_blocks=20, block_size=4, layout="sf", window=48,
-    tier=("offload", 7, 4e6, 0.002, True), budget=8, seqs=4,
+    case=Case(
+        reqs=[
+            (0, 2, 7, 6, None, False, 11, 10), (1, 2, 1, 12, None, False, 14, 4),
+            (0, 9, 8, 4, None, False, 9, 7), (0, 9, 3, 10, None, False, 11, 4),
+            (2, 5, 2, 3, None, False, None, 2), (1, 18, 6, 10, None, False, None, 5),
+            (2, 8, 8, 9, None, False, 15, 9), (2, 18, 11, 7, None, False, None, 6),
+            (2, 14, 3, 11, None, False, 12, 5), (2, 7, 11, 9, None, False, None, 3),
+            (0, 3, 4, 2, None, False, 15, 7), (1, 13, 1, 0, None, False, None, 10),
+            (0, 12, 10, 7, None, False, 10, 8),
+        ],
+        num_blocks=20, block_size=4, layout="sf", window=48,
+        tier=("offload", 7, 4e6, 0.002, True), budget=8, max_num_seqs=4,
+    )
 )  # fmt: skip
-def test_fast_path_in_lockstep_with_engine_on_tiers(
-    reqs: Requests,
-    num_blocks: int,
-    block_size: int,
-    layout: str,
-    window: int,
-    tier: TierDraw,
-    budget: int,
-    seqs: int,
-) -> None:
+def test_fast_path_in_lockstep_with_engine_on_tiers(case: Case) -> None:
     """Tiers with prefix caching on (what they need) and pressure: reloads, swaps, stalls, and
     a reloaded request prefilling ahead of decoders with a token budget too small for both."""
-    _lockstep(reqs, num_blocks, block_size, True, layout, window, tier, budget, max_num_seqs=seqs)
+    _lockstep(case)
+
+
+@st.composite
+def _capped_cases(draw: st.DrawFn) -> Case:
+    """Requests cut to ``max_model_len``, with chunked prefill on (budget 6) or off (budget
+    ``max_model_len``, as vLLM requires)."""
+    max_model_len = draw(st.sampled_from([8, 17, 32]))  # below most requests: they end there
+    chunked = draw(st.booleans())
+    return Case(
+        reqs=draw(REQUESTS),
+        num_blocks=draw(st.integers(20, 50)),
+        block_size=draw(st.sampled_from([1, 2, 4])),
+        caching=draw(st.booleans()),
+        layout=draw(st.sampled_from(LAYOUTS)),
+        window=draw(st.integers(1, 40)),
+        tier=draw(st.one_of(st.none(), TIERS)),
+        threshold=draw(st.sampled_from([0, 0, 3, 8])),
+        budget=6 if chunked else max_model_len,
+        max_model_len=max_model_len,
+        chunked=chunked,
+        priorities=draw(PRIORITIES),
+    )
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    reqs=REQUESTS,
-    num_blocks=st.integers(20, 50),
-    block_size=st.sampled_from([1, 2, 4]),
-    caching=st.booleans(),
-    layout=st.sampled_from(LAYOUTS),
-    window=st.integers(1, 40),
-    tier=st.one_of(st.none(), TIERS),
-    threshold=st.sampled_from([0, 0, 3, 8]),
-    max_model_len=st.sampled_from([8, 17, 32]),  # below most requests: they end at the cap
-    chunked=st.booleans(),  # off: max_num_batched_tokens = max_model_len, as vLLM requires
-)
-def test_fast_path_in_lockstep_with_engine_at_max_model_len(
-    reqs: Requests,
-    num_blocks: int,
-    block_size: int,
-    caching: bool,
-    layout: str,
-    window: int,
-    tier: TierDraw | None,
-    threshold: int,
-    max_model_len: int,
-    chunked: bool,
-) -> None:
+@given(case=_capped_cases())
+def test_fast_path_in_lockstep_with_engine_at_max_model_len(case: Case) -> None:
     """Requests cut to ``max_model_len`` (prompt to ``max_model_len - 1``, output to the rest,
     so many end exactly at it), with chunked prefill on (budget 6) or off (budget
     ``max_model_len``: a prompt waits for a step with room for all of it)."""
-    _lockstep(
-        reqs, num_blocks, block_size, caching, layout, window, tier,
-        max_model_len if not chunked else 6,
-        threshold=threshold, max_num_seqs=4, max_model_len=max_model_len, chunked=chunked,
-    )  # fmt: skip
+    _lockstep(case)
 
 
-def _lockstep(
-    reqs: Requests,
-    num_blocks: int,
-    block_size: int,
-    caching: bool,
-    layout: str,
-    window: int,
-    tier: TierDraw | None,
-    budget: int = 24,
-    *,
-    threshold: int = 0,
-    max_num_seqs: int = 4,
-    max_model_len: int = 256,
-    chunked: bool = True,
-) -> None:
+def _lockstep(case: Case) -> None:
+    reqs, block_size, layout, window = case.reqs, case.block_size, case.layout, case.window
+    num_blocks, caching, max_model_len = case.num_blocks, case.caching, case.max_model_len
     groups = _groups(layout, window)
     base = ReplicaConfig(
         num_gpu_blocks=2,
         block_size=block_size,
         kv_groups=groups,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=budget,
-        long_prefill_token_threshold=threshold,
+        max_num_seqs=case.max_num_seqs,
+        max_num_batched_tokens=case.budget,
+        long_prefill_token_threshold=case.threshold,
         max_model_len=max_model_len,
-        enable_chunked_prefill=chunked,
+        enable_chunked_prefill=case.chunked,
+        policy="priority" if case.priorities else "fcfs",
         kv_bytes_per_token=KV_BYTES_PER_TOKEN,
     )
     cfg = base.model_copy(
@@ -300,7 +309,7 @@ def _lockstep(
     assert fast_path_ok(cfg)
     prefixes = [tuple(range(100 * p, 100 * p + 8)) for p in range(3)]
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
-    tiers = _tiers(tier, block_size)
+    tiers = _tiers(case.tier, block_size)
     fast = Replica("f", ReplicaSetup(cfg, timing, tiers=tiers), np.random.default_rng(3))
     slow = Replica(
         "s", ReplicaSetup(cfg, timing, tiers=tiers, fast_path=False), np.random.default_rng(3)
@@ -322,7 +331,12 @@ def _lockstep(
         prompt = prompt[: max_model_len - 1]
         out = min(out, max_model_len - len(prompt))  # a request at the cap ends exactly there
         return EngineRequest(
-            f"r{i}", prompt, out, cancel_after_tokens=cancel, cache_salt="s" if salt else None
+            f"r{i}",
+            prompt,
+            out,
+            priority=case.priorities[i] if case.priorities else 0,
+            cancel_after_tokens=cancel,
+            cache_salt="s" if salt else None,
         )
 
     now_s = 0.0
@@ -333,7 +347,7 @@ def _lockstep(
                 a = fast.add(req)
                 b = slow.add(req)
                 assert a.seed == b.seed
-                added[i] = (req.prompt_token_ids, a.seed)
+                added[i] = (tuple(req.prompt_token_ids), a.seed)
         if not fast.has_work() and step > 12:
             break
         duration_s = fast.step(now_s)

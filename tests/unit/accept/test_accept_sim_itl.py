@@ -49,17 +49,16 @@ def _request(name: str, first_token: int, prompt: int, output: int) -> PlannedRe
 
 
 def _target(fast: bool) -> SimTarget:
-    # the priority policy keeps the explicit engine (fast_path_ok); with equal priorities and
-    # no preemption it schedules as FCFS
-    config = ReplicaConfig(
-        num_gpu_blocks=64, enable_prefix_caching=False, policy="fcfs" if fast else "priority"
-    )
-    return SimTarget(
+    config = ReplicaConfig(num_gpu_blocks=64, enable_prefix_caching=False)
+    target = SimTarget(
         config,
         FixedTiming(step_s=0.010, per_token_s=0.001),
         np.random.default_rng(0),
         info=TargetInfo(kind="sim", source="simulated", label="fixed"),
     )
+    if not fast:
+        target.replica.fast = None  # the replica steps EngineCore itself (the explicit engine)
+    return target
 
 
 @pytest.mark.parametrize("fast", [True, False])

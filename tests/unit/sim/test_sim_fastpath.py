@@ -230,10 +230,24 @@ def test_fast_path_equals_explicit_stepping_at_max_model_len(
     _assert_same(seed, cfg, tiers, workload=requests)
 
 
-def test_fast_path_not_used_where_it_would_differ() -> None:
+def test_fast_path_takes_both_policies() -> None:
     base = {"num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64}
-    assert not fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
+    assert fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
     assert fast_path_ok(ReplicaConfig.model_validate(base))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fast_path_equals_explicit_stepping_with_priorities(seed: int) -> None:
+    """Priority scheduling (three levels, lower first) on small pools: preemptions pick the
+    largest (priority, arrival), and a request that preempts itself holds back the rest of the
+    running list for that step; such steps run on EngineCore, the others lazily."""
+    cfg = _cfg(seed).model_copy(update={"policy": "priority"})
+    rng = np.random.default_rng(100 + seed)
+    workload = [replace(r, priority=int(rng.integers(0, 3))) for r in random_workload(seed)]
+    _assert_same(seed, cfg, workload=workload)
+    setup = ReplicaSetup(cfg, FixedTiming(step_s=0.01, per_token_s=1e-4))
+    res = simulate(workload, ClusterSpec([setup]), seed=7)
+    assert sum(r.preemptions for r in res.requests) > 0  # the pools are small enough
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -168,3 +168,40 @@ def test_materialize_keeps_registration_order_of_equal_blocks() -> None:
         pool.free([b[2], b[1], b[0], a[2], a[1], a[0]])
         pool.allocate(15)  # pops the free queue, evicting every hashed block in order
         assert pool.num_evictions == 4 and not pool._cached and not pool._dups
+
+
+def test_a_deferred_source_is_registered_before_another_source_under_its_root() -> None:
+    """A decoder on the fast path holds its filled blocks unregistered (``BlockPool.defer``).
+    Another request registering equal blocks under the same root must come after them, as it
+    would had the decoder registered each block in the step that filled it; and a lookup of
+    the root sees them."""
+    pool = BlockPool(16)
+    a, b = pool.allocate(3), pool.allocate(3)
+    chain_a = _Chain(["h0", "h1", "h2"])
+    chain_b = _Chain(["h0", "h1", "h2"])
+    flushed: list[object] = []
+
+    def flush(source: object) -> None:  # the owner's hook: its blocks as filled by now
+        flushed.append(source)
+        if source is chain_a:
+            pool.register_lazy("h0", chain_a, 0, a, 4)
+
+    pool.set_flush(flush)
+    assert pool.defer("h0", chain_a)
+    assert not pool.defer("h0", chain_b)  # one deferred source per root
+    pool.register_lazy("h0", chain_b, 0, b, 4)  # b's registration flushes a's blocks first
+    assert flushed == [chain_a]
+    pool.materialize("h0")
+    assert [pool.get_cached_block(h) for h in ("h0", "h1", "h2")] == a
+    assert pool._dups == {"h0": [b[0]], "h1": [b[1]], "h2": [b[2]]}
+    pool.undefer("h0")
+    assert not pool.is_deferred("h0")
+
+
+def test_a_lookup_sees_a_deferred_sources_blocks() -> None:
+    pool = BlockPool(8)
+    a = pool.allocate(2)
+    chain = _Chain(["h0", "h1"])
+    pool.set_flush(lambda source: pool.register_lazy("h0", chain, 0, a, 4))
+    assert pool.defer("h0", chain)
+    assert pool.get_cached_block("h1") == a[1]  # a lookup without a root flushes them all

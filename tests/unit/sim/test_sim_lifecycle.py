@@ -14,7 +14,7 @@ import pytest
 
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.lifecycle import Crash, ScaleIn
+from kvbudget.sim.lifecycle import Crash, LifecycleStats, ScaleIn
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.timing import FixedTiming
@@ -139,3 +139,15 @@ def test_scale_out_warmup_shifts_traffic_gradually() -> None:
     early = sum(1 for r in reqs[20:120] if r.request_id in on_new)  # 1-6 s: ramp < 50%
     late = sum(1 for r in reqs[220:] if r.request_id in on_new)  # 11-15 s: plain round robin
     assert early < 100 * 0.5 / 2 + 10 and late == 40  # round robin: every other one of 80
+
+
+def test_resent_ids_count_attempts_without_reading_the_id_text() -> None:
+    stats = LifecycleStats()
+    first = stats.resend_id("a", "retry")
+    assert first == "a#retry1"
+    assert stats.resend_id(first, "retry") == "a#retry2"  # the same request re-sent again
+    moved = stats.resend_id(first, "migrate")
+    assert moved == "a#retry1#migrate1"
+    assert stats.resend_id(moved, "migrate") == "a#retry1#migrate2"
+    # a workload id that only looks like a re-send is an original: its first retry is 1
+    assert stats.resend_id("trace#retry7", "retry") == "trace#retry7#retry1"
