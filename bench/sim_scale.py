@@ -164,6 +164,24 @@ def vidur_block(python: str, n: int) -> dict[str, Any]:
     return block
 
 
+def rss_flatness(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Peak RSS growth per added request between the smallest and largest plain run (0: flat)."""
+    plain = sorted(
+        (r for r in runs if r.get("ran") and not r["records_out"]), key=lambda r: r["requests"]
+    )
+    if len(plain) < 2 or plain[0]["requests"] == plain[-1]["requests"]:
+        return None
+    small, large = plain[0], plain[-1]
+    growth = (large["peak_rss_bytes"] - small["peak_rss_bytes"]) / (
+        large["requests"] - small["requests"]
+    )
+    return {
+        "from_requests": small["requests"],
+        "to_requests": large["requests"],
+        "peak_rss_growth_bytes_per_request": round(growth, 2),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000,1000000")
@@ -204,6 +222,7 @@ def main() -> None:
         row = run_kvbudget(opts.records_size, records=True)
         out["runs"].append(row)
         print(json.dumps(row), flush=True)
+    out["rss_flatness"] = rss_flatness(out["runs"])
     thread.join()
     ours = next(
         (r for r in out["runs"] if r["requests"] == opts.vidur_requests and not r["records_out"]),

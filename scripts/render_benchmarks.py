@@ -180,6 +180,14 @@ def sim_scale(name: str) -> str:
             f"{r['peak_rss_bytes'] / 1e6:,.0f} | {r['simulated_s']:,.0f} | "
             f"{r['ttft_p50_s'] * 1e3:.1f} |"
         )
+    flat = data.get("rss_flatness")
+    if flat:
+        out.append("")
+        out.append(
+            f"Memory flatness: peak RSS grows {flat['peak_rss_growth_bytes_per_request']:,} bytes "
+            f"per request from {flat['from_requests']:,} to {flat['to_requests']:,} requests "
+            "(0 is flat)."
+        )
     v = data.get("vidur", {})
     out.append("")
     if "requests_per_cpu_s" in v:

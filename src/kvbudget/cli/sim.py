@@ -131,10 +131,10 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
 
 def _queue_check(stats: Any) -> dict[str, Any]:
     """``{"stable": bool, ...}``: TTFT against arrival time (kvbudget.metrics.stability)."""
-    from kvbudget.metrics.stability import queue_growth
+    from kvbudget.metrics.stability import queue_growth_spilled
 
-    # the float arrays themselves (numpy reads their buffers): no list of a million floats
-    growth = queue_growth(stats.first_token_arrival_s, stats.first_token_ttft_s)
+    # the rows as kept (in memory, or a temporary file past its buffer): the same answer
+    growth = queue_growth_spilled(stats.first_token_rows)
     if growth is None:
         return {"stable": True}
     return {"stable": False, "note": growth.line(), **growth.to_dict()}

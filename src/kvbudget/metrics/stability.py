@@ -13,10 +13,12 @@ is above :data:`MIN_SLOPE` and whose last quarter's median TTFT is more than
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from kvbudget.metrics.spilled import Chunks, SpilledColumns, median_of, select
 
 #: TTFT seconds gained per second of arrivals above which the queue counts as growing
 MIN_SLOPE = 0.05
@@ -58,7 +60,10 @@ class QueueGrowth:
 
 
 def queue_growth(
-    arrivals_s: Sequence[float], ttfts_s: Sequence[float], *, min_requests: int = MIN_REQUESTS
+    arrivals_s: Sequence[float] | np.ndarray,
+    ttfts_s: Sequence[float] | np.ndarray,
+    *,
+    min_requests: int = MIN_REQUESTS,
 ) -> QueueGrowth | None:
     """:class:`QueueGrowth` when TTFT rises with arrival time, else ``None`` (stable or too few)."""
     if len(arrivals_s) != len(ttfts_s):
@@ -87,3 +92,65 @@ def queue_growth(
         first_quarter_ttft_s=first,
         last_quarter_ttft_s=last,
     )
+
+
+def queue_growth_spilled(
+    rows: SpilledColumns, *, min_requests: int = MIN_REQUESTS
+) -> QueueGrowth | None:
+    """:func:`queue_growth` of (arrival, TTFT) rows kept in a :class:`SpilledColumns`.
+
+    The same answer bit for bit. Rows still all in memory go to :func:`queue_growth`. Past the
+    buffer, the quarters' medians come first (exact order statistics over the file, ties in
+    arrival broken by the order appended, as the stable sort does): a run whose last quarter's
+    median is not above ``MIN_RATIO`` times the first's is stable whatever the slope, without
+    holding the rows. Only a run that may be growing reads its rows back to fit the slope with
+    numpy as before (16 bytes a request, at the end, only then).
+    """
+    if not rows.spilled:
+        block = rows.in_memory()
+        return queue_growth(block[:, 0], block[:, 1], min_requests=min_requests)
+    n = len(rows)
+    if n < max(min_requests, 4):
+        return None
+    lo = min(float(c[:, 0].min()) for c in rows.chunks() if c.size)
+    hi = max(float(c[:, 0].max()) for c in rows.chunks() if c.size)
+    if hi - lo <= 0:
+        return None
+    q = n // 4
+    first = median_of(_by_arrival_rank(rows, 0, q), q)
+    last = median_of(_by_arrival_rank(rows, n - q, n), q)
+    if last <= MIN_RATIO * first:
+        return None
+    block = rows.read_all()
+    return queue_growth(block[:, 0], block[:, 1], min_requests=min_requests)
+
+
+def _by_arrival_rank(rows: SpilledColumns, start: int, stop: int) -> Chunks:
+    """TTFTs of the rows whose rank by (arrival, order appended) is in ``[start, stop)``."""
+    arrivals = rows.column(0)
+    lo, hi = (select(arrivals, sorted({start, stop - 1}))[r] for r in (start, stop - 1))
+    below_lo = sum(int(np.count_nonzero(c < lo)) for c in arrivals())
+    below_hi = sum(int(np.count_nonzero(c < hi)) for c in arrivals())
+    # of the rows tied at lo, skip the first ones (ranks below start); at hi keep the first ones
+    skip_lo = start - below_lo
+    keep_hi = stop - below_hi
+
+    def chunks() -> Iterator[np.ndarray]:
+        seen_lo = seen_hi = 0
+        for block in rows.chunks():
+            t = block[:, 0]
+            keep = (t > lo) & (t < hi)
+            at_lo = np.flatnonzero(t == lo)
+            at_hi = np.flatnonzero(t == hi) if hi != lo else at_lo
+            if hi == lo:
+                # one tie run holds the whole range: its ranks skip_lo .. keep_hi - 1
+                pos = np.arange(seen_lo, seen_lo + at_lo.size)
+                keep[at_lo[(pos >= skip_lo) & (pos < keep_hi)]] = True
+            else:
+                keep[at_lo[np.arange(seen_lo, seen_lo + at_lo.size) >= skip_lo]] = True
+                keep[at_hi[np.arange(seen_hi, seen_hi + at_hi.size) < keep_hi]] = True
+            seen_lo += at_lo.size
+            seen_hi += at_hi.size
+            yield block[keep, 1]
+
+    return chunks

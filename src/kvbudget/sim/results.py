@@ -7,13 +7,10 @@ tokens / prompt tokens looked up) and blocks (cached full blocks / full prompt b
 
 from __future__ import annotations
 
-import math
-from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
 from kvbudget.records.request import RequestRecord, derive_latencies
 from kvbudget.sim.engine import EngineStats
 from kvbudget.sim.replica import KVSample
@@ -182,16 +179,18 @@ class SimResult:
 class RunStats:
     """What the summary needs, accumulated one request at a time (streamed runs keep only this).
 
-    Per request it keeps two floats (TTFT, TPOT) for exact percentiles; everything else is
-    counts, sums and maxima.
+    Per request it keeps four floats (TTFT and TPOT for exact percentiles, arrival and TTFT for
+    the queue check) in :class:`~kvbudget.metrics.spilled.SpilledColumns`: a fixed buffer in
+    memory, the rest in an anonymous temporary file; everything else is counts, exact sums and
+    maxima, so memory stays flat in the number of requests.
     """
 
     def __init__(self) -> None:
-        self.ttft_s = array("d")
-        self.tpot_s = array("d")
+        #: exact percentiles' values: a fixed buffer, the rest in a temporary file
+        self.ttft_s = SpilledColumns()
+        self.tpot_s = SpilledColumns()
         #: (arrival, TTFT) of every request with a first token, for the queue-growth check
-        self.first_token_arrival_s = array("d")
-        self.first_token_ttft_s = array("d")
+        self.first_token_rows = SpilledColumns(2)
         self.num_requests = 0
         self.num_completed = 0
         self.num_cancelled = 0
@@ -201,18 +200,20 @@ class RunStats:
         self.reasons: dict[str, int] = {}
         #: replica -> (max prompt tokens, max context tokens) of its requests
         self.max_tokens: dict[str, tuple[int, int]] = {}
-        self.num_samples = 0
-        #: every sampled KV usage (samples grow with simulated time, not with requests)
-        self.kv_usage = array("d")
+        #: every sampled KV usage, summed exactly as it comes (math.fsum of all of them)
+        self.kv_usage_sum = ExactSum()
         self.kv_usage_peak: float | None = None
         #: replica -> largest running batch sampled
         self.max_running: dict[str, int] = {}
 
+    @property
+    def num_samples(self) -> int:
+        return self.kv_usage_sum.count
+
     def add(self, r: RequestResult) -> None:
         self.num_requests += 1
         if r.first_token_s is not None:
-            self.first_token_arrival_s.append(r.arrival_s)
-            self.first_token_ttft_s.append(r.first_token_s - r.arrival_s)
+            self.first_token_rows.append2(r.arrival_s, r.first_token_s - r.arrival_s)
         if r.first_scheduled_s is not None:
             self.num_scheduled += 1
             if r.cached_tokens > 0:
@@ -235,8 +236,7 @@ class RunStats:
         )
 
     def add_sample(self, x: KVSample) -> None:
-        self.num_samples += 1
-        self.kv_usage.append(x.kv_usage)
+        self.kv_usage_sum.add(x.kv_usage)
         if self.kv_usage_peak is None or x.kv_usage > self.kv_usage_peak:
             self.kv_usage_peak = x.kv_usage
         self.max_running[x.replica] = max(self.max_running.get(x.replica, 0), x.num_running)
@@ -279,12 +279,6 @@ def summarize(
     lifecycle: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``--json`` summary of a run (one definition for collected and streamed runs)."""
-    ttft = np.frombuffer(stats.ttft_s, dtype=np.float64) if stats.ttft_s else np.array([])
-    tpot = np.frombuffer(stats.tpot_s, dtype=np.float64) if stats.tpot_s else np.array([])
-
-    def pct(values: np.ndarray, q: float) -> float | None:
-        return float(np.percentile(values, q)) if values.size else None
-
     hits = hit_rates(stats, replica_stats)
     out_tokens = stats.output_tokens_completed
     return {
@@ -295,10 +289,10 @@ def summarize(
         "requests_completed": stats.num_completed,
         "requests_cancelled": stats.num_cancelled,
         "requests_unfinished": stats.num_requests - stats.num_completed - stats.num_cancelled,
-        "ttft_p50_s": pct(ttft, 50),
-        "ttft_p99_s": pct(ttft, 99),
-        "tpot_p50_s": pct(tpot, 50),
-        "tpot_p99_s": pct(tpot, 99),
+        "ttft_p50_s": percentile(stats.ttft_s, 50),
+        "ttft_p99_s": percentile(stats.ttft_s, 99),
+        "tpot_p50_s": percentile(stats.tpot_s, 50),
+        "tpot_p99_s": percentile(stats.tpot_s, 99),
         "prefix_hit_rate_tokens": hits["tokens"]["rate"],
         "prefix_hit_rate_blocks": hits["blocks"]["rate"],
         "prefix_hit_rate_requests": hits["requests"]["rate"],
@@ -314,7 +308,7 @@ def summarize(
         "num_steps": num_steps,
         "kv_usage_peak": stats.kv_usage_peak,
         "kv_usage_mean": (
-            math.fsum(stats.kv_usage) / stats.num_samples if stats.num_samples else None
+            stats.kv_usage_sum.value() / stats.num_samples if stats.num_samples else None
         ),
         "num_samples": stats.num_samples,
         "tiers": tier_stats,

@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvbudget.errors import ConfigError
+from kvbudget.workload.draws import Stage, run_stages
 
 
 class _LengthBase(BaseModel):
@@ -48,9 +49,18 @@ class _LengthBase(BaseModel):
         """``n`` lengths (int64), rounded and clipped to the bounds."""
         if n < 0:
             raise ConfigError(f"cannot sample n={n} lengths; n must be >= 0", field="n")
-        raw = np.rint(np.asarray(self._raw(rng, n), dtype=np.float64))
+        return self.finish(self._raw(rng, n))
+
+    def finish(self, raw: np.ndarray) -> np.ndarray:
+        """Raw draws to lengths: rounded, clipped to the bounds, int64 (elementwise)."""
+        rounded = np.rint(np.asarray(raw, dtype=np.float64))
         upper = np.inf if self.max_tokens is None else float(self.max_tokens)
-        return np.clip(raw, float(self.min_tokens), upper).astype(np.int64)
+        return np.clip(rounded, float(self.min_tokens), upper).astype(np.int64)
+
+    def stages(self) -> tuple[Stage, ...]:
+        """``_raw`` as the separate whole-array draws it makes, in order (streamed generation:
+        :class:`kvbudget.workload.draws.Column`); the last stage gives the raw values."""
+        return (lambda rng, n, _: self._raw(rng, n),)
 
     def mean_tokens(self) -> float:
         """Mean of the distribution before rounding and clipping."""
@@ -141,13 +151,30 @@ class EmpiricalLength(_LengthBase):
         return np.asarray(w / w.sum(), dtype=np.float64)
 
     def _raw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return run_stages(self.stages(), [rng] * 2, n)
+
+    def stages(self) -> tuple[Stage, ...]:
+        """A bin (or value) for every element, then the value inside each bin."""
         p = self._probabilities()
-        idx = rng.choice(p.size, size=n, p=p)
+
+        def bins(rng: np.random.Generator, n: int, _: list[np.ndarray]) -> np.ndarray:
+            return rng.choice(p.size, size=n, p=p)
+
         if self.values is not None:
-            return np.asarray(self.values, dtype=np.float64)[idx]
+            values = np.asarray(self.values, dtype=np.float64)
+
+            def pick(rng: np.random.Generator, n: int, outs: list[np.ndarray]) -> np.ndarray:
+                return np.asarray(values[outs[0]], dtype=np.float64)
+
+            return (bins, pick)
         assert self.edges is not None
         edges = np.asarray(self.edges, dtype=np.int64)
-        return rng.integers(edges[idx], edges[idx + 1]).astype(np.float64)
+
+        def inside(rng: np.random.Generator, n: int, outs: list[np.ndarray]) -> np.ndarray:
+            idx = outs[0]
+            return np.asarray(rng.integers(edges[idx], edges[idx + 1]), dtype=np.float64)
+
+        return (bins, inside)
 
     def mean_tokens(self) -> float:
         p = self._probabilities()
