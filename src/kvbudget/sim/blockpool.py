@@ -659,7 +659,8 @@ class BlockPool:
         return True
 
     def undefer(self, root: BlockKey) -> None:
-        """``source`` registers its own blocks from now on (call before it registers them)."""
+        """The source deferred under ``root`` registers its own blocks from now on (call
+        before it registers them)."""
         del self._deferred[root]
 
     def is_deferred(self, root: BlockKey) -> bool:

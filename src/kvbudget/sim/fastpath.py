@@ -271,8 +271,8 @@ class FastEngine:
     def may_preempt(self) -> bool:
         """Whether the next lazy step could run out of blocks before its admissions (which
         stop, not preempt, at a full pool): every decoder at a block boundary takes a block
-        per paged group, and every prefilling request at most the blocks for the rest of its
-        prompt (a bound: its chunk may be shorter; sliding frees only add room)."""
+        per paged group, and every prefilling request at most the blocks for all its tokens
+        so far (a bound: its chunk may be shorter; sliding frees only add room)."""
         size = self.block_size
         paged = self._paged
         need = len(self.phase[self.g % size]) * len(paged)

@@ -67,7 +67,21 @@ def single_group_events(fe: FastEngine) -> None:
         completing = fe.fill_phase[g1 % size]
         if completing:
             cache = kv._cache_full_blocks
+            deferred = fe.pool._deferred
+            filling = fe.phase[g1 % size]
             for req in completing.values():
+                if deferred and req.block_hashes:
+                    owner = deferred.get(req.block_hashes[0])
+                    if (
+                        isinstance(owner, SimRequest)
+                        and owner is not req
+                        and owner.running_seq < req.running_seq
+                        and filling.get(owner.running_seq) is owner
+                    ):
+                        # the root's deferred owner is ahead of req in running order and
+                        # fills a block in this step too: its block is registered first
+                        # (the flush req's registration calls counts up to ``g`` only)
+                        cache(owner, owner.lazy_c0 + g1 - owner.lazy_g0)
                 cache(req, req.lazy_c0 + g1 - req.lazy_g0)
         fe.reg_g = g1
 

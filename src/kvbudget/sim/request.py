@@ -58,30 +58,64 @@ RequestIn = EngineRequest | PlannedRequest
 
 
 def as_engine_request(req: RequestIn, *, arrival_s: float | None = None) -> EngineRequest:
-    """The engine's view of ``req``: the one conversion of a :class:`PlannedRequest`.
-
-    An :class:`EngineRequest` is returned as it is (no copy); a planned request gives its
-    fields, positionally (one object per request on the trace-scale path), with the engine's
-    own fields at their defaults (no adapter, no multimodal inputs, no KV transferred).
+    """The engine's view of ``req``: an :class:`EngineRequest` as it is (no copy), a
+    :class:`PlannedRequest` through :func:`engine_request` (the one conversion).
     ``arrival_s`` replaces the request's own arrival time (a cell's timeline offset).
     """
     if isinstance(req, EngineRequest):
         return req if arrival_s is None else replace(req, arrival_s=arrival_s)
-    ids = req.prompt_token_ids
-    return EngineRequest(
+    return engine_request(
         req.request_id,
+        req.arrival_s if arrival_s is None else arrival_s,
+        req.prompt_token_ids,
+        req.output_tokens,
+        tenant=req.tenant,
+        cache_salt=req.cache_salt,
+        session_id=req.session_id,
+        priority=req.priority,
+        cancel_after_tokens=req.cancel_after_tokens,
+        cell_id=req.cell_id,
+    )
+
+
+def engine_request(
+    request_id: str,
+    arrival_s: float,
+    prompt_token_ids: Sequence[int],
+    output_tokens: int,
+    prompt_text: str | None = None,
+    tenant: str = "default",
+    cache_salt: str | None = None,
+    session_id: str | None = None,
+    prefix_group: int | None = None,
+    priority: int = 0,
+    cancel_after_tokens: int | None = None,
+    cell_id: str | None = None,
+    shared_prefix_tokens: int = 0,
+    turn_index: int = 0,
+) -> EngineRequest:
+    """A planned request's fields (:class:`PlannedRequest`'s, in its order: a
+    :class:`~kvbudget.workload.request.RequestFactory`) as the engine's request, with the
+    engine's own fields at their defaults (no adapter, no multimodal inputs, no KV
+    transferred). The prompt text, prefix group, shared-prefix length and turn are the
+    workload's, not the engine's: dropped. The generator builds this directly on the
+    trace-scale path (``generate_stream(make=engine_request)``).
+    """
+    ids = prompt_token_ids
+    return EngineRequest(
+        request_id,
         # a read-only sequence: compact ids and tuples as they are, anything else copied
         ids if ids.__class__ is array or ids.__class__ is tuple else tuple(ids),
-        req.output_tokens,
-        req.arrival_s if arrival_s is None else arrival_s,
-        req.priority,
-        req.cache_salt,
+        output_tokens,
+        arrival_s,
+        priority,
+        cache_salt,
         None,
         (),
-        req.session_id,
-        req.tenant,
-        req.cell_id,
-        req.cancel_after_tokens,
+        session_id,
+        tenant,
+        cell_id,
+        cancel_after_tokens,
     )
 
 

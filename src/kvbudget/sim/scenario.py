@@ -45,6 +45,7 @@ from kvbudget.sim.driver import ScaleOut
 from kvbudget.sim.fromplan import build_replica
 from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.request import EngineRequest, engine_request
 from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import CalibrationProfile, RooflineParams
@@ -285,8 +286,10 @@ def build_workload(scenario: SimScenario) -> tuple[list[PlannedRequest], int | N
     return generate(spec, rng), spec.closed_loop_concurrency
 
 
-def stream_workload(scenario: SimScenario) -> tuple[Iterator[PlannedRequest], int | None]:
-    """:func:`build_workload`'s requests as a stream, in arrival order (trace scale)."""
+def stream_workload(scenario: SimScenario) -> tuple[Iterator[EngineRequest], int | None]:
+    """:func:`build_workload`'s requests as a stream, in arrival order (trace scale), built
+    as the engine's requests directly (one object a request)."""
     spec: WorkloadSpec = workload_from_dict(scenario.workload)
     rng = np.random.default_rng(scenario.seed)
-    return generate_stream(spec, rng, compact_ids=True), spec.closed_loop_concurrency
+    stream = generate_stream(spec, rng, compact_ids=True, make=engine_request)
+    return stream, spec.closed_loop_concurrency

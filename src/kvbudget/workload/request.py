@@ -10,7 +10,8 @@ the simulator.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Protocol, TypeVar
 
 from kvbudget.workload.tokenizer import decode
 
@@ -68,3 +69,37 @@ class PlannedRequest:
         if self.prompt_text is not None:
             return self.prompt_text
         return decode(self.prompt_token_ids)
+
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class RequestFactory(Protocol[R_co]):
+    """What builds one generated request from :class:`PlannedRequest`'s fields, positionally
+    and in field order: ``PlannedRequest`` itself, or a consumer's own request type (the
+    simulator's trace-scale path builds its engine request directly, one object a request)."""
+
+    def __call__(
+        self,
+        request_id: str,
+        arrival_s: float,
+        prompt_token_ids: Sequence[int],
+        output_tokens: int,
+        prompt_text: str | None = None,
+        tenant: str = "default",
+        cache_salt: str | None = None,
+        session_id: str | None = None,
+        prefix_group: int | None = None,
+        priority: int = 0,
+        cancel_after_tokens: int | None = None,
+        cell_id: str | None = None,
+        shared_prefix_tokens: int = 0,
+        turn_index: int = 0,
+    ) -> R_co: ...
+
+
+def build_with(make: RequestFactory[R_co], req: PlannedRequest) -> R_co:
+    """``req`` rebuilt by ``make`` (for requests planned as ``PlannedRequest``, e.g. a trace's)."""
+    if make is PlannedRequest:
+        return req  # type: ignore[return-value]  # (the factory is the type itself)
+    return make(*(getattr(req, f.name) for f in fields(PlannedRequest)))

@@ -11,7 +11,7 @@ import heapq
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import yaml
@@ -32,7 +32,7 @@ from kvbudget.workload.prefixes import (
     SessionSpec,
     TenantSpec,
 )
-from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.request import PlannedRequest, RequestFactory, build_with
 from kvbudget.workload.sessions import SessionPlan
 from kvbudget.workload.tokenizer import DEFAULT_VOCAB_SIZE, MIN_VOCAB_SIZE, get_tokenizer
 from kvbudget.workload.traces import TraceReplaySpec, read_trace, requests_from_trace
@@ -132,10 +132,37 @@ def generate(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedReques
     return list(generate_stream(spec, rng))
 
 
+R = TypeVar("R")
+
+
+@overload
 def generate_stream(
     spec: WorkloadSpec, rng: np.random.Generator, *, compact_ids: bool = False
-) -> Iterator[PlannedRequest]:
+) -> Iterator[PlannedRequest]: ...
+
+
+@overload
+def generate_stream(
+    spec: WorkloadSpec,
+    rng: np.random.Generator,
+    *,
+    compact_ids: bool = False,
+    make: RequestFactory[R],
+) -> Iterator[R]: ...
+
+
+def generate_stream(
+    spec: WorkloadSpec,
+    rng: np.random.Generator,
+    *,
+    compact_ids: bool = False,
+    make: RequestFactory[Any] = PlannedRequest,
+) -> Iterator[Any]:
     """The requests of :func:`generate`, one at a time, without holding their prompts.
+
+    ``make``: what each request is built as, from :class:`PlannedRequest`'s fields in order
+    (:class:`~kvbudget.workload.request.RequestFactory`; ``PlannedRequest`` by default): the
+    simulator builds its own engine request directly, so a request costs one object.
 
     ``compact_ids``: generated prompts' ids as ``array('q')`` (8 bytes a token, copied from
     numpy's draw without a Python int per token) instead of tuples: the same ids in the same
@@ -154,7 +181,7 @@ def generate_stream(
     base_seed = int(rng.integers(0, 2**62))
     if spec.trace is not None:
         records = read_trace(spec.trace.path)
-        yield from requests_from_trace(
+        for req in requests_from_trace(
             records,
             tok,
             base_seed=base_seed,
@@ -163,32 +190,37 @@ def generate_stream(
             num_requests=spec.num_requests,
             duration_s=spec.duration_s,
             cell_id=spec.cell_id,
-        )
+        ):
+            yield build_with(make, req)
         return
     plan = SessionPlan(spec, rng, tok, base_seed, compact_ids=compact_ids)
     if plan.num_sessions and not plan.sorted_starts:
-        yield from _generate_sorted(plan, rng)
+        yield from _generate_sorted(plan, rng, make)
         return
-    yield from _generate_merged(plan, rng)
+    yield from _generate_merged(plan, rng, make)
 
 
-def _generate_sorted(plan: SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:
+def _generate_sorted(
+    plan: SessionPlan, rng: np.random.Generator, make: RequestFactory[R]
+) -> Iterator[R]:
     """Every row built, then sorted (unsorted arrival times)."""
     rows = [row for session in plan.sessions(rng) for row in session]
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     limit = plan.spec.num_requests
     for i, r in enumerate(rows if limit is None else rows[:limit]):
-        yield PlannedRequest(f"r{i:06d}", *r[3])
+        yield make(f"r{i:06d}", *r[3])
 
 
-def _generate_merged(plan: SessionPlan, rng: np.random.Generator) -> Iterator[PlannedRequest]:
+def _generate_merged(
+    plan: SessionPlan, rng: np.random.Generator, make: RequestFactory[R]
+) -> Iterator[R]:
     """Rows in (arrival, turn, session) order from sessions in start order (sorted starts)."""
     limit = plan.spec.num_requests
     sessions = plan.sessions(rng)
     if plan.turns == 1:
         # one row a session, sessions already in (arrival, session) order: no merge
         for i, (row,) in enumerate(itertools.islice(sessions, limit)):
-            yield PlannedRequest(f"r{i:06d}", *row[3])
+            yield make(f"r{i:06d}", *row[3])
         return
     pending: list[tuple[float, int, int, tuple[Any, ...]]] = []
     upcoming = next(sessions, None)
@@ -205,5 +237,5 @@ def _generate_merged(plan: SessionPlan, rng: np.random.Generator) -> Iterator[Pl
             row = heapq.heappop(pending)
         else:
             return
-        yield PlannedRequest(f"r{i:06d}", *row[3])
+        yield make(f"r{i:06d}", *row[3])
         i += 1

@@ -20,8 +20,9 @@ A ``long_prefill_token_threshold`` is drawn too (a later, shorter prompt then st
 while an earlier one still prefills ahead of it), ``max_num_seqs`` above
 ``max_num_batched_tokens``, chunked prefill off (a budget of ``max_model_len``), a small
 ``max_model_len`` that most requests end exactly at, and priority scheduling (three levels per
-request). With one group the hash table is compared too, after materializing the lazy and
-deferred registrations.
+request). With one group the hash tables are compared at the end, after materializing the lazy
+and deferred registrations; equal chains on one root (a one-token vocabulary, equal prompts)
+are drawn for the deferred registration of one-group replicas.
 """
 
 from __future__ import annotations
@@ -71,11 +72,10 @@ def _state(replica: Replica) -> tuple[object, ...]:
             for rid, r in core.requests.items()
         )
         return (*_pool_state(replica), done, tables, dict(core.pool._cached), core.pool._dups)
-    # one full group: lazy registration (and, on the fast path, deferred registration of a
-    # decoder's filled blocks) is materialized first; the table must be the same
-    core.pool.materialize_all()
-    table = (dict(core.pool._cached), core.pool._dups)
-    return (*_pool_state(replica), done, _tier_state(replica), table)
+    # one full group: lazy (and, on the fast path, deferred) registration; the hash tables
+    # are compared at the end (materializing after every step would flush the deferred
+    # registrations every step, which a run does not)
+    return (*_pool_state(replica), done, _tier_state(replica))
 
 
 def _tier_state(replica: Replica) -> tuple[object, ...]:
@@ -171,6 +171,10 @@ class Case:
     max_model_len: int = 256
     chunked: bool = True
     priorities: tuple[int, ...] = ()
+    #: a vocabulary of one token makes every generated token equal, and ``same_tokens`` gives
+    #: every request the same own tokens: equal chains on one root (deferred registration)
+    vocab_size: int = 32000
+    same_tokens: bool = False
 
 
 @settings(max_examples=100, deadline=None)
@@ -249,6 +253,28 @@ def test_fast_path_in_lockstep_with_engine_on_tiers(case: Case) -> None:
     _lockstep(case)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    case=st.builds(
+        Case,
+        reqs=REQUESTS,
+        num_blocks=st.integers(20, 50),
+        block_size=st.sampled_from([2, 4]),
+        layout=st.just("f"),
+        budget=st.sampled_from([24, 6]),
+        max_num_seqs=st.sampled_from([4, 8]),
+        priorities=PRIORITIES,
+        vocab_size=st.sampled_from([1, 32000]),
+        same_tokens=st.booleans(),
+    )
+)
+def test_fast_path_in_lockstep_with_engine_on_equal_chains(case: Case) -> None:
+    """One full group, prefix caching on, no tiers: the fast path defers a decoder's
+    block registrations (``BlockPool.defer``), so decoders on one root with equal chains
+    (equal prompts, equal generated tokens) must still register in the explicit order."""
+    _lockstep(case)
+
+
 @st.composite
 def _capped_cases(draw: st.DrawFn) -> Case:
     """Requests cut to ``max_model_len``, with chunked prefill on (budget 6) or off (budget
@@ -310,9 +336,15 @@ def _lockstep(case: Case) -> None:
     prefixes = [tuple(range(100 * p, 100 * p + 8)) for p in range(3)]
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     tiers = _tiers(case.tier, block_size)
-    fast = Replica("f", ReplicaSetup(cfg, timing, tiers=tiers), np.random.default_rng(3))
+    vocab = case.vocab_size
+    fast = Replica(
+        "f", ReplicaSetup(cfg, timing, tiers=tiers), np.random.default_rng(3), vocab_size=vocab
+    )
     slow = Replica(
-        "s", ReplicaSetup(cfg, timing, tiers=tiers, fast_path=False), np.random.default_rng(3)
+        "s",
+        ReplicaSetup(cfg, timing, tiers=tiers, fast_path=False),
+        np.random.default_rng(3),
+        vocab_size=vocab,
     )
     assert fast.fast is not None and slow.fast is None
     added: dict[int, tuple[tuple[int, ...], int]] = {}  # index -> (prompt, seed)
@@ -325,9 +357,10 @@ def _lockstep(case: Case) -> None:
             # it may still be computing: blocks of generated tokens are cache hits)
             parent_prompt, seed = added[parent]
             prompt = parent_prompt + tuple(
-                generated_token_id(seed, j, 32000) for j in range(num_gen)
+                generated_token_id(seed, j, vocab) for j in range(num_gen)
             )
-        prompt = (prompt + tuple(range(10_000 + 100 * i, 10_000 + 100 * i + own)))[:60]
+        first = 10_000 if case.same_tokens else 10_000 + 100 * i
+        prompt = (prompt + tuple(range(first, first + own)))[:60]
         prompt = prompt[: max_model_len - 1]
         out = min(out, max_model_len - len(prompt))  # a request at the cap ends exactly there
         return EngineRequest(
@@ -358,3 +391,7 @@ def _lockstep(case: Case) -> None:
         if duration_s == 0 and wake_s is not None:  # only reloading requests: wait for one
             now_s = max(now_s, wake_s)
     assert not fast.has_work() and not slow.has_work()
+    for rep in (fast, slow):
+        rep.core.pool.materialize_all()
+    assert dict(fast.core.pool._cached) == dict(slow.core.pool._cached)
+    assert fast.core.pool._dups == slow.core.pool._dups

@@ -11,7 +11,7 @@ import pytest
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig
 from kvbudget.sim.fastpath import fast_path_ok
-from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import FixedTiming
@@ -278,3 +278,43 @@ def test_block_of_generated_tokens_is_hit_in_the_step_that_fills_it(fast: bool) 
             break
         now_s += replica.step(now_s)
     assert b is not None and b.cached_tokens_by_tier == {"gpu": 8}
+
+
+def test_equal_chains_filled_in_one_step_register_in_running_order() -> None:
+    """Two decoders with one prompt and equal generated tokens (a vocabulary of one token)
+    fill equal blocks in the same steps: the first holds the root's deferred registration,
+    the second registers in each step. The explicit engine registers the first's block
+    before the second's, so a later request hits the first's; the fast path must too (it
+    once registered the second's first: found by review, reproduced here)."""
+    cfg = ReplicaConfig(
+        num_gpu_blocks=64, block_size=2, max_num_seqs=8, max_num_batched_tokens=64,
+        max_model_len=256, kv_bytes_per_token=1000,
+    )  # fmt: skip
+    timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
+    fast = Replica("f", ReplicaSetup(cfg, timing), np.random.default_rng(3), vocab_size=1)
+    slow = Replica(
+        "s", ReplicaSetup(cfg, timing, fast_path=False), np.random.default_rng(3), vocab_size=1
+    )
+    assert fast.fast is not None and fast.fast._defer
+    arrivals = {
+        0: [EngineRequest("r0", (1, 2), 8), EngineRequest("r1", (1, 2), 8)],
+        3: [EngineRequest("r2", (1, 2, 0, 0, 5), 2)],  # hits one of the two copies
+    }
+    now_s = 0.0
+    for step in range(40):
+        for req in arrivals.get(step, []):
+            fast.add(req)
+            slow.add(req)
+        if not fast.has_work():
+            break
+        duration_s = fast.step(now_s)
+        assert slow.step(now_s) == duration_s
+        a, b = fast.core.requests.get("r2"), slow.core.requests.get("r2")
+        if a is not None and b is not None:
+            assert a.block_ids == b.block_ids, f"step {step}"
+        assert fast.core.pool.free_block_ids() == slow.core.pool.free_block_ids(), f"step {step}"
+        now_s += duration_s
+    for rep in (fast, slow):
+        rep.core.pool.materialize_all()
+    assert dict(fast.core.pool._cached) == dict(slow.core.pool._cached)
+    assert fast.core.pool._dups == slow.core.pool._dups

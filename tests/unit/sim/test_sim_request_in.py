@@ -60,3 +60,35 @@ def test_an_engine_request_is_returned_as_it_is_unless_moved() -> None:
     moved = as_engine_request(req, arrival_s=4.0)
     assert (moved.arrival_s, req.arrival_s) == (4.0, 0.5)
     assert moved.request_id == "a"
+
+
+def test_the_generator_builds_engine_requests_directly_as_the_conversion_would() -> None:
+    """``generate_stream(make=engine_request)`` (the simulator's trace-scale path) gives, one
+    by one, what converting each ``PlannedRequest`` gives: multi-turn sessions, tenants with
+    salts, priorities and cancellations, so every carried field is exercised."""
+    import numpy as np
+
+    from kvbudget.sim.request import engine_request
+    from kvbudget.workload.spec import generate_stream, workload_from_dict
+
+    spec = workload_from_dict(
+        {
+            "num_requests": 40,
+            "arrivals": {"kind": "poisson", "rate_per_s": 5.0},
+            "input_tokens": {"kind": "fixed", "value": 64},
+            "output_tokens": {"kind": "fixed", "value": 8},
+            "sessions": {"num_turns": 3, "user_tokens": {"kind": "fixed", "value": 5}},
+            "tenants": {"names": ["a", "b"], "salt": "per_tenant"},
+            "priorities": [0, 1, 2],
+            "priority_weights": [1, 1, 1],
+            "cancel_fraction": 0.3,
+            "cancel_after_tokens": 2,
+        }
+    )
+    planned = list(generate_stream(spec, np.random.default_rng(5), compact_ids=True))
+    direct = list(
+        generate_stream(spec, np.random.default_rng(5), compact_ids=True, make=engine_request)
+    )
+    assert direct == [as_engine_request(p) for p in planned]
+    assert len({r.session_id for r in direct}) > 1 and len({r.priority for r in direct}) > 1
+    assert any(r.cancel_after_tokens for r in direct) and any(r.cache_salt for r in direct)

@@ -15,6 +15,7 @@ import pytest
 
 from kvbudget.workload import draws, sessions
 from kvbudget.workload import spec as wspec
+from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.spec import generate, generate_stream, workload_from_dict
 from kvbudget.workload.tokenizer import get_tokenizer
 from tests.unit.workload.oneshot_reference import generate_stream_oneshot
@@ -111,4 +112,4 @@ def test_unsorted_fallback_equals_the_merge(small_chunks: None) -> None:
     tok = get_tokenizer(spec.vocab_size)
     base_seed = int(rng.integers(0, 2**62))
     plan = sessions.SessionPlan(spec, rng, tok, base_seed)
-    assert list(wspec._generate_sorted(plan, rng)) == streamed
+    assert list(wspec._generate_sorted(plan, rng, PlannedRequest)) == streamed
