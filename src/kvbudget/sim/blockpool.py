@@ -663,10 +663,6 @@ class BlockPool:
         before it registers them)."""
         del self._deferred[root]
 
-    def is_deferred(self, root: BlockKey) -> bool:
-        """Whether a source holds unregistered blocks under ``root``."""
-        return root in self._deferred
-
     def flush_deferred(self) -> None:
         """Register every deferred source's blocks (they stay deferred)."""
         for source in list(self._deferred.values()):

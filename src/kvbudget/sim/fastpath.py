@@ -38,7 +38,11 @@ and ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step, on de
 layouts, with and without CPU/disk tiers, a ``long_prefill_token_threshold``, chunked prefill
 off, requests that end at ``max_model_len`` and ``max_num_seqs`` above
 ``max_num_batched_tokens``, FCFS and priority scheduling (a priority step that could
-preempt runs on ``EngineCore``: :meth:`FastEngine.may_preempt`). With one full group the
+preempt runs on ``EngineCore``: :meth:`FastEngine.may_preempt`): every replica configuration.
+``max_num_seqs`` above ``max_num_batched_tokens`` holds because the decoders never outnumber a
+step's tokens (a request starts decoding in a step that computed at least one of its tokens,
+beside one token per earlier decoder), so every decoder is scheduled in every step, as the lazy
+step assumes. With one full group the
 registration of a decoder's filled blocks is deferred (``BlockPool.defer``: registered when it
 leaves or when another request uses its root, in the order it would have had). The replica
 keeps P/D decode replicas and KV transfers on the explicit engine.
@@ -50,31 +54,11 @@ import heapq
 
 from kvbudget.errors import SimulationError
 from kvbudget.sim.blockpool import HashSource
-from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
 from kvbudget.sim.fastpath_events import group_events, single_group_events
 from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
 from kvbudget.sim.request import RequestIn, SimRequest
 from kvbudget.sim.timing import BatchShape
-
-
-def fast_path_ok(config: ReplicaConfig) -> bool:
-    """Whether :class:`FastEngine` reproduces :class:`EngineCore` for this configuration.
-
-    Every replica, FCFS or priority (a priority replica steps ``EngineCore`` itself in any step
-    that could preempt: :meth:`FastEngine.may_preempt`). The tests prove
-    exactly this range (``tests/unit/sim/test_sim_fastpath.py`` on random workloads,
-    ``tests/property/sim/test_sim_fastpath_lockstep.py`` after every step): one full group,
-    sliding windows, state groups and several windows; prefix caching on and off; CPU and disk
-    tiers; ``long_prefill_token_threshold``; chunked prefill on and off (off: a budget of
-    ``max_model_len``); requests that end exactly at ``max_model_len``; and ``max_num_seqs``
-    above ``max_num_batched_tokens``. That last one holds because the decoders never outnumber
-    a step's tokens (a request starts decoding in a step that computed at least one of its
-    tokens, beside one token per earlier decoder), so every decoder is scheduled in every
-    step, as the lazy step assumes. P/D decode replicas and KV transfers are kept on the
-    explicit engine by the replica, not here.
-    """
-    return config.policy in ("fcfs", "priority")
 
 
 class FastEngine:

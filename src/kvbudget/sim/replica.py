@@ -15,7 +15,7 @@ import numpy as np
 
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore, TokenOutput
-from kvbudget.sim.fastpath import FastEngine, fast_path_ok
+from kvbudget.sim.fastpath import FastEngine
 from kvbudget.sim.fastpath_modes import explicit_step
 from kvbudget.sim.request import RequestIn, SimRequest
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
@@ -128,12 +128,9 @@ class Replica:
                 return inner(req, num_gpu_hit, now_s) if inner is not None else (0, now_s, "")
 
             self.core.scheduler.tier_lookup = lookup
-        use_fast = (
-            setup.fast_path
-            and not setup.kv_preloaded
-            and not setup.accepts_transfers
-            and fast_path_ok(cfg)
-        )
+        # the fast path reproduces EngineCore for every replica configuration
+        # (kvbudget.sim.fastpath); P/D decode replicas and KV transfers stay explicit
+        use_fast = setup.fast_path and not setup.kv_preloaded and not setup.accepts_transfers
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
         #: the replica accepts work from this time on (cold start for scale-out; infinity once
         #: it drains for scale-in or has crashed)

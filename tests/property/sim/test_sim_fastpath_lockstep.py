@@ -34,7 +34,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvbudget.sim.config import GroupKind, KVGroupConfig, ReplicaConfig
-from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, generated_token_id
 from kvbudget.sim.tiers import TierConfig
@@ -332,7 +331,6 @@ def _lockstep(case: Case) -> None:
             "enable_prefix_caching": caching,
         }
     )
-    assert fast_path_ok(cfg)
     prefixes = [tuple(range(100 * p, 100 * p + 8)) for p in range(3)]
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
     tiers = _tiers(case.tier, block_size)

@@ -10,7 +10,6 @@ import pytest
 
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig
-from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.tiers import TierConfig
@@ -117,8 +116,9 @@ def _assert_same(
     tiers: tuple[TierConfig, ...] = (),
     workload: list[EngineRequest] | None = None,
 ) -> dict[str, Any]:
-    assert fast_path_ok(cfg)
     timing = FixedTiming(step_s=0.01, per_token_s=1e-4)
+    probe = Replica("probe", ReplicaSetup(cfg, timing, tiers=tiers), np.random.default_rng(0))
+    assert probe.fast is not None  # the fast run really runs the fast path
     runs = []
     for fast in (True, False):
         setup = ReplicaSetup(cfg, timing, tiers=tiers, fast_path=fast)
@@ -230,10 +230,17 @@ def test_fast_path_equals_explicit_stepping_at_max_model_len(
     _assert_same(seed, cfg, tiers, workload=requests)
 
 
-def test_fast_path_takes_both_policies() -> None:
+def test_which_replicas_run_the_fast_path() -> None:
+    """Both policies; P/D decode replicas (KV transfers) and fast_path=False stay explicit."""
     base = {"num_gpu_blocks": 64, "max_num_seqs": 8, "max_num_batched_tokens": 64}
-    assert fast_path_ok(ReplicaConfig.model_validate({**base, "policy": "priority"}))
-    assert fast_path_ok(ReplicaConfig.model_validate(base))
+    timing = FixedTiming(step_s=0.01)
+    for policy in ("fcfs", "priority"):
+        cfg = ReplicaConfig.model_validate({**base, "policy": policy})
+        rng = np.random.default_rng(0)
+        assert Replica("a", ReplicaSetup(cfg, timing), rng).fast is not None
+        assert Replica("b", ReplicaSetup(cfg, timing, fast_path=False), rng).fast is None
+        transfers = ReplicaSetup(cfg, timing, accepts_transfers=True)
+        assert Replica("c", transfers, rng).fast is None
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.timing import FixedTiming
@@ -29,7 +28,6 @@ def _drain(fast: bool) -> tuple[list[int], list[tuple[str, str, int]]]:
         max_num_batched_tokens=64,
         max_model_len=64,
     )
-    assert fast_path_ok(cfg)
     replica = Replica(
         "r", ReplicaSetup(cfg, FixedTiming(step_s=0.01), fast_path=fast), np.random.default_rng(0)
     )

@@ -195,7 +195,7 @@ def test_a_deferred_source_is_registered_before_another_source_under_its_root() 
     assert [pool.get_cached_block(h) for h in ("h0", "h1", "h2")] == a
     assert pool._dups == {"h0": [b[0]], "h1": [b[1]], "h2": [b[2]]}
     pool.undefer("h0")
-    assert not pool.is_deferred("h0")
+    assert "h0" not in pool._deferred
 
 
 def test_a_lookup_sees_a_deferred_sources_blocks() -> None:

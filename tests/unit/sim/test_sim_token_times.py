@@ -11,7 +11,6 @@ import pytest
 from kvbudget.errors import KvbudgetError
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.driver import Driver
-from kvbudget.sim.fastpath import fast_path_ok
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest
 from kvbudget.sim.router import Router
@@ -58,7 +57,6 @@ def test_fast_path_token_times_equal_explicit(seed: int) -> None:
         max_model_len=256,
         enable_prefix_caching=seed % 4 != 3,
     )
-    assert fast_path_ok(cfg)
     fast, num_preempted = _times(cfg, seed, fast=True)
     explicit, _ = _times(cfg, seed, fast=False)
     assert fast == explicit
