@@ -211,6 +211,8 @@ def _decode_time(
     steps, ctx = len(times) - 1, out.usage_prompt_tokens or 0
     if engine_itl_s is not None:
         return steps, engine_itl_s * steps, ctx, "metrics"
+    if times[-1] <= times[0]:
+        return None  # every token reached the client at one instant: no decode time to see
     return steps, times[-1] - times[0], ctx, "client"
 
 

@@ -88,9 +88,14 @@ async def measure_cell(
     *,
     total_cells: int | None = None,
     kind: str = "measured",
-) -> CellFigures:
+) -> tuple[CellFigures, list[str]]:
     """Closed loop: ``concurrency`` workers, each sends its next prompt when one ends. With
-    ``total_cells`` (llama.cpp), the peak KV usage is sampled from ``/slots`` meanwhile."""
+    ``total_cells`` (llama.cpp), the peak KV usage is sampled from ``/slots`` meanwhile.
+
+    Returns the figures and the measurement's warnings. A request whose tokens all reached the
+    client at one instant (the client was not scheduled while the engine streamed them, or the
+    server sent them in one burst) has no observable TPOT: it is left out of the TPOT sample,
+    not counted as 0 s, and the warning says how many were left out."""
     todo = list(enumerate(load.prompts))
     outs = []
     stop = asyncio.Event()
@@ -121,6 +126,7 @@ async def measure_cell(
             )
         )
     ttfts, tpots, total, starts, ends = [], [], 0, [], []
+    num_unobserved = 0
     for o in outs:
         times = o.token_times_s()
         if o.sent_s is None or not times:
@@ -129,14 +135,25 @@ async def measure_cell(
                 "the server honours max_tokens and ignore_eos"
             )
         ttfts.append(times[0] - o.sent_s)
-        if len(times) >= 2:
+        if len(times) >= 2 and times[-1] > times[0]:
             tpots.append((times[-1] - times[0]) / (len(times) - 1))
+        elif len(times) >= 2:
+            num_unobserved += 1
         total += len(times)
         starts.append(o.sent_s)
         ends.append(times[-1])
-    return figures(
+    warnings = []
+    if num_unobserved:
+        warnings.append(
+            f"{load.cell_id}: {num_unobserved} of {len(outs)} requests delivered every token "
+            "to the client at one instant, so their TPOT is not observable and is left out"
+            + ("" if tpots else "; the cell has no measured TPOT")
+            + " (run the client where it is not starved of CPU by the engine)"
+        )
+    cell = figures(
         f"{kind} ({engine_label})", ttfts, tpots, total, max(ends) - min(starts), peak_kv
     )
+    return cell, warnings
 
 
 class CellResult(BaseModel):
@@ -208,11 +225,11 @@ async def validate(
     ) as client:
         for k, plan in enumerate(plans):
             load = cell_load(plan, opts.seed + 1000 + k, cal.info.vocab_size)
-            measured = await measure_cell(
+            measured, measure_warnings = await measure_cell(
                 client, opts.model, load, label, total_cells=slot_cells, kind=source
             )
             predict = predict_paged_cell if is_paged_profile(profile) else predict_cell
-            predicted, warnings = predict(profile, load)
+            predicted, predict_warnings = predict(profile, load)
             cells.append(
                 CellResult(
                     cell_id=plan.cell_id,
@@ -223,7 +240,7 @@ async def validate(
                     num_requests=plan.num_requests,
                     measured=measured,
                     predicted=predicted,
-                    warnings=warnings,
+                    warnings=measure_warnings + predict_warnings,
                 )
             )
             rows.extend(compare(plan.cell_id, plan.role, measured, predicted))

@@ -2,7 +2,8 @@
 
 Kept apart from the HTTP client so the parsing rules can be read (and tested) on their own:
 an event that is not JSON, or an ``{"error": ...}`` event, makes the request an error; content
-pieces are ``choices[0].text`` (completions) or ``choices[0].delta.content`` (chat); the last
+pieces are ``choices[0].text`` (completions) or ``choices[0].delta.content`` (chat), and every
+chunk that carries a token counts, its text empty or not (:func:`is_token_chunk`); the last
 ``usage`` object gives the token counts and ``prompt_tokens_details.cached_tokens``.
 """
 
@@ -80,6 +81,21 @@ class StreamOutcome:
         return out
 
 
+def is_token_chunk(piece: object, finish_reason: object, announces_role: bool) -> bool:
+    """Whether a streamed choice carries an output token.
+
+    Text is not required: vLLM streams one chunk per token, and a token whose text is empty
+    (a special token, or bytes its detokenizer holds back until a character is complete) comes
+    as ``"text": ""`` (vLLM 0.32 ``benchmarks/lib/endpoint_request_func.py`` counts every such
+    chunk: "text could be empty here e.g. for special tokens"). Not tokens: a chat chunk that
+    only announces the role, and an empty closing chunk that only gives the finish reason
+    (llama.cpp ends its stream so).
+    """
+    if not isinstance(piece, str) or announces_role:
+        return False
+    return bool(piece) or not finish_reason
+
+
 def parse_events(
     events: list[tuple[float, bytes]], endpoint: Endpoint, out: StreamOutcome
 ) -> tuple[ErrorKind, str] | None:
@@ -109,16 +125,20 @@ def parse_events(
         choices = obj.get("choices") or []
         if choices:
             choice = choices[0]
+            reason = choice.get("finish_reason")
             if endpoint == "chat":
-                piece = (choice.get("delta") or {}).get("content")
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                announces_role = "role" in delta and not piece
             else:
                 piece = choice.get("text")
-            if piece:
-                pieces.append(piece)
+                announces_role = False
+            if is_token_chunk(piece, reason, announces_role):
+                if piece:
+                    pieces.append(piece)
                 chunk_times.append(t)
                 if out.first_token_s is None:
                     out.first_token_s = t
-            reason = choice.get("finish_reason")
             if reason:
                 out.finish_reason = reason
         timings = obj.get("timings")

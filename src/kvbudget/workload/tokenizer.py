@@ -99,10 +99,18 @@ class SyntheticTokenizer:
                 field="vocab_size",
             )
         self.vocab_size = vocab_size
-        words = list(SPECIAL_TOKENS)
-        words.extend(_word_for_index(k) for k in range(vocab_size - NUM_SPECIAL))
-        self._words: tuple[str, ...] = tuple(words)
-        self._index: dict[str, int] = {w: i for i, w in enumerate(self._words)}
+        # built on first use: a workload of token ids never needs the words
+        self._words: tuple[str, ...] | None = None
+        self._index: dict[str, int] | None = None
+
+    def _vocabulary(self) -> tuple[tuple[str, ...], dict[str, int]]:
+        """(words by id, id by word), built once."""
+        if self._words is None or self._index is None:
+            words = list(SPECIAL_TOKENS)
+            words.extend(_word_for_index(k) for k in range(self.vocab_size - NUM_SPECIAL))
+            self._words = tuple(words)
+            self._index = {w: i for i, w in enumerate(self._words)}
+        return self._words, self._index
 
     @property
     def eos_token_id(self) -> int:
@@ -116,11 +124,11 @@ class SyntheticTokenizer:
                 f"[0, {self.vocab_size}); regenerate the prompt with the same vocab_size",
                 field="token_id",
             )
-        return self._words[token_id]
+        return self._vocabulary()[0][token_id]
 
     def token_id(self, word: str) -> int:
         """The id of one word: table lookup, else the stable blake2b hash rule."""
-        found = self._index.get(word)
+        found = self._vocabulary()[1].get(word)
         if found is not None:
             return found
         digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
@@ -128,7 +136,7 @@ class SyntheticTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> token ids (one per whitespace-separated word)."""
-        index = self._index
+        index = self._vocabulary()[1]
         out: list[int] = []
         for w in text.split():
             found = index.get(w)
@@ -149,7 +157,7 @@ class SyntheticTokenizer:
                 "regenerate the prompt with the same vocab_size",
                 field="token_ids",
             )
-        words = self._words
+        words = self._vocabulary()[0]
         return " ".join([words[i] for i in ids])
 
     def piece(self, token_id: int, token_index: int) -> str:

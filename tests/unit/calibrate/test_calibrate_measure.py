@@ -57,6 +57,13 @@ def test_client_clock_when_the_engine_reports_nothing() -> None:
     assert pre[0].source == "client" and pre[0].seconds == pytest.approx(0.2)
 
 
+def test_a_burst_on_the_client_clock_is_no_decode_point() -> None:
+    # all four tokens read at one instant: the client saw no decode time, so no 0 s point
+    out = outcome(None, 1.0, (1.2, 1.2, 1.2, 1.2))
+    probe = Probe("decode", ((1,) * 64,), 4, "d")
+    assert observations([ProbeResult(probe, (out,))], n_ubatch=512) == []
+
+
 def test_metrics_histograms_are_used_before_the_client_clock() -> None:
     probe = Probe("prefill", ((1,) * 64,), 2, "p")
     deltas = {"engine_ttft_seconds_sum": 0.09, "engine_ttft_seconds_count": 1.0}

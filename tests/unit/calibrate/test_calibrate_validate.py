@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+from typing import cast
+
+import pytest
+
 from kvbudget.calibrate.engine import EngineInfo
-from kvbudget.calibrate.validate import cell_load, default_cells
+from kvbudget.calibrate.predict import CellFigures, CellLoad
+from kvbudget.calibrate.validate import cell_load, default_cells, measure_cell
+from kvbudget.load.client import ClientRequest, OpenAIClient
+from kvbudget.load.outcome import StreamOutcome
 
 
 def test_cells_for_four_slots_of_2048() -> None:
@@ -27,3 +36,46 @@ def test_cell_prompts_are_seeded_and_distinct() -> None:
     assert a == b and len(a.prompts) == plan.num_requests
     assert len(set(a.prompts)) == len(a.prompts)
     assert cell_load(plan, 6) != a
+
+
+class _BurstClient:
+    """Streams each request's 4 tokens either spread out or all at one instant."""
+
+    base_url = "http://fake"
+
+    def __init__(self, bursts: set[int]) -> None:
+        self.bursts = bursts
+        self.n = 0
+
+    async def stream(self, req: ClientRequest) -> StreamOutcome:
+        k, self.n = self.n, self.n + 1
+        t0 = 10.0 * k
+        gaps = [0.0, 0.0, 0.0, 0.0] if k in self.bursts else [0.0, 0.1, 0.2, 0.3]
+        return StreamOutcome(
+            request_id=req.request_id,
+            sent_s=t0,
+            chunk_times_s=[t0 + 0.5 + g for g in gaps],
+            usage_completion_tokens=4,
+        )
+
+
+def _measure(bursts: set[int]) -> tuple[CellFigures, list[str]]:
+    load = CellLoad("short/single", tuple((7, 8, 9) for _ in range(4)), 4, 1)
+    client = cast(OpenAIClient, _BurstClient(bursts))
+    return asyncio.run(measure_cell(client, "m", load, "fake"))
+
+
+def test_a_burst_request_has_no_tpot_rather_than_zero() -> None:
+    # by hand: the spread requests' TPOT is (0.3 - 0) / 3 = 0.1 s; bursts are left out
+    cell, warnings = _measure({0, 1, 2})
+    assert cell.tpot_p50_s == pytest.approx(0.1)
+    assert cell.ttft_p50_s == pytest.approx(0.5)
+    assert warnings == [
+        "short/single: 3 of 4 requests delivered every token to the client at one instant, so "
+        "their TPOT is not observable and is left out (run the client where it is not starved "
+        "of CPU by the engine)"
+    ]
+    cell, warnings = _measure({0, 1, 2, 3})
+    assert math.isnan(cell.tpot_p50_s) and "the cell has no measured TPOT" in warnings[0]
+    cell, warnings = _measure(set())
+    assert cell.tpot_p50_s == pytest.approx(0.1) and warnings == []

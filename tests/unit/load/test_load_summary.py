@@ -80,6 +80,37 @@ def test_parse_chat_events_role_usage_and_cached_tokens() -> None:
     assert (out.usage_prompt_tokens, out.usage_completion_tokens, out.cached_tokens) == (7, 2, 4)
 
 
+def test_a_token_whose_text_is_empty_still_counts() -> None:
+    """vLLM streams one chunk per token; a special token (or bytes its detokenizer holds back)
+    comes with ``"text": ""``. Seen on vLLM 0.32 CPU: 8 events for 8 tokens, some empty."""
+    events = [
+        (1.0, b'{"choices":[{"index":0,"text":"","finish_reason":null}]}'),
+        (2.0, b'{"choices":[{"index":0,"text":"a","finish_reason":null}]}'),
+        (3.0, b'{"choices":[{"index":0,"text":"","finish_reason":null}]}'),
+        (4.0, b'{"choices":[{"index":0,"text":"b","finish_reason":"length"}]}'),
+        (5.0, b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}'),
+    ]
+    out = StreamOutcome(request_id="x")
+    assert _parse_events(events, "completions", out) is None
+    assert out.first_token_s == 1.0
+    assert out.chunk_times_s == [1.0, 2.0, 3.0, 4.0]
+    assert out.text == "ab" and out.token_times_s() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_an_empty_closing_chunk_is_not_a_token() -> None:
+    """llama.cpp closes a stream with an empty choice that only gives the finish reason."""
+    events = [
+        (1.0, b'{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}'),
+        (2.0, b'{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}'),
+        (3.0, b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}'),
+        (4.0, b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
+        (5.0, b'{"choices":[{"index":0,"text":"","finish_reason":"stop"}]}'),
+    ]
+    out = StreamOutcome(request_id="x")
+    assert _parse_events(events, "chat", out) is None
+    assert out.chunk_times_s == [2.0, 3.0] and out.finish_reason == "stop"
+
+
 def test_token_times_when_chunks_carry_several_tokens() -> None:
     out = StreamOutcome(request_id="x", chunk_times_s=[1.0, 2.0, 3.0], usage_completion_tokens=5)
     # 5 tokens over 3 chunks: shares floor(5k/3) differences = 1, 2, 2
