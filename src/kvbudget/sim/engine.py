@@ -22,6 +22,7 @@ tier; :meth:`EngineCore.next_ready_s` says when to call again).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -57,24 +58,56 @@ class StepResult:
     num_preempted: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class EngineStats:
     """A snapshot, named like vLLM's metrics (tokens for prefix-cache counters)."""
 
-    num_running: int
-    num_waiting: int
-    kv_usage: float
-    prefix_cache_queries_tokens: int
-    prefix_cache_hits_tokens: int
-    num_preemptions: int
-    prompt_tokens: int
-    generation_tokens: int
-    num_free_blocks: int
-    num_total_blocks: int
-    prefix_cache_queries_blocks: int = 0
-    prefix_cache_hits_blocks: int = 0
-    num_evicted_blocks: int = 0
-    num_finished: int = 0
+    num_running: Final[int]
+    num_waiting: Final[int]
+    kv_usage: Final[float]
+    prefix_cache_queries_tokens: Final[int]
+    prefix_cache_hits_tokens: Final[int]
+    num_preemptions: Final[int]
+    prompt_tokens: Final[int]
+    generation_tokens: Final[int]
+    num_free_blocks: Final[int]
+    num_total_blocks: Final[int]
+    prefix_cache_queries_blocks: Final[int]
+    prefix_cache_hits_blocks: Final[int]
+    num_evicted_blocks: Final[int]
+    num_finished: Final[int]
+
+    def __init__(
+        self,
+        num_running: int,
+        num_waiting: int,
+        kv_usage: float,
+        prefix_cache_queries_tokens: int,
+        prefix_cache_hits_tokens: int,
+        num_preemptions: int,
+        prompt_tokens: int,
+        generation_tokens: int,
+        num_free_blocks: int,
+        num_total_blocks: int,
+        prefix_cache_queries_blocks: int = 0,
+        prefix_cache_hits_blocks: int = 0,
+        num_evicted_blocks: int = 0,
+        num_finished: int = 0,
+    ) -> None:
+        self.num_running = num_running
+        self.num_waiting = num_waiting
+        self.kv_usage = kv_usage
+        self.prefix_cache_queries_tokens = prefix_cache_queries_tokens
+        self.prefix_cache_hits_tokens = prefix_cache_hits_tokens
+        self.num_preemptions = num_preemptions
+        self.prompt_tokens = prompt_tokens
+        self.generation_tokens = generation_tokens
+        self.num_free_blocks = num_free_blocks
+        self.num_total_blocks = num_total_blocks
+        self.prefix_cache_queries_blocks = prefix_cache_queries_blocks
+        self.prefix_cache_hits_blocks = prefix_cache_hits_blocks
+        self.num_evicted_blocks = num_evicted_blocks
+        self.num_finished = num_finished
 
 
 class EngineCore:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Final, Literal
 
 from kvbudget.sim.prefix import BlockHash, ChainHasher
 from kvbudget.workload.request import PlannedRequest
@@ -26,26 +26,62 @@ def generated_token_id(seed: int, index: int, vocab_size: int) -> int:
     return (seed + (index + 1) * _MIX) % vocab_size
 
 
-@dataclass(frozen=True, slots=True)
+#: per-request records of the hot path (EngineRequest, SimRequest, RequestResult, RouteRequest,
+#: EngineStats) write their own ``__init__`` and keep ``@dataclass`` for eq, repr and hash: a
+#: dataclass-generated ``__init__`` is interpreted Python even in the mypyc build (17x slower to
+#: call than a compiled one, measured once by hand). ``Final`` keeps the former ``frozen``
+#: promise: mypy refuses an assignment outside ``__init__``, and the compiled class refuses
+#: one at run time.
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class EngineRequest:
     """A request as the engine receives it."""
 
-    request_id: str
+    request_id: Final[str]
     #: a tuple, or an ``array('q')`` (the streamed generator's compact ids): read-only
-    prompt_token_ids: Sequence[int]
-    max_output_tokens: int
-    arrival_s: float = 0.0
-    priority: int = 0
-    cache_salt: str | None = None
-    adapter_id: str | None = None
-    mm_hashes: tuple[str, ...] = ()
-    session_id: str | None = None
-    tenant: str = "default"
-    cell_id: str | None = None
-    cancel_after_tokens: int | None = None
+    prompt_token_ids: Final[Sequence[int]]
+    max_output_tokens: Final[int]
+    arrival_s: Final[float]
+    priority: Final[int]
+    cache_salt: Final[str | None]
+    adapter_id: Final[str | None]
+    mm_hashes: Final[tuple[str, ...]]
+    session_id: Final[str | None]
+    tenant: Final[str]
+    cell_id: Final[str | None]
+    cancel_after_tokens: Final[int | None]
     #: arrives with its context's KV transferred (a session migrated by transfer): every
     #: prompt token but the last is present (kvbudget.sim.lifecycle, kvbudget.sim.disagg)
-    kv_transferred: bool = False
+    kv_transferred: Final[bool]
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        max_output_tokens: int,
+        arrival_s: float = 0.0,
+        priority: int = 0,
+        cache_salt: str | None = None,
+        adapter_id: str | None = None,
+        mm_hashes: tuple[str, ...] = (),
+        session_id: str | None = None,
+        tenant: str = "default",
+        cell_id: str | None = None,
+        cancel_after_tokens: int | None = None,
+        kv_transferred: bool = False,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.max_output_tokens = max_output_tokens
+        self.arrival_s = arrival_s
+        self.priority = priority
+        self.cache_salt = cache_salt
+        self.adapter_id = adapter_id
+        self.mm_hashes = mm_hashes
+        self.session_id = session_id
+        self.tenant = tenant
+        self.cell_id = cell_id
+        self.cancel_after_tokens = cancel_after_tokens
+        self.kv_transferred = kv_transferred
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -119,40 +155,74 @@ def engine_request(
     )
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class SimRequest:
-    """Scheduler-side state of one request."""
+    """Scheduler-side state of one request (its own ``__init__``: see :class:`EngineRequest`)."""
 
     spec: EngineRequest
     seed: int
     vocab_size: int
     hasher: ChainHasher | None
     arrival_order: int
-    status: Status = "waiting"
-    num_computed_tokens: int = 0
-    num_output_tokens: int = 0
+    status: Status
+    num_computed_tokens: int
+    num_output_tokens: int
     #: tokens whose KV is being reloaded from a lower tier (computed once the load ends)
-    loading_until_s: float = 0.0
+    loading_until_s: float
     #: block ids per KV group (null block 0 marks released sliding-window slots)
-    block_ids: list[list[int]] = field(default_factory=list)
+    block_ids: list[list[int]]
     #: number of leading blocks per group already released (sliding window)
-    num_skipped_blocks: list[int] = field(default_factory=list)
-    block_hashes: list[BlockHash] = field(default_factory=list)
+    num_skipped_blocks: list[int]
+    block_hashes: list[BlockHash]
     #: how many of this request's blocks (group 0) are registered in the hash table
-    num_cached_blocks: int = 0
-    num_preemptions: int = 0
+    num_cached_blocks: int
+    num_preemptions: int
     #: prompt tokens served from the cache at first scheduling, by tier ("gpu", "cpu", ...)
-    cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
-    first_scheduled_s: float | None = None
-    first_token_s: float | None = None
-    finish_s: float | None = None
-    finish_reason: str | None = None
-    has_been_scheduled: bool = False
+    cached_tokens_by_tier: dict[str, int]
+    first_scheduled_s: float | None
+    first_token_s: float | None
+    finish_s: float | None
+    finish_reason: str | None
+    has_been_scheduled: bool
     #: lazy decode bookkeeping of the fast path (kvbudget.sim.fastpath); -1 = not lazy
-    lazy_g0: int = -1
-    lazy_c0: int = 0
-    lazy_o0: int = 0
-    running_seq: int = 0
+    lazy_g0: int
+    lazy_c0: int
+    lazy_o0: int
+    running_seq: int
+
+    def __init__(
+        self,
+        spec: EngineRequest,
+        seed: int,
+        vocab_size: int,
+        hasher: ChainHasher | None,
+        arrival_order: int,
+        status: Status = "waiting",
+    ) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.vocab_size = vocab_size
+        self.hasher = hasher
+        self.arrival_order = arrival_order
+        self.status = status
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.loading_until_s = 0.0
+        self.block_ids = []
+        self.num_skipped_blocks = []
+        self.block_hashes = []
+        self.num_cached_blocks = 0
+        self.num_preemptions = 0
+        self.cached_tokens_by_tier = {}
+        self.first_scheduled_s = None
+        self.first_token_s = None
+        self.finish_s = None
+        self.finish_reason = None
+        self.has_been_scheduled = False
+        self.lazy_g0 = -1
+        self.lazy_c0 = 0
+        self.lazy_o0 = 0
+        self.running_seq = 0
 
     @property
     def request_id(self) -> str:

@@ -8,7 +8,7 @@ tokens / prompt tokens looked up) and blocks (cached full blocks / full prompt b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
 from kvbudget.records.request import RequestRecord, derive_latencies
@@ -17,26 +17,60 @@ from kvbudget.sim.replica import KVSample
 from kvbudget.sim.request import SimRequest
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RequestResult:
     """One simulated request."""
 
-    request_id: str
-    replica: str
-    arrival_s: float
-    first_scheduled_s: float | None
-    first_token_s: float | None
-    finish_s: float | None
-    prompt_tokens: int
-    output_tokens: int
-    cached_tokens_by_tier: dict[str, int]
-    preemptions: int
-    status: str
+    request_id: Final[str]
+    replica: Final[str]
+    arrival_s: Final[float]
+    first_scheduled_s: Final[float | None]
+    first_token_s: Final[float | None]
+    finish_s: Final[float | None]
+    prompt_tokens: Final[int]
+    output_tokens: Final[int]
+    cached_tokens_by_tier: Final[dict[str, int]]
+    preemptions: Final[int]
+    status: Final[str]
     #: "length" when finished; why not, otherwise ("horizon: waiting", "rejected: ...")
-    reason: str
-    tenant: str = "default"
-    session_id: str | None = None
-    cell_id: str | None = None
+    reason: Final[str]
+    tenant: Final[str]
+    session_id: Final[str | None]
+    cell_id: Final[str | None]
+
+    def __init__(
+        self,
+        request_id: str,
+        replica: str,
+        arrival_s: float,
+        first_scheduled_s: float | None,
+        first_token_s: float | None,
+        finish_s: float | None,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens_by_tier: dict[str, int],
+        preemptions: int,
+        status: str,
+        reason: str,
+        tenant: str = "default",
+        session_id: str | None = None,
+        cell_id: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.replica = replica
+        self.arrival_s = arrival_s
+        self.first_scheduled_s = first_scheduled_s
+        self.first_token_s = first_token_s
+        self.finish_s = finish_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.cached_tokens_by_tier = cached_tokens_by_tier
+        self.preemptions = preemptions
+        self.status = status
+        self.reason = reason
+        self.tenant = tenant
+        self.session_id = session_id
+        self.cell_id = cell_id
 
     @property
     def finished(self) -> bool:

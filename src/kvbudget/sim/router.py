@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from kvbudget.errors import ConfigError
 from kvbudget.sim.timing import StepTimeModel
@@ -72,14 +72,26 @@ class ReplicaView(Protocol):
     def block_size(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RouteRequest:
     """The router's view of a request."""
 
-    request_id: str
-    num_prompt_tokens: int
-    block_hashes: list[Hashable]
-    session_id: str | None = None
+    request_id: Final[str]
+    num_prompt_tokens: Final[int]
+    block_hashes: Final[list[Hashable]]
+    session_id: Final[str | None]
+
+    def __init__(
+        self,
+        request_id: str,
+        num_prompt_tokens: int,
+        block_hashes: list[Hashable],
+        session_id: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.num_prompt_tokens = num_prompt_tokens
+        self.block_hashes = block_hashes
+        self.session_id = session_id
 
 
 def estimate_ttft_s(queue_s: float, prefill_uncached_s: float, reload_s: float) -> float:
