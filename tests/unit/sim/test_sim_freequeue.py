@@ -87,3 +87,49 @@ def test_free_queue_matches_ordered_dict_reference(seed: int) -> None:
         pool.check_invariants()
     assert len(pool._queue) <= 2 * num_blocks + num_blocks  # compacted, not growing
     assert len(pool._front) <= 2 * num_blocks + num_blocks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_free_table_matches_freeing_the_table_tail_first(seed: int) -> None:
+    """``free_table(table, num_keyed)`` (one gather, unkeyed blocks to the front in the order
+    freed, keyed ones to the tail) against the reference freeing ``reversed(table)`` block by
+    block, as vLLM frees a request's blocks (``reversed(req_blocks)``); some tables share a
+    block with another holder (the fallback path), some are wholly keyed or wholly unkeyed."""
+    rng = np.random.default_rng(100 + seed)
+    num_blocks = 16
+    pool, ref = BlockPool(num_blocks), _Reference(num_blocks)
+    tables: list[list[int]] = []
+    hashed: set[int] = set()
+    extra: list[int] = []  # second references held on shared blocks
+    num_keys = 0
+    for _ in range(3000):
+        op = rng.integers(0, 3)
+        if op == 0 and len(ref.free) >= 2:
+            n = int(rng.integers(2, min(6, len(ref.free)) + 1))
+            table = pool.allocate(n)
+            assert table == ref.allocate(n)
+            hashed.difference_update(table)
+            # a registered prefix: the table's first num_keyed blocks carry a key
+            for b in table[: int(rng.integers(0, n + 1))]:
+                num_keys += 1
+                pool.cache_block(b, ("key", num_keys))
+                hashed.add(b)
+            tables.append(table)
+        elif op == 1 and tables:
+            table = tables.pop(int(rng.integers(0, len(tables))))
+            num_keyed = sum(1 for b in table if b in hashed)
+            assert all(b in hashed for b in table[:num_keyed])
+            pool.free_table(table, num_keyed)
+            ref.release(list(reversed(table)), hashed)
+        elif op == 2 and tables and rng.random() < 0.5:
+            b = tables[int(rng.integers(0, len(tables)))][0]
+            pool.touch([b])
+            ref.touch([b])
+            extra.append(b)
+        elif extra:
+            b = extra.pop()
+            pool.free([b])
+            ref.release([b], hashed)
+        assert pool.free_block_ids() == list(ref.free)
+        assert pool.ref_cnt == ref.ref
+        pool.check_invariants()
