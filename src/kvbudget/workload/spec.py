@@ -35,7 +35,7 @@ from kvbudget.workload.prefixes import (
 from kvbudget.workload.request import PlannedRequest, RequestFactory, build_with
 from kvbudget.workload.sessions import SessionPlan
 from kvbudget.workload.tokenizer import DEFAULT_VOCAB_SIZE, MIN_VOCAB_SIZE, get_tokenizer
-from kvbudget.workload.traces import TraceReplaySpec, read_trace, requests_from_trace
+from kvbudget.workload.traces import TraceReplaySpec, stream_trace_requests
 
 
 class WorkloadSpec(BaseModel):
@@ -166,7 +166,8 @@ def generate_stream(
 
     ``compact_ids``: generated prompts' ids as ``array('q')`` (8 bytes a token, copied from
     numpy's draw without a Python int per token) instead of tuples: the same ids in the same
-    order (the simulator's trace-scale path; a trace file's requests stay tuples).
+    order (the simulator's trace-scale path; a trace file's prompts regenerated from hash ids
+    too, while a line's own ``prompt_token_ids`` stay a tuple).
 
     Same requests, same ids, same order, in memory that does not grow with the number of
     requests: the per-session draws (arrivals, tenants, lengths, ...) are whole arrays of one
@@ -180,9 +181,8 @@ def generate_stream(
     tok = get_tokenizer(spec.vocab_size)
     base_seed = int(rng.integers(0, 2**62))
     if spec.trace is not None:
-        records = read_trace(spec.trace.path)
-        for req in requests_from_trace(
-            records,
+        for req in stream_trace_requests(
+            spec.trace.path,
             tok,
             base_seed=base_seed,
             default_block_size=spec.trace.block_size,
@@ -190,6 +190,7 @@ def generate_stream(
             num_requests=spec.num_requests,
             duration_s=spec.duration_s,
             cell_id=spec.cell_id,
+            compact_ids=compact_ids,
         ):
             yield build_with(make, req)
         return

@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvbudget.errors import ConfigError
 from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.sessions import compact
 from kvbudget.workload.tokenizer import SyntheticTokenizer
 
 
@@ -130,31 +134,113 @@ def export_trace(
     return count
 
 
-def read_trace(path: str | Path) -> list[TraceRecord]:
-    """Parse a JSONL trace; a bad line is a ``ConfigError`` naming the line and field."""
+class _Arrival(BaseModel):
+    """A trace line's arrival fields alone, validated as :class:`TraceRecord` validates them
+    (the order pre-pass of :func:`stream_trace_requests`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    arrival_s: float | None = Field(None, ge=0)
+    timestamp: float | None = Field(None, ge=0)
+
+    def arrival(self) -> float:
+        if self.arrival_s is not None:
+            return self.arrival_s
+        if self.timestamp is not None:
+            return self.timestamp / 1000.0
+        return 0.0
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], p: Path, lineno: int, raw: str) -> M:
+    """One line as ``model``; a bad line is a ``ConfigError`` naming the line and field."""
+    try:
+        return model.model_validate(json.loads(raw))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{p}:{lineno}: not valid JSON ({exc.msg}); each line must be one object",
+            field="trace",
+        ) from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(
+            f"{p}:{lineno}: field {loc}={err.get('input')!r}: {err['msg']}", field=loc
+        ) from None
+
+
+def _lines(path: str | Path, model: type[M]) -> Iterator[M]:
+    """The file's non-blank lines as ``model``, one at a time."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"trace file {str(p)!r} does not exist; check trace.path", field="path")
-    out: list[TraceRecord] = []
     with p.open(encoding="utf-8") as fh:
         for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                out.append(TraceRecord.model_validate(json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(
-                    f"{p}:{lineno}: not valid JSON ({exc.msg}); each line must be one object",
-                    field="trace",
-                ) from None
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"])
-                raise ConfigError(
-                    f"{p}:{lineno}: field {loc}={err.get('input')!r}: {err['msg']}",
-                    field=loc,
-                ) from None
-    return out
+            if raw.strip():
+                yield _parse(model, p, lineno, raw)
+
+
+def read_trace(path: str | Path) -> list[TraceRecord]:
+    """Parse a JSONL trace; a bad line is a ``ConfigError`` naming the line and field."""
+    return list(_lines(path, TraceRecord))
+
+
+def stream_trace_requests(
+    path: str | Path,
+    tokenizer: SyntheticTokenizer,
+    *,
+    base_seed: int,
+    default_block_size: int = 512,
+    speedup: float = 1.0,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    cell_id: str | None = None,
+    compact_ids: bool = False,
+) -> Iterator[PlannedRequest]:
+    """:func:`requests_from_trace` of :func:`read_trace`, without holding the trace.
+
+    ``compact_ids``: prompts regenerated from hash ids as ``array('q')`` (the same ids; see
+    :func:`~kvbudget.workload.spec.generate_stream`); a line's own ``prompt_token_ids`` stay a
+    tuple.
+
+    A first pass reads only each line's arrival fields. When they never decrease (a recorded
+    trace's order, Mooncake's included), the requests are built while the file is read, in
+    memory that does not grow with its length: the same requests as sorting first (the sort is
+    stable, so ties keep the file's order). A trace out of order is read whole and sorted.
+    """
+    first: float | None = None
+    last = -math.inf
+    in_order = True
+    for a in _lines(path, _Arrival):
+        t = a.arrival()
+        first = t if first is None else first
+        if t < last:
+            in_order = False
+            break
+        last = t
+    if first is None:
+        return
+    if in_order:
+        indexed: Iterable[tuple[int, TraceRecord]] = enumerate(_lines(path, TraceRecord))
+    else:
+        records = read_trace(path)
+        order = sorted(range(len(records)), key=lambda i: records[i].arrival())
+        first = records[order[0]].arrival()
+        indexed = ((i, records[i]) for i in order)
+    yield from _requests(
+        indexed,
+        first,
+        tokenizer,
+        base_seed=base_seed,
+        default_block_size=default_block_size,
+        speedup=speedup,
+        num_requests=num_requests,
+        duration_s=duration_s,
+        cell_id=cell_id,
+        compact_ids=compact_ids,
+    )
 
 
 def requests_from_trace(
@@ -173,41 +259,77 @@ def requests_from_trace(
         return []
     order = sorted(range(len(records)), key=lambda i: records[i].arrival())
     t0 = records[order[0]].arrival()
-    blocks: dict[int, np.ndarray] = {}
-    out: list[PlannedRequest] = []
-    for i in order:
-        rec = records[i]
+    return list(
+        _requests(
+            ((i, records[i]) for i in order),
+            t0,
+            tokenizer,
+            base_seed=base_seed,
+            default_block_size=default_block_size,
+            speedup=speedup,
+            num_requests=num_requests,
+            duration_s=duration_s,
+            cell_id=cell_id,
+            compact_ids=False,
+        )
+    )
+
+
+#: hash ids' regenerated blocks kept at once (a block's tokens are a function of its id, so
+#: the bound changes no request, only how often a block is drawn again)
+BLOCK_CACHE_SIZE = 4096
+
+
+def _requests(
+    indexed: Iterable[tuple[int, TraceRecord]],
+    t0: float,
+    tokenizer: SyntheticTokenizer,
+    *,
+    base_seed: int,
+    default_block_size: int,
+    speedup: float,
+    num_requests: int | None,
+    duration_s: float | None,
+    cell_id: str | None,
+    compact_ids: bool,
+) -> Iterator[PlannedRequest]:
+    """Records ``(index in the file, record)`` in arrival order, as planned requests."""
+    blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+    for count, (i, rec) in enumerate(indexed):
         arrival_s = (rec.arrival() - t0) / speedup
         if duration_s is not None and arrival_s >= duration_s:
-            break
-        if num_requests is not None and len(out) >= num_requests:
-            break
+            return
+        if num_requests is not None and count >= num_requests:
+            return
+        ids: Sequence[int]
         if rec.prompt_token_ids is not None:
             ids = tuple(int(x) for x in rec.prompt_token_ids)
         else:
             bs = rec.block_size or default_block_size
             pieces: list[np.ndarray] = []
             for h in rec.hash_ids:
-                block = blocks.get(h)
+                block = blocks.get((h, bs))
                 if block is None:
                     block = tokenizer.random_ids(np.random.default_rng([base_seed, h]), bs)
-                    blocks[h] = block
+                    blocks[(h, bs)] = block
+                    if len(blocks) > BLOCK_CACHE_SIZE:
+                        blocks.popitem(last=False)
+                else:
+                    blocks.move_to_end((h, bs))
                 pieces.append(block)
             have = sum(p.size for p in pieces)
             if have < rec.input_length:  # hash ids missing or too few: fresh tail tokens
                 tail_rng = np.random.default_rng([base_seed, 1 << 40, i])
                 pieces.append(tokenizer.random_ids(tail_rng, rec.input_length - have))
-            ids = tuple(np.concatenate(pieces)[: rec.input_length].tolist())
-        out.append(
-            PlannedRequest(
-                request_id=rec.request_id or f"r{len(out):06d}",
-                arrival_s=float(arrival_s),
-                prompt_token_ids=ids,
-                output_tokens=rec.output_length,
-                tenant=rec.tenant,
-                session_id=rec.session_id,
-                prefix_group=rec.prefix_group,
-                cell_id=cell_id,
-            )
+            drawn = np.concatenate(pieces)[: rec.input_length]
+            ids = compact(drawn) if compact_ids else tuple(drawn.tolist())
+        yield PlannedRequest(
+            request_id=rec.request_id or f"r{count:06d}",
+            arrival_s=float(arrival_s),
+            prompt_token_ids=ids,
+            output_tokens=rec.output_length,
+            tenant=rec.tenant,
+            session_id=rec.session_id,
+            prefix_group=rec.prefix_group,
+            cell_id=cell_id,
         )
-    return out
