@@ -537,11 +537,42 @@ def sim_ab(name: str) -> str:
     return "\n".join(out)
 
 
+def trace_replay(name: str) -> str:
+    """Whole-process peak RSS of a trace replay (``bench/trace_replay.py``)."""
+    data = _load(name)
+    w, host = data["workload"], data["host"]
+    out = [
+        f"Measured by `bench/trace_replay.py` on {data.get('started_utc', '?')} UTC, commit "
+        f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs, "
+        f"{host['machine']}, Python {host['python']}; load average "
+        f"{host['loadavg_at_start'][0]:.1f} at the start). Each row is one whole `kvbudget sim "
+        "--scenario` process replaying a JSONL trace (its own CPU and peak RSS). Workload "
+        f"(simulated, roofline timing model): {w['model']} on one {w['gpu']}; trace: "
+        f"{w['trace']}. Simulator build: {_sim_builds(data['runs'])}. "
+        f"Raw result: [`bench/results/{name}`](../bench/results/{name}).",
+        "",
+        "| trace lines | trace file (MB) | requests completed | CPU s | requests / CPU s | "
+        "peak RSS (MB) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in data["runs"]:
+        if not r.get("ran"):
+            out.append(f"| {r['trace_lines']:,} | did not run ||||")
+            continue
+        out.append(
+            f"| {r['trace_lines']:,} | {r['trace_bytes'] / 1e6:,.0f} | "
+            f"{r['requests_completed']:,} | {r['cpu_s']:.1f} | "
+            f"{round(r['trace_lines'] / r['cpu_s']):,} | {r['peak_rss_bytes'] / 1e6:,.0f} |"
+        )
+    return "\n".join(out)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "sim-mypyc-ab": lambda: sim_ab("sim_mypyc_ab.json"),
     "sim-mypyc-ab-trace-scale": lambda: sim_ab("sim_mypyc_ab_1m.json"),
     "sim-scale": lambda: sim_scale("sim_scale.json"),
     "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
+    "trace-replay": lambda: trace_replay("trace_replay.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
     "sim-speed": sim_speed,
