@@ -50,6 +50,8 @@ COMPILED: tuple[str, ...] = (
     "router",
     "results",
     "cluster",
+    # the roofline step price (kvbudget.sim.timing stays interpreted: pydantic)
+    "roofline",
 )
 PACKAGE = "kvbudget.sim"
 PURE_ENV = "KVBUDGET_PURE_PYTHON"

@@ -23,29 +23,17 @@ mixed step costs ``max(a0, b0) + a1*P + 2*a2*pairs + b1*n + b2*ctx``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvbudget.errors import ConfigError
-
-
-class BatchShape(NamedTuple):
-    """What one step computes, aggregated over its requests (a named tuple: built once per
-    simulated step, and a tuple is built at C speed where a frozen dataclass sets each field
-    through ``object.__setattr__``)."""
-
-    num_prefill_tokens: int = 0
-    #: sum over prefill chunks of n * (c + (n + 1) / 2)
-    prefill_pairs: float = 0.0
-    #: sum over prefill chunks of c + n (KV the chunk attends over)
-    prefill_context_tokens: int = 0
-    num_decode_seqs: int = 0
-    #: sum over decode requests of their context (tokens attended)
-    decode_context_tokens: int = 0
+from kvbudget.sim.roofline import BatchShape as BatchShape
+from kvbudget.sim.roofline import RooflineCost
 
 
 class StepTimeModel(Protocol):
@@ -115,35 +103,26 @@ class RooflineTiming:
         self.params = params or RooflineParams()
         self.name = "roofline"
         p = self.params
-        self._flops_per_token = 2.0 * model.num_active_params / tp
-        self._attn_flops_per_pair = (
-            4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp
-        )
-        self._kv_per_token = model.kv_bytes_per_token / tp
-        self._weights = model.weights_bytes / tp
-        self._flops_rate = gpu.peak_flops * p.compute_efficiency
-        self._byte_rate = gpu.bandwidth_bytes_per_s * p.bandwidth_efficiency
         link = gpu.link_bytes_per_s or p.default_link_bytes_per_s
-        self._ar_per_token = (
-            0.0
-            if tp == 1
-            else 2 * model.num_layers * 2 * (tp - 1) / tp * model.hidden_size * 2 / link
+        self._cost = RooflineCost(
+            flops_per_token=2.0 * model.num_active_params / tp,
+            attn_flops_per_pair=(
+                4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp
+            ),
+            kv_per_token=model.kv_bytes_per_token / tp,
+            weights=model.weights_bytes / tp,
+            flops_rate=gpu.peak_flops * p.compute_efficiency,
+            byte_rate=gpu.bandwidth_bytes_per_s * p.bandwidth_efficiency,
+            ar_per_token=(
+                0.0
+                if tp == 1
+                else 2 * model.num_layers * 2 * (tp - 1) / tp * model.hidden_size * 2 / link
+            ),
+            ar_fixed=0.0 if tp == 1 else 2 * model.num_layers * p.allreduce_latency_s,
+            step_overhead_s=p.step_overhead_s,
         )
-        self._ar_fixed = 0.0 if tp == 1 else 2 * model.num_layers * p.allreduce_latency_s
-
-    def step_time_s(self, shape: BatchShape) -> float:
-        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
-        if tokens == 0:
-            return 0.0
-        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * (
-            shape.prefill_pairs + shape.decode_context_tokens
-        )
-        kv_tokens = shape.prefill_context_tokens + shape.decode_context_tokens + tokens
-        num_bytes = self._weights + self._kv_per_token * kv_tokens
-        compute_s = flops / self._flops_rate
-        memory_s = num_bytes / self._byte_rate
-        comm_s = self._ar_fixed + self._ar_per_token * tokens
-        return max(compute_s, memory_s) + comm_s + self.params.step_overhead_s
+        #: the compiled step price (``RooflineCost.step_time_s``), called once per step
+        self.step_time_s: Callable[[BatchShape], float] = self._cost.step_time_s
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         """A pure decode step (fast path used when advancing many steps)."""
