@@ -31,6 +31,7 @@ from kvbudget.load.outcome import (
     StreamOutcome,
     looks_like_oom,
     parse_events,
+    token_piece,
 )
 from kvbudget.load.sse import SseSplitter
 from kvbudget.records import ErrorKind, excerpt
@@ -249,7 +250,7 @@ class OpenAIClient:
                         saw_done = True
                         continue
                     events.append(ev)
-                    if cancel_after is not None and _has_content(data, req.endpoint):
+                    if cancel_after is not None and _carries_token(data, req.endpoint):
                         num_content += 1
                 if saw_done:
                     if not reader.at_eof():
@@ -370,9 +371,10 @@ async def _drain_to_eof(reader: aiohttp.StreamReader) -> None:
                 pass
 
 
-def _has_content(data: bytes, endpoint: str) -> bool:
-    """Whether one streamed event carries generated text (parsed JSON, whatever its spacing:
-    ``"text": "a"`` counts as ``"text":"a"`` does; cancellation counts tokens from this)."""
+def _carries_token(data: bytes, endpoint: Endpoint) -> bool:
+    """Whether one streamed event carries an output token, by the rule the outcome is parsed
+    with (:func:`~kvbudget.load.outcome.token_piece`: its text may be empty); parsed JSON,
+    whatever its spacing. Cancellation counts tokens from this."""
     try:
         event = json.loads(data)
     except ValueError:
@@ -382,10 +384,4 @@ def _has_content(data: bytes, endpoint: str) -> bool:
     choices = event.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False
-    first = choices[0]
-    if endpoint == "chat":
-        delta = first.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else None
-    else:
-        text = first.get("text")
-    return isinstance(text, str) and text != ""
+    return token_piece(choices[0], endpoint) is not None

@@ -3,7 +3,7 @@
 Kept apart from the HTTP client so the parsing rules can be read (and tested) on their own:
 an event that is not JSON, or an ``{"error": ...}`` event, makes the request an error; content
 pieces are ``choices[0].text`` (completions) or ``choices[0].delta.content`` (chat), and every
-chunk that carries a token counts, its text empty or not (:func:`is_token_chunk`); the last
+chunk that carries a token counts, its text empty or not (:func:`token_piece`); the last
 ``usage`` object gives the token counts and ``prompt_tokens_details.cached_tokens``.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -81,19 +82,34 @@ class StreamOutcome:
         return out
 
 
-def is_token_chunk(piece: object, finish_reason: object, announces_role: bool) -> bool:
-    """Whether a streamed choice carries an output token.
+def token_piece(choice: Mapping[str, Any], endpoint: Endpoint) -> str | None:
+    """The text of the output token a streamed choice carries (``""`` for a token whose text is
+    empty), or ``None`` when it carries no token.
 
-    Text is not required: vLLM streams one chunk per token, and a token whose text is empty
-    (a special token, or bytes its detokenizer holds back until a character is complete) comes
-    as ``"text": ""`` (vLLM 0.32 ``benchmarks/lib/endpoint_request_func.py`` counts every such
-    chunk: "text could be empty here e.g. for special tokens"). Not tokens: a chat chunk that
-    only announces the role, and an empty closing chunk that only gives the finish reason
-    (llama.cpp ends its stream so).
+    Text is not required: vLLM streams one chunk per token, and a token whose text is empty (a
+    special token, bytes its detokenizer holds back until a character is complete, or the stop
+    token ending a request, whose text vLLM leaves out) comes as ``"text": ""``; vLLM 0.32's
+    ``benchmarks/lib/endpoint_request_func.py`` counts every such chunk ("text could be empty
+    here e.g. for special tokens"). Not tokens: a chat chunk that only announces the role, and
+    an empty closing chunk that only gives the finish reason (llama.cpp ends its stream so:
+    its last token came in the chunk before). vLLM's own closing chunk carries the last token
+    and says so with a ``stop_reason`` key, which llama.cpp's lacks (both recorded in
+    ``tests/unit/load/fixtures/sse/``).
     """
-    if not isinstance(piece, str) or announces_role:
-        return False
-    return bool(piece) or not finish_reason
+    if endpoint == "chat":
+        delta = choice.get("delta")
+        if not isinstance(delta, Mapping):
+            return None
+        piece = delta.get("content")
+        if "role" in delta and not piece:
+            return None
+    else:
+        piece = choice.get("text")
+    if not isinstance(piece, str):
+        return None
+    if piece or not choice.get("finish_reason") or "stop_reason" in choice:
+        return piece
+    return None
 
 
 def parse_events(
@@ -125,20 +141,14 @@ def parse_events(
         choices = obj.get("choices") or []
         if choices:
             choice = choices[0]
-            reason = choice.get("finish_reason")
-            if endpoint == "chat":
-                delta = choice.get("delta") or {}
-                piece = delta.get("content")
-                announces_role = "role" in delta and not piece
-            else:
-                piece = choice.get("text")
-                announces_role = False
-            if is_token_chunk(piece, reason, announces_role):
+            piece = token_piece(choice, endpoint) if isinstance(choice, dict) else None
+            if piece is not None:
                 if piece:
                     pieces.append(piece)
                 chunk_times.append(t)
                 if out.first_token_s is None:
                     out.first_token_s = t
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
             if reason:
                 out.finish_reason = reason
         timings = obj.get("timings")

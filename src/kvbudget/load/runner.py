@@ -80,6 +80,11 @@ def build_record(
     ttft, tpot, e2e = derive_latencies(
         sent_s=sent, first_token_s=first, done_s=done, output_tokens=n_out
     )
+    token_times = [t - t0 for t in out.token_times_s()]
+    if len(token_times) >= 2 and token_times[-1] <= token_times[0]:
+        tpot = (
+            None  # every token at one instant: not observable (RequestRecord.tokens_at_one_instant)
+        )
     prompt = planned.text()
     return RequestRecord(
         request_id=planned.request_id,
@@ -99,7 +104,7 @@ def build_record(
         sent_s=sent,
         first_token_s=first,
         done_s=done,
-        token_times_s=[t - t0 for t in out.token_times_s()],
+        token_times_s=token_times,
         chunk_times_s=[t - t0 for t in out.chunk_times_s],
         schedule_lag_s=None if scheduled_s is None or sent is None else sent - scheduled_s,
         prompt_tokens=out.usage_prompt_tokens,

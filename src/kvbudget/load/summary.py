@@ -34,7 +34,7 @@ def summarize_records(records: Sequence[RequestRecord]) -> dict[str, Any]:
     status = Counter(r.status for r in measured)
     kinds = Counter(r.error_kind for r in measured if r.error_kind is not None)
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
+    tpot = [r.tpot_s for r in ok if r.tpot_s is not None and not r.tokens_at_one_instant()]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     itl = [g for r in ok for g in r.itl_s()]
     chunk_itl = [g for r in ok for g in r.chunk_itl_s()]
@@ -54,6 +54,8 @@ def summarize_records(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "ttft_p99_s": _pct(ttft, 99),
         "tpot_p50_s": _pct(tpot, 50),
         "tpot_p99_s": _pct(tpot, 99),
+        #: ok requests whose tokens all reached the client at one instant (no TPOT)
+        "tpot_unobserved_requests": sum(1 for r in ok if r.tokens_at_one_instant()),
         "itl_p50_s": _pct(itl, 50),
         "itl_p99_s": _pct(itl, 99),
         "chunk_itl_p99_s": _pct(chunk_itl, 99),
@@ -112,6 +114,14 @@ def bottleneck_warnings(
         warnings.append(
             f"client CPU was {cpu_busy_fraction:.0%} busy: the client may be the bottleneck "
             "(add --workers)"
+        )
+    unobserved = summary.get("tpot_unobserved_requests") or 0
+    if unobserved:
+        warnings.append(
+            f"{unobserved} request(s) delivered every token to the client at one instant: their "
+            "TPOT is not observable and is left out (the client was not scheduled while the "
+            "server streamed; add --workers, or run the client where the engine does not "
+            "starve it of CPU)"
         )
     if not_sent:
         warnings.append(

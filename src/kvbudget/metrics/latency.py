@@ -5,7 +5,9 @@ Definitions (seconds; times on the run's monotonic timeline):
 - ``TTFT = first_token_s - sent_s`` (request sent to first streamed token).
 - ``E2E  = done_s - sent_s``.
 - ``TPOT = (E2E - TTFT) / (output_tokens - 1)`` — mean time per output token after the first;
-  undefined for requests with fewer than two output tokens (they are left out of TPOT).
+  undefined for requests with fewer than two output tokens, and not observable for a request
+  whose tokens all reached the client at one instant
+  (:meth:`~kvbudget.records.RequestRecord.tokens_at_one_instant`): both are left out of TPOT.
 - ``ITL`` per token: gaps between consecutive ``token_times_s``; a chunk that carries k tokens
   contributes k-1 zero gaps (what vLLM's ``bench serve`` reports).
 - ``ITL`` per chunk: gaps between consecutive ``chunk_times_s`` (streamed events).
@@ -59,7 +61,9 @@ def record_latencies(rec: RequestRecord) -> tuple[float | None, float | None, fl
     )
     ttft = rec.ttft_s if rec.ttft_s is not None else ttft
     e2e = rec.e2e_s if rec.e2e_s is not None else e2e
-    if rec.tpot_s is not None:
+    if rec.tokens_at_one_instant():
+        tpot = None
+    elif rec.tpot_s is not None:
         tpot = rec.tpot_s
     elif ttft is not None and e2e is not None and rec.output_tokens >= 2:
         tpot = (e2e - ttft) / (rec.output_tokens - 1)

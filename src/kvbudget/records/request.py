@@ -126,6 +126,13 @@ class RequestRecord(BaseModel):
             )
         return self
 
+    def tokens_at_one_instant(self) -> bool:
+        """Whether two or more output tokens all reached the client at one instant: the client
+        was not scheduled while the server streamed them (or the server sent them in one
+        burst), so its TPOT is not observable (left out rather than counted as 0 s)."""
+        t = self.token_times_s
+        return len(t) >= 2 and t[-1] <= t[0]
+
     def itl_s(self) -> list[float]:
         """Inter-token latencies: gaps between consecutive token arrivals (per token)."""
         t = self.token_times_s

@@ -208,22 +208,31 @@ def stream_trace_requests(
     A first pass reads only each line's arrival fields. When they never decrease (a recorded
     trace's order, Mooncake's included), the requests are built while the file is read, in
     memory that does not grow with its length: the same requests as sorting first (the sort is
-    stable, so ties keep the file's order). A trace out of order is read whole and sorted.
+    stable, so ties keep the file's order). A trace out of order is read whole and sorted. A
+    bad line is the error :func:`read_trace` gives (the file's first bad line); on the streamed
+    path a bad field other than the arrival is found when its line is reached, after the
+    requests before it were given. A file that changes between the passes is refused.
     """
     first: float | None = None
     last = -math.inf
     in_order = True
-    for a in _lines(path, _Arrival):
-        t = a.arrival()
-        first = t if first is None else first
-        if t < last:
-            in_order = False
-            break
-        last = t
+    try:
+        for a in _lines(path, _Arrival):
+            t = a.arrival()
+            first = t if first is None else first
+            if t < last:
+                in_order = False
+                break
+            last = t
+    except ConfigError as exc:
+        read_trace(path)  # names the file's first bad line, whichever field it is
+        raise exc from None
     if first is None:
         return
     if in_order:
-        indexed: Iterable[tuple[int, TraceRecord]] = enumerate(_lines(path, TraceRecord))
+        indexed: Iterable[tuple[int, TraceRecord]] = _unchanged(
+            enumerate(_lines(path, TraceRecord)), first, path
+        )
     else:
         records = read_trace(path)
         order = sorted(range(len(records)), key=lambda i: records[i].arrival())
@@ -241,6 +250,24 @@ def stream_trace_requests(
         cell_id=cell_id,
         compact_ids=compact_ids,
     )
+
+
+def _unchanged(
+    indexed: Iterator[tuple[int, TraceRecord]], first: float, path: str | Path
+) -> Iterator[tuple[int, TraceRecord]]:
+    """The in-order pass's records, refused if the file no longer is what the pre-pass read
+    (its first arrival moved, or its arrivals now decrease)."""
+    last = first
+    for i, rec in indexed:
+        t = rec.arrival()
+        if (i == 0 and t != first) or t < last:
+            raise ConfigError(
+                f"trace file {str(path)!r} changed while it was replayed (line {i + 1} of its "
+                "records now arrives out of order); replay a copy that does not change",
+                field="path",
+            )
+        last = t
+        yield i, rec
 
 
 def requests_from_trace(

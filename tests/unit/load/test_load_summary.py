@@ -7,6 +7,7 @@ import pytest
 from kvbudget.load.outcome import StreamOutcome, looks_like_oom
 from kvbudget.load.outcome import parse_events as _parse_events
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
+from kvbudget.metrics.latency import collect_latencies, record_latencies
 from kvbudget.records import RequestRecord
 
 
@@ -98,17 +99,36 @@ def test_a_token_whose_text_is_empty_still_counts() -> None:
 
 
 def test_an_empty_closing_chunk_is_not_a_token() -> None:
-    """llama.cpp closes a stream with an empty choice that only gives the finish reason."""
-    events = [
-        (1.0, b'{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}'),
+    """llama.cpp closes a stream with an empty choice that only gives the finish reason (no
+    ``stop_reason`` key); a chat chunk that only announces the role is no token either."""
+    chat = [
+        (1.0, b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'),
         (2.0, b'{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}'),
         (3.0, b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}'),
         (4.0, b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
-        (5.0, b'{"choices":[{"index":0,"text":"","finish_reason":"stop"}]}'),
     ]
     out = StreamOutcome(request_id="x")
-    assert _parse_events(events, "chat", out) is None
+    assert _parse_events(chat, "chat", out) is None
     assert out.chunk_times_s == [2.0, 3.0] and out.finish_reason == "stop"
+    completions = [
+        (1.0, b'{"choices":[{"index":0,"text":"a","finish_reason":null}]}'),
+        (2.0, b'{"choices":[{"index":0,"text":"","finish_reason":"length"}]}'),
+    ]
+    out = StreamOutcome(request_id="y")
+    assert _parse_events(completions, "completions", out) is None
+    assert out.chunk_times_s == [1.0] and out.finish_reason == "length"
+
+
+def test_vllm_closing_chunk_carries_the_stop_token() -> None:
+    """vLLM's closing chunk carries the last token (its text left out when it is the stop
+    token) and has a ``stop_reason`` key: it counts."""
+    events = [
+        (1.0, b'{"choices":[{"index":0,"text":"a","finish_reason":null,"stop_reason":null}]}'),
+        (2.0, b'{"choices":[{"index":0,"text":"","finish_reason":"stop","stop_reason":7}]}'),
+    ]
+    out = StreamOutcome(request_id="x")
+    assert _parse_events(events, "completions", out) is None
+    assert out.chunk_times_s == [1.0, 2.0] and out.text == "a"
 
 
 def test_token_times_when_chunks_carry_several_tokens() -> None:
@@ -134,3 +154,19 @@ def test_oom_detection() -> None:
     assert looks_like_oom("engine OOM while allocating blocks")
     assert not looks_like_oom("Internal Server Error")
     assert not looks_like_oom("bigscience/bloom-560m is not served here")
+
+
+def test_a_request_seen_at_one_instant_has_no_tpot() -> None:
+    """Every token read at one instant (a starved client): no TPOT rather than about 0 s; the
+    summary counts it and warns."""
+    burst = _ok(7, 0.2)
+    burst.token_times_s = [7.2, 7.2, 7.2]
+    burst.tpot_s = None
+    recs = [_ok(i, 0.1) for i in range(3)] + [burst]
+    s = summarize_records(recs)
+    assert s["tpot_unobserved_requests"] == 1
+    assert s["tpot_p50_s"] == pytest.approx(0.5)  # the three observed requests' TPOT
+    (warning,) = bottleneck_warnings(s, open_loop=False, cpu_busy_fraction=None, not_sent=0)
+    assert warning.startswith("1 request(s) delivered every token to the client at one instant")
+    assert record_latencies(burst)[1] is None
+    assert collect_latencies(recs).tpot_s.tolist() == pytest.approx([0.5, 0.5, 0.5])

@@ -2,8 +2,9 @@
 
 Reference: the replay written out as the docs state it (workloads.md, "Traces"), on the whole
 file: sort by arrival (stable), shift to start at 0, divide by ``speedup``; each hash id's block
-regenerated from ``(base_seed, hash_id)`` and kept for the whole replay; missing tokens drawn
-from ``(base_seed, 2**40, line index)``; ``r{k:06d}`` for a line without an id.
+regenerated from ``(base_seed, hash_id)`` at the line's block size and kept for the whole
+replay; missing tokens drawn from ``(base_seed, 2**40, line index)``; ``r{k:06d}`` for a line
+without an id.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from array import array
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +28,9 @@ TOK = SyntheticTokenizer(32000)
 SEED = 7
 
 
-def reference(path: Path, *, block_size: int, speedup: float = 1.0) -> list[PlannedRequest]:
+def reference(
+    path: Path, *, block_size: int, speedup: float = 1.0, duration_s: float | None = None
+) -> list[PlannedRequest]:
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
     def arrival(x: dict[str, float]) -> float:
@@ -36,15 +40,18 @@ def reference(path: Path, *, block_size: int, speedup: float = 1.0) -> list[Plan
 
     order = sorted(range(len(lines)), key=lambda i: arrival(lines[i]))
     t0 = arrival(lines[order[0]])
-    blocks: dict[int, np.ndarray] = {}
+    blocks: dict[tuple[int, int], np.ndarray] = {}
     out = []
     for k, i in enumerate(order):
         x = lines[i]
+        if duration_s is not None and (arrival(x) - t0) / speedup >= duration_s:
+            break
+        bs = int(x.get("block_size") or block_size)
         pieces = []
         for h in x.get("hash_ids", []):
-            if h not in blocks:
-                blocks[h] = TOK.random_ids(np.random.default_rng([SEED, h]), block_size)
-            pieces.append(blocks[h])
+            if (h, bs) not in blocks:
+                blocks[(h, bs)] = TOK.random_ids(np.random.default_rng([SEED, h]), bs)
+            pieces.append(blocks[(h, bs)])
         have = sum(p.size for p in pieces)
         if have < x["input_length"]:
             rng = np.random.default_rng([SEED, 1 << 40, i])
@@ -62,7 +69,9 @@ def reference(path: Path, *, block_size: int, speedup: float = 1.0) -> list[Plan
 
 
 def write(path: Path, lines: list[dict[str, object]]) -> Path:
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + "\n")
+    # a blank line after every seventh record: skipped, and not counted as a line index
+    text = "".join(json.dumps(x) + "\n" + ("\n" if k % 7 == 6 else "") for k, x in enumerate(lines))
+    path.write_text(text)
     return path
 
 
@@ -82,6 +91,8 @@ def mooncake(n: int, rng: np.random.Generator, *, in_order: bool) -> list[dict[s
         }
         if k % 5 == 0:
             line["request_id"] = f"given-{k}"
+        if k % 9 == 4:
+            line["block_size"] = 4  # a line with its own block size shares no block
         out.append(line)
     return out
 
@@ -97,6 +108,9 @@ def test_stream_matches_the_whole_file_replay(
     assert got == reference(path, block_size=8, speedup=2.0)
     limited = stream_trace_requests(path, TOK, base_seed=SEED, default_block_size=8, num_requests=7)
     assert list(limited) == reference(path, block_size=8)[:7]
+    # 1 s of a trace spread over about 7.5 s (ties at the cut-off excluded: arrival < duration)
+    cut = stream_trace_requests(path, TOK, base_seed=SEED, default_block_size=8, duration_s=1.0)
+    assert list(cut) == reference(path, block_size=8, duration_s=1.0)
     compact = list(
         stream_trace_requests(
             path, TOK, base_seed=SEED, default_block_size=8, speedup=2.0, compact_ids=True
@@ -128,3 +142,33 @@ def test_bad_arrival_is_refused_by_the_pre_pass(tmp_path: Path) -> None:
     empty = tmp_path / "e.jsonl"
     empty.write_text("\n")
     assert list(stream_trace_requests(empty, TOK, base_seed=SEED)) == []
+
+
+def test_the_first_bad_line_is_named_whichever_field_it_is(tmp_path: Path) -> None:
+    """The order pre-pass reads only arrival fields; an error is still the file's first bad
+    line, as :func:`read_trace` names it."""
+    lines: list[dict[str, object]] = [
+        {"arrival_s": 0.0, "input_length": 4, "output_length": 1},
+        {"arrival_s": 1.0, "input_length": 0, "output_length": 1},
+        {"arrival_s": -3.0, "input_length": 4, "output_length": 1},
+    ]
+    path = write(tmp_path / "t.jsonl", lines)
+    with pytest.raises(ConfigError, match=r"t.jsonl:2: field input_length=0"):
+        list(stream_trace_requests(path, TOK, base_seed=SEED))
+
+
+def test_a_trace_changed_between_the_passes_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = [{"arrival_s": float(t), "input_length": 4, "output_length": 1} for t in (1, 2, 3)]
+    path = write(tmp_path / "t.jsonl", good)
+    real = traces._lines
+
+    def rewrite_after_pre_pass(p: str | Path, model: type[Any]) -> Any:
+        if model is traces.TraceRecord:  # the second pass: the file has changed meanwhile
+            write(Path(p), [good[2], good[0], good[1]])
+        return real(p, model)
+
+    monkeypatch.setattr(traces, "_lines", rewrite_after_pre_pass)
+    with pytest.raises(ConfigError, match="changed while it was replayed"):
+        list(stream_trace_requests(path, TOK, base_seed=SEED))
