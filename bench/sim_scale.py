@@ -6,9 +6,12 @@ as a child process; ``os.wait4`` gives that child's own CPU seconds (user + syst
 (``ru_maxrss``) and the wall seconds, so children running at the same time are measured apart.
 
 Vidur 0.0.26 (its own venv; offline profile cache from ``/work/shared/peers/vidur-offline``,
-trained predictors kept in the user cache dir, see ``bench/sim_speed.py``) runs beside the
-kvbudget sizes (in a thread, its own child processes): a start-up run (N=10) and the measured
-run; its start-up is subtracted, as that README says. Vidur has only an A100 profile of
+trained predictors kept in the user cache dir, see ``bench/sim_speed.py``) runs in the same
+benchmark run, first and alone (its own child processes): a start-up run (N=10) and the measured
+run; its start-up is subtracted, as that README says. ``--concurrent-vidur`` runs it alongside
+the kvbudget sizes instead (the earlier method): on this two-vCPU host one process's CPU
+seconds move with what the other vCPU runs, and the overlap is uneven (kvbudget's runs end while
+Vidur's still goes), so that ratio moves from run to run. Vidur has only an A100 profile of
 Llama-3-8B, so it runs the README's shape (1,024 / 128 tokens, Poisson 8 req/s, about 87% of
 that replica's saturation); kvbudget also runs Vidur's request count on its own workload, and
 the ratio is requests per CPU second at that same count.
@@ -200,6 +203,12 @@ def main() -> None:
     ap.add_argument("--records-size", type=int, default=100_000, help="0: no --records-out run")
     ap.add_argument("--vidur-python", default="/tmp/vidur-venv/bin/python")
     ap.add_argument("--vidur-requests", type=int, default=100_000)
+    ap.add_argument(
+        "--concurrent-vidur",
+        action="store_true",
+        help="run Vidur alongside kvbudget's runs (the method before 2026-12-01 22:55 UTC); by "
+        "default it runs first, alone, so neither side's CPU time moves with the other's load",
+    )
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
@@ -225,7 +234,12 @@ def main() -> None:
     thread = threading.Thread(
         target=lambda: vidur.update(vidur_block(opts.vidur_python, opts.vidur_requests))
     )
-    thread.start()
+    if opts.concurrent_vidur:
+        out["vidur_schedule"] = "alongside kvbudget's runs (a thread; its own processes)"
+        thread.start()
+    else:
+        out["vidur_schedule"] = "before kvbudget's runs, alone"
+        thread.run()  # in this thread: Vidur's runs end before kvbudget's begin
     sizes = sorted({int(x) for x in opts.sizes.split(",")} | {opts.vidur_requests})
     for n in sizes:
         row = run_kvbudget(n)
@@ -236,7 +250,8 @@ def main() -> None:
         out["runs"].append(row)
         print(json.dumps(row), flush=True)
     out["rss_flatness"] = rss_flatness(out["runs"])
-    thread.join()
+    if opts.concurrent_vidur:
+        thread.join()
     ours = next(
         (r for r in out["runs"] if r["requests"] == opts.vidur_requests and not r["records_out"]),
         None,
