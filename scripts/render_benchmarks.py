@@ -197,8 +197,11 @@ def sim_scale(name: str) -> str:
             if "training_wall_s" in v
             else "; its predictors came from the cache (trained in an earlier run)"
         )
+        schedule = data.get(
+            "vidur_schedule", "alongside kvbudget's runs (a thread; its own processes)"
+        )
         out.append(
-            f"Vidur 0.0.26 in the same run (its own processes, measured the same way): "
+            f"Vidur 0.0.26 in the same run ({schedule}; measured the same way): "
             f"{run['requests']:,} requests at Poisson {v['qps']:g} req/s on its A100 Llama-3-8B "
             f"profile, {run['cpu_s']:.1f} CPU s / {run['wall_s']:.1f} wall s, peak RSS "
             f"{run['peak_rss_bytes'] / 1e6:,.0f} MB; less its start-up (10 requests: "
@@ -572,6 +575,10 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-mypyc-ab-trace-scale": lambda: sim_ab("sim_mypyc_ab_1m.json"),
     "sim-scale": lambda: sim_scale("sim_scale.json"),
     "sim-scale-earlier": lambda: sim_scale("sim_scale_earlier_run.json"),
+    "sim-scale-concurrent": lambda: sim_scale("sim_scale_concurrent_run.json"),
+    "sim-scale-concurrent-first": lambda: sim_scale("sim_scale_concurrent_first_run.json"),
+    "sim-scale-repeat": lambda: sim_scale("sim_scale_repeat_run.json"),
+    "sim-ab-session": lambda: sim_ab("sim_ab_session.json"),
     "trace-replay": lambda: trace_replay("trace_replay.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),
     "client-overhead-earlier": lambda: client_overhead("client_overhead_earlier_run.json"),
