@@ -199,7 +199,8 @@ def stream_trace_requests(
     cell_id: str | None = None,
     compact_ids: bool = False,
 ) -> Iterator[PlannedRequest]:
-    """:func:`requests_from_trace` of :func:`read_trace`, without holding the trace.
+    """The trace's planned requests in arrival order (arrivals shifted to start at 0, divided
+    by ``speedup``), without holding the trace.
 
     ``compact_ids``: prompts regenerated from hash ids as ``array('q')`` (the same ids; see
     :func:`~kvbudget.workload.spec.generate_stream`); a line's own ``prompt_token_ids`` stay a
@@ -268,38 +269,6 @@ def _unchanged(
             )
         last = t
         yield i, rec
-
-
-def requests_from_trace(
-    records: Sequence[TraceRecord],
-    tokenizer: SyntheticTokenizer,
-    *,
-    base_seed: int,
-    default_block_size: int = 512,
-    speedup: float = 1.0,
-    num_requests: int | None = None,
-    duration_s: float | None = None,
-    cell_id: str | None = None,
-) -> list[PlannedRequest]:
-    """Turn trace records into planned requests (arrivals shifted to start at 0)."""
-    if not records:
-        return []
-    order = sorted(range(len(records)), key=lambda i: records[i].arrival())
-    t0 = records[order[0]].arrival()
-    return list(
-        _requests(
-            ((i, records[i]) for i in order),
-            t0,
-            tokenizer,
-            base_seed=base_seed,
-            default_block_size=default_block_size,
-            speedup=speedup,
-            num_requests=num_requests,
-            duration_s=duration_s,
-            cell_id=cell_id,
-            compact_ids=False,
-        )
-    )
 
 
 #: hash ids' regenerated blocks kept at once (a block's tokens are a function of its id, so
