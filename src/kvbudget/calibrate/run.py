@@ -83,9 +83,29 @@ async def calibrate(opts: CalibrateOptions) -> Calibration:
     step = info.settings.get("n_ubatch") or info.settings.get("max_num_batched_tokens")
     n_ubatch = int(step or opts.n_ubatch or 512)
     obs = observations(results, n_ubatch=n_ubatch)
-    fit = fit_step_model(obs)
+    try:
+        fit = fit_step_model(obs)
+    except ConfigError as exc:
+        why = missing_decode_points(results, obs)
+        if why is None:
+            raise
+        raise ConfigError(f"{exc}; {why}", field=exc.field) from None
     profile = build_profile(opts, info, obs, fit, request_overhead_s(results))
     return Calibration(profile, info, obs, fit, results, time.perf_counter() - start)
+
+
+def missing_decode_points(results: list[ProbeResult], obs: list[Observation]) -> str | None:
+    """Why decode probes gave no fit point, when some did not (else ``None``)."""
+    num_probes = sum(1 for r in results if r.probe.kind == "decode")
+    num_points = sum(1 for o in obs if o.kind == "decode")
+    if num_points >= num_probes:
+        return None
+    return (
+        f"{num_probes - num_points} of {num_probes} decode probes gave no point (on the "
+        "client clock their tokens reached the client at one instant, or fewer than 2 "
+        "streamed): run the client where the engine does not starve it of CPU, or give "
+        "--metrics-url so the engine's own timings are used"
+    )
 
 
 def build_profile(

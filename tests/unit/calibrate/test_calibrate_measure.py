@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbudget.calibrate.measure import ProbeResult, observations, request_overhead_s
+from kvbudget.calibrate.run import missing_decode_points
 from kvbudget.calibrate.series import Probe, SeriesSpec, plan_series, prefill_lengths
 from kvbudget.errors import ConfigError
 from kvbudget.load.client import StreamOutcome
@@ -120,3 +121,16 @@ def test_itl_histogram_only_when_all_prompts_fit_one_step() -> None:
     big = Probe("decode", ((1,) * 400, (2,) * 400), 3, "d")
     (obs,) = observations([ProbeResult(big, outs, deltas)], n_ubatch=512)
     assert obs.source == "client" and obs.seconds == pytest.approx(0.02)
+
+
+def test_a_decode_probe_without_point_is_named() -> None:
+    # two decode probes: one spread out, one whose tokens arrived at one instant
+    spread = outcome(None, 1.0, (1.2, 1.25, 1.30, 1.35))
+    burst = outcome(None, 1.0, (1.2, 1.2, 1.2, 1.2))
+    probes = [Probe("decode", ((1,) * 64,), 4, f"d{k}") for k in range(2)]
+    results = [ProbeResult(probes[0], (spread,)), ProbeResult(probes[1], (burst,))]
+    obs = observations(results, n_ubatch=512)
+    assert len(obs) == 1
+    why = missing_decode_points(results, obs)
+    assert why is not None and why.startswith("1 of 2 decode probes gave no point")
+    assert missing_decode_points(results[:1], obs) is None
