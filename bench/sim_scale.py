@@ -73,6 +73,16 @@ def run_child(
         }
 
 
+def tree_commit(root: Path) -> str:
+    """The commit the measured tree is at (a ``git archive`` snapshot: its ``COMMIT`` file)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not commit and (root / "COMMIT").is_file():
+        commit = (root / "COMMIT").read_text().strip()
+    return commit
+
+
 def compile_bytecode(src: Path) -> str:
     """Write kvbudget's bytecode caches before the runs, as installing a wheel does: without
     them (an editable install under ``PYTHONDONTWRITEBYTECODE``) every run compiles its
@@ -212,11 +222,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    if not commit and (root / "COMMIT").is_file():  # a snapshot of the tree (git archive)
-        commit = (root / "COMMIT").read_text().strip()
+    commit = tree_commit(root)
     out: dict[str, Any] = {
         "what": "whole-process simulator speed and peak RSS (measured host CPU, wall and memory); "
         "simulated latencies are roofline estimates",
@@ -268,6 +274,17 @@ def main() -> None:
     print(json.dumps(vidur), flush=True)
     if opts.out:
         opts.out.write_text(json.dumps(out, indent=2) + "\n")
+    failed = [
+        f"kvbudget at {r['requests']:,}: {r.get('reason', '?')}"
+        for r in out["runs"]
+        if not r.get("ran")
+    ]
+    if "requests_per_cpu_s" not in vidur:
+        failed.append(f"Vidur: {vidur.get('run', vidur.get('startup', {})).get('reason', '?')}")
+    if failed:
+        raise SystemExit(
+            "sim_scale: not every run ran (the result file keeps them): " + "; ".join(failed)
+        )
 
 
 if __name__ == "__main__":

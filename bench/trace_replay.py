@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_scale import compile_bytecode, run_child
+from sim_scale import compile_bytecode, run_child, tree_commit
 
 BLOCK_TOKENS = 512
 
@@ -81,9 +80,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = tree_commit(root)
     out: dict[str, Any] = {
         "what": "whole-process peak RSS and CPU of a trace replay (measured host memory and "
         "CPU); simulated latencies are roofline estimates",
@@ -104,6 +101,9 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     if opts.out:
         opts.out.write_text(json.dumps(out, indent=2) + "\n")
+    failed = [r["trace_lines"] for r in out["runs"] if not r["ran"]]
+    if failed:
+        raise SystemExit(f"trace replay failed at {failed} lines (see 'error' in each run)")
 
 
 if __name__ == "__main__":

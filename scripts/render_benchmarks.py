@@ -149,16 +149,27 @@ def _sim_builds(runs: list[dict[str, Any]]) -> str:
     return "; ".join(builds) or "none ran"
 
 
+def _measured_by(script: str, data: dict[str, Any]) -> str:
+    """The opening of a whole-process table's caption: script, date, commit and host."""
+    host = data["host"]
+    end = data.get("loadavg_at_end")
+    load = f"{host['loadavg_at_start'][0]:.1f} at the start" + (
+        f", {end[0]:.1f} at the end" if end else ""
+    )
+    return (
+        f"Measured by `bench/{script}` on {data.get('started_utc', '?')} UTC, commit "
+        f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs, "
+        f"{host['machine']}, Python {host['python']}; load average {load})."
+    )
+
+
 def sim_scale(name: str) -> str:
     """Whole-process simulator speed and peak RSS beside Vidur (``bench/sim_scale.py``)."""
     data = _load(name)
-    w, host = data["workload"], data["host"]
+    w = data["workload"]
     out = [
-        f"Measured by `bench/sim_scale.py` on {data.get('started_utc', '?')} UTC, commit "
-        f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs, "
-        f"{host['machine']}, Python {host['python']}; load average "
-        f"{host['loadavg_at_start'][0]:.1f} at the start, {data['loadavg_at_end'][0]:.1f} at the "
-        "end). Each row is one whole `kvbudget sim` process on one core: CPU s is that "
+        _measured_by("sim_scale.py", data) + " Each row is one whole `kvbudget sim` process "
+        "on one core: CPU s is that "
         "process's own user + system time (requests / CPU s is the figure to read on a shared "
         "host), wall s its elapsed time. Workload (simulated, roofline timing model): "
         f"{w['model']} on one {w['gpu']}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
@@ -543,12 +554,9 @@ def sim_ab(name: str) -> str:
 def trace_replay(name: str) -> str:
     """Whole-process peak RSS of a trace replay (``bench/trace_replay.py``)."""
     data = _load(name)
-    w, host = data["workload"], data["host"]
+    w = data["workload"]
     out = [
-        f"Measured by `bench/trace_replay.py` on {data.get('started_utc', '?')} UTC, commit "
-        f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs, "
-        f"{host['machine']}, Python {host['python']}; load average "
-        f"{host['loadavg_at_start'][0]:.1f} at the start). Each row is one whole `kvbudget sim "
+        _measured_by("trace_replay.py", data) + " Each row is one whole `kvbudget sim "
         "--scenario` process replaying a JSONL trace (its own CPU and peak RSS). Workload "
         f"(simulated, roofline timing model): {w['model']} on one {w['gpu']}; trace: "
         f"{w['trace']}. Simulator build: {_sim_builds(data['runs'])}. "

@@ -29,6 +29,7 @@ from kvbudget.errors import RunFailedError, TargetError
 from kvbudget.load.client import ClientRequest, OpenAIClient, StreamOutcome
 from kvbudget.load.diagnosis import Failure, stopped_line
 from kvbudget.load.prometheus import parse_exposition
+from kvbudget.records import at_one_instant
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +212,8 @@ def _decode_time(
     steps, ctx = len(times) - 1, out.usage_prompt_tokens or 0
     if engine_itl_s is not None:
         return steps, engine_itl_s * steps, ctx, "metrics"
-    if times[-1] <= times[0]:
-        return None  # every token reached the client at one instant: no decode time to see
+    if at_one_instant(times):
+        return None  # no decode time to see on the client clock
     return steps, times[-1] - times[0], ctx, "client"
 
 

@@ -36,6 +36,7 @@ from kvbudget.calibrate.series import token_range
 from kvbudget.errors import RunFailedError, TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.diagnosis import Failure, stopped_line
+from kvbudget.records import at_one_instant
 from kvbudget.sim.timing import CalibrationProfile
 
 TARGET_REL_ERROR = 0.20
@@ -135,10 +136,10 @@ async def measure_cell(
                 "the server honours max_tokens and ignore_eos"
             )
         ttfts.append(times[0] - o.sent_s)
-        if len(times) >= 2 and times[-1] > times[0]:
-            tpots.append((times[-1] - times[0]) / (len(times) - 1))
-        elif len(times) >= 2:
+        if at_one_instant(times):
             num_unobserved += 1
+        elif len(times) >= 2:
+            tpots.append((times[-1] - times[0]) / (len(times) - 1))
         total += len(times)
         starts.append(o.sent_s)
         ends.append(times[-1])

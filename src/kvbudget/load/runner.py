@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from kvbudget.load.client import ClientRequest, OpenAIClient, StreamOutcome
 from kvbudget.load.config import RunConfig
 from kvbudget.load.requests import synthetic_request
-from kvbudget.records import JsonlWriter, RequestRecord, derive_latencies, sha256_text
+from kvbudget.records import (
+    JsonlWriter,
+    RequestRecord,
+    at_one_instant,
+    derive_latencies,
+    sha256_text,
+)
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.tokenizer import get_tokenizer
 
@@ -81,10 +87,8 @@ def build_record(
         sent_s=sent, first_token_s=first, done_s=done, output_tokens=n_out
     )
     token_times = [t - t0 for t in out.token_times_s()]
-    if len(token_times) >= 2 and token_times[-1] <= token_times[0]:
-        tpot = (
-            None  # every token at one instant: not observable (RequestRecord.tokens_at_one_instant)
-        )
+    if at_one_instant(token_times):
+        tpot = None  # not observable
     prompt = planned.text()
     return RequestRecord(
         request_id=planned.request_id,

@@ -16,6 +16,7 @@ when the user asked to keep them.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -127,11 +128,8 @@ class RequestRecord(BaseModel):
         return self
 
     def tokens_at_one_instant(self) -> bool:
-        """Whether two or more output tokens all reached the client at one instant: the client
-        was not scheduled while the server streamed them (or the server sent them in one
-        burst), so its TPOT is not observable (left out rather than counted as 0 s)."""
-        t = self.token_times_s
-        return len(t) >= 2 and t[-1] <= t[0]
+        """:func:`at_one_instant` of this record's token times (its TPOT is not observable)."""
+        return at_one_instant(self.token_times_s)
 
     def itl_s(self) -> list[float]:
         """Inter-token latencies: gaps between consecutive token arrivals (per token)."""
@@ -142,6 +140,14 @@ class RequestRecord(BaseModel):
         """Gaps between consecutive streamed chunks (per event)."""
         t = self.chunk_times_s
         return [t[i + 1] - t[i] for i in range(len(t) - 1)]
+
+
+def at_one_instant(token_times_s: Sequence[float]) -> bool:
+    """Whether two or more output tokens all reached the client at one instant: the client
+    was not scheduled while the server streamed them (or the server sent them in one burst),
+    so their TPOT is not observable (left out rather than counted as 0 s)."""
+    t = token_times_s
+    return len(t) >= 2 and t[-1] <= t[0]
 
 
 def derive_latencies(

@@ -28,8 +28,8 @@ def generated_token_id(seed: int, index: int, vocab_size: int) -> int:
 
 #: per-request records of the hot path (EngineRequest, SimRequest, RequestResult, RouteRequest,
 #: EngineStats) write their own ``__init__`` and keep ``@dataclass`` for eq, repr and hash: a
-#: dataclass-generated ``__init__`` is interpreted Python even in the mypyc build (17x slower to
-#: call than a compiled one, measured once by hand). ``Final`` keeps the former ``frozen``
+#: dataclass-generated ``__init__`` is interpreted Python even in the mypyc build, a hand-written
+#: one is compiled (docs/simulator.md, "Compiled build (mypyc)"). ``Final`` keeps the former ``frozen``
 #: promise: mypy refuses an assignment outside ``__init__``, and the compiled class refuses
 #: one at run time.
 @dataclass(slots=True, init=False, unsafe_hash=True)

@@ -40,6 +40,15 @@ from kvbudget.workload.sessions import compact
 from kvbudget.workload.tokenizer import SyntheticTokenizer
 
 
+def arrival_of(arrival_s: float | None, timestamp_ms: float | None) -> float:
+    """A line's arrival in seconds: ``arrival_s``, else Mooncake's ``timestamp`` (ms), else 0."""
+    if arrival_s is not None:
+        return arrival_s
+    if timestamp_ms is not None:
+        return timestamp_ms / 1000.0
+    return 0.0
+
+
 class TraceRecord(BaseModel):
     """One line of a trace file."""
 
@@ -59,11 +68,7 @@ class TraceRecord(BaseModel):
     prefix_group: int | None = None
 
     def arrival(self) -> float:
-        if self.arrival_s is not None:
-            return self.arrival_s
-        if self.timestamp is not None:
-            return self.timestamp / 1000.0
-        return 0.0
+        return arrival_of(self.arrival_s, self.timestamp)
 
 
 class TraceReplaySpec(BaseModel):
@@ -144,11 +149,7 @@ class _Arrival(BaseModel):
     timestamp: float | None = Field(None, ge=0)
 
     def arrival(self) -> float:
-        if self.arrival_s is not None:
-            return self.arrival_s
-        if self.timestamp is not None:
-            return self.timestamp / 1000.0
-        return 0.0
+        return arrival_of(self.arrival_s, self.timestamp)
 
 
 M = TypeVar("M", bound=BaseModel)
