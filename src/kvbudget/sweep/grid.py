@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, shown_value
 from kvbudget.safety.limits import MAX_SWEEP_POINTS
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.scenario import SimScenario, scenario_from_dict
@@ -121,11 +121,6 @@ class SweepPoint:
     scenario: dict[str, Any]
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def load_grid(path: str | Path) -> GridFile:
     """Read and validate a grid file; the first problem is one line naming the field."""
     file = Path(path)
@@ -158,7 +153,7 @@ def grid_from_dict(data: dict[str, Any], *, origin: str = "the grid") -> GridFil
             text = f"unknown field {where!r} in {origin}: remove it or see {DOCS} for the fields"
         else:
             text = (
-                f"grid field {where}={_shown(err.get('input'))} in {origin}: {err['msg']}; "
+                f"grid field {where}={shown_value(err.get('input'))} in {origin}: {err['msg']}; "
                 f"fix the value (see {DOCS})"
             )
         raise ConfigError(text, field=where) from None

@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvbudget import __version__
-from kvbudget.errors import KvbudgetError
+from kvbudget.errors import KvbudgetError, cap_long_runs, shown_value
 from kvbudget.web.api import router
 from kvbudget.web.guards import MAX_BODY_BYTES, BodyBudget, allowed_hosts, host_name
 
@@ -53,7 +53,7 @@ def static_dir() -> Path:
 
 def error_response(status_code: int, line: str, field: str | None = None) -> JSONResponse:
     """The API's one error shape."""
-    body: dict[str, Any] = {"error": " ".join(line.split())}
+    body: dict[str, Any] = {"error": cap_long_runs(" ".join(line.split()))}
     if field:
         body["field"] = field
     return JSONResponse(body, status_code=status_code)
@@ -61,8 +61,7 @@ def error_response(status_code: int, line: str, field: str | None = None) -> JSO
 
 def _short(value: Any, limit: int = 80) -> str:
     """``repr`` of a user value, cut to ``limit`` characters (errors stay one short line)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shown_value(value, limit)
 
 
 def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
