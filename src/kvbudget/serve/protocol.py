@@ -27,7 +27,7 @@ from typing import Annotated, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 from pydantic_core import ErrorDetails
 
-from kvbudget.errors import KvbudgetError
+from kvbudget.errors import KvbudgetError, cap_long_runs
 from kvbudget.serve.responses import ErrorBody
 from kvbudget.workload.tokenizer import NUM_SPECIAL, SPECIAL_TOKENS, SYLLABLES, SyntheticTokenizer
 
@@ -41,6 +41,7 @@ class RequestInvalid(Exception):
     """A request the server refuses (HTTP status, message, offending field)."""
 
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        message = cap_long_runs(message)  # a value echoed by a lower layer is cut too
         super().__init__(message)
         self.status = status
         self.message = message

@@ -251,3 +251,10 @@ def test_booleans_are_strict(field: str, value: object) -> None:
 def test_include_usage_is_strict() -> None:
     err = _refused({"prompt": "ba", "stream": True, "stream_options": {"include_usage": "on"}})
     assert err.param == "stream_options.include_usage"
+
+
+def test_a_long_role_is_not_echoed_whole() -> None:
+    err = _refused({"messages": [{"role": "r" * 5000, "content": "ba"}]}, chat=True)
+    assert err.param == "messages" and "r" * 200 not in err.message
+    # the cut run is `messages[0].role='rrr...'`: 17 characters, then the 5,002 of the repr
+    assert "... (5,019 characters) is not supported" in err.message
