@@ -128,3 +128,22 @@ def test_idle_and_half_open_connections_are_closed(
         return time.monotonic() - started
 
     assert _serve(go) < 5
+
+
+@pytest.mark.timeout(60)
+def test_a_body_that_never_arrives_is_a_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serve_app, "BODY_READ_TIMEOUT_S", 0.5)
+
+    async def go(app: ServeApp) -> bytes:
+        host, port = app.base_url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readline(), timeout=10)
+        writer.close()
+        return head
+
+    assert _serve(go).startswith(b"HTTP/1.1 408")
