@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
-from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.activation import ProfileActivation, profile_activation
+from kvbudget.capacity.dtypes import EXPLICIT_FLOAT32, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import (
     VllmLayerSpec,
     get_pp_indices,
@@ -39,7 +40,8 @@ from kvbudget.capacity.versions import (
     check_vllm_kv_dtype,
     vllm_behaviour,
 )
-from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
+from kvbudget.capacity.vllm_startup import max_len_refusal, vllm_total_bytes, warmup_oom
+from kvbudget.capacity.weights import WeightsEstimate, estimate_weights, with_rope_cache
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
 from kvbudget.spec.layer_parts import PartRuns
@@ -49,10 +51,11 @@ from kvbudget.units import GiB
 
 __all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_gpu"]
 
-#: vLLM 0.32 ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``): when the device
-#: cannot be queried, ``device_memory = 0`` and the "other hardware" defaults apply
-#: (``max_num_batched_tokens`` 2048 for the API server, 8192 for the LLM class; 256 sequences).
-_NO_DEVICE_BATCH_DEFAULTS = {True: (2048, 256), False: (8192, 256)}
+#: ``--kv-cache-memory`` without a device: vLLM itself always runs on one and reads its size
+#: (0.19.0 ``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``); kvbudget takes the
+#: defaults of a >= 70 GiB GPU other than A100 (API server 8192 tokens, LLM class 16384; 1024
+#: sequences) and says so: an A100 or a smaller GPU runs 2048 / 8192 tokens and 256 sequences.
+_NO_DEVICE_BATCH_DEFAULTS = {True: (8192, 1024), False: (16384, 1024)}
 
 
 def device_not_given() -> GpuSpec:
@@ -152,22 +155,25 @@ def plan_terms(
     pp_rank: int,
     t_b: int,
     max_seqs: int,
+    version: tuple[int, int, int] = (0, 0, 0),
 ) -> tuple[MemoryTerm, MemoryTerm, MemoryTerm, MemoryTerm]:
     w = weights.per_rank_bytes[pp_rank]
     weights_term = MemoryTerm(
         "weights", w, "flag" if weights.source == "flag" else weights.source, weights.method
     )
-    act = (
-        flag_term("activation", request.activation_bytes, "--activation-bytes")
-        if request.activation_bytes is not None
-        else estimate_activation_bytes(
+    if request.activation_bytes is not None:
+        act = flag_term("activation", request.activation_bytes, "--activation-bytes")
+    elif version >= PROFILE_RUN_SINCE:
+        profile = stage_profile(request, spec, pp_rank, t_b, max_seqs)
+        act = MemoryTerm("activation", profile.peak_bytes, "computed", profile.method)
+    else:
+        act = estimate_activation_bytes(
             spec, tp=request.tp, max_num_batched_tokens=t_b, max_num_seqs=max_seqs
         )
-    )
     non_torch = (
         flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
         if request.non_torch_bytes is not None
-        else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
+        else estimate_non_torch_bytes(tp=request.tp, pp=request.pp, version=version)
     )
     if request.enforce_eager and request.cudagraph_bytes:
         raise ConfigError(
@@ -183,6 +189,25 @@ def plan_terms(
         else estimate_cudagraph_bytes(spec)
     )
     return weights_term, act, non_torch, graphs
+
+
+#: first vLLM release whose profile run kvbudget derives from source (0.19.0, see activation.py)
+PROFILE_RUN_SINCE = (0, 19, 0)
+
+
+def stage_profile(
+    request: PlanRequest, spec: ModelSpec, pp_rank: int, t_b: int, max_seqs: int
+) -> ProfileActivation:
+    """vLLM's profile run on one pipeline stage (capacity.activation)."""
+    return profile_activation(
+        spec,
+        dtype_bytes=spec.dtype_bytes or 2,
+        tp=request.tp,
+        first_stage=pp_rank == 0,
+        last_stage=pp_rank == request.pp - 1,
+        max_num_batched_tokens=t_b,
+        max_num_seqs=max_seqs,
+    )
 
 
 def _per_token_bytes(layers: PartRuns[VllmLayerSpec], rank_layers: range) -> int:
@@ -224,9 +249,12 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
     if snapshot is None and Path(request.model).is_dir():
         snapshot = Path(request.model)  # --model is a snapshot folder: read its weights index
     model = with_quantization(model, request.quantization)
+    model = with_dtype(model, request.dtype)
     weights = estimate_weights(
         model, tp=request.tp, pp=request.pp, snapshot=snapshot, weights_bytes=request.weights_bytes
     )
+    if request.engine == "vllm":
+        weights = with_rope_cache(weights, model)
     if request.engine == "sglang":
         from kvbudget.capacity.planner_sglang import make_sglang_plan
 
@@ -257,12 +285,7 @@ def _make_vllm_plan(
     behaviour = vllm_behaviour(version_text)
     defaults: dict[str, str] = {}
     notes = list(behaviour.notes)
-    if model.max_position_embeddings and max_model_len > model.max_position_embeddings:
-        notes.append(
-            f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
-            f"{model.max_position_embeddings}: vLLM refuses this at start-up unless rope scaling "
-            "raises its derived limit or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set"
-        )
+    refusal = max_len_refusal(model, max_model_len, request.allow_long_max_model_len)
     if request.engine_version is None:
         defaults["engine_version"] = f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
     if device_given:
@@ -271,7 +294,11 @@ def _make_vllm_plan(
         )
     else:
         t_b_default, seqs_default = _NO_DEVICE_BATCH_DEFAULTS[request.api_server]
-        why = "device not given: vLLM's defaults when it cannot query the device"
+        why = (
+            "device not given: vLLM's defaults on a >= 70 GiB GPU (H100/H200 class); on an A100 "
+            "or a smaller GPU pass --gpu or --max-num-batched-tokens "
+            f"{2048 if request.api_server else 8192} --max-num-seqs 256"
+        )
     t_b = request.max_num_batched_tokens or t_b_default
     max_seqs = request.max_num_seqs or seqs_default
     if request.max_num_batched_tokens is None:
@@ -286,21 +313,26 @@ def _make_vllm_plan(
     util = request.gpu_memory_utilization or behaviour.default_gpu_memory_utilization
     if request.gpu_memory_utilization is None and request.kv_cache_memory_bytes is None:
         defaults["gpu_memory_utilization"] = f"{util} (vLLM default; the newest snapshot uses 0.92)"
-    kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
+    # --kv-cache-dtype auto follows the dtype --dtype resolved, float32 included (with_dtype)
+    kv_name = request.kv_dtype
+    kv_dtype = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
     if request.kv_dtype.strip().lower() != "auto":
         check_vllm_kv_dtype(kv_dtype.name, behaviour.version)
     if request.block_size is not None:
         check_vllm_block_size(request.block_size, behaviour.version)
-    free_at_start = gpu.memory_bytes - CUDA_CONTEXT_BYTES
-    if request.kv_cache_memory_bytes is None and gpu.memory_bytes * util > free_at_start:
+    device_total, total_note = vllm_total_bytes(gpu)
+    if total_note and device_given:
+        notes.append(total_note)
+    free_at_start = device_total - CUDA_CONTEXT_BYTES
+    if request.kv_cache_memory_bytes is None and device_total * util > free_at_start:
         notes.append(
-            f"requested {gpu.memory_bytes * util / GiB:.2f} GiB exceeds the free memory at start-up "
+            f"requested {device_total * util / GiB:.2f} GiB exceeds the free memory at start-up "
             f"(about {free_at_start / GiB:.2f} GiB after a ~0.5 GiB CUDA context, estimate): vLLM would "
             "refuse with 'Free memory on device ... is less than desired GPU memory utilization'"
         )
     all_specs = vllm_layer_specs(
         model,
-        kv_dtype=request.kv_dtype,
+        kv_dtype=kv_name,
         tp=request.tp,
         pp=1,
         block_size=request.block_size,
@@ -328,8 +360,18 @@ def _make_vllm_plan(
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
         rank_layers = range(start, end)
-        w, act, non_torch, graphs = plan_terms(request, model, weights, p, t_b, max_seqs)
-        total_bytes = gpu.memory_bytes if device_given else 0
+        w, act, non_torch, graphs = plan_terms(
+            request, model, weights, p, t_b, max_seqs, behaviour.version
+        )
+        total_bytes = device_total if device_given else 0
+        profiled = request.activation_bytes is None and behaviour.version >= PROFILE_RUN_SINCE
+        if refusal is None and device_given and profiled:
+            refusal = warmup_oom(
+                stage_profile(request, model, p, t_b, max_seqs),
+                free_at_start_bytes=device_total - CUDA_CONTEXT_BYTES,
+                resident_bytes=w.num_bytes + non_torch.num_bytes,
+                num_reqs=min(t_b, max_seqs),
+            )
         requested, avail = available_kv_bytes(
             total_bytes=total_bytes,
             gpu_memory_utilization=util,
@@ -400,6 +442,8 @@ def _make_vllm_plan(
         if not fits
         else ()
     )
+    if refusal is not None:  # vLLM stops before the pool is sized: its words are the answer
+        fits, error, estimated, remedies = False, refusal, None, ()
     if request.pp > 1:
         notes.append(
             "fit check counts every layer of the model against one stage's memory, as the engine "
@@ -493,6 +537,36 @@ def with_quantization(model: ModelSpec, method: str | None) -> ModelSpec:
             field="quantization",
         )
     return replace(model, quantization_config=dict(QUANTIZATION_METHODS[name]))
+
+
+#: vLLM's ``--dtype`` names (0.19.0 ``vllm/config/model.py`` ``_STR_DTYPE_TO_TORCH_DTYPE``)
+VLLM_DTYPES = {
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float": "float32",
+    "float32": "float32",
+}
+
+
+def with_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
+    """``--dtype``: the weights' and activations' dtype, and the KV element under
+    ``--kv-cache-dtype auto``. ``auto`` keeps the config's dtype except that a float32 checkpoint
+    runs in bfloat16 on CUDA (0.19.0 ``_resolve_auto_dtype``: float32 models are downcast to the
+    platform's first supported dtype, bfloat16 on compute capability >= 8.0)."""
+    name = dtype.strip().lower()
+    if name == "auto":
+        if (model.torch_dtype or "").removeprefix("torch.") == "float32":
+            return replace(model, torch_dtype="bfloat16")
+        return model
+    if name not in VLLM_DTYPES:
+        raise ConfigError(
+            f"dtype: {dtype!r} is not one of vLLM's --dtype choices; use auto, half, float16, "
+            "bfloat16, float or float32",
+            field="dtype",
+        )
+    resolved = VLLM_DTYPES[name]
+    return replace(model, torch_dtype=EXPLICIT_FLOAT32 if resolved == "float32" else resolved)
 
 
 MAMBA_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
