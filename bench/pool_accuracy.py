@@ -243,14 +243,48 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BEGIN = "<!-- pool_accuracy:begin (bench/pool_accuracy.py --write-doc) -->"
+END = "<!-- pool_accuracy:end -->"
+DOC = REPO / "docs" / "accuracy.md"
+BEFORE = REPO / "bench/results/pool_accuracy_before_4088d47.json"
+
+
+def render_before(before: dict[str, Any]) -> str:
+    """One line: the same runs before issue 29's rules (from the kept raw file)."""
+    s = before["summary"]
+    return (
+        f"Before issue 29 (commit `{before['commit'][:7]}`, raw file "
+        f"`bench/results/{BEFORE.name}`): available KV mean |error| "
+        f"{s['available_kv_gib']['mean_abs_pct']:.2f} %, max {s['available_kv_gib']['max_abs_pct']:.2f} %; "
+        f"activation mean |error| {s['activation_gib']['mean_abs']:.2f} GiB; KV tokens max "
+        f"{s['kv_tokens']['max_abs_pct']:.1f} %."
+    )
+
+
+def doc_block(data: dict[str, Any], before: dict[str, Any]) -> str:
+    return f"{BEGIN}\n{render(data)}\n\n{render_before(before)}\n{END}"
+
+
+def write_doc(data: dict[str, Any], before: dict[str, Any]) -> None:
+    """Replace the generated block of docs/accuracy.md's ``## Pool`` section."""
+    text = DOC.read_text(encoding="utf-8")
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    DOC.write_text(text[:start] + doc_block(data, before) + text[end:], encoding="utf-8")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/pool_accuracy.json")
     ap.add_argument("--engine-version", default="0.19.0")
     ap.add_argument("--render", action="store_true", help="print the table from --out")
+    ap.add_argument("--write-doc", action="store_true", help="write docs/accuracy.md's table")
     args = ap.parse_args()
-    if args.render:
-        print(render(json.loads(args.out.read_text())))
+    if args.render or args.write_doc:
+        data = json.loads(args.out.read_text())
+        if args.write_doc:
+            write_doc(data, json.loads(BEFORE.read_text()))
+        else:
+            print(render(data))
         return 0
     sys.path.insert(0, str(REPO / "src"))
     rows = [compare(run, predict(run, args.engine_version)) for run in load_runs()]
