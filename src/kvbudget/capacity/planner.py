@@ -165,7 +165,13 @@ def plan_terms(
         act = flag_term("activation", request.activation_bytes, "--activation-bytes")
     elif version >= PROFILE_RUN_SINCE:
         profile = stage_profile(request, spec, pp_rank, t_b, max_seqs)
-        act = MemoryTerm("activation", profile.peak_bytes, "computed", profile.method)
+        method = profile.method
+        if version >= (0, 20, 0):
+            method += (
+                f"; the rule is 0.19.0's profile run, not re-read for {'.'.join(map(str, version))} "
+                "(pass --activation-bytes from that version's log for its own figure)"
+            )
+        act = MemoryTerm("activation", profile.peak_bytes, "computed", method)
     else:
         act = estimate_activation_bytes(
             spec, tp=request.tp, max_num_batched_tokens=t_b, max_num_seqs=max_seqs

@@ -93,6 +93,12 @@ def warmup_oom(
     """
     if resident_bytes + profile.peak_bytes <= free_at_start_bytes:
         return None
+    if resident_bytes > free_at_start_bytes:
+        return (
+            "torch.OutOfMemoryError: CUDA out of memory while loading the model: "
+            f"{resident_bytes / GiB:.2f} GiB of weights and non-torch memory per GPU exceed the "
+            f"{free_at_start_bytes / GiB:.2f} GiB free at start-up; raise --tp / --pp"
+        )
     if profile.sampler_is_peak:
         return (
             "RuntimeError: CUDA out of memory occurred when warming up sampler with "

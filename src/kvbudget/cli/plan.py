@@ -225,7 +225,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option(
     "--engine-version",
-    help="Engine version whose arithmetic and log format to use (vLLM default 0.11.0, SGLang 0.5.4).",
+    help="Engine version whose arithmetic and log format to use (vLLM default 0.32.0, the newest modelled; SGLang 0.5.4).",
 )
 @click.option(
     "--gpu-memory-utilization",

@@ -94,3 +94,12 @@ def test_every_vllm_dtype_name_is_taken(name: str) -> None:
 def test_unknown_dtype_is_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^dtype: 'fp64' is not one of vLLM's --dtype choices"):
         _plan(max_model_len=8192, dtype="fp64")
+
+
+def test_default_vllm_version_is_the_newest_modelled() -> None:
+    # issue 29: the default was 0.11.0 while users run 0.3x; 0.32.0 is the CPU build kvbudget runs
+    result = make_plan(PlanRequest(model=LLAMA, gpu="H100", max_model_len=8192))
+    assert result.engine_version == "0.32.0"
+    assert result.defaults_applied["engine_version"] == "0.32.0 (kvbudget default)"
+    activation = result.ranks[0].activation
+    assert activation.source == "computed" and "not re-read for 0.32.0" in activation.method
