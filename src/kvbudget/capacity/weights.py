@@ -279,7 +279,7 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
             field="weights_bytes",
         )
     quant = spec.quantization_config
-    # the planner resolved --dtype first (planner.with_dtype): float32 here is --dtype float32
+    # the planner resolved --dtype first (model_dtype.with_dtype): float32 here is --dtype float32
     dtype_bytes = spec.dtype_bytes or 2
     kv_heads = spec.num_kv_heads() or 0
     notes: list[str] = []
