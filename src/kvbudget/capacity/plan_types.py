@@ -77,6 +77,10 @@ class PlanRequest(BaseModel):
         default="auto",
         description="vLLM --dtype: auto, half, float16, bfloat16, float, float32",
     )
+    speculative_config: str | None = Field(
+        default=None,
+        description="vLLM --speculative-config JSON; a draft model's weights and KV are priced",
+    )
     allow_long_max_model_len: bool = Field(
         default=False,
         description="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len past the config's limit",

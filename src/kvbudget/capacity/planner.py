@@ -14,6 +14,14 @@ from pathlib import Path
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
 from kvbudget.capacity.activation import ProfileActivation, profile_activation
+from kvbudget.capacity.draft import (
+    DRAFT_METHODS,
+    NO_KV_METHODS,
+    DraftCost,
+    draft_cost,
+    draft_method,
+    parse_speculative_config,
+)
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm import (
     VllmLayerSpec,
@@ -198,6 +206,45 @@ def plan_terms(
     return weights_term, act, non_torch, graphs
 
 
+def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | None:
+    """``--speculative-config``: the draft model's cost, None for methods without KV layers."""
+    if request.speculative_config is None:
+        return None
+    config = parse_speculative_config(request.speculative_config)
+    method = draft_method(config)
+    if method in NO_KV_METHODS:
+        return None
+    if method not in DRAFT_METHODS or not config.get("model"):
+        raise ConfigError(
+            f"speculative_config: method {method or 'unknown'!r} is not priced by kvbudget (a "
+            "separate draft model, method draft_model, is; ngram and suffix add no KV); pass "
+            "--kv-cache-memory and --weights-bytes from the engine log",
+            field="speculative_config",
+        )
+    if request.pp > 1:
+        raise ConfigError(
+            "speculative_config: a draft model with --pp > 1 is not priced; plan with --pp 1",
+            field="speculative_config",
+        )
+    draft = with_dtype(
+        _resolve_spec(request.model_copy(update={"model": config["model"]}), None), request.dtype
+    )
+    kv = request.kv_dtype
+    return draft_cost(config, target=target, draft=draft, kv_dtype=kv, tp=request.tp)
+
+
+def with_draft_weights(weights: WeightsEstimate, draft: DraftCost, tp: int) -> WeightsEstimate:
+    """The draft's weights join the last stage's (each GPU of it: the draft runs at the target's TP)."""
+    per_rank = list(weights.per_rank_bytes)
+    per_rank[-1] += draft.weights_bytes
+    return replace(
+        weights,
+        per_rank_bytes=tuple(per_rank),
+        total_bytes=weights.total_bytes + draft.weights_bytes * tp,
+        method=f"{weights.method}; + draft model {draft.model_id} {draft.weights_bytes:,} B per GPU",
+    )
+
+
 #: first vLLM release whose profile run kvbudget derives from source (0.19.0, see activation.py)
 PROFILE_RUN_SINCE = (0, 19, 0)
 
@@ -267,14 +314,18 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
 
         result = make_sglang_plan(request, model, gpu, weights, max_model_len)
     else:
-        result = _make_vllm_plan(request, model, gpu, weights, max_model_len, device_given)
+        draft = speculative_draft(request, model)
+        if draft is not None:
+            weights = with_draft_weights(weights, draft, request.tp)
+        extra = draft.block_bytes if draft is not None else 0
+        result = _make_vllm_plan(request, model, gpu, weights, max_model_len, device_given, extra)
         if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:
             fitted = result.estimated_max_model_len
             line = (
                 f"Auto-fit max_model_len: reduced from {max_model_len} to {fitted} to fit in available "
                 f"GPU memory ({format_gib_new(result.available_kv_bytes)} GiB available for KV cache)"
             )
-            again = _make_vllm_plan(request, model, gpu, weights, fitted, device_given)
+            again = _make_vllm_plan(request, model, gpu, weights, fitted, device_given, extra)
             result = replace(again, log_lines=(line, *again.log_lines))
     ignored = tuple(message for _, message in engine_flag_conflicts(request))
     return replace(result, notes=result.notes + ignored) if ignored else result
@@ -287,7 +338,9 @@ def _make_vllm_plan(
     weights: WeightsEstimate,
     max_model_len: int,
     device_given: bool = True,
+    draft_block_bytes: int = 0,
 ) -> PlanResult:
+    """``draft_block_bytes``: KV bytes a draft model adds to each block of the last stage."""
     version_text = request.engine_version or DEFAULT_VLLM_VERSION
     behaviour = vllm_behaviour(version_text)
     defaults: dict[str, str] = {}
@@ -392,6 +445,8 @@ def _make_vllm_plan(
         size = vpool.group_size_on(groups, rank_layers)
         blocks = vpool.num_blocks_for(avail, groups, rank_layers)
         page = groups[0].page_size_bytes if groups else 0
+        if draft_block_bytes and p == request.pp - 1:  # one uniform-type group (capacity.draft)
+            blocks = max(0, avail // (page * size + draft_block_bytes))
         ranks.append(
             RankMemory(
                 pp_rank=p,
@@ -412,6 +467,8 @@ def _make_vllm_plan(
             )
         )
         rank_tok = _per_token_bytes(all_specs, rank_layers)
+        if draft_block_bytes and p == request.pp - 1 and groups:
+            rank_tok += draft_block_bytes // groups[0].block_size
         per_token_rank = max(per_token_rank, rank_tok)
         per_token_replica += rank_tok * request.tp
     num_blocks = min(r.num_blocks for r in ranks)
@@ -427,6 +484,8 @@ def _make_vllm_plan(
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)
     per_layer = behaviour.error_style == "v09"  # ~v0.9 summed real layers (no padding)
     needed = vpool.needed_bytes(groups, max_model_len, t_b, mode, per_layer=per_layer)
+    if draft_block_bytes and groups:
+        needed += draft_block_bytes * -(-max_model_len // groups[0].block_size)
     error: str | None = None
     estimated: int | None = None
     fits = True

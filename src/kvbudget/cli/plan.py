@@ -59,6 +59,7 @@ _PLAIN_FLAGS = (
     "mamba_ssm_cache_dtype",
     "quantization",
     "dtype",
+    "speculative_config",
     "mem_fraction_static",
     "page_size",
     "swa_full_tokens_ratio",
@@ -287,6 +288,11 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     type=click.Choice(["auto", "half", "float16", "bfloat16", "float", "float32"]),
     help="vLLM --dtype of weights and activations; with --kv-dtype auto also the KV element "
     "(float32 doubles both). auto: the config's dtype, float32 configs served in bfloat16.",
+)
+@click.option(
+    "--speculative-config",
+    help='vLLM --speculative-config JSON; a draft model ({"model": ID, '
+    '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool.',
 )
 @click.option(
     "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."
