@@ -206,6 +206,23 @@ def plan_terms(
     return weights_term, act, non_torch, graphs
 
 
+def mla_backend_block_size(
+    model: ModelSpec, gpu: GpuSpec, version: tuple[int, int, int], kv_dtype: str
+) -> int | None:
+    """The MLA block size vLLM >= 0.19 uses on Hopper when ``--block-size`` is not given.
+
+    0.19.0 ``platforms/cuda.py`` ranks FLASH_ATTN_MLA first on compute capability 9.x, and
+    ``platforms/interface.py`` ``update_block_size_for_backend`` keeps the default 16 when that
+    backend supports it (``get_supported_kernel_block_sizes``: multiples of 16). Other devices
+    and versions keep the layout's default; ``fp8_ds_mla`` (sparse FlashMLA) keeps it too.
+    """
+    hopper = any(name in gpu.device_name.upper() for name in ("H100", "H200", "H800", "H20"))
+    has_mla = any(layer.kind == "mla" for layer, _ in model.layer_runs())
+    if version >= PROFILE_RUN_SINCE and hopper and has_mla and kv_dtype != "fp8_ds_mla":
+        return 16
+    return None
+
+
 def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | None:
     """``--speculative-config``: the draft model's cost, None for methods without KV layers."""
     if request.speculative_config is None:
@@ -380,6 +397,15 @@ def _make_vllm_plan(
         check_vllm_kv_dtype(kv_dtype.name, behaviour.version)
     if request.block_size is not None:
         check_vllm_block_size(request.block_size, behaviour.version)
+    block_size = request.block_size
+    mla_block = mla_backend_block_size(model, gpu, behaviour.version, kv_dtype.name)
+    if block_size is None and mla_block is not None:
+        block_size = mla_block
+        notes.append(
+            f"block size {mla_block} for MLA: vLLM {version_text} picks FLASH_ATTN_MLA first on "
+            "Hopper and keeps its default 16 (0.19.0 platforms/cuda.py backend priorities, "
+            "update_block_size_for_backend); pass --block-size for another backend"
+        )
     device_total, total_note = vllm_total_bytes(gpu)
     if total_note and device_given:
         notes.append(total_note)
@@ -395,7 +421,7 @@ def _make_vllm_plan(
         kv_dtype=kv_name,
         tp=request.tp,
         pp=1,
-        block_size=request.block_size,
+        block_size=block_size,
         mamba_cache_mode=request.mamba_cache_mode,
         mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
         mamba_ssm_state_bytes=mamba_dtype_bytes(

@@ -103,3 +103,27 @@ def test_default_vllm_version_is_the_newest_modelled() -> None:
     assert result.defaults_applied["engine_version"] == "0.32.0 (kvbudget default)"
     activation = result.ranks[0].activation
     assert activation.source == "computed" and "not re-read for 0.32.0" in activation.method
+
+
+@pytest.mark.parametrize(
+    ("gpu", "version", "flag", "expected"),
+    [
+        ("H100", "0.19.0", None, 16),  # FLASH_ATTN_MLA first on sm90, default 16 kept (issue 29)
+        ("H200", "0.19.0", None, 16),
+        ("H100", "0.19.0", 64, 64),  # --block-size is kept (user_specified_block_size)
+        ("H100", "0.11.0", None, 64),  # before 0.19: the layout's default, unchanged
+        ("A100", "0.19.0", None, 64),  # not Hopper: the layout's default
+    ],
+)
+def test_mla_block_size_by_backend(gpu: str, version: str, flag: int | None, expected: int) -> None:
+    result = make_plan(
+        PlanRequest(
+            model="deepseek-ai/DeepSeek-V2-Lite",
+            gpu=gpu,
+            engine_version=version,
+            max_model_len=8192,
+            block_size=flag,
+            kv_cache_memory_bytes=10 * GiB,
+        )
+    )
+    assert result.block_size == expected
