@@ -13,8 +13,10 @@ import statistics
 
 import pytest
 
+from kvbudget.capacity.model_dtype import with_dtype
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
-from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.planner import make_plan, stage_profile
+from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
 from tests.unit.plan.gpu_logs import LoggedRun, load_runs, started_runs
 
@@ -69,10 +71,17 @@ def test_activation_of_the_last_stage(run: LoggedRun) -> None:
     logged = max(w.activation_gib for w in run.workers)
     predicted = _gib(last.activation.num_bytes)
     assert last.activation.source == "computed"
-    sampler_bound = "sampler warm-up" in last.activation.method and (
-        run.flags["dtype"] != "float32" and "CodeLlama" not in run.model
+    request = PlanRequest(**run.request_fields())
+    spec = resolve_model(str(run.config)).spec
+    assert spec is not None
+    phases = stage_profile(
+        request,
+        with_dtype(spec, run.flags["dtype"]),
+        request.pp - 1,
+        result.max_num_batched_tokens,
+        result.max_num_seqs,
     )
-    if sampler_bound:
+    if phases.sampler_is_peak:
         assert predicted == pytest.approx(logged, abs=0.02)
     else:  # the dummy forward is the peak: a lower bound
         assert logged - 0.5 <= predicted <= logged + 0.01
