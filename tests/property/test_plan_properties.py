@@ -114,6 +114,8 @@ def test_error_exactly_when_one_max_length_request_does_not_fit(
             max_model_len=length,
             block_size=block,
             kv_cache_memory_bytes=max(0, avail),
+            # the pool's fit only: lengths past max_position_embeddings are vLLM's other refusal
+            allow_long_max_model_len=True,
         ),
         spec,
     )

@@ -159,16 +159,21 @@ ENGINE_DTYPES: dict[str, tuple[str, ...]] = {
 _BY_BYTES = {4: "float32", 2: "bfloat16", 1: "fp8"}
 
 
+#: the model dtype a plan's ``--dtype float32`` (or ``float``) resolves to: vLLM's own name
+#: ``float``, so ``auto`` KV follows it instead of the bf16 downcast of float32 *configs*
+EXPLICIT_FLOAT32 = "float"
+
+
 def dtype_for_model(model_dtype: str | None, *, engine: str) -> KvDtype:
     """The KV dtype ``auto`` resolves to for a model dtype on an engine."""
-    name = (model_dtype or "bfloat16").removeprefix("torch.")
-    name = _ALIASES.get(name, name)
+    raw = (model_dtype or "bfloat16").removeprefix("torch.")
+    name = _ALIASES.get(raw, raw)
     if engine == "llamacpp":
         # llama.cpp's default cache type is f16 whatever the weights are (-ctk/-ctv f16).
         return KV_DTYPES["f16"]
     if name in ("float8_e4m3fn", "float8_e5m2"):
         name = "fp8"
-    if name == "float32" and engine in ("vllm", "sglang"):
+    if name == "float32" and engine in ("vllm", "sglang") and raw != EXPLICIT_FLOAT32:
         # vLLM and SGLang serve fp32 configs in bf16/fp16 when dtype is auto.
         name = "bfloat16"
     if name not in KV_DTYPES:

@@ -87,12 +87,36 @@ def estimate_activation_bytes(
     )
 
 
-def estimate_non_torch_bytes(*, tp: int, pp: int) -> MemoryTerm:
+def estimate_non_torch_bytes(
+    *, tp: int, pp: int, version: tuple[int, int, int] = (0, 0, 0)
+) -> MemoryTerm:
     """Non-torch memory growth after start-up (NCCL buffers, cuBLAS workspaces).
+
+    From vLLM 0.19 on: the figures vLLM 0.19.0 logged on H100-80GB (``Memory profiling takes``
+    lines of the runs in ``tests/fixtures/vllm_gpu_logs``), an estimate with that basis: 0.25 GiB
+    on one GPU; 0.07 GiB per stage when pipeline stages are one GPU each; at TP >= 2
+    ``2.01 + 0.03 x tp`` GiB (2.07 logged at TP 2, 2.13 at TP 4; other TP extrapolated). The
+    0.19 source allocates the custom all-reduce and symmetric-memory buffers (64 MiB at TP 2,
+    32 MiB at TP 4 on sm90, ``all_reduce_utils.py``) outside torch's allocator; the rest of the
+    ~2 GiB is NCCL's own and is not in vLLM's source.
 
     Linear rule through the two logged values in the reference: 0.06 GiB on one GPU,
     0.21 GiB at TP 4 (0.05 GiB per extra rank of the world).
     """
+    if version >= (0, 19, 0):
+        if tp >= 2:
+            gib, basis = 2.01 + 0.03 * tp, "2.01 + 0.03 x tp GiB (2.07 at TP2, 2.13 at TP4)"
+        elif pp >= 2:
+            gib, basis = 0.07, "0.07 GiB per stage at PP >= 2"
+        else:
+            gib, basis = 0.25, "0.25 GiB on one GPU"
+        return MemoryTerm(
+            "non_torch",
+            int(gib * GiB),
+            "estimated",
+            f"{basis}: basis vLLM 0.19.0's logged non-torch memory on H100-80GB "
+            "(docs/engine-facts.md); pass --non-torch-bytes from the engine log",
+        )
     world = tp * pp
     num_bytes = int((0.06 + 0.05 * (world - 1)) * GiB)
     return MemoryTerm(

@@ -73,6 +73,18 @@ class PlanRequest(BaseModel):
     quantization: str | None = Field(
         default=None, description="vLLM --quantization method name for the weights"
     )
+    dtype: str = Field(
+        default="auto",
+        description="vLLM --dtype: auto, half, float16, bfloat16, float, float32",
+    )
+    speculative_config: str | None = Field(
+        default=None,
+        description="vLLM --speculative-config JSON; a draft model's weights and KV are priced",
+    )
+    allow_long_max_model_len: bool = Field(
+        default=False,
+        description="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len past the config's limit",
+    )
     disable_hybrid_kv_cache_manager: bool = Field(
         default=False, description="vLLM flag: sliding/chunked layers pay the full length"
     )

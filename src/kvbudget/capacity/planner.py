@@ -13,6 +13,15 @@ from pathlib import Path
 
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
+from kvbudget.capacity.activation import ProfileActivation, profile_activation
+from kvbudget.capacity.draft import (
+    DRAFT_METHODS,
+    NO_KV_METHODS,
+    DraftCost,
+    draft_cost,
+    draft_method,
+    parse_speculative_config,
+)
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.engine_checks import VllmStartSettings, check_vllm_start
 from kvbudget.capacity.layouts.vllm import (
@@ -31,6 +40,7 @@ from kvbudget.capacity.memory import (
     estimate_non_torch_bytes,
     flag_term,
 )
+from kvbudget.capacity.model_dtype import mamba_dtype_bytes, with_dtype, with_quantization
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.remedies import fit_remedies
@@ -39,7 +49,8 @@ from kvbudget.capacity.versions import (
     check_vllm_kv_dtype,
     vllm_behaviour,
 )
-from kvbudget.capacity.weights import WeightsEstimate, estimate_weights
+from kvbudget.capacity.vllm_startup import max_len_refusal, vllm_total_bytes, warmup_oom
+from kvbudget.capacity.weights import WeightsEstimate, estimate_weights, with_rope_cache
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
 from kvbudget.spec.layer_parts import PartRuns
@@ -49,10 +60,11 @@ from kvbudget.units import GiB
 
 __all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_gpu"]
 
-#: vLLM 0.32 ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``): when the device
-#: cannot be queried, ``device_memory = 0`` and the "other hardware" defaults apply
-#: (``max_num_batched_tokens`` 2048 for the API server, 8192 for the LLM class; 256 sequences).
-_NO_DEVICE_BATCH_DEFAULTS = {True: (2048, 256), False: (8192, 256)}
+#: ``--kv-cache-memory`` without a device: vLLM itself always runs on one and reads its size
+#: (0.19.0 ``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``); kvbudget takes the
+#: defaults of a >= 70 GiB GPU other than A100 (API server 8192 tokens, LLM class 16384; 1024
+#: sequences) and says so: an A100 or a smaller GPU runs 2048 / 8192 tokens and 256 sequences.
+_NO_DEVICE_BATCH_DEFAULTS = {True: (8192, 1024), False: (16384, 1024)}
 
 
 def device_not_given() -> GpuSpec:
@@ -152,22 +164,31 @@ def plan_terms(
     pp_rank: int,
     t_b: int,
     max_seqs: int,
+    version: tuple[int, int, int] = (0, 0, 0),
 ) -> tuple[MemoryTerm, MemoryTerm, MemoryTerm, MemoryTerm]:
     w = weights.per_rank_bytes[pp_rank]
     weights_term = MemoryTerm(
         "weights", w, "flag" if weights.source == "flag" else weights.source, weights.method
     )
-    act = (
-        flag_term("activation", request.activation_bytes, "--activation-bytes")
-        if request.activation_bytes is not None
-        else estimate_activation_bytes(
+    if request.activation_bytes is not None:
+        act = flag_term("activation", request.activation_bytes, "--activation-bytes")
+    elif version >= PROFILE_RUN_SINCE:
+        profile = stage_profile(request, spec, pp_rank, t_b, max_seqs)
+        method = profile.method
+        if version >= (0, 20, 0):
+            method += (
+                f"; the rule is 0.19.0's profile run, not re-read for {'.'.join(map(str, version))} "
+                "(pass --activation-bytes from that version's log for its own figure)"
+            )
+        act = MemoryTerm("activation", profile.peak_bytes, "computed", method)
+    else:
+        act = estimate_activation_bytes(
             spec, tp=request.tp, max_num_batched_tokens=t_b, max_num_seqs=max_seqs
         )
-    )
     non_torch = (
         flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
         if request.non_torch_bytes is not None
-        else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
+        else estimate_non_torch_bytes(tp=request.tp, pp=request.pp, version=version)
     )
     if request.enforce_eager and request.cudagraph_bytes:
         raise ConfigError(
@@ -183,6 +204,81 @@ def plan_terms(
         else estimate_cudagraph_bytes(spec)
     )
     return weights_term, act, non_torch, graphs
+
+
+def mla_backend_block_size(
+    model: ModelSpec, gpu: GpuSpec, version: tuple[int, int, int], kv_dtype: str
+) -> int | None:
+    """The MLA block size vLLM >= 0.19 uses on Hopper when ``--block-size`` is not given.
+
+    0.19.0 ``platforms/cuda.py`` ranks FLASH_ATTN_MLA first on compute capability 9.x, and
+    ``platforms/interface.py`` ``update_block_size_for_backend`` keeps the default 16 when that
+    backend supports it (``get_supported_kernel_block_sizes``: multiples of 16). Other devices
+    and versions keep the layout's default; ``fp8_ds_mla`` (sparse FlashMLA) keeps it too.
+    """
+    hopper = any(name in gpu.device_name.upper() for name in ("H100", "H200", "H800", "H20"))
+    has_mla = any(layer.kind == "mla" for layer, _ in model.layer_runs())
+    if version >= PROFILE_RUN_SINCE and hopper and has_mla and kv_dtype != "fp8_ds_mla":
+        return 16
+    return None
+
+
+def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | None:
+    """``--speculative-config``: the draft model's cost, None for methods without KV layers."""
+    if request.speculative_config is None:
+        return None
+    config = parse_speculative_config(request.speculative_config)
+    method = draft_method(config)
+    if method in NO_KV_METHODS:
+        return None
+    if method not in DRAFT_METHODS or not config.get("model"):
+        raise ConfigError(
+            f"speculative_config: method {method or 'unknown'!r} is not priced by kvbudget (a "
+            "separate draft model, method draft_model, is; ngram and suffix add no KV); pass "
+            "--kv-cache-memory and --weights-bytes from the engine log",
+            field="speculative_config",
+        )
+    if request.pp > 1:
+        raise ConfigError(
+            "speculative_config: a draft model with --pp > 1 is not priced; plan with --pp 1",
+            field="speculative_config",
+        )
+    draft = with_dtype(
+        _resolve_spec(request.model_copy(update={"model": config["model"]}), None), request.dtype
+    )
+    kv = request.kv_dtype
+    return draft_cost(config, target=target, draft=draft, kv_dtype=kv, tp=request.tp)
+
+
+def with_draft_weights(weights: WeightsEstimate, draft: DraftCost, tp: int) -> WeightsEstimate:
+    """The draft's weights join the last stage's (each GPU of it: the draft runs at the target's TP)."""
+    per_rank = list(weights.per_rank_bytes)
+    per_rank[-1] += draft.weights_bytes
+    return replace(
+        weights,
+        per_rank_bytes=tuple(per_rank),
+        total_bytes=weights.total_bytes + draft.weights_bytes * tp,
+        method=f"{weights.method}; + draft model {draft.model_id} {draft.weights_bytes:,} B per GPU",
+    )
+
+
+#: first vLLM release whose profile run kvbudget derives from source (0.19.0, see activation.py)
+PROFILE_RUN_SINCE = (0, 19, 0)
+
+
+def stage_profile(
+    request: PlanRequest, spec: ModelSpec, pp_rank: int, t_b: int, max_seqs: int
+) -> ProfileActivation:
+    """vLLM's profile run on one pipeline stage (capacity.activation)."""
+    return profile_activation(
+        spec,
+        dtype_bytes=spec.dtype_bytes or 2,
+        tp=request.tp,
+        first_stage=pp_rank == 0,
+        last_stage=pp_rank == request.pp - 1,
+        max_num_batched_tokens=t_b,
+        max_num_seqs=max_seqs,
+    )
 
 
 def _per_token_bytes(layers: PartRuns[VllmLayerSpec], rank_layers: range) -> int:
@@ -224,22 +320,29 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
     if snapshot is None and Path(request.model).is_dir():
         snapshot = Path(request.model)  # --model is a snapshot folder: read its weights index
     model = with_quantization(model, request.quantization)
+    model = with_dtype(model, request.dtype)
     weights = estimate_weights(
         model, tp=request.tp, pp=request.pp, snapshot=snapshot, weights_bytes=request.weights_bytes
     )
+    if request.engine == "vllm":
+        weights = with_rope_cache(weights, model)
     if request.engine == "sglang":
         from kvbudget.capacity.planner_sglang import make_sglang_plan
 
         result = make_sglang_plan(request, model, gpu, weights, max_model_len)
     else:
-        result = _make_vllm_plan(request, model, gpu, weights, max_model_len, device_given)
+        draft = speculative_draft(request, model)
+        if draft is not None:
+            weights = with_draft_weights(weights, draft, request.tp)
+        extra = draft.block_bytes if draft is not None else 0
+        result = _make_vllm_plan(request, model, gpu, weights, max_model_len, device_given, extra)
         if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:
             fitted = result.estimated_max_model_len
             line = (
                 f"Auto-fit max_model_len: reduced from {max_model_len} to {fitted} to fit in available "
                 f"GPU memory ({format_gib_new(result.available_kv_bytes)} GiB available for KV cache)"
             )
-            again = _make_vllm_plan(request, model, gpu, weights, fitted, device_given)
+            again = _make_vllm_plan(request, model, gpu, weights, fitted, device_given, extra)
             result = replace(again, log_lines=(line, *again.log_lines))
     ignored = tuple(message for _, message in engine_flag_conflicts(request))
     return replace(result, notes=result.notes + ignored) if ignored else result
@@ -252,17 +355,14 @@ def _make_vllm_plan(
     weights: WeightsEstimate,
     max_model_len: int,
     device_given: bool = True,
+    draft_block_bytes: int = 0,
 ) -> PlanResult:
+    """``draft_block_bytes``: KV bytes a draft model adds to each block of the last stage."""
     version_text = request.engine_version or DEFAULT_VLLM_VERSION
     behaviour = vllm_behaviour(version_text)
     defaults: dict[str, str] = {}
     notes = list(behaviour.notes)
-    if model.max_position_embeddings and max_model_len > model.max_position_embeddings:
-        notes.append(
-            f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
-            f"{model.max_position_embeddings}: vLLM refuses this at start-up unless rope scaling "
-            "raises its derived limit or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set"
-        )
+    refusal = max_len_refusal(model, max_model_len, request.allow_long_max_model_len)
     if request.engine_version is None:
         defaults["engine_version"] = f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
     if device_given:
@@ -271,7 +371,11 @@ def _make_vllm_plan(
         )
     else:
         t_b_default, seqs_default = _NO_DEVICE_BATCH_DEFAULTS[request.api_server]
-        why = "device not given: vLLM's defaults when it cannot query the device"
+        why = (
+            "device not given: vLLM's defaults on a >= 70 GiB GPU (H100/H200 class); on an A100 "
+            "or a smaller GPU pass --gpu or --max-num-batched-tokens "
+            f"{2048 if request.api_server else 8192} --max-num-seqs 256"
+        )
     t_b = request.max_num_batched_tokens or t_b_default
     max_seqs = request.max_num_seqs or seqs_default
     if request.max_num_batched_tokens is None:
@@ -286,25 +390,39 @@ def _make_vllm_plan(
     util = request.gpu_memory_utilization or behaviour.default_gpu_memory_utilization
     if request.gpu_memory_utilization is None and request.kv_cache_memory_bytes is None:
         defaults["gpu_memory_utilization"] = f"{util} (vLLM default; the newest snapshot uses 0.92)"
-    kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
+    # --kv-cache-dtype auto follows the dtype --dtype resolved, float32 included (with_dtype)
+    kv_name = request.kv_dtype
+    kv_dtype = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
     if request.kv_dtype.strip().lower() != "auto":
         check_vllm_kv_dtype(kv_dtype.name, behaviour.version)
     check_vllm_start(  # vLLM's own start-up checks, in its words (capacity/engine_checks.py)
         VllmStartSettings(behaviour.version, max_model_len, t_b, max_seqs, util, request.block_size)
     )
-    free_at_start = gpu.memory_bytes - CUDA_CONTEXT_BYTES
-    if request.kv_cache_memory_bytes is None and gpu.memory_bytes * util > free_at_start:
+    block_size = request.block_size
+    mla_block = mla_backend_block_size(model, gpu, behaviour.version, kv_dtype.name)
+    if block_size is None and mla_block is not None:
+        block_size = mla_block
         notes.append(
-            f"requested {gpu.memory_bytes * util / GiB:.2f} GiB exceeds the free memory at start-up "
+            f"block size {mla_block} for MLA: vLLM {version_text} picks FLASH_ATTN_MLA first on "
+            "Hopper and keeps its default 16 (0.19.0 platforms/cuda.py backend priorities, "
+            "update_block_size_for_backend); pass --block-size for another backend"
+        )
+    device_total, total_note = vllm_total_bytes(gpu)
+    if total_note and device_given:
+        notes.append(total_note)
+    free_at_start = device_total - CUDA_CONTEXT_BYTES
+    if request.kv_cache_memory_bytes is None and device_total * util > free_at_start:
+        notes.append(
+            f"requested {device_total * util / GiB:.2f} GiB exceeds the free memory at start-up "
             f"(about {free_at_start / GiB:.2f} GiB after a ~0.5 GiB CUDA context, estimate): vLLM would "
             "refuse with 'Free memory on device ... is less than desired GPU memory utilization'"
         )
     all_specs = vllm_layer_specs(
         model,
-        kv_dtype=request.kv_dtype,
+        kv_dtype=kv_name,
         tp=request.tp,
         pp=1,
-        block_size=request.block_size,
+        block_size=block_size,
         mamba_cache_mode=request.mamba_cache_mode,
         mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
         mamba_ssm_state_bytes=mamba_dtype_bytes(
@@ -329,8 +447,18 @@ def _make_vllm_plan(
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
         rank_layers = range(start, end)
-        w, act, non_torch, graphs = plan_terms(request, model, weights, p, t_b, max_seqs)
-        total_bytes = gpu.memory_bytes if device_given else 0
+        w, act, non_torch, graphs = plan_terms(
+            request, model, weights, p, t_b, max_seqs, behaviour.version
+        )
+        total_bytes = device_total if device_given else 0
+        profiled = request.activation_bytes is None and behaviour.version >= PROFILE_RUN_SINCE
+        if refusal is None and device_given and profiled:
+            refusal = warmup_oom(
+                stage_profile(request, model, p, t_b, max_seqs),
+                free_at_start_bytes=device_total - CUDA_CONTEXT_BYTES,
+                resident_bytes=w.num_bytes + non_torch.num_bytes,
+                num_reqs=min(t_b, max_seqs),
+            )
         requested, avail = available_kv_bytes(
             total_bytes=total_bytes,
             gpu_memory_utilization=util,
@@ -344,6 +472,8 @@ def _make_vllm_plan(
         size = vpool.group_size_on(groups, rank_layers)
         blocks = vpool.num_blocks_for(avail, groups, rank_layers)
         page = groups[0].page_size_bytes if groups else 0
+        if draft_block_bytes and p == request.pp - 1:  # one uniform-type group (capacity.draft)
+            blocks = max(0, avail // (page * size + draft_block_bytes))
         ranks.append(
             RankMemory(
                 pp_rank=p,
@@ -364,6 +494,8 @@ def _make_vllm_plan(
             )
         )
         rank_tok = _per_token_bytes(all_specs, rank_layers)
+        if draft_block_bytes and p == request.pp - 1 and groups:
+            rank_tok += draft_block_bytes // groups[0].block_size
         per_token_rank = max(per_token_rank, rank_tok)
         per_token_replica += rank_tok * request.tp
     num_blocks = min(r.num_blocks for r in ranks)
@@ -379,6 +511,8 @@ def _make_vllm_plan(
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)
     per_layer = behaviour.error_style == "v09"  # ~v0.9 summed real layers (no padding)
     needed = vpool.needed_bytes(groups, max_model_len, t_b, mode, per_layer=per_layer)
+    if draft_block_bytes and groups:
+        needed += draft_block_bytes * -(-max_model_len // groups[0].block_size)
     error: str | None = None
     estimated: int | None = None
     fits = True
@@ -401,6 +535,8 @@ def _make_vllm_plan(
         if not fits
         else ()
     )
+    if refusal is not None:  # vLLM stops before the pool is sized: its words are the answer
+        fits, error, estimated, remedies = False, refusal, None, ()
     if request.pp > 1:
         notes.append(
             "fit check counts every layer of the model against one stage's memory, as the engine "
@@ -451,65 +587,6 @@ def _make_vllm_plan(
         defaults_applied=defaults,
         device_given=device_given,
     )
-
-
-#: vLLM ``--quantization`` names kvbudget sizes weights for, and the config each one implies
-#: when the checkpoint carries no ``quantization_config`` (vLLM's online defaults: fp8 dynamic
-#: per-tensor, AWQ/GPTQ 4 bit in groups of 128).
-QUANTIZATION_METHODS: dict[str, dict[str, object]] = {
-    "fp8": {"quant_method": "fp8"},
-    "awq": {"quant_method": "awq", "bits": 4, "group_size": 128},
-    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128},
-    "mxfp4": {"quant_method": "mxfp4"},
-    "compressed-tensors": {"quant_method": "compressed-tensors"},
-}
-
-
-def with_quantization(model: ModelSpec, method: str | None) -> ModelSpec:
-    """``--quantization``: the weights' method (vLLM's names). The KV dtype is not touched.
-
-    As vLLM (``ModelConfig._verify_quantization``), a method that contradicts the config's
-    ``quantization_config.quant_method`` is refused.
-    """
-    if method is None:
-        return model
-    name = method.strip().lower()
-    if name in ("none", ""):
-        return replace(model, quantization_config=None)
-    existing = model.quantization_config
-    if existing is not None:
-        found = str(existing.get("quant_method", "")).lower()
-        if found and found != name:
-            raise ConfigError(
-                f"quantization: --quantization {name} contradicts the config's quantization_config "
-                f"({found}); vLLM refuses this; drop --quantization or pass --quantization {found}",
-                field="quantization",
-            )
-        return model
-    if name not in QUANTIZATION_METHODS or name == "compressed-tensors":
-        known = ", ".join(m for m in QUANTIZATION_METHODS if m != "compressed-tensors")
-        raise ConfigError(
-            f"quantization: {method!r} is not a method kvbudget sizes without a quantization_config "
-            f"(known: {known}); pass --weights-bytes from the engine log",
-            field="quantization",
-        )
-    return replace(model, quantization_config=dict(QUANTIZATION_METHODS[name]))
-
-
-MAMBA_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-def mamba_dtype_bytes(name: str, field: str) -> int | None:
-    """Element bytes of vLLM's ``--mamba-cache-dtype`` / ``--mamba-ssm-cache-dtype`` (None: auto)."""
-    key = name.strip().lower()
-    if key == "auto":
-        return None
-    if key not in MAMBA_DTYPE_BYTES:
-        raise ConfigError(
-            f"{field}: {name!r} is not one of vLLM's choices; use auto, float32, bfloat16 or float16",
-            field=field,
-        )
-    return MAMBA_DTYPE_BYTES[key]
 
 
 _VLLM_ONLY = (

@@ -13,8 +13,9 @@ from kvbudget.errors import ConfigError
 
 Version = tuple[int, int, int]
 
-#: default versions when the user does not say (well-documented eras in the reference)
-DEFAULT_VLLM_VERSION = "0.11.0"
+#: default versions when the user does not say: vLLM's is the newest release whose facts kvbudget
+#: has checked against the engine (the 0.32.0 CPU build it runs; issue 29: users run 0.3x)
+DEFAULT_VLLM_VERSION = "0.32.0"
 DEFAULT_SGLANG_VERSION = "0.5.4"
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.+\-].*)?\s*$")

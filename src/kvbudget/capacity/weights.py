@@ -279,7 +279,8 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
             field="weights_bytes",
         )
     quant = spec.quantization_config
-    dtype_bytes = _model_dtype_bytes(spec)
+    # the planner resolved --dtype first (model_dtype.with_dtype): float32 here is --dtype float32
+    dtype_bytes = spec.dtype_bytes or 2
     kv_heads = spec.num_kv_heads() or 0
     notes: list[str] = []
     approx_any = False
@@ -351,6 +352,36 @@ def read_snapshot_total(snapshot: Path) -> int | None:
     if single.is_file():
         return single.stat().st_size
     return None
+
+
+def rope_cache_bytes(spec: ModelSpec) -> int:
+    """vLLM's rotary ``cos_sin_cache`` buffer, loaded with the weights (one per stage: ``get_rope``
+    caches one instance per configuration): ``max_position_embeddings x rotary_dim`` in the model
+    dtype (0.19.0 ``vllm/model_executor/layers/rotary_embedding/base.py``, ``cache.to(dtype)``).
+    ``rotary_dim`` is ``qk_rope_head_dim`` for MLA, else ``head_dim x partial_rotary_factor``."""
+    max_pos = spec.max_position_embeddings
+    rope_keys = ("rope_theta", "rope_scaling", "rope_parameters")
+    if not max_pos or not any(k in spec.raw_config for k in rope_keys):
+        return 0
+    if _raw(spec, "qk_rope_head_dim"):
+        rotary = int(_raw(spec, "qk_rope_head_dim"))
+    else:
+        heads = spec.num_attention_heads or 1
+        head_dim = int(_raw(spec, "head_dim", 0) or (spec.hidden_size or 0) // heads)
+        rotary = int(head_dim * float(_raw(spec, "partial_rotary_factor", 1.0) or 1.0))
+    return max_pos * rotary * (spec.dtype_bytes or 2)
+
+
+def with_rope_cache(weights: WeightsEstimate, spec: ModelSpec) -> WeightsEstimate:
+    """Add the rotary cache to each stage (not to a ``--weights-bytes`` figure, already whole)."""
+    extra = rope_cache_bytes(spec)
+    if not extra or weights.source == "flag":
+        return weights
+    return replace(
+        weights,
+        per_rank_bytes=tuple(b + extra for b in weights.per_rank_bytes),
+        method=f"{weights.method}; + rotary cos_sin_cache {extra:,} B per stage (vLLM buffer)",
+    )
 
 
 def estimate_weights(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ _PLAIN_FLAGS = (
     "mamba_cache_dtype",
     "mamba_ssm_cache_dtype",
     "quantization",
+    "dtype",
+    "speculative_config",
     "mem_fraction_static",
     "page_size",
     "swa_full_tokens_ratio",
@@ -159,6 +162,8 @@ def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanReq
             merged["gpu_bandwidth_gb_s" if key == "gpu_bandwidth" else key] = flags[key]
     if flags.get("llm_class"):
         merged["api_server"] = False
+    if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true"):
+        merged.setdefault("allow_long_max_model_len", True)  # as vLLM reads it (envs.py)
     if "model" not in merged:
         raise ConfigError(
             "model: no model given; pass --model meta-llama/Llama-3.1-8B (see 'kvbudget models')",
@@ -221,7 +226,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option(
     "--engine-version",
-    help="Engine version whose arithmetic and log format to use (vLLM default 0.11.0, SGLang 0.5.4).",
+    help="Engine version whose arithmetic and log format to use (vLLM default 0.32.0, the newest modelled; SGLang 0.5.4).",
 )
 @click.option(
     "--gpu-memory-utilization",
@@ -277,6 +282,17 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     "--quantization",
     help="vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "
     "--kv-dtype. Default: the config's quantization_config, else none.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["auto", "half", "float16", "bfloat16", "float", "float32"]),
+    help="vLLM --dtype of weights and activations; with --kv-dtype auto also the KV element "
+    "(float32 doubles both). auto: the config's dtype, float32 configs served in bfloat16.",
+)
+@click.option(
+    "--speculative-config",
+    help='vLLM --speculative-config JSON; a draft model ({"model": ID, '
+    '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool.',
 )
 @click.option(
     "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."

@@ -40,9 +40,11 @@ def test_kv_cache_memory_alone_plans_the_pool_without_a_device() -> None:
     assert doc["device_given"] is False and doc["gpu"] is None
     # no device: no device-peak budget is invented
     assert doc["budgets"]["device_peak"] == []
-    # vLLM 0.32 EngineArgs.get_batch_defaults: device_memory = 0 when the device cannot be
-    # queried -> API server defaults 2048 batched tokens, 256 sequences
-    assert doc["max_num_batched_tokens"] == 2048 and doc["max_num_seqs"] == 256
+    # vLLM runs on a device it can query; without --gpu kvbudget takes the >= 70 GiB defaults of
+    # vLLM 0.19.0 EngineArgs.get_batch_defaults (API server: 8192 batched tokens, 1024 sequences)
+    # and says which to pass for a smaller GPU (issue 29: 2048 got sliding-window concurrency wrong)
+    assert doc["max_num_batched_tokens"] == 8192 and doc["max_num_seqs"] == 1024
+    assert "--max-num-batched-tokens 2048" in doc["defaults_applied"]["max_num_batched_tokens"]
 
 
 def test_tensor_parallel_halves_the_block_per_gpu() -> None:

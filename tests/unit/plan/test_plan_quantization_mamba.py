@@ -84,8 +84,11 @@ def test_mamba_state_dtypes_set_the_gated_delta_net_page() -> None:
 
 
 def test_mamba_dtype_flag_reaches_the_plan_and_bad_names_are_refused() -> None:
-    base = plan_json(["--model", QWEN_NEXT])
-    fp32 = plan_json(["--model", QWEN_NEXT, "--mamba-ssm-cache-dtype", "float32"])
+    # TP 4: the 80B model's weights (about 149 GiB) do not load on one H100, and vLLM still
+    # loads them and runs its profile run with --kv-cache-memory
+    pool = ["--tp", "4"]
+    base = plan_json(["--model", QWEN_NEXT, *pool])
+    fp32 = plan_json(["--model", QWEN_NEXT, "--mamba-ssm-cache-dtype", "float32", *pool])
     assert int(str(fp32["num_blocks"])) < int(str(base["num_blocks"]))
     result = CliRunner().invoke(
         plan, ["--model", QWEN_NEXT, "--gpu", "H100", "--mamba-cache-dtype", "fp8"]

@@ -221,17 +221,26 @@ def test_block_size_must_exist_in_the_vllm_version(
         make_plan(request, SPEC)
 
 
-def test_max_model_len_above_the_config_limit_is_noted() -> None:
-    # SPEC has max_position_embeddings 131072; vLLM refuses a larger max_model_len at start-up
-    def plan_notes(length: int) -> list[str]:
+def test_max_model_len_above_the_config_limit_does_not_start() -> None:
+    # SPEC has max_position_embeddings 131072; vLLM 0.19.0 _get_and_verify_max_len raises a
+    # ValueError for a larger max_model_len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (issue 29:
+    # kvbudget used to print a note and still say it fits)
+    def plan_for(length: int, allow: bool = False) -> PlanResult:
         request = PlanRequest(
-            model="t", gpu="H100", kv_cache_memory_bytes=80 * GiB, max_model_len=length
+            model="t",
+            gpu="H100",
+            kv_cache_memory_bytes=80 * GiB,
+            max_model_len=length,
+            allow_long_max_model_len=allow,
         )
-        return [n for n in make_plan(request, SPEC).notes if "max_position_embeddings" in n]
+        return make_plan(request, SPEC)
 
-    assert plan_notes(131072) == []
-    (note,) = plan_notes(131073)
-    assert note.startswith(
-        "max_model_len 131073 exceeds the config's max_position_embeddings 131072"
+    assert plan_for(131072).fits
+    refused = plan_for(131073)
+    assert not refused.fits and refused.error is not None
+    assert refused.error.startswith(
+        "ValueError: User-specified max_model_len (131073) is greater than the derived "
+        "max_model_len (max_position_embeddings=131072"
     )
-    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in note
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in refused.error
+    assert plan_for(131073, allow=True).fits

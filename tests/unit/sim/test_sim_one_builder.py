@@ -25,6 +25,7 @@ from kvbudget.accept.planfile import parse_plan
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION
 from kvbudget.serve.app import ServeApp
 from kvbudget.serve.build import ServeEngineOptions, build_engine
 from kvbudget.sim.config import ReplicaConfig
@@ -66,6 +67,7 @@ def _accept_path() -> tuple[ReplicaConfig, StepTimeModel]:
     lock["gpu"]["count"] = 2
     lock["tensor_parallel"] = 2
     lock.update(LIMITS, gpu_memory_utilization=0.9, block_size=16)
+    lock["engine"]["version"] = DEFAULT_VLLM_VERSION  # the other paths plan the default version
     data["ledger"] = {"inputs": []}
     plan = parse_plan(data)
     target = sim_factory(plan)(plan.lock).target

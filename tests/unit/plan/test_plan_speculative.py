@@ -1,0 +1,62 @@
+"""``--speculative-config`` with a draft model: its KV layers share the pool, its weights the GPU.
+
+By hand from the two configs (bundled catalog copies): Llama-3.1-8B has 32 layers of 8 KV heads x
+128, so one 16-token block of one layer is 16 x 2 x 8 x 128 x 2 B = 65,536 B and a block of the
+model 2,097,152 B; Llama-3.2-1B-Instruct has 16 layers of 8 KV heads x 64: 32,768 B a layer,
+524,288 B a block. vLLM 0.19.0 puts both in one uniform-type group (``UniformTypeKVCacheSpecs``:
+page = the sum of the layers' pages), so a block costs 2,621,440 B.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
+
+TARGET = "meta-llama/Llama-3.1-8B"
+DRAFT = json.dumps({"model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 3})
+
+
+def _plan(**kw: object) -> PlanResult:
+    fields: dict[str, object] = {
+        "model": TARGET,
+        "gpu": "H100",
+        "engine_version": "0.19.0",
+        "max_model_len": 8192,
+        "kv_cache_memory_bytes": 10 * 2**30,
+    }
+    fields.update(kw)
+    return make_plan(PlanRequest(**fields))  # type: ignore[arg-type]
+
+
+def test_draft_layers_share_each_block() -> None:
+    plain = _plan()
+    spec = _plan(speculative_config=DRAFT)
+    assert plain.num_blocks == 10 * 2**30 // 2_097_152 == 5120
+    assert spec.num_blocks == 10 * 2**30 // (2_097_152 + 524_288) == 4096
+    assert spec.kv_cache_tokens == 4096 * 16
+    # per token: (2,097,152 + 524,288) / 16
+    assert spec.kv_bytes_per_token_per_rank == 163_840
+
+
+def test_draft_weights_join_the_gpu() -> None:
+    plain = _plan(kv_cache_memory_bytes=None, gpu_memory_utilization=0.9)
+    spec = _plan(kv_cache_memory_bytes=None, gpu_memory_utilization=0.9, speculative_config=DRAFT)
+    added = spec.ranks[0].weights.num_bytes - plain.ranks[0].weights.num_bytes
+    # Llama-3.2-1B: 1,235,814,400 parameters x 2 B (tied embeddings) + its rotary cache
+    # 131,072 positions x 64 x 2 B
+    assert added == 1_235_814_400 * 2 + 131_072 * 64 * 2
+    assert spec.available_kv_bytes == plain.available_kv_bytes - added
+
+
+def test_ngram_adds_no_kv_and_other_methods_are_refused() -> None:
+    ngram = _plan(speculative_config='{"method": "ngram", "num_speculative_tokens": 3}')
+    assert ngram.num_blocks == _plan().num_blocks
+    with pytest.raises(ConfigError, match=r"^speculative_config: method 'eagle3' is not priced"):
+        _plan(speculative_config='{"method": "eagle3", "model": "x"}')
+    with pytest.raises(ConfigError, match=r"^speculative_config: .* is not JSON"):
+        _plan(speculative_config="{model: x}")
