@@ -22,6 +22,7 @@ import numpy as np
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.weights import WeightsEstimate, compute_weights
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
 from kvbudget.sim.replica import Replica, ReplicaSetup
@@ -104,13 +105,29 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
     head_dim = next((int(getattr(layer, "head_dim", 0)) for layer, _ in spec.layer_runs()), 0) or (
         hidden // heads if heads else 0
     )
-    num_params = float(plan.weights.num_params or plan.weights.total_bytes / 2)
+    weights = plan.weights
+    if weights.num_params is None:  # --weights-bytes: the counts and shares from the architecture
+        try:
+            counted: WeightsEstimate | None = compute_weights(spec)
+        except ConfigError:
+            counted = None
+    else:
+        counted = weights
+    num_params = float(
+        counted.num_params if counted and counted.num_params else weights.total_bytes / 2
+    )
+    expert_params = float(counted.num_expert_params) if counted else 0.0
+    expert_bytes = 0.0
+    if counted and counted.total_bytes:
+        expert_bytes = weights.total_bytes * counted.expert_bytes / counted.total_bytes
+    num_experts = spec.num_experts or 0
+    per_tok = min(spec.num_experts_per_tok or 0, num_experts)
     active = num_params
-    if spec.num_experts and spec.num_experts_per_tok and spec.moe_intermediate_size and hidden:
-        expert_params = 3.0 * hidden * spec.moe_intermediate_size * spec.num_experts
-        expert_params *= spec.num_layers
-        idle = expert_params * (1.0 - spec.num_experts_per_tok / spec.num_experts)
-        active = max(num_params * 0.05, num_params - idle)
+    if expert_params and num_experts and per_tok:
+        # each token runs k of the E routed experts (gpt-oss: 4 of 128; the rest idle)
+        active = num_params - expert_params * (1.0 - per_tok / num_experts)
+    else:
+        expert_bytes = 0.0
     return ModelCost(
         model_id=spec.model_id,
         num_layers=spec.num_layers,
@@ -120,6 +137,9 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
         num_active_params=active,
         weights_bytes=float(plan.weights.total_bytes),
         kv_bytes_per_token=float(plan.kv_bytes_per_token_replica),
+        expert_weights_bytes=expert_bytes,
+        num_experts=num_experts if expert_bytes else 0,
+        num_experts_per_tok=per_tok if expert_bytes else 0,
     )
 
 

@@ -36,6 +36,8 @@ class RooflineCost:
         "_ar_per_token",
         "_attn_flops_per_pair",
         "_byte_rate",
+        "_expert_miss",
+        "_expert_weights",
         "_flops_per_token",
         "_flops_rate",
         "_kv_per_token",
@@ -55,6 +57,8 @@ class RooflineCost:
         ar_per_token: float,
         ar_fixed: float,
         step_overhead_s: float,
+        expert_weights: float = 0.0,
+        expert_miss: float = 1.0,
     ) -> None:
         self._flops_per_token = flops_per_token
         self._attn_flops_per_pair = attn_flops_per_pair
@@ -65,6 +69,8 @@ class RooflineCost:
         self._ar_per_token = ar_per_token
         self._ar_fixed = ar_fixed
         self._step_overhead_s = step_overhead_s
+        self._expert_weights = expert_weights
+        self._expert_miss = expert_miss
 
     def step_time_s(self, shape: BatchShape) -> float:
         """``max(compute, memory) + all-reduce + overhead`` of one step (0 for an empty one)."""
@@ -76,6 +82,10 @@ class RooflineCost:
         )
         kv_tokens = shape.prefill_context_tokens + shape.decode_context_tokens + tokens
         num_bytes = self._weights + self._kv_per_token * kv_tokens
+        if self._expert_weights:
+            # routed experts: a step reads the ones its tokens chose, E * (1 - (1 - k/E)^T) of
+            # E on average when each token picks k of E uniformly (independent tokens)
+            num_bytes += self._expert_weights * (1.0 - self._expert_miss**tokens)
         compute_s = flops / self._flops_rate
         memory_s = num_bytes / self._byte_rate
         comm_s = self._ar_fixed + self._ar_per_token * tokens
