@@ -15,6 +15,8 @@ from kvbudget.cli.vocab import (
     COUNT0,
     INPUT_TOKENS,
     KV_DTYPE,
+    METRIC_PERCENTILES,
+    METRIC_PERCENTILES_HELP,
     NUM_REQUESTS,
     OUTPUT_TOKENS,
     PREFIX_CACHING,
@@ -158,9 +160,7 @@ def _render(summary: dict[str, Any]) -> str:
             if summary["requests_unfinished"]
             else ""
         ),
-        f"  TTFT p50 / p99       {f(summary['ttft_p50_s'], ' s')} / {f(summary['ttft_p99_s'], ' s')}",
-        f"  TPOT p50 / p99       {f(summary['tpot_p50_s'], ' ms', 1e3)} / "
-        f"{f(summary['tpot_p99_s'], ' ms', 1e3)}",
+        *_latency_lines(summary, f),
         f"  prefix hit rate      {summary['prefix_hit_rate_tokens'] * 100:.1f}% of prompt tokens "
         f"({summary['prefix_cache_hits_tokens']} / {summary['prefix_cache_queries_tokens']}), "
         f"{summary['prefix_hit_rate_requests'] * 100:.1f}% of requests",
@@ -175,6 +175,24 @@ def _render(summary: dict[str, Any]) -> str:
         lines.append(f"  unfinished ({count}): {reason}")
     lines.extend(f"  note: {note}" for note in summary.get("notes", []))
     return "\n".join(lines)
+
+
+def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
+    """``TTFT mean / p50 / p90 / ...`` lines of the chosen percentiles."""
+    from kvbudget.metrics.percentile_set import percentile_name, reported_percentiles
+
+    names = [percentile_name(q) for q in reported_percentiles(summary["metric_percentiles"])]
+    lines = []
+    for metric, unit, scale in (
+        ("ttft", " s", 1.0),
+        ("tpot", " ms", 1e3),
+        ("itl", " ms", 1e3),
+        ("e2e", " s", 1.0),
+    ):
+        head = f"{metric.upper()} mean / {' / '.join(names)}"
+        values = [summary[f"{metric}_mean_s"], *(summary[f"{metric}_{n}_s"] for n in names)]
+        lines.append(f"  {head:<20} " + " / ".join(f(v, unit, scale) for v in values))
+    return lines
 
 
 @click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
@@ -263,6 +281,7 @@ def _render(summary: dict[str, Any]) -> str:
 )
 @click.option("--seed", type=int, help="Seed of the workload and the engines [default: 0].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(METRIC_PERCENTILES, "metric_percentiles", help=METRIC_PERCENTILES_HELP)
 @click.option(
     "--trace-out",
     type=click.Path(dir_okay=False),
@@ -305,6 +324,10 @@ def sim(**opts: Any) -> None:
     calibrated profile; the summary names the model used. See docs/simulator.md for what is
     and is not modelled.
     """
+    from kvbudget.metrics.percentile_set import (
+        DEFAULT_METRIC_PERCENTILES,
+        parse_metric_percentiles,
+    )
     from kvbudget.sim.cluster import simulate, simulate_stream
     from kvbudget.sim.native import build_label
     from kvbudget.sim.scenario import (
@@ -315,6 +338,11 @@ def sim(**opts: Any) -> None:
         stream_workload,
     )
 
+    percentiles = (
+        DEFAULT_METRIC_PERCENTILES
+        if opts["metric_percentiles"] is None
+        else parse_metric_percentiles(opts["metric_percentiles"])
+    )
     for flag in _OUTPUT_FLAGS:
         if opts[flag]:
             _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
@@ -351,6 +379,7 @@ def sim(**opts: Any) -> None:
         _sim_slots(scenario, opts)
         return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
+    cluster.record_token_times = True  # ITL figures, and token times in --records-out
     with ExitStack() as files:
         records = samples = None
         if opts["records_out"]:
@@ -375,7 +404,7 @@ def sim(**opts: Any) -> None:
                 Path(opts["trace_out"]).write_text(
                     json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
                 )
-            summary = result.summary()
+            summary = result.summary(percentiles)
             stats = result.run_stats()
             if routing is not None:
                 summary["routing_comparison"] = routing
@@ -397,7 +426,7 @@ def sim(**opts: Any) -> None:
                 on_result=on_result,
                 on_sample=samples.write if samples is not None else None,
             )
-            summary = run.summary()
+            summary = run.summary(percentiles)
             stats = run.stats
             num_requests = summary["requests_total"]
     reasons = summary["unfinished_reasons"]

@@ -28,6 +28,13 @@ TP = ("--tp", "--tensor-parallel-size")
 PP = ("--pp", "--pipeline-parallel-size")
 DP = ("--dp", "--data-parallel-size")
 KV_DTYPE = ("--kv-dtype", "--kv-cache-dtype")
+#: vLLM bench serve's name and format ("50,90,95,99"); kvbudget's default differs (see
+#: kvbudget.metrics.percentile_set: vLLM's is "99")
+METRIC_PERCENTILES = "--metric-percentiles"
+METRIC_PERCENTILES_HELP = (
+    "Percentiles of TTFT, TPOT, ITL and E2E to report, comma-separated (vllm bench serve's "
+    'flag; its default is "99") [default: 50,90,95,99]; the mean and median are always given.'
+)
 PREFIX_CACHING = "--prefix-caching/--no-prefix-caching"
 PREFIX_CACHING_VLLM = "--enable-prefix-caching/--no-enable-prefix-caching"
 

@@ -60,6 +60,12 @@ class SpilledColumns:
         if len(self._buf) >= self._limit:
             self._spill()
 
+    def extend(self, values: Sequence[float]) -> None:
+        """Add several rows of a one-column store."""
+        self._buf.extend(values)
+        if len(self._buf) >= self._limit:
+            self._spill()
+
     def append2(self, first: float, second: float) -> None:
         """Add one row of a two-column store."""
         buf = self._buf
