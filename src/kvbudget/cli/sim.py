@@ -21,6 +21,7 @@ from kvbudget.cli.vocab import (
     OUTPUT_TOKENS,
     PREFIX_CACHING,
     PREFIX_CACHING_VLLM,
+    RANDOM_RANGE_RATIO,
     RATE,
     TP,
 )
@@ -112,6 +113,8 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
     if opts["output_tokens"] is not None:
         value = _positive_tokens("--output-tokens", opts["output_tokens"])
         wl["output_tokens"] = {"kind": "fixed", "value": value}
+    if opts["random_range_ratio"] is not None:
+        _apply_range_ratio(wl, opts["random_range_ratio"])
     groups = opts["prefix_groups"]
     shared = opts["shared_prefix_tokens"]
     if groups and not shared:
@@ -129,6 +132,25 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
             prefix["system_prompt_tokens"] = shared
         wl["prefix"] = prefix
     return wl
+
+
+def _apply_range_ratio(wl: dict[str, Any], text: str) -> None:
+    """``--random-range-ratio``: fixed lengths become vLLM's uniform ranges around them."""
+    from kvbudget.workload.range_ratio import parse_range_ratio, ranged_length
+
+    ratios = parse_range_ratio(text)
+    defaults = {"input_tokens": 1024, "output_tokens": 128}  # WorkloadSpec's and vLLM's
+    for (name, default), ratio in zip(defaults.items(), ratios, strict=True):
+        length = wl.get(name, {"kind": "fixed", "value": default})
+        kind = length.get("kind", "fixed") if isinstance(length, dict) else repr(length)
+        if kind != "fixed":
+            raise ConfigError(
+                f"--random-range-ratio: workload.{name} is already a distribution ({kind}); it "
+                "applies to a fixed length (--input-tokens / --output-tokens); drop one",
+                field="random_range_ratio",
+            )
+        minimum = 1 if name == "output_tokens" else 0
+        wl[name] = ranged_length(int(length.get("value", default)), ratio, minimum=minimum)
 
 
 def _queue_check(stats: Any) -> dict[str, Any]:
@@ -244,6 +266,13 @@ def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
     "output_tokens",
     type=COUNT,
     help="Output tokens per request [default: 128].",
+)
+@click.option(
+    RANDOM_RANGE_RATIO,
+    "random_range_ratio",
+    help="vllm bench serve's random dataset: draw each request's input and output length "
+    "uniformly within this ratio of --input-tokens / --output-tokens (0.1 = +-10 %; or "
+    '\'{"input": 0.3, "output": 0.5}\') [default: 0.0, fixed].',
 )
 @click.option(
     "--prefix-groups",

@@ -35,6 +35,8 @@ METRIC_PERCENTILES_HELP = (
     "Percentiles of TTFT, TPOT, ITL and E2E to report, comma-separated (vllm bench serve's "
     'flag; its default is "99") [default: 50,90,95,99]; the mean and median are always given.'
 )
+#: vllm bench serve's random dataset length spread (kvbudget.workload.range_ratio)
+RANDOM_RANGE_RATIO = "--random-range-ratio"
 PREFIX_CACHING = "--prefix-caching/--no-prefix-caching"
 PREFIX_CACHING_VLLM = "--enable-prefix-caching/--no-enable-prefix-caching"
 
