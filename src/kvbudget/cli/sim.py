@@ -14,7 +14,6 @@ from kvbudget.cli.vocab import (
     COUNT,
     COUNT0,
     INPUT_TOKENS,
-    KV_DTYPE,
     METRIC_PERCENTILES,
     METRIC_PERCENTILES_HELP,
     NUM_REQUESTS,
@@ -24,6 +23,7 @@ from kvbudget.cli.vocab import (
     RANDOM_RANGE_RATIO,
     RATE,
     TP,
+    engine_input_options,
 )
 from kvbudget.errors import ConfigError
 
@@ -291,12 +291,14 @@ def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
     default=None,
     help="vLLM automatic prefix caching [default: on].",
 )
-@click.option(
-    *KV_DTYPE,
-    "kv_dtype",
-    help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto].",
-)
+@engine_input_options()
 @click.option("--max-num-seqs", type=COUNT, help="Scheduler max_num_seqs [default: the plan's].")
+@click.option(
+    "--max-num-batched-tokens",
+    type=COUNT,
+    help="Scheduler max_num_batched_tokens (tokens per step) [default: the plan's, by engine "
+    "version and GPU].",
+)
 @click.option("--max-model-len", type=COUNT, help="max_model_len, e.g. 32k [default: the plan's].")
 @click.option(
     "--timing-profile",
@@ -353,6 +355,7 @@ def sim(**opts: Any) -> None:
     calibrated profile; the summary names the model used. See docs/simulator.md for what is
     and is not modelled.
     """
+    from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION
     from kvbudget.metrics.percentile_set import (
         DEFAULT_METRIC_PERCENTILES,
         parse_metric_percentiles,
@@ -387,7 +390,12 @@ def sim(**opts: Any) -> None:
         "replicas",
         "router",
         "kv_dtype",
+        "pp",
+        "engine_version",
+        "quantization",
+        "enable_expert_parallel",
         "max_num_seqs",
+        "max_num_batched_tokens",
         "max_model_len",
         "timing_profile",
         "max_simulated_s",
@@ -475,6 +483,26 @@ def sim(**opts: Any) -> None:
     summary["model"] = scenario.model
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp
+    summary["pp"] = scenario.pp
+    summary["engine_version"] = scenario.engine_version or (
+        f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
+    )
+    summary["quantization"] = scenario.quantization or "the config's (none if it has none)"
+    summary["kv_dtype"] = scenario.kv_dtype
+    summary["enable_expert_parallel"] = scenario.enable_expert_parallel
+    if scenario.enable_expert_parallel:
+        summary["notes"] = [
+            *summary.get("notes", []),
+            "expert parallel is priced as tensor parallel (same per-rank expert bytes on "
+            "uniform routing; the all-to-all priced as the all-reduce)",
+        ]
+    if scenario.pp > 1:
+        summary["notes"] = [
+            *summary.get("notes", []),
+            f"pipeline parallel {scenario.pp}: the pool is the plan's per stage; a step is "
+            "priced as one pass through all stages, and the simulator runs one batch at a "
+            "time (vLLM overlaps up to pp batches)",
+        ]
     summary["replicas"] = len(summary["num_gpu_blocks_by_replica"])
     summary["simulator_build"] = build_label()
     if opts["as_json"]:

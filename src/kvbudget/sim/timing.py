@@ -14,6 +14,8 @@ Two models, selectable by name; every simulated figure is labelled with the mode
   so the step reads ``dense_bytes + expert_bytes * (1 - (1 - k/E)^T)``; ``active_params`` counts
   ``k/E`` of the routed experts' parameters;
 * per rank: FLOPs, weights and KV divided by the tensor-parallel size ``tp``;
+* GEMM FLOPs at the peak of the dtype they run in (fp8 weights with fp8 activations: the GPU's
+  fp8 peak where it has one; weight-only 4-bit methods dequantize to bf16), attention at bf16;
 * ``time = max(flops / (peak * compute_efficiency), bytes / (bandwidth * bandwidth_efficiency))
   + tp_allreduce + step_overhead_s``; the all-reduce cost is two ring all-reduces per layer of
   ``tokens * hidden * 2`` bytes: ``2 * (tp - 1) / tp * bytes / link_bandwidth + latency``.
@@ -83,6 +85,11 @@ class GpuPerf:
     bandwidth_bytes_per_s: float
     peak_flops: float
     link_bytes_per_s: float = 0.0
+    #: the GEMMs' peak when they run in another dtype than bf16 (fp8 weights and activations);
+    #: 0: ``peak_flops``
+    gemm_peak_flops: float = 0.0
+    #: that dtype, for the timing model's name ("" for bf16)
+    gemm_dtype: str = ""
 
 
 class RooflineParams(BaseModel):
@@ -110,7 +117,7 @@ class RooflineTiming:
         self.gpu = gpu
         self.tp = tp
         self.params = params or RooflineParams()
-        self.name = "roofline"
+        self.name = f"roofline ({gpu.gemm_dtype} GEMMs)" if gpu.gemm_peak_flops else "roofline"
         p = self.params
         link = gpu.link_bytes_per_s or p.default_link_bytes_per_s
         routed = bool(model.expert_weights_bytes and model.num_experts)
@@ -131,6 +138,7 @@ class RooflineTiming:
             ),
             ar_fixed=0.0 if tp == 1 else 2 * model.num_layers * p.allreduce_latency_s,
             step_overhead_s=p.step_overhead_s,
+            gemm_rate=gpu.gemm_peak_flops * p.compute_efficiency,
             expert_weights=expert_bytes / tp,
             expert_miss=(
                 1.0 - min(model.num_experts_per_tok, model.num_experts) / model.num_experts

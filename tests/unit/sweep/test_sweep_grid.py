@@ -92,3 +92,19 @@ def test_grid_file_errors(tmp_path: Path) -> None:
     top.write_text("- 1\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_grid(top)
+
+
+def test_engine_input_axes_and_unchanged_keys() -> None:
+    """quantization / engine_version / pp are axes (plan's engine inputs); a point that does
+    not use them keeps the key it had before they existed (ac8ab116a3da66e6 and
+    916f67c747443581: the keys of this grid at 1b62c08), so resuming an older sweep skips it."""
+    from kvbudget.sweep.grid import GridFile, expand
+
+    base = {"workload": {"num_requests": 10}}
+    old = expand(GridFile.model_validate({"base": base, "grid": {"tp": [1, 2]}}))
+    assert [p.key for p in old] == ["ac8ab116a3da66e6", "916f67c747443581"]
+    grid = {"quantization": ["none", "fp8"], "engine_version": ["0.19.0"], "pp": [1]}
+    points = expand(GridFile.model_validate({"base": base, "grid": grid}))
+    assert [p.axes["quantization"] for p in points] == ["none", "fp8"]
+    assert {p.axes["engine_version"] for p in points} == {"0.19.0"}
+    assert len({p.key for p in points}) == 2
