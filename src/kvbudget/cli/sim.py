@@ -89,13 +89,8 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
                 "the same here; give one",
                 field="max_concurrency",
             )
-        if opts["rate"] is not None:
-            raise ConfigError(
-                f"--max-concurrency {cap} with --rate: the simulated client has no in-flight "
-                "cap for an open loop; drop --max-concurrency (or --rate for a closed loop)",
-                field="max_concurrency",
-            )
-        opts = {**opts, "concurrency": cap}
+        if opts["rate"] is None:
+            opts = {**opts, "concurrency": cap}
     if opts["rate"] is not None and opts["concurrency"] is not None:
         raise ConfigError(
             "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
@@ -252,8 +247,8 @@ def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
 @click.option(
     "--max-concurrency",
     type=COUNT,
-    help="vllm bench serve's name: without --rate, the closed loop's --concurrency (the "
-    "simulated client has no in-flight cap for an open loop).",
+    help="vllm bench serve's name: without --rate, the closed loop's --concurrency; with "
+    "--rate, Poisson arrivals with at most this many in flight (the rest wait at the client).",
 )
 @click.option(
     *INPUT_TOKENS,
@@ -416,6 +411,9 @@ def sim(**opts: Any) -> None:
         _sim_slots(scenario, opts)
         return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
+    # --rate with --max-concurrency: arrivals at the rate, at most this many in flight (vllm
+    # bench serve's semaphore); the others wait at the client and are sent when a slot frees
+    capped = opts["max_concurrency"] if opts["rate"] is not None else None
     cluster.record_token_times = True  # ITL figures, and token times in --records-out
     with ExitStack() as files:
         records = samples = None
@@ -428,6 +426,7 @@ def sim(**opts: Any) -> None:
             # the Chrome trace and the routing comparison need every result: a collected run
             # (results in workload order)
             requests, concurrency = build_workload(scenario)
+            concurrency = concurrency or capped
             cluster.concurrency = concurrency
             result = simulate(requests, cluster, seed=scenario.seed)
             routing = _compare_router(opts, scenario, requests, concurrency, result)
@@ -449,6 +448,7 @@ def sim(**opts: Any) -> None:
         else:
             # streamed: requests generated as they arrive, results written as they finish
             stream, concurrency = stream_workload(scenario)
+            concurrency = concurrency or capped
             cluster.concurrency = concurrency
             out = records
 
@@ -476,6 +476,13 @@ def sim(**opts: Any) -> None:
             f"no request could run: {next(iter(reasons)).removeprefix('rejected: ')}",
             field="workload",
         )
+    if capped is not None:
+        summary["notes"] = [
+            *summary.get("notes", []),
+            f"arrivals at --rate {opts['rate']:g}/s, at most {capped} in flight "
+            "(--max-concurrency): a request that finds every slot busy waits at the client and "
+            "its TTFT counts from when it is sent, as vllm bench serve measures it",
+        ]
     if concurrency is None:  # open loop (rate or trace): did the queue keep growing?
         summary["queue"] = _queue_check(stats)
         if not summary["queue"]["stable"]:
