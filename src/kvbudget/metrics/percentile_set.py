@@ -72,10 +72,12 @@ def latency_fields(
     ``total`` is the exact sum of the ``count`` values; ``percentile(q)`` gives numpy's
     ``percentile`` of them (``None`` when there are none).
     """
+    # each percentile once (the median is p50, which is always reported)
+    values = {q: percentile(q) if count else None for q in reported_percentiles(chosen)}
     out: dict[str, float | None] = {
         f"{metric}_mean_s": total / count if count else None,
-        f"{metric}_median_s": percentile(50.0) if count else None,
+        f"{metric}_median_s": values[50.0],
     }
-    for q in reported_percentiles(chosen):
-        out[f"{metric}_{percentile_name(q)}_s"] = percentile(q) if count else None
+    for q, value in values.items():
+        out[f"{metric}_{percentile_name(q)}_s"] = value
     return out

@@ -60,9 +60,9 @@ class SpilledColumns:
         if len(self._buf) >= self._limit:
             self._spill()
 
-    def extend(self, values: Sequence[float]) -> None:
-        """Add several rows of a one-column store."""
-        self._buf.extend(values)
+    def extend_array(self, values: np.ndarray) -> None:
+        """Add several rows of a one-column store (a float64 array, copied as bytes)."""
+        self._buf.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
         if len(self._buf) >= self._limit:
             self._spill()
 

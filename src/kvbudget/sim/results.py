@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import pairwise
 from typing import Any, Final
+
+import numpy as np
 
 from kvbudget.metrics.percentile_set import (
     DEFAULT_METRIC_PERCENTILES,
@@ -298,7 +299,7 @@ class RunStats:
                 sums["tpot"].add(tpot)
             times = r.token_times_s
             if len(times) > 1:
-                self.itl_s.extend([b - a for a, b in pairwise(times)])
+                self.itl_s.extend_array(np.diff(np.asarray(times, dtype=np.float64)))
                 # the gaps' sum, telescoped (one addition a request, not one a token)
                 sums["itl"].add(times[-1] - times[0])
         elif r.status == "cancelled":

@@ -106,3 +106,12 @@ def test_sim_cli_metric_percentiles_flag() -> None:
     bad = CliRunner().invoke(cli, [*args, "--metric-percentiles", "x"])
     assert isinstance(bad.exception, ConfigError)
     assert "--metric-percentiles 'x'" in str(bad.exception)
+
+
+def test_no_itl_leaves_itl_out() -> None:
+    args = ["sim", "--num-requests", "8", "--concurrency", "2", "--json", "--no-itl"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert summary["itl_mean_s"] is None and summary["itl_p99_s"] is None
+    assert summary["ttft_p95_s"] is not None
