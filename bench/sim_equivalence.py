@@ -81,8 +81,15 @@ def make_requests(
     return out
 
 
+def _row(r: Any) -> str:
+    fields = asdict(r)
+    if not fields.get("token_times_s"):  # not recorded here: the digest as before the field
+        fields.pop("token_times_s", None)
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
 def digest(res: SimResult) -> tuple[str, int, int, int]:
-    rows = [json.dumps(asdict(r), sort_keys=True, default=str) for r in res.requests]
+    rows = [_row(r) for r in res.requests]
     stats = {k: repr(v) for k, v in res.replica_stats.items()}
     text = "\n".join(rows) + json.dumps(stats, sort_keys=True)
     text += repr(res.tier_stats) + str(res.num_steps)

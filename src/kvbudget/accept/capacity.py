@@ -87,6 +87,7 @@ def plan_request(lock: ObjectLock) -> PlanRequest:
         max_num_seqs=_value(lock, "max_num_seqs"),
         kv_dtype=_value(lock, "kv_dtype", "auto"),
         block_size=_value(lock, "block_size"),
+        quantization=lock.quantization.value if lock.quantization else None,
     )
 
 

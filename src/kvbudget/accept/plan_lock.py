@@ -151,6 +151,12 @@ class ObjectLock(StrictModel):
         description="KV pool bytes per GPU instead of a fraction of device memory (vLLM "
         "--kv-cache-memory-bytes; the CPU build's VLLM_CPU_KVCACHE_SPACE); omit when unused",
     )
+    #: vLLM --quantization of the weights; only when set (else the config's quantization_config)
+    quantization: Locked[str] | None = Field(
+        default=None,
+        description="vLLM --quantization of the weights (fp8, awq, gptq, mxfp4); omit for the "
+        "checkpoint's own quantization_config",
+    )
     #: vLLM --num-gpu-blocks-override; only when set
     num_gpu_blocks_override: Locked[int] | None = Field(
         default=None, description="vLLM --num-gpu-blocks-override; omit when unused"

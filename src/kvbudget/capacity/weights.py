@@ -84,6 +84,11 @@ class WeightsEstimate:
     num_params: int | None
     quantization: str
     notes: tuple[str, ...] = ()
+    #: parameters of the routed experts (MoE layers; shared experts and routers not included):
+    #: each token reads only ``num_experts_per_tok`` of ``num_experts`` of them
+    num_expert_params: int = 0
+    #: bytes of those routed experts, whole model (stored bytes: quantized where they are)
+    expert_bytes: int = 0
 
     @property
     def max_rank_bytes(self) -> int:
@@ -287,6 +292,7 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
     stage_bytes = [0] * pp
     total_bytes = 0
     params = 0
+    expert_params = expert_bytes = 0
     norm = h * dtype_bytes
     for p in range(pp):
         start, end = get_pp_indices(spec.num_layers, p, pp)
@@ -307,6 +313,13 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
                         m, (m.in_features, m.out_features), quant, dtype_bytes
                     )
                     params += count * m.count * m.in_features * m.out_features
+                    if m.expert:
+                        expert_params += count * m.count * m.in_features * m.out_features
+                        expert_bytes += (
+                            count
+                            * m.count
+                            * _matrix_bytes(m, (m.in_features, m.out_features), quant, dtype_bytes)
+                        )
                 stage_bytes[p] += count * layer_rank
                 total_bytes += count * (layer_total + 2 * norm)
                 params += count * 2 * h
@@ -333,6 +346,8 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
         num_params=params,
         quantization=qname,
         notes=tuple(notes),
+        num_expert_params=expert_params,
+        expert_bytes=expert_bytes,
     )
 
 
@@ -428,4 +443,8 @@ def estimate_weights(
         num_params=computed.num_params,
         quantization=computed.quantization,
         notes=computed.notes,
+        num_expert_params=computed.num_expert_params,
+        expert_bytes=int(computed.expert_bytes * total_read / computed.total_bytes)
+        if computed.total_bytes
+        else 0,
     )

@@ -15,6 +15,8 @@ from kvbudget.cli.vocab import (
     COUNT0,
     ENDPOINT,
     INPUT_TOKENS,
+    METRIC_PERCENTILES,
+    METRIC_PERCENTILES_HELP,
     NUM_REQUESTS,
     OUTPUT_TOKENS,
     RATE,
@@ -438,6 +440,7 @@ def _render(doc: Any) -> None:
     help="Exit 4 when more than this fraction of the requests failed [default: only when all did].",
 )
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
+@click.option(METRIC_PERCENTILES, "metric_percentiles", help=METRIC_PERCENTILES_HELP)
 def bench(**opts: Any) -> None:
     """Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...).
 
@@ -465,6 +468,11 @@ def bench(**opts: Any) -> None:
     if resume and out_dir is None:
         raise ConfigError("--resume needs --out DIR (the run to continue)", field="resume")
     opts["ramp_stages"] = _parse_ramp(opts.pop("ramp"))
+    chosen = opts.pop("metric_percentiles")
+    if chosen is not None:
+        from kvbudget.metrics.percentile_set import parse_metric_percentiles
+
+        opts["metric_percentiles"] = parse_metric_percentiles(chosen)
     _vllm_names(opts, click.get_current_context())
     cfg = _config(opts)
     if out_dir is not None:

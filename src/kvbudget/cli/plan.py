@@ -22,7 +22,16 @@ from kvbudget.capacity.scenarios import (
     evaluate_scenario,
 )
 from kvbudget.cli.plan_render import render_gpus, render_plan
-from kvbudget.cli.vocab import COUNT, KV_DTYPE, PP, TP
+from kvbudget.cli.vocab import (
+    COUNT,
+    ENGINE_VERSION_HELP,
+    KV_DTYPE,
+    KV_DTYPE_HELP,
+    PP,
+    PP_HELP,
+    QUANTIZATION_HELP,
+    TP,
+)
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
@@ -218,16 +227,13 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option("--gpu-bf16-tflops", type=float, help="Custom device: dense BF16 TFLOPS.")
 @click.option("--gpu-bandwidth", type=float, help="Custom device: memory bandwidth in GB/s.")
 @click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size (default 1).")
-@click.option(*PP, "pp", type=COUNT, help="Pipeline-parallel size (default 1).")
+@click.option(*PP, "pp", type=COUNT, help=PP_HELP)
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "sglang"]),
     help="Engine whose pool to model (default vllm).",
 )
-@click.option(
-    "--engine-version",
-    help="Engine version whose arithmetic and log format to use (vLLM default 0.32.0, the newest modelled; SGLang 0.5.4).",
-)
+@click.option("--engine-version", help=ENGINE_VERSION_HELP)
 @click.option(
     "--gpu-memory-utilization",
     type=float,
@@ -245,11 +251,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 )
 @click.option("--max-num-batched-tokens", help="Tokens per step (default by device, vLLM §3.4).")
 @click.option("--max-num-seqs", help="Max running sequences (SGLang: max_running_requests).")
-@click.option(
-    *KV_DTYPE,
-    "kv_dtype",
-    help="KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto).",
-)
+@click.option(*KV_DTYPE, "kv_dtype", help=KV_DTYPE_HELP)
 @click.option("--block-size", type=COUNT, help="Tokens per block (vLLM default 16; MLA 64).")
 @click.option("--weights-bytes", help="Weights per GPU from an engine log, e.g. 27.72GiB.")
 @click.option("--activation-bytes", help="Peak activation per GPU from an engine log.")
@@ -278,11 +280,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     help="vLLM --mamba-ssm-cache-dtype for the recurrent state (auto follows --mamba-cache-dtype; "
     "vLLM's CPU build resets it to float32).",
 )
-@click.option(
-    "--quantization",
-    help="vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "
-    "--kv-dtype. Default: the config's quantization_config, else none.",
-)
+@click.option("--quantization", help=QUANTIZATION_HELP)
 @click.option(
     "--dtype",
     type=click.Choice(["auto", "half", "float16", "bfloat16", "float", "float32"]),

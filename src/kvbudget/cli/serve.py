@@ -8,7 +8,13 @@ import signal
 import click
 
 from kvbudget.cli.main import run_async
-from kvbudget.cli.vocab import PREFIX_CACHING, PREFIX_CACHING_VLLM, TP, Count
+from kvbudget.cli.vocab import (
+    PREFIX_CACHING,
+    PREFIX_CACHING_VLLM,
+    TP,
+    Count,
+    engine_input_options,
+)
 from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_REQUEST_TOKENS, MAX_VOCAB
 
 
@@ -48,6 +54,7 @@ def manual_note(model: str, description: str) -> str:
     type=Count(minimum=1, maximum=4096),
     help="Tensor parallel size for the plan (with --gpu).",
 )
+@engine_input_options()
 @click.option(
     "--num-gpu-blocks-override",
     "--num-gpu-blocks",
@@ -141,6 +148,11 @@ def serve(
     served_model_name: str | None,
     gpu: str | None,
     tp: int,
+    pp: int | None,
+    engine_version: str | None,
+    quantization: str | None,
+    enable_expert_parallel: bool | None,
+    kv_dtype: str | None,
     num_gpu_blocks: int | None,
     block_size: int | None,
     max_model_len: int | None,
@@ -173,11 +185,30 @@ def serve(
             f"--tp {tp}: only used to plan the replica with --gpu; add --gpu GPU or drop --tp",
             field="tp",
         )
+    planned_only = {
+        "--pp": pp,
+        "--engine-version": engine_version,
+        "--quantization": quantization,
+        "--enable-expert-parallel": enable_expert_parallel,
+        "--kv-dtype": kv_dtype,
+    }
+    for flag, value in planned_only.items():
+        if value is not None and gpu is None:
+            raise ConfigError(
+                f"{flag} {value}: only used to plan the replica with --gpu; add --gpu GPU or "
+                f"drop {flag}",
+                field=flag.removeprefix("--").replace("-", "_"),
+            )
     built = build_engine(
         ServeEngineOptions(
             model=model,
             gpu=gpu,
             tp=tp,
+            pp=pp or 1,
+            engine_version=engine_version,
+            quantization=quantization,
+            kv_dtype=kv_dtype or "auto",
+            enable_expert_parallel=bool(enable_expert_parallel),
             num_gpu_blocks=num_gpu_blocks,
             block_size=block_size,
             max_model_len=max_model_len,

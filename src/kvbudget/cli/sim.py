@@ -14,13 +14,16 @@ from kvbudget.cli.vocab import (
     COUNT,
     COUNT0,
     INPUT_TOKENS,
-    KV_DTYPE,
+    METRIC_PERCENTILES,
+    METRIC_PERCENTILES_HELP,
     NUM_REQUESTS,
     OUTPUT_TOKENS,
     PREFIX_CACHING,
     PREFIX_CACHING_VLLM,
+    RANDOM_RANGE_RATIO,
     RATE,
     TP,
+    engine_input_options,
 )
 from kvbudget.errors import ConfigError
 
@@ -86,13 +89,8 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
                 "the same here; give one",
                 field="max_concurrency",
             )
-        if opts["rate"] is not None:
-            raise ConfigError(
-                f"--max-concurrency {cap} with --rate: the simulated client has no in-flight "
-                "cap for an open loop; drop --max-concurrency (or --rate for a closed loop)",
-                field="max_concurrency",
-            )
-        opts = {**opts, "concurrency": cap}
+        if opts["rate"] is None:
+            opts = {**opts, "concurrency": cap}
     if opts["rate"] is not None and opts["concurrency"] is not None:
         raise ConfigError(
             "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
@@ -110,6 +108,8 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
     if opts["output_tokens"] is not None:
         value = _positive_tokens("--output-tokens", opts["output_tokens"])
         wl["output_tokens"] = {"kind": "fixed", "value": value}
+    if opts["random_range_ratio"] is not None:
+        _apply_range_ratio(wl, opts["random_range_ratio"])
     groups = opts["prefix_groups"]
     shared = opts["shared_prefix_tokens"]
     if groups and not shared:
@@ -127,6 +127,25 @@ def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str
             prefix["system_prompt_tokens"] = shared
         wl["prefix"] = prefix
     return wl
+
+
+def _apply_range_ratio(wl: dict[str, Any], text: str) -> None:
+    """``--random-range-ratio``: fixed lengths become vLLM's uniform ranges around them."""
+    from kvbudget.workload.range_ratio import parse_range_ratio, ranged_length
+
+    ratios = parse_range_ratio(text)
+    defaults = {"input_tokens": 1024, "output_tokens": 128}  # WorkloadSpec's and vLLM's
+    for (name, default), ratio in zip(defaults.items(), ratios, strict=True):
+        length = wl.get(name, {"kind": "fixed", "value": default})
+        kind = length.get("kind", "fixed") if isinstance(length, dict) else repr(length)
+        if kind != "fixed":
+            raise ConfigError(
+                f"--random-range-ratio: workload.{name} is already a distribution ({kind}); it "
+                "applies to a fixed length (--input-tokens / --output-tokens); drop one",
+                field="random_range_ratio",
+            )
+        minimum = 1 if name == "output_tokens" else 0
+        wl[name] = ranged_length(int(length.get("value", default)), ratio, minimum=minimum)
 
 
 def _queue_check(stats: Any) -> dict[str, Any]:
@@ -158,9 +177,7 @@ def _render(summary: dict[str, Any]) -> str:
             if summary["requests_unfinished"]
             else ""
         ),
-        f"  TTFT p50 / p99       {f(summary['ttft_p50_s'], ' s')} / {f(summary['ttft_p99_s'], ' s')}",
-        f"  TPOT p50 / p99       {f(summary['tpot_p50_s'], ' ms', 1e3)} / "
-        f"{f(summary['tpot_p99_s'], ' ms', 1e3)}",
+        *_latency_lines(summary, f),
         f"  prefix hit rate      {summary['prefix_hit_rate_tokens'] * 100:.1f}% of prompt tokens "
         f"({summary['prefix_cache_hits_tokens']} / {summary['prefix_cache_queries_tokens']}), "
         f"{summary['prefix_hit_rate_requests'] * 100:.1f}% of requests",
@@ -175,6 +192,24 @@ def _render(summary: dict[str, Any]) -> str:
         lines.append(f"  unfinished ({count}): {reason}")
     lines.extend(f"  note: {note}" for note in summary.get("notes", []))
     return "\n".join(lines)
+
+
+def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
+    """``TTFT mean / p50 / p90 / ...`` lines of the chosen percentiles."""
+    from kvbudget.metrics.percentile_set import percentile_name, reported_percentiles
+
+    names = [percentile_name(q) for q in reported_percentiles(summary["metric_percentiles"])]
+    lines = []
+    for metric, unit, scale in (
+        ("ttft", " s", 1.0),
+        ("tpot", " ms", 1e3),
+        ("itl", " ms", 1e3),
+        ("e2e", " s", 1.0),
+    ):
+        head = f"{metric.upper()} mean / {' / '.join(names)}"
+        values = [summary[f"{metric}_mean_s"], *(summary[f"{metric}_{n}_s"] for n in names)]
+        lines.append(f"  {head:<20} " + " / ".join(f(v, unit, scale) for v in values))
+    return lines
 
 
 @click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
@@ -212,8 +247,8 @@ def _render(summary: dict[str, Any]) -> str:
 @click.option(
     "--max-concurrency",
     type=COUNT,
-    help="vllm bench serve's name: without --rate, the closed loop's --concurrency (the "
-    "simulated client has no in-flight cap for an open loop).",
+    help="vllm bench serve's name: without --rate, the closed loop's --concurrency; with "
+    "--rate, Poisson arrivals with at most this many in flight (the rest wait at the client).",
 )
 @click.option(
     *INPUT_TOKENS,
@@ -226,6 +261,13 @@ def _render(summary: dict[str, Any]) -> str:
     "output_tokens",
     type=COUNT,
     help="Output tokens per request [default: 128].",
+)
+@click.option(
+    RANDOM_RANGE_RATIO,
+    "random_range_ratio",
+    help="vllm bench serve's random dataset: draw each request's input and output length "
+    "uniformly within this ratio of --input-tokens / --output-tokens (0.1 = +-10 %; or "
+    '\'{"input": 0.3, "output": 0.5}\') [default: 0.0, fixed].',
 )
 @click.option(
     "--prefix-groups",
@@ -244,12 +286,14 @@ def _render(summary: dict[str, Any]) -> str:
     default=None,
     help="vLLM automatic prefix caching [default: on].",
 )
-@click.option(
-    *KV_DTYPE,
-    "kv_dtype",
-    help="KV cache dtype as in kvbudget plan (auto, fp8, ...) [default: auto].",
-)
+@engine_input_options()
 @click.option("--max-num-seqs", type=COUNT, help="Scheduler max_num_seqs [default: the plan's].")
+@click.option(
+    "--max-num-batched-tokens",
+    type=COUNT,
+    help="Scheduler max_num_batched_tokens (tokens per step) [default: the plan's, by engine "
+    "version and GPU].",
+)
 @click.option("--max-model-len", type=COUNT, help="max_model_len, e.g. 32k [default: the plan's].")
 @click.option(
     "--timing-profile",
@@ -263,6 +307,14 @@ def _render(summary: dict[str, Any]) -> str:
 )
 @click.option("--seed", type=int, help="Seed of the workload and the engines [default: 0].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(METRIC_PERCENTILES, "metric_percentiles", help=METRIC_PERCENTILES_HELP)
+@click.option(
+    "--itl/--no-itl",
+    default=True,
+    show_default=True,
+    help="Keep every output token's time: ITL figures and token_times_s in --records-out "
+    "(--no-itl: ITL null, about a quarter less CPU at 128 output tokens).",
+)
 @click.option(
     "--trace-out",
     type=click.Path(dir_okay=False),
@@ -305,6 +357,11 @@ def sim(**opts: Any) -> None:
     calibrated profile; the summary names the model used. See docs/simulator.md for what is
     and is not modelled.
     """
+    from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION
+    from kvbudget.metrics.percentile_set import (
+        DEFAULT_METRIC_PERCENTILES,
+        parse_metric_percentiles,
+    )
     from kvbudget.sim.cluster import simulate, simulate_stream
     from kvbudget.sim.native import build_label
     from kvbudget.sim.scenario import (
@@ -315,6 +372,11 @@ def sim(**opts: Any) -> None:
         stream_workload,
     )
 
+    percentiles = (
+        DEFAULT_METRIC_PERCENTILES
+        if opts["metric_percentiles"] is None
+        else parse_metric_percentiles(opts["metric_percentiles"])
+    )
     for flag in _OUTPUT_FLAGS:
         if opts[flag]:
             _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
@@ -330,7 +392,12 @@ def sim(**opts: Any) -> None:
         "replicas",
         "router",
         "kv_dtype",
+        "pp",
+        "engine_version",
+        "quantization",
+        "enable_expert_parallel",
         "max_num_seqs",
+        "max_num_batched_tokens",
         "max_model_len",
         "timing_profile",
         "max_simulated_s",
@@ -351,6 +418,12 @@ def sim(**opts: Any) -> None:
         _sim_slots(scenario, opts)
         return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
+    # --rate with --max-concurrency: arrivals at the rate, at most this many in flight (vllm
+    # bench serve's semaphore); the others wait at the client and are sent when a slot frees
+    capped = opts["max_concurrency"] if opts["rate"] is not None else None
+    # ITL figures, and token times in --records-out (about a quarter more CPU at 128 output
+    # tokens: --no-itl for trace-scale runs that do not need them)
+    cluster.record_token_times = opts["itl"]
     with ExitStack() as files:
         records = samples = None
         if opts["records_out"]:
@@ -362,6 +435,7 @@ def sim(**opts: Any) -> None:
             # the Chrome trace and the routing comparison need every result: a collected run
             # (results in workload order)
             requests, concurrency = build_workload(scenario)
+            concurrency = concurrency or capped
             cluster.concurrency = concurrency
             result = simulate(requests, cluster, seed=scenario.seed)
             routing = _compare_router(opts, scenario, requests, concurrency, result)
@@ -375,7 +449,7 @@ def sim(**opts: Any) -> None:
                 Path(opts["trace_out"]).write_text(
                     json.dumps({"traceEvents": result.trace_events, "displayTimeUnit": "ms"})
                 )
-            summary = result.summary()
+            summary = result.summary(percentiles)
             stats = result.run_stats()
             if routing is not None:
                 summary["routing_comparison"] = routing
@@ -383,6 +457,7 @@ def sim(**opts: Any) -> None:
         else:
             # streamed: requests generated as they arrive, results written as they finish
             stream, concurrency = stream_workload(scenario)
+            concurrency = concurrency or capped
             cluster.concurrency = concurrency
             out = records
 
@@ -397,7 +472,7 @@ def sim(**opts: Any) -> None:
                 on_result=on_result,
                 on_sample=samples.write if samples is not None else None,
             )
-            summary = run.summary()
+            summary = run.summary(percentiles)
             stats = run.stats
             num_requests = summary["requests_total"]
     reasons = summary["unfinished_reasons"]
@@ -410,6 +485,13 @@ def sim(**opts: Any) -> None:
             f"no request could run: {next(iter(reasons)).removeprefix('rejected: ')}",
             field="workload",
         )
+    if capped is not None:
+        summary["notes"] = [
+            *summary.get("notes", []),
+            f"arrivals at --rate {opts['rate']:g}/s, at most {capped} in flight "
+            "(--max-concurrency): a request that finds every slot busy waits at the client and "
+            "its TTFT counts from when it is sent, as vllm bench serve measures it",
+        ]
     if concurrency is None:  # open loop (rate or trace): did the queue keep growing?
         summary["queue"] = _queue_check(stats)
         if not summary["queue"]["stable"]:
@@ -417,6 +499,26 @@ def sim(**opts: Any) -> None:
     summary["model"] = scenario.model
     summary["gpu"] = scenario.gpu
     summary["tp"] = scenario.tp
+    summary["pp"] = scenario.pp
+    summary["engine_version"] = scenario.engine_version or (
+        f"{DEFAULT_VLLM_VERSION} (kvbudget default)"
+    )
+    summary["quantization"] = scenario.quantization or "the config's (none if it has none)"
+    summary["kv_dtype"] = scenario.kv_dtype
+    summary["enable_expert_parallel"] = scenario.enable_expert_parallel
+    if scenario.enable_expert_parallel:
+        summary["notes"] = [
+            *summary.get("notes", []),
+            "expert parallel is priced as tensor parallel (same per-rank expert bytes on "
+            "uniform routing; the all-to-all priced as the all-reduce)",
+        ]
+    if scenario.pp > 1:
+        summary["notes"] = [
+            *summary.get("notes", []),
+            f"pipeline parallel {scenario.pp}: the pool is the plan's per stage; a step is "
+            "priced as one pass through all stages, and the simulator runs one batch at a "
+            "time (vLLM overlaps up to pp batches)",
+        ]
     summary["replicas"] = len(summary["num_gpu_blocks_by_replica"])
     summary["simulator_build"] = build_label()
     if opts["as_json"]:

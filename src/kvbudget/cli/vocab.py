@@ -12,12 +12,15 @@ Counts take vLLM's size suffixes (``1k`` = 1,000, ``1K`` = 1,024; :func:`kvbudge
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from kvbudget.errors import ConfigError
 from kvbudget.units import parse_count
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: canonical flag -> aliases (vLLM's names first, then deprecated kvbudget spellings)
 NUM_REQUESTS = ("--num-requests", "--num-prompts")
@@ -28,6 +31,31 @@ TP = ("--tp", "--tensor-parallel-size")
 PP = ("--pp", "--pipeline-parallel-size")
 DP = ("--dp", "--data-parallel-size")
 KV_DTYPE = ("--kv-dtype", "--kv-cache-dtype")
+#: vLLM bench serve's name and format ("50,90,95,99"); kvbudget's default differs (see
+#: kvbudget.metrics.percentile_set: vLLM's is "99")
+METRIC_PERCENTILES = "--metric-percentiles"
+METRIC_PERCENTILES_HELP = (
+    "Percentiles of TTFT, TPOT, ITL and E2E to report, comma-separated (vllm bench serve's "
+    'flag; its default is "99") [default: 50,90,95,99]; the mean and median are always given.'
+)
+#: vllm bench serve's random dataset length spread (kvbudget.workload.range_ratio)
+RANDOM_RANGE_RATIO = "--random-range-ratio"
+#: the engine inputs ``plan``, ``sim`` and ``serve --gpu`` share: one flag name and one help each
+ENGINE_VERSION_HELP = (
+    "Engine version whose arithmetic and log format to use (vLLM default 0.32.0, the newest "
+    "modelled; SGLang 0.5.4)."
+)
+QUANTIZATION_HELP = (
+    "vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "
+    "--kv-dtype. Default: the config's quantization_config, else none."
+)
+KV_DTYPE_HELP = "KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto)."
+PP_HELP = "Pipeline-parallel size (default 1)."
+EXPERT_PARALLEL = "--enable-expert-parallel/--no-enable-expert-parallel"
+EXPERT_PARALLEL_HELP = (
+    "vLLM --enable-expert-parallel: MoE experts placed whole on the ranks instead of split by "
+    "tensor parallelism (default off)."
+)
 PREFIX_CACHING = "--prefix-caching/--no-prefix-caching"
 PREFIX_CACHING_VLLM = "--enable-prefix-caching/--no-enable-prefix-caching"
 
@@ -97,3 +125,26 @@ class Endpoint(_StrType):
 COUNT = Count()
 COUNT0 = Count(minimum=0)
 ENDPOINT = Endpoint()
+
+
+def engine_input_options(*, kv_dtype: bool = True) -> Callable[[_F], _F]:
+    """``--pp``, ``--engine-version``, ``--quantization``, ``--kv-dtype`` (unless the command
+    has its own) and ``--enable-expert-parallel``, with ``plan``'s names and help: the engine
+    inputs ``sim`` and ``serve --gpu`` take as ``plan`` does."""
+
+    def apply(func: _F) -> _F:
+        options = [
+            click.option(*PP, "pp", type=COUNT, help=PP_HELP),
+            click.option("--engine-version", help=ENGINE_VERSION_HELP),
+            click.option("--quantization", help=QUANTIZATION_HELP),
+            click.option(
+                EXPERT_PARALLEL, "enable_expert_parallel", default=None, help=EXPERT_PARALLEL_HELP
+            ),
+        ]
+        if kv_dtype:
+            options.append(click.option(*KV_DTYPE, "kv_dtype", help=KV_DTYPE_HELP))
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES
 from kvbudget.safety.limits import (
     MAX_CONCURRENCY,
     MAX_RATE_PER_S,
@@ -77,6 +78,8 @@ class RunConfig(BaseModel):
     #: what the records are: set by the run from the server's identity, never by the user
     #: (``simulated`` when the endpoint is ``kvbudget serve``, whose latencies are simulated)
     record_source: Literal["measured", "simulated"] = "measured"
+    #: percentiles of TTFT, TPOT, ITL and E2E in the summary (``--metric-percentiles``)
+    metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES
 
     @field_validator("base_url", "metrics_url")
     @classmethod

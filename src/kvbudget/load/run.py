@@ -362,7 +362,7 @@ def _finish(
     read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
     records, duplicates = unique_records(read.items)
     seg_records = [r for r in records if r.run_segment == segment]
-    summary = summarize_records(records)
+    summary = summarize_records(records, cfg.metric_percentiles)
     offered = sum(r.offered for r in results)
     sent = sum(r.sent for r in results)
     not_sent = sum(r.not_sent for r in results)

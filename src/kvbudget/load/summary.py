@@ -8,12 +8,15 @@ non-warm-up requests), windows added over segments when a run was resumed.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, latency_fields
 from kvbudget.metrics.throughput import throughput_of_runs
 from kvbudget.records import RequestRecord
 
@@ -27,8 +30,26 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else None
 
 
-def summarize_records(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    """Counts, latency percentiles and throughput (the ``bench --json`` core fields)."""
+def _latency(
+    metric: str, values: Sequence[float], chosen: Sequence[float]
+) -> dict[str, float | None]:
+    return latency_fields(
+        metric,
+        count=len(values),
+        total=math.fsum(values),
+        percentile=partial(_pct, values),
+        chosen=chosen,
+    )
+
+
+def summarize_records(
+    records: Sequence[RequestRecord],
+    percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
+) -> dict[str, Any]:
+    """Counts, latency figures and throughput (the ``bench --json`` core fields).
+
+    Latency: mean, median and ``percentiles`` (p50 and p99 always) of TTFT, TPOT, ITL and E2E
+    (:mod:`kvbudget.metrics.percentile_set`, vLLM bench serve's set)."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.status == "ok"]
     status = Counter(r.status for r in measured)
@@ -49,18 +70,14 @@ def summarize_records(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "requests_cancelled": status.get("cancelled", 0),
         "requests_warmup": len(records) - len(measured),
         "errors_by_kind": dict(sorted(kinds.items())),
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p90_s": _pct(ttft, 90),
-        "ttft_p99_s": _pct(ttft, 99),
-        "tpot_p50_s": _pct(tpot, 50),
-        "tpot_p99_s": _pct(tpot, 99),
+        **_latency("ttft", ttft, percentiles),
+        **_latency("tpot", tpot, percentiles),
         #: ok requests whose tokens all reached the client at one instant (no TPOT)
         "tpot_unobserved_requests": sum(1 for r in ok if r.tokens_at_one_instant()),
-        "itl_p50_s": _pct(itl, 50),
-        "itl_p99_s": _pct(itl, 99),
+        **_latency("itl", itl, percentiles),
         "chunk_itl_p99_s": _pct(chunk_itl, 99),
-        "e2e_p50_s": _pct(e2e, 50),
-        "e2e_p99_s": _pct(e2e, 99),
+        **_latency("e2e", e2e, percentiles),
+        "metric_percentiles": list(percentiles),
         "schedule_lag_p50_s": _pct(lag, 50),
         "schedule_lag_p99_s": _pct(lag, 99),
         "schedule_lag_max_s": max(lag) if lag else None,

@@ -60,6 +60,12 @@ class SpilledColumns:
         if len(self._buf) >= self._limit:
             self._spill()
 
+    def extend_array(self, values: np.ndarray) -> None:
+        """Add several rows of a one-column store (a float64 array, copied as bytes)."""
+        self._buf.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+        if len(self._buf) >= self._limit:
+            self._spill()
+
     def append2(self, first: float, second: float) -> None:
         """Add one row of a two-column store."""
         buf = self._buf

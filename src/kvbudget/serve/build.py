@@ -29,6 +29,11 @@ class ServeEngineOptions:
     model: str
     gpu: str | None = None
     tp: int = 1
+    pp: int = 1
+    engine_version: str | None = None
+    quantization: str | None = None
+    kv_dtype: str = "auto"
+    enable_expert_parallel: bool = False
     num_gpu_blocks: int | None = None
     block_size: int | None = None
     max_model_len: int | None = None
@@ -85,6 +90,10 @@ def _planned(opts: ServeEngineOptions) -> BuiltEngine:
             model=opts.model,
             gpu=opts.gpu,
             tp=opts.tp,
+            pp=opts.pp,
+            engine_version=opts.engine_version,
+            quantization=opts.quantization,
+            kv_dtype=opts.kv_dtype,
             max_model_len=opts.max_model_len,
             max_num_seqs=opts.max_num_seqs,
             max_num_batched_tokens=opts.max_num_batched_tokens,
@@ -93,6 +102,7 @@ def _planned(opts: ServeEngineOptions) -> BuiltEngine:
         ),
         enable_prefix_caching=opts.enable_prefix_caching,
         fast_path=False,
+        expert_parallel=opts.enable_expert_parallel,
     )
     return _engine(built, opts)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.errors import ConfigError, KvbudgetError
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES
 from kvbudget.sim.driver import DriveOptions, DriveOutcome, Driver, OnStep, ScaleOut
 from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
@@ -45,6 +46,8 @@ class ClusterSpec:
     #: scale-in and crash events (kvbudget.sim.lifecycle); their replicas run the explicit engine
     scale_in: list[ScaleIn] = field(default_factory=list)
     crashes: list[Crash] = field(default_factory=list)
+    #: keep every output token's time (``RequestResult.token_times_s``, records, ITL figures)
+    record_token_times: bool = False
 
 
 def simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
@@ -162,9 +165,10 @@ class StreamedRun:
         self.router = router
         self.lifecycle = run.lifecycle
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES) -> dict[str, Any]:
         return summarize(
             self.stats,
+            percentiles=percentiles,
             timing_model=self.timing_model,
             router=self.router,
             replica_stats=self.replica_stats,
@@ -201,6 +205,8 @@ def _run(
     def build(setup: ReplicaSetup, ready_s: float) -> Replica:
         index = len(replicas)
         rng = np.random.default_rng(seeds.spawn(1)[0])
+        if spec.record_token_times:
+            setup = replace(setup, record_token_times=True)
         if shared:
             setup = replace(setup, shared_tiers=shared)
         return Replica(f"replica-{index}", setup, rng, ready_s=ready_s)
@@ -220,7 +226,12 @@ def _run(
         on_result(r)
 
     def on_finish(req: SimRequest, rep: Replica) -> None:
-        finish(RequestResult.from_sim(req, rep.name))
+        times = rep.token_times
+        if times is None:
+            finish(RequestResult.from_sim(req, rep.name))
+        else:
+            kept = tuple(times.pop(req.request_id, ()))
+            finish(RequestResult.from_sim(req, rep.name, None, kept))
 
     def on_reject(req: EngineRequest, rep: Replica, exc: KvbudgetError) -> None:
         on_result(_not_run(req, rep.name, f"rejected: {exc}"))

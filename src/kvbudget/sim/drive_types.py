@@ -103,7 +103,9 @@ class RequestFeed:
     """:meth:`Driver.run`'s request stream: pulled in arrival order, open or closed loop.
 
     Closed loop (``concurrency``): that many requests in flight; each finished (or refused)
-    request releases the next one, which arrives when the step that finished it ends, until
+    request releases the next one, which arrives when the step that finished it ends (or at
+    its own arrival time if that is later: requests with arrival times under a concurrency
+    cap, as ``vllm bench serve --request-rate R --max-concurrency C`` sends them), until
     ``admit_until_s`` (if given) has passed.
     """
 

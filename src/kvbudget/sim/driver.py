@@ -294,7 +294,8 @@ class Driver:
         elif self._route(replace(req, arrival_s=now), now) is not None:
             nxt = feed.refused(now)
             if nxt is not None:
-                queue.push(now, PRIO_ARRIVAL, Arrival(nxt))
+                # a capped open loop: not before its own arrival (closed loops arrive at 0)
+                queue.push(max(now, nxt.arrival_s), PRIO_ARRIVAL, Arrival(nxt))
 
     def _step(self, event: StepDue, now: float) -> float | None:
         """Step replica ``event.replica`` at ``now`` (the one place a replica is stepped): hand
@@ -318,7 +319,10 @@ class Driver:
         queue = self._queue
         if feed is not None and feed.closed is not None:
             for nxt in feed.release(self.num_finished + self.num_rejected, end):
-                queue.push(end, PRIO_ARRIVAL, Arrival(nxt))
+                # vllm bench serve's semaphore: sent when a slot frees, not before the
+                # request's own arrival (a capped open loop; closed loops arrive at 0)
+                at = nxt.arrival_s if nxt.arrival_s > end else end
+                queue.push(at, PRIO_ARRIVAL, Arrival(nxt))
         if duration > 0 or (rep.fast is None and rep.last_num_scheduled_tokens > 0):
             # (a zero-cost timing model computes tokens in no time: still a step)
             self._last_end = max(self._last_end, end)

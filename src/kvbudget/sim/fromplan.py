@@ -22,6 +22,7 @@ import numpy as np
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.weights import WeightsEstimate, compute_weights
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
 from kvbudget.sim.replica import Replica, ReplicaSetup
@@ -104,13 +105,29 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
     head_dim = next((int(getattr(layer, "head_dim", 0)) for layer, _ in spec.layer_runs()), 0) or (
         hidden // heads if heads else 0
     )
-    num_params = float(plan.weights.num_params or plan.weights.total_bytes / 2)
+    weights = plan.weights
+    if weights.num_params is None:  # --weights-bytes: the counts and shares from the architecture
+        try:
+            counted: WeightsEstimate | None = compute_weights(spec)
+        except ConfigError:
+            counted = None
+    else:
+        counted = weights
+    num_params = float(
+        counted.num_params if counted and counted.num_params else weights.total_bytes / 2
+    )
+    expert_params = float(counted.num_expert_params) if counted else 0.0
+    expert_bytes = 0.0
+    if counted and counted.total_bytes:
+        expert_bytes = weights.total_bytes * counted.expert_bytes / counted.total_bytes
+    num_experts = spec.num_experts or 0
+    per_tok = min(spec.num_experts_per_tok or 0, num_experts)
     active = num_params
-    if spec.num_experts and spec.num_experts_per_tok and spec.moe_intermediate_size and hidden:
-        expert_params = 3.0 * hidden * spec.moe_intermediate_size * spec.num_experts
-        expert_params *= spec.num_layers
-        idle = expert_params * (1.0 - spec.num_experts_per_tok / spec.num_experts)
-        active = max(num_params * 0.05, num_params - idle)
+    if expert_params and num_experts and per_tok:
+        # each token runs k of the E routed experts (gpt-oss: 4 of 128; the rest idle)
+        active = num_params - expert_params * (1.0 - per_tok / num_experts)
+    else:
+        expert_bytes = 0.0
     return ModelCost(
         model_id=spec.model_id,
         num_layers=spec.num_layers,
@@ -120,11 +137,46 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
         num_active_params=active,
         weights_bytes=float(plan.weights.total_bytes),
         kv_bytes_per_token=float(plan.kv_bytes_per_token_replica),
+        expert_weights_bytes=expert_bytes,
+        num_experts=num_experts if expert_bytes else 0,
+        num_experts_per_tok=per_tok if expert_bytes else 0,
     )
 
 
-def gpu_perf(plan: PlanResult) -> GpuPerf:
-    """Roofline inputs from the plan's GPU catalog entry (bf16 dense peak, HBM bandwidth)."""
+def gemm_dtype(plan: PlanResult, spec: ModelSpec) -> str:
+    """The dtype the model's GEMMs run in: ``fp8`` for 8-bit weights with 8-bit activations,
+    else ``bf16``.
+
+    vLLM's ``fp8`` method (``Fp8LinearMethod``) quantizes activations dynamically and runs fp8 x
+    fp8 GEMMs (cutlass ``scaled_mm``) on GPUs with fp8 tensor cores (compute capability >= 8.9),
+    a weight-only fp8 Marlin kernel (bf16 math) below; ``compressed-tensors`` W8A8 (fp8 or
+    int8 weights and input activations, both 8 bits) likewise. AWQ/GPTQ (4-bit weights,
+    16-bit activations), and mxfp4 on Hopper (Marlin / triton W4A16 MoE), dequantize in the
+    kernel and compute in bf16: their weights are read at their stored bytes (the weights
+    estimate), their math at the bf16 peak.
+    """
+    method = plan.weights.quantization.lower()
+    if method == "fp8":
+        return "fp8"
+    if method == "compressed-tensors":
+        groups = (spec.quantization_config or {}).get("config_groups") or {}
+        first: Any = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
+        if isinstance(first, dict):
+            weights = first.get("weights") or {}
+            acts = first.get("input_activations") or {}
+            if (
+                isinstance(weights, dict)
+                and isinstance(acts, dict)
+                and weights.get("num_bits") == 8
+                and acts.get("num_bits") == 8
+            ):
+                return "fp8"
+    return "bf16"
+
+
+def gpu_perf(plan: PlanResult, gemm: str = "bf16") -> GpuPerf:
+    """Roofline inputs from the plan's GPU catalog entry (dense peaks, HBM bandwidth); ``gemm``
+    ``fp8`` prices the GEMMs at the catalog's dense fp8 peak where the GPU has one."""
     gpu = plan.gpu
     if gpu.bf16_dense_tflops is None or gpu.hbm_bandwidth_gb_s is None:
         raise ConfigError(
@@ -133,20 +185,24 @@ def gpu_perf(plan: PlanResult) -> GpuPerf:
             "timing profile",
             field="gpu",
         )
+    fp8 = gpu.fp8_dense_tflops if gemm == "fp8" else None
     return GpuPerf(
         name=gpu.id,
         memory_bytes=float(gpu.memory_bytes),
         bandwidth_bytes_per_s=gpu.hbm_bandwidth_gb_s * 1e9,
         peak_flops=gpu.bf16_dense_tflops * 1e12,
         link_bytes_per_s=(gpu.interconnect_gb_s or 0.0) * 1e9,
+        gemm_peak_flops=fp8 * 1e12 if fp8 else 0.0,
+        gemm_dtype="fp8" if fp8 else "",
     )
 
 
 def roofline_from_plan(
     plan: PlanResult, spec: ModelSpec, params: RooflineParams | None = None
 ) -> RooflineTiming:
-    """Roofline step-time model for the plan's replica (TP ranks)."""
-    return RooflineTiming(model_cost(spec, plan), gpu_perf(plan), tp=plan.tp, params=params)
+    """Roofline step-time model for the plan's replica (TP ranks), GEMMs in their own dtype."""
+    gpu = gpu_perf(plan, gemm_dtype(plan, spec))
+    return RooflineTiming(model_cost(spec, plan), gpu, tp=plan.tp, params=params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +250,15 @@ def build_replica(
     tiers: Sequence[TierConfig] = (),
     fast_path: bool = True,
     model: ResolvedModel | None = None,
+    expert_parallel: bool = False,
 ) -> BuiltReplica:
     """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
 
-    ``profile`` replaces the roofline by a calibrated step-time model; ``tiers`` are sized
+    ``expert_parallel`` (vLLM ``--enable-expert-parallel``) is priced as tensor parallel: on
+    uniform routing each rank reads and multiplies the same expert bytes either way (``E/tp``
+    whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as the all-reduce;
+    the replica's description says so. ``profile`` replaces the roofline by a calibrated
+    step-time model; ``tiers`` are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
     """
@@ -226,6 +287,11 @@ def build_replica(
         f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
         f"timing {timing_name}"
     )
+    if expert_parallel:
+        desc += (
+            "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "
+            "routing, all-to-all priced as the all-reduce)"
+        )
     setup = ReplicaSetup(config=config, timing=timing, tiers=tuple(tiers), fast_path=fast_path)
     return BuiltReplica(setup, timing_name, desc, plan=plan, model=resolved)
 

@@ -7,9 +7,18 @@ tokens / prompt tokens looked up) and blocks (cached full blocks / full prompt b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
+import numpy as np
+
+from kvbudget.metrics.percentile_set import (
+    DEFAULT_METRIC_PERCENTILES,
+    LATENCY_METRICS,
+    latency_fields,
+)
 from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
 from kvbudget.records.request import RequestRecord, derive_latencies
 from kvbudget.sim.engine import EngineStats
@@ -37,6 +46,8 @@ class RequestResult:
     tenant: Final[str]
     session_id: Final[str | None]
     cell_id: Final[str | None]
+    #: every output token's simulated time (only when the cluster records them: ITL)
+    token_times_s: Final[tuple[float, ...]]
 
     def __init__(
         self,
@@ -55,6 +66,7 @@ class RequestResult:
         tenant: str = "default",
         session_id: str | None = None,
         cell_id: str | None = None,
+        token_times_s: tuple[float, ...] = (),
     ) -> None:
         self.request_id = request_id
         self.replica = replica
@@ -71,6 +83,7 @@ class RequestResult:
         self.tenant = tenant
         self.session_id = session_id
         self.cell_id = cell_id
+        self.token_times_s = token_times_s
 
     @property
     def finished(self) -> bool:
@@ -81,7 +94,13 @@ class RequestResult:
         return sum(self.cached_tokens_by_tier.values())
 
     @classmethod
-    def from_sim(cls, req: SimRequest, replica: str, reason: str | None = None) -> RequestResult:
+    def from_sim(
+        cls,
+        req: SimRequest,
+        replica: str,
+        reason: str | None = None,
+        token_times_s: tuple[float, ...] = (),
+    ) -> RequestResult:
         spec = req.spec
         status = req.status
         # positional, in field order (a keyword call costs more: one per finished request)
@@ -107,6 +126,7 @@ class RequestResult:
             spec.tenant,
             spec.session_id,
             spec.cell_id,
+            token_times_s,
         )
 
     def to_record(self) -> RequestRecord:
@@ -147,6 +167,7 @@ class RequestResult:
             ttft_s=ttft,
             tpot_s=tpot,
             e2e_s=e2e,
+            token_times_s=list(self.token_times_s),
         )
 
 
@@ -193,10 +214,11 @@ class SimResult:
         """Why requests did not finish: reason -> count."""
         return self.run_stats().unfinished_reasons()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES) -> dict[str, Any]:
         """The ``--json`` summary (all figures simulated with ``timing_model``)."""
         return summarize(
             self.run_stats(),
+            percentiles=percentiles,
             timing_model=self.timing_model,
             router=self.router,
             replica_stats=self.replica_stats,
@@ -213,16 +235,23 @@ class SimResult:
 class RunStats:
     """What the summary needs, accumulated one request at a time (streamed runs keep only this).
 
-    Per request it keeps four floats (TTFT and TPOT for exact percentiles, arrival and TTFT for
-    the queue check) in :class:`~kvbudget.metrics.spilled.SpilledColumns`: a fixed buffer in
-    memory, the rest in an anonymous temporary file; everything else is counts, exact sums and
-    maxima, so memory stays flat in the number of requests.
+    Per request it keeps five floats (TTFT, TPOT and E2E for exact percentiles, arrival and TTFT
+    for the queue check), and one per output-token gap when the run recorded token times (ITL),
+    in :class:`~kvbudget.metrics.spilled.SpilledColumns`: a fixed buffer in memory, the rest in
+    an anonymous temporary file; everything else is counts, exact sums and maxima, so memory
+    stays flat in the number of requests.
     """
 
     def __init__(self) -> None:
         #: exact percentiles' values: a fixed buffer, the rest in a temporary file
         self.ttft_s = SpilledColumns()
         self.tpot_s = SpilledColumns()
+        self.e2e_s = SpilledColumns()
+        #: gaps between consecutive output tokens of finished requests (recorded token times)
+        self.itl_s = SpilledColumns()
+        #: metric -> exact sum of its values (the means; ITL: of each request's last minus first
+        #: token time, which is its gaps' sum)
+        self.sums: dict[str, ExactSum] = {m: ExactSum() for m in LATENCY_METRICS}
         #: (arrival, TTFT) of every request with a first token, for the queue-growth check
         self.first_token_rows = SpilledColumns(2)
         self.num_requests = 0
@@ -255,10 +284,24 @@ class RunStats:
         if r.status == "finished":
             self.num_completed += 1
             self.output_tokens_completed += r.output_tokens
+            sums = self.sums
             if r.first_token_s:
-                self.ttft_s.append(r.first_token_s - r.arrival_s)
+                ttft = r.first_token_s - r.arrival_s
+                self.ttft_s.append(ttft)
+                sums["ttft"].add(ttft)
+            if r.finish_s is not None:
+                e2e = r.finish_s - r.arrival_s
+                self.e2e_s.append(e2e)
+                sums["e2e"].add(e2e)
             if r.finish_s is not None and r.first_token_s is not None and r.output_tokens > 1:
-                self.tpot_s.append((r.finish_s - r.first_token_s) / (r.output_tokens - 1))
+                tpot = (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+                self.tpot_s.append(tpot)
+                sums["tpot"].add(tpot)
+            times = r.token_times_s
+            if len(times) > 1:
+                self.itl_s.extend_array(np.diff(np.asarray(times, dtype=np.float64)))
+                # the gaps' sum, telescoped (one addition a request, not one a token)
+                sums["itl"].add(times[-1] - times[0])
         elif r.status == "cancelled":
             self.num_cancelled += 1
         else:
@@ -311,10 +354,27 @@ def summarize(
     tier_stats: dict[str, dict[str, Any]],
     notes: list[str],
     lifecycle: dict[str, Any] | None = None,
+    percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
 ) -> dict[str, Any]:
-    """The ``--json`` summary of a run (one definition for collected and streamed runs)."""
+    """The ``--json`` summary of a run (one definition for collected and streamed runs).
+
+    Latency figures: mean, median and ``percentiles`` (p50 and p99 always) of TTFT, TPOT, E2E
+    and, when the run recorded token times, ITL (:mod:`kvbudget.metrics.percentile_set`)."""
     hits = hit_rates(stats, replica_stats)
     out_tokens = stats.output_tokens_completed
+    stores = {"ttft": stats.ttft_s, "tpot": stats.tpot_s, "itl": stats.itl_s, "e2e": stats.e2e_s}
+    latency: dict[str, float | None] = {}
+    for metric in LATENCY_METRICS:
+        store, total = stores[metric], stats.sums[metric]
+        latency.update(
+            latency_fields(
+                metric,
+                count=len(store),
+                total=total.value(),
+                percentile=partial(percentile, store),
+                chosen=percentiles,
+            )
+        )
     return {
         "figures": "simulated",
         "timing_model": timing_model,
@@ -323,10 +383,8 @@ def summarize(
         "requests_completed": stats.num_completed,
         "requests_cancelled": stats.num_cancelled,
         "requests_unfinished": stats.num_requests - stats.num_completed - stats.num_cancelled,
-        "ttft_p50_s": percentile(stats.ttft_s, 50),
-        "ttft_p99_s": percentile(stats.ttft_s, 99),
-        "tpot_p50_s": percentile(stats.tpot_s, 50),
-        "tpot_p99_s": percentile(stats.tpot_s, 99),
+        **latency,
+        "metric_percentiles": list(percentiles),
         "prefix_hit_rate_tokens": hits["tokens"]["rate"],
         "prefix_hit_rate_blocks": hits["blocks"]["rate"],
         "prefix_hit_rate_requests": hits["requests"]["rate"],

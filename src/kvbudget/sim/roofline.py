@@ -36,8 +36,11 @@ class RooflineCost:
         "_ar_per_token",
         "_attn_flops_per_pair",
         "_byte_rate",
+        "_expert_miss",
+        "_expert_weights",
         "_flops_per_token",
         "_flops_rate",
+        "_gemm_rate",
         "_kv_per_token",
         "_step_overhead_s",
         "_weights",
@@ -55,6 +58,9 @@ class RooflineCost:
         ar_per_token: float,
         ar_fixed: float,
         step_overhead_s: float,
+        expert_weights: float = 0.0,
+        expert_miss: float = 1.0,
+        gemm_rate: float = 0.0,
     ) -> None:
         self._flops_per_token = flops_per_token
         self._attn_flops_per_pair = attn_flops_per_pair
@@ -65,18 +71,29 @@ class RooflineCost:
         self._ar_per_token = ar_per_token
         self._ar_fixed = ar_fixed
         self._step_overhead_s = step_overhead_s
+        self._expert_weights = expert_weights
+        self._expert_miss = expert_miss
+        #: the GEMMs' FLOP rate when it is not the attention's (8-bit GEMMs); 0: the same
+        self._gemm_rate = gemm_rate
 
     def step_time_s(self, shape: BatchShape) -> float:
         """``max(compute, memory) + all-reduce + overhead`` of one step (0 for an empty one)."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * (
-            shape.prefill_pairs + shape.decode_context_tokens
-        )
+        attn_flops = self._attn_flops_per_pair * (shape.prefill_pairs + shape.decode_context_tokens)
+        if self._gemm_rate:
+            compute_s = (
+                self._flops_per_token * tokens / self._gemm_rate + attn_flops / self._flops_rate
+            )
+        else:
+            compute_s = (self._flops_per_token * tokens + attn_flops) / self._flops_rate
         kv_tokens = shape.prefill_context_tokens + shape.decode_context_tokens + tokens
         num_bytes = self._weights + self._kv_per_token * kv_tokens
-        compute_s = flops / self._flops_rate
+        if self._expert_weights:
+            # routed experts: a step reads the ones its tokens chose, E * (1 - (1 - k/E)^T) of
+            # E on average when each token picks k of E uniformly (independent tokens)
+            num_bytes += self._expert_weights * (1.0 - self._expert_miss**tokens)
         memory_s = num_bytes / self._byte_rate
         comm_s = self._ar_fixed + self._ar_per_token * tokens
         return max(compute_s, memory_s) + comm_s + self._step_overhead_s

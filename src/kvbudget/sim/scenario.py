@@ -5,6 +5,10 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     model: meta-llama/Llama-3.1-8B     # catalog id / config.json path
     gpu: H100-SXM                      # catalog GPU (kvbudget gpus)
     tp: 1
+    pp: 1                              # pipeline stages (pool per stage; steps not overlapped)
+    engine_version: null               # vLLM version (defaults by version and GPU, as plan)
+    quantization: null                 # vLLM --quantization (fp8, awq, gptq, mxfp4, ...)
+    enable_expert_parallel: false
     kv_dtype: auto
     replicas: 1                        # identical replicas ...
     replica_overrides: []              # ... or one entry per replica (heterogeneous):
@@ -106,6 +110,12 @@ class SimScenario(BaseModel):
     model: str = "meta-llama/Llama-3.1-8B"
     gpu: str = "H100-SXM"
     tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    #: vLLM version whose defaults and arithmetic the plan uses (None: plan's default)
+    engine_version: str | None = None
+    #: vLLM --quantization of the weights (None: the config's quantization_config)
+    quantization: str | None = None
+    enable_expert_parallel: bool = False
     kv_dtype: str = "auto"
     max_model_len: int | None = Field(default=None, ge=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
@@ -236,6 +246,9 @@ def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSe
         model=scenario.model,
         gpu=o.gpu or scenario.gpu,
         tp=o.tp or scenario.tp,
+        pp=scenario.pp,
+        engine_version=scenario.engine_version,
+        quantization=scenario.quantization,
         kv_dtype=scenario.kv_dtype,
         max_model_len=scenario.max_model_len,
         max_num_seqs=o.max_num_seqs or scenario.max_num_seqs,
@@ -252,6 +265,7 @@ def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSe
         params=scenario.roofline,
         profile=profile,
         tiers=tuple(t for t in scenario.tiers if t.name != "remote"),
+        expert_parallel=scenario.enable_expert_parallel,
     )
     return built.setup
 

@@ -9,7 +9,13 @@ Two models, selectable by name; every simulated figure is labelled with the mode
   (query, key) pairs: ``n * (c + (n + 1) / 2)`` for a prefill chunk of ``n`` tokens after ``c``
   computed ones, and ``c + 1`` for a decode token at context ``c``;
 * bytes = weights (read once per step) + KV read (``kv_bytes_per_token * context``) + KV written;
+  a MoE model's routed experts count only where the step's tokens chose them: of ``E`` experts
+  with ``k`` per token, ``T`` tokens touch ``E * (1 - (1 - k/E)^T)`` on average (uniform routing),
+  so the step reads ``dense_bytes + expert_bytes * (1 - (1 - k/E)^T)``; ``active_params`` counts
+  ``k/E`` of the routed experts' parameters;
 * per rank: FLOPs, weights and KV divided by the tensor-parallel size ``tp``;
+* GEMM FLOPs at the peak of the dtype they run in (fp8 weights with fp8 activations: the GPU's
+  fp8 peak where it has one; weight-only 4-bit methods dequantize to bf16), attention at bf16;
 * ``time = max(flops / (peak * compute_efficiency), bytes / (bandwidth * bandwidth_efficiency))
   + tp_allreduce + step_overhead_s``; the all-reduce cost is two ring all-reduces per layer of
   ``tokens * hidden * 2`` bytes: ``2 * (tp - 1) / tp * bytes / link_bandwidth + latency``.
@@ -63,6 +69,11 @@ class ModelCost:
     #: KV bytes of one token over all layers, whole model (not per rank)
     kv_bytes_per_token: float
     activation_bytes: int = 2
+    #: bytes of the routed experts (part of ``weights_bytes``; 0 for a dense model)
+    expert_weights_bytes: float = 0.0
+    #: routed experts per MoE layer and how many each token uses (0 for a dense model)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +85,11 @@ class GpuPerf:
     bandwidth_bytes_per_s: float
     peak_flops: float
     link_bytes_per_s: float = 0.0
+    #: the GEMMs' peak when they run in another dtype than bf16 (fp8 weights and activations);
+    #: 0: ``peak_flops``
+    gemm_peak_flops: float = 0.0
+    #: that dtype, for the timing model's name ("" for bf16)
+    gemm_dtype: str = ""
 
 
 class RooflineParams(BaseModel):
@@ -101,16 +117,18 @@ class RooflineTiming:
         self.gpu = gpu
         self.tp = tp
         self.params = params or RooflineParams()
-        self.name = "roofline"
+        self.name = f"roofline ({gpu.gemm_dtype} GEMMs)" if gpu.gemm_peak_flops else "roofline"
         p = self.params
         link = gpu.link_bytes_per_s or p.default_link_bytes_per_s
+        routed = bool(model.expert_weights_bytes and model.num_experts)
+        expert_bytes = model.expert_weights_bytes if routed else 0.0
         self._cost = RooflineCost(
             flops_per_token=2.0 * model.num_active_params / tp,
             attn_flops_per_pair=(
                 4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp
             ),
             kv_per_token=model.kv_bytes_per_token / tp,
-            weights=model.weights_bytes / tp,
+            weights=(model.weights_bytes - expert_bytes) / tp,
             flops_rate=gpu.peak_flops * p.compute_efficiency,
             byte_rate=gpu.bandwidth_bytes_per_s * p.bandwidth_efficiency,
             ar_per_token=(
@@ -120,6 +138,13 @@ class RooflineTiming:
             ),
             ar_fixed=0.0 if tp == 1 else 2 * model.num_layers * p.allreduce_latency_s,
             step_overhead_s=p.step_overhead_s,
+            gemm_rate=gpu.gemm_peak_flops * p.compute_efficiency,
+            expert_weights=expert_bytes / tp,
+            expert_miss=(
+                1.0 - min(model.num_experts_per_tok, model.num_experts) / model.num_experts
+                if routed
+                else 1.0
+            ),
         )
         #: the compiled step price (``RooflineCost.step_time_s``), called once per step
         self.step_time_s: Callable[[BatchShape], float] = self._cost.step_time_s

@@ -8,6 +8,7 @@ Schema (YAML, ``extra="forbid"``; see docs/commands/sweep.md)::
       model: [meta-llama/Llama-3.1-8B]
       gpu: [H100-SXM, A100-80GB]
       tp: [1, 2]
+      quantization: [none, fp8]   # also pp, engine_version: plan's engine inputs
       kv_dtype: [auto, fp8]
       max_model_len: [8192]
       prefix_caching: [true, false]
@@ -48,6 +49,9 @@ AXES = (
     "model",
     "gpu",
     "tp",
+    "pp",
+    "engine_version",
+    "quantization",
     "kv_dtype",
     "max_model_len",
     "max_num_seqs",
@@ -67,6 +71,11 @@ class GridAxes(BaseModel):
     model: list[str] | None = Field(None, min_length=1)
     gpu: list[str] | None = Field(None, min_length=1)
     tp: list[int] | None = Field(None, min_length=1)
+    pp: list[int] | None = Field(None, min_length=1)
+    #: vLLM versions (their defaults and arithmetic, as plan)
+    engine_version: list[str] | None = Field(None, min_length=1)
+    #: vLLM --quantization of the weights (``none``: unquantized)
+    quantization: list[str] | None = Field(None, min_length=1)
     kv_dtype: list[str] | None = Field(None, min_length=1)
     max_model_len: list[int] | None = Field(None, min_length=1)
     max_num_seqs: list[int] | None = Field(None, min_length=1)
@@ -201,9 +210,20 @@ def check_grid_size(grid: GridFile, *, origin: str = "the grid") -> None:
         )
 
 
+#: scenario fields added after keys were first written, with their defaults: left out of the
+#: key while at the default, so a point that does not use them keeps its key (resume)
+_LATER_FIELDS = {
+    "pp": 1,
+    "engine_version": None,
+    "quantization": None,
+    "enable_expert_parallel": False,
+}
+
+
 def point_key(scenario: dict[str, Any]) -> str:
     """Stable key of a point: sha256 of its validated scenario's canonical JSON (16 hex)."""
-    text = json.dumps(scenario, sort_keys=True, separators=(",", ":"), default=str)
+    kept = {k: v for k, v in scenario.items() if k not in _LATER_FIELDS or v != _LATER_FIELDS[k]}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

@@ -79,3 +79,20 @@ def test_calibrated_profile_replaces_the_roofline(tmp_path: Path) -> None:
     # a pure decode step of 8 sequences at 16,000 context tokens: the fitted line, by hand
     step = ctx.timing.step_time_s(BatchShape(0, 0.0, 0, 8, 16000))
     assert abs(step - (0.006 + 1e-4 * 8 + 1e-7 * 16000)) < 2e-4
+
+
+def test_locked_quantization_reaches_the_simulated_replica() -> None:
+    """lock.quantization fp8: the plan sizes fp8 weights (1 B per linear weight) and the sim
+    target's roofline runs the GEMMs at the fp8 peak, as ``kvbudget sim --quantization fp8``."""
+    from kvbudget.accept.plan_lock import ObjectLock
+
+    plan = load_plan(DEMO)
+    data = plan.lock.model_dump()
+    data["quantization"] = {"value": "fp8"}
+    lock = ObjectLock.model_validate(data)
+    base = build_capacity(plan, plan.lock)
+    fp8 = build_capacity(plan, lock)
+    assert fp8.plan.weights.quantization == "fp8"
+    assert fp8.plan.weights.total_bytes < 0.6 * base.plan.weights.total_bytes
+    assert fp8.built.timing_name == "roofline (fp8 GEMMs)"
+    assert base.built.timing_name == "roofline"

@@ -83,3 +83,12 @@ def test_contradictions_are_one_line(
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("ConfigError: ") and needle in err, err
+
+
+def test_metric_percentiles_reach_the_run_config(captured: dict[str, Any]) -> None:
+    """vLLM's ``--metric-percentiles`` format ("25,50,75"); kvbudget's default 50,90,95,99
+    (vLLM's own default is "99": serve.py, vLLM 0.32.0, lines 1811-1818)."""
+    n = ["--num-prompts", "4"]
+    chosen = _cfg(captured, [*n, "--metric-percentiles", "99,25"])
+    assert chosen.metric_percentiles == (25.0, 99.0)
+    assert _cfg(captured, n).metric_percentiles == (50.0, 90.0, 95.0, 99.0)

@@ -170,3 +170,23 @@ def test_a_request_seen_at_one_instant_has_no_tpot() -> None:
     assert warning.startswith("1 request(s) delivered every token to the client at one instant")
     assert record_latencies(burst)[1] is None
     assert collect_latencies(recs).tpot_s.tolist() == pytest.approx([0.5, 0.5, 0.5])
+
+
+def test_vllm_bench_serve_latency_set_by_hand() -> None:
+    """mean, median, p90, p95, p99 of TTFT, TPOT, ITL and E2E (vLLM bench serve's set), on
+    0.1..0.5 s TTFTs: mean 0.3; p90 = 0.1 + 0.9 * 4 * 0.1 = 0.46; p95 = 0.48 (linear)."""
+    recs = [_ok(i, ttft) for i, ttft in enumerate([0.1, 0.2, 0.3, 0.4, 0.5])]
+    s = summarize_records(recs)
+    assert s["ttft_mean_s"] == pytest.approx(0.3)
+    assert s["ttft_median_s"] == pytest.approx(0.3)
+    assert s["ttft_p90_s"] == pytest.approx(0.46)
+    assert s["ttft_p95_s"] == pytest.approx(0.48)
+    # E2E = TTFT + 1 s; TPOT and every ITL gap 0.5 s
+    assert s["e2e_mean_s"] == pytest.approx(1.3)
+    assert s["e2e_p95_s"] == pytest.approx(1.48)
+    assert (s["tpot_mean_s"], s["tpot_p95_s"]) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert (s["itl_mean_s"], s["itl_p90_s"]) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert s["metric_percentiles"] == [50.0, 90.0, 95.0, 99.0]
+    chosen = summarize_records(recs, (25.0,))
+    assert chosen["ttft_p25_s"] == pytest.approx(0.2)
+    assert "ttft_p95_s" not in chosen and chosen["ttft_p99_s"] == pytest.approx(0.496)

@@ -96,3 +96,50 @@ def test_bad_profile_is_one_line_config_error(tmp_path: Path) -> None:
     path.write_text('{"name": "x"}')
     with pytest.raises(ConfigError, match="timing profile"):
         CalibrationProfile.load(path)
+
+
+def test_roofline_reads_only_the_experts_a_step_routes_to() -> None:
+    """4 routed experts of 0.25e9 B each, 1 per token: 2 decode tokens touch on average
+    4 * (1 - (3/4)^2) = 1.75 experts (uniform routing), so the step reads 1e9 dense bytes +
+    0.4375e9 expert bytes + KV 1000 B * (1000 context + 2 new)."""
+    moe = ModelCost(
+        model_id="toy-moe",
+        num_layers=2,
+        hidden_size=8,
+        num_attention_heads=2,
+        head_dim=4,
+        num_active_params=1e9,
+        weights_bytes=2e9,
+        kv_bytes_per_token=1000.0,
+        expert_weights_bytes=1e9,
+        num_experts=4,
+        num_experts_per_tok=1,
+    )
+    t = RooflineTiming(moe, GPU, params=PARAMS)
+    shape = BatchShape(num_decode_seqs=2, decode_context_tokens=1000)
+    assert t.step_time_s(shape) == pytest.approx((1e9 + 0.4375e9 + 1000 * 1002) / 5e11 + 0.001)
+    # a large batch touches every expert: all 2e9 bytes
+    big = BatchShape(num_decode_seqs=200, decode_context_tokens=0)
+    assert t.step_time_s(big) == pytest.approx((2e9 + 1000 * 200) / 5e11 + 0.001)
+
+
+def test_gpt_oss_is_priced_as_moe_not_dense() -> None:
+    """gpt-oss-120b (config: 36 layers, hidden 2880, intermediate_size 2880 per expert, 128
+    local experts, 4 per token, experts in mxfp4). Routed expert parameters by hand:
+    36 * 128 * (2880 * 5760 + 2880 * 2880); mxfp4 stores 0.5 B a weight plus a 1-byte scale per
+    32 (17/32 B). Before the fix the reader looked only for moe_intermediate_size and priced
+    all 117B parameters as active."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+    from kvbudget.sim.fromplan import model_cost
+    from kvbudget.spec.resolve import resolve_model
+
+    spec = resolve_model("openai/gpt-oss-120b").spec
+    assert spec is not None
+    plan = make_plan(PlanRequest(model="openai/gpt-oss-120b", gpu="H200", max_model_len=4096), spec)
+    cost = model_cost(spec, plan)
+    routed = 36 * 128 * (2880 * 5760 + 2880 * 2880)
+    assert plan.weights.num_params is not None
+    assert plan.weights.num_params - cost.num_active_params == routed * (1 - 4 / 128)
+    assert cost.expert_weights_bytes == routed * 17 / 32
+    assert (cost.num_experts, cost.num_experts_per_tok) == (128, 4)

@@ -135,3 +135,19 @@ def test_a_grid_at_the_limit_is_not_refused_for_its_size() -> None:
 
     grid = grid_from_dict(_grid(rate_per_s=[float(i + 1) for i in range(1000)], tp=[1] * 100))
     assert grid_size(grid) == 100_000
+
+
+def test_engine_input_axes_and_unchanged_keys() -> None:
+    """quantization / engine_version / pp are axes (plan's engine inputs); a point that does
+    not use them keeps the key it had before they existed (ac8ab116a3da66e6 and
+    916f67c747443581: the keys of this grid at 1b62c08), so resuming an older sweep skips it."""
+    from kvbudget.sweep.grid import GridFile, expand
+
+    base = {"workload": {"num_requests": 10}}
+    old = expand(GridFile.model_validate({"base": base, "grid": {"tp": [1, 2]}}))
+    assert [p.key for p in old] == ["ac8ab116a3da66e6", "916f67c747443581"]
+    grid = {"quantization": ["none", "fp8"], "engine_version": ["0.19.0"], "pp": [1]}
+    points = expand(GridFile.model_validate({"base": base, "grid": grid}))
+    assert [p.axes["quantization"] for p in points] == ["none", "fp8"]
+    assert {p.axes["engine_version"] for p in points} == {"0.19.0"}
+    assert len({p.key for p in points}) == 2
