@@ -24,6 +24,54 @@ def _term_row(table: Table, term: MemoryTerm, note: str = "") -> None:
     table.add_row(term.name, _gib(term.num_bytes), term.source, escape(note or term.method))
 
 
+#: the scenario table's columns, in order; below ``_WIDE_SCENARIOS_COLUMNS`` terminal columns the
+#: table is drawn transposed (one column per scenario) so no header or value is truncated
+_SCENARIO_FIELDS = (
+    "scenario",
+    "median/p95 tokens",
+    "peak conc.",
+    "seqs/replica",
+    "limited by",
+    "replicas",
+    "GPUs",
+    "headroom",
+    "CPU tier host",
+)
+_WIDE_SCENARIOS_COLUMNS = 120
+
+
+def _scenario_cells(e: ScenarioResult) -> tuple[str, ...]:
+    return (
+        escape(e.scenario.name),
+        f"{e.scenario.lengths.median_tokens:,}/{e.scenario.lengths.p95_tokens:,}",
+        str(e.scenario.concurrency),
+        str(e.per_replica_capacity),
+        e.limited_by,
+        "-" if e.replicas_needed is None else str(e.replicas_needed),
+        "-" if e.gpus_needed is None else str(e.gpus_needed),
+        "-" if e.headroom_fraction is None else f"{e.headroom_fraction:+.0%}",
+        format_bytes(e.cpu_kv_host_bytes) if e.cpu_kv_host_bytes else "-",
+    )
+
+
+def _scenario_table(title: str, scenarios: Sequence[ScenarioResult], *, width: int) -> Table:
+    rows = [_scenario_cells(e) for e in scenarios]
+    if width >= _WIDE_SCENARIOS_COLUMNS:
+        table = Table(title=title)
+        for col in _SCENARIO_FIELDS:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        return table
+    table = Table(title=title)
+    table.add_column(_SCENARIO_FIELDS[0], no_wrap=True)
+    for row in rows:
+        table.add_column(row[0])
+    for i, field in enumerate(_SCENARIO_FIELDS[1:], start=1):
+        table.add_row(field, *(row[i] for row in rows))
+    return table
+
+
 def render_plan(
     result: PlanResult,
     budgets: ThreeBudgets,
@@ -166,32 +214,7 @@ def render_plan(
             if default_scenarios_used
             else ""
         )
-        sc = Table(title=title)
-        for col in (
-            "scenario",
-            "median/p95 tokens",
-            "peak conc.",
-            "seqs/replica",
-            "limited by",
-            "replicas",
-            "GPUs",
-            "headroom",
-            "CPU tier host",
-        ):
-            sc.add_column(col)
-        for e in scenarios:
-            sc.add_row(
-                escape(e.scenario.name),
-                f"{e.scenario.lengths.median_tokens:,}/{e.scenario.lengths.p95_tokens:,}",
-                str(e.scenario.concurrency),
-                str(e.per_replica_capacity),
-                e.limited_by,
-                "-" if e.replicas_needed is None else str(e.replicas_needed),
-                "-" if e.gpus_needed is None else str(e.gpus_needed),
-                "-" if e.headroom_fraction is None else f"{e.headroom_fraction:+.0%}",
-                format_bytes(e.cpu_kv_host_bytes) if e.cpu_kv_host_bytes else "-",
-            )
-        out.print(sc)
+        out.print(_scenario_table(title, scenarios, width=out.width))
         gates = {(e.scenario.quality_gate, tuple(e.scenario.stop_conditions)) for e in scenarios}
         for e in scenarios if len(gates) > 1 else scenarios[:1]:
             sc_ = e.scenario
@@ -209,18 +232,12 @@ def render_plan(
 
 
 def render_gpus(catalog: Sequence[GpuSpec], console: Console | None = None) -> None:
+    """The catalog's numbers in one narrow table (no column wraps at 80 terminal columns), then
+    each GPU's interconnect and memory source as a line of its own (those are sentences)."""
     out = console or Console(soft_wrap=False)
     table = Table(title="GPU catalog (dense tensor TFLOPS; memory as the device reports it)")
-    for col in (
-        "id",
-        "memory MiB",
-        "bf16 TFLOPS",
-        "fp8 TFLOPS",
-        "HBM GB/s",
-        "interconnect",
-        "memory source",
-    ):
-        table.add_column(col)
+    for col in ("id", "memory MiB", "bf16 TFLOPS", "fp8 TFLOPS", "HBM GB/s", "link GB/s"):
+        table.add_column(col, no_wrap=True, justify="left" if col == "id" else "right")
     for g in catalog:
         table.add_row(
             g.id,
@@ -228,8 +245,12 @@ def render_gpus(catalog: Sequence[GpuSpec], console: Console | None = None) -> N
             "-" if g.bf16_dense_tflops is None else f"{g.bf16_dense_tflops:,.1f}",
             "-" if g.fp8_dense_tflops is None else f"{g.fp8_dense_tflops:,.1f}",
             "-" if g.hbm_bandwidth_gb_s is None else f"{g.hbm_bandwidth_gb_s:,.0f}",
-            f"{escape(g.interconnect)} {g.interconnect_gb_s or '-'} GB/s",
-            escape(g.memory_source),
+            "-" if g.interconnect_gb_s is None else f"{g.interconnect_gb_s:,.0f}",
         )
     out.print(table)
+    out.print("Interconnect and memory source per GPU:")
+    for g in catalog:
+        out.print(
+            f"  {g.id}: {escape(g.interconnect)}; memory {escape(g.memory_source)}", soft_wrap=True
+        )
     out.print("Sources per value: kvbudget gpus --json")
