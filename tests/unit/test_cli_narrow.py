@@ -93,3 +93,24 @@ def test_every_summary_is_the_start_of_its_commands_help() -> None:
         assert command is not None and command.help is not None
         first = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
         assert first.startswith(summary), (name, summary, first[:80])
+
+
+def test_plan_says_why_an_mla_pool_is_8x_its_structural_budget() -> None:
+    """Issue #32 item 5: DeepSeek-V3 at TP 8 keeps its 70,272 B/token MLA latent (61 layers x
+    (512 + 64) x 2 B) whole on each of the 8 ranks: 8.00x the structural bytes per token."""
+    assert 61 * (512 + 64) * 2 == 70272
+    proc = _run(
+        "plan", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h200", "--tp", "8", columns=400
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("why the engine pool")]
+    assert "8.00x of that is bytes per token" in line
+    assert "562,176 B per token together against 70,272 B" in line
+
+
+def test_plan_margin_reads_as_a_verdict() -> None:
+    proc = _run("plan", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", columns=400)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok: headroom >= the 2.54 GiB safety margin" in proc.stdout
+    # the structural budget and the pool agree within 1.5x for a dense TP1 model: no note
+    assert "why the engine pool" not in proc.stdout

@@ -72,6 +72,36 @@ def _scenario_table(title: str, scenarios: Sequence[ScenarioResult], *, width: i
     return table
 
 
+def pool_vs_structural(result: PlanResult, budgets: ThreeBudgets) -> str | None:
+    """One sentence when the engine pool is far from the structural budget (1.5x or more either
+    way), splitting the ratio into its two causes: bytes per token (TP replication: MLA's latent
+    and KV heads fewer than TP ranks are stored whole on every rank) and tokens (the pool fills
+    the memory left, the structural budget counts ``floor(max_concurrency)`` max-length
+    sequences; windows, blocks and padding)."""
+    s = budgets.structural
+    if s.total_bytes <= 0 or s.bytes_per_token <= 0:
+        return None
+    ratio = budgets.engine_pool_bytes_replica / s.total_bytes
+    if 1 / 1.5 < ratio < 1.5:
+        return None
+    replication = result.kv_bytes_per_token_replica / s.bytes_per_token
+    parts = [f"it is {ratio:.2f}x the structural figure"]
+    if replication >= 1.05:
+        parts.append(
+            f"{replication:.2f}x of that is bytes per token: the {result.num_gpus} GPUs store "
+            f"{result.kv_bytes_per_token_replica:,} B per token together against "
+            f"{s.bytes_per_token:,} B of K/V data (each rank keeps its own copy of what TP "
+            "cannot split: an MLA latent, or KV heads fewer than the TP ranks)"
+        )
+    rest = ratio / max(replication, 1.0)
+    parts.append(
+        f"{rest:.2f}x is tokens: the pool holds {budgets.engine_pool_tokens:,} tokens (all the "
+        f"memory left for KV) while the structural figure counts {s.num_sequences} x "
+        f"{result.max_model_len:,} tokens (windows, blocks and padding included there)"
+    )
+    return "; ".join(parts)
+
+
 def render_plan(
     result: PlanResult,
     budgets: ThreeBudgets,
@@ -199,14 +229,24 @@ def render_plan(
     if not budgets.device_peak:
         bud.add_row("device peak", "not computed", "no device given; pass --gpu to check it")
     for peak in budgets.device_peak:
-        verdict = "[green]ok[/green]" if peak.ok else "[red]tight[/red]"
+        if peak.ok:
+            verdict = (
+                f"[green]ok[/green]: headroom >= the {_gib(peak.margin_bytes)} GiB safety margin"
+            )
+        else:
+            verdict = (
+                f"[red]tight[/red]: headroom < the {_gib(peak.margin_bytes)} GiB safety margin"
+            )
         bud.add_row(
             f"device peak (stage {peak.pp_rank})",
-            f"{_gib(peak.peak_bytes)} of {_gib(peak.device_bytes)} GiB, headroom {_gib(peak.headroom_bytes)} GiB "
-            f"(margin {_gib(peak.margin_bytes)}) {verdict}",
+            f"{_gib(peak.peak_bytes)} of {_gib(peak.device_bytes)} GiB, headroom "
+            f"{_gib(peak.headroom_bytes)} GiB; {verdict}",
             "context + weights + activation + non-torch + graphs + KV pool",
         )
     out.print(bud)
+    pool_note = pool_vs_structural(result, budgets)
+    if pool_note:
+        out.print(f"why the engine pool differs from the structural budget: {escape(pool_note)}")
 
     if scenarios:
         title = "Scenarios" + (
