@@ -98,7 +98,7 @@ def _weights(src: DeploySource, lay_gpus: int) -> tuple[int, str]:
         plan = make_plan(plan_request(lock))
     except KvbudgetError as exc:
         raise type(exc)(
-            f"{exc.one_line()} (kvbudget deploy needs the weight bytes for the memory budget)"
+            f"{exc} (kvbudget deploy needs the weight bytes for the memory budget)"
         ) from None
     w = plan.weights
     if lay_gpus >= plan.num_gpus:
