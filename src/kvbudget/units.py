@@ -19,7 +19,7 @@ import math
 import re
 from decimal import Decimal
 
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, shown_value
 from kvbudget.safety.limits import MAX_INT_FLAG
 
 #: largest byte size accepted anywhere (1 EiB)
@@ -155,7 +155,7 @@ def parse_count(
         match = _NUMBER_RE.match(str(text))
         if not match:
             raise ConfigError(
-                f"{field}: {text!r} is not a whole number; give a positive integer such as 4096",
+                f"{field}: {shown_value(text)} is not a whole number; give a positive integer such as 4096",
                 field=field,
             )
         number, suffix = match.group(1), match.group(2)
@@ -181,7 +181,8 @@ def parse_count(
             )
         if raw != int(raw):
             raise ConfigError(
-                f"{field}: {text!r} is not a whole number; give a positive integer", field=field
+                f"{field}: {shown_value(text)} is not a whole number; give a positive integer",
+                field=field,
             )
         value = int(raw)
     if value < minimum:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from kvbudget.accept.run import PreparedTarget, TargetFactory
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.errors import ConfigError, KvbudgetError, TargetError
+from kvbudget.safety.redact import secret_from_env
 
 
 def sim_info(
@@ -144,13 +144,10 @@ def factory_for(
         raise TargetError(f"target.kind {kind}: needs an event-loop runner (run from the CLI)")
     runner: RunAsync = run_async
     key_env = plan.target.api_key_env
-    if kind == "http" and key_env and not os.environ.get(key_env):
-        # checked before any request: the audits would otherwise run without the key
-        raise ConfigError(
-            f"target.api_key_env: environment variable {key_env} is unset or empty; "
-            f"export {key_env}=... or remove api_key_env from the plan",
-            field="target.api_key_env",
-        )
+    if kind == "http" and key_env:
+        # checked before any request (the audits would otherwise run without the key); the
+        # value is never echoed (it may be a key written in place of the variable's name)
+        secret_from_env(key_env, flag="target.api_key_env")
 
     def make_http(lock: ObjectLock) -> PreparedTarget:
         if lock != plan.lock:

@@ -14,6 +14,7 @@ from pathlib import Path
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
 from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.engine_checks import VllmStartSettings, check_vllm_start
 from kvbudget.capacity.layouts.vllm import (
     VllmLayerSpec,
     get_pp_indices,
@@ -35,7 +36,6 @@ from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.remedies import fit_remedies
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
-    check_vllm_block_size,
     check_vllm_kv_dtype,
     vllm_behaviour,
 )
@@ -289,8 +289,9 @@ def _make_vllm_plan(
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
     if request.kv_dtype.strip().lower() != "auto":
         check_vllm_kv_dtype(kv_dtype.name, behaviour.version)
-    if request.block_size is not None:
-        check_vllm_block_size(request.block_size, behaviour.version)
+    check_vllm_start(  # vLLM's own start-up checks, in its words (capacity/engine_checks.py)
+        VllmStartSettings(behaviour.version, max_model_len, t_b, max_seqs, util, request.block_size)
+    )
     free_at_start = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     if request.kv_cache_memory_bytes is None and gpu.memory_bytes * util > free_at_start:
         notes.append(

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from kvbudget.capacity.kvbytes import calc_model
 from kvbudget.cli.vocab import KV_DTYPE, PP, TP
 from kvbudget.errors import ConfigError
 from kvbudget.spec.fingerprint import (
@@ -209,6 +210,19 @@ def fingerprint(
         raise ConfigError(f"--tp/--pp: need >= 1, got {tp}/{pp}", field="tp")
     if block_size is not None:
         block_size = str(parse_count(block_size, field="block-size"))
+    # the deployment must be one calc and plan accept: the model's config, the KV dtype under
+    # this engine and TP against the KV heads go through calc's own validation (the same
+    # resolve_model, get_kv_dtype and layout checks), so fingerprint never exits 0 on inputs
+    # calc and plan refuse (issue 30)
+    calc_model(
+        model_ref,
+        engine=engine,
+        kv_dtype=kv_dtype,
+        tokens=1,
+        tp=tp,
+        pp=pp,
+        block_size=int(block_size) if block_size is not None else None,
+    )
     identity, notes = _identity(
         model_ref,
         revision=revision,

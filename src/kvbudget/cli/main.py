@@ -113,10 +113,15 @@ def _one_line(text: str) -> str:
 
 
 def _err(text: str) -> None:
-    """One line on stderr, with the run's secrets scrubbed (kvbudget.safety.redact)."""
+    """One line on stderr, with the run's secrets scrubbed (kvbudget.safety.redact), a kind
+    prefix never doubled and long echoed values cut (kvbudget.errors)."""
+    from kvbudget.errors import cap_long_runs, without_kind
     from kvbudget.safety.redact import redact_text
 
-    click.echo(redact_text(text), err=True)
+    kind, sep, rest = text.partition(": ")
+    if sep:
+        text = f"{kind}: {without_kind(rest)}"
+    click.echo(redact_text(cap_long_runs(text)), err=True)
 
 
 class Terminated(KeyboardInterrupt):

@@ -22,7 +22,15 @@ from kvbudget.web.server import DEFAULT_HOST, DEFAULT_PORT, check_bindable, is_l
     type=click.IntRange(1, 65535),
     help="TCP port to listen on.",
 )
-def web(host: str, port: int) -> None:
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="Also answer requests whose Host header names this host (repeatable); by default "
+    "only 127.0.0.1, localhost, [::1] and --host are answered, so a page elsewhere cannot "
+    "drive this server through DNS rebinding.",
+)
+def web(host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the KV-cache calculator page, model planner, chart and result viewer.
 
     The page loads nothing from the network; every figure comes from the JSON API under
@@ -41,6 +49,6 @@ def web(host: str, port: int) -> None:
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"kvbudget web: http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
     try:
-        serve(host, port)
+        serve(host, port, allowed_hosts)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT/SIGTERM it shut down on
         click.echo("kvbudget web: stopped", err=True)

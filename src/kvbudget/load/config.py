@@ -21,6 +21,7 @@ from kvbudget.safety.limits import (
     MAX_WORKERS,
     MIN_RATE_PER_S,
 )
+from kvbudget.safety.redact import redact_url, register_url_secrets
 
 Shape = Literal["closed", "constant", "poisson", "gamma", "burst", "ramp", "planned"]
 TokenCheck = Literal["none", "server", "local"]
@@ -89,7 +90,14 @@ class RunConfig(BaseModel):
     def _root(cls, url: str) -> str:
         from kvbudget.load.client import api_root
 
+        register_url_secrets(url)  # a key in the URL is scrubbed wherever it is quoted
         return api_root(url)
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_secrets(cls, url: str | None) -> str | None:
+        register_url_secrets(url)
+        return url
 
     @property
     def endpoint_url(self) -> str:
@@ -125,4 +133,8 @@ class RunConfig(BaseModel):
         """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers``."""
         mine = self.model_dump(exclude={"workers", "record_source"})
         theirs = other.model_dump(exclude={"workers", "record_source"})
+        for url in ("base_url", "metrics_url"):  # run.json keeps them without credentials
+            for dump in (mine, theirs):
+                if dump[url] is not None:
+                    dump[url] = redact_url(dump[url])
         return sorted(k for k in mine if mine[k] != theirs[k])

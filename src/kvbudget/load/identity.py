@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbudget.load.client import OpenAIClient
+from kvbudget.safety.redact import redact_url
 
 _PROPS_KEYS = ("build_info", "model_path", "total_slots", "n_ctx", "chat_template_caps")
 _SGLANG_KEYS = ("version", "model_path", "tp_size", "dp_size", "page_size", "max_total_num_tokens")
@@ -33,7 +34,11 @@ def safe_headers(headers: dict[str, str] | None) -> dict[str, str]:
 
 async def server_identity(client: OpenAIClient) -> dict[str, Any]:
     """Identity fields of the server behind ``client`` (best effort; never raises)."""
-    ident: dict[str, Any] = {"base_url": client.base_url, "engine": None, "engine_version": None}
+    ident: dict[str, Any] = {
+        "base_url": redact_url(client.base_url),
+        "engine": None,
+        "engine_version": None,
+    }
     status, body, headers = await client.get_json("/v1/models")
     ident["models_status"] = status
     if status != 200:

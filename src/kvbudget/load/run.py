@@ -47,7 +47,7 @@ from kvbudget.records import (
     write_document,
 )
 from kvbudget.safety.outlock import lock_out_dir, release_out_dir
-from kvbudget.safety.redact import secret_from_env
+from kvbudget.safety.redact import redact_text, redact_url, secret_from_env
 from kvbudget.safety.tempdir import private_tempdir
 from kvbudget.workload.request import PlannedRequest
 
@@ -189,8 +189,11 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
             field="out",
         )
     out_dir.mkdir(parents=True, exist_ok=True)
+    # stored without URL credentials or registered secrets; --resume compares the
+    # redacted spellings (RunConfig.same_run)
+    config = cfg.model_dump(mode="json")
     run_file.write_text(
-        json.dumps({"config": cfg.model_dump(mode="json"), "created_unix_s": time.time()}, indent=2)
+        redact_text(json.dumps({"config": config, "created_unix_s": time.time()}, indent=2))
     )
     return 0, set()
 
@@ -413,7 +416,7 @@ def _finish(
     ident = {
         **ident,
         "response_headers": safe_headers(headers),
-        "endpoint_url": cfg.endpoint_url,
+        "endpoint_url": redact_url(cfg.endpoint_url),
         "model_sent": cfg.model,
     }
     server_metrics: dict[str, dict[str, float | int | None]] = {}

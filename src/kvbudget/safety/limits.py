@@ -44,3 +44,6 @@ MAX_CONFIG_BYTES = 16 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 #: one load tier's or run's duration (seconds; 30 days)
 MAX_DURATION_S = 30 * 86400.0
+#: points of one ``kvbudget sweep`` grid (the product of its axes' lengths), checked before any
+#: point is built or validated
+MAX_SWEEP_POINTS = 100_000

@@ -7,10 +7,18 @@ not), ``POST /tokenize``, ``GET /health``, ``GET /version``, ``GET /metrics`` (v
 text (tokenizer rule 4). A client that disconnects aborts its request: the handler is
 cancelled (``handler_cancellation``) or its next write fails, and the engine frees the
 request's blocks at once. Binds 127.0.0.1 unless told otherwise.
+
+Hostile clients (issue 30): a connection idle or half-open (no request, or a request's head
+never finished) is closed after :data:`KEEPALIVE_TIMEOUT_S`, vLLM's own keep-alive default; a
+body must arrive within :data:`BODY_READ_TIMEOUT_S`; a body is at most
+:func:`max_body_bytes` (what a prompt of ``max_model_len`` tokens can take, at most 64 MiB); a
+body that is not JSON, or nests deeper than Python's parser goes, is a 400; a prompt longer than
+vLLM's character bound is refused before it is tokenized.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -27,6 +35,8 @@ from kvbudget.serve.protocol import (
     RequestInvalid,
     TokenizeBody,
     chat_text,
+    check_text_length,
+    max_chars_per_token,
     parse_body,
     validate,
 )
@@ -36,6 +46,50 @@ from kvbudget.sim.request import EngineRequest
 from kvbudget.workload.tokenizer import get_tokenizer
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+#: an idle or half-open connection is closed after this long: vLLM 0.32's
+#: ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` default (5 s, vllm/envs.py); aiohttp's own is 3,630 s
+KEEPALIVE_TIMEOUT_S = 5.0
+#: a request body must arrive within this long once its head has (a trickled body is a 408)
+BODY_READ_TIMEOUT_S = 30.0
+#: largest body whatever ``max_model_len``
+MAX_BODY_BYTES = 64 * 1024 * 1024
+#: JSON bytes one prompt character can take (``\uXXXX``), for the body bound
+_JSON_BYTES_PER_CHAR = 6
+
+
+def max_body_bytes(max_model_len: int, chars_per_token: int) -> int:
+    """Largest request body: a prompt at vLLM's character bound (``max_model_len x
+    max_chars_per_token``), every character JSON-escaped, plus 1 MiB for the rest; at most
+    :data:`MAX_BODY_BYTES`. A body beyond it cannot hold a prompt that fits, so it is refused
+    before it is read (memory stays bounded whatever the client sends)."""
+    need = max_model_len * chars_per_token * _JSON_BYTES_PER_CHAR + 1024 * 1024
+    return min(MAX_BODY_BYTES, need)
+
+
+async def read_json(request: web.Request, *, limit_bytes: int) -> object:
+    """The request's JSON body; :class:`RequestInvalid` (one line, OpenAI's error shape) when it
+    is too large (413), too slow (408), not JSON or nested too deep for the parser (400)."""
+    try:
+        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+            raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestInvalid(
+            413,
+            f"the request body is larger than {limit_bytes} bytes, the most a prompt of this "
+            "model's maximum context length can take; send a shorter prompt",
+        ) from None
+    except TimeoutError:
+        raise RequestInvalid(
+            408, f"the request body did not arrive within {BODY_READ_TIMEOUT_S:g} s; send it whole"
+        ) from None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise RequestInvalid(
+            400, "the request body nests too deeply to parse; send a JSON object"
+        ) from None
+    except ValueError:  # not UTF-8 (UnicodeDecodeError) or not JSON
+        raise RequestInvalid(400, "request body is not valid JSON") from None
 
 
 def _dumps(obj: Mapping[str, object]) -> str:
@@ -78,7 +132,8 @@ class ServeApp:
         self.created = int(time.time())
         self._runner: web.AppRunner | None = None
         self.base_url = ""
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.max_body_bytes = max_body_bytes(max_model_len, max_chars_per_token(self.tokenizer))
+        self.app = web.Application(client_max_size=self.max_body_bytes)
         self.app.add_routes(
             [
                 web.get("/v1/models", self.models),
@@ -94,7 +149,12 @@ class ServeApp:
 
     async def start(self) -> str:
         await self.engine.start()
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        self._runner = web.AppRunner(
+            self.app,
+            handler_cancellation=True,
+            access_log=None,
+            keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -157,17 +217,17 @@ class ServeApp:
         return web.json_response({"reset": self.engine.core.reset_prefix_cache()})
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(RequestInvalid(400, "request body is not valid JSON"))
         tok = self.tokenizer
         try:
-            req = validate(TokenizeBody, body)
+            req = validate(TokenizeBody, await read_json(request, limit_bytes=self.max_body_bytes))
+            text = None
             if req.messages is not None:
-                ids = tok.encode(chat_text(req.messages, tok))
+                text = chat_text(req.messages, tok)
             elif req.prompt is not None:
-                ids = tok.encode(req.prompt)
+                text = req.prompt
+            if text is not None:
+                check_text_length(text, max_model_len=self.max_model_len, tokenizer=tok)
+                ids = tok.encode(text)
             else:
                 raise RequestInvalid(400, "give 'prompt' (string) or 'messages'", "prompt")
         except RequestInvalid as exc:
@@ -189,12 +249,8 @@ class ServeApp:
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         received = time.perf_counter()
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(RequestInvalid(400, "request body is not valid JSON"))
-        try:
             parsed = parse_body(
-                body,
+                await read_json(request, limit_bytes=self.max_body_bytes),
                 chat=chat,
                 model_name=self.model_name,
                 tokenizer=self.tokenizer,

@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 from pydantic_core import ErrorDetails
 
-from kvbudget.errors import KvbudgetError
+from kvbudget.errors import KvbudgetError, cap_long_runs
 from kvbudget.serve.responses import ErrorBody
-from kvbudget.workload.tokenizer import SyntheticTokenizer
+from kvbudget.workload.tokenizer import NUM_SPECIAL, SPECIAL_TOKENS, SYLLABLES, SyntheticTokenizer
 
 DEFAULT_MAX_TOKENS = 16
 #: vLLM 0.32 ``validate_cache_salt`` (vllm/entrypoints/generate/base/protocol.py)
@@ -41,6 +41,7 @@ class RequestInvalid(Exception):
     """A request the server refuses (HTTP status, message, offending field)."""
 
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        message = cap_long_runs(message)  # a value echoed by a lower layer is cut too
         super().__init__(message)
         self.status = status
         self.message = message
@@ -69,8 +70,8 @@ _BodyT = TypeVar("_BodyT", bound=_Body)
 
 
 class StreamOptions(_Body):
-    include_usage: bool | None = False
-    continuous_usage_stats: bool | None = False
+    include_usage: StrictBool | None = False
+    continuous_usage_stats: StrictBool | None = False
 
 
 #: a token id (vLLM: ``Annotated[int, Field(ge=0)]``; the vocabulary bound is checked after)
@@ -83,9 +84,10 @@ class _GenerateBody(_Body):
     model: str | None = None
     max_tokens: NumTokens | None = None
     n: StrictInt | None = 1
-    stream: bool | None = False
+    #: JSON booleans only: ``"yes"``, ``"true"`` and ``1`` are refused (issue 30), as documented
+    stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
-    ignore_eos: bool = False
+    ignore_eos: StrictBool = False
     cache_salt: str | None = None
 
 
@@ -138,9 +140,9 @@ _FIXES = {
     "max_tokens": f"give an integer >= 1 (default {DEFAULT_MAX_TOKENS})",
     "max_completion_tokens": f"give an integer >= 1 (default {DEFAULT_MAX_TOKENS})",
     "n": "give 1 (kvbudget serve returns one choice)",
-    "stream": "give true or false",
+    "stream": "give true or false (a JSON boolean)",
     "stream_options": 'give an object such as {"include_usage": true}',
-    "ignore_eos": "give true or false",
+    "ignore_eos": "give true or false (a JSON boolean)",
     "cache_salt": "give a non-empty string",
 }
 #: fields whose values are never echoed (prompts are private; salts are secrets)
@@ -248,12 +250,48 @@ def chat_text(messages: list[ChatMessage], tokenizer: SyntheticTokenizer) -> str
         raise RequestInvalid(400, str(exc), "messages") from exc
 
 
-def _prompt_ids(req: CompletionBody, tokenizer: SyntheticTokenizer) -> tuple[int, ...]:
+def max_chars_per_token(tokenizer: SyntheticTokenizer) -> int:
+    """The longest token of ``tokenizer``'s vocabulary, in characters: vLLM 0.32's
+    ``max_chars_per_token`` (``max(len(tok) for tok in vocab)``, vllm/tokenizers/hf.py), here
+    from the synthetic vocabulary's rule 1 (every syllable two characters; the last id has the
+    most syllables) rather than by listing the vocabulary."""
+    syllables, n = 0, tokenizer.vocab_size - NUM_SPECIAL  # bijective base-80 digits of n
+    while n > 0:
+        n = (n - 1) // len(SYLLABLES)
+        syllables += 1
+    longest_syllable = max(len(s) for s in SYLLABLES)
+    return max(max(len(s) for s in SPECIAL_TOKENS), syllables * longest_syllable)
+
+
+def check_text_length(text: str, *, max_model_len: int, tokenizer: SyntheticTokenizer) -> None:
+    """vLLM 0.32's check before tokenizing (``_text_len_check`` in vllm/renderers/params.py):
+    a prompt longer than ``max_model_len x max_chars_per_token`` characters cannot fit, so it
+    is refused in vLLM's words without being tokenized (bounded time and memory)."""
+    max_input_chars = max_model_len * max_chars_per_token(tokenizer)
+    if len(text) > max_input_chars:
+        raise RequestInvalid(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {len(text)} characters (more than {max_input_chars} characters, "
+            f"which is the upper bound for {max_model_len} input tokens). Please reduce the "
+            "length of the input prompt.",
+            "input_text",
+        )
+
+
+def _encode(text: str, tokenizer: SyntheticTokenizer, max_model_len: int) -> tuple[int, ...]:
+    check_text_length(text, max_model_len=max_model_len, tokenizer=tokenizer)
+    return tuple(tokenizer.encode(text))
+
+
+def _prompt_ids(
+    req: CompletionBody, tokenizer: SyntheticTokenizer, max_model_len: int
+) -> tuple[int, ...]:
     prompt = req.prompt
     if prompt is None:
         raise RequestInvalid(400, f"prompt is required; {_FIXES['prompt']}", "prompt")
     if isinstance(prompt, str):
-        return tuple(tokenizer.encode(prompt))
+        return _encode(prompt, tokenizer, max_model_len)
     batch = [p for p in prompt if not isinstance(p, int)]  # a list of prompts (text or ids)
     ids: list[int] = [t for t in prompt if isinstance(t, int)]
     if batch:
@@ -265,7 +303,7 @@ def _prompt_ids(req: CompletionBody, tokenizer: SyntheticTokenizer) -> tuple[int
                 "prompt",
             )
         if isinstance(batch[0], str):
-            return tuple(tokenizer.encode(batch[0]))
+            return _encode(batch[0], tokenizer, max_model_len)
         ids = batch[0]
     vocab = tokenizer.vocab_size
     for i, t in enumerate(ids):
@@ -306,12 +344,12 @@ def parse_body(
         raise RequestInvalid(404, f"The model `{req.model}` does not exist.", "model")
     max_tokens = req.max_tokens
     if isinstance(req, ChatBody):
-        ids = tuple(tokenizer.encode(chat_text(req.messages, tokenizer)))
+        ids = _encode(chat_text(req.messages, tokenizer), tokenizer, max_model_len)
         if req.max_completion_tokens is not None:  # vLLM: it wins over max_tokens
             max_tokens = req.max_completion_tokens
     else:
         assert isinstance(req, CompletionBody)
-        ids = _prompt_ids(req, tokenizer)
+        ids = _prompt_ids(req, tokenizer, max_model_len)
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
     if not ids:

@@ -35,7 +35,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, shown_value
+from kvbudget.safety.limits import MAX_SWEEP_POINTS
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.scenario import SimScenario, scenario_from_dict
 from kvbudget.spec.hardware import get_gpu, load_gpu_catalog
@@ -120,11 +121,6 @@ class SweepPoint:
     scenario: dict[str, Any]
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def load_grid(path: str | Path) -> GridFile:
     """Read and validate a grid file; the first problem is one line naming the field."""
     file = Path(path)
@@ -157,10 +153,11 @@ def grid_from_dict(data: dict[str, Any], *, origin: str = "the grid") -> GridFil
             text = f"unknown field {where!r} in {origin}: remove it or see {DOCS} for the fields"
         else:
             text = (
-                f"grid field {where}={_shown(err.get('input'))} in {origin}: {err['msg']}; "
+                f"grid field {where}={shown_value(err.get('input'))} in {origin}: {err['msg']}; "
                 f"fix the value (see {DOCS})"
             )
         raise ConfigError(text, field=where) from None
+    check_grid_size(grid, origin=origin)
     names = [s.name for s in grid.slos]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -177,6 +174,33 @@ def grid_from_dict(data: dict[str, Any], *, origin: str = "the grid") -> GridFil
     return grid
 
 
+def grid_size(grid: GridFile) -> int:
+    """Points the grid asks for: the product of its axes' lengths (before de-duplication)."""
+    size = 1
+    for name in AXES:
+        values = getattr(grid.grid, name)
+        if values is not None:
+            size *= len(values)
+    return size
+
+
+def check_grid_size(grid: GridFile, *, origin: str = "the grid") -> None:
+    """Refuse a grid of more than MAX_SWEEP_POINTS points before any point is built
+    (docs/limits.md): one line with the size, the axes and the bound."""
+    size = grid_size(grid)
+    if size > MAX_SWEEP_POINTS:
+        lengths = " x ".join(
+            f"{name} {len(values)}"
+            for name in AXES
+            if (values := getattr(grid.grid, name)) is not None
+        )
+        raise ConfigError(
+            f"grid in {origin}: {size:,} points ({lengths}) is more than the limit of "
+            f"{MAX_SWEEP_POINTS:,} points a sweep; split the grid or drop values (docs/limits.md)",
+            field="grid",
+        )
+
+
 def point_key(scenario: dict[str, Any]) -> str:
     """Stable key of a point: sha256 of its validated scenario's canonical JSON (16 hex)."""
     text = json.dumps(scenario, sort_keys=True, separators=(",", ":"), default=str)
@@ -191,6 +215,7 @@ def _with_rate(workload: dict[str, Any], rate_per_s: float) -> dict[str, Any]:
 
 def expand(grid: GridFile, *, origin: str = "the grid") -> list[SweepPoint]:
     """Every combination of the axes as a validated scenario, in a fixed order."""
+    check_grid_size(grid, origin=origin)  # a GridFile built without grid_from_dict too
     base = dict(grid.base)
     scenario_from_dict(dict(base), origin=f"{origin} base")  # base mistakes name the base
     for gpu in grid.grid.gpu or [base.get("gpu") or SimScenario().gpu]:

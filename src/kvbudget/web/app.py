@@ -2,13 +2,15 @@
 
 Security posture: the page loads nothing from another origin (a strict Content-Security-Policy
 says so to the browser), the interactive docs are a local page (FastAPI's default ``/docs``
-pulls Swagger UI from a CDN, so it is disabled), request bodies are capped, and every error is
-one JSON line ``{"error": "Kind: message", "field": ...}`` with status 400 (bad input) or 500.
+pulls Swagger UI from a CDN, so it is disabled), only loopback Host headers (and the bound
+address) are answered and request bodies are capped one by one and in total
+(:mod:`kvbudget.web.guards`), and every error is one JSON line
+``{"error": "Kind: message", "field": ...}`` with status 400 (bad input) or 500.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvbudget import __version__
-from kvbudget.errors import KvbudgetError
+from kvbudget.errors import KvbudgetError, cap_long_runs, shown_value
 from kvbudget.web.api import router
-
-#: Largest request body accepted (a config.json is a few KiB; a result document a few MiB).
-MAX_BODY_BYTES = 32 * 1024 * 1024
+from kvbudget.web.guards import MAX_BODY_BYTES, BodyBudget, allowed_hosts, host_name
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -53,7 +53,7 @@ def static_dir() -> Path:
 
 def error_response(status_code: int, line: str, field: str | None = None) -> JSONResponse:
     """The API's one error shape."""
-    body: dict[str, Any] = {"error": " ".join(line.split())}
+    body: dict[str, Any] = {"error": cap_long_runs(" ".join(line.split()))}
     if field:
         body["field"] = field
     return JSONResponse(body, status_code=status_code)
@@ -61,8 +61,7 @@ def error_response(status_code: int, line: str, field: str | None = None) -> JSO
 
 def _short(value: Any, limit: int = 80) -> str:
     """``repr`` of a user value, cut to ``limit`` characters (errors stay one short line)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shown_value(value, limit)
 
 
 def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -92,8 +91,11 @@ def validation_line(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"ConfigError: {text}{more}", (loc[0] if loc else None)
 
 
-def create_app() -> FastAPI:
-    """Build the app (one per server; tests build their own)."""
+def create_app(bind_host: str = "127.0.0.1", extra_hosts: Iterable[str] = ()) -> FastAPI:
+    """Build the app (one per server; tests build their own). It answers requests whose Host
+    is a loopback name, ``bind_host`` or one of ``extra_hosts``."""
+    hosts = allowed_hosts(bind_host, extra_hosts)
+    budget = BodyBudget()
     app = FastAPI(
         title="kvbudget web API",
         version=__version__,
@@ -112,8 +114,18 @@ def create_app() -> FastAPI:
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         length = request.headers.get("content-length")
-        if length is None and request.method in ("POST", "PUT", "PATCH"):
+        reserved = 0
+        host = request.headers.get("host")
+        if host is None or host_name(host) not in hosts:
+            shown = "no Host header" if host is None else f"Host {_short(host, 60)}"
             response: Response = error_response(
+                421,
+                f"ConfigError: {shown} is not this server's; kvbudget web answers only "
+                "127.0.0.1, localhost, [::1] and the address it was started with (--host, "
+                "--allowed-host): open the page by one of those names",
+            )
+        elif length is None and request.method in ("POST", "PUT", "PATCH"):
+            response = error_response(
                 411,
                 "ConfigError: request body without Content-Length; send the JSON body with its "
                 "length (chunked uploads are not accepted)",
@@ -124,7 +136,15 @@ def create_app() -> FastAPI:
                 f"ConfigError: request body of {length} bytes is larger than the "
                 f"{MAX_BODY_BYTES // (1024 * 1024)} MiB limit; send a smaller document",
             )
+        elif not budget.reserve(int(length or 0)):
+            response = error_response(
+                503,
+                f"ConfigError: request bodies being handled at once would pass "
+                f"{budget.limit_bytes // (1024 * 1024)} MiB; retry when the others are done",
+            )
+            response.headers["Retry-After"] = "1"
         else:
+            reserved = int(length or 0)
             try:
                 response = await call_next(request)
             except Exception as exc:  # last resort: never a traceback to the client
@@ -132,6 +152,8 @@ def create_app() -> FastAPI:
                     500,
                     f"InternalError: {type(exc).__name__}: {exc} (this is a kvbudget bug)",
                 )
+            finally:
+                budget.release(reserved)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         if request.url.path.startswith("/api/"):

@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 import uvicorn
@@ -64,10 +65,11 @@ class _ShutdownLines(logging.Filter):
         return True
 
 
-def make_server(host: str, port: int) -> uvicorn.Server:
-    """A uvicorn server for the app, quiet (no access log: paths may carry user data)."""
+def make_server(host: str, port: int, extra_hosts: Sequence[str] = ()) -> uvicorn.Server:
+    """A uvicorn server for the app, quiet (no access log: paths may carry user data); it
+    answers Host headers naming loopback, ``host`` or one of ``extra_hosts``."""
     config = uvicorn.Config(
-        create_app(),
+        create_app(host, extra_hosts),
         host=host,
         port=port,
         log_level="warning",
@@ -79,10 +81,12 @@ def make_server(host: str, port: int) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(
+    host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, extra_hosts: Sequence[str] = ()
+) -> None:
     """Serve until interrupted (the ``kvbudget web`` command)."""
     check_bindable(host, port)
-    make_server(host, port).run()
+    make_server(host, port, extra_hosts).run()
 
 
 class BackgroundServer:

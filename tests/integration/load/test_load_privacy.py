@@ -73,7 +73,7 @@ def test_api_key_sent_but_never_written(tmp_path: Path, monkeypatch: pytest.Monk
 def test_missing_api_key_env_is_one_line_config_error(tmp_path: Path) -> None:
     from kvbudget.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="KVB_SURELY_UNSET"):
+    with pytest.raises(ConfigError, match="--api-key-env: the environment variable it names"):
         _run(tmp_path, [], api_key_env="KVB_SURELY_UNSET")
 
 

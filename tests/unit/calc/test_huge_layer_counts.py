@@ -124,7 +124,7 @@ def test_sim_replica_from_a_100m_layer_plan(config_path: Path) -> None:
 
 
 def test_web_api_model_at_100m_layers() -> None:
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1:8765")
     payload = {"gpu": "H100-SXM", "max_model_len": 4096, "config": CONFIG}
     response, peak = traced(lambda: client.post("/api/model", json=payload))
     assert response.status_code == 200, response.text

@@ -37,7 +37,8 @@ def test_unset_api_key_variable_is_one_line_error(tmp_path: object) -> None:
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ConfigError:")
-    assert "KVBUDGET_TEST_UNSET_VARIABLE" in lines[0]
+    assert lines[0].startswith("ConfigError: --api-key-env: the environment variable it names")
+    assert "KVBUDGET_TEST_UNSET_VARIABLE" not in lines[0]  # never echoed (issue 30)
 
 
 def test_unreachable_engine_is_one_line_error() -> None:

@@ -104,9 +104,11 @@ def test_accept_http_plan_with_unset_key_variable_fails_before_any_request(
     plan.write_text(yaml.safe_dump(data), encoding="utf-8")
     code, err = run_cli(["accept", str(plan), "--out", str(tmp_path / "out"), "--quiet"], capsys)
     assert code == 2
+    # the value is never echoed: it may be a key written in place of the name (issue 30)
     assert err.strip() == (
-        "ConfigError: target.api_key_env: environment variable KVB_REVIEW_SURELY_UNSET is unset "
-        "or empty; export KVB_REVIEW_SURELY_UNSET=... or remove api_key_env from the plan"
+        "ConfigError: target.api_key_env: the environment variable it names (23 characters, not "
+        "shown) is not set or empty; export it (the name, e.g. OPENAI_API_KEY, not the key "
+        "itself) or drop target.api_key_env"
     )
 
 

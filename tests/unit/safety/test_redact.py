@@ -71,10 +71,39 @@ def test_secret_from_env_reads_registers_and_refuses_in_one_line(
     with pytest.raises(ConfigError) as unset:
         redact.secret_from_env("KVB_T_UNSET", flag="--tenant-b-api-key-env")
     assert unset.value.field == "tenant_b_api_key_env"
-    assert "--tenant-b-api-key-env KVB_T_UNSET" in unset.value.one_line()
+    # the value given is never echoed: it may be a key typed in place of the name (issue 30)
+    assert unset.value.one_line().startswith("ConfigError: --tenant-b-api-key-env: ")
+    assert "KVB_T_UNSET" not in unset.value.one_line()
     monkeypatch.setenv("KVB_T_SHORT", "abc")  # 3 characters: too short to scrub
     with pytest.raises(ConfigError, match="3 characters"):
         redact.secret_from_env("KVB_T_SHORT", flag="--api-key-env")
     monkeypatch.setenv("KVB_T_KEY", "sk-live-1234")
     assert redact.secret_from_env("KVB_T_KEY", flag="--api-key-env") == "sk-live-1234"
     assert redact.redact_text("auth sk-live-1234") == f"auth {redact.REDACTED}"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://user:pw@h:8000/v1", "http://[redacted]@h:8000/v1"),
+        ("http://KEY@h/v1", "http://[redacted]@h/v1"),
+        ("https://h/v1?api_key=K&x=1#top", "https://h/v1?api_key=[redacted]&x=[redacted]#top"),
+        ("http://h/v1?K", "http://h/v1?[redacted]"),
+        ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
+        ("http://h/p#f?not-a-query", "http://h/p#f?not-a-query"),
+        ("http://[redacted]@h/", "http://[redacted]@h/"),
+    ],
+)
+def test_redact_url_drops_userinfo_and_query_values(url: str, shown: str) -> None:
+    assert redact.redact_url(url) == shown
+    # and so does every text kvbudget writes, with no secret registered
+    redact.clear_secrets()
+    assert redact.redact_text(f"cannot reach {url}; check it") == f"cannot reach {shown}; check it"
+    assert redact.redact_bytes(f'"{url}"'.encode()) == f'"{shown}"'.encode()
+
+
+def test_url_credentials_are_registered_but_a_user_name_beside_a_password_is_not() -> None:
+    redact.clear_secrets()
+    redact.register_url_secrets("http://alice:pw-0123@h/v1?token=abcd&page=2")
+    text = redact.redact_text("alice sent pw-0123 and abcd on page 2")
+    assert text == "alice sent [redacted] and [redacted] on page 2"

@@ -63,8 +63,8 @@ USER = [{"role": "user", "content": "ba be"}]
             {"prompt": "ba", "stream": "maybe"},
             False,
             "stream",
-            "stream='maybe' is not valid (input should be a valid boolean, unable to interpret "
-            "input); give true or false",
+            "stream='maybe' is not valid (input should be a valid boolean); give true or false "
+            "(a JSON boolean)",
         ),
         (
             {"prompt": "ba", "stream_options": 5},
@@ -197,8 +197,8 @@ def test_good_bodies_in_vllm_shapes() -> None:
     assert one_text.prompt_token_ids == tuple(TOK.encode("ba be"))
     assert one_text.max_tokens == 16  # the default
     assert _parse({"prompt": [[3, 4, 5]]}).prompt_token_ids == (3, 4, 5)
-    # stream flags read as JSON booleans, "false" is false (not a truthy string)
-    parsed = _parse({"prompt": "ba", "stream": "false", "stream_options": {"include_usage": True}})
+    # stream flags are JSON booleans (a string such as "false" is refused: test_booleans_are_strict)
+    parsed = _parse({"prompt": "ba", "stream": False, "stream_options": {"include_usage": True}})
     assert (parsed.stream, parsed.include_usage) == (False, True)
     # chat: max_completion_tokens wins over max_tokens; text parts are joined, others dropped
     chat = _parse(
@@ -229,3 +229,32 @@ def test_the_context_length_check_uses_vllms_words() -> None:
         "This model's maximum context length is 64 tokens. However, you requested 65 tokens "
         "(3 in the messages, 62 in the completion)."
     )
+
+
+def test_longest_synthetic_token_is_the_assistant_marker() -> None:
+    from kvbudget.serve.protocol import max_chars_per_token
+
+    # "<|assistant|>" is 13 characters; words of a 32,000-id vocabulary are at most 3
+    # syllables (80 + 80**2 < 31,995 <= 80 + 80**2 + 80**3), 6 characters
+    assert max_chars_per_token(TOK) == 13
+    # a 10,000,000-id vocabulary needs 4 syllables (8 characters): still the marker
+    assert max_chars_per_token(get_tokenizer(10_000_000)) == 13
+
+
+@pytest.mark.parametrize("field", ["stream", "ignore_eos"])
+@pytest.mark.parametrize("value", ["yes", "true", "1", 1, 0])
+def test_booleans_are_strict(field: str, value: object) -> None:
+    err = _refused({"prompt": "ba", field: value})
+    assert err.param == field and "(a JSON boolean)" in err.message
+
+
+def test_include_usage_is_strict() -> None:
+    err = _refused({"prompt": "ba", "stream": True, "stream_options": {"include_usage": "on"}})
+    assert err.param == "stream_options.include_usage"
+
+
+def test_a_long_role_is_not_echoed_whole() -> None:
+    err = _refused({"messages": [{"role": "r" * 5000, "content": "ba"}]}, chat=True)
+    assert err.param == "messages" and "r" * 200 not in err.message
+    # the cut run is `messages[0].role='rrr...'`: 17 characters, then the 5,002 of the repr
+    assert "... (5,019 characters) is not supported" in err.message

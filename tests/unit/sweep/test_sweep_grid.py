@@ -92,3 +92,46 @@ def test_grid_file_errors(tmp_path: Path) -> None:
     top.write_text("- 1\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_grid(top)
+
+
+def test_a_billion_point_grid_is_refused_before_any_point_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 30 item 5: 10 axes of 8 values (1,073,741,824 points) in a small file. The size is
+    # the product of the axes' lengths, counted by hand here; it must be refused before a
+    # single scenario is validated.
+    import kvbudget.sweep.grid as grid_module
+
+    def no_scenario(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a point was validated before the grid size was checked")
+
+    monkeypatch.setattr(grid_module, "scenario_from_dict", no_scenario)
+    eight = list(range(1, 9))
+    axes = {
+        "tp": eight,
+        "max_model_len": [1024 * i for i in eight],
+        "max_num_seqs": eight,
+        "gpu_memory_utilization": [0.5 + 0.05 * i for i in eight],
+        "replicas": eight,
+        "rate_per_s": [float(i) for i in eight],
+        "kv_dtype": ["auto", "fp8"] * 4,
+        "router": ["round_robin"] * 8,
+        "model": ["m"] * 8,
+        "gpu": ["H100-SXM"] * 8,
+    }
+    with pytest.raises(ConfigError) as info:
+        grid_from_dict(_grid(**axes))
+    text = info.value.one_line()
+    assert "1,073,741,824 points" in text and "100,000" in text and "limit" in text
+    assert len(text.splitlines()) == 1
+    # expand() refuses too, for a GridFile built without grid_from_dict
+    built = grid_module.GridFile.model_validate(_grid(**axes))
+    with pytest.raises(ConfigError, match="1,073,741,824 points"):
+        expand(built)
+
+
+def test_a_grid_at_the_limit_is_not_refused_for_its_size() -> None:
+    from kvbudget.sweep.grid import grid_size
+
+    grid = grid_from_dict(_grid(rate_per_s=[float(i + 1) for i in range(1000)], tp=[1] * 100))
+    assert grid_size(grid) == 100_000

@@ -12,7 +12,7 @@ from kvbudget.web.app import create_app
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app())
+    return TestClient(create_app(), base_url="http://127.0.0.1:8765")
 
 
 def post_ok(client: TestClient, path: str, **body: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvbudget.web.app import create_app
 
-CLIENT = TestClient(create_app())
+CLIENT = TestClient(create_app(), base_url="http://127.0.0.1:8765")
 FIELDS = ("layers", "kv_heads", "head_dim", "dtype_bytes", "tokens", "seqs")
 
 
