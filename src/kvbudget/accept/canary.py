@@ -12,7 +12,12 @@ The candidate is the plan's target (its lock is the new configuration). The gate
    plan's ceiling; figures of different kinds (simulated vs measured) are ``not_comparable``;
 3. optionally the plan's rollback drill (``accept.drill``).
 
-Any ``fail`` fails the canary; it passes only when every check passed.
+Any ``fail`` fails the canary; it passes only when every check passed. Anything else is
+``untested``: the canary could not judge the candidate, and that blocks a rollout as a failure
+does (``kvbudget canary`` exits 1 unless the verdict is ``pass``, and its textfile counts it in
+``kvbudget_canary_untested_total``, which deploy's ``CanaryUntested`` alert reads). The default
+number of requests per cell is sized so the plan's cancellations still leave a median
+(:func:`default_num_requests`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,30 @@ class CanaryResult(ResultDocument):
     rollback_drill: dict[str, Any] = Field(default_factory=dict)
     verdict: Verdict
     verdict_reasons: list[str]
+
+
+#: the chance that a default-sized canary cell ends with fewer completed requests than a median
+#: needs, when the client cancels each request with probability ``load.cancel_fraction``
+_SHORTFALL_PROBABILITY = 1e-3
+
+
+def default_num_requests(plan: AcceptPlan) -> int:
+    """Requests per cell so that a median (``min_samples_for("p50")`` = 20 samples) survives the
+    plan's cancellations: the smallest ``n`` with ``P(Binomial(n, 1 - cancel_fraction) < 20) <=
+    0.001``. Each request is cancelled independently with probability ``cancel_fraction``
+    (``kvbudget.load.requests``), so 20 requests and 5 % cancelled leave fewer than 20 samples 64 %
+    of the time: the canary would end ``untested``. Capped by the plan's
+    ``max_requests_per_cell``."""
+    from scipy.stats import binom
+
+    need = min_samples_for("p50")
+    keep = 1.0 - plan.load.cancel_fraction
+    n = need
+    while n < plan.load.max_requests_per_cell and binom.cdf(need - 1, n, keep) > (
+        _SHORTFALL_PROBABILITY
+    ):
+        n += 1
+    return min(n, plan.load.max_requests_per_cell)
 
 
 def canary_plan(plan: AcceptPlan, num_requests: int) -> AcceptPlan:
@@ -147,6 +176,30 @@ def _regression(
     return checks
 
 
+def _beyond_sample(check: Check) -> bool:
+    """A ceiling the canary's few requests cannot claim (``ttft_s p95 <= 2`` from 26 samples)
+    although no sample breached it: not a finding either way. A breach is a ``fail`` whatever
+    the sample (``accept.verdicts``), and is never skipped."""
+    return (
+        check.verdict == "untested"
+        and check.observed is not None
+        and check.limit is not None
+        and check.observed <= check.limit
+    )
+
+
+def _cell_gate(cell: CellResult) -> tuple[Verdict, list[str], list[str]]:
+    """The cell's verdict for the canary: its checks less those beyond the canary's sample;
+    the reasons; and the names of the checks skipped so."""
+    if not cell.checks:
+        return cell.verdict, cell.reasons, []
+    kept = [c for c in cell.checks if not _beyond_sample(c)]
+    skipped = [c.name for c in cell.checks if _beyond_sample(c)]
+    verdict = _verdict([c.verdict for c in kept]) if kept else "untested"
+    why = [f"{c.name}: {c.reason}" for c in kept if c.verdict != "pass"] or cell.reasons
+    return verdict, why, skipped
+
+
 def _verdict(verdicts: list[Verdict]) -> Verdict:
     if any(v == "fail" for v in verdicts):
         return "fail"
@@ -162,7 +215,7 @@ def run_canary(
     *,
     baseline_path: Path,
     cells: list[str] | None = None,
-    num_requests: int = 20,
+    num_requests: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     drill: bool = False,
     out_dir: Path | None = None,
@@ -182,7 +235,7 @@ def run_canary(
             field="rollback.drill",
         )
     check_quality_files(plan)
-    small = canary_plan(plan, num_requests)
+    small = canary_plan(plan, default_num_requests(plan) if num_requests is None else num_requests)
     rng = np.random.default_rng([plan.seed, 11])
     prepared = factory(plan.lock)
     target = prepared.target
@@ -197,11 +250,15 @@ def run_canary(
     for cell in outcome.cells:
         regression += _regression(cell, base_cells.get(cell.cell_id), plan, tolerance, comparable)
     drill_result = drill_for(plan) if drill else {}
-    verdicts: list[Verdict] = [c.verdict for c in outcome.cells] + [c.verdict for c in regression]
+    verdicts: list[Verdict] = [c.verdict for c in regression]
     reasons: list[str] = []
+    beyond: list[str] = []
     for cell in outcome.cells:
-        if cell.verdict != "pass":
-            reasons.append(f"cell {cell.cell_id}: {cell.verdict} ({'; '.join(cell.reasons[:2])})")
+        verdict, why, skipped = _cell_gate(cell)
+        verdicts.append(verdict)
+        beyond += [f"{cell.cell_id} {name}" for name in skipped]
+        if verdict != "pass":
+            reasons.append(f"cell {cell.cell_id}: {verdict} ({'; '.join(why[:2])})")
     reasons += [f"{c.name}: {c.verdict} ({c.reason})" for c in regression if c.verdict != "pass"]
     if drill_result:
         verdicts.append("pass" if drill_result.get("verdict") == "pass" else "fail")
@@ -211,6 +268,11 @@ def run_canary(
     verdict = _verdict(verdicts)
     if verdict == "pass":
         reasons = ["every canary cell, regression check and drill passed"]
+    if beyond:
+        reasons.append(
+            "not judged by the canary (its sample is too small for these percentiles and "
+            f"nothing breached them; accept judges them): {', '.join(beyond)}"
+        )
     if provenance.kind == "simulated":
         reasons.append("simulated candidate: a canary on the simulator is not a go-live signal")
     return CanaryResult(

@@ -1,6 +1,7 @@
 """The canary's Prometheus textfile (node_exporter's textfile collector format).
 
-``kvbudget_canary_runs_total`` and ``kvbudget_canary_failures_total`` are counters kept across
+``kvbudget_canary_runs_total``, ``kvbudget_canary_failures_total`` and
+``kvbudget_canary_untested_total`` (runs that could not judge the candidate) are counters kept across
 runs: each run reads the previous file and adds to it (a missing file starts at 0); other
 services' counters in the same file are kept. The only label is ``service`` (bounded; no prompt
 or identity). A file that holds anything else (not UTF-8 text, or a line that is neither a
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from kvbudget.errors import ConfigError
 
-_LINE = re.compile(r'^(kvbudget_canary_(?:runs|failures)_total)\{service="([^"]*)"\}\s+(\S+)$')
+_LINE = re.compile(
+    r'^(kvbudget_canary_(?:runs|failures|untested)_total)\{service="([^"]*)"\}\s+(\S+)$'
+)
 
 
 def service_name(text: str, *, max_len: int = 52) -> str:
@@ -24,10 +27,15 @@ def service_name(text: str, *, max_len: int = 52) -> str:
     return name or "kvbudget"
 
 
-_NAMES = ("kvbudget_canary_runs_total", "kvbudget_canary_failures_total")
+_NAMES = (
+    "kvbudget_canary_runs_total",
+    "kvbudget_canary_failures_total",
+    "kvbudget_canary_untested_total",
+)
 _HELP = {
     "kvbudget_canary_runs_total": "kvbudget canary runs.",
     "kvbudget_canary_failures_total": "kvbudget canary runs whose gate failed.",
+    "kvbudget_canary_untested_total": "kvbudget canary runs that could not judge the candidate.",
 }
 
 
@@ -71,12 +79,16 @@ def _number(text: str) -> float | None:
     return value if value >= 0 and value != float("inf") else None
 
 
-def write_textfile(path: Path, *, service: str, failed: bool) -> dict[str, float]:
+def write_textfile(path: Path, *, service: str, verdict: str) -> dict[str, float]:
+    """Add one run with ``verdict`` (pass, fail or untested) to ``service``'s counters."""
     known = read_textfile(path)
-    runs = ("kvbudget_canary_runs_total", service)
-    fails = ("kvbudget_canary_failures_total", service)
-    known[runs] = known.get(runs, 0.0) + 1
-    known[fails] = known.get(fails, 0.0) + (1 if failed else 0)
+    add = {
+        "kvbudget_canary_runs_total": 1,
+        "kvbudget_canary_failures_total": int(verdict == "fail"),
+        "kvbudget_canary_untested_total": int(verdict not in ("pass", "fail")),
+    }
+    for name, step in add.items():
+        known[(name, service)] = known.get((name, service), 0.0) + step
     lines: list[str] = []
     for name in _NAMES:
         lines += [f"# HELP {name} {_HELP[name]}", f"# TYPE {name} counter"]

@@ -32,6 +32,39 @@ import click
     help="Model path or id the engine loads inside the pod (default: lock.model.id).",
 )
 @click.option(
+    "--model-pvc",
+    default=None,
+    help="PersistentVolumeClaim holding the weights, mounted read-only at --model-mount-path.",
+)
+@click.option(
+    "--model-host-path",
+    default=None,
+    help="Directory on every GPU node holding the weights (hostPath), mounted read-only.",
+)
+@click.option(
+    "--model-mount-path",
+    default=None,
+    help="Where the weights are mounted in the pod (default: the model path's directory, else "
+    "/models).",
+)
+@click.option(
+    "--hf-token-secret",
+    default="hf-token",
+    show_default=True,
+    help="Secret whose key 'token' becomes HF_TOKEN when the model is a hub id (optional).",
+)
+@click.option(
+    "--hf-cache-pvc",
+    default=None,
+    help="PersistentVolumeClaim for the hub download cache (default: an emptyDir).",
+)
+@click.option(
+    "--gpu-product",
+    default=None,
+    help="nvidia.com/gpu.product node label (default: derived from lock.gpu.type as GPU "
+    "Feature Discovery writes it).",
+)
+@click.option(
     "--replicas",
     type=click.IntRange(min=1),
     default=None,
@@ -124,6 +157,12 @@ def deploy(
     name: str | None,
     image: str | None,
     model_path: str | None,
+    model_pvc: str | None,
+    model_host_path: str | None,
+    model_mount_path: str | None,
+    hf_token_secret: str,
+    hf_cache_pvc: str | None,
+    gpu_product: str | None,
     replicas: int | None,
     max_replicas: int | None,
     gpus_per_node: int,
@@ -148,6 +187,7 @@ def deploy(
     """
     import re
 
+    from kvbudget.deploy.model_source import ModelSourceOptions
     from kvbudget.deploy.render import DeployOptions, render_deploy, write_deploy
     from kvbudget.deploy.source import load_source
     from kvbudget.errors import ConfigError
@@ -179,6 +219,14 @@ def deploy(
         rate_window=rate_window,
         kv_high_water=kv_usage_high_water,
         metric_selector=metric_selector,
+        model_source=ModelSourceOptions(
+            model_pvc=model_pvc,
+            model_host_path=model_host_path,
+            model_mount_path=model_mount_path,
+            hf_token_secret=hf_token_secret,
+            hf_cache_pvc=hf_cache_pvc,
+        ),
+        gpu_product=gpu_product,
     )
     paths = write_deploy(render_deploy(src, opts), out_dir)
     for path in paths:

@@ -40,6 +40,27 @@ COMMANDS: dict[str, str] = {
     "sweep": "kvbudget.cli.sweep:sweep",
 }
 
+#: command name -> its one-line summary in ``kvbudget --help``, so listing the commands imports
+#: none of them (a test checks each is the start of the command's own help text)
+SUMMARIES: dict[str, str] = {
+    "calc": "KV-cache bytes per token, per sequence and in total",
+    "models": "List the bundled model configs (catalog ids usable with --model)",
+    "plan": "Plan the engine's KV pool, the three budgets and the GPUs a load needs",
+    "gpus": "List the GPU catalog: memory as the device reports it, dense TFLOPS, bandwidths",
+    "sim": "Simulate serving: plan-built replicas, a router, a workload",
+    "bench": "Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...)",
+    "serve": "Serve the simulated engine over OpenAI-compatible HTTP (real time)",
+    "accept": "Run a capacity acceptance plan",
+    "report": "Re-render report.md and report.html from an acceptance report.json",
+    "audit": "Audit a prefix cache: cross-tenant isolation and correctness of reused KV",
+    "web": "Serve the KV-cache calculator page, model planner, chart and result viewer",
+    "calibrate": "Measure a short planned series on a running engine and fit the step-time model",
+    "fingerprint": "A deployment's KV-cache compatibility identity",
+    "deploy": "Render Kubernetes manifests and Prometheus alert rules",
+    "canary": "Run the short, low-concurrency cells of PLAN_FILE against its target",
+    "sweep": "Simulate every point of GRID",
+}
+
 
 def available_commands() -> dict[str, str]:
     """Commands whose module exists in this installation."""
@@ -56,6 +77,13 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(available_commands())
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from :data:`SUMMARIES`: ``kvbudget --help`` imports no command."""
+        rows = [(name, SUMMARIES.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = available_commands().get(cmd_name)

@@ -24,6 +24,84 @@ def _term_row(table: Table, term: MemoryTerm, note: str = "") -> None:
     table.add_row(term.name, _gib(term.num_bytes), term.source, escape(note or term.method))
 
 
+#: the scenario table's columns, in order; below ``_WIDE_SCENARIOS_COLUMNS`` terminal columns the
+#: table is drawn transposed (one column per scenario) so no header or value is truncated
+_SCENARIO_FIELDS = (
+    "scenario",
+    "median/p95 tokens",
+    "peak conc.",
+    "seqs/replica",
+    "limited by",
+    "replicas",
+    "GPUs",
+    "headroom",
+    "CPU tier host",
+)
+_WIDE_SCENARIOS_COLUMNS = 120
+
+
+def _scenario_cells(e: ScenarioResult) -> tuple[str, ...]:
+    return (
+        escape(e.scenario.name),
+        f"{e.scenario.lengths.median_tokens:,}/{e.scenario.lengths.p95_tokens:,}",
+        str(e.scenario.concurrency),
+        str(e.per_replica_capacity),
+        e.limited_by,
+        "-" if e.replicas_needed is None else str(e.replicas_needed),
+        "-" if e.gpus_needed is None else str(e.gpus_needed),
+        "-" if e.headroom_fraction is None else f"{e.headroom_fraction:+.0%}",
+        format_bytes(e.cpu_kv_host_bytes) if e.cpu_kv_host_bytes else "-",
+    )
+
+
+def _scenario_table(title: str, scenarios: Sequence[ScenarioResult], *, width: int) -> Table:
+    rows = [_scenario_cells(e) for e in scenarios]
+    if width >= _WIDE_SCENARIOS_COLUMNS:
+        table = Table(title=title)
+        for col in _SCENARIO_FIELDS:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        return table
+    table = Table(title=title)
+    table.add_column(_SCENARIO_FIELDS[0], no_wrap=True)
+    for row in rows:
+        table.add_column(row[0])
+    for i, field in enumerate(_SCENARIO_FIELDS[1:], start=1):
+        table.add_row(field, *(row[i] for row in rows))
+    return table
+
+
+def pool_vs_structural(result: PlanResult, budgets: ThreeBudgets) -> str | None:
+    """One sentence when the engine pool is far from the structural budget (1.5x or more either
+    way), splitting the ratio into its two causes: bytes per token (TP replication: MLA's latent
+    and KV heads fewer than TP ranks are stored whole on every rank) and tokens (the pool fills
+    the memory left, the structural budget counts ``floor(max_concurrency)`` max-length
+    sequences; windows, blocks and padding)."""
+    s = budgets.structural
+    if s.total_bytes <= 0 or s.bytes_per_token <= 0:
+        return None
+    ratio = budgets.engine_pool_bytes_replica / s.total_bytes
+    if 1 / 1.5 < ratio < 1.5:
+        return None
+    replication = result.kv_bytes_per_token_replica / s.bytes_per_token
+    parts = [f"it is {ratio:.2f}x the structural figure"]
+    if replication >= 1.05:
+        parts.append(
+            f"{replication:.2f}x of that is bytes per token: the {result.num_gpus} GPUs store "
+            f"{result.kv_bytes_per_token_replica:,} B per token together against "
+            f"{s.bytes_per_token:,} B of K/V data (each rank keeps its own copy of what TP "
+            "cannot split: an MLA latent, or KV heads fewer than the TP ranks)"
+        )
+    rest = ratio / max(replication, 1.0)
+    parts.append(
+        f"{rest:.2f}x is tokens: the pool holds {budgets.engine_pool_tokens:,} tokens (all the "
+        f"memory left for KV) while the structural figure counts {s.num_sequences} x "
+        f"{result.max_model_len:,} tokens (windows, blocks and padding included there)"
+    )
+    return "; ".join(parts)
+
+
 def render_plan(
     result: PlanResult,
     budgets: ThreeBudgets,
@@ -151,14 +229,24 @@ def render_plan(
     if not budgets.device_peak:
         bud.add_row("device peak", "not computed", "no device given; pass --gpu to check it")
     for peak in budgets.device_peak:
-        verdict = "[green]ok[/green]" if peak.ok else "[red]tight[/red]"
+        if peak.ok:
+            verdict = (
+                f"[green]ok[/green]: headroom >= the {_gib(peak.margin_bytes)} GiB safety margin"
+            )
+        else:
+            verdict = (
+                f"[red]tight[/red]: headroom < the {_gib(peak.margin_bytes)} GiB safety margin"
+            )
         bud.add_row(
             f"device peak (stage {peak.pp_rank})",
-            f"{_gib(peak.peak_bytes)} of {_gib(peak.device_bytes)} GiB, headroom {_gib(peak.headroom_bytes)} GiB "
-            f"(margin {_gib(peak.margin_bytes)}) {verdict}",
+            f"{_gib(peak.peak_bytes)} of {_gib(peak.device_bytes)} GiB, headroom "
+            f"{_gib(peak.headroom_bytes)} GiB; {verdict}",
             "context + weights + activation + non-torch + graphs + KV pool",
         )
     out.print(bud)
+    pool_note = pool_vs_structural(result, budgets)
+    if pool_note:
+        out.print(f"why the engine pool differs from the structural budget: {escape(pool_note)}")
 
     if scenarios:
         title = "Scenarios" + (
@@ -166,32 +254,7 @@ def render_plan(
             if default_scenarios_used
             else ""
         )
-        sc = Table(title=title)
-        for col in (
-            "scenario",
-            "median/p95 tokens",
-            "peak conc.",
-            "seqs/replica",
-            "limited by",
-            "replicas",
-            "GPUs",
-            "headroom",
-            "CPU tier host",
-        ):
-            sc.add_column(col)
-        for e in scenarios:
-            sc.add_row(
-                escape(e.scenario.name),
-                f"{e.scenario.lengths.median_tokens:,}/{e.scenario.lengths.p95_tokens:,}",
-                str(e.scenario.concurrency),
-                str(e.per_replica_capacity),
-                e.limited_by,
-                "-" if e.replicas_needed is None else str(e.replicas_needed),
-                "-" if e.gpus_needed is None else str(e.gpus_needed),
-                "-" if e.headroom_fraction is None else f"{e.headroom_fraction:+.0%}",
-                format_bytes(e.cpu_kv_host_bytes) if e.cpu_kv_host_bytes else "-",
-            )
-        out.print(sc)
+        out.print(_scenario_table(title, scenarios, width=out.width))
         gates = {(e.scenario.quality_gate, tuple(e.scenario.stop_conditions)) for e in scenarios}
         for e in scenarios if len(gates) > 1 else scenarios[:1]:
             sc_ = e.scenario
@@ -209,18 +272,12 @@ def render_plan(
 
 
 def render_gpus(catalog: Sequence[GpuSpec], console: Console | None = None) -> None:
+    """The catalog's numbers in one narrow table (no column wraps at 80 terminal columns), then
+    each GPU's interconnect and memory source as a line of its own (those are sentences)."""
     out = console or Console(soft_wrap=False)
     table = Table(title="GPU catalog (dense tensor TFLOPS; memory as the device reports it)")
-    for col in (
-        "id",
-        "memory MiB",
-        "bf16 TFLOPS",
-        "fp8 TFLOPS",
-        "HBM GB/s",
-        "interconnect",
-        "memory source",
-    ):
-        table.add_column(col)
+    for col in ("id", "memory MiB", "bf16 TFLOPS", "fp8 TFLOPS", "HBM GB/s", "link GB/s"):
+        table.add_column(col, no_wrap=True, justify="left" if col == "id" else "right")
     for g in catalog:
         table.add_row(
             g.id,
@@ -228,8 +285,12 @@ def render_gpus(catalog: Sequence[GpuSpec], console: Console | None = None) -> N
             "-" if g.bf16_dense_tflops is None else f"{g.bf16_dense_tflops:,.1f}",
             "-" if g.fp8_dense_tflops is None else f"{g.fp8_dense_tflops:,.1f}",
             "-" if g.hbm_bandwidth_gb_s is None else f"{g.hbm_bandwidth_gb_s:,.0f}",
-            f"{escape(g.interconnect)} {g.interconnect_gb_s or '-'} GB/s",
-            escape(g.memory_source),
+            "-" if g.interconnect_gb_s is None else f"{g.interconnect_gb_s:,.0f}",
         )
     out.print(table)
+    out.print("Interconnect and memory source per GPU:")
+    for g in catalog:
+        out.print(
+            f"  {g.id}: {escape(g.interconnect)}; memory {escape(g.memory_source)}", soft_wrap=True
+        )
     out.print("Sources per value: kvbudget gpus --json")

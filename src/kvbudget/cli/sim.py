@@ -417,6 +417,9 @@ def sim(**opts: Any) -> None:
     if opts["engine"] == "llamacpp":
         _sim_slots(scenario, opts)
         return
+    if scenario.disaggregation is not None:
+        _sim_pd(scenario, opts)
+        return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
     # --rate with --max-concurrency: arrivals at the rate, at most this many in flight (vllm
     # bench serve's semaphore); the others wait at the client and are sent when a slot frees
@@ -586,6 +589,26 @@ class _SampleWriter:
     def __exit__(self, *exc: object) -> None:
         self._flush()
         self._fh.close()
+
+
+def _sim_pd(scenario: Any, opts: dict[str, Any]) -> None:
+    """A scenario with ``disaggregation:``: P/D beside co-located (kvbudget.sim.pd_scenario)."""
+    from kvbudget.sim.native import build_label
+    from kvbudget.sim.pd_scenario import render_pd, simulate_pd_scenario
+
+    for flag in ("trace_out", "samples_out", "records_out", "compare_router"):
+        if opts[flag]:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')}: not available with a disaggregation scenario; "
+                "drop it",
+                field=flag,
+            )
+    doc = simulate_pd_scenario(scenario)
+    doc["simulator_build"] = build_label()
+    if opts["as_json"]:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(render_pd(doc))
 
 
 def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:

@@ -245,6 +245,17 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         summary="a kvbudget canary run failed its gate (quality or stop conditions)",
         threshold="any failure (kvbudget canary --metrics-textfile)",
     )
+    _alert(
+        rs,
+        "CanaryUntested",
+        "quality",
+        f"increase(kvbudget_canary_untested_total{{{svc_sel}}}[1h]) > 0",
+        for_="0m",
+        severity="critical",
+        summary="a kvbudget canary run could not judge the candidate (too few requests "
+        "completed, no baseline cell, or figures of another kind): the rollout gate is blind",
+        threshold="any untested run (kvbudget canary --metrics-textfile)",
+    )
 
     # --- security --------------------------------------------------------------------------
     _alert(

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvbudget.accept.canary_metrics import service_name
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.deploy.engine_args import EngineCommand
 from kvbudget.deploy.memory import HostBudget
-from kvbudget.deploy.pods import PodTiming, engine_container, pod_spec
+from kvbudget.deploy.pods import PodExtras, PodTiming, engine_container, pod_spec
 from kvbudget.deploy.source import Figure
 
 Autoscaler = Literal["hpa", "keda", "none"]
@@ -46,6 +46,8 @@ class Layout:
     num_nodes: int
     labels: dict[str, str]
     annotations: dict[str, str]
+    #: the weights' volumes and the GPU-product node selector, on every engine pod
+    extras: PodExtras = field(default_factory=PodExtras)
 
 
 def layout(
@@ -58,6 +60,7 @@ def layout(
     max_replicas: int | None,
     gpus_per_node: int,
     annotations: dict[str, str],
+    extras: PodExtras | None = None,
 ) -> Layout:
     gpus = (lock.tensor_parallel.value or 1) * (lock.pipeline_parallel.value or 1)
     if replicas is None:
@@ -80,6 +83,7 @@ def layout(
         num_nodes=nodes,
         labels=labels,
         annotations=annotations,
+        extras=extras or PodExtras(),
     )
 
 
@@ -105,7 +109,12 @@ def deployment(
     warm_prefix_gate: bool,
 ) -> dict[str, Any]:
     container = engine_container(
-        cmd, image=lay.image, budget=budget, gpus=lay.gpus_per_pod, timing=timing
+        cmd,
+        image=lay.image,
+        budget=budget,
+        gpus=lay.gpus_per_pod,
+        timing=timing,
+        extras=lay.extras,
     )
     return {
         "apiVersion": "apps/v1",
@@ -122,7 +131,11 @@ def deployment(
             "template": {
                 "metadata": {"labels": dict(lay.labels)},
                 "spec": pod_spec(
-                    container, budget=budget, timing=timing, warm_prefix_gate=warm_prefix_gate
+                    container,
+                    budget=budget,
+                    timing=timing,
+                    warm_prefix_gate=warm_prefix_gate,
+                    extras=lay.extras,
                 ),
             },
         },
@@ -163,7 +176,13 @@ def leader_worker_set(
 ) -> dict[str, Any]:
     leader_argv, worker_argv = _multinode_argv(cmd, lay)
     leader = engine_container(
-        cmd, image=lay.image, budget=budget, gpus=lay.gpus_per_pod, timing=timing, argv=leader_argv
+        cmd,
+        image=lay.image,
+        budget=budget,
+        gpus=lay.gpus_per_pod,
+        timing=timing,
+        argv=leader_argv,
+        extras=lay.extras,
     )
     worker = engine_container(
         cmd,
@@ -173,6 +192,7 @@ def leader_worker_set(
         timing=timing,
         argv=worker_argv,
         probes=False,
+        extras=lay.extras,
     )
     worker.pop("ports", None)
     return {
@@ -187,12 +207,22 @@ def leader_worker_set(
                 "leaderTemplate": {
                     "metadata": {"labels": {**lay.labels, "role": "leader"}},
                     "spec": pod_spec(
-                        leader, budget=budget, timing=timing, warm_prefix_gate=warm_prefix_gate
+                        leader,
+                        budget=budget,
+                        timing=timing,
+                        warm_prefix_gate=warm_prefix_gate,
+                        extras=lay.extras,
                     ),
                 },
                 "workerTemplate": {
                     "metadata": {"labels": {**lay.labels, "role": "worker"}},
-                    "spec": pod_spec(worker, budget=budget, timing=timing, warm_prefix_gate=False),
+                    "spec": pod_spec(
+                        worker,
+                        budget=budget,
+                        timing=timing,
+                        warm_prefix_gate=False,
+                        extras=lay.extras,
+                    ),
                 },
             },
         },

@@ -16,7 +16,7 @@ Numbers and where they come from:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvbudget.deploy.engine_args import EngineCommand
@@ -29,6 +29,18 @@ STARTUP_MARGIN = 1.5
 SHUTDOWN_S = 30
 DRAIN_EXTRA_S = 5
 WARM_PREFIX_GATE = "kvbudget.io/warm-prefix"
+
+
+@dataclass(frozen=True, slots=True)
+class PodExtras:
+    """What the pod needs beyond the engine: the weights' volumes, mounts and environment
+    (:mod:`kvbudget.deploy.model_source`) and the GPU-product node selector
+    (:mod:`kvbudget.deploy.placement`)."""
+
+    volumes: tuple[dict[str, Any], ...] = ()
+    mounts: tuple[dict[str, Any], ...] = ()
+    env: tuple[dict[str, Any], ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,7 @@ def engine_container(
     timing: PodTiming,
     argv: list[str] | None = None,
     probes: bool = True,
+    extras: PodExtras | None = None,
 ) -> dict[str, Any]:
     resources = {
         "cpu": str(budget.cpu),
@@ -96,8 +109,12 @@ def engine_container(
         )
         container["readinessProbe"] = _probe(cmd, period_s=5, failures=3)
         container["livenessProbe"] = _probe(cmd, period_s=10, failures=6)
-    if budget.shm_bytes:
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}] if budget.shm_bytes else []
+    mounts += [dict(m) for m in (extras.mounts if extras else ())]
+    if mounts:
+        container["volumeMounts"] = mounts
+    if extras and extras.env:
+        container["env"] = [dict(e) for e in extras.env]
     return container
 
 
@@ -107,14 +124,16 @@ def pod_spec(
     budget: HostBudget,
     timing: PodTiming,
     warm_prefix_gate: bool,
+    extras: PodExtras | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": timing.grace_s,
         "containers": [container],
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
+    volumes: list[dict[str, Any]] = []
     if budget.shm_bytes:
-        spec["volumes"] = [
+        volumes.append(
             {
                 "name": "dshm",
                 "emptyDir": {
@@ -122,7 +141,12 @@ def pod_spec(
                     "sizeLimit": f"{math.ceil(budget.shm_bytes / 1024**3)}Gi",
                 },
             }
-        ]
+        )
+    volumes += [dict(v) for v in (extras.volumes if extras else ())]
+    if volumes:
+        spec["volumes"] = volumes
+    if extras and extras.node_selector:
+        spec["nodeSelector"] = dict(extras.node_selector)
     if warm_prefix_gate:
         spec["readinessGates"] = [{"conditionType": WARM_PREFIX_GATE}]
     return spec

@@ -42,6 +42,7 @@ def readme_text(
     files: list[str],
     autoscaler: str,
     warm_prefix_gate: bool,
+    placement_lines: list[str] | None = None,
 ) -> str:
     lock = src.plan.lock
     out: list[str] = [f"# {lay.name}: manifests and alert rules from kvbudget", ""]
@@ -71,6 +72,9 @@ def readme_text(
     out += ["", f"Image: `{lay.image}` ({image_how}).", ""]
 
     out += ["## Pod", ""]
+    if placement_lines:
+        out += [f"- {line}" for line in placement_lines]
+        out += [""]
     gpus = (lock.tensor_parallel.value or 1) * (lock.pipeline_parallel.value or 1)
     if lay.num_nodes > 1:
         out.append(

@@ -34,7 +34,9 @@ from kvbudget.deploy.manifests import (
     service,
 )
 from kvbudget.deploy.memory import DEFAULT_SIDECAR_BYTES, HostBudget, host_budget
-from kvbudget.deploy.pods import SHUTDOWN_S, PodTiming, pod_timing
+from kvbudget.deploy.model_source import ModelSourceOptions, model_source
+from kvbudget.deploy.placement import gpu_placement
+from kvbudget.deploy.pods import SHUTDOWN_S, PodExtras, PodTiming, pod_timing
 from kvbudget.deploy.readme import readme_text
 from kvbudget.deploy.source import (
     DeploySource,
@@ -79,6 +81,8 @@ class DeployOptions:
     rate_window: str = "5m"
     kv_high_water: float = 0.90
     metric_selector: str | None = None
+    model_source: ModelSourceOptions = field(default_factory=ModelSourceOptions)
+    gpu_product: str | None = None
 
 
 @dataclass(slots=True)
@@ -94,7 +98,7 @@ def _weights(src: DeploySource, lay_gpus: int) -> tuple[int, str]:
         plan = make_plan(plan_request(lock))
     except KvbudgetError as exc:
         raise type(exc)(
-            f"{exc.one_line()} (kvbudget deploy needs the weight bytes for the memory budget)"
+            f"{exc} (kvbudget deploy needs the weight bytes for the memory budget)"
         ) from None
     w = plan.weights
     if lay_gpus >= plan.num_gpus:
@@ -165,6 +169,14 @@ def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
     }
     if src.verdict is not None:
         annotations["kvbudget.io/verdict"] = src.verdict
+    weights = model_source(opts.model_path or lock.model.id, opts.model_source)
+    placement = gpu_placement(lock.gpu.type.value, opts.gpu_product)
+    extras = PodExtras(
+        volumes=tuple(weights.volumes),
+        mounts=tuple(weights.mounts),
+        env=tuple(weights.env),
+        node_selector=placement.node_selector,
+    )
     lay: Layout = layout(
         lock,
         name=name,
@@ -174,6 +186,7 @@ def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
         max_replicas=opts.max_replicas,
         gpus_per_node=opts.gpus_per_node,
         annotations=annotations,
+        extras=extras,
     )
     weights_bytes, weights_how = _weights(src, lay.gpus_per_pod)
     budget: HostBudget = host_budget(
@@ -236,6 +249,12 @@ def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
         files=[*out.files, "alerts.rules.yaml"],
         autoscaler=opts.autoscaler,
         warm_prefix_gate=opts.warm_prefix_gate,
+        placement_lines=[
+            *weights.lines,
+            "node selector: "
+            + (", ".join(f"`{k}: {v}`" for k, v in placement.node_selector.items()) or "none")
+            + f" ({placement.source})",
+        ],
     )
     return out
 

@@ -60,11 +60,16 @@ def api_root(url: str) -> str:
     routes are added to the root (``/v1/completions``, and ``/tokenize``, ``/metrics``,
     ``/version`` which vLLM serves outside ``/v1``).
     """
-    root = url.strip().rstrip("/")
+    root = url.strip().split("?", 1)[0].split("#", 1)[0].rstrip("/")
     for suffix in ("/v1/chat/completions", "/v1/completions", "/v1"):
         if root.endswith(suffix):
             return root.removesuffix(suffix)
     return root
+
+
+def url_query(url: str) -> str:
+    """The query string of ``url`` (``api-version=...`` for some gateways), kept on every route."""
+    return url.strip().split("#", 1)[0].partition("?")[2]
 
 
 #: seconds to wait for the end of the body after ``[DONE]`` (connection reuse only)
@@ -135,6 +140,7 @@ class OpenAIClient:
         force_close: bool = False,
     ) -> None:
         self.base_url = api_root(base_url)
+        self._query = url_query(base_url)
         #: one connection per request (for servers that close every connection anyway)
         self.force_close = force_close
         self.concurrency = max(1, concurrency)
@@ -167,6 +173,11 @@ class OpenAIClient:
             await self._session.close()
             self._session = None
 
+    def route(self, path: str) -> str:
+        """``path`` on the server root, with the base URL's query (if any) kept after it."""
+        url = self.base_url + path
+        return f"{url}?{self._query}" if self._query else url
+
     def _fail(self, out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> StreamOutcome:
         """Record a failure; a key echoed in an error body (some gateways do) never reaches it."""
         if self._api_key:
@@ -194,7 +205,7 @@ class OpenAIClient:
     async def _stream(self, req: ClientRequest, out: StreamOutcome) -> StreamOutcome:
         clock = self._clock
         payload = json.dumps(req.body()).encode()
-        url = self.base_url + ENDPOINT_PATHS[req.endpoint]
+        url = self.route(ENDPOINT_PATHS[req.endpoint])
         resp: aiohttp.ClientResponse | None = None
         for attempt in range(STALE_CONNECTION_RETRIES + 1):
             out.sent_s = clock()
@@ -292,7 +303,7 @@ class OpenAIClient:
         """GET a JSON endpoint: (status, parsed body or None, headers); never raises."""
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                async with self.session.get(self.base_url + path) as resp:
+                async with self.session.get(self.route(path)) as resp:
                     text = await resp.text()
                     try:
                         body = json.loads(text)
@@ -304,7 +315,7 @@ class OpenAIClient:
 
     async def get_text(self, path_or_url: str) -> str | None:
         """GET a text endpoint (a path on this server or an absolute URL); None on failure."""
-        url = path_or_url if "://" in path_or_url else self.base_url + path_or_url
+        url = path_or_url if "://" in path_or_url else self.route(path_or_url)
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 async with self.session.get(url) as resp:
@@ -317,7 +328,7 @@ class OpenAIClient:
         """POST a JSON body to a path on this server: (status, parsed body or None)."""
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                async with self.session.post(self.base_url + path, json=body) as resp:
+                async with self.session.post(self.route(path), json=body) as resp:
                     text = await resp.text()
                     try:
                         return resp.status, json.loads(text)
@@ -344,7 +355,7 @@ class OpenAIClient:
             body["prompt"] = text
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                async with self.session.post(self.base_url + "/tokenize", json=body) as resp:
+                async with self.session.post(self.route("/tokenize"), json=body) as resp:
                     if resp.status != 200:
                         return None
                     body = await resp.json(content_type=None)

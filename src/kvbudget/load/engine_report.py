@@ -9,6 +9,8 @@ What an engine reports about itself after start-up — not what it was asked for
   ``kv_cache_size_tokens`` and ``kv_cache_max_concurrency`` from the engine core's handshake).
 * llama.cpp: ``/props`` (``total_slots``, ``default_generation_settings.n_ctx``, ``build_info``,
   ``model_path``).
+* kvbudget serve: ``/v1/models`` (``owned_by: kvbudget``) and the ``kvbudget:num_total_blocks``
+  gauge on ``/metrics`` (its simulated pool, counted as vLLM's ``num_gpu_blocks``).
 * SGLang: ``/get_server_info`` (the server args plus ``version``; ``page_size``,
   ``max_total_num_tokens``, ``kv_cache_dtype``, ``context_length``, ``disable_radix_cache``,
   ``mem_fraction_static``).
@@ -135,6 +137,24 @@ def cache_config_labels(metrics_text: str) -> dict[str, str]:
     return {}
 
 
+#: kvbudget serve's pool gauge: every block of the simulated pool, the null block included, as
+#: vLLM's ``num_gpu_blocks`` counts them (serve builds its pool from the same plan)
+SERVE_TOTAL_BLOCKS = "kvbudget:num_total_blocks"
+
+
+def gauge_value(metrics_text: str, name: str) -> float | None:
+    """The first sample of gauge ``name`` (engine 0 first) in an exposition text, or None."""
+    try:
+        families = list(text_string_to_metric_families(metrics_text))
+    except ValueError:
+        return None
+    for fam in families:
+        if fam.name == name and fam.samples:
+            first = sorted(fam.samples, key=lambda s: s.labels.get("engine", ""))[0]
+            return float(first.value)
+    return None
+
+
 def build_engine_report(
     *,
     models: Any = None,
@@ -161,7 +181,12 @@ def build_engine_report(
             put("model_root", first.get("root"), "/v1/models root")
             put("max_model_len", first.get("max_model_len"), "/v1/models max_model_len")
             owner = first.get("owned_by")
-            engine = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}.get(str(owner))
+            engine = {
+                "vllm": "vllm",
+                "sglang": "sglang",
+                "llamacpp": "llama.cpp",
+                "kvbudget": "kvbudget-serve",
+            }.get(str(owner))
     if isinstance(version, dict) and version.get("version"):
         put("engine_version", version["version"], "/version")
         engine = engine or "vllm"
@@ -170,6 +195,12 @@ def build_engine_report(
         engine = "vllm"
         for name, label in _VLLM_LABELS.items():
             put(name, labels.get(label), f"/metrics {CACHE_INFO} {label}")
+    elif metrics_text and engine == "kvbudget-serve":
+        put(
+            "num_gpu_blocks",
+            gauge_value(metrics_text, SERVE_TOTAL_BLOCKS),
+            f"/metrics {SERVE_TOTAL_BLOCKS}",
+        )
     if isinstance(props, dict) and ("build_info" in props or "total_slots" in props):
         engine = engine or "llama.cpp"
         put("engine_version", props.get("build_info"), "/props build_info")

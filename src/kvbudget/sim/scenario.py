@@ -24,6 +24,10 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     scale_out: []                      # [{at_s: 60, cold_start_s: 90, warmup_s: 30}]
     scale_in: []                       # [{at_s: 120, replica: 0, grace_s: 30, on_deadline: cancel_retry}]
     crashes: []                        # [{at_s: 200, replica: 1, restart_s: 120}]
+    disaggregation: null               # P/D: {prefill_replicas: 1, decode_replicas: 1,
+                                       #   prefill_tp: 1, decode_tp: 1,
+                                       #   link: {bandwidth_bytes_per_s: 5.0e10, latency_s: ...}}
+                                       #   (kvbudget.sim.pd_scenario; docs/disaggregation.md)
     max_simulated_s: null
     sample_every_s: 1.0
     seed: 0
@@ -45,6 +49,7 @@ from kvbudget.errors import ConfigError
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.cluster import ClusterSpec
 from kvbudget.sim.config import SchedulingPolicy
+from kvbudget.sim.disagg import KVLinkConfig
 from kvbudget.sim.driver import ScaleOut
 from kvbudget.sim.fromplan import build_replica
 from kvbudget.sim.lifecycle import Crash, ScaleIn
@@ -102,6 +107,19 @@ class CrashSpec(BaseModel):
     restart_s: float = Field(default=120.0, ge=0)
 
 
+class DisaggregationSpec(BaseModel):
+    """A prefill pool, a decode pool and their KV link (``kvbudget.sim.disagg``); ``sim`` runs
+    the same requests co-located on the same number of GPUs beside it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill_replicas: int = Field(default=1, ge=1, le=1024)
+    decode_replicas: int = Field(default=1, ge=1, le=1024)
+    prefill_tp: int | None = Field(default=None, ge=1, description="default: the scenario's tp")
+    decode_tp: int | None = Field(default=None, ge=1, description="default: the scenario's tp")
+    link: KVLinkConfig
+
+
 class SimScenario(BaseModel):
     """Everything ``kvbudget sim`` needs."""
 
@@ -134,6 +152,7 @@ class SimScenario(BaseModel):
     scale_out: list[ScaleOutSpec] = Field(default_factory=list)
     scale_in: list[ScaleInSpec] = Field(default_factory=list)
     crashes: list[CrashSpec] = Field(default_factory=list)
+    disaggregation: DisaggregationSpec | None = None
     max_simulated_s: float | None = Field(default=None, gt=0)
     sample_every_s: float | None = Field(default=1.0, gt=0)
     seed: int = 0
@@ -240,7 +259,8 @@ def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") ->
     return scenario
 
 
-def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSetup:
+def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSetup:
+    """One replica built from its own plan: the scenario's fields with ``override``'s on top."""
     o = override or ReplicaOverride()
     request = PlanRequest(
         model=scenario.model,
@@ -273,9 +293,9 @@ def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSe
 def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
     """Replicas (each from its own plan), router, tiers, scale-out."""
     if scenario.replica_overrides:
-        setups = [_setup(scenario, o) for o in scenario.replica_overrides]
+        setups = [replica_setup(scenario, o) for o in scenario.replica_overrides]
     else:
-        one = _setup(scenario, None)
+        one = replica_setup(scenario, None)
         setups = [one] * scenario.replicas
     return ClusterSpec(
         setups=setups,

@@ -109,6 +109,13 @@ def test_http_target_on_kvbudget_serve_is_simulated(served: str, tmp_path: Path)
             assert q["verdict"] == "untested", q
     records = [json.loads(x) for x in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
     assert records and all(r["source"] == "simulated" for r in records)
+    # issue #32 item 4: the served pool (serve's manual default, 8,192 blocks, read from its
+    # kvbudget:num_total_blocks gauge) beside the plan's (Llama-3.1-8B on one H100): a mismatch
+    # the report names and that blocks, never an empty engine column
+    (row,) = [r for r in doc["pool"] if r["field"] == "num_blocks"]
+    assert row["engine_reported"] == 8192 and row["source"] == "/metrics kvbudget:num_total_blocks"
+    assert row["planned"] != 8192 and row["match"] is False
+    assert any(b.startswith("pool.num_blocks: plan computes") for b in doc["blocking"])
 
 
 @pytest.fixture

@@ -144,3 +144,46 @@ def test_a_foreign_metrics_textfile_is_refused_before_the_run(
     assert err[-1].startswith("ConfigError: --metrics-textfile") and "root:x" not in err[-1]
     assert victim.read_text(encoding="utf-8") == "root:x:0:0:root:/root:/bin/bash\n"
     assert not (tmp_path / "c" / "canary.json").exists()  # refused before anything ran
+
+
+def test_an_untested_canary_blocks_and_is_counted(
+    tmp_path: Path, baseline: tuple[Path, Path]
+) -> None:
+    """10 requests per cell cannot give the 20 samples a median needs: nothing is judged, so the
+    canary is untested, exits 1 (it must not pass a rollout silently) and counts as untested."""
+    plan, base = baseline
+    textfile = tmp_path / "canary.prom"
+    code, doc = _run(
+        plan,
+        base,
+        tmp_path / "c",
+        "--num-requests",
+        "10",
+        "--metrics-textfile",
+        str(textfile),
+        "--service",
+        "svc",
+    )
+    assert doc["verdict"] == "untested" and code == 1
+    text = textfile.read_text()
+    assert 'kvbudget_canary_untested_total{service="svc"} 1' in text
+    assert 'kvbudget_canary_failures_total{service="svc"} 0' in text
+
+
+def test_default_canary_of_the_demo_plan_is_judged(tmp_path: Path) -> None:
+    """The demo plan cancels 5 % of requests: the default canary sends enough that a median is
+    still there (26 a cell; see test_canary_size), and its p95 ceilings, which 26 samples cannot
+    claim, are named as not judged rather than making the whole canary untested."""
+    repo = Path(__file__).resolve().parents[3]
+    demo = yaml.safe_load((repo / "examples" / "acceptance-demo.yaml").read_text())
+    demo["load"]["repetitions"] = 1
+    demo["load"]["max_requests_per_cell"] = 40
+    demo["load"]["order"] = ["short/single", "medium/single"]
+    plan = tmp_path / "demo.yaml"
+    plan.write_text(yaml.safe_dump(demo))
+    result = CliRunner().invoke(accept, [str(plan), "--out", str(tmp_path / "base"), "--quiet"])
+    assert (tmp_path / "base" / "report.json").is_file(), result.output
+    code, doc = _run(plan, tmp_path / "base" / "report.json", tmp_path / "c")
+    assert doc["num_requests_per_cell"] == 26
+    assert doc["verdict"] == "pass" and code == 0, doc["verdict_reasons"]
+    assert any(r.startswith("not judged by the canary") for r in doc["verdict_reasons"])

@@ -21,7 +21,7 @@ def test_a_foreign_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     victim = tmp_path / "passwd"
     victim.write_text(PASSWD, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
-        write_textfile(victim, service="svc", failed=False)
+        write_textfile(victim, service="svc", verdict="pass")
     line = info.value.one_line()
     assert line.startswith("ConfigError: --metrics-textfile") and "line 1" in line
     assert "root:x" not in line  # the file's content is never echoed
@@ -39,13 +39,15 @@ def test_binary_or_unlabelled_content_is_refused(tmp_path: Path, content: bytes)
 
 def test_other_services_counters_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "canary.prom"
-    write_textfile(path, service="a", failed=True)
-    write_textfile(path, service="b", failed=False)
-    write_textfile(path, service="a", failed=False)
+    write_textfile(path, service="a", verdict="fail")
+    write_textfile(path, service="b", verdict="untested")
+    write_textfile(path, service="a", verdict="pass")
     text = path.read_text(encoding="utf-8")
-    # a: two runs, one failed; b: one run, none failed (counted by hand from the calls above)
+    # a: two runs, one failed; b: one run, untested (counted by hand from the calls above)
     assert 'kvbudget_canary_runs_total{service="a"} 2' in text
     assert 'kvbudget_canary_failures_total{service="a"} 1' in text
     assert 'kvbudget_canary_runs_total{service="b"} 1' in text
     assert 'kvbudget_canary_failures_total{service="b"} 0' in text
+    assert 'kvbudget_canary_untested_total{service="b"} 1' in text
+    assert 'kvbudget_canary_untested_total{service="a"} 0' in text
     assert read_textfile(path)[("kvbudget_canary_runs_total", "a")] == 2

@@ -90,6 +90,7 @@ CASES: dict[str, Case] = {
     # (0.05, 0.1]: p99 = 0.0995 > 0.06;  (0, 0.05]: p99 = 0.0495 < 0.06
     "TPOTP99High": _hist_flip(TPOT, ["0.05", "0.1", "+Inf"], "0.1", "0.05"),
     "CanaryFailed": _flip("kvbudget_canary_failures_total", SVC_LABELS, f"0 0 0 1x{N}", f"0x{N}"),
+    "CanaryUntested": _flip("kvbudget_canary_untested_total", SVC_LABELS, f"0 0 0 1x{N}", f"0x{N}"),
     "CrossTenantPrefixHit": _flip(
         "kvbudget_cross_tenant_cached_tokens_total", SVC_LABELS, f"0 0 16x{N}", f"0x{N}"
     ),

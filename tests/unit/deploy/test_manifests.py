@@ -98,7 +98,8 @@ def test_demo_pod_resources_and_memory_arithmetic(tmp_path: Path) -> None:
     # plan only: the e2e budget is TTFT ceiling 2.0 s + TPOT ceiling 0.060 s x 256 tokens = 17.36 s
     assert engine["lifecycle"]["preStop"]["sleep"]["seconds"] == math.ceil(17.36) + 5
     assert pod["terminationGracePeriodSeconds"] >= 17.36
-    assert "volumes" not in pod
+    # a hub id: only the download cache, no /dev/shm at TP 1 (tests/unit/deploy/test_model_source)
+    assert pod["volumes"] == [{"name": "hf-cache", "emptyDir": {}}]
 
 
 def test_tensor_parallel_pod_gets_shm_and_topology_notes(tmp_path: Path, write_plan: Any) -> None:
@@ -125,7 +126,16 @@ def test_multi_node_plan_renders_a_leader_worker_set(tmp_path: Path, write_plan:
             "gpu": {"type": "H100-SXM-80GB", "count": 16},
         }
     )
-    files = render(tmp_path, path, "--gpus-per-node", "8", "--model-path", "/models/llama")
+    files = render(
+        tmp_path,
+        path,
+        "--gpus-per-node",
+        "8",
+        "--model-path",
+        "/models/llama",
+        "--model-pvc",
+        "llama-weights",
+    )
     lws = files["leaderworkerset.yaml"][0]
     assert lws["kind"] == "LeaderWorkerSet"
     group = lws["spec"]["leaderWorkerTemplate"]
@@ -134,6 +144,12 @@ def test_multi_node_plan_renders_a_leader_worker_set(tmp_path: Path, write_plan:
         validate_pod_template(group[role])
         limits = group[role]["spec"]["containers"][0]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "8"
+    for role in ("leaderTemplate", "workerTemplate"):  # every pod of the group has the weights
+        spec = group[role]["spec"]
+        assert {"name": "model", "mountPath": "/models", "readOnly": True} in spec["containers"][0][
+            "volumeMounts"
+        ]
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     leader_cmd = " ".join(group["leaderTemplate"]["spec"]["containers"][0]["command"])
     assert "--distributed-executor-backend ray" in leader_cmd
     assert "--tensor-parallel-size 8" in leader_cmd and "--pipeline-parallel-size 2" in leader_cmd

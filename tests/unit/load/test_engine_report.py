@@ -92,3 +92,30 @@ def test_garbage_is_not_a_report() -> None:
     assert cache_config_labels("not prometheus {{{") == {}
     r = build_engine_report(models={"data": "x"}, version=None, metrics_text="")
     assert r.engine is None and r.reported() == {}
+
+
+def serve_report():  # type: ignore[no-untyped-def]
+    """Answers recorded from ``kvbudget serve --model meta-llama/Llama-3.1-8B --gpu h100-sxm``
+    (the ``kvbudget-serve-*`` fixtures)."""
+    return build_engine_report(
+        models=json.loads((FIX / "kvbudget-serve-v1-models.json").read_text()),
+        version=json.loads((FIX / "kvbudget-serve-version.json").read_text()),
+        metrics_text=(FIX / "kvbudget-serve-metrics-excerpt.prom").read_text(),
+    )
+
+
+def test_kvbudget_serve_reports_its_pool() -> None:
+    """Issue #32 item 4: the report showed no engine pool for kvbudget serve although it exports
+    ``kvbudget:num_total_blocks`` (26,640 in the recorded answer, the null block included)."""
+    r = serve_report()
+    assert r.engine == "kvbudget-serve"  # not "vllm": its /version names itself
+    assert r.num_gpu_blocks == 26640
+    assert r.sources["num_gpu_blocks"] == "/metrics kvbudget:num_total_blocks"
+
+
+def test_a_served_pool_other_than_the_plans_blocks_acceptance() -> None:
+    engine = serve_report().model_dump(mode="json", exclude_none=True)
+    rows, blocking = pool_side_by_side({"num_blocks": 27579}, engine)
+    assert rows[0]["engine_reported"] == 26640 and rows[0]["match"] is False
+    (line,) = blocking
+    assert "27579" in line and "26640" in line and "kvbudget:num_total_blocks" in line
