@@ -1,9 +1,9 @@
 """The curve of each SLO figure against load, with the SLO's lines (matplotlib, Agg).
 
 One row per kind of load (Poisson rate, closed-loop concurrency), one column per SLO figure
-(each statistic term, and goodput when the SLO sets a floor). Points of the first seed's search:
-filled where the point met the whole SLO, hollow where it did not; a cross marks a rate whose
-queue grew. The dashed red line is the term's limit; the dotted vertical line the answer. The
+(each statistic term, and goodput when the SLO sets a floor). Points of the first seed's search, one
+colour per probe length (the rate's confirmation runs are longer): filled where the point met
+the whole SLO, hollow where it did not; a cross marks a rate whose queue grew. The dashed red line is the term's limit; the dotted vertical line the answer. The
 title says what the figures are (``simulated``, with the timing model). Deterministic SVG (no
 date, fixed hash salt) as :mod:`kvbudget.report.charts` writes it.
 """
@@ -16,6 +16,8 @@ from kvbudget.maxload.point import Point
 from kvbudget.maxload.run import Capacity
 
 _MS = 1e3
+#: one colour per probe length (the rate's confirmation runs longer probes)
+_COLORS = ("#1565c0", "#6a1b9a", "#ef6c00")
 
 
 def _panels(cap: Capacity) -> list[tuple[str, str, float, bool]]:
@@ -54,16 +56,25 @@ def write_chart(path: Path, cap: Capacity, *, figures: str) -> None:
         for r, (xlabel, points, answer) in enumerate(rows):
             for c, (key, ylabel, limit, floor) in enumerate(panels):
                 ax = axes[r][c]
-                for p in points:
-                    y = _value(p, key)
-                    if y is None:
-                        continue
-                    marker = "x" if p.queue is not None else "o"
-                    face = "#1565c0" if p.meets_slo else "none"
-                    ax.plot([p.load], [y], marker=marker, color="#1565c0", mfc=face, ls="none")
-                xs = [p.load for p in points if _value(p, key) is not None]
-                ys = [_value(p, key) for p in points if _value(p, key) is not None]
-                ax.plot(xs, ys, color="#1565c0", lw=0.8)
+                sizes = sorted({p.num_requests for p in points})
+                for i, size in enumerate(sizes):
+                    color = _COLORS[i % len(_COLORS)]
+                    group = [p for p in points if p.num_requests == size]
+                    xy = [(p.load, _value(p, key)) for p in group if _value(p, key) is not None]
+                    ax.plot(
+                        [x for x, _ in xy],
+                        [y for _, y in xy],
+                        color=color,
+                        lw=0.8,
+                        label=f"{size} requests a probe",
+                    )
+                    for p in group:
+                        y = _value(p, key)
+                        if y is None:
+                            continue
+                        marker = "x" if p.queue is not None else "o"
+                        face = color if p.meets_slo else "none"
+                        ax.plot([p.load], [y], marker=marker, color=color, mfc=face, ls="none")
                 ax.axhline(
                     limit, color="#c62828", ls="--", lw=1, label="SLO " + (">=" if floor else "<=")
                 )
