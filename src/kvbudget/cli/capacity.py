@@ -50,6 +50,45 @@ _HELP = {
 }
 
 
+#: ``kvbudget bench``'s options for reaching a running engine, reused as they are
+BENCH_OPTIONS = ("base_url", "metrics_url", "api_key_env", "timeout_s", "warmup_requests")
+#: sim options that describe the simulated engine: refused with --base-url (the server is it)
+SIM_ENGINE_OPTIONS = (
+    "gpu",
+    "tp",
+    "replicas",
+    "router",
+    "kv_dtype",
+    "max_num_seqs",
+    "max_model_len",
+    "timing_profile",
+    "prefix_caching",
+)
+DEFAULT_WARMUP_REQUESTS = 4
+DEFAULT_MAX_DURATION_S = 600.0
+_BENCH_HELP = {
+    "base_url": "Search a running OpenAI-compatible server instead of the simulator, e.g. "
+    "http://127.0.0.1:8000 (with --model, the name it serves).",
+    "warmup_requests": "With --base-url: requests sent one at a time before the search, not "
+    f"judged [default: {DEFAULT_WARMUP_REQUESTS}].",
+}
+
+
+def _bench_params() -> list[click.Parameter]:
+    from kvbudget.cli.bench import bench
+
+    by_name = {p.name: p for p in bench.params}
+    out: list[click.Parameter] = []
+    for name in BENCH_OPTIONS:
+        param = copy.copy(by_name[name])
+        param.required = False
+        if isinstance(param, click.Option) and name in _BENCH_HELP:
+            param.help = _BENCH_HELP[name]
+            param.default = None
+        out.append(param)
+    return out
+
+
 def _sim_params() -> list[click.Parameter]:
     by_name = {p.name: p for p in _sim.params}
     out: list[click.Parameter] = []
@@ -101,9 +140,12 @@ def render(doc: dict[str, Any]) -> str:
     """The answer as text: both maxima, what binds, the spread over seeds, every point."""
     keys = [f"{t['metric']}_{t['statistic']}_s" for t in doc["slo"]["terms"] if t["statistic"]]
     goodput = doc["slo"]["goodput_min"] is not None
+    if doc.get("engine"):
+        figures = f"figures: {doc['figures_label']}"
+    else:
+        figures = f"figures: simulated, timing model: {doc['timing_model']}"
     lines = [
-        f"kvbudget capacity  (figures: simulated, timing model: {doc['timing_model']}; "
-        f"SLO {doc['slo']['text']})",
+        f"kvbudget capacity  ({figures}; SLO {doc['slo']['text']})",
         _answer_line("max rate", doc, "max_rate_per_s", "binding_constraint", " requests/s"),
         _answer_line(
             "max concurrency", doc, "max_concurrency", "binding_constraint_concurrency", ""
@@ -116,9 +158,112 @@ def render(doc: dict[str, Any]) -> str:
         "",
         *_table(doc["concurrency_points"], keys, "concurrency", goodput),
     ]
+    if doc.get("stopped"):
+        lines.insert(4, f"  stopped early    {doc['stopped']}")
+        if doc["max_rate_per_s"] is not None and not doc.get("max_rate_confirmed"):
+            lines.insert(
+                5, f"  {'':<17}the max rate was not confirmed by a longer run: raise the budget"
+            )
     if "chart" in doc:
         lines.append(f"\n  chart: {doc['chart']}")
     return "\n".join(lines)
+
+
+def _search_sim(
+    opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
+) -> tuple[dict[str, Any], Any]:
+    from kvbudget.maxload.run import find_capacity
+    from kvbudget.maxload.sim_probe import SimProbe
+    from kvbudget.sim.native import build_label
+
+    scenario = scenario_from_opts(flags)
+    probe = SimProbe.from_scenario(scenario, slo, num_requests=num_requests)
+    result = find_capacity(
+        probe,
+        slo,
+        saturation_concurrency=probe.setup.config.max_num_seqs * scenario.replicas,
+        num_requests=num_requests,
+        seeds=[scenario.seed + i for i in range(opts["num_seeds"])],
+        tolerance=tolerance,
+        confirm=probe.longer(CONFIRM_FACTOR),
+    )
+    doc: dict[str, Any] = {
+        "figures": "simulated",
+        "figures_label": f"simulated, {probe.timing_model} timing",
+        "timing_model": probe.timing_model,
+        "model": scenario.model,
+        "gpu": scenario.gpu,
+        "tp": scenario.tp,
+        "replicas": scenario.replicas,
+        **result.to_dict(),
+        "simulator_build": build_label(),
+    }
+    return doc, result
+
+
+def _search_http(
+    opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
+) -> tuple[dict[str, Any], Any]:
+    from kvbudget.cli.main import run_async
+    from kvbudget.maxload.http_probe import http_probe
+    from kvbudget.maxload.probe import Budget
+    from kvbudget.maxload.run import find_capacity
+
+    for name in SIM_ENGINE_OPTIONS:
+        if opts.get(name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{flag} with --base-url: it describes the simulated engine, and the server is "
+                f"the engine here; drop {flag}",
+                field=name,
+            )
+    if not opts["model"]:
+        raise ConfigError(
+            "--base-url: give --model, the name the server serves (GET /v1/models)",
+            field="model",
+        )
+    workload = scenario_from_opts({**flags, "model": None}).workload
+    seed = opts["seed"] or 0
+    budget = Budget(
+        max_requests=opts["max_total_requests"],
+        max_duration_s=opts["max_duration_s"] or DEFAULT_MAX_DURATION_S,
+    )
+    probe, info = http_probe(
+        base_url=opts["base_url"],
+        model=opts["model"],
+        run_async=run_async,
+        workload=workload,
+        slo=slo,
+        num_requests=num_requests,
+        budget=budget,
+        metrics_url=opts["metrics_url"],
+        api_key_env=opts["api_key_env"],
+        timeout_s=opts["timeout_s"] or 120.0,
+        seed=seed,
+    )
+    warmup = opts["warmup_requests"]
+    probe.warm_up(DEFAULT_WARMUP_REQUESTS if warmup is None else warmup, seed)
+    result = find_capacity(
+        probe,
+        slo,
+        saturation_concurrency=None,
+        num_requests=num_requests,
+        seeds=[seed + i for i in range(opts["num_seeds"])],
+        tolerance=tolerance,
+        confirm=probe.longer(CONFIRM_FACTOR),
+    )
+    doc: dict[str, Any] = {
+        "figures": info.source,
+        "figures_label": info.label,
+        "timing_model": info.timing_model,
+        "engine": info.engine,
+        "engine_version": info.engine_version,
+        "base_url": opts["base_url"],
+        "model": opts["model"],
+        **result.to_dict(),
+        "num_requests_sent": budget.num_requests,
+    }
+    return doc, result
 
 
 @click.command("capacity", context_settings={"help_option_names": ["-h", "--help"]})
@@ -145,23 +290,36 @@ def render(doc: dict[str, Any]) -> str:
     help="Bisect the rate until the bracket is within this fraction of its upper end.",
 )
 @click.option(
+    "--max-total-requests",
+    type=COUNT,
+    help="With --base-url: stop the search before sending more than this many requests "
+    "(what was found is kept) [default: no limit].",
+)
+@click.option(
+    "--max-duration-s",
+    type=float,
+    help="With --base-url: start no probe after this many seconds (what was found is kept) "
+    f"[default: {DEFAULT_MAX_DURATION_S:g}].",
+)
+@click.option(
     "--chart-out",
     type=click.Path(dir_okay=False),
     help="Write each SLO figure against load with the SLO lines (.svg, else PNG).",
 )
 def capacity(**opts: Any) -> None:
-    """The highest load that meets an SLO: Poisson rate and closed-loop concurrency, simulated.
+    """The highest load that meets an SLO: Poisson rate and closed-loop concurrency, simulated
+    or on a running server.
 
     Builds the replicas as `kvbudget sim` does (same flags and scenario), then searches: one
     closed-loop probe with every batch slot full estimates the service rate; the Poisson rate
     is bracketed from it (x2) and bisected to --rate-tolerance; the concurrency likewise on
     integers from 1. A rate whose queue grows with the arrivals is not sustainable, whatever its
-    percentiles. See docs/how-much-can-it-hold.md.
+    percentiles. With --base-url the same search drives a running server with kvbudget bench's
+    load runner (concurrency first, then rate from the throughput it reached), after
+    --warmup-requests, within --max-total-requests and --max-duration-s, reading --metrics-url
+    at each probe. See docs/how-much-can-it-hold.md.
     """
-    from kvbudget.maxload.run import find_capacity
-    from kvbudget.maxload.sim_probe import SimProbe
     from kvbudget.maxload.slo import parse_slo
-    from kvbudget.sim.native import build_label
 
     slo = parse_slo(opts["slo"])
     tolerance = opts["tolerance"]
@@ -180,34 +338,14 @@ def capacity(**opts: Any) -> None:
     if opts["chart_out"]:
         _check_output_path("--chart-out", opts["chart_out"])
     flags = {"rate": None, "concurrency": None, "max_concurrency": None, **opts}
-    scenario = scenario_from_opts(flags)
-    probe = SimProbe.from_scenario(scenario, slo, num_requests=num_requests)
-    seed = scenario.seed
-    result = find_capacity(
-        probe,
-        slo,
-        saturation_concurrency=probe.setup.config.max_num_seqs * scenario.replicas,
-        num_requests=num_requests,
-        seeds=[seed + i for i in range(opts["num_seeds"])],
-        tolerance=tolerance,
-        confirm=probe.longer(CONFIRM_FACTOR),
-    )
-    doc: dict[str, Any] = {
-        "figures": "simulated",
-        "timing_model": probe.timing_model,
-        "model": scenario.model,
-        "gpu": scenario.gpu,
-        "tp": scenario.tp,
-        "replicas": scenario.replicas,
-        **result.to_dict(),
-        "simulator_build": build_label(),
-    }
+    if opts["base_url"]:
+        doc, result = _search_http(opts, flags, slo, num_requests, tolerance)
+    else:
+        doc, result = _search_sim(opts, flags, slo, num_requests, tolerance)
     if opts["chart_out"]:
         from kvbudget.maxload.chart import write_chart
 
-        write_chart(
-            Path(opts["chart_out"]), result, figures=f"simulated, {probe.timing_model} timing"
-        )
+        write_chart(Path(opts["chart_out"]), result, figures=doc["figures_label"])
         doc["chart"] = opts["chart_out"]
     if opts["as_json"]:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
@@ -215,4 +353,4 @@ def capacity(**opts: Any) -> None:
         click.echo(render(doc))
 
 
-capacity.params[:0] = _sim_params()
+capacity.params[:0] = _sim_params() + _bench_params()

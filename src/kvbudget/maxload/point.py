@@ -49,7 +49,8 @@ class Point:
     failing: tuple[str, ...]
     queue: QueueGrowth | None = None
     capacity_error: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    #: the engine's own figures over the probe (kv_usage_max, num_waiting_max), when sampled
+    engine: dict[str, float] = field(default_factory=dict)
 
     @property
     def meets_slo(self) -> bool:
@@ -73,6 +74,7 @@ class Point:
             out["queue"] = self.queue.to_dict()
         if self.capacity_error is not None:
             out["capacity_error"] = self.capacity_error
+        out.update(self.engine)
         return out
 
 

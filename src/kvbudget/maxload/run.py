@@ -2,6 +2,8 @@
 
 1. Estimate: one closed-loop probe at ``saturation_concurrency`` (every batch slot full); its
    completed requests/s is about the most the replicas serve, where the rate search starts.
+   When the batch size is unknown (a real engine), the concurrency search runs first and the
+   highest requests/s any of its probes completed is the estimate.
 2. Rate: :func:`kvbudget.maxload.search.search` (factor 2, then bisection to ``tolerance``).
 3. Concurrency: the same on integers, from 1.
    The rate's answer is confirmed by a run with ``confirm`` (the same probe, more requests: a
@@ -54,7 +56,7 @@ class Capacity:
     slo: Slo
     rate: LoadAnswer
     concurrency: LoadAnswer
-    estimate: Point
+    estimate: Point | None
     tolerance: float
     num_requests: int
     wall_s: float
@@ -67,12 +69,14 @@ class Capacity:
                 None if self.concurrency.main.answer is None else int(self.concurrency.main.answer)
             ),
             "binding_constraint": self.rate.main.binding_constraint,
+            "max_rate_confirmed": self.rate.main.confirmed,
             "binding_constraint_concurrency": self.concurrency.main.binding_constraint,
             "max_rate_per_s_across_seeds": self.rate.across_seeds(),
             "max_concurrency_across_seeds": self.concurrency.across_seeds(),
             "rate_points": [p.to_dict() for p in self.rate.points()],
             "concurrency_points": [p.to_dict() for p in self.concurrency.points()],
-            "estimate": self.estimate.to_dict(),
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "stopped": self.rate.main.stopped or self.concurrency.main.stopped,
             "tolerance": self.tolerance,
             "num_requests": self.num_requests,
             "wall_s": self.wall_s,
@@ -109,7 +113,7 @@ def find_capacity(
     probe: Probe,
     slo: Slo,
     *,
-    saturation_concurrency: int,
+    saturation_concurrency: int | None,
     num_requests: int,
     seeds: Sequence[int] = (0, 1, 2),
     tolerance: float = 0.05,
@@ -118,10 +122,17 @@ def find_capacity(
     """Search rate and concurrency with ``seeds[0]``; rerun both with the other seeds."""
     wall0 = time.perf_counter()
     first, *others = seeds
-    estimate = probe("concurrency", float(min(saturation_concurrency, num_requests)), first)
-    start = estimate.requests_per_s or 1.0
-    rate = search(probe, "rate", start=start, seed=first, tolerance=tolerance, confirm=confirm)
-    conc = search(probe, "concurrency", start=1, seed=first, ceiling=float(num_requests))
+    estimate = None
+    if saturation_concurrency is not None:
+        full = float(min(saturation_concurrency, num_requests))
+        estimate = probe("concurrency", full, first)
+        start = estimate.requests_per_s or 1.0
+        rate = search(probe, "rate", start=start, seed=first, tolerance=tolerance, confirm=confirm)
+        conc = search(probe, "concurrency", start=1, seed=first, ceiling=float(num_requests))
+    else:
+        conc = search(probe, "concurrency", start=1, seed=first, ceiling=float(num_requests))
+        start = max((p.requests_per_s or 0.0 for p in conc.points), default=0.0) or 1.0
+        rate = search(probe, "rate", start=start, seed=first, tolerance=tolerance, confirm=confirm)
     return Capacity(
         slo=slo,
         rate=LoadAnswer(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvbudget.maxload.point import LoadKind, Point, binding_constraint
+from kvbudget.maxload.probe import BudgetSpent
 
 Probe = Callable[[LoadKind, float, int], Point]
 
@@ -38,6 +39,10 @@ class Search:
     passing: Point | None = None
     #: the lowest load above it that failed (None: none failed up to the cap)
     failing: Point | None = None
+    #: why the search stopped before its tolerance (a spent budget), else None
+    stopped: str | None = None
+    #: the answer held in the longer confirmation run (False: not confirmed or not asked)
+    confirmed: bool = False
 
     @property
     def answer(self) -> float | None:
@@ -69,44 +74,45 @@ def search(
     closed loop is the same burst); a search that passes there stops with ``failing=None``.
     ``confirm``: a longer-running probe that must also pass at the answer (see above).
     """
-    out = _search(
-        probe, kind, start=start, seed=seed, factor=factor, tolerance=tolerance, ceiling=ceiling
-    )
-    if confirm is None or out.passing is None:
-        return out
-    point = confirm(kind, out.passing.load, seed)
-    out.points.append(point)
-    if point.meets_slo:
-        out.passing = point
-        return out
-    longer = _search(
-        confirm,
-        kind,
-        start=out.passing.load / (1 + 2 * tolerance),
-        seed=seed,
-        factor=1 + 2 * tolerance,
-        tolerance=tolerance,
-        ceiling=out.passing.load,
-        known={point.load: point},
-    )
-    longer.points[:0] = out.points
-    if longer.failing is None:
-        longer.failing = point
-    return longer
+    out = Search(kind, seed)
+    try:
+        _search(out, probe, start=start, factor=factor, tolerance=tolerance, ceiling=ceiling)
+        if confirm is None or out.passing is None:
+            return out
+        point = confirm(kind, out.passing.load, seed)
+        out.points.append(point)
+        if point.meets_slo:
+            out.passing, out.confirmed = point, True
+            return out
+        start = out.passing.load / (1 + 2 * tolerance)
+        out.passing, out.failing = None, point
+        _search(
+            out,
+            confirm,
+            start=start,
+            factor=1 + 2 * tolerance,
+            tolerance=tolerance,
+            ceiling=point.load,
+            known={point.load: point},
+        )
+        out.confirmed = out.passing is not None
+    except BudgetSpent as exc:
+        out.stopped = str(exc)
+    return out
 
 
 def _search(
+    out: Search,
     probe: Probe,
-    kind: LoadKind,
     *,
     start: float,
-    seed: int,
     factor: float,
     tolerance: float,
     ceiling: float | None,
     known: dict[float, Point] | None = None,
-) -> Search:
-    out = Search(kind, seed)
+) -> None:
+    """Bracket and bisect, recording into ``out`` as it goes (a spent budget keeps it)."""
+    kind, seed = out.kind, out.seed
 
     def run(load: float) -> Point:
         if known is not None and load in known:  # already run (the failed confirmation)
@@ -124,27 +130,27 @@ def _search(
             if ceiling is not None:
                 nxt = min(nxt, ceiling)
             if nxt <= load:
-                return out  # at the ceiling and passing
+                return  # at the ceiling and passing
             load, point = nxt, run(nxt)
             if not point.meets_slo:
                 out.failing = point
                 break
             out.passing = point
         else:
-            return out
+            return
     else:
         out.failing = point
         for _ in range(MAX_BRACKET_STEPS):
             nxt = _integer(kind, load / factor)
             if nxt >= load:
-                return out  # concurrency 1 fails: nothing meets the SLO
+                return  # concurrency 1 fails: nothing meets the SLO
             load, point = nxt, run(nxt)
             if point.meets_slo:
                 out.passing = point
                 break
             out.failing = point
         else:
-            return out
+            return
     assert out.passing is not None and out.failing is not None
     while not _narrow_enough(kind, out.passing.load, out.failing.load, tolerance):
         mid = (out.passing.load + out.failing.load) / 2
@@ -154,7 +160,6 @@ def _search(
             out.passing = point
         else:
             out.failing = point
-    return out
 
 
 def _narrow_enough(kind: LoadKind, lo: float, hi: float, tolerance: float) -> bool:

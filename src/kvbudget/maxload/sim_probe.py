@@ -1,12 +1,9 @@
 """Probe a load on the simulator, in process: a fresh set of simulated replicas per probe.
 
-Each probe generates ``num_requests`` requests of the scenario's workload (its lengths and
-prefix sharing; the arrivals replaced by a Poisson process at the probed rate, or a closed
-loop at the probed concurrency) and runs them on replicas built as ``kvbudget sim`` builds
-them (:func:`kvbudget.sim.scenario.replica_setup`: the plan's KV pool, the roofline or a
-calibrated profile), through the acceptance's simulated target
-(:class:`kvbudget.accept.sim_target.SimTarget`), which records every output token's time, so
-ITL is judged too. Every figure is *simulated*; the timing model is named.
+Replicas are built as ``kvbudget sim`` builds them (:func:`kvbudget.sim.scenario.replica_setup`:
+the plan's KV pool, the roofline or a calibrated profile) and run through the acceptance's
+simulated target (:class:`kvbudget.accept.sim_target.SimTarget`), which records every output
+token's time, so ITL is judged too. Every figure is *simulated*; the timing model is named.
 """
 
 from __future__ import annotations
@@ -16,13 +13,12 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets import Target, TargetInfo
 from kvbudget.errors import ConfigError
-from kvbudget.maxload.point import LoadKind, Point, judge
+from kvbudget.maxload.probe import TargetProbe
 from kvbudget.maxload.slo import Slo
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.scenario import SimScenario, replica_setup
-from kvbudget.workload.spec import generate, workload_from_dict
 
 #: scenario fields a load search cannot honour (one replica set, steady load), and why
 _REFUSED = {
@@ -35,8 +31,8 @@ _REFUSED = {
 }
 
 
-class SimProbe:
-    """``probe(kind, load, seed)`` -> :class:`Point` on identical simulated replicas."""
+class SimProbe(TargetProbe):
+    """A :class:`TargetProbe` on fresh identical simulated replicas for every probe."""
 
     def __init__(
         self,
@@ -49,12 +45,22 @@ class SimProbe:
         router: str = "round_robin",
     ) -> None:
         self.setup = setup
-        self.workload = workload
-        self.slo = slo
-        self.num_requests = num_requests
-        self.num_replicas = num_replicas
-        self.router = router
         self.timing_model = setup.timing.name
+        info = TargetInfo(kind="sim", source="simulated", label="kvbudget capacity probe")
+
+        def make_target(seed: int) -> Target:
+            return SimTarget(
+                setup.config,
+                setup.timing,
+                np.random.default_rng(seed),
+                info=info,
+                hash_prompts=False,
+                tiers=setup.tiers,
+                num_replicas=num_replicas,
+                router=router,
+            )
+
+        super().__init__(make_target, workload, slo, num_requests=num_requests)
 
     @classmethod
     def from_scenario(cls, scenario: SimScenario, slo: Slo, *, num_requests: int) -> SimProbe:
@@ -73,52 +79,4 @@ class SimProbe:
             num_requests=num_requests,
             num_replicas=scenario.replicas,
             router=scenario.router,
-        )
-
-    def longer(self, factor: int) -> SimProbe:
-        """The same probe with ``factor`` times the requests (the rate's confirmation)."""
-        return SimProbe(
-            self.setup,
-            self.workload,
-            self.slo,
-            num_requests=self.num_requests * factor,
-            num_replicas=self.num_replicas,
-            router=self.router,
-        )
-
-    def __call__(self, kind: LoadKind, load: float, seed: int) -> Point:
-        if kind == "rate":
-            arrivals: dict[str, Any] = {"kind": "poisson", "rate_per_s": load}
-        else:
-            arrivals = {"kind": "closed", "concurrency": int(load)}
-        spec = workload_from_dict(
-            {**self.workload, "num_requests": self.num_requests, "arrivals": arrivals}
-        )
-        requests = generate(spec, np.random.default_rng(seed))
-        info = TargetInfo(kind="sim", source="simulated", label="kvbudget capacity probe")
-        target = SimTarget(
-            self.setup.config,
-            self.setup.timing,
-            np.random.default_rng(seed),
-            info=info,
-            hash_prompts=False,
-            tiers=self.setup.tiers,
-            num_replicas=self.num_replicas,
-            router=self.router,
-        )
-        run = target.run_cell(
-            requests,
-            cell_id=f"{kind}={load:g}",
-            closed_loop_concurrency=spec.closed_loop_concurrency,
-            duration_s=None,
-        )
-        return judge(
-            run.records,
-            self.slo,
-            kind=kind,
-            load=load,
-            seed=seed,
-            duration_s=run.duration_s,
-            num_preemptions=int(run.counters.get("preemptions", 0)),
-            capacity_error=run.capacity_error,
         )

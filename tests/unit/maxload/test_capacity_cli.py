@@ -59,6 +59,7 @@ def test_json_names_the_answer_and_every_point(tmp_path: Path) -> None:
         assert key in doc, key
     assert doc["figures"] == "simulated" and doc["timing_model"] == "roofline"
     assert isinstance(doc["max_concurrency"], int)
+    assert doc["max_rate_confirmed"] is True and doc["stopped"] is None
     assert doc["max_rate_per_s_across_seeds"]["seeds"] == [0, 1]
     point = doc["rate_points"][0]
     for key in ("load", "ttft_p95_s", "tpot_p95_s", "goodput_fraction", "stable", "meets_slo"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import pytest
 
 from kvbudget.maxload.point import QUEUE_GROWTH, LoadKind, Point
+from kvbudget.maxload.probe import Budget
 from kvbudget.maxload.run import find_capacity
 from kvbudget.maxload.search import Probe, search
 from kvbudget.maxload.sim_probe import SimProbe
@@ -73,6 +74,21 @@ def test_concurrency_search_ends_on_adjacent_integers() -> None:
     assert out.answer == 37
     assert out.failing is not None and out.failing.load == 38
     assert all(c == int(c) for c in calls)
+
+
+def test_a_spent_budget_stops_the_search_and_keeps_what_it_found() -> None:
+    calls: list[float] = []
+    budget = Budget(max_requests=500)
+    inner = _threshold_probe(7.3, calls)
+
+    def probe(kind: LoadKind, load: float, seed: int) -> Point:
+        budget.charge(100)
+        return inner(kind, load, seed)
+
+    out = search(probe, "rate", start=1.0, seed=0, tolerance=0.05)
+    assert len(calls) == 5  # 1, 2, 4, 8 fails, 6 passes; the sixth probe would pass 500
+    assert out.stopped is not None and "request budget spent" in out.stopped
+    assert out.answer == 6.0 and out.failing is not None and out.failing.load == 8.0
 
 
 def test_nothing_passes_and_everything_passes() -> None:
@@ -136,6 +152,7 @@ def test_md1_loose_slo_is_bound_by_the_service_rate() -> None:
     assert out.answer is not None
     assert MU_PER_S * 0.95 <= out.answer <= MU_PER_S * (1 + MIN_SLOPE)
     assert out.binding_constraint == QUEUE_GROWTH
+    assert out.confirmed
 
 
 def test_find_capacity_states_both_answers_and_the_spread_over_seeds() -> None:
