@@ -107,7 +107,9 @@ def _fmt(value: float | None, scale: float = 1.0, unit: str = "") -> str:
 def _answer_line(label: str, doc: dict[str, Any], key: str, binding: str, unit: str) -> str:
     seeds = doc[f"{key}_across_seeds"]
     value = doc[key]
-    if value is None:
+    if value is None and doc[binding] is None:
+        head = f"not found (the search stopped: {doc.get('stopped') or 'no probe ran'})"
+    elif value is None:
         head = f"none (the lowest load probed failed: {doc[binding]})"
     else:
         head = f"{value:.3g}{unit}  (binding: {doc[binding] or 'none failed up to the last probe'})"

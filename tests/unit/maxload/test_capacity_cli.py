@@ -127,3 +127,27 @@ def test_malformed_slo_is_one_line_on_stderr_from_the_command_line() -> None:
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("ConfigError: --slo 'ttft_p95<1'")
     assert "give s or ms" in lines[0]
+
+
+def test_a_search_stopped_before_any_probe_says_so() -> None:
+    from kvbudget.cli.capacity import render
+    from kvbudget.maxload.point import LoadKind, Point
+    from kvbudget.maxload.probe import Budget
+    from kvbudget.maxload.run import find_capacity
+    from kvbudget.maxload.slo import parse_slo
+
+    budget = Budget(max_requests=10)
+
+    def probe(kind: LoadKind, load: float, seed: int) -> Point:
+        budget.charge(20)
+        raise AssertionError("no probe fits a budget of 10 requests")
+
+    slo = parse_slo("ttft_p95<1s")
+    cap = find_capacity(probe, slo, saturation_concurrency=None, num_requests=20, seeds=(0,))
+    doc = {"figures": "measured", "figures_label": "measured (test)", "engine": "test"}
+    doc.update(cap.to_dict())
+    assert doc["max_rate_per_s"] is None and doc["max_concurrency"] is None
+    assert doc["stopped"] is not None and "request budget spent" in str(doc["stopped"])
+    text = render(doc)
+    assert "max rate         not found (the search stopped: request budget spent" in text
+    assert "figures: measured (test)" in text

@@ -21,6 +21,8 @@ from kvbudget.cli.capacity import capacity
 from kvbudget.cli.main import run_async
 from kvbudget.errors import ConfigError
 
+pytestmark = pytest.mark.slow  # a live kvbudget serve in real time
+
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
