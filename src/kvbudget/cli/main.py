@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "deploy": "kvbudget.cli.deploy:deploy",
     "canary": "kvbudget.cli.canary:canary",
     "sweep": "kvbudget.cli.sweep:sweep",
+    "capacity": "kvbudget.cli.capacity:capacity",
 }
 
 #: command name -> its one-line summary in ``kvbudget --help``, so listing the commands imports
@@ -59,6 +60,7 @@ SUMMARIES: dict[str, str] = {
     "deploy": "Render Kubernetes manifests and Prometheus alert rules",
     "canary": "Run the short, low-concurrency cells of PLAN_FILE against its target",
     "sweep": "Simulate every point of GRID",
+    "capacity": "The highest load that meets an SLO: Poisson rate and closed-loop concurrency",
 }
 
 

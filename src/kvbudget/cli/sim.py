@@ -6,7 +6,7 @@ import json
 import os
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,6 +26,9 @@ from kvbudget.cli.vocab import (
     engine_input_options,
 )
 from kvbudget.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvbudget.sim.scenario import SimScenario
 
 _OUTPUT_FLAGS = ("trace_out", "records_out", "samples_out")
 
@@ -212,6 +215,51 @@ def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
     return lines
 
 
+def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
+    """The scenario of ``--scenario`` with the flags on top (``kvbudget capacity`` reuses it;
+    a flag the caller lacks counts as not given)."""
+    from collections import defaultdict
+
+    from kvbudget.sim.scenario import load_scenario, scenario_from_dict
+
+    opts = defaultdict(lambda: None, opts)
+
+    data: dict[str, Any] = {}
+    if opts["scenario"]:
+        data = load_scenario(opts["scenario"])
+        # the file alone first, so its mistakes are reported against the file
+        scenario_from_dict(dict(data), origin=Path(opts["scenario"]).name)
+    for key in (
+        "model",
+        "gpu",
+        "tp",
+        "replicas",
+        "router",
+        "kv_dtype",
+        "pp",
+        "engine_version",
+        "quantization",
+        "enable_expert_parallel",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "max_model_len",
+        "timing_profile",
+        "max_simulated_s",
+        "seed",
+        "sample_every_s",
+    ):
+        if opts.get(key) is not None:
+            data[key] = opts[key]
+    if opts.get("prefix_caching") is not None:
+        data["prefix_caching"] = opts["prefix_caching"]
+    base_wl = data.get("workload") or {
+        "num_requests": 1000,
+        "arrivals": {"kind": "poisson", "rate_per_s": 10.0},
+    }
+    data["workload"] = _workload_from_flags(opts, base_wl)
+    return scenario_from_dict(data, origin="the command-line flags")
+
+
 @click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--scenario",
@@ -364,13 +412,7 @@ def sim(**opts: Any) -> None:
     )
     from kvbudget.sim.cluster import simulate, simulate_stream
     from kvbudget.sim.native import build_label
-    from kvbudget.sim.scenario import (
-        build_cluster,
-        build_workload,
-        load_scenario,
-        scenario_from_dict,
-        stream_workload,
-    )
+    from kvbudget.sim.scenario import build_cluster, build_workload, stream_workload
 
     percentiles = (
         DEFAULT_METRIC_PERCENTILES
@@ -380,40 +422,7 @@ def sim(**opts: Any) -> None:
     for flag in _OUTPUT_FLAGS:
         if opts[flag]:
             _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
-    data: dict[str, Any] = {}
-    if opts["scenario"]:
-        data = load_scenario(opts["scenario"])
-        # the file alone first, so its mistakes are reported against the file
-        scenario_from_dict(dict(data), origin=Path(opts["scenario"]).name)
-    for key in (
-        "model",
-        "gpu",
-        "tp",
-        "replicas",
-        "router",
-        "kv_dtype",
-        "pp",
-        "engine_version",
-        "quantization",
-        "enable_expert_parallel",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "max_model_len",
-        "timing_profile",
-        "max_simulated_s",
-        "seed",
-        "sample_every_s",
-    ):
-        if opts[key] is not None:
-            data[key] = opts[key]
-    if opts["prefix_caching"] is not None:
-        data["prefix_caching"] = opts["prefix_caching"]
-    base_wl = data.get("workload") or {
-        "num_requests": 1000,
-        "arrivals": {"kind": "poisson", "rate_per_s": 10.0},
-    }
-    data["workload"] = _workload_from_flags(opts, base_wl)
-    scenario = scenario_from_dict(data, origin="the command-line flags")
+    scenario = scenario_from_opts(opts)
     if opts["engine"] == "llamacpp":
         _sim_slots(scenario, opts)
         return

@@ -1,0 +1,368 @@
+"""``kvbudget capacity``: the highest load that meets an SLO (every figure *simulated*)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvbudget.cli.sim import _check_output_path, scenario_from_opts
+from kvbudget.cli.sim import sim as _sim
+from kvbudget.cli.vocab import COUNT
+from kvbudget.errors import ConfigError
+
+#: ``kvbudget sim``'s options that describe the configuration and the workload, reused as they
+#: are (one definition: a flag means the same in both commands)
+SIM_OPTIONS = (
+    "scenario",
+    "model",
+    "gpu",
+    "tp",
+    "replicas",
+    "router",
+    "num_requests",
+    "input_tokens",
+    "output_tokens",
+    "prefix_groups",
+    "shared_prefix_tokens",
+    "prefix_caching",
+    "kv_dtype",
+    "pp",
+    "engine_version",
+    "quantization",
+    "enable_expert_parallel",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "timing_profile",
+    "seed",
+    "as_json",
+)
+DEFAULT_NUM_REQUESTS = 200
+#: the rate's answer is confirmed by a run with this many times --num-requests
+CONFIRM_FACTOR = 4
+#: fewer requests than this cannot tell a growing queue (kvbudget.metrics.stability)
+MIN_NUM_REQUESTS = 20
+_HELP = {
+    "num_requests": f"Requests per probe, e.g. 200 [default: {DEFAULT_NUM_REQUESTS}; a "
+    "scenario's workload.num_requests is not used].",
+    "seed": "Seed of the first search; the reruns use the next --seeds - 1 seeds [default: 0].",
+    "as_json": "Print the answer as JSON (max_rate_per_s, max_concurrency, binding_constraint, "
+    "the points).",
+}
+
+
+#: ``kvbudget bench``'s options for reaching a running engine, reused as they are
+BENCH_OPTIONS = ("base_url", "metrics_url", "api_key_env", "timeout_s", "warmup_requests")
+#: sim options that describe the simulated engine: refused with --base-url (the server is it)
+SIM_ENGINE_OPTIONS = (
+    "gpu",
+    "tp",
+    "replicas",
+    "router",
+    "kv_dtype",
+    "pp",
+    "engine_version",
+    "quantization",
+    "enable_expert_parallel",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "timing_profile",
+    "prefix_caching",
+)
+DEFAULT_WARMUP_REQUESTS = 4
+DEFAULT_MAX_DURATION_S = 600.0
+_BENCH_HELP = {
+    "base_url": "Search a running OpenAI-compatible server instead of the simulator, e.g. "
+    "http://127.0.0.1:8000 (with --model, the name it serves).",
+    "warmup_requests": "With --base-url: requests sent one at a time before the search, not "
+    f"judged [default: {DEFAULT_WARMUP_REQUESTS}].",
+}
+
+
+def _bench_params() -> list[click.Parameter]:
+    from kvbudget.cli.bench import bench
+
+    by_name = {p.name: p for p in bench.params}
+    out: list[click.Parameter] = []
+    for name in BENCH_OPTIONS:
+        param = copy.copy(by_name[name])
+        param.required = False
+        if isinstance(param, click.Option) and name in _BENCH_HELP:
+            param.help = _BENCH_HELP[name]
+            param.default = None
+        out.append(param)
+    return out
+
+
+def _sim_params() -> list[click.Parameter]:
+    by_name = {p.name: p for p in _sim.params}
+    out: list[click.Parameter] = []
+    for name in SIM_OPTIONS:
+        param = copy.copy(by_name[name])
+        if name in _HELP and isinstance(param, click.Option):
+            param.help = _HELP[name]
+        out.append(param)
+    return out
+
+
+def _fmt(value: float | None, scale: float = 1.0, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value * scale:.3g}{unit}"
+
+
+def _answer_line(label: str, doc: dict[str, Any], key: str, binding: str, unit: str) -> str:
+    seeds = doc[f"{key}_across_seeds"]
+    value = doc[key]
+    if value is None and doc[binding] is None:
+        head = f"not found (the search stopped: {doc.get('stopped') or 'no probe ran'})"
+    elif value is None:
+        head = f"none (the lowest load probed failed: {doc[binding]})"
+    else:
+        head = f"{value:.3g}{unit}  (binding: {doc[binding] or 'none failed up to the last probe'})"
+    spread = (
+        f"seeds {seeds['seeds'][0]}..{seeds['seeds'][-1]}: min {_fmt(seeds['min'])} / mean "
+        f"{_fmt(seeds['mean'])} / max {_fmt(seeds['max'])}"
+    )
+    return f"  {label:<17}{head}\n  {'':<17}{spread}"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1e3:.4g} ms"
+
+
+def _table(points: list[dict[str, Any]], keys: list[str], label: str, goodput: bool) -> list[str]:
+    head = f"  {label:<12}{'requests':>9}" + "".join(f"{k.removesuffix('_s'):>12}" for k in keys)
+    head += (f"{'goodput':>9}" if goodput else "") + f"{'queue':>9}{'meets':>7}"
+    lines = [head]
+    for p in points:
+        row = f"  {p['load']:<12.4g}{p['num_requests']:>9}"
+        row += "".join(f"{_ms(p.get(k)):>12}" for k in keys)
+        if goodput:
+            row += f"{_fmt(p['goodput_fraction']):>9}"
+        queue = "-" if label == "concurrency" else "stable" if p["stable"] else "GROWS"
+        lines.append(row + f"{queue:>9}{('yes' if p['meets_slo'] else 'no'):>7}")
+    return lines
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The answer as text: both maxima, what binds, the spread over seeds, every point."""
+    keys = [f"{t['metric']}_{t['statistic']}_s" for t in doc["slo"]["terms"] if t["statistic"]]
+    goodput = doc["slo"]["goodput_min"] is not None
+    if doc.get("engine"):
+        figures = f"figures: {doc['figures_label']}"
+    else:
+        figures = f"figures: simulated, timing model: {doc['timing_model']}"
+    lines = [
+        f"kvbudget capacity  ({figures}; SLO {doc['slo']['text']})",
+        _answer_line("max rate", doc, "max_rate_per_s", "binding_constraint", " requests/s"),
+        _answer_line(
+            "max concurrency", doc, "max_concurrency", "binding_constraint_concurrency", ""
+        ),
+        f"  probes           {doc['num_requests']} requests each (the rate's answer confirmed "
+        f"with {doc['num_requests'] * CONFIRM_FACTOR});\n  {'':<17}rate to within "
+        f"{doc['tolerance'] * 100:g} %; {doc['wall_s']:.1f} s",
+        "",
+        *_table(doc["rate_points"], keys, "rate/s", goodput),
+        "",
+        *_table(doc["concurrency_points"], keys, "concurrency", goodput),
+    ]
+    if doc.get("stopped"):
+        lines.insert(4, f"  stopped early    {doc['stopped']}")
+        if doc["max_rate_per_s"] is not None and not doc.get("max_rate_confirmed"):
+            lines.insert(
+                5, f"  {'':<17}the max rate was not confirmed by a longer run: raise the budget"
+            )
+    if "chart" in doc:
+        lines.append(f"\n  chart: {doc['chart']}")
+    return "\n".join(lines)
+
+
+def _search_sim(
+    opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
+) -> tuple[dict[str, Any], Any]:
+    from kvbudget.maxload.run import find_capacity
+    from kvbudget.maxload.sim_probe import SimProbe
+    from kvbudget.sim.native import build_label
+
+    scenario = scenario_from_opts(flags)
+    probe = SimProbe.from_scenario(scenario, slo, num_requests=num_requests)
+    result = find_capacity(
+        probe,
+        slo,
+        saturation_concurrency=probe.setup.config.max_num_seqs * scenario.replicas,
+        num_requests=num_requests,
+        seeds=[scenario.seed + i for i in range(opts["num_seeds"])],
+        tolerance=tolerance,
+        confirm=probe.longer(CONFIRM_FACTOR),
+    )
+    doc: dict[str, Any] = {
+        "figures": "simulated",
+        "figures_label": f"simulated, {probe.timing_model} timing",
+        "timing_model": probe.timing_model,
+        "model": scenario.model,
+        "gpu": scenario.gpu,
+        "tp": scenario.tp,
+        "replicas": scenario.replicas,
+        **result.to_dict(),
+        "simulator_build": build_label(),
+    }
+    return doc, result
+
+
+def _search_http(
+    opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
+) -> tuple[dict[str, Any], Any]:
+    from kvbudget.cli.main import run_async
+    from kvbudget.maxload.http_probe import http_probe
+    from kvbudget.maxload.probe import Budget
+    from kvbudget.maxload.run import find_capacity
+
+    for name in SIM_ENGINE_OPTIONS:
+        if opts.get(name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{flag} with --base-url: it describes the simulated engine, and the server is "
+                f"the engine here; drop {flag}",
+                field=name,
+            )
+    if not opts["model"]:
+        raise ConfigError(
+            "--base-url: give --model, the name the server serves (GET /v1/models)",
+            field="model",
+        )
+    workload = scenario_from_opts({**flags, "model": None}).workload
+    seed = opts["seed"] or 0
+    budget = Budget(
+        max_requests=opts["max_total_requests"],
+        max_duration_s=opts["max_duration_s"] or DEFAULT_MAX_DURATION_S,
+    )
+    probe, info = http_probe(
+        base_url=opts["base_url"],
+        model=opts["model"],
+        run_async=run_async,
+        workload=workload,
+        slo=slo,
+        num_requests=num_requests,
+        budget=budget,
+        metrics_url=opts["metrics_url"],
+        api_key_env=opts["api_key_env"],
+        timeout_s=opts["timeout_s"] or 120.0,
+        seed=seed,
+    )
+    warmup = opts["warmup_requests"]
+    probe.warm_up(DEFAULT_WARMUP_REQUESTS if warmup is None else warmup, seed)
+    result = find_capacity(
+        probe,
+        slo,
+        saturation_concurrency=None,
+        num_requests=num_requests,
+        seeds=[seed + i for i in range(opts["num_seeds"])],
+        tolerance=tolerance,
+        confirm=probe.longer(CONFIRM_FACTOR),
+    )
+    doc: dict[str, Any] = {
+        "figures": info.source,
+        "figures_label": info.label,
+        "timing_model": info.timing_model,
+        "engine": info.engine,
+        "engine_version": info.engine_version,
+        "base_url": opts["base_url"],
+        "model": opts["model"],
+        **result.to_dict(),
+        "num_requests_sent": budget.num_requests,
+    }
+    return doc, result
+
+
+@click.command("capacity", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--slo",
+    required=True,
+    help="The SLO as users write it: 'ttft_p95<1s,tpot_p95<50ms' (metrics ttft, tpot, itl, "
+    "e2e; pNN, mean, median; s or ms), optionally goodput>=0.99 (vllm bench serve's goodput).",
+)
+@click.option(
+    "--seeds",
+    "num_seeds",
+    type=COUNT,
+    default=3,
+    show_default=True,
+    help="Searches with this many seeds; the answer's min / mean / max across them is stated.",
+)
+@click.option(
+    "--rate-tolerance",
+    "tolerance",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Bisect the rate until the bracket is within this fraction of its upper end.",
+)
+@click.option(
+    "--max-total-requests",
+    type=COUNT,
+    help="With --base-url: stop the search before sending more than this many requests "
+    "(what was found is kept) [default: no limit].",
+)
+@click.option(
+    "--max-duration-s",
+    type=float,
+    help="With --base-url: start no probe after this many seconds (what was found is kept) "
+    f"[default: {DEFAULT_MAX_DURATION_S:g}].",
+)
+@click.option(
+    "--chart-out",
+    type=click.Path(dir_okay=False),
+    help="Write each SLO figure against load with the SLO lines (.svg, else PNG).",
+)
+def capacity(**opts: Any) -> None:
+    """The highest load that meets an SLO: Poisson rate and closed-loop concurrency, simulated
+    or on a running server.
+
+    Builds the replicas as `kvbudget sim` does (same flags and scenario), then searches: one
+    closed-loop probe with every batch slot full estimates the service rate; the Poisson rate
+    is bracketed from it (x2) and bisected to --rate-tolerance; the concurrency likewise on
+    integers from 1. A rate whose queue grows with the arrivals is not sustainable, whatever its
+    percentiles. With --base-url the same search drives a running server with kvbudget bench's
+    load runner (concurrency first, then rate from the throughput it reached), after
+    --warmup-requests, within --max-total-requests and --max-duration-s, reading --metrics-url
+    at each probe. See docs/how-much-can-it-hold.md.
+    """
+    from kvbudget.maxload.slo import parse_slo
+
+    slo = parse_slo(opts["slo"])
+    tolerance = opts["tolerance"]
+    if not 0 < tolerance <= 0.5:
+        raise ConfigError(
+            f"--rate-tolerance {tolerance:g}: give a fraction in (0, 0.5], e.g. 0.05",
+            field="tolerance",
+        )
+    num_requests = opts["num_requests"] or DEFAULT_NUM_REQUESTS
+    if num_requests < MIN_NUM_REQUESTS:
+        raise ConfigError(
+            f"--num-requests {num_requests}: a probe needs at least {MIN_NUM_REQUESTS} requests "
+            "to tell a growing queue; give e.g. 200",
+            field="num_requests",
+        )
+    if opts["chart_out"]:
+        _check_output_path("--chart-out", opts["chart_out"])
+    flags = {"rate": None, "concurrency": None, "max_concurrency": None, **opts}
+    if opts["base_url"]:
+        doc, result = _search_http(opts, flags, slo, num_requests, tolerance)
+    else:
+        doc, result = _search_sim(opts, flags, slo, num_requests, tolerance)
+    if opts["chart_out"]:
+        from kvbudget.maxload.chart import write_chart
+
+        write_chart(Path(opts["chart_out"]), result, figures=doc["figures_label"])
+        doc["chart"] = opts["chart_out"]
+    if opts["as_json"]:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(render(doc))
+
+
+capacity.params[:0] = _sim_params() + _bench_params()

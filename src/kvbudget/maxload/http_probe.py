@@ -1,0 +1,51 @@
+"""Probe a running OpenAI-compatible engine: the acceptance's HTTP target, which drives the load
+with ``kvbudget bench``'s runner (:func:`kvbudget.load.run.run_load`: every request accounted,
+errors and cancellations recorded) and scrapes the engine's ``/metrics`` every 0.5 s while a
+probe runs (KV usage, requests waiting, the preemptions counter).
+
+One server serves every probe (its prefix cache carries over, as it would in production). The
+figures are *measured*, naming the engine the server reports; ``kvbudget serve`` reports itself,
+and its figures stay *simulated* (:class:`kvbudget.accept.http_target.HttpTarget`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbudget.accept.http_target import HttpTarget, RunAsync
+from kvbudget.accept.targets import Target, TargetInfo
+from kvbudget.maxload.probe import Budget, TargetProbe
+from kvbudget.maxload.slo import Slo
+
+
+def http_probe(
+    *,
+    base_url: str,
+    model: str,
+    run_async: RunAsync,
+    workload: dict[str, Any],
+    slo: Slo,
+    num_requests: int,
+    budget: Budget,
+    metrics_url: str | None = None,
+    api_key_env: str | None = None,
+    timeout_s: float = 120.0,
+    seed: int = 0,
+) -> tuple[TargetProbe, TargetInfo]:
+    """A probe on the endpoint, and what the endpoint says it is (a one-line TargetError when
+    it cannot be reached)."""
+    target = HttpTarget(
+        base_url=base_url,
+        model=model,
+        run_async=run_async,
+        metrics_url=metrics_url,
+        api_key_env=api_key_env,
+        timeout_s=timeout_s,
+        seed=seed,
+    )
+
+    def same_server(_seed: int) -> Target:
+        return target
+
+    probe = TargetProbe(same_server, workload, slo, num_requests=num_requests, budget=budget)
+    return probe, target.info

@@ -1,0 +1,141 @@
+"""Probe a load on any acceptance target (:class:`kvbudget.accept.targets.Target`).
+
+Each probe generates ``num_requests`` requests of the workload (its lengths and prefix sharing;
+the arrivals replaced by a Poisson process at the probed rate, or a closed loop at the probed
+concurrency), runs them with ``target.run_cell`` and judges the records
+(:func:`kvbudget.maxload.point.judge`). The engine's own figures come from the cell: its
+preemptions counter, and the highest KV usage and queue length sampled (a real engine's
+``/metrics``, scraped every 0.5 s while the cell runs; the simulator's state).
+
+A :class:`Budget` bounds a search against a real engine: once the requests or the seconds it
+allows are spent, the next probe raises :class:`BudgetSpent` and the search stops there, keeping
+what it found.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from kvbudget.accept.targets import CellRun, Target
+from kvbudget.maxload.point import LoadKind, Point, judge
+from kvbudget.maxload.slo import Slo
+from kvbudget.workload.request import PlannedRequest
+from kvbudget.workload.spec import generate, workload_from_dict
+
+
+class BudgetSpent(Exception):
+    """The search's request or time budget is spent; the message says which."""
+
+
+@dataclass(slots=True)
+class Budget:
+    """At most ``max_requests`` requests and ``max_duration_s`` seconds (None: unbounded)."""
+
+    max_requests: int | None = None
+    max_duration_s: float | None = None
+    num_requests: int = 0
+    started_s: float = field(default_factory=time.monotonic)
+
+    def charge(self, num_requests: int) -> None:
+        """Account for a probe of ``num_requests`` before it runs, or raise BudgetSpent."""
+        if self.max_requests is not None and self.num_requests + num_requests > self.max_requests:
+            raise BudgetSpent(
+                f"request budget spent: {self.num_requests} sent, the next probe needs "
+                f"{num_requests} more than --max-total-requests {self.max_requests} allows"
+            )
+        elapsed = time.monotonic() - self.started_s
+        if self.max_duration_s is not None and elapsed >= self.max_duration_s:
+            raise BudgetSpent(
+                f"time budget spent: {elapsed:.0f} s of --max-duration-s {self.max_duration_s:g}"
+            )
+        self.num_requests += num_requests
+
+
+def _engine_figures(run: CellRun) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in ("kv_usage", "num_waiting"):
+        values = [s.value for s in run.samples if s.name == name]
+        if values:
+            out[f"{name}_max"] = max(values)
+    return out
+
+
+class TargetProbe:
+    """``probe(kind, load, seed)`` -> :class:`Point`, each on ``make_target(seed)``."""
+
+    def __init__(
+        self,
+        make_target: Callable[[int], Target],
+        workload: dict[str, Any],
+        slo: Slo,
+        *,
+        num_requests: int,
+        budget: Budget | None = None,
+    ) -> None:
+        self.make_target = make_target
+        self.workload = workload
+        self.slo = slo
+        self.num_requests = num_requests
+        self.budget = budget
+
+    def longer(self, factor: int) -> TargetProbe:
+        """The same probe with ``factor`` times the requests (the rate's confirmation)."""
+        out = TargetProbe.__new__(TargetProbe)
+        out.__dict__.update(self.__dict__)
+        out.num_requests = self.num_requests * factor
+        return out
+
+    def _requests(
+        self, arrivals: dict[str, Any], num: int, seed: int, cell_id: str
+    ) -> tuple[list[PlannedRequest], int | None]:
+        """The probe's requests, named as the acceptance names a cell's (``<cell>#0/<id>``)."""
+        spec = workload_from_dict({**self.workload, "num_requests": num, "arrivals": arrivals})
+        planned = generate(spec, np.random.default_rng(seed))
+        named = [replace(r, request_id=f"{cell_id}#0/{r.request_id}") for r in planned]
+        return named, spec.closed_loop_concurrency
+
+    def warm_up(self, num_requests: int, seed: int) -> None:
+        """Send ``num_requests`` one at a time, not judged (a real engine's first requests
+        pay for compilation and allocation)."""
+        if num_requests <= 0:
+            return
+        if self.budget is not None:
+            self.budget.charge(num_requests)
+        requests, _ = self._requests(
+            {"kind": "closed", "concurrency": 1}, num_requests, seed, "warmup"
+        )
+        self.make_target(seed).run_cell(
+            requests, cell_id="warmup", closed_loop_concurrency=1, duration_s=None, warmup=True
+        )
+
+    def __call__(self, kind: LoadKind, load: float, seed: int) -> Point:
+        if self.budget is not None:
+            self.budget.charge(self.num_requests)
+        if kind == "rate":
+            arrivals: dict[str, Any] = {"kind": "poisson", "rate_per_s": load}
+        else:
+            arrivals = {"kind": "closed", "concurrency": int(load)}
+        cell_id = f"{kind}={load:g}"
+        requests, concurrency = self._requests(arrivals, self.num_requests, seed, cell_id)
+        run = self.make_target(seed).run_cell(
+            requests,
+            cell_id=cell_id,
+            closed_loop_concurrency=concurrency,
+            duration_s=None,
+        )
+        point = judge(
+            run.records,
+            self.slo,
+            kind=kind,
+            load=load,
+            seed=seed,
+            duration_s=run.duration_s,
+            num_preemptions=int(run.counters.get("preemptions", 0)),
+            capacity_error=run.capacity_error,
+        )
+        return replace(point, engine=_engine_figures(run))

@@ -1,0 +1,82 @@
+"""Probe a load on the simulator, in process: a fresh set of simulated replicas per probe.
+
+Replicas are built as ``kvbudget sim`` builds them (:func:`kvbudget.sim.scenario.replica_setup`:
+the plan's KV pool, the roofline or a calibrated profile) and run through the acceptance's
+simulated target (:class:`kvbudget.accept.sim_target.SimTarget`), which records every output
+token's time, so ITL is judged too. Every figure is *simulated*; the timing model is named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvbudget.accept.sim_target import SimTarget
+from kvbudget.accept.targets import Target, TargetInfo
+from kvbudget.errors import ConfigError
+from kvbudget.maxload.probe import TargetProbe
+from kvbudget.maxload.slo import Slo
+from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.scenario import SimScenario, replica_setup
+
+#: scenario fields a load search cannot honour (one replica set, steady load), and why
+_REFUSED = {
+    "replica_overrides": "heterogeneous replicas",
+    "scale_out": "scale-out events",
+    "scale_in": "scale-in events",
+    "crashes": "crash events",
+    "disaggregation": "P/D disaggregation",
+    "remote_tier": "a remote tier shared by replicas",
+}
+
+
+class SimProbe(TargetProbe):
+    """A :class:`TargetProbe` on fresh identical simulated replicas for every probe."""
+
+    def __init__(
+        self,
+        setup: ReplicaSetup,
+        workload: dict[str, Any],
+        slo: Slo,
+        *,
+        num_requests: int,
+        num_replicas: int = 1,
+        router: str = "round_robin",
+    ) -> None:
+        self.setup = setup
+        self.timing_model = setup.timing.name
+        info = TargetInfo(kind="sim", source="simulated", label="kvbudget capacity probe")
+
+        def make_target(seed: int) -> Target:
+            return SimTarget(
+                setup.config,
+                setup.timing,
+                np.random.default_rng(seed),
+                info=info,
+                hash_prompts=False,
+                tiers=setup.tiers,
+                num_replicas=num_replicas,
+                router=router,
+            )
+
+        super().__init__(make_target, workload, slo, num_requests=num_requests)
+
+    @classmethod
+    def from_scenario(cls, scenario: SimScenario, slo: Slo, *, num_requests: int) -> SimProbe:
+        for name, what in _REFUSED.items():
+            if getattr(scenario, name):
+                raise ConfigError(
+                    f"scenario field {name}: kvbudget capacity searches one steady set of "
+                    f"identical replicas and cannot model {what}; remove it (run kvbudget sim "
+                    "for it)",
+                    field=name,
+                )
+        return cls(
+            replica_setup(scenario, None),
+            scenario.workload,
+            slo,
+            num_requests=num_requests,
+            num_replicas=scenario.replicas,
+            router=scenario.router,
+        )
