@@ -112,3 +112,18 @@ def test_the_real_report_is_read_by_both(
 ) -> None:
     assert _cli(["report", str(accepted_report), "--out", str(tmp_path / "r")], capsys)[0] == 0
     assert _cli(["deploy", str(accepted_report), "--out", str(tmp_path / "d")], capsys)[0] == 0
+
+
+def test_an_estimate_outside_its_interval_still_renders(
+    tmp_path: Path, accepted_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bootstrap percentile interval need not hold its estimate (found by the fuzz: a
+    negative error bar crashed the chart)."""
+
+    def change(data: dict[str, Any]) -> None:
+        ci = data["cells"][0]["summaries"]["ttft_s"]["percentiles"]["p50"]
+        ci.update(low=ci["value"] * 2, high=ci["value"] * 3)
+
+    path = _mutated(tmp_path, accepted_report, change)
+    code, err = _cli(["report", str(path), "--out", str(tmp_path / "r")], capsys)
+    assert code == 0, err
