@@ -182,6 +182,8 @@ def test_durations_prometheus_reads_are_accepted(tmp_path: Path) -> None:
         'a=~"(?=x)"',
         'a=~"x++"',
         'a=~"("',
+        'a=~"(?x)a"',
+        'a=~"[[:foo:]]"',
         '1a="b"',
         'a="b"\nc="d"',
     ],
@@ -193,7 +195,10 @@ def test_metric_selector_must_be_label_matchers(tmp_path: Path, selector: str) -
 
 def test_metric_selector_with_escapes_and_a_regexp_loads(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    selector = 'namespace!="x\\"y\\\\", pod=~"vllm-.*|sg[a-z]+" ,model_name="\\u00fc\\n"'
+    selector = (
+        'namespace!="x\\"y\\\\", pod=~"vllm-.*|sg[a-z]+" ,model_name="\\u00fc\\n",'
+        'a=~"(?i)(?P<x>b)[[:alpha:]]c"'
+    )
     result = run([str(DEMO_PLAN), "--out", str(out), "--metric-selector", selector])
     assert result.exit_code == 0, result.output
     check = promtool_check(out / "alerts.rules.yaml")

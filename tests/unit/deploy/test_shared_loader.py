@@ -127,3 +127,40 @@ def test_an_estimate_outside_its_interval_still_renders(
     path = _mutated(tmp_path, accepted_report, change)
     code, err = _cli(["report", str(path), "--out", str(tmp_path / "r")], capsys)
     assert code == 0, err
+
+
+def _all_pass(data: dict[str, Any]) -> None:
+    """The accepted report made a measured all-pass run (what overall_verdict calls 'pass')."""
+    data["target"]["source"] = "measured"
+    for cell in data["cells"]:
+        cell["verdict"] = "pass"
+        for check in cell["checks"]:
+            check["verdict"] = "pass"
+    for stop in data["stop_conditions"]:
+        stop["status"] = "not_triggered"
+    data["verdict"] = "pass"
+
+
+def test_a_comparison_added_by_report_compare_is_not_rejudged(
+    tmp_path: Path, accepted_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report --compare --out`` appends a comparison to a finished document and writes it;
+    reading that document back must work whichever verdict the comparison has."""
+    comparison = {"name": "c", "factor": "kv_dtype", "verdict": "fail", "reasons": ["r"]}
+    for verdict in ("pass", "untested"):
+
+        def change(data: dict[str, Any], verdict: str = verdict) -> None:
+            _all_pass(data)
+            data["verdict"] = verdict
+            data["comparisons"] = [comparison]
+
+        path = _mutated(tmp_path, accepted_report, change)
+        code, err = _cli(["report", str(path), "--out", str(tmp_path / verdict)], capsys)
+        assert code == 0, err
+
+    def untested_without_cause(data: dict[str, Any]) -> None:
+        _all_pass(data)
+        data["verdict"] = "untested"
+
+    path = _mutated(tmp_path, accepted_report, untested_without_cause)
+    assert "give 'pass'" in _both_refuse(path, tmp_path, capsys)
