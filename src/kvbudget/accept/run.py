@@ -36,11 +36,12 @@ from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
 from kvbudget.accept.result import CellResult, Ledger, Verdict
+from kvbudget.accept.resume_files import load_progress
 from kvbudget.accept.targets import CellRun, Target
 from kvbudget.accept.verdicts import row_stopped
 from kvbudget.accept.workloads import cell_requests, warmup_requests
 from kvbudget.errors import ConfigError
-from kvbudget.records import JsonlWriter, MetricSample, RequestRecord, read_jsonl_dicts
+from kvbudget.records import JsonlWriter
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.tokenizer import encode
 
@@ -182,31 +183,6 @@ def _run_to_json(cell_id: str, repetition: int, run: CellRun) -> dict[str, Any]:
     }
 
 
-def _load_progress(out_dir: Path) -> dict[tuple[str, int], CellRun]:
-    progress = read_jsonl_dicts(out_dir / "progress.jsonl").items
-    records = read_jsonl_dicts(out_dir / "records.jsonl").items
-    by_run: dict[tuple[str, int], list[RequestRecord]] = {}
-    for raw in records:
-        rec = RequestRecord.model_validate(raw)
-        if rec.cell_id is not None and not rec.warmup:
-            key = RequestKey.decode(rec.request_id)
-            if key.repetition is not None:
-                by_run.setdefault((key.cell_id, key.repetition), []).append(rec)
-    done: dict[tuple[str, int], CellRun] = {}
-    for item in progress:
-        cell_id = str(item["cell_id"])
-        rep = int(item["repetition"])
-        done[(cell_id, rep)] = CellRun(
-            records=by_run.get((cell_id, rep), []),
-            duration_s=float(item["duration_s"]),
-            samples=[MetricSample.model_validate(s) for s in item["samples"]],
-            capacity_error=item["capacity_error"],
-            counters={k: float(v) for k, v in item["counters"].items()},
-            kv_usage_after_drain=item["kv_usage_after_drain"],
-        )
-    return done
-
-
 def _drop_unfinished_records(out_dir: Path, done: dict[tuple[str, int], CellRun]) -> None:
     """Keep only the records of finished repetitions (a killed repetition is run again)."""
     path = out_dir / "records.jsonl"
@@ -238,7 +214,7 @@ def run_matrix(
     """Warm-up then every (or the listed) cell with its repetitions."""
     info = target.info
     kind = info.source
-    done = _load_progress(out_dir) if (out_dir is not None and resume) else {}
+    done, notes = load_progress(out_dir) if (out_dir is not None and resume) else ({}, [])
     records_out = progress_out = None
     if out_dir is not None:
         if resume:
@@ -248,7 +224,6 @@ def run_matrix(
                 (out_dir / stale).unlink(missing_ok=True)
         records_out = JsonlWriter(out_dir / "records.jsonl")
         progress_out = JsonlWriter(out_dir / "progress.jsonl")
-    notes: list[str] = []
     try:
         baseline = target.idle_baseline()
         warm = warmup_requests(plan.load, seed=plan.seed)

@@ -185,20 +185,11 @@ def deploy(
     waiting requests and TTFT, an InferencePool for several replicas, and alerts in four
     classes. Renders only: no load runs, no cluster is contacted.
     """
-    import re
-
     from kvbudget.deploy.model_source import ModelSourceOptions
     from kvbudget.deploy.render import DeployOptions, render_deploy, write_deploy
     from kvbudget.deploy.source import load_source
-    from kvbudget.errors import ConfigError
     from kvbudget.units import parse_bytes
 
-    for flag, value in (("--alert-for", alert_for), ("--rate-window", rate_window)):
-        if not re.fullmatch(r"(\d+(ms|s|m|h|d))+", value):
-            raise ConfigError(
-                f"{flag}: {value!r} is not a Prometheus duration; write e.g. 30s, 5m or 1h",
-                field=flag,
-            )
     src = load_source(source, allow_failed=allow_failed)
     opts = DeployOptions(
         namespace=namespace,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbudget.deploy.promql import label_value, template_literal
 from kvbudget.deploy.source import (
     DeploySource,
     Figure,
@@ -101,8 +102,8 @@ def _alert(
             "for": for_,
             "labels": {"severity": severity, "class": cls},
             "annotations": {
-                "summary": summary,
-                "threshold": threshold,
+                "summary": template_literal(summary),
+                "threshold": template_literal(threshold),
                 "runbook": "see README.md in the kvbudget deploy output, section Alerts",
             },
         }
@@ -234,7 +235,7 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         )
 
     # --- quality ---------------------------------------------------------------------------
-    svc_sel = f'service="{opts.service}"'
+    svc_sel = f"service={label_value(opts.service)}"
     _alert(
         rs,
         "CanaryFailed",

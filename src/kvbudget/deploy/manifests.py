@@ -20,6 +20,7 @@ from typing import Any, Literal
 from kvbudget.accept.canary_metrics import service_name
 from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.deploy.engine_args import EngineCommand
+from kvbudget.deploy.k8s_checks import command_literal
 from kvbudget.deploy.memory import HostBudget
 from kvbudget.deploy.pods import PodExtras, PodTiming, engine_container, pod_spec
 from kvbudget.deploy.source import Figure
@@ -143,8 +144,10 @@ def deployment(
 
 
 def _multinode_argv(cmd: EngineCommand, lay: Layout) -> tuple[list[str], list[str]]:
-    """Leader and worker commands (vLLM over Ray; SGLang's own multi-node flags)."""
-    argv = " ".join(_quote(a) for a in cmd.argv)
+    """Leader and worker commands (vLLM over Ray; SGLang's own multi-node flags): the engine's
+    argv shell-quoted, then every ``$`` doubled so Kubernetes expands only the ``$(LWS_*)``
+    references written here."""
+    argv = command_literal(" ".join(_quote(a) for a in cmd.argv))
     if cmd.engine == "vllm":
         leader = f"ray start --head --port=6379 && {argv} --distributed-executor-backend ray"
         worker = "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block"

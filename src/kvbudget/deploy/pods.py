@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbudget.deploy.engine_args import EngineCommand
+from kvbudget.deploy.k8s_checks import command_literal
 from kvbudget.deploy.memory import HostBudget
 from kvbudget.deploy.source import Figure
 
@@ -98,7 +99,8 @@ def engine_container(
     container: dict[str, Any] = {
         "name": "engine",
         "image": image,
-        "command": list(argv if argv is not None else cmd.argv),
+        # argv (LeaderWorkerSet) is already escaped; its $(LWS_*) references are meant
+        "command": list(argv) if argv is not None else [command_literal(a) for a in cmd.argv],
         "ports": [{"name": "http", "containerPort": cmd.port, "protocol": "TCP"}],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "lifecycle": {"preStop": {"sleep": {"seconds": timing.drain_s}}},

@@ -8,6 +8,7 @@ and ``README.md`` saying where every number came from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,14 @@ from kvbudget.accept.capacity import plan_request
 from kvbudget.capacity.planner import make_plan
 from kvbudget.deploy.alerts import AlertOptions, RuleSet, build_rules, rule_file
 from kvbudget.deploy.engine_args import EngineCommand, engine_command, engine_name
+from kvbudget.deploy.k8s_checks import (
+    INT64_MAX,
+    check_image,
+    check_namespace,
+    check_service_name,
+    k8s_int,
+    pod_seconds,
+)
 from kvbudget.deploy.manifests import (
     SCALE_TARGET_FRACTION,
     Autoscaler,
@@ -37,6 +46,7 @@ from kvbudget.deploy.memory import DEFAULT_SIDECAR_BYTES, HostBudget, host_budge
 from kvbudget.deploy.model_source import ModelSourceOptions, model_source
 from kvbudget.deploy.placement import gpu_placement
 from kvbudget.deploy.pods import SHUTDOWN_S, PodExtras, PodTiming, pod_timing
+from kvbudget.deploy.promql import check_selector, duration_ms, label_value
 from kvbudget.deploy.readme import readme_text
 from kvbudget.deploy.source import (
     DeploySource,
@@ -157,11 +167,55 @@ def _image(src: DeploySource, opts: DeployOptions, engine: str) -> tuple[str, st
     return DEFAULT_IMAGES[engine].format(version=version), "assumed from the engine version: pin it"
 
 
+def _checked_signals(src: DeploySource) -> ScaleSignals:
+    """The autoscaler targets, each a quantity Kubernetes can hold (int64)."""
+    signals = _signals(src)
+    for what, fig in (
+        ("HPA target vllm_num_requests_waiting", signals.waiting_per_pod),
+        ("HPA target kvbudget_ttft_seconds_p95", signals.ttft_target_s),
+        ("HPA target kvbudget_queue_seconds_p95", signals.queue_target_s),
+    ):
+        if fig is not None:
+            k8s_int(math.ceil(fig.value) if math.isfinite(fig.value) else fig.value,
+                    field=what, source=fig.source, high=INT64_MAX)  # fmt: skip
+    return signals
+
+
+def _checked_layout(src: DeploySource, opts: DeployOptions, name: str, **kw: Any) -> Layout:
+    """The replica layout, every count an int32 as the Deployment/HPA/LWS fields are."""
+    lock = src.plan.lock
+    gpus = (lock.tensor_parallel.value or 1) * (lock.pipeline_parallel.value or 1)
+    replicas_from = (
+        "--replicas" if opts.replicas is not None else f"lock.gpu.count / (TP x PP = {gpus})"
+    )
+    lay = layout(
+        lock,
+        name=name,
+        namespace=opts.namespace,
+        replicas=opts.replicas,
+        max_replicas=opts.max_replicas,
+        gpus_per_node=opts.gpus_per_node,
+        **kw,
+    )
+    k8s_int(lay.replicas, field="replicas", source=replicas_from, low=1)
+    max_from = "--max-replicas" if opts.max_replicas is not None else f"2 x {replicas_from}"
+    k8s_int(lay.max_replicas, field="maxReplicas", source=max_from, low=1)
+    k8s_int(lay.num_nodes, field="LeaderWorkerSet size", source="TP x PP / --gpus-per-node")
+    return lay
+
+
 def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
     lock = src.plan.lock
     engine = engine_name(lock)
-    name = k8s_name(opts.name or src.plan.name)
+    check_namespace(opts.namespace)
+    duration_ms(opts.alert_for, flag="--alert-for", positive=False)
+    duration_ms(opts.rate_window, flag="--rate-window", positive=True)
+    name = check_service_name(
+        k8s_name(opts.name or src.plan.name),
+        "--service" if opts.name else "the plan's name (--service)",
+    )
     image, image_how = _image(src, opts, engine)
+    check_image(image, "lock.engine.version" if image_how.startswith("assumed") else image_how)
     annotations = {
         "kvbudget.io/source": f"{src.origin}: {src.path.name}",
         "kvbudget.io/plan-sha256": src.plan.canonical_sha256(),
@@ -177,16 +231,8 @@ def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
         env=tuple(weights.env),
         node_selector=placement.node_selector,
     )
-    lay: Layout = layout(
-        lock,
-        name=name,
-        namespace=opts.namespace,
-        image=image,
-        replicas=opts.replicas,
-        max_replicas=opts.max_replicas,
-        gpus_per_node=opts.gpus_per_node,
-        annotations=annotations,
-        extras=extras,
+    lay: Layout = _checked_layout(
+        src, opts, name, image=image, annotations=annotations, extras=extras
     )
     weights_bytes, weights_how = _weights(src, lay.gpus_per_pod)
     budget: HostBudget = host_budget(
@@ -198,7 +244,13 @@ def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
         sidecar_bytes=opts.sidecar_bytes,
         shm_bytes=opts.shm_bytes,
     )
-    timing: PodTiming = pod_timing(_load_time(src, opts, weights_bytes), e2e_p99(src))
+    largest = max(budget.terms, key=lambda t: t.num_bytes)
+    k8s_int(budget.total_bytes, field="memory (bytes)", source=f"{largest.name}: {largest.how}",
+            high=INT64_MAX)  # fmt: skip
+    load, e2e = _load_time(src, opts, weights_bytes), e2e_p99(src)
+    pod_seconds(load.value, what="model load time", source=load.source)
+    pod_seconds(e2e.value, what="p99 end-to-end (preStop drain)", source=e2e.source)
+    timing: PodTiming = pod_timing(load, e2e)
     cmd: EngineCommand = engine_command(
         lock, model_path=opts.model_path, shutdown_timeout_s=SHUTDOWN_S
     )
@@ -212,8 +264,12 @@ def render_deploy(src: DeploySource, opts: DeployOptions) -> Rendered:
             deployment(lay, cmd, budget, timing, warm_prefix_gate=opts.warm_prefix_gate)
         ]
     out.files["service.yaml"] = [service(lay, cmd)]
-    selector = opts.metric_selector or f'namespace="{lay.namespace}",model_name="{lock.model.id}"'
-    signals = _signals(src)
+    selector = (
+        check_selector(opts.metric_selector)
+        if opts.metric_selector
+        else f"namespace={label_value(lay.namespace)},model_name={label_value(lock.model.id)}"
+    )
+    signals = _checked_signals(src)
     if opts.autoscaler == "hpa":
         out.files["hpa.yaml"] = [hpa(lay, signals)]
     elif opts.autoscaler == "keda":

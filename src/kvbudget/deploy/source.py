@@ -8,16 +8,14 @@ flag that overrides it).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from kvbudget.accept.planfile import AcceptPlan, load_plan, parse_plan
 from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.accept.result_load import load_accept_result
 from kvbudget.errors import ConfigError
 
 FigureKind = Literal["measured", "simulated", "computed", "declared", "assumed"]
@@ -62,7 +60,9 @@ class DeploySource:
 
 
 def load_source(path: Path, *, allow_failed: bool = False) -> DeploySource:
-    """Read a plan YAML or an accept report.json; one-line ConfigError on any problem."""
+    """Read a plan YAML or an accept report.json; one-line error on any problem (a report is
+    read by :func:`kvbudget.accept.result_load.load_accept_result`, as ``kvbudget report``
+    reads it)."""
     if not path.is_file():
         raise ConfigError(
             f"PLAN_OR_REPORT: {str(path)!r} not found; give an acceptance plan (YAML) or an "
@@ -71,26 +71,7 @@ def load_source(path: Path, *, allow_failed: bool = False) -> DeploySource:
         )
     if path.suffix.lower() != ".json":
         return DeploySource(path=path, origin="plan", plan=load_plan(path))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(
-            f"{path.name}: not JSON ({exc}); give kvbudget accept's report.json"
-        ) from None
-    if not isinstance(data, dict) or data.get("kind") != "accept":
-        raise ConfigError(
-            f"{path.name}: kind {data.get('kind') if isinstance(data, dict) else None!r} is not "
-            "an acceptance report; give the report.json written by kvbudget accept",
-            field="kind",
-        )
-    try:
-        result = AcceptResult.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(
-            f"{path.name}: {where}: {err['msg']}; re-run kvbudget accept with this version"
-        ) from None
+    result = load_accept_result(path)
     if result.verdict == "fail" and not allow_failed:
         raise ConfigError(
             f"{path.name}: verdict is fail ({'; '.join(result.verdict_reasons[:2])}); deploy "

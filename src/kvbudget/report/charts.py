@@ -114,8 +114,11 @@ def latency_vs_load(doc: AcceptResult) -> str:
                     est = summary.percentiles.get(pct) if summary else None
                     v = est.value * scale if est else float("nan")
                     ys.append(v)
-                    lo.append(v - est.low * scale if est and est.low is not None else 0.0)
-                    hi.append(est.high * scale - v if est and est.high is not None else 0.0)
+                    # a bootstrap interval need not hold its estimate: no negative bar
+                    lo.append(max(v - est.low * scale, 0.0) if est and est.low is not None else 0.0)
+                    hi.append(
+                        max(est.high * scale - v, 0.0) if est and est.high is not None else 0.0
+                    )
                 ax.errorbar(x, ys, yerr=[lo, hi], marker=marker, capsize=3, label=pct)
                 seen.extend(y for y in ys if math.isfinite(y) and y > 0)
             for i, (pct, limit) in enumerate(_ceilings(doc, metric)):

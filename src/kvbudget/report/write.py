@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvbudget.accept.result import AcceptResult
-from kvbudget.errors import ReportError
-from kvbudget.records import read_document, write_document
+from kvbudget.accept.result_load import load_accept_result
+from kvbudget.records import write_document
 from kvbudget.report.html import render_html
 from kvbudget.report.markdown import render_markdown
 from kvbudget.safety.redact import redact_text
@@ -38,10 +38,6 @@ def write_report(
 
 
 def load_result(path: Path) -> AcceptResult:
-    """Read a ``report.json`` (one-line ``ReportError`` if it is not an acceptance result)."""
-    try:
-        return read_document(path, AcceptResult)
-    except ReportError as exc:
-        raise ReportError(
-            f"{exc}; give the report.json that 'kvbudget accept --out DIR' wrote (DIR/report.json)"
-        ) from exc
+    """Read a ``report.json`` (one-line ``ReportError`` if it is not an acceptance result, or
+    not one kvbudget accept can have written: the checks kvbudget deploy makes too)."""
+    return load_accept_result(path)

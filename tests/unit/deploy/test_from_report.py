@@ -62,6 +62,9 @@ def test_a_failed_report_is_refused_unless_allowed(tmp_path: Path, accepted_repo
     report = json.loads(accepted_report.read_text())
     report["verdict"] = "fail"
     report["verdict_reasons"] = ["stop condition 'tpot_s p95' triggered"]
+    # consistent with its verdict (the shared loader checks that): the stop condition triggered
+    stop = next(s for s in report["stop_conditions"] if s["name"] == "tpot_s p95")
+    stop.update(status="triggered", cells=["short/single"])
     failed = tmp_path / "report.json"
     failed.write_text(json.dumps(report))
     runner = CliRunner()

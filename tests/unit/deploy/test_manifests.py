@@ -184,4 +184,4 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"kind": "bench"}))
     res = runner.invoke(deploy, [str(other), "--out", str(tmp_path / "o")])
-    assert "is not an acceptance report" in str(res.exception)
+    assert "is not a valid AcceptResult: field 'kind'" in str(res.exception)

@@ -10,6 +10,7 @@ from kvbudget.accept.result import (
     Ledger,
     MetricSummary,
     PercentileCI,
+    StopStatus,
     TimeSeries,
 )
 from kvbudget.records import Provenance
@@ -67,7 +68,11 @@ def make_doc(name: str = "hand-built") -> AcceptResult:
         lock=[],
         blocking=[],
         cells=cells,
-        stop_conditions=[],
+        # consistent with the failed cell (kvbudget's loader refuses a verdict its stop
+        # conditions do not give)
+        stop_conditions=[
+            StopStatus(name="ttft_s p95", declared="2", status="triggered", cells=["long/peak"])
+        ],
         verdict="fail",
         verdict_reasons=["because"],
         ledger=Ledger(

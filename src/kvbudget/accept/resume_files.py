@@ -1,0 +1,85 @@
+"""What ``kvbudget accept --resume`` reads back from OUT: finished repetitions and their records.
+
+A write cut short (SIGKILL, or ENOSPC: ``os.write`` stops mid-line) leaves at most a torn
+*last* line in ``records.jsonl`` or ``progress.jsonl``, and possibly ``report.json.tmp``.
+Records are written before their repetition's progress line, so a torn last line always belongs
+to a repetition that has no progress line yet and runs again: the resume drops it and says so
+(a note in the report's verdict reasons). A damaged line anywhere else (a later write succeeded
+after a failed one) means a finished repetition may have lost a record: the resume refuses in
+one line rather than accept a repetition with records missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvbudget.accept.request_keys import RequestKey
+from kvbudget.accept.targets import CellRun
+from kvbudget.errors import ConfigError
+from kvbudget.records import MetricSample, RequestRecord, read_jsonl_dicts
+
+
+def _refuse(path: Path, where: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"--resume: {path} {where} {why}, so a finished repetition may have lost records; "
+        "start over without --resume or choose another --out",
+        field="resume",
+    )
+
+
+def _read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """The lines of one file; a torn last line is dropped with a note, any other bad line
+    refused."""
+    result = read_jsonl_dicts(path)
+    torn = len(result.skipped_lines) if result.truncated_tail else 0
+    inner = result.skipped_lines[: len(result.skipped_lines) - (1 if torn else 0)]
+    if inner:
+        raise _refuse(
+            path, f"line {inner[0]}", "is not a complete JSON object (a write cut short?)"
+        )
+    if result.truncated_tail:
+        notes.append(
+            f"resume: dropped the torn last line of {path.name} (a write cut short, e.g. by a "
+            "full disk); it belonged to no finished repetition"
+        )
+    return result.items
+
+
+def load_progress(out_dir: Path) -> tuple[dict[tuple[str, int], CellRun], list[str]]:
+    """Finished repetitions by (cell, repetition) with their records, and notes on repairs."""
+    notes: list[str] = []
+    stale = out_dir / "report.json.tmp"
+    if stale.exists():
+        stale.unlink()
+        notes.append("resume: removed report.json.tmp left by an interrupted write")
+    progress_path, records_path = out_dir / "progress.jsonl", out_dir / "records.jsonl"
+    progress = _read(progress_path, notes)
+    records = _read(records_path, notes)
+    by_run: dict[tuple[str, int], list[RequestRecord]] = {}
+    for number, raw in enumerate(records, start=1):
+        try:
+            rec = RequestRecord.model_validate(raw)
+            key = RequestKey.decode(rec.request_id) if rec.cell_id and not rec.warmup else None
+        except (ValidationError, ValueError):
+            raise _refuse(records_path, f"record {number}", "is not a request record") from None
+        if key is not None and key.repetition is not None:
+            by_run.setdefault((key.cell_id, key.repetition), []).append(rec)
+    done: dict[tuple[str, int], CellRun] = {}
+    for number, item in enumerate(progress, start=1):
+        try:
+            cell_id = str(item["cell_id"])
+            rep = int(item["repetition"])
+            done[(cell_id, rep)] = CellRun(
+                records=by_run.get((cell_id, rep), []),
+                duration_s=float(item["duration_s"]),
+                samples=[MetricSample.model_validate(s) for s in item["samples"]],
+                capacity_error=item["capacity_error"],
+                counters={k: float(v) for k, v in item["counters"].items()},
+                kv_usage_after_drain=item["kv_usage_after_drain"],
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, ValidationError):
+            raise _refuse(progress_path, f"record {number}", "is not a progress record") from None
+    return done, notes
