@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 StateKind = Literal["mamba", "mamba2", "gdn", "linear", "shortconv"]
@@ -45,6 +45,8 @@ class FullAttention:
     num_kv_heads: int
     head_dim: int
     v_head_dim: int = 0  # 0 means "same as head_dim"
+    #: a sparse-attention indexer's key cached beside K/V, one head (MiniMax-M3); 0 = none
+    index_head_dim: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_positive("num_kv_heads", self.num_kv_heads)
@@ -56,8 +58,8 @@ class FullAttention:
         return self.v_head_dim or self.head_dim
 
     def elements_per_token(self) -> int:
-        """K plus V elements one token needs in this layer (all KV heads)."""
-        return self.num_kv_heads * (self.head_dim + self.v_dim)
+        """K plus V elements one token needs in this layer (all KV heads), plus the indexer key."""
+        return self.num_kv_heads * (self.head_dim + self.v_dim) + self.index_head_dim
 
     def bytes_per_token(self, element_bytes: int) -> int:
         """Structural bytes per token: ``num_kv_heads * (head_dim + v_head_dim) * element_bytes``."""
@@ -114,7 +116,9 @@ class MLA:
     """Multi-head latent attention: one latent vector per token, shared by all heads.
 
     Per token per layer: ``kv_lora_rank + qk_rope_head_dim`` elements (DeepSeek-V2/V3: 576).
-    No factor 2 (the latent serves K and V) and tensor parallel does not split it.
+    No factor 2 (the latent serves K and V) and tensor parallel does not split it. With a
+    sparse-attention indexer (DeepSeek-V3.2, GLM-5: layer type ``indexed_attention``) one more key
+    of ``index_head_dim`` per token (transformers ``DynamicIndexedLayer.indexer_keys``).
     """
 
     kind: ClassVar[str] = "mla"
@@ -124,6 +128,7 @@ class MLA:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     num_heads: int = 0  # query heads; never used for bytes
+    index_head_dim: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_positive("kv_lora_rank", self.kv_lora_rank)
@@ -135,10 +140,10 @@ class MLA:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
     def elements_per_token(self) -> int:
-        return self.latent_dim
+        return self.latent_dim + self.index_head_dim
 
     def bytes_per_token(self, element_bytes: int) -> int:
-        return self.latent_dim * element_bytes
+        return self.elements_per_token() * element_bytes
 
     def kept_tokens(self, num_tokens: int) -> int:
         return num_tokens
@@ -349,4 +354,14 @@ def cache_parts(layers: Iterable[LayerSpec]) -> list[CacheLayer]:
 
 #: Attention kinds whose per-token bytes come from ``num_kv_heads`` and ``head_dim``.
 HEAD_KINDS = ("full", "sliding", "chunked")
+
+
+def has_indexer(layers: Iterable[LayerSpec]) -> bool:
+    """Whether any layer caches a sparse-attention indexer key beside its K/V or latent
+    (``layers`` may be a :class:`~kvbudget.spec.layer_runs.LayerSeq`: its distinct layers)."""
+    distinct = getattr(layers, "distinct", None)
+    items: Iterable[LayerSpec] = distinct() if callable(distinct) else layers
+    return any(getattr(layer, "index_head_dim", 0) for layer in items)
+
+
 LAYER_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared", "none", "hybrid")

@@ -32,6 +32,9 @@ STATE_TYPES = ("linear_attention", "mamba", "conv")
 #: a decoder layer holding full attention and a recurrent state side by side (Falcon-H1)
 HYBRID_TYPES = ("hybrid",)
 NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
+#: full attention (or MLA) plus a sparse-attention indexer's key cache (transformers
+#: ``DynamicIndexedLayer``; MiniMax-M3's ``MiniMaxM3VLSparseCacheLayer``): needs ``Traits.index_key``
+INDEXED_TYPES = ("indexed_attention", "minimax_m3_sparse")
 
 #: a field value: a config key, ("mul", key, key), ("div", key, key), ("const", n) or
 #: ("or", key, rule): the key's value, or the rule when the key is null or "auto"
@@ -90,6 +93,15 @@ class Traits:
     conv: StateRule | None = None  # what a "conv" layer stores (LFM2 short convolution)
     hybrid: StateRule | None = None  # the state beside the attention of a "hybrid" layer
     layer_types_key: str = "layer_types"
+    #: full-attention layers use their own (head_dim key, default, kv-heads key, gate key) when
+    #: the config has no per_layer_config (Gemma-4: global_head_dim, num_global_key_value_heads
+    #: when attention_k_eq_v; Gemma4TextConfig.__post_init__)
+    global_dims: tuple[str, int, str, str] | None = None
+    #: config key of the indexer's cached key size (one head per token) for INDEXED_TYPES layers
+    index_key: str | None = None
+    index_default: int = 128
+    #: per-layer "full"/"shared" list: only "full" layers run (and cache) an indexer (GLM-5.2)
+    indexer_types_key: str | None = None
     verified: bool = True
     note: str = ""
 
@@ -176,6 +188,7 @@ _SHORTCONV = StateRule(
 )
 
 _GEMMA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 6, last_is_other=True)
+_GEMMA4_GLOBAL = ("global_head_dim", 512, "num_global_key_value_heads", "attention_k_eq_v")
 _SWA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 4)
 
 #: model_type -> traits (verified against transformers' cache; see the module docstring)
@@ -274,8 +287,17 @@ TRAITS: dict[str, Traits] = {
         kv_heads_default=None,
         note="new_decoder_architecture: num_kv_heads; else multi_query: 1 KV head; else all heads",
     ),
-    "gemma4_text": Traits(_t("gemma4"), pattern=_GEMMA4),
-    "gemma4_unified_text": Traits(_t("gemma4_unified"), pattern=_GEMMA4),
+    "gemma4_text": Traits(_t("gemma4"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL),
+    # MiniMax-M3 (text decoder of transformers' minimax_m3_vl): full attention; sparse layers
+    # also cache the lightning indexer's key, one head of index_head_dim per token
+    # (modeling_minimax_m3_vl.py MiniMaxM3VLSparseCacheLayer.update_index)
+    "minimax_m3": Traits(
+        "transformers/models/minimax_m3_vl/configuration_minimax_m3_vl.py",
+        index_key="index_head_dim",
+    ),
+    "gemma4_unified_text": Traits(
+        _t("gemma4_unified"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL
+    ),
     "bloom": Traits(
         _t("bloom"), aliases={"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"}
     ),
@@ -292,6 +314,22 @@ TRAITS: dict[str, Traits] = {
             "sarvam_mla",
         )
     },
+    # MLA plus the DSA lightning indexer's key ([batch, seq, index_head_dim]) on every
+    # indexed_attention layer (modeling_deepseek_v32.py / modeling_glm_moe_dsa.py
+    # ``cache.update_indexer``); GLM-5.2's "shared" indexer layers reuse the previous top-k
+    "deepseek_v32": Traits(
+        _t("deepseek_v32"),
+        mla=True,
+        pattern=Pattern("full", base="indexed_attention"),
+        index_key="index_head_dim",
+    ),
+    "glm_moe_dsa": Traits(
+        _t("glm_moe_dsa"),
+        mla=True,
+        pattern=Pattern("full", base="indexed_attention"),
+        index_key="index_head_dim",
+        indexer_types_key="indexer_types",
+    ),
     "longcat_flash": Traits(
         _t("longcat_flash"), mla=True, aliases={"num_hidden_layers": "num_layers"}
     ),

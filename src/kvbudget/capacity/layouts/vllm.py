@@ -46,6 +46,7 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     get_pp_indices,
     heads_per_rank,
+    refuse_indexer,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -199,6 +200,7 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
+    refuse_indexer(spec, "vllm")
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
     heads_per_rank(1, tp)  # validates tp >= 1
