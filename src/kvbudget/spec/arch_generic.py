@@ -116,14 +116,15 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
     else:
         hidden = get_int(r, traits, "hidden_size")
         if hidden and heads:
-            if hidden % heads:
+            if hidden % heads and not traits.head_dim_floor:
                 r.missing.append("head_dim")
             else:
                 head_dim = hidden // heads
                 r.derive(
                     "head_dim",
                     head_dim,
-                    f"hidden_size / num_attention_heads = {hidden} / {heads}; config has no head_dim",
+                    f"hidden_size // num_attention_heads = {hidden} // {heads}; config has no "
+                    "head_dim",
                 )
     if heads and kv and heads % kv:
         raise SpecError(

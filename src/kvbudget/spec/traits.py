@@ -93,6 +93,9 @@ class Traits:
     conv: StateRule | None = None  # what a "conv" layer stores (LFM2 short convolution)
     hybrid: StateRule | None = None  # the state beside the attention of a "hybrid" layer
     layer_types_key: str = "layer_types"
+    #: head_dim absent: ``hidden_size // num_attention_heads`` even when it does not divide (the
+    #: modeling code's ``getattr(config, "head_dim", hidden_size // num_attention_heads)``)
+    head_dim_floor: bool = False
     #: full-attention layers use their own (head_dim key, default, kv-heads key, gate key) when
     #: the config has no per_layer_config (Gemma-4: global_head_dim, num_global_key_value_heads
     #: when attention_k_eq_v; Gemma4TextConfig.__post_init__)
@@ -207,7 +210,6 @@ TRAITS: dict[str, Traits] = {
             "flex_olmo",
             "glm",
             "glm4",
-            "glm4_moe",
             "granite",
             "granitemoe",
             "granitemoeshared",
@@ -242,6 +244,9 @@ TRAITS: dict[str, Traits] = {
         )
     },
     "gemma": Traits(_t("gemma"), defaults={"tie_word_embeddings": True}),
+    # transformers' default Glm4MoeConfig has no head_dim and 4096 / 96 heads; the attention
+    # takes hidden_size // num_attention_heads = 42 (modeling_glm4_moe.py Glm4MoeAttention)
+    "glm4_moe": Traits(_t("glm4_moe"), head_dim_floor=True),
     "gemma2": Traits(
         _t("gemma2"),
         pattern=Pattern("sliding_unless_nth", None, 2),

@@ -167,3 +167,21 @@ def test_indexed_layer_without_a_rule_refuses(tmp_path: Path) -> None:
     resolved = resolve_model(_write(tmp_path, raw))
     assert resolved.status == "not_applicable"
     assert "indexer" in resolved.reason
+
+
+def test_glm4_moe_head_dim_derived_as_transformers_does(tmp_path: Path) -> None:
+    """transformers' default Glm4MoeConfig has no head_dim and 4096 / 96 heads: the attention
+    uses hidden_size // num_attention_heads = 42 (modeling_glm4_moe.py Glm4MoeAttention; the
+    same config measured on the meta device: 268,800 B). It was refused."""
+    raw = {
+        "model_type": "glm4_moe",
+        "num_hidden_layers": 2,
+        "hidden_size": 4096,
+        "num_attention_heads": 96,
+        "num_key_value_heads": 8,
+        "torch_dtype": "bfloat16",
+    }
+    spec = resolve_model(_write(tmp_path, raw)).spec
+    assert spec is not None
+    got = hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes
+    assert got == 2 * 8 * (4096 // 96) * 2 * 2 * T == 268_800
