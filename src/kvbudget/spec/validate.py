@@ -90,6 +90,11 @@ def check_config_fields(cfg: dict[str, Any], prefix: str = "") -> None:
                     f"{int_field_bound(key):,} (docs/limits.md); fix the config or --set {key}=N",
                     field=key,
                 )
+    check_rope_fields(cfg, prefix)
+
+
+def check_rope_fields(cfg: dict[str, Any], prefix: str = "") -> None:
+    """The RoPE blocks alone (``fingerprint`` reads them for the position-encoding identity)."""
     for key in ROPE_KEYS:
         _check_rope(cfg.get(key), f"{prefix}{key}", key, depth=0)
 

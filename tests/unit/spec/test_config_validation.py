@@ -86,3 +86,12 @@ def test_plan_refuses_negative_context_in_one_line(tmp_path: Path) -> None:
 def test_string_bool_cannot_be_set_either(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"^tie_word_embeddings"):
         resolve_model(_config(tmp_path), overrides={"tie_word_embeddings": "false"})
+
+
+@pytest.mark.parametrize("factor", [-8, 0, 1e300])
+def test_fingerprint_refuses_the_rope_factors_calc_refuses(tmp_path: Path, factor: Any) -> None:
+    """Issue #30 item 9: fingerprint exited 0 on RoPE factors calc and plan refuse."""
+    path = _config(tmp_path, rope_scaling={"rope_type": "linear", "factor": factor})
+    code, _out, err = run_main(["fingerprint", "--model", path])
+    assert code != 0 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("SpecError: rope_scaling.factor: expected")
