@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from tests.peer import test_hf_oracle as hf  # noqa: E402
 from tests.peer import test_vllm_pool_oracle as vo  # noqa: E402
 
-from kvbudget.spec.architectures import BUILDERS  # noqa: E402
+from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS  # noqa: E402
 from kvbudget.spec.catalog import list_catalog  # noqa: E402
 from kvbudget.spec.traits import TRAITS  # noqa: E402
 
@@ -69,6 +69,8 @@ machines (pass `--mamba-ssm-cache-dtype float32` to plan it), in taking the KV s
 
 
 def _rule(model_type: str) -> str:
+    if model_type in UNVERIFIED_BUILDERS:
+        return "builder (vLLM's source; no transformers class: structural reference)"
     if model_type in BUILDERS:
         return "builder"
     row = TRAITS.get(model_type)

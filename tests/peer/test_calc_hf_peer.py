@@ -35,7 +35,11 @@ CACHE_FIELDS = {
 }
 
 #: architectures that cannot run on the meta device in this transformers version (reason given)
-META_XFAIL: dict[str, str] = {}
+META_XFAIL: dict[str, str] = {
+    "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas has no transformers class (the "
+    "checkpoint ships remote code); its rule is vLLM's, checked by hand in "
+    "tests/unit/spec/test_new_architectures.py",
+}
 
 
 def _tensors(obj: Any, out: dict[int, Any], depth: int = 0) -> None:

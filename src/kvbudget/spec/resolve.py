@@ -17,7 +17,7 @@ from typing import Any, Literal
 from kvbudget.errors import ConfigError
 from kvbudget.spec.arch_common import ARCH
 from kvbudget.spec.arch_generic import UnknownVocabulary, build_from_traits
-from kvbudget.spec.architectures import BUILDERS
+from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS
 from kvbudget.spec.architectures import WRAPPER_TEXT_TYPES as _BUILDER_WRAPPERS
 from kvbudget.spec.catalog import find_catalog_entry
 from kvbudget.spec.fields import FieldReader
@@ -81,6 +81,7 @@ STRUCTURAL_KEYS = (
     "mamba_d_state",
     "linear_num_value_heads",
     "attn_config",
+    "block_configs",
 )
 
 ResolveStatus = Literal["resolved", "not_applicable"]
@@ -202,7 +203,9 @@ def resolve_config(
         )
     builder = BUILDERS.get(str(model_type))
     traits = TRAITS.get(str(model_type))
-    verified = builder is not None or (traits is not None and traits.verified)
+    verified = (builder is not None and str(model_type) not in UNVERIFIED_BUILDERS) or (
+        builder is None and traits is not None and traits.verified
+    )
     try:
         if builder is not None:
             layers = builder(reader, str(model_type))
@@ -370,7 +373,9 @@ def _record_rules(
     if builder:
         source, note = (
             "kvbudget.spec.architectures",
-            "hand-written rule, checked against transformers",
+            "hand-written rule, checked against transformers"
+            if verified
+            else "hand-written rule from an engine's source (no transformers class to check)",
         )
     elif traits is not None:
         source, note = traits.source, "trait table row (kvbudget.spec.traits)"

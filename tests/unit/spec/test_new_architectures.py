@@ -185,3 +185,30 @@ def test_glm4_moe_head_dim_derived_as_transformers_does(tmp_path: Path) -> None:
     assert spec is not None
     got = hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes
     assert got == 2 * 8 * (4096 // 96) * 2 * 2 * T == 268_800
+
+
+def test_nemotron_nas_no_op_layers_keep_no_kv() -> None:
+    """Llama-3.3-Nemotron-Super-49B: 31 of 80 block configs have attention no_op (vLLM 0.32
+    nemotron_nas.py DeciLMDecoderLayer builds no attention there); the other 49 have
+    64 // n_heads_in_group 8 = 8 KV heads of 8192 // 64 = 128. It was read as 80 full layers
+    (262,144,000 B at 100 tokens). vLLM layout, bf16, block 16: 7 blocks for 100 tokens."""
+    raw = json.loads(
+        (MODELS_DIR / "nvidia--Llama-3_3-Nemotron-Super-49B-v1.json").read_text("utf-8")
+    )
+    with_attention = sum(1 for b in raw["block_configs"] if not b["attention"]["no_op"])
+    assert with_attention == 49
+    spec = _spec("nvidia/Llama-3_3-Nemotron-Super-49B-v1")
+    assert spec.rules_verified is False  # no transformers class: a structural reference
+    per_token = with_attention * 8 * 128 * 2 * 2
+    got = vllm_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16")
+    assert got.bytes_per_token == per_token == 200_704
+    assert got.total_bytes == 7 * 16 * per_token
+
+
+def test_nemotron_nas_unmodelled_attention_variant_refuses(tmp_path: Path) -> None:
+    raw = json.loads(
+        (MODELS_DIR / "nvidia--Llama-3_3-Nemotron-Super-49B-v1.json").read_text("utf-8")
+    )
+    raw["block_configs"][3]["attention"]["window_length"] = 4096
+    with pytest.raises(Exception, match=r"block_configs\[3\]\.attention\.window_length"):
+        resolve_model(_write(tmp_path, raw))
