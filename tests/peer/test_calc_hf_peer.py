@@ -75,6 +75,10 @@ def _model(path: str) -> Any:
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
     if raw.get("model_type") in TEXT_DECODER_ONLY:
         raw = dict(raw["text_config"])
+    if raw.get("model_type") == "kimi_k3":
+        # no kimi_k3 class in transformers 5.24; its decoder is a kimi_linear text config whose
+        # activation "situ" transformers lacks: silu instead changes MLP values, not the cache
+        raw = {**raw["text_config"], "hidden_act": "silu"}
     if raw.get("model_type") == "minimax_m3":
         # transformers serves MiniMax-M3's decoder as minimax_m3_vl's text model; its config
         # class reads the checkpoint's own keys (sparse_attention_config, moe_layer_freq)

@@ -188,6 +188,9 @@ def derive_types(r: FieldReader, pattern: Pattern, n: int) -> Types | None:
         elif kind == "nth_from_zero":
             types = nth_types(n, every, 0, pattern.other, pattern.base)
             note = f"layer i is {pattern.other} when i % {every} == 0, else {pattern.base}"
+            if pattern.first_is_base and n:
+                types = Runs.chain([Runs.periodic([pattern.base], 1), types[1:]])
+                note += "; layer 0 is always " + pattern.base
         else:
             offset = r.get_int(pattern.offset_key or "", default=pattern.offset_default)
             types = nth_types(

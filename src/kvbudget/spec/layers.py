@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-StateKind = Literal["mamba", "mamba2", "gdn", "linear", "shortconv"]
+StateKind = Literal["mamba", "mamba2", "gdn", "kda", "linear", "shortconv"]
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -163,6 +163,9 @@ class StateLayer:
       ssm ``(num_heads, head_dim, state_size)``.
     * ``gdn`` (gated delta net): conv ``(conv_kernel-1, 2*num_k_heads*head_k_dim + num_heads*head_dim)``,
       ssm ``(num_heads, head_dim, head_k_dim)`` where ``num_heads``/``head_dim`` are the V heads.
+    * ``kda`` (Kimi Delta Attention, Kimi-Linear): the gdn shapes with K heads = V heads
+      (vLLM ``MambaStateShapeCalculator.kda_state_shape``); vLLM keeps its recurrent state in
+      float32 unless ``--mamba-ssm-cache-dtype`` says otherwise (``kda_state_dtype``).
     * ``linear`` (lightning / linear attention): no conv, state ``(num_heads, head_dim, head_dim)``.
     * ``shortconv`` (LFM2 short convolution): conv ``(conv_kernel-1, intermediate_size)`` only,
       where ``intermediate_size`` is the hidden size (``conv_L_cache`` is the kernel).
@@ -190,7 +193,7 @@ class StateLayer:
         if self.state_kind == "mamba2":
             groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
             return (self.intermediate_size + 2 * groups * self.state_size) // tp
-        if self.state_kind == "gdn":
+        if self.state_kind in ("gdn", "kda"):
             return (2 * self.num_k_heads * self.head_k_dim + self.num_heads * self.head_dim) // tp
         return 0
 
@@ -207,7 +210,7 @@ class StateLayer:
             return (self.intermediate_size // tp, self.state_size)
         if self.state_kind == "mamba2":
             return (self.num_heads // tp, self.head_dim, self.state_size)
-        if self.state_kind == "gdn":
+        if self.state_kind in ("gdn", "kda"):
             return (self.num_heads // tp, self.head_dim, self.head_k_dim)
         if self.state_kind == "shortconv":
             return ()

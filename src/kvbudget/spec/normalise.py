@@ -172,7 +172,53 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
     out.notes.append("indexer_types derived as GlmMoeDsaConfig does (index_topk_freq/offset)")
 
 
+def _kimi_linear(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    linear = cfg.get("linear_attn_config")
+    if linear is None:
+        return
+    out.consumed.add("linear_attn_config")
+    if not isinstance(linear, dict):
+        raise SpecError(
+            f"{prefix}linear_attn_config: expected a mapping, got {str(linear)[:40]!r}",
+            field="linear_attn_config",
+        )
+    for flat, key in (
+        ("linear_head_dim", "head_dim"),
+        ("linear_num_heads", "num_heads"),
+        ("linear_conv_kernel_dim", "short_conv_kernel_size"),
+    ):
+        if key in linear:
+            cfg[flat] = linear[key]
+    full, kda = linear.get("full_attn_layers"), linear.get("kda_layers")
+    n = cfg.get("num_hidden_layers")
+    if cfg.get("layer_types") is None and full is not None and kda is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            return  # the reader reports num_hidden_layers
+        types: list[Any] = [None] * n
+        for kind, listed in (("full_attention", full), ("linear_attention", kda)):
+            for one in listed if isinstance(listed, list) else [listed]:
+                if isinstance(one, bool) or not isinstance(one, int) or not 1 <= one <= n:
+                    raise SpecError(
+                        f"{prefix}linear_attn_config: layer {one!r} is not in 1..{n} (1-indexed)",
+                        field="linear_attn_config",
+                    )
+                types[one - 1] = kind
+        if None in types:
+            raise SpecError(
+                f"{prefix}linear_attn_config: layer {types.index(None) + 1} is in neither "
+                "full_attn_layers nor kda_layers; fix the config",
+                field="linear_attn_config",
+            )
+        cfg["layer_types"] = types
+    out.notes.append(
+        "linear_attn_config flattened: head_dim, num_heads, short_conv_kernel_size -> linear_*; "
+        "full_attn_layers / kda_layers (1-indexed) -> layer_types (KimiLinearConfig)"
+    )
+
+
 _RULES = {
+    "kimi_linear": _kimi_linear,
     "nemotron_h": _nemotron_h,
     "gemma4_text": _gemma4,
     "gemma4_unified_text": _gemma4,

@@ -74,6 +74,7 @@ class Pattern:
     offset_key: str | None = None
     offset_default: int = 0
     last_is_other: bool = False  # the last layer is always ``other`` (Gemma-4)
+    first_is_base: bool = False  # layer 0 is always ``base`` (Kimi-Linear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,19 @@ _MAMBA1 = StateRule(
         "state_size": "state_size",
     },
     {"conv_kernel": 4, "state_size": 16},
+)
+#: Kimi Delta Attention: conv over q, k and v (3 x heads x head_dim) and a (heads, head_dim,
+#: head_dim) recurrent state (modeling_kimi_linear.py KimiDeltaAttention; vLLM kda_state_shape)
+_KDA = StateRule(
+    "kda",
+    {
+        "conv_kernel": "linear_conv_kernel_dim",
+        "num_heads": "linear_num_heads",
+        "head_dim": "linear_head_dim",
+        "num_k_heads": "linear_num_heads",
+        "head_k_dim": "linear_head_dim",
+    },
+    {"linear_conv_kernel_dim": 4, "linear_num_heads": 32, "linear_head_dim": 128},
 )
 _SHORTCONV = StateRule(
     "shortconv", {"conv_kernel": "conv_L_cache", "intermediate_size": "hidden_size"}
@@ -334,6 +348,14 @@ TRAITS: dict[str, Traits] = {
         pattern=Pattern("full", base="indexed_attention"),
         index_key="index_head_dim",
         indexer_types_key="indexer_types",
+    ),
+    # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
+    # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)
+    "kimi_linear": Traits(
+        _t("kimi_linear"),
+        mla=True,
+        linear=_KDA,
+        pattern=Pattern("nth_from_zero", None, 4, base="linear_attention", first_is_base=True),
     ),
     "longcat_flash": Traits(
         _t("longcat_flash"), mla=True, aliases={"num_hidden_layers": "num_layers"}

@@ -42,11 +42,16 @@ POSITIVE_INT_KEYS = (
     "num_local_experts",
     "n_routed_experts",
     "num_experts_per_tok",
+)
+#: counts where 0 is meaningful (no shared expert, no shared KV layer; a window of 0 that no
+#: layer uses, as Qwen2-MoE's default config carries beside use_sliding_window false)
+NON_NEGATIVE_INT_KEYS = (
+    "n_shared_experts",
+    "num_shared_experts",
+    "num_kv_shared_layers",
     "sliding_window",
     "attention_chunk_size",
 )
-#: counts where 0 is meaningful (no shared expert, no shared KV layer)
-NON_NEGATIVE_INT_KEYS = ("n_shared_experts", "num_shared_experts", "num_kv_shared_layers")
 ROPE_KEYS = ("rope_scaling", "rope_parameters")
 
 

@@ -18,7 +18,7 @@ from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
-from kvbudget.capacity.layouts.vllm import vllm_layout
+from kvbudget.capacity.layouts.vllm import vllm_layer_specs, vllm_layout
 from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
@@ -212,3 +212,35 @@ def test_nemotron_nas_unmodelled_attention_variant_refuses(tmp_path: Path) -> No
     raw["block_configs"][3]["attention"]["window_length"] = 4096
     with pytest.raises(Exception, match=r"block_configs\[3\]\.attention\.window_length"):
         resolve_model(_write(tmp_path, raw))
+
+
+KIMI_K3_KDA = 3 * 96 * 128  # conv channels: q, k and v of 96 heads x 128
+
+
+def test_kimi_k3_mla_and_kda_hf() -> None:
+    """kimi_linear decoder: MLA (512 + 64) on the 24 full_attn_layers, KDA on the 69 kda_layers
+    (1-indexed in linear_attn_config): transformers keeps a conv of the kernel (4) in bf16 and a
+    (96, 128, 128) float32 recurrent state (modeling_kimi_linear.py); measured on the meta device
+    with the checkpoint's decoder: 457,224,192 B (test_calc_hf_peer.py re-measures it)."""
+    mla = 24 * 576 * 2 * T
+    kda = 69 * (KIMI_K3_KDA * 4 * 2 + 96 * 128 * 128 * 4)
+    assert _hf("moonshotai/Kimi-K3") == mla + kda == 457_224_192
+
+
+def test_kimi_k3_vllm_kda_state_and_mla_hybrid_block() -> None:
+    """vLLM 0.32: KDA conv (kernel - 1, 36,864) in bf16 and the recurrent state in float32
+    (mamba_utils.py kda_state_shape / kda_state_dtype); the attention block is raised to hold a
+    state page, in multiples of 128 for an MLA hybrid (platforms/interface.py
+    _align_hybrid_block_size): 128 x ceil(6,512,640 / (128 x 1,152)) = 5,760 tokens."""
+    state = 3 * KIMI_K3_KDA * 2 + 96 * 128 * 128 * 4
+    assert state == 6_512_640
+    block = 128 * -(-state // (128 * 576 * 2))
+    assert block == 5_760
+    got = vllm_layout(_spec("moonshotai/Kimi-K3"), tokens=T, seqs=1, kv_dtype="auto")
+    assert got.block_size == block
+    # mamba pages are padded to the attention page; one MLA block holds the 100 tokens
+    assert got.total_bytes == 69 * block * 1_152 + 24 * block * 1_152
+    # --mamba-ssm-cache-dtype bfloat16 halves the recurrent state and lowers the raise
+    halved = vllm_layer_specs(_spec("moonshotai/Kimi-K3"), mamba_ssm_state_bytes=2)
+    small = 3 * KIMI_K3_KDA * 2 + 96 * 128 * 128 * 2
+    assert {s.block_size for s in halved.distinct()} == {128 * -(-small // (128 * 1_152))}
