@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from tests.peer import test_hf_oracle as hf  # noqa: E402
 from tests.peer import test_vllm_pool_oracle as vo  # noqa: E402
 
-from kvbudget.spec.architectures import BUILDERS  # noqa: E402
+from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS  # noqa: E402
+from kvbudget.spec.catalog import list_catalog  # noqa: E402
 from kvbudget.spec.traits import TRAITS  # noqa: E402
 
 OUT = ROOT / "docs" / "architectures.md"
@@ -68,6 +69,8 @@ machines (pass `--mamba-ssm-cache-dtype float32` to plan it), in taking the KV s
 
 
 def _rule(model_type: str) -> str:
+    if model_type in UNVERIFIED_BUILDERS:
+        return "builder (vLLM's source; no transformers class: structural reference)"
     if model_type in BUILDERS:
         return "builder"
     row = TRAITS.get(model_type)
@@ -133,11 +136,41 @@ def render() -> str:
     return text
 
 
+PUBLISHED = """
+## Published configs (the bundled catalog)
+
+Every config in `kvbudget models` (`src/kvbudget/spec/catalog/`, sources in its `sources.json`) is
+also checked against transformers' own cache: `tests/peer/test_calc_hf_peer.py` builds the full
+published model on the meta device (all its layers; a multimodal wrapper whose full model cannot
+run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3_vl` text model)
+and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
+A layout that does not model a layer's extra cache (the sparse-attention indexer key under
+vllm, sglang and llama.cpp) refuses the model instead of giving a partial number.
+
+| catalog id | model_type | rule | source of the copy |
+|---|---|---|---|
+"""
+
+
+def render_published() -> str:
+    text = PUBLISHED
+    for entry in list_catalog():
+        raw = json.loads(entry.path.read_text("utf-8"))
+        text_cfg = raw.get("text_config")
+        model_type = str(
+            (text_cfg.get("model_type") if isinstance(text_cfg, dict) else None)
+            or raw.get("model_type")
+        )
+        status = entry.status.replace("|", "\\|")
+        text += f"| {entry.model_id} | {model_type} | {_rule(model_type)} | {status} |\n"
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = render()
+    text = render() + render_published()
     if args.check:
         if not OUT.exists() or OUT.read_text("utf-8") != text:
             print(f"{OUT} is stale: run scripts/architectures_doc.py", file=sys.stderr)

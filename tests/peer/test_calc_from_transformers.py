@@ -44,6 +44,10 @@ HAND: dict[str, tuple[int, int]] = {
     # = 12,288; ssm 128 heads x d_head 8 x d_state 256 x 4 B (float32) = 1,048,576.
     # 8 x 1,085,440
     "falcon_h1": (48, 8_683_520),
+    # DSA (issue #34): every indexed_attention layer keeps the MLA latent (512 + 64) and the
+    # indexer's key (DynamicIndexedLayer.indexer_keys, index_head_dim 128); before, only the
+    # latent was counted (18 % short): 8 x (576 + 128) x 2 B x 48 tokens
+    "deepseek_v32": (48, 540_672),
 }
 
 #: layouts that apply to each case at tp=pp=1 (llama.cpp has no MLA or Mamba-hybrid layout here)
@@ -54,6 +58,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "jamba": ("hf", "vllm"),
     "minimax": ("hf", "vllm"),
     "falcon_h1": ("hf", "vllm", "sglang", "llamacpp"),
+    "deepseek_v32": ("hf",),  # the other layouts refuse an indexer (not modelled yet)
 }
 
 
@@ -143,3 +148,25 @@ def test_explicit_mode_refuses_from_transformers() -> None:
     argv = ["calc", "--layers", "2", "--kv-heads", "1", "--head-dim", "8", "--dtype-bytes", "2"]
     code, out, err = run_main([*argv, "--tokens", "8", "--from-transformers"])
     assert code == 2 and out == "" and "--from-transformers" in err
+
+
+def test_a_cache_tensor_kvbudget_does_not_read_is_named() -> None:
+    """A floating tensor beside K/V that is not understood: no partial sum (issue #34)."""
+    import torch
+
+    from kvbudget.spec.from_transformers import read_layers
+
+    class Layer:
+        def __init__(self, **tensors: Any) -> None:
+            self.__dict__.update(tensors)
+
+    class Cache:
+        def __init__(self, layers: list[Any]) -> None:
+            self.layers = layers
+
+    kv = {"keys": torch.zeros(1, 2, 3, 8), "values": torch.zeros(1, 2, 3, 8)}
+    indexed = Layer(**kv, indexer_keys=torch.zeros(1, 3, 16))
+    stray = Layer(**kv, compressed_keys=torch.zeros(1, 3, 4))
+    entries = read_layers(Cache([indexed, stray]), object())
+    assert entries[0]["index_head_dim"] == 16 and "unknown" not in entries[0]
+    assert entries[1]["unknown"] == "compressed_keys"

@@ -32,6 +32,7 @@ from kvbudget.spec.layers import (
 from kvbudget.spec.traits import (
     ATTENTION_TYPES,
     HYBRID_TYPES,
+    INDEXED_TYPES,
     NO_CACHE_TYPES,
     FieldRule,
     Pattern,
@@ -115,14 +116,15 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
     else:
         hidden = get_int(r, traits, "hidden_size")
         if hidden and heads:
-            if hidden % heads:
+            if hidden % heads and not traits.head_dim_floor:
                 r.missing.append("head_dim")
             else:
                 head_dim = hidden // heads
                 r.derive(
                     "head_dim",
                     head_dim,
-                    f"hidden_size / num_attention_heads = {hidden} / {heads}; config has no head_dim",
+                    f"hidden_size // num_attention_heads = {hidden} // {heads}; config has no "
+                    "head_dim",
                 )
     if heads and kv and heads % kv:
         raise SpecError(
@@ -186,6 +188,9 @@ def derive_types(r: FieldReader, pattern: Pattern, n: int) -> Types | None:
         elif kind == "nth_from_zero":
             types = nth_types(n, every, 0, pattern.other, pattern.base)
             note = f"layer i is {pattern.other} when i % {every} == 0, else {pattern.base}"
+            if pattern.first_is_base and n:
+                types = Runs.chain([Runs.periodic([pattern.base], 1), types[1:]])
+                note += "; layer 0 is always " + pattern.base
         else:
             offset = r.get_int(pattern.offset_key or "", default=pattern.offset_default)
             types = nth_types(
@@ -276,7 +281,8 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
         return None
     distinct = types.distinct()
     needs_heads = (
-        any(ATTENTION_TYPES.get(t) or t in HYBRID_TYPES for t in distinct) and not traits.mla
+        any(ATTENTION_TYPES.get(t) or t in HYBRID_TYPES or t in INDEXED_TYPES for t in distinct)
+        and not traits.mla
     )
     dims = attention_dims(r, traits) if needs_heads else None
     if needs_heads and dims is None:
@@ -288,10 +294,12 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
         else None
     )
     per_layer = _per_layer_config(r, n)
+    full_dims = dims if per_layer else _global_dims(r, traits, dims, distinct)
     templates: dict[str, LayerSpec] = {}
     for t, indices in types.runs():
         if t not in templates:
-            layer = _one(r, traits, indices[0], t, dims, window, chunk)
+            layer_dims = full_dims if ATTENTION_TYPES.get(t) == "full" else dims
+            layer = _one(r, traits, indices[0], t, layer_dims, window, chunk)
             if layer is None:
                 return None
             templates[t] = layer
@@ -312,7 +320,84 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
         own_layers[i] = layer
     if own_layers:
         out = out.replaced(own_layers)
+    out = _shared_indexers(r, traits, out, types)
     return _share_kv(r, out, types)
+
+
+def _global_dims(
+    r: FieldReader,
+    traits: Traits,
+    dims: tuple[int, int, int] | None,
+    distinct: Sequence[str],
+) -> tuple[int, int, int] | None:
+    """Dims of the full-attention layers when the row gives them their own (Gemma-4)."""
+    if traits.global_dims is None or dims is None:
+        return dims
+    if not any(ATTENTION_TYPES.get(t) == "full" for t in distinct):
+        return dims
+    head_key, head_default, kv_key, gate_key = traits.global_dims
+    head_dim = r.get_int(
+        head_key, default=head_default, default_source=ARCH, note="head size of the full layers"
+    )
+    gate = r.get(gate_key, default=False, default_source=ARCH, required=False)
+    if not isinstance(gate, bool):
+        raise SpecError(
+            f"{r.prefix}{gate_key}: expected true or false, got {str(gate)[:40]!r}; fix the config",
+            field=gate_key,
+        )
+    kv = dims[0]
+    if gate and r.has(kv_key):
+        kv = r.get_int(kv_key, note=f"KV heads of the full layers ({gate_key} is true)") or kv
+    elif r.has(kv_key):
+        r.get(kv_key, note=f"not used: {gate_key} is false, full layers keep num_key_value_heads")
+    return kv, head_dim or dims[1], dims[2]
+
+
+def _index_dim(r: FieldReader, traits: Traits, i: int, t: str) -> int:
+    """The indexer key size an ``indexed_attention`` layer caches (refused without a rule)."""
+    if traits.index_key is None:
+        raise UnknownVocabulary(
+            traits.layer_types_key,
+            f"layer {i} is {t!r}: its sparse-attention indexer keeps a key cache kvbudget has no "
+            "rule for in this architecture",
+        )
+    value = r.get_int(
+        traits.index_key,
+        default=traits.index_default,
+        default_source=ARCH,
+        note="indexer key cached per token (one head)",
+    )
+    if traits.index_key == "index_head_dim" and r.has("index_n_heads"):
+        r.get("index_n_heads", note="indexer query heads: not cached")
+    return value or 0
+
+
+def _shared_indexers(r: FieldReader, traits: Traits, layers: LayerSeq, types: Types) -> LayerSeq:
+    """Layers whose ``indexer_types`` entry is "shared" run no indexer and cache no indexer key."""
+    key = traits.indexer_types_key
+    if key is None or not r.has(key):
+        return layers
+    value = r.get(key, note='"full" layers run their own indexer; "shared" reuse the top-k')
+    if (
+        not isinstance(value, list)
+        or len(value) != len(layers)
+        or any(v not in ("full", "shared") for v in value)
+    ):
+        raise SpecError(
+            f"{r.prefix}{key}: expected {len(layers)} entries of 'full' or 'shared', got "
+            f"{str(value)[:40]!r}; fix the config",
+            field=key,
+        )
+    flags: Runs[str] = Runs.from_items(value)
+    shared: dict[int, LayerSpec] = {}
+    for mode, indices in flags.runs():
+        if mode != "shared":
+            continue
+        for i in indices:
+            layer = layers[i]
+            if isinstance(layer, FullAttention | MLA) and layer.index_head_dim:
+                shared[i] = replace(layer, index_head_dim=0)
+    return layers.replaced(shared) if shared else layers
 
 
 #: per-layer override keys that change what a layer caches (transformers ``per_layer_config``)
@@ -378,6 +463,13 @@ def _one(
     window: int | None,
     chunk: int | None,
 ) -> LayerSpec | None:
+    if t in INDEXED_TYPES:
+        index = _index_dim(r, traits, i, t)
+        if traits.mla:
+            latent = mla_layer(r, i)
+            return None if latent is None else replace(latent, index_head_dim=index)
+        assert dims is not None
+        return FullAttention(i, dims[0], dims[1], dims[2], index_head_dim=index)
     kind = ATTENTION_TYPES.get(t)
     if kind is not None:
         if traits.mla:
@@ -391,7 +483,11 @@ def _one(
         if kind == "chunked":
             return None if chunk is None else ChunkedLocal(i, kv, head_dim, v_dim, chunk)
         return FullAttention(i, kv, head_dim, v_dim)
-    rule = {"linear_attention": traits.linear, "mamba": traits.mamba, "conv": traits.conv}.get(t)
+    rule = {
+        "linear_attention": traits.linear or traits.mamba,
+        "mamba": traits.mamba,
+        "conv": traits.conv,
+    }.get(t)
     if rule is not None:
         return state_layer(r, rule, i)
     if t in HYBRID_TYPES and traits.hybrid is not None and not traits.mla:

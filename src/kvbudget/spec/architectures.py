@@ -30,6 +30,7 @@ from kvbudget.spec.arch_hybrid import (
     build_minimax,
     build_qwen3_next,
 )
+from kvbudget.spec.arch_nas import build_nemotron_nas
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layer_runs import LayerSeq, Runs
 from kvbudget.spec.layers import (
@@ -238,7 +239,12 @@ BUILDERS: dict[str, Builder] = {
     "qwen3_next": build_qwen3_next,
     "minimax": build_minimax,
     "gemma3n_text": build_gemma3n,
+    "nemotron-nas": build_nemotron_nas,
 }
+
+#: builders whose rule comes from an engine's source because transformers has no class to check
+#: it against: their results are a structural reference, never ``exact``
+UNVERIFIED_BUILDERS = frozenset({"nemotron-nas"})
 
 #: top-level wrapper model_type -> the text model_type when text_config does not name it
 WRAPPER_TEXT_TYPES = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma3n": "gemma3n_text"}

@@ -58,6 +58,8 @@ class FieldReader:
         self.entries: dict[str, LedgerEntry] = {}
         self.missing: list[str] = []
         self.notes: list[str] = []
+        #: config keys looked up with :meth:`get` (read, not just peeked at)
+        self.read_keys: set[str] = set()
 
     # -- raw access -------------------------------------------------------------------------
     def has(self, key: str) -> bool:
@@ -109,6 +111,7 @@ class FieldReader:
         not a reason to fall back to the default.
         """
         name = name or key
+        self.read_keys.add(key)
         where = f"{self.location}:{self.prefix}{key}"
         config_value = self.config.get(key)
         if (

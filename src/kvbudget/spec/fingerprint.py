@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.errors import SpecError
+from kvbudget.spec.validate import check_rope_fields
 
 #: fields whose disagreement means the K/V *values* differ
 VALUE_FIELDS = (
@@ -229,6 +230,7 @@ def position_encoding(config: dict[str, Any]) -> str:
     """The position-encoding fields of a config (the text config for multimodal wrappers)."""
     text = config.get("text_config")
     cfg = text if isinstance(text, dict) else config
+    check_rope_fields(cfg, "text_config." if cfg is not config else "")
     picked = {k: cfg[k] for k in _ROPE_KEYS if k in cfg}
     if not picked:
         return "none declared"

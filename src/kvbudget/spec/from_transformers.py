@@ -12,7 +12,12 @@ by layer (``transformers/cache_utils.py``, 5.x):
   ``layer_types`` says ``chunked_attention`` (the same class with the chunk size);
 * a linear-attention layer (``conv_states`` / ``recurrent_states``): a recurrent state; with
   keys as well (``LinearAttentionAndFullAttentionLayer``, Falcon-H1's ``hybrid``) both;
-* ``DummyLayer`` or a layer without keys: nothing stored (KV-shared or MLP-only layers).
+* ``DummyLayer`` or a layer without keys: nothing stored (KV-shared or MLP-only layers);
+* a sparse-attention indexer's key cache (``DynamicIndexedLayer.indexer_keys``, MiniMax-M3's
+  ``idx_keys``): the layer's ``index_head_dim``.
+
+Any other floating-point tensor a cache layer holds refuses the answer, naming it: the sum is of
+every tensor transformers keeps, or there is no number.
 
 The reading is authoritative for which layers exist, their kinds, KV heads, head sizes,
 windows and state sizes. Where kvbudget's table also resolves the model, every layer is
@@ -141,6 +146,7 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
                 v_head_dim=_shape(layer.values)[-1],
                 window=int(window) if window is not None else None,
             )
+        _indexer_and_unknown(layer, entry)
         if hasattr(layer, "conv_states"):
             conv = [t for t in layer.conv_states.values() if t is not None]
             rec = [t for t in layer.recurrent_states.values() if t is not None]
@@ -157,18 +163,56 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: per-layer cache tensors kvbudget reads; any other floating tensor a layer holds refuses
+KNOWN_TENSORS = ("keys", "values", "conv_states", "recurrent_states")
+#: a sparse-attention indexer's key cache: ``DynamicIndexedLayer.indexer_keys``
+#: ``[batch, seq, index_head_dim]`` (DeepSeek-V3.2, GLM-5) and MiniMax-M3's
+#: ``MiniMaxM3VLSparseCacheLayer.idx_keys`` ``[batch, 1, seq, index_head_dim]``
+INDEXER_TENSORS = ("indexer_keys", "idx_keys")
+
+
+def _indexer_and_unknown(layer: Any, entry: dict[str, Any]) -> None:
+    """Record the indexer key size, and name any floating tensor kvbudget does not read."""
+    torch, _ = _modules()
+    for name, value in vars(layer).items() if hasattr(layer, "__dict__") else ():
+        if name in KNOWN_TENSORS or not isinstance(value, torch.Tensor):
+            continue
+        if not value.is_floating_point() or value.numel() == 0:
+            continue
+        if name in INDEXER_TENSORS:
+            shape = _shape(value)
+            if len(shape) == 4 and shape[1] != 1:
+                entry.setdefault("unknown", f"{name} with {shape[1]} heads")
+            entry["index_head_dim"] = shape[-1]
+        else:
+            entry.setdefault("unknown", name)
+
+
 def _attention_spec(entry: dict[str, Any]) -> LayerSpec:
     i, heads, k, v = entry["index"], entry["num_kv_heads"], entry["head_dim"], entry["v_head_dim"]
+    index = int(entry.get("index_head_dim", 0))
     if entry["kind"] == "sliding":
-        return SlidingWindow(i, heads, k, v if v != k else 0, sliding_window=entry["window"])
+        return SlidingWindow(
+            i, heads, k, v if v != k else 0, sliding_window=entry["window"], index_head_dim=index
+        )
     if entry["kind"] == "chunked":
-        return ChunkedLocal(i, heads, k, v if v != k else 0, attention_chunk_size=entry["window"])
-    return FullAttention(i, heads, k, v if v != k else 0)
+        return ChunkedLocal(
+            i,
+            heads,
+            k,
+            v if v != k else 0,
+            attention_chunk_size=entry["window"],
+            index_head_dim=index,
+        )
+    return FullAttention(i, heads, k, v if v != k else 0, index_head_dim=index)
 
 
 def _disagreement(table: LayerSpec, entry: dict[str, Any]) -> str | None:
     """Why the table's layer differs from transformers' reading (None when they agree)."""
     kind = entry["kind"]
+    index = int(entry.get("index_head_dim", 0))
+    if isinstance(table, FullAttention | MLA) and table.index_head_dim != index:
+        return f"indexer key {table.index_head_dim} vs {index}"
     if isinstance(table, MLA):
         want = (1, table.kv_lora_rank, table.qk_rope_head_dim)
         got = (entry.get("num_kv_heads"), entry.get("head_dim"), entry.get("v_head_dim"))
@@ -246,6 +290,14 @@ def from_transformers(
     )
     resolved = replace(resolved, ledger=(*resolved.ledger, read))
     spec = resolved.spec
+    unknown = next((e for e in entries if "unknown" in e), None)
+    if unknown is not None:
+        return _refuse(
+            resolved,
+            f"layer {unknown['index']}: transformers' cache ({unknown['class']}) also holds "
+            f"{unknown['unknown']}, which kvbudget does not read, so a sum would be partial; "
+            "drop --from-transformers for the table's answer",
+        )
     if spec is not None:
         if len(spec.layers) != len(entries):
             return _refuse(

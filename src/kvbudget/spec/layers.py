@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-StateKind = Literal["mamba", "mamba2", "gdn", "linear", "shortconv"]
+StateKind = Literal["mamba", "mamba2", "gdn", "kda", "linear", "shortconv"]
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -45,6 +45,8 @@ class FullAttention:
     num_kv_heads: int
     head_dim: int
     v_head_dim: int = 0  # 0 means "same as head_dim"
+    #: a sparse-attention indexer's key cached beside K/V, one head (MiniMax-M3); 0 = none
+    index_head_dim: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_positive("num_kv_heads", self.num_kv_heads)
@@ -56,8 +58,8 @@ class FullAttention:
         return self.v_head_dim or self.head_dim
 
     def elements_per_token(self) -> int:
-        """K plus V elements one token needs in this layer (all KV heads)."""
-        return self.num_kv_heads * (self.head_dim + self.v_dim)
+        """K plus V elements one token needs in this layer (all KV heads), plus the indexer key."""
+        return self.num_kv_heads * (self.head_dim + self.v_dim) + self.index_head_dim
 
     def bytes_per_token(self, element_bytes: int) -> int:
         """Structural bytes per token: ``num_kv_heads * (head_dim + v_head_dim) * element_bytes``."""
@@ -114,7 +116,9 @@ class MLA:
     """Multi-head latent attention: one latent vector per token, shared by all heads.
 
     Per token per layer: ``kv_lora_rank + qk_rope_head_dim`` elements (DeepSeek-V2/V3: 576).
-    No factor 2 (the latent serves K and V) and tensor parallel does not split it.
+    No factor 2 (the latent serves K and V) and tensor parallel does not split it. With a
+    sparse-attention indexer (DeepSeek-V3.2, GLM-5: layer type ``indexed_attention``) one more key
+    of ``index_head_dim`` per token (transformers ``DynamicIndexedLayer.indexer_keys``).
     """
 
     kind: ClassVar[str] = "mla"
@@ -124,6 +128,7 @@ class MLA:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     num_heads: int = 0  # query heads; never used for bytes
+    index_head_dim: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_positive("kv_lora_rank", self.kv_lora_rank)
@@ -135,10 +140,10 @@ class MLA:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
     def elements_per_token(self) -> int:
-        return self.latent_dim
+        return self.latent_dim + self.index_head_dim
 
     def bytes_per_token(self, element_bytes: int) -> int:
-        return self.latent_dim * element_bytes
+        return self.elements_per_token() * element_bytes
 
     def kept_tokens(self, num_tokens: int) -> int:
         return num_tokens
@@ -158,6 +163,9 @@ class StateLayer:
       ssm ``(num_heads, head_dim, state_size)``.
     * ``gdn`` (gated delta net): conv ``(conv_kernel-1, 2*num_k_heads*head_k_dim + num_heads*head_dim)``,
       ssm ``(num_heads, head_dim, head_k_dim)`` where ``num_heads``/``head_dim`` are the V heads.
+    * ``kda`` (Kimi Delta Attention, Kimi-Linear): the gdn shapes with K heads = V heads
+      (vLLM ``MambaStateShapeCalculator.kda_state_shape``); vLLM keeps its recurrent state in
+      float32 unless ``--mamba-ssm-cache-dtype`` says otherwise (``kda_state_dtype``).
     * ``linear`` (lightning / linear attention): no conv, state ``(num_heads, head_dim, head_dim)``.
     * ``shortconv`` (LFM2 short convolution): conv ``(conv_kernel-1, intermediate_size)`` only,
       where ``intermediate_size`` is the hidden size (``conv_L_cache`` is the kernel).
@@ -185,7 +193,7 @@ class StateLayer:
         if self.state_kind == "mamba2":
             groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
             return (self.intermediate_size + 2 * groups * self.state_size) // tp
-        if self.state_kind == "gdn":
+        if self.state_kind in ("gdn", "kda"):
             return (2 * self.num_k_heads * self.head_k_dim + self.num_heads * self.head_dim) // tp
         return 0
 
@@ -202,7 +210,7 @@ class StateLayer:
             return (self.intermediate_size // tp, self.state_size)
         if self.state_kind == "mamba2":
             return (self.num_heads // tp, self.head_dim, self.state_size)
-        if self.state_kind == "gdn":
+        if self.state_kind in ("gdn", "kda"):
             return (self.num_heads // tp, self.head_dim, self.head_k_dim)
         if self.state_kind == "shortconv":
             return ()
@@ -349,4 +357,14 @@ def cache_parts(layers: Iterable[LayerSpec]) -> list[CacheLayer]:
 
 #: Attention kinds whose per-token bytes come from ``num_kv_heads`` and ``head_dim``.
 HEAD_KINDS = ("full", "sliding", "chunked")
+
+
+def has_indexer(layers: Iterable[LayerSpec]) -> bool:
+    """Whether any layer caches a sparse-attention indexer key beside its K/V or latent
+    (``layers`` may be a :class:`~kvbudget.spec.layer_runs.LayerSeq`: its distinct layers)."""
+    distinct = getattr(layers, "distinct", None)
+    items: Iterable[LayerSpec] = distinct() if callable(distinct) else layers
+    return any(getattr(layer, "index_head_dim", 0) for layer in items)
+
+
 LAYER_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared", "none", "hybrid")

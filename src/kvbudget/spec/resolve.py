@@ -17,15 +17,17 @@ from typing import Any, Literal
 from kvbudget.errors import ConfigError
 from kvbudget.spec.arch_common import ARCH
 from kvbudget.spec.arch_generic import UnknownVocabulary, build_from_traits
-from kvbudget.spec.architectures import BUILDERS
+from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS
 from kvbudget.spec.architectures import WRAPPER_TEXT_TYPES as _BUILDER_WRAPPERS
 from kvbudget.spec.catalog import find_catalog_entry
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.locate import ConfigSource, locate_config
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.normalise import normalise
 from kvbudget.spec.provenance import LedgerEntry
 from kvbudget.spec.traits import GENERIC, TRAITS, Traits
 from kvbudget.spec.traits import WRAPPER_TEXT_TYPES as _TRAIT_WRAPPERS
+from kvbudget.spec.validate import check_config_fields
 
 WRAPPER_TEXT_TYPES = {**_TRAIT_WRAPPERS, **_BUILDER_WRAPPERS}
 
@@ -48,6 +50,38 @@ _UNKNOWN_STRUCTURE_KEYS = (
     "v_head_dim",
     "swa_num_key_value_heads",
     "swa_head_dim",
+)
+
+#: config keys that change what layers cache: one present (and not false/empty) that the rules
+#: for this model_type never read makes the answer not_applicable, naming it, so that no number
+#: rests on a field kvbudget did not read
+STRUCTURAL_KEYS = (
+    "layer_types",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "per_layer_config",
+    "num_kv_shared_layers",
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "kv_lora_rank",
+    "index_head_dim",
+    "index_n_heads",
+    "indexer_types",
+    "sparse_attention_config",
+    "compress_ratios",
+    "compress_ratio",
+    "swa_num_key_value_heads",
+    "swa_head_dim",
+    "swa_v_head_dim",
+    "hybrid_layer_ids",
+    "hybrid_layer_pattern",
+    "linear_attn_config",
+    "mamba_num_heads",
+    "ssm_state_size",
+    "mamba_d_state",
+    "linear_num_value_heads",
+    "attn_config",
+    "block_configs",
 )
 
 ResolveStatus = Literal["resolved", "not_applicable"]
@@ -155,9 +189,23 @@ def resolve_config(
         )
     default_type = WRAPPER_TEXT_TYPES.get(str(top_type)) if prefix else top_type
     model_type = reader.get("model_type", default=default_type, default_source=ARCH, required=False)
+    normalised = normalise(str(model_type), cfg, prefix)
+    reader.config = normalised.config
+    check_config_fields({**normalised.config, **(overrides or {})}, prefix)
+    if prefix and "tie_word_embeddings" in raw:
+        check_config_fields({"tie_word_embeddings": raw["tie_word_embeddings"]})
+    if normalised.notes:
+        reader.record(
+            "config_normalised",
+            "; ".join(normalised.notes),
+            "derived",
+            note="transformers' config class applies these on load (kvbudget.spec.normalise)",
+        )
     builder = BUILDERS.get(str(model_type))
     traits = TRAITS.get(str(model_type))
-    verified = builder is not None or (traits is not None and traits.verified)
+    verified = (builder is not None and str(model_type) not in UNVERIFIED_BUILDERS) or (
+        builder is None and traits is not None and traits.verified
+    )
     try:
         if builder is not None:
             layers = builder(reader, str(model_type))
@@ -181,6 +229,23 @@ def resolve_config(
         fix = " ".join(f"--set {k}=..." for k in missing)
         return _not_applicable(
             source, reader, missing, f"config lacks {', '.join(missing)}; supply them with {fix}"
+        )
+    unread = [
+        key
+        for key in STRUCTURAL_KEYS
+        if reader.config.get(key) not in (None, False, 0, "", [], {})
+        and key not in reader.read_keys
+        and key not in normalised.consumed
+    ]
+    if unread:
+        return _not_applicable(
+            source,
+            reader,
+            unread,
+            f"{model_type}: config field {unread[0]}={str(reader.config[unread[0]])[:60]} changes "
+            "what layers cache and kvbudget's rules for this model_type do not read it, so no "
+            "exact number can be given; supply --set layer_types=[...] or use the explicit mode "
+            "(--layers/--kv-heads/--head-dim)",
         )
     _record_rules(reader, str(model_type), builder is not None, traits, verified)
     spec = ModelSpec(
@@ -308,7 +373,9 @@ def _record_rules(
     if builder:
         source, note = (
             "kvbudget.spec.architectures",
-            "hand-written rule, checked against transformers",
+            "hand-written rule, checked against transformers"
+            if verified
+            else "hand-written rule from an engine's source (no transformers class to check)",
         )
     elif traits is not None:
         source, note = traits.source, "trait table row (kvbudget.spec.traits)"

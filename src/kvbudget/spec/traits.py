@@ -32,6 +32,9 @@ STATE_TYPES = ("linear_attention", "mamba", "conv")
 #: a decoder layer holding full attention and a recurrent state side by side (Falcon-H1)
 HYBRID_TYPES = ("hybrid",)
 NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
+#: full attention (or MLA) plus a sparse-attention indexer's key cache (transformers
+#: ``DynamicIndexedLayer``; MiniMax-M3's ``MiniMaxM3VLSparseCacheLayer``): needs ``Traits.index_key``
+INDEXED_TYPES = ("indexed_attention", "minimax_m3_sparse")
 
 #: a field value: a config key, ("mul", key, key), ("div", key, key), ("const", n) or
 #: ("or", key, rule): the key's value, or the rule when the key is null or "auto"
@@ -71,6 +74,7 @@ class Pattern:
     offset_key: str | None = None
     offset_default: int = 0
     last_is_other: bool = False  # the last layer is always ``other`` (Gemma-4)
+    first_is_base: bool = False  # layer 0 is always ``base`` (Kimi-Linear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,18 @@ class Traits:
     conv: StateRule | None = None  # what a "conv" layer stores (LFM2 short convolution)
     hybrid: StateRule | None = None  # the state beside the attention of a "hybrid" layer
     layer_types_key: str = "layer_types"
+    #: head_dim absent: ``hidden_size // num_attention_heads`` even when it does not divide (the
+    #: modeling code's ``getattr(config, "head_dim", hidden_size // num_attention_heads)``)
+    head_dim_floor: bool = False
+    #: full-attention layers use their own (head_dim key, default, kv-heads key, gate key) when
+    #: the config has no per_layer_config (Gemma-4: global_head_dim, num_global_key_value_heads
+    #: when attention_k_eq_v; Gemma4TextConfig.__post_init__)
+    global_dims: tuple[str, int, str, str] | None = None
+    #: config key of the indexer's cached key size (one head per token) for INDEXED_TYPES layers
+    index_key: str | None = None
+    index_default: int = 128
+    #: per-layer "full"/"shared" list: only "full" layers run (and cache) an indexer (GLM-5.2)
+    indexer_types_key: str | None = None
     verified: bool = True
     note: str = ""
 
@@ -171,11 +187,25 @@ _MAMBA1 = StateRule(
     },
     {"conv_kernel": 4, "state_size": 16},
 )
+#: Kimi Delta Attention: conv over q, k and v (3 x heads x head_dim) and a (heads, head_dim,
+#: head_dim) recurrent state (modeling_kimi_linear.py KimiDeltaAttention; vLLM kda_state_shape)
+_KDA = StateRule(
+    "kda",
+    {
+        "conv_kernel": "linear_conv_kernel_dim",
+        "num_heads": "linear_num_heads",
+        "head_dim": "linear_head_dim",
+        "num_k_heads": "linear_num_heads",
+        "head_k_dim": "linear_head_dim",
+    },
+    {"linear_conv_kernel_dim": 4, "linear_num_heads": 32, "linear_head_dim": 128},
+)
 _SHORTCONV = StateRule(
     "shortconv", {"conv_kernel": "conv_L_cache", "intermediate_size": "hidden_size"}
 )
 
 _GEMMA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 6, last_is_other=True)
+_GEMMA4_GLOBAL = ("global_head_dim", 512, "num_global_key_value_heads", "attention_k_eq_v")
 _SWA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 4)
 
 #: model_type -> traits (verified against transformers' cache; see the module docstring)
@@ -194,7 +224,6 @@ TRAITS: dict[str, Traits] = {
             "flex_olmo",
             "glm",
             "glm4",
-            "glm4_moe",
             "granite",
             "granitemoe",
             "granitemoeshared",
@@ -229,6 +258,9 @@ TRAITS: dict[str, Traits] = {
         )
     },
     "gemma": Traits(_t("gemma"), defaults={"tie_word_embeddings": True}),
+    # transformers' default Glm4MoeConfig has no head_dim and 4096 / 96 heads; the attention
+    # takes hidden_size // num_attention_heads = 42 (modeling_glm4_moe.py Glm4MoeAttention)
+    "glm4_moe": Traits(_t("glm4_moe"), head_dim_floor=True),
     "gemma2": Traits(
         _t("gemma2"),
         pattern=Pattern("sliding_unless_nth", None, 2),
@@ -274,8 +306,17 @@ TRAITS: dict[str, Traits] = {
         kv_heads_default=None,
         note="new_decoder_architecture: num_kv_heads; else multi_query: 1 KV head; else all heads",
     ),
-    "gemma4_text": Traits(_t("gemma4"), pattern=_GEMMA4),
-    "gemma4_unified_text": Traits(_t("gemma4_unified"), pattern=_GEMMA4),
+    "gemma4_text": Traits(_t("gemma4"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL),
+    # MiniMax-M3 (text decoder of transformers' minimax_m3_vl): full attention; sparse layers
+    # also cache the lightning indexer's key, one head of index_head_dim per token
+    # (modeling_minimax_m3_vl.py MiniMaxM3VLSparseCacheLayer.update_index)
+    "minimax_m3": Traits(
+        "transformers/models/minimax_m3_vl/configuration_minimax_m3_vl.py",
+        index_key="index_head_dim",
+    ),
+    "gemma4_unified_text": Traits(
+        _t("gemma4_unified"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL
+    ),
     "bloom": Traits(
         _t("bloom"), aliases={"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"}
     ),
@@ -292,6 +333,30 @@ TRAITS: dict[str, Traits] = {
             "sarvam_mla",
         )
     },
+    # MLA plus the DSA lightning indexer's key ([batch, seq, index_head_dim]) on every
+    # indexed_attention layer (modeling_deepseek_v32.py / modeling_glm_moe_dsa.py
+    # ``cache.update_indexer``); GLM-5.2's "shared" indexer layers reuse the previous top-k
+    "deepseek_v32": Traits(
+        _t("deepseek_v32"),
+        mla=True,
+        pattern=Pattern("full", base="indexed_attention"),
+        index_key="index_head_dim",
+    ),
+    "glm_moe_dsa": Traits(
+        _t("glm_moe_dsa"),
+        mla=True,
+        pattern=Pattern("full", base="indexed_attention"),
+        index_key="index_head_dim",
+        indexer_types_key="indexer_types",
+    ),
+    # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
+    # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)
+    "kimi_linear": Traits(
+        _t("kimi_linear"),
+        mla=True,
+        linear=_KDA,
+        pattern=Pattern("nth_from_zero", None, 4, base="linear_attention", first_is_base=True),
+    ),
     "longcat_flash": Traits(
         _t("longcat_flash"), mla=True, aliases={"num_hidden_layers": "num_layers"}
     ),

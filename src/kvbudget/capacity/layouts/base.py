@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvbudget.errors import KvbudgetError
+from kvbudget.spec.layers import has_indexer
+
+if TYPE_CHECKING:
+    from kvbudget.spec.model import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +112,26 @@ def check_load(tokens: int, seqs: int, tp: int, pp: int, dp: int) -> None:
             raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}", field=name)
 
 
-class LayoutNotApplicable(Exception):
-    """The engine layout cannot represent this structure; the result is ``not_applicable``."""
+class LayoutNotApplicable(KvbudgetError):
+    """The engine layout cannot represent this structure; the result is ``not_applicable``
+    (``calc`` reports it as that status; a command that needs the layout, such as ``plan``,
+    refuses in one line)."""
+
+    kind = "NotApplicableError"
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def refuse_indexer(spec: ModelSpec, engine: str) -> None:
+    """A layout that does not model a sparse-attention indexer's key cache refuses the model
+    rather than give the K/V or latent alone (a partial number)."""
+    if has_indexer(spec.layers):
+        raise LayoutNotApplicable(
+            f"{spec.model_type}: its sparse-attention indexer keeps its own key cache, which the "
+            f"{engine} layout does not model yet; use --engine hf, or measure"
+        )
 
 
 def get_pp_indices(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:

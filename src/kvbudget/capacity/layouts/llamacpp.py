@@ -30,6 +30,7 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     StageBytes,
     check_load,
+    refuse_indexer,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -118,6 +119,7 @@ def llamacpp_layout(
 ) -> LayoutResult:
     """Bytes llama.cpp allocates for ``-c ctx_size -np seqs`` (``-ctk kv_dtype -ctv v_dtype``)."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
             f"tp/pp: the llamacpp layout is one llama-server; got tp={tp} pp={pp}; use --dp",

@@ -29,6 +29,7 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     get_pp_indices,
     heads_per_rank,
+    refuse_indexer,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
@@ -59,6 +60,7 @@ def sglang_layout(
 ) -> LayoutResult:
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_indexer(spec, "sglang")
     dtype = get_kv_dtype(kv_dtype, engine="sglang", model_dtype=spec.torch_dtype)
     model_bytes = 2 if spec.dtype_bytes in (None, 4) else int(spec.dtype_bytes or 2)
     notes: list[str] = []

@@ -46,6 +46,7 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     get_pp_indices,
     heads_per_rank,
+    refuse_indexer,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -165,8 +166,12 @@ def mla_page_bytes(layer: MLA, dtype: KvDtype, block_size: int) -> int:
 def mamba_page_bytes(
     layer: StateLayer, state_bytes: int, tp: int, ssm_state_bytes: int | None = None
 ) -> int:
-    """One state page (one sequence's state of one layer on one rank)."""
-    ssm_bytes = state_bytes if ssm_state_bytes is None else ssm_state_bytes
+    """One state page (one sequence's state of one layer on one rank).
+
+    A KDA recurrent state is float32 when ``--mamba-ssm-cache-dtype`` is auto (vLLM 0.32
+    ``mamba_utils.py`` ``kda_state_dtype``: ``recurrent_state_dtype = torch.float32``)."""
+    default_ssm = 4 if layer.state_kind == "kda" else state_bytes
+    ssm_bytes = default_ssm if ssm_state_bytes is None else ssm_state_bytes
     return layer.conv_elements(tp) * state_bytes + layer.ssm_elements(tp) * ssm_bytes
 
 
@@ -199,6 +204,7 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
+    refuse_indexer(spec, "vllm")
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
     heads_per_rank(1, tp)  # validates tp >= 1
@@ -230,6 +236,10 @@ def vllm_layer_specs(
             else attention_page_bytes(first, dtype, tp, 1)
         )
         align = max(16, block_size or 16) if align_to_block_size else 16
+        if has_mla:
+            # vLLM 0.32 platforms/interface.py _align_hybrid_block_size: "for hybrid MLA/Mamba
+            # models, make the manager block size a multiple of 128"
+            align = max(align, 128)
         raised = align * cdiv(mamba_page, align * per_token)
         if block_size is None or block_size < raised:
             attn_block = raised

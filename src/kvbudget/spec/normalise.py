@@ -1,0 +1,227 @@
+"""transformers' own config normalisation, applied before the trait table reads a field.
+
+A published ``config.json`` and transformers' default config of the same ``model_type`` must give
+the same answer, so the renames and derivations transformers' configuration classes perform in
+``__post_init__`` (transformers 5.x, cited per rule) are applied to a copy of the config first:
+
+* every model type: legacy layer kinds are renamed (``configuration_utils.py``
+  ``_LEGACY_LAYER_TYPE_REMAP``: ``mamba`` -> ``linear_attention``, ``attention`` ->
+  ``full_attention``, ``deepseek_sparse_attention`` -> ``indexed_attention``) in ``layer_types``
+  and ``layers_block_type`` (Granite-4.0-H, Nemotron-3 checkpoints);
+* ``nemotron_h``: ``hybrid_override_pattern`` (``M``/``E``/``*``/``-``) becomes
+  ``layers_block_type`` (``configuration_nemotron_h.py`` ``_pattern_to_list``), and the number of
+  layers is its length (``num_hidden_layers`` is ignored there);
+* ``gemma4_text`` / ``gemma4_unified_text``: the last layer is full attention
+  (``configuration_gemma4.py``; its full layers' own head size and KV heads are the trait row's
+  ``global_dims``);
+* ``minimax_m3``: ``sparse_attention_config`` is flattened (``sparse_index_dim`` ->
+  ``index_head_dim``, ``sparse_attention_freq`` -> ``layer_types`` with ``minimax_m3_sparse``;
+  ``configuration_minimax_m3_vl.py``);
+* ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
+  ``index_topk_freq``/``index_skip_topk_offset`` when absent (``configuration_glm_moe_dsa.py``).
+
+Each rewrite is returned as a note for the ledger, and the keys it consumed are named so the
+structural-field guard (:mod:`kvbudget.spec.resolve`) counts them as read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvbudget.errors import SpecError
+
+#: transformers ``configuration_utils._LEGACY_LAYER_TYPE_REMAP`` (5.x)
+LEGACY_LAYER_TYPES = {
+    "mamba": "linear_attention",
+    "attention": "full_attention",
+    "deepseek_sparse_attention": "indexed_attention",
+    "qwen_sparse_attention": "indexed_attention",
+}
+#: ``NemotronHConfig._pattern_to_list``
+NEMOTRON_H_PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
+
+
+@dataclass
+class Normalised:
+    """The config as transformers' config class sees it, with what was rewritten and why."""
+
+    config: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    consumed: set[str] = field(default_factory=set)
+
+
+def normalise(model_type: str, cfg: dict[str, Any], prefix: str = "") -> Normalised:
+    """Apply transformers' ``__post_init__`` renames and derivations for ``model_type``."""
+    out = Normalised(dict(cfg))
+    for key in ("layer_types", "layers_block_type"):
+        value = out.config.get(key)
+        if isinstance(value, list) and any(_legacy(v) for v in value):
+            out.config[key] = [LEGACY_LAYER_TYPES[v] if _legacy(v) else v for v in value]
+            out.notes.append(
+                f"{key}: legacy kinds renamed as transformers does ({_renames(value)})"
+            )
+    rule = _RULES.get(model_type)
+    if rule is not None:
+        rule(out, prefix)
+    return out
+
+
+def _legacy(value: Any) -> bool:
+    return isinstance(value, str) and value in LEGACY_LAYER_TYPES
+
+
+def _renames(value: list[Any]) -> str:
+    seen = sorted({v for v in value if _legacy(v)})
+    return ", ".join(f"{v} -> {LEGACY_LAYER_TYPES[v]}" for v in seen)
+
+
+def _nemotron_h(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None:
+        return
+    out.consumed.add("hybrid_override_pattern")
+    if cfg.get("layers_block_type") is not None or cfg.get("layer_types") is not None:
+        out.notes.append(
+            "hybrid_override_pattern: ignored, layers_block_type is given (transformers)"
+        )
+        return
+    if (
+        not isinstance(pattern, str)
+        or not pattern
+        or any(c not in NEMOTRON_H_PATTERN for c in pattern)
+    ):
+        raise SpecError(
+            f"{prefix}hybrid_override_pattern: expected a string of M, E, * and -, got "
+            f"{str(pattern)[:40]!r}; fix the config",
+            field="hybrid_override_pattern",
+        )
+    cfg["layers_block_type"] = [NEMOTRON_H_PATTERN[c] for c in pattern]
+    cfg.pop("num_hidden_layers", None)
+    out.notes.append(
+        f"hybrid_override_pattern ({len(pattern)} layers) -> layers_block_type: M Mamba-2, "
+        "E MoE, * attention, - MLP (NemotronHConfig._pattern_to_list); num_hidden_layers is its length"
+    )
+
+
+def _gemma4(out: Normalised, prefix: str) -> None:
+    types = out.config.get("layer_types")
+    if isinstance(types, list) and types and types[-1] != "full_attention":
+        out.config["layer_types"] = [*types[:-1], "full_attention"]
+        out.notes.append("layer_types: the last layer forced to full_attention (Gemma4TextConfig)")
+
+
+def _minimax_m3(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    sparse = cfg.get("sparse_attention_config")
+    if sparse is None:
+        return
+    out.consumed.add("sparse_attention_config")
+    if not isinstance(sparse, dict):
+        raise SpecError(
+            f"{prefix}sparse_attention_config: expected a mapping, got {str(sparse)[:40]!r}",
+            field="sparse_attention_config",
+        )
+    if "sparse_index_dim" in sparse:
+        cfg["index_head_dim"] = sparse["sparse_index_dim"]
+    freq = sparse.get("sparse_attention_freq")
+    if cfg.get("layer_types") is None and freq is not None:
+        if not isinstance(freq, list):
+            raise SpecError(
+                f"{prefix}sparse_attention_config.sparse_attention_freq: expected a list of 0/1, "
+                f"got {str(freq)[:40]!r}",
+                field="sparse_attention_config",
+            )
+        cfg["layer_types"] = ["minimax_m3_sparse" if f else "full_attention" for f in freq]
+    out.notes.append(
+        "sparse_attention_config flattened: sparse_index_dim -> index_head_dim, "
+        "sparse_attention_freq -> layer_types (minimax_m3_sparse where 1; MiniMaxM3VLTextConfig)"
+    )
+
+
+def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.update(("index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"))
+    if cfg.get("indexer_types") is not None:
+        return
+    n = cfg.get("num_hidden_layers")
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        return
+    pattern = cfg.get("index_topk_pattern")
+    if isinstance(pattern, str):
+        if any(c not in "FS" for c in pattern):
+            raise SpecError(
+                f"{prefix}index_topk_pattern: expected F and S only, got {pattern[:40]!r}",
+                field="index_topk_pattern",
+            )
+        types = [{"F": "full", "S": "shared"}[c] for c in pattern]
+    elif pattern is not None:
+        types = list(pattern)
+    else:
+        freq = cfg.get("index_topk_freq", 1)
+        offset = cfg.get("index_skip_topk_offset", 2)
+        for key, value in (("index_topk_freq", freq), ("index_skip_topk_offset", offset)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SpecError(
+                    f"{prefix}{key}: expected an integer, got {str(value)[:40]!r}", field=key
+                )
+        freq = max(freq, 1)
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    cfg["indexer_types"] = types
+    out.notes.append("indexer_types derived as GlmMoeDsaConfig does (index_topk_freq/offset)")
+
+
+def _kimi_linear(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    linear = cfg.get("linear_attn_config")
+    if linear is None:
+        return
+    out.consumed.add("linear_attn_config")
+    if not isinstance(linear, dict):
+        raise SpecError(
+            f"{prefix}linear_attn_config: expected a mapping, got {str(linear)[:40]!r}",
+            field="linear_attn_config",
+        )
+    for flat, key in (
+        ("linear_head_dim", "head_dim"),
+        ("linear_num_heads", "num_heads"),
+        ("linear_conv_kernel_dim", "short_conv_kernel_size"),
+    ):
+        if key in linear:
+            cfg[flat] = linear[key]
+    full, kda = linear.get("full_attn_layers"), linear.get("kda_layers")
+    n = cfg.get("num_hidden_layers")
+    if cfg.get("layer_types") is None and full is not None and kda is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            return  # the reader reports num_hidden_layers
+        types: list[Any] = [None] * n
+        for kind, listed in (("full_attention", full), ("linear_attention", kda)):
+            for one in listed if isinstance(listed, list) else [listed]:
+                if isinstance(one, bool) or not isinstance(one, int) or not 1 <= one <= n:
+                    raise SpecError(
+                        f"{prefix}linear_attn_config: layer {one!r} is not in 1..{n} (1-indexed)",
+                        field="linear_attn_config",
+                    )
+                types[one - 1] = kind
+        if None in types:
+            raise SpecError(
+                f"{prefix}linear_attn_config: layer {types.index(None) + 1} is in neither "
+                "full_attn_layers nor kda_layers; fix the config",
+                field="linear_attn_config",
+            )
+        cfg["layer_types"] = types
+    out.notes.append(
+        "linear_attn_config flattened: head_dim, num_heads, short_conv_kernel_size -> linear_*; "
+        "full_attn_layers / kda_layers (1-indexed) -> layer_types (KimiLinearConfig)"
+    )
+
+
+_RULES = {
+    "kimi_linear": _kimi_linear,
+    "nemotron_h": _nemotron_h,
+    "gemma4_text": _gemma4,
+    "gemma4_unified_text": _gemma4,
+    "minimax_m3": _minimax_m3,
+    "glm_moe_dsa": _glm_moe_dsa,
+}
