@@ -13,7 +13,8 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     stale_index_s: 0.0
     prefix_caching: true
     policy: fcfs                       # or priority
-    timing_profile: null               # JSON calibration profile; null = roofline
+    timing_model: auto                 # auto, measured or roofline (docs/simulator.md)
+    timing_profile: null               # JSON calibration profile (replaces timing_model)
     roofline: {compute_efficiency: 0.55, ...}
     tiers: []                          # [{name: cpu, capacity_bytes: ..., bandwidth_bytes_per_s: ...}]
     remote_tier: null                  # one tier shared by every replica
@@ -117,6 +118,7 @@ class SimScenario(BaseModel):
     stale_index_s: float = Field(default=0.0, ge=0)
     prefix_caching: bool = True
     policy: SchedulingPolicy = "fcfs"
+    timing_model: Literal["auto", "measured", "roofline"] = "auto"
     timing_profile: str | None = None
     roofline: RooflineParams = Field(default_factory=RooflineParams)
     tiers: list[TierConfig] = Field(default_factory=list)
@@ -252,6 +254,7 @@ def _setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSe
         params=scenario.roofline,
         profile=profile,
         tiers=tuple(t for t in scenario.tiers if t.name != "remote"),
+        timing_model=scenario.timing_model,
     )
     return built.setup
 
