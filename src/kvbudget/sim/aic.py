@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kvbudget.sim.measured import MeasuredTiming
+from kvbudget.sim.measured import MeasuredTiming, StepArgs
 
 AIC_PACKAGE = "aiconfigurator-core"
 AIC_VERSION = "0.12.0"
@@ -142,7 +142,8 @@ def _quant_modes(case: MeasuredCase) -> tuple[str | None, str | None]:
     return modes
 
 
-_HANDLES: dict[tuple[object, ...], Any] = {}
+#: compiled estimators and their step prices, one per model/GPU/layout/dtypes (per process)
+_HANDLES: dict[tuple[object, ...], tuple[Any, dict[StepArgs, float]]] = {}
 
 
 def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
@@ -163,12 +164,12 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
     kv = "fp8" if case.kv_dtype.lower().startswith("fp8") else None
     key = (case.model_id, system, case.tp, gemm, moe, kv, case.moe_tp, case.moe_ep)
     if key not in _HANDLES:
-        _HANDLES[key] = _compile(case, system, gemm, moe, kv, cache_dir)
-    handle = _HANDLES[key]
+        _HANDLES[key] = (_compile(case, system, gemm, moe, kv, cache_dir), {})
+    handle, prices = _HANDLES[key]
     label = f"measured (aiconfigurator-core {AIC_VERSION}, {system}, vllm {tables} tables"
     if case.engine_version and case.engine_version != tables:
         label += f"; engine vllm {case.engine_version}"
-    return MeasuredTiming(handle, name=label + ")")
+    return MeasuredTiming(handle, name=label + ")", cache=prices)
 
 
 def _compile(

@@ -92,10 +92,13 @@ class StepEstimator(Protocol):
 class MeasuredTiming:
     """Step time from measured kernel tables (``name`` says which tables)."""
 
-    def __init__(self, engine: StepEstimator, *, name: str) -> None:
+    def __init__(
+        self, engine: StepEstimator, *, name: str, cache: dict[StepArgs, float] | None = None
+    ) -> None:
         self.engine = engine
         self.name = name
-        self._cache: dict[StepArgs, float] = {}
+        #: price of each bucket; replicas of one compiled model share it (``cache``)
+        self._cache: dict[StepArgs, float] = {} if cache is None else cache
 
     @property
     def num_priced(self) -> int:
