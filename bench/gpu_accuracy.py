@@ -230,17 +230,40 @@ def run_row(row: dict[str, str]) -> dict[str, Any]:
 
 
 def _git_commit() -> str:
+    """HEAD's short hash, with ``+dirty`` when the tree has uncommitted changes."""
     import subprocess
 
-    try:
+    def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False
         ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "src", "bench")
+    return head + ("+dirty" if dirty else "")
+
+
+def _write(out: Path, results: list[dict[str, Any]], started: float, complete: bool) -> None:
+    from kvbudget.sim.aic import AIC_VERSION
+
+    data = {
+        "what": "mean TTFT / mean TPOT of real vLLM runs (aiconfigurator-core 0.12.0 "
+        "systems/silicon_sample.csv, vLLM agg rows) against kvbudget sim (measured and "
+        "roofline timing, closed loop at the row's concurrency) and aiconfigurator-core's "
+        "static estimate; the rows are a validation set, nothing is fitted to them",
+        "aiconfigurator_core": AIC_VERSION,
+        "commit": _git_commit(),
+        "complete": complete,
+        "requests_per_slot": REQUESTS_PER_SLOT,
+        "min_requests": MIN_REQUESTS,
+        "host": platform.node() or "unknown",
+        "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "wall_s": round(time.time() - started, 1),
+        "rows": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,27 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if r["id"] in wanted]
     rows = rows[: args.limit]
     started = time.time()
-    results = []
+    results: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         results.append(run_row(row))
-        if (i + 1) % 25 == 0:
+        if (i + 1) % 50 == 0:  # a partial file to look at while it runs
+            _write(args.out, results, started, complete=False)
             print(f"{i + 1}/{len(rows)} rows, {time.time() - started:.0f} s", file=sys.stderr)
-    data = {
-        "what": "mean TTFT / mean TPOT of real vLLM runs (aiconfigurator-core 0.12.0 "
-        "systems/silicon_sample.csv, vLLM agg rows) against kvbudget sim (measured and "
-        "roofline timing, closed loop at the row's concurrency) and aiconfigurator-core's "
-        "static estimate; the rows are a validation set, nothing is fitted to them",
-        "aiconfigurator_core": AIC_VERSION,
-        "commit": _git_commit(),
-        "requests_per_slot": REQUESTS_PER_SLOT,
-        "min_requests": MIN_REQUESTS,
-        "host": platform.node() or "unknown",
-        "load_average": list(os.getloadavg()),
-        "wall_s": round(time.time() - started, 1),
-        "rows": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    _write(args.out, results, started, complete=True)
     simulated = sum(1 for r in results if r["status"] == "simulated")
     print(f"{simulated} of {len(results)} rows simulated -> {args.out}")
     return 0 if simulated else 1
