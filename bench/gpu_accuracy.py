@@ -239,7 +239,9 @@ def _git_commit() -> str:
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "src", "bench")
+    dirty = git(
+        "status", "--porcelain", "--untracked-files=no", "--", "src", "bench", ":!bench/results"
+    )
     return head + ("+dirty" if dirty else "")
 
 
