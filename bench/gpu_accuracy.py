@@ -245,7 +245,9 @@ def _git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def _write(out: Path, results: list[dict[str, Any]], started: float, complete: bool) -> None:
+def _write(
+    out: Path, results: list[dict[str, Any]], started: float, complete: bool, commit: str
+) -> None:
     from kvbudget.sim.aic import AIC_VERSION
 
     data = {
@@ -254,7 +256,7 @@ def _write(out: Path, results: list[dict[str, Any]], started: float, complete: b
         "roofline timing, closed loop at the row's concurrency) and aiconfigurator-core's "
         "static estimate; the rows are a validation set, nothing is fitted to them",
         "aiconfigurator_core": AIC_VERSION,
-        "commit": _git_commit(),
+        "commit": commit,
         "complete": complete,
         "requests_per_slot": REQUESTS_PER_SLOT,
         "min_requests": MIN_REQUESTS,
@@ -285,13 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if r["id"] in wanted]
     rows = rows[: args.limit]
     started = time.time()
+    commit = _git_commit()  # the tree the run starts from
     results: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         results.append(run_row(row))
         if (i + 1) % 50 == 0:  # a partial file to look at while it runs
-            _write(args.out, results, started, complete=False)
+            _write(args.out, results, started, complete=False, commit=commit)
             print(f"{i + 1}/{len(rows)} rows, {time.time() - started:.0f} s", file=sys.stderr)
-    _write(args.out, results, started, complete=True)
+    _write(args.out, results, started, complete=True, commit=commit)
     simulated = sum(1 for r in results if r["status"] == "simulated")
     print(f"{simulated} of {len(results)} rows simulated -> {args.out}")
     return 0 if simulated else 1

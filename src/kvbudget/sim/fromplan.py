@@ -194,11 +194,12 @@ def build_replica(
     tiers: Sequence[TierConfig] = (),
     fast_path: bool = True,
     model: ResolvedModel | None = None,
-    timing_model: str = "auto",
+    timing_model: str | None = None,
 ) -> BuiltReplica:
     """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
 
-    ``profile`` replaces the measured/roofline choice (``timing_model``, see
+    ``profile`` replaces the measured/roofline choice (``timing_model``; ``None``: the
+    ``KVBUDGET_TIMING_MODEL`` environment variable, else ``auto``; see
     :mod:`kvbudget.sim.timing_select`) by a calibrated step-time model; ``tiers`` are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).

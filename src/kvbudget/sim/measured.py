@@ -25,8 +25,7 @@ cached, so a long run calls the estimator a few thousand times, not once a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kvbudget.sim.roofline import BatchShape
 
@@ -44,10 +43,9 @@ def bucket(value: float) -> int:
     return round(value / step) * step
 
 
-@dataclass(frozen=True, slots=True)
-class StepArgs:
+class StepArgs(NamedTuple):
     """The estimator's view of one step: ``k`` chunks of ``n`` new tokens after ``c`` cached,
-    ``m`` decodes at mean context ``s`` (all bucketed)."""
+    ``m`` decodes at mean context ``s`` (all bucketed; a named tuple: built once a step)."""
 
     num_chunks: int
     chunk_tokens: int
@@ -69,14 +67,25 @@ def prefill_chunks(num_tokens: int, pairs: float, context_tokens: int) -> tuple[
     return k, n, c
 
 
+#: bucket of each integer seen (a dict lookup instead of the arithmetic, once a step)
+_BUCKETS: dict[int, int] = {}
+
+
+def _b(x: int) -> int:
+    got = _BUCKETS.get(x)
+    if got is None:
+        got = _BUCKETS[x] = bucket(x)
+    return got
+
+
 def step_args(shape: BatchShape) -> StepArgs:
     """The bucketed estimator arguments of a step (the cache key)."""
-    k, n, c = prefill_chunks(
-        shape.num_prefill_tokens, shape.prefill_pairs, shape.prefill_context_tokens
-    )
-    m = shape.num_decode_seqs
-    s = round(shape.decode_context_tokens / m) if m else 0
-    return StepArgs(bucket(k), bucket(n), bucket(c), bucket(m), bucket(s) if m else 0)
+    num_prefill, pairs, prefill_ctx, m, decode_ctx = shape
+    s = _b(round(decode_ctx / m)) if m else 0
+    if num_prefill == 0:
+        return StepArgs(0, 0, 0, _b(m), s)
+    k, n, c = prefill_chunks(num_prefill, pairs, prefill_ctx)
+    return StepArgs(_b(k), _b(n), _b(c), _b(m), s)
 
 
 class StepEstimator(Protocol):

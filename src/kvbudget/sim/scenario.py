@@ -13,7 +13,7 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     stale_index_s: 0.0
     prefix_caching: true
     policy: fcfs                       # or priority
-    timing_model: auto                 # auto, measured or roofline (docs/simulator.md)
+    timing_model: auto                 # auto, measured or roofline [default: $KVBUDGET_TIMING_MODEL, else auto]
     timing_profile: null               # JSON calibration profile (replaces timing_model)
     roofline: {compute_efficiency: 0.55, ...}
     tiers: []                          # [{name: cpu, capacity_bytes: ..., bandwidth_bytes_per_s: ...}]
@@ -118,7 +118,8 @@ class SimScenario(BaseModel):
     stale_index_s: float = Field(default=0.0, ge=0)
     prefix_caching: bool = True
     policy: SchedulingPolicy = "fcfs"
-    timing_model: Literal["auto", "measured", "roofline"] = "auto"
+    #: None: $KVBUDGET_TIMING_MODEL, else auto (kvbudget.sim.timing_select)
+    timing_model: Literal["auto", "measured", "roofline"] | None = None
     timing_profile: str | None = None
     roofline: RooflineParams = Field(default_factory=RooflineParams)
     tiers: list[TierConfig] = Field(default_factory=list)

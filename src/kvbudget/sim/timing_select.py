@@ -8,6 +8,9 @@
 * ``roofline``: the roofline (:class:`~kvbudget.sim.timing.RooflineTiming`).
 
 A calibrated profile (``--timing-profile``) is chosen before any of these (``fromplan``).
+Where no choice is given (accept's sim target, ``serve --gpu``, the audit probe, a scenario
+without ``timing_model``), the ``KVBUDGET_TIMING_MODEL`` environment variable gives it, else
+``auto``.
 """
 
 from __future__ import annotations
@@ -48,13 +51,21 @@ def measured_for(request: PlanRequest, plan: PlanResult, resolved: ResolvedModel
 
 
 def choose_timing(
-    choice: str,
+    choice: str | None,
     request: PlanRequest,
     plan: PlanResult,
     resolved: ResolvedModel,
     roofline: RooflineTiming,
 ) -> tuple[StepTimeModel, str]:
     """``(timing, name)`` for ``choice`` (module docstring)."""
+    if choice is None:
+        choice = os.environ.get("KVBUDGET_TIMING_MODEL") or "auto"
+        if choice not in TIMING_MODELS:
+            raise ConfigError(
+                f"KVBUDGET_TIMING_MODEL={choice}: not a timing model; set it to one of "
+                f"{', '.join(TIMING_MODELS)} or unset it",
+                field="timing_model",
+            )
     if choice not in TIMING_MODELS:
         raise ConfigError(
             f"timing_model: {choice!r} is not a timing model; use one of "

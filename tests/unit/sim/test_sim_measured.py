@@ -178,3 +178,19 @@ def test_auto_names_the_gpu_it_lacks_and_measured_refuses_it() -> None:
     assert built.timing_name.startswith("roofline (auto: GPU A100-40GB: aiconfigurator-core")
     with pytest.raises(ConfigError, match="--timing-model measured: GPU A100-40GB"):
         build_replica(request, timing_model="measured")
+
+
+def test_the_environment_gives_the_choice_where_no_flag_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.errors import ConfigError
+    from kvbudget.sim.fromplan import build_replica
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", max_model_len=8192)
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "roofline")
+    assert build_replica(request).timing_name == "roofline"
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "fast")
+    with pytest.raises(ConfigError, match="KVBUDGET_TIMING_MODEL=fast: not a timing model"):
+        build_replica(request)
+    assert build_replica(request, timing_model="roofline").timing_name == "roofline"
