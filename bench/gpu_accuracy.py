@@ -270,12 +270,50 @@ def _write(
     out.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
 
+def combine(parts: list[Path], out: Path) -> int:
+    """One result file from runs that each did part of the rows (the same tables and code)."""
+    docs = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
+    seen: set[str] = set()
+    rows = []
+    for doc in docs:
+        for row in doc["rows"]:
+            if row["id"] not in seen:
+                seen.add(row["id"])
+                rows.append(row)
+    wanted = [r["id"] for r in silicon_rows()]
+    order = {rid: i for i, rid in enumerate(wanted)}
+    rows.sort(key=lambda r: order[r["id"]])
+    head = {k: v for k, v in docs[0].items() if k != "rows"}
+    head["complete"] = [r["id"] for r in rows] == wanted
+    head["commit"] = "+".join(dict.fromkeys(str(d["commit"]) for d in docs))
+    head["wall_s"] = max(d["wall_s"] for d in docs)
+    head["load_average"] = max((d["load_average"] for d in docs), key=lambda x: x[0])
+    head["parts"] = [
+        {**{k: v for k, v in d.items() if k != "rows"}, "num_rows": len(d["rows"]),
+         "first_row": d["rows"][0]["id"] if d["rows"] else None}
+        for d in docs
+    ]  # fmt: skip
+    out.write_text(json.dumps({**head, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(rows)} rows ({'complete' if head['complete'] else 'incomplete'}) -> {out}")
+    return 0 if head["complete"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, help="only the first N rows")
     ap.add_argument("--ids", help="only these row ids (comma-separated)")
+    ap.add_argument("--start", type=int, default=0, help="skip the first N rows (a second process)")
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        help="write --out from these partial files instead of running (rows in file order, "
+        "the first file's row wins; each file's own fields kept under 'parts')",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out)
     from kvbudget.sim.aic import AIC_VERSION, installed_version
 
     if installed_version() != AIC_VERSION:
@@ -285,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ids:
         wanted = set(args.ids.split(","))
         rows = [r for r in rows if r["id"] in wanted]
-    rows = rows[: args.limit]
+    rows = rows[args.start :][: args.limit]
     started = time.time()
     commit = _git_commit()  # the tree the run starts from
     results: list[dict[str, Any]] = []
