@@ -249,6 +249,7 @@ def _write(
     out: Path, results: list[dict[str, Any]], started: float, complete: bool, commit: str
 ) -> None:
     from kvbudget.sim.aic import AIC_VERSION
+    from kvbudget.sim.native import build_label
 
     data = {
         "what": "mean TTFT / mean TPOT of real vLLM runs (aiconfigurator-core 0.12.0 "
@@ -262,6 +263,7 @@ def _write(
         "min_requests": MIN_REQUESTS,
         "host": platform.node() or "unknown",
         "cpu_count": os.cpu_count(),
+        "simulator_build": build_label(),
         "load_average": list(os.getloadavg()),
         "wall_s": round(time.time() - started, 1),
         "rows": results,
