@@ -282,11 +282,23 @@ def combine(parts: list[Path], out: Path) -> int:
             if row["id"] not in seen:
                 seen.add(row["id"])
                 rows.append(row)
-    wanted = [r["id"] for r in silicon_rows()]
+    every = silicon_rows()
+    wanted = [r["id"] for r in every]
+    head = {k: v for k, v in docs[0].items() if k != "rows"}
+    head["complete"] = seen == set(wanted)
+    for row in every:  # what no part reached is in the file too, said so
+        if row["id"] not in seen:
+            rows.append(
+                {
+                    "id": row["id"],
+                    "model": row["model_path"],
+                    "system": row["system"],
+                    "status": "not-run",
+                    "reason": "not reached: the benchmark's parts stopped before this row",
+                }
+            )
     order = {rid: i for i, rid in enumerate(wanted)}
     rows.sort(key=lambda r: order[r["id"]])
-    head = {k: v for k, v in docs[0].items() if k != "rows"}
-    head["complete"] = [r["id"] for r in rows] == wanted
     head["commit"] = "+".join(dict.fromkeys(str(d["commit"]) for d in docs))
     head["wall_s"] = max(d["wall_s"] for d in docs)
     head["load_average"] = max((d["load_average"] for d in docs), key=lambda x: x[0])
