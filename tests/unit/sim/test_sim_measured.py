@@ -194,3 +194,20 @@ def test_the_environment_gives_the_choice_where_no_flag_does(
     with pytest.raises(ConfigError, match="KVBUDGET_TIMING_MODEL=fast: not a timing model"):
         build_replica(request)
     assert build_replica(request, timing_model="roofline").timing_name == "roofline"
+
+
+def test_llamacpp_slots_are_not_priced_by_vllm_tables() -> None:
+    from kvbudget.errors import ConfigError
+    from kvbudget.sim.scenario import scenario_from_dict
+    from kvbudget.sim.slots_scenario import simulate_slots_scenario
+
+    base = {
+        "model": "meta-llama/Llama-3.1-8B",
+        "gpu": "H100-SXM",
+        "max_model_len": 4096,
+        "workload": {"num_requests": 2, "arrivals": {"kind": "closed", "concurrency": 1}},
+    }
+    summary, _ = simulate_slots_scenario(scenario_from_dict(base))
+    assert summary["timing_model"] == "roofline"
+    with pytest.raises(ConfigError, match=r"not llama\.cpp's"):
+        simulate_slots_scenario(scenario_from_dict({**base, "timing_model": "measured"}))
