@@ -12,12 +12,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 install: $(BIN)/python
-	$(PIP) install -e .
+	$(PIP) install -e '.[gpu-data]'
 
 # also compiles the simulator's hot modules with mypyc into ~/.cache/kvbudget/mypyc (cached by
 # the sources' hash; no C compiler: skipped, the simulator stays pure Python; docs/simulator.md)
 install-test: $(BIN)/python
-	$(PIP) install -e '.[test]'
+	$(PIP) install -e '.[test,gpu-data]'
 	$(BIN)/python scripts/build_mypyc.py
 
 demo: install

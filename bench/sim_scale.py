@@ -225,7 +225,7 @@ def main() -> None:
     commit = tree_commit(root)
     out: dict[str, Any] = {
         "what": "whole-process simulator speed and peak RSS (measured host CPU, wall and memory); "
-        "simulated latencies are roofline estimates",
+        "simulated latencies are estimates of the timing model each run names",
         "workload": {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM", "input_tokens": 1024,
                      "output_tokens": 128, "arrivals": f"poisson {RATE:g} req/s"},
         "host": {"python": sys.version.split()[0], "machine": platform.machine(),

@@ -167,11 +167,14 @@ def sim_scale(name: str) -> str:
     """Whole-process simulator speed and peak RSS beside Vidur (``bench/sim_scale.py``)."""
     data = _load(name)
     w = data["workload"]
+    timing = ", ".join(
+        sorted({r.get("timing_model", "roofline") for r in data["runs"] if r.get("ran")})
+    )
     out = [
         _measured_by("sim_scale.py", data) + " Each row is one whole `kvbudget sim` process "
         "on one core: CPU s is that "
         "process's own user + system time (requests / CPU s is the figure to read on a shared "
-        "host), wall s its elapsed time. Workload (simulated, roofline timing model): "
+        f"host), wall s its elapsed time. Workload (simulated, {timing} timing model): "
         f"{w['model']} on one {w['gpu']}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
         f"{w['arrivals']}. Simulator build: {_sim_builds(data['runs'])}. "
         f"Raw result: [`bench/results/{name}`](../bench/results/{name}).",
@@ -586,6 +589,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-scale-concurrent": lambda: sim_scale("sim_scale_concurrent_run.json"),
     "sim-scale-concurrent-first": lambda: sim_scale("sim_scale_concurrent_first_run.json"),
     "sim-scale-repeat": lambda: sim_scale("sim_scale_repeat_run.json"),
+    "sim-scale-measured": lambda: sim_scale("sim_scale_measured.json"),
     "sim-ab-session": lambda: sim_ab("sim_ab_session.json"),
     "trace-replay": lambda: trace_replay("trace_replay.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),

@@ -60,7 +60,7 @@ def test_pd_example_text_names_what_it_is(capsys: pytest.CaptureFixture[str]) ->
         ["sim", "--scenario", str(REPO / "examples" / "pd-disaggregation.yaml")], capsys
     )
     assert code == 0, err
-    assert "P/D disaggregation vs co-located" in out and "(simulated, roofline" in out
+    assert "P/D disaggregation vs co-located" in out and "(simulated, measured (" in out
 
 
 def test_pd_with_a_closed_loop_is_one_line(

@@ -37,6 +37,7 @@ SIM_OPTIONS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
+    "timing_model",
     "timing_profile",
     "seed",
     "as_json",
@@ -71,6 +72,7 @@ SIM_ENGINE_OPTIONS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
+    "timing_model",
     "timing_profile",
     "prefix_caching",
 )

@@ -243,6 +243,7 @@ def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
         "max_num_seqs",
         "max_num_batched_tokens",
         "max_model_len",
+        "timing_model",
         "timing_profile",
         "max_simulated_s",
         "seed",
@@ -344,9 +345,16 @@ def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
 )
 @click.option("--max-model-len", type=COUNT, help="max_model_len, e.g. 32k [default: the plan's].")
 @click.option(
+    "--timing-model",
+    type=click.Choice(["auto", "measured", "roofline"]),
+    help="Step-time model: measured (aiconfigurator-core's silicon kernel tables, extra "
+    "gpu-data), roofline, or auto: measured where the GPU, vLLM tables and every op are "
+    "covered, else the roofline with the reason [default: auto].",
+)
+@click.option(
     "--timing-profile",
     type=click.Path(dir_okay=False),
-    help="Calibrated timing profile (JSON); default: roofline.",
+    help="Calibrated timing profile (JSON); replaces --timing-model.",
 )
 @click.option(
     "--max-simulated-s",
@@ -401,8 +409,9 @@ def sim(**opts: Any) -> None:
     """Simulate serving: plan-built replicas, a router, a workload; figures are *simulated*.
 
     Each replica's KV pool comes from the same arithmetic as `kvbudget plan` (one source of
-    truth). Step times come from the roofline model (GPU catalog + model structure) or a
-    calibrated profile; the summary names the model used. See docs/simulator.md for what is
+    truth). Step times come from measured kernel tables (aiconfigurator-core), the roofline
+    model (GPU catalog + model structure) or a calibrated profile; the summary names the model
+    used. See docs/simulator.md for what is
     and is not modelled.
     """
     from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION

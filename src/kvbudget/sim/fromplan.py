@@ -251,14 +251,17 @@ def build_replica(
     fast_path: bool = True,
     model: ResolvedModel | None = None,
     expert_parallel: bool = False,
+    timing_model: str | None = None,
 ) -> BuiltReplica:
     """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
 
     ``expert_parallel`` (vLLM ``--enable-expert-parallel``) is priced as tensor parallel: on
     uniform routing each rank reads and multiplies the same expert bytes either way (``E/tp``
     whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as the all-reduce;
-    the replica's description says so. ``profile`` replaces the roofline by a calibrated
-    step-time model; ``tiers`` are sized
+    the replica's description says so. ``profile`` replaces the measured/roofline choice
+    (``timing_model``; ``None``: the ``KVBUDGET_TIMING_MODEL`` environment variable, else
+    ``auto``; see :mod:`kvbudget.sim.timing_select`) by a calibrated step-time model; ``tiers``
+    are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
     """
@@ -280,8 +283,10 @@ def build_replica(
         timing = FixedTiming(name="none (no GPU in the lock)")
         timing_name = "none (no GPU in the lock)"
     else:
-        timing = roofline_from_plan(plan, spec, params)
-        timing_name = str(timing.name)
+        from kvbudget.sim.timing_select import choose_timing
+
+        roofline = roofline_from_plan(plan, spec, params)
+        timing, timing_name = choose_timing(timing_model, request, plan, resolved, roofline)
     desc = (
         f"planned: {plan.model_id} on {plan.gpu.id} (tp {plan.tp}): {config.num_gpu_blocks} "
         f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
@@ -318,7 +323,11 @@ def plan_replica(
 ) -> tuple[PlanResult, ReplicaConfig, RooflineTiming]:
     """make_plan + replica config + roofline, from one ``PlanRequest`` (:func:`build_replica`)."""
     built = build_replica(
-        request, enable_prefix_caching=enable_prefix_caching, policy=policy, params=params
+        request,
+        enable_prefix_caching=enable_prefix_caching,
+        policy=policy,
+        params=params,
+        timing_model="roofline",
     )
     assert built.plan is not None and isinstance(built.timing, RooflineTiming)
     return built.plan, built.config, built.timing

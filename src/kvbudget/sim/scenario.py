@@ -17,7 +17,8 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     stale_index_s: 0.0
     prefix_caching: true
     policy: fcfs                       # or priority
-    timing_profile: null               # JSON calibration profile; null = roofline
+    timing_model: auto                 # auto, measured or roofline [default: $KVBUDGET_TIMING_MODEL, else auto]
+    timing_profile: null               # JSON calibration profile (replaces timing_model)
     roofline: {compute_efficiency: 0.55, ...}
     tiers: []                          # [{name: cpu, capacity_bytes: ..., bandwidth_bytes_per_s: ...}]
     remote_tier: null                  # one tier shared by every replica
@@ -145,6 +146,8 @@ class SimScenario(BaseModel):
     stale_index_s: float = Field(default=0.0, ge=0)
     prefix_caching: bool = True
     policy: SchedulingPolicy = "fcfs"
+    #: None: $KVBUDGET_TIMING_MODEL, else auto (kvbudget.sim.timing_select)
+    timing_model: Literal["auto", "measured", "roofline"] | None = None
     timing_profile: str | None = None
     roofline: RooflineParams = Field(default_factory=RooflineParams)
     tiers: list[TierConfig] = Field(default_factory=list)
@@ -286,6 +289,7 @@ def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> Re
         profile=profile,
         tiers=tuple(t for t in scenario.tiers if t.name != "remote"),
         expert_parallel=scenario.enable_expert_parallel,
+        timing_model=scenario.timing_model,
     )
     return built.setup
 

@@ -72,7 +72,15 @@ def simulate_slots_scenario(
             f"{scenario.replicas}, {len(scenario.tiers)} tiers); drop --replicas and tiers",
             field="engine",
         )
-    timing = build_cluster(scenario).setups[0].timing
+    if scenario.timing_model == "measured":
+        raise ConfigError(
+            "--timing-model measured: aiconfigurator-core's tables are vLLM's kernels, not "
+            "llama.cpp's; drop it (the roofline) or give --timing-profile from kvbudget calibrate",
+            field="timing_model",
+        )
+    # the roofline (or the calibrated profile): vLLM's measured tables do not price llama.cpp
+    roofline = scenario.model_copy(update={"timing_model": "roofline"})
+    timing = build_cluster(roofline).setups[0].timing
     cfg = slot_config_for(
         scenario,
         timing,

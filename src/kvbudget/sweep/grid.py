@@ -217,6 +217,8 @@ _LATER_FIELDS = {
     "engine_version": None,
     "quantization": None,
     "enable_expert_parallel": False,
+    "timing_model": None,
+    "disaggregation": None,
 }
 
 

@@ -22,6 +22,7 @@ def test_report_files_and_nine_cells(small_run: Path) -> None:
     doc = json.loads((small_run / "report.json").read_text())
     assert doc["kind"] == "accept" and doc["schema_version"] == 1
     assert doc["provenance"]["kind"] == "simulated"
+    # pinned by KVBUDGET_TIMING_MODEL (conftest): the comparison below reasons from its formula
     assert doc["provenance"]["timing_model"] == "roofline"
     assert len(doc["cells"]) == 9
     assert {(c["input_tier"], c["concurrency_tier"]) for c in doc["cells"]} == {
@@ -68,7 +69,10 @@ def test_report_files_and_nine_cells(small_run: Path) -> None:
     assert all(r["prompt_text"] is None and len(r["prompt_sha256"]) == 64 for r in records)
 
 
-def test_same_seed_same_report(small_plan_file: Path, small_run: Path, tmp_path: Path) -> None:
+def test_same_seed_same_report(
+    small_plan_file: Path, small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "roofline")  # as small_run (conftest)
     with pytest.raises(SystemExit):
         main(["accept", str(small_plan_file), "--out", str(tmp_path), "--quiet"])
     a = json.loads((small_run / "report.json").read_text())

@@ -60,7 +60,7 @@ def test_sweep_writes_labelled_table_chart_and_cheapest(
     rows = _rows(out / "results.jsonl")
     assert len(rows) == 4 and len({r["key"] for r in rows}) == 4
     assert all(r["status"] == "simulated" and r["figures"] == "simulated" for r in rows)
-    assert all(r["timing_model"].startswith("roofline") for r in rows)
+    assert all(r["timing_model"].startswith("measured (aiconfigurator-core") for r in rows)
     # simulated in Ray worker processes, not here
     assert all(r["worker_pid"] != os.getpid() for r in rows)
     with (out / "results.csv").open() as fh:

@@ -39,7 +39,7 @@ def test_drain_covers_the_accepted_p99_end_to_end(tmp_path: Path, accepted_repor
     assert pod["terminationGracePeriodSeconds"] >= e2e_p99
     readme = (out / "README.md").read_text()
     assert f"Acceptance verdict: **{report['verdict']}**" in readme
-    assert "simulated (timing model roofline)" in readme
+    assert "simulated (timing model measured (aiconfigurator-core 0.12.0, h100_sxm" in readme
 
 
 def test_waiting_threshold_is_the_accepted_queue(tmp_path: Path, accepted_report: Path) -> None:

@@ -30,6 +30,14 @@ def _run(args: list[str]) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def test_timing_model_roofline_is_the_roofline() -> None:
+    code, out = _run(
+        ["--requests", "4", "--concurrency", "2", "--timing-model", "roofline", "--json"]
+    )
+    assert code == 0, out
+    assert json.loads(out)["timing_model"] == "roofline"
+
+
 def test_json_summary_has_the_required_keys(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
     records = tmp_path / "records.jsonl"
@@ -43,7 +51,11 @@ def test_json_summary_has_the_required_keys(tmp_path: Path) -> None:
     assert code == 0, out
     summary = json.loads(out)
     assert set(summary) >= REQUIRED
-    assert summary["figures"] == "simulated" and summary["timing_model"] == "roofline"
+    # the default (auto) on H100-SXM, Llama-3.1-8B: aiconfigurator-core's H100 vLLM tables
+    assert summary["figures"] == "simulated"
+    assert summary["timing_model"].startswith(
+        "measured (aiconfigurator-core 0.12.0, h100_sxm, vllm 0.24.0 tables"
+    )
     # the build that ran is named: this session's (test_sim_native checks which one that is)
     assert summary["simulator_build"] == build_label()
     assert summary["simulator_build"].startswith(("compiled with mypyc ", "pure Python ("))

@@ -75,7 +75,10 @@ def test_fp8_gemms_priced_at_the_fp8_peak_by_hand() -> None:
     ],
 )
 def test_gemm_dtype_of_the_quantization(quantization: str, gpu: str, timing: str) -> None:
-    setup = _config(gpu=gpu, quantization=quantization, max_model_len=4096)
+    # the roofline's own choice of GEMM dtype (the default model is measured where covered)
+    setup = _config(
+        gpu=gpu, quantization=quantization, max_model_len=4096, timing_model="roofline"
+    )
     assert setup.timing.name == timing  # type: ignore[attr-defined]
 
 
@@ -95,7 +98,8 @@ def test_llama_70b_fp8_on_two_h100_runs() -> None:
     args += ["--max-model-len", "8192", "--num-requests", "8", "--concurrency", "2"]
     bf16 = CliRunner().invoke(cli, args)
     assert bf16.exception is not None and "KV cache" in str(bf16.exception)
-    fp8 = CliRunner().invoke(cli, [*args, "--quantization", "fp8", "--engine-version", "0.19.0"])
+    fp8_args = [*args, "--quantization", "fp8", "--engine-version", "0.19.0"]
+    fp8 = CliRunner().invoke(cli, [*fp8_args, "--timing-model", "roofline"])
     assert fp8.exit_code == 0, fp8.output
     assert "roofline (fp8 GEMMs)" in fp8.output
 
@@ -131,8 +135,10 @@ def test_serve_planned_only_flags_need_gpu() -> None:
     assert "--quantization fp8: only used to plan the replica with --gpu" in str(out.exception)
 
 
-def test_serve_builds_the_quantized_plan() -> None:
+def test_serve_builds_the_quantized_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvbudget.serve.build import ServeEngineOptions, build_engine
+
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "roofline")  # the roofline's fp8 label
 
     built = build_engine(
         ServeEngineOptions(

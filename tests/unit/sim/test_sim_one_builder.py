@@ -29,6 +29,7 @@ from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION
 from kvbudget.serve.app import ServeApp
 from kvbudget.serve.build import ServeEngineOptions, build_engine
 from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.roofline import BatchShape
 from kvbudget.sim.scenario import build_cluster, scenario_from_dict
 from kvbudget.sim.timing import RooflineTiming, StepTimeModel
 
@@ -102,14 +103,30 @@ def test_every_path_builds_the_same_tp2_moe_replica() -> None:
     assert reference.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2  # 98,304, the replica's
     for name, cfg in configs.items():
         assert cfg == reference, name
-    timings = {}
-    for name, (_, timing) in paths.items():
-        assert isinstance(timing, RooflineTiming), name
-        timings[name] = (timing.model, timing.gpu, timing.tp, timing.params)
-    for name, t in timings.items():
-        assert t == timings["sim"], name
-    cost = timings["sim"][0]
+    # every path chooses the same step-time model (timing_model auto: measured where covered)
+    names = {name: timing.name for name, (_, timing) in paths.items()}
+    assert len(set(names.values())) == 1, names
+    shape = BatchShape(num_decode_seqs=8, decode_context_tokens=8 * 1000)
+    prices = {name: timing.step_time_s(shape) for name, (_, timing) in paths.items()}
+    assert len(set(prices.values())) == 1, prices
+
+
+def test_the_roofline_of_the_tp2_moe_replica() -> None:
+    scenario = scenario_from_dict(
+        {
+            "model": MODEL,
+            "gpu": GPU,
+            "tp": 2,
+            **LIMITS,
+            "gpu_memory_utilization": 0.9,
+            "timing_model": "roofline",
+            "workload": {"num_requests": 1},
+        }
+    )
+    timing = build_cluster(scenario).setups[0].timing
+    assert isinstance(timing, RooflineTiming)
+    cost = timing.model
     assert cost.kv_bytes_per_token == 98_304
-    assert timings["sim"][2] == 2
+    assert timing.tp == 2
     # model card: 3.3B activated parameters (the roofline's estimate is within 5%)
     assert abs(cost.num_active_params - 3.3e9) / 3.3e9 < 0.05

@@ -30,7 +30,7 @@ def test_point_equals_kvbudget_sim(tmp_path: Path) -> None:
     (point,) = expand(grid)
     row = run_point(point)
     assert row["status"] == "simulated" and row["figures"] == "simulated"
-    assert row["timing_model"].startswith("roofline")
+    assert row["timing_model"].startswith("measured (aiconfigurator-core 0.12.0, h100_sxm")
     assert row["num_gpus"] == 2  # tp 1 x 2 replicas
     assert row["worker_pid"] == os.getpid()  # run here, in-process
     scenario = tmp_path / "s.yaml"

@@ -1,0 +1,356 @@
+"""Simulated latency against real vLLM runs on H100/H200/B200: the silicon rows of
+aiconfigurator-core.
+
+aiconfigurator-core 0.12.0 ships ``systems/silicon_sample.csv``: real vLLM serving runs (one row:
+model, GPU, engine version, TP/EP/DP, quantization, fixed input/output lengths, a closed-loop
+concurrency, measured mean TTFT and mean TPOT). This replays every vLLM ``agg`` row with
+kvbudget's simulator, in-process, closed loop at the row's concurrency and lengths, twice: with
+the measured step-time model (``--timing-model measured``) and with the roofline. Beside them,
+aiconfigurator-core's own static estimate of the same row (``AicEngine.run_static``: the batch
+prefilled together, then decoded together; its TTFT and TPOT) on the same tables.
+
+THE ROWS ARE A VALIDATION SET: nothing in kvbudget is fitted to them (no constant, factor or
+per-model switch chosen by looking at them). A row kvbudget cannot simulate (a GPU outside its
+catalog, data-parallel attention, expert parallelism, a weight format it does not size, a model
+it cannot resolve offline) is kept in the raw file with the reason.
+
+    python bench/gpu_accuracy.py                 # every row -> bench/results/gpu_accuracy.json
+    python bench/gpu_accuracy.py --limit 20      # the first 20 rows (a quick look)
+    python scripts/render_accuracy.py            # docs/accuracy.md's table from the raw file
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from kvbudget.capacity.plan_types import PlanRequest  # noqa: E402
+from kvbudget.errors import KvbudgetError  # noqa: E402
+from kvbudget.sim.cluster import ClusterSpec, simulate  # noqa: E402
+from kvbudget.sim.fromplan import build_replica  # noqa: E402
+from kvbudget.spec.resolve import resolve_model  # noqa: E402
+from kvbudget.workload.spec import generate, workload_from_dict  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "gpu_accuracy.json"
+#: aiconfigurator-core system -> kvbudget GPU catalog id (rows on other systems: not simulated)
+SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200"}
+#: the row's precision -> vLLM --quantization (None: the checkpoint's own quantization_config)
+PRECISIONS = {"fp8": "fp8", "": None, "bf16": None}
+#: closed loop: requests per concurrency slot (the first wave is prefilled together in both)
+REQUESTS_PER_SLOT = 4
+MIN_REQUESTS = 32
+
+
+def silicon_rows() -> list[dict[str, str]]:
+    """The vLLM agg rows of the wheel's silicon_sample.csv, in file order."""
+    path = resources.files("aiconfigurator_core") / "systems" / "silicon_sample.csv"
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [r for r in rows if r["backend"] == "vllm" and r["mode"] == "agg"]
+
+
+def _int(row: dict[str, str], key: str, default: int = 1) -> int:
+    raw = row.get(key) or ""
+    return int(float(raw)) if raw else default
+
+
+def not_simulable(row: dict[str, str]) -> str | None:
+    """Why kvbudget cannot simulate this row with the flags it has, or None."""
+    if row["system"] not in SYSTEMS:
+        return f"GPU {row['system']}: not in kvbudget's GPU catalog"
+    if _int(row, "attention_dp_size") > 1:
+        return (
+            f"attention data parallel {row['attention_dp_size']}: kvbudget sim has no DP attention"
+        )
+    if _int(row, "moe_ep_size") > 1:
+        return f"expert parallel {row['moe_ep_size']}: kvbudget sim has no --enable-expert-parallel"
+    if _int(row, "pp_size") > 1:
+        return f"pp {row['pp_size']}: the simulator times one pipeline stage"
+    if row["precision"] not in PRECISIONS and not _own_quant(row):
+        return (
+            f"precision {row['precision']} ({row['gemm_quant_mode']}): kvbudget has no "
+            "--quantization for it"
+        )
+    return None
+
+
+def _own_quant(row: dict[str, str]) -> bool:
+    """The checkpoint carries its quantization (gpt-oss mxfp4, *-FP8 checkpoints)."""
+    return row["model_path"] == "openai/gpt-oss-120b" or row["model_path"].endswith("-FP8")
+
+
+def _model_ref(model_id: str) -> str:
+    """kvbudget's own resolution first; else the wheel's copy of the same config.json."""
+    try:
+        if resolve_model(model_id).spec is not None:
+            return model_id
+    except KvbudgetError:
+        pass  # not in kvbudget's catalog nor the local Hugging Face cache
+    bundled = resources.files("aiconfigurator_core") / "model_configs"
+    path = Path(str(bundled)) / (model_id.replace("/", "--") + "_config.json")
+    return str(path) if path.is_file() else model_id
+
+
+def _request(row: dict[str, str]) -> PlanRequest:
+    quant = None if _own_quant(row) else PRECISIONS.get(row["precision"])
+    version = row["backend_version"]
+    return PlanRequest(
+        model=_model_ref(row["model_path"]),
+        gpu=SYSTEMS[row["system"]],
+        tp=_int(row, "tp_size"),
+        quantization=quant,
+        engine_version=version if version[:1].isdigit() else None,
+        max_model_len=int(row["isl"]) + int(row["osl"]),
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def simulate_row(row: dict[str, str], timing_model: str) -> dict[str, Any]:
+    """One closed-loop run of the row with ``timing_model``; means in milliseconds."""
+    built = build_replica(_request(row), timing_model=timing_model)
+    c, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
+    num = max(REQUESTS_PER_SLOT * c, MIN_REQUESTS)
+    spec = workload_from_dict(
+        {
+            "num_requests": num,
+            "arrivals": {"kind": "closed", "concurrency": c},
+            "input_tokens": {"kind": "fixed", "value": isl},
+            "output_tokens": {"kind": "fixed", "value": osl},
+        }
+    )
+    import numpy as np
+
+    requests = generate(spec, np.random.default_rng(0))
+    cluster = ClusterSpec(setups=[built.setup], concurrency=c)
+    started = time.process_time()
+    result = simulate(requests, cluster, seed=0)
+    cpu_s = time.process_time() - started
+    done = [r for r in result.requests if r.first_token_s is not None and r.finish_s is not None]
+    ttft = [(r.first_token_s - r.arrival_s) * 1e3 for r in done]  # type: ignore[operator]
+    tpot = [
+        (r.finish_s - r.first_token_s) / (r.output_tokens - 1) * 1e3  # type: ignore[operator]
+        for r in done
+        if r.output_tokens > 1
+    ]
+    pool_tokens = built.config.num_gpu_blocks * built.config.block_size
+    return {
+        "timing_model": built.timing_name,
+        "mean_ttft_ms": _mean(ttft),
+        "mean_tpot_ms": _mean(tpot),
+        "num_requests": num,
+        "num_completed": len(done),
+        "num_preemptions": sum(r.preemptions for r in result.requests),
+        "pool_tokens": pool_tokens,
+        "max_num_seqs": built.config.max_num_seqs,
+        "max_num_batched_tokens": built.config.max_num_batched_tokens,
+        "sim_cpu_s": round(cpu_s, 3),
+    }
+
+
+def aic_static(row: dict[str, str]) -> dict[str, Any]:
+    """aiconfigurator-core's own static estimate of the row (its quant modes and layout)."""
+    from kvbudget.sim.aic import MeasuredCase, compile_measured
+
+    model_id = row["model_path"]
+    resolved = resolve_model(_model_ref(model_id))
+    raw = resolved.source.raw if resolved.source is not None else {}
+    case = MeasuredCase(
+        model_id=model_id,
+        config=raw,
+        gpu=SYSTEMS[row["system"]],
+        tp=_int(row, "tp_size"),
+        gemm_quant_mode=row["gemm_quant_mode"] or None,
+        moe_quant_mode=row["moe_quant_mode"] or None,
+        moe_tp=_int(row, "moe_tp_size") or None,
+        moe_ep=_int(row, "moe_ep_size") or None,
+    )
+    timing = compile_measured(case, Path.home() / ".cache" / "kvbudget" / "aic-configs")
+    c, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
+    engine: Any = timing.engine
+    ctx_ms, gen_ms, _total = engine.run_static(batch_size=c, isl=isl, osl=osl)
+    return {"mean_ttft_ms": ctx_ms, "mean_tpot_ms": gen_ms / max(osl - 1, 1)}
+
+
+def run_row(row: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": row["id"],
+        "model": row["model_path"],
+        "system": row["system"],
+        "engine_version": row["backend_version"],
+        "precision": row["precision"] or "bf16",
+        "tp": _int(row, "tp_size"),
+        "concurrency": int(row["batch_size"]),
+        "isl": int(row["isl"]),
+        "osl": int(row["osl"]),
+        "measured": {
+            "mean_ttft_ms": float(row["silicon_ttft_ms"]),
+            "mean_tpot_ms": float(row["silicon_tpot_ms"]),
+        },
+    }
+    reason = not_simulable(row)
+    if reason is not None:
+        out["status"] = "not-simulated"
+        out["reason"] = reason
+        return out
+    for key, model in (("kvbudget_measured", "measured"), ("kvbudget_roofline", "roofline")):
+        try:
+            out[key] = simulate_row(row, model)
+        except KvbudgetError as exc:
+            out[key] = {"error": exc.one_line()}
+        except Exception as exc:  # an estimator miss at some step shape: kept, not hidden
+            out[key] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    try:
+        out["aic_static"] = aic_static(row)
+    except Exception as exc:  # its estimator raises ValueError and its own errors
+        out["aic_static"] = {"error": " ".join(str(exc).split())[:300]}
+    sim = out["kvbudget_measured"]
+    if "error" in sim and "error" in out["kvbudget_roofline"]:
+        out["status"] = "not-simulated"
+        out["reason"] = sim["error"]
+        return out
+    ok = sim if "error" not in sim else out["kvbudget_roofline"]
+    demand = out["concurrency"] * (out["isl"] + out["osl"])
+    out["regime"] = "kv-limited" if demand > ok["pool_tokens"] else "below-knee"
+    out["status"] = "simulated"
+    return out
+
+
+def _git_commit() -> str:
+    """HEAD's short hash, with ``+dirty`` when the tree has uncommitted changes."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git(
+        "status", "--porcelain", "--untracked-files=no", "--", "src", "bench", ":!bench/results"
+    )
+    return head + ("+dirty" if dirty else "")
+
+
+def _write(
+    out: Path, results: list[dict[str, Any]], started: float, complete: bool, commit: str
+) -> None:
+    from kvbudget.sim.aic import AIC_VERSION
+    from kvbudget.sim.native import build_label
+
+    data = {
+        "what": "mean TTFT / mean TPOT of real vLLM runs (aiconfigurator-core 0.12.0 "
+        "systems/silicon_sample.csv, vLLM agg rows) against kvbudget sim (measured and "
+        "roofline timing, closed loop at the row's concurrency) and aiconfigurator-core's "
+        "static estimate; the rows are a validation set, nothing is fitted to them",
+        "aiconfigurator_core": AIC_VERSION,
+        "commit": commit,
+        "complete": complete,
+        "requests_per_slot": REQUESTS_PER_SLOT,
+        "min_requests": MIN_REQUESTS,
+        "host": platform.node() or "unknown",
+        "cpu_count": os.cpu_count(),
+        "simulator_build": build_label(),
+        "load_average": list(os.getloadavg()),
+        "wall_s": round(time.time() - started, 1),
+        "rows": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def combine(parts: list[Path], out: Path) -> int:
+    """One result file from runs that each did part of the rows (the same tables and code)."""
+    docs = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
+    seen: set[str] = set()
+    rows = []
+    for doc in docs:
+        for row in doc["rows"]:
+            if row["id"] not in seen:
+                seen.add(row["id"])
+                rows.append(row)
+    every = silicon_rows()
+    wanted = [r["id"] for r in every]
+    head = {k: v for k, v in docs[0].items() if k != "rows"}
+    head["complete"] = seen == set(wanted)
+    for row in every:  # what no part reached is in the file too, said so
+        if row["id"] not in seen:
+            rows.append(
+                {
+                    "id": row["id"],
+                    "model": row["model_path"],
+                    "system": row["system"],
+                    "status": "not-run",
+                    "reason": "not reached: the benchmark's parts stopped before this row",
+                }
+            )
+    order = {rid: i for i, rid in enumerate(wanted)}
+    rows.sort(key=lambda r: order[r["id"]])
+    head["commit"] = "+".join(dict.fromkeys(str(d["commit"]) for d in docs))
+    head["wall_s"] = max(d["wall_s"] for d in docs)
+    head["load_average"] = max((d["load_average"] for d in docs), key=lambda x: x[0])
+    head["parts"] = [
+        {**{k: v for k, v in d.items() if k != "rows"}, "num_rows": len(d["rows"]),
+         "first_row": d["rows"][0]["id"] if d["rows"] else None}
+        for d in docs
+    ]  # fmt: skip
+    out.write_text(json.dumps({**head, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(rows)} rows ({'complete' if head['complete'] else 'incomplete'}) -> {out}")
+    return 0 if head["complete"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, help="only the first N rows")
+    ap.add_argument("--ids", help="only these row ids (comma-separated)")
+    ap.add_argument("--start", type=int, default=0, help="skip the first N rows (a second process)")
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        help="write --out from these partial files instead of running (rows in file order, "
+        "the first file's row wins; each file's own fields kept under 'parts')",
+    )
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out)
+    from kvbudget.sim.aic import AIC_VERSION, installed_version
+
+    if installed_version() != AIC_VERSION:
+        print(f"needs aiconfigurator-core {AIC_VERSION}: pip install -e '.[gpu-data]'")
+        return 2
+    rows = silicon_rows()
+    if args.ids:
+        wanted = set(args.ids.split(","))
+        rows = [r for r in rows if r["id"] in wanted]
+    rows = rows[args.start :][: args.limit]
+    started = time.time()
+    commit = _git_commit()  # the tree the run starts from
+    results: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        results.append(run_row(row))
+        if (i + 1) % 50 == 0:  # a partial file to look at while it runs
+            _write(args.out, results, started, complete=False, commit=commit)
+            print(f"{i + 1}/{len(rows)} rows, {time.time() - started:.0f} s", file=sys.stderr)
+    _write(args.out, results, started, complete=True, commit=commit)
+    simulated = sum(1 for r in results if r["status"] == "simulated")
+    print(f"{simulated} of {len(results)} rows simulated -> {args.out}")
+    return 0 if simulated else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

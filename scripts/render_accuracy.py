@@ -1,0 +1,193 @@
+"""Render docs/accuracy.md's generated blocks from bench/results/ (no figure typed by hand).
+
+Each block sits between ``<!-- generated:NAME:begin -->`` and ``<!-- generated:NAME:end -->``.
+
+    python scripts/render_accuracy.py           # rewrite the blocks
+    python scripts/render_accuracy.py --check   # exit 1 if a block is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "accuracy.md"
+#: the three predictions of a row, as the table names them
+SIDES = (
+    ("kvbudget_measured", "kvbudget sim, measured"),
+    ("aic_static", "aiconfigurator static"),
+    ("kvbudget_roofline", "kvbudget sim, roofline"),
+)
+DENSE = ("Qwen/Qwen3-32B", "meta-llama/Llama-3.1-70B", "nvidia/Llama-3.1-8B-Instruct-FP8")
+
+
+def _errors(rows: list[dict[str, Any]], side: str, metric: str) -> list[float]:
+    out = []
+    for r in rows:
+        got = r.get(side, {}).get(metric)
+        want = r["measured"][metric]
+        if got is not None and want:
+            out.append(abs(got - want) / want)
+    return sorted(out)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    pos = (len(values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def _cell(rows: list[dict[str, Any]], side: str, metric: str) -> str:
+    errs = _errors(rows, side, metric)
+    if not errs:
+        return "—"
+    return f"{_quantile(errs, 0.5) * 100:.0f} / {_quantile(errs, 0.9) * 100:.0f} % ({len(errs)})"
+
+
+def _table(groups: dict[tuple[str, ...], list[dict[str, Any]]], head: list[str]) -> list[str]:
+    cols = [f"{name}: {m}" for _key, name in SIDES for m in ("TTFT", "TPOT")]
+    out = [
+        "| " + " | ".join([*head, "rows", *cols]) + " |",
+        "|" + "---|" * len(head) + "---:|" + "---:|" * len(cols),
+    ]
+    for key in sorted(groups):
+        rows = groups[key]
+        cells = [
+            _cell(rows, side, metric)
+            for side, _name in SIDES
+            for metric in ("mean_ttft_ms", "mean_tpot_ms")
+        ]
+        out.append("| " + " | ".join([*key, str(len(rows)), *cells]) + " |")
+    return out
+
+
+def latency(name: str = "gpu_accuracy.json") -> str:
+    """Median / p90 |error| per model, GPU and regime; the headline; the rows not simulated."""
+    data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    rows = data["rows"]
+    done = [r for r in rows if r["status"] == "simulated"]
+    by_case: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    by_kind: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in done:
+        by_case[(r["model"], r["system"], r["regime"])].append(r)
+        kind = "dense" if r["model"] in DENSE else "MoE"
+        by_kind[(kind, r["regime"])].append(r)
+        by_kind[(kind, "all")].append(r)
+        by_kind[("all", "all")].append(r)
+    out = [*_headline(by_kind), ""]
+    out += [
+        f"Raw file: `bench/results/{name}` (aiconfigurator-core {data['aiconfigurator_core']}, "
+        f"kvbudget {data['commit']}, {data['wall_s']:,.0f} s wall, load average "
+        f"{data['load_average'][0]:.1f} at the end). {len(done)} of {len(rows)} vLLM agg rows "
+        "simulated. Each cell: median / p90 of |predicted - measured| / measured over the rows "
+        "(rows with that figure). Measured: the row's real vLLM run; kvbudget: `kvbudget sim` "
+        "closed loop at the row's concurrency, fixed lengths, "
+        f"{data['requests_per_slot']} requests per slot (at least {data['min_requests']}); "
+        "aiconfigurator static: `AicEngine.run_static` (the whole batch prefilled, then decoded "
+        "together) on the same tables.",
+        "",
+        *_table(by_kind, ["models", "regime"]),
+        "",
+        *_table(by_case, ["model", "GPU", "regime"]),
+    ]
+    skipped = Counter(r["reason"] for r in rows if r["status"] != "simulated")
+    models: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        if r["status"] != "simulated":
+            models[r["reason"]].add(r["model"])
+    out += ["", "Rows not simulated, by reason (each row is in the raw file with it):", ""]
+    out += ["| reason | rows | models |", "|---|---:|---|"]
+    for reason, count in skipped.most_common():
+        out.append(f"| {reason} | {count} | {', '.join(sorted(models[reason]))} |")
+    refused = Counter(
+        r["aic_static"]["error"][:120] for r in done if "error" in r.get("aic_static", {})
+    )
+    if refused:
+        out += ["", "aiconfigurator's static estimate refused (simulated rows):", ""]
+        out += ["| its error | rows |", "|---|---:|"]
+        out += [f"| {e} | {n} |" for e, n in refused.most_common()]
+    return "\n".join(out)
+
+
+#: issue 28's targets, median |error|: (models, metric) -> bound
+TARGETS = {
+    ("dense", "mean_ttft_ms"): 0.15,
+    ("dense", "mean_tpot_ms"): 0.10,
+    ("MoE", "mean_ttft_ms"): 0.25,
+    ("MoE", "mean_tpot_ms"): 0.25,
+}
+
+
+def _headline(by_kind: dict[tuple[str, ...], list[dict[str, Any]]]) -> list[str]:
+    """One line per target: kvbudget's measured median beside aiconfigurator's and the roofline's."""
+    out = []
+    for (kind, metric), bound in TARGETS.items():
+        rows = by_kind.get((kind, "all"), [])
+        medians = {}
+        for side, _name in SIDES:
+            errs = _errors(rows, side, metric)
+            medians[side] = _quantile(errs, 0.5) if errs else None
+        mine = medians["kvbudget_measured"]
+        if mine is None:
+            continue
+        verdict = "met" if mine <= bound else "missed"
+        others = ", ".join(
+            f"{name} {medians[side] * 100:.0f} %"
+            for side, name in SIDES[1:]
+            if medians[side] is not None
+        )
+        out.append(
+            f"- {kind} rows, mean {'TTFT' if 'ttft' in metric else 'TPOT'}: kvbudget sim "
+            f"(measured) median |error| **{mine * 100:.0f} %** (target {bound * 100:.0f} %: "
+            f"{verdict}); {others}."
+        )
+    return out
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"gpu-accuracy": latency}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    tag = f"generated:{name}"
+    return re.compile(
+        rf"(<!-- {re.escape(tag)}:begin -->\n)(.*?)(\n<!-- {re.escape(tag)}:end -->)", re.DOTALL
+    )
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block rewritten from its raw file."""
+    for name, make in BLOCKS.items():
+        body = make()
+        text, n = _pattern(name).subn(lambda m, b=body: m.group(1) + b + m.group(3), text)
+        if n != 1:
+            raise SystemExit(f"no (or more than one) block generated:{name} in {DOC}")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
+    args = ap.parse_args(argv)
+    text = DOC.read_text(encoding="utf-8")
+    new = render(text)
+    if args.check:
+        if new != text:
+            print(f"{DOC}: generated blocks are out of date; run {sys.argv[0]}", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,228 @@
+"""The one module that imports NVIDIA's aiconfigurator-core (optional extra ``gpu-data``).
+
+It compiles a model into aiconfigurator-core's Rust estimator (``EngineHandle.compile``: the
+model's op graph walked once, priced by the per-GPU kernel tables shipped in the wheel) and says
+whether the case is covered: the GPU has vLLM tables, the model compiles, and a probe step of
+each kind is priced from silicon data (``AicEngine.last_provenance()`` is ``None`` or
+``silicon``). Anything else is a one-line reason, and the caller falls back to the roofline.
+
+Pinned: aiconfigurator-core 0.12.0 (Apache-2.0). Its vLLM tables are for the version its
+``systems/query_versions.yaml`` names ``current`` for the GPU (0.24.0 for H100/H200/B200 in
+0.12.0); :func:`compile_measured` names that version in the timing model's label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kvbudget.sim.measured import MeasuredTiming, StepArgs
+
+AIC_PACKAGE = "aiconfigurator-core"
+AIC_VERSION = "0.12.0"
+INSTALL_HINT = "pip install 'kvbudget[gpu-data]' (installs aiconfigurator-core 0.12.0)"
+
+#: kvbudget GPU catalog id -> aiconfigurator-core system name (its ``systems/*.yaml``)
+GPU_SYSTEMS: dict[str, str] = {
+    "H100-SXM": "h100_sxm",
+    "H100-PCIe": "h100_pcie",
+    "H200": "h200_sxm",
+    "A100-80GB": "a100_sxm",
+    "L40S": "l40s",
+    "L4": "l4",
+    "RTX-PRO-6000": "rtx_pro_6000_server",
+    "B200": "b200_sxm",
+}
+
+#: vLLM ``--quantization`` names -> aiconfigurator-core (gemm, moe) quant modes
+_QUANT_MODES: dict[str, tuple[str, str]] = {
+    "fp8": ("fp8", "fp8"),
+    "modelopt_fp4": ("nvfp4", "nvfp4"),
+    "nvfp4": ("nvfp4", "nvfp4"),
+    "awq": ("int4_wo", "int4_wo"),
+    "gptq": ("int4_wo", "int4_wo"),
+}
+
+
+class MeasuredUnavailable(Exception):
+    """The measured model does not cover this case; the message is the one-line reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCase:
+    """What to compile: a model, a GPU, the parallel layout and the dtypes (vLLM's names)."""
+
+    model_id: str
+    #: the model's config.json as kvbudget resolved it (used when the wheel has no copy)
+    config: dict[str, Any]
+    gpu: str
+    tp: int = 1
+    quantization: str | None = None
+    kv_dtype: str = "auto"
+    engine_version: str | None = None
+    #: aiconfigurator-core quant modes given directly (the silicon rows name them)
+    gemm_quant_mode: str | None = None
+    moe_quant_mode: str | None = None
+    moe_tp: int | None = None
+    moe_ep: int | None = None
+
+
+def installed_version() -> str | None:
+    """aiconfigurator-core's installed version, ``None`` when it is not installed."""
+    try:
+        return metadata.version(AIC_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _quiet() -> None:
+    # its perf-database loader logs each fallback table it opens at WARNING
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+
+
+def system_for(gpu: str) -> str:
+    """The aiconfigurator-core system of a catalog GPU, or :class:`MeasuredUnavailable`."""
+    system = GPU_SYSTEMS.get(gpu)
+    if system is None:
+        raise MeasuredUnavailable(
+            f"GPU {gpu}: aiconfigurator-core {AIC_VERSION} has no measured vLLM tables for it "
+            f"(covered: {', '.join(GPU_SYSTEMS)})"
+        )
+    return system
+
+
+def table_version(system: str) -> str:
+    """The vLLM version of the tables aiconfigurator-core uses for ``system``."""
+    from aiconfigurator_core.sdk import perf_database
+
+    try:
+        return str(perf_database.resolve_query_version(system, "vllm", "current"))
+    except Exception as exc:  # its loader raises ValueError/KeyError/OSError variously
+        raise MeasuredUnavailable(
+            f"GPU {system}: aiconfigurator-core {AIC_VERSION} has no vLLM tables ({_first(exc)})"
+        ) from None
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _model_path(case: MeasuredCase, cache_dir: Path) -> str:
+    """The wheel's own copy of the config when it has one, else kvbudget's in a directory."""
+    from importlib import resources
+
+    configs = Path(str(resources.files("aiconfigurator_core"))) / "model_configs"
+    bundled = configs / (case.model_id.replace("/", "--") + "_config.json")
+    if bundled.is_file():
+        return case.model_id
+    text = json.dumps(case.config, sort_keys=True)
+    folder = cache_dir / hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    return str(folder)
+
+
+def _quant_modes(case: MeasuredCase) -> tuple[str | None, str | None]:
+    if case.gemm_quant_mode or case.moe_quant_mode:
+        return case.gemm_quant_mode, case.moe_quant_mode
+    if case.quantization is None:
+        return None, None  # aiconfigurator-core reads the config's quantization_config
+    modes = _QUANT_MODES.get(case.quantization.lower())
+    if modes is None:
+        raise MeasuredUnavailable(
+            f"quantization {case.quantization}: no aiconfigurator-core GEMM mode mapped for it "
+            f"(mapped: {', '.join(_QUANT_MODES)})"
+        )
+    return modes
+
+
+#: compiled estimators and their step prices, one per model/GPU/layout/dtypes (per process)
+_HANDLES: dict[tuple[object, ...], tuple[Any, dict[StepArgs, float]]] = {}
+
+
+def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
+    """The measured timing of ``case`` (compiled once per process), or
+    :class:`MeasuredUnavailable` with the reason (not installed, GPU, model, op not covered)."""
+    version = installed_version()
+    if version is None:
+        raise MeasuredUnavailable(f"aiconfigurator-core is not installed; {INSTALL_HINT}")
+    if version != AIC_VERSION:
+        raise MeasuredUnavailable(
+            f"aiconfigurator-core {version} is installed, kvbudget is pinned to {AIC_VERSION}; "
+            f"{INSTALL_HINT}"
+        )
+    _quiet()
+    system = system_for(case.gpu)
+    tables = table_version(system)
+    gemm, moe = _quant_modes(case)
+    kv = "fp8" if case.kv_dtype.lower().startswith("fp8") else None
+    key = (case.model_id, system, case.tp, gemm, moe, kv, case.moe_tp, case.moe_ep)
+    if key not in _HANDLES:
+        _HANDLES[key] = (_compile(case, system, gemm, moe, kv, cache_dir), {})
+    handle, prices = _HANDLES[key]
+    label = f"measured (aiconfigurator-core {AIC_VERSION}, {system}, vllm {tables} tables"
+    if case.engine_version and case.engine_version != tables:
+        label += f"; engine vllm {case.engine_version}"
+    return MeasuredTiming(handle, name=label + ")", cache=prices)
+
+
+def _compile(
+    case: MeasuredCase, system: str, gemm: str | None, moe: str | None, kv: str | None, cache: Path
+) -> Any:
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    model_path = _model_path(case, cache)
+    try:
+        handle = EngineHandle.compile(
+            model_path,
+            system,
+            "vllm",
+            tp_size=case.tp,
+            moe_tp_size=case.moe_tp if case.moe_tp is not None else case.tp,
+            moe_ep_size=case.moe_ep if case.moe_ep is not None else 1,
+            gemm_quant_mode=gemm,
+            moe_quant_mode=moe,
+            kvcache_quant_mode=kv,
+        )
+    except Exception as exc:  # compile raises ValueError/KeyError/its own errors
+        raise MeasuredUnavailable(
+            f"model {case.model_id}: aiconfigurator-core {AIC_VERSION} cannot compile it on "
+            f"{system} tp {case.tp} ({_first(exc)})"
+        ) from None
+    _probe(handle, case, system)
+    return handle
+
+
+def _probe(handle: Any, case: MeasuredCase, system: str) -> None:
+    """Price one mixed and one decode step; any op priced off silicon data is a reason."""
+    for label, call in (
+        ("mixed step", lambda: handle.mixed_step_breakdown_per_op(1024, 16, 1024, 1, 0)),
+        ("decode step", lambda: [handle.decode_step_per_op(16, 1024, 1)]),
+    ):
+        try:
+            groups = call()
+            tier = handle.last_provenance()
+        except Exception as exc:
+            raise MeasuredUnavailable(
+                f"model {case.model_id} on {system}: a {label} cannot be priced from "
+                f"aiconfigurator-core's tables ({_first(exc)})"
+            ) from None
+        if tier not in (None, "silicon"):
+            off = sorted(
+                {
+                    name
+                    for group in groups
+                    for name, _lat, _energy, source in group
+                    if source not in ("silicon", "mixed")
+                }
+            )
+            raise MeasuredUnavailable(
+                f"model {case.model_id} on {system}: {', '.join(off) or 'an op'} has no measured "
+                f"data (priced {tier}) in a {label}"
+            )

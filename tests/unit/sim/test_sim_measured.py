@@ -1,0 +1,213 @@
+"""The measured step-time model: what it asks aiconfigurator-core for each step, and what it
+makes of the answers (kvbudget.sim.measured, kvbudget.sim.aic).
+
+Independent figures:
+
+* the chunk decomposition, by hand from ``pairs = sum n (c + (n + 1)/2)`` and
+  ``ctx = sum (c + n)`` of chunks written out below;
+* the estimator's arguments, from aiconfigurator-core's ``Engine::mixed_step_breakdown`` source
+  (context attention of ``ceil(ctx/isl)`` sequences of ``isl - prefix`` new tokens after
+  ``prefix``; decode attention at ``s = isl + osl // 2 + 1``; ``decode_step_latency`` at the same
+  ``s``): a fake engine records them;
+* a real step, from the wheel's own table file ``systems/data/h100_sxm/gemm/vllm/0.24.0/
+  gemm_perf.parquet`` read with pandas: Qwen3-32B at TP 2 has a QKV GEMM of n = (64 + 2 x 8) x
+  128 / 2 = 5,120 by k = 5,120 (config.json: 64 query heads, 8 KV heads, head_dim 128, hidden
+  5,120) in each of its 64 layers; a decode step of 8 sequences runs it at m = 8 (bf16).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from kvbudget.sim.measured import MeasuredTiming, StepArgs, bucket, prefill_chunks, step_args
+from kvbudget.sim.roofline import BatchShape
+
+
+def _shape(chunks: list[tuple[int, int]], decodes: list[int]) -> BatchShape:
+    """The simulator's aggregate of prefill chunks ``(n new, c cached)`` and decode contexts."""
+    return BatchShape(
+        num_prefill_tokens=sum(n for n, _ in chunks),
+        prefill_pairs=sum(n * (c + (n + 1) / 2) for n, c in chunks),
+        prefill_context_tokens=sum(c + n for n, c in chunks),
+        num_decode_seqs=len(decodes),
+        decode_context_tokens=sum(decodes),
+    )
+
+
+@pytest.mark.parametrize(
+    ("chunks", "expected"),
+    [
+        ([(512, 0)], (1, 512, 0)),
+        ([(256, 1024)], (1, 256, 1024)),
+        ([(128, 0)] * 4, (4, 128, 0)),
+        ([(100, 300)] * 2, (2, 100, 300)),
+    ],
+)
+def test_equal_chunks_are_recovered_from_the_aggregate(
+    chunks: list[tuple[int, int]], expected: tuple[int, int, int]
+) -> None:
+    s = _shape(chunks, [])
+    assert prefill_chunks(s.num_prefill_tokens, s.prefill_pairs, s.prefill_context_tokens) == (
+        expected
+    )
+
+
+def test_no_prefill_is_no_chunk() -> None:
+    assert prefill_chunks(0, 0.0, 0) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    # exact to 32; 1001 / 16 = 62.56 -> 63 x 16; 4097 / 128 = 32.008 -> 32 x 128
+    [(0, 0), (31, 31), (32, 32), (33, 33), (100, 100), (1001, 1008), (4097, 4096)],
+)
+def test_buckets(value: int, expected: int) -> None:
+    assert bucket(value) == expected
+
+
+class FakeEngine:
+    """Records the estimator calls; answers from fixed tuples (milliseconds)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[int, ...]]] = []
+
+    def mixed_step_breakdown(
+        self, ctx_tokens: int, gen_tokens: int, isl: int, osl: int, prefix: int = 0
+    ) -> tuple[float, float, float, float]:
+        self.calls.append(("mixed", (ctx_tokens, gen_tokens, isl, osl, prefix)))
+        # total, shared non-attention, context attention, decode attention
+        return (100.0, 7.0, 3.0, 2.0)
+
+    def decode_step_latency(self, gen_tokens: int, isl: int, osl: int) -> float:
+        self.calls.append(("decode", (gen_tokens, isl, osl)))
+        return 10.0
+
+
+def test_a_decode_step_is_one_generation_step_at_the_mean_context() -> None:
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    # 8 sequences at 1,008 tokens of context (a bucket's own value, 63 x 16):
+    # s = isl + 1 // 2 + 1 = 1,008 -> isl 1,007, osl 1
+    assert timing.step_time_s(_shape([], [1008] * 8)) == pytest.approx(0.010)
+    assert engine.calls == [("decode", (8, 1007, 1))]
+
+
+def test_a_mixed_step_is_shared_work_plus_both_attentions() -> None:
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    # one chunk of 256 after 1,024 cached, 8 decodes at 1,008
+    price = timing.step_time_s(_shape([(256, 1024)], [1008] * 8))
+    assert price == pytest.approx((7.0 + 3.0 + 2.0) / 1e3)
+    assert engine.calls == [
+        ("mixed", (256, 8, 1280, 1, 0)),  # non-attention ops of 256 + 8 tokens
+        ("mixed", (1280, 0, 1280, 1, 1024)),  # ceil(1280/1280) = 1 chunk of 256 after 1,024
+        ("mixed", (0, 8, 1007, 1, 0)),  # decode attention at s = 1,008
+    ]
+
+
+def test_a_prefill_only_step_has_no_decode_attention() -> None:
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    assert timing.prefill_time_s(512) == pytest.approx((7.0 + 3.0) / 1e3)
+    assert [c[1] for c in engine.calls] == [(512, 0, 512, 1, 0), (512, 0, 512, 1, 0)]
+
+
+def test_each_bucket_is_priced_once() -> None:
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    for _ in range(3):
+        timing.step_time_s(_shape([], [1008] * 8))
+    timing.step_time_s(_shape([], [1013] * 8))  # 1,013 / 16 = 63.3 -> 63 x 16 = 1,008
+    assert len(engine.calls) == 1
+    timing.step_time_s(_shape([], [1017] * 8))  # 1,017 / 16 = 63.6 -> 64 x 16 = 1,024
+    assert len(engine.calls) == 2
+    assert timing.num_priced == 2
+    assert timing.step_time_s(BatchShape()) == 0.0
+    assert step_args(_shape([], [1013] * 8)) == StepArgs(0, 0, 0, 8, 1008)
+
+
+def test_a_real_decode_step_reads_the_gemm_table() -> None:
+    pytest.importorskip("aiconfigurator_core")
+    pandas = pytest.importorskip("pandas")
+    from kvbudget.sim.aic import MeasuredCase, compile_measured
+    from kvbudget.spec.resolve import resolve_model
+
+    resolved = resolve_model("Qwen/Qwen3-32B")
+    assert resolved.source is not None
+    case = MeasuredCase("Qwen/Qwen3-32B", resolved.source.raw, "H100-SXM", tp=2)
+    timing = compile_measured(case, Path("/tmp/kvbudget-test-aic"))
+    assert timing.name == "measured (aiconfigurator-core 0.12.0, h100_sxm, vllm 0.24.0 tables)"
+    table = resources.files("aiconfigurator_core") / "systems/data/h100_sxm/gemm/vllm/0.24.0"
+    gemm = pandas.read_parquet(str(table / "gemm_perf.parquet"))
+    row = gemm[
+        (gemm.m == 8) & (gemm.n == 5120) & (gemm.k == 5120) & (gemm.gemm_dtype == "bfloat16")
+    ]
+    qkv_ms = 64 * float(row.latency.iloc[0])
+    engine = timing.engine
+    ops = {name: ms for name, ms, _e, _src in engine.decode_step_per_op(8, 1007, 1)}  # type: ignore[attr-defined]
+    assert ops["generation_qkv_gemm"] == pytest.approx(qkv_ms, rel=1e-9)
+    step_s = timing.step_time_s(_shape([], [1008] * 8))
+    assert step_s == pytest.approx(sum(ops.values()) / 1e3, rel=1e-9)
+    assert qkv_ms / 1e3 < step_s
+
+
+def test_auto_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.sim import aic
+    from kvbudget.sim.fromplan import build_replica
+
+    monkeypatch.setattr(aic, "installed_version", lambda: None)
+    built = build_replica(PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM"))
+    assert built.timing_name == (
+        "roofline (auto: aiconfigurator-core is not installed; pip install "
+        "'kvbudget[gpu-data]' (installs aiconfigurator-core 0.12.0))"
+    )
+    assert built.timing.name == built.timing_name
+
+
+def test_auto_names_the_gpu_it_lacks_and_measured_refuses_it() -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.errors import ConfigError
+    from kvbudget.sim.fromplan import build_replica
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="A100-40GB", max_model_len=8192)
+    built = build_replica(request)
+    assert built.timing_name.startswith("roofline (auto: GPU A100-40GB: aiconfigurator-core")
+    with pytest.raises(ConfigError, match="--timing-model measured: GPU A100-40GB"):
+        build_replica(request, timing_model="measured")
+
+
+def test_the_environment_gives_the_choice_where_no_flag_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.errors import ConfigError
+    from kvbudget.sim.fromplan import build_replica
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", max_model_len=8192)
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "roofline")
+    assert build_replica(request).timing_name == "roofline"
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "fast")
+    with pytest.raises(ConfigError, match="KVBUDGET_TIMING_MODEL=fast: not a timing model"):
+        build_replica(request)
+    assert build_replica(request, timing_model="roofline").timing_name == "roofline"
+
+
+def test_llamacpp_slots_are_not_priced_by_vllm_tables() -> None:
+    from kvbudget.errors import ConfigError
+    from kvbudget.sim.scenario import scenario_from_dict
+    from kvbudget.sim.slots_scenario import simulate_slots_scenario
+
+    base = {
+        "model": "meta-llama/Llama-3.1-8B",
+        "gpu": "H100-SXM",
+        "max_model_len": 4096,
+        "workload": {"num_requests": 2, "arrivals": {"kind": "closed", "concurrency": 1}},
+    }
+    summary, _ = simulate_slots_scenario(scenario_from_dict(base))
+    assert summary["timing_model"] == "roofline"
+    with pytest.raises(ConfigError, match=r"not llama\.cpp's"):
+        simulate_slots_scenario(scenario_from_dict({**base, "timing_model": "measured"}))
