@@ -11,7 +11,8 @@
 #   typecheck  mypy (strict)
 #   layers     import-linter
 #   deadcode   vulture (scripts/deadcode.sh)
-#   pytest     the default suite, across the cores (pytest-xdist; Ray tests on one worker)
+#   pytest     the default suite, across the cores (pytest-xdist; Ray tests on one worker),
+#              its 15 slowest tests listed
 #   pure-sim   the simulator's tests again in pure Python
 #   llamacpp   wait for the llama-server build, then its tests (KVBUDGET_SKIP_LLAMACPP=1: none)
 #   vllm       wait for the vLLM venv, then its tests (one engine at a time)
@@ -108,7 +109,7 @@ phase typecheck "$BIN/mypy"
 phase layers "$BIN/lint-imports"
 phase deadcode bash scripts/deadcode.sh
 XDIST=(-n "$WORKERS" --maxprocesses 4 --dist loadgroup)
-phase pytest "$BIN/pytest" "${XDIST[@]}"
+phase pytest "$BIN/pytest" "${XDIST[@]}" --durations=15
 phase pure-sim env KVBUDGET_PURE_PYTHON=1 "$BIN/pytest" "${XDIST[@]}" tests/unit/sim tests/property/sim
 ENGINE_OPTS=(-o "addopts=-q --import-mode=importlib")
 if [ -z "$skip_llamacpp" ]; then

@@ -5,6 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# An example's wall time on a shared two-core machine (a second xdist worker, an engine build in
+# the background) says nothing about the code under test: no per-example deadline and no
+# too_slow health check anywhere (a test's own @settings still sets its example count).
+settings.register_profile("kvbudget", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kvbudget")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = REPO_ROOT.parent / "shared"
