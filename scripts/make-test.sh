@@ -8,9 +8,9 @@
 #              starts before it, the llama.cpp build after it
 #   system     Debian chromium and prometheus when missing (root only)
 #   lint       ruff check, ruff format --check
-#   typecheck  mypy (strict)
 #   layers     import-linter
 #   deadcode   vulture (scripts/deadcode.sh)
+#   typecheck  mypy (strict), run beside lint, layers and deadcode
 #   pytest     the default suite, across the cores (pytest-xdist; Ray tests on one worker),
 #              its 15 slowest tests listed
 #   pure-sim   the simulator's tests again in pure Python
@@ -40,8 +40,11 @@ summary() {
   echo "  total: $(($(date +%s) - run_start)) s"
 }
 
+typecheck_pid=""
+
 stop_builds() {
   local name
+  [ -z "$typecheck_pid" ] || kill "$typecheck_pid" 2>/dev/null || true
   for name in "${!BUILD_PID[@]}"; do
     # each build leads its own process group (setsid): stop it and its pip/cmake children
     kill -TERM -- "-${BUILD_PID[$name]}" 2>/dev/null || true
@@ -104,10 +107,21 @@ start_build vllm scripts/vllm-cpu.sh python3
 phase install "$MAKE" --no-print-directory install-test
 [ -n "$skip_llamacpp" ] || start_build llamacpp scripts/llama-server.sh "$(cd "$BIN" && pwd)/python"
 phase system bash -c 'bash scripts/ensure-chromium.sh && bash scripts/ensure-prometheus.sh'
+# mypy (one core for minutes) runs beside the other static checks (one core each, in turn)
+typecheck_start=$(date +%s)
+"$BIN/mypy" >"$LOGS/typecheck.out" 2>&1 &
+typecheck_pid=$!
 phase lint bash -c "$BIN/ruff check src tests bench scripts && $BIN/ruff format --check src tests bench scripts"
-phase typecheck "$BIN/mypy"
 phase layers "$BIN/lint-imports"
 phase deadcode bash scripts/deadcode.sh
+wait "$typecheck_pid"
+typecheck_rc=$?
+typecheck_pid=""
+cat "$LOGS/typecheck.out"
+line="phase typecheck: $(($(date +%s) - typecheck_start)) s (beside lint, layers, deadcode)"
+[ "$typecheck_rc" -eq 0 ] || line="$line (failed, exit $typecheck_rc)"
+echo "$line" | tee -a "$TIMINGS"
+[ "$typecheck_rc" -eq 0 ] || fail "phase typecheck failed"
 XDIST=(-n "$WORKERS" --maxprocesses 4 --dist loadgroup)
 phase pytest "$BIN/pytest" "${XDIST[@]}" --durations=15
 phase pure-sim env KVBUDGET_PURE_PYTHON=1 "$BIN/pytest" "${XDIST[@]}" tests/unit/sim tests/property/sim
