@@ -33,7 +33,8 @@ VLLM_CPU_FP8_REFUSAL = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX."
 #: docs/measuring-real-engines.md prints this table
 VLLM_CPU_FEATURE_RULES: tuple[tuple[str, str, str, str], ...] = (
     (
-        "fp8 KV cache (`--kv-cache-dtype fp8`, `fp8_e4m3`, `fp8_e5m2`)",
+        "quantized KV cache (`--kv-cache-dtype fp8`, `fp8_e4m3`, `fp8_e5m2`; the check "
+        "counts `*per_token_head` and `nvfp4*` too)",
         "AVX-512 (`avx512f`) or AMX (`amx_tile`)",
         f"sizes and logs the pool, then exits: `NotImplementedError: {VLLM_CPU_FP8_REFUSAL}`",
         "`vllm/v1/attention/backends/cpu_attn.py` `_get_attn_isa`",
