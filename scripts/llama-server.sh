@@ -28,11 +28,23 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 log() { echo "llama-server.sh: $*" >&2; }
+# stopped (make test stops a background build when a check fails): exit, so the EXIT trap
+# removes the half-built staging directory
+trap 'exit 143' TERM INT
 
 check_binary() {
   [ -x "$BIN" ] && [ -f "$DEST/models/ggml-vocab-llama-bpe.gguf" ] && [ -d "$DEST/gguf-py/gguf" ] \
     && LD_LIBRARY_PATH="$DEST/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$BIN" --version >/dev/null 2>&1
 }
+
+# GGML_NATIVE=OFF (below) builds for x86-64-v3: ggml/CMakeLists.txt turns SSE4.2, AVX, AVX2,
+# BMI2, FMA and F16C on (INS_ENB) and AVX-512 off, so the binary runs on any x86-64 CPU with AVX2;
+# on one without, say so instead of building a binary that dies of SIGILL
+if [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo ]; then
+  for flag in avx2 fma f16c bmi2; do
+    grep -qw "$flag" /proc/cpuinfo || { log "error: this CPU lacks $flag (/proc/cpuinfo flags); the portable build needs AVX2, FMA, F16C and BMI2 (x86-64-v3)"; exit 2; }
+  done
+fi
 
 if check_binary; then
   log "cached build found ($(cat "$DEST/VERSION" 2>/dev/null | head -1))"

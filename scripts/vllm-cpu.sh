@@ -26,6 +26,9 @@ PY="$DEST/venv/bin/python"
 BASE_PYTHON="${PYTHON:-python3}"
 
 log() { echo "vllm-cpu.sh: $*" >&2; }
+# stopped (make test stops a background build when a check fails): exit, so the EXIT trap
+# removes the half-built staging directory
+trap 'exit 143' TERM INT
 
 check_venv() {
   [ -x "$PY" ] && [ -f "$DEST/VERSION" ] \

@@ -5,17 +5,23 @@ samples per cell (200 for p95) and a cell can never deliver more than ``repetiti
 max_requests_per_cell`` of them (fewer when the client cancels some, or when an open-loop
 arrival rate brings fewer within the duration); quality checkpoints cannot be judged on a
 target whose output text is synthetic (``sim``, ``serve``), so every cell they apply to stays
-``untested``. These are warnings, not errors: the run still says exactly what it could judge.
+``untested``; a vLLM CPU build on this host refuses a quantized KV cache when the CPU has
+neither AVX-512 nor AMX (:mod:`kvbudget.safety.cpu_features`). These are warnings, not errors:
+the run still says exactly what it could judge.
 """
 
 from __future__ import annotations
 
 import math
+from urllib.parse import urlparse
 
 from kvbudget.accept.plan_load import CONCURRENCY_TIERS
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.verdicts import min_samples_for
 from kvbudget.accept.workloads import planned_count
+from kvbudget.safety.cpu_features import host_cpu_features, vllm_cpu_fp8_refusal
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def max_samples(plan: AcceptPlan, concurrency_tier: str) -> int:
@@ -57,4 +63,20 @@ def plan_warnings(plan: AcceptPlan) -> list[str]:
             "(synthetic output text), so every cell they apply to stays untested; run them on "
             "an http target, or leave them out of a simulated plan"
         )
+    refusal = vllm_cpu_refusal(plan)
+    if refusal is not None:
+        out.append(f"lock.kv_dtype: {refusal}")
     return out
+
+
+def vllm_cpu_refusal(plan: AcceptPlan) -> str | None:
+    """The one line of :func:`vllm_cpu_fp8_refusal` for a vLLM CPU build (no GPU locked) served
+    on this host (a loopback ``target.base_url``), whose CPU this process can read."""
+    lock = plan.lock
+    engine = str(lock.engine.name.value or "").lower()
+    host = urlparse(plan.target.base_url or "").hostname
+    if plan.target.kind != "http" or "vllm" not in engine or lock.gpu.type.value is not None:
+        return None
+    if host not in LOOPBACK_HOSTS:
+        return None  # the engine's CPU is not this one
+    return vllm_cpu_fp8_refusal(lock.kv_dtype.value, host_cpu_features())

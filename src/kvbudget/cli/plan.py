@@ -33,6 +33,7 @@ from kvbudget.cli.vocab import (
     TP,
 )
 from kvbudget.errors import ConfigError, SpecError
+from kvbudget.safety.cpu_features import host_cpu_features, vllm_cpu_fp8_refusal
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
@@ -362,6 +363,10 @@ def plan(
     request = build_request(file_fields, flags)
     spec = resolve_spec(request.model, overrides)
     result = make_plan(request, spec)
+    if result.engine == "vllm" and not result.device_given:  # the CPU build's way to plan
+        refusal = vllm_cpu_fp8_refusal(result.kv_dtype, host_cpu_features())
+        if refusal is not None:
+            click.echo(f"note: {refusal}", err=True)
     budgets = three_budgets(result, spec)
     if no_scenarios:
         evaluated = []

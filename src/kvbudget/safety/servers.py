@@ -30,6 +30,18 @@ from kvbudget.safety.procs import child_preexec
 LOOPBACK = "127.0.0.1"
 
 
+class StartupExitError(RuntimeError):
+    """The server process exited before it was ready: its exit code and everything it logged
+    (``log_text``, read after the exit, so nothing it printed is lost), for callers that must
+    read why (an engine that sizes its pool, then refuses the configuration)."""
+
+    def __init__(self, message: str, *, returncode: int, log_path: Path, log_text: str) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.log_path = log_path
+        self.log_text = log_text
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port the OS says is free right now on ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -128,8 +140,9 @@ class LocalServer:
     ) -> None:
         """Start ``cmd`` (stdout and stderr to the log) and wait until ``/health`` answers 200.
 
-        Raises ``RuntimeError`` with the log's last lines when the process exits first, and
-        (after stopping it) when ``timeout_s`` passes.
+        Raises :class:`StartupExitError` (a ``RuntimeError`` whose message ends with the log's
+        last lines and which carries the whole log) when the process exits first, and
+        ``RuntimeError`` (after stopping it) when ``timeout_s`` passes.
         """
         self._log = self.log_path.open("wb")
         self.started_s = time.monotonic()
@@ -145,10 +158,14 @@ class LocalServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.stop()
-                tail = "\n".join(self.log_text().splitlines()[-tail_lines:])
-                raise RuntimeError(
+                text = self.log_text()
+                tail = "\n".join(text.splitlines()[-tail_lines:])
+                raise StartupExitError(
                     f"{name} exited with {self.proc.returncode} while starting "
-                    f"({' '.join(self.args)}); log {self.log_path}:\n{tail}"
+                    f"({' '.join(self.args)}); log {self.log_path}:\n{tail}",
+                    returncode=self.proc.returncode,
+                    log_path=self.log_path,
+                    log_text=text,
                 )
             with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
                 status, _ = self.get("/health", timeout_s=2.0)

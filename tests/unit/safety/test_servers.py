@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.safety.servers import LocalServer, free_port, stop_process
+from kvbudget.safety.servers import LocalServer, StartupExitError, free_port, stop_process
 
 HEALTH_SERVER = """
 import http.server, sys
@@ -45,6 +45,30 @@ def test_exit_before_ready_names_the_code_and_the_log_tail(tmp_path: Path) -> No
     with pytest.raises(RuntimeError, match=r"toy exited with 3 while starting \(--flag\)") as exc:
         server.launch(cmd, env=os.environ, name="toy", timeout_s=60, poll_s=0.1)
     assert "bad flag: --flag" in str(exc.value)
+
+
+def test_exit_before_ready_hands_back_the_whole_log(tmp_path: Path) -> None:
+    # an engine that logs its pool, then many lines, then refuses: the message keeps the tail,
+    # the error carries every line (the first one is far outside the 30-line tail)
+    server = LocalServer(log_path=tmp_path / "s.log", args=[])
+    server.port = free_port()
+    script = (
+        "import sys\n"
+        "print('CPU KV cache size: 6,400 tokens', flush=True)\n"
+        "for i in range(100): print(f'line {i}')\n"
+        "sys.stderr.write('NotImplementedError: refused\\n')\n"
+        "raise SystemExit(1)\n"
+    )
+    with pytest.raises(StartupExitError) as exc:
+        server.launch(
+            [sys.executable, "-c", script], env=os.environ, name="toy", timeout_s=60, poll_s=0.1
+        )
+    err = exc.value
+    assert isinstance(err, RuntimeError)  # callers catching RuntimeError still do
+    assert err.returncode == 1 and err.log_path == tmp_path / "s.log"
+    assert "CPU KV cache size: 6,400 tokens" not in str(err)  # outside the tail
+    assert err.log_text.startswith("CPU KV cache size: 6,400 tokens\n")
+    assert "line 99\nNotImplementedError: refused\n" in err.log_text
 
 
 def test_kill_group_takes_the_children_of_a_session_leader() -> None:
