@@ -33,9 +33,10 @@ T = TypeVar("T")
 
 
 class StrictModel(BaseModel):
-    """Base of every plan-file model: unknown keys are errors, values are immutable."""
+    """Base of every plan-file model: unknown keys are errors, values are immutable, numbers are
+    finite (a YAML `.inf` or `.nan` ceiling is refused, not read as "no limit")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Locked(StrictModel, Generic[T]):

@@ -81,10 +81,12 @@ def test_calibrated_profile_replaces_the_roofline(tmp_path: Path) -> None:
     assert abs(step - (0.006 + 1e-4 * 8 + 1e-7 * 16000)) < 2e-4
 
 
-def test_locked_quantization_reaches_the_simulated_replica() -> None:
+def test_locked_quantization_reaches_the_simulated_replica(monkeypatch: pytest.MonkeyPatch) -> None:
     """lock.quantization fp8: the plan sizes fp8 weights (1 B per linear weight) and the sim
     target's roofline runs the GEMMs at the fp8 peak, as ``kvbudget sim --quantization fp8``."""
     from kvbudget.accept.plan_lock import ObjectLock
+
+    monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "roofline")  # the roofline's own fp8 label
 
     plan = load_plan(DEMO)
     data = plan.lock.model_dump()
