@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvbudget.accept.capacity import build_capacity
 from kvbudget.accept.planfile import load_plan
 
