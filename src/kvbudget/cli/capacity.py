@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from kvbudget.cli.sim import _check_output_path, scenario_from_opts
+from kvbudget.cli.sim import ENGINE_FLAG_KEYS, _check_output_path, scenario_from_opts
 from kvbudget.cli.sim import sim as _sim
 from kvbudget.cli.vocab import COUNT
 from kvbudget.errors import ConfigError
@@ -19,26 +19,13 @@ from kvbudget.errors import ConfigError
 SIM_OPTIONS = (
     "scenario",
     "model",
-    "gpu",
-    "tp",
-    "replicas",
-    "router",
+    *ENGINE_FLAG_KEYS,
     "num_requests",
     "input_tokens",
     "output_tokens",
     "prefix_groups",
     "shared_prefix_tokens",
     "prefix_caching",
-    "kv_dtype",
-    "pp",
-    "engine_version",
-    "quantization",
-    "enable_expert_parallel",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "timing_model",
-    "timing_profile",
     "seed",
     "as_json",
 )
@@ -59,23 +46,7 @@ _HELP = {
 #: ``kvbudget bench``'s options for reaching a running engine, reused as they are
 BENCH_OPTIONS = ("base_url", "metrics_url", "api_key_env", "timeout_s", "warmup_requests")
 #: sim options that describe the simulated engine: refused with --base-url (the server is it)
-SIM_ENGINE_OPTIONS = (
-    "gpu",
-    "tp",
-    "replicas",
-    "router",
-    "kv_dtype",
-    "pp",
-    "engine_version",
-    "quantization",
-    "enable_expert_parallel",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "timing_model",
-    "timing_profile",
-    "prefix_caching",
-)
+SIM_ENGINE_OPTIONS = (*ENGINE_FLAG_KEYS, "prefix_caching")
 DEFAULT_WARMUP_REQUESTS = 4
 DEFAULT_MAX_DURATION_S = 600.0
 _BENCH_HELP = {

@@ -215,6 +215,28 @@ def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
     return lines
 
 
+#: the flags (scenario keys) that describe the simulated engine and its replicas, in one place:
+#: ``scenario_from_opts`` copies them into the scenario, ``kvbudget capacity`` reuses the options
+#: and refuses them with ``--base-url`` (the server is the engine); ``prefix_caching`` is copied
+#: on its own (a boolean that may be False)
+ENGINE_FLAG_KEYS = (
+    "gpu",
+    "tp",
+    "replicas",
+    "router",
+    "kv_dtype",
+    "pp",
+    "engine_version",
+    "quantization",
+    "enable_expert_parallel",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "timing_model",
+    "timing_profile",
+)
+
+
 def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
     """The scenario of ``--scenario`` with the flags on top (``kvbudget capacity`` reuses it;
     a flag the caller lacks counts as not given)."""
@@ -229,26 +251,7 @@ def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
         data = load_scenario(opts["scenario"])
         # the file alone first, so its mistakes are reported against the file
         scenario_from_dict(dict(data), origin=Path(opts["scenario"]).name)
-    for key in (
-        "model",
-        "gpu",
-        "tp",
-        "replicas",
-        "router",
-        "kv_dtype",
-        "pp",
-        "engine_version",
-        "quantization",
-        "enable_expert_parallel",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "max_model_len",
-        "timing_model",
-        "timing_profile",
-        "max_simulated_s",
-        "seed",
-        "sample_every_s",
-    ):
+    for key in ("model", *ENGINE_FLAG_KEYS, "max_simulated_s", "seed", "sample_every_s"):
         if opts.get(key) is not None:
             data[key] = opts[key]
     if opts.get("prefix_caching") is not None:
