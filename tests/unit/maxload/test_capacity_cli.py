@@ -59,7 +59,9 @@ def test_json_names_the_answer_and_every_point(tmp_path: Path) -> None:
         "concurrency_points",
     ):
         assert key in doc, key
-    assert doc["figures"] == "simulated" and doc["timing_model"].startswith(("roofline", "measured"))
+    assert doc["figures"] == "simulated" and doc["timing_model"].startswith(
+        ("roofline", "measured")
+    )
     assert isinstance(doc["max_concurrency"], int)
     assert doc["max_rate_confirmed"] is True and doc["stopped"] is None
     assert doc["max_rate_per_s_across_seeds"]["seeds"] == [0, 1]

@@ -76,9 +76,7 @@ def test_fp8_gemms_priced_at_the_fp8_peak_by_hand() -> None:
 )
 def test_gemm_dtype_of_the_quantization(quantization: str, gpu: str, timing: str) -> None:
     # the roofline's own choice of GEMM dtype (the default model is measured where covered)
-    setup = _config(
-        gpu=gpu, quantization=quantization, max_model_len=4096, timing_model="roofline"
-    )
+    setup = _config(gpu=gpu, quantization=quantization, max_model_len=4096, timing_model="roofline")
     assert setup.timing.name == timing  # type: ignore[attr-defined]
 
 
