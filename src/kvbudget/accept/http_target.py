@@ -27,7 +27,7 @@ from typing import Any
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.errors import TargetError
-from kvbudget.load.client import OpenAIClient
+from kvbudget.load.client import OpenAIClient, route_url
 from kvbudget.load.config import RunConfig
 from kvbudget.load.engine_report import EngineReport, read_engine_report
 from kvbudget.load.identity import server_identity
@@ -133,7 +133,7 @@ class HttpTarget:
         ident, report = self.run_async(probe())
         if ident.get("models_status") in (0, None):
             raise TargetError(
-                f"target.base_url: cannot reach {self.base_url}/v1/models; check the URL and "
+                f"target.base_url: cannot reach {route_url(self.base_url, '/v1/models')}; check the URL and "
                 "that the server is up"
             )
         engine = str(ident.get("engine") or "unknown")

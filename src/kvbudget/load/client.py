@@ -43,7 +43,9 @@ __all__ = [
     "OpenAIClient",
     "StreamOutcome",
     "api_root",
+    "base_with_query",
     "looks_like_oom",
+    "route_url",
 ]
 
 ENDPOINT_PATHS: dict[str, str] = {
@@ -70,6 +72,18 @@ def api_root(url: str) -> str:
 def url_query(url: str) -> str:
     """The query string of ``url`` (``api-version=...`` for some gateways), kept on every route."""
     return url.strip().split("#", 1)[0].partition("?")[2]
+
+
+def base_with_query(url: str) -> str:
+    """:func:`api_root` with ``url``'s query kept after it (``http://h?api-version=1``)."""
+    query = url_query(url)
+    return f"{api_root(url)}?{query}" if query else api_root(url)
+
+
+def route_url(base_url: str, path: str) -> str:
+    """``path`` on ``base_url``'s root, the base URL's query after it."""
+    query = url_query(base_url)
+    return f"{api_root(base_url)}{path}?{query}" if query else f"{api_root(base_url)}{path}"
 
 
 #: seconds to wait for the end of the body after ``[DONE]`` (connection reuse only)

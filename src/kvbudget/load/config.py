@@ -91,10 +91,10 @@ class RunConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _root(cls, url: str) -> str:
-        from kvbudget.load.client import api_root
+        from kvbudget.load.client import base_with_query
 
         register_url_secrets(url)  # a key in the URL is scrubbed wherever it is quoted
-        return api_root(url)
+        return base_with_query(url)
 
     @field_validator("metrics_url")
     @classmethod

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from kvbudget.errors import ConfigError, TargetError
-from kvbudget.load.client import OpenAIClient
+from kvbudget.load.client import OpenAIClient, route_url
 from kvbudget.load.config import RunConfig
 from kvbudget.load.diagnosis import record_digest
 from kvbudget.load.engine_report import read_engine_report
@@ -100,7 +100,7 @@ def check_served_model(
     serve, an unreachable server or a ``/v1/models`` that is not an OpenAI model list stops
     the run here, in one line, with nothing sent.
     """
-    url = f"{base_url}/v1/models"
+    url = route_url(base_url, "/v1/models")
     status = ident.get("models_status")
     if status == 0:
         raise TargetError(
