@@ -20,11 +20,11 @@ from typing import Any
 from kvbudget.deploy.promql import label_value, template_literal
 from kvbudget.deploy.source import (
     DeploySource,
-    Figure,
     accepted_peak,
-    accepted_preemption_rate,
     accepted_queue_p99,
     ceiling,
+    preemption_threshold,
+    waiting_threshold,
 )
 
 #: per engine: unified name -> series (None: the engine does not export it)
@@ -94,18 +94,24 @@ def _alert(
     severity: str,
     summary: str,
     threshold: str,
+    exporter: str | None = None,
 ) -> None:
+    """One alert rule; ``exporter`` says what exports a series no engine does (the rule is a
+    contract until something exports it under that name)."""
+    annotations = {
+        "summary": template_literal(summary),
+        "threshold": template_literal(threshold),
+        "runbook": "see README.md in the kvbudget deploy output, section Alerts",
+    }
+    if exporter is not None:
+        annotations["exporter"] = template_literal(exporter)
     rs.rules.append(
         {
             "alert": name,
             "expr": expr,
             "for": for_,
             "labels": {"severity": severity, "class": cls},
-            "annotations": {
-                "summary": template_literal(summary),
-                "threshold": template_literal(threshold),
-                "runbook": "see README.md in the kvbudget deploy output, section Alerts",
-            },
+            "annotations": annotations,
         }
     )
     rs.thresholds[name] = (cls, threshold)
@@ -152,8 +158,7 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
     else:
         rs.skipped.append(f"KVCacheUsageHighWater: {opts.engine} exports no KV usage gauge")
     if series["preemptions"]:
-        rate = accepted_preemption_rate(src)
-        limit = Figure(0.0, "assumed", "none accepted") if rate is None else rate
+        limit = preemption_threshold(src)
         _alert(
             rs,
             "KVCachePreemptions",
@@ -161,17 +166,13 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
             f"sum by ({GROUP_BY}) (rate({series['preemptions']}{{{sel}}}[{win}])) > {limit.value:g}",
             for_=for_,
             severity="warning",
-            summary="preemptions above the accepted rate (KV blocks short)",
+            summary=f"preemptions above the highest accepted load's rate for {for_} (KV blocks "
+            "short: more load than was accepted)",
             threshold=limit.text(" /s"),
         )
     else:
         rs.skipped.append(f"KVCachePreemptions: {opts.engine} exports no preemption counter")
-    waiting = accepted_peak(src, "num_waiting")
-    wlimit = (
-        Figure(0.0, "assumed", "no accepted cell: any sustained queue")
-        if waiting is None
-        else waiting
-    )
+    wlimit = waiting_threshold(src)
     _alert(
         rs,
         "RequestsWaiting",
@@ -179,20 +180,18 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         f"avg by ({GROUP_BY}) ({series['waiting']}{{{sel}}}) > {wlimit.value:g}",
         for_=for_,
         severity="warning",
-        summary="requests waiting per replica above the accepted level",
+        summary=f"requests waiting per replica above the highest accepted load's queue for {for_}",
         threshold=wlimit.text(" requests per replica"),
     )
 
     # --- performance -----------------------------------------------------------------------
-    for metric, key, name in (
-        ("ttft_s", "ttft_bucket", "TTFTP99High"),
-        ("tpot_s", "tpot_bucket", "TPOTP99High"),
-    ):
+    for metric, key in (("ttft_s", "ttft_bucket"), ("tpot_s", "tpot_bucket")):
         declared = ceiling(src, metric)  # type: ignore[arg-type]
         bucket = series[key]
+        label = metric.split("_")[0].upper()
         if bucket is None or declared is None:
             rs.skipped.append(
-                f"{name}: "
+                f"{label}High: "
                 + (
                     "no histogram from " + opts.engine
                     if bucket is None
@@ -201,15 +200,17 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
             )
             continue
         pct, limit_s = declared
+        q = int(pct[1:]) / 100  # the ceiling's own percentile: a p95 ceiling is checked on p95
         _alert(
             rs,
-            name,
+            f"{label}{pct.upper()}High",
             "performance",
-            f"{_quantile(0.99, bucket, sel, win)} > {limit_s:g}",
+            f"{_quantile(q, bucket, sel, win)} > {limit_s:g}",
             for_=for_,
             severity="critical",
-            summary=f"{metric.split('_')[0].upper()} p99 above the accepted ceiling",
-            threshold=f"{limit_s:g} s (declared: plan stop.{metric}.{pct}; compared with p99)",
+            summary=f"{label} {pct} above the accepted ceiling for {for_}",
+            threshold=f"{limit_s:g} s (declared: plan stop.{metric}.{pct}, compared with the "
+            f"engine histogram's {pct})",
         )
     queue = accepted_queue_p99(src)
     if series["queue_bucket"] and queue is not None:
@@ -245,6 +246,7 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         severity="critical",
         summary="a kvbudget canary run failed its gate (quality or stop conditions)",
         threshold="any failure (kvbudget canary --metrics-textfile)",
+        exporter="kvbudget canary --metrics-textfile, read by node_exporter's textfile collector",
     )
     _alert(
         rs,
@@ -256,6 +258,7 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         summary="a kvbudget canary run could not judge the candidate (too few requests "
         "completed, no baseline cell, or figures of another kind): the rollout gate is blind",
         threshold="any untested run (kvbudget canary --metrics-textfile)",
+        exporter="kvbudget canary --metrics-textfile, read by node_exporter's textfile collector",
     )
 
     # --- security --------------------------------------------------------------------------
@@ -268,6 +271,8 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         severity="critical",
         summary="cached tokens served across tenants: stop cross-request sharing",
         threshold="any (isolation audit / gateway counter)",
+        exporter="nothing in kvbudget or the engine exports kvbudget_cross_tenant_cached_tokens_total: your gateway must, "
+        "under this name; until one does this rule never fires",
     )
     if opts.salt_required:
         _alert(
@@ -279,6 +284,8 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
             severity="critical",
             summary="requests reached the engine without cache_salt where salting is required",
             threshold="any (gateway counter; lock.prefix_caching.salt is not 'none')",
+            exporter="nothing in kvbudget or the engine exports kvbudget_requests_without_cache_salt_total: your gateway must, "
+            "under this name; until one does this rule never fires",
         )
     _alert(
         rs,
@@ -289,6 +296,8 @@ def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
         severity="critical",
         summary="a cache cleanup (reset_prefix_cache, tier purge, deletion job) failed",
         threshold="any (cleanup job counter)",
+        exporter="nothing in kvbudget or the engine exports kvbudget_cache_cleanup_failures_total: your cleanup job must, "
+        "under this name; until one does this rule never fires",
     )
     if series["prefix_hits"] and series["prefix_queries"]:
         hits, queries = series["prefix_hits"], series["prefix_queries"]

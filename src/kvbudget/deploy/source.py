@@ -141,6 +141,67 @@ def ceiling(src: DeploySource, metric: Literal["ttft_s", "tpot_s"]) -> tuple[str
     return None
 
 
+#: alert thresholds sit this far above what the highest accepted load showed
+CAPACITY_HEADROOM = 0.20
+
+
+def accepted_capacity_cell(src: DeploySource) -> CellResult | None:
+    """The passing cell that served the most requests per second: the highest load the report
+    accepted (its alerts' reference, rather than whichever cell had the largest figure)."""
+    if src.result is None:
+        return None
+    best: tuple[float, CellResult] | None = None
+    for cell in _passing(src):
+        rate = cell.throughput.get("requests_per_s")
+        if rate is not None and math.isfinite(rate) and (best is None or rate > best[0]):
+            best = (rate, cell)
+    return None if best is None else best[1]
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def waiting_threshold(src: DeploySource) -> Figure:
+    """Requests waiting per replica that page: the p95 of the waiting samples of the highest
+    accepted load, plus ``CAPACITY_HEADROOM``, rounded up, at least 1 (a queue the accepted
+    capacity itself showed is not an incident)."""
+    cell = accepted_capacity_cell(src)
+    series = [] if cell is None else list(cell.timeseries.num_waiting)
+    if cell is None or not series:
+        return Figure(
+            1.0, "assumed", "1 request (no accepted load with waiting samples): a sustained queue"
+        )
+    p95 = _p95(series)
+    value = float(max(1, math.ceil(p95 * (1 + CAPACITY_HEADROOM))))
+    return Figure(
+        value,
+        src.cell_kind,
+        f"ceil(p95 {p95:.3g} of num_waiting in accepted cell {cell.cell_id}, the highest "
+        f"accepted load at {cell.throughput['requests_per_s']:.3g} req/s, x "
+        f"{1 + CAPACITY_HEADROOM:g}), at least 1",
+    )
+
+
+def preemption_threshold(src: DeploySource) -> Figure:
+    """Preemptions per second that page: the rate of the highest accepted load, plus
+    ``CAPACITY_HEADROOM`` (0 when it preempted nothing: sustained preemptions at any rate then
+    mean more load than was accepted)."""
+    cell = accepted_capacity_cell(src)
+    if cell is None:
+        return Figure(0.0, "assumed", "none accepted: any sustained preemption")
+    t = cell.timeseries.t_s
+    span = (t[-1] - t[0]) if len(t) >= 2 else cell.duration_s
+    rate = cell.num_preemptions / span if span > 0 else 0.0
+    return Figure(
+        rate * (1 + CAPACITY_HEADROOM),
+        src.cell_kind,
+        f"{rate:.3g}/s preempted in accepted cell {cell.cell_id} (the highest accepted load, "
+        f"{cell.throughput['requests_per_s']:.3g} req/s) x {1 + CAPACITY_HEADROOM:g}",
+    )
+
+
 def accepted_peak(src: DeploySource, field: str) -> Figure | None:
     """The largest mean of a timeseries (num_waiting, kv_usage) over passing cells."""
     if src.result is None:
@@ -155,23 +216,6 @@ def accepted_peak(src: DeploySource, field: str) -> Figure | None:
     if best is None:
         return None
     return Figure(best[0], src.cell_kind, f"mean {field} of accepted cell {best[1]}")
-
-
-def accepted_preemption_rate(src: DeploySource) -> Figure | None:
-    """Largest preemptions per second over passing cells."""
-    if src.result is None:
-        return None
-    best: tuple[float, str] | None = None
-    for cell in _passing(src):
-        t = cell.timeseries.t_s
-        span = (t[-1] - t[0]) if len(t) >= 2 else 0.0
-        if span > 0:
-            rate = cell.num_preemptions / span
-            if best is None or rate > best[0]:
-                best = (rate, cell.cell_id)
-    if best is None:
-        return None
-    return Figure(best[0], src.cell_kind, f"preemptions/s of accepted cell {best[1]}")
 
 
 def accepted_queue_p99(src: DeploySource) -> Figure | None:

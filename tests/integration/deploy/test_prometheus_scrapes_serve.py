@@ -3,7 +3,7 @@ fires the capacity alert under load; at idle it stays silent.
 
 Everything on 127.0.0.1, in a temp dir, stopped by PID. ``kvbudget serve`` has a manual pool
 with 2 running slots, so 8 concurrent requests leave 6 waiting (``vllm:num_requests_waiting``);
-the demo plan's ``RequestsWaiting`` threshold is 0 per replica (a plan has no accepted queue).
+the demo plan's ``RequestsWaiting`` threshold is 1 per replica (a plan has no accepted load).
 Bounded in time: every wait has a deadline. Needs Debian's prometheus (scripts/ensure-prometheus.sh);
 without it the test fails.
 """
