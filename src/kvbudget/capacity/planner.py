@@ -530,13 +530,25 @@ def _make_vllm_plan(
             estimated_len=estimated,
             kv_tokens=num_blocks * (groups[0].block_size if groups else 0),
         )
+    weights_alone = tightest.weights.num_bytes >= tightest.requested_bytes
     remedies = (
-        fit_remedies(request, tightest, needed, estimated, kv_dtype.element_bytes, max_model_len)
-        if not fits
+        fit_remedies(
+            request,
+            tightest,
+            needed,
+            None if weights_alone else estimated,
+            kv_dtype.element_bytes,
+            max_model_len,
+            weights_quantization=weights.quantization,
+        )
+        if not fits or weights_alone
         else ()
     )
     if refusal is not None:  # vLLM stops before the pool is sized: its words are the answer
-        fits, error, estimated, remedies = False, refusal, None, ()
+        # its knobs stay only when the weights alone are why (fp8 weights, more GPUs): a length
+        # refusal's knob is --max-model-len, in its words
+        fits, error, estimated = False, refusal, None
+        remedies = remedies if weights_alone else ()
     if request.pp > 1:
         notes.append(
             "fit check counts every layer of the model against one stage's memory, as the engine "

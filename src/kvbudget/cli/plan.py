@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from kvbudget.capacity.budget import three_budgets
+from kvbudget.capacity.close_call import plan_close_call
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import engine_flag_conflicts, make_plan
 from kvbudget.capacity.scenarios import (
@@ -368,6 +369,7 @@ def plan(
         if refusal is not None:
             click.echo(f"note: {refusal}", err=True)
     budgets = three_budgets(result, spec)
+    close = plan_close_call(result.engine, result.fits, result.ranks, result.needed_bytes)
     if no_scenarios:
         evaluated = []
     else:
@@ -379,6 +381,7 @@ def plan(
             "schema_version": 1,
             **result.to_dict(),
             "budgets": budgets.to_dict(),
+            "close_call": None if close is None else close.to_dict(),
             "scenarios": [e.to_dict() for e in evaluated],
             "scenarios_source": "file"
             if scenarios is not None
@@ -386,7 +389,13 @@ def plan(
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=False))
     else:
-        render_plan(result, budgets, evaluated, default_scenarios_used=scenarios is None)
+        render_plan(
+            result,
+            budgets,
+            evaluated,
+            default_scenarios_used=scenarios is None,
+            close_call_text=None if close is None else close.text(),
+        )
     if not result.fits:
         sys.exit(EXIT_DOES_NOT_FIT)
 

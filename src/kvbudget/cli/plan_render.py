@@ -109,6 +109,7 @@ def render_plan(
     *,
     default_scenarios_used: bool,
     console: Console | None = None,
+    close_call_text: str | None = None,
 ) -> None:
     out = console or Console(soft_wrap=False)
     head = Table(title="kvbudget plan (computed, not measured)", show_header=False)
@@ -204,6 +205,8 @@ def render_plan(
         summary.add_row("engine log", escape(line))
     fit = "[green]yes[/green]" if result.fits else "[red]NO[/red]"
     summary.add_row("one max-length request fits", f"{fit} (needs {_gib(result.needed_bytes)} GiB)")
+    if close_call_text:
+        summary.add_row("verdict", f"[yellow]{escape(close_call_text)}[/yellow]")
     if result.error:
         summary.add_row("engine error", f"[red]{escape(result.error)}[/red]")
     if result.estimated_max_model_len is not None:
