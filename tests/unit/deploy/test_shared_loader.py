@@ -164,3 +164,29 @@ def test_a_comparison_added_by_report_compare_is_not_rejudged(
 
     path = _mutated(tmp_path, accepted_report, untested_without_cause)
     assert "give 'pass'" in _both_refuse(path, tmp_path, capsys)
+
+
+def test_a_sample_taken_just_before_the_cell_started_is_kept(
+    tmp_path: Path, accepted_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A measured cell's first /metrics scrape can precede its start (a vLLM-CPU 0.32 accept run
+    wrote timeseries.t_s starting at -0.049717 s): time is relative, so both still read it. A
+    negative count is refused (an always-firing alert would follow)."""
+
+    def early(data: dict[str, Any]) -> None:
+        ts = data["cells"][0]["timeseries"]
+        ts["t_s"] = [-0.049717, *ts["t_s"][1:]] if ts["t_s"] else [-0.049717]
+        for name in ("kv_usage", "num_running", "num_waiting"):
+            ts[name] = (ts[name] or [0.0])[: len(ts["t_s"])] + [0.0] * max(
+                0, len(ts["t_s"]) - len(ts[name] or [0.0])
+            )
+
+    path = _mutated(tmp_path, accepted_report, early)
+    assert _cli(["report", str(path), "--out", str(tmp_path / "r")], capsys)[0] == 0
+
+    def negative_queue(data: dict[str, Any]) -> None:
+        early(data)
+        data["cells"][0]["timeseries"]["num_waiting"][0] = -1.0
+
+    path = _mutated(tmp_path, accepted_report, negative_queue)
+    assert "num_waiting holds -1" in _both_refuse(path, tmp_path, capsys)
