@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 from kvbudget.sim.roofline import BatchShape
+from kvbudget.sim.timing import decode_shape, prefill_shape
 
 #: exact below this, then ``_BUCKETS_PER_DOUBLING`` buckets per doubling
 _EXACT_UP_TO = 32
@@ -138,16 +139,8 @@ class MeasuredTiming:
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         """A pure decode step of ``num_seqs`` sequences attending ``context_tokens`` in all."""
-        return self.step_time_s(
-            BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
-        )
+        return self.step_time_s(decode_shape(num_seqs, context_tokens))
 
     def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float:
         """A lone prefill of ``num_tokens`` after ``context_tokens`` cached ones."""
-        return self.step_time_s(
-            BatchShape(
-                num_prefill_tokens=num_tokens,
-                prefill_pairs=num_tokens * (context_tokens + (num_tokens + 1) / 2),
-                prefill_context_tokens=context_tokens + num_tokens,
-            )
-        )
+        return self.step_time_s(prefill_shape(num_tokens, context_tokens))

@@ -151,19 +151,25 @@ class RooflineTiming:
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         """A pure decode step (fast path used when advancing many steps)."""
-        return self.step_time_s(
-            BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
-        )
+        return self.step_time_s(decode_shape(num_seqs, context_tokens))
 
     def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float:
         """A lone prefill of ``num_tokens`` after ``context_tokens`` cached ones."""
-        return self.step_time_s(
-            BatchShape(
-                num_prefill_tokens=num_tokens,
-                prefill_pairs=num_tokens * (context_tokens + (num_tokens + 1) / 2),
-                prefill_context_tokens=context_tokens + num_tokens,
-            )
-        )
+        return self.step_time_s(prefill_shape(num_tokens, context_tokens))
+
+
+def decode_shape(num_seqs: int, context_tokens: int) -> BatchShape:
+    """The batch of a pure decode step: ``num_seqs`` sequences, ``context_tokens`` in all."""
+    return BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
+
+
+def prefill_shape(num_tokens: int, context_tokens: int = 0) -> BatchShape:
+    """The batch of a lone prefill of ``num_tokens`` after ``context_tokens`` cached ones."""
+    return BatchShape(
+        num_prefill_tokens=num_tokens,
+        prefill_pairs=num_tokens * (context_tokens + (num_tokens + 1) / 2),
+        prefill_context_tokens=context_tokens + num_tokens,
+    )
 
 
 class StepFit(BaseModel):
