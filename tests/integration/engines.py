@@ -6,7 +6,6 @@ server."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,21 +20,14 @@ import pytest
 import yaml
 
 from kvbudget.safety.servers import LocalServer, free_port
+from tests.repo_scripts import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_bench(stem: str) -> ModuleType:
     """``bench/<stem>.py`` as module ``kvbudget_bench_<stem>`` (loaded once per process)."""
-    name = f"kvbudget_bench_{stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{stem}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"bench/{stem}.py")
 
 
 def find_or_fail(launcher: ModuleType, find: Callable[[], Any]) -> Any:

@@ -3,21 +3,16 @@ figure typed by hand)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+from tests.repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "render_accuracy", REPO / "scripts" / "render_accuracy.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/render_accuracy.py")
 
 
 def test_accuracy_tables_match_their_raw_files() -> None:

@@ -4,22 +4,17 @@ docs/calibration.md is typed by hand (issue 15, item 9)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
+
+from tests.repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "render_benchmarks", REPO / "scripts" / "render_benchmarks.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/render_benchmarks.py")
 
 
 def test_every_generated_block_matches_its_raw_file() -> None:

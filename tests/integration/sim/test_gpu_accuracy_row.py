@@ -9,22 +9,17 @@ step priced in the wrong unit or on the wrong op graph, which lands far outside 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+from tests.repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[3]
 ROW = "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1"
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_accuracy", REPO / "bench" / "gpu_accuracy.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/gpu_accuracy.py")
 
 
 def test_one_silicon_row_end_to_end() -> None:

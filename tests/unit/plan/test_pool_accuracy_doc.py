@@ -3,24 +3,19 @@ renders it (no figure typed by hand), and that raw file still says what the code
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.repo_scripts import load_script
+
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "pool_accuracy", REPO / "bench" / "pool_accuracy.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/pool_accuracy.py")
 
 
 def test_doc_block_is_the_rendered_raw_file() -> None:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests.repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_doc_table_is_the_rendering_of_the_stored_result() -> None:
-    spec = importlib.util.spec_from_file_location("pd_sweep", ROOT / "bench" / "pd_sweep.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("bench/pd_sweep.py")
     doc = json.loads((ROOT / "bench" / "results" / "pd_sweep.json").read_text())
     assert doc["figures"] == "simulated"
     text = (ROOT / "docs" / "disaggregation.md").read_text()
