@@ -24,6 +24,7 @@ from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import Budget, Ledger, LedgerEntry
 from kvbudget.capacity.budget import structural_budget, three_budgets
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.window_charge import window_charges
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.fromplan import BuiltReplica, build_replica
@@ -106,13 +107,19 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
                     note=item.note or None,
                 )
             )
+    charges = window_charges(result)
     entries += [
         LedgerEntry(
             name="kv_bytes_per_token", value=result.kv_bytes_per_token_replica, source="plan"
         ),
         LedgerEntry(name="num_blocks", value=result.num_blocks, source="plan (vLLM pool rule)"),
         LedgerEntry(name="kv_cache_tokens", value=result.kv_cache_tokens, source="plan"),
-        LedgerEntry(name="max_concurrency", value=round(result.max_concurrency, 2), source="plan"),
+        LedgerEntry(
+            name="max_concurrency",
+            value=round(result.max_concurrency, 2),
+            source="plan",
+            note="; ".join(charges.lines()) if charges else None,
+        ),
         LedgerEntry(
             name="weights_bytes", value=result.weights.total_bytes, source=result.weights.method
         ),
@@ -145,9 +152,8 @@ def build_ledger(plan: AcceptPlan, result: PlanResult, spec: ModelSpec) -> Ledge
             bytes=device.peak_bytes,
             kind="computed",
             what=f"CUDA context + weights + activation + non-torch + CUDA graphs + KV pool on "
-            f"the most loaded GPU of {format_bytes(device.device_bytes)} (headroom "
-            f"{format_bytes(device.headroom_bytes)}, safety margin "
-            f"{format_bytes(device.margin_bytes)})",
+            f"the most loaded GPU of {format_bytes(device.device_bytes)} "
+            f"({device.headroom_text()})",
         ),
     ]
     warnings: list[str] = list(result.notes)

@@ -19,7 +19,7 @@ from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.spec.layers import StateLayer, cache_parts
 from kvbudget.spec.model import ModelSpec
-from kvbudget.units import GiB
+from kvbudget.units import GiB, format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,23 @@ class DevicePeak:
     @property
     def ok(self) -> bool:
         return self.headroom_bytes >= self.margin_bytes
+
+    def headroom_text(self) -> str:
+        """The headroom as a verdict a reader takes the right way: more than the margin is
+        fine, less is tight, below zero does not fit (issue #32 item 5: "headroom 3.48 GiB is
+        within the 2.54 GiB margin" read as a problem)."""
+        room, margin = self.headroom_bytes, format_bytes(self.margin_bytes)
+        if room < 0:
+            return (
+                f"over the device by {format_bytes(-room)}: does not fit (and the {margin} "
+                "safety margin comes on top)"
+            )
+        if self.ok:
+            return f"headroom {format_bytes(room)}, more than the {margin} safety margin: ok"
+        return (
+            f"headroom {format_bytes(room)}, less than the {margin} safety margin: tight "
+            "(fragmentation and workspace may not fit)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

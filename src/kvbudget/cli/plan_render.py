@@ -12,6 +12,7 @@ from kvbudget.capacity.budget import ThreeBudgets
 from kvbudget.capacity.memory import MemoryTerm
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.scenarios import ScenarioResult
+from kvbudget.capacity.window_charge import window_charges
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.units import GiB, format_bytes
 
@@ -214,6 +215,11 @@ def render_plan(
     for remedy in result.remedies:
         summary.add_row("knob", escape(remedy))
     out.print(summary)
+    charges = window_charges(result)
+    if charges:
+        out.print("why max_concurrency charges the window groups more blocks than they keep:")
+        for line in charges.lines():
+            out.print(f"- {escape(line)}")
 
     bud = Table(title="Three budgets (never substituted for one another)")
     for col in ("budget", "figure", "what it answers"):

@@ -46,10 +46,19 @@ def write_chart(path: Path, cap: Capacity, *, figures: str) -> None:
 
     panels = _panels(cap)
     rows = [
-        ("Poisson rate (requests/s)", cap.rate.points(), cap.rate.main.answer),
+        ("offered Poisson rate (requests/s)", cap.rate.points(), cap.rate.main.answer),
         ("closed-loop concurrency", cap.concurrency.points(), cap.concurrency.main.answer),
     ]
-    with plt.rc_context({"svg.hashsalt": "kvbudget", "svg.fonttype": "none", "font.size": 8}):
+    # plain tick labels (40, not 4×10^1 or an offset "+4e1"): every axis here is linear
+    with plt.rc_context(
+        {
+            "svg.hashsalt": "kvbudget",
+            "svg.fonttype": "none",
+            "font.size": 8,
+            "axes.formatter.useoffset": False,
+            "axes.formatter.limits": (-9, 9),
+        }
+    ):
         fig, axes = plt.subplots(
             len(rows), len(panels), figsize=(3.2 * len(panels), 5.4), squeeze=False
         )

@@ -10,16 +10,20 @@ import io
 import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import Formatter
 
 from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
 from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.report.summary import offered_rate
 
 VERDICT_COLORS = {
     "pass": "#2e7d32",
@@ -32,6 +36,9 @@ GIB = float(1 << 30)
 plt.rcParams["svg.hashsalt"] = "kvbudget"
 plt.rcParams["svg.fonttype"] = "none"
 plt.rcParams["font.size"] = 8
+# plain numbers on linear axes: no offset ("+4e1") and no scientific notation ("1e-3")
+plt.rcParams["axes.formatter.useoffset"] = False
+plt.rcParams["axes.formatter.limits"] = (-9, 9)
 
 
 def _svg(fig: Figure) -> str:
@@ -54,13 +61,76 @@ def _kind(doc: AcceptResult) -> str:
     return doc.provenance.label()
 
 
-def _conc_labels(doc: AcceptResult) -> list[str]:
-    conc = doc.plan.get("load", {}).get("concurrency", {})
-    out = []
-    for name in CONCURRENCY_TIERS:
-        tier = conc.get(name, {})
-        out.append(f"{name}\n{tier.get('concurrency', '?')} in flight")
-    return out
+def plain_number(value: float) -> str:
+    """``40.0 -> '40'``, ``0.25 -> '0.25'``, ``1e-05 -> '0.00001'``: positional, 6 significant
+    digits, never ``4×10^1``."""
+    text = f"{value:.6g}"
+    if "e" in text:
+        text = f"{float(text):.12f}".rstrip("0").rstrip(".")
+    return text
+
+
+class PlainLogFormatter(Formatter):
+    """A log axis's tick labels as plain numbers (``40``, ``0.2``). Which ticks carry a label
+    stays matplotlib's choice (the formatter it replaces decides; on a range under a decade it
+    labels the minor ticks too), only the text changes: ``4×10^1`` becomes ``40``."""
+
+    def __init__(self, inner: Formatter) -> None:
+        self.inner = inner
+
+    def set_axis(self, axis: Any) -> None:
+        super().set_axis(axis)
+        self.inner.set_axis(axis)
+
+    def set_locs(self, locs: list[float]) -> None:
+        super().set_locs(locs)
+        self.inner.set_locs(locs)
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return plain_number(x) if self.inner(x, pos) else ""
+
+
+def plain_log_axis(axis: Axis) -> None:
+    """Plain tick labels on a log-scaled axis (call after ``set_yscale("log")``)."""
+    for major in (True, False):
+        current = axis.get_major_formatter() if major else axis.get_minor_formatter()
+        if isinstance(current, PlainLogFormatter):
+            continue
+        wrapped = PlainLogFormatter(current)
+        if major:
+            axis.set_major_formatter(wrapped)
+        else:
+            axis.set_minor_formatter(wrapped)
+
+
+def _load_label(doc: AcceptResult, concurrency_tier: str, cell: CellResult | None = None) -> str:
+    """A concurrency tier's x label: its name and the load it offered (``64 concurrent``, or
+    ``offered 15 req/s`` with its in-flight cap), and with a cell the rate it achieved."""
+    tier = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
+    n = tier.get("concurrency", "?")
+    rate = offered_rate(tier)
+    if tier.get("arrival", "closed") == "closed":
+        lines = [concurrency_tier, f"{n} concurrent"]
+    elif rate is not None:
+        lines = [concurrency_tier, f"offered {rate:g} req/s", f"(≤ {n} in flight)"]
+    else:
+        lines = [concurrency_tier, f"{tier.get('arrival')} arrivals", f"(≤ {n} in flight)"]
+    if cell is not None and cell.throughput:
+        lines.append(f"achieved {cell.throughput.get('requests_per_s', 0.0):.3g} req/s")
+    return "\n".join(lines)
+
+
+def _conc_labels(doc: AcceptResult, input_tier: str | None = None) -> list[str]:
+    """The three concurrency tiers' load labels; with ``input_tier`` each also says the rate
+    that row's cell achieved (completed requests per second)."""
+    grid = _grid(doc.cells)
+    return [
+        _load_label(doc, ct, grid.get((input_tier, ct)) if input_tier else None)
+        for ct in CONCURRENCY_TIERS
+    ]
+
+
+LOAD_AXIS = "load (concurrency tier: clients in a closed loop, or the offered arrival rate)"
 
 
 def _ceilings(doc: AcceptResult, metric: str) -> list[tuple[str, float]]:
@@ -90,7 +160,7 @@ def verdict_heatmap(doc: AcceptResult) -> str:
     ax.set_ylim(3, 0)
     ax.set_xticks([0.5, 1.5, 2.5], _conc_labels(doc))
     ax.set_yticks([0.5, 1.5, 2.5], list(INPUT_TIERS))
-    ax.set_xlabel("concurrency tier")
+    ax.set_xlabel(LOAD_AXIS)
     ax.set_ylabel("input tier")
     ax.set_title(f"Nine-cell verdicts with p95 latencies — {_kind(doc)}")
     return _svg(fig)
@@ -100,7 +170,7 @@ def latency_vs_load(doc: AcceptResult) -> str:
     """TTFT and TPOT (p50 and p95 with 95% CIs) against the concurrency tier, one panel per
     input tier, with the declared ceilings as horizontal lines."""
     grid = _grid(doc.cells)
-    fig, axes = plt.subplots(2, 3, figsize=(12.0, 5.2), sharex=True)
+    fig, axes = plt.subplots(2, 3, figsize=(12.0, 5.6), sharex="col")
     x = list(range(len(CONCURRENCY_TIERS)))
     for col, it in enumerate(INPUT_TIERS):
         for row, (metric, scale, unit) in enumerate((("ttft_s", 1.0, "s"), ("tpot_s", 1e3, "ms"))):
@@ -131,27 +201,27 @@ def latency_vs_load(doc: AcceptResult) -> str:
                 )
             ax.set_title(f"{it}: {metric.split('_')[0].upper()}")
             ax.set_ylabel(f"{metric.split('_')[0].upper()} ({unit})")
-            ax.set_xticks(x, _conc_labels(doc))
+            ax.set_xticks(x, _conc_labels(doc, it))
             if seen:
                 ax.set_yscale("log")
+                plain_log_axis(ax.yaxis)
             else:
                 ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
             ax.legend(fontsize=6, loc="upper left")
             if row == 1:
-                ax.set_xlabel("concurrency tier")
+                ax.set_xlabel("load (achieved = completed requests/s)")
     fig.suptitle(f"Latency against load per input tier (p50, p95 with 95% CIs) — {_kind(doc)}")
     fig.tight_layout()
     return _svg(fig)
 
 
 def throughput_vs_concurrency(doc: AcceptResult) -> str:
-    """Output tokens/s and requests/s (goodput dashed) against the in-flight requests."""
+    """Output tokens/s and the achieved requests/s (goodput dashed) per concurrency tier, each
+    tier labelled with the load it offered; an open-loop tier's offered rate is marked beside
+    what was achieved."""
     grid = _grid(doc.cells)
-    conc = doc.plan.get("load", {}).get("concurrency", {})
-    xs = [
-        float(conc.get(ct, {}).get("concurrency", i + 1)) for i, ct in enumerate(CONCURRENCY_TIERS)
-    ]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 3.2))
+    xs = list(range(len(CONCURRENCY_TIERS)))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 3.6))
     for it in INPUT_TIERS:
         cells = [grid.get((it, ct)) for ct in CONCURRENCY_TIERS]
 
@@ -159,7 +229,7 @@ def throughput_vs_concurrency(doc: AcceptResult) -> str:
             return [c.throughput.get(key, float("nan")) if c else float("nan") for c in cells]
 
         left.plot(xs, series("output_tokens_per_s"), marker="o", label=it)
-        line = right.plot(xs, series("requests_per_s"), marker="o", label=f"{it} requests/s")
+        line = right.plot(xs, series("requests_per_s"), marker="o", label=f"{it} achieved")
         right.plot(
             xs,
             series("goodput_requests_per_s"),
@@ -168,23 +238,42 @@ def throughput_vs_concurrency(doc: AcceptResult) -> str:
             color=line[0].get_color(),
             label=f"{it} goodput",
         )
+    conc = doc.plan.get("load", {}).get("concurrency", {})
+    offered = [
+        (x, offered_rate(conc.get(ct, {}))) for x, ct in zip(xs, CONCURRENCY_TIERS, strict=True)
+    ]
+    marks = [(x, r) for x, r in offered if r is not None]
+    if marks:
+        right.plot(
+            [x for x, _ in marks],
+            [r for _, r in marks],
+            marker="_",
+            markersize=22,
+            markeredgewidth=2,
+            linestyle="none",
+            color="black",
+            label="offered rate",
+        )
     for ax, unit in ((left, "output tokens/s"), (right, "requests/s")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [f"{x:g}" for x in xs])
-        ax.set_xlabel("requests in flight (concurrency tier)")
+        ax.set_xticks(xs, _conc_labels(doc))
+        ax.set_xlim(-0.4, len(xs) - 0.6)
+        ax.set_xlabel(LOAD_AXIS)
         ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
         ax.legend(fontsize=6)
     left.set_title(f"Output throughput — {_kind(doc)}")
-    right.set_title("Requests/s and goodput (requests meeting every SLO)")
+    right.set_title("Requests/s achieved (completed) and goodput (meeting every SLO)")
     fig.tight_layout()
     return _svg(fig)
 
 
 def distributions(doc: AcceptResult, metric: str) -> str:
-    """Box plots of TTFT or TPOT per cell (raw samples kept in the document)."""
+    """Box plots of TTFT (s) or TPOT (ms) per cell (raw samples kept in the document)."""
     attr = "samples_ttft_s" if metric == "ttft_s" else "samples_tpot_s"
-    data = [getattr(c, attr) or [float("nan")] for c in doc.cells]
+    scale, unit = (1.0, "s") if metric == "ttft_s" else (1e3, "ms")
+    data = [[v * scale for v in getattr(c, attr)] or [float("nan")] for c in doc.cells]
     labels = [c.cell_id for c in doc.cells]
+    name = metric.split("_")[0].upper()
     fig, ax = plt.subplots(figsize=(12.0, 2.8))
     if not any(x > 0 for values in data for x in values):
         # no request succeeded (or none ran): nothing to draw on a log axis, and say so
@@ -194,11 +283,11 @@ def distributions(doc: AcceptResult, metric: str) -> str:
         return _svg(fig)
     ax.boxplot(data, showfliers=True)
     ax.set_xticks(range(1, len(labels) + 1), labels)
-    if any(math.isfinite(v) and v > 0 for values in data for v in values):
-        ax.set_yscale("log")
+    ax.set_yscale("log")
+    plain_log_axis(ax.yaxis)
     ax.set_xlabel("cell (input tier / concurrency tier)")
-    ax.set_ylabel(f"{metric.split('_')[0].upper()} (s, log scale)")
-    ax.set_title(f"{metric.split('_')[0].upper()} distribution per cell — {_kind(doc)}")
+    ax.set_ylabel(f"{name} ({unit}, log scale)")
+    ax.set_title(f"{name} distribution per cell — {_kind(doc)}")
     return _svg(fig)
 
 
@@ -304,7 +393,10 @@ def ab_deltas(doc: AcceptResult) -> str:
 
 CHARTS: dict[str, tuple[str, Callable[[AcceptResult], str]]] = {
     "latency": ("Latency against load per input tier, with the SLO lines", latency_vs_load),
-    "throughput": ("Throughput against concurrency", throughput_vs_concurrency),
+    "throughput": (
+        "Throughput against load (achieved requests/s, the offered rate marked)",
+        throughput_vs_concurrency,
+    ),
     "heatmap": ("Nine-cell verdicts and p95 latencies", verdict_heatmap),
     "ttft": ("TTFT distribution per cell", lambda d: distributions(d, "ttft_s")),
     "tpot": ("TPOT distribution per cell", lambda d: distributions(d, "tpot_s")),

@@ -30,7 +30,12 @@ from kvbudget.report.markdown import (
     value_text,
 )
 from kvbudget.report.roles import roles_html
-from kvbudget.report.summary import basis_text, capacity_sentences, peak_throughput
+from kvbudget.report.summary import (
+    basis_text,
+    capacity_sentences,
+    peak_throughput,
+    tier_load_text,
+)
 from kvbudget.units import format_bytes
 
 CSS = """
@@ -227,12 +232,11 @@ def load_section(doc: AcceptResult, charts: dict[str, str]) -> str:
     )
     out.append(
         _table(
-            ["concurrency tier", "in flight", "arrival", "duration (s)", "source"],
+            ["concurrency tier", "load offered", "duration (s)", "source"],
             [
                 [
                     n,
-                    t["concurrency"],
-                    t["arrival"] + (f" {t['rate_per_s']}/s" if t.get("rate_per_s") else ""),
+                    tier_load_text(t),
                     t["duration_s"],
                     str(t["source"]).replace("_", " "),
                 ]
@@ -277,8 +281,8 @@ def ledger_section(doc: AcceptResult, charts: dict[str, str]) -> str:
     )
     out.append(
         _table(
-            ["input", "value", "source"],
-            [[i.name, value_text(i.value), i.source] for i in doc.ledger.entries],
+            ["input", "value", "source", "note"],
+            [[i.name, value_text(i.value), i.source, i.note or ""] for i in doc.ledger.entries],
         )
     )
     if doc.ledger.warnings:

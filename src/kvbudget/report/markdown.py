@@ -10,7 +10,12 @@ from kvbudget.accept.result import AcceptResult, CellResult, ComparisonResult
 from kvbudget.report.cell_tables import DETAIL_HEADER, detail_rows
 from kvbudget.report.lifecycle import lifecycle_markdown
 from kvbudget.report.roles import roles_markdown
-from kvbudget.report.summary import basis_text, capacity_sentences, peak_throughput
+from kvbudget.report.summary import (
+    basis_text,
+    capacity_sentences,
+    peak_throughput,
+    tier_load_text,
+)
 from kvbudget.units import format_bytes
 
 
@@ -246,7 +251,7 @@ CELL_HEADER = [
     "verdict",
     "latency/capacity",
     "quality",
-    "req/s",
+    "achieved req/s",
     "output tok/s",
     "goodput req/s",
     "TTFT p95",
@@ -370,9 +375,12 @@ def render_markdown(doc: AcceptResult) -> str:
     add("| budget | bytes | what |\n|---|---|---|")
     for b in doc.ledger.budgets:
         add(f"| {b.name} | {format_bytes(b.bytes or 0)} | {_md(b.what)} |")
-    add("\n| input | value | source |\n|---|---|---|")
+    add("\n| input | value | source | note |\n|---|---|---|---|")
     for entry in doc.ledger.entries:
-        add(f"| {_md(entry.name)} | {_md(value_text(entry.value))} | {_md(entry.source)} |")
+        add(
+            f"| {_md(entry.name)} | {_md(value_text(entry.value))} | {_md(entry.source)} | "
+            f"{_md(entry.note or '')} |"
+        )
     for w in doc.ledger.warnings:
         add(f"- warning: {_md(w)}")
     if doc.pool:
@@ -394,8 +402,8 @@ def render_markdown(doc: AcceptResult) -> str:
         )
     for name, tier in load.get("concurrency", {}).items():
         add(
-            f"- concurrency tier **{name}**: {tier['concurrency']} ({tier['arrival']}, "
-            f"{tier['duration_s']} s) — {_md(tier['source']).replace('_', ' ')}"
+            f"- concurrency tier **{name}**: {_md(tier_load_text(tier))}, "
+            f"{tier['duration_s']} s — {_md(tier['source']).replace('_', ' ')}"
         )
     add(
         f"- repetitions: {load.get('repetitions')}; warm-up: {_md(pairs_text(doc.warmup))}; "

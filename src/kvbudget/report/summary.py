@@ -40,11 +40,13 @@ def check_text(check: Check) -> str:
 
 
 def throughput_text(cell: CellResult) -> str:
+    """``achieved 12.8 req/s, 1640 output tokens/s, goodput 12 req/s``: what the cell completed
+    (requests that finished ok per second of its window), never the rate it was offered."""
     t = cell.throughput
     if not t:
         return "throughput not measured"
     parts = [
-        f"{t.get('requests_per_s', 0.0):.3g} req/s",
+        f"achieved {t.get('requests_per_s', 0.0):.3g} req/s",
         f"{t.get('output_tokens_per_s', 0.0):.4g} output tokens/s",
     ]
     if "goodput_requests_per_s" in t:
@@ -52,16 +54,35 @@ def throughput_text(cell: CellResult) -> str:
     return ", ".join(parts)
 
 
-def load_words(doc: AcceptResult, concurrency_tier: str) -> str:
-    """``64 concurrent`` or ``16 in flight, Poisson 4 req/s`` for a concurrency tier."""
-    tier = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
+def _tier(doc: AcceptResult, concurrency_tier: str) -> dict[str, Any]:
+    tier: dict[str, Any] = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
+    return tier
+
+
+def offered_rate(tier: dict[str, Any]) -> float | None:
+    """The arrival rate a poisson/constant tier offered (requests/s), ``None`` for a closed loop."""
+    rate = tier.get("rate_per_s")
+    if tier.get("arrival", "closed") == "closed" or not isinstance(rate, int | float):
+        return None
+    return float(rate)
+
+
+def tier_load_text(tier: dict[str, Any]) -> str:
+    """What load a concurrency tier offered: ``64 concurrent`` (closed loop: that many clients,
+    each sending when its last request ends) or ``poisson 15 req/s offered, at most 256 in
+    flight`` (open loop: the rate is what was sent, the in-flight number only a cap)."""
     n = tier.get("concurrency", "?")
     arrival = tier.get("arrival", "closed")
     if arrival == "closed":
         return f"{n} concurrent"
-    rate = tier.get("rate_per_s")
-    rate_text = f" {rate:g} req/s" if isinstance(rate, int | float) else ""
-    return f"up to {n} in flight, {arrival}{rate_text}"
+    rate = offered_rate(tier)
+    offered = f" {rate:g} req/s offered" if rate is not None else " arrivals"
+    return f"{arrival}{offered}, at most {n} in flight"
+
+
+def load_words(doc: AcceptResult, concurrency_tier: str) -> str:
+    """:func:`tier_load_text` of the plan's concurrency tier ``concurrency_tier``."""
+    return tier_load_text(_tier(doc, concurrency_tier))
 
 
 def tier_label(doc: AcceptResult, input_tier: str) -> str:
@@ -145,6 +166,6 @@ def peak_throughput(doc: AcceptResult) -> str:
     best = max(pool, key=lambda c: c.throughput.get("output_tokens_per_s", 0.0))
     which = "within every latency ceiling" if passing else "no cell met every ceiling"
     return (
-        f"Throughput ({doc.provenance.kind}): best {throughput_text(best)} at {best.cell_id} "
-        f"({which})."
+        f"Throughput ({doc.provenance.kind}), best cell {best.cell_id} ({which}): "
+        f"{throughput_text(best)}."
     )

@@ -14,6 +14,7 @@ from kvbudget.capacity.assumptions import Assumption
 from kvbudget.capacity.budget import StructuralBudget, ThreeBudgets, three_budgets
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.result import CalcResult
+from kvbudget.capacity.window_charge import group_blocks, window_charges
 from kvbudget.spec.provenance import LedgerEntry
 from kvbudget.units import format_bytes, to_gib, to_mib
 
@@ -149,20 +150,27 @@ def pool_groups_table(result: PlanResult) -> dict[str, Any]:
         "page bytes (1 block, 1 layer, 1 rank)",
         "window / chunk",
     ]
+    blocks = group_blocks(result)
+    if blocks is not None:
+        columns += [
+            "blocks kept per sequence (decoding at max length)",
+            "blocks charged per sequence (maximum concurrency)",
+        ]
     rows = []
-    for group in result.groups:
+    for i, group in enumerate(result.groups):
         limit = group.sliding_window or group.attention_chunk_size
-        rows.append(
-            [
-                group.group_id,
-                group.kind,
-                group.num_layers,
-                group.num_padding_layers,
-                group.block_size,
-                f"{group.page_size_bytes:,}",
-                "—" if limit is None else f"{limit:,}",
-            ]
-        )
+        row = [
+            group.group_id,
+            group.kind,
+            group.num_layers,
+            group.num_padding_layers,
+            group.block_size,
+            f"{group.page_size_bytes:,}",
+            "—" if limit is None else f"{limit:,}",
+        ]
+        if blocks is not None:
+            row += [f"{blocks[i].kept:,}", f"{blocks[i].charged:,}"]
+        rows.append(row)
     return {"columns": columns, "rows": rows}
 
 
@@ -224,6 +232,7 @@ def pool_rows(result: PlanResult, *, auto_fit: bool = False) -> list[dict[str, A
             f"{result.max_concurrency:.2f}x",
             f"requests of {result.max_model_len:,} tokens at once",
         ),
+        *window_rows(result),
         _kv("KV bytes per token (one rank)", f"{result.kv_bytes_per_token_per_rank:,}"),
         _kv(
             "weights (most loaded GPU)",
@@ -236,6 +245,56 @@ def pool_rows(result: PlanResult, *, auto_fit: bool = False) -> list[dict[str, A
         _kv("engine log (as it would print)", line, label=None) for line in result.log_lines
     )
     return rows
+
+
+def window_rows(result: PlanResult) -> list[dict[str, Any]]:
+    """Why the window groups' blocks per sequence differ from what the concurrency charges."""
+    charges = window_charges(result)
+    if charges is None:
+        return []
+    *windows, summary = charges.lines()
+    rows = [_kv("window group", w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in windows]
+    rows.append(
+        _kv(
+            "max-length sequences while all decode",
+            f"{charges.decode_concurrency:.2f}",
+            summary.removeprefix("so "),
+        )
+    )
+    return rows
+
+
+def headline(result: PlanResult, budgets: ThreeBudgets | None) -> dict[str, Any]:
+    """The answer first: does it start, how many max-length requests at once, how much room."""
+    figures = [
+        {
+            "name": "maximum concurrency",
+            "value": f"{result.max_concurrency:.2f}x",
+            "note": f"requests of {result.max_model_len:,} tokens at once, as the engine logs it",
+        },
+        {
+            "name": "KV-cache tokens",
+            "value": f"{result.kv_cache_tokens:,}",
+            "note": f"{result.num_blocks:,} blocks of {result.block_size} tokens",
+        },
+    ]
+    peaks = budgets.device_peak if budgets is not None else ()
+    if peaks and result.device_given:
+        worst = min(peaks, key=lambda p: p.headroom_bytes)
+        where = f" (PP rank {worst.pp_rank})" if len(peaks) > 1 else ""
+        figures.append(
+            {
+                "name": "device headroom" + where,
+                "value": format_bytes(worst.headroom_bytes),
+                "note": worst.headroom_text(),
+            }
+        )
+    engine = f"{result.engine} {result.engine_version}"
+    if result.fits:
+        verdict = f"Fits: {engine} starts and holds a {result.max_model_len:,}-token request"
+    else:
+        verdict = f"Does not fit: {engine} would refuse to start"
+    return {"fits": result.fits, "verdict": verdict, "figures": figures, "label": "computed"}
 
 
 def structural_row(structural: StructuralBudget) -> dict[str, Any]:
@@ -258,14 +317,12 @@ def budget_rows(budgets: ThreeBudgets, structural: StructuralBudget) -> list[dic
         )
     )
     for peak in budgets.device_peak:
-        verdict = "within" if peak.ok else "OVER"
         rows.append(
             _kv(
                 f"3. device peak (PP rank {peak.pp_rank})",
                 f"{_fmt_bytes(peak.peak_bytes)} of {format_bytes(peak.device_bytes)}",
-                "context + weights + activation + non-torch + graphs + KV pool; headroom "
-                f"{format_bytes(peak.headroom_bytes)} is {verdict} the "
-                f"{format_bytes(peak.margin_bytes)} margin",
+                "context + weights + activation + non-torch + graphs + KV pool; "
+                + peak.headroom_text(),
             )
         )
     return rows
@@ -313,6 +370,8 @@ def model_view(
         "pool": pool,
         "fits": fits,
         "fit_message": fit_message,
+        #: the answer, shown first: verdict and the figures that size the deployment
+        "headline": headline(result, three) if result is not None else None,
         #: what to change so that it starts (the CLI's remedies), when it would not
         "remedies": list(result.remedies) if result is not None and not result.fits else [],
         "engine_label": None if result is None else f"{result.engine} {result.engine_version}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SEED_TOTAL_BYTES = 2 * 32 * 8 * 128 * 2 * 4096 * 8  # = 4 * 2**30
+WIDTH = 1280  # the page as a laptop shows it (issue #32: read at 1280 px)
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "reports" / "test-artifacts"
 
 # a browser test that cannot find its browser fails (make test installs it); it never skips
 if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
@@ -86,7 +89,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any, server_url: str) -> Iterator[tuple[Any, PageLog]]:
     log = PageLog()
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
     loopback = urlsplit(server_url).netloc
 
     def guard(route: Any) -> None:
@@ -424,9 +427,97 @@ def test_engine_refusing_to_start_is_the_headline(page: tuple[Any, PageLog]) -> 
     assert order
 
 
-def test_no_headline_when_it_fits(page: tuple[Any, PageLog]) -> None:
+def _font_px(p: Any, selector: str) -> float:
+    return float(p.eval_on_selector(selector, "e => parseFloat(getComputedStyle(e).fontSize)"))
+
+
+def _gib(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"GiB": 1.0, "MiB": 1 / 1024}[unit]
+
+
+def test_the_answer_is_the_headline_when_it_fits(page: tuple[Any, PageLog]) -> None:
+    """Issue #32 item 5: the answer (it fits, how many max-length requests at once, how much
+    room is left) is the big first thing; the calculator's structural status comes after it in
+    small print."""
     p, _ = page
     _llama_8b_on(p, "H100-SXM", max_model_len="8192")
     p.click("#model-submit")
+    p.wait_for_selector("#model-headline.fits:not([hidden])")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.screenshot(path=str(SCREENSHOTS / "web-planner-fits.png"))
+    verdict = p.text_content("#model-headline .verdict") or ""
+    assert verdict.startswith("Fits: vllm ") and "8,192-token request" in verdict
+    tiles = {
+        (t.query_selector(".name").text_content() or ""): t
+        for t in p.query_selector_all("#model-headline .head-figure")
+    }
+    assert set(tiles) >= {"maximum concurrency", "KV-cache tokens", "device headroom"}
+    # the big figure is the pool table's own maximum concurrency, not another computation
+    pool = [
+        [c.text_content() or "" for c in row.query_selector_all("th,td")]
+        for row in p.query_selector_all("#model-pool tr")
+    ]
+    (conc_row,) = [r for r in pool if r[0] == "maximum concurrency"]
+    conc = tiles["maximum concurrency"].query_selector(".value").text_content() or ""
+    assert conc.endswith("x") and conc_row[1].startswith(conc)
+    # headroom larger than the margin reads as fine, with both numbers
+    note = tiles["device headroom"].query_selector(".note").text_content() or ""
+    match = re.fullmatch(r"headroom (.+), more than the (.+) safety margin: ok", note)
+    assert match, note
+    assert _gib(match.group(1)) > _gib(match.group(2))
+    budgets = p.text_content("#model-budgets") or ""
+    assert "within the" not in budgets and note in budgets
+    # the verdict is big, the status small, and the answer comes first on the screen
+    assert _font_px(p, "#model-headline .verdict") >= 20
+    assert _font_px(p, "#model-headline .head-figure .value") >= 24
+    assert _font_px(p, "#model-status") < _font_px(p, "#model-headline .verdict") / 1.5
+    head = p.query_selector("#model-headline").bounding_box()
+    status = p.query_selector("#model-status").bounding_box()
+    assert head is not None and status is not None and head["y"] < status["y"]
+    assert p.evaluate("document.documentElement.scrollWidth") <= WIDTH
+
+
+def test_sliding_window_groups_say_what_they_keep_and_what_is_charged(
+    page: tuple[Any, PageLog],
+) -> None:
+    """Gemma-3-27B at 8,192 tokens, vLLM block 16: a sliding group (window 1,024) keeps
+    cdiv(8,192, 16) - (8,192 - 1,024) // 16 = 512 - 448 = 64 blocks of a decoding max-length
+    sequence, while vLLM's SlidingWindowSpec.max_memory_usage_bytes charges
+    cdiv(min(1,023 + 8,192, 8,192), 16) + 1 = 513 (max_num_batched_tokens 8,192); the full group
+    keeps and is charged cdiv(8,192, 16) = 512."""
+    p, _ = page
+    p.click("#tab-model")
+    p.select_option("#model", "google/gemma-3-27b-it")
+    p.select_option("#engine", "vllm")
+    p.select_option("#gpu", "H100-SXM")
+    p.fill("#max_model_len", "8192")
+    p.click("#model-submit")
     p.wait_for_selector("#model-result:not([hidden])")
-    assert p.is_hidden("#model-headline")
+    head = [c.text_content() for c in p.query_selector_all("#model-pool-groups-head th")]
+    kept_col = head.index("blocks kept per sequence (decoding at max length)")
+    charged_col = head.index("blocks charged per sequence (maximum concurrency)")
+    rows = [
+        [c.text_content() or "" for c in row.query_selector_all("td")]
+        for row in p.query_selector_all("#model-pool-groups tr")
+    ]
+    sliding = [r for r in rows if r[1] == "sliding"]
+    full = [r for r in rows if r[1] == "full"]
+    assert sliding and full
+    assert {(r[kept_col], r[charged_col]) for r in sliding} == {("64", "513")}
+    assert {(r[kept_col], r[charged_col]) for r in full} == {("512", "512")}
+    pool = {
+        (row.query_selector("th").text_content() or ""): [
+            c.text_content() or "" for c in row.query_selector_all("td")
+        ]
+        for row in p.query_selector_all("#model-pool tr")
+    }
+    window = " ".join(pool["window group"])
+    assert "keeps 64 blocks" in window and "charges it 513 per group" in window
+    assert "SlidingWindowSpec.max_memory_usage_bytes" in window
+    blocks = int(pool["blocks (per GPU)"][0].split()[0].replace(",", ""))
+    n_sliding, n_full = len(sliding), len(full)
+    decode = pool["max-length sequences while all decode"]
+    assert decode[0].startswith(f"{blocks / (64 * n_sliding + 512 * n_full):.2f}")
+    conc = pool["maximum concurrency"][0]
+    assert conc.startswith(f"{blocks / (513 * n_sliding + 512 * n_full):.2f}x")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,11 @@ def test_json_names_the_answer_and_every_point(tmp_path: Path) -> None:
     text = chart.read_text()
     assert text.startswith("<svg") or "<svg" in text[:300]
     assert "simulated, roofline timing" in text
+    # issue #32 item 5: the load axis says the rate was offered, and every tick label is a
+    # plain number (no 4×10^1, no 1e-3, no "+4e1" offset)
+    texts = [t.strip() for t in re.findall(r"<text[^>]*>(.*?)</text>", text, re.S)]
+    assert "offered Poisson rate (requests/s)" in texts
+    assert not [t for t in texts if "×" in t or re.search(r"\de[+-]?\d", t) or t.startswith("+")]
 
 
 def test_text_output_says_simulated_and_names_the_binding_constraint() -> None:

@@ -87,17 +87,26 @@ def test_one_sentence_per_tier_from_the_checks() -> None:
     short, medium, long = capacity_sentences(_doc())
     assert short == (
         "short (128–768 prompt tokens, 128 out): holds 64 concurrent (peak) at TTFT p95 1.2 s "
-        "(≤ 2 s); 4 req/s, 512 output tokens/s"
+        "(≤ 2 s); achieved 4 req/s, 512 output tokens/s"
     )
-    assert medium.startswith("medium (1024–4096 prompt tokens, 256 out): holds up to 16 in ")
+    assert medium.startswith(
+        "medium (1024–4096 prompt tokens, 256 out): holds poisson 4 req/s offered, at most 16 in "
+        "flight (normal)"
+    )
     assert "fails at 64 concurrent (peak): TTFT p95 4.5 s > 2 s" in medium
     assert "untested at 1 concurrent (single): 120 samples are too few for p95" in medium
-    assert "fails at up to 16 in flight, poisson 4 req/s (normal): TTFT p95 16.9 s > 2 s" in long
+    assert (
+        "fails at poisson 4 req/s offered, at most 16 in flight (normal): TTFT p95 16.9 s > 2 s"
+        in long
+    )
 
 
 def test_throughput_names_the_cell_and_its_basis() -> None:
     text = peak_throughput(_doc())
-    assert text.startswith("Throughput (simulated): best 4 req/s, 512 output tokens/s at ")
+    assert text.startswith(
+        "Throughput (simulated), best cell short/single (within every latency ceiling): "
+        "achieved 4 req/s, 512 output tokens/s"
+    )
 
 
 def test_the_head_comes_first_and_sections_are_a_list() -> None:

@@ -324,6 +324,14 @@ def _one(
     return VllmLayerSpec(idx, "none", block, 0)
 
 
+#: what a window group's blocks per sequence are (issue #32 item 5: beside a concurrency figure
+#: that charges the prefill peak, ``kvbudget plan`` says why the two differ)
+WINDOW_KEPT = {
+    "sliding": " (kept once decoding: the blocks the window touches)",
+    "chunked": " (kept once decoding: the current chunk's blocks)",
+}
+
+
 def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
     """Blocks one sequence of ``num_tokens`` holds in this layer while its last token is computed.
 
@@ -401,6 +409,7 @@ def vllm_layout(
                     per_seq,
                     per_seq * seqs,
                     f"{held} block(s) of {first.block_size} tokens per sequence"
+                    + WINDOW_KEPT.get(kind, "")
                     if kind != "none"
                     else "",
                 )

@@ -206,19 +206,38 @@ async function submitModel(event) {
 }
 
 
-// When the engine would refuse to start, that is the answer: first, with the CLI's remedies.
+// The answer first: does the deployment start, how many max-length requests at once, how much
+// room is left on the GPU (big); the calculator's status is about the structure only (below).
+// When the engine would refuse to start, that is the answer, with the CLI's remedies.
 function renderHeadline(box, d) {
   clear(box);
-  if (d.fits) { show(box, false); return; }
-  box.appendChild(el("strong", `${d.engine_label || "The engine"} would refuse to start: `));
-  box.appendChild(document.createTextNode(d.fit_message || "one max-length request does not fit"));
-  if ((d.remedies || []).length) {
-    box.appendChild(el("p", "Change one of these (kvbudget plan flags):"));
-    const list = el("ul");
-    for (const r of d.remedies) { const li = el("li"); li.appendChild(el("code", r)); list.appendChild(li); }
-    box.appendChild(list);
+  const h = d.headline;
+  if (!h) { show(box, false); return; }
+  box.className = "headline " + (h.fits ? "fits" : "refused");
+  box.setAttribute("role", h.fits ? "status" : "alert");
+  box.appendChild(el("p", h.verdict, "verdict"));
+  const figures = el("div", null, "head-figures");
+  for (const f of h.figures || []) {
+    const tile = el("div", null, "head-figure");
+    tile.appendChild(el("span", f.value, "value"));
+    tile.appendChild(el("span", f.name, "name"));
+    if (f.note) tile.appendChild(el("span", f.note, "note"));
+    figures.appendChild(tile);
   }
-  box.appendChild(el("p", "The calculator's status below is about the model's structure only; it does not make this deployment start."));
+  box.appendChild(figures);
+  if (!h.fits) {
+    const why = el("p");
+    why.appendChild(el("strong", "The engine's error: "));
+    why.appendChild(document.createTextNode(d.fit_message || "one max-length request does not fit"));
+    box.appendChild(why);
+    if ((d.remedies || []).length) {
+      box.appendChild(el("p", "Change one of these (kvbudget plan flags):"));
+      const list = el("ul");
+      for (const r of d.remedies) { const li = el("li"); li.appendChild(el("code", r)); list.appendChild(li); }
+      box.appendChild(list);
+    }
+  }
+  box.appendChild(el("p", `Computed, not measured. The calculator's status below (${d.status}) is about the model's structure only; it does not change this answer.`, "head-foot"));
   show(box, true);
 }
 
