@@ -256,6 +256,7 @@ def resolve_config(
         rules_verified=verified,
         **_other_fields(reader, raw, str(model_type)),
         raw_config=cfg,
+        wrapper_config=raw if prefix else {},
     )
     unused = reader.unused_overrides()
     if unused:
