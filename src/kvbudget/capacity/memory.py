@@ -128,17 +128,65 @@ def estimate_non_torch_bytes(
     )
 
 
-def estimate_cudagraph_bytes(spec: ModelSpec) -> MemoryTerm:
-    """CUDA-graph memory: flat figures from the reference's two logs (0.48 GiB dense 7B,
-    3.45 GiB MoE 235B TP4). vLLM's own estimator is known to overestimate (issues #45178, #53013)."""
-    moe = bool(spec.num_experts)
-    num_bytes = int((3.45 if moe else 0.48) * GiB)
+#: vLLM's default ceiling of the CUDA-graph capture sizes on GPUs other than data-centre
+#: Blackwell (vLLM 0.32.0 ``config/vllm.py`` ``_set_cudagraph_sizes``: ``default_max_graph_size``)
+DEFAULT_MAX_GRAPH_SIZE = 512
+#: capture sizes behind the logged figures (max_num_seqs 1024 -> ceiling 512 -> 51 sizes)
+LOGGED_CAPTURE_SIZES = 51
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """vLLM's default capture sizes (0.32.0 ``config/vllm.py`` ``_set_cudagraph_sizes``):
+    ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)`` with ``ceiling =
+    min(2 x max_num_seqs, 512)`` (no speculative decoding), kept up to the ceiling, plus
+    ``max_num_batched_tokens`` when it fits under it."""
+    ceiling = min(2 * max_num_seqs, DEFAULT_MAX_GRAPH_SIZE)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, ceiling + 1, 16)]
+    kept = {s for s in sizes if s <= ceiling}
+    if max_num_batched_tokens <= ceiling:
+        kept.add(max_num_batched_tokens)
+    return sorted(kept)
+
+
+def estimate_cudagraph_bytes(
+    spec: ModelSpec,
+    *,
+    num_layers: int | None = None,
+    tp: int = 1,
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int = 8192,
+) -> MemoryTerm:
+    """CUDA-graph memory of one GPU: what ``capture_model`` takes, per vLLM version's rule.
+
+    vLLM measures it; no rule in its source gives the size. What the source gives (0.32.0
+    ``v1/worker/gpu_model_runner.py`` ``profile_cudagraph_memory``) is the shape of the figure:
+    the first (largest) capture plus a per-graph cost times the other capture sizes, and the
+    capture sizes themselves (:func:`cudagraph_capture_sizes`). Dense models: an estimate with
+    that shape, basis the ``CUDAGraph`` figures vLLM 0.19.0 logged on H100-80GB
+    (``tests/fixtures/vllm_gpu_logs``, 51 capture sizes): ``0.38 GiB + 0.0167 GiB x layers of the
+    stage / sqrt(tp)``, the per-layer part scaled by capture sizes / 51 (0.91 logged for 32
+    layers, 0.65 for 16, 0.51 for 8, 0.76 at TP 2, 0.67 at TP 4). MoE models: the one logged
+    MoE figure in the reference (3.45 GiB, Qwen3-235B-A22B at TP 4), flat; the shared runs hold
+    no MoE start-up to do better."""
+    layers = spec.num_layers if num_layers is None else num_layers
+    sizes = len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens))
+    if spec.num_experts:
+        return MemoryTerm(
+            "cudagraph",
+            int(3.45 * GiB),
+            "estimated",
+            "flat 3.45 GiB (MoE): the reference's one logged MoE figure (Qwen3-235B-A22B, TP 4); "
+            "vLLM measures it at start-up - pass --cudagraph-bytes with the logged 'CUDAGraph "
+            "memory'",
+        )
+    gib = 0.38 + 0.0167 * layers / tp**0.5 * sizes / LOGGED_CAPTURE_SIZES
     return MemoryTerm(
         "cudagraph",
-        num_bytes,
+        int(gib * GiB),
         "estimated",
-        f"flat {'3.45 GiB (MoE)' if moe else '0.48 GiB (dense)'} from logged examples in the "
-        "reference; pass --cudagraph-bytes with the logged 'CUDAGraph memory'",
+        f"0.38 GiB + 0.0167 GiB x {layers} layers / sqrt(tp {tp}) x {sizes}/51 capture sizes "
+        "(vLLM 0.32.0 _set_cudagraph_sizes); basis vLLM 0.19.0's logged CUDAGraph memory on "
+        "H100-80GB (docs/engine-facts.md); pass --cudagraph-bytes with the logged figure",
     )
 
 
