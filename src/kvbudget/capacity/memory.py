@@ -1,7 +1,7 @@
 """Engine memory accounting per rank: requested memory, the non-KV terms and available KV bytes.
 
 vLLM V1 (reference §3.2): ``requested = total * gpu_memory_utilization``;
-``non_kv = weights + peak activation + non-torch increase`` (+ CUDA-graph memory from v0.21, §3.2);
+``non_kv = weights + peak activation + non-torch increase`` (+ CUDA-graph memory from v0.20: the wheels default the estimate on from 0.20.0);
 ``available = requested - non_kv``; ``--kv-cache-memory`` (bytes per GPU) replaces all of it.
 
 The activation, non-torch and CUDA-graph terms are *estimates* unless the user passes the figures

@@ -45,7 +45,9 @@ class VllmBehaviour:
     token_line: str
     #: "tokens_over_len" (v0.7.x and V0: num_blocks*B/L), "cdiv_sum" (~0.9+), "sum_cdiv" (PR #48317)
     concurrency: str
-    #: True from v0.21.0: CUDA-graph memory is subtracted from the KV budget
+    #: True from v0.20.0: CUDA-graph memory is subtracted from the KV budget (the 0.20.0, 0.20.2
+    #: and 0.21.0 wheels default ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` to 1, 0.19.0 to 0;
+    #: vLLM's own log line says "default since v0.21.0")
     subtracts_cudagraphs: bool
     #: True: strided group split and the 1.5x balance rule (newest); False: contiguous and min
     strided_groups: bool
@@ -106,7 +108,7 @@ def vllm_behaviour(version_text: str) -> VllmBehaviour:
         version=v,
         token_line=token_line,
         concurrency=concurrency,
-        subtracts_cudagraphs=v >= (0, 21, 0),
+        subtracts_cudagraphs=v >= (0, 20, 0),
         strided_groups=strided,
         error_style="v09" if v < (0, 10, 0) else "new",
         commas_in_len=v >= (0, 8, 0),

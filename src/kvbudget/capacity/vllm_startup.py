@@ -129,7 +129,7 @@ def sampler_warmup_after_capture_oom(
     sampler buffers as in the profile run, with the forward's output ``N x hidden`` instead of
     ``T x hidden``. By then the device holds ``held_bytes``: weights, non-torch, the KV pool and
     the CUDA-graph pool. Where vLLM does not subtract the graphs from the KV budget (before
-    0.21: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) they sit in the slack
+    0.20: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) they sit in the slack
     ``1 - gpu_memory_utilization`` leaves, and the warm-up's buffers may no longer fit. The
     check keeps vLLM's own 150 MiB redundancy buffer (same function: "the memory profiling may
     slightly underestimate the memory consumption"). Returns the engine's words (or None) and

@@ -2,7 +2,8 @@
 
 Facts: vLLM 0.32.0 ``config/vllm.py`` ``_set_cudagraph_sizes`` (capture sizes),
 ``v1/worker/gpu_worker.py`` ``determine_available_memory`` (the estimate is subtracted under
-``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, default on "since v0.21.0" as its log says) and
+``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``: "1" in the 0.20.0, 0.20.2 and 0.21.0 wheels'
+``envs.py``, "0" in 0.19.0's, though the log line says "default since v0.21.0") and
 ``compile_or_warm_up_model`` (the sampler is warmed up again after ``capture_model``). Logged
 figures: ``tests/fixtures/vllm_gpu_logs/runs.json`` (vLLM 0.19.0, H100-80GB).
 """
@@ -67,11 +68,11 @@ def _flags(run: object) -> dict[str, object]:
     return flags
 
 
-def test_subtracted_from_0_21_not_before() -> None:
-    # same run, 0.19.0 vs 0.21.0: only the CUDA-graph term moves the available KV memory
+def test_subtracted_from_0_20_not_before() -> None:
+    # same run, 0.19.0 vs 0.20.0: only the CUDA-graph term moves the available KV memory
     run = started_runs()[2]
     old = make_plan(PlanRequest(**run.request_fields("0.19.0")))
-    new = make_plan(PlanRequest(**run.request_fields("0.21.0")))
+    new = make_plan(PlanRequest(**run.request_fields("0.20.0")))
     graphs = new.ranks[0].cudagraph.num_bytes
     assert not old.ranks[0].cudagraph_subtracted and new.ranks[0].cudagraph_subtracted
     assert old.ranks[0].available_kv_bytes - new.ranks[0].available_kv_bytes == graphs
@@ -121,7 +122,7 @@ def test_gpt_oss_20b_at_095_runs_out_warming_up_the_sampler(tmp_path: Path) -> N
 def test_gpt_oss_20b_starts_with_room_or_when_graphs_are_budgeted(
     tmp_path: Path, util: float, version: str
 ) -> None:
-    # at 0.90 the slack is 0.05 x 79.19 = 3.96 GiB larger; from 0.21 the graphs come out of
+    # at 0.90 the slack is 0.05 x 79.19 = 3.96 GiB larger; from 0.20 the graphs come out of
     # the KV budget, so held + warm-up stays within the requested memory
     result = make_plan(
         PlanRequest(
