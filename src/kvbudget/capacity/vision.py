@@ -180,6 +180,7 @@ def vision_tower(wrapper: dict[str, Any], *, text_hidden: int, tp: int) -> Tower
         rank_params=c.rank,
         method=(
             f"vision tower + projector ({kind}, {c.total:,} parameters, {split}) as vLLM 0.32.0 "
-            f"{source} builds it, on every pipeline stage"
+            f"{source} builds it, on every pipeline stage (not loaded when --limit-mm-per-prompt sets "
+            "every modality to 0)"
         ),
     )
