@@ -135,17 +135,31 @@ DEFAULT_MAX_GRAPH_SIZE = 512
 LOGGED_CAPTURE_SIZES = 51
 
 
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
-    """vLLM's default capture sizes (0.32.0 ``config/vllm.py`` ``_set_cudagraph_sizes``):
-    ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)`` with ``ceiling =
-    min(2 x max_num_seqs, 512)`` (no speculative decoding), kept up to the ceiling, plus
-    ``max_num_batched_tokens`` when it fits under it."""
-    ceiling = min(2 * max_num_seqs, DEFAULT_MAX_GRAPH_SIZE)
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, ceiling + 1, 16)]
-    kept = {s for s in sizes if s <= ceiling}
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> list[int]:
+    """vLLM's default capture sizes (0.19.0 and 0.32.0 ``config/vllm.py``
+    ``_set_cudagraph_sizes``): ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)``
+    with ``ceiling = min(2 x max_num_seqs, 512)`` (no speculative decoding) unless the model
+    sets ``max_cudagraph_capture_size`` (``max_capture_size``), then at most
+    ``max_num_batched_tokens``, which is added when it fits under the ceiling."""
+    ceiling = (
+        max_capture_size if max_capture_size else min(2 * max_num_seqs, DEFAULT_MAX_GRAPH_SIZE)
+    )
+    ceiling = min(ceiling, max_num_batched_tokens)
+    sizes = {s for s in (1, 2, 4) if s <= ceiling}
+    sizes.update(range(8, min(ceiling + 1, 256), 8))
+    sizes.update(range(256, ceiling + 1, 16))
     if max_num_batched_tokens <= ceiling:
-        kept.add(max_num_batched_tokens)
-    return sorted(kept)
+        sizes.add(max_num_batched_tokens)
+    return sorted(sizes)
+
+
+def model_capture_ceiling(spec: ModelSpec) -> int | None:
+    """A model's own ``max_cudagraph_capture_size``: gpt-oss raises it from 512 to 1024 ("83
+    graphs instead of 67"; vLLM 0.19.0 and 0.32.0 ``model_executor/models/config.py``
+    ``GptOssForCausalLMConfig.verify_and_update_config``)."""
+    return 1024 if spec.architecture == "GptOssForCausalLM" else None
 
 
 def estimate_cudagraph_bytes(
@@ -155,6 +169,7 @@ def estimate_cudagraph_bytes(
     tp: int = 1,
     max_num_seqs: int = 1024,
     max_num_batched_tokens: int = 8192,
+    max_capture_size: int | None = None,
 ) -> MemoryTerm:
     """CUDA-graph memory of one GPU: what ``capture_model`` takes, per vLLM version's rule.
 
@@ -166,18 +181,19 @@ def estimate_cudagraph_bytes(
     (``tests/fixtures/vllm_gpu_logs``, 51 capture sizes): ``0.38 GiB + 0.0167 GiB x layers of the
     stage / sqrt(tp)``, the per-layer part scaled by capture sizes / 51 (0.91 logged for 32
     layers, 0.65 for 16, 0.51 for 8, 0.76 at TP 2, 0.67 at TP 4). MoE models: the one logged
-    MoE figure in the reference (3.45 GiB, Qwen3-235B-A22B at TP 4), flat; the shared runs hold
-    no MoE start-up to do better."""
+    MoE figure in the reference (3.45 GiB, Qwen3-235B-A22B at TP 4 on an L40S: 256 sequences,
+    51 capture sizes) times capture sizes / 51; the shared runs hold no MoE start-up to do
+    better."""
     layers = spec.num_layers if num_layers is None else num_layers
-    sizes = len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens))
+    sizes = len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size))
     if spec.num_experts:
         return MemoryTerm(
             "cudagraph",
-            int(3.45 * GiB),
+            int(3.45 * GiB * sizes / LOGGED_CAPTURE_SIZES),
             "estimated",
-            "flat 3.45 GiB (MoE): the reference's one logged MoE figure (Qwen3-235B-A22B, TP 4); "
-            "vLLM measures it at start-up - pass --cudagraph-bytes with the logged 'CUDAGraph "
-            "memory'",
+            f"3.45 GiB x {sizes}/51 capture sizes (MoE): the reference's one logged MoE figure "
+            "(Qwen3-235B-A22B, TP 4, 51 sizes); vLLM measures it at start-up - pass "
+            "--cudagraph-bytes with the logged 'CUDAGraph memory'",
         )
     gib = 0.38 + 0.0167 * layers / tp**0.5 * sizes / LOGGED_CAPTURE_SIZES
     return MemoryTerm(

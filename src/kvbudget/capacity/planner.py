@@ -39,6 +39,7 @@ from kvbudget.capacity.memory import (
     estimate_cudagraph_bytes,
     estimate_non_torch_bytes,
     flag_term,
+    model_capture_ceiling,
 )
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes, with_dtype, with_quantization
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
@@ -70,6 +71,10 @@ __all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_
 #: defaults of a >= 70 GiB GPU other than A100 (API server 8192 tokens, LLM class 16384; 1024
 #: sequences) and says so: an A100 or a smaller GPU runs 2048 / 8192 tokens and 256 sequences.
 _NO_DEVICE_BATCH_DEFAULTS = {True: (8192, 1024), False: (16384, 1024)}
+
+
+#: a post-capture sampler warm-up that fits by less than this, with estimated graphs, is noted
+CLOSE_WARMUP_BYTES = GiB // 2
 
 
 def device_not_given() -> GpuSpec:
@@ -212,6 +217,7 @@ def plan_terms(
             tp=request.tp,
             max_num_seqs=max_seqs,
             max_num_batched_tokens=t_b,
+            max_capture_size=model_capture_ceiling(spec),
         )
     )
     return weights_term, act, non_torch, graphs
@@ -531,11 +537,13 @@ def _make_vllm_plan(
             * (model.dtype_bytes or 2),
             num_reqs=min(t_b, max_seqs),
         )
-        if refusal is not None and last.cudagraph.source == "estimated":
+        graphs_gib = last.cudagraph.num_bytes / GiB
+        if last.cudagraph.source == "estimated" and (refusal or margin < CLOSE_WARMUP_BYTES):
             notes.append(
-                f"sampler warm-up after CUDA-graph capture: short by {-margin / GiB:.2f} GiB with "
-                f"the graphs at {last.cudagraph.num_bytes / GiB:.2f} GiB (an estimate); pass "
-                "--cudagraph-bytes from the engine log to settle it"
+                f"sampler warm-up after CUDA-graph capture: "
+                f"{'short' if refusal else 'fits'} by {abs(margin) / GiB:.2f} GiB with the graphs "
+                f"at {graphs_gib:.2f} GiB (an estimate){'' if refusal else ': a close call'}; "
+                "pass --cudagraph-bytes from the engine log to settle it"
             )
     mode = request.mamba_cache_mode
     conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from kvbudget.capacity.activation import ProfileActivation
-from kvbudget.capacity.memory import REDUNDANCY_BUFFER_BYTES
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
@@ -130,12 +129,11 @@ def sampler_warmup_after_capture_oom(
     ``T x hidden``. By then the device holds ``held_bytes``: weights, non-torch, the KV pool and
     the CUDA-graph pool. Where vLLM does not subtract the graphs from the KV budget (before
     0.20: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) they sit in the slack
-    ``1 - gpu_memory_utilization`` leaves, and the warm-up's buffers may no longer fit. The
-    check keeps vLLM's own 150 MiB redundancy buffer (same function: "the memory profiling may
-    slightly underestimate the memory consumption"). Returns the engine's words (or None) and
-    the margin in bytes (negative: short)."""
+    ``1 - gpu_memory_utilization`` leaves, and the warm-up's buffers may no longer fit (vLLM
+    0.19.0 ``gpu_worker.py``: ``capture_model`` then ``_dummy_sampler_run``, the same order).
+    Returns the engine's words (or None) and the margin in bytes (negative: short)."""
     need = held_bytes + max(0, profile.sampler_bytes - unkept_forward_bytes)
-    margin = free_at_start_bytes - REDUNDANCY_BUFFER_BYTES - need
+    margin = free_at_start_bytes - need
     if profile.sampler_bytes == 0 or margin >= 0:
         return None, margin
     return (
