@@ -89,3 +89,45 @@ def _fields(spec: object) -> dict[str, object]:
     from dataclasses import fields
 
     return {f.name: getattr(spec, f.name) for f in fields(spec)}  # type: ignore[arg-type]
+
+
+def test_qwen2_5_vl_top_level_vision_config_is_read(tmp_path: object) -> None:
+    """Qwen2.5-VL's config.json keeps the text fields at the top beside ``vision_config``.
+
+    Tower (depth 2, hidden 64, intermediate 96, patch 14, temporal 2, merge 2, out 128):
+    conv 3 x 2 x 14 x 14 x 64 = 75,264; per block 2 RMSNorms 128 + qkv 64 x 192 + 192 = 12,480
+    + proj 64 x 64 + 64 = 4,160 + gate_up 64 x 192 + 192 = 12,480 + down 96 x 64 + 64 = 6,208
+    -> 35,456, x 2 = 70,912; merger ln_q 64 + 256 x 256 + 256 = 65,792 + 256 x 128 + 128
+    = 32,896 -> 98,752; total 75,264 + 70,912 + 98,752 = 244,928.
+    """
+    import json
+    from pathlib import Path
+
+    config = {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+        "vision_config": {
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_heads": 4,
+            "in_chans": 3,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": 128,
+        },
+    }
+    path = Path(str(tmp_path)) / "config.json"
+    path.write_text(json.dumps(config), "utf-8")
+    spec = resolve_model(str(path)).spec
+    assert spec is not None
+    assert compute_weights(spec).vision_params == 244_928
