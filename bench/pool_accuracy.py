@@ -91,10 +91,18 @@ def predict(run: dict[str, Any], engine_version: str) -> dict[str, Any]:
 
 def logged_stages(run: dict[str, Any]) -> list[dict[str, float]]:
     """Per worker: [non-KV total, activation, non-torch, weights] as logged, one per PP stage."""
+    # 'Actual usage is W for weight, A for peak activation, N for non-torch, G for CUDAGraph'
+    # (after capture; 0.19 does not take G from the KV budget), matched to a worker by W, A, N
+    graphs = {
+        tuple(float(x) for x in row[:3]): float(row[3])
+        for row in run["logged"].get("actual_usage_w_act_nt_cg") or []
+    }
     seen: dict[tuple[float, ...], dict[str, float]] = {}
     for row in run["logged"]["profile_nonkv_peak_nontorch_weights"] or []:
         total, act, nt, w = row
         seen[tuple(row)] = {"weights": w, "activation": act, "non_torch": nt, "non_kv": total}
+        if (w, act, nt) in graphs:
+            seen[tuple(row)]["cudagraph"] = graphs[(w, act, nt)]
     return list(seen.values())
 
 
@@ -128,13 +136,14 @@ def compare(run: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any]:
         ps = _dedupe(ps)
     terms = []
     for lg, pr in zip(lw, ps, strict=False):
-        terms.append(
-            {
-                "weights": [pr["weights_gib"], lg["weights"]],
-                "activation": [pr["activation_gib"], lg["activation"]],
-                "non_torch": [pr["non_torch_gib"], lg["non_torch"]],
-            }
-        )
+        term = {
+            "weights": [pr["weights_gib"], lg["weights"]],
+            "activation": [pr["activation_gib"], lg["activation"]],
+            "non_torch": [pr["non_torch_gib"], lg["non_torch"]],
+        }
+        if "cudagraph" in lg and "cudagraph_gib" in pr:
+            term["cudagraph"] = [pr["cudagraph_gib"], lg["cudagraph"]]
+        terms.append(term)
     conc_logged = logged["max_concurrency"][1]
     out.update(
         {
@@ -173,8 +182,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_abs_pct": round(statistics.fmean(errs), 3) if errs else None,
             "max_abs_pct": round(max(errs), 3) if errs else None,
         }
-    for term in ("weights", "activation", "non_torch"):
-        diffs = [abs(s[term][0] - s[term][1]) for r in compared for s in r["stages"]]
+    for term in ("weights", "activation", "non_torch", "cudagraph"):
+        diffs = [abs(s[term][0] - s[term][1]) for r in compared for s in r["stages"] if term in s]
         summary[f"{term}_gib"] = {
             "mean_abs": round(statistics.fmean(diffs), 4) if diffs else None,
             "max_abs": round(max(diffs), 4) if diffs else None,
@@ -191,11 +200,14 @@ def render(data: dict[str, Any]) -> str:
         f"({s['compared']} compared; the other is a dp=2 engine-core failure plan does not "
         f"model). kvbudget commit `{data['commit'][:10]}`. Predicted (computed/estimated by "
         "`plan`, no logged figure given) / logged (measured by vLLM). Memory terms in GiB, "
-        "per worker (PP: each stage, `;` between).",
+        "per worker (PP: each stage, `;` between). CUDA graphs: estimated / the logged 'Actual "
+        "usage ... CUDAGraph' (0.19 does not take them from the KV budget; they decide the "
+        "sampler warm-up after capture; the dense estimate's basis is these same logs, so its "
+        "error here is in-sample).",
         "",
-        "| model | tp | pp | len | flags | weights | activation | non-torch | available KV | "
-        "KV tokens | concurrency | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | tp | pp | len | flags | weights | activation | non-torch | CUDA graphs | "
+        "available KV | KV tokens | concurrency | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["runs"]:
         f = r["flags"]
@@ -212,20 +224,24 @@ def render(data: dict[str, Any]) -> str:
         name = r["model"].split("/")[-1]
         head = f"| {name} | {f['tp']} | {f['pp']} | {f['max_model_len']} | {extra or '-'} |"
         if "available_kv_gib" not in r:
-            lines.append(f"{head} - | - | - | - | - | - | not compared ({r['logged_status']}) |")
+            lines.append(
+                f"{head} - | - | - | - | - | - | - | not compared ({r['logged_status']}) |"
+            )
             continue
 
         stages = r["stages"]
 
         def terms(key: str, stages: list[dict[str, Any]] = stages) -> str:
-            return "; ".join(f"{s[key][0]:.2f} / {s[key][1]:.2f}" for s in stages)
+            return "; ".join(
+                f"{s[key][0]:.2f} / {s[key][1]:.2f}" if key in s else "-" for s in stages
+            )
 
         a = r["available_kv_gib"]
         t = r["kv_tokens"]
         c = r["max_concurrency"]
         lines.append(
             f"{head} {terms('weights')} | {terms('activation')} | {terms('non_torch')} | "
-            f"{a[0]:.2f} / {a[1]:.2f} ({_rel(a):+.1f} %) | {t[0]:,} / {int(t[1]):,} | "
+            f"{terms('cudagraph')} | {a[0]:.2f} / {a[1]:.2f} ({_rel(a):+.1f} %) | {t[0]:,} / {int(t[1]):,} | "
             f"{c[0]:.2f} / {c[1]:.2f} | {r['verdict'][0]} / {r['verdict'][1]} |"
         )
     lines += [
@@ -233,9 +249,10 @@ def render(data: dict[str, Any]) -> str:
         "| figure | mean abs error | max abs error |",
         "|---|---|---|",
     ]
-    for key, unit in (("weights_gib", "GiB"), ("activation_gib", "GiB"), ("non_torch_gib", "GiB")):
-        v = s[key]
-        lines.append(f"| {key[:-4]} | {v['mean_abs']:.3f} {unit} | {v['max_abs']:.3f} {unit} |")
+    for key in ("weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib"):
+        v = s.get(key)
+        if v and v["mean_abs"] is not None:
+            lines.append(f"| {key[:-4]} | {v['mean_abs']:.3f} GiB | {v['max_abs']:.3f} GiB |")
     for key in ("available_kv_gib", "kv_tokens", "max_concurrency"):
         v = s[key]
         lines.append(f"| {key} | {v['mean_abs_pct']:.2f} % | {v['max_abs_pct']:.2f} % |")

@@ -110,3 +110,65 @@ def test_falcon_h1_parallel_hybrid_counts_both_branches(tmp_path: Path) -> None:
         p.numel() for name, p in model.named_parameters() if not any(s in name for s in skip)
     )
     assert compute_weights(spec).num_params == expected
+
+
+def _wrapper_config(model_id: str) -> dict[str, object]:
+    cfg: dict[str, object] = json.loads(
+        (CATALOG / (model_id.replace("/", "--") + ".json")).read_text("utf-8")
+    )
+    return cfg
+
+
+def test_gemma3_vision_tower_matches_transformers() -> None:
+    """Gemma-3-27B's SigLIP tower and projector: transformers' own modules on ``meta``."""
+    from kvbudget.capacity.vision import vision_tower
+
+    cfg = _wrapper_config("google/gemma-3-27b-it")
+    config = transformers.Gemma3Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    gemma3 = importlib.import_module("transformers.models.gemma3.modeling_gemma3")
+    with torch.device("meta"):
+        tower = transformers.AutoModel.from_config(config.vision_config)
+        projector = gemma3.Gemma3MultiModalProjector(config)
+    expected = sum(p.numel() for p in tower.parameters()) + sum(
+        p.numel() for p in projector.parameters()
+    )
+    ours = vision_tower(cfg, text_hidden=config.text_config.hidden_size, tp=1)
+    assert ours is not None and ours.num_params == expected
+
+
+def test_llama4_scout_vision_tower_matches_transformers() -> None:
+    from kvbudget.capacity.vision import vision_tower
+
+    cfg = _wrapper_config("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    config = transformers.Llama4Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    llama4 = importlib.import_module("transformers.models.llama4.modeling_llama4")
+    with torch.device("meta"):
+        tower = llama4.Llama4VisionModel(config.vision_config)
+        projector = llama4.Llama4MultiModalProjector(config)
+    expected = sum(p.numel() for p in tower.parameters()) + sum(
+        p.numel() for p in projector.parameters()
+    )
+    ours = vision_tower(cfg, text_hidden=config.text_config.hidden_size, tp=1)
+    assert ours is not None and ours.num_params == expected
+
+
+def test_qwen2_5_vl_vision_tower_matches_transformers() -> None:
+    """A Qwen2.5-VL-7B-shaped tower (depth 32, hidden 1280, intermediate 3420, 16 heads, patch
+    14, merge 2, out 3584); the oracle builds transformers' tower from the same sizes."""
+    from kvbudget.capacity.vision import vision_tower
+
+    vision = {
+        "model_type": "qwen2_5_vl_vision",
+        **{"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16},
+        **{"in_channels": 3, "patch_size": 14, "spatial_merge_size": 2},
+        **{"temporal_patch_size": 2, "out_hidden_size": 3584, "hidden_act": "silu"},
+    }
+    config = transformers.Qwen2_5_VLConfig(vision_config=vision)
+    qwen = importlib.import_module("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl")
+    with torch.device("meta"):
+        tower = qwen.Qwen2_5_VisionTransformerPretrainedModel._from_config(config.vision_config)
+    expected = sum(p.numel() for p in tower.parameters())
+    ours = vision_tower(
+        {"model_type": "qwen2_5_vl", "vision_config": vision}, text_hidden=3584, tp=1
+    )
+    assert ours is not None and ours.num_params == expected

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.dtypes import KV_DTYPES, get_kv_dtype
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.spec.layers import StateLayer, cache_parts
@@ -135,7 +135,10 @@ class ThreeBudgets:
 
 
 def _element_bytes(kv_dtype: str, model: ModelSpec, engine: str) -> tuple[int, str]:
-    dtype = get_kv_dtype(kv_dtype, engine=engine, model_dtype=model.torch_dtype)
+    # a plan's kv_dtype is already resolved (``--dtype float32`` with ``auto`` KV gives
+    # "float32", which is no --kv-cache-dtype name): take it as resolved
+    resolved = KV_DTYPES.get(kv_dtype) if kv_dtype == "float32" else None
+    dtype = resolved or get_kv_dtype(kv_dtype, engine=engine, model_dtype=model.torch_dtype)
     if dtype.nvfp4:
         return 1, f"{dtype.name}: counted as 1 B per element (structural ignores packing)"
     return max(

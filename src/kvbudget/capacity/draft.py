@@ -7,8 +7,13 @@ vLLM 0.19.0 loads the draft model with the target's tensor-parallel size
 target's. With full attention on both sides and one block size, the specs are one
 ``UniformTypeKVCacheSpecs`` group whose page is the sum of every layer's page
 (``v1/kv_cache_interface.py``): each block then costs ``target_page x target_layers +
-sum(draft pages)``. vLLM 0.33 (``v1/core/kv_cache_planning.py``, vllm-project/vllm main, read
-for issue 29) tags draft specs and keeps them in the same pool; the arithmetic is the same.
+sum(draft pages)``. vLLM 0.33.0 (the PyPI wheel, read for issue 29) tags a draft model's specs
+``is_draft=True`` (``v1/worker/gpu_model_runner.py`` ``get_kv_cache_spec``, from
+``is_draft_layer`` set in ``v1/spec_decode/llm_base_proposer.py``); the field is
+``compare=False`` (``v1/kv_cache_interface.py``: "excluded from equality so it never affects
+grouping") and ``v1/core/kv_cache_planning.py`` reads it only to mark EAGLE block-drop groups,
+so the draft's layers stay in the one pool and the arithmetic is the same; the draft still runs
+at the target's TP (``draft_model.py`` ``_raise_if_draft_tp_mismatch``).
 """
 
 from __future__ import annotations

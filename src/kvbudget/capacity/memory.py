@@ -1,7 +1,7 @@
 """Engine memory accounting per rank: requested memory, the non-KV terms and available KV bytes.
 
 vLLM V1 (reference §3.2): ``requested = total * gpu_memory_utilization``;
-``non_kv = weights + peak activation + non-torch increase`` (+ CUDA-graph memory from v0.21, §3.2);
+``non_kv = weights + peak activation + non-torch increase`` (+ CUDA-graph memory from v0.20: the wheels default the estimate on from 0.20.0);
 ``available = requested - non_kv``; ``--kv-cache-memory`` (bytes per GPU) replaces all of it.
 
 The activation, non-torch and CUDA-graph terms are *estimates* unless the user passes the figures
@@ -128,17 +128,81 @@ def estimate_non_torch_bytes(
     )
 
 
-def estimate_cudagraph_bytes(spec: ModelSpec) -> MemoryTerm:
-    """CUDA-graph memory: flat figures from the reference's two logs (0.48 GiB dense 7B,
-    3.45 GiB MoE 235B TP4). vLLM's own estimator is known to overestimate (issues #45178, #53013)."""
-    moe = bool(spec.num_experts)
-    num_bytes = int((3.45 if moe else 0.48) * GiB)
+#: vLLM's default ceiling of the CUDA-graph capture sizes on GPUs other than data-centre
+#: Blackwell (vLLM 0.32.0 ``config/vllm.py`` ``_set_cudagraph_sizes``: ``default_max_graph_size``)
+DEFAULT_MAX_GRAPH_SIZE = 512
+#: capture sizes behind the logged figures (max_num_seqs 1024 -> ceiling 512 -> 51 sizes)
+LOGGED_CAPTURE_SIZES = 51
+
+
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, max_capture_size: int | None = None
+) -> list[int]:
+    """vLLM's default capture sizes (0.19.0 and 0.32.0 ``config/vllm.py``
+    ``_set_cudagraph_sizes``): ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)``
+    with ``ceiling = min(2 x max_num_seqs, 512)`` (no speculative decoding) unless the model
+    sets ``max_cudagraph_capture_size`` (``max_capture_size``), then at most
+    ``max_num_batched_tokens``, which is added when it fits under the ceiling."""
+    ceiling = (
+        max_capture_size if max_capture_size else min(2 * max_num_seqs, DEFAULT_MAX_GRAPH_SIZE)
+    )
+    ceiling = min(ceiling, max_num_batched_tokens)
+    sizes = {s for s in (1, 2, 4) if s <= ceiling}
+    sizes.update(range(8, min(ceiling + 1, 256), 8))
+    sizes.update(range(256, ceiling + 1, 16))
+    if max_num_batched_tokens <= ceiling:
+        sizes.add(max_num_batched_tokens)
+    return sorted(sizes)
+
+
+def model_capture_ceiling(spec: ModelSpec) -> int | None:
+    """A model's own ``max_cudagraph_capture_size``: gpt-oss raises it from 512 to 1024 ("83
+    graphs instead of 67"; vLLM 0.19.0 and 0.32.0 ``model_executor/models/config.py``
+    ``GptOssForCausalLMConfig.verify_and_update_config``)."""
+    return 1024 if spec.architecture == "GptOssForCausalLM" else None
+
+
+def estimate_cudagraph_bytes(
+    spec: ModelSpec,
+    *,
+    num_layers: int | None = None,
+    tp: int = 1,
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int = 8192,
+    max_capture_size: int | None = None,
+) -> MemoryTerm:
+    """CUDA-graph memory of one GPU: what ``capture_model`` takes, per vLLM version's rule.
+
+    vLLM measures it; no rule in its source gives the size. What the source gives (0.32.0
+    ``v1/worker/gpu_model_runner.py`` ``profile_cudagraph_memory``) is the shape of the figure:
+    the first (largest) capture plus a per-graph cost times the other capture sizes, and the
+    capture sizes themselves (:func:`cudagraph_capture_sizes`). Dense models: an estimate with
+    that shape, basis the ``CUDAGraph`` figures vLLM 0.19.0 logged on H100-80GB
+    (``tests/fixtures/vllm_gpu_logs``, 51 capture sizes): ``0.38 GiB + 0.0167 GiB x layers of the
+    stage / sqrt(tp)``, the per-layer part scaled by capture sizes / 51 (0.91 logged for 32
+    layers, 0.65 for 16, 0.51 for 8, 0.76 at TP 2, 0.67 at TP 4). MoE models: the one logged
+    MoE figure in the reference (3.45 GiB, Qwen3-235B-A22B at TP 4 on an L40S: 256 sequences,
+    51 capture sizes) times capture sizes / 51; the shared runs hold no MoE start-up to do
+    better."""
+    layers = spec.num_layers if num_layers is None else num_layers
+    sizes = len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size))
+    if spec.num_experts:
+        return MemoryTerm(
+            "cudagraph",
+            int(3.45 * GiB * sizes / LOGGED_CAPTURE_SIZES),
+            "estimated",
+            f"3.45 GiB x {sizes}/51 capture sizes (MoE): the reference's one logged MoE figure "
+            "(Qwen3-235B-A22B, TP 4, 51 sizes); vLLM measures it at start-up - pass "
+            "--cudagraph-bytes with the logged 'CUDAGraph memory'",
+        )
+    gib = 0.38 + 0.0167 * layers / tp**0.5 * sizes / LOGGED_CAPTURE_SIZES
     return MemoryTerm(
         "cudagraph",
-        num_bytes,
+        int(gib * GiB),
         "estimated",
-        f"flat {'3.45 GiB (MoE)' if moe else '0.48 GiB (dense)'} from logged examples in the "
-        "reference; pass --cudagraph-bytes with the logged 'CUDAGraph memory'",
+        f"0.38 GiB + 0.0167 GiB x {layers} layers / sqrt(tp {tp}) x {sizes}/51 capture sizes "
+        "(vLLM 0.32.0 _set_cudagraph_sizes); basis vLLM 0.19.0's logged CUDAGraph memory on "
+        "H100-80GB (docs/engine-facts.md); pass --cudagraph-bytes with the logged figure",
     )
 
 

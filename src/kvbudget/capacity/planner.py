@@ -39,6 +39,7 @@ from kvbudget.capacity.memory import (
     estimate_cudagraph_bytes,
     estimate_non_torch_bytes,
     flag_term,
+    model_capture_ceiling,
 )
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes, with_dtype, with_quantization
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
@@ -49,7 +50,12 @@ from kvbudget.capacity.versions import (
     check_vllm_kv_dtype,
     vllm_behaviour,
 )
-from kvbudget.capacity.vllm_startup import max_len_refusal, vllm_total_bytes, warmup_oom
+from kvbudget.capacity.vllm_startup import (
+    max_len_refusal,
+    sampler_warmup_after_capture_oom,
+    vllm_total_bytes,
+    warmup_oom,
+)
 from kvbudget.capacity.weights import WeightsEstimate, estimate_weights, with_rope_cache
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
@@ -65,6 +71,10 @@ __all__ = ["PlanRequest", "PlanResult", "batch_defaults", "make_plan", "resolve_
 #: defaults of a >= 70 GiB GPU other than A100 (API server 8192 tokens, LLM class 16384; 1024
 #: sequences) and says so: an A100 or a smaller GPU runs 2048 / 8192 tokens and 256 sequences.
 _NO_DEVICE_BATCH_DEFAULTS = {True: (8192, 1024), False: (16384, 1024)}
+
+
+#: a post-capture sampler warm-up that fits by less than this, with estimated graphs, is noted
+CLOSE_WARMUP_BYTES = GiB // 2
 
 
 def device_not_given() -> GpuSpec:
@@ -201,7 +211,14 @@ def plan_terms(
         if request.cudagraph_bytes is not None
         else eager_cudagraph_term()
         if request.enforce_eager
-        else estimate_cudagraph_bytes(spec)
+        else estimate_cudagraph_bytes(
+            spec,
+            num_layers=len(range(*get_pp_indices(spec.num_layers, pp_rank, request.pp))),
+            tp=request.tp,
+            max_num_seqs=max_seqs,
+            max_num_batched_tokens=t_b,
+            max_capture_size=model_capture_ceiling(spec),
+        )
     )
     return weights_term, act, non_torch, graphs
 
@@ -505,6 +522,29 @@ def _make_vllm_plan(
     # every worker allocates the common (minimum) number of blocks
     page_bytes = groups[0].page_size_bytes if groups else 0
     ranks = [replace(r, kv_pool_bytes=num_blocks * page_bytes * r.group_size) for r in ranks]
+    last = ranks[-1]
+    profiled = request.activation_bytes is None and behaviour.version >= PROFILE_RUN_SINCE
+    if refusal is None and device_given and profiled and request.kv_cache_memory_bytes is None:
+        refusal, margin = sampler_warmup_after_capture_oom(
+            stage_profile(request, model, request.pp - 1, t_b, max_seqs),
+            free_at_start_bytes=device_total - CUDA_CONTEXT_BYTES,
+            held_bytes=last.weights.num_bytes
+            + last.non_torch.num_bytes
+            + last.kv_pool_bytes
+            + last.cudagraph.num_bytes,
+            unkept_forward_bytes=(t_b - min(t_b, max_seqs))
+            * (model.hidden_size or 0)
+            * (model.dtype_bytes or 2),
+            num_reqs=min(t_b, max_seqs),
+        )
+        graphs_gib = last.cudagraph.num_bytes / GiB
+        if last.cudagraph.source == "estimated" and (refusal or margin < CLOSE_WARMUP_BYTES):
+            notes.append(
+                f"sampler warm-up after CUDA-graph capture: "
+                f"{'short' if refusal else 'fits'} by {abs(margin) / GiB:.2f} GiB with the graphs "
+                f"at {graphs_gib:.2f} GiB (an estimate){'' if refusal else ': a close call'}; "
+                "pass --cudagraph-bytes from the engine log to settle it"
+            )
     mode = request.mamba_cache_mode
     conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)
     tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)

@@ -16,6 +16,9 @@ Version = tuple[int, int, int]
 #: default versions when the user does not say: vLLM's is the newest release whose facts kvbudget
 #: has checked against the engine (the 0.32.0 CPU build it runs; issue 29: users run 0.3x)
 DEFAULT_VLLM_VERSION = "0.32.0"
+#: the newest vLLM whose pool facts kvbudget has read (the vllm-0.33.0 wheel from PyPI: planning
+#: moved to ``v1/core/kv_cache_planning.py``, same arithmetic as 0.32.0 with the default builder)
+NEWEST_MODELLED_VLLM: Version = (0, 33, 0)
 DEFAULT_SGLANG_VERSION = "0.5.4"
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.+\-].*)?\s*$")
@@ -42,7 +45,9 @@ class VllmBehaviour:
     token_line: str
     #: "tokens_over_len" (v0.7.x and V0: num_blocks*B/L), "cdiv_sum" (~0.9+), "sum_cdiv" (PR #48317)
     concurrency: str
-    #: True from v0.21.0: CUDA-graph memory is subtracted from the KV budget
+    #: True from v0.20.0: CUDA-graph memory is subtracted from the KV budget (the 0.20.0, 0.20.2
+    #: and 0.21.0 wheels default ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` to 1, 0.19.0 to 0;
+    #: vLLM's own log line says "default since v0.21.0")
     subtracts_cudagraphs: bool
     #: True: strided group split and the 1.5x balance rule (newest); False: contiguous and min
     strided_groups: bool
@@ -84,6 +89,18 @@ def vllm_behaviour(version_text: str) -> VllmBehaviour:
             "concurrency as num_blocks / sum_g cdiv(max_mem_g, page) (PR #48317, merged 2026-07; "
             "release assumed v0.26)"
         )
+    if v >= (0, 33, 0):
+        notes.append(
+            "vLLM 0.33 plans the pool in v1/core/kv_cache_planning.py (get_kv_cache_configs) "
+            "through a KVCacheConfigBuilder: the default one (modelled, same arithmetic as "
+            "0.32.0) unless the platform's get_kv_cache_config_builder_cls or a model's "
+            "SupportsKVCacheGrouping replaces the grouping (not modelled)"
+        )
+    if v[:2] > NEWEST_MODELLED_VLLM[:2]:
+        notes.append(
+            f"vLLM {format_version(v)} is newer than the newest version kvbudget models "
+            f"({format_version(NEWEST_MODELLED_VLLM)}): that version's rules are applied"
+        )
     strided = v >= (0, 11, 0)
     if (0, 10, 0) <= v < (0, 12, 0):
         notes.append("hybrid group split style (strided, 1.5x rule) assumed from v0.11.0")
@@ -91,7 +108,7 @@ def vllm_behaviour(version_text: str) -> VllmBehaviour:
         version=v,
         token_line=token_line,
         concurrency=concurrency,
-        subtracts_cudagraphs=v >= (0, 21, 0),
+        subtracts_cudagraphs=v >= (0, 20, 0),
         strided_groups=strided,
         error_style="v09" if v < (0, 10, 0) else "new",
         commas_in_len=v >= (0, 8, 0),

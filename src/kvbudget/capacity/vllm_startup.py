@@ -110,3 +110,34 @@ def warmup_oom(
         "(weights + peak activation exceed the free device memory); lower "
         "--max-num-batched-tokens"
     )
+
+
+def sampler_warmup_after_capture_oom(
+    profile: ProfileActivation,
+    *,
+    free_at_start_bytes: int,
+    held_bytes: int,
+    unkept_forward_bytes: int,
+    num_reqs: int,
+) -> tuple[str | None, int]:
+    """The second sampler warm-up, after the KV pool and the CUDA graphs are in memory.
+
+    vLLM 0.32.0 ``v1/worker/gpu_worker.py`` ``compile_or_warm_up_model`` (after
+    ``capture_model``, "on purpose", on the last pipeline stage) runs ``_dummy_run(num_tokens=
+    min(max_num_seqs, max_num_batched_tokens))`` and ``_dummy_sampler_run`` again: the same
+    sampler buffers as in the profile run, with the forward's output ``N x hidden`` instead of
+    ``T x hidden``. By then the device holds ``held_bytes``: weights, non-torch, the KV pool and
+    the CUDA-graph pool. Where vLLM does not subtract the graphs from the KV budget (before
+    0.20: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) they sit in the slack
+    ``1 - gpu_memory_utilization`` leaves, and the warm-up's buffers may no longer fit (vLLM
+    0.19.0 ``gpu_worker.py``: ``capture_model`` then ``_dummy_sampler_run``, the same order).
+    Returns the engine's words (or None) and the margin in bytes (negative: short)."""
+    need = held_bytes + max(0, profile.sampler_bytes - unkept_forward_bytes)
+    margin = free_at_start_bytes - need
+    if profile.sampler_bytes == 0 or margin >= 0:
+        return None, margin
+    return (
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with "
+        f"{num_reqs} dummy requests. Please try lowering `max_num_seqs` or "
+        "`gpu_memory_utilization` when initializing the engine."
+    ), margin

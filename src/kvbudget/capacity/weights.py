@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.moe_layers import count_moe_layers, is_moe_layer
+from kvbudget.capacity.vision import vision_tower
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layers import (
     MLA,
@@ -89,6 +90,11 @@ class WeightsEstimate:
     num_expert_params: int = 0
     #: bytes of those routed experts, whole model (stored bytes: quantized where they are)
     expert_bytes: int = 0
+    #: parameters of a VLM's vision tower and projector (not in ``num_params``, which is the
+    #: language model a decode step reads); their bytes are in every stage's figure
+    vision_params: int = 0
+    #: their bytes, whole (once): loaded, never read by a decode step
+    vision_bytes: int = 0
 
     @property
     def max_rank_bytes(self) -> int:
@@ -337,17 +343,27 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
     qname = str((quant or {}).get("quant_method", "none"))
     if approx_any:
         notes.append("state-space / linear-attention / KV-shared projections are approximated")
-    notes.append("biases, q/k norms and vision towers are not counted")
+    notes.append("the language model's biases and q/k norms are not counted")
+    method = f"parameter count from the architecture ({params:,} parameters), quantization {qname}"
+    tower = vision_tower(spec.wrapper_config, text_hidden=h, tp=tp)
+    if tower is not None:
+        stage_bytes = [b + tower.rank_params * dtype_bytes for b in stage_bytes]
+        total_bytes += tower.num_params * dtype_bytes
+        method += f"; + {tower.method}, {dtype_bytes} B each"
+    elif spec.wrapper_config.get("vision_config"):
+        notes.append("this wrapper's vision tower is not counted (its type is not modelled)")
     return WeightsEstimate(
         total_bytes=total_bytes,
         per_rank_bytes=tuple(stage_bytes),
         source="estimated" if approx_any else "computed",
-        method=f"parameter count from the architecture ({params:,} parameters), quantization {qname}",
+        method=method,
         num_params=params,
         quantization=qname,
         notes=tuple(notes),
         num_expert_params=expert_params,
         expert_bytes=expert_bytes,
+        vision_params=tower.num_params if tower else 0,
+        vision_bytes=tower.num_params * dtype_bytes if tower else 0,
     )
 
 
@@ -447,4 +463,6 @@ def estimate_weights(
         expert_bytes=int(computed.expert_bytes * total_read / computed.total_bytes)
         if computed.total_bytes
         else 0,
+        vision_params=computed.vision_params,
+        vision_bytes=computed.vision_bytes,
     )

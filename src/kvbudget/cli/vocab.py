@@ -42,8 +42,8 @@ METRIC_PERCENTILES_HELP = (
 RANDOM_RANGE_RATIO = "--random-range-ratio"
 #: the engine inputs ``plan``, ``sim`` and ``serve --gpu`` share: one flag name and one help each
 ENGINE_VERSION_HELP = (
-    "Engine version whose arithmetic and log format to use (vLLM default 0.32.0, the newest "
-    "modelled; SGLang 0.5.4)."
+    "Engine version whose arithmetic and log format to use (vLLM default 0.32.0, the build "
+    "kvbudget runs; 0.33.0 is modelled from its source; SGLang 0.5.4)."
 )
 QUANTIZATION_HELP = (
     "vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "

@@ -135,7 +135,8 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
         num_attention_heads=heads,
         head_dim=head_dim,
         num_active_params=active,
-        weights_bytes=float(plan.weights.total_bytes),
+        # a VLM's vision tower is loaded but no decode step reads it
+        weights_bytes=float(plan.weights.total_bytes - (counted.vision_bytes if counted else 0)),
         kv_bytes_per_token=float(plan.kv_bytes_per_token_replica),
         expert_weights_bytes=expert_bytes,
         num_experts=num_experts if expert_bytes else 0,

@@ -52,6 +52,8 @@ class ModelSpec:
     quantization_config: dict[str, Any] | None = field(default=None, compare=False)
     rules_verified: bool = True  # False: layer rules read generically, unverified for this type
     raw_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: a multimodal model's top-level config when it has a ``vision_config``; else empty
+    wrapper_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     ledger: tuple[LedgerEntry, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -256,6 +256,9 @@ def resolve_config(
         rules_verified=verified,
         **_other_fields(reader, raw, str(model_type)),
         raw_config=cfg,
+        # the tower's config: under a text_config wrapper (Gemma-3, Llama-4) or beside the
+        # text fields at the top (Qwen2.5-VL's older config.json)
+        wrapper_config=raw if isinstance(raw.get("vision_config"), dict) else {},
     )
     unused = reader.unused_overrides()
     if unused:

@@ -39,6 +39,14 @@ def test_h100_reports_81559_mib() -> None:
     assert get_gpu("h100").memory_bytes == 81559 * (1 << 20)
 
 
+def test_h100_memory_source_names_both_totals() -> None:
+    # the catalog's figure is nvidia-smi's; vLLM multiplies torch's total, which its log prints as
+    # total_memory=79.19GiB (tests/fixtures/vllm_gpu_logs/runs.json, every run)
+    source = get_gpu("h100").memory_source
+    assert "nvidia-smi 81559 MiB" in source and "79.19 GiB" in source
+    assert "torch total 81559" not in source
+
+
 def test_aliases_case_insensitive() -> None:
     assert get_gpu("H100 SXM").id == "H100-SXM"
     assert get_gpu("mi300x").id == "MI300X"

@@ -85,3 +85,27 @@ def test_without_kv_cache_memory_a_device_is_still_required() -> None:
 def test_sglang_still_needs_the_device() -> None:
     line = _refusal("--engine", "sglang", "--kv-cache-memory", "20GiB")
     assert line.startswith("ConfigError: gpu:") and "--engine sglang" in line and "--gpu" in line
+
+
+def test_sliding_window_concurrency_uses_the_big_device_batch_default() -> None:
+    # issue 29: a sliding group's blocks per request depend on max_num_batched_tokens (vLLM 0.32.0
+    # kv_cache_interface.py SlidingWindowSpec.max_admission_blocks_per_request:
+    # cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1), so the fallback
+    # batch size decides the concurrency. gemma-2-9b: 42 layers alternating sliding (4096) / full,
+    # 8 KV heads x 256 head_dim, bfloat16, block 16:
+    # page = 2 x 16 x 8 x 256 x 2 = 131,072 B; two groups of 21 layers -> block = 21 x 131,072
+    # = 2,752,512 B; 20 GiB = 21,474,836,480 B // 2,752,512 = 7,801 blocks.
+    # full group: cdiv(8192, 16) = 512 blocks; sliding at T = 8192: cdiv(min(4095 + 8192, 8192),
+    # 16) + 1 = 513 -> 7,801 / (512 + 513) = 7.61x. (With the old 2,048 fallback the sliding
+    # group needed cdiv(6143, 16) + 1 = 385 blocks: 7,801 / 897 = 8.70x, the over-count.)
+    result = CliRunner().invoke(
+        plan,
+        [
+            *("--model", "google/gemma-2-9b", "--kv-cache-memory", "20GiB"),
+            *("--max-model-len", "8192", "--engine-version", "0.32.0", "--json"),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["num_blocks"] == 7801
+    assert round(doc["max_concurrency"], 2) == 7.61

@@ -130,8 +130,11 @@ def test_versions() -> None:
     with pytest.raises(ConfigError, match="engine_version"):
         parse_version("latest")
     assert vllm_behaviour("0.6.3").token_line == "v0"
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to "1" in the vllm 0.20.0, 0.20.2 and
+    # 0.21.0 wheels' envs.py, "0" in 0.19.0's (issue 29; vLLM's log says "since v0.21.0")
     assert vllm_behaviour("0.21.0").subtracts_cudagraphs
-    assert not vllm_behaviour("0.20.1").subtracts_cudagraphs
+    assert vllm_behaviour("0.20.0").subtracts_cudagraphs
+    assert not vllm_behaviour("0.19.1").subtracts_cudagraphs
 
 
 def test_sglang_defaults_by_era() -> None:

@@ -60,3 +60,19 @@ def test_ngram_adds_no_kv_and_other_methods_are_refused() -> None:
         _plan(speculative_config='{"method": "eagle3", "model": "x"}')
     with pytest.raises(ConfigError, match=r"^speculative_config: .* is not JSON"):
         _plan(speculative_config="{model: x}")
+
+
+def test_vllm_0_33_prices_the_draft_in_the_same_pool() -> None:
+    # vLLM 0.33.0 (PyPI wheel) tags draft specs is_draft=True, a field excluded from equality
+    # (v1/kv_cache_interface.py) and read by v1/core/kv_cache_planning.py only to mark EAGLE
+    # block-drop groups: the draft's layers share each block as in 0.19 (2,621,440 B a block)
+    spec = _plan(speculative_config=DRAFT, engine_version="0.33.0")
+    assert spec.engine_version == "0.33.0"
+    assert spec.num_blocks == 10 * 2**30 // 2_621_440 == 4096
+    assert any("kv_cache_planning.py" in note for note in spec.notes)
+
+
+def test_newer_than_modelled_says_which_rules_apply() -> None:
+    spec = _plan(engine_version="0.34.0")
+    assert spec.num_blocks == 5120
+    assert any("newer than the newest version kvbudget models (0.33.0)" in n for n in spec.notes)

@@ -91,6 +91,24 @@ def test_every_vllm_dtype_name_is_taken(name: str) -> None:
     assert result.kv_bytes_per_token_per_rank == 32 * 8 * 128 * 2 * width
 
 
+def test_float32_through_the_cli_budgets() -> None:
+    # the CLI's three budgets read the plan's resolved KV dtype ("float32", not a
+    # --kv-cache-dtype name); it used to be refused there. Structural bytes per token:
+    # 32 layers x 2 (K, V) x 8 heads x 128 x 4 B = 262,144
+    import json
+
+    from click.testing import CliRunner
+
+    from kvbudget.cli.plan import plan
+
+    args = ["--model", LLAMA, "--gpu", "H100", "--dtype", "float32", "--max-model-len", "8192"]
+    result = CliRunner().invoke(plan, [*args, "--engine-version", "0.19.0", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["kv_dtype"] == "float32"
+    assert doc["budgets"]["structural"]["bytes_per_token"] == 262_144
+
+
 def test_unknown_dtype_is_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^dtype: 'fp64' is not one of vLLM's --dtype choices"):
         _plan(max_model_len=8192, dtype="fp64")
