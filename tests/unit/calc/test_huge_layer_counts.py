@@ -135,7 +135,7 @@ def test_web_api_model_at_100m_layers() -> None:
         body["raw"]["calc"]["total_bytes"]
         == NUM_FULL * 256 * 16 * ROW + NUM_SLIDING * 32 * 16 * ROW
     )
-    assert peak < 16 * PEAK_LIMIT_BYTES, peak  # the app's own request handling included
+    assert peak < 64 * 1024 * 1024, peak  # the app's own request handling included (< 1 B a layer)
 
 
 def test_layer_count_bound_is_the_model_dimension_bound(tmp_path: Path) -> None:
