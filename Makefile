@@ -14,8 +14,9 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(PIP) install -e '.[gpu-data]'
 
-# also compiles the simulator's hot modules with mypyc into ~/.cache/kvbudget/mypyc (cached by
-# the sources' hash; no C compiler: skipped, the simulator stays pure Python; docs/simulator.md)
+# the editable install compiles the simulator's hot modules with mypyc into ~/.cache/kvbudget/mypyc
+# (the build backend, setup.py; cached by the sources' hash; no C compiler: pure Python);
+# build_mypyc.py then checks that build (and fails on a failed compile; docs/simulator.md)
 install-test: $(BIN)/python
 	$(PIP) install -e '.[test,gpu-data]'
 	$(BIN)/python scripts/build_mypyc.py
@@ -24,8 +25,8 @@ demo: install
 	$(BIN)/kvbudget accept examples/acceptance-demo.yaml --out reports/demo
 
 lint: install-test
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts build_support setup.py
+	$(BIN)/ruff format --check src tests bench scripts build_support setup.py
 
 typecheck: install-test
 	$(BIN)/mypy

@@ -16,6 +16,12 @@ Llama-3-8B, so it runs the README's shape (1,024 / 128 tokens, Poisson 8 req/s, 
 that replica's saturation); kvbudget also runs Vidur's request count on its own workload, and
 the ratio is requests per CPU second at that same count.
 
+Both simulator builds run in the same benchmark run (``--builds``, default ``compiled,pure``):
+``compiled`` is the mypyc build the install made (a wheel's own, or the user cache's of an
+editable install; a run that finds none is reported as not run, never as pure figures under the
+compiled name) and ``pure`` the same process with ``KVBUDGET_PURE_PYTHON=1``. Each row says
+which build ran; the ratio to Vidur and the compiled-over-pure speed-up are given per build.
+
 Run: ``.venv/bin/python bench/sim_scale.py --sizes 100000,1000000 --vidur-requests 100000
 --out bench/results/sim_scale.json``; ``scripts/render_benchmarks.py`` renders the table in
 docs/benchmarks.md. Figures are measurements of simulator speed and memory on the host named in
@@ -95,8 +101,20 @@ def compile_bytecode(src: Path) -> str:
     return "compiled before the runs (python -m compileall src/kvbudget)"
 
 
-def run_kvbudget(n: int, *, records: bool = False) -> dict[str, Any]:
-    """One whole ``kvbudget sim`` process; its own measures."""
+#: the simulator builds a run can measure, and the environment each one runs with
+BUILDS = ("compiled", "pure")
+PURE_ENV = "KVBUDGET_PURE_PYTHON"
+
+
+def build_env(build: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
+    if build == "pure":
+        env[PURE_ENV] = "1"
+    return env
+
+
+def run_kvbudget(n: int, *, build: str = "compiled", records: bool = False) -> dict[str, Any]:
+    """One whole ``kvbudget sim`` process on ``build``; its own measures."""
     cmd = [
         sys.executable, "-m", "kvbudget", "sim", "--model", "meta-llama/Llama-3.1-8B",
         "--gpu", "H100-SXM", "--input-tokens", "1024", "--output-tokens", "128",
@@ -106,9 +124,10 @@ def run_kvbudget(n: int, *, records: bool = False) -> dict[str, Any]:
     if records:
         cmd += ["--records-out", str(records_path)]
     load_before = os.getloadavg()
-    r = run_child(cmd, timeout_s=4 * 3600)
+    r = run_child(cmd, env=build_env(build), timeout_s=4 * 3600)
     row: dict[str, Any] = {
         "requests": n,
+        "build": build,
         "records_out": records,
         # the host's 1-minute load average before and after this process (shared host)
         "loadavg_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
@@ -120,6 +139,9 @@ def run_kvbudget(n: int, *, records: bool = False) -> dict[str, Any]:
         row["records_bytes"] = records_path.stat().st_size
         records_path.unlink()
     summary = json.loads(r["stdout"])
+    if build == "compiled" and not summary["simulator_build"].startswith("compiled with mypyc"):
+        row.update(ran=False, reason=f"no compiled build ran: {summary['simulator_build']}")
+        return row
     cpu, wall = r["cpu_s"], r["wall_s"]
     row.update(
         ran=True,
@@ -189,10 +211,16 @@ def vidur_block(python: str, n: int) -> dict[str, Any]:
     return block
 
 
-def rss_flatness(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Peak RSS growth per added request between the smallest and largest plain run (0: flat)."""
+def rss_flatness(runs: list[dict[str, Any]], build: str) -> dict[str, Any] | None:
+    """Peak RSS growth per added request between the smallest and largest plain run of
+    ``build`` (0: flat)."""
     plain = sorted(
-        (r for r in runs if r.get("ran") and not r["records_out"]), key=lambda r: r["requests"]
+        (
+            r
+            for r in runs
+            if r.get("ran") and not r["records_out"] and r.get("build", build) == build
+        ),
+        key=lambda r: r["requests"],
     )
     if len(plain) < 2 or plain[0]["requests"] == plain[-1]["requests"]:
         return None
@@ -207,6 +235,38 @@ def rss_flatness(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def plain_run(runs: list[dict[str, Any]], n: int, build: str) -> dict[str, Any] | None:
+    """The run of ``build`` at ``n`` requests without ``--records-out``, when it ran."""
+    return next(
+        (
+            r
+            for r in runs
+            if r["requests"] == n
+            and not r["records_out"]
+            and r.get("build") == build
+            and r.get("ran")
+        ),
+        None,
+    )
+
+
+def speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Compiled over pure requests per CPU (and wall) second at each size both ran."""
+    out = []
+    for n in sorted({r["requests"] for r in runs}):
+        compiled, pure = plain_run(runs, n, "compiled"), plain_run(runs, n, "pure")
+        if compiled is None or pure is None:
+            continue
+        out.append(
+            {
+                "requests": n,
+                "cpu": round(compiled["requests_per_cpu_s"] / pure["requests_per_cpu_s"], 2),
+                "wall": round(compiled["requests_per_wall_s"] / pure["requests_per_wall_s"], 2),
+            }
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000,1000000")
@@ -219,8 +279,18 @@ def main() -> None:
         help="run Vidur alongside kvbudget's runs (the method before 2026-12-01 22:55 UTC); by "
         "default it runs first, alone, so neither side's CPU time moves with the other's load",
     )
+    ap.add_argument(
+        "--builds",
+        default=",".join(BUILDS),
+        help="simulator builds to run at each size, in order: compiled (the install's mypyc "
+        "build), pure (KVBUDGET_PURE_PYTHON=1); the records run and the memory flatness use the "
+        "first",
+    )
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
+    builds = [b for b in opts.builds.split(",") if b]
+    if not builds or set(builds) - set(BUILDS):
+        ap.error(f"--builds {opts.builds!r}: use a comma-separated list of {', '.join(BUILDS)}")
     root = Path(__file__).resolve().parents[1]
     commit = tree_commit(root)
     out: dict[str, Any] = {
@@ -247,28 +317,35 @@ def main() -> None:
         out["vidur_schedule"] = "before kvbudget's runs, alone"
         thread.run()  # in this thread: Vidur's runs end before kvbudget's begin
     sizes = sorted({int(x) for x in opts.sizes.split(",")} | {opts.vidur_requests})
+    out["builds"] = builds
     for n in sizes:
-        row = run_kvbudget(n)
-        out["runs"].append(row)
-        print(json.dumps(row), flush=True)
+        for build in builds:
+            row = run_kvbudget(n, build=build)
+            out["runs"].append(row)
+            print(json.dumps(row), flush=True)
     if opts.records_size:
-        row = run_kvbudget(opts.records_size, records=True)
+        row = run_kvbudget(opts.records_size, build=builds[0], records=True)
         out["runs"].append(row)
         print(json.dumps(row), flush=True)
-    out["rss_flatness"] = rss_flatness(out["runs"])
+    out["rss_flatness"] = rss_flatness(out["runs"], builds[0])
+    out["compiled_over_pure"] = speedups(out["runs"])
     if opts.concurrent_vidur:
         thread.join()
-    ours = next(
-        (r for r in out["runs"] if r["requests"] == opts.vidur_requests and not r["records_out"]),
-        None,
-    )
-    if "requests_per_cpu_s" in vidur and ours is not None and ours.get("ran"):
-        vidur["ratio_kvbudget_over_vidur_cpu"] = round(
-            ours["requests_per_cpu_s"] / vidur["requests_per_cpu_s"], 1
-        )
-        vidur["ratio_kvbudget_over_vidur_wall"] = round(
-            ours["requests_per_wall_s"] / vidur["requests_per_wall_s"], 1
-        )
+    if "requests_per_cpu_s" in vidur:
+        vidur["ratios_by_build"] = {}
+        for build in builds:
+            ours = plain_run(out["runs"], opts.vidur_requests, build)
+            if ours is None:
+                continue
+            ratio = {
+                "cpu": round(ours["requests_per_cpu_s"] / vidur["requests_per_cpu_s"], 1),
+                "wall": round(ours["requests_per_wall_s"] / vidur["requests_per_wall_s"], 1),
+            }
+            vidur["ratios_by_build"][build] = ratio
+            if build == builds[0]:  # the headline figure: the first build (compiled by default)
+                vidur["ratio_kvbudget_over_vidur_cpu"] = ratio["cpu"]
+                vidur["ratio_kvbudget_over_vidur_wall"] = ratio["wall"]
+                vidur["ratio_build"] = build
     out["vidur"] = vidur
     out["loadavg_at_end"] = os.getloadavg()
     print(json.dumps(vidur), flush=True)

@@ -111,7 +111,7 @@ phase system bash -c 'bash scripts/ensure-chromium.sh && bash scripts/ensure-pro
 typecheck_start=$(date +%s)
 "$BIN/mypy" >"$LOGS/typecheck.out" 2>&1 &
 typecheck_pid=$!
-phase lint bash -c "$BIN/ruff check src tests bench scripts && $BIN/ruff format --check src tests bench scripts"
+phase lint bash -c "$BIN/ruff check src tests bench scripts build_support setup.py && $BIN/ruff format --check src tests bench scripts build_support setup.py"
 phase layers "$BIN/lint-imports"
 phase deadcode bash scripts/deadcode.sh
 wait "$typecheck_pid"

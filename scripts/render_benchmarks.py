@@ -179,17 +179,23 @@ def sim_scale(name: str) -> str:
         f"{w['arrivals']}. Simulator build: {_sim_builds(data['runs'])}. "
         f"Raw result: [`bench/results/{name}`](../bench/results/{name}).",
         "",
-        "| requests | records written | CPU s | wall s | requests / CPU s | requests / wall s | "
-        "peak RSS (MB) | simulated s | TTFT p50 ms (simulated) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    # files from before both builds ran in one run have no build column
+    by_build = any("build" in r for r in data["runs"])
+    build_head, build_align = ("build | ", "---|") if by_build else ("", "")
+    out += [
+        f"| requests | {build_head}records written | CPU s | wall s | requests / CPU s | "
+        "requests / wall s | peak RSS (MB) | simulated s | TTFT p50 ms (simulated) |",
+        f"|---:|{build_align}---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["runs"]:
+        build = f"{r.get('build', '?')} | " if by_build else ""
         if not r.get("ran"):
-            out.append(f"| {r['requests']:,} | did not run: {r.get('reason', '?')} |||||||")
+            out.append(f"| {r['requests']:,} | {build}did not run: {r.get('reason', '?')} |||||||")
             continue
         rec = f"yes ({r['records_bytes'] / 1e6:,.0f} MB)" if r.get("records_out") else "no"
         out.append(
-            f"| {r['requests']:,} | {rec} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
+            f"| {r['requests']:,} | {build}{rec} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
             f"{r['requests_per_cpu_s']:,} | {r['requests_per_wall_s']:,} | "
             f"{r['peak_rss_bytes'] / 1e6:,.0f} | {r['simulated_s']:,.0f} | "
             f"{r['ttft_p50_s'] * 1e3:.1f} |"
@@ -197,10 +203,22 @@ def sim_scale(name: str) -> str:
     flat = data.get("rss_flatness")
     if flat:
         out.append("")
+        of_build = f" ({data['builds'][0]} build)" if by_build else ""
         out.append(
-            f"Memory flatness: peak RSS grows {flat['peak_rss_growth_bytes_per_request']:,} bytes "
+            f"Memory flatness{of_build}: peak RSS grows "
+            f"{flat['peak_rss_growth_bytes_per_request']:,} bytes "
             f"per request from {flat['from_requests']:,} to {flat['to_requests']:,} requests "
             "(0 is flat)."
+        )
+    speedups = data.get("compiled_over_pure")
+    if speedups:
+        out.append("")
+        out.append(
+            "Compiled (mypyc) over pure Python in this run, requests per CPU second: "
+            + ", ".join(f"**{s['cpu']}x** at {s['requests']:,}" for s in speedups)
+            + " (per wall second: "
+            + ", ".join(f"{s['wall']}x" for s in speedups)
+            + ")."
         )
     v = data.get("vidur", {})
     out.append("")
@@ -221,15 +239,30 @@ def sim_scale(name: str) -> str:
             f"{run['peak_rss_bytes'] / 1e6:,.0f} MB; less its start-up (10 requests: "
             f"{start['cpu_s']:.1f} CPU s / {start['wall_s']:.1f} wall s): "
             f"{v['requests_per_cpu_s']:,} requests / CPU s, {v['requests_per_wall_s']:,} / wall s"
-            f"{trained}. kvbudget over Vidur at {run['requests']:,} requests: "
-            f"**{v['ratio_kvbudget_over_vidur_cpu']}x** per CPU second "
-            f"({v['ratio_kvbudget_over_vidur_wall']}x per wall second; kvbudget's figure "
-            "includes its own start-up)."
+            f"{trained}. kvbudget over Vidur at {run['requests']:,} requests: " + _vidur_ratios(v)
         )
     else:
         reason = v.get("run", v.get("startup", {})).get("reason", "see the raw file")
         out.append(f"Vidur did not run in this file: {reason}.")
     return "\n".join(out)
+
+
+def _vidur_ratios(v: dict[str, Any]) -> str:
+    """kvbudget over Vidur: one ratio (older files), or one per simulator build."""
+    by_build = v.get("ratios_by_build")
+    if by_build is None:
+        return (
+            f"**{v['ratio_kvbudget_over_vidur_cpu']}x** per CPU second "
+            f"({v['ratio_kvbudget_over_vidur_wall']}x per wall second; kvbudget's figure "
+            "includes its own start-up)."
+        )
+    if not by_build:
+        return "no kvbudget run at that count ran."
+    parts = [
+        f"**{r['cpu']}x** per CPU second ({r['wall']}x per wall second) on the {build} build"
+        for build, r in by_build.items()
+    ]
+    return "; ".join(parts) + " (kvbudget's figures include its own start-up)."
 
 
 def _rows_by(name: str) -> dict[tuple[str, int], dict[str, Any]]:

@@ -32,7 +32,8 @@ import numpy as np
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.accept.tier_checks import TierMeter
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
-from kvbudget.records import MetricSample, RequestRecord, derive_latencies
+from kvbudget.records import MetricSample, RequestRecord
+from kvbudget.records.simulated import simulated_record
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.driver import DriveOptions, Driver
 from kvbudget.sim.replica import Replica, ReplicaSetup
@@ -178,42 +179,30 @@ class SimTarget:
         assert cell is not None
         base = cell.base_s
         planned = cell.planned[req.request_id]
-        cancelled = req.status == "aborted"
         sent = req.spec.arrival_s - base
-        first = None if req.first_token_s is None else req.first_token_s - base
-        done = (req.finish_s if req.finish_s is not None else base) - base
-        ttft, tpot, e2e = derive_latencies(
-            sent_s=sent, first_token_s=first, done_s=done, output_tokens=req.num_output_tokens
-        )
         times = rep.token_times.pop(req.request_id, []) if rep.token_times is not None else []
         queue_s = None
         if req.first_scheduled_s is not None:
             queue_s = max(0.0, req.first_scheduled_s - req.spec.arrival_s)
         cell.records.append(
-            RequestRecord(
-                request_id=req.request_id,
-                source="simulated",
-                status="cancelled" if cancelled else "ok",
-                error_kind="cancelled" if cancelled else None,
+            simulated_record(
+                req.request_id,
+                "aborted" if req.status == "aborted" else "finished",
+                finish_reason=req.finish_reason,
                 cell_id=cell.cell_id,
                 tenant=planned.tenant,
                 replica=rep.name if self.router is not None else None,
                 warmup=cell.warmup,
-                finish_reason="abort" if cancelled else req.finish_reason,
                 scheduled_s=planned.arrival_s,
                 sent_s=sent,
-                first_token_s=first,
-                done_s=done,
+                first_token_s=None if req.first_token_s is None else req.first_token_s - base,
+                done_s=(req.finish_s if req.finish_s is not None else base) - base,
                 token_times_s=[round(t - base, 6) for t in times],
                 prompt_tokens=req.num_prompt_tokens,
                 output_tokens=req.num_output_tokens,
                 cached_tokens=req.num_cached_tokens,
-                token_count_source="simulated",
                 preemptions=req.num_preemptions,
                 queue_s=queue_s,
-                ttft_s=ttft,
-                tpot_s=tpot,
-                e2e_s=e2e,
                 prompt_sha256=(
                     _prompt_sha256(req.spec.prompt_token_ids) if self._hash_prompts else None
                 ),
@@ -228,12 +217,10 @@ class SimTarget:
         now = req.arrival_s - cell.base_s
         planned = cell.planned[req.request_id]
         cell.records.append(
-            RequestRecord(
-                request_id=req.request_id,
-                source="simulated",
-                status="error",
-                error_kind="other",
-                error_excerpt=message[:200],
+            simulated_record(
+                req.request_id,
+                "error",
+                error=message,
                 cell_id=cell.cell_id,
                 tenant=planned.tenant,
                 replica=rep.name if self.router is not None else None,
@@ -242,7 +229,6 @@ class SimTarget:
                 sent_s=now,
                 done_s=now,
                 prompt_tokens=req.num_prompt_tokens,
-                token_count_source="simulated",
             )
         )
 

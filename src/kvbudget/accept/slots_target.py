@@ -33,6 +33,7 @@ import numpy as np
 
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.calibrate.predict import CLIENT_STAGGER_S, slot_config
+from kvbudget.engine_name import is_engine
 from kvbudget.records import MetricSample, RequestRecord
 from kvbudget.sim.slots import SlotEngine
 from kvbudget.sim.slots_records import run_planned
@@ -46,8 +47,7 @@ _FILLER_STRIDE = 2**24
 
 def is_llamacpp_profile(profile: CalibrationProfile) -> bool:
     """A profile measured on llama.cpp (``kvbudget calibrate`` writes ``engine = "llama.cpp <ver>"``)."""
-    name = profile.engine.strip().lower()
-    return name.startswith(("llama.cpp", "llamacpp", "llama-server"))
+    return is_engine(profile.engine, "llamacpp")
 
 
 def engine_behaviour(profile: CalibrationProfile) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from kvbudget.engine_name import REPORTED
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import server_identity
@@ -32,7 +33,7 @@ VLLM_POOL_FIELDS = ("num_gpu_blocks", "block_size", "enable_prefix_caching")
 class EngineInfo:
     """Engine facts that the calibration series and the slot simulator need."""
 
-    engine: str  # "llama.cpp", "vllm", "sglang" or "unknown"
+    engine: str  # as reported: "llama.cpp", "vllm", "sglang", "kvbudget-serve ..." or "unknown"
     version: str
     model_id: str
     num_slots: int | None = None
@@ -70,7 +71,7 @@ async def discover(client: OpenAIClient, model: str, metrics_url: str | None = N
         n_ctx = int(gen.get("n_ctx") or 0) or None
         slots = int(props["total_slots"])
         info = EngineInfo(
-            engine="llama.cpp",
+            engine=REPORTED["llamacpp"],
             version=str(props.get("build_info") or "unknown"),
             model_id=model,
             num_slots=slots,

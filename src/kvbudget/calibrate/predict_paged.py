@@ -24,6 +24,7 @@ from kvbudget.calibrate.predict import (
     cell_warnings,
     figures,
 )
+from kvbudget.engine_name import is_engine
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore
 from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile
@@ -36,7 +37,7 @@ DEFAULT_MAX_NUM_SEQS = 128
 
 def is_paged_profile(profile: CalibrationProfile) -> bool:
     """Whether a profile was measured on vLLM (predict on the paged engine)."""
-    return profile.engine.lower().startswith("vllm")
+    return is_engine(profile.engine, "vllm")
 
 
 def _int(value: object, default: int) -> int:

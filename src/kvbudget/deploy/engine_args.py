@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.engine_name import EngineName, engine_of
 from kvbudget.errors import ConfigError
 
-ENGINES = ("vllm", "sglang", "llamacpp")
-HEALTH_PATH = {"vllm": "/health", "sglang": "/health", "llamacpp": "/health"}
+HEALTH_PATH: dict[EngineName, str] = {"vllm": "/health", "sglang": "/health", "llamacpp": "/health"}
 DEFAULT_PORT = 8000
 #: first vLLM version whose arg_utils.py was read to have --shutdown-timeout (0 aborts, >0 waits)
 SHUTDOWN_TIMEOUT_SINCE = (0, 32)
@@ -40,7 +40,7 @@ _GIB = 1024**3
 
 @dataclass(frozen=True, slots=True)
 class EngineCommand:
-    engine: str
+    engine: EngineName
     argv: tuple[str, ...]
     health_path: str
     port: int
@@ -67,10 +67,9 @@ def _locked_flags(
     return argv
 
 
-def engine_name(lock: ObjectLock) -> str:
-    raw = str(lock.engine.name.value or "vllm").lower().replace(".", "").replace("-", "")
-    name = {"llamacpp": "llamacpp", "llamaserver": "llamacpp"}.get(raw, raw)
-    if name not in ENGINES:
+def engine_name(lock: ObjectLock) -> EngineName:
+    name = engine_of(str(lock.engine.name.value or "vllm"))
+    if name is None:
         raise ConfigError(
             f"lock.engine.name: kvbudget deploy renders vllm, sglang or llamacpp "
             f"(got {lock.engine.name.value!r}); fix the engine name",

@@ -1,16 +1,20 @@
 """The simulator's optional mypyc-compiled build: found, checked against the sources, or not used.
 
-``scripts/build_mypyc.py`` (run by ``make install-test``) compiles :data:`COMPILED` with mypyc
-into the user cache, ``~/.cache/kvbudget/mypyc/<key>/<build>/``, never into the source tree:
+The build backend (``setup.py``, ``build_support/mypyc_build.py``) compiles :data:`COMPILED` with
+mypyc when the host has a C compiler, into one of two places:
 
-- ``<key>`` hashes the compiled modules' sources and the Python ABI; ``<build>`` adds every
-  kvbudget source file mypyc read (the compiled modules' import closure) and mypy's version.
-- ``manifest.json`` in each build lists those files with their SHA-256.
+- a wheel (``pip install .``): inside the package, ``kvbudget/sim/_mypyc/`` (:data:`SHIPPED`);
+- an editable install (``pip install -e .``) and ``scripts/build_mypyc.py`` (``make install-test``):
+  the user cache, ``~/.cache/kvbudget/mypyc/<key>/<build>/``, never the source tree. ``<key>``
+  hashes the compiled modules' sources and the Python ABI; ``<build>`` adds every kvbudget
+  source file mypyc read (the compiled modules' import closure) and mypy's version.
 
-At import, :func:`activate` (called by ``kvbudget/sim/__init__.py``) uses a build only when
-every file in its manifest still hashes the same: an edited source, a new Python or a missing
-build gives the pure-Python modules, silently correct. ``KVBUDGET_PURE_PYTHON=1`` forces them.
-:func:`build_label` says which build ran; ``kvbudget sim --json`` records it.
+``manifest.json`` in each build lists those files with their SHA-256. At import,
+:func:`activate` (called by ``kvbudget/sim/__init__.py``) uses a build only when every file in
+its manifest still hashes the same, the package's own build first: an edited source, another
+Python or a missing build gives the pure-Python modules, silently correct.
+``KVBUDGET_PURE_PYTHON=1`` forces them. :func:`build_label` says which build ran;
+``kvbudget sim --json`` records it.
 
 This module is plain Python (stdlib only): it is never compiled itself.
 """
@@ -58,6 +62,8 @@ PURE_ENV = "KVBUDGET_PURE_PYTHON"
 MANIFEST = "manifest.json"
 #: bumped when the layout of a build directory changes
 LAYOUT = "1"
+#: where a wheel carries its build, beside this module (a directory, not a package)
+SHIPPED = "_mypyc"
 
 _SRC_ROOT = Path(__file__).resolve().parents[2]  # the directory holding kvbudget/
 _state: dict[str, str] = {"status": "pure Python (not activated)"}
@@ -90,11 +96,23 @@ def source_key(src_root: Path = _SRC_ROOT, modules: tuple[str, ...] = COMPILED) 
     return h.hexdigest()[:24]
 
 
-def _valid(build: Path, src_root: Path, modules: tuple[str, ...]) -> dict[str, object] | None:
+def _abi_matches(built: str, *, exact: bool) -> bool:
+    """The build's interpreter is this one: the whole tag (the cache), or only the extension
+    suffix (a wheel: its tag already chose the interpreter, any patch release of it)."""
+    if exact:
+        return built == abi_tag()
+    return built.split(":", 1)[0] == abi_tag().split(":", 1)[0]
+
+
+def _valid(
+    build: Path, src_root: Path, modules: tuple[str, ...], *, exact_abi: bool = True
+) -> dict[str, object] | None:
     """The build's manifest when it is complete and every file it read still hashes the same."""
     try:
         manifest = json.loads((build / MANIFEST).read_text())
-        if tuple(manifest["modules"]) != modules or manifest["abi"] != abi_tag():
+        if tuple(manifest["modules"]) != modules:
+            return None
+        if not _abi_matches(str(manifest["abi"]), exact=exact_abi):
             return None
         for rel, digest in manifest["files"].items():
             if file_digest(src_root / rel) != digest:
@@ -107,10 +125,23 @@ def _valid(build: Path, src_root: Path, modules: tuple[str, ...]) -> dict[str, o
     return dict(manifest)
 
 
+def shipped_build(
+    src_root: Path = _SRC_ROOT, modules: tuple[str, ...] = COMPILED
+) -> tuple[Path, dict[str, object]] | None:
+    """The build an installed wheel carries (``kvbudget/sim/_mypyc``), when it matches."""
+    build = module_path(src_root, "native").parent / SHIPPED
+    manifest = _valid(build, src_root, modules, exact_abi=False)
+    return None if manifest is None else (build, manifest)
+
+
 def find_build(
     src_root: Path = _SRC_ROOT, modules: tuple[str, ...] = COMPILED
 ) -> tuple[Path, dict[str, object]] | None:
-    """A compiled build that matches the current sources, or ``None``."""
+    """A compiled build that matches the current sources, or ``None``: the package's own
+    build first, then the user cache's."""
+    shipped = shipped_build(src_root, modules)
+    if shipped is not None:
+        return shipped
     try:
         key_dir = cache_root() / source_key(src_root, modules)
         candidates = sorted(p for p in key_dir.iterdir() if p.is_dir())
@@ -157,6 +188,7 @@ def activate(package_path: list[str]) -> None:
     _state["status"] = "ok"
     _state["mypyc"] = str(manifest["mypyc_version"])
     _state["dir"] = str(build)
+    _state["origin"] = "built into the package" if build.name == SHIPPED else "from the user cache"
 
 
 def compiled_modules() -> list[str]:
@@ -173,7 +205,8 @@ def compiled_modules() -> list[str]:
 
 
 def build_label() -> str:
-    """Which build of the simulator ran: ``compiled with mypyc X.Y (N modules)`` or pure."""
+    """Which build of the simulator ran: ``compiled with mypyc X.Y (N of M modules: ...; built
+    into the package)`` (a wheel's) or ``...; from the user cache)``, or ``pure Python (why)``."""
     if _state["status"] != "ok":
         return _state["status"]
     done = compiled_modules()
@@ -181,4 +214,7 @@ def build_label() -> str:
         return "pure Python (no compiled module in use)"
     names = ", ".join(n.rsplit(".", 1)[1] for n in done)
     total = len(COMPILED)
-    return f"compiled with mypyc {_state['mypyc']} ({len(done)} of {total} modules: {names})"
+    where = _state["origin"]
+    return (
+        f"compiled with mypyc {_state['mypyc']} ({len(done)} of {total} modules: {names}; {where})"
+    )

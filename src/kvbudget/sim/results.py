@@ -20,7 +20,8 @@ from kvbudget.metrics.percentile_set import (
     latency_fields,
 )
 from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
-from kvbudget.records.request import RequestRecord, derive_latencies
+from kvbudget.records.request import RequestRecord
+from kvbudget.records.simulated import ABORT_FINISH_REASON, simulated_record
 from kvbudget.sim.engine import EngineStats
 from kvbudget.sim.replica import KVSample
 from kvbudget.sim.request import SimRequest
@@ -130,21 +131,13 @@ class RequestResult:
         )
 
     def to_record(self) -> RequestRecord:
-        ttft, tpot, e2e = derive_latencies(
-            sent_s=self.arrival_s,
-            first_token_s=self.first_token_s,
-            done_s=self.finish_s,
-            output_tokens=self.output_tokens,
-        )
-        ok = self.finished
-        cancelled = self.status == "cancelled"
-        return RequestRecord(
-            request_id=self.request_id,
-            source="simulated",
-            status="ok" if ok else "cancelled" if cancelled else "error",
-            error_kind=None if ok else "cancelled" if cancelled else "other",
-            error_excerpt=None if ok or cancelled else self.reason,
-            finish_reason=self.reason if ok else None,
+        # a client's cancel ("cancelled") and the driver's abort ("abort") are both vLLM's abort
+        aborted = self.status == "cancelled" or self.reason == ABORT_FINISH_REASON
+        return simulated_record(
+            self.request_id,
+            "finished" if self.finished else "aborted" if aborted else "error",
+            finish_reason=self.reason,
+            error=self.reason,
             cell_id=self.cell_id,
             tenant=self.tenant,
             replica=self.replica,
@@ -156,18 +149,14 @@ class RequestResult:
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens,
             cached_tokens=self.cached_tokens,
-            cached_tokens_by_tier=dict(self.cached_tokens_by_tier),
-            token_count_source="simulated",
+            cached_tokens_by_tier=self.cached_tokens_by_tier,
             preemptions=self.preemptions,
             queue_s=(
                 self.first_scheduled_s - self.arrival_s
                 if self.first_scheduled_s is not None
                 else None
             ),
-            ttft_s=ttft,
-            tpot_s=tpot,
-            e2e_s=e2e,
-            token_times_s=list(self.token_times_s),
+            token_times_s=self.token_times_s,
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvbudget.records import RequestRecord
-from kvbudget.records.request import derive_latencies
+from kvbudget.records.simulated import simulated_record
 from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotStats, run_slots
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
@@ -40,41 +40,28 @@ def run_planned(
         engine=engine,
         start_s=start_s,
     )
-    records: list[RequestRecord] = []
-    for plan, res in zip(planned, results, strict=True):
-        ttft, tpot, e2e = derive_latencies(
+    records = [
+        simulated_record(
+            res.request_id,
+            "finished" if res.status == "ok" else "error",
+            # llama.cpp stops a request at its n_predict (or its slot's context): "length"
+            finish_reason="length",
+            error=res.error,
+            http_status=400,  # llama.cpp's answer to a prompt that fits no slot
+            cell_id=plan.cell_id,
+            tenant=plan.tenant,
+            replica=replica,
+            session_id=plan.session_id,
+            scheduled_s=plan.arrival_s,
             sent_s=res.arrival_s,
             first_token_s=res.first_token_s,
             done_s=res.done_s,
+            token_times_s=res.token_times_s,
+            prompt_tokens=res.prompt_tokens,
             output_tokens=res.output_tokens,
+            cached_tokens=res.cached_tokens,
+            queue_s=None if res.start_s is None else res.start_s - res.arrival_s,
         )
-        ok = res.status == "ok"
-        records.append(
-            RequestRecord(
-                request_id=res.request_id,
-                source="simulated",
-                status="ok" if ok else "error",
-                cell_id=plan.cell_id,
-                tenant=plan.tenant,
-                replica=replica,
-                session_id=plan.session_id,
-                error_kind=None if ok else "http_status",
-                http_status=None if ok else 400,
-                error_excerpt=res.error,
-                finish_reason="length" if ok else None,
-                scheduled_s=plan.arrival_s,
-                sent_s=res.arrival_s,
-                first_token_s=res.first_token_s,
-                done_s=res.done_s,
-                token_times_s=list(res.token_times_s),
-                prompt_tokens=res.prompt_tokens,
-                output_tokens=res.output_tokens,
-                cached_tokens=res.cached_tokens,
-                token_count_source="simulated",
-                queue_s=None if res.start_s is None else res.start_s - res.arrival_s,
-                ttft_s=ttft,
-                tpot_s=tpot,
-                e2e_s=e2e,
-            )
-        )
+        for plan, res in zip(planned, results, strict=True)
+    ]
     return records, stats

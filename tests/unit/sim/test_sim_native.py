@@ -38,8 +38,9 @@ def _fake_tree(root: Path) -> Path:
     return root / "src"
 
 
-def _fake_build(src: Path, modules: tuple[str, ...]) -> Path:
-    build = native.cache_root() / native.source_key(src, modules) / "b0"
+def _fake_build(src: Path, modules: tuple[str, ...], build: Path | None = None) -> Path:
+    """A made-up build in the user cache, or at ``build`` (a wheel's ``kvbudget/sim/_mypyc``)."""
+    build = build or native.cache_root() / native.source_key(src, modules) / "b0"
     build.mkdir(parents=True)
     files = ["kvbudget/errors.py", "kvbudget/sim/a.py", "kvbudget/sim/b.py"]
     shims = [f"{m}.so" for m in modules]
@@ -96,6 +97,36 @@ def test_a_manifest_for_another_interpreter_is_no_build(
     assert native.find_build(src, ("a", "b")) is None
     (build / native.MANIFEST).write_text("{not json")
     assert native.find_build(src, ("a", "b")) is None
+
+
+def test_a_wheels_own_build_comes_first_and_is_checked_like_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed wheel carries its build in ``kvbudget/sim/_mypyc``: used before the cache,
+    only while its sources are unchanged, for any patch release of the interpreter it was
+    built for (the wheel's tag chose the interpreter), never for another one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = _fake_tree(tmp_path)
+    modules = ("a", "b")
+    cached = _fake_build(src, modules)
+    shipped = _fake_build(src, modules, src / "kvbudget" / "sim" / native.SHIPPED)
+    found = native.find_build(src, modules)
+    assert found is not None and found[0] == shipped
+
+    manifest = json.loads((shipped / native.MANIFEST).read_text())
+    suffix = native.abi_tag().split(":", 1)[0]
+    other_patch = {**manifest, "abi": f"{suffix}:3.11.99 (another build)"}
+    (shipped / native.MANIFEST).write_text(json.dumps(other_patch))
+    found = native.find_build(src, modules)
+    assert found is not None and found[0] == shipped
+    (shipped / native.MANIFEST).write_text(json.dumps({**manifest, "abi": "cpython-399:3.99"}))
+    found = native.find_build(src, modules)
+    assert found is not None and found[0] == cached  # the cache's, for this exact interpreter
+
+    (shipped / native.MANIFEST).write_text(json.dumps(manifest))
+    dep = src / "kvbudget" / "errors.py"
+    dep.write_text(dep.read_text() + "# edited\n")  # an installed source edited by hand
+    assert native.find_build(src, modules) is None
 
 
 _PROBE = (
