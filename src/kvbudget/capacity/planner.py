@@ -55,6 +55,7 @@ from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
 from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layers import has_indexer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -218,6 +219,11 @@ def mla_backend_block_size(
     """
     hopper = any(name in gpu.device_name.upper() for name in ("H100", "H200", "H800", "H20"))
     has_mla = any(layer.kind == "mla" for layer, _ in model.layer_runs())
+    # DSA (MLA + lightning indexer): the indexer backend takes block 64 only on CUDA (vLLM 0.32
+    # v1/attention/backends/mla/indexer.py lines 284-285, DeepseekV32IndexerBackend) and the
+    # sparse MLA backends multiples of 64 (flashattn_mla_sparse.py line 46): the layout's 64 stays
+    if has_indexer(model.layers):
+        return None
     if version >= PROFILE_RUN_SINCE and hopper and has_mla and kv_dtype != "fp8_ds_mla":
         return 16
     return None

@@ -163,6 +163,24 @@ def mla_page_bytes(layer: MLA, dtype: KvDtype, block_size: int) -> int:
     return block_size * dtype.row_bytes(layer.latent_dim)
 
 
+#: vLLM 0.32 ``model_executor/models/deepseek_v2.py`` ``Indexer.__init__`` (lines 723-736):
+#: ``quant_block_size = 128`` and the key cache is a ``DeepseekV32IndexerCache`` of
+#: ``head_dim = index_head_dim + index_head_dim // quant_block_size * 4`` bytes (``dtype=torch.uint8``:
+#: the fp8 key plus one float32 scale per 128 values), whatever ``--kv-cache-dtype`` says
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_page_bytes(index_head_dim: int, block_size: int) -> int:
+    """One block of a DSA lightning indexer's key cache (DeepSeek-V3.2, GLM-5).
+
+    ``DeepseekV32IndexerCache.get_kv_cache_spec`` (vLLM 0.32 ``deepseek_v2.py`` lines 659-667) is
+    an ``MLAAttentionSpec(num_kv_heads=1, head_size=index_head_dim + index_head_dim // 128 * 4,
+    dtype=uint8)``: ``block_size * head_size`` bytes (one vector, no V), never split by TP
+    (``max_tp_shards=1``). 128 -> 132 bytes per token.
+    """
+    return block_size * (index_head_dim + index_head_dim // INDEXER_QUANT_BLOCK * 4)
+
+
 def mamba_page_bytes(
     layer: StateLayer, state_bytes: int, tp: int, ssm_state_bytes: int | None = None
 ) -> int:
@@ -204,7 +222,8 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
-    refuse_indexer(spec, "vllm")
+    if any(isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()):
+        refuse_indexer(spec, "vllm")  # MiniMax-M3's indexer beside full attention: not read yet
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
     heads_per_rank(1, tp)  # validates tp >= 1
@@ -294,6 +313,8 @@ def _one(
     idx = layer.layer_index
     if isinstance(layer, MLA):
         page = mla_page_bytes(layer, dtype, block)
+        if layer.index_head_dim:  # the layer's indexer cache, in the same (uniform-type) group
+            page += indexer_page_bytes(layer.index_head_dim, block)
         return VllmLayerSpec(idx, "mla", block, page, real_page_size_bytes=page)
     if isinstance(layer, FullAttention):
         page = attention_page_bytes(layer, dtype, tp, block)
