@@ -19,6 +19,12 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``configuration_minimax_m3_vl.py``);
 * ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
   ``index_topk_freq``/``index_skip_topk_offset`` when absent (``configuration_glm_moe_dsa.py``).
+* ``mimo_v2_flash``: ``layer_types`` full on layer 0 and every 6th layer, sliding elsewhere, and
+  ``sliding_window = sliding_window_size + 1`` when the config gives ``sliding_window_size``
+  (``configuration_mimo_v2_flash.py`` ``__post_init__`` lines 111-132); the checkpoint's own
+  ``hybrid_layer_pattern`` (vLLM reads it) and ``swa_*`` sizes must agree with what transformers
+  builds (sliding layers: ``2 x num_key_value_heads`` KV heads of ``head_dim``/``v_head_dim``,
+  ``modeling_mimo_v2_flash.py`` ``MiMoV2FlashAttention`` lines 340-359), else the config is refused.
 
 Each rewrite is returned as a note for the ledger, and the keys it consumed are named so the
 structural-field guard (:mod:`kvbudget.spec.resolve`) counts them as read.
@@ -172,6 +178,59 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
     out.notes.append("indexer_types derived as GlmMoeDsaConfig does (index_topk_freq/offset)")
 
 
+def _mimo_v2_flash(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.update(
+        (
+            "hybrid_layer_pattern",
+            "sliding_window_size",
+            "swa_num_key_value_heads",
+            "swa_head_dim",
+            "swa_v_head_dim",
+            "swa_num_attention_heads",
+            "attention_chunk_size",
+        )
+    )
+    n = cfg.get("num_hidden_layers", 48)
+    if cfg.get("layer_types") is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        cfg["layer_types"] = [
+            "full_attention" if i == 0 or (i + 1) % 6 == 0 else "sliding_attention"
+            for i in range(n)
+        ]
+        out.notes.append("layer_types derived as MiMoV2FlashConfig does (full on 0 and every 6th)")
+        pattern = cfg.get("hybrid_layer_pattern")
+        if pattern is not None:
+            want = [0 if t == "full_attention" else 1 for t in cfg["layer_types"]]
+            if pattern != want:
+                raise SpecError(
+                    f"{prefix}hybrid_layer_pattern: vLLM reads it but transformers derives its "
+                    "own layer_types (full on 0 and every 6th layer), and they differ; add "
+                    "layer_types to the config",
+                    field="hybrid_layer_pattern",
+                )
+    size = cfg.get("sliding_window_size")
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        cfg["sliding_window"] = size + 1
+        out.notes.append(
+            f"sliding_window = sliding_window_size + 1 = {size + 1} (MiMoV2FlashConfig: the "
+            "query attends sliding_window_size previous tokens plus itself)"
+        )
+    kv = cfg.get("num_key_value_heads", 4)
+    checks = (
+        ("swa_num_key_value_heads", 2 * kv if isinstance(kv, int) else None),
+        ("swa_head_dim", cfg.get("head_dim", 192)),
+        ("swa_v_head_dim", cfg.get("v_head_dim", 128)),
+    )
+    for key, want_value in checks:
+        if cfg.get(key) is not None and cfg[key] != want_value:
+            raise SpecError(
+                f"{prefix}{key}: {cfg[key]!r} but transformers' MiMoV2FlashAttention builds "
+                f"{want_value!r} for the sliding layers; kvbudget follows transformers and refuses "
+                "a config where the two differ",
+                field=key,
+            )
+
+
 def _kimi_linear(out: Normalised, prefix: str) -> None:
     cfg = out.config
     linear = cfg.get("linear_attn_config")
@@ -224,4 +283,5 @@ _RULES = {
     "gemma4_unified_text": _gemma4,
     "minimax_m3": _minimax_m3,
     "glm_moe_dsa": _glm_moe_dsa,
+    "mimo_v2_flash": _mimo_v2_flash,
 }

@@ -101,6 +101,9 @@ class Traits:
     #: the config has no per_layer_config (Gemma-4: global_head_dim, num_global_key_value_heads
     #: when attention_k_eq_v; Gemma4TextConfig.__post_init__)
     global_dims: tuple[str, int, str, str] | None = None
+    #: sliding layers cache this many times ``num_key_value_heads`` KV heads (MiMo-V2-Flash: 2,
+    #: ``modeling_mimo_v2_flash.py`` line 341)
+    sliding_kv_factor: int = 1
     #: config key of the indexer's cached key size (one head per token) for INDEXED_TYPES layers
     index_key: str | None = None
     index_default: int = 128
@@ -386,6 +389,9 @@ TRAITS: dict[str, Traits] = {
         note="num_key_value_heads: 8 when absent, num_attention_heads when null",
     ),
     "lfm2_moe": Traits(_t("lfm2_moe"), conv=_SHORTCONV),
+    # MiMo-V2-Flash: full layers num_key_value_heads x (head_dim K + v_head_dim V), sliding layers
+    # twice the KV heads (normalise.py derives layer_types and the window)
+    "mimo_v2_flash": Traits(_t("mimo_v2_flash"), sliding_kv_factor=2),
 }
 
 #: traits for a model_type kvbudget has no row for: llama-style field names, layer_types as given

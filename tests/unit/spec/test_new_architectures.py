@@ -19,6 +19,7 @@ from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs, vllm_layout
+from kvbudget.errors import SpecError
 from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
@@ -247,3 +248,29 @@ def test_kimi_k3_vllm_kda_state_and_mla_hybrid_block() -> None:
     halved = vllm_layer_specs(_spec("moonshotai/Kimi-K3"), mamba_ssm_state_bytes=2)
     small = 3 * KIMI_K3_KDA * 2 + 96 * 128 * 128 * 2
     assert {s.block_size for s in halved.distinct()} == {128 * -(-small // (128 * 1_152))}
+
+
+def test_mimo_v2_flash_full_and_sliding_layers() -> None:
+    """MiMo-V2-Flash (published config): transformers builds full attention on layer 0 and every
+    6th (0, 5, 11, ..., 47: 9 layers) with 4 KV heads, sliding layers (39) with 2 x 4 = 8 KV heads
+    (modeling_mimo_v2_flash.py line 341), K 192 + V 128; at 100 tokens every sliding layer still
+    keeps all 100 (window sliding_window_size + 1 = 129)."""
+    full = 9 * 4 * (192 + 128) * 2 * T  # 2,304,000
+    sliding = 39 * 8 * (192 + 128) * 2 * T  # 19,968,000
+    assert _hf("XiaomiMiMo/MiMo-V2-Flash") == full + sliding == 22_272_000
+    spec = _spec("XiaomiMiMo/MiMo-V2-Flash")
+    assert {getattr(x, "sliding_window", None) for x in spec.layer_seq.distinct()} == {None, 129}
+
+
+def test_mimo_v2_flash_vllm_window_is_sliding_window_size() -> None:
+    """vLLM 0.32 mimo_v2.py lines 298 and 388: the window is sliding_window_size (128)."""
+    specs = vllm_layer_specs(_spec("XiaomiMiMo/MiMo-V2-Flash"), block_size=16)
+    windows = {s.sliding_window for s, _ in specs.runs()}
+    assert windows == {None, 128}
+
+
+def test_mimo_v2_flash_refuses_swa_heads_transformers_does_not_build(tmp_path: Path) -> None:
+    raw = json.loads((MODELS_DIR / "XiaomiMiMo--MiMo-V2-Flash.json").read_text("utf-8"))
+    raw["swa_num_key_value_heads"] = 16
+    with pytest.raises(SpecError, match="swa_num_key_value_heads: 16 but transformers"):
+        resolve_model(_write(tmp_path, raw))

@@ -35,7 +35,7 @@ parallel hybrid layers), never per layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
@@ -52,7 +52,14 @@ from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
 from kvbudget.spec.layer_runs import LayerSeq
-from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, StateLayer, cache_parts
+from kvbudget.spec.layers import (
+    MLA,
+    CacheLayer,
+    FullAttention,
+    SlidingWindow,
+    StateLayer,
+    cache_parts,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -285,8 +292,23 @@ def vllm_layer_specs(
 VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
 
 
+#: model types whose vLLM 0.32 sliding window is one token shorter than transformers': MiMo-V2-Flash
+#: (``vllm/model_executor/models/mimo_v2.py`` lines 298 and 388 take ``sliding_window_size``;
+#: transformers' ``MiMoV2FlashConfig`` attends ``sliding_window_size + 1``, lines 130-132)
+VLLM_WINDOW_MINUS_ONE = frozenset({"mimo_v2_flash"})
+
+
 def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if spec.model_type in VLLM_WINDOW_MINUS_ONE:
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(layer, layer_index=index, sliding_window=layer.sliding_window - 1)
+                if isinstance(layer, SlidingWindow) and layer.sliding_window > 1
+                else replace(layer, layer_index=index)
+            ),
+        )
     if spec.model_type not in VLLM_MLA_AS_ATTENTION:
         return spec.layer_seq
     return LayerSeq.from_runs(
