@@ -392,6 +392,12 @@ TRAITS: dict[str, Traits] = {
     # MiMo-V2-Flash: full layers num_key_value_heads x (head_dim K + v_head_dim V), sliding layers
     # twice the KV heads (normalise.py derives layer_types and the window)
     "mimo_v2_flash": Traits(_t("mimo_v2_flash"), sliding_kv_factor=2),
+    # MiMo-7B: no transformers class; vLLM 0.32 serves it as Qwen2 (model_executor/models/mimo.py
+    # line 57: MiMoModel(Qwen2Model)); its MTP layers are cached only under speculative decoding
+    # (kvbudget.spec.mtp)
+    "mimo": Traits(
+        "vllm/model_executor/models/mimo.py (Qwen2Model)", pattern=Pattern("qwen"), verified=False
+    ),
 }
 
 #: traits for a model_type kvbudget has no row for: llama-style field names, layer_types as given
