@@ -476,3 +476,45 @@ def vllm_layout(
         notes=tuple(notes),
         padding=padding,
     )
+
+
+#: rules of the vllm layout worked from vLLM 0.32.0's source where no recorded CPU pool checks
+#: them (docs/architectures.md renders this table): family -> (rule, source lines, the test that
+#: works the numbers by hand from that source)
+VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
+    "deepseek_v32, glm_moe_dsa": (
+        "MLA latent page + the lightning indexer's key page (block x (index_head_dim + "
+        "index_head_dim / 128 x 4) bytes, uint8, whatever --kv-cache-dtype) on every layer that "
+        "builds an indexer; all layers in ONE UniformType group whose page is the sum; block 64",
+        "model_executor/models/deepseek_v2.py 659-667, 723-736, 1144-1168; "
+        "v1/kv_cache_interface.py 698, 1225-1265; v1/core/kv_cache_utils.py 1520-1551, 2189-2193; "
+        "v1/attention/backends/mla/indexer.py 284-285",
+        "tests/unit/plan/test_plan_dsa_indexer.py",
+    ),
+    "mimo_v2_flash": (
+        "sliding window = sliding_window_size (transformers attends one token more); sliding "
+        "layers swa_num_key_value_heads x (swa_head_dim K + swa_v_head_dim V)",
+        "model_executor/models/mimo_v2.py 298, 325-337, 380-390",
+        "tests/unit/spec/test_new_architectures.py",
+    ),
+    "minicpm3": (
+        "MLA paged as plain attention: every query head a KV head of qk_nope + qk_rope, V padded",
+        "model_executor/models/minicpm3.py (Attention(num_local_heads, qk_head_dim))",
+        "tests/peer/test_vllm_pool_oracle.py (recorded pool)",
+    ),
+    "attention + Mamba hybrids": (
+        "mamba cache mode align by default from 0.32 (prefix caching on for generative hybrids); "
+        "on the CPU build the SSM state is reset to float32 on AVX-512-BF16 CPUs unless "
+        "--mamba-ssm-cache-dtype is float16/bfloat16 and equals the model's state dtype",
+        "engine/arg_utils.py 2991, 3021; config/model.py 2257-2265; "
+        "model_executor/models/config.py 685-693; platforms/cpu.py 39-88, 302-320",
+        "tests/integration/vllm/test_vllm_hybrid_mamba_pool.py (real vLLM CPU engine)",
+    ),
+    "MTP drafters (deepseek_v3, deepseek_v32, glm_moe_dsa, mimo, mimo_v2_flash)": (
+        "no KV without --speculative-config; with method mtp: num_nextn_predict_layers more "
+        "target layers (DSA: always with an indexer; MiMo-V2-Flash: one sliding layer)",
+        "model_executor/models/deepseek_mtp.py 95-112, 147-165; deepseek_v2.py 1158-1168, 1654; "
+        "mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; v1/core/kv_cache_utils.py 1997-2085",
+        "tests/unit/spec/test_mtp_layers.py (kvbudget.spec.mtp)",
+    ),
+}
