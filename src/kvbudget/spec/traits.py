@@ -392,6 +392,10 @@ TRAITS: dict[str, Traits] = {
     # MiMo-V2-Flash: full layers num_key_value_heads x (head_dim K + v_head_dim V), sliding layers
     # twice the KV heads (normalise.py derives layer_types and the window)
     "mimo_v2_flash": Traits(_t("mimo_v2_flash"), sliding_kv_factor=2),
+    # Step-3.7-Flash ships the flat text config (Step3p7TextConfig): llama-style fields,
+    # layer_types full / sliding (window sliding_window), num_key_value_heads x head_dim on both
+    # kinds (modeling_step3p7.py Step3p7Attention; per_layer_config only changes query heads)
+    "step3p7": Traits("transformers/models/step3p7/configuration_step3p7.py (Step3p7TextConfig)"),
     # MiMo-7B: no transformers class; vLLM 0.32 serves it as Qwen2 (model_executor/models/mimo.py
     # line 57: MiMoModel(Qwen2Model)); its MTP layers are cached only under speculative decoding
     # (kvbudget.spec.mtp)
