@@ -58,7 +58,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "jamba": ("hf", "vllm"),
     "minimax": ("hf", "vllm"),
     "falcon_h1": ("hf", "vllm", "sglang", "llamacpp"),
-    "deepseek_v32": ("hf",),  # the other layouts refuse an indexer (not modelled yet)
+    "deepseek_v32": ("hf", "vllm"),  # sglang and llama.cpp refuse an indexer (not modelled yet)
 }
 
 
@@ -101,17 +101,18 @@ def test_from_transformers_matches_hand_bytes_and_the_table(
 
 @pytest.mark.slow
 def test_table_refusal_read_from_transformers_is_a_structural_reference(tmp_path: Path) -> None:
-    """MiMo-V2-Flash: sliding and full layers with their own head sizes; the table refuses."""
+    """Hunyuan v4: indexed attention with shared indexers, which the table does not read: it refuses.
+    (MiMo-V2-Flash was this example until issue #34 gave it a rule.)"""
     from tests.peer.test_hf_oracle import expected_bytes, meta_model
 
-    path = write_config("mimo_v2_flash", tmp_path)
+    path = write_config("hy_v4", tmp_path)
     code, out, _ = run_main(["calc", "--model", str(path), "--tokens", "300", "--engine", "hf"])
     assert code == 3, out  # the table alone: not_applicable
     doc = calc(path, 300, "hf", "--from-transformers")
     assert doc["status"] == "structural_reference"
     entry = next(e for e in doc["ledger"] if e["field"] == "layer_structure")
     assert "no rule to cross-check" in entry["note"]
-    model = meta_model(tiny_configs.build_config("mimo_v2_flash", tiny=True))
+    model = meta_model(tiny_configs.build_config("hy_v4", tiny=True))
     assert doc["bytes_per_sequence"] == expected_bytes(model, 300, 1)  # transformers' cache
 
 
