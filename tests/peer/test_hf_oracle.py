@@ -52,7 +52,6 @@ META_FAIL: dict[str, str] = {
 #: model types kvbudget resolves as not_applicable, and why
 NOT_MODELLED: dict[str, str] = {
     "dbrx": "attention fields nested in attn_config (kv_n_heads) are not read",
-    "hy_v4": "indexed_attention with shared indexers: the indexer keeps its own key cache",
     "deepseek_v4": "compressed_sparse_attention / heavily_compressed_attention layers",
     "dots3_note": "MLA with per-layer sliding heads of another size (per_layer_config)",
     "dots3_note_text": "MLA with per-layer sliding heads of another size (per_layer_config)",

@@ -19,6 +19,8 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``configuration_minimax_m3_vl.py``);
 * ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
   ``index_topk_freq``/``index_skip_topk_offset`` when absent (``configuration_glm_moe_dsa.py``).
+* ``hy_v4``: ``indexer_types`` derived when absent: "full" on layer 0 and every 4th from layer 1
+  (``configuration_hy_v4.py`` ``__post_init__`` lines 151-155);
 * ``mimo_v2_flash``: ``layer_types`` full on layer 0 and every 6th layer, sliding elsewhere, and
   ``sliding_window = sliding_window_size + 1`` when the config gives ``sliding_window_size``
   (``configuration_mimo_v2_flash.py`` ``__post_init__`` lines 111-132); the checkpoint's own
@@ -178,6 +180,21 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
     out.notes.append("indexer_types derived as GlmMoeDsaConfig does (index_topk_freq/offset)")
 
 
+def _hy_v4(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    if cfg.get("indexer_types") is not None:
+        return
+    n = cfg.get("num_hidden_layers", 34)
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        return
+    cfg["indexer_types"] = ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(n)]
+    out.notes.append(
+        "indexer_types derived as HYV4Config does (full on layer 0 and every 4th from 1); vLLM "
+        "0.32 reads indexer_types when the config has it, else its own index_topk_freq rule "
+        "(models/hy_v4/nvidia/attention.py lines 82-110)"
+    )
+
+
 def _mimo_v2_flash(out: Normalised, prefix: str) -> None:
     cfg = out.config
     out.consumed.update(
@@ -284,4 +301,5 @@ _RULES = {
     "minimax_m3": _minimax_m3,
     "glm_moe_dsa": _glm_moe_dsa,
     "mimo_v2_flash": _mimo_v2_flash,
+    "hy_v4": _hy_v4,
 }

@@ -352,6 +352,16 @@ TRAITS: dict[str, Traits] = {
         index_key="index_head_dim",
         indexer_types_key="indexer_types",
     ),
+    # Hunyuan v4: the same MLA + DSA indexer cache (modeling_hy_v4.py: cache.update(k_pass, k_rot)
+    # and cache.update_indexer on layers whose indexer_types entry is "full"); hyper-connections
+    # (hc_*) and the output gate / sink cache nothing
+    "hy_v4": Traits(
+        _t("hy_v4"),
+        mla=True,
+        pattern=Pattern("full", base="indexed_attention"),
+        index_key="index_head_dim",
+        indexer_types_key="indexer_types",
+    ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)
     "kimi_linear": Traits(

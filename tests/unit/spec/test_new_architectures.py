@@ -274,3 +274,37 @@ def test_mimo_v2_flash_refuses_swa_heads_transformers_does_not_build(tmp_path: P
     raw["swa_num_key_value_heads"] = 16
     with pytest.raises(SpecError, match="swa_num_key_value_heads: 16 but transformers"):
         resolve_model(_write(tmp_path, raw))
+
+
+def test_hy_v4_latent_plus_indexer_keys_on_full_indexer_layers(tmp_path: Path) -> None:
+    """Hunyuan v4 without indexer_types: HYV4Config makes layers 0 and 1, 5, 9, ... "full"
+    (configuration_hy_v4.py lines 151-155): of 6 layers, 0, 1 and 5. Each layer caches the MLA
+    latent (512 + 64) and the full-indexer layers the indexer key (128) too; vLLM 0.32's HYV4
+    indexer is a DeepseekV32IndexerCache of 128 + 4 bytes per token (models/hy_v4/nvidia/
+    attention.py lines 179-189), one UniformType group, block 64."""
+    raw = {
+        "model_type": "hy_v4",
+        "architectures": ["HYV4ForCausalLM"],
+        "num_hidden_layers": 6,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "q_lora_rank": 64,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 64,
+        "index_head_dim": 128,
+        "index_n_heads": 4,
+        "index_topk": 64,
+        "vocab_size": 1024,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "torch_dtype": "bfloat16",
+    }
+    spec = _spec(_write(tmp_path, raw))
+    assert [getattr(x, "index_head_dim", None) for x in spec.layers] == [128, 128, 0, 0, 0, 128]
+    expected = 6 * (512 + 64) * 2 * T + 3 * 128 * 2 * T
+    assert hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes == expected == 768_000
+    pages = {s.page_size_bytes for s, _ in vllm_layer_specs(spec).runs()}
+    assert pages == {64 * 1152 + 64 * 132, 64 * 1152}
