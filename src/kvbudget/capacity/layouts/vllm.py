@@ -482,14 +482,15 @@ def vllm_layout(
 #: them (docs/architectures.md renders this table): family -> (rule, source lines, the test that
 #: works the numbers by hand from that source)
 VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
-    "deepseek_v32, glm_moe_dsa": (
+    "deepseek_v32, glm_moe_dsa, hy_v4": (
         "MLA latent page + the lightning indexer's key page (block x (index_head_dim + "
         "index_head_dim / 128 x 4) bytes, uint8, whatever --kv-cache-dtype) on every layer that "
         "builds an indexer; all layers in ONE UniformType group whose page is the sum; block 64",
         "model_executor/models/deepseek_v2.py 659-667, 723-736, 1144-1168; "
         "v1/kv_cache_interface.py 698, 1225-1265; v1/core/kv_cache_utils.py 1520-1551, 2189-2193; "
-        "v1/attention/backends/mla/indexer.py 284-285",
-        "tests/unit/plan/test_plan_dsa_indexer.py",
+        "v1/attention/backends/mla/indexer.py 284-285; models/hy_v4/nvidia/attention.py 82-110, "
+        "179-189 (HYV4: the same indexer cache; indexer_types when given)",
+        "tests/unit/plan/test_plan_dsa_indexer.py, tests/unit/spec/test_new_architectures.py",
     ),
     "mimo_v2_flash": (
         "sliding window = sliding_window_size (transformers attends one token more); sliding "
