@@ -58,7 +58,6 @@ NOT_MODELLED: dict[str, str] = {
     "inkling_text": "'hybrid' / 'hybrid_sliding' layers (attention and a recurrent state in one layer)",
     "qwen4_exp": "several Mamba state layouts in one model",
     "qwen4_exp_text": "several Mamba state layouts in one model",
-    "zamba2": "shared attention blocks at hybrid_layer_ids on top of Mamba-2 layers",
 }
 
 

@@ -19,6 +19,9 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``configuration_minimax_m3_vl.py``);
 * ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
   ``index_topk_freq``/``index_skip_topk_offset`` when absent (``configuration_glm_moe_dsa.py``).
+* ``zamba2``: ``attention_head_dim = 2 * hidden_size // num_attention_heads`` always, and the
+  54-layer default ``layers_block_type`` when absent (``configuration_zamba2.py`` ``__post_init__``
+  lines 111-139); ``num_mem_blocks`` and the shared-attention adapters are weights, not cache;
 * ``hy_v4``: ``indexer_types`` derived when absent: "full" on layer 0 and every 4th from layer 1
   (``configuration_hy_v4.py`` ``__post_init__`` lines 151-155);
 * ``mimo_v2_flash``: ``layer_types`` full on layer 0 and every 6th layer, sliding elsewhere, and
@@ -180,6 +183,47 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
     out.notes.append("indexer_types derived as GlmMoeDsaConfig does (index_topk_freq/offset)")
 
 
+#: Zamba2Config's default layers_block_type (54 layers)
+ZAMBA2_DEFAULT_TYPES = (
+    ["linear_attention"]
+    + (["linear_attention"] * 5 + ["hybrid"]) * 7
+    + ["linear_attention"] * 4
+    + ["hybrid"]
+    + ["linear_attention"] * 3
+    + ["hybrid"]
+    + ["linear_attention"] * 2
+)
+
+
+def _zamba2(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.update(("num_mem_blocks", "use_shared_attention_adapter", "adapter_rank"))
+    hidden, heads = cfg.get("hidden_size", 2560), cfg.get("num_attention_heads", 32)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads)):
+        derived = 2 * hidden // heads
+        if cfg.get("attention_head_dim") != derived:
+            cfg["attention_head_dim"] = derived
+            out.notes.append(
+                f"attention_head_dim = 2 x hidden_size / num_attention_heads = {derived} "
+                "(Zamba2Config.__post_init__ sets it whatever the config says)"
+            )
+    if cfg.get("layers_block_type") is None and cfg.get("layer_types") is None:
+        cfg["layers_block_type"] = list(ZAMBA2_DEFAULT_TYPES)
+        out.notes.append("layers_block_type: Zamba2Config's 54-layer default")
+    # hybrid_layer_ids is derived from layers_block_type (transformers recomputes it)
+    out.consumed.add("hybrid_layer_ids")
+    types = cfg.get("layers_block_type") or cfg.get("layer_types")
+    given = cfg.get("hybrid_layer_ids")
+    if isinstance(types, list) and given is not None:
+        want = [i for i, t in enumerate(types) if t == "hybrid"]
+        if list(given) != want:
+            raise SpecError(
+                f"{prefix}hybrid_layer_ids: {str(given)[:60]} but layers_block_type puts the "
+                f"hybrid layers at {str(want)[:60]}; fix one of them",
+                field="hybrid_layer_ids",
+            )
+
+
 def _hy_v4(out: Normalised, prefix: str) -> None:
     cfg = out.config
     if cfg.get("indexer_types") is not None:
@@ -302,4 +346,5 @@ _RULES = {
     "glm_moe_dsa": _glm_moe_dsa,
     "mimo_v2_flash": _mimo_v2_flash,
     "hy_v4": _hy_v4,
+    "zamba2": _zamba2,
 }

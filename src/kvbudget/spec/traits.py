@@ -203,6 +203,27 @@ _KDA = StateRule(
     },
     {"linear_conv_kernel_dim": 4, "linear_num_heads": 32, "linear_head_dim": 128},
 )
+#: Zamba2Config: Mamba-2 of n_mamba_heads heads of mamba_expand * hidden_size / n_mamba_heads
+#: (``mamba_headdim``, derived in ``__post_init__``), mamba_ngroups groups
+_MAMBA2_ZAMBA2_INNER: FieldRule = ("mul", "mamba_expand", "hidden_size")
+_MAMBA2_ZAMBA2 = StateRule(
+    "mamba2",
+    {
+        "conv_kernel": "mamba_d_conv",
+        "intermediate_size": _MAMBA2_ZAMBA2_INNER,
+        "state_size": "mamba_d_state",
+        "n_groups": "mamba_ngroups",
+        "num_heads": "n_mamba_heads",
+        "head_dim": ("div", _MAMBA2_ZAMBA2_INNER, "n_mamba_heads"),
+    },
+    {
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_d_state": 64,
+        "mamba_ngroups": 1,
+        "n_mamba_heads": 8,
+    },
+)
 _SHORTCONV = StateRule(
     "shortconv", {"conv_kernel": "conv_L_cache", "intermediate_size": "hidden_size"}
 )
@@ -399,6 +420,17 @@ TRAITS: dict[str, Traits] = {
         note="num_key_value_heads: 8 when absent, num_attention_heads when null",
     ),
     "lfm2_moe": Traits(_t("lfm2_moe"), conv=_SHORTCONV),
+    # Zamba2: Mamba-2 layers ("linear_attention") and "hybrid" layers where a shared transformer
+    # block runs before the Mamba-2 mixer; each hybrid layer caches its own K/V (num_key_value_heads
+    # x attention_head_dim = 2 * hidden_size / num_attention_heads) and a Mamba-2 state
+    # (transformers LinearAttentionAndFullAttentionLayer; configuration_zamba2.py __post_init__)
+    "zamba2": Traits(
+        _t("zamba2"),
+        layer_types_key="layers_block_type",
+        aliases={"head_dim": "attention_head_dim"},
+        linear=_MAMBA2_ZAMBA2,
+        hybrid=_MAMBA2_ZAMBA2,
+    ),
     # MiMo-V2-Flash: full layers num_key_value_heads x (head_dim K + v_head_dim V), sliding layers
     # twice the KV heads (normalise.py derives layer_types and the window)
     "mimo_v2_flash": Traits(_t("mimo_v2_flash"), sliding_kv_factor=2),

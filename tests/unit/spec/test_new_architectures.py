@@ -308,3 +308,32 @@ def test_hy_v4_latent_plus_indexer_keys_on_full_indexer_layers(tmp_path: Path) -
     assert hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes == expected == 768_000
     pages = {s.page_size_bytes for s, _ in vllm_layer_specs(spec).runs()}
     assert pages == {64 * 1152 + 64 * 132, 64 * 1152}
+
+
+def test_zamba2_hybrid_layers_cache_attention_and_mamba2(tmp_path: Path) -> None:
+    """Zamba2 (transformers' default layout, 54 layers, 9 'hybrid' at 6, 12, ..., 42, 47, 51):
+    hybrid layers cache K/V of num_key_value_heads x attention_head_dim (2 x 256 / 4 = 128) and a
+    Mamba-2 state, the other 45 a Mamba-2 state only. transformers (hf): conv window 4 x (2 x 256
+    + 2 x 1 x 64 = 640) x 2 B = 5,120; recurrent 8 heads x 64 x 64 x 4 B (float32) = 131,072.
+    vLLM 0.32 (zamba2.py lines 164-201): every query head is a KV head in the hybrid attention."""
+    raw = {
+        "model_type": "zamba2",
+        "architectures": ["Zamba2ForCausalLM"],
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "n_mamba_heads": 8,
+        "mamba_d_state": 64,
+        "vocab_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    spec = _spec(_write(tmp_path, raw))
+    assert spec.num_layers == 54
+    kinds = [x.kind for x in spec.layers]
+    assert [i for i, k in enumerate(kinds) if k == "hybrid"] == [6, 12, 18, 24, 30, 36, 42, 47, 51]
+    kv = 9 * 2 * (128 + 128) * 2 * T  # 921,600
+    states = 54 * (4 * 640 * 2 + 8 * 64 * 64 * 4)  # 54 x 136,192
+    assert hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes == kv + states
+    attn = [s for s, _ in vllm_layer_specs(spec, block_size=16).runs() if s.kind == "full"]
+    # per token: 4 heads (not 2) x (128 + 128) x 2 B = 2,048 B, whatever the raised block
+    assert {s.page_size_bytes // s.block_size for s in attn} == {4 * (128 + 128) * 2}

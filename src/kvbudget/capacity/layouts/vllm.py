@@ -56,6 +56,7 @@ from kvbudget.spec.layers import (
     MLA,
     CacheLayer,
     FullAttention,
+    ParallelHybrid,
     SlidingWindow,
     StateLayer,
     cache_parts,
@@ -298,8 +299,29 @@ VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
 VLLM_WINDOW_MINUS_ONE = frozenset({"mimo_v2_flash"})
 
 
+#: model types whose vLLM 0.32 hybrid-layer attention caches every query head (no num_kv_heads
+#: passed): Zamba2 (``model_executor/models/zamba2.py`` lines 164-170 ``QKVParallelLinear(...,
+#: total_num_attention_heads)`` and 195-201 ``Attention(num_attention_heads, attention_head_dim,
+#: ...)``, one ``Attention`` per hybrid layer: "KV cache is unique for every attention layer")
+VLLM_MHA_HYBRID = frozenset({"zamba2"})
+
+
 def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if spec.model_type in VLLM_MHA_HYBRID and spec.num_attention_heads:
+        heads = spec.num_attention_heads
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(
+                    layer,
+                    layer_index=index,
+                    attention=replace(layer.attention, num_kv_heads=heads),
+                )
+                if isinstance(layer, ParallelHybrid)
+                else replace(layer, layer_index=index)
+            ),
+        )
     if spec.model_type in VLLM_WINDOW_MINUS_ONE:
         return LayerSeq.from_runs(
             spec.layer_seq,
@@ -455,6 +477,11 @@ def vllm_layout(
             f"attention block size set to {block} tokens so that the attention page >= the mamba page "
             "(vLLM HybridAttentionMambaModelConfig); mamba pages padded to the attention page"
         )
+    if spec.model_type in VLLM_MHA_HYBRID:
+        notes.append(
+            f"vLLM 0.32 caches every query head in {spec.model_type}'s hybrid-layer attention "
+            "(zamba2.py: Attention without num_kv_heads), not num_key_value_heads"
+        )
     if spec.model_type in VLLM_MLA_AS_ATTENTION:
         notes.append(
             f"vLLM 0.32 pages {spec.model_type}'s MLA layers as plain attention (every query head "
@@ -496,6 +523,13 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "sliding window = sliding_window_size (transformers attends one token more); sliding "
         "layers swa_num_key_value_heads x (swa_head_dim K + swa_v_head_dim V)",
         "model_executor/models/mimo_v2.py 298, 325-337, 380-390",
+        "tests/unit/spec/test_new_architectures.py",
+    ),
+    "zamba2": (
+        "each 'hybrid' layer: its own Attention (every query head a KV head, attention_head_dim) "
+        "plus a Mamba-2 mixer, the other layers a Mamba-2 mixer",
+        "model_executor/models/zamba2.py 164-201 (QKVParallelLinear / Attention without "
+        "num_kv_heads, one Attention per hybrid layer), 601-650, 762-780",
         "tests/unit/spec/test_new_architectures.py",
     ),
     "minicpm3": (
