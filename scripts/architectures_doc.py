@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from tests.peer import test_hf_oracle as hf  # noqa: E402
 from tests.peer import test_vllm_pool_oracle as vo  # noqa: E402
 
+from kvbudget.capacity.layouts.vllm import VLLM_SOURCE_RULES  # noqa: E402
 from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS  # noqa: E402
 from kvbudget.spec.catalog import list_catalog  # noqa: E402
 from kvbudget.spec.traits import TRAITS  # noqa: E402
@@ -145,7 +146,8 @@ published model on the meta device (all its layers; a multimodal wrapper whose f
 run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3_vl` text model)
 and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
 A layout that does not model a layer's extra cache (the sparse-attention indexer key under
-vllm, sglang and llama.cpp) refuses the model instead of giving a partial number.
+sglang and llama.cpp, and MiniMax-M3's under vllm) refuses the model instead of giving a partial
+number; the vllm layout models DSA's indexer (next section).
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|
@@ -166,11 +168,32 @@ def render_published() -> str:
     return text
 
 
+VLLM_SOURCE = """
+## vLLM rules worked from vLLM's source
+
+Where vLLM's CPU engine has no recorded pool for a family (it does not start it on CPU, or the
+rule is a default no tiny model exercises), the vllm layout's rule was read from vLLM 0.32.0's
+source (`site-packages/vllm/`, files and lines below) and the test named works its numbers by hand
+from those lines (`kvbudget.capacity.layouts.vllm.VLLM_SOURCE_RULES`).
+
+| family | rule | vLLM 0.32.0 source | test |
+|---|---|---|---|
+"""
+
+
+def render_vllm_source() -> str:
+    text = VLLM_SOURCE
+    for family, (rule, source, test) in VLLM_SOURCE_RULES.items():
+        cells = [family, rule, source, test]
+        text += "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n"
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = render() + render_published()
+    text = render() + render_published() + render_vllm_source()
     if args.check:
         if not OUT.exists() or OUT.read_text("utf-8") != text:
             print(f"{OUT} is stale: run scripts/architectures_doc.py", file=sys.stderr)

@@ -12,10 +12,13 @@ Variants (``--arch``):
 
 * ``llama``  - 4 layers, GQA 8 query / 2 KV heads, head_dim 32, hidden 256, FFN 512, bf16.
 * ``mqa``    - the same with 1 KV head (multi-query attention).
+* ``granitemoehybrid`` - a Granite-4.0-H style hybrid: 8 layers, Mamba-2 (16 heads x 32, state 64,
+  1 group, conv 4) on layers 0-2 and 4-6, GQA attention (4 query / 2 KV heads of 64) on 3 and 7,
+  4 experts top-2, bf16 (issue #34: vLLM CPU's SSM reset to float32 and its hybrid block raise).
 
 Usage::
 
-    python scripts/tiny_hf_model.py OUT_DIR [--arch llama|mqa] [--vocab-size 2048]
+    python scripts/tiny_hf_model.py OUT_DIR [--arch llama|mqa|granitemoehybrid] [--vocab-size 2048]
 
 The text such a model generates is gibberish; it exists to exercise the engine's memory
 layout, scheduler, prefix cache and metrics.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +70,47 @@ def train_tokenizer(out: Path, vocab_size: int, seed: int) -> None:
     fast.save_pretrained(str(out))
 
 
+def granite_hybrid_config(vocab_size: int) -> object:
+    from transformers import GraniteMoeHybridConfig
+
+    cfg = GraniteMoeHybridConfig(
+        vocab_size=vocab_size,
+        hidden_size=256,
+        intermediate_size=512,
+        shared_intermediate_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        mamba_n_heads=16,
+        mamba_d_head=32,
+        mamba_d_state=64,
+        mamba_n_groups=1,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        layer_types=["linear_attention"] * 3
+        + ["full_attention"]
+        + ["linear_attention"] * 3
+        + ["full_attention"],
+        max_position_embeddings=8192,
+        bos_token_id=0,
+        eos_token_id=1,
+        tie_word_embeddings=False,
+    )
+    cfg.architectures = ["GraniteMoeHybridForCausalLM"]
+    return cfg
+
+
 def write_config(out: Path, arch: str, vocab_size: int) -> None:
     from transformers import LlamaConfig
+
+    if arch == "granitemoehybrid":
+        hybrid: Any = granite_hybrid_config(vocab_size)
+        hybrid.torch_dtype = "bfloat16"
+        hybrid.save_pretrained(str(out))
+        _keep_torch_dtype(out)
+        return
 
     num_kv_heads = {"llama": 2, "mqa": 1}[arch]
     cfg = LlamaConfig(
@@ -86,6 +129,10 @@ def write_config(out: Path, arch: str, vocab_size: int) -> None:
     cfg.architectures = ["LlamaForCausalLM"]
     cfg.torch_dtype = "bfloat16"
     cfg.save_pretrained(str(out))
+    _keep_torch_dtype(out)
+
+
+def _keep_torch_dtype(out: Path) -> None:
     # Some transformers versions write `dtype`, older readers want `torch_dtype`: keep both.
     path = out / "config.json"
     data = json.loads(path.read_text())
@@ -96,7 +143,7 @@ def write_config(out: Path, arch: str, vocab_size: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--arch", choices=["llama", "mqa"], default="llama")
+    ap.add_argument("--arch", choices=["llama", "mqa", "granitemoehybrid"], default="llama")
     ap.add_argument("--vocab-size", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -58,7 +58,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "jamba": ("hf", "vllm"),
     "minimax": ("hf", "vllm"),
     "falcon_h1": ("hf", "vllm", "sglang", "llamacpp"),
-    "deepseek_v32": ("hf",),  # the other layouts refuse an indexer (not modelled yet)
+    "deepseek_v32": ("hf", "vllm"),  # sglang and llama.cpp refuse an indexer (not modelled yet)
 }
 
 
@@ -100,19 +100,21 @@ def test_from_transformers_matches_hand_bytes_and_the_table(
 
 
 @pytest.mark.slow
-def test_table_refusal_read_from_transformers_is_a_structural_reference(tmp_path: Path) -> None:
-    """MiMo-V2-Flash: sliding and full layers with their own head sizes; the table refuses."""
-    from tests.peer.test_hf_oracle import expected_bytes, meta_model
-
-    path = write_config("mimo_v2_flash", tmp_path)
+def test_unread_cache_tensors_refuse_rather_than_give_a_partial_sum(tmp_path: Path) -> None:
+    """DeepSeek-V4: the table does not read its compressed-attention layers (it refuses), and
+    transformers' DeepseekV4HCACache / CSACache hold, beside the window's keys and values, the
+    compressor's ``buffer_kv`` / ``buffer_gate`` / ``compressed_kv`` dicts of tensors: before issue
+    #34 --from-transformers summed keys and values only (260,096 B where the cache holds 287,872 B
+    at 300 tokens); now it refuses, naming the tensor. (Until issue #34 gave them rules,
+    MiMo-V2-Flash and hy_v4 were this file's examples of a table refusal read from transformers.)"""
+    path = write_config("deepseek_v4", tmp_path)
     code, out, _ = run_main(["calc", "--model", str(path), "--tokens", "300", "--engine", "hf"])
     assert code == 3, out  # the table alone: not_applicable
-    doc = calc(path, 300, "hf", "--from-transformers")
-    assert doc["status"] == "structural_reference"
-    entry = next(e for e in doc["ledger"] if e["field"] == "layer_structure")
-    assert "no rule to cross-check" in entry["note"]
-    model = meta_model(tiny_configs.build_config("mimo_v2_flash", tiny=True))
-    assert doc["bytes_per_sequence"] == expected_bytes(model, 300, 1)  # transformers' cache
+    code, out, err = run_main(
+        ["calc", "--model", str(path), "--tokens", "300", "--engine", "hf", "--from-transformers"]
+    )
+    assert code == 3, out
+    assert "buffer_kv" in out + err and "partial" in out + err
 
 
 def test_without_transformers_one_line_saying_how_to_install(tmp_path: Path) -> None:

@@ -87,6 +87,17 @@ def _model(path: str) -> Any:
         with torch.device("meta"):
             model = m3.MiniMaxM3VLForCausalLM(m3.MiniMaxM3VLTextConfig(**fields))
         return model.to(torch.bfloat16).eval()
+    if raw.get("model_type") == "step3p7" and "text_config" not in raw:
+        # Step-3.7-Flash ships the flat text config (Step3p7FlashForCausalLM); transformers builds
+        # that decoder as step3p7's text model (Step3p7TextConfig, model_type step3p5)
+        # its MoE routing calls Tensor.item(), which the meta device cannot run: every layer's
+        # MLP is built dense instead (mlp_layer_types), which changes no cache tensor
+        st = importlib.import_module("transformers.models.step3p7.modeling_step3p7")
+        fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures")}
+        fields["mlp_layer_types"] = ["dense"] * int(raw["num_hidden_layers"])
+        with torch.device("meta"):
+            model = st.Step3p7TextModel(st.Step3p7TextConfig(**fields))
+        return model.to(torch.bfloat16).eval()
     config = transformers.AutoConfig.for_model(**raw)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)

@@ -52,15 +52,17 @@ META_FAIL: dict[str, str] = {
 #: model types kvbudget resolves as not_applicable, and why
 NOT_MODELLED: dict[str, str] = {
     "dbrx": "attention fields nested in attn_config (kv_n_heads) are not read",
-    "hy_v4": "indexed_attention with shared indexers: the indexer keeps its own key cache",
-    "deepseek_v4": "compressed_sparse_attention / heavily_compressed_attention layers",
+    "deepseek_v4": "compressed_sparse_attention / heavily_compressed_attention layers: each keeps "
+    "a sliding window of one K/V head, the compressor's buffer_kv / buffer_gate (the tokens since "
+    "the last compression) and one compressed_kv entry per compress_rate tokens "
+    "(DeepseekV4HCACache / CSACache); not modelled yet",
     "dots3_note": "MLA with per-layer sliding heads of another size (per_layer_config)",
     "dots3_note_text": "MLA with per-layer sliding heads of another size (per_layer_config)",
-    "inkling_text": "'hybrid' / 'hybrid_sliding' layers (attention and a recurrent state in one layer)",
+    "inkling_text": "'hybrid' / 'hybrid_sliding' layers: attention (swa_num_key_value_heads x "
+    "swa_head_dim on the sliding ones) plus four float32 short-convolution states per layer "
+    "(LinearAttentionAndSlidingWindowAttentionLayer); not modelled yet",
     "qwen4_exp": "several Mamba state layouts in one model",
     "qwen4_exp_text": "several Mamba state layouts in one model",
-    "mimo_v2_flash": "sliding and full layers with their own head sizes; the generic reading refuses",
-    "zamba2": "shared attention blocks at hybrid_layer_ids on top of Mamba-2 layers",
 }
 
 

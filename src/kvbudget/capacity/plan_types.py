@@ -62,7 +62,11 @@ class PlanRequest(BaseModel):
     )
     snapshot: str | None = None
     api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
-    mamba_cache_mode: MambaCacheMode = "none"
+    mamba_cache_mode: MambaCacheMode | None = Field(
+        default=None,
+        description="vLLM --mamba-cache-mode; None: the engine's default for the model (see "
+        "capacity.planner.default_mamba_cache_mode)",
+    )
     mamba_cache_dtype: str = Field(
         default="auto", description="vLLM --mamba-cache-dtype (conv state; auto: model dtype)"
     )

@@ -25,6 +25,7 @@ from kvbudget.capacity.draft import (
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.engine_checks import VllmStartSettings, check_vllm_start
 from kvbudget.capacity.layouts.vllm import (
+    MambaCacheMode,
     VllmLayerSpec,
     get_pp_indices,
     vllm_layer_specs,
@@ -61,6 +62,7 @@ from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
 from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layers import cache_parts, has_indexer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
@@ -235,9 +237,35 @@ def mla_backend_block_size(
     """
     hopper = any(name in gpu.device_name.upper() for name in ("H100", "H200", "H800", "H20"))
     has_mla = any(layer.kind == "mla" for layer, _ in model.layer_runs())
+    # DSA (MLA + lightning indexer): the indexer backend takes block 64 only on CUDA (vLLM 0.32
+    # v1/attention/backends/mla/indexer.py lines 284-285, DeepseekV32IndexerBackend) and the
+    # sparse MLA backends multiples of 64 (flashattn_mla_sparse.py line 46): the layout's 64 stays
+    if has_indexer(model.layers):
+        return None
     if version >= PROFILE_RUN_SINCE and hopper and has_mla and kv_dtype != "fp8_ds_mla":
         return 16
     return None
+
+
+#: the first vLLM version whose source kvbudget read for the hybrid prefix-caching default
+ALIGN_DEFAULT_SINCE = (0, 32, 0)
+
+
+def default_mamba_cache_mode(model: ModelSpec, version: tuple[int, int, int]) -> MambaCacheMode:
+    """vLLM's ``mamba_cache_mode`` when ``--mamba-cache-mode`` is not given.
+
+    vLLM 0.32: ``EngineArgs`` turns prefix caching on by default when
+    ``ModelConfig.is_prefix_caching_supported`` (``engine/arg_utils.py`` lines 2991 and
+    3021-3022), which is True for generative ``hybrid`` models and False for attention-free ones
+    (``config/model.py`` lines 2257-2265); with prefix caching on, ``MambaModelConfig`` sets mode
+    ``none`` to ``align`` (``model_executor/models/config.py`` lines 685-693; logged "Mamba cache
+    mode is set to 'align' for ... by default when prefix caching is enabled"). So an
+    attention + state hybrid is planned in ``align`` from 0.32 on; a pure state model, and older
+    versions (not re-read), in ``none``.
+    """
+    kinds = {part.kind for layer in model.layer_seq.distinct() for part in cache_parts((layer,))}
+    hybrid = "state" in kinds and bool(kinds & {"full", "sliding", "chunked", "mla"})
+    return "align" if hybrid and version >= ALIGN_DEFAULT_SINCE else "none"
 
 
 def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | None:
@@ -434,13 +462,19 @@ def _make_vllm_plan(
             f"(about {free_at_start / GiB:.2f} GiB after a ~0.5 GiB CUDA context, estimate): vLLM would "
             "refuse with 'Free memory on device ... is less than desired GPU memory utilization'"
         )
+    mamba_mode = request.mamba_cache_mode or default_mamba_cache_mode(model, behaviour.version)
+    if request.mamba_cache_mode is None and mamba_mode != "none":
+        defaults["mamba_cache_mode"] = (
+            f"{mamba_mode} (vLLM {version_text} turns prefix caching on for hybrid models, and "
+            "with it mamba cache mode align; --mamba-cache-mode none for --no-enable-prefix-caching)"
+        )
     all_specs = vllm_layer_specs(
         model,
         kv_dtype=kv_name,
         tp=request.tp,
         pp=1,
         block_size=block_size,
-        mamba_cache_mode=request.mamba_cache_mode,
+        mamba_cache_mode=mamba_mode,
         mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
         mamba_ssm_state_bytes=mamba_dtype_bytes(
             request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
@@ -545,7 +579,7 @@ def _make_vllm_plan(
                 f"at {graphs_gib:.2f} GiB (an estimate){'' if refusal else ': a close call'}; "
                 "pass --cudagraph-bytes from the engine log to settle it"
             )
-    mode = request.mamba_cache_mode
+    mode = mamba_mode
     conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)
     tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)

@@ -28,7 +28,7 @@ from kvbudget.capacity.layouts.vllm import MambaCacheMode
 from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_memory_usage_bytes
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
-from kvbudget.errors import SpecError
+from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.units import cdiv
@@ -94,6 +94,10 @@ class KvCacheGroup:
     attention_chunk_size: int | None = None
     num_speculative_blocks: int = 0
     num_checkpoint_blocks: int = 0
+    #: vLLM's ``UniformTypeKVCacheSpecs``: ``page_size_bytes`` is the sum over every member layer's
+    #: page (layers of one kind with different pages: DSA's MLA latent + indexer keys, GLM-5.2's
+    #: layers with and without an indexer), so the group counts as one layer of that page
+    uniform_type: bool = False
 
     @property
     def num_layers(self) -> int:
@@ -204,11 +208,7 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
         and len({layer.block_size for layer in distinct}) == 1
         and kinds <= {"full", "mla"}
     ):
-        raise SpecError(
-            "layers: full-attention layers with different page sizes form one UniformType group in "
-            "vLLM; kvbudget does not model that case yet; pass --kv-cache-memory and measure",
-            field="layers",
-        )
+        return [_uniform_type_group(layers, distinct)]
     max_page = max(layer.page_size_bytes for layer in distinct)
     unified: dict[PoolLayer, PoolLayer] = {}
     for layer in distinct:
@@ -246,6 +246,27 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
     return groups
 
 
+def _uniform_type_group(layers: Sequence[PoolLayer], distinct: list[PoolLayer]) -> KvCacheGroup:
+    """vLLM 0.32 ``UniformTypeKVCacheSpecs`` (``v1/kv_cache_interface.py`` lines 1225-1265;
+    ``get_kv_cache_groups``, ``v1/core/kv_cache_utils.py`` lines 2189-2193): full-attention (or
+    MLA) layers of one block size but different pages form ONE group whose page is the sum of
+    every layer's page (``page_size_bytes``: ``sum(spec.page_size_bytes ...)``), so
+    ``num_blocks = available // that sum`` (``_get_kv_cache_bytes_per_block``) and a request
+    needs ``cdiv(L, B)`` of those blocks. Here that group counts as one layer of the summed page
+    (:attr:`KvCacheGroup.uniform_type`), its ``layer_indices`` listing every member."""
+    keys = {layer: layer.spec_key() for layer in distinct}
+    buckets = _buckets(layers, keys)
+    by_key = {key: layer for layer, key in keys.items()}
+    total_page = sum(
+        by_key[key].page_size_bytes * pool_runs.bucket_size(bucket)
+        for key, bucket in buckets.items()
+    )
+    ranges = sorted((r for bucket in buckets.values() for r in _all(bucket)), key=lambda r: r.start)
+    indices = LayerIndices(ranges)
+    proto = replace(distinct[0], layer_index=indices[0], page_size_bytes=total_page)
+    return replace(_make_group(0, proto, indices, 0), uniform_type=True)
+
+
 def _all(bucket: list[pool_runs.Segment]) -> list[range]:
     return pool_runs.window(bucket, 0, pool_runs.bucket_size(bucket))
 
@@ -272,6 +293,17 @@ def group_size_on(
     (``rank_layers`` a ``range`` of layer indices: counted per range, never per layer)."""
     if not groups:
         return 0
+    if any(g.uniform_type for g in groups):
+        first = min(g.layer_indices[0] for g in groups)
+        last = max(g.layer_indices[len(g.layer_indices) - 1] for g in groups)
+        if rank_layers is not None and not {first, last} <= set(rank_layers):
+            raise ConfigError(
+                "pp: a model whose layers form one vLLM UniformType group with different pages "
+                "(an MLA latent plus sparse-indexer keys) is planned on one pipeline stage only; "
+                "plan with --pp 1",
+                field="pp",
+            )
+        return 1
     if rank_layers is None:
         return max(g.num_layers for g in groups)
     if isinstance(rank_layers, range) and rank_layers.step == 1:

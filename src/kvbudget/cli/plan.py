@@ -34,7 +34,11 @@ from kvbudget.cli.vocab import (
     TP,
 )
 from kvbudget.errors import ConfigError, SpecError
-from kvbudget.safety.cpu_features import host_cpu_features, vllm_cpu_fp8_refusal
+from kvbudget.safety.cpu_features import (
+    host_cpu_features,
+    vllm_cpu_fp8_refusal,
+    vllm_cpu_ssm_note,
+)
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
@@ -368,6 +372,10 @@ def plan(
         refusal = vllm_cpu_fp8_refusal(result.kv_dtype, host_cpu_features())
         if refusal is not None:
             click.echo(f"note: {refusal}", err=True)
+        if any(g.kind == "mamba" for g in result.groups):
+            ssm = vllm_cpu_ssm_note(request.mamba_ssm_cache_dtype, host_cpu_features())
+            if ssm is not None:
+                click.echo(f"note: {ssm}", err=True)
     budgets = three_budgets(result, spec)
     close = plan_close_call(result.engine, result.fits, result.ranks, result.needed_bytes)
     if no_scenarios:

@@ -129,3 +129,21 @@ def vllm_cpu_fp8_refusal(kv_dtype: str | None, features: CpuFeatures | None) -> 
         "(vLLM 0.32 cpu_attn.py _get_attn_isa); use KV dtype auto here, or an AVX-512/AMX CPU "
         "or a GPU"
     )
+
+
+def vllm_cpu_ssm_note(ssm_cache_dtype: str, features: CpuFeatures | None) -> str | None:
+    """One line for a hybrid planned without a device (the CPU build's way): vLLM 0.32's CPU
+    platform resets the SSM state to float32 on an AVX512-BF16 CPU unless
+    ``--mamba-ssm-cache-dtype`` is float16/bfloat16 and matches the model's state dtype
+    (``vllm/platforms/cpu.py`` ``check_and_update_config`` lines 302-320), and its default block
+    is 128 (line 293); None when that is already planned or the features are unknown."""
+    if features is None or ssm_cache_dtype.strip().lower() != "auto":
+        return None
+    if "avx512_bf16" not in features.flags:
+        return None
+    return (
+        "vLLM's CPU build on this CPU (avx512_bf16 in "
+        f"{features.source}) resets the Mamba SSM state to float32 (vLLM 0.32 platforms/cpu.py "
+        '"Reset SSM cache type to float32") and uses block size 128: pass '
+        "--mamba-ssm-cache-dtype float32 --block-size 128 to plan its pool (a GPU keeps auto)"
+    )

@@ -479,6 +479,7 @@ def _one(
         assert dims is not None
         kv, head_dim, v_dim = dims
         if kind == "sliding":
+            kv *= traits.sliding_kv_factor
             return None if window is None else SlidingWindow(i, kv, head_dim, v_dim, window)
         if kind == "chunked":
             return None if chunk is None else ChunkedLocal(i, kv, head_dim, v_dim, chunk)

@@ -175,7 +175,19 @@ def _indexer_and_unknown(layer: Any, entry: dict[str, Any]) -> None:
     """Record the indexer key size, and name any floating tensor kvbudget does not read."""
     torch, _ = _modules()
     for name, value in vars(layer).items() if hasattr(layer, "__dict__") else ():
-        if name in KNOWN_TENSORS or not isinstance(value, torch.Tensor):
+        if name in KNOWN_TENSORS:
+            continue
+        if isinstance(value, dict | list | tuple):
+            # tensors held in containers (DeepSeek-V4's compressor buffer_kv / buffer_gate /
+            # compressed_kv dicts) are cache too: kvbudget does not read them, so it refuses
+            items = value.values() if isinstance(value, dict) else value
+            if any(
+                isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0
+                for t in items
+            ):
+                entry.setdefault("unknown", name)
+            continue
+        if not isinstance(value, torch.Tensor):
             continue
         if not value.is_floating_point() or value.numel() == 0:
             continue

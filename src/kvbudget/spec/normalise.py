@@ -19,6 +19,17 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``configuration_minimax_m3_vl.py``);
 * ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
   ``index_topk_freq``/``index_skip_topk_offset`` when absent (``configuration_glm_moe_dsa.py``).
+* ``zamba2``: ``attention_head_dim = 2 * hidden_size // num_attention_heads`` always, and the
+  54-layer default ``layers_block_type`` when absent (``configuration_zamba2.py`` ``__post_init__``
+  lines 111-139); ``num_mem_blocks`` and the shared-attention adapters are weights, not cache;
+* ``hy_v4``: ``indexer_types`` derived when absent: "full" on layer 0 and every 4th from layer 1
+  (``configuration_hy_v4.py`` ``__post_init__`` lines 151-155);
+* ``mimo_v2_flash``: ``layer_types`` full on layer 0 and every 6th layer, sliding elsewhere, and
+  ``sliding_window = sliding_window_size + 1`` when the config gives ``sliding_window_size``
+  (``configuration_mimo_v2_flash.py`` ``__post_init__`` lines 111-132); the checkpoint's own
+  ``hybrid_layer_pattern`` (vLLM reads it) and ``swa_*`` sizes must agree with what transformers
+  builds (sliding layers: ``2 x num_key_value_heads`` KV heads of ``head_dim``/``v_head_dim``,
+  ``modeling_mimo_v2_flash.py`` ``MiMoV2FlashAttention`` lines 340-359), else the config is refused.
 
 Each rewrite is returned as a note for the ledger, and the keys it consumed are named so the
 structural-field guard (:mod:`kvbudget.spec.resolve`) counts them as read.
@@ -172,6 +183,115 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
     out.notes.append("indexer_types derived as GlmMoeDsaConfig does (index_topk_freq/offset)")
 
 
+#: Zamba2Config's default layers_block_type (54 layers)
+ZAMBA2_DEFAULT_TYPES = (
+    ["linear_attention"]
+    + (["linear_attention"] * 5 + ["hybrid"]) * 7
+    + ["linear_attention"] * 4
+    + ["hybrid"]
+    + ["linear_attention"] * 3
+    + ["hybrid"]
+    + ["linear_attention"] * 2
+)
+
+
+def _zamba2(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.update(("num_mem_blocks", "use_shared_attention_adapter", "adapter_rank"))
+    hidden, heads = cfg.get("hidden_size", 2560), cfg.get("num_attention_heads", 32)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads)):
+        derived = 2 * hidden // heads
+        if cfg.get("attention_head_dim") != derived:
+            cfg["attention_head_dim"] = derived
+            out.notes.append(
+                f"attention_head_dim = 2 x hidden_size / num_attention_heads = {derived} "
+                "(Zamba2Config.__post_init__ sets it whatever the config says)"
+            )
+    if cfg.get("layers_block_type") is None and cfg.get("layer_types") is None:
+        cfg["layers_block_type"] = list(ZAMBA2_DEFAULT_TYPES)
+        out.notes.append("layers_block_type: Zamba2Config's 54-layer default")
+    # hybrid_layer_ids is derived from layers_block_type (transformers recomputes it)
+    out.consumed.add("hybrid_layer_ids")
+    types = cfg.get("layers_block_type") or cfg.get("layer_types")
+    given = cfg.get("hybrid_layer_ids")
+    if isinstance(types, list) and given is not None:
+        want = [i for i, t in enumerate(types) if t == "hybrid"]
+        if list(given) != want:
+            raise SpecError(
+                f"{prefix}hybrid_layer_ids: {str(given)[:60]} but layers_block_type puts the "
+                f"hybrid layers at {str(want)[:60]}; fix one of them",
+                field="hybrid_layer_ids",
+            )
+
+
+def _hy_v4(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    if cfg.get("indexer_types") is not None:
+        return
+    n = cfg.get("num_hidden_layers", 34)
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        return
+    cfg["indexer_types"] = ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(n)]
+    out.notes.append(
+        "indexer_types derived as HYV4Config does (full on layer 0 and every 4th from 1); vLLM "
+        "0.32 reads indexer_types when the config has it, else its own index_topk_freq rule "
+        "(models/hy_v4/nvidia/attention.py lines 82-110)"
+    )
+
+
+def _mimo_v2_flash(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.update(
+        (
+            "hybrid_layer_pattern",
+            "sliding_window_size",
+            "swa_num_key_value_heads",
+            "swa_head_dim",
+            "swa_v_head_dim",
+            "swa_num_attention_heads",
+            "attention_chunk_size",
+        )
+    )
+    n = cfg.get("num_hidden_layers", 48)
+    if cfg.get("layer_types") is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        cfg["layer_types"] = [
+            "full_attention" if i == 0 or (i + 1) % 6 == 0 else "sliding_attention"
+            for i in range(n)
+        ]
+        out.notes.append("layer_types derived as MiMoV2FlashConfig does (full on 0 and every 6th)")
+        pattern = cfg.get("hybrid_layer_pattern")
+        if pattern is not None:
+            want = [0 if t == "full_attention" else 1 for t in cfg["layer_types"]]
+            if pattern != want:
+                raise SpecError(
+                    f"{prefix}hybrid_layer_pattern: vLLM reads it but transformers derives its "
+                    "own layer_types (full on 0 and every 6th layer), and they differ; add "
+                    "layer_types to the config",
+                    field="hybrid_layer_pattern",
+                )
+    size = cfg.get("sliding_window_size")
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        cfg["sliding_window"] = size + 1
+        out.notes.append(
+            f"sliding_window = sliding_window_size + 1 = {size + 1} (MiMoV2FlashConfig: the "
+            "query attends sliding_window_size previous tokens plus itself)"
+        )
+    kv = cfg.get("num_key_value_heads", 4)
+    checks = (
+        ("swa_num_key_value_heads", 2 * kv if isinstance(kv, int) else None),
+        ("swa_head_dim", cfg.get("head_dim", 192)),
+        ("swa_v_head_dim", cfg.get("v_head_dim", 128)),
+    )
+    for key, want_value in checks:
+        if cfg.get(key) is not None and cfg[key] != want_value:
+            raise SpecError(
+                f"{prefix}{key}: {cfg[key]!r} but transformers' MiMoV2FlashAttention builds "
+                f"{want_value!r} for the sliding layers; kvbudget follows transformers and refuses "
+                "a config where the two differ",
+                field=key,
+            )
+
+
 def _kimi_linear(out: Normalised, prefix: str) -> None:
     cfg = out.config
     linear = cfg.get("linear_attn_config")
@@ -224,4 +344,7 @@ _RULES = {
     "gemma4_unified_text": _gemma4,
     "minimax_m3": _minimax_m3,
     "glm_moe_dsa": _glm_moe_dsa,
+    "mimo_v2_flash": _mimo_v2_flash,
+    "hy_v4": _hy_v4,
+    "zamba2": _zamba2,
 }

@@ -101,6 +101,9 @@ class Traits:
     #: the config has no per_layer_config (Gemma-4: global_head_dim, num_global_key_value_heads
     #: when attention_k_eq_v; Gemma4TextConfig.__post_init__)
     global_dims: tuple[str, int, str, str] | None = None
+    #: sliding layers cache this many times ``num_key_value_heads`` KV heads (MiMo-V2-Flash: 2,
+    #: ``modeling_mimo_v2_flash.py`` line 341)
+    sliding_kv_factor: int = 1
     #: config key of the indexer's cached key size (one head per token) for INDEXED_TYPES layers
     index_key: str | None = None
     index_default: int = 128
@@ -199,6 +202,27 @@ _KDA = StateRule(
         "head_k_dim": "linear_head_dim",
     },
     {"linear_conv_kernel_dim": 4, "linear_num_heads": 32, "linear_head_dim": 128},
+)
+#: Zamba2Config: Mamba-2 of n_mamba_heads heads of mamba_expand * hidden_size / n_mamba_heads
+#: (``mamba_headdim``, derived in ``__post_init__``), mamba_ngroups groups
+_MAMBA2_ZAMBA2_INNER: FieldRule = ("mul", "mamba_expand", "hidden_size")
+_MAMBA2_ZAMBA2 = StateRule(
+    "mamba2",
+    {
+        "conv_kernel": "mamba_d_conv",
+        "intermediate_size": _MAMBA2_ZAMBA2_INNER,
+        "state_size": "mamba_d_state",
+        "n_groups": "mamba_ngroups",
+        "num_heads": "n_mamba_heads",
+        "head_dim": ("div", _MAMBA2_ZAMBA2_INNER, "n_mamba_heads"),
+    },
+    {
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_d_state": 64,
+        "mamba_ngroups": 1,
+        "n_mamba_heads": 8,
+    },
 )
 _SHORTCONV = StateRule(
     "shortconv", {"conv_kernel": "conv_L_cache", "intermediate_size": "hidden_size"}
@@ -349,6 +373,16 @@ TRAITS: dict[str, Traits] = {
         index_key="index_head_dim",
         indexer_types_key="indexer_types",
     ),
+    # Hunyuan v4: the same MLA + DSA indexer cache (modeling_hy_v4.py: cache.update(k_pass, k_rot)
+    # and cache.update_indexer on layers whose indexer_types entry is "full"); hyper-connections
+    # (hc_*) and the output gate / sink cache nothing
+    "hy_v4": Traits(
+        _t("hy_v4"),
+        mla=True,
+        pattern=Pattern("full", base="indexed_attention"),
+        index_key="index_head_dim",
+        indexer_types_key="indexer_types",
+    ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)
     "kimi_linear": Traits(
@@ -386,6 +420,30 @@ TRAITS: dict[str, Traits] = {
         note="num_key_value_heads: 8 when absent, num_attention_heads when null",
     ),
     "lfm2_moe": Traits(_t("lfm2_moe"), conv=_SHORTCONV),
+    # Zamba2: Mamba-2 layers ("linear_attention") and "hybrid" layers where a shared transformer
+    # block runs before the Mamba-2 mixer; each hybrid layer caches its own K/V (num_key_value_heads
+    # x attention_head_dim = 2 * hidden_size / num_attention_heads) and a Mamba-2 state
+    # (transformers LinearAttentionAndFullAttentionLayer; configuration_zamba2.py __post_init__)
+    "zamba2": Traits(
+        _t("zamba2"),
+        layer_types_key="layers_block_type",
+        aliases={"head_dim": "attention_head_dim"},
+        linear=_MAMBA2_ZAMBA2,
+        hybrid=_MAMBA2_ZAMBA2,
+    ),
+    # MiMo-V2-Flash: full layers num_key_value_heads x (head_dim K + v_head_dim V), sliding layers
+    # twice the KV heads (normalise.py derives layer_types and the window)
+    "mimo_v2_flash": Traits(_t("mimo_v2_flash"), sliding_kv_factor=2),
+    # Step-3.7-Flash ships the flat text config (Step3p7TextConfig): llama-style fields,
+    # layer_types full / sliding (window sliding_window), num_key_value_heads x head_dim on both
+    # kinds (modeling_step3p7.py Step3p7Attention; per_layer_config only changes query heads)
+    "step3p7": Traits("transformers/models/step3p7/configuration_step3p7.py (Step3p7TextConfig)"),
+    # MiMo-7B: no transformers class; vLLM 0.32 serves it as Qwen2 (model_executor/models/mimo.py
+    # line 57: MiMoModel(Qwen2Model)); its MTP layers are cached only under speculative decoding
+    # (kvbudget.spec.mtp)
+    "mimo": Traits(
+        "vllm/model_executor/models/mimo.py (Qwen2Model)", pattern=Pattern("qwen"), verified=False
+    ),
 }
 
 #: traits for a model_type kvbudget has no row for: llama-style field names, layer_types as given

@@ -37,16 +37,17 @@ POSITIVE_INT_KEYS = (
     "num_key_value_heads",
     "head_dim",
     "moe_intermediate_size",
-    "shared_expert_intermediate_size",
     "num_experts",
     "num_local_experts",
     "n_routed_experts",
     "num_experts_per_tok",
 )
 #: counts where 0 is meaningful (no shared expert, no shared KV layer; a window of 0 that no
-#: layer uses, as Qwen2-MoE's default config carries beside use_sliding_window false)
+#: layer uses, as Qwen2-MoE's default config carries beside use_sliding_window false; a shared
+#: expert of size 0, as the published Qwen3-Coder-480B-A35B-Instruct config carries)
 NON_NEGATIVE_INT_KEYS = (
     "n_shared_experts",
+    "shared_expert_intermediate_size",
     "num_shared_experts",
     "num_kv_shared_layers",
     "sliding_window",

@@ -165,3 +165,17 @@ def test_the_docs_list_every_rule() -> None:
     text = (REPO / "docs" / "measuring-real-engines.md").read_text()
     for row in VLLM_CPU_FEATURE_RULES:
         assert "| " + " | ".join(row) + " |" in text, row[0]
+
+
+def test_vllm_cpu_ssm_note_only_when_the_cpu_build_would_reset_the_state() -> None:
+    """vLLM 0.32 platforms/cpu.py lines 302-320: with avx512_bf16 an SSM dtype left at auto is
+    reset to float32; a dtype the user set is planned as given; without the flag nothing resets."""
+    from kvbudget.safety.cpu_features import CpuFeatures, vllm_cpu_ssm_note
+
+    bf16 = CpuFeatures(flags=frozenset({"avx512f", "avx512_bf16"}), source="test")
+    plain = CpuFeatures(flags=frozenset({"avx2"}), source="test")
+    note = vllm_cpu_ssm_note("auto", bf16)
+    assert note is not None and "--mamba-ssm-cache-dtype float32 --block-size 128" in note
+    assert vllm_cpu_ssm_note("float32", bf16) is None
+    assert vllm_cpu_ssm_note("auto", plain) is None
+    assert vllm_cpu_ssm_note("auto", None) is None

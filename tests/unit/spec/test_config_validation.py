@@ -95,3 +95,12 @@ def test_fingerprint_refuses_the_rope_factors_calc_refuses(tmp_path: Path, facto
     code, _out, err = run_main(["fingerprint", "--model", path])
     assert code != 0 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("SpecError: rope_scaling.factor: expected")
+
+
+def test_a_shared_expert_of_size_zero_is_accepted(tmp_path: Path) -> None:
+    """The published Qwen3-Coder-480B-A35B-Instruct config (qwen3_moe) carries
+    ``shared_expert_intermediate_size: 0`` (no shared expert); it was refused as non-positive."""
+    resolved = resolve_model(_config(tmp_path, shared_expert_intermediate_size=0))
+    assert resolved.spec is not None, resolved.reason
+    with pytest.raises(SpecError, match="shared_expert_intermediate_size"):
+        resolve_model(_config(tmp_path, shared_expert_intermediate_size=-1))

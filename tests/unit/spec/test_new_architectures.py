@@ -19,6 +19,7 @@ from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs, vllm_layout
+from kvbudget.errors import SpecError
 from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
@@ -111,8 +112,11 @@ def test_dsa_latent_plus_indexer_keys(model_id: str, layers: int, indexed: int) 
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3.2", "MiniMaxAI/MiniMax-M3"])
 def test_engine_layouts_refuse_indexer_rather_than_drop_it(model_id: str) -> None:
+    """SGLang and llama.cpp do not model an indexer yet; vLLM refuses MiniMax-M3's (full
+    attention + indexer) and models DSA's (tests/unit/plan/test_plan_dsa_indexer.py)."""
     spec = _spec(model_id)
-    for layout in (vllm_layout, sglang_layout):
+    layouts = [sglang_layout] + ([vllm_layout] if model_id.startswith("MiniMax") else [])
+    for layout in layouts:
         with pytest.raises(LayoutNotApplicable, match="indexer"):
             layout(spec, tokens=T, seqs=1)
     with pytest.raises(LayoutNotApplicable, match="indexer"):
@@ -244,3 +248,92 @@ def test_kimi_k3_vllm_kda_state_and_mla_hybrid_block() -> None:
     halved = vllm_layer_specs(_spec("moonshotai/Kimi-K3"), mamba_ssm_state_bytes=2)
     small = 3 * KIMI_K3_KDA * 2 + 96 * 128 * 128 * 2
     assert {s.block_size for s in halved.distinct()} == {128 * -(-small // (128 * 1_152))}
+
+
+def test_mimo_v2_flash_full_and_sliding_layers() -> None:
+    """MiMo-V2-Flash (published config): transformers builds full attention on layer 0 and every
+    6th (0, 5, 11, ..., 47: 9 layers) with 4 KV heads, sliding layers (39) with 2 x 4 = 8 KV heads
+    (modeling_mimo_v2_flash.py line 341), K 192 + V 128; at 100 tokens every sliding layer still
+    keeps all 100 (window sliding_window_size + 1 = 129)."""
+    full = 9 * 4 * (192 + 128) * 2 * T  # 2,304,000
+    sliding = 39 * 8 * (192 + 128) * 2 * T  # 19,968,000
+    assert _hf("XiaomiMiMo/MiMo-V2-Flash") == full + sliding == 22_272_000
+    spec = _spec("XiaomiMiMo/MiMo-V2-Flash")
+    assert {getattr(x, "sliding_window", None) for x in spec.layer_seq.distinct()} == {None, 129}
+
+
+def test_mimo_v2_flash_vllm_window_is_sliding_window_size() -> None:
+    """vLLM 0.32 mimo_v2.py lines 298 and 388: the window is sliding_window_size (128)."""
+    specs = vllm_layer_specs(_spec("XiaomiMiMo/MiMo-V2-Flash"), block_size=16)
+    windows = {s.sliding_window for s, _ in specs.runs()}
+    assert windows == {None, 128}
+
+
+def test_mimo_v2_flash_refuses_swa_heads_transformers_does_not_build(tmp_path: Path) -> None:
+    raw = json.loads((MODELS_DIR / "XiaomiMiMo--MiMo-V2-Flash.json").read_text("utf-8"))
+    raw["swa_num_key_value_heads"] = 16
+    with pytest.raises(SpecError, match="swa_num_key_value_heads: 16 but transformers"):
+        resolve_model(_write(tmp_path, raw))
+
+
+def test_hy_v4_latent_plus_indexer_keys_on_full_indexer_layers(tmp_path: Path) -> None:
+    """Hunyuan v4 without indexer_types: HYV4Config makes layers 0 and 1, 5, 9, ... "full"
+    (configuration_hy_v4.py lines 151-155): of 6 layers, 0, 1 and 5. Each layer caches the MLA
+    latent (512 + 64) and the full-indexer layers the indexer key (128) too; vLLM 0.32's HYV4
+    indexer is a DeepseekV32IndexerCache of 128 + 4 bytes per token (models/hy_v4/nvidia/
+    attention.py lines 179-189), one UniformType group, block 64."""
+    raw = {
+        "model_type": "hy_v4",
+        "architectures": ["HYV4ForCausalLM"],
+        "num_hidden_layers": 6,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "q_lora_rank": 64,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 64,
+        "index_head_dim": 128,
+        "index_n_heads": 4,
+        "index_topk": 64,
+        "vocab_size": 1024,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "torch_dtype": "bfloat16",
+    }
+    spec = _spec(_write(tmp_path, raw))
+    assert [getattr(x, "index_head_dim", None) for x in spec.layers] == [128, 128, 0, 0, 0, 128]
+    expected = 6 * (512 + 64) * 2 * T + 3 * 128 * 2 * T
+    assert hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes == expected == 768_000
+    pages = {s.page_size_bytes for s, _ in vllm_layer_specs(spec).runs()}
+    assert pages == {64 * 1152 + 64 * 132, 64 * 1152}
+
+
+def test_zamba2_hybrid_layers_cache_attention_and_mamba2(tmp_path: Path) -> None:
+    """Zamba2 (transformers' default layout, 54 layers, 9 'hybrid' at 6, 12, ..., 42, 47, 51):
+    hybrid layers cache K/V of num_key_value_heads x attention_head_dim (2 x 256 / 4 = 128) and a
+    Mamba-2 state, the other 45 a Mamba-2 state only. transformers (hf): conv window 4 x (2 x 256
+    + 2 x 1 x 64 = 640) x 2 B = 5,120; recurrent 8 heads x 64 x 64 x 4 B (float32) = 131,072.
+    vLLM 0.32 (zamba2.py lines 164-201): every query head is a KV head in the hybrid attention."""
+    raw = {
+        "model_type": "zamba2",
+        "architectures": ["Zamba2ForCausalLM"],
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "n_mamba_heads": 8,
+        "mamba_d_state": 64,
+        "vocab_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    spec = _spec(_write(tmp_path, raw))
+    assert spec.num_layers == 54
+    kinds = [x.kind for x in spec.layers]
+    assert [i for i, k in enumerate(kinds) if k == "hybrid"] == [6, 12, 18, 24, 30, 36, 42, 47, 51]
+    kv = 9 * 2 * (128 + 128) * 2 * T  # 921,600
+    states = 54 * (4 * 640 * 2 + 8 * 64 * 64 * 4)  # 54 x 136,192
+    assert hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes == kv + states
+    attn = [s for s, _ in vllm_layer_specs(spec, block_size=16).runs() if s.kind == "full"]
+    # per token: 4 heads (not 2) x (128 + 128) x 2 B = 2,048 B, whatever the raised block
+    assert {s.page_size_bytes // s.block_size for s in attn} == {4 * (128 + 128) * 2}

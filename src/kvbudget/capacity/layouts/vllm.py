@@ -35,7 +35,7 @@ parallel hybrid layers), never per layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
@@ -52,7 +52,15 @@ from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
 from kvbudget.spec.layer_runs import LayerSeq
-from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, StateLayer, cache_parts
+from kvbudget.spec.layers import (
+    MLA,
+    CacheLayer,
+    FullAttention,
+    ParallelHybrid,
+    SlidingWindow,
+    StateLayer,
+    cache_parts,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -163,6 +171,24 @@ def mla_page_bytes(layer: MLA, dtype: KvDtype, block_size: int) -> int:
     return block_size * dtype.row_bytes(layer.latent_dim)
 
 
+#: vLLM 0.32 ``model_executor/models/deepseek_v2.py`` ``Indexer.__init__`` (lines 723-736):
+#: ``quant_block_size = 128`` and the key cache is a ``DeepseekV32IndexerCache`` of
+#: ``head_dim = index_head_dim + index_head_dim // quant_block_size * 4`` bytes (``dtype=torch.uint8``:
+#: the fp8 key plus one float32 scale per 128 values), whatever ``--kv-cache-dtype`` says
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_page_bytes(index_head_dim: int, block_size: int) -> int:
+    """One block of a DSA lightning indexer's key cache (DeepSeek-V3.2, GLM-5).
+
+    ``DeepseekV32IndexerCache.get_kv_cache_spec`` (vLLM 0.32 ``deepseek_v2.py`` lines 659-667) is
+    an ``MLAAttentionSpec(num_kv_heads=1, head_size=index_head_dim + index_head_dim // 128 * 4,
+    dtype=uint8)``: ``block_size * head_size`` bytes (one vector, no V), never split by TP
+    (``max_tp_shards=1``). 128 -> 132 bytes per token.
+    """
+    return block_size * (index_head_dim + index_head_dim // INDEXER_QUANT_BLOCK * 4)
+
+
 def mamba_page_bytes(
     layer: StateLayer, state_bytes: int, tp: int, ssm_state_bytes: int | None = None
 ) -> int:
@@ -204,7 +230,8 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
-    refuse_indexer(spec, "vllm")
+    if any(isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()):
+        refuse_indexer(spec, "vllm")  # MiniMax-M3's indexer beside full attention: not read yet
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
     heads_per_rank(1, tp)  # validates tp >= 1
@@ -266,8 +293,44 @@ def vllm_layer_specs(
 VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
 
 
+#: model types whose vLLM 0.32 sliding window is one token shorter than transformers': MiMo-V2-Flash
+#: (``vllm/model_executor/models/mimo_v2.py`` lines 298 and 388 take ``sliding_window_size``;
+#: transformers' ``MiMoV2FlashConfig`` attends ``sliding_window_size + 1``, lines 130-132)
+VLLM_WINDOW_MINUS_ONE = frozenset({"mimo_v2_flash"})
+
+
+#: model types whose vLLM 0.32 hybrid-layer attention caches every query head (no num_kv_heads
+#: passed): Zamba2 (``model_executor/models/zamba2.py`` lines 164-170 ``QKVParallelLinear(...,
+#: total_num_attention_heads)`` and 195-201 ``Attention(num_attention_heads, attention_head_dim,
+#: ...)``, one ``Attention`` per hybrid layer: "KV cache is unique for every attention layer")
+VLLM_MHA_HYBRID = frozenset({"zamba2"})
+
+
 def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if spec.model_type in VLLM_MHA_HYBRID and spec.num_attention_heads:
+        heads = spec.num_attention_heads
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(
+                    layer,
+                    layer_index=index,
+                    attention=replace(layer.attention, num_kv_heads=heads),
+                )
+                if isinstance(layer, ParallelHybrid)
+                else replace(layer, layer_index=index)
+            ),
+        )
+    if spec.model_type in VLLM_WINDOW_MINUS_ONE:
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(layer, layer_index=index, sliding_window=layer.sliding_window - 1)
+                if isinstance(layer, SlidingWindow) and layer.sliding_window > 1
+                else replace(layer, layer_index=index)
+            ),
+        )
     if spec.model_type not in VLLM_MLA_AS_ATTENTION:
         return spec.layer_seq
     return LayerSeq.from_runs(
@@ -294,6 +357,8 @@ def _one(
     idx = layer.layer_index
     if isinstance(layer, MLA):
         page = mla_page_bytes(layer, dtype, block)
+        if layer.index_head_dim:  # the layer's indexer cache, in the same (uniform-type) group
+            page += indexer_page_bytes(layer.index_head_dim, block)
         return VllmLayerSpec(idx, "mla", block, page, real_page_size_bytes=page)
     if isinstance(layer, FullAttention):
         page = attention_page_bytes(layer, dtype, tp, block)
@@ -421,6 +486,11 @@ def vllm_layout(
             f"attention block size set to {block} tokens so that the attention page >= the mamba page "
             "(vLLM HybridAttentionMambaModelConfig); mamba pages padded to the attention page"
         )
+    if spec.model_type in VLLM_MHA_HYBRID:
+        notes.append(
+            f"vLLM 0.32 caches every query head in {spec.model_type}'s hybrid-layer attention "
+            "(zamba2.py: Attention without num_kv_heads), not num_key_value_heads"
+        )
     if spec.model_type in VLLM_MLA_AS_ATTENTION:
         notes.append(
             f"vLLM 0.32 pages {spec.model_type}'s MLA layers as plain attention (every query head "
@@ -442,3 +512,53 @@ def vllm_layout(
         notes=tuple(notes),
         padding=padding,
     )
+
+
+#: rules of the vllm layout worked from vLLM 0.32.0's source where no recorded CPU pool checks
+#: them (docs/architectures.md renders this table): family -> (rule, source lines, the test that
+#: works the numbers by hand from that source)
+VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
+    "deepseek_v32, glm_moe_dsa, hy_v4": (
+        "MLA latent page + the lightning indexer's key page (block x (index_head_dim + "
+        "index_head_dim / 128 x 4) bytes, uint8, whatever --kv-cache-dtype) on every layer that "
+        "builds an indexer; all layers in ONE UniformType group whose page is the sum; block 64",
+        "model_executor/models/deepseek_v2.py 659-667, 723-736, 1144-1168; "
+        "v1/kv_cache_interface.py 698, 1225-1265; v1/core/kv_cache_utils.py 1520-1551, 2189-2193; "
+        "v1/attention/backends/mla/indexer.py 284-285; models/hy_v4/nvidia/attention.py 82-110, "
+        "179-189 (HYV4: the same indexer cache; indexer_types when given)",
+        "tests/unit/plan/test_plan_dsa_indexer.py, tests/unit/spec/test_new_architectures.py",
+    ),
+    "mimo_v2_flash": (
+        "sliding window = sliding_window_size (transformers attends one token more); sliding "
+        "layers swa_num_key_value_heads x (swa_head_dim K + swa_v_head_dim V)",
+        "model_executor/models/mimo_v2.py 298, 325-337, 380-390",
+        "tests/unit/spec/test_new_architectures.py",
+    ),
+    "zamba2": (
+        "each 'hybrid' layer: its own Attention (every query head a KV head, attention_head_dim) "
+        "plus a Mamba-2 mixer, the other layers a Mamba-2 mixer",
+        "model_executor/models/zamba2.py 164-201 (QKVParallelLinear / Attention without "
+        "num_kv_heads, one Attention per hybrid layer), 601-650, 762-780",
+        "tests/unit/spec/test_new_architectures.py",
+    ),
+    "minicpm3": (
+        "MLA paged as plain attention: every query head a KV head of qk_nope + qk_rope, V padded",
+        "model_executor/models/minicpm3.py (Attention(num_local_heads, qk_head_dim))",
+        "tests/peer/test_vllm_pool_oracle.py (recorded pool)",
+    ),
+    "attention + Mamba hybrids": (
+        "mamba cache mode align by default from 0.32 (prefix caching on for generative hybrids); "
+        "on the CPU build the SSM state is reset to float32 on AVX-512-BF16 CPUs unless "
+        "--mamba-ssm-cache-dtype is float16/bfloat16 and equals the model's state dtype",
+        "engine/arg_utils.py 2991, 3021; config/model.py 2257-2265; "
+        "model_executor/models/config.py 685-693; platforms/cpu.py 39-88, 302-320",
+        "tests/integration/vllm/test_vllm_hybrid_mamba_pool.py (real vLLM CPU engine)",
+    ),
+    "MTP drafters (deepseek_v3, deepseek_v32, glm_moe_dsa, mimo, mimo_v2_flash)": (
+        "no KV without --speculative-config; with method mtp: num_nextn_predict_layers more "
+        "target layers (DSA: always with an indexer; MiMo-V2-Flash: one sliding layer)",
+        "model_executor/models/deepseek_mtp.py 95-112, 147-165; deepseek_v2.py 1158-1168, 1654; "
+        "mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; v1/core/kv_cache_utils.py 1997-2085",
+        "tests/unit/spec/test_mtp_layers.py (kvbudget.spec.mtp)",
+    ),
+}
