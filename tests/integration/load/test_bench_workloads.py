@@ -394,3 +394,48 @@ def test_goodput_bad_key_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert info.value.code == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert len(err) == 1 and "'itl' is not an SLO key" in err[0]
+
+
+@pytest.fixture
+def serve_url() -> Iterator[str]:
+    from kvbudget.serve.app import ServeApp
+    from kvbudget.serve.build import ServeEngineOptions, build_engine
+
+    def make() -> ServeApp:
+        built = build_engine(ServeEngineOptions(model="tiny", step_s=0.001, num_gpu_blocks=512))
+        return ServeApp(built.replica, model_name="tiny", max_model_len=4096)
+
+    with ThreadServer(make) as server:
+        yield server.url
+
+
+@pytest.mark.timeout(120)
+def test_end_to_end_against_kvbudget_serve(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, serve_url: str
+) -> None:
+    """kvbudget serve counts prompts in kvbudget's synthetic tokenizer (one token a word)."""
+    # a dataset: served as written, each prompt's words are its tokens
+    doc = _bench(
+        capsys, serve_url, tmp_path / "d", "--dataset-name", "custom",
+        "--dataset-path", str(_custom(tmp_path)), "--disable-shuffle", "--output-tokens", "2",
+        "--goodput", "ttft:60000,tpot:60000",
+    )  # fmt: skip
+    recs = sorted(_records(tmp_path / "d"), key=lambda r: r.request_id)
+    assert [r.prompt_tokens for r in recs] == [6, 3, 10]
+    assert doc["provenance"]["kind"] == "simulated"
+    assert doc["goodput_requests"] == 3 and doc["goodput_fraction"] == 1.0
+    # sessions of 3 turns over a shared system prompt of 4 tokens inside 8
+    doc = _bench(
+        capsys, serve_url, tmp_path / "s", "--concurrency", "2", "--num-requests", "6",
+        "--num-turns", "3", "--input-tokens", "8", "--shared-prefix-tokens", "4",
+        "--output-tokens", "2", "--metric-percentiles", "90,95",
+    )  # fmt: skip
+    recs = _records(tmp_path / "s")
+    assert doc["requests_ok"] == 6
+    for sid in {r.session_id for r in recs}:
+        turns = sorted((r for r in recs if r.session_id == sid), key=lambda r: r.sent_s or 0.0)
+        # 8; 8 + 2 answered + 8 = 18; 18 + 2 + 8 = 28
+        assert [r.prompt_tokens for r in turns] == [8, 18, 28]
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        for key in ("mean", "median", "p90", "p95", "p99"):
+            assert doc[f"{metric}_{key}_s"] is not None
