@@ -284,7 +284,7 @@ def render_markdown(doc: AcceptResult) -> str:
         for w in doc.plan_warnings:
             add(f"- warning: {_md(w)}")
         add("")
-    add("## Verdicts (nine cells)\n")
+    add(f"## Verdicts ({len(doc.cells)} cells)\n")
     add("| " + " | ".join(CELL_HEADER) + " |")
     add("|" + "---|" * len(CELL_HEADER))
     for cell in doc.cells:
