@@ -87,10 +87,11 @@ def split_verdicts(cell: CellResult) -> tuple[str, str]:
 
 
 def percentile_rows(cell: CellResult) -> list[list[str]]:
-    """One row per metric: n, then each percentile as ``value [low, high]`` (seconds)."""
+    """One row per metric: n, the mean, then each percentile as ``value [low, high]``
+    (seconds; the median is p50)."""
     rows = []
     for metric, summary in cell.summaries.items():
-        row = [metric, str(summary.n)]
+        row = [metric, str(summary.n), "—" if summary.mean is None else _num(summary.mean)]
         for key in ("p50", "p90", "p95", "p99"):
             est = summary.percentiles.get(key)
             if est is None:
@@ -104,7 +105,16 @@ def percentile_rows(cell: CellResult) -> list[list[str]]:
     return rows
 
 
-PCT_HEADER = ["metric (s)", "n", "p50 [95% CI]", "p90", "p95", "p99", "small-sample warnings"]
+PCT_HEADER = [
+    "metric (s)",
+    "n",
+    "mean",
+    "median (p50) [95% CI]",
+    "p90",
+    "p95",
+    "p99",
+    "small-sample warnings",
+]
 
 
 REP_HEADER = ["repetition", "n", "TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95"]
