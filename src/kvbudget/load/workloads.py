@@ -136,6 +136,16 @@ def check_workload(cfg: RunConfig) -> None:
             "plan from --duration alone)",
             field="num_requests",
         )
+    if w.random_range_ratio is not None:
+        from kvbudget.workload.range_ratio import parse_range_ratio
+
+        parse_range_ratio(w.random_range_ratio)  # a bad ratio: one line, before anything is sent
+    for flag, path in (("--trace", w.trace_path), ("--dataset-path", w.dataset_path)):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(
+                f"{flag} {path}: no such file; give the path of the file",
+                field=flag.removeprefix("--").replace("-", "_"),
+            )
     if w.sharegpt_output_len is not None and w.dataset_name != "sharegpt":
         raise ConfigError(
             "--sharegpt-output-len: only with --dataset-name sharegpt", field="sharegpt_output_len"

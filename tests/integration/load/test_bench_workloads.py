@@ -315,7 +315,9 @@ def test_random_range_ratio_draws_within_vllm_bounds(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("loop", [["--concurrency", "2"], ["--rate", "50"]])
+@pytest.mark.parametrize(
+    "loop", [["--concurrency", "2"], ["--rate", "50"], ["--rate", "50", "--workers", "2"]]
+)
 def test_multi_turn_sessions_build_on_the_answers(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, loop: list[str]
 ) -> None:
@@ -439,3 +441,61 @@ def test_end_to_end_against_kvbudget_serve(
     for metric in ("ttft", "tpot", "itl", "e2e"):
         for key in ("mean", "median", "p90", "p95", "p99"):
             assert doc[f"{metric}_{key}_s"] is not None
+
+
+@pytest.mark.timeout(60)
+def test_bench_sends_the_prompts_sim_simulates(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, recorder: tuple[Recorder, str]
+) -> None:
+    """The same flags and seed: bench's prompts are sim's planned prompts, in sim's order."""
+    from kvbudget.cli.sim import scenario_from_opts
+    from kvbudget.sim.scenario import build_workload
+    from kvbudget.workload.tokenizer import get_tokenizer
+
+    fake, url = recorder
+    _bench(
+        capsys, url, tmp_path / "run", "--concurrency", "1", "--num-requests", "5",
+        "--input-tokens", "12", "--output-tokens", "3", "--prefix-groups", "2",
+        "--shared-prefix-tokens", "5", "--seed", "3", "--tokenizer", "synthetic",
+    )  # fmt: skip
+    scenario = scenario_from_opts(
+        {
+            "num_requests": 5,
+            "concurrency": 1,
+            "input_tokens": 12,
+            "output_tokens": 3,
+            "prefix_groups": 2,
+            "shared_prefix_tokens": 5,
+            "seed": 3,
+        }
+    )
+    planned, _ = build_workload(scenario)
+    tok = get_tokenizer(32000)  # sim's and bench's default vocabulary
+    assert [b["prompt"] for b in fake.bodies] == [tok.decode(r.prompt_token_ids) for r in planned]
+    assert [b["max_tokens"] for b in fake.bodies] == [r.output_tokens for r in planned]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--num-requests", "2", "--prefix-groups", "2"], "give --shared-prefix-tokens too"),
+        (
+            ["--num-requests", "2", "--random-prefix-len", "4", "--shared-prefix-tokens", "4"],
+            "give one",
+        ),
+        (["--num-requests", "2", "--random-range-ratio", "1.5"], "must be in [0, 1)"),
+        (["--dataset-name", "custom"], "give --dataset-path"),
+        (["--dataset-name", "custom", "--dataset-path", "/no/such.jsonl"], "no such file"),
+        (["--trace", "/no/such.jsonl"], "no such file"),
+        (["--duration", "5", "--num-turns", "2"], "give --num-requests"),
+    ],
+)
+def test_workload_mistakes_are_one_line_before_any_request(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    # port 1: nothing listens; each mistake is found before the server is even asked
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--base-url", "http://127.0.0.1:1", *args])
+    assert info.value.code == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and err[0].startswith("ConfigError:") and needle in err[0], err
