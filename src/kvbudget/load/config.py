@@ -42,10 +42,10 @@ class BenchWorkload(BaseModel):
     random_range_ratio: str | None = None
     #: multi-turn sessions: turns per session, planned seconds between a session's turns
     num_turns: int = Field(default=1, ge=1, le=1000)
-    turn_interval_s: float = Field(default=0.0, ge=0)
+    turn_interval_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     #: trace replay (sim's trace format, kvbudget.workload.traces)
     trace_path: str | None = None
-    trace_speedup: float = Field(default=1.0, gt=0)
+    trace_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     trace_block_size: int = Field(default=512, ge=1)
     #: vllm bench serve's datasets: random (synthetic), sharegpt, custom (JSONL of prompts)
     dataset_name: Literal["random", "sharegpt", "custom"] = "random"
