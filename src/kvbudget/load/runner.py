@@ -346,6 +346,8 @@ async def _closed_sessions(
             history: Answer | None = None
             start = time.perf_counter()
             for k, (index, planned) in enumerate(session):
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return  # --duration: no new turn either
                 ctx.result.offered += 1
                 if k > 0 and (history is None or not history.ok):
                     _not_sent(ctx, planned)
