@@ -364,7 +364,12 @@ async def _served_lengths(
     if tok is None or not planned:
         return planned, {"tokenizer": "synthetic" if tok is None else tok.source}
     rewritten, build = await served_prompts(
-        list(planned), tok, client=client, model=cfg.model, seed=cfg.seed
+        list(planned),
+        tok,
+        client=client,
+        model=cfg.model,
+        seed=cfg.seed,
+        continued_turns=cfg.workload.multi_turn,
     )
     return rewritten, {
         "tokenizer": build.tokenizer,
