@@ -290,7 +290,7 @@ def run_acceptance(
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,
-        rows=row_summaries(cells),
+        rows=row_summaries(cells, plan.load.input_tiers),
         stop_conditions=stops,
         comparisons=comparisons,
         anomalies=anomalies,

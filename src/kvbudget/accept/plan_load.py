@@ -136,17 +136,25 @@ class LoadPlan(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> LoadPlan:
-        for name in INPUT_TIERS:
-            if name not in self.tiers:
-                raise field_error("tiers", f"missing tier '{name}'; declare short, medium and long")
+        if not self.tiers:
+            raise field_error(
+                "tiers", "no input tier; declare one, two or three of short, medium and long"
+            )
         for name in CONCURRENCY_TIERS:
             if name not in self.concurrency:
                 raise field_error(
                     "concurrency", f"missing tier '{name}'; declare single, normal and peak"
                 )
         if self.order is not None:
-            valid = {f"{i}/{c}" for i in INPUT_TIERS for c in CONCURRENCY_TIERS}
+            valid = {f"{i}/{c}" for i in self.input_tiers for c in CONCURRENCY_TIERS}
             for cell in self.order:
+                tier = cell.split("/", 1)[0]
+                if tier in INPUT_TIERS and tier not in self.tiers:
+                    raise field_error(
+                        "order",
+                        f"cell {cell!r}: input tier '{tier}' is not declared in load.tiers; "
+                        "declare it or drop the cell",
+                    )
                 if cell not in valid:
                     raise field_error(
                         "order",
@@ -156,9 +164,15 @@ class LoadPlan(StrictModel):
                 raise field_error("order", "a cell is listed twice; list each cell at most once")
         return self
 
+    @property
+    def input_tiers(self) -> tuple[str, ...]:
+        """The declared input tiers, short -> medium -> long (a plan may declare one, two or
+        three; the others are not run and are no part of the verdict)."""
+        return tuple(name for name in INPUT_TIERS if name in self.tiers)
+
     def cell_order(self) -> list[tuple[str, str]]:
         """(input tier, concurrency tier) in run order; unlisted cells follow, row by row."""
-        default = [(i, c) for i in INPUT_TIERS for c in CONCURRENCY_TIERS]
+        default = [(i, c) for i in self.input_tiers for c in CONCURRENCY_TIERS]
         if not self.order:
             return default
         listed = [tuple(cell.split("/", 1)) for cell in self.order]

@@ -274,16 +274,19 @@ def overall_verdict(
     return "pass", ["every cell passed and no stop condition triggered"]
 
 
-def row_summaries(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+def row_summaries(
+    cells: Sequence[CellResult], input_tiers: Sequence[str] = INPUT_TIERS
+) -> list[dict[str, Any]]:
     """Per input tier: the highest concurrency tier that passed on capacity and latency.
 
     Quality is left out here (it is judged per cell). The walk goes single -> normal -> peak and
     stops at the first tier that failed; tiers that could not be judged (too few samples, not
-    run) are listed as untested and never count as passing.
+    run) are listed as untested and never count as passing. ``input_tiers``: the plan's
+    declared input tiers (tiers it does not declare get no row).
     """
     out: list[dict[str, Any]] = []
     by_key = {(c.input_tier, c.concurrency_tier): c for c in cells}
-    for tier in INPUT_TIERS:
+    for tier in input_tiers:
         last: str | None = None
         stopped: str | None = None
         capacity = False

@@ -19,6 +19,7 @@ from kvbudget.cli.vocab import (
     METRIC_PERCENTILES_HELP,
     NUM_REQUESTS,
     OUTPUT_TOKENS,
+    RANDOM_RANGE_RATIO,
     RATE,
 )
 from kvbudget.errors import ConfigError
@@ -35,7 +36,26 @@ _FLAG_OF = {
     "prompt_tokens": "--input-tokens",
     "duration_s": "--duration",
     "timeout_s": "--timeout",
+    "workload.turn_interval_s": "--turn-interval",
 }
+
+#: bench's workload options (RunConfig.workload, kvbudget.load.workloads)
+WORKLOAD_KEYS = (
+    "prefix_groups",
+    "shared_prefix_tokens",
+    "random_prefix_len",
+    "random_range_ratio",
+    "num_turns",
+    "turn_interval_s",
+    "trace_path",
+    "trace_speedup",
+    "trace_block_size",
+    "dataset_name",
+    "dataset_path",
+    "sharegpt_output_len",
+    "custom_output_len",
+    "disable_shuffle",
+)
 
 
 def _parse_ramp(text: str | None) -> list[tuple[float, float]]:
@@ -64,8 +84,11 @@ def _config(values: dict[str, Any]) -> Any:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        flag = _FLAG_OF.get(loc, f"--{loc.replace('_', '-')}" if loc else "options")
+        tail = loc.removeprefix("workload.")
+        flag = _FLAG_OF.get(loc, f"--{tail.replace('_', '-')}" if loc else "options")
         given = values.get(loc) if loc else None
+        if loc.startswith("workload."):
+            given = values.get("workload", {}).get(tail)
         msg = str(err["msg"]).removeprefix("Value error, ")
         where = f"{flag}={given}: " if given is not None else (f"{flag}: " if loc else "")
         raise ConfigError(f"{where}{msg}", field=loc or None) from exc
@@ -111,6 +134,23 @@ def _vllm_names(opts: dict[str, Any], ctx: click.Context) -> None:
             del opts[key]  # the RunConfig default
     # the name put in requests; empty: the first of GET /v1/models (checked before the load)
     opts["model"] = opts.pop("served_model_name") or opts["model"] or ""
+
+
+def _trace_shape(opts: dict[str, Any], ctx: click.Context) -> None:
+    """``--trace``: the trace's timestamps are the schedule (shape ``planned``)."""
+    for key, flag in (
+        ("shape", "--arrival"),
+        ("rate_per_s", "--rate"),
+        ("concurrency", "--concurrency"),
+        ("ramp_stages", "--ramp"),
+    ):
+        source = ctx.get_parameter_source("ramp" if key == "ramp_stages" else key)
+        if source is not None and source is not click.core.ParameterSource.DEFAULT:
+            raise ConfigError(
+                f"--trace: each request is sent at its timestamp in the trace; drop {flag}",
+                field="trace",
+            )
+    opts["shape"] = "planned"
 
 
 def bench_json(doc: Any) -> dict[str, Any]:
@@ -178,12 +218,35 @@ def _render(doc: Any) -> None:
             f" = ok {w['ok']} + error {w['error']} + cancelled {w['cancelled']}"
             + (f"  LOST: {w['lost']}" if w["lost"] else "")
         )
+    from kvbudget.metrics.percentile_set import percentile_name, reported_percentiles
+
+    names = [percentile_name(q) for q in reported_percentiles(s["metric_percentiles"])]
     lat = Table(show_header=True, header_style="bold")
-    for col in ("metric", "p50", "p99"):
+    for col in ("metric", "mean", "median", *names):
         lat.add_column(col, justify="right" if col != "metric" else "left")
-    for name in ("ttft", "tpot", "itl", "e2e", "schedule_lag"):
-        lat.add_row(name, _ms(s.get(f"{name}_p50_s")), _ms(s.get(f"{name}_p99_s")))
+    for name in ("ttft", "tpot", "itl", "e2e"):
+        lat.add_row(
+            name,
+            _ms(s.get(f"{name}_mean_s")),
+            _ms(s.get(f"{name}_median_s")),
+            *(_ms(s.get(f"{name}_{p}_s")) for p in names),
+        )
+    lat.add_row(
+        "schedule_lag",
+        "-",
+        _ms(s.get("schedule_lag_p50_s")),
+        *(_ms(s.get(f"schedule_lag_{p}_s")) for p in names),
+    )
     console.print(lat)
+    if "goodput_requests" in s:
+        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in s["goodput_slo_ms"].items())
+        frac = s["goodput_fraction"]
+        rate = s["goodput_requests_per_s"]
+        console.print(
+            f"goodput ({slo}): {s['goodput_requests']} of {s['requests_total']} requests met "
+            f"every SLO ({'-' if frac is None else f'{frac:.1%}'}), "
+            f"{'-' if rate is None else f'{rate:,.2f}'} requests/s"
+        )
     tput = s.get("output_tokens_per_s")
     rps = s.get("requests_per_s")
     console.print(
@@ -441,6 +504,114 @@ def _render(doc: Any) -> None:
 )
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
 @click.option(METRIC_PERCENTILES, "metric_percentiles", help=METRIC_PERCENTILES_HELP)
+@click.option(
+    "--goodput",
+    multiple=True,
+    help="vllm bench serve's goodput SLOs, KEY:MILLISECONDS comma- or space-separated (keys "
+    "ttft, tpot, e2el), e.g. ttft:1000,tpot:50: the requests meeting every one, as a count, "
+    "a fraction and requests/s.",
+)
+@click.option(
+    "--prefix-groups",
+    type=COUNT0,
+    default=0,
+    help="sim's shared-prefix groups (Zipf popularity), each of --shared-prefix-tokens; "
+    "0 = one system prompt of --shared-prefix-tokens [default: 0].",
+)
+@click.option(
+    "--shared-prefix-tokens",
+    type=COUNT0,
+    default=0,
+    help="sim's shared prefix (per group, or the system prompt), inside --input-tokens "
+    "[default: 0].",
+)
+@click.option(
+    "--random-prefix-len",
+    type=COUNT0,
+    default=0,
+    help="vllm bench serve's random dataset prefix: this many tokens shared by every prompt, "
+    "added before --input-tokens [default: 0].",
+)
+@click.option(
+    RANDOM_RANGE_RATIO,
+    "random_range_ratio",
+    default=None,
+    help="vllm bench serve's random dataset: each request's input and output length drawn "
+    "uniformly within this ratio of --input-tokens / --output-tokens (0.1 = +-10 %; or "
+    '\'{"input": 0.3, "output": 0.5}\') [default: 0.0, fixed].',
+)
+@click.option(
+    "--num-turns",
+    type=COUNT,
+    default=1,
+    show_default=True,
+    help="Multi-turn sessions of this many turns: a turn is sent once the previous one "
+    "finished, its prompt the previous prompt, the server's answer and a new user message of "
+    "--input-tokens (sim: workload.sessions.num_turns); --num-requests counts turns.",
+)
+@click.option(
+    "--turn-interval",
+    "turn_interval_s",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Seconds between a session's planned turns (the earliest a turn is sent).",
+)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Replay this JSONL trace at its timestamps (sim's trace format: kvbudget's export or "
+    "Mooncake's; docs/workloads.md); instead of --rate/--concurrency.",
+)
+@click.option(
+    "--trace-speedup",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Divide the trace's timestamps by this.",
+)
+@click.option(
+    "--trace-block-size",
+    type=COUNT,
+    default=512,
+    show_default=True,
+    help="Tokens per hash id for trace lines without block_size (Mooncake: 512).",
+)
+@click.option(
+    "--dataset-name",
+    type=click.Choice(["random", "sharegpt", "custom"]),
+    default="random",
+    show_default=True,
+    help="vllm bench serve's datasets: random (synthetic prompts of --input-tokens), sharegpt "
+    '(conversations JSON/JSONL, first turn sent) or custom (JSONL of {"prompt": ...} or '
+    '{"prompt_token_ids": [...]}); counted with the served tokenizer.',
+)
+@click.option(
+    "--dataset-path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The dataset file of --dataset-name sharegpt/custom (prompts kept private: hashes only "
+    "unless --keep-prompts).",
+)
+@click.option(
+    "--sharegpt-output-len",
+    type=COUNT,
+    default=None,
+    help="sharegpt: output tokens of every request [default: the second turn's length].",
+)
+@click.option(
+    "--custom-output-len",
+    type=COUNT,
+    default=None,
+    help="custom: output tokens of lines without output_tokens [default: --output-tokens].",
+)
+@click.option(
+    "--disable-shuffle",
+    is_flag=True,
+    help="Send the dataset in file order (default: shuffled with --seed, as vllm bench serve).",
+)
 def bench(**opts: Any) -> None:
     """Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...).
 
@@ -473,8 +644,24 @@ def bench(**opts: Any) -> None:
         from kvbudget.metrics.percentile_set import parse_metric_percentiles
 
         opts["metric_percentiles"] = parse_metric_percentiles(chosen)
-    _vllm_names(opts, click.get_current_context())
+    from kvbudget.load.goodput import parse_goodput
+
+    opts["goodput"] = parse_goodput(opts.pop("goodput"))
+    opts["workload"] = {key: opts.pop(key) for key in WORKLOAD_KEYS}
+    ctx = click.get_current_context()
+    if opts["workload"]["trace_path"] is not None:
+        _trace_shape(opts, ctx)
+    _vllm_names(opts, ctx)
     cfg = _config(opts)
+    from kvbudget.load.workloads import check_workload
+
+    check_workload(cfg)
+    if resume and cfg.workload.multi_turn:
+        raise ConfigError(
+            "--resume with --num-turns: a session's later turns are built on answers of the "
+            "run that stopped; start a new run",
+            field="resume",
+        )
     if out_dir is not None:
         from kvbudget.cli.outdir import prepare_out_dir
 

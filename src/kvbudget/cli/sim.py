@@ -436,10 +436,10 @@ def sim(**opts: Any) -> None:
             _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
     scenario = scenario_from_opts(opts)
     if opts["engine"] == "llamacpp":
-        _sim_slots(scenario, opts)
+        _sim_slots(scenario, opts, percentiles)
         return
     if scenario.disaggregation is not None:
-        _sim_pd(scenario, opts)
+        _sim_pd(scenario, opts, percentiles)
         return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
     # --rate with --max-concurrency: arrivals at the rate, at most this many in flight (vllm
@@ -612,7 +612,7 @@ class _SampleWriter:
         self._fh.close()
 
 
-def _sim_pd(scenario: Any, opts: dict[str, Any]) -> None:
+def _sim_pd(scenario: Any, opts: dict[str, Any], percentiles: Any) -> None:
     """A scenario with ``disaggregation:``: P/D beside co-located (kvbudget.sim.pd_scenario)."""
     from kvbudget.sim.native import build_label
     from kvbudget.sim.pd_scenario import render_pd, simulate_pd_scenario
@@ -624,7 +624,7 @@ def _sim_pd(scenario: Any, opts: dict[str, Any]) -> None:
                 "drop it",
                 field=flag,
             )
-    doc = simulate_pd_scenario(scenario)
+    doc = simulate_pd_scenario(scenario, percentiles)
     doc["simulator_build"] = build_label()
     if opts["as_json"]:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
@@ -632,7 +632,7 @@ def _sim_pd(scenario: Any, opts: dict[str, Any]) -> None:
         click.echo(render_pd(doc))
 
 
-def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
+def _sim_slots(scenario: Any, opts: dict[str, Any], percentiles: Any) -> None:
     """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
     from kvbudget.safety.limits import MAX_SLOTS, MAX_TOKENS
     from kvbudget.sim.native import build_label
@@ -657,7 +657,10 @@ def _sim_slots(scenario: Any, opts: dict[str, Any]) -> None:
                 field=flag,
             )
     summary, records = simulate_slots_scenario(
-        scenario, num_slots=opts["slots"], ctx_size_tokens=opts["ctx_size"]
+        scenario,
+        num_slots=opts["slots"],
+        ctx_size_tokens=opts["ctx_size"],
+        percentiles=percentiles,
     )
     summary["simulator_build"] = build_label()
     if opts["records_out"]:

@@ -103,6 +103,8 @@ class ClientRequest:
     cache_salt: str | None = None
     cancel_after_tokens: int | None = None
     extra_body: dict[str, Any] | None = None
+    #: chat: the whole conversation (a multi-turn session's earlier turns, then ``prompt``)
+    messages: tuple[tuple[str, str], ...] | None = None
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -113,7 +115,8 @@ class ClientRequest:
             "ignore_eos": self.ignore_eos,
         }
         if self.endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": self.prompt}]
+            turns = self.messages or (("user", self.prompt),)
+            body["messages"] = [{"role": role, "content": text} for role, text in turns]
         else:
             body["prompt"] = self.prompt
         if self.cache_salt is not None:

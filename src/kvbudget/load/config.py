@@ -24,6 +24,51 @@ from kvbudget.safety.limits import (
 )
 from kvbudget.safety.redact import redact_url, register_url_secrets
 
+
+class BenchWorkload(BaseModel):
+    """``bench``'s workload options beyond one fixed prompt length (:mod:`kvbudget.load.workloads`):
+    the prompt structures ``sim`` simulates, a dataset of prompts, or a trace to replay."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: sim's names: shared-prefix groups (Zipf popularity) and their prefix tokens (0 groups:
+    #: one system prompt of ``shared_prefix_tokens``); both inside ``--input-tokens``
+    prefix_groups: int = Field(default=0, ge=0, le=MAX_CONCURRENCY)
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_REQUEST_TOKENS)
+    #: vllm bench serve's random dataset: one prefix of this many tokens before every prompt,
+    #: added to ``--input-tokens`` (as vLLM adds it)
+    random_prefix_len: int = Field(default=0, ge=0, le=MAX_REQUEST_TOKENS)
+    #: vllm bench serve's ``--random-range-ratio`` (text as given: a number or a JSON object)
+    random_range_ratio: str | None = None
+    #: multi-turn sessions: turns per session, planned seconds between a session's turns
+    num_turns: int = Field(default=1, ge=1, le=1000)
+    turn_interval_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    #: trace replay (sim's trace format, kvbudget.workload.traces)
+    trace_path: str | None = None
+    trace_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    trace_block_size: int = Field(default=512, ge=1)
+    #: vllm bench serve's datasets: random (synthetic), sharegpt, custom (JSONL of prompts)
+    dataset_name: Literal["random", "sharegpt", "custom"] = "random"
+    dataset_path: str | None = None
+    sharegpt_output_len: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
+    custom_output_len: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
+    disable_shuffle: bool = False
+
+    @property
+    def dataset(self) -> bool:
+        """A dataset of prompts (sent as written, not rebuilt to a length)."""
+        return self.dataset_name != "random"
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.num_turns > 1
+
+    @property
+    def planned(self) -> bool:
+        """Whether the requests are planned from these options (else bench's own synthetic ones)."""
+        return self != BenchWorkload()
+
+
 Shape = Literal["closed", "constant", "poisson", "gamma", "burst", "ramp", "planned"]
 TokenCheck = Literal["none", "server", "local"]
 
@@ -80,6 +125,10 @@ class RunConfig(BaseModel):
     record_source: Literal["measured", "simulated"] = "measured"
     #: percentiles of TTFT, TPOT, ITL and E2E in the summary (``--metric-percentiles``)
     metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES
+    #: ``--goodput``: SLOs in milliseconds by vLLM key (ttft, tpot, e2el); empty: no goodput
+    goodput: dict[str, float] = Field(default_factory=dict)
+    #: the workload beyond one fixed prompt length (shared prefixes, sessions, a dataset, a trace)
+    workload: BenchWorkload = Field(default_factory=BenchWorkload)
 
     @field_validator("base_url", "metrics_url")
     @classmethod
@@ -111,7 +160,8 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> RunConfig:
-        if self.num_requests is None and self.duration_s is None and self.shape != "planned":
+        whole = self.shape == "planned" or self.workload.dataset  # a trace / dataset: all of it
+        if self.num_requests is None and self.duration_s is None and not whole:
             raise ValueError("give num_requests or duration_s (or both), e.g. --num-requests 200")
         if self.shape in ("constant", "poisson", "gamma") and self.rate_per_s is None:
             raise ValueError(

@@ -37,6 +37,7 @@ from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
 from kvbudget.load.served_prompts import resolve_tokenizer, served_prompts
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.load.workers import WorkerPool
+from kvbudget.load.workloads import plan_dataset, plan_synthetic, plan_trace
 from kvbudget.metrics.run import summarize_run
 from kvbudget.records import (
     JsonlWriter,
@@ -258,13 +259,23 @@ async def _run_in(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
     ) as probe:
         # only once the server answered: an unreachable one costs no prompt generation
-        if planned is None and cfg.open_loop:
+        dataset_info: dict[str, Any] | None = None
+        if planned is None and cfg.workload.dataset:
+            planned, dataset_info = await _dataset(cfg, probe, ident)
+        elif planned is None and cfg.workload.trace_path is not None:
+            planned = plan_trace(cfg)
+        elif planned is None and cfg.workload.planned:
+            planned = plan_synthetic(cfg)
+        elif planned is None and cfg.open_loop:
             planned = planned_open_loop(cfg)
         elif planned is None and cfg.num_requests is not None:
             # generated before the clock starts, so prompt generation is not on the hot path
             planned = [synthetic_request(cfg, i) for i in range(cfg.num_requests)]
         report = await read_engine_report(probe, cfg.metrics_url)
-        planned, prompts_info = await _served_lengths(cfg, probe, ident, planned)
+        if dataset_info is None:
+            planned, prompts_info = await _served_lengths(cfg, probe, ident, planned)
+        else:
+            prompts_info = dataset_info  # sent as written: never rebuilt to a length
     ident = {**ident, "engine_report": report.model_dump(mode="json", exclude_none=True)}
     ident["prompts"] = prompts_info
     num_workers = cfg.workers if cfg.open_loop else min(cfg.workers, cfg.concurrency)
@@ -326,6 +337,20 @@ async def _run_in(
     return _finish(cfg, out_dir, ident, results, scraper, segment, ray_accounting)
 
 
+async def _dataset(
+    cfg: RunConfig, client: OpenAIClient, ident: dict[str, Any]
+) -> tuple[list[PlannedRequest], dict[str, Any]]:
+    """A dataset's requests, counted with the served tokenizer as vllm bench serve counts them."""
+    from kvbudget.load.served_prompts import num_special_tokens
+
+    models = ident.get("models") or [{}]
+    root = models[0].get("root") if isinstance(models[0], dict) else None
+    tok = await resolve_tokenizer(client, cfg.model, cfg.tokenizer, root, ident.get("engine"))
+    special = 0 if tok is None else await num_special_tokens(tok, client, cfg.model)
+    planned, info = await plan_dataset(cfg, tok, special)
+    return planned, {"tokenizer": "synthetic" if tok is None else tok.source, **info}
+
+
 async def _served_lengths(
     cfg: RunConfig,
     client: OpenAIClient,
@@ -339,7 +364,12 @@ async def _served_lengths(
     if tok is None or not planned:
         return planned, {"tokenizer": "synthetic" if tok is None else tok.source}
     rewritten, build = await served_prompts(
-        list(planned), tok, client=client, model=cfg.model, seed=cfg.seed
+        list(planned),
+        tok,
+        client=client,
+        model=cfg.model,
+        seed=cfg.seed,
+        continued_turns=cfg.workload.multi_turn,
     )
     return rewritten, {
         "tokenizer": build.tokenizer,
@@ -362,7 +392,7 @@ def _finish(
     read = read_jsonl(out_dir / REQUESTS_FILE, RequestRecord)
     records, duplicates = unique_records(read.items)
     seg_records = [r for r in records if r.run_segment == segment]
-    summary = summarize_records(records, cfg.metric_percentiles)
+    summary = summarize_records(records, cfg.metric_percentiles, cfg.goodput)
     offered = sum(r.offered for r in results)
     sent = sum(r.sent for r in results)
     not_sent = sum(r.not_sent for r in results)

@@ -9,7 +9,12 @@ Accounting rules (the summary checks them):
   ``max_inflight`` requests are already in flight; requests still unsent when the send
   window closes (schedule end + ``timeout_s``) are counted as ``not_sent``, never dropped
   silently;
-* closed loop: ``concurrency`` requests in flight; ``duration_s`` stops issuing new ones.
+* closed loop: ``concurrency`` requests in flight; ``duration_s`` stops issuing new ones;
+* multi-turn sessions (``cfg.workload.num_turns > 1``): a session's turns go to one worker and
+  are sent one after the other; turn ``k`` is sent once turn ``k - 1`` finished (open loop: at
+  its planned arrival or then, whichever is later; its ``scheduled_s`` is that time), and its
+  prompt is turn ``k - 1``'s prompt, the answer the server gave, then its new user message (chat:
+  the same as messages). A turn whose previous turn did not complete is not sent (``not_sent``).
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvbudget.load.client import ClientRequest, OpenAIClient, StreamOutcome
 from kvbudget.load.config import RunConfig
 from kvbudget.load.requests import synthetic_request
+from kvbudget.load.workloads import session_key
 from kvbudget.records import (
     JsonlWriter,
     RequestRecord,
@@ -50,6 +56,56 @@ class WorkerResult:
     not_sent_ids: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A finished turn of a session: what the next turn builds on."""
+
+    prompt: str
+    messages: tuple[tuple[str, str], ...]
+    output: str
+    ok: bool
+    done_s: float
+
+
+def join_text(*pieces: str) -> str:
+    """Pieces joined with one space where neither side has whitespace (a session's history)."""
+    out = ""
+    for piece in pieces:
+        if out and piece and not out[-1].isspace() and not piece[0].isspace():
+            out += " "
+        out += piece
+    return out
+
+
+def compose(history: Answer | None, user: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(completions prompt, chat messages) of a turn: the history, then the new user message."""
+    if history is None:
+        return user, (("user", user),)
+    prompt = join_text(history.prompt, history.output, user)
+    return prompt, (*history.messages, ("assistant", history.output), ("user", user))
+
+
+class Sessions:
+    """Each session's finished turns, awaited by the next turn (open loop)."""
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[str, int], asyncio.Future[Answer]] = {}
+
+    def _future(self, session: str, turn: int) -> asyncio.Future[Answer]:
+        key = (session, turn)
+        if key not in self._answers:
+            self._answers[key] = asyncio.get_running_loop().create_future()
+        return self._answers[key]
+
+    def done(self, session: str, turn: int, answer: Answer) -> None:
+        fut = self._future(session, turn)
+        if not fut.done():
+            fut.set_result(answer)
+
+    async def wait(self, session: str, turn: int) -> Answer:
+        return await self._future(session, turn)
+
+
 @dataclass
 class _Ctx:
     cfg: RunConfig
@@ -61,6 +117,7 @@ class _Ctx:
     progress: ProgressFn | None
     result: WorkerResult
     inflight: int = 0
+    sessions: Sessions | None = None
 
 
 def build_record(
@@ -126,12 +183,20 @@ def build_record(
 
 
 async def _run_one(
-    ctx: _Ctx, planned: PlannedRequest, index: int, scheduled_s: float | None
-) -> None:
+    ctx: _Ctx,
+    planned: PlannedRequest,
+    index: int,
+    scheduled_s: float | None,
+    history: Answer | None = None,
+) -> Answer:
     cfg = ctx.cfg
+    prompt, messages = compose(history, planned.text())
+    if history is not None:
+        planned = replace(planned, prompt_text=prompt)  # the record hashes what was sent
     creq = ClientRequest(
         request_id=planned.request_id,
-        prompt=planned.text(),
+        prompt=prompt,
+        messages=messages if history is not None else None,
         max_tokens=planned.output_tokens,
         model=cfg.model,
         endpoint=cfg.endpoint,
@@ -161,6 +226,19 @@ async def _run_one(
     ctx.writer.write(record)
     if ctx.progress is not None:
         ctx.progress(record)
+    answer = Answer(prompt, messages, out.text, out.status == "ok", time.perf_counter())
+    if ctx.sessions is not None and planned.session_id is not None:
+        ctx.sessions.done(planned.session_id, planned.turn_index, answer)
+    return answer
+
+
+def _not_sent(ctx: _Ctx, planned: PlannedRequest) -> None:
+    """A turn left unsent because the turn before it did not complete."""
+    ctx.result.not_sent += 1
+    ctx.result.not_sent_ids.append(planned.request_id)
+    if ctx.sessions is not None and planned.session_id is not None:
+        failed = Answer("", (), "", False, time.perf_counter())
+        ctx.sessions.done(planned.session_id, planned.turn_index, failed)
 
 
 async def _check_tokens(
@@ -179,6 +257,22 @@ async def _check_tokens(
             prompt = tok.render_chat([{"role": "user", "content": prompt}])
         p, o = tok.count(prompt), tok.count(output)
     return record.model_copy(update={"prompt_tokens_check": p, "output_tokens_check": o})
+
+
+def share_of(
+    planned: Sequence[PlannedRequest], worker: int, num_workers: int, *, by_session: bool
+) -> list[tuple[int, PlannedRequest]]:
+    """This worker's (index, request) pairs: every ``num_workers``-th request, or with
+    ``by_session`` every ``num_workers``-th session (a session's turns stay on one worker)."""
+    if not by_session:
+        return [(i, p) for i, p in enumerate(planned) if i % num_workers == worker]
+    order: dict[str, int] = {}
+    out = []
+    for i, p in enumerate(planned):
+        number = order.setdefault(session_key(p), len(order))
+        if number % num_workers == worker:
+            out.append((i, p))
+    return out
 
 
 def _closed_source(
@@ -223,6 +317,49 @@ async def _closed_loop(
     await asyncio.gather(*(loop() for _ in range(concurrency)))
 
 
+def _sessions_of(
+    items: Sequence[tuple[int, PlannedRequest]],
+) -> list[list[tuple[int, PlannedRequest]]]:
+    """Items grouped by session, sessions in order of their first item, turns in order."""
+    groups: dict[str, list[tuple[int, PlannedRequest]]] = {}
+    for item in items:
+        groups.setdefault(session_key(item[1]), []).append(item)
+    return [sorted(g, key=lambda ip: ip[1].turn_index) for g in groups.values()]
+
+
+async def _closed_sessions(
+    ctx: _Ctx,
+    sessions: list[list[tuple[int, PlannedRequest]]],
+    concurrency: int,
+) -> None:
+    """Closed loop over whole sessions: each of ``concurrency`` loops runs one session's turns
+    in order (turn k no earlier than the session's first send + k x turn interval)."""
+    cfg = ctx.cfg
+    deadline = None if cfg.duration_s is None else ctx.t0 + cfg.duration_s
+    interval = cfg.workload.turn_interval_s
+    queue = iter(sessions)
+
+    async def loop() -> None:
+        for session in queue:
+            if deadline is not None and time.perf_counter() >= deadline:
+                return
+            history: Answer | None = None
+            start = time.perf_counter()
+            for k, (index, planned) in enumerate(session):
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return  # --duration: no new turn either
+                ctx.result.offered += 1
+                if k > 0 and (history is None or not history.ok):
+                    _not_sent(ctx, planned)
+                    continue
+                wait = start + planned.turn_index * interval - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                history = await _run_one(ctx, planned, index, None, history)
+
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+
+
 async def _open_loop(
     ctx: _Ctx,
     items: Sequence[tuple[int, PlannedRequest]],
@@ -244,9 +381,31 @@ async def _open_loop(
         finally:
             sem.release()
 
+    async def chained(planned: PlannedRequest, index: int, scheduled: float) -> None:
+        assert ctx.sessions is not None and planned.session_id is not None
+        history = await ctx.sessions.wait(planned.session_id, planned.turn_index - 1)
+        if not history.ok:
+            _not_sent(ctx, planned)
+            return
+        ready = max(scheduled, history.done_s - ctx.t0)
+        delay = ctx.t0 + ready - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await sem.acquire()
+        try:
+            await _run_one(ctx, planned, index, ready, history)
+        finally:
+            sem.release()
+
     for pos, (index, planned) in enumerate(items):
         ctx.result.offered += 1
         scheduled = planned.arrival_s - base
+        if ctx.sessions is not None and planned.turn_index > 0 and planned.session_id:
+            # sent once the turn before it finished, by a task of its own
+            task = asyncio.create_task(chained(planned, index, scheduled))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            continue
         delay = ctx.t0 + scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -305,16 +464,22 @@ async def run_worker(
         connect_timeout_s=cfg.connect_timeout_s,
         api_key=api_key,
     ) as client:
+        multi = cfg.workload.multi_turn
         ctx = _Ctx(cfg, client, writer, t0, worker, segment, progress, result)
+        if multi:
+            ctx.sessions = Sessions()
         if cfg.open_loop:
             assert planned is not None, "open-loop runs need planned requests"
             mine = [
                 (i, p)
-                for i, p in enumerate(planned)
-                if i % num_workers == worker and p.request_id not in skip
+                for i, p in share_of(planned, worker, num_workers, by_session=multi)
+                if p.request_id not in skip
             ]
-            mine.sort(key=lambda ip: ip[1].arrival_s)
+            mine.sort(key=lambda ip: (ip[1].arrival_s, ip[1].turn_index))
             await _open_loop(ctx, mine, rebase=bool(skip))
+        elif multi and planned is not None and share > 0:
+            mine = share_of(planned, worker, num_workers, by_session=True)
+            await _closed_sessions(ctx, _sessions_of(mine), share)
         elif share > 0:
             source = _closed_source(cfg, planned, worker, num_workers)
             await _closed_loop(ctx, source, share, skip)

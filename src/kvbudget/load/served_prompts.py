@@ -223,8 +223,13 @@ async def served_prompts(
     client: OpenAIClient,
     model: str,
     seed: int,
+    continued_turns: bool = False,
 ) -> tuple[list[PlannedRequest], PromptBuild]:
-    """The requests with ``prompt_text`` rewritten to their length in the served tokenizer."""
+    """The requests with ``prompt_text`` rewritten to their length in the served tokenizer.
+
+    ``continued_turns``: a later turn of a session (``turn_index > 0``) is only its new user
+    message, sent after the history, so the server adds no special token to it.
+    """
     special = await num_special_tokens(tok, client, model)
     allowed = await allowed_ids(tok)
     if len(allowed) == 0:
@@ -233,12 +238,13 @@ async def served_prompts(
     built_total = 0
     mismatched = 0
     for req in requests:
-        target = max(1, req.prompt_tokens - special)
+        added = 0 if continued_turns and req.turn_index > 0 else special
+        target = max(1, req.prompt_tokens - added)
         mapped = [int(allowed[i % len(allowed)]) for i in req.prompt_token_ids[:target]]
         digest = hashlib.blake2b(req.request_id.encode(), digest_size=8).digest()
         rng = np.random.default_rng([seed, int.from_bytes(digest, "big")])
         text, got = await exact_length_ids(tok, mapped, target, rng, allowed)
-        built_total += got + special
+        built_total += got + added
         mismatched += got != target
         out.append(replace(req, prompt_text=text))
     build = PromptBuild(

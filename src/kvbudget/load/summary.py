@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from kvbudget.load.goodput import goodput_summary
 from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, latency_fields
 from kvbudget.metrics.throughput import throughput_of_runs
 from kvbudget.records import RequestRecord
@@ -45,11 +46,13 @@ def _latency(
 def summarize_records(
     records: Sequence[RequestRecord],
     percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
+    goodput_slo_ms: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Counts, latency figures and throughput (the ``bench --json`` core fields).
 
     Latency: mean, median and ``percentiles`` (p50 and p99 always) of TTFT, TPOT, ITL and E2E
-    (:mod:`kvbudget.metrics.percentile_set`, vLLM bench serve's set)."""
+    (:mod:`kvbudget.metrics.percentile_set`, vLLM bench serve's set). With ``goodput_slo_ms``
+    (``--goodput``): the requests that met every SLO (:mod:`kvbudget.load.goodput`)."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.status == "ok"]
     status = Counter(r.status for r in measured)
@@ -88,6 +91,8 @@ def summarize_records(
         "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
     }
     summary["token_count_check"] = _token_check(ok)
+    if goodput_slo_ms:
+        summary.update(goodput_summary(measured, goodput_slo_ms, tp.window_s))
     return summary
 
 

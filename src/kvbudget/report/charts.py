@@ -56,6 +56,12 @@ def _grid(cells: list[CellResult]) -> dict[tuple[str, str], CellResult]:
     return {(c.input_tier, c.concurrency_tier): c for c in cells}
 
 
+def _input_tiers(doc: AcceptResult) -> tuple[str, ...]:
+    """The plan's declared input tiers (one, two or three), short -> long."""
+    declared = doc.plan.get("load", {}).get("tiers", {}) or {}
+    return tuple(t for t in INPUT_TIERS if t in declared) or INPUT_TIERS
+
+
 def _kind(doc: AcceptResult) -> str:
     """What every chart's figures are: ``simulated (roofline)``, ``measured (vllm ...)``."""
     return doc.provenance.label()
@@ -141,8 +147,9 @@ def _ceilings(doc: AcceptResult, metric: str) -> list[tuple[str, float]]:
 def verdict_heatmap(doc: AcceptResult) -> str:
     """Nine cells coloured by verdict, annotated with TTFT/TPOT p95."""
     grid = _grid(doc.cells)
-    fig, ax = plt.subplots(figsize=(12.0, 3.0))
-    for r, it in enumerate(INPUT_TIERS):
+    tiers = _input_tiers(doc)
+    fig, ax = plt.subplots(figsize=(12.0, 1.0 * len(tiers)))
+    for r, it in enumerate(tiers):
         for c, ct in enumerate(CONCURRENCY_TIERS):
             cell = grid.get((it, ct))
             verdict = cell.verdict if cell else "untested"
@@ -157,12 +164,12 @@ def verdict_heatmap(doc: AcceptResult) -> str:
                     lines.append(f"TPOT p95 {1000 * (tpot.pct('p95') or 0):.3g} ms")
             ax.text(c + 0.5, r + 0.5, "  ".join(lines), ha="center", va="center", color="white")
     ax.set_xlim(0, 3)
-    ax.set_ylim(3, 0)
+    ax.set_ylim(len(tiers), 0)
     ax.set_xticks([0.5, 1.5, 2.5], _conc_labels(doc))
-    ax.set_yticks([0.5, 1.5, 2.5], list(INPUT_TIERS))
+    ax.set_yticks([r + 0.5 for r in range(len(tiers))], list(tiers))
     ax.set_xlabel(LOAD_AXIS)
     ax.set_ylabel("input tier")
-    ax.set_title(f"Nine-cell verdicts with p95 latencies — {_kind(doc)}")
+    ax.set_title(f"Cell verdicts with p95 latencies — {_kind(doc)}")
     return _svg(fig)
 
 
@@ -170,9 +177,10 @@ def latency_vs_load(doc: AcceptResult) -> str:
     """TTFT and TPOT (p50 and p95 with 95% CIs) against the concurrency tier, one panel per
     input tier, with the declared ceilings as horizontal lines."""
     grid = _grid(doc.cells)
-    fig, axes = plt.subplots(2, 3, figsize=(12.0, 5.6), sharex="col")
+    tiers = _input_tiers(doc)
+    fig, axes = plt.subplots(2, len(tiers), figsize=(12.0, 5.6), sharex="col", squeeze=False)
     x = list(range(len(CONCURRENCY_TIERS)))
-    for col, it in enumerate(INPUT_TIERS):
+    for col, it in enumerate(tiers):
         for row, (metric, scale, unit) in enumerate((("ttft_s", 1.0, "s"), ("tpot_s", 1e3, "ms"))):
             ax = axes[row][col]
             seen: list[float] = []
@@ -222,7 +230,7 @@ def throughput_vs_concurrency(doc: AcceptResult) -> str:
     grid = _grid(doc.cells)
     xs = list(range(len(CONCURRENCY_TIERS)))
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 3.6))
-    for it in INPUT_TIERS:
+    for it in _input_tiers(doc):
         cells = [grid.get((it, ct)) for ct in CONCURRENCY_TIERS]
 
         def series(key: str, cells: list[CellResult | None] = cells) -> list[float]:
@@ -293,9 +301,10 @@ def distributions(doc: AcceptResult, metric: str) -> str:
 
 def timelines(doc: AcceptResult) -> str:
     """KV usage (%) and waiting requests on one time axis per cell (first repetition)."""
-    fig, axes = plt.subplots(3, 3, figsize=(12.0, 6.6))
+    tiers = _input_tiers(doc)
+    fig, axes = plt.subplots(len(tiers), 3, figsize=(12.0, 2.2 * len(tiers)), squeeze=False)
     grid = _grid(doc.cells)
-    for r, it in enumerate(INPUT_TIERS):
+    for r, it in enumerate(tiers):
         for c, ct in enumerate(CONCURRENCY_TIERS):
             ax = axes[r][c]
             cell = grid.get((it, ct))
@@ -397,7 +406,7 @@ CHARTS: dict[str, tuple[str, Callable[[AcceptResult], str]]] = {
         "Throughput against load (achieved requests/s, the offered rate marked)",
         throughput_vs_concurrency,
     ),
-    "heatmap": ("Nine-cell verdicts and p95 latencies", verdict_heatmap),
+    "heatmap": ("Cell verdicts and p95 latencies", verdict_heatmap),
     "ttft": ("TTFT distribution per cell", lambda d: distributions(d, "ttft_s")),
     "tpot": ("TPOT distribution per cell", lambda d: distributions(d, "tpot_s")),
     "timeline": ("KV usage and queue over time", timelines),

@@ -112,7 +112,7 @@ def head_section(doc: AcceptResult, charts: dict[str, str]) -> str:
 def cells_section(doc: AcceptResult, charts: dict[str, str]) -> str:
     rows = [cell_row(c) for c in doc.cells]
     out = [
-        "<h2 id='cells'>Verdicts (nine cells)</h2>",
+        f"<h2 id='cells'>Verdicts ({len(doc.cells)} cells)</h2>",
         _table(CELL_HEADER, rows, [c.verdict for c in doc.cells]),
     ]
     notes = [f"{c.cell_id}: {n}" for c in doc.cells for n in c.notes]

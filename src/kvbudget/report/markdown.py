@@ -92,10 +92,11 @@ def split_verdicts(cell: CellResult) -> tuple[str, str]:
 
 
 def percentile_rows(cell: CellResult) -> list[list[str]]:
-    """One row per metric: n, then each percentile as ``value [low, high]`` (seconds)."""
+    """One row per metric: n, the mean, then each percentile as ``value [low, high]``
+    (seconds; the median is p50)."""
     rows = []
     for metric, summary in cell.summaries.items():
-        row = [metric, str(summary.n)]
+        row = [metric, str(summary.n), "—" if summary.mean is None else _num(summary.mean)]
         for key in ("p50", "p90", "p95", "p99"):
             est = summary.percentiles.get(key)
             if est is None:
@@ -109,7 +110,16 @@ def percentile_rows(cell: CellResult) -> list[list[str]]:
     return rows
 
 
-PCT_HEADER = ["metric (s)", "n", "p50 [95% CI]", "p90", "p95", "p99", "small-sample warnings"]
+PCT_HEADER = [
+    "metric (s)",
+    "n",
+    "mean",
+    "median (p50) [95% CI]",
+    "p90",
+    "p95",
+    "p99",
+    "small-sample warnings",
+]
 
 
 REP_HEADER = ["repetition", "n", "TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95"]
@@ -289,7 +299,7 @@ def render_markdown(doc: AcceptResult) -> str:
         for w in doc.plan_warnings:
             add(f"- warning: {_md(w)}")
         add("")
-    add("## Verdicts (nine cells)\n")
+    add(f"## Verdicts ({len(doc.cells)} cells)\n")
     add("| " + " | ".join(CELL_HEADER) + " |")
     add("|" + "---|" * len(CELL_HEADER))
     for cell in doc.cells:

@@ -33,13 +33,16 @@ decode pool, which the two-pass model does not feed back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbudget.errors import ConfigError
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, latency_fields
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest, RequestIn, as_engine_request
@@ -161,45 +164,61 @@ def simulate_pd(requests: Sequence[RequestIn], spec: PDSpec, *, seed: int = 0) -
     return PDResult(out, transfers, prefill, decode)
 
 
-def latency_summary(requests: Sequence[RequestResult]) -> dict[str, float | int | None]:
-    """Client TTFT / TPOT p50 and p99 (seconds) and completion counts."""
+def latency_summary(
+    requests: Sequence[RequestResult], percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES
+) -> dict[str, float | int | None]:
+    """Client TTFT, TPOT and E2E (seconds): mean, median and ``percentiles`` (p50 and p99
+    always, :mod:`kvbudget.metrics.percentile_set`), and completion counts. ITL is not kept by
+    the P/D model (no per-token times)."""
     import numpy as np
 
     done = [r for r in requests if r.finished and r.first_token_s is not None]
-    ttft = np.array([r.first_token_s - r.arrival_s for r in done if r.first_token_s is not None])
-    tpot = np.array(
-        [
-            (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
-            for r in done
-            if r.finish_s is not None and r.first_token_s is not None and r.output_tokens > 1
-        ]
-    )
+    ttft = [r.first_token_s - r.arrival_s for r in done if r.first_token_s is not None]
+    tpot = [
+        (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+        for r in done
+        if r.finish_s is not None and r.first_token_s is not None and r.output_tokens > 1
+    ]
+    e2e = [r.finish_s - r.arrival_s for r in done if r.finish_s is not None]
 
-    def pct(values: np.ndarray, q: float) -> float | None:
-        return float(np.percentile(values, q)) if len(values) else None
+    def pct(values: list[float], q: float) -> float | None:
+        return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else None
 
-    return {
+    out: dict[str, float | int | None] = {
         "requests_total": len(requests),
         "requests_completed": len(done),
-        "ttft_p50_s": pct(ttft, 50),
-        "ttft_p99_s": pct(ttft, 99),
-        "tpot_p50_s": pct(tpot, 50),
-        "tpot_p99_s": pct(tpot, 99),
     }
+    for metric, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        out.update(
+            latency_fields(
+                metric,
+                count=len(values),
+                total=math.fsum(values),
+                percentile=partial(pct, values),
+                chosen=percentiles,
+            )
+        )
+    return out
 
 
 def compare_pd(
-    requests: Sequence[RequestIn], spec: PDSpec, colocated: Sequence[ReplicaSetup], *, seed: int = 0
+    requests: Sequence[RequestIn],
+    spec: PDSpec,
+    colocated: Sequence[ReplicaSetup],
+    *,
+    seed: int = 0,
+    percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
 ) -> dict[str, Any]:
     """The same requests disaggregated and co-located; the figures are simulated."""
     pd = simulate_pd(requests, spec, seed=seed)
     co = simulate(list(requests), ClusterSpec(list(colocated), router=spec.router), seed=seed)
-    pd_summary = latency_summary(pd.requests)
-    co_summary = latency_summary(co.requests)
+    pd_summary = latency_summary(pd.requests, percentiles)
+    co_summary = latency_summary(co.requests, percentiles)
     total = sum(t.end_s - t.start_s for t in pd.transfers)
     return {
         "figures": "simulated",
         "timing_model": pd.timing_model,
+        "metric_percentiles": list(percentiles),
         "disaggregated": {
             **pd_summary,
             "prefill_replicas": len(spec.prefill),

@@ -9,9 +9,15 @@ comparison would not be on equal hardware). Open-loop arrivals only, as ``simula
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kvbudget.errors import ConfigError
+from kvbudget.metrics.percentile_set import (
+    DEFAULT_METRIC_PERCENTILES,
+    percentile_name,
+    reported_percentiles,
+)
 from kvbudget.sim.disagg import PDSpec, compare_pd
 from kvbudget.sim.scenario import (
     DisaggregationSpec,
@@ -48,8 +54,11 @@ def _check(scenario: SimScenario, pd: DisaggregationSpec) -> tuple[int, int, int
     return prefill_tp, decode_tp, num_gpus // scenario.tp
 
 
-def simulate_pd_scenario(scenario: SimScenario) -> dict[str, Any]:
-    """The ``sim --json`` document of a P/D scenario (both sides simulated)."""
+def simulate_pd_scenario(
+    scenario: SimScenario, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES
+) -> dict[str, Any]:
+    """The ``sim --json`` document of a P/D scenario (both sides simulated); TTFT, TPOT and
+    E2E as mean, median and ``percentiles`` (``--metric-percentiles``)."""
     pd = scenario.disaggregation
     if pd is None:
         raise ConfigError("disaggregation: the scenario has no disaggregation section")
@@ -72,7 +81,9 @@ def simulate_pd_scenario(scenario: SimScenario) -> dict[str, Any]:
         decode_tp=decode_tp,
         router=scenario.router,
     )
-    out = compare_pd(requests, spec, [colocated] * num_colocated, seed=scenario.seed)
+    out = compare_pd(
+        requests, spec, [colocated] * num_colocated, seed=scenario.seed, percentiles=percentiles
+    )
     out["disaggregated"].update({"prefill_tp": prefill_tp, "decode_tp": decode_tp})
     out["colocated"]["tp"] = scenario.tp
     out.update(
@@ -92,7 +103,7 @@ def _ms(value: Any) -> str:
 
 
 def render_pd(doc: dict[str, Any]) -> str:
-    """The two sides as a small text table (p50 / p99, milliseconds)."""
+    """The two sides as a small text table (mean and the chosen percentiles, milliseconds)."""
     pd, co = doc["disaggregated"], doc["colocated"]
     lines = [
         f"kvbudget sim: P/D disaggregation vs co-located, {doc['model']} on {doc['gpu']}, "
@@ -102,10 +113,14 @@ def render_pd(doc: dict[str, Any]) -> str:
         f"{co['replicas']:>12} x TP {co['tp']}",
         f"{'completed':24}{pd['requests_completed']:>18,}{co['requests_completed']:>18,}",
     ]
-    for label, key in (("TTFT p50 / p99 (ms)", "ttft"), ("TPOT p50 / p99 (ms)", "tpot")):
-        left = f"{_ms(pd[key + '_p50_s'])} / {_ms(pd[key + '_p99_s'])}"
-        right = f"{_ms(co[key + '_p50_s'])} / {_ms(co[key + '_p99_s'])}"
-        lines.append(f"{label:24}{left:>18}{right:>18}")
+    chosen = doc.get("metric_percentiles") or DEFAULT_METRIC_PERCENTILES
+    stats = ["mean", *(percentile_name(q) for q in reported_percentiles(chosen))]
+    for key in ("ttft", "tpot", "e2e"):
+        for stat in stats:
+            label = f"{key.upper()} {stat} (ms)"
+            lines.append(
+                f"{label:24}{_ms(pd[f'{key}_{stat}_s']):>18}{_ms(co[f'{key}_{stat}_s']):>18}"
+            )
     lines.append(
         f"KV transfer: {pd['transfer_bytes']:,} B in all, {_ms(pd['transfer_s_mean'])} ms mean "
         "per request (docs/disaggregation.md says what is and is not modelled)"

@@ -10,12 +10,21 @@ that, the scenario's ``max_model_len`` (else 4096) per slot.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from kvbudget.errors import ConfigError
+from kvbudget.metrics.percentile_set import (
+    DEFAULT_METRIC_PERCENTILES,
+    latency_fields,
+    percentile_name,
+    reported_percentiles,
+)
 from kvbudget.records import RequestRecord
 from kvbudget.sim.scenario import SimScenario, build_cluster, build_workload
 from kvbudget.sim.slots import SlotConfig
@@ -63,8 +72,10 @@ def simulate_slots_scenario(
     ctx_size_tokens: int | None = None,
     n_batch: int | None = None,
     n_ubatch: int | None = None,
+    percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
 ) -> tuple[dict[str, Any], list[RequestRecord]]:
-    """(summary, records) of the scenario's workload on one llama.cpp-style server."""
+    """(summary, records) of the scenario's workload on one llama.cpp-style server; TTFT, TPOT,
+    ITL and E2E as mean, median and ``percentiles`` (``--metric-percentiles``)."""
     wall0 = time.perf_counter()
     if scenario.replicas != 1 or scenario.tiers:
         raise ConfigError(
@@ -92,8 +103,12 @@ def simulate_slots_scenario(
     requests, concurrency = build_workload(scenario)
     records, stats = run_planned(cfg, timing, requests, concurrency=concurrency)
     ok = [r for r in records if r.status == "ok"]
-    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
+    latency = {
+        "ttft": [r.ttft_s for r in ok if r.ttft_s is not None],
+        "tpot": [r.tpot_s for r in ok if r.tpot_s is not None],
+        "itl": [g for r in ok for g in r.itl_s()],
+        "e2e": [r.e2e_s for r in ok if r.e2e_s is not None],
+    }
     prompt = sum(r.prompt_tokens or 0 for r in ok)
     cached = sum(r.cached_tokens or 0 for r in ok)
 
@@ -131,10 +146,7 @@ def simulate_slots_scenario(
         "requests_total": len(records),
         "requests_completed": len(ok),
         "requests_refused": len(refused),
-        "ttft_p50_s": pct(ttft, 50),
-        "ttft_p99_s": pct(ttft, 99),
-        "tpot_p50_s": pct(tpot, 50),
-        "tpot_p99_s": pct(tpot, 99),
+        "metric_percentiles": list(percentiles),
         "prefix_hit_rate_tokens": cached / prompt if prompt else 0.0,
         "num_preemptions": 0,
         "num_gpu_blocks": None,
@@ -144,6 +156,16 @@ def simulate_slots_scenario(
         "wall_s": time.perf_counter() - wall0,
         "notes": notes + ([f"refused: {refused[0].error_excerpt}"] if refused else []),
     }
+    for metric, values in latency.items():
+        summary.update(
+            latency_fields(
+                metric,
+                count=len(values),
+                total=math.fsum(values),
+                percentile=partial(pct, values),
+                chosen=percentiles,
+            )
+        )
     return summary, records
 
 
@@ -158,8 +180,7 @@ def slots_summary_text(summary: dict[str, Any]) -> str:
         f"(n_batch {summary['n_batch']}, n_ubatch {summary['n_ubatch']})",
         f"  requests completed   {summary['requests_completed']} of {summary['requests_total']}"
         f" ({summary['requests_refused']} refused)",
-        f"  TTFT p50 / p99       {ms(summary['ttft_p50_s'])} / {ms(summary['ttft_p99_s'])}",
-        f"  TPOT p50 / p99       {ms(summary['tpot_p50_s'])} / {ms(summary['tpot_p99_s'])}",
+        *_latency_lines(summary, ms),
         f"  prompt reuse         {summary['prefix_hit_rate_tokens']:.1%} of prompt tokens",
         f"  peak KV usage        {summary['peak_kv_usage']:.1%} of the slots' cells; "
         f"deferred requests peak {summary['num_deferred_peak']}",
@@ -167,3 +188,15 @@ def slots_summary_text(summary: dict[str, Any]) -> str:
     ]
     lines += [f"  note: {n}" for n in summary["notes"]]
     return "\n".join(lines)
+
+
+def _latency_lines(summary: dict[str, Any], ms: Any) -> list[str]:
+    """``TTFT mean / p50 / p90 / ...`` in milliseconds, the chosen percentiles."""
+    chosen = summary.get("metric_percentiles") or DEFAULT_METRIC_PERCENTILES
+    names = [percentile_name(q) for q in reported_percentiles(chosen)]
+    lines = []
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        head = f"{metric.upper()} mean / {' / '.join(names)}"
+        values = [summary[f"{metric}_mean_s"], *(summary[f"{metric}_{n}_s"] for n in names)]
+        lines.append(f"  {head:<20} " + " / ".join(ms(v) for v in values))
+    return lines

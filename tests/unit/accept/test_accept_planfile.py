@@ -102,7 +102,15 @@ def test_tier_range_error_names_field_values_and_fix() -> None:
             "quality.0.distance_tokens",
             "needs distance_tokens",
         ),
-        (lambda d: d["load"]["tiers"].pop("medium"), "load.tiers", "missing tier 'medium'"),
+        (lambda d: d["load"]["tiers"].clear(), "load.tiers", "no input tier"),
+        (
+            lambda d: (
+                d["load"]["tiers"].pop("long"),
+                d["load"].__setitem__("order", ["long/peak"]),
+            ),
+            "load.order",
+            "input tier 'long' is not declared",
+        ),
         (
             lambda d: d["load"].__setitem__("order", ["short/single", "huge/peak"]),
             "load.order",
@@ -160,3 +168,23 @@ def test_bare_lock_value_is_requested_and_null_is_unconfirmed() -> None:
     assert flat["kv_dtype"].status == "requested"
     assert flat["gpu.driver"].status == "unconfirmed"
     assert flat["model.revision"].value is None
+
+
+@pytest.mark.parametrize(
+    ("declared", "expected_tiers"),
+    [
+        (["short"], ["short"]),
+        (["long", "short"], ["short", "long"]),  # run short -> long, whatever the file's order
+        (["short", "medium", "long"], ["short", "medium", "long"]),
+    ],
+)
+def test_one_two_or_three_input_tiers(declared: list[str], expected_tiers: list[str]) -> None:
+    data = demo_data()
+    data["load"]["tiers"] = {name: data["load"]["tiers"][name] for name in declared}
+    data["comparisons"] = []
+    plan = parse_plan(data)
+    assert plan.load.input_tiers == tuple(expected_tiers)
+    # each declared tier x single -> normal -> peak; undeclared tiers have no cell
+    assert plan.load.cell_order() == [
+        (t, c) for t in expected_tiers for c in ("single", "normal", "peak")
+    ]

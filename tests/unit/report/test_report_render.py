@@ -128,7 +128,7 @@ def test_float_residue_and_run_dicts_are_readable() -> None:
         n=300, percentiles={"p50": PercentileCI(value=7.105e-15, low=0.0, high=1.4e-14)}
     )
     row = next(r for r in percentile_rows(cell) if r[0] == "queue_s")
-    assert row[2] == "0 [0, 0]"  # sim-clock subtraction residue is not a figure
+    assert row[3] == "0 [0, 0]"  # sim-clock subtraction residue is not a figure
     assert pairs_text({"requests": 8, "scored": False, "duration_s": 0.31378}) == (
         "requests 8, scored no, duration_s 0.3138"
     )
