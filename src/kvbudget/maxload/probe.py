@@ -9,19 +9,23 @@ preemptions counter, and the highest KV usage and queue length sampled (a real e
 
 A :class:`Budget` bounds a search against a real engine: once the requests or the seconds it
 allows are spent, the next probe raises :class:`BudgetSpent` and the search stops there, keeping
-what it found.
+what it found. A probe is charged its planned requests before it runs; one stopped early
+(:mod:`kvbudget.maxload.early_stop`, on targets that can stop: :class:`EarlyStopProbe`) is
+refunded the requests it did not send.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from kvbudget.accept.targets import CellRun, Target
+from kvbudget.load.runner import StopWhen
+from kvbudget.maxload.early_stop import EarlyStop
 from kvbudget.maxload.point import LoadKind, Point, judge
 from kvbudget.maxload.slo import Slo
 from kvbudget.workload.request import PlannedRequest
@@ -85,7 +89,7 @@ class TargetProbe:
 
     def longer(self, factor: int) -> TargetProbe:
         """The same probe with ``factor`` times the requests (the rate's confirmation)."""
-        out = TargetProbe.__new__(TargetProbe)
+        out = type(self).__new__(type(self))
         out.__dict__.update(self.__dict__)
         out.num_requests = self.num_requests * factor
         return out
@@ -122,12 +126,11 @@ class TargetProbe:
             arrivals = {"kind": "closed", "concurrency": int(load)}
         cell_id = f"{kind}={load:g}"
         requests, concurrency = self._requests(arrivals, self.num_requests, seed, cell_id)
-        run = self.make_target(seed).run_cell(
-            requests,
-            cell_id=cell_id,
-            closed_loop_concurrency=concurrency,
-            duration_s=None,
-        )
+        stop = self._early_stop()
+        run = self._run(self.make_target(seed), requests, cell_id, concurrency, stop)
+        sent = len(run.records)
+        if self.budget is not None and sent < self.num_requests:
+            self.budget.num_requests -= self.num_requests - sent  # refund what was not sent
         point = judge(
             run.records,
             self.slo,
@@ -138,4 +141,83 @@ class TargetProbe:
             num_preemptions=int(run.counters.get("preemptions", 0)),
             capacity_error=run.capacity_error,
         )
-        return replace(point, engine=_engine_figures(run))
+        # num_requests: the probe's planned requests (its length), num_sent: those sent
+        point = replace(
+            point, engine=_engine_figures(run), num_requests=self.num_requests, num_sent=sent
+        )
+        if run.stopped_early is None:
+            return point
+        term = stop.term if stop is not None else None
+        failing: tuple[str, ...] = (term,) if term else ()
+        failing += tuple(t for t in point.failing if t != term)
+        return replace(point, stopped_early=run.stopped_early, failing=failing)
+
+    def _early_stop(self) -> EarlyStop | None:
+        """The judge that stops a probe early (None: this target runs every probe whole)."""
+        return None
+
+    def _run(
+        self,
+        target: Target,
+        requests: list[PlannedRequest],
+        cell_id: str,
+        concurrency: int | None,
+        stop: EarlyStop | None,
+    ) -> CellRun:
+        return target.run_cell(
+            requests, cell_id=cell_id, closed_loop_concurrency=concurrency, duration_s=None
+        )
+
+
+class StoppableTarget(Target, Protocol):
+    """A target whose ``run_cell`` takes a ``stop_when`` judge (:class:`HttpTarget`)."""
+
+    def run_cell(
+        self,
+        requests: Sequence[PlannedRequest],
+        *,
+        cell_id: str,
+        closed_loop_concurrency: int | None,
+        duration_s: float | None,
+        warmup: bool = False,
+        stop_when: StopWhen | None = None,
+    ) -> CellRun: ...
+
+
+class EarlyStopProbe(TargetProbe):
+    """Every probe on one ``target`` (a running server: its prefix cache carries over), each
+    stopped as soon as its SLO is clearly broken (:class:`kvbudget.maxload.early_stop.EarlyStop`)."""
+
+    def __init__(
+        self,
+        target: StoppableTarget,
+        workload: dict[str, Any],
+        slo: Slo,
+        *,
+        num_requests: int,
+        budget: Budget | None = None,
+    ) -> None:
+        def same_target(_seed: int) -> Target:
+            return target
+
+        super().__init__(same_target, workload, slo, num_requests=num_requests, budget=budget)
+        self.target = target
+
+    def _early_stop(self) -> EarlyStop:
+        return EarlyStop(self.slo, self.num_requests)
+
+    def _run(
+        self,
+        target: Target,
+        requests: list[PlannedRequest],
+        cell_id: str,
+        concurrency: int | None,
+        stop: EarlyStop | None,
+    ) -> CellRun:
+        return self.target.run_cell(
+            requests,
+            cell_id=cell_id,
+            closed_loop_concurrency=concurrency,
+            duration_s=None,
+            stop_when=stop,
+        )
