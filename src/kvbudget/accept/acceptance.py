@@ -248,6 +248,15 @@ def run_acceptance(
         outcome = run_matrix(
             plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
         )
+        rows = row_summaries(outcome.cells)
+        if plan.stop.search_highest_load:
+            from kvbudget.accept.highest_load import highest_loads
+
+            found = highest_loads(plan, target, rows, figures=info.source)
+            rows = [
+                {**r, "highest_load": found[r["input_tier"]]} if r["input_tier"] in found else r
+                for r in rows
+            ]
     finally:
         target.close()
     cells = outcome.cells
@@ -290,7 +299,7 @@ def run_acceptance(
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,
-        rows=row_summaries(cells),
+        rows=rows,
         stop_conditions=stops,
         comparisons=comparisons,
         anomalies=anomalies,
