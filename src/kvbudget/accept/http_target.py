@@ -110,8 +110,10 @@ class HttpTarget:
         source: RecordSource = "measured",
         seed: int = 0,
         hardware: str | None = None,
+        scrape_interval_s: float = 0.5,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.scrape_interval_s = scrape_interval_s
         self.model = model
         self.run_async = run_async
         self.metrics_url = metrics_url
@@ -239,7 +241,7 @@ class HttpTarget:
             keep_prompts=self.keep_prompts or any(_is_checkpoint(r.request_id) for r in requests),
             api_key_env=self.api_key_env,
             metrics_url=self.metrics_url,
-            scrape_interval_s=0.5,
+            scrape_interval_s=self.scrape_interval_s,
             seed=self.seed,
         )
         started = time.perf_counter()

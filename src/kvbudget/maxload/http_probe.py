@@ -1,7 +1,8 @@
 """Probe a running OpenAI-compatible engine: the acceptance's HTTP target, which drives the load
 with ``kvbudget bench``'s runner (:func:`kvbudget.load.run.run_load`: every request accounted,
-errors and cancellations recorded) and scrapes the engine's ``/metrics`` every 0.5 s while a
-probe runs (KV usage, requests waiting, the preemptions counter). A probe stops as soon as its SLO
+errors and cancellations recorded) and scrapes the engine's ``/metrics`` every
+:data:`SCRAPE_INTERVAL_S` while a probe runs (KV usage, requests waiting, the preemptions
+counter): a probe stopped early can last a fraction of a second. A probe stops as soon as its SLO
 is clearly broken (:mod:`kvbudget.maxload.early_stop`): nothing more is sent, the requests in
 flight are recorded as cancelled, and the budget is charged only what was sent.
 
@@ -18,6 +19,9 @@ from kvbudget.accept.http_target import HttpTarget, RunAsync
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.maxload.probe import Budget, EarlyStopProbe
 from kvbudget.maxload.slo import Slo
+
+#: seconds between two scrapes of the engine's /metrics during a probe
+SCRAPE_INTERVAL_S = 0.1
 
 
 def http_probe(
@@ -44,6 +48,7 @@ def http_probe(
         api_key_env=api_key_env,
         timeout_s=timeout_s,
         seed=seed,
+        scrape_interval_s=SCRAPE_INTERVAL_S,
     )
 
     probe = EarlyStopProbe(target, workload, slo, num_requests=num_requests, budget=budget)

@@ -5,7 +5,7 @@ the arrivals replaced by a Poisson process at the probed rate, or a closed loop 
 concurrency), runs them with ``target.run_cell`` and judges the records
 (:func:`kvbudget.maxload.point.judge`). The engine's own figures come from the cell: its
 preemptions counter, and the highest KV usage and queue length sampled (a real engine's
-``/metrics``, scraped every 0.5 s while the cell runs; the simulator's state).
+``/metrics``, scraped every 0.1 s while the probe runs; the simulator's state).
 
 A :class:`Budget` bounds a search against a real engine: once the requests or the seconds it
 allows are spent, the next probe raises :class:`BudgetSpent` and the search stops there, keeping
