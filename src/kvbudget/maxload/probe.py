@@ -45,8 +45,13 @@ class Budget:
     num_requests: int = 0
     started_s: float = field(default_factory=time.monotonic)
 
-    def charge(self, num_requests: int) -> None:
-        """Account for a probe of ``num_requests`` before it runs, or raise BudgetSpent."""
+    def charge(self, num_requests: int, *, arrivals_s: float | None = None) -> None:
+        """Account for a probe of ``num_requests`` before it runs, or raise BudgetSpent.
+
+        ``arrivals_s``: how long the probe's planned arrivals last (an open loop of ``n``
+        requests at ``r``/s: ``n / r``); a probe that cannot end within the seconds left is
+        not started (a low rate would otherwise hold the search for ``n / r`` seconds).
+        """
         if self.max_requests is not None and self.num_requests + num_requests > self.max_requests:
             raise BudgetSpent(
                 f"request budget spent: {self.num_requests} sent, the next probe needs "
@@ -56,6 +61,12 @@ class Budget:
         if self.max_duration_s is not None and elapsed >= self.max_duration_s:
             raise BudgetSpent(
                 f"time budget spent: {elapsed:.0f} s of --max-duration-s {self.max_duration_s:g}"
+            )
+        left = None if self.max_duration_s is None else self.max_duration_s - elapsed
+        if left is not None and arrivals_s is not None and arrivals_s > left:
+            raise BudgetSpent(
+                f"time budget: the next probe's arrivals last about {arrivals_s:.0f} s, more than "
+                f"the {left:.0f} s left of --max-duration-s {self.max_duration_s:g}"
             )
         self.num_requests += num_requests
 
@@ -119,7 +130,8 @@ class TargetProbe:
 
     def __call__(self, kind: LoadKind, load: float, seed: int) -> Point:
         if self.budget is not None:
-            self.budget.charge(self.num_requests)
+            arrivals_s = self.num_requests / load if kind == "rate" else None
+            self.budget.charge(self.num_requests, arrivals_s=arrivals_s)
         if kind == "rate":
             arrivals: dict[str, Any] = {"kind": "poisson", "rate_per_s": load}
         else:
@@ -137,7 +149,7 @@ class TargetProbe:
             kind=kind,
             load=load,
             seed=seed,
-            duration_s=run.duration_s,
+            duration_s=self._duration_s(run),
             num_preemptions=int(run.counters.get("preemptions", 0)),
             capacity_error=run.capacity_error,
         )
@@ -151,6 +163,10 @@ class TargetProbe:
         failing: tuple[str, ...] = (term,) if term else ()
         failing += tuple(t for t in point.failing if t != term)
         return replace(point, stopped_early=run.stopped_early, failing=failing)
+
+    def _duration_s(self, run: CellRun) -> float:
+        """The seconds the probe's completed requests/s is taken over."""
+        return run.duration_s
 
     def _early_stop(self) -> EarlyStop | None:
         """The judge that stops a probe early (None: this target runs every probe whole)."""
@@ -205,6 +221,16 @@ class EarlyStopProbe(TargetProbe):
 
     def _early_stop(self) -> EarlyStop:
         return EarlyStop(self.slo, self.num_requests)
+
+    def _duration_s(self, run: CellRun) -> float:
+        """From the first request sent to the last one finished: the load's own window, not
+        the cell's wall time (which includes reading the server's identity and tokenizing the
+        prompts before the clock starts, seconds on a busy server)."""
+        sent = [r.sent_s for r in run.records if r.sent_s is not None and not r.warmup]
+        done = [r.done_s for r in run.records if r.done_s is not None and not r.warmup]
+        if sent and done and max(done) > min(sent):
+            return max(done) - min(sent)
+        return run.duration_s
 
     def _run(
         self,

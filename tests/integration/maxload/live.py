@@ -17,8 +17,11 @@ Checked on every engine (kvbudget serve, vLLM's CPU build, llama.cpp):
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+import time
+import urllib.request
 from typing import Any
 
 SLO_TERMS = ("ttft", "tpot", "itl", "e2e", "goodput")
@@ -35,6 +38,25 @@ def run_capacity(base_url: str, model: str, *args: str, timeout_s: float = 600) 
     )
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc
+
+
+def single_request_s(base_url: str, model: str, *, repeats: int = 3) -> float:
+    """Median seconds of one ``/v1/completions`` request of one output token sent alone: the
+    engine's service time on this machine now (a shared CPU's load moves it tenfold), from which
+    a live test sets an SLO that one user meets and a queue of a few does not."""
+    body = json.dumps(
+        {"model": model, "prompt": "one two three four five six seven eight", "max_tokens": 1}
+    ).encode()
+    times = []
+    for _ in range(repeats):
+        req = urllib.request.Request(
+            base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        started = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            resp.read()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def _named(binding: str | None) -> bool:
