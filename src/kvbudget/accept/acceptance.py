@@ -248,11 +248,21 @@ def run_acceptance(
         outcome = run_matrix(
             plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
         )
+        found: dict[str, Any] = {}
+        if plan.stop.search_highest_load:
+            from kvbudget.accept.highest_load import highest_loads
+
+            measured_rows = row_summaries(outcome.cells, plan.load.input_tiers)
+            found = highest_loads(plan, target, measured_rows, figures=info.source)
     finally:
         target.close()
     cells = outcome.cells
     if info.source == "measured" and plan.target.profile is not None:
         cells = _predict(plan, cells, outcome.runs, rng)
+    rows = [
+        {**r, "highest_load": found[r["input_tier"]]} if r["input_tier"] in found else r
+        for r in row_summaries(cells, plan.load.input_tiers)
+    ]
     comparisons = run_comparisons(plan, factory, rng)
     audits = run_audits(plan, run_async)
     drill = drill_for(plan)
@@ -290,7 +300,7 @@ def run_acceptance(
         baseline=outcome.baseline,
         warmup=outcome.warmup,
         cells=cells,
-        rows=row_summaries(cells, plan.load.input_tiers),
+        rows=rows,
         stop_conditions=stops,
         comparisons=comparisons,
         anomalies=anomalies,

@@ -33,6 +33,7 @@ from kvbudget.load.engine_report import EngineReport, read_engine_report
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
 from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
+from kvbudget.load.runner import StopWhen
 from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
 from kvbudget.safety.procs import child_preexec
 from kvbudget.safety.tempdir import private_tempdir
@@ -109,8 +110,10 @@ class HttpTarget:
         source: RecordSource = "measured",
         seed: int = 0,
         hardware: str | None = None,
+        scrape_interval_s: float = 0.5,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.scrape_interval_s = scrape_interval_s
         self.model = model
         self.run_async = run_async
         self.metrics_url = metrics_url
@@ -219,7 +222,10 @@ class HttpTarget:
         closed_loop_concurrency: int | None,
         duration_s: float | None,
         warmup: bool = False,
+        stop_when: StopWhen | None = None,
     ) -> CellRun:
+        """Run ``requests``; ``stop_when`` judges each finished record and stops the cell
+        early (:func:`kvbudget.load.run.run_load`)."""
         if not requests:
             return CellRun(records=[], duration_s=0.0)
         closed = closed_loop_concurrency is not None
@@ -235,13 +241,15 @@ class HttpTarget:
             keep_prompts=self.keep_prompts or any(_is_checkpoint(r.request_id) for r in requests),
             api_key_env=self.api_key_env,
             metrics_url=self.metrics_url,
-            scrape_interval_s=0.5,
+            scrape_interval_s=self.scrape_interval_s,
             seed=self.seed,
         )
         started = time.perf_counter()
         # private (0700) and removed on every exit path, SIGKILL included
         with private_tempdir("kvbudget-accept-") as out:
-            self.run_async(run_load(cfg, out_dir=out, planned=list(requests)))
+            doc = self.run_async(
+                run_load(cfg, out_dir=out, planned=list(requests), stop_when=stop_when)
+            )
             raw = read_jsonl(out / REQUESTS_FILE, RequestRecord).items
             metrics = read_jsonl(out / METRICS_FILE, MetricSample).items if self.metrics_url else []
         outputs = {r.request_id: r.output_text or "" for r in raw if _is_checkpoint(r.request_id)}
@@ -278,6 +286,7 @@ class HttpTarget:
             kv_usage_after_drain=after[-1] if after else None,
             outputs=outputs,
             show_outputs=keep,
+            stopped_early=doc.accounting.get("stopped_early"),
         )
 
 

@@ -113,6 +113,12 @@ class StopConditions(StrictModel):
     transfer_stall_max_s: float | None = Field(
         default=None, gt=0, description="KV tier reloads: p95 wait for a busy link tolerated"
     )
+    search_highest_load: bool = Field(
+        default=False,
+        description="after the cells, search each input tier's highest closed-loop concurrency "
+        "meeting the latency ceilings and error_rate_max (kvbudget capacity's search; reported, "
+        "no verdict)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StopConditions:

@@ -40,6 +40,8 @@ class CellRun:
     outputs: dict[str, str] = field(default_factory=dict)
     #: the user asked to keep text (--keep-prompts): quality outputs may be shown in the report
     show_outputs: bool = False
+    #: why the cell was stopped before sending all its requests (load.run_load's stop_when)
+    stopped_early: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

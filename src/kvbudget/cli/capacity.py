@@ -112,12 +112,20 @@ def _table(points: list[dict[str, Any]], keys: list[str], label: str, goodput: b
     head += (f"{'goodput':>9}" if goodput else "") + f"{'queue':>9}{'meets':>7}"
     lines = [head]
     for p in points:
-        row = f"  {p['load']:<12.4g}{p['num_requests']:>9}"
+        stopped = p.get("stopped_early") is not None
+        sent = f"{p.get('num_sent')}/{p['num_requests']}" if stopped else str(p["num_requests"])
+        row = f"  {p['load']:<12.4g}{sent:>9}"
         row += "".join(f"{_ms(p.get(k)):>12}" for k in keys)
         if goodput:
             row += f"{_fmt(p['goodput_fraction']):>9}"
         queue = "-" if label == "concurrency" else "stable" if p["stable"] else "GROWS"
-        lines.append(row + f"{queue:>9}{('yes' if p['meets_slo'] else 'no'):>7}")
+        meets = "yes" if p["meets_slo"] else "no*" if stopped else "no"
+        lines.append(row + f"{queue:>9}{meets:>7}")
+    if any(p.get("stopped_early") for p in points):
+        lines.append(
+            "  no*: stopped early, the SLO already broken (sent/planned requests; those in "
+            "flight cancelled)"
+        )
     return lines
 
 

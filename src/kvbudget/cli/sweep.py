@@ -36,6 +36,28 @@ import click
     is_flag=True,
     help="Continue the sweep in --out: simulate only the points not yet in results.jsonl.",
 )
+@click.option(
+    "--slo",
+    default=None,
+    help="Also search each configuration's highest Poisson rate meeting this SLO, written as "
+    "for kvbudget capacity ('ttft_p95<1s,tpot_p95<50ms', optionally goodput>=0.99), and the "
+    "cheapest configuration reaching each --target-rate.",
+)
+@click.option(
+    "--capacity-requests",
+    type=click.IntRange(20),
+    default=None,
+    help="With --slo: requests per probe of each search (kvbudget capacity --num-requests) "
+    "[default: 200].",
+)
+@click.option(
+    "--target-rate",
+    "target_rates",
+    type=click.FloatRange(min=0, min_open=True),
+    multiple=True,
+    help="With --slo: a rate (requests/s) to find the cheapest configuration for; repeat it "
+    "[default: the grid's rate_per_s values].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def sweep(
     grid: str,
@@ -43,20 +65,37 @@ def sweep(
     workers: int | None,
     ray_address: str | None,
     resume: bool,
+    slo: str | None,
+    capacity_requests: int | None,
+    target_rates: tuple[float, ...],
     as_json: bool,
 ) -> None:
     """Simulate every point of GRID (YAML: models x GPUs x TP x KV dtype x max length x prefix
     caching x router x replicas x arrival rate) on Ray and state the cheapest configuration
-    meeting each SLO. Figures are *simulated* (each row names its timing model). See
-    docs/commands/sweep.md.
+    meeting each SLO. With --slo, also each configuration's highest rate meeting it (kvbudget
+    capacity's search) and the cheapest configuration for each --target-rate. Figures are
+    *simulated* (each row names its timing model). See docs/commands/sweep.md.
     """
+    from kvbudget.errors import ConfigError
+    from kvbudget.maxload.slo import parse_slo
     from kvbudget.ray_support import import_ray
+    from kvbudget.sweep.capacity import capacity_lines
     from kvbudget.sweep.grid import expand, load_grid
     from kvbudget.sweep.run import run_sweep
     from kvbudget.sweep.table import cheapest_lines
 
     import_ray("kvbudget sweep")  # before anything else: the one-line install hint
     expand(load_grid(grid), origin=Path(grid).name)  # grid mistakes before Ray starts
+    if slo is not None:
+        parse_slo(slo)
+    for flag, value in (
+        ("--capacity-requests", capacity_requests),
+        ("--target-rate", target_rates),
+    ):
+        if value and slo is None:
+            raise ConfigError(
+                f"{flag} without --slo: it sets the SLO search; add --slo", field="slo"
+            )
     show = not as_json and sys.stderr.isatty()
 
     def progress(row: dict[str, Any], done: int, total: int) -> None:
@@ -70,6 +109,9 @@ def sweep(
         ray_address=ray_address,
         resume=resume,
         progress=progress,
+        slo=slo,
+        capacity_requests=capacity_requests,
+        target_rates=target_rates,
     )
     if show:
         click.echo("", err=True)
@@ -89,6 +131,15 @@ def sweep(
                     "simulate_s": outcome.simulate_s,
                     "files": outcome.files,
                     "cheapest": outcome.cheapest,
+                    **(
+                        {
+                            "slo": outcome.slo,
+                            "capacity": outcome.capacity,
+                            "cheapest_for_rate": outcome.cheapest_for_rate,
+                        }
+                        if outcome.slo is not None
+                        else {}
+                    ),
                 },
                 indent=2,
             )
@@ -108,6 +159,17 @@ def sweep(
     )
     for line in lines:
         click.echo(f"  {line}")
-    if not lines:
+    if not lines and outcome.slo is None:
         click.echo("  (no SLOs in the grid: add slos: [{name: ..., ttft_s: {p99: ...}}])")
+    unstable = [r for r in outcome.rows if r.get("stable") is False]
+    if unstable:
+        rates = sorted({float(r["rate_per_s"]) for r in unstable})
+        click.echo(
+            f"  {len(unstable)} point(s) near or past saturation (the queue grew: arrivals outrun "
+            f"the service; not sustainable, meet no SLO) at {', '.join(f'{x:g}' for x in rates)} "
+            "req/s: column stable=false"
+        )
+    if outcome.slo is not None:
+        for line in capacity_lines(outcome.slo, outcome.capacity, outcome.cheapest_for_rate):
+            click.echo(f"  {line}")
     click.echo(f"  files in {outcome.out_dir}: {', '.join(outcome.files)}")

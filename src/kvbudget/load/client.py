@@ -138,6 +138,14 @@ def _fail(out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> Strea
     return out
 
 
+@dataclass
+class Abort:
+    """Set ``event`` to abort the requests in flight; ``reason`` is their records' excerpt."""
+
+    event: asyncio.Event
+    reason: str | None = None
+
+
 #: sends retried when a pooled connection turns out to be closed by the server before it answered
 STALE_CONNECTION_RETRIES = 2
 
@@ -207,16 +215,46 @@ class OpenAIClient:
             raise RuntimeError("OpenAIClient used outside 'async with'")
         return self._session
 
-    async def stream(self, req: ClientRequest) -> StreamOutcome:
-        """Send one streaming request; never raises for server or network faults."""
+    async def stream(self, req: ClientRequest, abort: Abort | None = None) -> StreamOutcome:
+        """Send one streaming request; never raises for server or network faults.
+
+        ``abort``: when its event is set while the request is in flight, the connection is
+        dropped (the server sees a disconnect) and the outcome is ``cancelled``, with the
+        tokens that had arrived and ``abort.reason`` as its excerpt.
+        """
         out = StreamOutcome(request_id=req.request_id)
         try:
             async with asyncio.timeout(self.timeout_s):
-                out = await self._stream(req, out)
+                if abort is None:
+                    out = await self._stream(req, out)
+                else:
+                    out = await self._abortable(req, out, abort)
         except TimeoutError:
             out = self._fail(
                 out, "timeout", f"no completion within {self.timeout_s:g} s", self._clock()
             )
+        return out
+
+    async def _abortable(
+        self, req: ClientRequest, out: StreamOutcome, abort: Abort
+    ) -> StreamOutcome:
+        task = asyncio.ensure_future(self._stream(req, out))
+        waiter = asyncio.ensure_future(abort.event.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not task.cancelled():
+            return task.result()
+        # _read_events filled ``out`` with what had arrived before it was cancelled
+        out.status = "cancelled"
+        out.error_kind = "cancelled"
+        out.error_excerpt = excerpt(abort.reason or "stopped early")
+        out.done_s = self._clock()
         return out
 
     async def _stream(self, req: ClientRequest, out: StreamOutcome) -> StreamOutcome:
@@ -294,6 +332,10 @@ class OpenAIClient:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             parse_events(events, req.endpoint, out)
             return self._fail(out, "broken_stream", f"{type(exc).__name__}: {exc}", clock())
+        except asyncio.CancelledError:  # aborted (stream's ``abort``): keep what had arrived
+            resp.close()  # drop the connection: the server sees a disconnect
+            parse_events(events, req.endpoint, out)
+            raise
         done_s = clock()
         # Hand the connection back and let tasks whose data has arrived take their timestamps
         # before this stream's parsing and record work (which is the heavy part per request):

@@ -33,7 +33,7 @@ from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import safe_headers, server_identity
 from kvbudget.load.prometheus import MetricsScraper, summarize_series
 from kvbudget.load.requests import planned_open_loop, synthetic_request
-from kvbudget.load.runner import ProgressFn, WorkerResult, run_worker
+from kvbudget.load.runner import ProgressFn, StopWhen, WorkerResult, run_worker
 from kvbudget.load.served_prompts import resolve_tokenizer, served_prompts
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.load.workers import WorkerPool
@@ -209,24 +209,49 @@ async def run_load(
     progress_lines: Callable[[int], None] | None = None,
     use_ray: bool = False,
     ray_address: str | None = None,
+    stop_when: StopWhen | None = None,
 ) -> BenchDocument:
     """Run the load described by ``cfg`` and return its result document.
 
     ``use_ray``: the workers are Ray actors (:mod:`kvbudget.load.ray_workers`), on the local
     Ray or the cluster at ``ray_address``.
+    ``stop_when``: judged on each finished (non-warm-up) record, in this process; the first
+    reason it returns stops the run early (nothing more is sent, requests in flight are
+    recorded as cancelled; :mod:`kvbudget.load.runner`), and ``accounting.stopped_early`` says
+    why. Only with one in-process worker (the judge sees every record).
     """
+    if stop_when is not None and (use_ray or cfg.workers > 1):
+        raise ValueError("stop_when needs one in-process worker (workers=1, no Ray)")
     api_key = read_api_key(cfg)
     if out_dir is not None:
         lock_out_dir(out_dir)  # one run per directory: a second one refuses in one line
         return await _run_in(
-            cfg, out_dir, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+            cfg,
+            out_dir,
+            planned,
+            resume,
+            progress,
+            progress_lines,
+            api_key,
+            use_ray,
+            ray_address,
+            stop_when,
         )
     # removed on every exit path, SIGKILL included (a reaper process watches this one)
     with private_tempdir("kvbudget-bench-") as tmp:
         lock_out_dir(tmp)
         try:
             return await _run_in(
-                cfg, tmp, planned, resume, progress, progress_lines, api_key, use_ray, ray_address
+                cfg,
+                tmp,
+                planned,
+                resume,
+                progress,
+                progress_lines,
+                api_key,
+                use_ray,
+                ray_address,
+                stop_when,
             )
         finally:
             release_out_dir(tmp)
@@ -242,6 +267,7 @@ async def _run_in(
     api_key: str | None,
     use_ray: bool = False,
     ray_address: str | None = None,
+    stop_when: StopWhen | None = None,
 ) -> BenchDocument:
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
@@ -317,6 +343,7 @@ async def _run_in(
                         skip_ids=skip,
                         api_key=api_key,
                         progress=progress,
+                        stop_when=stop_when,
                     )
                 ]
         else:
@@ -415,9 +442,20 @@ def _finish(
         "max_inflight_seen": sum(r.max_inflight_seen for r in results),
         "run_segment": segment,
     }
+    stopped = next((r.stopped_early for r in results if r.stopped_early), None)
+    if stopped is not None:
+        accounting["stopped_early"] = stopped
     warnings = bottleneck_warnings(
-        summary, open_loop=cfg.open_loop, cpu_busy_fraction=busy, not_sent=not_sent
+        summary,
+        open_loop=cfg.open_loop,
+        cpu_busy_fraction=busy,
+        not_sent=0 if stopped is not None else not_sent,  # not the client's limit: said below
     )
+    if stopped is not None:
+        warnings.append(
+            f"stopped early ({stopped}): {not_sent} request(s) not sent, those in flight "
+            "recorded as cancelled"
+        )
     # percentiles with 95 % confidence intervals and small-sample warnings (seeded bootstrap
     # up to 5,000 samples, order statistics above), from the shared metrics package
     stats = summarize_run(

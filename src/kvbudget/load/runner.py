@@ -15,16 +15,21 @@ Accounting rules (the summary checks them):
   its planned arrival or then, whichever is later; its ``scheduled_s`` is that time), and its
   prompt is turn ``k - 1``'s prompt, the answer the server gave, then its new user message (chat:
   the same as messages). A turn whose previous turn did not complete is not sent (``not_sent``).
+* early stop (``stop_when``, a caller's judge of each finished record): once it names a reason,
+  no request is sent any more (the unsent ones are ``not_sent``, with their ids) and the ones
+  in flight are aborted and recorded as ``cancelled`` with the reason as their excerpt, so
+  ``sent = ok + error + cancelled`` still holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from kvbudget.load.client import ClientRequest, OpenAIClient, StreamOutcome
+from kvbudget.load.client import Abort, ClientRequest, OpenAIClient, StreamOutcome
 from kvbudget.load.config import RunConfig
 from kvbudget.load.requests import synthetic_request
 from kvbudget.load.workloads import session_key
@@ -39,6 +44,8 @@ from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.tokenizer import get_tokenizer
 
 ProgressFn = Callable[[RequestRecord], None]
+#: judges each finished (non-warm-up) record; a reason (str) stops the run early
+StopWhen = Callable[[RequestRecord], str | None]
 
 
 @dataclass
@@ -54,6 +61,8 @@ class WorkerResult:
     max_inflight_seen: int = 0
     headers: dict[str, str] | None = None
     not_sent_ids: list[str] = field(default_factory=list)
+    #: why ``stop_when`` stopped the run early (None: it ran to the end)
+    stopped_early: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,12 @@ class _Ctx:
     result: WorkerResult
     inflight: int = 0
     sessions: Sessions | None = None
+    stop_when: StopWhen | None = None
+    abort: Abort | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.abort is not None and self.abort.event.is_set()
 
 
 def build_record(
@@ -208,7 +223,7 @@ async def _run_one(
     ctx.result.max_inflight_seen = max(ctx.result.max_inflight_seen, ctx.inflight)
     ctx.result.sent += 1
     try:
-        out = await ctx.client.stream(creq)
+        out = await ctx.client.stream(creq, ctx.abort)
     finally:
         ctx.inflight -= 1
     record = build_record(
@@ -226,6 +241,12 @@ async def _run_one(
     ctx.writer.write(record)
     if ctx.progress is not None:
         ctx.progress(record)
+    if ctx.stop_when is not None and ctx.abort is not None and not ctx.stopped:
+        reason = None if record.warmup else ctx.stop_when(record)
+        if reason is not None:
+            ctx.result.stopped_early = reason
+            ctx.abort.reason = f"stopped early: {reason}"
+            ctx.abort.event.set()
     answer = Answer(prompt, messages, out.text, out.status == "ok", time.perf_counter())
     if ctx.sessions is not None and planned.session_id is not None:
         ctx.sessions.done(planned.session_id, planned.turn_index, answer)
@@ -293,6 +314,8 @@ async def _closed_loop(
     source: Iterator[tuple[int, PlannedRequest]],
     concurrency: int,
     skip: set[str],
+    *,
+    finite: bool = True,
 ) -> None:
     cfg = ctx.cfg
     deadline = None if cfg.duration_s is None else ctx.t0 + cfg.duration_s
@@ -300,6 +323,8 @@ async def _closed_loop(
 
     async def next_item() -> tuple[int, PlannedRequest] | None:
         async with lock:
+            if ctx.stopped:
+                return None
             for item in source:
                 if item[1].request_id in skip:
                     continue
@@ -308,13 +333,18 @@ async def _closed_loop(
             return None
 
     async def loop() -> None:
-        while deadline is None or time.perf_counter() < deadline:
+        while (deadline is None or time.perf_counter() < deadline) and not ctx.stopped:
             item = await next_item()
             if item is None:
                 return
             await _run_one(ctx, item[1], item[0], None)
 
     await asyncio.gather(*(loop() for _ in range(concurrency)))
+    if ctx.stopped and finite:  # what the early stop left unsent
+        rest = [p.request_id for _, p in source if p.request_id not in skip]
+        ctx.result.offered += len(rest)
+        ctx.result.not_sent += len(rest)
+        ctx.result.not_sent_ids.extend(rest)
 
 
 def _sessions_of(
@@ -341,7 +371,7 @@ async def _closed_sessions(
 
     async def loop() -> None:
         for session in queue:
-            if deadline is not None and time.perf_counter() >= deadline:
+            if ctx.stopped or (deadline is not None and time.perf_counter() >= deadline):
                 return
             history: Answer | None = None
             start = time.perf_counter()
@@ -349,7 +379,7 @@ async def _closed_sessions(
                 if deadline is not None and time.perf_counter() >= deadline:
                     return  # --duration: no new turn either
                 ctx.result.offered += 1
-                if k > 0 and (history is None or not history.ok):
+                if ctx.stopped or (k > 0 and (history is None or not history.ok)):
                     _not_sent(ctx, planned)
                     continue
                 wait = start + planned.turn_index * interval - time.perf_counter()
@@ -384,7 +414,7 @@ async def _open_loop(
     async def chained(planned: PlannedRequest, index: int, scheduled: float) -> None:
         assert ctx.sessions is not None and planned.session_id is not None
         history = await ctx.sessions.wait(planned.session_id, planned.turn_index - 1)
-        if not history.ok:
+        if not history.ok or ctx.stopped:
             _not_sent(ctx, planned)
             return
         ready = max(scheduled, history.done_s - ctx.t0)
@@ -397,6 +427,12 @@ async def _open_loop(
         finally:
             sem.release()
 
+    def not_sent(pos: int) -> None:
+        rest = [p.request_id for _, p in items[pos:]]
+        ctx.result.offered += len(rest) - 1
+        ctx.result.not_sent += len(rest)
+        ctx.result.not_sent_ids.extend(rest)
+
     for pos, (index, planned) in enumerate(items):
         ctx.result.offered += 1
         scheduled = planned.arrival_s - base
@@ -408,20 +444,32 @@ async def _open_loop(
             continue
         delay = ctx.t0 + scheduled - time.perf_counter()
         if delay > 0:
-            await asyncio.sleep(delay)
+            await _sleep_unless_stopped(ctx, delay)
+        if ctx.stopped:
+            not_sent(pos)
+            break
         try:
             await asyncio.wait_for(sem.acquire(), timeout=max(0.0, close_at - time.perf_counter()))
         except TimeoutError:
-            rest = [p.request_id for _, p in items[pos:]]
-            ctx.result.offered += len(rest) - 1
-            ctx.result.not_sent += len(rest)
-            ctx.result.not_sent_ids.extend(rest)
+            not_sent(pos)
+            break
+        if ctx.stopped:
+            sem.release()
+            not_sent(pos)
             break
         task = asyncio.create_task(guarded(planned, index, scheduled))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     if tasks:
         await asyncio.gather(*tasks)
+
+
+async def _sleep_unless_stopped(ctx: _Ctx, delay_s: float) -> None:
+    if ctx.abort is None:
+        await asyncio.sleep(delay_s)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ctx.abort.event.wait(), timeout=delay_s)
 
 
 async def run_worker(
@@ -436,12 +484,14 @@ async def run_worker(
     skip_ids: set[str] | None = None,
     api_key: str | None = None,
     progress: ProgressFn | None = None,
+    stop_when: StopWhen | None = None,
 ) -> WorkerResult:
     """Run this worker's share of the load; starts sending at ``t0`` (perf_counter clock).
 
     ``planned`` are the requests (closed loop: in order; open loop: with ``arrival_s``); when
     ``None`` a closed loop generates synthetic requests. ``skip_ids`` are requests already
     recorded (``--resume``); an open-loop resume rebases the remaining schedule to start at 0.
+    ``stop_when``: judged on each finished record; a reason stops the run early (see above).
     """
     skip = skip_ids or set()
     result = WorkerResult(worker=worker)
@@ -468,6 +518,8 @@ async def run_worker(
         ctx = _Ctx(cfg, client, writer, t0, worker, segment, progress, result)
         if multi:
             ctx.sessions = Sessions()
+        if stop_when is not None:
+            ctx.stop_when, ctx.abort = stop_when, Abort(asyncio.Event())
         if cfg.open_loop:
             assert planned is not None, "open-loop runs need planned requests"
             mine = [
@@ -482,7 +534,8 @@ async def run_worker(
             await _closed_sessions(ctx, _sessions_of(mine), share)
         elif share > 0:
             source = _closed_source(cfg, planned, worker, num_workers)
-            await _closed_loop(ctx, source, share, skip)
+            finite = planned is not None or cfg.num_requests is not None
+            await _closed_loop(ctx, source, share, skip, finite=finite)
         result.headers = client.first_headers
     result.wall_s = time.perf_counter() - wall0
     result.cpu_s = time.process_time() - cpu0

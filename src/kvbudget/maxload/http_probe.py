@@ -1,7 +1,10 @@
 """Probe a running OpenAI-compatible engine: the acceptance's HTTP target, which drives the load
 with ``kvbudget bench``'s runner (:func:`kvbudget.load.run.run_load`: every request accounted,
-errors and cancellations recorded) and scrapes the engine's ``/metrics`` every 0.5 s while a
-probe runs (KV usage, requests waiting, the preemptions counter).
+errors and cancellations recorded) and scrapes the engine's ``/metrics`` every
+:data:`SCRAPE_INTERVAL_S` while a probe runs (KV usage, requests waiting, the preemptions
+counter): a probe stopped early can last a fraction of a second. A probe stops as soon as its SLO
+is clearly broken (:mod:`kvbudget.maxload.early_stop`): nothing more is sent, the requests in
+flight are recorded as cancelled, and the budget is charged only what was sent.
 
 One server serves every probe (its prefix cache carries over, as it would in production). The
 figures are *measured*, naming the engine the server reports; ``kvbudget serve`` reports itself,
@@ -13,9 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from kvbudget.accept.http_target import HttpTarget, RunAsync
-from kvbudget.accept.targets import Target, TargetInfo
-from kvbudget.maxload.probe import Budget, TargetProbe
+from kvbudget.accept.targets import TargetInfo
+from kvbudget.maxload.probe import Budget, EarlyStopProbe
 from kvbudget.maxload.slo import Slo
+
+#: seconds between two scrapes of the engine's /metrics during a probe
+SCRAPE_INTERVAL_S = 0.1
 
 
 def http_probe(
@@ -31,7 +37,7 @@ def http_probe(
     api_key_env: str | None = None,
     timeout_s: float = 120.0,
     seed: int = 0,
-) -> tuple[TargetProbe, TargetInfo]:
+) -> tuple[EarlyStopProbe, TargetInfo]:
     """A probe on the endpoint, and what the endpoint says it is (a one-line TargetError when
     it cannot be reached)."""
     target = HttpTarget(
@@ -42,10 +48,8 @@ def http_probe(
         api_key_env=api_key_env,
         timeout_s=timeout_s,
         seed=seed,
+        scrape_interval_s=SCRAPE_INTERVAL_S,
     )
 
-    def same_server(_seed: int) -> Target:
-        return target
-
-    probe = TargetProbe(same_server, workload, slo, num_requests=num_requests, budget=budget)
+    probe = EarlyStopProbe(target, workload, slo, num_requests=num_requests, budget=budget)
     return probe, target.info

@@ -5,7 +5,8 @@ A point *meets the SLO* when every statistic term is at or under its ceiling, go
 SLO sets a floor) is at or above it, no request was refused for KV capacity, and, for an open
 loop, the queue did not grow with the arrivals (:func:`kvbudget.metrics.stability.queue_growth`:
 TTFT rising with arrival time means the percentiles of a short run say nothing about a long one,
-so such a rate is not sustainable whatever its percentiles).
+so such a rate is not sustainable whatever its percentiles). A point stopped early
+(:mod:`kvbudget.maxload.early_stop`: the SLO could no longer be met) fails on the term that broke.
 """
 
 from __future__ import annotations
@@ -51,10 +52,19 @@ class Point:
     capacity_error: str | None = None
     #: the engine's own figures over the probe (kv_usage_max, num_waiting_max), when sampled
     engine: dict[str, float] = field(default_factory=dict)
+    #: why the probe stopped before sending all its requests (the SLO was clearly broken)
+    stopped_early: str | None = None
+    #: requests sent (fewer than num_requests planned when stopped early)
+    num_sent: int | None = None
 
     @property
     def meets_slo(self) -> bool:
-        return not self.failing and self.queue is None and self.capacity_error is None
+        return (
+            not self.failing
+            and self.queue is None
+            and self.capacity_error is None
+            and self.stopped_early is None
+        )
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -74,6 +84,10 @@ class Point:
             out["queue"] = self.queue.to_dict()
         if self.capacity_error is not None:
             out["capacity_error"] = self.capacity_error
+        if self.stopped_early is not None:
+            out["stopped_early"] = self.stopped_early
+        if self.num_sent is not None:
+            out["num_sent"] = self.num_sent
         out.update(self.engine)
         return out
 

@@ -139,7 +139,26 @@ def capacity_sentence(doc: AcceptResult, row: dict[str, Any]) -> str:
             )
     if not parts:
         parts.append("no cell was run")
+    found = row.get("highest_load")
+    if found:
+        parts.append(highest_load_text(found))
     return f"{tier_label(doc, name)}: " + "; ".join(parts)
+
+
+def highest_load_text(found: dict[str, Any]) -> str:
+    """``highest load within the stop conditions (searched, simulated): 37 concurrent; 38 fails
+    on ttft_p95``, from the row's ``highest_load`` (kvbudget.accept.highest_load)."""
+    head = f"highest load within the stop conditions (searched, {found['figures']})"
+    best, failing = found.get("highest_concurrency"), found.get("failing_concurrency")
+    if best is None:
+        text = f"{head}: none, 1 concurrent fails on {found.get('binding_constraint')}"
+    else:
+        text = f"{head}: {best} concurrent"
+        if failing is not None:
+            text += f"; {failing} fails on {found.get('binding_constraint')}"
+        else:
+            text += f" (every probe up to {best} passed; a probe has {found['requests_per_probe']} requests)"
+    return text
 
 
 def capacity_sentences(doc: AcceptResult) -> list[str]:

@@ -6,7 +6,10 @@ sweep is exactly ``kvbudget sim --scenario`` of the same scenario. A point that 
 (the model does not fit the GPU, a request longer than max_model_len, ...) is a row with
 ``status: not-run`` and the one-line reason, never a failed sweep.
 
-Every figure in a row is *simulated*; the row names the step-time model.
+Every figure in a row is *simulated*; the row names the step-time model. An open-loop point
+says whether its queue was stable, as ``kvbudget sim`` does (:func:`kvbudget.metrics.stability.
+queue_growth_spilled` on the same rows): ``stable: false`` marks a rate past what the point
+serves (near or past saturation), whose percentiles depend on the run's length.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ _SUMMARY_FIELDS = (
 
 
 def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
-    """The simulator's summary and per-request results for one scenario."""
+    """The simulator's summary (with ``queue`` for an open loop, as ``kvbudget sim`` adds it)
+    and per-request results for one scenario."""
+    from kvbudget.metrics.stability import queue_growth_spilled
     from kvbudget.sim.cluster import simulate
     from kvbudget.sim.scenario import build_cluster, build_workload, scenario_from_dict
 
@@ -47,7 +52,11 @@ def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]
     requests, concurrency = build_workload(scenario)
     cluster.concurrency = concurrency
     result = simulate(requests, cluster, seed=scenario.seed)
-    return result.summary(), list(result.requests)
+    summary = result.summary()
+    if concurrency is None:  # open loop: did the queue keep growing? (kvbudget sim's check)
+        growth = queue_growth_spilled(result.run_stats().first_token_rows)
+        summary["queue"] = {"stable": growth is None} | ({} if growth is None else growth.to_dict())
+    return summary, list(result.requests)
 
 
 def warm_worker() -> int:
@@ -101,6 +110,9 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
     reasons = summary.get("unfinished_reasons") or {}
     row["reason"] = next(iter(reasons), None)
     row.update({k: summary.get(k) for k in _SUMMARY_FIELDS})
+    queue = summary.get("queue")
+    row["stable"] = None if queue is None else queue["stable"]
+    row["queue_ttft_growth_s_per_s"] = (queue or {}).get("ttft_growth_s_per_s")
     row.update(_percentiles(ttft, "ttft"))
     row.update(_percentiles(tpot, "tpot"))
     row["wall_s"] = time.perf_counter() - wall0

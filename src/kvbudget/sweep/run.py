@@ -9,7 +9,10 @@ Files in ``--out DIR``:
 * ``results.csv`` (and ``results.parquet`` when pyarrow is installed) - the table of this
   grid's points with cost and SLO columns;
 * ``pareto.svg`` - cost or GPUs against TTFT/TPOT p99;
-* ``summary.json`` - the cheapest configuration meeting each SLO at each arrival rate.
+* ``summary.json`` - the cheapest configuration meeting each SLO at each arrival rate;
+* ``capacity.jsonl`` (with ``--slo``) - per configuration, the highest rate meeting that SLO
+  (:mod:`kvbudget.sweep.capacity`), appended as each search finishes and skipped on ``--resume``;
+  ``summary.json`` then also holds them and the cheapest configuration per target rate.
 
 At most ``workers`` points run at once (a local Ray gets exactly that many CPUs; on a
 cluster the default is the cluster's CPUs). A point whose task fails outright (a bug, a lost
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,14 @@ from typing import Any
 from kvbudget.errors import ConfigError
 from kvbudget.ray_support import cluster_cpus, ensure_ray
 from kvbudget.records import JsonlWriter
+from kvbudget.sweep.capacity import (
+    CAPACITY_FILE,
+    DEFAULT_CAPACITY_REQUESTS,
+    capacity_row,
+    cheapest_for_rates,
+    configurations,
+    price_rows,
+)
 from kvbudget.sweep.grid import GridFile, SweepPoint, expand, load_grid
 from kvbudget.sweep.pareto import write_pareto
 from kvbudget.sweep.point import run_point, warm_worker
@@ -62,6 +73,10 @@ class SweepOutcome:
     #: seconds to start or join Ray, and to simulate the points once it was up
     ray_start_s: float = 0.0
     simulate_s: float = 0.0
+    #: with --slo: the SLO, each configuration's highest rate, the cheapest per target rate
+    slo: str | None = None
+    capacity: list[dict[str, Any]] = field(default_factory=list)
+    cheapest_for_rate: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_rows(path: Path) -> dict[str, dict[str, Any]]:
@@ -77,6 +92,11 @@ def read_rows(path: Path) -> dict[str, dict[str, Any]]:
         if isinstance(row, dict) and isinstance(row.get("key"), str):
             rows[row["key"]] = row
     return rows
+
+
+def _final(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    # an errored point is simulated again; simulated and not-run points are final
+    return {k: r for k, r in rows.items() if r.get("status") in ("simulated", "not-run")}
 
 
 def _prepare(out_dir: Path, resume: bool) -> dict[str, dict[str, Any]]:
@@ -96,9 +116,7 @@ def _prepare(out_dir: Path, resume: bool) -> dict[str, dict[str, Any]]:
             f"--out {out_dir}: cannot create it ({exc.strerror}); give a writable directory",
             field="out",
         ) from None
-    done = read_rows(results) if resume else {}
-    # an errored point is simulated again; simulated and not-run points are final
-    return {k: r for k, r in done.items() if r.get("status") in ("simulated", "not-run")}
+    return _final(read_rows(results)) if resume else {}
 
 
 def _run_on_ray(
@@ -111,6 +129,8 @@ def _run_on_ray(
     total: int,
     done_count: int,
     timings: dict[str, float],
+    task: Callable[..., dict[str, Any]] = run_point,
+    args: tuple[Any, ...] = (),
 ) -> tuple[list[dict[str, Any]], int]:
     start = time.perf_counter()
     ray = ensure_ray("kvbudget sweep", address=ray_address, num_cpus=workers or 1)
@@ -120,14 +140,14 @@ def _run_on_ray(
     ray.get([warm.remote() for _ in range(min(limit, len(todo)))])
     timings["ray_start_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    remote = ray.remote(num_cpus=1, max_retries=2)(run_point)
+    remote = ray.remote(num_cpus=1, max_retries=2)(task)
     rows: list[dict[str, Any]] = []
     pending: dict[Any, SweepPoint] = {}
     queue = list(todo)
     while queue or pending:
         while queue and len(pending) < limit:
             point = queue.pop(0)
-            pending[remote.remote(point)] = point
+            pending[remote.remote(point, *args)] = point
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:
             point = pending.pop(ref)
@@ -165,8 +185,16 @@ def run_sweep(
     ray_address: str | None = None,
     resume: bool = False,
     progress: ProgressFn | None = None,
+    slo: str | None = None,
+    capacity_requests: int | None = None,
+    target_rates: Sequence[float] = (),
 ) -> SweepOutcome:
-    """Simulate every point of the grid not yet in ``out_dir`` and write the outputs."""
+    """Simulate every point of the grid not yet in ``out_dir`` and write the outputs.
+
+    ``slo`` (``kvbudget capacity``'s syntax): also search each configuration's highest rate
+    meeting it (probes of ``capacity_requests``), and the cheapest configuration reaching each
+    of ``target_rates`` (default: the grid's ``rate_per_s`` values).
+    """
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: must be >= 1", field="workers")
     wall0 = time.perf_counter()
@@ -196,7 +224,14 @@ def run_sweep(
         for row in new_rows:
             done[row["key"]] = row
     rows = [done[p.key] for p in points if p.key in done]
-    outcome = write_outputs(out_dir, rows, grid)
+    caps: list[dict[str, Any]] = []
+    if slo is not None:
+        num = capacity_requests or DEFAULT_CAPACITY_REQUESTS
+        caps = _capacity(out_dir, points, slo, num, resume, workers, ray_address, progress, timings)
+    rates = list(target_rates) or sorted(
+        {float(p.axes["rate_per_s"]) for p in points if p.axes.get("rate_per_s")}
+    )
+    outcome = write_outputs(out_dir, rows, grid, slo=slo, capacity=caps, target_rates=rates)
     outcome.num_points = len(points)
     outcome.num_skipped = len(points) - len(todo)
     outcome.num_simulated = len(todo)
@@ -210,7 +245,57 @@ def run_sweep(
     return outcome
 
 
-def write_outputs(out_dir: Path, raw_rows: list[dict[str, Any]], grid: GridFile) -> SweepOutcome:
+def _capacity(
+    out_dir: Path,
+    points: list[SweepPoint],
+    slo: str,
+    num_requests: int,
+    resume: bool,
+    workers: int | None,
+    ray_address: str | None,
+    progress: ProgressFn | None,
+    timings: dict[str, float],
+) -> list[dict[str, Any]]:
+    """Each configuration's capacity row: those in capacity.jsonl, the rest searched now."""
+    from kvbudget.maxload.slo import parse_slo
+
+    parse_slo(slo)  # a malformed SLO before Ray starts (the CLI checks it first too)
+    configs = configurations(points, slo, num_requests)
+    path = out_dir / CAPACITY_FILE
+    if not resume and path.exists():
+        path.unlink()  # a fresh sweep (results.jsonl was refused above if it held one)
+    done = _final(read_rows(path)) if resume else {}
+    todo = [c for c in configs if c.key not in done]
+    if todo:
+        sub: dict[str, float] = {}
+        with JsonlWriter(path) as writer:
+            new_rows, _ = _run_on_ray(
+                todo,
+                writer,
+                workers=workers,
+                ray_address=ray_address,
+                progress=progress,
+                total=len(configs),
+                done_count=len(configs) - len(todo),
+                timings=sub,
+                task=capacity_row,
+                args=(slo, num_requests),
+            )
+        timings["simulate_s"] = timings.get("simulate_s", 0.0) + sub.get("simulate_s", 0.0)
+        for row in new_rows:
+            done[row["key"]] = row
+    return [done[c.key] for c in configs if c.key in done]
+
+
+def write_outputs(
+    out_dir: Path,
+    raw_rows: list[dict[str, Any]],
+    grid: GridFile,
+    *,
+    slo: str | None = None,
+    capacity: Sequence[dict[str, Any]] = (),
+    target_rates: Sequence[float] = (),
+) -> SweepOutcome:
     """results.csv (+ .parquet), pareto.svg and summary.json from the rows of this grid."""
     rows = derive(raw_rows, grid)
     cols = columns(grid)
@@ -225,11 +310,18 @@ def write_outputs(out_dir: Path, raw_rows: list[dict[str, Any]], grid: GridFile)
     for r in rows:
         statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
     timing = sorted({str(r["timing_model"]) for r in rows if r.get("timing_model")})
-    write_summary(
-        out_dir / "summary.json",
-        answers,
-        {"timing_models": timing, "num_rows": len(rows), "rows_by_status": statuses},
-    )
+    extra: dict[str, Any] = {
+        "timing_models": timing,
+        "num_rows": len(rows),
+        "rows_by_status": statuses,
+    }
+    caps = price_rows(capacity, grid)
+    by_rate: list[dict[str, Any]] = []
+    if slo is not None:
+        by_rate = cheapest_for_rates(caps, target_rates, priced=bool(grid.gpu_hour_usd))
+        extra.update(slo=slo, capacity=caps, cheapest_for_rate=by_rate)
+        files.append(CAPACITY_FILE)
+    write_summary(out_dir / "summary.json", answers, extra)
     files += ["pareto.svg", "summary.json"]
     return SweepOutcome(
         out_dir=out_dir,
@@ -239,4 +331,7 @@ def write_outputs(out_dir: Path, raw_rows: list[dict[str, Any]], grid: GridFile)
         rows=rows,
         cheapest=answers,
         files=files,
+        slo=slo,
+        capacity=caps,
+        cheapest_for_rate=by_rate,
     )

@@ -2,8 +2,10 @@
 
 ``results.jsonl`` holds the raw simulated rows (appended as points finish; the resume source).
 SLOs and prices are applied here, when the table is written, so changing them needs no new
-simulation. A point *meets* an SLO when it was simulated, every request finished, and each
-percentile ceiling holds (``ttft_p99_s <= ttft_s.p99`` ...).
+simulation. A point *meets* an SLO when it was simulated, every request finished, its queue did
+not grow (``stable`` is not false: a rate past what the point serves is not sustainable,
+whatever its percentiles over a short run), and each percentile ceiling holds
+(``ttft_p99_s <= ttft_s.p99`` ...). The cheapest point is quoted at the SLO's own percentiles.
 
 Cost (when ``gpu_hour_usd`` prices the point's GPU): ``cost_usd_per_hour = num_gpus x price``
 and ``cost_usd_per_million_output_tokens = cost_usd_per_hour / 3600 / output_tokens_per_s x 1e6``
@@ -46,6 +48,8 @@ COLUMNS = (
     "num_preemptions",
     "num_gpu_blocks",
     "kv_usage_peak",
+    "stable",
+    "queue_ttft_growth_s_per_s",
     "simulated_s",
     "wall_s",
     "cpu_s",
@@ -60,6 +64,8 @@ def meets(row: dict[str, Any], slo: SweepSlo) -> bool:
     if row.get("status") != "simulated" or row.get("requests_completed") != row.get(
         "requests_total"
     ):
+        return False
+    if row.get("stable") is False:  # the queue grew: not sustainable (older rows: None)
         return False
     for metric, ceilings in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s)):
         for pct, ceiling in ceilings.items():
@@ -110,6 +116,31 @@ def _cost_key(row: dict[str, Any]) -> tuple[float, float, float]:
     )
 
 
+def slo_values(row: dict[str, Any], slo: SweepSlo) -> dict[str, Any]:
+    """The row's figures at the SLO's own percentiles, with their ceilings
+    (``{"ttft_p95_s": {"value": 0.21, "ceiling": 0.5}}``)."""
+    out: dict[str, Any] = {}
+    for metric, ceilings in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s)):
+        for pct, ceiling in ceilings.items():
+            out[f"{metric}_{pct}_s"] = {"value": row.get(f"{metric}_{pct}_s"), "ceiling": ceiling}
+    return out
+
+
+def _quote(values: dict[str, Any]) -> str:
+    """``TTFT p95 0.210 s (<= 0.5 s), TPOT p95 12.0 ms (<= 50 ms)``."""
+    parts = []
+    for key, v in values.items():
+        metric, pct, _ = key.split("_")
+        value, ceiling = v["value"], v["ceiling"]
+        if metric == "tpot":
+            shown = "n/a" if value is None else f"{value * 1e3:.1f} ms"
+            parts.append(f"TPOT {pct} {shown} (<= {ceiling * 1e3:g} ms)")
+        else:
+            shown = "n/a" if value is None else f"{value:.3f} s"
+            parts.append(f"TTFT {pct} {shown} (<= {ceiling:g} s)")
+    return ", ".join(parts)
+
+
 def cheapest(rows: Sequence[dict[str, Any]], grid: GridFile) -> list[dict[str, Any]]:
     """Per SLO and arrival rate: the cheapest point meeting it (by $/hour, else by GPUs).
 
@@ -143,6 +174,7 @@ def cheapest(rows: Sequence[dict[str, Any]], grid: GridFile) -> list[dict[str, A
                     ttft_p99_s=best.get("ttft_p99_s"),
                     tpot_p99_s=best.get("tpot_p99_s"),
                     timing_model=best.get("timing_model"),
+                    slo_values=slo_values(best, slo),
                 )
             answers.append(entry)
     return answers
@@ -170,7 +202,7 @@ def cheapest_lines(answers: Sequence[dict[str, Any]]) -> list[str]:
             f"{head}: cheapest is {a['num_gpus']} x {a['gpu']} ({a['model']}, tp={a['tp']}, "
             f"replicas={a['replicas']}, kv_dtype={a['kv_dtype']}, max_model_len="
             f"{a['max_model_len']}, prefix_caching={a['prefix_caching']}, router={a['router']})"
-            f"{cost}; TTFT p99 {a['ttft_p99_s']:.3f} s, TPOT p99 {a['tpot_p99_s'] * 1e3:.1f} ms "
+            f"{cost}; {_quote(a['slo_values'])} "
             f"(simulated, {a['timing_model']}; {a['num_meeting']} of {a['num_points']} "
             f"points meet it; key {a['key']})"
         )

@@ -1,10 +1,12 @@
 """``kvbudget capacity --base-url`` against a live ``kvbudget serve`` (manual timing: one request
-at a time, a fixed 20 ms step), driven over HTTP by kvbudget bench's load runner.
+at a time, a fixed 50 ms step), driven over HTTP by kvbudget bench's load runner.
 
-Real time on a shared machine, so the checks are structural and about the budget, not the
-exact answer: the engine reports itself (its figures stay simulated), every probe carries the
-engine's figures read from /metrics, warm-up requests are sent and not judged, and a request
-budget stops the search with what it found.
+Real time on a shared machine, so the checks are structural (tests/integration/maxload/live.py:
+both bracket bounds probed, the binding constraint named, /metrics read at each step, a broken
+step stopped early, every request accounted) plus one bound by hand: one request at a time in a
+50 ms step, so a closed loop of ``c`` users waits ``c`` steps in steady state, and
+``ttft_p95<175ms`` cannot hold 4 users (4 x 50 ms = 200 ms). Also: the engine reports itself
+(its figures stay simulated), and a request budget stops the search with what it found.
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ from kvbudget.accept.targets import TargetInfo
 from kvbudget.cli.capacity import capacity
 from kvbudget.cli.main import run_async
 from kvbudget.errors import ConfigError
+from tests.integration.maxload.live import check_search, run_capacity
 
 pytestmark = pytest.mark.slow  # a live kvbudget serve in real time
+
+WARMUP = 2
+SEARCH = ["--input-tokens", "16", "--output-tokens", "1", "--num-requests", "20", "--seeds", "1"]
+SEARCH += ["--rate-tolerance", "0.5", "--warmup-requests", str(WARMUP)]
 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
     target = ServeTarget(
-        serve_args=["--step-ms", "20", "--max-num-seqs", "1"],
+        serve_args=["--step-ms", "50", "--max-num-seqs", "1"],
         model="md1",
         run_async=run_async,
         info=TargetInfo(kind="serve", source="simulated", label="test"),
@@ -38,52 +45,31 @@ def served() -> Iterator[str]:
         target.close()
 
 
-def test_search_on_kvbudget_serve_within_a_request_budget(served: str) -> None:
-    args = [
-        "--base-url",
-        served,
-        "--metrics-url",
-        f"{served}/metrics",
-        "--model",
-        "md1",
-        "--input-tokens",
-        "16",
-        "--output-tokens",
-        "1",
-        "--num-requests",
-        "20",
-        "--seeds",
-        "1",
-        "--rate-tolerance",
-        "0.5",
-        "--warmup-requests",
-        "2",
-        "--max-total-requests",
-        "200",
-        "--slo",
-        "ttft_p95<250ms",
-        "--json",
-    ]
-    result = CliRunner().invoke(capacity, args)
-    assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+def test_search_on_kvbudget_serve(served: str) -> None:
+    doc = run_capacity(served, "md1", *SEARCH, "--slo", "ttft_p95<175ms")
     assert doc["engine"] == "kvbudget-serve"
     assert doc["figures"] == "simulated"  # kvbudget serve is the simulator behind HTTP
-    # 2 warm-up requests, then probes of 20 (and 80 for the confirmation) within 200
-    assert doc["num_requests_sent"] <= 200
-    assert (doc["num_requests_sent"] - 2) % 20 == 0
+    check_search(doc, warmup=WARMUP, kv_usage=True)
+    assert doc["max_concurrency"] <= 3  # 4 users wait 4 x 50 ms = 200 ms > 175 ms
+    # a step stopped early stopped at the request over 175 ms that settled its p95: the 2nd of a
+    # 20-request probe (20 - floor(19 x 0.95) = 2), the 5th of an 80-request confirmation
+    # (80 - floor(79 x 0.95) = 5), while the engine (one at a time) had others waiting
+    need = {20: 2, 80: 5}
+    for p in [p for p in doc["concurrency_points"] + doc["rate_points"] if p.get("stopped_early")]:
+        n = p["num_requests"]
+        assert p["stopped_early"] == f"ttft_p95: {need[n]} of {n} planned requests over 175 ms"
+        assert p["num_waiting_max"] >= 1
+
+
+def test_a_request_budget_stops_the_search_with_what_it_found(served: str) -> None:
+    args = [*SEARCH, "--slo", "ttft_p95<175ms", "--max-total-requests", "60"]
+    result = CliRunner().invoke(capacity, ["--base-url", served, "--model", "md1", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["stopped"] is not None and "request budget spent" in doc["stopped"]
+    assert doc["num_requests_sent"] <= 60
     points = doc["concurrency_points"] + doc["rate_points"]
-    assert points
-    assert all("num_waiting_max" in p and "kv_usage_max" in p for p in points)
-    assert all(p["num_requests"] in (20, 80) for p in points)
-    if doc["stopped"] is not None:
-        assert "request budget spent" in doc["stopped"]
-    # an answer the longer run did not confirm only when the budget stopped the search
-    assert doc["max_rate_confirmed"] or doc["stopped"] is not None
-    # one request at a time in a 20 ms step: a closed loop of c users waits about c steps, so
-    # a TTFT p95 under 250 ms cannot hold 13 or more users (13 x 20 ms = 260 ms)
-    if doc["max_concurrency"] is not None:
-        assert doc["max_concurrency"] <= 12
+    assert doc["num_requests_sent"] == WARMUP + sum(p["num_sent"] for p in points)
 
 
 def test_simulator_flags_are_refused_with_base_url(served: str) -> None:

@@ -143,3 +143,38 @@ def test_bad_grid_fails_before_ray_in_one_line(
         ["sweep", str(_grid_file(tmp_path, data)), "--out", str(tmp_path / "o")], capsys
     )
     assert code == 2 and "grid.gpus" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(300)
+def test_slo_gives_each_configuration_its_max_rate_and_the_cheapest_per_rate(
+    ray_local: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {**GRID, "grid": {"gpu": ["L4"], "replicas": [1, 2], "rate_per_s": [5.0, 10.0]}}
+    grid, out = _grid_file(tmp_path, data), tmp_path / "out"
+    slo = "ttft_p95<500ms,tpot_p95<50ms"
+    args = ["sweep", str(grid), "--out", str(out), "--slo", slo, "--capacity-requests", "60"]
+    code, stdout, err = _cli([*args, "--target-rate", "1", "--target-rate", "1000"], capsys)
+    assert code == 0, err
+    caps = _rows(out / "capacity.jsonl")
+    # four points, two configurations (the rate is what the search varies)
+    assert len(_rows(out / "results.jsonl")) == 4 and len(caps) == 2
+    assert all(c["status"] == "simulated" and c["figures"] == "simulated" for c in caps)
+    by_replicas = {c["replicas"]: c for c in caps}
+    one, two = by_replicas[1]["max_rate_per_s"], by_replicas[2]["max_rate_per_s"]
+    # a round-robin pair of identical replicas holds more than one alone
+    assert 0 < one < two
+    for c in caps:  # the SLO's own percentile at the answer, within its ceiling
+        assert c["slo_ttft_p95_s"] <= 0.5 and c["slo_tpot_p95_s"] <= 0.05
+    summary = json.loads((out / "summary.json").read_text())
+    low, high = summary["cheapest_for_rate"]
+    # 1 req/s: both reach it, one L4 ($0.80/h) is cheaper; 1000 req/s: neither
+    assert low["target_rate_per_s"] == 1.0 and low["key"] == by_replicas[1]["key"]
+    assert low["cost_usd_per_hour"] == pytest.approx(0.8)
+    assert high["key"] is None and high["num_reaching"] == 0
+    assert "for 1 req/s under 'ttft_p95<500ms,tpot_p95<50ms': cheapest is 1 x L4" in stdout
+    assert "for 1000 req/s" in stdout and "no configuration reaches it" in stdout
+    # resume: every search already done, none repeated
+    code, stdout, err = _cli([*args, "--resume", "--json"], capsys)
+    assert code == 0, err
+    assert _rows(out / "capacity.jsonl") == caps
+    assert [c["key"] for c in json.loads(stdout)["capacity"]] == [c["key"] for c in caps]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from kvbudget.cli.capacity import render
 
@@ -46,3 +47,35 @@ def test_the_page_quotes_the_raw_answers_and_says_simulated() -> None:
         and raw["binding_constraint_concurrency"] == "ttft_p95"
     )
     assert (REPO / "docs" / "img" / "capacity-llama-3.1-8b-h100.svg").is_file()
+
+
+def _vllm_raw() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        (REPO / "bench" / "results" / "capacity_vllm_cpu_example.json").read_text(encoding="utf-8")
+    )
+    return data
+
+
+def test_the_vllm_example_is_the_kept_measurement_rendered() -> None:
+    raw = _vllm_raw()
+    m = re.search(
+        r"<!-- capacity-vllm-example:begin -->\n```\n(.*?)\n```\n<!-- capacity-vllm-example:end -->",
+        _doc(),
+        re.DOTALL,
+    )
+    assert m is not None
+    assert m.group(1) == render(raw["result"])
+
+
+def test_the_vllm_example_says_measured_engine_version_and_this_cpu() -> None:
+    raw = _vllm_raw()
+    result = raw["result"]
+    text = _doc()
+    assert result["figures"] == "measured" and result["engine"] == "vllm"
+    assert result["engine_version"] == raw["engine_version"] == "0.32.0"
+    section = text[text.index("## On vLLM's CPU build (measured)") :]
+    assert "measured" in section and f"vLLM {raw['engine_version']}" in section
+    assert f"`{raw['cpu_model_name']}`" in section and f"{raw['cpu_count']} vCPUs" in section
+    assert f"load average {raw['load_average_1m_before']:g}" in section
+    for point in result["rate_points"] + result["concurrency_points"]:
+        assert "num_waiting_max" in point and "kv_usage_max" in point  # /metrics at each step

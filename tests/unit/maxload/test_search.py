@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from kvbudget.maxload.point import QUEUE_GROWTH, LoadKind, Point
-from kvbudget.maxload.probe import Budget
+from kvbudget.maxload.probe import Budget, BudgetSpent
 from kvbudget.maxload.run import find_capacity
 from kvbudget.maxload.search import Probe, search
 from kvbudget.maxload.sim_probe import SimProbe
@@ -174,3 +174,13 @@ def test_find_capacity_states_both_answers_and_the_spread_over_seeds() -> None:
     # a TTFT p95 of 0.35 s = 3.5 steps is an M/D/1 waiting-time bound below mu
     assert doc["max_rate_per_s"] < MU_PER_S
     assert doc["estimate"]["requests_per_s"] == pytest.approx(MU_PER_S)
+
+
+def test_a_probe_whose_arrivals_outlast_the_time_left_is_not_started() -> None:
+    import time
+
+    budget = Budget(max_duration_s=100.0, started_s=time.monotonic() - 90.0)  # 10 s left
+    budget.charge(20, arrivals_s=5.0)  # 20 requests at 4/s: 5 s, fits
+    with pytest.raises(BudgetSpent, match=r"arrivals last about 20 s, more than the 10 s left"):
+        budget.charge(20, arrivals_s=20.0)  # 20 requests at 1/s: 20 s
+    assert budget.num_requests == 20  # the refused probe was not charged
