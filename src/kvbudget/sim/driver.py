@@ -62,7 +62,14 @@ from kvbudget.sim.drive_types import (
     no_build,
     sample_replica,
 )
-from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
+from kvbudget.sim.events import (
+    PRIO_ARRIVAL,
+    PRIO_RELEASED,
+    PRIO_SAMPLE,
+    PRIO_SCALE,
+    PRIO_STEP,
+    EventQueue,
+)
 from kvbudget.sim.lifecycle import Crash, LifecycleStats, ScaleIn, after_crash, at_deadline
 from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
@@ -320,9 +327,13 @@ class Driver:
         if feed is not None and feed.closed is not None:
             for nxt in feed.release(self.num_finished + self.num_rejected, end):
                 # vllm bench serve's semaphore: sent when a slot frees, not before the
-                # request's own arrival (a capped open loop; closed loops arrive at 0)
-                at = nxt.arrival_s if nxt.arrival_s > end else end
-                queue.push(at, PRIO_ARRIVAL, Arrival(nxt))
+                # request's own arrival (a capped open loop; closed loops arrive at 0). Sent
+                # because of this step's output, it reaches the engine after the step that
+                # starts at ``end`` has begun (PRIO_RELEASED; kvbudget.sim.events)
+                if nxt.arrival_s > end:
+                    queue.push(nxt.arrival_s, PRIO_ARRIVAL, Arrival(nxt))
+                else:
+                    queue.push(end, PRIO_RELEASED, Arrival(nxt))
         if duration > 0 or (rep.fast is None and rep.last_num_scheduled_tokens > 0):
             # (a zero-cost timing model computes tokens in no time: still a step)
             self._last_end = max(self._last_end, end)

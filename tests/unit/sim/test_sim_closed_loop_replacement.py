@@ -1,0 +1,54 @@
+"""A closed-loop replacement reaches the engine after the engine's next step has begun.
+
+vLLM 0.32.0 ``vllm/v1/engine/core.py`` ``EngineCore.run_busy_loop`` (line 1547): each pass
+drains the input queue (``_process_input_queue``, line 1573) and then runs one step; a step's
+outputs go to the client through the output thread after the step, so the request the client
+sends because one finished arrives while the next step runs and is scheduled in the step after
+it. An engine with no work blocks on its input queue (``_process_input_queue``, lines
+1576-1591) and takes the request at once. Expected values by hand, steps of 1 s
+(``FixedTiming(step_s=1.0)``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbudget.sim.cluster import ClusterSpec, simulate
+from kvbudget.sim.config import ReplicaConfig
+from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.request import EngineRequest
+from kvbudget.sim.timing import FixedTiming
+
+CFG = ReplicaConfig(
+    num_gpu_blocks=64,
+    block_size=4,
+    max_num_seqs=8,
+    max_num_batched_tokens=64,
+    max_model_len=64,
+    enable_prefix_caching=False,
+)
+
+
+def _req(i: int, out: int) -> EngineRequest:
+    return EngineRequest(f"r{i}", tuple(range(10 * i, 10 * i + 4)), out)
+
+
+def test_replacement_waits_for_the_step_already_running() -> None:
+    """Concurrency 2. Step [0, 1]: r0 and r1 prefilled, first tokens at 1 s; r0 (1 output token)
+    finishes. Its replacement r2 is sent at 1 s, but the step [1, 2] (r1's decode) has begun:
+    r2 is prefilled in [2, 3], first token at 3 s, TTFT 2 s (1 s when it joined at once)."""
+    requests = [_req(0, 1), _req(1, 3), _req(2, 1)]
+    spec = ClusterSpec([ReplicaSetup(CFG, FixedTiming(step_s=1.0))], concurrency=2)
+    done = {r.request_id: r for r in simulate(requests, spec).requests}
+    assert done["r1"].finish_s == pytest.approx(3.0)
+    assert (done["r2"].arrival_s, done["r2"].first_token_s) == pytest.approx((1.0, 3.0))
+    assert done["r2"].finish_s == pytest.approx(3.0)
+
+
+def test_an_idle_engine_takes_the_replacement_at_once() -> None:
+    """Concurrency 1: r0 finishes at 1 s and the engine has nothing else: r1 (sent at 1 s) is
+    prefilled in [1, 2] at once, TTFT 1 s."""
+    requests = [_req(0, 1), _req(1, 1)]
+    spec = ClusterSpec([ReplicaSetup(CFG, FixedTiming(step_s=1.0))], concurrency=1)
+    done = {r.request_id: r for r in simulate(requests, spec).requests}
+    assert (done["r1"].arrival_s, done["r1"].first_token_s) == pytest.approx((1.0, 2.0))
