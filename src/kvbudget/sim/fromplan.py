@@ -255,10 +255,12 @@ def build_replica(
 ) -> BuiltReplica:
     """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
 
-    ``expert_parallel`` (vLLM ``--enable-expert-parallel``) is priced as tensor parallel: on
-    uniform routing each rank reads and multiplies the same expert bytes either way (``E/tp``
-    whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as the all-reduce;
-    the replica's description says so. ``profile`` replaces the measured/roofline choice
+    ``expert_parallel`` (vLLM ``--enable-expert-parallel``): the measured model prices the
+    experts split whole over the ranks with the tables' expert-parallel kernels
+    (:func:`kvbudget.sim.timing_select.measured_for`); the roofline prices it as tensor
+    parallel: on uniform routing each rank reads and multiplies the same expert bytes either
+    way (``E/tp`` whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as
+    the all-reduce; the replica's description says so. ``profile`` replaces the measured/roofline choice
     (``timing_model``; ``None``: the ``KVBUDGET_TIMING_MODEL`` environment variable, else
     ``auto``; see :mod:`kvbudget.sim.timing_select`) by a calibrated step-time model; ``tiers``
     are sized
@@ -286,13 +288,15 @@ def build_replica(
         from kvbudget.sim.timing_select import choose_timing
 
         roofline = roofline_from_plan(plan, spec, params)
-        timing, timing_name = choose_timing(timing_model, request, plan, resolved, roofline)
+        timing, timing_name = choose_timing(
+            timing_model, request, plan, resolved, roofline, expert_parallel=expert_parallel
+        )
     desc = (
         f"planned: {plan.model_id} on {plan.gpu.id} (tp {plan.tp}): {config.num_gpu_blocks} "
         f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
         f"timing {timing_name}"
     )
-    if expert_parallel:
+    if expert_parallel and not timing_name.startswith("measured"):
         desc += (
             "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "
             "routing, all-to-all priced as the all-reduce)"

@@ -212,3 +212,27 @@ def test_llamacpp_slots_are_not_priced_by_vllm_tables() -> None:
     assert summary["timing_model"] == "roofline"
     with pytest.raises(ConfigError, match=r"not llama\.cpp's"):
         simulate_slots_scenario(scenario_from_dict({**base, "timing_model": "measured"}))
+
+
+def test_expert_parallel_splits_the_experts_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--enable-expert-parallel`` on a MoE model at TP 4: aiconfigurator-core is asked for
+    moe_tp 1, moe_ep 4 (vLLM's ``FusedMoEParallelConfig`` for one data-parallel rank: EP size =
+    TP x DP, TP 1 inside the experts); without it moe_tp 4, moe_ep 1 (its default); a dense model
+    ignores the flag as vLLM does."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.sim import aic
+    from kvbudget.sim.fromplan import build_replica
+
+    seen: list[aic.MeasuredCase] = []
+
+    def fake(case: aic.MeasuredCase, cache_dir: Path) -> MeasuredTiming:
+        seen.append(case)
+        return MeasuredTiming(FakeEngine(), name="measured (fake)")
+
+    monkeypatch.setattr(aic, "compile_measured", fake)
+    moe = PlanRequest(model="Qwen/Qwen3-30B-A3B", gpu="H100-SXM", tp=4, max_model_len=8192)
+    build_replica(moe, timing_model="measured", expert_parallel=True)
+    build_replica(moe, timing_model="measured")
+    dense = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", tp=4, max_model_len=8192)
+    build_replica(dense, timing_model="measured", expert_parallel=True)
+    assert [(c.moe_tp, c.moe_ep) for c in seen] == [(1, 4), (None, None), (None, None)]
