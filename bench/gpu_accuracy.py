@@ -139,23 +139,39 @@ def _own_quant(row: dict[str, str]) -> bool:
     return row["model_path"] == "openai/gpt-oss-120b" or row["model_path"].endswith("-FP8")
 
 
-def _model_ref(model_id: str) -> str:
-    """kvbudget's own resolution first; else the wheel's copy of the same config.json."""
+#: FP8 checkpoints whose config.json neither kvbudget's catalog nor the wheel holds offline: the
+#: same architecture's bf16 config with ``--quantization fp8`` (NVIDIA's ModelOpt FP8
+#: checkpoint of Llama-3.1-8B-Instruct: the Llama-3.1-8B architecture, fp8 weights and GEMMs)
+SAME_ARCHITECTURE = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B"}
+
+
+def _resolvable(model_id: str) -> bool:
     try:
-        if resolve_model(model_id).spec is not None:
-            return model_id
+        return resolve_model(model_id).spec is not None
     except KvbudgetError:
-        pass  # not in kvbudget's catalog nor the local Hugging Face cache
+        return False  # not in kvbudget's catalog nor the local Hugging Face cache
+
+
+def _model_ref(model_id: str) -> str:
+    """kvbudget's own resolution first; else the wheel's copy of the same config.json; else
+    the same architecture's config (:data:`SAME_ARCHITECTURE`)."""
+    if _resolvable(model_id):
+        return model_id
     bundled = resources.files("aiconfigurator_core") / "model_configs"
     path = Path(str(bundled)) / (model_id.replace("/", "--") + "_config.json")
-    return str(path) if path.is_file() else model_id
+    if path.is_file():
+        return str(path)
+    return SAME_ARCHITECTURE.get(model_id, model_id)
 
 
 def _request(row: dict[str, str]) -> PlanRequest:
     quant = None if _own_quant(row) else PRECISIONS.get(row["precision"])
+    model = _model_ref(row["model_path"])
+    if model != row["model_path"] and row["model_path"] in SAME_ARCHITECTURE:
+        quant = PRECISIONS.get(row["precision"])  # the bf16 config stands in: quantize it
     version = row["backend_version"]
     return PlanRequest(
-        model=_model_ref(row["model_path"]),
+        model=model,
         gpu=SYSTEMS[row["system"]],
         tp=_int(row, "tp_size"),
         quantization=quant,
