@@ -236,3 +236,14 @@ def test_expert_parallel_splits_the_experts_whole(monkeypatch: pytest.MonkeyPatc
     dense = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", tp=4, max_model_len=8192)
     build_replica(dense, timing_model="measured", expert_parallel=True)
     assert [(c.moe_tp, c.moe_ep) for c in seen] == [(1, 4), (None, None), (None, None)]
+
+
+def test_the_decode_key_gives_the_price_of_the_step_args() -> None:
+    """A decode-only step's packed key (m's bucket above s's) finds the price of the same
+    StepArgs the general path builds: 8 decodes at 1,013 -> StepArgs(0, 0, 0, 8, 1,008)."""
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    shape = _shape([], [1013] * 8)
+    assert timing.step_time_s(shape) == timing.price(step_args(shape)) == pytest.approx(0.010)
+    assert timing._decode == {(8 << 40) | 1008: pytest.approx(0.010)}
+    assert timing.num_priced == 1
