@@ -247,3 +247,19 @@ def test_the_decode_key_gives_the_price_of_the_step_args() -> None:
     assert timing.step_time_s(shape) == timing.price(step_args(shape)) == pytest.approx(0.010)
     assert timing._decode == {(8 << 40) | 1008: pytest.approx(0.010)}
     assert timing.num_priced == 1
+
+
+def test_sim_cli_names_expert_parallel_in_the_label_and_the_note() -> None:
+    import json
+
+    import aiconfigurator_core  # noqa: F401  (the gpu-data extra make test installs: never skipped)
+    from click.testing import CliRunner
+
+    from kvbudget.cli.sim import sim
+
+    args = ["--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100-SXM", "--tp", "2"]
+    out = CliRunner().invoke(sim, [*args, "--enable-expert-parallel", "--requests", "4", "--json"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert "; expert parallel 2;" in summary["timing_model"]
+    assert any("expert-parallel MoE kernels" in n for n in summary["notes"])
