@@ -313,6 +313,8 @@ class Driver:
         if gen != rep.step_gen:
             return None  # superseded: an arrival restarted this stalled replica
         duration = rep.step(now)
+        rep.waking = False
+        released = self._release_held(rep, now) if rep.held else False
         self._drain(rep)
         self.num_steps += 1
         limit = self._step_limit
@@ -342,6 +344,10 @@ class Driver:
                 on_step(rep, index, now, duration)
             rep.stalled = False
             queue.push(end, PRIO_STEP, event)
+        elif released:
+            # nothing ran, and the held requests reach an engine that would block: at once
+            rep.waking = True
+            queue.push(now, PRIO_STEP, event)
         else:
             wake = rep.wake_s()
             if wake is not None and rep.has_work():
@@ -352,6 +358,29 @@ class Driver:
             else:
                 rep.busy = False
         return end
+
+    def _release_held(self, rep: Replica, now: float) -> bool:
+        """Async scheduling: the step that began at ``now`` has been scheduled; the requests
+        held while the previous one ran join the engine now (the step after this one sees
+        them). A refusal counts as at the arrival (closed loop: it releases the next request).
+        Returns whether any was added."""
+        held = rep.held
+        rep.held = []
+        added = False
+        feed = self._feed
+        for req in held:
+            try:
+                rep.add(req)
+                added = True
+            except KvbudgetError as exc:
+                self.num_rejected += 1
+                self.on_reject(req, rep, exc)
+                if feed is not None and feed.closed is not None:
+                    nxt = feed.refused(now)
+                    if nxt is not None:
+                        at = nxt.arrival_s if nxt.arrival_s > now else now
+                        self._queue.push(at, PRIO_ARRIVAL, Arrival(nxt))
+        return added
 
     def _drain(self, rep: Replica) -> None:
         done = rep.core.finished
@@ -397,6 +426,10 @@ class Driver:
         route = route_request(req, views[0], self.router.needs_hashes)
         idx = ready[self.router.choose(route, views, now)]
         rep = replicas[idx]
+        if rep.async_scheduling and rep.busy and not rep.stalled and not rep.waking:
+            # the running step's successor is already scheduled: held until it has begun
+            rep.held.append(req)
+            return None
         try:
             rep.add(req)
         except KvbudgetError as exc:
@@ -405,6 +438,7 @@ class Driver:
             return exc
         if not rep.busy or rep.stalled:
             rep.busy = True
+            rep.waking = True  # an idle engine takes what reaches it before it steps
             rep.stalled = False
             rep.step_gen += 1
             self._queue.push(max(now, rep.ready_s), PRIO_STEP, StepDue(idx, rep.step_gen))

@@ -52,3 +52,42 @@ def test_an_idle_engine_takes_the_replacement_at_once() -> None:
     spec = ClusterSpec([ReplicaSetup(CFG, FixedTiming(step_s=1.0))], concurrency=1)
     done = {r.request_id: r for r in simulate(requests, spec).requests}
     assert (done["r1"].arrival_s, done["r1"].first_token_s) == pytest.approx((1.0, 2.0))
+
+
+ASYNC = CFG.model_copy(update={"async_scheduling": True})
+
+
+def test_async_scheduling_holds_an_arrival_for_one_more_step() -> None:
+    """vLLM 0.14.0 and 0.32.0 ``EngineCore.step_with_batch_queue`` (batch queue of 2 with
+    ``--async-scheduling``, ``MultiprocExecutor.max_concurrent_batches``): step k+1 is
+    scheduled while step k runs. Open loop, steps of 1 s: r0 arrives at 0 (idle engine: at
+    once) and decodes 4 tokens in [0, 4]; r1 arrives at 1.5 s during step [1, 2]. Step [2, 3]
+    was scheduled at 1 s without it; r1 is scheduled at 3 s into [3, 4]: first token at 4 s
+    (3 s without async scheduling)."""
+    requests = [
+        EngineRequest("r0", tuple(range(4)), 4, arrival_s=0.0),
+        EngineRequest("r1", tuple(range(10, 14)), 1, arrival_s=1.5),
+    ]
+    for cfg, first in ((CFG, 3.0), (ASYNC, 4.0)):
+        spec = ClusterSpec([ReplicaSetup(cfg, FixedTiming(step_s=1.0))])
+        done = {r.request_id: r for r in simulate(requests, spec).requests}
+        assert done["r0"].first_token_s == pytest.approx(1.0)
+        assert done["r1"].first_token_s == pytest.approx(first)
+
+
+def test_async_scheduling_closed_loop_replacement_waits_two_steps() -> None:
+    """The first test's closed loop with async scheduling: r2, sent at 1 s when r0 finished,
+    reaches the engine after the step [1, 2] began, whose successor [2, 3] is then scheduled
+    without it; r2 is prefilled in [3, 4], first token at 4 s. r1's 3 tokens end at 3 s."""
+    requests = [_req(0, 1), _req(1, 3), _req(2, 1)]
+    spec = ClusterSpec([ReplicaSetup(ASYNC, FixedTiming(step_s=1.0))], concurrency=2)
+    done = {r.request_id: r for r in simulate(requests, spec).requests}
+    assert done["r1"].finish_s == pytest.approx(3.0)
+    assert (done["r2"].arrival_s, done["r2"].first_token_s) == pytest.approx((1.0, 4.0))
+
+
+def test_async_scheduling_idle_engine_takes_the_request_at_once() -> None:
+    requests = [_req(0, 1), _req(1, 1)]
+    spec = ClusterSpec([ReplicaSetup(ASYNC, FixedTiming(step_s=1.0))], concurrency=1)
+    done = {r.request_id: r for r in simulate(requests, spec).requests}
+    assert (done["r1"].arrival_s, done["r1"].first_token_s) == pytest.approx((1.0, 2.0))
