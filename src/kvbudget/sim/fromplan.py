@@ -22,6 +22,7 @@ import numpy as np
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.versions import parse_version, vllm_async_scheduling_default
 from kvbudget.capacity.weights import WeightsEstimate, compute_weights
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
@@ -252,6 +253,7 @@ def build_replica(
     model: ResolvedModel | None = None,
     expert_parallel: bool = False,
     timing_model: str | None = None,
+    async_scheduling: bool | None = None,
 ) -> BuiltReplica:
     """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
 
@@ -266,6 +268,9 @@ def build_replica(
     are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
+    ``async_scheduling`` (vLLM ``--async-scheduling``; ``None``: the planned vLLM version's
+    default, :func:`kvbudget.capacity.versions.vllm_async_scheduling_default`) sets
+    ``ReplicaConfig.async_scheduling``.
     """
     resolved = model or resolve_for_sim(request.model)
     spec = resolved.spec
@@ -275,6 +280,11 @@ def build_replica(
     config = replica_config_from_plan(
         plan, enable_prefix_caching=enable_prefix_caching, policy=policy
     )
+    if async_scheduling is None:
+        version = parse_version(plan.engine_version)
+        async_scheduling = vllm_async_scheduling_default(version, plan.pp)
+    if async_scheduling:
+        config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel
     if profile is not None:
         timing = CalibratedTiming(profile)
@@ -296,6 +306,8 @@ def build_replica(
         f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
         f"timing {timing_name}"
     )
+    if config.async_scheduling:
+        desc += "; async scheduling"
     if expert_parallel and not timing_name.startswith("measured"):
         desc += (
             "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "

@@ -91,3 +91,27 @@ def test_async_scheduling_idle_engine_takes_the_request_at_once() -> None:
     spec = ClusterSpec([ReplicaSetup(ASYNC, FixedTiming(step_s=1.0))], concurrency=1)
     done = {r.request_id: r for r in simulate(requests, spec).requests}
     assert (done["r1"].arrival_s, done["r1"].first_token_s) == pytest.approx((1.0, 2.0))
+
+
+def test_the_planned_vllm_version_gives_the_async_scheduling_default() -> None:
+    """vLLM 0.13.0 ``config/scheduler.py``: ``async_scheduling: bool = False``; 0.14.0:
+    ``Field(default=None)``, turned on by ``VllmConfig.__post_init__`` unless
+    ``pipeline_parallel_size > 1``."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.versions import vllm_async_scheduling_default
+    from kvbudget.sim.fromplan import build_replica
+
+    assert not vllm_async_scheduling_default((0, 13, 0), 1)
+    assert vllm_async_scheduling_default((0, 14, 0), 1)
+    assert not vllm_async_scheduling_default((0, 14, 0), 2)
+    base = {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM", "max_model_len": 4096}
+    old = build_replica(PlanRequest(**base, engine_version="0.13.0"), timing_model="roofline")
+    new = build_replica(PlanRequest(**base, engine_version="0.14.0"), timing_model="roofline")
+    off = build_replica(
+        PlanRequest(**base, engine_version="0.14.0"),
+        timing_model="roofline",
+        async_scheduling=False,
+    )
+    assert (old.config.async_scheduling, new.config.async_scheduling) == (False, True)
+    assert not off.config.async_scheduling
+    assert new.description.endswith("; async scheduling")
