@@ -97,12 +97,6 @@ def seed(
                 f"(there are {len(replicas)}); give an index from 0",
                 field="replica",
             )
-        if replicas[event.replica].async_scheduling:
-            raise ConfigError(
-                "scale_in/crash: the replica runs async scheduling; its held requests are not "
-                "moved by a scale-in or crash: build it with async_scheduling off",
-                field="async_scheduling",
-            )
         if replicas[event.replica].fast is not None:
             raise ConfigError(
                 "scale_in/crash: the replica runs the lazy-decode fast path; build it with "

@@ -396,6 +396,7 @@ class Driver:
     # ------------------------------------------------------------------ lifecycle events
     def _deadline(self, rep: Replica, event: ScaleIn, now: float) -> None:
         """Scale-in grace over: what is left on ``rep`` is cancelled and retried, or migrated."""
+        self._resend_held(rep, now)
         cancelled, resend = at_deadline(rep, event, now, self.lifecycle)
         for req in cancelled:
             self.on_finish(req, rep)
@@ -409,12 +410,21 @@ class Driver:
         """The pod dies with its KV; the application re-sends its saved contexts."""
         rep = self.replicas[event.replica]
         rep.ready_s = float("inf")
+        self._resend_held(rep, now)
         resend = after_crash(rep, now, self.lifecycle)
         rep.busy = False
         rep.step_gen += 1  # its pending step event is stale now
         self.replicas.append(self.build(rep.setup, now + event.restart_s))
         for moved in resend:
             self._queue.push(now, PRIO_ARRIVAL, Rearrival(moved))
+
+    def _resend_held(self, rep: Replica, now: float) -> None:
+        """Async scheduling: requests held for ``rep`` (not yet in its engine) go to the router
+        again when it scales in or crashes."""
+        held = rep.held
+        rep.held = []
+        for req in held:
+            self._queue.push(now, PRIO_ARRIVAL, Rearrival(req))
 
     # ------------------------------------------------------------------ admission
     def _route(self, req: EngineRequest, now: float) -> KvbudgetError | None:
