@@ -11,8 +11,14 @@ prefilled together, then decoded together; its TTFT and TPOT) on the same tables
 
 THE ROWS ARE A VALIDATION SET: nothing in kvbudget is fitted to them (no constant, factor or
 per-model switch chosen by looking at them). A row kvbudget cannot simulate (a GPU outside its
-catalog, data-parallel attention, expert parallelism, a weight format it does not size, a model
-it cannot resolve offline) is kept in the raw file with the reason.
+catalog, data-parallel attention, a weight format it does not size, a model it cannot resolve
+offline) is kept in the raw file with the reason. Expert-parallel rows run with vLLM's
+``--enable-expert-parallel``.
+
+The simulated client is the one that measured the row where its source names it
+(:func:`client`): InferenceX's ``bench_serving`` draws each length uniformly from ``[int(0.8
+L), L]``; rows whose source names no client run fixed lengths. Both send ``10 x concurrency``
+requests.
 
     python bench/gpu_accuracy.py                 # every row -> bench/results/gpu_accuracy.json
     python bench/gpu_accuracy.py --limit 20      # the first 20 rows (a quick look)
@@ -47,9 +53,27 @@ OUT = ROOT / "bench" / "results" / "gpu_accuracy.json"
 SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200"}
 #: the row's precision -> vLLM --quantization (None: the checkpoint's own quantization_config)
 PRECISIONS = {"fp8": "fp8", "": None, "bf16": None}
-#: closed loop: requests per concurrency slot (the first wave is prefilled together in both)
-REQUESTS_PER_SLOT = 4
-MIN_REQUESTS = 32
+#: closed loop: requests per concurrency slot. Both clients the rows' sources name send
+#: ``10 x concurrency`` requests: InferenceX's ``run_benchmark_serving`` (``--num-prompts
+#: $((CONC * 10))`` in every benchmarks/single_node script) and aiconfigurator's own eval runner
+#: (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``: ``--request-count v * 10``)
+REQUESTS_PER_SLOT = 10
+MIN_REQUESTS = 10
+#: InferenceX (SemiAnalysis, ``.github/workflows/benchmark-tmpl.yml``): ``RANDOM_RANGE_RATIO: 0.8``
+INFERENCEX_RANGE_RATIO = 0.8
+CLIENTS = {
+    "inferencex": (
+        "InferenceX bench_serving (utils/bench_serving/benchmark_serving.py "
+        "sample_random_requests: each input and output length an integer drawn uniformly from "
+        "[int(L x 0.8), L], RANDOM_RANGE_RATIO 0.8; --request-rate inf --max-concurrency C "
+        "--num-prompts 10 C --ignore-eos; its warm-up requests finish before the measured run)"
+    ),
+    "fixed": (
+        "not named by the row's source: fixed lengths, every slot starting at once, 10 C "
+        "requests (vllm bench serve's default --random-range-ratio 0.0; aiconfigurator's own "
+        "genai-perf runner: stddev 0, --request-count 10 C)"
+    ),
+}
 
 
 def silicon_rows() -> list[dict[str, str]]:
@@ -65,16 +89,41 @@ def _int(row: dict[str, str], key: str, default: int = 1) -> int:
     return int(float(raw)) if raw else default
 
 
+def client(row: dict[str, str]) -> str:
+    """Which benchmark client measured the row, read from its ``silicon_data_source``.
+
+    InferenceX: the rows aiconfigurator took from InferenceX's database (``db-dump/...;
+    config_id=...; workflow_run_id=...``: aiconfigurator's ``config_adapter/inferencex.py``
+    reads such records) and its dated exports (``source_file=YYYY-MM-DD.csv; model=<InferenceX
+    model alias>``). Every other row: its source does not name the client (``fixed``).
+    """
+    source = row["silicon_data_source"]
+    head = source.split(";")[0].strip()
+    if head.startswith("db-dump/"):
+        return "inferencex"
+    name = head.removeprefix("source_file=")
+    dated = len(name) == 14 and name.endswith(".csv") and name[:4].isdigit()
+    if dated and "; model=" in source:
+        return "inferencex"
+    return "fixed"
+
+
+def _lengths(value: int, kind: str) -> dict[str, Any]:
+    if kind == "inferencex":  # int(L * r) .. L inclusive (np.random.randint(lower, upper + 1))
+        return {"kind": "uniform", "low": int(value * INFERENCEX_RANGE_RATIO), "high": value}
+    return {"kind": "fixed", "value": value}
+
+
 def not_simulable(row: dict[str, str]) -> str | None:
     """Why kvbudget cannot simulate this row with the flags it has, or None."""
     if row["system"] not in SYSTEMS:
         return f"GPU {row['system']}: not in kvbudget's GPU catalog"
     if _int(row, "attention_dp_size") > 1:
         return (
-            f"attention data parallel {row['attention_dp_size']}: kvbudget sim has no DP attention"
+            f"attention data parallel {row['attention_dp_size']} (vLLM --data-parallel-size: "
+            "that many engine cores, each with its own scheduler and KV pool, stepping together "
+            "on the MoE all-to-all): kvbudget sim has no data-parallel replica group"
         )
-    if _int(row, "moe_ep_size") > 1:
-        return f"expert parallel {row['moe_ep_size']}: kvbudget sim has no --enable-expert-parallel"
     if _int(row, "pp_size") > 1:
         return f"pp {row['pp_size']}: the simulator times one pipeline stage"
     if row["precision"] not in PRECISIONS and not _own_quant(row):
@@ -90,23 +139,39 @@ def _own_quant(row: dict[str, str]) -> bool:
     return row["model_path"] == "openai/gpt-oss-120b" or row["model_path"].endswith("-FP8")
 
 
-def _model_ref(model_id: str) -> str:
-    """kvbudget's own resolution first; else the wheel's copy of the same config.json."""
+#: FP8 checkpoints whose config.json neither kvbudget's catalog nor the wheel holds offline: the
+#: same architecture's bf16 config with ``--quantization fp8`` (NVIDIA's ModelOpt FP8
+#: checkpoint of Llama-3.1-8B-Instruct: the Llama-3.1-8B architecture, fp8 weights and GEMMs)
+SAME_ARCHITECTURE = {"nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B"}
+
+
+def _resolvable(model_id: str) -> bool:
     try:
-        if resolve_model(model_id).spec is not None:
-            return model_id
+        return resolve_model(model_id).spec is not None
     except KvbudgetError:
-        pass  # not in kvbudget's catalog nor the local Hugging Face cache
+        return False  # not in kvbudget's catalog nor the local Hugging Face cache
+
+
+def _model_ref(model_id: str) -> str:
+    """kvbudget's own resolution first; else the wheel's copy of the same config.json; else
+    the same architecture's config (:data:`SAME_ARCHITECTURE`)."""
+    if _resolvable(model_id):
+        return model_id
     bundled = resources.files("aiconfigurator_core") / "model_configs"
     path = Path(str(bundled)) / (model_id.replace("/", "--") + "_config.json")
-    return str(path) if path.is_file() else model_id
+    if path.is_file():
+        return str(path)
+    return SAME_ARCHITECTURE.get(model_id, model_id)
 
 
 def _request(row: dict[str, str]) -> PlanRequest:
     quant = None if _own_quant(row) else PRECISIONS.get(row["precision"])
+    model = _model_ref(row["model_path"])
+    if model != row["model_path"] and row["model_path"] in SAME_ARCHITECTURE:
+        quant = PRECISIONS.get(row["precision"])  # the bf16 config stands in: quantize it
     version = row["backend_version"]
     return PlanRequest(
-        model=_model_ref(row["model_path"]),
+        model=model,
         gpu=SYSTEMS[row["system"]],
         tp=_int(row, "tp_size"),
         quantization=quant,
@@ -121,15 +186,17 @@ def _mean(values: list[float]) -> float | None:
 
 def simulate_row(row: dict[str, str], timing_model: str) -> dict[str, Any]:
     """One closed-loop run of the row with ``timing_model``; means in milliseconds."""
-    built = build_replica(_request(row), timing_model=timing_model)
+    expert_parallel = _int(row, "moe_ep_size") > 1  # vLLM --enable-expert-parallel
+    built = build_replica(_request(row), timing_model=timing_model, expert_parallel=expert_parallel)
     c, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
     num = max(REQUESTS_PER_SLOT * c, MIN_REQUESTS)
+    kind = client(row)
     spec = workload_from_dict(
         {
             "num_requests": num,
             "arrivals": {"kind": "closed", "concurrency": c},
-            "input_tokens": {"kind": "fixed", "value": isl},
-            "output_tokens": {"kind": "fixed", "value": osl},
+            "input_tokens": _lengths(isl, kind),
+            "output_tokens": _lengths(osl, kind),
         }
     )
     import numpy as np
@@ -157,6 +224,7 @@ def simulate_row(row: dict[str, str], timing_model: str) -> dict[str, Any]:
         "pool_tokens": pool_tokens,
         "max_num_seqs": built.config.max_num_seqs,
         "max_num_batched_tokens": built.config.max_num_batched_tokens,
+        "expert_parallel": expert_parallel,
         "sim_cpu_s": round(cpu_s, 3),
     }
 
@@ -196,6 +264,7 @@ def run_row(row: dict[str, str]) -> dict[str, Any]:
         "concurrency": int(row["batch_size"]),
         "isl": int(row["isl"]),
         "osl": int(row["osl"]),
+        "client": client(row),
         "measured": {
             "mean_ttft_ms": float(row["silicon_ttft_ms"]),
             "mean_tpot_ms": float(row["silicon_tpot_ms"]),
@@ -223,7 +292,7 @@ def run_row(row: dict[str, str]) -> dict[str, Any]:
         out["reason"] = sim["error"]
         return out
     ok = sim if "error" not in sim else out["kvbudget_roofline"]
-    demand = out["concurrency"] * (out["isl"] + out["osl"])
+    demand = out["concurrency"] * (out["isl"] + out["osl"])  # the longest lengths drawn
     out["regime"] = "kv-limited" if demand > ok["pool_tokens"] else "below-knee"
     out["status"] = "simulated"
     return out
@@ -261,6 +330,7 @@ def _write(
         "complete": complete,
         "requests_per_slot": REQUESTS_PER_SLOT,
         "min_requests": MIN_REQUESTS,
+        "clients": CLIENTS,
         "host": platform.node() or "unknown",
         "cpu_count": os.cpu_count(),
         "simulator_build": build_label(),

@@ -52,6 +52,7 @@ def one(src: str, n: int, extra_env: dict[str, str]) -> dict[str, Any]:
         "requests_per_cpu_s": round(n / r["cpu_s"]),
         "summary": {k: summary[k] for k in SAME_KEYS},
         "simulator_build": summary.get("simulator_build", "pure Python (not named by this tree)"),
+        "timing_model": summary.get("timing_model", "roofline"),
     }
 
 
@@ -73,7 +74,7 @@ def main() -> None:
     opts = ap.parse_args()
     out: dict[str, Any] = {
         "what": "whole-process kvbudget sim, two source trees run at the same time (measured "
-        "host CPU); simulated latencies are roofline estimates",
+        "host CPU); simulated latencies are estimates of the timing model each side names",
         "labels": {"before": opts.before_label, "after": opts.after_label},
         "env": {"before": opts.before_env, "after": opts.after_env},
         "requests": opts.requests,

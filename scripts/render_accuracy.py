@@ -78,12 +78,15 @@ def latency(name: str = "gpu_accuracy.json") -> str:
     done = [r for r in rows if r["status"] == "simulated"]
     by_case: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     by_kind: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    by_client: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for r in done:
         by_case[(r["model"], r["system"], r["regime"])].append(r)
         kind = "dense" if r["model"] in DENSE else "MoE"
         by_kind[(kind, r["regime"])].append(r)
         by_kind[(kind, "all")].append(r)
         by_kind[("all", "all")].append(r)
+        by_client[(kind, r.get("client", "fixed"))].append(r)
+    clients = data.get("clients", {"fixed": "fixed lengths, every slot starting at once"})
     out = [*_headline(by_kind), ""]
     out += [
         f"Raw file: `bench/results/{name}` (aiconfigurator-core {data['aiconfigurator_core']}, "
@@ -91,12 +94,15 @@ def latency(name: str = "gpu_accuracy.json") -> str:
         f"{data['load_average'][0]:.1f} at the end). {len(done)} of {len(rows)} vLLM agg rows "
         "simulated. Each cell: median / p90 of |predicted - measured| / measured over the rows "
         "(rows with that figure). Measured: the row's real vLLM run; kvbudget: `kvbudget sim` "
-        "closed loop at the row's concurrency, fixed lengths, "
-        f"{data['requests_per_slot']} requests per slot (at least {data['min_requests']}); "
-        "aiconfigurator static: `AicEngine.run_static` (the whole batch prefilled, then decoded "
-        "together) on the same tables.",
+        f"closed loop at the row's concurrency, {data['requests_per_slot']} requests per slot "
+        f"(at least {data['min_requests']}), the client that measured the row: "
+        + "; ".join(f"**{key}**: {text}" for key, text in clients.items())
+        + "; aiconfigurator static: `AicEngine.run_static` (the whole batch prefilled, then "
+        "decoded together) on the same tables.",
         "",
         *_table(by_kind, ["models", "regime"]),
+        "",
+        *_table(by_client, ["models", "client"]),
         "",
         *_table(by_case, ["model", "GPU", "regime"]),
     ]

@@ -558,12 +558,13 @@ def sim_ab(name: str) -> str:
     labels, host = data["labels"], data["host"]
     first = next((r for r in data["rounds"] if r.get("before", {}).get("ran")), {})
     builds = {k: first.get(k, {}).get("simulator_build", "?") for k in ("before", "after")}
+    timing = first.get("after", {}).get("timing_model", "roofline")
     out = [
         f"Measured by `bench/sim_ab.py` on {data['started_utc']} UTC, commit "
         f"`{data.get('commit') or '?'}`, on this shared host ({host['cpus']} vCPUs; load "
         f"average {host['loadavg_at_start'][0]:.1f} at the start, "
         f"{data['loadavg_at_end'][0]:.1f} at the end): {data['requests']:,} requests, the "
-        "issue-18 workload (simulated, roofline timing model), both sides' whole `kvbudget sim` "
+        f"issue-18 workload (simulated, {timing} timing model), both sides' whole `kvbudget sim` "
         "processes at the same time in each round; CPU s is each process's own. "
         f"Before: {labels['before']}, which ran as *{builds['before']}*. After: "
         f"{labels['after']}, which ran as *{builds['after']}*. Raw result: "
@@ -623,6 +624,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-scale-concurrent-first": lambda: sim_scale("sim_scale_concurrent_first_run.json"),
     "sim-scale-repeat": lambda: sim_scale("sim_scale_repeat_run.json"),
     "sim-scale-measured": lambda: sim_scale("sim_scale_measured.json"),
+    "sim-ab-measured-speed": lambda: sim_ab("sim_ab_measured_speed.json"),
     "sim-ab-session": lambda: sim_ab("sim_ab_session.json"),
     "trace-replay": lambda: trace_replay("trace_replay.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),

@@ -134,6 +134,19 @@ VLLM_KV_DTYPE_SINCE: dict[str, Version] = {
 }
 
 
+#: vLLM's ``--async-scheduling`` default: off up to 0.13.0 (``SchedulerConfig.async_scheduling:
+#: bool = False``, ``config/scheduler.py``), on from 0.14.0 (``Field(default=None)``, which
+#: ``VllmConfig.__post_init__`` turns on unless pipeline parallelism or an incompatible option
+#: rules it out, ``config/vllm.py``); read in the 0.13.0, 0.14.0 and 0.32.0 sources
+VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE: Version = (0, 14, 0)
+
+
+def vllm_async_scheduling_default(version: Version, pp: int) -> bool:
+    """Whether vLLM ``version`` schedules asynchronously when ``--async-scheduling`` is not
+    given: from 0.14.0, unless pipeline parallel (0.14.0 disables it for ``pp > 1``)."""
+    return version >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE and pp == 1
+
+
 def check_vllm_kv_dtype(name: str, version: Version) -> None:
     """Refuse a ``--kv-cache-dtype`` this vLLM version does not accept (one-line ConfigError)."""
     since = VLLM_KV_DTYPE_SINCE.get(name)

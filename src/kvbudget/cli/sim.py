@@ -531,11 +531,14 @@ def sim(**opts: Any) -> None:
     summary["kv_dtype"] = scenario.kv_dtype
     summary["enable_expert_parallel"] = scenario.enable_expert_parallel
     if scenario.enable_expert_parallel:
-        summary["notes"] = [
-            *summary.get("notes", []),
-            "expert parallel is priced as tensor parallel (same per-rank expert bytes on "
-            "uniform routing; the all-to-all priced as the all-reduce)",
-        ]
+        how = (
+            "by aiconfigurator-core's expert-parallel MoE kernels and all-to-all (experts split "
+            "whole over the TP ranks)"
+            if "expert parallel" in str(summary.get("timing_model", ""))
+            else "as tensor parallel (same per-rank expert bytes on uniform routing; the "
+            "all-to-all priced as the all-reduce)"
+        )
+        summary["notes"] = [*summary.get("notes", []), f"expert parallel is priced {how}"]
     if scenario.pp > 1:
         summary["notes"] = [
             *summary.get("notes", []),

@@ -167,6 +167,8 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
         _HANDLES[key] = (_compile(case, system, gemm, moe, kv, cache_dir), {})
     handle, prices = _HANDLES[key]
     label = f"measured (aiconfigurator-core {AIC_VERSION}, {system}, vllm {tables} tables"
+    if case.moe_ep is not None and case.moe_ep > 1:
+        label += f"; expert parallel {case.moe_ep}"
     if case.engine_version and case.engine_version != tables:
         label += f"; engine vllm {case.engine_version}"
     return MeasuredTiming(handle, name=label + ")", cache=prices)

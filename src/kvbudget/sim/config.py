@@ -66,6 +66,10 @@ class ReplicaConfig(BaseModel):
     hash_algo: HashAlgo = "builtin"
     #: vLLM ``long_prefill_token_threshold`` (0 = no per-request chunk cap)
     long_prefill_token_threshold: int = Field(default=0, ge=0)
+    #: vLLM ``--async-scheduling``: step k+1 is scheduled while step k runs
+    #: (``EngineCore.step_with_batch_queue``), so a request that reaches a busy engine joins the
+    #: step after the next one (kvbudget.sim.driver); an idle engine takes it at once
+    async_scheduling: bool = False
 
     @model_validator(mode="after")
     def _limits(self) -> ReplicaConfig:

@@ -62,7 +62,14 @@ from kvbudget.sim.drive_types import (
     no_build,
     sample_replica,
 )
-from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, PRIO_STEP, EventQueue
+from kvbudget.sim.events import (
+    PRIO_ARRIVAL,
+    PRIO_RELEASED,
+    PRIO_SAMPLE,
+    PRIO_SCALE,
+    PRIO_STEP,
+    EventQueue,
+)
 from kvbudget.sim.lifecycle import Crash, LifecycleStats, ScaleIn, after_crash, at_deadline
 from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
@@ -306,6 +313,8 @@ class Driver:
         if gen != rep.step_gen:
             return None  # superseded: an arrival restarted this stalled replica
         duration = rep.step(now)
+        rep.waking = False
+        released = self._release_held(rep, now) if rep.held else False
         self._drain(rep)
         self.num_steps += 1
         limit = self._step_limit
@@ -320,9 +329,13 @@ class Driver:
         if feed is not None and feed.closed is not None:
             for nxt in feed.release(self.num_finished + self.num_rejected, end):
                 # vllm bench serve's semaphore: sent when a slot frees, not before the
-                # request's own arrival (a capped open loop; closed loops arrive at 0)
-                at = nxt.arrival_s if nxt.arrival_s > end else end
-                queue.push(at, PRIO_ARRIVAL, Arrival(nxt))
+                # request's own arrival (a capped open loop; closed loops arrive at 0). Sent
+                # because of this step's output, it reaches the engine after the step that
+                # starts at ``end`` has begun (PRIO_RELEASED; kvbudget.sim.events)
+                if nxt.arrival_s > end:
+                    queue.push(nxt.arrival_s, PRIO_ARRIVAL, Arrival(nxt))
+                else:
+                    queue.push(end, PRIO_RELEASED, Arrival(nxt))
         if duration > 0 or (rep.fast is None and rep.last_num_scheduled_tokens > 0):
             # (a zero-cost timing model computes tokens in no time: still a step)
             self._last_end = max(self._last_end, end)
@@ -331,6 +344,10 @@ class Driver:
                 on_step(rep, index, now, duration)
             rep.stalled = False
             queue.push(end, PRIO_STEP, event)
+        elif released:
+            # nothing ran, and the held requests reach an engine that would block: at once
+            rep.waking = True
+            queue.push(now, PRIO_STEP, event)
         else:
             wake = rep.wake_s()
             if wake is not None and rep.has_work():
@@ -341,6 +358,29 @@ class Driver:
             else:
                 rep.busy = False
         return end
+
+    def _release_held(self, rep: Replica, now: float) -> bool:
+        """Async scheduling: the step that began at ``now`` has been scheduled; the requests
+        held while the previous one ran join the engine now (the step after this one sees
+        them). A refusal counts as at the arrival (closed loop: it releases the next request).
+        Returns whether any was added."""
+        held = rep.held
+        rep.held = []
+        added = False
+        feed = self._feed
+        for req in held:
+            try:
+                rep.add(req)
+                added = True
+            except KvbudgetError as exc:
+                self.num_rejected += 1
+                self.on_reject(req, rep, exc)
+                if feed is not None and feed.closed is not None:
+                    nxt = feed.refused(now)
+                    if nxt is not None:
+                        at = nxt.arrival_s if nxt.arrival_s > now else now
+                        self._queue.push(at, PRIO_ARRIVAL, Arrival(nxt))
+        return added
 
     def _drain(self, rep: Replica) -> None:
         done = rep.core.finished
@@ -356,6 +396,7 @@ class Driver:
     # ------------------------------------------------------------------ lifecycle events
     def _deadline(self, rep: Replica, event: ScaleIn, now: float) -> None:
         """Scale-in grace over: what is left on ``rep`` is cancelled and retried, or migrated."""
+        self._resend_held(rep, now)
         cancelled, resend = at_deadline(rep, event, now, self.lifecycle)
         for req in cancelled:
             self.on_finish(req, rep)
@@ -369,12 +410,21 @@ class Driver:
         """The pod dies with its KV; the application re-sends its saved contexts."""
         rep = self.replicas[event.replica]
         rep.ready_s = float("inf")
+        self._resend_held(rep, now)
         resend = after_crash(rep, now, self.lifecycle)
         rep.busy = False
         rep.step_gen += 1  # its pending step event is stale now
         self.replicas.append(self.build(rep.setup, now + event.restart_s))
         for moved in resend:
             self._queue.push(now, PRIO_ARRIVAL, Rearrival(moved))
+
+    def _resend_held(self, rep: Replica, now: float) -> None:
+        """Async scheduling: requests held for ``rep`` (not yet in its engine) go to the router
+        again when it scales in or crashes."""
+        held = rep.held
+        rep.held = []
+        for req in held:
+            self._queue.push(now, PRIO_ARRIVAL, Rearrival(req))
 
     # ------------------------------------------------------------------ admission
     def _route(self, req: EngineRequest, now: float) -> KvbudgetError | None:
@@ -386,6 +436,10 @@ class Driver:
         route = route_request(req, views[0], self.router.needs_hashes)
         idx = ready[self.router.choose(route, views, now)]
         rep = replicas[idx]
+        if rep.async_scheduling and rep.busy and not rep.stalled and not rep.waking:
+            # the running step's successor is already scheduled: held until it has begun
+            rep.held.append(req)
+            return None
         try:
             rep.add(req)
         except KvbudgetError as exc:
@@ -394,6 +448,7 @@ class Driver:
             return exc
         if not rep.busy or rep.stalled:
             rep.busy = True
+            rep.waking = True  # an idle engine takes what reaches it before it steps
             rep.stalled = False
             rep.step_gen += 1
             self._queue.push(max(now, rep.ready_s), PRIO_STEP, StepDue(idx, rep.step_gen))

@@ -7,7 +7,10 @@ same pops in every process.
 
 Priorities used by the cluster (lower runs first at equal times): a KV transfer that ends,
 then arrivals (so a request arriving exactly at a step boundary joins that step), then
-scale-out events, then replica steps, then state samples.
+scale-out events, then replica steps, then closed-loop replacements (a request the client
+sends because one finished at this boundary reaches the engine after its next step has begun:
+vLLM's ``EngineCore.run_busy_loop`` drains its input queue and then steps, while the finished
+request's output still travels to the client and the new request back), then state samples.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ PRIO_TRANSFER_DONE = 0
 PRIO_ARRIVAL = 1
 PRIO_SCALE = 2
 PRIO_STEP = 3
-PRIO_SAMPLE = 4
+PRIO_RELEASED = 4
+PRIO_SAMPLE = 5
 
 T = TypeVar("T")
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.versions import parse_version, vllm_async_scheduling_default
 from kvbudget.capacity.weights import WeightsEstimate, compute_weights
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
@@ -253,18 +254,24 @@ def build_replica(
     model: ResolvedModel | None = None,
     expert_parallel: bool = False,
     timing_model: str | None = None,
+    async_scheduling: bool | None = None,
 ) -> BuiltReplica:
     """The one builder of a planned replica: ``make_plan``, pool, timing and tiers.
 
-    ``expert_parallel`` (vLLM ``--enable-expert-parallel``) is priced as tensor parallel: on
-    uniform routing each rank reads and multiplies the same expert bytes either way (``E/tp``
-    whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as the all-reduce;
-    the replica's description says so. ``profile`` replaces the measured/roofline choice
+    ``expert_parallel`` (vLLM ``--enable-expert-parallel``): the measured model prices the
+    experts split whole over the ranks with the tables' expert-parallel kernels
+    (:func:`kvbudget.sim.timing_select.measured_for`); the roofline prices it as tensor
+    parallel: on uniform routing each rank reads and multiplies the same expert bytes either
+    way (``E/tp`` whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as
+    the all-reduce; the replica's description says so. ``profile`` replaces the measured/roofline choice
     (``timing_model``; ``None``: the ``KVBUDGET_TIMING_MODEL`` environment variable, else
     ``auto``; see :mod:`kvbudget.sim.timing_select`) by a calibrated step-time model; ``tiers``
     are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
+    ``async_scheduling`` (vLLM ``--async-scheduling``; ``None``: the planned vLLM version's
+    default, :func:`kvbudget.capacity.versions.vllm_async_scheduling_default`) sets
+    ``ReplicaConfig.async_scheduling``.
     """
     resolved = model or resolve_for_sim(request.model)
     spec = resolved.spec
@@ -274,6 +281,11 @@ def build_replica(
     config = replica_config_from_plan(
         plan, enable_prefix_caching=enable_prefix_caching, policy=policy
     )
+    if async_scheduling is None:
+        version = parse_version(plan.engine_version)
+        async_scheduling = vllm_async_scheduling_default(version, plan.pp)
+    if async_scheduling:
+        config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel
     if profile is not None:
         timing = CalibratedTiming(profile)
@@ -287,13 +299,17 @@ def build_replica(
         from kvbudget.sim.timing_select import choose_timing
 
         roofline = roofline_from_plan(plan, spec, params)
-        timing, timing_name = choose_timing(timing_model, request, plan, resolved, roofline)
+        timing, timing_name = choose_timing(
+            timing_model, request, plan, resolved, roofline, expert_parallel=expert_parallel
+        )
     desc = (
         f"planned: {plan.model_id} on {plan.gpu.id} (tp {plan.tp}): {config.num_gpu_blocks} "
         f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
         f"timing {timing_name}"
     )
-    if expert_parallel:
+    if config.async_scheduling:
+        desc += "; async scheduling"
+    if expert_parallel and not timing_name.startswith("measured"):
         desc += (
             "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "
             "routing, all-to-all priced as the all-reduce)"

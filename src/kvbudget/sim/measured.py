@@ -20,7 +20,11 @@ Dynamo Mocker use them:
 
 Each distinct step is priced once: its figures are bucketed (:func:`bucket`: exact up to 32,
 then 32 buckets per doubling, under 1.6 % apart) and the price of the bucket's representative is
-cached, so a long run calls the estimator a few thousand times, not once a step.
+cached, so a long run calls the estimator a few thousand times, not once a step. Decode-only
+steps (most steps of a run) look their price up by one integer, ``m``'s bucket and ``s``'s
+bucket packed together, without building the :class:`StepArgs`; the price is the same.
+
+Compiled with mypyc (``kvbudget.sim.native.COMPILED``): plain classes, typed integer arithmetic.
 """
 
 from __future__ import annotations
@@ -99,6 +103,10 @@ class StepEstimator(Protocol):
     def decode_step_latency(self, gen_tokens: int, isl: int, osl: int) -> float: ...
 
 
+#: a decode-only step's key: ``m``'s bucket above ``s``'s (contexts stay far below 2**40)
+_DECODE_SHIFT = 40
+
+
 class MeasuredTiming:
     """Step time from measured kernel tables (``name`` says which tables)."""
 
@@ -109,6 +117,8 @@ class MeasuredTiming:
         self.name = name
         #: price of each bucket; replicas of one compiled model share it (``cache``)
         self._cache: dict[StepArgs, float] = {} if cache is None else cache
+        #: decode-only steps: packed bucket key -> the same price as ``_cache`` holds
+        self._decode: dict[int, float] = {}
 
     @property
     def num_priced(self) -> int:
@@ -116,9 +126,25 @@ class MeasuredTiming:
         return len(self._cache)
 
     def step_time_s(self, shape: BatchShape) -> float:
-        if shape.num_prefill_tokens == 0 and shape.num_decode_seqs == 0:
-            return 0.0
-        args = step_args(shape)
+        num_prefill, _pairs, _prefill_ctx, m, decode_ctx = shape
+        if num_prefill == 0:
+            if m == 0:
+                return 0.0
+            mb = _BUCKETS.get(m)
+            if mb is None:
+                mb = _BUCKETS[m] = bucket(m)
+            raw = round(decode_ctx / m)
+            sb = _BUCKETS.get(raw)
+            if sb is None:
+                sb = _BUCKETS[raw] = bucket(raw)
+            key = (mb << _DECODE_SHIFT) | sb
+            got = self._decode.get(key)
+            if got is None:
+                got = self._decode[key] = self._priced(StepArgs(0, 0, 0, mb, sb))
+            return got
+        return self._priced(step_args(shape))
+
+    def _priced(self, args: StepArgs) -> float:
         price = self._cache.get(args)
         if price is None:
             price = self.price(args)

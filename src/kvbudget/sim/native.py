@@ -54,8 +54,10 @@ COMPILED: tuple[str, ...] = (
     "router",
     "results",
     "cluster",
-    # the roofline step price (kvbudget.sim.timing stays interpreted: pydantic)
+    # the roofline step price (kvbudget.sim.timing stays interpreted: pydantic) and the
+    # measured model's step key and price cache (aiconfigurator-core is called, not compiled)
     "roofline",
+    "measured",
 )
 PACKAGE = "kvbudget.sim"
 PURE_ENV = "KVBUDGET_PURE_PYTHON"

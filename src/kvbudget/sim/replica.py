@@ -17,7 +17,7 @@ from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.engine import EngineCore, TokenOutput
 from kvbudget.sim.fastpath import FastEngine
 from kvbudget.sim.fastpath_modes import explicit_step
-from kvbudget.sim.request import RequestIn, SimRequest
+from kvbudget.sim.request import EngineRequest, RequestIn, SimRequest
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 
@@ -140,6 +140,12 @@ class Replica:
         #: end of the step the driver last started on it (what is in flight at an event)
         self.step_end_s = 0.0
         self.busy = False
+        #: async scheduling (``ReplicaConfig.async_scheduling``): requests that reached the
+        #: replica while a step ran, added to the engine once the next step has been scheduled
+        self.async_scheduling = setup.config.async_scheduling
+        self.held: list[EngineRequest] = []
+        #: an arrival woke the replica and its first step has not begun yet
+        self.waking = False
         #: waiting only for a tier reload to end (an arrival may restart it sooner)
         self.stalled = False
         #: generation of the replica's step chain (stale step events are dropped)

@@ -33,11 +33,26 @@ def _cache_dir() -> Path:
     return Path(base) / "kvbudget" / "aic-configs"
 
 
-def measured_for(request: PlanRequest, plan: PlanResult, resolved: ResolvedModel) -> StepTimeModel:
-    """The measured timing of this plan, or ``MeasuredUnavailable`` (kvbudget.sim.aic)."""
+def measured_for(
+    request: PlanRequest,
+    plan: PlanResult,
+    resolved: ResolvedModel,
+    *,
+    expert_parallel: bool = False,
+) -> StepTimeModel:
+    """The measured timing of this plan, or ``MeasuredUnavailable`` (kvbudget.sim.aic).
+
+    ``expert_parallel`` (vLLM ``--enable-expert-parallel``): the MoE layers' experts are split
+    whole over the ``tp`` ranks (``moe_tp 1, moe_ep tp``, as vLLM's ``FusedMoEParallelConfig``
+    makes them for one data-parallel rank) and priced by the tables' expert-parallel MoE kernels
+    and all-to-all; without it the experts are tensor-sharded (``moe_tp tp, moe_ep 1``).
+    """
     from kvbudget.sim.aic import MeasuredCase, compile_measured
 
     raw = resolved.source.raw if resolved.source is not None else {}
+    # vLLM ignores the flag for a dense model (no FusedMoE layer to split)
+    moe = resolved.spec is not None and bool(resolved.spec.num_experts)
+    expert_parallel = expert_parallel and moe and plan.tp > 1
     case = MeasuredCase(
         model_id=plan.model_id,
         config=raw,
@@ -46,6 +61,8 @@ def measured_for(request: PlanRequest, plan: PlanResult, resolved: ResolvedModel
         quantization=request.quantization,
         kv_dtype=request.kv_dtype,
         engine_version=request.engine_version or plan.engine_version,
+        moe_tp=1 if expert_parallel else None,
+        moe_ep=plan.tp if expert_parallel else None,
     )
     return compile_measured(case, _cache_dir())
 
@@ -56,8 +73,11 @@ def choose_timing(
     plan: PlanResult,
     resolved: ResolvedModel,
     roofline: RooflineTiming,
+    *,
+    expert_parallel: bool = False,
 ) -> tuple[StepTimeModel, str]:
-    """``(timing, name)`` for ``choice`` (module docstring)."""
+    """``(timing, name)`` for ``choice`` (module docstring; ``expert_parallel``:
+    :func:`measured_for`)."""
     if choice is None:
         choice = os.environ.get("KVBUDGET_TIMING_MODEL") or "auto"
         if choice not in TIMING_MODELS:
@@ -82,7 +102,7 @@ def choose_timing(
         reason = f"pp {plan.pp}: the measured model prices one pipeline stage only"
     else:
         try:
-            timing = measured_for(request, plan, resolved)
+            timing = measured_for(request, plan, resolved, expert_parallel=expert_parallel)
             return timing, timing.name
         except MeasuredUnavailable as exc:
             reason = str(exc)

@@ -41,7 +41,9 @@ def test_one_silicon_row_end_to_end() -> None:
         "measured (aiconfigurator-core 0.12.0, h100_sxm, vllm 0.24.0 tables; engine vllm 0.12.0)"
     )
     assert out["kvbudget_roofline"]["timing_model"] == "roofline"
-    assert sim["num_completed"] == sim["num_requests"] == 32
+    # the row's source names no client: fixed lengths, 10 x concurrency requests
+    assert out["client"] == "fixed"
+    assert sim["num_completed"] == sim["num_requests"] == 80
     # within a factor 1.5 of the real run's TPOT (a wrong unit or op graph is far outside)
     assert 18.04 / 1.5 < sim["mean_tpot_ms"] < 18.04 * 1.5
     # TTFT: a closed loop of 8 starting together prefills 8 x 1,024 tokens in the first steps;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvbudget.sim.events import (
     PRIO_ARRIVAL,
+    PRIO_RELEASED,
     PRIO_SAMPLE,
     PRIO_SCALE,
     PRIO_STEP,
@@ -35,7 +36,7 @@ def test_tie_break_time_then_priority_then_push_order() -> None:
 
 
 def test_priorities_are_ordered_as_documented() -> None:
-    assert PRIO_TRANSFER_DONE < PRIO_ARRIVAL < PRIO_SCALE < PRIO_STEP < PRIO_SAMPLE
+    assert PRIO_TRANSFER_DONE < PRIO_ARRIVAL < PRIO_SCALE < PRIO_STEP < PRIO_RELEASED < PRIO_SAMPLE
 
 
 def test_payloads_are_never_compared() -> None:

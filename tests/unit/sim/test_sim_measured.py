@@ -212,3 +212,54 @@ def test_llamacpp_slots_are_not_priced_by_vllm_tables() -> None:
     assert summary["timing_model"] == "roofline"
     with pytest.raises(ConfigError, match=r"not llama\.cpp's"):
         simulate_slots_scenario(scenario_from_dict({**base, "timing_model": "measured"}))
+
+
+def test_expert_parallel_splits_the_experts_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--enable-expert-parallel`` on a MoE model at TP 4: aiconfigurator-core is asked for
+    moe_tp 1, moe_ep 4 (vLLM's ``FusedMoEParallelConfig`` for one data-parallel rank: EP size =
+    TP x DP, TP 1 inside the experts); without it moe_tp 4, moe_ep 1 (its default); a dense model
+    ignores the flag as vLLM does."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.sim import aic
+    from kvbudget.sim.fromplan import build_replica
+
+    seen: list[aic.MeasuredCase] = []
+
+    def fake(case: aic.MeasuredCase, cache_dir: Path) -> MeasuredTiming:
+        seen.append(case)
+        return MeasuredTiming(FakeEngine(), name="measured (fake)")
+
+    monkeypatch.setattr(aic, "compile_measured", fake)
+    moe = PlanRequest(model="Qwen/Qwen3-30B-A3B", gpu="H100-SXM", tp=4, max_model_len=8192)
+    build_replica(moe, timing_model="measured", expert_parallel=True)
+    build_replica(moe, timing_model="measured")
+    dense = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", tp=4, max_model_len=8192)
+    build_replica(dense, timing_model="measured", expert_parallel=True)
+    assert [(c.moe_tp, c.moe_ep) for c in seen] == [(1, 4), (None, None), (None, None)]
+
+
+def test_the_decode_key_gives_the_price_of_the_step_args() -> None:
+    """A decode-only step's packed key (m's bucket above s's) finds the price of the same
+    StepArgs the general path builds: 8 decodes at 1,013 -> StepArgs(0, 0, 0, 8, 1,008)."""
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    shape = _shape([], [1013] * 8)
+    assert timing.step_time_s(shape) == timing.price(step_args(shape)) == pytest.approx(0.010)
+    assert timing._decode == {(8 << 40) | 1008: pytest.approx(0.010)}
+    assert timing.num_priced == 1
+
+
+def test_sim_cli_names_expert_parallel_in_the_label_and_the_note() -> None:
+    import json
+
+    import aiconfigurator_core  # noqa: F401  (the gpu-data extra make test installs: never skipped)
+    from click.testing import CliRunner
+
+    from kvbudget.cli.sim import sim
+
+    args = ["--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100-SXM", "--tp", "2"]
+    out = CliRunner().invoke(sim, [*args, "--enable-expert-parallel", "--requests", "4", "--json"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert "; expert parallel 2;" in summary["timing_model"]
+    assert any("expert-parallel MoE kernels" in n for n in summary["notes"])
