@@ -172,3 +172,29 @@ def test_a_cache_tensor_kvbudget_does_not_read_is_named() -> None:
     entries = read_layers(Cache([indexed, stray]), object())
     assert entries[0]["index_head_dim"] == 16 and "unknown" not in entries[0]
     assert entries[1]["unknown"] == "compressed_keys"
+
+
+def test_a_per_layer_config_is_refused_in_one_answer_not_a_crash(tmp_path: Path) -> None:
+    """transformers' heterogeneous configs (dots3_note_text, transformers 5.x) give some fields
+    per layer and raise when one is read as a global value; before this, --from-transformers
+    crashed on that error (InternalError, exit 70). Now: not_applicable (exit 3) naming the
+    field transformers itself refuses to give globally."""
+    from transformers import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING["dots3_note_text"]()
+    refused = []
+    for name in ("hidden_size", "num_attention_heads", "vocab_size", "max_position_embeddings"):
+        try:
+            getattr(config, name)
+        except Exception:  # the independent fact: transformers refuses this read
+            refused.append(name)
+    assert refused, "transformers now gives every field globally: pick another heterogeneous type"
+    model = tmp_path / "dots3"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config.to_dict(), default=str), "utf-8")
+    code, out, err = run_main(
+        ["calc", "--model", str(model), "--tokens", "100", "--engine", "hf", "--from-transformers"]
+    )
+    assert code == 3, out + err
+    assert "not_applicable" in out and all(name in out for name in refused)
+    assert "Traceback" not in out + err and "InternalError" not in out + err

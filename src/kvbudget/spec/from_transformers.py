@@ -340,6 +340,14 @@ def from_transformers(
         layers = tuple(
             NoAttention(e["index"]) if e["kind"] == "none" else _attention_spec(e) for e in entries
         )
+        per_layer = _per_layer_fields(text, _GLOBAL_FIELDS)
+        if per_layer:
+            return _refuse(
+                resolved,
+                f"transformers' config gives {', '.join(per_layer)} per layer (a heterogeneous "
+                "model: it refuses one global value), and kvbudget's model has one value for "
+                "the whole model; no layout is derived",
+            )
         spec = ModelSpec(
             model_id=resolved.model_id,
             architecture=str(base.value) if base is not None else str(raw.get("model_type")),
@@ -360,6 +368,22 @@ def from_transformers(
         )
     spec = _with_entry(spec, replace(read, note=note))
     return replace(resolved, status="resolved", spec=spec, ledger=spec.ledger)
+
+
+_GLOBAL_FIELDS = ("hidden_size", "num_attention_heads", "vocab_size", "max_position_embeddings")
+
+
+def _per_layer_fields(text: Any, names: tuple[str, ...]) -> list[str]:
+    """The fields a transformers config refuses to give one global value for: its heterogeneous
+    configs (``transformers.integrations.heterogeneity``) raise on a per-layer attribute read as
+    a global one, e.g. dots3_note_text's ``num_attention_heads`` (transformers 5.24)."""
+    out = []
+    for name in names:
+        try:
+            getattr(text, name, None)
+        except Exception:  # transformers' own error class varies by version
+            out.append(name)
+    return out
 
 
 def _refuse(resolved: ResolvedModel, reason: str) -> ResolvedModel:
