@@ -17,28 +17,14 @@ Checked on every engine (kvbudget serve, vLLM's CPU build, llama.cpp):
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from typing import Any
 
 SLO_TERMS = ("ttft", "tpot", "itl", "e2e", "goodput")
 #: the live searches' requests: short prompts, OUTPUT_TOKENS tokens each
 INPUT_TOKENS = 16
 OUTPUT_TOKENS = 4
-
-
-def live_slo(service_s: float) -> str:
-    """A TTFT p95 ceiling that a queue of a few requests served one at a time cannot meet.
-
-    One slot, closed loop of ``c`` users: in steady state each request waits for the ``c - 1``
-    ahead of it, TTFT about ``(c - 1) s``. Under ``max(6 s, 2 s)`` one to six users meet it,
-    eight (7 s) do not, and the doubling reaches 8 by 1, 2, 4, 8; the 2 s floor keeps a fast
-    engine's answer above this shared machine's stalls (up to 2 s seen with vLLM under load).
-    """
-    return f"ttft_p95<{max(6 * service_s, 2.0) * 1e3:.0f}ms"
 
 
 SEARCH_ARGS = (
@@ -58,29 +44,6 @@ def run_capacity(base_url: str, model: str, *args: str, timeout_s: float = 600) 
     )
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc
-
-
-def single_request_s(base_url: str, model: str, *, repeats: int = 3) -> float:
-    """Median seconds of one ``/v1/completions`` request of ``OUTPUT_TOKENS`` tokens sent alone:
-    the engine's service time on this machine now (a shared CPU's load moves it tenfold)."""
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": "one two three four five six seven eight",
-            "max_tokens": OUTPUT_TOKENS,
-            "ignore_eos": True,
-        }
-    ).encode()
-    times = []
-    for _ in range(repeats):
-        req = urllib.request.Request(
-            base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
-        )
-        started = time.perf_counter()
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            resp.read()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def _named(binding: str | None) -> bool:
