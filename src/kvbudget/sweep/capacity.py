@@ -27,7 +27,8 @@ from typing import Any
 
 from kvbudget import __version__
 from kvbudget.errors import KvbudgetError
-from kvbudget.sweep.grid import AXES, GridFile, SweepPoint
+from kvbudget.sweep.grid import GridFile, SweepPoint
+from kvbudget.sweep.table import configuration_fields
 
 CAPACITY_FILE = "capacity.jsonl"
 #: the rate's answer is confirmed by a run with this many times the probe's requests
@@ -153,10 +154,7 @@ def cheapest_for_rates(
         if ok:
             best = min(ok, key=_cost_key)
             entry.update(
-                key=best["key"],
-                **{a: best.get(a) for a in AXES if a != "rate_per_s"},
-                num_gpus=best["num_gpus"],
-                cost_usd_per_hour=best.get("cost_usd_per_hour"),
+                **configuration_fields(best),
                 max_rate_per_s=best["max_rate_per_s"],
                 binding_constraint=best.get("binding_constraint"),
                 timing_model=best.get("timing_model"),

@@ -107,6 +107,17 @@ def _order(row: dict[str, Any]) -> tuple[tuple[int, float, str], ...]:
     return tuple(parts)
 
 
+def configuration_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """What names a chosen configuration in a cheapest-answer entry: its key, its axes (the
+    rate aside), its GPUs and its hourly cost."""
+    return {
+        "key": row["key"],
+        **{a: row.get(a) for a in AXES if a != "rate_per_s"},
+        "num_gpus": row["num_gpus"],
+        "cost_usd_per_hour": row.get("cost_usd_per_hour"),
+    }
+
+
 def _cost_key(row: dict[str, Any]) -> tuple[float, float, float]:
     per_hour = row.get("cost_usd_per_hour")
     return (
@@ -164,10 +175,7 @@ def cheapest(rows: Sequence[dict[str, Any]], grid: GridFile) -> list[dict[str, A
             if ok:
                 best = min(ok, key=_cost_key)
                 entry.update(
-                    key=best["key"],
-                    **{a: best.get(a) for a in AXES if a != "rate_per_s"},
-                    num_gpus=best["num_gpus"],
-                    cost_usd_per_hour=best.get("cost_usd_per_hour"),
+                    **configuration_fields(best),
                     cost_usd_per_million_output_tokens=best.get(
                         "cost_usd_per_million_output_tokens"
                     ),
