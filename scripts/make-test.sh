@@ -89,6 +89,11 @@ wait_build() {
   unset "BUILD_PID[$name]"
   started=$(cat "$LOGS/$name.started")
   local line="phase build-$name: $(($(date +%s) - started)) s since the start, in the background"
+  # the build script's own word on it: a cache hit or the seconds the build itself took (so a
+  # CI log says whether the machine was fresh)
+  local said
+  said=$(grep -E "cached (build|venv) found|built in|installed in" "$LOGS/$name.log" 2>/dev/null | tail -1)
+  [ -z "$said" ] || line="$line; $said"
   if [ "$rc" -ne 0 ]; then
     echo "$line (failed, exit $rc)" | tee -a "$TIMINGS"
     tail -n 30 "$LOGS/$name.log" >&2
