@@ -13,12 +13,13 @@ from kvbudget.errors import ConfigError
 
 Version = tuple[int, int, int]
 
-#: default versions when the user does not say: vLLM's is the newest release whose facts kvbudget
-#: has checked against the engine (the 0.32.0 CPU build it runs; issue 29: users run 0.3x)
-DEFAULT_VLLM_VERSION = "0.32.0"
 #: the newest vLLM whose pool facts kvbudget has read (the vllm-0.33.0 wheel from PyPI: planning
-#: moved to ``v1/core/kv_cache_planning.py``, same arithmetic as 0.32.0 with the default builder)
+#: moved to ``v1/core/kv_cache_planning.py``, same arithmetic as 0.32.0 with the default builder;
+#: 0.32.0, the CPU build, is the newest checked against a running engine)
 NEWEST_MODELLED_VLLM: Version = (0, 33, 0)
+#: default versions when the user does not say: vLLM's is the newest it models (issue 29: users
+#: run 0.3x)
+DEFAULT_VLLM_VERSION = ".".join(str(part) for part in NEWEST_MODELLED_VLLM)
 DEFAULT_SGLANG_VERSION = "0.5.4"
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.+\-].*)?\s*$")

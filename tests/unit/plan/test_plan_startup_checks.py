@@ -115,12 +115,13 @@ def test_unknown_dtype_is_one_line() -> None:
 
 
 def test_default_vllm_version_is_the_newest_modelled() -> None:
-    # issue 29: the default was 0.11.0 while users run 0.3x; 0.32.0 is the CPU build kvbudget runs
+    # issue 29: the default was 0.11.0 while users run 0.3x; the default is the newest version
+    # kvbudget models, 0.33.0 (read from its PyPI wheel: docs/engine-facts.md "KV planning in 0.33")
     result = make_plan(PlanRequest(model=LLAMA, gpu="H100", max_model_len=8192))
-    assert result.engine_version == "0.32.0"
-    assert result.defaults_applied["engine_version"] == "0.32.0 (kvbudget default)"
+    assert result.engine_version == "0.33.0"
+    assert result.defaults_applied["engine_version"] == "0.33.0 (kvbudget default)"
     activation = result.ranks[0].activation
-    assert activation.source == "computed" and "not re-read for 0.32.0" in activation.method
+    assert activation.source == "computed" and "not re-read for 0.33.0" in activation.method
 
 
 @pytest.mark.parametrize(
