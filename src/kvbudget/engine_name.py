@@ -11,7 +11,11 @@ instead of comparing those strings.
 
 A name that is none of the three (``kvbudget-serve``, ``unknown``, ``hf`` for the
 transformers layout of ``calc``) is no engine here: :func:`engine_of` gives ``None`` and
-:func:`parse_engine` refuses it in one line.
+:func:`parse_engine` refuses it in one line. ``calc``'s layouts are their own type,
+``kvbudget.capacity.layouts.base.Layout`` (``hf`` and these names); the engines ``plan`` models
+are ``kvbudget.capacity.plan_types.Engine`` (vLLM and SGLang). A flag or a request field is parsed
+into one of these types once, where it enters; inside, code compares the typed names, which
+mypy --strict checks (a misspelt ``engine == "llama.cpp"`` is a non-overlapping comparison).
 """
 
 from __future__ import annotations

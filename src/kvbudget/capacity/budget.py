@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbudget.capacity.dtypes import KV_DTYPES, get_kv_dtype
+from kvbudget.capacity.layouts.base import Layout
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.spec.layers import StateLayer, cache_parts
@@ -134,7 +135,7 @@ class ThreeBudgets:
         }
 
 
-def _element_bytes(kv_dtype: str, model: ModelSpec, engine: str) -> tuple[int, str]:
+def _element_bytes(kv_dtype: str, model: ModelSpec, engine: Layout) -> tuple[int, str]:
     # a plan's kv_dtype is already resolved (``--dtype float32`` with ``auto`` KV gives
     # "float32", which is no --kv-cache-dtype name): take it as resolved
     resolved = KV_DTYPES.get(kv_dtype) if kv_dtype == "float32" else None
@@ -147,7 +148,7 @@ def _element_bytes(kv_dtype: str, model: ModelSpec, engine: str) -> tuple[int, s
 
 
 def structural_budget(
-    model: ModelSpec, *, kv_dtype: str, engine: str, num_tokens: int, num_sequences: int
+    model: ModelSpec, *, kv_dtype: str, engine: Layout, num_tokens: int, num_sequences: int
 ) -> StructuralBudget:
     """Engine-neutral bytes for ``num_sequences`` sequences of ``num_tokens`` tokens (whole model)."""
     elem, how = _element_bytes(kv_dtype, model, engine)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbudget.capacity.memory import RankMemory
+from kvbudget.engine_name import EngineName
 from kvbudget.units import GiB
 
 #: the engine log lines that settle a close call: vLLM prints the measured terms, then the pool
@@ -78,7 +79,7 @@ def close_call(rank: RankMemory, needed_bytes: int) -> CloseCall | None:
 
 
 def plan_close_call(
-    engine: str, fits: bool, ranks: tuple[RankMemory, ...], needed_bytes: int
+    engine: EngineName, fits: bool, ranks: tuple[RankMemory, ...], needed_bytes: int
 ) -> CloseCall | None:
     """A vLLM plan's close call on its tightest stage; None for other engines, and when the
     verdict rests on something else (a length refusal, a warm-up that cannot fit)."""

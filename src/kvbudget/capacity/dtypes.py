@@ -15,7 +15,9 @@ Sources (see ``/work/shared/reference``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
+from kvbudget.capacity.layouts.base import Layout
 from kvbudget.errors import ConfigError
 
 #: bytes per token per MLA layer of vLLM's ``fp8_ds_mla`` (512 fp8 + 16 scale + 128 bf16 rope)
@@ -138,7 +140,7 @@ _GGML_ALIASES = {
 }
 
 #: names each engine accepts (``auto`` is resolved against the model dtype)
-ENGINE_DTYPES: dict[str, tuple[str, ...]] = {
+ENGINE_DTYPES: dict[Layout, tuple[str, ...]] = {
     "hf": ("auto", "float32", "float16", "bfloat16"),
     "vllm": (
         "auto",
@@ -164,7 +166,11 @@ _BY_BYTES = {4: "float32", 2: "bfloat16", 1: "fp8"}
 EXPLICIT_FLOAT32 = "float"
 
 
-def dtype_for_model(model_dtype: str | None, *, engine: str) -> KvDtype:
+#: the engines that serve a float32 config's ``auto`` KV in half precision
+_HALVES_FLOAT32: Final[frozenset[Layout]] = frozenset({"vllm", "sglang"})
+
+
+def dtype_for_model(model_dtype: str | None, *, engine: Layout) -> KvDtype:
     """The KV dtype ``auto`` resolves to for a model dtype on an engine."""
     raw = (model_dtype or "bfloat16").removeprefix("torch.")
     name = _ALIASES.get(raw, raw)
@@ -173,7 +179,7 @@ def dtype_for_model(model_dtype: str | None, *, engine: str) -> KvDtype:
         return KV_DTYPES["f16"]
     if name in ("float8_e4m3fn", "float8_e5m2"):
         name = "fp8"
-    if name == "float32" and engine in ("vllm", "sglang") and raw != EXPLICIT_FLOAT32:
+    if name == "float32" and engine in _HALVES_FLOAT32 and raw != EXPLICIT_FLOAT32:
         # vLLM and SGLang serve fp32 configs in bf16/fp16 when dtype is auto.
         name = "bfloat16"
     if name not in KV_DTYPES:
@@ -183,7 +189,7 @@ def dtype_for_model(model_dtype: str | None, *, engine: str) -> KvDtype:
     return KV_DTYPES[name]
 
 
-def get_kv_dtype(name: str, *, engine: str = "vllm", model_dtype: str | None = None) -> KvDtype:
+def get_kv_dtype(name: str, *, engine: Layout = "vllm", model_dtype: str | None = None) -> KvDtype:
     """Look up a KV dtype by name for an engine; ``auto`` uses the model dtype."""
     key = name.strip().lower()
     key = _GGML_ALIASES.get(key, key) if engine == "llamacpp" else _ALIASES.get(key, key)

@@ -11,7 +11,7 @@ tokens x seqs``; e.g. 32 layers, 8 KV heads, head_dim 128, 2 bytes, 4096 tokens,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 from kvbudget.capacity.assumptions import (
     explicit_assumptions,
@@ -19,7 +19,12 @@ from kvbudget.capacity.assumptions import (
     status_from,
 )
 from kvbudget.capacity.dtypes import dtype_from_element_bytes, get_kv_dtype
-from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult
+from kvbudget.capacity.layouts.base import (
+    Layout,
+    LayoutNotApplicable,
+    LayoutResult,
+    parse_layout,
+)
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
@@ -33,8 +38,6 @@ from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
 from kvbudget.spec.resolve import ResolvedModel, resolve_model
-
-ENGINES = ("hf", "vllm", "sglang", "llamacpp")
 
 
 def _positive(name: str, value: Any) -> int:
@@ -145,7 +148,7 @@ def calc_explicit(
 
 def run_layout(
     spec: ModelSpec,
-    engine: str,
+    engine: Layout,
     *,
     tokens: int,
     seqs: int,
@@ -197,9 +200,7 @@ def run_layout(
             ctx_size=ctx_size,
             unified=unified,
         )
-    raise ConfigError(
-        f"engine: {engine!r} is unknown; choose one of {', '.join(ENGINES)}", field="engine"
-    )
+    assert_never(engine)  # mypy proves every layout dispatched (calc_model parsed the name)
 
 
 def _layout_tables(layout: LayoutResult) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -259,16 +260,13 @@ def calc_model(
     """
     for name, value in (("tokens", tokens), ("seqs", seqs), ("tp", tp), ("pp", pp), ("dp", dp)):
         _positive(name, value)
-    if engine not in ENGINES:
-        raise ConfigError(
-            f"engine: {engine!r} is unknown; choose one of {', '.join(ENGINES)}", field="engine"
-        )
+    layout_name = parse_layout(engine)
     if resolved is None:
         resolved = resolve_model(ref, overrides=overrides, allow_download=allow_download)
     if read_transformers:
         resolved = from_transformers(resolved, overrides=overrides)
     base: dict[str, Any] = {
-        "engine": engine,
+        "engine": layout_name,
         "kv_dtype": kv_dtype,
         "tokens": tokens,
         "seqs": seqs,
@@ -280,7 +278,7 @@ def calc_model(
     }
     inputs = [
         input_entry(
-            "engine", engine, engine_source, location="--engine", note="engine layout applied"
+            "engine", layout_name, engine_source, location="--engine", note="engine layout applied"
         ),
         input_entry(
             "tokens", tokens, "flag", location="--tokens", note="tokens cached per sequence"
@@ -306,7 +304,7 @@ def calc_model(
     try:
         layout = run_layout(
             spec,
-            engine,
+            layout_name,
             tokens=tokens,
             seqs=seqs,
             kv_dtype=kv_dtype,
@@ -325,9 +323,9 @@ def calc_model(
             reasons=[f"{exc.reason} (the formula does not apply; measure)"],
             **base,
         )
-    dtypes = [get_kv_dtype(kv_dtype, engine=engine, model_dtype=spec.torch_dtype)]
+    dtypes = [get_kv_dtype(kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)]
     if v_dtype is not None:
-        dtypes.append(get_kv_dtype(v_dtype, engine=engine, model_dtype=spec.torch_dtype))
+        dtypes.append(get_kv_dtype(v_dtype, engine=layout_name, model_dtype=spec.torch_dtype))
     kv_note = (
         f"auto -> {dtypes[0].name} (model dtype {spec.torch_dtype})"
         if kv_dtype == "auto"
@@ -342,7 +340,7 @@ def calc_model(
             note=kv_note,
         )
     )
-    if engine == "vllm":
+    if layout_name == "vllm":
         inputs.append(
             input_entry(
                 "block_size",

@@ -10,7 +10,7 @@ uses ``max_num_batched_tokens`` and ``max_num_seqs``; the timing model reads ``g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,16 @@ from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layer_runs import MAX_SPELLED_OUT_LAYERS, LayerIndices
 from kvbudget.units import GiB, cdiv
 
+#: the engines whose pool ``make_plan`` models (a part of :data:`kvbudget.engine_name.EngineName`;
+#: llama.cpp's slots are no block pool to plan)
 Engine = Literal["vllm", "sglang"]
+PLAN_ENGINES: Final[tuple[Engine, ...]] = get_args(Engine)
+_PLANNED: Final[dict[str, Engine]] = {name: name for name in PLAN_ENGINES}
+
+
+def planned_engine(name: str) -> Engine | None:
+    """``name`` as an engine ``make_plan`` models, or ``None`` (``llamacpp``, the ``hf`` layout)."""
+    return _PLANNED.get(name)
 
 
 class PlanRequest(BaseModel):

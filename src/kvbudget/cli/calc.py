@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kvbudget.capacity.assumptions import CHECKLIST
-from kvbudget.capacity.kvbytes import ENGINES, calc_explicit, calc_model
+from kvbudget.capacity.kvbytes import calc_explicit, calc_model
+from kvbudget.capacity.layouts.base import LAYOUTS, Layout, parse_layout
 from kvbudget.capacity.layouts.llamacpp import LlamacppKV, llamacpp_cells, llamacpp_kv_split
 from kvbudget.capacity.result import CalcResult
 from kvbudget.cli.vocab import DP, KV_DTYPE, PP, TP
@@ -51,7 +52,7 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
     help="Allow downloading config.json from the Hugging Face Hub (off by default).",
 )
 @click.option(
-    "--engine", type=click.Choice(ENGINES), help="Engine layout for --model (default vllm)."
+    "--engine", type=click.Choice(LAYOUTS), help="Engine layout for --model (default vllm)."
 )
 @click.option(
     "--from-transformers",
@@ -190,6 +191,7 @@ def calc(
     Model mode: --model REF --tokens N [--engine --kv-dtype --tp --pp --dp --block-size].
     Status is exact, structural_reference or not_applicable (exit code 3).
     """
+    layout = None if engine is None else parse_layout(engine)  # click.Choice(LAYOUTS) checked it
     confirm_flags = {
         "full_attention": c_full,
         "identical_layers": c_identical,
@@ -209,7 +211,7 @@ def calc(
     given = [k for k, v in explicit.items() if v is not None]
     llama = _LlamaKnobs.parse(
         model_ref,
-        engine,
+        layout,
         kv_dtype,
         v_dtype,
         ctx_size,
@@ -244,7 +246,7 @@ def calc(
                 field=missing[0],
             )
         model_only = {
-            "--engine": engine,
+            "--engine": layout,
             "--from-transformers": read_transformers or None,
             "--set": sets or None,
             "--tp": tp,
@@ -282,8 +284,8 @@ def calc(
             )
         result = calc_model(
             model_ref,
-            engine=engine or "vllm",
-            engine_source="flag" if engine else "default",
+            engine=layout or "vllm",
+            engine_source="flag" if layout else "default",
             kv_dtype=kv_dtype,
             v_dtype=v_dtype,
             tokens=n_tokens,
@@ -299,7 +301,7 @@ def calc(
             read_transformers=read_transformers,
         )
     kv = None
-    if model_ref is not None and engine == "llamacpp" and result.status != "not_applicable":
+    if model_ref is not None and layout == "llamacpp" and result.status != "not_applicable":
         spec = resolve_model(
             model_ref, overrides=parse_overrides(list(sets)), allow_download=download
         ).spec
@@ -344,7 +346,7 @@ class _LlamaKnobs:
     def parse(
         cls,
         model_ref: str | None,
-        engine: str | None,
+        engine: Layout | None,
         kv_dtype: str,
         v_dtype: str | None,
         ctx_size: str | None,

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from kvbudget.capacity.budget import three_budgets
 from kvbudget.capacity.close_call import plan_close_call
-from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.plan_types import PLAN_ENGINES, PlanRequest
 from kvbudget.capacity.planner import engine_flag_conflicts, make_plan
 from kvbudget.capacity.scenarios import (
     LengthDistribution,
@@ -236,7 +236,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option(*PP, "pp", type=COUNT, help=PP_HELP)
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "sglang"]),
+    type=click.Choice(PLAN_ENGINES),
     help="Engine whose pool to model (default vllm).",
 )
 @click.option("--engine-version", help=ENGINE_VERSION_HELP)

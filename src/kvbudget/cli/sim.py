@@ -25,12 +25,15 @@ from kvbudget.cli.vocab import (
     TP,
     engine_input_options,
 )
+from kvbudget.engine_name import EngineName, parse_engine
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
     from kvbudget.sim.scenario import SimScenario
 
 _OUTPUT_FLAGS = ("trace_out", "records_out", "samples_out")
+#: the engines ``sim`` steps: vLLM's paged blocks, llama.cpp's fixed slots (SGLang: not yet)
+SIM_ENGINES: tuple[EngineName, ...] = ("vllm", "llamacpp")
 
 
 def _check_output_path(flag: str, raw: str) -> None:
@@ -396,7 +399,7 @@ def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llamacpp"]),
+    type=click.Choice(SIM_ENGINES),
     default="vllm",
     show_default=True,
     help="Engine behaviour: vLLM-style paged blocks, or llama.cpp-style fixed slots "
@@ -435,7 +438,8 @@ def sim(**opts: Any) -> None:
         if opts[flag]:
             _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
     scenario = scenario_from_opts(opts)
-    if opts["engine"] == "llamacpp":
+    engine = parse_engine(opts["engine"], "engine")  # click.Choice(SIM_ENGINES) checked it
+    if engine == "llamacpp":
         _sim_slots(scenario, opts, percentiles)
         return
     if scenario.disaggregation is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from kvbudget.accept.canary_metrics import service_name
 from kvbudget.accept.plan_lock import ObjectLock
@@ -24,6 +24,7 @@ from kvbudget.deploy.k8s_checks import command_literal
 from kvbudget.deploy.memory import HostBudget
 from kvbudget.deploy.pods import PodExtras, PodTiming, engine_container, pod_spec
 from kvbudget.deploy.source import Figure
+from kvbudget.errors import ConfigError
 
 Autoscaler = Literal["hpa", "keda", "none"]
 EPP_PORT = 9002
@@ -147,17 +148,25 @@ def _multinode_argv(cmd: EngineCommand, lay: Layout) -> tuple[list[str], list[st
     """Leader and worker commands (vLLM over Ray; SGLang's own multi-node flags): the engine's
     argv shell-quoted, then every ``$`` doubled so Kubernetes expands only the ``$(LWS_*)``
     references written here."""
+    if cmd.engine == "llamacpp":  # engine_command refuses it first: TP x PP must be 1
+        raise ConfigError(
+            "lock.tensor_parallel: llama-server runs in one pod; set tensor_parallel and "
+            "pipeline_parallel to 1 for llama.cpp",
+            field="lock.tensor_parallel",
+        )
     argv = command_literal(" ".join(_quote(a) for a in cmd.argv))
     if cmd.engine == "vllm":
         leader = f"ray start --head --port=6379 && {argv} --distributed-executor-backend ray"
         worker = "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block"
-    else:  # sglang
+    elif cmd.engine == "sglang":
         multi = (
             f"--nnodes {lay.num_nodes} --node-rank $(LWS_WORKER_INDEX) "
             "--dist-init-addr $(LWS_LEADER_ADDRESS):20000"
         )
         leader = f"{argv} {multi}"
         worker = leader
+    else:
+        assert_never(cmd.engine)
     return ["/bin/sh", "-c", leader], ["/bin/sh", "-c", worker]
 
 

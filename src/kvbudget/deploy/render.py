@@ -57,6 +57,7 @@ from kvbudget.deploy.source import (
     e2e_p99,
     measured_ready_s,
 )
+from kvbudget.engine_name import EngineName
 from kvbudget.errors import KvbudgetError
 from kvbudget.units import format_bytes
 
@@ -64,7 +65,7 @@ from kvbudget.units import format_bytes
 DEFAULT_WEIGHTS_READ_BYTES_PER_S = 1e9
 #: assumed engine initialisation after the weights are read (profiling, CUDA graphs)
 INIT_S = 120.0
-DEFAULT_IMAGES = {
+DEFAULT_IMAGES: dict[EngineName, str] = {
     "vllm": "vllm/vllm-openai:v{version}",
     "sglang": "lmsysorg/sglang:v{version}",
     "llamacpp": "llama.cpp:server",
@@ -157,7 +158,7 @@ def _signals(src: DeploySource) -> ScaleSignals:
     return ScaleSignals(waiting, ttft_target, queue_target)
 
 
-def _image(src: DeploySource, opts: DeployOptions, engine: str) -> tuple[str, str]:
+def _image(src: DeploySource, opts: DeployOptions, engine: EngineName) -> tuple[str, str]:
     if opts.image:
         return opts.image, "--image"
     container = src.plan.lock.engine.container.value

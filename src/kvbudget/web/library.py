@@ -13,12 +13,13 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.budget import StructuralBudget, structural_budget
 from kvbudget.capacity.kvbytes import calc_explicit, calc_model
-from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.layouts.base import Layout
+from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult, planned_engine
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError, KvbudgetError, SpecError
@@ -31,8 +32,6 @@ from kvbudget.web.schemas import ExplicitCalcRequest, ModelRequest, count
 
 #: label of a pasted config in the ledger
 PASTED = "pasted config.json"
-#: engines ``make_plan`` models (the others get the calculator's figures only)
-PLAN_ENGINES = ("vllm", "sglang")
 #: most points on the context-length chart
 CHART_POINTS = 9
 
@@ -86,7 +85,7 @@ class ModelInputs:
 
     model: str | None
     config: dict[str, Any] | None
-    engine: str
+    engine: Layout
     engine_version: str | None
     kv_dtype: str
     tp: int
@@ -102,6 +101,12 @@ class ModelInputs:
     auto_fit: bool = False
     #: vLLM/SGLang ``--kv-cache-memory`` (bytes per GPU); replaces the utilization arithmetic
     kv_cache_memory_bytes: int | None = None
+
+    @property
+    def planned(self) -> Engine | None:
+        """The engine ``make_plan`` models here; ``None`` for the others (the calculator's
+        figures only)."""
+        return planned_engine(self.engine)
 
     @classmethod
     def from_request(cls, request: ModelRequest) -> ModelInputs:
@@ -126,7 +131,7 @@ class ModelInputs:
                 field="max_model_len",
             )
         kv_memory = _size(request.kv_cache_memory, field="kv_cache_memory", example="20GiB")
-        if kv_memory is not None and request.engine not in PLAN_ENGINES:
+        if kv_memory is not None and planned_engine(request.engine) is None:
             raise ConfigError(
                 f"kv_cache_memory: a vLLM/SGLang knob and engine is {request.engine}; "
                 "pick engine vllm or sglang, or leave it empty",
@@ -222,7 +227,9 @@ def calc(
     )
 
 
-def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) -> PlanRequest:
+def plan_request(
+    inputs: ModelInputs, engine: Engine, model_id: str, max_model_len: int | None
+) -> PlanRequest:
     """The PlanRequest ``kvbudget plan`` builds from the same flags."""
     return PlanRequest(
         model=model_id,
@@ -230,7 +237,7 @@ def plan_request(inputs: ModelInputs, model_id: str, max_model_len: int | None) 
         gpu_memory_bytes=inputs.gpu_memory_bytes,
         tp=inputs.tp,
         pp=inputs.pp,
-        engine=cast(Any, inputs.engine),
+        engine=engine,
         engine_version=inputs.engine_version,
         gpu_memory_utilization=inputs.gpu_memory_utilization,
         max_model_len=max_model_len,
@@ -245,9 +252,10 @@ def plan(
     inputs: ModelInputs, spec: ModelSpec, model_id: str, max_model_len: int | None
 ) -> PlanResult | None:
     """``make_plan`` for vLLM and SGLang; None for engines the planner does not model."""
-    if inputs.engine not in PLAN_ENGINES:
+    engine = inputs.planned
+    if engine is None:
         return None
-    return make_plan(plan_request(inputs, model_id, max_model_len), spec)
+    return make_plan(plan_request(inputs, engine, model_id, max_model_len), spec)
 
 
 def structural(
@@ -292,7 +300,7 @@ def model_commands(inputs: ModelInputs, model_id: str, num_tokens: int) -> list[
     if inputs.block_size is not None and inputs.engine == "vllm":
         calc_argv += ["--block-size", str(inputs.block_size)]
     commands = [shlex.join(calc_argv)]
-    if inputs.engine in PLAN_ENGINES:
+    if inputs.planned is not None:
         plan_argv = ["kvbudget", "plan", *common, "--engine", inputs.engine]
         length = "auto" if inputs.auto_fit else str(num_tokens)
         plan_argv += ["--kv-dtype", inputs.kv_dtype, "--max-model-len", length]

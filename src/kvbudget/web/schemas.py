@@ -7,17 +7,16 @@ flags use, so the web and the command line refuse the same inputs with the same 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
+from kvbudget.capacity.layouts.base import Layout
 from kvbudget.errors import ConfigError
 from kvbudget.units import parse_count
 
 #: A count as JSON sends it: 4096, 4096.0 or "4K" (bools are refused).
 RawCount = StrictInt | StrictFloat | StrictStr
-
-Engine = Literal["hf", "vllm", "sglang", "llamacpp"]
 
 
 def count(value: RawCount | None, *, field: str, minimum: int = 1) -> int:
@@ -61,7 +60,7 @@ class ModelRequest(BaseModel):
     config: dict[str, Any] | None = Field(
         default=None, description="a pasted Hugging Face config.json (JSON object)"
     )
-    engine: Engine = "vllm"
+    engine: Layout = "vllm"
     kv_dtype: str = "auto"
     tp: RawCount = 1
     pp: RawCount = 1

@@ -10,13 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, Literal, get_args
 
-from kvbudget.errors import KvbudgetError
+from kvbudget.engine_name import EngineName
+from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.spec.layers import has_indexer
 
 if TYPE_CHECKING:
     from kvbudget.spec.model import ModelSpec
+
+#: a KV layout ``calc`` applies: transformers' own cache (``hf``) or one engine's (its name);
+#: a layout is not an engine (``hf`` serves nothing), so it is its own type
+Layout = Literal["hf", EngineName]
+#: the layouts, in the order ``calc --engine`` lists them
+LAYOUTS: Final[tuple[Layout, ...]] = get_args(Layout)
+_LAYOUT_OF: Final[dict[str, Layout]] = {name: name for name in LAYOUTS}
+
+
+def parse_layout(text: str) -> Layout:
+    """``text`` as a layout, or the one-line refusal naming the field ``engine`` and the choices."""
+    layout = _LAYOUT_OF.get(text)
+    if layout is None:
+        raise ConfigError(
+            f"engine: {text!r} is unknown; choose one of {', '.join(LAYOUTS)}", field="engine"
+        )
+    return layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +80,7 @@ class StageBytes:
 class LayoutResult:
     """KV bytes of one deployment under one engine's layout."""
 
-    engine: str
+    engine: Layout
     kv_dtype: str
     tokens: int
     seqs: int
@@ -105,8 +123,6 @@ class LayoutResult:
 
 def check_load(tokens: int, seqs: int, tp: int, pp: int, dp: int) -> None:
     """Refuse non-positive counts with a one-line error naming the field."""
-    from kvbudget.errors import ConfigError
-
     for name, value in (("tokens", tokens), ("seqs", seqs), ("tp", tp), ("pp", pp), ("dp", dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}", field=name)
@@ -124,7 +140,7 @@ class LayoutNotApplicable(KvbudgetError):
         self.reason = reason
 
 
-def refuse_indexer(spec: ModelSpec, engine: str) -> None:
+def refuse_indexer(spec: ModelSpec, engine: Layout) -> None:
     """A layout that does not model a sparse-attention indexer's key cache refuses the model
     rather than give the K/V or latent alone (a partial number)."""
     if has_indexer(spec.layers):
