@@ -68,13 +68,15 @@ def _latencies(point_scenario: dict[str, Any]) -> dict[str, list[float]]:
     requests, cluster.concurrency = build_workload(scenario)
     cluster.record_token_times = True
     result = simulate(requests, cluster, seed=scenario.seed)
-    done = [r for r in result.requests if r.status == "finished"]
-    return {
-        "ttft": [r.first_token_s - r.arrival_s for r in done],
-        "tpot": [(r.finish_s - r.first_token_s) / (r.output_tokens - 1) for r in done],
-        "itl": [float(g) for r in done for g in np.diff(r.token_times_s)],
-        "e2e": [r.finish_s - r.arrival_s for r in done],
-    }
+    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "e2e": []}
+    for r in result.requests:
+        if r.status != "finished" or r.first_token_s is None or r.finish_s is None:
+            continue
+        out["ttft"].append(r.first_token_s - r.arrival_s)
+        out["tpot"].append((r.finish_s - r.first_token_s) / (r.output_tokens - 1))
+        out["itl"].extend(float(g) for g in np.diff(r.token_times_s))
+        out["e2e"].append(r.finish_s - r.arrival_s)
+    return out
 
 
 def test_a_point_gives_mean_median_and_the_chosen_percentiles_of_four_metrics() -> None:
