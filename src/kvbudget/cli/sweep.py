@@ -171,10 +171,10 @@ def sweep(
         + f"\n  wall {outcome.wall_s:.1f} s (Ray start {outcome.ray_start_s:.1f} s, "
         f"simulating {outcome.simulate_s:.1f} s)"
     )
-    names = ", ".join(f"p{q:g}" for q in outcome.metric_percentiles)
-    click.echo(
-        f"  per point (results.csv): mean, median, {names} of TTFT, TPOT, ITL and E2E (seconds)"
+    names = ", ".join(
+        ["mean", "median", *(f"p{q:g}" for q in outcome.metric_percentiles if q != 50)]
     )
+    click.echo(f"  per point (results.csv): {names} of TTFT, TPOT, ITL and E2E (seconds)")
     for line in lines:
         click.echo(f"  {line}")
     if not lines and outcome.slo is None:
