@@ -42,6 +42,7 @@ from kvbudget.accept.run import (
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.accept.tier_checks import tier_stop_statuses
 from kvbudget.accept.verdicts import overall_verdict, row_summaries
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, reported_percentiles
 from kvbudget.records import Provenance
 
 
@@ -233,7 +234,11 @@ def run_acceptance(
     resume: bool = False,
     progress: Progress | None = None,
     run_async: RunAsync | None = None,
+    metric_percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
 ) -> AcceptResult:
+    """The whole acceptance run. ``metric_percentiles`` (``--metric-percentiles``, vLLM bench
+    serve's flag): the percentiles each cell's TTFT, TPOT, ITL and E2E are reported at beside
+    the mean and median; the stop conditions are judged at their own percentiles regardless."""
     rng = np.random.default_rng([plan.seed, 7])
     check_quality_files(plan)
     if out_dir is not None:
@@ -246,7 +251,13 @@ def run_acceptance(
         pool_rows, pool_blocking = pool_side_by_side(prepared.ledger.pool, info.engine_report)
         blocking += pool_blocking
         outcome = run_matrix(
-            plan, target, out_dir=out_dir, resume=resume, progress=progress, rng=rng
+            plan,
+            target,
+            out_dir=out_dir,
+            resume=resume,
+            progress=progress,
+            rng=rng,
+            percentiles=metric_percentiles,
         )
         found: dict[str, Any] = {}
         if plan.stop.search_highest_load:
@@ -311,4 +322,5 @@ def run_acceptance(
         rollback=rollback_steps(plan, drill),
         rollback_drill=drill,
         canary=canary_steps(plan),
+        metric_percentiles=list(reported_percentiles(metric_percentiles)),
     )

@@ -12,7 +12,7 @@ from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.quality import evaluate_checkpoint
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import CellResult, MetricSummary, TimeSeries
-from kvbudget.accept.stats import summarize
+from kvbudget.accept.stats import PERCENTILES, summarize
 from kvbudget.accept.targets import CellRun
 from kvbudget.accept.tier_checks import summarize_tiers, tier_checks
 from kvbudget.accept.verdicts import CellEvidence, cell_checks, cell_verdict
@@ -164,12 +164,14 @@ def summarize_cell(
     synthetic_text: bool,
     rng: np.random.Generator,
     skipped_reason: str | None = None,
+    percentiles: Sequence[float] = PERCENTILES,
 ) -> tuple[CellResult, CellEvidence]:
-    """Summaries, checks and verdict of one cell over its repetitions."""
+    """Summaries, checks and verdict of one cell over its repetitions; each metric's summary
+    holds ``percentiles`` (``--metric-percentiles``) beside p50/p90/p95/p99."""
     input_tier, concurrency_tier = cell_id.split("/", 1)
     records = [r for run in runs for r in run.records if not r.warmup]
     summaries: dict[str, MetricSummary] = {
-        m: summarize(_values(records, m), rng, metric=m) for m in METRICS
+        m: summarize(_values(records, m), rng, metric=m, percentiles=percentiles) for m in METRICS
     }
     capacity_error = next((run.capacity_error for run in runs if run.capacity_error), None)
     num_oom = sum(1 for r in records if r.error_kind == "oom")

@@ -276,6 +276,9 @@ class AcceptResult(ResultDocument):
     #: the rollback drill (kvbudget.accept.drill): measured time to ready / first ok, verdict
     rollback_drill: dict[str, Any] = Field(default_factory=dict)
     canary: list[str] = Field(default_factory=list)
+    #: the percentiles the report shows per cell beside the mean and median
+    #: (``--metric-percentiles`` with p50 and p99; older documents: p50/p90/p95/p99)
+    metric_percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
 
     @model_validator(mode="before")
     @classmethod

@@ -23,7 +23,7 @@ are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
 from kvbudget.accept.result import CellResult, Ledger, Verdict
 from kvbudget.accept.resume_files import load_progress
+from kvbudget.accept.stats import PERCENTILES
 from kvbudget.accept.targets import CellRun, Target
 from kvbudget.accept.verdicts import row_stopped
 from kvbudget.accept.workloads import cell_requests, warmup_requests
@@ -210,8 +211,10 @@ def run_matrix(
     cells_subset: list[str] | None = None,
     progress: Progress | None = None,
     rng: np.random.Generator,
+    percentiles: Sequence[float] = PERCENTILES,
 ) -> MatrixOutcome:
-    """Warm-up then every (or the listed) cell with its repetitions."""
+    """Warm-up then every (or the listed) cell with its repetitions; each cell's summaries
+    hold ``percentiles`` (``--metric-percentiles``) beside p50/p90/p95/p99."""
     info = target.info
     kind = info.source
     done, notes = load_progress(out_dir) if (out_dir is not None and resume) else ({}, [])
@@ -310,6 +313,7 @@ def run_matrix(
                 synthetic_text=info.synthetic_text,
                 rng=rng,
                 skipped_reason=skipped,
+                percentiles=percentiles,
             )
             results.append(result)
             all_runs[cell_id] = runs

@@ -21,8 +21,15 @@ from kvbudget.accept.result import MetricSummary, PercentileCI
 from kvbudget.metrics import stats as mstats
 from kvbudget.metrics.summary import summarize as metrics_summarize
 
+#: always summarized: every percentile a stop condition can gate (``stop.ttft_s.p95`` ...)
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 DEFAULT_RESAMPLES = 1000
+
+
+def summary_percentiles(chosen: Sequence[float] = PERCENTILES) -> tuple[float, ...]:
+    """``chosen`` (``--metric-percentiles``) with p50/p90/p95/p99 added, in order: the stop
+    conditions and the charts' p95 are always there, whatever the report shows."""
+    return tuple(sorted({*PERCENTILES, *chosen}))
 
 
 def summarize(
@@ -31,14 +38,21 @@ def summarize(
     num_resamples: int = DEFAULT_RESAMPLES,
     *,
     metric: str = "value",
+    percentiles: Sequence[float] = PERCENTILES,
 ) -> MetricSummary:
-    """p50/p90/p95/p99 with CIs, the mean, the count and small-sample warnings."""
+    """p50/p90/p95/p99 and ``percentiles`` with CIs, the mean, the count and small-sample
+    warnings (each resample gives every percentile, so adding one leaves the others' CIs as
+    they were)."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
         return MetricSummary(n=0, warnings=["no samples"])
     s = metrics_summarize(
-        arr, rng, metric=metric, percentiles=PERCENTILES, num_bootstrap=num_resamples
+        arr,
+        rng,
+        metric=metric,
+        percentiles=summary_percentiles(percentiles),
+        num_bootstrap=num_resamples,
     )
     out: dict[str, PercentileCI] = {}
     for key, est in s.percentiles.items():

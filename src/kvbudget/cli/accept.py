@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from kvbudget.cli.vocab import METRIC_PERCENTILES, METRIC_PERCENTILES_HELP
+
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
@@ -42,6 +44,12 @@ REPORT_FILES = ("report.json", "report.md", "report.html")
     "(escaped) in the report (default: sha256 hashes only, no text).",
 )
 @click.option(
+    METRIC_PERCENTILES,
+    "metric_percentiles",
+    help=METRIC_PERCENTILES_HELP
+    + " Per cell in the reports; the stop conditions are judged at their own percentiles.",
+)
+@click.option(
     "--fail-on-verdict",
     is_flag=True,
     help="Exit 1 unless the overall verdict is pass (for CI gates).",
@@ -55,19 +63,30 @@ def accept(
     quiet: bool,
     keep_prompts: bool,
     fail_on_verdict: bool,
+    metric_percentiles: str | None,
 ) -> None:
     """Run a capacity acceptance plan: idle baseline, warm-up, the nine cells (short/medium/long
     x single/normal/peak) with repetitions, single-factor comparisons, verdicts and reports.
 
     Targets (plan target.kind): sim (default; virtual time), serve (kvbudget serve on
     127.0.0.1, real time) and http (a real OpenAI-compatible endpoint). Simulated figures are
-    labelled simulated and their quality checks untested. Exit status: 0 when the run completed (whatever the verdict;
+    labelled simulated and their quality checks untested. Each cell reports the mean, median
+    and --metric-percentiles of TTFT, TPOT, ITL and E2E. Exit status: 0 when the run completed (whatever the verdict;
     with --fail-on-verdict: 0 only for pass, else 1), 1 when a requested audit failed (the
     report is written, its Audits section says why), 2 for bad input.
     """
     from kvbudget.accept.planfile import load_plan, plan_json_schema
     from kvbudget.errors import ConfigError
+    from kvbudget.metrics.percentile_set import (
+        DEFAULT_METRIC_PERCENTILES,
+        parse_metric_percentiles,
+    )
 
+    percentiles = (
+        DEFAULT_METRIC_PERCENTILES
+        if metric_percentiles is None
+        else parse_metric_percentiles(metric_percentiles)
+    )
     if show_schema:
         click.echo(json.dumps(plan_json_schema(), indent=2))
         return
@@ -116,7 +135,13 @@ def accept(
             bar.update(task, description=f"cell {cell_id}", completed=step - 1, total=total)
 
         doc = run_acceptance(
-            plan, factory, out_dir=out_dir, resume=resume, progress=progress, run_async=run_async
+            plan,
+            factory,
+            out_dir=out_dir,
+            resume=resume,
+            progress=progress,
+            run_async=run_async,
+            metric_percentiles=percentiles,
         )
     doc.anomalies.extend(unstable_queues(out_dir))
     failed = failure_line(plan, out_dir)

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from kvbudget.cli.vocab import METRIC_PERCENTILES, METRIC_PERCENTILES_HELP
+
 
 @click.command("sweep", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("grid", type=click.Path(dir_okay=False))
@@ -58,6 +60,12 @@ import click
     help="With --slo: a rate (requests/s) to find the cheapest configuration for; repeat it "
     "[default: the grid's rate_per_s values].",
 )
+@click.option(
+    METRIC_PERCENTILES,
+    "metric_percentiles",
+    help=METRIC_PERCENTILES_HELP
+    + " Per point, in results.jsonl/.csv; p50, p99 and the SLOs' own percentiles are added.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def sweep(
     grid: str,
@@ -68,16 +76,19 @@ def sweep(
     slo: str | None,
     capacity_requests: int | None,
     target_rates: tuple[float, ...],
+    metric_percentiles: str | None,
     as_json: bool,
 ) -> None:
     """Simulate every point of GRID (YAML: models x GPUs x TP x KV dtype x max length x prefix
     caching x router x replicas x arrival rate) on Ray and state the cheapest configuration
     meeting each SLO. With --slo, also each configuration's highest rate meeting it (kvbudget
-    capacity's search) and the cheapest configuration for each --target-rate. Figures are
+    capacity's search) and the cheapest configuration for each --target-rate. Each point gives
+    the mean, median and --metric-percentiles of TTFT, TPOT, ITL and E2E. Figures are
     *simulated* (each row names its timing model). See docs/commands/sweep.md.
     """
     from kvbudget.errors import ConfigError
     from kvbudget.maxload.slo import parse_slo
+    from kvbudget.metrics.percentile_set import parse_metric_percentiles
     from kvbudget.ray_support import import_ray
     from kvbudget.sweep.capacity import capacity_lines
     from kvbudget.sweep.grid import expand, load_grid
@@ -88,6 +99,7 @@ def sweep(
     expand(load_grid(grid), origin=Path(grid).name)  # grid mistakes before Ray starts
     if slo is not None:
         parse_slo(slo)
+    chosen = None if metric_percentiles is None else parse_metric_percentiles(metric_percentiles)
     for flag, value in (
         ("--capacity-requests", capacity_requests),
         ("--target-rate", target_rates),
@@ -112,6 +124,7 @@ def sweep(
         slo=slo,
         capacity_requests=capacity_requests,
         target_rates=target_rates,
+        metric_percentiles=chosen,
     )
     if show:
         click.echo("", err=True)
@@ -130,6 +143,7 @@ def sweep(
                     "ray_start_s": outcome.ray_start_s,
                     "simulate_s": outcome.simulate_s,
                     "files": outcome.files,
+                    "metric_percentiles": outcome.metric_percentiles,
                     "cheapest": outcome.cheapest,
                     **(
                         {
@@ -157,6 +171,10 @@ def sweep(
         + f"\n  wall {outcome.wall_s:.1f} s (Ray start {outcome.ray_start_s:.1f} s, "
         f"simulating {outcome.simulate_s:.1f} s)"
     )
+    names = ", ".join(
+        ["mean", "median", *(f"p{q:g}" for q in outcome.metric_percentiles if q != 50)]
+    )
+    click.echo(f"  per point (results.csv): {names} of TTFT, TPOT, ITL and E2E (seconds)")
     for line in lines:
         click.echo(f"  {line}")
     if not lines and outcome.slo is None:

@@ -3,7 +3,11 @@
 One row per kind of load (Poisson rate, closed-loop concurrency), one column per SLO figure
 (each statistic term, and goodput when the SLO sets a floor). Points of the first seed's search, one
 colour per probe length (the rate's confirmation runs are longer): filled where the point met
-the whole SLO, hollow where it did not; a cross marks a rate whose queue grew. The dashed red line is the term's limit; the dotted vertical line the answer. The
+the whole SLO, hollow where it did not; a cross marks a rate whose queue grew, and a hollow
+down-pointing triangle (legend "stopped early") a probe stopped before sending all its requests
+because the SLO was clearly broken (``--base-url``: :mod:`kvbudget.maxload.early_stop`; its
+figures are over the requests sent). The dashed red line is the term's limit; the dotted
+vertical line the answer. The
 title says what the figures are (``simulated``, with the timing model). Deterministic SVG (no
 date, fixed hash salt) as :mod:`kvbudget.report.charts` writes it.
 """
@@ -18,6 +22,16 @@ from kvbudget.maxload.run import Capacity
 _MS = 1e3
 #: one colour per probe length (the rate's confirmation runs longer probes)
 _COLORS = ("#1565c0", "#6a1b9a", "#ef6c00")
+#: the marker of a probe stopped early (the SLO clearly broken before all requests were sent)
+STOPPED_MARKER = "v"
+STOPPED_LABEL = "stopped early"
+
+
+def marker(point: Point) -> str:
+    """A probe's marker: stopped early, queue grew, else a circle."""
+    if point.stopped_early is not None:
+        return STOPPED_MARKER
+    return "x" if point.queue is not None else "o"
 
 
 def _panels(cap: Capacity) -> list[tuple[str, str, float, bool]]:
@@ -66,6 +80,7 @@ def write_chart(path: Path, cap: Capacity, *, figures: str) -> None:
             for c, (key, ylabel, limit, floor) in enumerate(panels):
                 ax = axes[r][c]
                 sizes = sorted({p.num_requests for p in points})
+                stopped = False
                 for i, size in enumerate(sizes):
                     color = _COLORS[i % len(_COLORS)]
                     group = [p for p in points if p.num_requests == size]
@@ -81,9 +96,19 @@ def write_chart(path: Path, cap: Capacity, *, figures: str) -> None:
                         y = _value(p, key)
                         if y is None:
                             continue
-                        marker = "x" if p.queue is not None else "o"
                         face = color if p.meets_slo else "none"
-                        ax.plot([p.load], [y], marker=marker, color=color, mfc=face, ls="none")
+                        ax.plot([p.load], [y], marker=marker(p), color=color, mfc=face, ls="none")
+                        stopped = stopped or p.stopped_early is not None
+                if stopped:  # one legend entry for the marker, whatever the probe length
+                    ax.plot(
+                        [],
+                        [],
+                        marker=STOPPED_MARKER,
+                        color="#424242",
+                        mfc="none",
+                        ls="none",
+                        label=STOPPED_LABEL,
+                    )
                 ax.axhline(
                     limit, color="#c62828", ls="--", lw=1, label="SLO " + (">=" if floor else "<=")
                 )

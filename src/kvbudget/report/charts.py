@@ -23,6 +23,7 @@ from matplotlib.ticker import Formatter
 
 from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
 from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.report.markdown import shown_percentiles
 from kvbudget.report.summary import offered_rate
 
 VERDICT_COLORS = {
@@ -173,9 +174,15 @@ def verdict_heatmap(doc: AcceptResult) -> str:
     return _svg(fig)
 
 
+#: markers of the latency chart's percentile series, in order (the median first)
+_PCT_MARKERS = ("s", "^", "o", "D", "v", "P", "X", "*")
+
+
 def latency_vs_load(doc: AcceptResult) -> str:
-    """TTFT and TPOT (p50 and p95 with 95% CIs) against the concurrency tier, one panel per
-    input tier, with the declared ceilings as horizontal lines."""
+    """TTFT and TPOT (the median and each percentile of the document's ``metric_percentiles``,
+    ``--metric-percentiles``, with 95% CIs) against the concurrency tier, one panel per input
+    tier, with the declared ceilings as horizontal lines."""
+    pcts = shown_percentiles(doc.metric_percentiles)
     grid = _grid(doc.cells)
     tiers = _input_tiers(doc)
     fig, axes = plt.subplots(2, len(tiers), figsize=(12.0, 5.6), sharex="col", squeeze=False)
@@ -184,7 +191,8 @@ def latency_vs_load(doc: AcceptResult) -> str:
         for row, (metric, scale, unit) in enumerate((("ttft_s", 1.0, "s"), ("tpot_s", 1e3, "ms"))):
             ax = axes[row][col]
             seen: list[float] = []
-            for pct, marker in (("p50", "s"), ("p95", "o")):
+            for i, pct in enumerate(pcts):
+                marker = _PCT_MARKERS[i % len(_PCT_MARKERS)]
                 ys, lo, hi = [], [], []
                 for ct in CONCURRENCY_TIERS:
                     cell = grid.get((it, ct))
@@ -197,7 +205,8 @@ def latency_vs_load(doc: AcceptResult) -> str:
                     hi.append(
                         max(est.high * scale - v, 0.0) if est and est.high is not None else 0.0
                     )
-                ax.errorbar(x, ys, yerr=[lo, hi], marker=marker, capsize=3, label=pct)
+                label = "median" if pct == "p50" else pct
+                ax.errorbar(x, ys, yerr=[lo, hi], marker=marker, capsize=3, label=label)
                 seen.extend(y for y in ys if math.isfinite(y) and y > 0)
             for i, (pct, limit) in enumerate(_ceilings(doc, metric)):
                 ax.axhline(
@@ -218,7 +227,8 @@ def latency_vs_load(doc: AcceptResult) -> str:
             ax.legend(fontsize=6, loc="upper left")
             if row == 1:
                 ax.set_xlabel("load (achieved = completed requests/s)")
-    fig.suptitle(f"Latency against load per input tier (p50, p95 with 95% CIs) — {_kind(doc)}")
+    named = ", ".join(["median", *pcts[1:]])
+    fig.suptitle(f"Latency against load per input tier ({named} with 95% CIs) — {_kind(doc)}")
     fig.tight_layout()
     return _svg(fig)
 

@@ -15,7 +15,6 @@ from kvbudget.report.charts import CHARTS, render_charts
 from kvbudget.report.lifecycle import lifecycle_html
 from kvbudget.report.markdown import (
     CELL_HEADER,
-    PCT_HEADER,
     PRED_HEADER,
     REP_HEADER,
     TIER_HEADER,
@@ -23,6 +22,7 @@ from kvbudget.report.markdown import (
     delta_header,
     delta_rows,
     pairs_text,
+    pct_header,
     percentile_rows,
     prediction_rows,
     repetition_rows,
@@ -158,7 +158,12 @@ def details_section(doc: AcceptResult, charts: dict[str, str]) -> str:
         )
         out.append(_table(DETAIL_HEADER, detail_rows(doc, cell)))
         if cell.summaries:
-            out.append(_table(PCT_HEADER, percentile_rows(cell)))
+            out.append(
+                _table(
+                    pct_header(doc.metric_percentiles),
+                    percentile_rows(cell, doc.metric_percentiles),
+                )
+            )
         if len(cell.per_repetition) > 1:
             out.append(_table(REP_HEADER, repetition_rows(cell)))
         if cell.output_excerpts:

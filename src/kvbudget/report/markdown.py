@@ -91,13 +91,25 @@ def split_verdicts(cell: CellResult) -> tuple[str, str]:
     return worst(perf), worst(qual)
 
 
-def percentile_rows(cell: CellResult) -> list[list[str]]:
-    """One row per metric: n, the mean, then each percentile as ``value [low, high]``
-    (seconds; the median is p50)."""
+#: the percentiles a report shows per cell when its document does not say (older reports)
+DEFAULT_SHOWN = (50.0, 90.0, 95.0, 99.0)
+
+
+def shown_percentiles(percentiles: Sequence[float] = DEFAULT_SHOWN) -> list[str]:
+    """The percentile keys of the per-cell table: the median (p50) first, then the others of
+    ``percentiles`` (the document's ``metric_percentiles``: ``--metric-percentiles``)."""
+    return ["p50", *(f"p{q:g}" for q in sorted(set(percentiles)) if q != 50.0)]
+
+
+def percentile_rows(
+    cell: CellResult, percentiles: Sequence[float] = DEFAULT_SHOWN
+) -> list[list[str]]:
+    """One row per metric: n, the mean, then the median and each other percentile of
+    ``percentiles`` as ``value [low, high]`` (seconds); ``—`` where the data does not exist."""
     rows = []
     for metric, summary in cell.summaries.items():
         row = [metric, str(summary.n), "—" if summary.mean is None else _num(summary.mean)]
-        for key in ("p50", "p90", "p95", "p99"):
+        for key in shown_percentiles(percentiles):
             est = summary.percentiles.get(key)
             if est is None:
                 row.append("—")
@@ -110,16 +122,16 @@ def percentile_rows(cell: CellResult) -> list[list[str]]:
     return rows
 
 
-PCT_HEADER = [
-    "metric (s)",
-    "n",
-    "mean",
-    "median (p50) [95% CI]",
-    "p90",
-    "p95",
-    "p99",
-    "small-sample warnings",
-]
+def pct_header(percentiles: Sequence[float] = DEFAULT_SHOWN) -> list[str]:
+    """The per-cell percentile table's header for ``percentiles``."""
+    return [
+        "metric (s)",
+        "n",
+        "mean",
+        "median (p50) [95% CI]",
+        *shown_percentiles(percentiles)[1:],
+        "small-sample warnings",
+    ]
 
 
 REP_HEADER = ["repetition", "n", "TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95"]
@@ -348,9 +360,10 @@ def render_markdown(doc: AcceptResult) -> str:
         for row in detail_rows(doc, cell):
             add("| " + " | ".join(_md(x) for x in row) + " |")
         add("")
-        add("| " + " | ".join(PCT_HEADER) + " |")
-        add("|" + "---|" * len(PCT_HEADER))
-        for row in percentile_rows(cell):
+        header = pct_header(doc.metric_percentiles)
+        add("| " + " | ".join(header) + " |")
+        add("|" + "---|" * len(header))
+        for row in percentile_rows(cell, doc.metric_percentiles):
             add("| " + " | ".join(_md(x) for x in row) + " |")
         add("")
         if len(cell.per_repetition) > 1:

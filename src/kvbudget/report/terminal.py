@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvbudget.accept.result import AcceptResult
-from kvbudget.report.markdown import CELL_HEADER, cell_row
+from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.report.markdown import CELL_HEADER, cell_row, shown_percentiles
 from kvbudget.report.summary import capacity_sentences, peak_throughput
 
 STYLE = {
@@ -19,6 +19,35 @@ STYLE = {
     "not_comparable": "yellow",
     "blocked": "yellow",
 }
+
+
+#: the metrics of the per-cell latency table: (summary key, label, unit, scale)
+LATENCY_COLUMNS = (
+    ("ttft_s", "TTFT", "s", 1.0),
+    ("tpot_s", "TPOT", "ms", 1e3),
+    ("itl_s", "ITL", "ms", 1e3),
+    ("e2e_s", "E2E", "s", 1.0),
+)
+
+
+def latency_header(percentiles: list[float]) -> list[str]:
+    """``TTFT s: mean / median / p90 / p95 / p99`` per metric, after ``cell``."""
+    stats = " / ".join(["mean", "median", *shown_percentiles(percentiles)[1:]])
+    return ["cell", *(f"{label} {unit}: {stats}" for _, label, unit, _ in LATENCY_COLUMNS)]
+
+
+def latency_row(cell: CellResult, percentiles: list[float]) -> list[str]:
+    """A cell's mean, median and chosen percentiles of each metric, ``—`` where it has none
+    (ITL where the target recorded no token times)."""
+    out = [cell.cell_id]
+    for key, _, _, scale in LATENCY_COLUMNS:
+        summary = cell.summaries.get(key)
+        if summary is None or not summary.n:
+            out.append("—")
+            continue
+        values = [summary.mean, *(summary.pct(k) for k in shown_percentiles(percentiles))]
+        out.append(" / ".join("—" if v is None else f"{v * scale:.3g}" for v in values))
+    return out
 
 
 def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | None) -> None:
@@ -31,6 +60,16 @@ def print_summary(doc: AcceptResult, paths: dict[str, Path], *, wall_s: float | 
         row[1] = f"[{STYLE[cell.verdict]}]{row[1]}[/]"
         table.add_row(*row)
     console.print(table)
+    latency = Table(
+        title="Latency per cell (mean, median and --metric-percentiles; TPOT and ITL in ms)"
+    )
+    for name in latency_header(doc.metric_percentiles):
+        latency.add_column(escape(name))
+    for cell in doc.cells:
+        if cell.summaries:
+            latency.add_row(*(escape(x) for x in latency_row(cell, doc.metric_percentiles)))
+    if latency.row_count:
+        console.print(latency)
     for sentence in capacity_sentences(doc):
         console.print(escape(sentence))
     console.print(escape(peak_throughput(doc)))

@@ -1,9 +1,11 @@
-"""``pareto.svg``: cost (or GPUs) against TTFT p99 and TPOT p99, one colour per arrival rate.
+"""``pareto.svg``: cost (or GPUs) against TTFT and TPOT, one colour per arrival rate.
 
 x is the cost per million output tokens when the grid prices every simulated point's GPU,
-else the number of GPUs (tp x replicas). Each rate's Pareto front (no other point at that
-rate is both cheaper and faster) is drawn as a step line; each SLO's p99 ceiling is a dashed
-line. Points where some request did not finish are left out (their percentiles describe only
+else the number of GPUs (tp x replicas). y is p99 of TTFT and of TPOT, or, with ``--slo``, the
+statistic its term on that metric names (``ttft_p95<1s`` plots TTFT p95); an ``--slo`` term on
+ITL or E2E adds a panel. Each rate's Pareto front (no other point at that rate is both cheaper
+and faster) is drawn as a step line; each ceiling at the plotted statistic (``--slo``'s, and a
+grid SLO's) is a dashed line with its name. Points where some request did not finish are left out (their percentiles describe only
 the requests that did). A self-contained SVG (matplotlib, Agg; text as SVG text, no external
 references, no date), the same rows giving the same bytes.
 """
@@ -36,8 +38,41 @@ def _x_axis(rows: Sequence[dict[str, Any]]) -> tuple[str, str]:
     return "num_gpus", "GPUs (tp x replicas)"
 
 
-def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
-    """The chart as an SVG document (text)."""
+#: panel label and scale of each latency metric (TPOT and ITL in ms)
+_METRICS = {"ttft": ("TTFT", "s", 1.0), "tpot": ("TPOT", "ms", 1e3), "itl": ("ITL", "ms", 1e3)}
+_METRICS["e2e"] = ("E2E", "s", 1.0)
+
+
+def panels(
+    grid: GridFile, slo: str | None = None
+) -> list[tuple[str, str, list[tuple[str, float]]]]:
+    """(row key, y label, [(line label, ceiling in s)]) of each panel.
+
+    TTFT and TPOT always, and each metric ``slo`` names; a panel's statistic is ``slo``'s first
+    term on that metric (else p99), and its lines are the ceilings at that statistic.
+    """
+    from kvbudget.maxload.slo import parse_slo
+
+    terms = [] if slo is None else [t for t in parse_slo(slo).statistic_terms]
+    metrics = ["ttft", "tpot", *(t.metric for t in terms if t.metric not in ("ttft", "tpot"))]
+    out: list[tuple[str, str, list[tuple[str, float]]]] = []
+    for metric in dict.fromkeys(metrics):
+        own = [t for t in terms if t.metric == metric]
+        stat = own[0].statistic if own and own[0].statistic else "p99"
+        lines = [(f"--slo {t.name}", t.ceiling_s) for t in own if t.statistic == stat]
+        for s in grid.slos:
+            ceilings = s.ttft_s if metric == "ttft" else s.tpot_s if metric == "tpot" else None
+            value = None if ceilings is None else dict(ceilings.items()).get(stat)
+            if value is not None:
+                lines.append((f"SLO {s.name} {stat}", value))
+        name, unit, _ = _METRICS[metric]
+        out.append((f"{metric}_{stat}_s", f"{name} {stat} ({unit})", lines))
+    return out
+
+
+def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile, *, slo: str | None = None) -> str:
+    """The chart as an SVG document (text); ``slo`` (``--slo``) sets the statistics plotted and
+    draws its ceilings."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,11 +93,11 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
     timing = sorted({str(r.get("timing_model")) for r in usable}) or ["none"]
     rates = sorted({float(r.get("rate_per_s") or 0.0) for r in usable})
     colors = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
-    for ax, metric, label, scale in (
-        (axes[0], "ttft_p99_s", "TTFT p99 (s)", 1.0),
-        (axes[1], "tpot_p99_s", "TPOT p99 (ms)", 1e3),
-    ):
+    specs = panels(grid, slo)
+    fig, axs = plt.subplots(1, len(specs), figsize=(4.5 * len(specs), 3.6), squeeze=False)
+    axes = list(axs[0])
+    for ax, (metric, label, lines) in zip(axes, specs, strict=True):
+        scale = _METRICS[metric.split("_", 1)[0]][2]
         for i, rate in enumerate(rates):
             pts = [
                 (float(r[xkey]), float(r[metric]) * scale)
@@ -82,12 +117,11 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
                 lw=1.2,
                 label=(f"{rate:g} req/s" if rate else "closed loop") if ax is axes[0] else None,
             )
-        for slo in grid.slos:
-            ceiling = (slo.ttft_s if metric.startswith("ttft") else slo.tpot_s).p99
+        for line_label, ceiling in lines:
             if ceiling is not None:
                 ax.axhline(ceiling * scale, color="0.4", ls="--", lw=0.8)
                 ax.annotate(
-                    f"SLO {slo.name} p99",
+                    f"{line_label} <= {ceiling * scale:g}",
                     (0.01, ceiling * scale),
                     xycoords=("axes fraction", "data"),
                     ha="left",
@@ -123,5 +157,7 @@ def render_pareto(rows: Sequence[dict[str, Any]], grid: GridFile) -> str:
     return re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
 
 
-def write_pareto(path: Path, rows: Sequence[dict[str, Any]], grid: GridFile) -> None:
-    path.write_text(render_pareto(rows, grid), encoding="utf-8")
+def write_pareto(
+    path: Path, rows: Sequence[dict[str, Any]], grid: GridFile, *, slo: str | None = None
+) -> None:
+    path.write_text(render_pareto(rows, grid, slo=slo), encoding="utf-8")

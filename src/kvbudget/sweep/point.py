@@ -10,19 +10,25 @@ Every figure in a row is *simulated*; the row names the step-time model. An open
 says whether its queue was stable, as ``kvbudget sim`` does (:func:`kvbudget.metrics.stability.
 queue_growth_spilled` on the same rows): ``stable: false`` marks a rate past what the point
 serves (near or past saturation), whose percentiles depend on the run's length.
+
+A row's latency figures are the simulator's own summary (``kvbudget sim --json``'s fields,
+:mod:`kvbudget.metrics.percentile_set`): for TTFT, TPOT, ITL and E2E the mean, the median and
+each of the point's percentiles (``ttft_mean_s``, ``ttft_median_s``, ``ttft_p95_s`` ...), with
+``metric_percentiles`` naming them. Token times are recorded (as ``kvbudget sim`` does by
+default) so that ITL is there.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from kvbudget import __version__
 from kvbudget.errors import KvbudgetError
-from kvbudget.sweep.grid import PERCENTILES, SweepPoint
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, LATENCY_METRICS
+from kvbudget.sweep.grid import SweepPoint
 
 #: fields of a row copied from the simulator's summary
 _SUMMARY_FIELDS = (
@@ -40,9 +46,11 @@ _SUMMARY_FIELDS = (
 )
 
 
-def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+def _simulate(
+    scenario_data: dict[str, Any], percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES
+) -> dict[str, Any]:
     """The simulator's summary (with ``queue`` for an open loop, as ``kvbudget sim`` adds it)
-    and per-request results for one scenario."""
+    of one scenario, its latency figures at ``percentiles``."""
     from kvbudget.metrics.stability import queue_growth_spilled
     from kvbudget.sim.cluster import simulate
     from kvbudget.sim.scenario import build_cluster, build_workload, scenario_from_dict
@@ -51,12 +59,13 @@ def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]
     cluster = build_cluster(scenario)
     requests, concurrency = build_workload(scenario)
     cluster.concurrency = concurrency
+    cluster.record_token_times = True  # ITL, as kvbudget sim records it by default
     result = simulate(requests, cluster, seed=scenario.seed)
-    summary = result.summary()
+    summary = result.summary(percentiles)
     if concurrency is None:  # open loop: did the queue keep growing? (kvbudget sim's check)
         growth = queue_growth_spilled(result.run_stats().first_token_rows)
         summary["queue"] = {"stable": growth is None} | ({} if growth is None else growth.to_dict())
-    return summary, list(result.requests)
+    return summary
 
 
 def warm_worker() -> int:
@@ -71,16 +80,25 @@ def warm_worker() -> int:
     return os.getpid()
 
 
-def _percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
-    arr = np.asarray(values, dtype=float)
-    return {
-        f"{prefix}_{p}_s": (float(np.percentile(arr, float(p[1:]))) if arr.size else None)
-        for p in PERCENTILES
-    }
+def latency_keys(percentiles: Sequence[float]) -> list[str]:
+    """The row's latency fields at ``percentiles``, in order: per metric the mean, the median
+    and each percentile (p50 and p99 always; :func:`kvbudget.metrics.percentile_set.
+    latency_fields` names them)."""
+    from kvbudget.metrics.percentile_set import latency_fields
+
+    keys: list[str] = []
+    for metric in LATENCY_METRICS:
+        fields = latency_fields(
+            metric, count=0, total=0.0, percentile=lambda _q: None, chosen=percentiles
+        )
+        keys.extend(fields)
+    return keys
 
 
-def run_point(point: SweepPoint) -> dict[str, Any]:
-    """One result row (JSON-ready) for ``point``."""
+def run_point(
+    point: SweepPoint, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES
+) -> dict[str, Any]:
+    """One result row (JSON-ready) for ``point``, its latency figures at ``percentiles``."""
     wall0 = time.perf_counter()
     cpu0 = time.process_time()
     row: dict[str, Any] = {
@@ -93,19 +111,12 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
         "worker_pid": os.getpid(),
     }
     try:
-        summary, requests = _simulate(point.scenario)
+        summary = _simulate(point.scenario, percentiles)
     except KvbudgetError as exc:
         row.update(status="not-run", reason=exc.one_line(), timing_model=None)
         row["wall_s"] = time.perf_counter() - wall0
         row["cpu_s"] = time.process_time() - cpu0
         return row
-    done = [r for r in requests if r.finished and r.first_token_s is not None]
-    ttft = [r.first_token_s - r.arrival_s for r in done]
-    tpot = [
-        (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
-        for r in done
-        if r.finish_s is not None and r.output_tokens > 1
-    ]
     row["status"] = "simulated"
     reasons = summary.get("unfinished_reasons") or {}
     row["reason"] = next(iter(reasons), None)
@@ -113,8 +124,8 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
     queue = summary.get("queue")
     row["stable"] = None if queue is None else queue["stable"]
     row["queue_ttft_growth_s_per_s"] = (queue or {}).get("ttft_growth_s_per_s")
-    row.update(_percentiles(ttft, "ttft"))
-    row.update(_percentiles(tpot, "tpot"))
+    row.update({k: summary.get(k) for k in latency_keys(percentiles)})
+    row["metric_percentiles"] = list(summary["metric_percentiles"])
     row["wall_s"] = time.perf_counter() - wall0
     row["cpu_s"] = time.process_time() - cpu0
     return row

@@ -8,7 +8,8 @@ Files in ``--out DIR``:
   the points whose key is already there;
 * ``results.csv`` (and ``results.parquet`` when pyarrow is installed) - the table of this
   grid's points with cost and SLO columns;
-* ``pareto.svg`` - cost or GPUs against TTFT/TPOT p99;
+* ``pareto.svg`` - cost or GPUs against TTFT/TPOT p99 (with ``--slo``: at its percentiles, its
+  ceilings drawn);
 * ``summary.json`` - the cheapest configuration meeting each SLO at each arrival rate;
 * ``capacity.jsonl`` (with ``--slo``) - per configuration, the highest rate meeting that SLO
   (:mod:`kvbudget.sweep.capacity`), appended as each search finishes and skipped on ``--resume``;
@@ -47,7 +48,9 @@ from kvbudget.sweep.table import (
     cheapest,
     columns,
     derive,
+    has_figures,
     parquet_available,
+    point_percentiles,
     write_csv,
     write_parquet,
     write_summary,
@@ -73,6 +76,9 @@ class SweepOutcome:
     #: seconds to start or join Ray, and to simulate the points once it was up
     ray_start_s: float = 0.0
     simulate_s: float = 0.0
+    #: the percentiles each point's latency figures are given at (--metric-percentiles, p50,
+    #: p99 and the SLOs' own)
+    metric_percentiles: list[float] = field(default_factory=list)
     #: with --slo: the SLO, each configuration's highest rate, the cheapest per target rate
     slo: str | None = None
     capacity: list[dict[str, Any]] = field(default_factory=list)
@@ -188,8 +194,13 @@ def run_sweep(
     slo: str | None = None,
     capacity_requests: int | None = None,
     target_rates: Sequence[float] = (),
+    metric_percentiles: Sequence[float] | None = None,
 ) -> SweepOutcome:
     """Simulate every point of the grid not yet in ``out_dir`` and write the outputs.
+
+    ``metric_percentiles`` (``--metric-percentiles``; default 50,90,95,99): the percentiles of
+    TTFT, TPOT, ITL and E2E each row gives beside the mean and median, with p50, p99 and the
+    SLOs' own percentiles added (:func:`kvbudget.sweep.table.point_percentiles`).
 
     ``slo`` (``kvbudget capacity``'s syntax): also search each configuration's highest rate
     meeting it (probes of ``capacity_requests``), and the cheapest configuration reaching each
@@ -201,7 +212,8 @@ def run_sweep(
     grid_file = Path(grid_path)
     grid = load_grid(grid_file)
     points = expand(grid, origin=grid_file.name)
-    done = _prepare(out_dir, resume)
+    percentiles = _percentiles(grid, metric_percentiles, slo)
+    done = {k: r for k, r in _prepare(out_dir, resume).items() if has_figures(r, percentiles)}
     (out_dir / "grid.json").write_text(
         json.dumps(grid.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
     )
@@ -220,6 +232,7 @@ def run_sweep(
                 total=len(points),
                 done_count=len(points) - len(todo),
                 timings=timings,
+                args=(percentiles,),
             )
         for row in new_rows:
             done[row["key"]] = row
@@ -231,7 +244,15 @@ def run_sweep(
     rates = list(target_rates) or sorted(
         {float(p.axes["rate_per_s"]) for p in points if p.axes.get("rate_per_s")}
     )
-    outcome = write_outputs(out_dir, rows, grid, slo=slo, capacity=caps, target_rates=rates)
+    outcome = write_outputs(
+        out_dir,
+        rows,
+        grid,
+        slo=slo,
+        capacity=caps,
+        target_rates=rates,
+        metric_percentiles=percentiles,
+    )
     outcome.num_points = len(points)
     outcome.num_skipped = len(points) - len(todo)
     outcome.num_simulated = len(todo)
@@ -243,6 +264,24 @@ def run_sweep(
     if extra:
         outcome.files.append(f"({len(extra)} older row(s) in {RESULTS_FILE} are not in this grid)")
     return outcome
+
+
+def _percentiles(
+    grid: GridFile, chosen: Sequence[float] | None, slo: str | None
+) -> tuple[float, ...]:
+    """The points' percentiles: ``chosen`` (default 50,90,95,99) and the SLOs' own."""
+    from kvbudget.maxload.slo import parse_slo
+    from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES
+
+    extra: list[float] = []
+    if slo is not None:
+        for term in parse_slo(slo).statistic_terms:
+            if term.statistic is not None and term.statistic.startswith("p"):
+                q = float(term.statistic[1:])
+                if q < 100:  # p100 is the maximum: capacity's search quotes it, not a column
+                    extra.append(q)
+    base = DEFAULT_METRIC_PERCENTILES if chosen is None else chosen
+    return point_percentiles(grid, base, extra)
 
 
 def _capacity(
@@ -295,16 +334,18 @@ def write_outputs(
     slo: str | None = None,
     capacity: Sequence[dict[str, Any]] = (),
     target_rates: Sequence[float] = (),
+    metric_percentiles: Sequence[float] | None = None,
 ) -> SweepOutcome:
     """results.csv (+ .parquet), pareto.svg and summary.json from the rows of this grid."""
+    percentiles = tuple(metric_percentiles or point_percentiles(grid))
     rows = derive(raw_rows, grid)
-    cols = columns(grid)
+    cols = columns(grid, percentiles)
     write_csv(out_dir / "results.csv", rows, cols)
     files = [RESULTS_FILE, "results.csv"]
     if parquet_available():
         write_parquet(out_dir / "results.parquet", rows, cols)
         files.append("results.parquet")
-    write_pareto(out_dir / "pareto.svg", rows, grid)
+    write_pareto(out_dir / "pareto.svg", rows, grid, slo=slo)
     answers = cheapest(rows, grid)
     statuses: dict[str, int] = {}
     for r in rows:
@@ -314,6 +355,7 @@ def write_outputs(
         "timing_models": timing,
         "num_rows": len(rows),
         "rows_by_status": statuses,
+        "metric_percentiles": list(percentiles),
     }
     caps = price_rows(capacity, grid)
     by_rate: list[dict[str, Any]] = []
@@ -334,4 +376,5 @@ def write_outputs(
         slo=slo,
         capacity=caps,
         cheapest_for_rate=by_rate,
+        metric_percentiles=list(percentiles),
     )

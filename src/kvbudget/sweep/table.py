@@ -7,6 +7,11 @@ not grow (``stable`` is not false: a rate past what the point serves is not sust
 whatever its percentiles over a short run), and each percentile ceiling holds
 (``ttft_p99_s <= ttft_s.p99`` ...). The cheapest point is quoted at the SLO's own percentiles.
 
+Latency columns: for TTFT, TPOT, ITL and E2E the mean, the median and each percentile of
+``--metric-percentiles`` (vLLM bench serve's flag; default 50,90,95,99), with p50, p99 and every
+percentile a grid SLO or ``--slo`` names added (:func:`point_percentiles`), so an SLO is always
+checked and quoted at its own percentile.
+
 Cost (when ``gpu_hour_usd`` prices the point's GPU): ``cost_usd_per_hour = num_gpus x price``
 and ``cost_usd_per_million_output_tokens = cost_usd_per_hour / 3600 / output_tokens_per_s x 1e6``
 at the offered arrival rate (computed from simulated throughput).
@@ -21,10 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, reported_percentiles
 from kvbudget.sweep.grid import AXES, GridFile, SweepSlo
+from kvbudget.sweep.point import latency_keys
 
-#: columns of results.csv, in order (SLO columns ``meets_<name>`` follow)
-COLUMNS = (
+#: columns of results.csv before the latency figures (SLO columns ``meets_<name>`` come last)
+HEAD_COLUMNS = (
     "key",
     "status",
     "figures",
@@ -35,14 +42,9 @@ COLUMNS = (
     "cost_usd_per_million_output_tokens",
     "requests_total",
     "requests_completed",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p95_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p90_s",
-    "tpot_p95_s",
-    "tpot_p99_s",
+)
+#: columns after the latency figures
+TAIL_COLUMNS = (
     "output_tokens_per_s",
     "prefix_hit_rate_tokens",
     "num_preemptions",
@@ -57,6 +59,25 @@ COLUMNS = (
     "kvbudget_version",
     "reason",
 )
+
+
+def point_percentiles(
+    grid: GridFile,
+    chosen: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
+    extra: Sequence[float] = (),
+) -> tuple[float, ...]:
+    """The percentiles each point is simulated for: ``chosen`` (``--metric-percentiles``), p50
+    and p99, every grid SLO's and ``extra`` (``--slo``'s pNN terms)."""
+    named = [
+        float(p[1:]) for slo in grid.slos for c in (slo.ttft_s, slo.tpot_s) for p, _ in c.items()
+    ]
+    return reported_percentiles([*chosen, *named, *extra])
+
+
+def has_figures(row: dict[str, Any], percentiles: Sequence[float]) -> bool:
+    """Whether a simulated row holds every latency figure at ``percentiles`` (a row from a run
+    with other ``--metric-percentiles`` does not, and is simulated again on ``--resume``)."""
+    return row.get("status") != "simulated" or all(k in row for k in latency_keys(percentiles))
 
 
 def meets(row: dict[str, Any], slo: SweepSlo) -> bool:
@@ -217,8 +238,15 @@ def cheapest_lines(answers: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def columns(grid: GridFile) -> list[str]:
-    return [*COLUMNS, *(f"meets_{s.name}" for s in grid.slos)]
+def columns(grid: GridFile, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES) -> list[str]:
+    """results.csv's columns: the point, its latency figures at ``percentiles``, the rest, then
+    ``meets_<slo>`` per grid SLO."""
+    return [
+        *HEAD_COLUMNS,
+        *latency_keys(percentiles),
+        *TAIL_COLUMNS,
+        *(f"meets_{s.name}" for s in grid.slos),
+    ]
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> None:

@@ -178,3 +178,30 @@ def test_slo_gives_each_configuration_its_max_rate_and_the_cheapest_per_rate(
     assert code == 0, err
     assert _rows(out / "capacity.jsonl") == caps
     assert [c["key"] for c in json.loads(stdout)["capacity"]] == [c["key"] for c in caps]
+
+
+@pytest.mark.timeout(240)
+def test_metric_percentiles_choose_the_columns_and_resume_fills_new_ones(
+    ray_local: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {**GRID, "grid": {"gpu": ["H100-SXM"], "rate_per_s": [5.0]}}
+    grid, out = _grid_file(tmp_path, data), tmp_path / "out"
+    args = ["sweep", str(grid), "--out", str(out), "--json"]
+    code, stdout, err = _cli([*args, "--metric-percentiles", "90,99.9"], capsys)
+    assert code == 0, err
+    # chosen 90 and 99.9; p50, p99 always; the grid SLO's p99 already among them
+    assert json.loads(stdout)["metric_percentiles"] == [50.0, 90.0, 99.0, 99.9]
+    with (out / "results.csv").open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        for stat in ("mean", "median", "p50", "p90", "p99", "p99.9"):
+            assert float(row[f"{metric}_{stat}_s"]) > 0, (metric, stat)
+    assert "ttft_p95_s" not in row
+    # the default set asks for p95, which the row lacks: --resume simulates the point again
+    code, stdout, err = _cli([*args, "--resume"], capsys)
+    assert code == 0, err
+    result = json.loads(stdout)
+    assert (result["num_simulated"], result["num_skipped"]) == (1, 0)
+    assert result["metric_percentiles"] == [50.0, 90.0, 95.0, 99.0]
+    (again,) = _rows(out / "results.jsonl")[-1:]
+    assert again["ttft_p95_s"] is not None
