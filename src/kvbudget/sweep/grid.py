@@ -217,6 +217,7 @@ _LATER_FIELDS = {
     "engine_version": None,
     "quantization": None,
     "enable_expert_parallel": False,
+    "async_scheduling": None,
     "timing_model": None,
     "disaggregation": None,
 }

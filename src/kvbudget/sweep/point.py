@@ -27,6 +27,8 @@ from kvbudget.sweep.grid import PERCENTILES, SweepPoint
 #: fields of a row copied from the simulator's summary
 _SUMMARY_FIELDS = (
     "timing_model",
+    "async_scheduling",
+    "async_scheduling_reason",
     "requests_total",
     "requests_completed",
     "requests_cancelled",
@@ -45,7 +47,12 @@ def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]
     and per-request results for one scenario."""
     from kvbudget.metrics.stability import queue_growth_spilled
     from kvbudget.sim.cluster import simulate
-    from kvbudget.sim.scenario import build_cluster, build_workload, scenario_from_dict
+    from kvbudget.sim.scenario import (
+        build_cluster,
+        build_workload,
+        scenario_async_scheduling,
+        scenario_from_dict,
+    )
 
     scenario = scenario_from_dict(dict(scenario_data), origin="the sweep point")
     cluster = build_cluster(scenario)
@@ -53,6 +60,9 @@ def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]
     cluster.concurrency = concurrency
     result = simulate(requests, cluster, seed=scenario.seed)
     summary = result.summary()
+    asynchronous = scenario_async_scheduling(scenario)
+    summary["async_scheduling"] = asynchronous.enabled
+    summary["async_scheduling_reason"] = asynchronous.reason
     if concurrency is None:  # open loop: did the queue keep growing? (kvbudget sim's check)
         growth = queue_growth_spilled(result.run_stats().first_token_rows)
         summary["queue"] = {"stable": growth is None} | ({} if growth is None else growth.to_dict())

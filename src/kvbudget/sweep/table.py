@@ -29,6 +29,8 @@ COLUMNS = (
     "status",
     "figures",
     "timing_model",
+    "async_scheduling",
+    "async_scheduling_reason",
     *AXES,
     "num_gpus",
     "cost_usd_per_hour",

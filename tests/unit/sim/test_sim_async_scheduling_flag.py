@@ -1,0 +1,158 @@
+"""vLLM's ``--async-scheduling`` / ``--no-async-scheduling`` on the commands that simulate it.
+
+The flag as vLLM 0.32.0 spells it: ``vllm/engine/arg_utils.py`` adds ``--async-scheduling``
+from ``SchedulerConfig.async_scheduling: bool | None = None`` (``config/scheduler.py``) with
+``argparse.BooleanOptionalAction``, so ``--no-async-scheduling`` sets False and not giving it
+leaves None, which ``VllmConfig.__post_init__`` (``config/vllm.py``) resolves: on unless an
+incompatible option rules it out. 0.13.0's ``config/scheduler.py`` has ``async_scheduling:
+bool = False`` (off unless given); 0.14.0's has ``Field(default=None)`` (on). 0.13.0 and 0.14.0
+``config/vllm.py`` refuse an explicit ``--async-scheduling`` with ``pipeline_parallel_size >
+1``: "Async scheduling is not yet compatible with pipeline_parallel_size > 1.".
+
+Expected times by hand. A calibrated profile whose fit is a 10 ms step overhead and nothing
+else makes every step 10 ms. Constant arrivals at 40/s: r0 at 0 ms, r1 at 25 ms; 16 prompt
+tokens, 4 output tokens (the prefill step gives the first token, three decode steps the rest).
+r0 reaches an idle engine: prefilled in [0, 10], decodes [10, 40], TTFT 10 ms, E2E 40 ms.
+r1 arrives during step [20, 30]. Without async scheduling it joins the next step, [30, 40]:
+first token at 40 ms (TTFT 15 ms), last at 70 ms (E2E 45 ms). With it, step [30, 40] was
+scheduled at 20 ms while [20, 30] ran (``EngineCore.step_with_batch_queue``), so r1 is
+scheduled into [40, 50]: first token at 50 ms (TTFT 25 ms), last at 80 ms (E2E 55 ms). Mean
+TTFT: 12.5 ms without, 17.5 ms with (one 10 ms step more for r1, half of it on the mean).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kvbudget.cli.sim import sim
+from kvbudget.errors import ConfigError
+
+STEP_S = 0.010
+SYNC_TTFT_MEAN_S = (0.010 + 0.015) / 2
+ASYNC_TTFT_MEAN_S = (0.010 + 0.025) / 2
+SYNC_E2E_MEAN_S = (0.040 + 0.045) / 2
+ASYNC_E2E_MEAN_S = (0.040 + 0.055) / 2
+
+
+def _scenario(tmp_path: Path) -> Path:
+    profile = tmp_path / "step10ms.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "step10ms",
+                "model_id": "meta-llama/Llama-3.1-8B",
+                "gpu": "H100-SXM",
+                "engine": "a hand-made fit for a test: every step 10 ms",
+                "prefill_points": [[1, STEP_S], [2, STEP_S], [3, STEP_S]],
+                "decode_points": [[1, 1, STEP_S], [2, 2, STEP_S], [3, 3, STEP_S]],
+                "fit": {
+                    "step_overhead_s": STEP_S,
+                    "prefill_per_token_s": 0.0,
+                    "prefill_per_pair_s": 0.0,
+                    "decode_per_seq_s": 0.0,
+                    "decode_per_context_token_s": 0.0,
+                },
+            }
+        )
+    )
+    scenario = tmp_path / "two.yaml"
+    scenario.write_text(
+        f"model: meta-llama/Llama-3.1-8B\ngpu: H100-SXM\nmax_model_len: 4096\n"
+        f"prefix_caching: false\ntiming_profile: {profile}\n"
+        "workload:\n  num_requests: 2\n  arrivals: {kind: constant, rate_per_s: 40}\n"
+        "  input_tokens: {kind: fixed, value: 16}\n  output_tokens: {kind: fixed, value: 4}\n"
+    )
+    return scenario
+
+
+def _run(tmp_path: Path, *flags: str) -> dict[str, Any]:
+    out = CliRunner().invoke(sim, ["--scenario", str(_scenario(tmp_path)), *flags, "--json"])
+    assert out.exit_code == 0, out.output
+    summary: dict[str, Any] = json.loads(out.output)
+    return summary
+
+
+def test_async_scheduling_flag_delays_a_request_reaching_a_busy_engine_by_one_step(
+    tmp_path: Path,
+) -> None:
+    on = _run(tmp_path, "--async-scheduling")
+    off = _run(tmp_path, "--no-async-scheduling")
+    assert off["ttft_mean_s"] == pytest.approx(SYNC_TTFT_MEAN_S)
+    assert on["ttft_mean_s"] == pytest.approx(ASYNC_TTFT_MEAN_S)
+    assert off["e2e_mean_s"] == pytest.approx(SYNC_E2E_MEAN_S)
+    assert on["e2e_mean_s"] == pytest.approx(ASYNC_E2E_MEAN_S)
+    assert on["async_scheduling"] == {
+        "enabled": True,
+        "source": "flag",
+        "reason": "--async-scheduling given (vLLM 0.32.0)",
+    }
+    assert off["async_scheduling"]["enabled"] is False
+    assert off["async_scheduling"]["reason"] == "--no-async-scheduling given (vLLM 0.32.0)"
+
+
+@pytest.mark.parametrize(
+    ("version", "enabled", "ttft_mean_s"),
+    [
+        ("0.13.0", False, SYNC_TTFT_MEAN_S),
+        ("0.14.0", True, ASYNC_TTFT_MEAN_S),
+        ("0.32.0", True, ASYNC_TTFT_MEAN_S),
+    ],
+)
+def test_not_given_the_flag_follows_the_engine_version(
+    tmp_path: Path, version: str, enabled: bool, ttft_mean_s: float
+) -> None:
+    summary = _run(tmp_path, "--engine-version", version)
+    assert summary["ttft_mean_s"] == pytest.approx(ttft_mean_s)
+    assert summary["async_scheduling"]["enabled"] is enabled
+    assert summary["async_scheduling"]["source"] == "version default"
+    assert summary["async_scheduling"]["reason"].startswith(f"vLLM {version}'s default: ")
+
+
+def test_the_flag_overrides_the_version_default(tmp_path: Path) -> None:
+    old_on = _run(tmp_path, "--engine-version", "0.13.0", "--async-scheduling")
+    new_off = _run(tmp_path, "--engine-version", "0.14.0", "--no-async-scheduling")
+    assert old_on["ttft_mean_s"] == pytest.approx(ASYNC_TTFT_MEAN_S)
+    assert new_off["ttft_mean_s"] == pytest.approx(SYNC_TTFT_MEAN_S)
+
+
+def test_async_scheduling_with_pipeline_parallel_is_refused_where_vllm_refuses_it() -> None:
+    """0.14.0 ``config/vllm.py``: an explicit ``--async-scheduling`` with pp > 1 raises."""
+    out = CliRunner().invoke(
+        sim,
+        ["--engine-version", "0.14.0", "--pp", "2", "--async-scheduling", "--requests", "2"],
+    )
+    assert isinstance(out.exception, ConfigError), out.output
+    line = out.exception.one_line()
+    assert "\n" not in line
+    assert (
+        'async_scheduling: vLLM 0.14.0 refuses --async-scheduling with --pp 2 ("Async '
+        'scheduling is not yet compatible with pipeline_parallel_size > 1."' in line
+    )
+    assert "drop --async-scheduling, use --pp 1, or pass --engine-version 0.32.0" in line
+
+
+def test_the_async_scheduling_rule_by_version() -> None:
+    """The resolved value and its reason, against the three vLLM sources read."""
+    from kvbudget.capacity.versions import vllm_async_scheduling
+
+    assert not vllm_async_scheduling((0, 13, 0), 1, None).enabled
+    assert vllm_async_scheduling((0, 14, 0), 1, None).enabled
+    assert not vllm_async_scheduling((0, 14, 0), 2, None).enabled  # 0.14.0 turns it off
+    assert vllm_async_scheduling((0, 32, 0), 2, None).enabled  # the V2 model runner keeps it
+    assert vllm_async_scheduling((0, 32, 0), 2, True).enabled  # 0.32.0 accepts it
+    assert not vllm_async_scheduling((0, 13, 0), 2, False).enabled  # off is always accepted
+    with pytest.raises(ConfigError, match=r"vLLM 0\.13\.0 refuses --async-scheduling with --pp 4"):
+        vllm_async_scheduling((0, 13, 0), 4, True)
+
+
+def test_llamacpp_refuses_the_vllm_flag() -> None:
+    out = CliRunner().invoke(sim, ["--engine", "llamacpp", "--requests", "2", "--async-scheduling"])
+    assert isinstance(out.exception, ConfigError), out.output
+    assert "--async-scheduling: a vLLM flag; llama-server has no async scheduling" in str(
+        out.exception
+    )
