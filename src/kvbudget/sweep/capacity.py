@@ -99,7 +99,7 @@ def capacity_row(point: SweepPoint, slo_text: str, num_requests: int) -> dict[st
     row.update(
         status="simulated",
         timing_model=probe.timing_model,
-        async_scheduling=asynchronous.enabled,
+        async_scheduling_enabled=asynchronous.enabled,
         async_scheduling_reason=asynchronous.reason,
         max_rate_per_s=rate.answer,
         max_rate_confirmed=rate.confirmed,

@@ -27,7 +27,7 @@ from kvbudget.sweep.grid import PERCENTILES, SweepPoint
 #: fields of a row copied from the simulator's summary
 _SUMMARY_FIELDS = (
     "timing_model",
-    "async_scheduling",
+    "async_scheduling_enabled",
     "async_scheduling_reason",
     "requests_total",
     "requests_completed",
@@ -61,7 +61,7 @@ def _simulate(scenario_data: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]
     result = simulate(requests, cluster, seed=scenario.seed)
     summary = result.summary()
     asynchronous = scenario_async_scheduling(scenario)
-    summary["async_scheduling"] = asynchronous.enabled
+    summary["async_scheduling_enabled"] = asynchronous.enabled
     summary["async_scheduling_reason"] = asynchronous.reason
     if concurrency is None:  # open loop: did the queue keep growing? (kvbudget sim's check)
         growth = queue_growth_spilled(result.run_stats().first_token_rows)

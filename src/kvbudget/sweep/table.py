@@ -29,7 +29,7 @@ COLUMNS = (
     "status",
     "figures",
     "timing_model",
-    "async_scheduling",
+    "async_scheduling_enabled",
     "async_scheduling_reason",
     *AXES,
     "num_gpus",

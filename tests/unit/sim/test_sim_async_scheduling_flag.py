@@ -156,3 +156,29 @@ def test_llamacpp_refuses_the_vllm_flag() -> None:
     assert "--async-scheduling: a vLLM flag; llama-server has no async scheduling" in str(
         out.exception
     )
+
+
+def test_sweep_axis_async_scheduling(tmp_path: Path) -> None:
+    """``grid.async_scheduling: [false, true]``: two points, the hand-worked TTFTs (p50 of the
+    two requests is their mean: 12.5 ms and 17.5 ms), the flag's reason in each row; a point
+    0.14.0 refuses (pp 2 with async scheduling) is a not-run row naming the flag."""
+    import yaml
+
+    from kvbudget.sweep.grid import expand, grid_from_dict
+    from kvbudget.sweep.point import run_point
+
+    base = yaml.safe_load(_scenario(tmp_path).read_text())
+    rows = [
+        run_point(p)
+        for p in expand(grid_from_dict({"base": base, "grid": {"async_scheduling": [False, True]}}))
+    ]
+    assert [r["async_scheduling"] for r in rows] == [False, True]
+    assert [r["async_scheduling_enabled"] for r in rows] == [False, True]
+    assert rows[0]["ttft_p50_s"] == pytest.approx(SYNC_TTFT_MEAN_S)
+    assert rows[1]["ttft_p50_s"] == pytest.approx(ASYNC_TTFT_MEAN_S)
+    assert rows[1]["async_scheduling_reason"] == "--async-scheduling given (vLLM 0.32.0)"
+    refused = {**base, "engine_version": "0.14.0", "pp": 2, "async_scheduling": True}
+    (point,) = expand(grid_from_dict({"base": refused}))
+    row = run_point(point)
+    assert row["status"] == "not-run"
+    assert "vLLM 0.14.0 refuses --async-scheduling with --pp 2" in row["reason"]
