@@ -182,3 +182,78 @@ def test_sweep_axis_async_scheduling(tmp_path: Path) -> None:
     row = run_point(point)
     assert row["status"] == "not-run"
     assert "vLLM 0.14.0 refuses --async-scheduling with --pp 2" in row["reason"]
+
+
+def test_closed_loop_replacement_waits_one_more_step(tmp_path: Path) -> None:
+    """Closed loop of 2, four requests of 4 output tokens, under the simulator's documented
+    event rules (docs/simulator.md: a closed-loop replacement reaches the engine after the step
+    starting at its send has begun; an idle engine takes what reaches it at once). r0 and r1
+    are prefilled together in [0, 10] and finish at 40 ms; both replacements are sent at 40 ms.
+    r2 reaches an idle engine and starts [40, 50] at once (TTFT 10 ms either way). r3 arrives
+    after that step began: without async scheduling it joins [50, 60] (first token at 60 ms,
+    TTFT 20 ms, E2E 50 ms); with it, [50, 60] was scheduled while [40, 50] ran, so r3 joins
+    [60, 70] (TTFT 30 ms, E2E 60 ms): one 10 ms step more. Mean TTFT 12.5 ms and 15 ms."""
+    scenario = _scenario(tmp_path)
+    closed = scenario.read_text().replace(
+        "num_requests: 2\n  arrivals: {kind: constant, rate_per_s: 40}",
+        "num_requests: 4\n  arrivals: {kind: closed, concurrency: 2}",
+    )
+    scenario.write_text(closed)
+    expected = {
+        "--no-async-scheduling": ((0.010 * 3 + 0.020) / 4, (0.040 * 3 + 0.050) / 4),
+        "--async-scheduling": ((0.010 * 3 + 0.030) / 4, (0.040 * 3 + 0.060) / 4),
+    }
+    for flag, (ttft_mean_s, e2e_mean_s) in expected.items():
+        out = CliRunner().invoke(sim, ["--scenario", str(scenario), flag, "--json"])
+        assert out.exit_code == 0, out.output
+        summary = json.loads(out.output)
+        assert summary["requests_completed"] == 4
+        assert summary["ttft_mean_s"] == pytest.approx(ttft_mean_s), flag
+        assert summary["e2e_mean_s"] == pytest.approx(e2e_mean_s), flag
+
+
+def test_capacity_takes_the_flag_and_says_so(tmp_path: Path) -> None:
+    """``kvbudget capacity`` builds the replicas as ``sim`` does: its answer states the
+    setting; with ``--base-url`` the flag is refused (the server is the engine)."""
+    from kvbudget.cli.capacity import capacity
+
+    args = ["--scenario", str(_scenario(tmp_path)), "--slo", "ttft_p95<1s"]
+    args += ["--num-requests", "20", "--seeds", "1", "--json"]
+    for flag, enabled in (("--async-scheduling", True), ("--no-async-scheduling", False)):
+        out = CliRunner().invoke(capacity, [*args, flag])
+        assert out.exit_code == 0, out.output
+        doc = json.loads(out.output)
+        assert doc["async_scheduling"]["enabled"] is enabled
+        assert doc["async_scheduling"]["source"] == "flag"
+    http = CliRunner().invoke(
+        capacity,
+        [
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--slo",
+            "ttft_p95<1s",
+            "--async-scheduling",
+        ],
+    )
+    assert isinstance(http.exception, ConfigError), http.output
+    assert "--async-scheduling with --base-url" in str(http.exception)
+
+
+def test_serve_gpu_takes_the_flag() -> None:
+    """``serve --gpu`` builds its replica with the flag (its start line prints the description);
+    without ``--gpu`` the flag is refused, as every planned-only engine input."""
+    from kvbudget.cli.main import cli
+    from kvbudget.serve.build import ServeEngineOptions, build_engine
+
+    opts = {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM", "max_model_len": 4096}
+    off = build_engine(ServeEngineOptions(**opts, async_scheduling=False))
+    default = build_engine(ServeEngineOptions(**opts))
+    assert not off.config.async_scheduling
+    assert "async scheduling off (--no-async-scheduling given (vLLM 0.32.0))" in off.description
+    assert default.config.async_scheduling
+    assert "async scheduling on (vLLM 0.32.0's default: on from 0.14.0;" in default.description
+    out = CliRunner().invoke(cli, ["serve", "--model", "m", "--async-scheduling"])
+    assert isinstance(out.exception, ConfigError)
+    assert "--async-scheduling True: only used to plan the replica with --gpu" in str(out.exception)
