@@ -23,6 +23,7 @@ TTFT: 12.5 ms without, 17.5 ms with (one 10 ms step more for r1, half of it on t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -247,9 +248,9 @@ def test_serve_gpu_takes_the_flag() -> None:
     from kvbudget.cli.main import cli
     from kvbudget.serve.build import ServeEngineOptions, build_engine
 
-    opts = {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM", "max_model_len": 4096}
-    off = build_engine(ServeEngineOptions(**opts, async_scheduling=False))
-    default = build_engine(ServeEngineOptions(**opts))
+    opts = ServeEngineOptions(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", max_model_len=4096)
+    off = build_engine(replace(opts, async_scheduling=False))
+    default = build_engine(opts)
     assert not off.config.async_scheduling
     assert "async scheduling off (--no-async-scheduling given (vLLM 0.32.0))" in off.description
     assert default.config.async_scheduling
