@@ -197,6 +197,7 @@ def build_capacity(plan: AcceptPlan, lock: ObjectLock) -> CapacityContext:
             profile=profile,
             tiers=plan.target.kv_tiers,
             model=resolved,
+            async_scheduling=lock.async_scheduling.value if lock.async_scheduling else None,
         )
     except CapacityError as exc:
         raise CapacityError(f"lock: the deployment does not fit: {exc}") from None

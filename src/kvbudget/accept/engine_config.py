@@ -151,6 +151,9 @@ class EngineConfig:
     gpu_memory_utilization: float | None
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
+    #: vLLM --async-scheduling (sim: as the replica resolved it; elsewhere: the lock's, None
+    #: for the engine version's default)
+    async_scheduling: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -174,6 +177,7 @@ def engine_config(target: TargetPlan, lock: ObjectLock) -> EngineConfig:
         gpu_memory_utilization=lock.gpu_memory_utilization.value,
         max_num_seqs=lock.max_num_seqs.value,
         max_num_batched_tokens=lock.max_num_batched_tokens.value,
+        async_scheduling=lock.async_scheduling.value if lock.async_scheduling else None,
     )
 
 
@@ -201,6 +205,7 @@ def sim_engine_config(
         gpu_memory_utilization=lock.gpu_memory_utilization.value,
         max_num_seqs=replica.max_num_seqs,
         max_num_batched_tokens=replica.max_num_batched_tokens,
+        async_scheduling=replica.async_scheduling,
     )
 
 
@@ -217,6 +222,8 @@ def serve_flags(config: EngineConfig) -> list[str]:
             args += [flag, str(value)]
     if not config.enable_prefix_caching:
         args.append("--no-prefix-caching")
+    if config.async_scheduling is not None:
+        args.append("--async-scheduling" if config.async_scheduling else "--no-async-scheduling")
     return args
 
 

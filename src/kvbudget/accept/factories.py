@@ -34,11 +34,14 @@ def sim_info(
     kind: str = "sim",
     num_replicas: int = 1,
     router: str | None = None,
+    async_scheduling: str | None = None,
 ) -> TargetInfo:
     gpu = lock.gpu.type.value or "unknown GPU"
     how = "virtual time" if kind == "sim" else "real time behind kvbudget serve (HTTP)"
     cluster = f"{num_replicas} replicas of " if num_replicas > 1 else ""
     behind = f", {router} router" if num_replicas > 1 and router else ""
+    if async_scheduling:
+        behind += f", {async_scheduling}"
     return TargetInfo(
         kind=kind,
         source="simulated",
@@ -73,7 +76,17 @@ def sim_factory(plan: AcceptPlan) -> TargetFactory:
         )
         ctx = build_capacity(lock_plan, lock)
         router = sim_router(plan.target, lock)
-        info = sim_info(lock, ctx.timing_name, num_replicas=plan.target.replicas, router=router)
+        asynchronous = ctx.built.async_scheduling
+        info = sim_info(
+            lock,
+            ctx.timing_name,
+            num_replicas=plan.target.replicas,
+            router=router,
+            async_scheduling=None
+            if asynchronous is None
+            else f"async scheduling {'on' if asynchronous.enabled else 'off'} "
+            f"({asynchronous.reason})",
+        )
         target = SimTarget(
             ctx.replica,
             ctx.timing,
@@ -93,6 +106,11 @@ def sim_factory(plan: AcceptPlan) -> TargetFactory:
             num_replicas=len(target.replicas),
         )
         computed = {**ctx.computed_lock, **sim_lock_values(engine, ctx.plan, lock)}
+        if asynchronous is not None and lock.async_scheduling is not None:
+            computed["async_scheduling"] = (
+                asynchronous.enabled,
+                f"the simulated replica's scheduler ({asynchronous.reason})",
+            )
         return PreparedTarget(
             target=target, ledger=ctx.ledger, computed_lock=computed, engine=engine
         )

@@ -158,6 +158,13 @@ class ObjectLock(StrictModel):
         description="vLLM --quantization of the weights (fp8, awq, gptq, mxfp4); omit for the "
         "checkpoint's own quantization_config",
     )
+    #: vLLM --async-scheduling (true) / --no-async-scheduling (false); only when set (else the
+    #: engine version's default, kvbudget.capacity.versions.vllm_async_scheduling)
+    async_scheduling: Locked[bool] | None = Field(
+        default=None,
+        description="vLLM --async-scheduling (true) / --no-async-scheduling (false); omit for "
+        "the engine version's default (off up to 0.13.0, on from 0.14.0)",
+    )
     #: vLLM --num-gpu-blocks-override; only when set
     num_gpu_blocks_override: Locked[int] | None = Field(
         default=None, description="vLLM --num-gpu-blocks-override; omit when unused"

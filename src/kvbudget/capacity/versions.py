@@ -140,12 +140,75 @@ VLLM_KV_DTYPE_SINCE: dict[str, Version] = {
 #: ``VllmConfig.__post_init__`` turns on unless pipeline parallelism or an incompatible option
 #: rules it out, ``config/vllm.py``); read in the 0.13.0, 0.14.0 and 0.32.0 sources
 VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE: Version = (0, 14, 0)
+#: async scheduling with pipeline parallel: 0.13.0 and 0.14.0 refuse ``--async-scheduling`` with
+#: ``pipeline_parallel_size > 1`` ("Async scheduling is not yet compatible with
+#: pipeline_parallel_size > 1.", ``config/vllm.py``) and leave the default off; 0.32.0 refuses
+#: it only on the V1 model runner (``_get_v1_model_runner_unsupported_features``) and on a GPU
+#: runs the V2 model runner (``use_v2_model_runner``: on where Triton is), whose default is on
+#: (``max_concurrent_batches`` = pp + 1). No release in between was read: cut-off *assumed* at
+#: 0.32.0
+VLLM_ASYNC_WITH_PP_SINCE: Version = (0, 32, 0)
+#: the vLLM source file that decides async scheduling (flag, default and refusals)
+VLLM_ASYNC_SCHEDULING_SOURCE = "vllm/config/vllm.py VllmConfig.__post_init__"
 
 
 def vllm_async_scheduling_default(version: Version, pp: int) -> bool:
     """Whether vLLM ``version`` schedules asynchronously when ``--async-scheduling`` is not
-    given: from 0.14.0, unless pipeline parallel (0.14.0 disables it for ``pp > 1``)."""
-    return version >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE and pp == 1
+    given: from 0.14.0; with pipeline parallel only from 0.32.0 (assumed cut-off, see
+    :data:`VLLM_ASYNC_WITH_PP_SINCE`)."""
+    if version < VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
+        return False
+    return pp == 1 or version >= VLLM_ASYNC_WITH_PP_SINCE
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncScheduling:
+    """Whether a simulated vLLM replica schedules asynchronously, and why (one line)."""
+
+    enabled: bool
+    #: "flag" (``--async-scheduling`` / ``--no-async-scheduling`` given) or "version default"
+    source: str
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"enabled": self.enabled, "source": self.source, "reason": self.reason}
+
+
+def vllm_async_scheduling(version: Version, pp: int, flag: bool | None) -> AsyncScheduling:
+    """vLLM's ``--async-scheduling`` as ``version`` resolves it: ``flag`` ``None`` (not given)
+    is the version's default; ``True`` with pipeline parallel is refused where that version
+    refuses it (one-line ConfigError naming the flag, the value and the fix)."""
+    v = format_version(version)
+    if flag is None:
+        enabled = vllm_async_scheduling_default(version, pp)
+        if version < VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
+            why = "off up to 0.13.0"
+        elif enabled and pp > 1:
+            why = (
+                "on from 0.14.0, with pipeline parallel from 0.32.0 (V2 model runner; "
+                "cut-off assumed)"
+            )
+        elif enabled:
+            why = "on from 0.14.0"
+        else:
+            why = "off with pipeline parallel before 0.32.0 (cut-off assumed)"
+        source = (
+            VLLM_ASYNC_SCHEDULING_SOURCE
+            if version >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE
+            else "vllm/config/scheduler.py SchedulerConfig.async_scheduling = False"
+        )
+        reason = f"vLLM {v}'s default: {why}; {source}"
+        return AsyncScheduling(enabled, "version default", reason)
+    if flag and pp > 1 and version < VLLM_ASYNC_WITH_PP_SINCE:
+        raise ConfigError(
+            f'async_scheduling: vLLM {v} refuses --async-scheduling with --pp {pp} ("Async '
+            'scheduling is not yet compatible with pipeline_parallel_size > 1.", '
+            f"{VLLM_ASYNC_SCHEDULING_SOURCE} in 0.13.0-0.14.0); drop --async-scheduling, use "
+            f"--pp 1, or pass --engine-version {format_version(VLLM_ASYNC_WITH_PP_SINCE)}",
+            field="async_scheduling",
+        )
+    spelled = "--async-scheduling" if flag else "--no-async-scheduling"
+    return AsyncScheduling(flag, "flag", f"{spelled} given (vLLM {v})")
 
 
 def check_vllm_kv_dtype(name: str, version: Version) -> None:

@@ -157,6 +157,10 @@ def render(doc: dict[str, Any]) -> str:
             lines.insert(
                 5, f"  {'':<17}the max rate was not confirmed by a longer run: raise the budget"
             )
+    if doc.get("async_scheduling"):
+        asynchronous = doc["async_scheduling"]
+        state = "on" if asynchronous["enabled"] else "off"
+        lines.insert(3, f"  async scheduling {state}: {asynchronous['reason']}")
     if "chart" in doc:
         lines.append(f"\n  chart: {doc['chart']}")
     return "\n".join(lines)
@@ -168,6 +172,7 @@ def _search_sim(
     from kvbudget.maxload.run import find_capacity
     from kvbudget.maxload.sim_probe import SimProbe
     from kvbudget.sim.native import build_label
+    from kvbudget.sim.scenario import scenario_async_scheduling
 
     scenario = scenario_from_opts(flags)
     probe = SimProbe.from_scenario(scenario, slo, num_requests=num_requests)
@@ -188,6 +193,7 @@ def _search_sim(
         "gpu": scenario.gpu,
         "tp": scenario.tp,
         "replicas": scenario.replicas,
+        "async_scheduling": scenario_async_scheduling(scenario).to_dict(),
         **result.to_dict(),
         "simulator_build": build_label(),
     }

@@ -152,6 +152,7 @@ def serve(
     engine_version: str | None,
     quantization: str | None,
     enable_expert_parallel: bool | None,
+    async_scheduling: bool | None,
     kv_dtype: str | None,
     num_gpu_blocks: int | None,
     block_size: int | None,
@@ -190,6 +191,7 @@ def serve(
         "--engine-version": engine_version,
         "--quantization": quantization,
         "--enable-expert-parallel": enable_expert_parallel,
+        "--async-scheduling": async_scheduling,
         "--kv-dtype": kv_dtype,
     }
     for flag, value in planned_only.items():
@@ -209,6 +211,7 @@ def serve(
             quantization=quantization,
             kv_dtype=kv_dtype or "auto",
             enable_expert_parallel=bool(enable_expert_parallel),
+            async_scheduling=async_scheduling,
             num_gpu_blocks=num_gpu_blocks,
             block_size=block_size,
             max_model_len=max_model_len,

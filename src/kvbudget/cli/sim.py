@@ -194,6 +194,13 @@ def _render(summary: dict[str, Any]) -> str:
         f"  simulated / wall     {summary['simulated_s']:.2f} s / {summary['wall_s']:.2f} s",
         f"  simulator build      {summary['simulator_build']}",
     ]
+    if "async_scheduling" in summary:
+        asynchronous = summary["async_scheduling"]
+        lines.insert(
+            1,
+            f"  async scheduling     {'on' if asynchronous['enabled'] else 'off'}: "
+            f"{asynchronous['reason']}",
+        )
     for reason, count in list(summary.get("unfinished_reasons", {}).items())[:3]:
         lines.append(f"  unfinished ({count}): {reason}")
     lines.extend(f"  note: {note}" for note in summary.get("notes", []))
@@ -232,6 +239,7 @@ ENGINE_FLAG_KEYS = (
     "engine_version",
     "quantization",
     "enable_expert_parallel",
+    "async_scheduling",
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
@@ -427,7 +435,12 @@ def sim(**opts: Any) -> None:
     )
     from kvbudget.sim.cluster import simulate, simulate_stream
     from kvbudget.sim.native import build_label
-    from kvbudget.sim.scenario import build_cluster, build_workload, stream_workload
+    from kvbudget.sim.scenario import (
+        build_cluster,
+        build_workload,
+        scenario_async_scheduling,
+        stream_workload,
+    )
 
     percentiles = (
         DEFAULT_METRIC_PERCENTILES
@@ -534,6 +547,7 @@ def sim(**opts: Any) -> None:
     summary["quantization"] = scenario.quantization or "the config's (none if it has none)"
     summary["kv_dtype"] = scenario.kv_dtype
     summary["enable_expert_parallel"] = scenario.enable_expert_parallel
+    summary["async_scheduling"] = scenario_async_scheduling(scenario).to_dict()
     if scenario.enable_expert_parallel:
         how = (
             "by aiconfigurator-core's expert-parallel MoE kernels and all-to-all (experts split "
@@ -631,7 +645,10 @@ def _sim_pd(scenario: Any, opts: dict[str, Any], percentiles: Any) -> None:
                 "drop it",
                 field=flag,
             )
+    from kvbudget.sim.scenario import scenario_async_scheduling
+
     doc = simulate_pd_scenario(scenario, percentiles)
+    doc["async_scheduling"] = scenario_async_scheduling(scenario).to_dict()
     doc["simulator_build"] = build_label()
     if opts["as_json"]:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
@@ -663,6 +680,13 @@ def _sim_slots(scenario: Any, opts: dict[str, Any], percentiles: Any) -> None:
                 f"--{flag.replace('_', '-')}: not available with --engine llamacpp; drop it",
                 field=flag,
             )
+    if scenario.async_scheduling is not None:
+        flag = "--async-scheduling" if scenario.async_scheduling else "--no-async-scheduling"
+        raise ConfigError(
+            f"{flag}: a vLLM flag; llama-server has no async scheduling to set; drop it or "
+            "simulate --engine vllm",
+            field="async_scheduling",
+        )
     summary, records = simulate_slots_scenario(
         scenario,
         num_slots=opts["slots"],

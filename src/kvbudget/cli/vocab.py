@@ -56,6 +56,15 @@ EXPERT_PARALLEL_HELP = (
     "vLLM --enable-expert-parallel: MoE experts placed whole on the ranks instead of split by "
     "tensor parallelism (default off)."
 )
+#: vLLM's own spelling (``vllm serve``: ``argparse.BooleanOptionalAction`` on
+#: ``SchedulerConfig.async_scheduling: bool | None = None``, vLLM 0.32.0
+#: ``vllm/engine/arg_utils.py``); not given: the version's default
+ASYNC_SCHEDULING = "--async-scheduling/--no-async-scheduling"
+ASYNC_SCHEDULING_HELP = (
+    "vLLM --async-scheduling / --no-async-scheduling: schedule step k+1 while step k runs (a "
+    "request reaching a busy engine waits one more step). Default: the --engine-version's "
+    "(off up to 0.13.0, on from 0.14.0; with --pp > 1 from 0.32.0)."
+)
 PREFIX_CACHING = "--prefix-caching/--no-prefix-caching"
 PREFIX_CACHING_VLLM = "--enable-prefix-caching/--no-enable-prefix-caching"
 
@@ -129,8 +138,8 @@ ENDPOINT = Endpoint()
 
 def engine_input_options(*, kv_dtype: bool = True) -> Callable[[_F], _F]:
     """``--pp``, ``--engine-version``, ``--quantization``, ``--kv-dtype`` (unless the command
-    has its own) and ``--enable-expert-parallel``, with ``plan``'s names and help: the engine
-    inputs ``sim`` and ``serve --gpu`` take as ``plan`` does."""
+    has its own), ``--enable-expert-parallel`` and ``--async-scheduling``, with ``plan``'s
+    names and help: the engine inputs ``sim`` and ``serve --gpu`` take as ``plan`` does."""
 
     def apply(func: _F) -> _F:
         options = [
@@ -139,6 +148,9 @@ def engine_input_options(*, kv_dtype: bool = True) -> Callable[[_F], _F]:
             click.option("--quantization", help=QUANTIZATION_HELP),
             click.option(
                 EXPERT_PARALLEL, "enable_expert_parallel", default=None, help=EXPERT_PARALLEL_HELP
+            ),
+            click.option(
+                ASYNC_SCHEDULING, "async_scheduling", default=None, help=ASYNC_SCHEDULING_HELP
             ),
         ]
         if kv_dtype:

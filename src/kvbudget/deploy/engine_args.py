@@ -172,6 +172,11 @@ def _vllm(lock: ObjectLock, model: str, port: int, sources: dict[str, str]) -> l
         flag = "--enable-prefix-caching" if policy.enabled else "--no-enable-prefix-caching"
         argv.append(flag)
         sources[flag] = "lock.prefix_caching.enabled"
+    asynchronous = lock.async_scheduling.value if lock.async_scheduling else None
+    if asynchronous is not None:
+        flag = "--async-scheduling" if asynchronous else "--no-async-scheduling"
+        argv.append(flag)
+        sources[flag] = "lock.async_scheduling"
     gib = offload_gib(lock)
     if gib is not None:
         argv += ["--kv-offloading-size", f"{gib:g}", "--kv-offloading-backend", "native"]
@@ -239,6 +244,12 @@ def engine_command(
 ) -> EngineCommand:
     """The launch command of one replica's engine (leader process when multi-node)."""
     engine = engine_name(lock)
+    if engine != "vllm" and lock.async_scheduling is not None:
+        raise ConfigError(
+            f"lock.async_scheduling: vLLM's --async-scheduling, not a flag of {engine}; drop "
+            "lock.async_scheduling (or serve with vLLM)",
+            field="lock.async_scheduling",
+        )
     model = model_path or lock.model.id
     sources: dict[str, str] = {}
     notes: list[str] = []

@@ -34,6 +34,8 @@ class ServeEngineOptions:
     quantization: str | None = None
     kv_dtype: str = "auto"
     enable_expert_parallel: bool = False
+    #: vLLM --async-scheduling / --no-async-scheduling (None: the version's default; --gpu only)
+    async_scheduling: bool | None = None
     num_gpu_blocks: int | None = None
     block_size: int | None = None
     max_model_len: int | None = None
@@ -103,6 +105,7 @@ def _planned(opts: ServeEngineOptions) -> BuiltEngine:
         enable_prefix_caching=opts.enable_prefix_caching,
         fast_path=False,
         expert_parallel=opts.enable_expert_parallel,
+        async_scheduling=opts.async_scheduling,
     )
     return _engine(built, opts)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
-from kvbudget.capacity.versions import parse_version, vllm_async_scheduling_default
+from kvbudget.capacity.versions import AsyncScheduling, parse_version, vllm_async_scheduling
 from kvbudget.capacity.weights import WeightsEstimate, compute_weights
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
@@ -217,6 +217,9 @@ class BuiltReplica:
     #: the plan it was sized from (``None`` for a manual pool)
     plan: PlanResult | None = None
     model: ResolvedModel | None = None
+    #: vLLM ``--async-scheduling`` as resolved for the planned version, and why (``None`` for a
+    #: manual pool: ``ReplicaConfig.async_scheduling`` as given)
+    async_scheduling: AsyncScheduling | None = None
 
     @property
     def config(self) -> ReplicaConfig:
@@ -269,9 +272,10 @@ def build_replica(
     are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
-    ``async_scheduling`` (vLLM ``--async-scheduling``; ``None``: the planned vLLM version's
-    default, :func:`kvbudget.capacity.versions.vllm_async_scheduling_default`) sets
-    ``ReplicaConfig.async_scheduling``.
+    ``async_scheduling`` (vLLM ``--async-scheduling`` / ``--no-async-scheduling``; ``None``:
+    the planned vLLM version's default) sets ``ReplicaConfig.async_scheduling`` through
+    :func:`kvbudget.capacity.versions.vllm_async_scheduling`, which refuses the combinations
+    the planned version refuses (``--async-scheduling`` with pipeline parallel before 0.32.0).
     """
     resolved = model or resolve_for_sim(request.model)
     spec = resolved.spec
@@ -281,10 +285,10 @@ def build_replica(
     config = replica_config_from_plan(
         plan, enable_prefix_caching=enable_prefix_caching, policy=policy
     )
-    if async_scheduling is None:
-        version = parse_version(plan.engine_version)
-        async_scheduling = vllm_async_scheduling_default(version, plan.pp)
-    if async_scheduling:
+    asynchronous = vllm_async_scheduling(
+        parse_version(plan.engine_version), plan.pp, async_scheduling
+    )
+    if asynchronous.enabled:
         config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel
     if profile is not None:
@@ -307,15 +311,16 @@ def build_replica(
         f"blocks x {config.block_size} tokens, max_model_len {config.max_model_len}, "
         f"timing {timing_name}"
     )
-    if config.async_scheduling:
-        desc += "; async scheduling"
+    desc += f"; async scheduling {'on' if asynchronous.enabled else 'off'} ({asynchronous.reason})"
     if expert_parallel and not timing_name.startswith("measured"):
         desc += (
             "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "
             "routing, all-to-all priced as the all-reduce)"
         )
     setup = ReplicaSetup(config=config, timing=timing, tiers=tuple(tiers), fast_path=fast_path)
-    return BuiltReplica(setup, timing_name, desc, plan=plan, model=resolved)
+    return BuiltReplica(
+        setup, timing_name, desc, plan=plan, model=resolved, async_scheduling=asynchronous
+    )
 
 
 def build_manual_replica(

@@ -9,6 +9,8 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     engine_version: null               # vLLM version (defaults by version and GPU, as plan)
     quantization: null                 # vLLM --quantization (fp8, awq, gptq, mxfp4, ...)
     enable_expert_parallel: false
+    async_scheduling: null             # vLLM --async-scheduling (true) / --no-async-scheduling
+                                       #   (false); null: the vLLM version's default
     kv_dtype: auto
     replicas: 1                        # identical replicas ...
     replica_overrides: []              # ... or one entry per replica (heterogeneous):
@@ -46,6 +48,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.versions import (
+    DEFAULT_VLLM_VERSION,
+    AsyncScheduling,
+    parse_version,
+    vllm_async_scheduling,
+)
 from kvbudget.errors import ConfigError
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.cluster import ClusterSpec
@@ -135,6 +143,9 @@ class SimScenario(BaseModel):
     #: vLLM --quantization of the weights (None: the config's quantization_config)
     quantization: str | None = None
     enable_expert_parallel: bool = False
+    #: vLLM --async-scheduling (True) / --no-async-scheduling (False); None: the version's
+    #: default (kvbudget.capacity.versions.vllm_async_scheduling)
+    async_scheduling: bool | None = None
     kv_dtype: str = "auto"
     max_model_len: int | None = Field(default=None, ge=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
@@ -262,6 +273,13 @@ def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") ->
     return scenario
 
 
+def scenario_async_scheduling(scenario: SimScenario) -> AsyncScheduling:
+    """vLLM ``--async-scheduling`` of the scenario's replicas and why (the flag, else the vLLM
+    version's default): what :func:`kvbudget.sim.fromplan.build_replica` applies to each."""
+    version = parse_version(scenario.engine_version or DEFAULT_VLLM_VERSION)
+    return vllm_async_scheduling(version, scenario.pp, scenario.async_scheduling)
+
+
 def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSetup:
     """One replica built from its own plan: the scenario's fields with ``override``'s on top."""
     o = override or ReplicaOverride()
@@ -290,6 +308,7 @@ def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> Re
         tiers=tuple(t for t in scenario.tiers if t.name != "remote"),
         expert_parallel=scenario.enable_expert_parallel,
         timing_model=scenario.timing_model,
+        async_scheduling=scenario.async_scheduling,
     )
     return built.setup
 

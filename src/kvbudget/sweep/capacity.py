@@ -64,7 +64,7 @@ def capacity_row(point: SweepPoint, slo_text: str, num_requests: int) -> dict[st
     from kvbudget.maxload.run import find_capacity
     from kvbudget.maxload.sim_probe import SimProbe
     from kvbudget.maxload.slo import parse_slo
-    from kvbudget.sim.scenario import scenario_from_dict
+    from kvbudget.sim.scenario import scenario_async_scheduling, scenario_from_dict
 
     wall0 = time.perf_counter()
     row: dict[str, Any] = {
@@ -95,9 +95,12 @@ def capacity_row(point: SweepPoint, slo_text: str, num_requests: int) -> dict[st
         row["wall_s"] = time.perf_counter() - wall0
         return row
     rate, conc = cap.rate.main, cap.concurrency.main
+    asynchronous = scenario_async_scheduling(scenario)
     row.update(
         status="simulated",
         timing_model=probe.timing_model,
+        async_scheduling_enabled=asynchronous.enabled,
+        async_scheduling_reason=asynchronous.reason,
         max_rate_per_s=rate.answer,
         max_rate_confirmed=rate.confirmed,
         binding_constraint=rate.binding_constraint,

@@ -52,6 +52,7 @@ AXES = (
     "pp",
     "engine_version",
     "quantization",
+    "async_scheduling",
     "kv_dtype",
     "max_model_len",
     "max_num_seqs",
@@ -76,6 +77,9 @@ class GridAxes(BaseModel):
     engine_version: list[str] | None = Field(None, min_length=1)
     #: vLLM --quantization of the weights (``none``: unquantized)
     quantization: list[str] | None = Field(None, min_length=1)
+    #: vLLM --async-scheduling (true) / --no-async-scheduling (false); left out: each
+    #: point's engine version's default
+    async_scheduling: list[bool] | None = Field(None, min_length=1)
     kv_dtype: list[str] | None = Field(None, min_length=1)
     max_model_len: list[int] | None = Field(None, min_length=1)
     max_num_seqs: list[int] | None = Field(None, min_length=1)
@@ -217,6 +221,7 @@ _LATER_FIELDS = {
     "engine_version": None,
     "quantization": None,
     "enable_expert_parallel": False,
+    "async_scheduling": None,
     "timing_model": None,
     "disaggregation": None,
 }

@@ -33,6 +33,8 @@ from kvbudget.sweep.grid import SweepPoint
 #: fields of a row copied from the simulator's summary
 _SUMMARY_FIELDS = (
     "timing_model",
+    "async_scheduling_enabled",
+    "async_scheduling_reason",
     "requests_total",
     "requests_completed",
     "requests_cancelled",
@@ -53,7 +55,12 @@ def _simulate(
     of one scenario, its latency figures at ``percentiles``."""
     from kvbudget.metrics.stability import queue_growth_spilled
     from kvbudget.sim.cluster import simulate
-    from kvbudget.sim.scenario import build_cluster, build_workload, scenario_from_dict
+    from kvbudget.sim.scenario import (
+        build_cluster,
+        build_workload,
+        scenario_async_scheduling,
+        scenario_from_dict,
+    )
 
     scenario = scenario_from_dict(dict(scenario_data), origin="the sweep point")
     cluster = build_cluster(scenario)
@@ -62,6 +69,9 @@ def _simulate(
     cluster.record_token_times = True  # ITL, as kvbudget sim records it by default
     result = simulate(requests, cluster, seed=scenario.seed)
     summary = result.summary(percentiles)
+    asynchronous = scenario_async_scheduling(scenario)
+    summary["async_scheduling_enabled"] = asynchronous.enabled
+    summary["async_scheduling_reason"] = asynchronous.reason
     if concurrency is None:  # open loop: did the queue keep growing? (kvbudget sim's check)
         growth = queue_growth_spilled(result.run_stats().first_token_rows)
         summary["queue"] = {"stable": growth is None} | ({} if growth is None else growth.to_dict())

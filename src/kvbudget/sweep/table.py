@@ -36,6 +36,8 @@ HEAD_COLUMNS = (
     "status",
     "figures",
     "timing_model",
+    "async_scheduling_enabled",
+    "async_scheduling_reason",
     *AXES,
     "num_gpus",
     "cost_usd_per_hour",

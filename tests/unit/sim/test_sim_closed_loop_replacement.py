@@ -96,7 +96,8 @@ def test_async_scheduling_idle_engine_takes_the_request_at_once() -> None:
 def test_the_planned_vllm_version_gives_the_async_scheduling_default() -> None:
     """vLLM 0.13.0 ``config/scheduler.py``: ``async_scheduling: bool = False``; 0.14.0:
     ``Field(default=None)``, turned on by ``VllmConfig.__post_init__`` unless
-    ``pipeline_parallel_size > 1``."""
+    ``pipeline_parallel_size > 1``; 0.32.0 keeps it on with pipeline parallel on the V2 model
+    runner (``config/vllm.py``: only ``not self.use_v2_model_runner`` turns it off)."""
     from kvbudget.capacity.plan_types import PlanRequest
     from kvbudget.capacity.versions import vllm_async_scheduling_default
     from kvbudget.sim.fromplan import build_replica
@@ -104,6 +105,7 @@ def test_the_planned_vllm_version_gives_the_async_scheduling_default() -> None:
     assert not vllm_async_scheduling_default((0, 13, 0), 1)
     assert vllm_async_scheduling_default((0, 14, 0), 1)
     assert not vllm_async_scheduling_default((0, 14, 0), 2)
+    assert vllm_async_scheduling_default((0, 32, 0), 2)
     base = {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM", "max_model_len": 4096}
     old = build_replica(PlanRequest(**base, engine_version="0.13.0"), timing_model="roofline")
     new = build_replica(PlanRequest(**base, engine_version="0.14.0"), timing_model="roofline")
@@ -114,4 +116,6 @@ def test_the_planned_vllm_version_gives_the_async_scheduling_default() -> None:
     )
     assert (old.config.async_scheduling, new.config.async_scheduling) == (False, True)
     assert not off.config.async_scheduling
-    assert new.description.endswith("; async scheduling")
+    assert "; async scheduling on (vLLM 0.14.0's default: on from 0.14.0" in new.description
+    assert "; async scheduling off (vLLM 0.13.0's default: off up to 0.13.0" in old.description
+    assert "; async scheduling off (--no-async-scheduling given" in off.description
