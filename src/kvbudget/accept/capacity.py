@@ -23,9 +23,10 @@ from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.result import Budget, Ledger, LedgerEntry
 from kvbudget.capacity.budget import structural_budget, three_budgets
-from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult
 from kvbudget.capacity.window_charge import window_charges
-from kvbudget.errors import CapacityError, ConfigError, SpecError
+from kvbudget.engine_name import engine_of
+from kvbudget.errors import CapacityError, ConfigError, SpecError, shown_value
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.fromplan import BuiltReplica, build_replica
 from kvbudget.sim.timing import CalibrationProfile, StepTimeModel
@@ -60,6 +61,21 @@ def _value(lock: ObjectLock, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def _planned_engine(lock: ObjectLock) -> Engine:
+    """The engine whose pool arithmetic the lock's plan uses: the lock's ``engine.name`` (vLLM
+    when it names none, or ``kvbudget-serve``, which simulates vLLM); llama.cpp has no pool plan
+    (its cache is ``kvbudget calc --engine llamacpp``), so it is refused, not planned as vLLM."""
+    name = lock.engine.name.value
+    engine = engine_of(name)
+    if engine == "llamacpp":
+        raise ConfigError(
+            f"lock.engine.name: {shown_value(name)}: kvbudget plans vLLM and SGLang pools, not "
+            "llama.cpp's; size its cache with `kvbudget calc --engine llamacpp`",
+            field="lock.engine.name",
+        )
+    return "sglang" if engine == "sglang" else "vllm"
+
+
 def plan_request(lock: ObjectLock) -> PlanRequest:
     gpu = lock.gpu.type.value
     kv_bytes = lock.kv_cache_memory_bytes.value if lock.kv_cache_memory_bytes else None
@@ -80,7 +96,7 @@ def plan_request(lock: ObjectLock) -> PlanRequest:
         num_gpu_blocks_override=override,
         tp=_value(lock, "tensor_parallel", 1),
         pp=_value(lock, "pipeline_parallel", 1),
-        engine="vllm",
+        engine=_planned_engine(lock),
         engine_version=engine_version,
         gpu_memory_utilization=_value(lock, "gpu_memory_utilization"),
         max_model_len=_value(lock, "max_model_len"),

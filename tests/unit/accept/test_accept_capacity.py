@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvbudget.accept.capacity import build_capacity
+from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.planfile import load_plan
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
@@ -100,3 +101,48 @@ def test_locked_quantization_reaches_the_simulated_replica(monkeypatch: pytest.M
     assert fp8.plan.weights.total_bytes < 0.6 * base.plan.weights.total_bytes
     assert fp8.built.timing_name == "roofline (fp8 GEMMs)"
     assert base.built.timing_name == "roofline"
+
+
+def _with_engine(name: str) -> ObjectLock:
+    from kvbudget.accept.plan_lock import ObjectLock
+
+    data = load_plan(DEMO).lock.model_dump()
+    data["engine"]["name"] = {"value": name}
+    return ObjectLock.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "engine"),
+    [("sglang", "sglang"), ("vllm", "vllm"), ("kvbudget-serve", "vllm"), (None, "vllm")],
+)
+def test_the_lock_names_the_engine_whose_pool_is_planned(name: str | None, engine: str) -> None:
+    """An SGLang lock is planned with SGLang's arithmetic, not vLLM's; a lock naming no engine,
+    or kvbudget serve (which simulates vLLM), with vLLM's."""
+    from kvbudget.accept.capacity import plan_request
+
+    lock = load_plan(DEMO).lock if name is None else _with_engine(name)
+    if name is None:
+        lock = lock.model_copy(
+            update={"engine": lock.engine.model_copy(update={"name": type(lock.engine.name)()})}
+        )
+    assert plan_request(lock).engine == engine
+
+
+def test_a_llamacpp_lock_is_refused_not_planned_as_vllm() -> None:
+    from kvbudget.accept.capacity import plan_request
+    from kvbudget.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        plan_request(_with_engine("llama.cpp"))
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("lock.engine.name: 'llama.cpp'")
+    assert "kvbudget calc --engine llamacpp" in line
+
+
+def test_the_sim_target_refuses_an_sglang_lock_in_one_line() -> None:
+    """The simulator models vLLM V1's block pool: an SGLang lock is not simulated as vLLM."""
+    from kvbudget.errors import ConfigError
+
+    plan = load_plan(DEMO)
+    with pytest.raises(ConfigError, match=r"^engine: the simulator models vLLM V1's block pool"):
+        build_capacity(plan, _with_engine("sglang"))
