@@ -90,10 +90,10 @@ def test_async_scheduling_flag_delays_a_request_reaching_a_busy_engine_by_one_st
     assert on["async_scheduling"] == {
         "enabled": True,
         "source": "flag",
-        "reason": "--async-scheduling given (vLLM 0.32.0)",
+        "reason": "--async-scheduling given (vLLM 0.33.0)",
     }
     assert off["async_scheduling"]["enabled"] is False
-    assert off["async_scheduling"]["reason"] == "--no-async-scheduling given (vLLM 0.32.0)"
+    assert off["async_scheduling"]["reason"] == "--no-async-scheduling given (vLLM 0.33.0)"
 
 
 @pytest.mark.parametrize(
@@ -177,7 +177,7 @@ def test_sweep_axis_async_scheduling(tmp_path: Path) -> None:
     assert [r["async_scheduling_enabled"] for r in rows] == [False, True]
     assert rows[0]["ttft_p50_s"] == pytest.approx(SYNC_TTFT_MEAN_S)
     assert rows[1]["ttft_p50_s"] == pytest.approx(ASYNC_TTFT_MEAN_S)
-    assert rows[1]["async_scheduling_reason"] == "--async-scheduling given (vLLM 0.32.0)"
+    assert rows[1]["async_scheduling_reason"] == "--async-scheduling given (vLLM 0.33.0)"
     refused = {**base, "engine_version": "0.14.0", "pp": 2, "async_scheduling": True}
     (point,) = expand(grid_from_dict({"base": refused}))
     row = run_point(point)
@@ -252,9 +252,9 @@ def test_serve_gpu_takes_the_flag() -> None:
     off = build_engine(replace(opts, async_scheduling=False))
     default = build_engine(opts)
     assert not off.config.async_scheduling
-    assert "async scheduling off (--no-async-scheduling given (vLLM 0.32.0))" in off.description
+    assert "async scheduling off (--no-async-scheduling given (vLLM 0.33.0))" in off.description
     assert default.config.async_scheduling
-    assert "async scheduling on (vLLM 0.32.0's default: on from 0.14.0;" in default.description
+    assert "async scheduling on (vLLM 0.33.0's default: on from 0.14.0;" in default.description
     out = CliRunner().invoke(cli, ["serve", "--model", "m", "--async-scheduling"])
     assert isinstance(out.exception, ConfigError)
     assert "--async-scheduling True: only used to plan the replica with --gpu" in str(out.exception)
