@@ -44,7 +44,14 @@ _HELP = {
 
 
 #: ``kvbudget bench``'s options for reaching a running engine, reused as they are
-BENCH_OPTIONS = ("base_url", "metrics_url", "api_key_env", "timeout_s", "warmup_requests")
+BENCH_OPTIONS = (
+    "base_url",
+    "metrics_url",
+    "scrape_interval_s",
+    "api_key_env",
+    "timeout_s",
+    "warmup_requests",
+)
 #: sim options that describe the simulated engine: refused with --base-url (the server is it)
 SIM_ENGINE_OPTIONS = (*ENGINE_FLAG_KEYS, "prefix_caching")
 DEFAULT_WARMUP_REQUESTS = 4
@@ -236,6 +243,7 @@ def _search_http(
         num_requests=num_requests,
         budget=budget,
         metrics_url=opts["metrics_url"],
+        scrape_interval_s=opts["scrape_interval_s"],
         api_key_env=opts["api_key_env"],
         timeout_s=opts["timeout_s"] or 120.0,
         seed=seed,

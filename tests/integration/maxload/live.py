@@ -17,8 +17,11 @@ Checked on every engine (kvbudget serve, vLLM's CPU build, llama.cpp):
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+import time
+import urllib.request
 from typing import Any
 
 SLO_TERMS = ("ttft", "tpot", "itl", "e2e", "goodput")
@@ -31,6 +34,52 @@ SEARCH_ARGS = (
     *("--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS)),
     *("--num-requests", "20", "--seeds", "1", "--rate-tolerance", "0.5"),
 )
+
+
+#: a real engine's searches: each request this many tokens long, so one request's service time
+#: ``s`` (hundreds of ms on a tiny model) stands far above the client's and the machine's jitter
+ENGINE_OUTPUT_TOKENS = 64
+
+ENGINE_SEARCH_ARGS = (
+    *("--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(ENGINE_OUTPUT_TOKENS)),
+    *("--num-requests", "20", "--seeds", "1", "--rate-tolerance", "0.5"),
+)
+
+
+def service_s(base_url: str, model: str, *, repeats: int = 3) -> float:
+    """Median seconds of one ``/v1/completions`` request of ``ENGINE_OUTPUT_TOKENS`` tokens sent
+    alone: the engine's service time on this machine now."""
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": "one two three four five six seven eight nine ten eleven twelve",
+            "max_tokens": ENGINE_OUTPUT_TOKENS,
+            "ignore_eos": True,
+        }
+    ).encode()
+    times = []
+    for _ in range(repeats):
+        req = urllib.request.Request(
+            base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        started = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            resp.read()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def one_slot_slo(service: float) -> str:
+    """A TTFT p95 ceiling between what one slot serves and what it cannot.
+
+    An engine that serves one request at a time (vLLM ``--max-num-seqs 1``, llama.cpp ``-np 1``)
+    under a closed loop of ``c`` users is a FIFO queue: each request waits for the ``c - 1``
+    ahead of it, TTFT about ``(c - 1) s``. Under ``2.5 s``: one user (TTFT a prefill, a small part
+    of ``s``) and two (about ``s``) meet it; four (``3 s``) do not, nor does any higher load unless
+    the machine ran seven times faster than when ``s`` was measured; so the search finds a failing
+    bound below its ceiling of 20 users whatever this machine's speed.
+    """
+    return f"ttft_p95<{2.5 * service * 1e3:.0f}ms"
 
 
 def run_capacity(base_url: str, model: str, *args: str, timeout_s: float = 600) -> dict[str, Any]:
