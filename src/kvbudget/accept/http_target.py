@@ -110,7 +110,7 @@ class HttpTarget:
         source: RecordSource = "measured",
         seed: int = 0,
         hardware: str | None = None,
-        scrape_interval_s: float = 0.5,
+        scrape_interval_s: float = 1.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.scrape_interval_s = scrape_interval_s
