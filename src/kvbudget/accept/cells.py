@@ -154,6 +154,21 @@ def prompt_lengths_in_tier(
     }
 
 
+def cell_summaries(
+    runs: Sequence[CellRun],
+    rng: np.random.Generator,
+    percentiles: Sequence[float] = PERCENTILES,
+) -> dict[str, MetricSummary]:
+    """Each metric's summary over a cell's repetitions (warm-up records left out), holding
+    ``percentiles`` beside p50/p90/p95/p99: what :func:`summarize_cell` reports and what
+    ``kvbudget report --metric-percentiles`` recomputes from ``records.jsonl``. ``rng`` feeds
+    the bootstrap CIs (one draw per metric with samples, whatever the percentiles)."""
+    records = [r for run in runs for r in run.records if not r.warmup]
+    return {
+        m: summarize(_values(records, m), rng, metric=m, percentiles=percentiles) for m in METRICS
+    }
+
+
 def summarize_cell(
     plan: AcceptPlan,
     *,
@@ -170,9 +185,7 @@ def summarize_cell(
     holds ``percentiles`` (``--metric-percentiles``) beside p50/p90/p95/p99."""
     input_tier, concurrency_tier = cell_id.split("/", 1)
     records = [r for run in runs for r in run.records if not r.warmup]
-    summaries: dict[str, MetricSummary] = {
-        m: summarize(_values(records, m), rng, metric=m, percentiles=percentiles) for m in METRICS
-    }
+    summaries = cell_summaries(runs, rng, percentiles)
     capacity_error = next((run.capacity_error for run in runs if run.capacity_error), None)
     num_oom = sum(1 for r in records if r.error_kind == "oom")
     num_error = sum(1 for r in records if r.status == "error")

@@ -119,6 +119,13 @@ class StopConditions(StrictModel):
         "meeting the latency ceilings and error_rate_max (kvbudget capacity's search; reported, "
         "no verdict)",
     )
+    search_highest_load_by: Literal["auto", "concurrency", "rate"] = Field(
+        default="auto",
+        description="with search_highest_load: concurrency (closed loop only), rate (the "
+        "concurrency search, then the highest Poisson request rate, bracketed from the "
+        "requests/s the concurrency probes completed and bisected, as kvbudget capacity does), "
+        "or auto (rate too when a concurrency tier is open loop: poisson or constant)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StopConditions:

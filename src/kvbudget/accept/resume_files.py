@@ -21,16 +21,19 @@ from kvbudget.accept.targets import CellRun
 from kvbudget.errors import ConfigError
 from kvbudget.records import MetricSample, RequestRecord, read_jsonl_dicts
 
+#: who reads OUT back, and the fix its refusals name
+RESUME_READER = ("--resume", "start over without --resume or choose another --out")
 
-def _refuse(path: Path, where: str, why: str) -> ConfigError:
+
+def _refuse(path: Path, where: str, why: str, reader: tuple[str, str]) -> ConfigError:
+    flag, fix = reader
     return ConfigError(
-        f"--resume: {path} {where} {why}, so a finished repetition may have lost records; "
-        "start over without --resume or choose another --out",
-        field="resume",
+        f"{flag}: {path} {where} {why}, so a finished repetition may have lost records; {fix}",
+        field=flag.removeprefix("--").replace("-", "_"),
     )
 
 
-def _read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _read(path: Path, notes: list[str], reader: tuple[str, str]) -> list[dict[str, Any]]:
     """The lines of one file; a torn last line is dropped with a note, any other bad line
     refused."""
     result = read_jsonl_dicts(path)
@@ -38,7 +41,10 @@ def _read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     inner = result.skipped_lines[: len(result.skipped_lines) - (1 if torn else 0)]
     if inner:
         raise _refuse(
-            path, f"line {inner[0]}", "is not a complete JSON object (a write cut short?)"
+            path,
+            f"line {inner[0]}",
+            "is not a complete JSON object (a write cut short?)",
+            reader,
         )
     if result.truncated_tail:
         notes.append(
@@ -48,23 +54,31 @@ def _read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     return result.items
 
 
-def load_progress(out_dir: Path) -> tuple[dict[tuple[str, int], CellRun], list[str]]:
-    """Finished repetitions by (cell, repetition) with their records, and notes on repairs."""
+def load_progress(
+    out_dir: Path, *, reader: tuple[str, str] = RESUME_READER
+) -> tuple[dict[tuple[str, int], CellRun], list[str]]:
+    """Finished repetitions by (cell, repetition) with their records, and notes on repairs.
+
+    ``reader``: the flag reading OUT back and the fix its refusals name; only ``--resume``
+    repairs OUT (removes a stale ``report.json.tmp``), any other reader leaves it as it is.
+    """
     notes: list[str] = []
     stale = out_dir / "report.json.tmp"
-    if stale.exists():
+    if stale.exists() and reader == RESUME_READER:
         stale.unlink()
         notes.append("resume: removed report.json.tmp left by an interrupted write")
     progress_path, records_path = out_dir / "progress.jsonl", out_dir / "records.jsonl"
-    progress = _read(progress_path, notes)
-    records = _read(records_path, notes)
+    progress = _read(progress_path, notes, reader)
+    records = _read(records_path, notes, reader)
     by_run: dict[tuple[str, int], list[RequestRecord]] = {}
     for number, raw in enumerate(records, start=1):
         try:
             rec = RequestRecord.model_validate(raw)
             key = RequestKey.decode(rec.request_id) if rec.cell_id and not rec.warmup else None
         except (ValidationError, ValueError):
-            raise _refuse(records_path, f"record {number}", "is not a request record") from None
+            raise _refuse(
+                records_path, f"record {number}", "is not a request record", reader
+            ) from None
         if key is not None and key.repetition is not None:
             by_run.setdefault((key.cell_id, key.repetition), []).append(rec)
     done: dict[tuple[str, int], CellRun] = {}
@@ -81,5 +95,7 @@ def load_progress(out_dir: Path) -> tuple[dict[tuple[str, int], CellRun], list[s
                 kv_usage_after_drain=item["kv_usage_after_drain"],
             )
         except (KeyError, TypeError, ValueError, AttributeError, ValidationError):
-            raise _refuse(progress_path, f"record {number}", "is not a progress record") from None
+            raise _refuse(
+                progress_path, f"record {number}", "is not a progress record", reader
+            ) from None
     return done, notes

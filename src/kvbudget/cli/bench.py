@@ -491,7 +491,8 @@ def _render(doc: Any) -> None:
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue the run in --out: send only the requests not yet recorded.",
+    help="Continue the run in --out: send only the requests not yet recorded (with the same "
+    "options; a --dataset-path file must hash as it did when the run started).",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (no progress bar)."

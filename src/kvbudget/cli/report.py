@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from kvbudget.cli.vocab import METRIC_PERCENTILES
+
 FACTORS = ["kv_dtype", "block_size", "prefix_caching", "max_model_len", "offload", "router_policy"]
 
 
@@ -46,6 +48,15 @@ FACTORS = ["kv_dtype", "block_size", "prefix_caching", "max_model_len", "offload
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     help="Family-wise error rate for the Holm-corrected tests (with --compare).",
 )
+@click.option(
+    METRIC_PERCENTILES,
+    "metric_percentiles",
+    default=None,
+    help="Percentiles of TTFT, TPOT, ITL and E2E per cell, comma-separated, e.g. 75,99.9 "
+    "(vllm bench serve's flag): the cells are summarised again from the run's records.jsonl "
+    "beside RESULT.json (p50/p90/p95/p99 always kept; verdicts as the run judged them) "
+    "[default: the run's own].",
+)
 def report(
     result_file: Path,
     out_dir: Path | None,
@@ -53,6 +64,7 @@ def report(
     factor: str | None,
     percentile: float,
     alpha: float,
+    metric_percentiles: str | None,
 ) -> None:
     """Re-render report.md and report.html from an acceptance report.json (no run, no load).
 
@@ -60,12 +72,25 @@ def report(
     (not_comparable, with every difference listed, when the locks differ in more than F) and
     show the two runs' charts side by side in report.html; the output then goes to --out
     (default: a 'compare' folder beside RESULT.json).
+
+    With --metric-percentiles: each cell's latency figures are summarised again, at those
+    percentiles, from the records.jsonl and progress.jsonl the run wrote beside RESULT.json
+    (and beside VARIANT.json), with the run's own summariser and bootstrap seed.
     """
     from kvbudget.errors import ConfigError
     from kvbudget.report.terminal import print_summary
     from kvbudget.report.write import load_result, write_report
 
+    chosen = None
+    if metric_percentiles is not None:
+        from kvbudget.metrics.percentile_set import parse_metric_percentiles
+
+        chosen = parse_metric_percentiles(metric_percentiles)  # one line, before any reading
     doc = load_result(result_file)
+    if chosen is not None:
+        from kvbudget.accept.resummarize import resummarize
+
+        doc = resummarize(doc, result_file.parent, chosen)
     variant = None
     if variant_file is not None:
         from kvbudget.accept.compare_results import compare_documents
@@ -73,6 +98,10 @@ def report(
         if factor is None:
             raise ConfigError("--factor: required with --compare; name the one lock field changed")
         variant = load_result(variant_file)
+        if chosen is not None:
+            from kvbudget.accept.resummarize import resummarize
+
+            variant = resummarize(variant, variant_file.parent, chosen)
         comparison = compare_documents(
             doc,
             result_file,

@@ -7,7 +7,7 @@ variable that holds it (``api_key_env``).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -53,6 +53,9 @@ class BenchWorkload(BaseModel):
     sharegpt_output_len: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
     custom_output_len: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
     disable_shuffle: bool = False
+    #: sha256 of the dataset file's bytes, set by the run when it starts (never by the user):
+    #: ``--resume`` re-reads the file and refuses a different one
+    dataset_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$")
 
     @property
     def dataset(self) -> bool:
@@ -183,9 +186,13 @@ class RunConfig(BaseModel):
         return self.shape != "closed"
 
     def same_run(self, other: RunConfig) -> list[str]:
-        """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers``."""
-        mine = self.model_dump(exclude={"workers", "record_source"})
-        theirs = other.model_dump(exclude={"workers", "record_source"})
+        """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers`` and what
+        the run sets itself (``record_source``; ``workload.dataset_sha256``, which ``--resume``
+        checks on its own to name both hashes)."""
+        own: dict[str, Any] = {"workers": True, "record_source": True}
+        own["workload"] = {"dataset_sha256"}
+        mine = self.model_dump(exclude=own)
+        theirs = other.model_dump(exclude=own)
         for url in ("base_url", "metrics_url"):  # run.json keeps them without credentials
             for dump in (mine, theirs):
                 if dump[url] is not None:

@@ -37,7 +37,7 @@ from kvbudget.load.runner import ProgressFn, StopWhen, WorkerResult, run_worker
 from kvbudget.load.served_prompts import resolve_tokenizer, served_prompts
 from kvbudget.load.summary import bottleneck_warnings, summarize_records
 from kvbudget.load.workers import WorkerPool
-from kvbudget.load.workloads import plan_dataset, plan_synthetic, plan_trace
+from kvbudget.load.workloads import dataset_sha256, plan_dataset, plan_synthetic, plan_trace
 from kvbudget.metrics.run import summarize_run
 from kvbudget.records import (
     JsonlWriter,
@@ -174,6 +174,7 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
                 f"{', '.join(diff)}; resume with the same options",
                 field="resume",
             )
+        _same_dataset(cfg, old, out_dir)
         if old.duration_s is not None and old.num_requests is None:
             raise ConfigError(
                 "--resume needs a run with --num-requests (a duration-only run has no fixed "
@@ -197,6 +198,27 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
         redact_text(json.dumps({"config": config, "created_unix_s": time.time()}, indent=2))
     )
     return 0, set()
+
+
+def _same_dataset(cfg: RunConfig, old: RunConfig, out_dir: Path) -> None:
+    """Refuse a resume whose dataset file is not the one the run started with."""
+    was, now = old.workload.dataset_sha256, cfg.workload.dataset_sha256
+    if was == now:
+        return
+    path = cfg.workload.dataset_path
+    if was is None:
+        raise ConfigError(
+            f"--resume: the run in {out_dir} recorded no dataset_sha256 for --dataset-path "
+            f"{path} (started by an older kvbudget), so the file cannot be checked; start a "
+            "new run with another --out",
+            field="dataset_path",
+        )
+    raise ConfigError(
+        f"--resume: --dataset-path {path} is not the file the run in {out_dir} started with "
+        f"(dataset_sha256 {was} recorded, {now} now); put the original file back, or start a "
+        "new run with another --out",
+        field="dataset_path",
+    )
 
 
 async def run_load(
@@ -280,6 +302,12 @@ async def _run_in(
             "record_source": "simulated" if own_sim else "measured",
         }
     )
+    if planned is None and cfg.workload.dataset and cfg.workload.dataset_path is not None:
+        # the file's content as the run starts: recorded in run.json, checked by --resume
+        sha = dataset_sha256(cfg.workload.dataset_path)
+        cfg = cfg.model_copy(
+            update={"workload": cfg.workload.model_copy(update={"dataset_sha256": sha})}
+        )
     segment, skip = _prepare_dir(cfg, out_dir, resume)
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key

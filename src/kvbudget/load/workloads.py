@@ -31,6 +31,7 @@ Prompt text is never stored unless ``--keep-prompts`` (records keep its sha256).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -282,11 +283,47 @@ class DatasetPrompt:
     completion: str | None = None
 
 
-def _read_json_entries(path: Path) -> list[Any]:
-    """A JSON list (vLLM's ShareGPT file) or JSON Lines, either way one entry per item."""
+def _dataset_bytes(path: Path) -> bytes:
     if not path.is_file():
         raise ConfigError(f"--dataset-path {path}: no such file", field="dataset_path")
-    text = path.read_text(encoding="utf-8")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"--dataset-path {path}: cannot read it ({exc.strerror}); check its permissions",
+            field="dataset_path",
+        ) from None
+
+
+def dataset_sha256(path: str) -> str:
+    """The sha256 of the dataset file's bytes (recorded when a run starts; ``--resume``
+    compares it)."""
+    return hashlib.sha256(_dataset_bytes(Path(path))).hexdigest()
+
+
+def _read_json_entries(path: Path, expect_sha256: str | None = None) -> list[Any]:
+    """A JSON list (vLLM's ShareGPT file) or JSON Lines, either way one entry per item.
+
+    ``expect_sha256``: the hash recorded when the run started; bytes that hash otherwise (the
+    file changed in between) are refused, so what is sent is what was recorded.
+    """
+    content = _dataset_bytes(path)
+    if expect_sha256 is not None:
+        now = hashlib.sha256(content).hexdigest()
+        if now != expect_sha256:
+            raise ConfigError(
+                f"--dataset-path {path}: the file changed while the run was starting "
+                f"(dataset_sha256 {expect_sha256} recorded, {now} read); leave it unchanged "
+                "during the run and start again",
+                field="dataset_path",
+            )
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"--dataset-path {path}: not UTF-8 text; give a JSON list or JSON Lines file",
+            field="dataset_path",
+        ) from None
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
@@ -315,7 +352,7 @@ def read_dataset(w: BenchWorkload) -> list[DatasetPrompt]:
     """The dataset's entries in vLLM's order (shuffled with the seed unless disabled later)."""
     assert w.dataset_path is not None
     path = Path(w.dataset_path)
-    entries = _read_json_entries(path)
+    entries = _read_json_entries(path, w.dataset_sha256)
     out: list[DatasetPrompt] = []
     for i, entry in enumerate(entries, start=1):
         if not isinstance(entry, dict):
@@ -445,6 +482,7 @@ async def plan_dataset(
         )
     info = {
         "dataset_name": w.dataset_name,
+        "dataset_sha256": w.dataset_sha256,
         "dataset_entries": len(entries),
         "dataset_dropped_by_length_filter": dropped,
         "dataset_repeated": repeated,

@@ -158,6 +158,27 @@ def highest_load_text(found: dict[str, Any]) -> str:
             text += f"; {failing} fails on {found.get('binding_constraint')}"
         else:
             text += f" (every probe up to {best} passed; a probe has {found['requests_per_probe']} requests)"
+    if "max_rate_per_s" in found:
+        text += "; " + _highest_rate_text(found)
+    return text
+
+
+def _highest_rate_text(found: dict[str, Any]) -> str:
+    """``9.6 req/s Poisson (confirmed over 160 requests); 10.1 req/s fails on queue_growth``."""
+    rate, failing = found.get("max_rate_per_s"), found.get("failing_rate_per_s")
+    why = found.get("binding_constraint_rate")
+    if found.get("rate_not_searched"):
+        return f"rate not searched ({found['rate_not_searched']})"
+    if rate is None:
+        if failing is None:
+            return "no Poisson rate found (no rate probe ran)"
+        return f"no Poisson rate found: the lowest probed, {failing:.3g} req/s, fails on {why}"
+    text = f"{rate:.3g} req/s Poisson"
+    if found.get("max_rate_confirmed"):
+        longest = max((p.get("requests") or 0 for p in found.get("rate_probes") or []), default=0)
+        text += f" (confirmed over {longest} requests)"
+    if failing is not None:
+        text += f"; {failing:.3g} req/s fails on {why}"
     return text
 
 

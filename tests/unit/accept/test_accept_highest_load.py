@@ -27,7 +27,14 @@ def _plan(**stop: Any) -> AcceptPlan:
     data["load"]["shared_prefix"] = {"tokens": 0}
     for tier in data["load"]["tiers"].values():
         tier.update(min_tokens=16, max_tokens=32, output_tokens=4)
-    data["stop"] = {"ttft_s": {"p95": 2.05}, "search_highest_load": True, **stop}
+    # the fake below models a closed loop only: the concurrency search alone (the demo's
+    # Poisson tier would ask for the rate too: test_accept_highest_rate.py)
+    data["stop"] = {
+        "ttft_s": {"p95": 2.05},
+        "search_highest_load": True,
+        "search_highest_load_by": "concurrency",
+        **stop,
+    }
     data["comparisons"] = []
     return parse_plan(data)
 
@@ -36,8 +43,9 @@ class QueueTarget:
     """A closed loop of ``c`` clients on one request at a time, ``STEP_S`` each: every TTFT is
     ``c * STEP_S``; from concurrency ``errors_from`` on, every fourth request fails."""
 
-    def __init__(self, errors_from: int = 10**9) -> None:
+    def __init__(self, errors_from: int = 10**9, cancel_every: int = 0) -> None:
         self.errors_from = errors_from
+        self.cancel_every = cancel_every
         self.concurrencies: list[int] = []
 
     @property
@@ -71,6 +79,14 @@ class QueueTarget:
                     status="error",
                     error_kind="http_status",
                     http_status=500,
+                    sent_s=0.0,
+                    done_s=0.01,
+                )
+            elif self.cancel_every and i % self.cancel_every == 0:
+                rec = RequestRecord(
+                    request_id=r.request_id,
+                    source="measured",
+                    status="cancelled",
                     sent_s=0.0,
                     done_s=0.01,
                 )
@@ -122,6 +138,18 @@ def test_the_error_rate_binds_when_requests_fail() -> None:
     found = highest_loads(plan, QueueTarget(errors_from=8), [], figures="measured")
     assert (found["long"]["highest_concurrency"], found["long"]["failing_concurrency"]) == (7, 8)
     assert found["long"]["binding_constraint"] == "error_rate"
+
+
+def test_cancelled_requests_are_not_errors() -> None:
+    # the plan's cancel_fraction cancels requests on purpose; a cell does not count them as
+    # errors (kvbudget.accept.verdicts) and neither does a probe: every tenth request of 40
+    # cancelled (4 > error_rate_max 0.01 x 40) still leaves the TTFT ceiling binding at 20
+    plan = _plan()
+    found = highest_loads(plan, QueueTarget(cancel_every=10), [], figures="measured")
+    assert (found["short"]["highest_concurrency"], found["short"]["binding_constraint"]) == (
+        20,
+        "ttft_p95",
+    )
 
 
 def test_off_by_default() -> None:
