@@ -32,6 +32,12 @@ CACHE_FIELDS = {
     "linear_cache",
     "indexer_keys",  # DynamicIndexedLayer (DeepSeek-V3.2, GLM-5)
     "idx_keys",  # MiniMaxM3VLSparseCacheLayer
+    # DeepseekV4HCACache / DeepseekV4CSACache: dicts of tensors per entry name
+    "buffer_kv",
+    "buffer_gate",
+    "compressed_kv",
+    "overlap_kv",
+    "overlap_gate",
 }
 
 #: architectures that cannot run on the meta device in this transformers version (reason given)

@@ -52,10 +52,6 @@ META_FAIL: dict[str, str] = {
 #: model types kvbudget resolves as not_applicable, and why
 NOT_MODELLED: dict[str, str] = {
     "dbrx": "attention fields nested in attn_config (kv_n_heads) are not read",
-    "deepseek_v4": "compressed_sparse_attention / heavily_compressed_attention layers: each keeps "
-    "a sliding window of one K/V head, the compressor's buffer_kv / buffer_gate (the tokens since "
-    "the last compression) and one compressed_kv entry per compress_rate tokens "
-    "(DeepseekV4HCACache / CSACache); not modelled yet",
     "dots3_note": "MLA with per-layer sliding heads of another size (per_layer_config)",
     "dots3_note_text": "MLA with per-layer sliding heads of another size (per_layer_config)",
     "inkling_text": "'hybrid' / 'hybrid_sliding' layers: attention (swa_num_key_value_heads x "

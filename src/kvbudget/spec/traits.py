@@ -35,6 +35,10 @@ NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
 #: full attention (or MLA) plus a sparse-attention indexer's key cache (transformers
 #: ``DynamicIndexedLayer``; MiniMax-M3's ``MiniMaxM3VLSparseCacheLayer``): needs ``Traits.index_key``
 INDEXED_TYPES = ("indexed_attention", "minimax_m3_sparse")
+#: DeepSeek-V4 compressed attention: a sliding K=V window plus compressed entries
+#: (``modeling_deepseek_v4.py`` ``DeepseekV4HCACache`` / ``DeepseekV4CSACache``); needs
+#: ``Traits.compressed``. The CSA layers also keep an indexer key per compressed entry.
+COMPRESSED_TYPES = ("heavily_compressed_attention", "compressed_sparse_attention")
 
 #: a field value: a config key, ("mul", key, key), ("div", key, key), ("const", n) or
 #: ("or", key, rule): the key's value, or the rule when the key is null or "auto"
@@ -109,6 +113,8 @@ class Traits:
     index_default: int = 128
     #: per-layer "full"/"shared" list: only "full" layers run (and cache) an indexer (GLM-5.2)
     indexer_types_key: str | None = None
+    #: COMPRESSED_TYPES layers are modelled (DeepSeek-V4: rates from ``compress_rates``)
+    compressed: bool = False
     verified: bool = True
     note: str = ""
 
@@ -382,6 +388,23 @@ TRAITS: dict[str, Traits] = {
         pattern=Pattern("full", base="indexed_attention"),
         index_key="index_head_dim",
         indexer_types_key="indexer_types",
+    ),
+    # DeepSeek-V4: one shared K=V head of head_dim on every layer; sliding_attention layers keep
+    # a window (DynamicSlidingWindowLayer, K and V as two tensors), compressed layers a window of
+    # the shared head plus compressed entries (modeling_deepseek_v4.py DeepseekV4HCACache /
+    # DeepseekV4CSACache); layer_types from compress_ratios or the V4-Pro default (normalise.py)
+    "deepseek_v4": Traits(
+        _t("deepseek_v4"),
+        defaults={
+            "num_hidden_layers": 43,
+            "hidden_size": 4096,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 1,
+            "head_dim": 512,
+            "sliding_window": 128,
+        },
+        index_key="index_head_dim",
+        compressed=True,
     ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)

@@ -30,6 +30,7 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     StageBytes,
     check_load,
+    refuse_compressed,
     refuse_indexer,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
@@ -119,6 +120,11 @@ def llamacpp_layout(
 ) -> LayoutResult:
     """Bytes llama.cpp allocates for ``-c ctx_size -np seqs`` (``-ctk kv_dtype -ctv v_dtype``)."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_compressed(
+        spec,
+        "llamacpp",
+        "llama.cpp 0.3.36 lists a deepseek4 architecture (gguf-py/gguf/constants.py line 576) but kvbudget has not read how its KV cache stores one",
+    )
     refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
