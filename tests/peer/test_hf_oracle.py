@@ -54,9 +54,6 @@ NOT_MODELLED: dict[str, str] = {
     "dbrx": "attention fields nested in attn_config (kv_n_heads) are not read",
     "dots3_note": "MLA with per-layer sliding heads of another size (per_layer_config)",
     "dots3_note_text": "MLA with per-layer sliding heads of another size (per_layer_config)",
-    "inkling_text": "'hybrid' / 'hybrid_sliding' layers: attention (swa_num_key_value_heads x "
-    "swa_head_dim on the sliding ones) plus four float32 short-convolution states per layer "
-    "(LinearAttentionAndSlidingWindowAttentionLayer); not modelled yet",
     "qwen4_exp": "several Mamba state layouts in one model",
     "qwen4_exp_text": "several Mamba state layouts in one model",
 }

@@ -133,6 +133,8 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
             Matrix("o_proj", n_heads * dv, h, split="row"),
         ], False
     if isinstance(layer, StateLayer):
+        if layer.state_kind == "sconv_fp32":  # depthwise convs: kernel x channels, negligible
+            return [], True
         if layer.state_kind == "gdn":
             k_dim = layer.num_k_heads * layer.head_k_dim
             v_dim = layer.num_heads * layer.head_dim

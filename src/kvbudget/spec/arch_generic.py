@@ -37,6 +37,7 @@ from kvbudget.spec.traits import (
     HYBRID_TYPES,
     INDEXED_TYPES,
     NO_CACHE_TYPES,
+    SCONV_HYBRID_TYPES,
     FieldRule,
     Pattern,
     StateRule,
@@ -288,6 +289,7 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
         any(
             ATTENTION_TYPES.get(t)
             or t in HYBRID_TYPES
+            or (t in SCONV_HYBRID_TYPES and traits.sconv_hybrid)
             or t in INDEXED_TYPES
             or t in COMPRESSED_TYPES
             for t in distinct
@@ -402,6 +404,31 @@ def _compressed(r: FieldReader, traits: Traits, i: int, t: str, head_dim: int) -
     return CompressedAttention(i, head_dim, window, rate)
 
 
+def _sconv_hybrid(
+    r: FieldReader, traits: Traits, i: int, t: str, dims: tuple[int, int, int]
+) -> LayerSpec | None:
+    """Inkling: attention (full, or sliding with the swa_* heads) plus four float32 short-conv
+    states over K, V (kv_heads x head_dim each) and the attention and MLP inputs (hidden each)."""
+    kv, head_dim = dims[0], dims[1]
+    attention: FullAttention
+    if t == "hybrid_sliding":
+        swa_kv = get_int(r, traits, "swa_num_key_value_heads", note="KV heads of sliding layers")
+        swa_dim = get_int(r, traits, "swa_head_dim", note="head size of the sliding layers")
+        window = get_int(r, traits, "sliding_window", note="window of the sliding layers")
+        if swa_kv is None or swa_dim is None or window is None:
+            return None
+        kv, head_dim = swa_kv, swa_dim
+        attention = SlidingWindow(i, kv, head_dim, 0, window)
+    else:
+        attention = FullAttention(i, kv, head_dim)
+    kernel = get_int(r, traits, "conv_kernel_size", note="short-convolution kernel (4 per layer)")
+    hidden = get_int(r, traits, "hidden_size", note="channels of the attention and MLP convs")
+    if kernel is None or hidden is None:
+        return None
+    channels = 2 * kv * head_dim + 2 * hidden
+    return ParallelHybrid(i, attention, StateLayer(i, "sconv_fp32", kernel, channels))
+
+
 def _shared_indexers(r: FieldReader, traits: Traits, layers: LayerSeq, types: Types) -> LayerSeq:
     """Layers whose ``indexer_types`` entry is "shared" run no indexer and cache no indexer key."""
     key = traits.indexer_types_key
@@ -493,6 +520,9 @@ def _one(
     window: int | None,
     chunk: int | None,
 ) -> LayerSpec | None:
+    if t in SCONV_HYBRID_TYPES and traits.sconv_hybrid:
+        assert dims is not None
+        return _sconv_hybrid(r, traits, i, t, dims)
     if t in COMPRESSED_TYPES and traits.compressed:
         assert dims is not None
         return _compressed(r, traits, i, t, dims[1])

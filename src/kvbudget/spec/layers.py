@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-StateKind = Literal["mamba", "mamba2", "gdn", "kda", "linear", "shortconv"]
+StateKind = Literal["mamba", "mamba2", "gdn", "kda", "linear", "shortconv", "sconv_fp32"]
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -172,6 +172,11 @@ class StateLayer:
     * ``linear`` (lightning / linear attention): no conv, state ``(num_heads, head_dim, head_dim)``.
     * ``shortconv`` (LFM2 short convolution): conv ``(conv_kernel-1, intermediate_size)`` only,
       where ``intermediate_size`` is the hidden size (``conv_L_cache`` is the kernel).
+    * ``sconv_fp32`` (Inkling's four short convolutions beside attention): conv
+      ``(conv_kernel-1, intermediate_size)`` only, ``intermediate_size`` the channels of all four
+      (K and V: ``kv_heads x head_dim`` each; attention and MLP inputs: ``hidden_size`` each),
+      kept in float32 whatever the model dtype (``modeling_inkling.py``
+      ``_keep_in_fp32_modules``).
 
     Shapes follow vLLM's ``MambaStateShapeCalculator`` (``mamba_utils.py``); transformers keeps
     a conv window of ``conv_kernel`` (not ``-1``), which its layout accounts for.
@@ -191,7 +196,7 @@ class StateLayer:
 
     def conv_channels(self, tp: int = 1) -> int:
         """Conv-state channels on one rank (mamba2 pads ``n_groups`` up to a multiple of TP)."""
-        if self.state_kind in ("mamba", "shortconv"):
+        if self.state_kind in ("mamba", "shortconv", "sconv_fp32"):
             return self.intermediate_size // tp
         if self.state_kind == "mamba2":
             groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
@@ -215,7 +220,7 @@ class StateLayer:
             return (self.num_heads // tp, self.head_dim, self.state_size)
         if self.state_kind in ("gdn", "kda"):
             return (self.num_heads // tp, self.head_dim, self.head_k_dim)
-        if self.state_kind == "shortconv":
+        if self.state_kind in ("shortconv", "sconv_fp32"):
             return ()
         return (self.num_heads // tp, self.head_dim, self.head_dim)
 

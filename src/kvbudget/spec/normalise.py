@@ -30,6 +30,10 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``hybrid_layer_pattern`` (vLLM reads it) and ``swa_*`` sizes must agree with what transformers
   builds (sliding layers: ``2 x num_key_value_heads`` KV heads of ``head_dim``/``v_head_dim``,
   ``modeling_mimo_v2_flash.py`` ``MiMoV2FlashAttention`` lines 340-359), else the config is refused.
+* ``inkling_text``: ``layer_types`` from ``local_layer_ids`` (those ``hybrid_sliding``, the
+  rest ``hybrid``), else ``hybrid`` on every 6th layer and ``hybrid_sliding`` elsewhere
+  (``InklingTextConfig.__post_init__``, ``configuration_inkling.py`` lines 157-165); without a
+  sliding layer the ``swa_*`` sizes are read by nothing and cache nothing;
 * ``deepseek_v4``: ``compress_rates`` defaults to CSA 4 / HCA 128 with the legacy
   ``compress_rate_csa`` / ``compress_rate_hca`` folded in; ``layer_types`` from the legacy
   per-layer ``compress_ratios`` (0 sliding, 4 CSA, 128 HCA), else the V4-Pro default (2 HCA, then
@@ -419,7 +423,32 @@ def _deepseek_v4(out: Normalised, prefix: str) -> None:
         )
 
 
+def _inkling(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.add("local_layer_ids")
+    n = cfg.get("num_hidden_layers", 66)
+    if cfg.get("layer_types") is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        local = cfg.get("local_layer_ids")
+        if local is not None and not isinstance(local, list):
+            raise SpecError(
+                f"{prefix}local_layer_ids: expected a list of layer indices, got "
+                f"{str(local)[:40]!r}; fix the config",
+                field="local_layer_ids",
+            )
+        ids = set(local) if local is not None else {i for i in range(n) if (i + 1) % 6}
+        cfg["layer_types"] = ["hybrid_sliding" if i in ids else "hybrid" for i in range(n)]
+        out.notes.append(
+            "layer_types derived as InklingTextConfig does: hybrid_sliding on "
+            + ("local_layer_ids" if local is not None else "every layer but each 6th")
+            + ", hybrid elsewhere"
+        )
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and "hybrid_sliding" not in types:
+        out.consumed.update(("swa_num_key_value_heads", "swa_head_dim"))
+
+
 _RULES = {
+    "inkling_text": _inkling,
     "deepseek_v4": _deepseek_v4,
     "kimi_linear": _kimi_linear,
     "nemotron_h": _nemotron_h,

@@ -31,6 +31,9 @@ ATTENTION_TYPES = {
 STATE_TYPES = ("linear_attention", "mamba", "conv")
 #: a decoder layer holding full attention and a recurrent state side by side (Falcon-H1)
 HYBRID_TYPES = ("hybrid",)
+#: Inkling: attention plus short-convolution states, full (``hybrid``) or sliding
+#: (``hybrid_sliding``, transformers ``LinearAttentionAndSlidingWindowAttentionLayer``)
+SCONV_HYBRID_TYPES = ("hybrid", "hybrid_sliding")
 NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
 #: full attention (or MLA) plus a sparse-attention indexer's key cache (transformers
 #: ``DynamicIndexedLayer``; MiniMax-M3's ``MiniMaxM3VLSparseCacheLayer``): needs ``Traits.index_key``
@@ -113,6 +116,9 @@ class Traits:
     index_default: int = 128
     #: per-layer "full"/"shared" list: only "full" layers run (and cache) an indexer (GLM-5.2)
     indexer_types_key: str | None = None
+    #: SCONV_HYBRID_TYPES layers: attention (sliding ones with the ``swa_*`` heads) plus four
+    #: float32 short-convolution states (Inkling)
+    sconv_hybrid: bool = False
     #: COMPRESSED_TYPES layers are modelled (DeepSeek-V4: rates from ``compress_rates``)
     compressed: bool = False
     verified: bool = True
@@ -405,6 +411,27 @@ TRAITS: dict[str, Traits] = {
         },
         index_key="index_head_dim",
         compressed=True,
+    ),
+    # Inkling: every layer is attention plus four short convolutions (K, V, attention input, MLP
+    # input) whose conv states transformers keeps in float32 (modeling_inkling.py
+    # InklingAttention lines 182-202, InklingDecoderLayer lines 554-559); "hybrid" layers use
+    # num_key_value_heads x head_dim, "hybrid_sliding" ones swa_num_key_value_heads x
+    # swa_head_dim over sliding_window_size (attribute_map: sliding_window)
+    "inkling_text": Traits(
+        _t("inkling"),
+        aliases={"sliding_window": "sliding_window_size", "conv_kernel_size": "sconv_kernel_size"},
+        defaults={
+            "num_hidden_layers": 66,
+            "hidden_size": 6144,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "swa_num_key_value_heads": 16,
+            "swa_head_dim": 128,
+            "sliding_window": 512,
+            "conv_kernel_size": 4,
+        },
+        sconv_hybrid=True,
     ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)

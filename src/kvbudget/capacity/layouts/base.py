@@ -151,6 +151,18 @@ def refuse_compressed(spec: ModelSpec, engine: Layout, reason: str) -> None:
         )
 
 
+def refuse_short_convs(spec: ModelSpec, engine: Layout, reason: str) -> None:
+    """A layout that does not model Inkling's float32 short-convolution states refuses in one
+    line, with ``reason``."""
+    for layer in spec.layer_seq.distinct():
+        state = getattr(layer, "state", layer)
+        if getattr(state, "state_kind", None) == "sconv_fp32":
+            raise LayoutNotApplicable(
+                f"{spec.model_type}: its short-convolution states beside attention are not "
+                f"modelled by the {engine} layout: {reason}; use --engine hf, or measure"
+            )
+
+
 def refuse_indexer(spec: ModelSpec, engine: Layout) -> None:
     """A layout that does not model a sparse-attention indexer's key cache refuses the model
     rather than give the K/V or latent alone (a partial number)."""

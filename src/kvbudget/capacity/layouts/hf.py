@@ -16,6 +16,10 @@ Source: ``transformers/cache_utils.py`` (5.x, read in this venv) and the models'
 * ``LinearAttentionAndFullAttentionLayer`` (layer type ``"hybrid"``, Falcon-H1): one cache layer
   holding both a ``DynamicLayer``'s K/V and a ``LinearAttentionLayer``'s conv and recurrent
   states; its two parts are counted in the full and state groups under the same layer index.
+* Inkling (``hybrid`` / ``hybrid_sliding``): a ``LinearAttentionAndFullAttentionLayer`` or
+  ``LinearAttentionAndSlidingWindowAttentionLayer`` whose four conv states (K, V, attention and
+  MLP inputs) are ``[batch, channels, conv_kernel]`` in float32 (``modeling_inkling.py``
+  ``_keep_in_fp32_modules`` names the four ``*_sconv`` modules).
 * DeepSeek-V4 compressed layers (``modeling_deepseek_v4.py``): ``DeepseekV4HCACache`` keeps the
   window's shared K=V head once (``self.values = self.keys``, lines 193-200) and, per entry
   name, ``compressed_kv`` (one ``head_dim`` entry per ``compress_rate`` tokens),
@@ -64,6 +68,8 @@ def state_bytes_hf(layer: StateLayer, element_bytes: int) -> int:
     """One sequence's state as transformers stores it."""
     if layer.state_kind == "linear":
         return layer.ssm_elements() * element_bytes
+    if layer.state_kind == "sconv_fp32":  # Inkling: conv weights and states kept in float32
+        return layer.conv_channels() * layer.conv_kernel * FP32_BYTES
     conv = layer.conv_channels() * layer.conv_kernel * element_bytes
     return conv + layer.ssm_elements() * FP32_BYTES
 

@@ -32,6 +32,7 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     refuse_compressed,
     refuse_indexer,
+    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -120,6 +121,11 @@ def llamacpp_layout(
 ) -> LayoutResult:
     """Bytes llama.cpp allocates for ``-c ctx_size -np seqs`` (``-ctk kv_dtype -ctv v_dtype``)."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_short_convs(
+        spec,
+        "llamacpp",
+        "llama.cpp 0.3.36 has no Inkling architecture in its gguf-py constants",
+    )
     refuse_compressed(
         spec,
         "llamacpp",

@@ -31,6 +31,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
     refuse_compressed,
     refuse_indexer,
+    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
@@ -61,6 +62,11 @@ def sglang_layout(
 ) -> LayoutResult:
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_short_convs(
+        spec,
+        "sglang",
+        "kvbudget has not read SGLang's Inkling pools",
+    )
     refuse_compressed(
         spec,
         "sglang",

@@ -48,6 +48,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
     refuse_compressed,
     refuse_indexer,
+    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -231,6 +232,11 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
+    refuse_short_convs(
+        spec,
+        "vllm",
+        "vLLM 0.32 pages each short convolution as a sliding-window spec of the kernel size (models/inkling/nvidia/sconv_swa_attn.py lines 158 and 192-199; no CPU build of the model), which kvbudget does not model yet",
+    )
     refuse_compressed(
         spec,
         "vllm",
