@@ -30,6 +30,10 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``hybrid_layer_pattern`` (vLLM reads it) and ``swa_*`` sizes must agree with what transformers
   builds (sliding layers: ``2 x num_key_value_heads`` KV heads of ``head_dim``/``v_head_dim``,
   ``modeling_mimo_v2_flash.py`` ``MiMoV2FlashAttention`` lines 340-359), else the config is refused.
+* ``dbrx``: ``attn_config.kv_n_heads`` (``DbrxAttentionConfig``, default 1) becomes
+  ``num_key_value_heads`` (``configuration_dbrx.py`` line 153; ``modeling_dbrx.py``
+  ``DbrxAttention`` line 181); the other
+  ``attn_config`` keys (``clip_qkv``, ``rope_theta``, ``attn_pdrop``) cache nothing;
 * ``inkling_text``: ``layer_types`` from ``local_layer_ids`` (those ``hybrid_sliding``, the
   rest ``hybrid``), else ``hybrid`` on every 6th layer and ``hybrid_sliding`` elsewhere
   (``InklingTextConfig.__post_init__``, ``configuration_inkling.py`` lines 157-165); without a
@@ -423,6 +427,25 @@ def _deepseek_v4(out: Normalised, prefix: str) -> None:
         )
 
 
+def _dbrx(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    attn = cfg.get("attn_config")
+    if attn is not None and not isinstance(attn, dict):
+        raise SpecError(
+            f"{prefix}attn_config: expected a mapping, got {str(attn)[:40]!r}; fix the config",
+            field="attn_config",
+        )
+    out.consumed.add("attn_config")
+    kv = (attn or {}).get("kv_n_heads", 1)
+    if cfg.get("num_key_value_heads", kv) != kv or "num_key_value_heads" not in cfg:
+        out.notes.append(
+            f"num_key_value_heads = attn_config.kv_n_heads = {kv}"
+            + ("" if attn and "kv_n_heads" in attn else " (DbrxAttentionConfig's default)")
+            + " (DbrxConfig.__post_init__ sets it whatever the config says)"
+        )
+    cfg["num_key_value_heads"] = kv
+
+
 def _inkling(out: Normalised, prefix: str) -> None:
     cfg = out.config
     out.consumed.add("local_layer_ids")
@@ -448,6 +471,7 @@ def _inkling(out: Normalised, prefix: str) -> None:
 
 
 _RULES = {
+    "dbrx": _dbrx,
     "inkling_text": _inkling,
     "deepseek_v4": _deepseek_v4,
     "kimi_linear": _kimi_linear,

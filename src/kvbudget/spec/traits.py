@@ -353,6 +353,20 @@ TRAITS: dict[str, Traits] = {
     "gemma4_unified_text": Traits(
         _t("gemma4_unified"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL
     ),
+    # DBRX: d_model / n_heads / n_layers (attribute_map); the KV heads live in
+    # attn_config.kv_n_heads (DbrxAttentionConfig, default 1; normalise.py flattens it) and the
+    # head size is d_model // n_heads (modeling_dbrx.py DbrxAttention lines 172-181)
+    "dbrx": Traits(
+        _t("dbrx"),
+        aliases={
+            "hidden_size": "d_model",
+            "num_attention_heads": "n_heads",
+            "num_hidden_layers": "n_layers",
+            "max_position_embeddings": "max_seq_len",
+        },
+        defaults={"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16},
+        head_dim_floor=True,
+    ),
     "bloom": Traits(
         _t("bloom"), aliases={"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"}
     ),
