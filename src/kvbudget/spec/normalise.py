@@ -474,6 +474,7 @@ _RULES = {
     "dbrx": _dbrx,
     "inkling_text": _inkling,
     "deepseek_v4": _deepseek_v4,
+    "deepseek_ref": _deepseek_v4,
     "kimi_linear": _kimi_linear,
     "nemotron_h": _nemotron_h,
     "gemma4_text": _gemma4,

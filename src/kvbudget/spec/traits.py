@@ -16,7 +16,7 @@ vLLM's logged pool (``tests/peer/test_vllm_pool_oracle.py``); their results are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: ``layer_types`` vocabulary kvbudget maps (transformers ``cache_utils`` layer types)
@@ -244,6 +244,21 @@ _GEMMA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 6, last_is_oth
 _GEMMA4_GLOBAL = ("global_head_dim", 512, "num_global_key_value_heads", "attention_k_eq_v")
 _SWA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 4)
 
+_DEEPSEEK_V4 = Traits(
+    _t("deepseek_v4"),
+    defaults={
+        "num_hidden_layers": 43,
+        "hidden_size": 4096,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 1,
+        "head_dim": 512,
+        "sliding_window": 128,
+    },
+    index_key="index_head_dim",
+    compressed=True,
+)
+
+
 #: model_type -> traits (verified against transformers' cache; see the module docstring)
 TRAITS: dict[str, Traits] = {
     # plain full attention, llama-style fields
@@ -413,18 +428,15 @@ TRAITS: dict[str, Traits] = {
     # a window (DynamicSlidingWindowLayer, K and V as two tensors), compressed layers a window of
     # the shared head plus compressed entries (modeling_deepseek_v4.py DeepseekV4HCACache /
     # DeepseekV4CSACache); layer_types from compress_ratios or the V4-Pro default (normalise.py)
-    "deepseek_v4": Traits(
-        _t("deepseek_v4"),
-        defaults={
-            "num_hidden_layers": 43,
-            "hidden_size": 4096,
-            "num_attention_heads": 64,
-            "num_key_value_heads": 1,
-            "head_dim": 512,
-            "sliding_window": 128,
-        },
-        index_key="index_head_dim",
-        compressed=True,
+    "deepseek_v4": _DEEPSEEK_V4,
+    # SGLang's DeepSeek-V4 checkpoints name model_type "deepseek_ref" (architecture
+    # DeepseekV4ForCausalLM, the class vLLM and SGLang load); transformers has no such type, so
+    # DeepseekV4Config's rules apply unverified: a structural reference
+    "deepseek_ref": replace(
+        _DEEPSEEK_V4,
+        source="transformers/models/deepseek_v4/configuration_deepseek_v4.py (deepseek_ref has "
+        "no transformers class)",
+        verified=False,
     ),
     # Inkling: every layer is attention plus four short convolutions (K, V, attention input, MLP
     # input) whose conv states transformers keeps in float32 (modeling_inkling.py

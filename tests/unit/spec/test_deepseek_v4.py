@@ -186,3 +186,22 @@ def test_plan_refuses_in_one_line_not_an_internal_error() -> None:
     assert code != 0
     assert "InternalError" not in out + err
     assert "compressed attention" in out + err
+
+
+@pytest.mark.parametrize(
+    ("copy", "original"),
+    [
+        ("nvidia/DeepSeek-V4-Flash-NVFP4", FLASH),
+        ("nvidia/DeepSeek-V4-Pro-NVFP4", PRO),
+        ("sgl-project/DeepSeek-V4-Flash-FP8", FLASH),
+        ("sgl-project/DeepSeek-V4-Pro-FP8", PRO),
+    ],
+)
+def test_quantized_copies_keep_the_layout(copy: str, original: str) -> None:
+    """NVFP4 experts (kv_cache_quant_algo null) and SGLang's FP8 copies cache what the originals
+    do; SGLang's copies say model_type deepseek_ref, which transformers lacks: the same rules,
+    unverified (a structural reference)."""
+    spec = _spec(copy)
+    assert [x.kind for x in spec.layers] == _kinds(original)
+    assert _hf(copy, 100) == _hf(original, 100)
+    assert spec.rules_verified is (not copy.startswith("sgl-project"))
