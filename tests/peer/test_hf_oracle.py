@@ -37,10 +37,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 #: model types whose tiny meta-device forward fails inside transformers (reason as observed)
 META_FAIL: dict[str, str] = {
-    "dbrx": "transformers' default DbrxAttentionConfig has no rope_theta, which building the model "
-    "reads (AttributeError); given one, clip_qkv None clamps with neither bound and the MoE calls "
-    "torch.nonzero, which has no meta implementation; a tiny DBRX run on the CPU instead "
-    "(tests/unit/spec/test_dbrx.py) held what calc --engine hf says",
+    "dbrx": "DbrxAttention clamps the QKV with clip_qkv, which is None by default: clamp with "
+    "neither bound raises; given a clip_qkv, the MoE calls torch.nonzero, which has no meta "
+    "implementation (and the default DbrxAttentionConfig lacks the rope_theta the model reads); "
+    "a tiny DBRX run on the CPU instead (tests/unit/spec/test_dbrx.py) held what calc --engine hf "
+    "says",
     "gemma3n": "the wrapper builds a TimmWrapper vision tower that needs the timm package (not a "
     "test dependency); gemma3n_text, the same decoder, is checked",
     "gemma4": "the multimodal wrapper calls Tensor.item() on the meta device; gemma4_text, the "
