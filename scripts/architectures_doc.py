@@ -76,7 +76,8 @@ def _rule(model_type: str) -> str:
         return "builder"
     row = TRAITS.get(model_type)
     if row is not None:
-        return f"table (`{row.source.removeprefix('transformers/models/')}`)"
+        unverified = "" if row.verified else "; unverified: structural reference"
+        return f"table (`{row.source.removeprefix('transformers/models/')}`{unverified})"
     return "generic"
 
 

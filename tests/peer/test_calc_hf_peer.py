@@ -32,10 +32,21 @@ CACHE_FIELDS = {
     "linear_cache",
     "indexer_keys",  # DynamicIndexedLayer (DeepSeek-V3.2, GLM-5)
     "idx_keys",  # MiniMaxM3VLSparseCacheLayer
+    # DeepseekV4HCACache / DeepseekV4CSACache: dicts of tensors per entry name
+    "buffer_kv",
+    "buffer_gate",
+    "compressed_kv",
+    "overlap_kv",
+    "overlap_gate",
 }
 
 #: architectures that cannot run on the meta device in this transformers version (reason given)
 META_XFAIL: dict[str, str] = {
+    **{
+        f"sgl-project/DeepSeek-V4-{size}-FP8": "model_type deepseek_ref has no transformers class; "
+        "its layers are DeepSeek-V4's, measured through deepseek-ai/DeepSeek-V4-" + size
+        for size in ("Flash", "Pro")
+    },
     "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas has no transformers class (the "
     "checkpoint ships remote code); its rule is vLLM's, checked by hand in "
     "tests/unit/spec/test_new_architectures.py",

@@ -50,6 +50,13 @@ GENERIC: dict[str, Any] = {
 
 #: per model type: extra overrides (or ``None`` to keep a generic key at its default)
 SPECIFIC: dict[str, dict[str, Any]] = {
+    # DbrxConfig's own names (d_model, n_heads, max_seq_len) and nested attn_config; vLLM reads
+    # int(attn_config.rope_theta) (models/dbrx.py line 204)
+    "dbrx": {
+        "n_heads": 4,
+        "max_seq_len": 4096,
+        "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0},
+    },
     # an attention layer every 4th (the default lists mamba layers only)
     "zamba2": {"num_hidden_layers": None},
     "dots3_note": {"num_hidden_layers": None},
@@ -136,11 +143,22 @@ def build_config(model_type: str, *, tiny: bool) -> Any:
     return transformers.AutoConfig.for_model(model_type, text_config=text_dict)
 
 
+#: model types whose config nests sub-configs as plain dicts (DBRX: DbrxAttentionConfig,
+#: DbrxFFNConfig)
+NESTED_SUB_CONFIGS: dict[str, tuple[str, ...]] = {"dbrx": ("attn_config", "ffn_config")}
+SUB_CONFIG_BOOKKEEPING = ("_name_or_path", "output_attentions", "transformers_version")
+
+
 def config_dict(model_type: str, *, tiny: bool, architecture: str) -> dict[str, Any]:
     """``config.json`` content for ``model_type`` with ``architectures`` and bfloat16."""
     config = build_config(model_type, tiny=tiny)
     config.architectures = [architecture]
     out: dict[str, Any] = config.to_dict()
+    for key in NESTED_SUB_CONFIGS.get(model_type, ()):
+        # a nested sub-config's to_dict() carries the base class's bookkeeping keys, which the
+        # strict sub-config class refuses on load ("Found unknown kwargs"; vLLM's transformers)
+        if isinstance(out.get(key), dict):
+            out[key] = {k: v for k, v in out[key].items() if k not in SUB_CONFIG_BOOKKEEPING}
     out["torch_dtype"] = "bfloat16"
     out.pop("dtype", None)
     return out

@@ -37,6 +37,7 @@ from kvbudget.capacity.vision import vision_tower
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layers import (
     MLA,
+    CompressedAttention,
     FullAttention,
     KVShared,
     LayerSpec,
@@ -132,6 +133,8 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
             Matrix("o_proj", n_heads * dv, h, split="row"),
         ], False
     if isinstance(layer, StateLayer):
+        if layer.state_kind == "sconv_fp32":  # depthwise convs: kernel x channels, negligible
+            return [], True
         if layer.state_kind == "gdn":
             k_dim = layer.num_k_heads * layer.head_k_dim
             v_dim = layer.num_heads * layer.head_dim
@@ -160,6 +163,23 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
         attention, _ = _attention_matrices(layer.attention, spec, h)
         state, _ = _attention_matrices(layer.state, spec, h)
         return attention + state, True
+    if isinstance(layer, CompressedAttention):  # DeepSeek-V4 (modeling_deepseek_v4.py)
+        d, q_lora = layer.head_dim, int(_raw(spec, "q_lora_rank", 1024))
+        groups, o_lora = int(_raw(spec, "o_groups", 8)), int(_raw(spec, "o_lora_rank", 1024))
+        series = 2 if layer.index_head_dim else 1  # CSA compresses two series per token
+        out = [
+            Matrix("q_a_proj", h, q_lora, split="rep"),
+            Matrix("q_b_proj", q_lora, n_heads * d),
+            Matrix("kv_proj", h, d, split="rep"),
+            Matrix("o_a_proj", n_heads * d // groups, groups * o_lora, split="row"),
+            Matrix("o_b_proj", groups * o_lora, h, split="rep"),
+            Matrix("compressor.kv_gate", h, 2 * series * d, split="rep"),
+        ]
+        if layer.index_head_dim:  # the indexer's own compressor and query projection
+            index_heads = int(_raw(spec, "index_n_heads", 64))
+            out.append(Matrix("indexer.kv_gate", h, 4 * layer.index_head_dim, split="rep"))
+            out.append(Matrix("indexer.q_b_proj", q_lora, index_heads * layer.index_head_dim))
+        return out, True
     # KV-shared layers still project Q (and K/V that are discarded in some models); NoAttention none
     if isinstance(layer, KVShared):
         d = h // n_heads

@@ -22,6 +22,8 @@ from kvbudget.spec.layer_runs import LayerSeq, Runs
 from kvbudget.spec.layers import (
     MLA,
     ChunkedLocal,
+    CompressedAttention,
+    CompressedSparseAttention,
     FullAttention,
     LayerSpec,
     NoAttention,
@@ -31,9 +33,11 @@ from kvbudget.spec.layers import (
 )
 from kvbudget.spec.traits import (
     ATTENTION_TYPES,
+    COMPRESSED_TYPES,
     HYBRID_TYPES,
     INDEXED_TYPES,
     NO_CACHE_TYPES,
+    SCONV_HYBRID_TYPES,
     FieldRule,
     Pattern,
     StateRule,
@@ -111,7 +115,8 @@ def attention_dims(r: FieldReader, traits: Traits) -> tuple[int, int, int] | Non
     else:
         kv = get_int(r, traits, "num_key_value_heads", note="KV heads per layer")
     head_dim: int | None = None
-    if r.has(key_of(traits, "head_dim")):
+    if r.has(key_of(traits, "head_dim")) or "head_dim" in traits.defaults:
+        # a config class with its own head_dim default (DeepSeek-V4: 512) never derives it
         head_dim = get_int(r, traits, "head_dim")
     else:
         hidden = get_int(r, traits, "hidden_size")
@@ -281,7 +286,14 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
         return None
     distinct = types.distinct()
     needs_heads = (
-        any(ATTENTION_TYPES.get(t) or t in HYBRID_TYPES or t in INDEXED_TYPES for t in distinct)
+        any(
+            ATTENTION_TYPES.get(t)
+            or t in HYBRID_TYPES
+            or (t in SCONV_HYBRID_TYPES and traits.sconv_hybrid)
+            or t in INDEXED_TYPES
+            or t in COMPRESSED_TYPES
+            for t in distinct
+        )
         and not traits.mla
     )
     dims = attention_dims(r, traits) if needs_heads else None
@@ -370,6 +382,51 @@ def _index_dim(r: FieldReader, traits: Traits, i: int, t: str) -> int:
     if traits.index_key == "index_head_dim" and r.has("index_n_heads"):
         r.get("index_n_heads", note="indexer query heads: not cached")
     return value or 0
+
+
+def _compressed(r: FieldReader, traits: Traits, i: int, t: str, head_dim: int) -> LayerSpec | None:
+    """A DeepSeek-V4 compressed layer: its window, its rate (``compress_rates``, normalised), and
+    for CSA the indexer key per compressed entry."""
+    window = get_int(r, traits, "sliding_window", note="window of the shared K=V head")
+    rates = r.get("compress_rates", note="source tokens per compressed entry, per layer type")
+    rate = rates.get(t) if isinstance(rates, dict) else None
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
+        raise SpecError(
+            f"{r.prefix}compress_rates: expected a positive integer for {t!r}, got "
+            f"{str(rate)[:40]!r}; fix the config",
+            field="compress_rates",
+        )
+    index = _index_dim(r, traits, i, t)
+    if window is None:
+        return None
+    if t == "compressed_sparse_attention":
+        return CompressedSparseAttention(i, head_dim, window, rate, index_head_dim=index)
+    return CompressedAttention(i, head_dim, window, rate)
+
+
+def _sconv_hybrid(
+    r: FieldReader, traits: Traits, i: int, t: str, dims: tuple[int, int, int]
+) -> LayerSpec | None:
+    """Inkling: attention (full, or sliding with the swa_* heads) plus four float32 short-conv
+    states over K, V (kv_heads x head_dim each) and the attention and MLP inputs (hidden each)."""
+    kv, head_dim = dims[0], dims[1]
+    attention: FullAttention
+    if t == "hybrid_sliding":
+        swa_kv = get_int(r, traits, "swa_num_key_value_heads", note="KV heads of sliding layers")
+        swa_dim = get_int(r, traits, "swa_head_dim", note="head size of the sliding layers")
+        window = get_int(r, traits, "sliding_window", note="window of the sliding layers")
+        if swa_kv is None or swa_dim is None or window is None:
+            return None
+        kv, head_dim = swa_kv, swa_dim
+        attention = SlidingWindow(i, kv, head_dim, 0, window)
+    else:
+        attention = FullAttention(i, kv, head_dim)
+    kernel = get_int(r, traits, "conv_kernel_size", note="short-convolution kernel (4 per layer)")
+    hidden = get_int(r, traits, "hidden_size", note="channels of the attention and MLP convs")
+    if kernel is None or hidden is None:
+        return None
+    channels = 2 * kv * head_dim + 2 * hidden
+    return ParallelHybrid(i, attention, StateLayer(i, "sconv_fp32", kernel, channels))
 
 
 def _shared_indexers(r: FieldReader, traits: Traits, layers: LayerSeq, types: Types) -> LayerSeq:
@@ -463,6 +520,12 @@ def _one(
     window: int | None,
     chunk: int | None,
 ) -> LayerSpec | None:
+    if t in SCONV_HYBRID_TYPES and traits.sconv_hybrid:
+        assert dims is not None
+        return _sconv_hybrid(r, traits, i, t, dims)
+    if t in COMPRESSED_TYPES and traits.compressed:
+        assert dims is not None
+        return _compressed(r, traits, i, t, dims[1])
     if t in INDEXED_TYPES:
         index = _index_dim(r, traits, i, t)
         if traits.mla:

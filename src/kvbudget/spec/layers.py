@@ -19,6 +19,9 @@ Kinds (``kind`` class attribute):
   a recurrent state; :func:`cache_parts` splits it into its two cache entries, both with the
   decoder layer's index, so layer counts stay decoder-layer counts.
 * ``none``: a layer with no attention cache at all.
+* ``compressed_sparse`` / ``heavily_compressed``: DeepSeek-V4's compressed attention (CSA / HCA):
+  a sliding window of one shared K=V head plus one compressed entry per ``compress_rate`` tokens
+  (CSA also an indexer key per entry); see :class:`CompressedAttention`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-StateKind = Literal["mamba", "mamba2", "gdn", "kda", "linear", "shortconv"]
+StateKind = Literal["mamba", "mamba2", "gdn", "kda", "linear", "shortconv", "sconv_fp32"]
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -169,6 +172,11 @@ class StateLayer:
     * ``linear`` (lightning / linear attention): no conv, state ``(num_heads, head_dim, head_dim)``.
     * ``shortconv`` (LFM2 short convolution): conv ``(conv_kernel-1, intermediate_size)`` only,
       where ``intermediate_size`` is the hidden size (``conv_L_cache`` is the kernel).
+    * ``sconv_fp32`` (Inkling's four short convolutions beside attention): conv
+      ``(conv_kernel-1, intermediate_size)`` only, ``intermediate_size`` the channels of all four
+      (K and V: ``kv_heads x head_dim`` each; attention and MLP inputs: ``hidden_size`` each),
+      kept in float32 whatever the model dtype (``modeling_inkling.py``
+      ``_keep_in_fp32_modules``).
 
     Shapes follow vLLM's ``MambaStateShapeCalculator`` (``mamba_utils.py``); transformers keeps
     a conv window of ``conv_kernel`` (not ``-1``), which its layout accounts for.
@@ -188,7 +196,7 @@ class StateLayer:
 
     def conv_channels(self, tp: int = 1) -> int:
         """Conv-state channels on one rank (mamba2 pads ``n_groups`` up to a multiple of TP)."""
-        if self.state_kind in ("mamba", "shortconv"):
+        if self.state_kind in ("mamba", "shortconv", "sconv_fp32"):
             return self.intermediate_size // tp
         if self.state_kind == "mamba2":
             groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
@@ -212,7 +220,7 @@ class StateLayer:
             return (self.num_heads // tp, self.head_dim, self.state_size)
         if self.state_kind in ("gdn", "kda"):
             return (self.num_heads // tp, self.head_dim, self.head_k_dim)
-        if self.state_kind == "shortconv":
+        if self.state_kind in ("shortconv", "sconv_fp32"):
             return ()
         return (self.num_heads // tp, self.head_dim, self.head_dim)
 
@@ -327,6 +335,66 @@ class ParallelHybrid:
         ) + self.state.bytes_per_sequence(num_tokens, element_bytes)
 
 
+@dataclass(frozen=True, slots=True)
+class CompressedAttention:
+    """DeepSeek-V4 heavily compressed attention (HCA, layer type ``heavily_compressed_attention``).
+
+    Per sequence it keeps a sliding window of one shared K=V head of ``head_dim`` (MQA; K is V)
+    and, for the long range, one compressed entry of ``head_dim`` per ``compress_rate`` tokens
+    (transformers ``modeling_deepseek_v4.py`` ``DeepseekV4HCACache``; paper section 2.3.2).
+    Structurally a sequence of T tokens needs ``min(T, sliding_window) + T // compress_rate``
+    entries of ``head_dim``; what transformers also buffers (the tokens of the window not yet
+    compressed, their gates) is the hf layout's business.
+    """
+
+    kind: ClassVar[str] = "heavily_compressed"
+    layer_index: int
+    head_dim: int
+    sliding_window: int
+    compress_rate: int
+    #: the indexer key cached per compressed entry (CSA only; 0 = none)
+    index_head_dim: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        _check_positive("head_dim", self.head_dim)
+        _check_positive("sliding_window", self.sliding_window)
+        _check_positive("compress_rate", self.compress_rate)
+
+    @property
+    def num_kv_heads(self) -> int:
+        """One shared K=V head (``num_key_value_heads`` is 1 in DeepSeek-V4)."""
+        return 1
+
+    def compressed_entries(self, num_tokens: int) -> int:
+        """Compressed entries a sequence of ``num_tokens`` has: one per closed window."""
+        return num_tokens // self.compress_rate
+
+    def bytes_per_token(self, element_bytes: int) -> int:
+        """Growth per token while the window fills: the shared K=V head (the compressed branch
+        adds ``(head_dim + index_head_dim) / compress_rate`` more, counted per sequence)."""
+        return self.head_dim * element_bytes
+
+    def kept_tokens(self, num_tokens: int) -> int:
+        """Raw tokens kept: the sliding window."""
+        return min(num_tokens, self.sliding_window)
+
+    def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
+        """Window entries plus compressed entries (and their indexer keys)."""
+        window = self.kept_tokens(num_tokens) * self.head_dim
+        compressed = self.compressed_entries(num_tokens) * (self.head_dim + self.index_head_dim)
+        return (window + compressed) * element_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CompressedSparseAttention(CompressedAttention):
+    """DeepSeek-V4 compressed sparse attention (CSA, ``compressed_sparse_attention``): HCA's
+    window and compressed entries at a smaller rate (4), overlapping windows (two series of
+    ``head_dim`` per source token), and a lightning indexer that keeps its own compressed key of
+    ``index_head_dim`` per entry (``DeepseekV4CSACache``; paper section 2.3.1)."""
+
+    kind: ClassVar[str] = "compressed_sparse"
+
+
 LayerSpec = (
     FullAttention
     | SlidingWindow
@@ -336,10 +404,18 @@ LayerSpec = (
     | KVShared
     | NoAttention
     | ParallelHybrid
+    | CompressedAttention
 )
 #: a single cache entry: every layer kind but ``hybrid`` (see :func:`cache_parts`)
 CacheLayer = (
-    FullAttention | SlidingWindow | ChunkedLocal | MLA | StateLayer | KVShared | NoAttention
+    FullAttention
+    | SlidingWindow
+    | ChunkedLocal
+    | MLA
+    | StateLayer
+    | KVShared
+    | NoAttention
+    | CompressedAttention
 )
 
 
@@ -355,6 +431,9 @@ def cache_parts(layers: Iterable[LayerSpec]) -> list[CacheLayer]:
     return out
 
 
+#: DeepSeek-V4's compressed attention kinds (:class:`CompressedAttention`)
+COMPRESSED_KINDS = ("heavily_compressed", "compressed_sparse")
+
 #: Attention kinds whose per-token bytes come from ``num_kv_heads`` and ``head_dim``.
 HEAD_KINDS = ("full", "sliding", "chunked")
 
@@ -367,4 +446,15 @@ def has_indexer(layers: Iterable[LayerSpec]) -> bool:
     return any(getattr(layer, "index_head_dim", 0) for layer in items)
 
 
-LAYER_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared", "none", "hybrid")
+LAYER_KINDS = (
+    "full",
+    "sliding",
+    "chunked",
+    "mla",
+    "state",
+    "shared",
+    "none",
+    "hybrid",
+    "heavily_compressed",
+    "compressed_sparse",
+)

@@ -30,6 +30,21 @@ the same answer, so the renames and derivations transformers' configuration clas
   ``hybrid_layer_pattern`` (vLLM reads it) and ``swa_*`` sizes must agree with what transformers
   builds (sliding layers: ``2 x num_key_value_heads`` KV heads of ``head_dim``/``v_head_dim``,
   ``modeling_mimo_v2_flash.py`` ``MiMoV2FlashAttention`` lines 340-359), else the config is refused.
+* ``dbrx``: ``attn_config.kv_n_heads`` (``DbrxAttentionConfig``, default 1) becomes
+  ``num_key_value_heads`` (``configuration_dbrx.py`` line 153; ``modeling_dbrx.py``
+  ``DbrxAttention`` line 181); the other
+  ``attn_config`` keys (``clip_qkv``, ``rope_theta``, ``attn_pdrop``) cache nothing;
+* ``inkling_text``: ``layer_types`` from ``local_layer_ids`` (those ``hybrid_sliding``, the
+  rest ``hybrid``), else ``hybrid`` on every 6th layer and ``hybrid_sliding`` elsewhere
+  (``InklingTextConfig.__post_init__``, ``configuration_inkling.py`` lines 157-165); without a
+  sliding layer the ``swa_*`` sizes are read by nothing and cache nothing;
+* ``deepseek_v4``: ``compress_rates`` defaults to CSA 4 / HCA 128 with the legacy
+  ``compress_rate_csa`` / ``compress_rate_hca`` folded in; ``layer_types`` from the legacy
+  per-layer ``compress_ratios`` (0 sliding, 4 CSA, 128 HCA), else the V4-Pro default (2 HCA, then
+  CSA / HCA alternating), cut to ``num_hidden_layers`` (published configs list one more ratio, for
+  the MTP layer); ``DeepseekV4Config.__post_init__``, ``configuration_deepseek_v4.py`` lines
+  257-274. ``DeepseekV4Attention`` caches one K=V head whatever ``num_key_value_heads`` says
+  (``modeling_deepseek_v4.py`` lines 789 and 800), so another value is read as 1.
 
 Each rewrite is returned as a note for the ledger, and the keys it consumed are named so the
 structural-field guard (:mod:`kvbudget.spec.resolve`) counts them as read.
@@ -337,7 +352,129 @@ def _kimi_linear(out: Normalised, prefix: str) -> None:
     )
 
 
+#: ``configuration_deepseek_v4.py`` ``_COMPRESS_RATIO_TO_LAYER_TYPE`` / ``default_compress_rates``
+DEEPSEEK_V4_RATIO_TYPES = {
+    0: "sliding_attention",
+    4: "compressed_sparse_attention",
+    128: "heavily_compressed_attention",
+}
+DEEPSEEK_V4_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+
+
+def _deepseek_v4(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.update(("compress_ratios", "compress_rate_csa", "compress_rate_hca"))
+    rates = cfg.get("compress_rates")
+    if rates is not None and not isinstance(rates, dict):
+        raise SpecError(
+            f"{prefix}compress_rates: expected a mapping of layer type to rate, got "
+            f"{str(rates)[:40]!r}; fix the config",
+            field="compress_rates",
+        )
+    merged = dict(DEEPSEEK_V4_RATES if rates is None else rates)
+    for legacy, kind in (
+        ("compress_rate_csa", "compressed_sparse_attention"),
+        ("compress_rate_hca", "heavily_compressed_attention"),
+    ):
+        if cfg.get(legacy) is not None:
+            merged[kind] = cfg[legacy]
+    if merged != rates:
+        cfg["compress_rates"] = merged
+        out.notes.append(
+            f"compress_rates = {merged} (DeepseekV4Config: CSA 4 / HCA 128 by default, legacy "
+            "compress_rate_csa / compress_rate_hca folded in)"
+        )
+    n = cfg.get("num_hidden_layers", 43)
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        return  # the reader reports num_hidden_layers
+    ratios = cfg.get("compress_ratios")
+    if cfg.get("layer_types") is None and ratios is not None:
+        if not isinstance(ratios, list) or any(
+            isinstance(x, bool) or x not in DEEPSEEK_V4_RATIO_TYPES for x in ratios
+        ):
+            raise SpecError(
+                f"{prefix}compress_ratios: expected a list of 0, 4 or 128 (DeepseekV4Config maps "
+                f"only these to layer types), got {str(ratios)[:60]!r}; fix the config",
+                field="compress_ratios",
+            )
+        cfg["layer_types"] = [DEEPSEEK_V4_RATIO_TYPES[x] for x in ratios]
+        out.notes.append(
+            "layer_types from compress_ratios (0 sliding_attention, 4 compressed_sparse_attention, "
+            "128 heavily_compressed_attention), as DeepseekV4Config does"
+        )
+    if cfg.get("layer_types") is None:
+        cfg["layer_types"] = ["heavily_compressed_attention"] * min(n, 2) + [
+            "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention"
+            for i in range(max(n - 2, 0))
+        ]
+        out.notes.append(
+            "layer_types: DeepseekV4Config's default (2 heavily_compressed_attention, then "
+            "heavily_compressed / compressed_sparse alternating)"
+        )
+    types = cfg["layer_types"]
+    if isinstance(types, list) and len(types) > n:
+        cfg["layer_types"] = types[:n]
+        out.notes.append(
+            f"layer_types cut to num_hidden_layers ({n} of {len(types)} entries; the extra ones "
+            "belong to MTP layers DeepseekV4Config does not build)"
+        )
+    kv = cfg.get("num_key_value_heads")
+    if kv is not None and kv != 1:
+        cfg["num_key_value_heads"] = 1
+        out.notes.append(
+            f"num_key_value_heads: the config says {str(kv)[:20]} but DeepseekV4Attention caches "
+            "one shared K=V head whatever it says (modeling_deepseek_v4.py lines 789 and 800): 1"
+        )
+
+
+def _dbrx(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    attn = cfg.get("attn_config")
+    if attn is not None and not isinstance(attn, dict):
+        raise SpecError(
+            f"{prefix}attn_config: expected a mapping, got {str(attn)[:40]!r}; fix the config",
+            field="attn_config",
+        )
+    out.consumed.add("attn_config")
+    kv = (attn or {}).get("kv_n_heads", 1)
+    if cfg.get("num_key_value_heads", kv) != kv or "num_key_value_heads" not in cfg:
+        out.notes.append(
+            f"num_key_value_heads = attn_config.kv_n_heads = {kv}"
+            + ("" if attn and "kv_n_heads" in attn else " (DbrxAttentionConfig's default)")
+            + " (DbrxConfig.__post_init__ sets it whatever the config says)"
+        )
+    cfg["num_key_value_heads"] = kv
+
+
+def _inkling(out: Normalised, prefix: str) -> None:
+    cfg = out.config
+    out.consumed.add("local_layer_ids")
+    n = cfg.get("num_hidden_layers", 66)
+    if cfg.get("layer_types") is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        local = cfg.get("local_layer_ids")
+        if local is not None and not isinstance(local, list):
+            raise SpecError(
+                f"{prefix}local_layer_ids: expected a list of layer indices, got "
+                f"{str(local)[:40]!r}; fix the config",
+                field="local_layer_ids",
+            )
+        ids = set(local) if local is not None else {i for i in range(n) if (i + 1) % 6}
+        cfg["layer_types"] = ["hybrid_sliding" if i in ids else "hybrid" for i in range(n)]
+        out.notes.append(
+            "layer_types derived as InklingTextConfig does: hybrid_sliding on "
+            + ("local_layer_ids" if local is not None else "every layer but each 6th")
+            + ", hybrid elsewhere"
+        )
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and "hybrid_sliding" not in types:
+        out.consumed.update(("swa_num_key_value_heads", "swa_head_dim"))
+
+
 _RULES = {
+    "dbrx": _dbrx,
+    "inkling_text": _inkling,
+    "deepseek_v4": _deepseek_v4,
+    "deepseek_ref": _deepseek_v4,
     "kimi_linear": _kimi_linear,
     "nemotron_h": _nemotron_h,
     "gemma4_text": _gemma4,

@@ -16,7 +16,7 @@ vLLM's logged pool (``tests/peer/test_vllm_pool_oracle.py``); their results are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: ``layer_types`` vocabulary kvbudget maps (transformers ``cache_utils`` layer types)
@@ -31,10 +31,17 @@ ATTENTION_TYPES = {
 STATE_TYPES = ("linear_attention", "mamba", "conv")
 #: a decoder layer holding full attention and a recurrent state side by side (Falcon-H1)
 HYBRID_TYPES = ("hybrid",)
+#: Inkling: attention plus short-convolution states, full (``hybrid``) or sliding
+#: (``hybrid_sliding``, transformers ``LinearAttentionAndSlidingWindowAttentionLayer``)
+SCONV_HYBRID_TYPES = ("hybrid", "hybrid_sliding")
 NO_CACHE_TYPES = ("mlp", "moe", "dense", "sparse")
 #: full attention (or MLA) plus a sparse-attention indexer's key cache (transformers
 #: ``DynamicIndexedLayer``; MiniMax-M3's ``MiniMaxM3VLSparseCacheLayer``): needs ``Traits.index_key``
 INDEXED_TYPES = ("indexed_attention", "minimax_m3_sparse")
+#: DeepSeek-V4 compressed attention: a sliding K=V window plus compressed entries
+#: (``modeling_deepseek_v4.py`` ``DeepseekV4HCACache`` / ``DeepseekV4CSACache``); needs
+#: ``Traits.compressed``. The CSA layers also keep an indexer key per compressed entry.
+COMPRESSED_TYPES = ("heavily_compressed_attention", "compressed_sparse_attention")
 
 #: a field value: a config key, ("mul", key, key), ("div", key, key), ("const", n) or
 #: ("or", key, rule): the key's value, or the rule when the key is null or "auto"
@@ -109,6 +116,11 @@ class Traits:
     index_default: int = 128
     #: per-layer "full"/"shared" list: only "full" layers run (and cache) an indexer (GLM-5.2)
     indexer_types_key: str | None = None
+    #: SCONV_HYBRID_TYPES layers: attention (sliding ones with the ``swa_*`` heads) plus four
+    #: float32 short-convolution states (Inkling)
+    sconv_hybrid: bool = False
+    #: COMPRESSED_TYPES layers are modelled (DeepSeek-V4: rates from ``compress_rates``)
+    compressed: bool = False
     verified: bool = True
     note: str = ""
 
@@ -232,6 +244,21 @@ _GEMMA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 6, last_is_oth
 _GEMMA4_GLOBAL = ("global_head_dim", 512, "num_global_key_value_heads", "attention_k_eq_v")
 _SWA4 = Pattern("sliding_unless_nth", "sliding_window_pattern", 4)
 
+_DEEPSEEK_V4 = Traits(
+    _t("deepseek_v4"),
+    defaults={
+        "num_hidden_layers": 43,
+        "hidden_size": 4096,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 1,
+        "head_dim": 512,
+        "sliding_window": 128,
+    },
+    index_key="index_head_dim",
+    compressed=True,
+)
+
+
 #: model_type -> traits (verified against transformers' cache; see the module docstring)
 TRAITS: dict[str, Traits] = {
     # plain full attention, llama-style fields
@@ -341,6 +368,20 @@ TRAITS: dict[str, Traits] = {
     "gemma4_unified_text": Traits(
         _t("gemma4_unified"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL
     ),
+    # DBRX: d_model / n_heads / n_layers (attribute_map); the KV heads live in
+    # attn_config.kv_n_heads (DbrxAttentionConfig, default 1; normalise.py flattens it) and the
+    # head size is d_model // n_heads (modeling_dbrx.py DbrxAttention lines 172-181)
+    "dbrx": Traits(
+        _t("dbrx"),
+        aliases={
+            "hidden_size": "d_model",
+            "num_attention_heads": "n_heads",
+            "num_hidden_layers": "n_layers",
+            "max_position_embeddings": "max_seq_len",
+        },
+        defaults={"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16},
+        head_dim_floor=True,
+    ),
     "bloom": Traits(
         _t("bloom"), aliases={"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"}
     ),
@@ -382,6 +423,41 @@ TRAITS: dict[str, Traits] = {
         pattern=Pattern("full", base="indexed_attention"),
         index_key="index_head_dim",
         indexer_types_key="indexer_types",
+    ),
+    # DeepSeek-V4: one shared K=V head of head_dim on every layer; sliding_attention layers keep
+    # a window (DynamicSlidingWindowLayer, K and V as two tensors), compressed layers a window of
+    # the shared head plus compressed entries (modeling_deepseek_v4.py DeepseekV4HCACache /
+    # DeepseekV4CSACache); layer_types from compress_ratios or the V4-Pro default (normalise.py)
+    "deepseek_v4": _DEEPSEEK_V4,
+    # SGLang's DeepSeek-V4 checkpoints name model_type "deepseek_ref" (architecture
+    # DeepseekV4ForCausalLM, the class vLLM and SGLang load); transformers has no such type, so
+    # DeepseekV4Config's rules apply unverified: a structural reference
+    "deepseek_ref": replace(
+        _DEEPSEEK_V4,
+        source="transformers/models/deepseek_v4/configuration_deepseek_v4.py (deepseek_ref has "
+        "no transformers class)",
+        verified=False,
+    ),
+    # Inkling: every layer is attention plus four short convolutions (K, V, attention input, MLP
+    # input) whose conv states transformers keeps in float32 (modeling_inkling.py
+    # InklingAttention lines 182-202, InklingDecoderLayer lines 554-559); "hybrid" layers use
+    # num_key_value_heads x head_dim, "hybrid_sliding" ones swa_num_key_value_heads x
+    # swa_head_dim over sliding_window_size (attribute_map: sliding_window)
+    "inkling_text": Traits(
+        _t("inkling"),
+        aliases={"sliding_window": "sliding_window_size", "conv_kernel_size": "sconv_kernel_size"},
+        defaults={
+            "num_hidden_layers": 66,
+            "hidden_size": 6144,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "swa_num_key_value_heads": 16,
+            "swa_head_dim": 128,
+            "sliding_window": 512,
+            "conv_kernel_size": 4,
+        },
+        sconv_hybrid=True,
     ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)

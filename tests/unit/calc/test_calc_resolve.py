@@ -37,9 +37,9 @@ def spec_of(model_id: str) -> ModelSpec:
 
 def test_catalog_ships_every_reference_config() -> None:
     ids = {e.model_id for e in list_catalog()}
-    # 22 reference configs + 6 built from transformers defaults + 12 from aiconfigurator-core 0.12.0
-    # (MiMo-V2-Flash and Step-3.7-Flash added for issue #34)
-    assert len(ids) == 40
+    # 22 reference configs + 6 built from transformers defaults + 18 from aiconfigurator-core 0.12.0
+    # (MiMo-V2-Flash, Step-3.7-Flash and six DeepSeek-V4 configs added for issue #34)
+    assert len(ids) == 46
     assert "meta-llama/Llama-3.1-8B" in ids
     assert all(e.status != "unknown" for e in list_catalog())
 

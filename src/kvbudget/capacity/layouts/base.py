@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from kvbudget.engine_name import EngineName
 from kvbudget.errors import ConfigError, KvbudgetError
-from kvbudget.spec.layers import has_indexer
+from kvbudget.spec.layers import COMPRESSED_KINDS, has_indexer
 
 if TYPE_CHECKING:
     from kvbudget.spec.model import ModelSpec
@@ -138,6 +138,29 @@ class LayoutNotApplicable(KvbudgetError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def refuse_compressed(spec: ModelSpec, engine: Layout, reason: str) -> None:
+    """A layout that does not model DeepSeek-V4's compressed attention refuses the model in one
+    line, with ``reason`` (why this engine's layout has no rule for it)."""
+    if any(layer.kind in COMPRESSED_KINDS for layer in spec.layer_seq.distinct()):
+        raise LayoutNotApplicable(
+            f"{spec.model_type}: compressed attention (a sliding K=V window plus compressed "
+            f"entries per layer) is not modelled by the {engine} layout: {reason}; use --engine "
+            "hf, or measure"
+        )
+
+
+def refuse_short_convs(spec: ModelSpec, engine: Layout, reason: str) -> None:
+    """A layout that does not model Inkling's float32 short-convolution states refuses in one
+    line, with ``reason``."""
+    for layer in spec.layer_seq.distinct():
+        state = getattr(layer, "state", layer)
+        if getattr(state, "state_kind", None) == "sconv_fp32":
+            raise LayoutNotApplicable(
+                f"{spec.model_type}: its short-convolution states beside attention are not "
+                f"modelled by the {engine} layout: {reason}; use --engine hf, or measure"
+            )
 
 
 def refuse_indexer(spec: ModelSpec, engine: Layout) -> None:

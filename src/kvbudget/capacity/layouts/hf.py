@@ -16,6 +16,19 @@ Source: ``transformers/cache_utils.py`` (5.x, read in this venv) and the models'
 * ``LinearAttentionAndFullAttentionLayer`` (layer type ``"hybrid"``, Falcon-H1): one cache layer
   holding both a ``DynamicLayer``'s K/V and a ``LinearAttentionLayer``'s conv and recurrent
   states; its two parts are counted in the full and state groups under the same layer index.
+* Inkling (``hybrid`` / ``hybrid_sliding``): a ``LinearAttentionAndFullAttentionLayer`` or
+  ``LinearAttentionAndSlidingWindowAttentionLayer`` whose four conv states (K, V, attention and
+  MLP inputs) are ``[batch, channels, conv_kernel]`` in float32 (``modeling_inkling.py``
+  ``_keep_in_fp32_modules`` names the four ``*_sconv`` modules).
+* DeepSeek-V4 compressed layers (``modeling_deepseek_v4.py``): ``DeepseekV4HCACache`` keeps the
+  window's shared K=V head once (``self.values = self.keys``, lines 193-200) and, per entry
+  name, ``compressed_kv`` (one ``head_dim`` entry per ``compress_rate`` tokens),
+  ``buffer_kv`` / ``buffer_gate`` (the ``T % compress_rate`` tokens not yet compressed, lines
+  216-223); ``DeepseekV4CSACache`` adds the ``"indexer"`` entry (``index_head_dim``), projects
+  two series per token (``2 x head_dim`` in the buffers) and keeps the last window's first
+  series as ``overlap_kv`` (model dtype) and ``overlap_gate`` (float32: the gate plus a float32
+  ``position_bias``) once a window has closed (lines 285-299). Its sliding-only layers are a
+  plain ``DynamicSlidingWindowLayer`` (K and V as two tensors).
 
 Transformers runs in one process, so ``tp`` and ``pp`` must be 1 (``dp`` counts replicas).
 """
@@ -29,6 +42,8 @@ from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import (
     MLA,
     ChunkedLocal,
+    CompressedAttention,
+    CompressedSparseAttention,
     FullAttention,
     LayerSpec,
     SlidingWindow,
@@ -40,7 +55,7 @@ FP32_BYTES = 4
 
 
 def _kept(layer: LayerSpec, tokens: int) -> int:
-    if isinstance(layer, SlidingWindow):
+    if isinstance(layer, SlidingWindow | CompressedAttention):
         return min(tokens, layer.sliding_window - 1)
     if isinstance(layer, ChunkedLocal):
         return min(tokens, layer.attention_chunk_size - 1)
@@ -53,8 +68,26 @@ def state_bytes_hf(layer: StateLayer, element_bytes: int) -> int:
     """One sequence's state as transformers stores it."""
     if layer.state_kind == "linear":
         return layer.ssm_elements() * element_bytes
+    if layer.state_kind == "sconv_fp32":  # Inkling: conv weights and states kept in float32
+        return layer.conv_channels() * layer.conv_kernel * FP32_BYTES
     conv = layer.conv_channels() * layer.conv_kernel * element_bytes
     return conv + layer.ssm_elements() * FP32_BYTES
+
+
+def compressed_bytes_hf(layer: CompressedAttention, tokens: int, element_bytes: int) -> int:
+    """One sequence's bytes in a DeepSeek-V4 HCA / CSA cache layer after ``tokens`` tokens."""
+    rate = layer.compress_rate
+    window = min(tokens, layer.sliding_window - 1) * layer.head_dim * element_bytes
+    overlap = isinstance(layer, CompressedSparseAttention)
+    series = 2 if overlap else 1
+    branches = [layer.head_dim] + ([layer.index_head_dim] if overlap else [])
+    total = window
+    for dim in branches:
+        total += (tokens // rate) * dim * element_bytes  # compressed_kv
+        total += 2 * (tokens % rate) * series * dim * element_bytes  # buffer_kv + buffer_gate
+        if overlap and tokens >= rate:  # overlap_kv (model dtype) + overlap_gate (float32)
+            total += rate * dim * (element_bytes + FP32_BYTES)
+    return total
 
 
 def hf_layout(
@@ -80,7 +113,26 @@ def hf_layout(
     groups: list[GroupBytes] = []
     for (kind, _window), layers in group_by_kind(spec.layers):
         first = layers.first
-        if isinstance(first, StateLayer):
+        note = ""
+        if isinstance(first, CompressedAttention):
+            per_seq = layers.total(
+                lambda layer: (
+                    compressed_bytes_hf(layer, tokens, s)
+                    if isinstance(layer, CompressedAttention)
+                    else 0
+                )
+            )
+            per_token = layers.total(
+                lambda layer: (
+                    layer.bytes_per_token(s) if isinstance(layer, CompressedAttention) else 0
+                )
+            )
+            note = (
+                f"window of one K=V head + one compressed entry per {first.compress_rate} tokens, "
+                "plus the uncompressed tail and its gates"
+                + (" and the overlap window; indexer likewise" if first.index_head_dim else "")
+            )
+        elif isinstance(first, StateLayer):
             per_seq = layers.total(
                 lambda layer: state_bytes_hf(layer, s) if isinstance(layer, StateLayer) else 0
             )
@@ -95,7 +147,9 @@ def hf_layout(
         else:
             per_token = per_seq = 0
         kept = _kept(first, tokens)
-        groups.append(GroupBytes(kind, layers.indices, kept, per_token, per_seq, per_seq * seqs))
+        groups.append(
+            GroupBytes(kind, layers.indices, kept, per_token, per_seq, per_seq * seqs, note)
+        )
     notes = (
         ()
         if spec.torch_dtype

@@ -30,7 +30,9 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     StageBytes,
     check_load,
+    refuse_compressed,
     refuse_indexer,
+    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -119,6 +121,16 @@ def llamacpp_layout(
 ) -> LayoutResult:
     """Bytes llama.cpp allocates for ``-c ctx_size -np seqs`` (``-ctk kv_dtype -ctv v_dtype``)."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_short_convs(
+        spec,
+        "llamacpp",
+        "llama.cpp 0.3.36 has no Inkling architecture in its gguf-py constants",
+    )
+    refuse_compressed(
+        spec,
+        "llamacpp",
+        "llama.cpp 0.3.36 lists a deepseek4 architecture (gguf-py/gguf/constants.py line 576) but kvbudget has not read how its KV cache stores one",
+    )
     refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(

@@ -29,7 +29,9 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     get_pp_indices,
     heads_per_rank,
+    refuse_compressed,
     refuse_indexer,
+    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
@@ -60,6 +62,16 @@ def sglang_layout(
 ) -> LayoutResult:
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
     check_load(tokens, seqs, tp, pp, dp)
+    refuse_short_convs(
+        spec,
+        "sglang",
+        "kvbudget has not read SGLang's Inkling pools",
+    )
+    refuse_compressed(
+        spec,
+        "sglang",
+        "kvbudget has not read SGLang's DeepSeek-V4 memory pools yet",
+    )
     refuse_indexer(spec, "sglang")
     dtype = get_kv_dtype(kv_dtype, engine="sglang", model_dtype=spec.torch_dtype)
     model_bytes = 2 if spec.dtype_bytes in (None, 4) else int(spec.dtype_bytes or 2)

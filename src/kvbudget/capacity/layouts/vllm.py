@@ -46,7 +46,9 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     get_pp_indices,
     heads_per_rank,
+    refuse_compressed,
     refuse_indexer,
+    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -230,6 +232,20 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
+    refuse_short_convs(
+        spec,
+        "vllm",
+        "vLLM 0.32 pages each short convolution as a sliding-window spec of the kernel size (models/inkling/nvidia/sconv_swa_attn.py lines 158 and 192-199; no CPU build of the model), which kvbudget does not model yet",
+    )
+    refuse_compressed(
+        spec,
+        "vllm",
+        "vLLM 0.32 pages it as compressed MLA specs with tokens_per_state, fp32 compressor-state "
+        "sliding specs of block 4 / 8 and DeepseekV4SWACache's window (models/deepseek_v4/"
+        "attention.py lines 856-880, compressor.py lines 179-193, v1/attention/backends/mla/"
+        "sparse_swa.py line 74), which "
+        "kvbudget's vLLM pool arithmetic does not have yet",
+    )
     if any(isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()):
         refuse_indexer(spec, "vllm")  # MiniMax-M3's indexer beside full attention: not read yet
     if pp < 1:

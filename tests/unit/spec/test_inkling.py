@@ -1,0 +1,112 @@
+"""Issue #34: Inkling (``inkling_text``), hf layout.
+
+transformers 5.24 (``configuration_inkling.py``, ``modeling_inkling.py``): every layer is
+attention plus four short convolutions. ``hybrid`` layers attend fully with
+``num_key_value_heads`` x ``head_dim``; ``hybrid_sliding`` layers over ``sliding_window_size``
+(kept: the last window - 1 tokens) with ``swa_num_key_value_heads`` x ``swa_head_dim``
+(``InklingAttention`` lines 182-184). The four conv states (K and V: kv_heads x head_dim channels
+each; attention and MLP inputs: hidden_size each) are ``[batch, channels, conv_kernel_size]`` in
+float32 whatever the model dtype (the ``*_sconv`` modules are ``_keep_in_fp32_modules``).
+Expected bytes are that arithmetic by hand; transformers' meta-device cache gave the same
+(``tests/peer/test_hf_oracle.py`` checks transformers' default config).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.capacity.layouts.hf import hf_layout
+from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
+from kvbudget.capacity.layouts.sglang import sglang_layout
+from kvbudget.capacity.layouts.vllm import vllm_layout
+from kvbudget.spec.layers import ParallelHybrid
+from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.resolve import resolve_model
+
+TINY = {
+    "model_type": "inkling_text",
+    "num_hidden_layers": 7,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "swa_num_attention_heads": 8,
+    "swa_num_key_value_heads": 4,
+    "swa_head_dim": 32,
+    "sliding_window_size": 16,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _spec(tmp_path: Path, raw: dict[str, Any]) -> ModelSpec:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    resolved = resolve_model(str(path))
+    assert resolved.status == "resolved", resolved.reason
+    assert resolved.spec is not None
+    return resolved.spec
+
+
+def test_default_pattern_and_bytes(tmp_path: Path) -> None:
+    """7 layers: layer 5 ((i + 1) % 6 == 0) is hybrid, the other 6 hybrid_sliding."""
+    spec = _spec(tmp_path, TINY)
+    attention = [x.attention.kind for x in spec.layers if isinstance(x, ParallelHybrid)]
+    assert attention == ["sliding"] * 5 + ["full"] + ["sliding"]
+    tokens = 40
+    sliding = 6 * 15 * 4 * 32 * 2 * 2  # 15 tokens kept, K and V, bf16
+    full = 1 * tokens * 2 * 64 * 2 * 2
+    convs_sliding = 6 * (2 * 4 * 32 + 2 * 256) * 4 * 4  # 4 taps, float32
+    convs_full = 1 * (2 * 2 * 64 + 2 * 256) * 4 * 4
+    expected = sliding + full + convs_sliding + convs_full
+    assert expected == 152_576  # transformers' cache on the meta device
+    got = hf_layout(spec, tokens=tokens, seqs=2, kv_dtype="bfloat16").total_bytes
+    assert got == 2 * expected
+
+
+def test_local_layer_ids_and_kernel_alias(tmp_path: Path) -> None:
+    """local_layer_ids names the sliding layers; sconv_kernel_size is the checkpoint's name for
+    conv_kernel_size (attribute_map)."""
+    raw = {
+        "model_type": "inkling_text",
+        "num_hidden_layers": 4,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "swa_num_key_value_heads": 2,
+        "swa_head_dim": 16,
+        "sliding_window_size": 8,
+        "local_layer_ids": [1, 3],
+        "sconv_kernel_size": 3,
+        "torch_dtype": "bfloat16",
+    }
+    spec = _spec(tmp_path, raw)
+    tokens = 20
+    full = 2 * tokens * 1 * 32 * 2 * 2
+    sliding = 2 * 7 * 2 * 16 * 2 * 2
+    convs = 2 * (2 * 32 + 256) * 3 * 4 + 2 * (2 * 32 + 256) * 3 * 4  # 2 x 16 = 32 = 1 x 32
+    expected = full + sliding + convs
+    assert expected == 22_272  # transformers' cache on the meta device
+    assert hf_layout(spec, tokens=tokens, seqs=1, kv_dtype="bfloat16").total_bytes == expected
+
+
+def test_transformers_default_has_66_layers(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, {"model_type": "inkling_text", "torch_dtype": "bfloat16"})
+    kinds = [x.attention.kind for x in spec.layers if isinstance(x, ParallelHybrid)]
+    assert len(kinds) == 66 and kinds.count("full") == 11 and kinds.count("sliding") == 55
+
+
+def test_engine_layouts_refuse_short_convs_in_one_line(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, TINY)
+    with pytest.raises(LayoutNotApplicable, match="short-convolution") as vllm:
+        vllm_layout(spec, tokens=100, seqs=1)
+    assert "sconv_swa_attn.py" in vllm.value.reason and "\n" not in vllm.value.reason
+    with pytest.raises(LayoutNotApplicable, match="short-convolution"):
+        sglang_layout(spec, tokens=100, seqs=1)
+    with pytest.raises(LayoutNotApplicable, match="short-convolution"):
+        llamacpp_layout(spec, tokens=100, seqs=1, ctx_size=100)
