@@ -61,12 +61,15 @@ def _value(lock: ObjectLock, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _planned_engine(lock: ObjectLock) -> Engine:
+def _planned_engine(lock: ObjectLock, *, weights_only: bool) -> Engine:
     """The engine whose pool arithmetic the lock's plan uses: the lock's ``engine.name`` (vLLM
     when it names none, or ``kvbudget-serve``, which simulates vLLM); llama.cpp has no pool plan
-    (its cache is ``kvbudget calc --engine llamacpp``), so it is refused, not planned as vLLM."""
+    (its cache is ``kvbudget calc --engine llamacpp``), so it is refused, not planned as vLLM,
+    unless only the checkpoint's weights are asked (``weights_only``: engine-independent)."""
     name = lock.engine.name.value
     engine = engine_of(name)
+    if engine == "llamacpp" and weights_only:
+        return "vllm"
     if engine == "llamacpp":
         raise ConfigError(
             f"lock.engine.name: {shown_value(name)}: kvbudget plans vLLM and SGLang pools, not "
@@ -76,7 +79,11 @@ def _planned_engine(lock: ObjectLock) -> Engine:
     return "sglang" if engine == "sglang" else "vllm"
 
 
-def plan_request(lock: ObjectLock) -> PlanRequest:
+def plan_request(lock: ObjectLock, *, weights_only: bool = False) -> PlanRequest:
+    """The plan request of ``lock``'s deployment. ``weights_only``: the caller reads only the
+    checkpoint's weight bytes (deploy's memory budget), so a llama.cpp lock is planned too, with
+    no engine version (its build number is no vLLM version)."""
+    engine = _planned_engine(lock, weights_only=weights_only)
     gpu = lock.gpu.type.value
     kv_bytes = lock.kv_cache_memory_bytes.value if lock.kv_cache_memory_bytes else None
     override = lock.num_gpu_blocks_override.value if lock.num_gpu_blocks_override else None
@@ -87,7 +94,9 @@ def plan_request(lock: ObjectLock) -> PlanRequest:
         device_bytes = kv_bytes + (64 << 30)
     elif gpu is None:
         raise ConfigError("lock.gpu.type: not set; name a GPU from `kvbudget gpus` (e.g. H100)")
-    engine_version = lock.engine.version.value
+    engine_version = (
+        lock.engine.version.value if engine_of(lock.engine.name.value) != "llamacpp" else None
+    )
     return PlanRequest(
         model=lock.model.id,
         gpu=gpu,
@@ -96,7 +105,7 @@ def plan_request(lock: ObjectLock) -> PlanRequest:
         num_gpu_blocks_override=override,
         tp=_value(lock, "tensor_parallel", 1),
         pp=_value(lock, "pipeline_parallel", 1),
-        engine=_planned_engine(lock),
+        engine=engine,
         engine_version=engine_version,
         gpu_memory_utilization=_value(lock, "gpu_memory_utilization"),
         max_model_len=_value(lock, "max_model_len"),

@@ -106,7 +106,7 @@ class Rendered:
 def _weights(src: DeploySource, lay_gpus: int) -> tuple[int, str]:
     lock = src.plan.lock
     try:
-        plan = make_plan(plan_request(lock))
+        plan = make_plan(plan_request(lock, weights_only=True))
     except KvbudgetError as exc:
         raise type(exc)(
             f"{exc} (kvbudget deploy needs the weight bytes for the memory budget)"

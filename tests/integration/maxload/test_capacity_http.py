@@ -29,6 +29,9 @@ pytestmark = pytest.mark.slow  # a live kvbudget serve in real time
 WARMUP = 2
 SEARCH = ["--input-tokens", "16", "--output-tokens", "1", "--num-requests", "20", "--seeds", "1"]
 SEARCH += ["--rate-tolerance", "0.5", "--warmup-requests", str(WARMUP)]
+# a probe stopped early lasts a fraction of a second here (50 ms steps): scrape fast enough to
+# see the queue in it (the default 1 s suits real engines, which a fast scrape slows)
+SEARCH += ["--scrape-interval", "0.05"]
 
 
 @pytest.fixture(scope="module")
