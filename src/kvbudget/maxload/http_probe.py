@@ -5,8 +5,8 @@ errors and cancellations recorded) and scrapes the engine's ``/metrics`` as a pr
 preemptions counter). The interval is ``kvbudget bench``'s ``--scrape-interval`` (1 s): a scrape
 is not free for the engine. Measured on llama.cpp's ``llama-server`` (llama-cpp-python 0.3.36,
 one slot, 64-token requests one at a time, this repository's 2-core CPU machine): 3.3 requests/s
-unscraped, 2.6 scraped every 1 s, 0.96 every 0.5 s and 0.29 every 0.1 s, so a fast scrape would
-measure the scraping. A probe stops as soon as its SLO
+unscraped, 2.6 scraped every 1 s, 0.96 every 0.5 s and 0.29 every 0.1 s (by hand, 2026-12-02;
+see docs/commands/capacity.md), so a fast scrape would measure the scraping. A probe stops as soon as its SLO
 is clearly broken (:mod:`kvbudget.maxload.early_stop`): nothing more is sent, the requests in
 flight are recorded as cancelled, and the budget is charged only what was sent.
 

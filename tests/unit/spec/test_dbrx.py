@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.errors import SpecError
-from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
+from tests.unit.spec.config_file import spec_from_config
 
 DEFAULT = {
     "model_type": "dbrx",
@@ -36,31 +35,22 @@ DEFAULT = {
 }
 
 
-def _spec(tmp_path: Path, raw: dict[str, Any]) -> ModelSpec:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(raw), encoding="utf-8")
-    resolved = resolve_model(str(path))
-    assert resolved.status == "resolved", resolved.reason
-    assert resolved.spec is not None
-    return resolved.spec
-
-
 def test_transformers_default_hf(tmp_path: Path) -> None:
     """24 layers x 1 KV head x (2048 // 16 = 128) x K and V x 2 B x 100 tokens."""
-    got = hf_layout(_spec(tmp_path, DEFAULT), tokens=100, seqs=1, kv_dtype="bfloat16")
+    got = hf_layout(spec_from_config(tmp_path, DEFAULT), tokens=100, seqs=1, kv_dtype="bfloat16")
     assert got.total_bytes == 24 * 1 * 128 * 2 * 2 * 100 == 1_228_800
 
 
 def test_vllm_pages_whole_blocks(tmp_path: Path) -> None:
     """vLLM: 16-token blocks, 7 for 100 tokens, the same per-token bytes."""
-    got = vllm_layout(_spec(tmp_path, DEFAULT), tokens=100, seqs=1, kv_dtype="auto")
+    got = vllm_layout(spec_from_config(tmp_path, DEFAULT), tokens=100, seqs=1, kv_dtype="auto")
     assert got.bytes_per_token == 24 * 128 * 2 * 2
     assert got.total_bytes == 7 * 16 * 24 * 128 * 2 * 2 == 1_376_256
 
 
 def test_kv_n_heads_wins_over_a_top_level_field(tmp_path: Path) -> None:
     raw = {**DEFAULT, "attn_config": {"kv_n_heads": 8}, "num_key_value_heads": 4}
-    spec = _spec(tmp_path, raw)
+    spec = spec_from_config(tmp_path, raw)
     got = hf_layout(spec, tokens=10, seqs=1, kv_dtype="bfloat16").total_bytes
     assert got == 24 * 8 * 128 * 2 * 2 * 10
 
@@ -77,7 +67,9 @@ def test_tiny_dbrx_as_transformers_held_it_on_the_cpu(tmp_path: Path) -> None:
         "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
         "torch_dtype": "bfloat16",
     }
-    got = hf_layout(_spec(tmp_path, raw), tokens=10, seqs=2, kv_dtype="bfloat16").total_bytes
+    got = hf_layout(
+        spec_from_config(tmp_path, raw), tokens=10, seqs=2, kv_dtype="bfloat16"
+    ).total_bytes
     assert got == 3 * 2 * (2 * 2 * 10 * 64) * 2 == 30_720
 
 

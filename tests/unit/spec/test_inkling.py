@@ -13,9 +13,7 @@ Expected bytes are that arithmetic by hand; transformers' meta-device cache gave
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,8 +23,7 @@ from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.spec.layers import ParallelHybrid
-from kvbudget.spec.model import ModelSpec
-from kvbudget.spec.resolve import resolve_model
+from tests.unit.spec.config_file import spec_from_config
 
 TINY = {
     "model_type": "inkling_text",
@@ -43,18 +40,9 @@ TINY = {
 }
 
 
-def _spec(tmp_path: Path, raw: dict[str, Any]) -> ModelSpec:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(raw), encoding="utf-8")
-    resolved = resolve_model(str(path))
-    assert resolved.status == "resolved", resolved.reason
-    assert resolved.spec is not None
-    return resolved.spec
-
-
 def test_default_pattern_and_bytes(tmp_path: Path) -> None:
     """7 layers: layer 5 ((i + 1) % 6 == 0) is hybrid, the other 6 hybrid_sliding."""
-    spec = _spec(tmp_path, TINY)
+    spec = spec_from_config(tmp_path, TINY)
     attention = [x.attention.kind for x in spec.layers if isinstance(x, ParallelHybrid)]
     assert attention == ["sliding"] * 5 + ["full"] + ["sliding"]
     tokens = 40
@@ -85,7 +73,7 @@ def test_local_layer_ids_and_kernel_alias(tmp_path: Path) -> None:
         "sconv_kernel_size": 3,
         "torch_dtype": "bfloat16",
     }
-    spec = _spec(tmp_path, raw)
+    spec = spec_from_config(tmp_path, raw)
     tokens = 20
     full = 2 * tokens * 1 * 32 * 2 * 2
     sliding = 2 * 7 * 2 * 16 * 2 * 2
@@ -96,13 +84,13 @@ def test_local_layer_ids_and_kernel_alias(tmp_path: Path) -> None:
 
 
 def test_transformers_default_has_66_layers(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, {"model_type": "inkling_text", "torch_dtype": "bfloat16"})
+    spec = spec_from_config(tmp_path, {"model_type": "inkling_text", "torch_dtype": "bfloat16"})
     kinds = [x.attention.kind for x in spec.layers if isinstance(x, ParallelHybrid)]
     assert len(kinds) == 66 and kinds.count("full") == 11 and kinds.count("sliding") == 55
 
 
 def test_engine_layouts_refuse_short_convs_in_one_line(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, TINY)
+    spec = spec_from_config(tmp_path, TINY)
     with pytest.raises(LayoutNotApplicable, match="short-convolution") as vllm:
         vllm_layout(spec, tokens=100, seqs=1)
     assert "sconv_swa_attn.py" in vllm.value.reason and "\n" not in vllm.value.reason
