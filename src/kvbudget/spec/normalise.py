@@ -77,6 +77,14 @@ class Normalised:
     consumed: set[str] = field(default_factory=set)
 
 
+def _expected(prefix: str, field: str, what: str, value: object) -> SpecError:
+    """The one-line refusal of a config field whose value has the wrong shape."""
+    return SpecError(
+        f"{prefix}{field}: expected {what}, got {str(value)[:40]!r}; fix the config",
+        field=field.split(".")[0],
+    )
+
+
 def normalise(model_type: str, cfg: dict[str, Any], prefix: str = "") -> Normalised:
     """Apply transformers' ``__post_init__`` renames and derivations for ``model_type``."""
     out = Normalised(dict(cfg))
@@ -118,11 +126,7 @@ def _nemotron_h(out: Normalised, prefix: str) -> None:
         or not pattern
         or any(c not in NEMOTRON_H_PATTERN for c in pattern)
     ):
-        raise SpecError(
-            f"{prefix}hybrid_override_pattern: expected a string of M, E, * and -, got "
-            f"{str(pattern)[:40]!r}; fix the config",
-            field="hybrid_override_pattern",
-        )
+        raise _expected(prefix, "hybrid_override_pattern", "a string of M, E, * and -", pattern)
     cfg["layers_block_type"] = [NEMOTRON_H_PATTERN[c] for c in pattern]
     cfg.pop("num_hidden_layers", None)
     out.notes.append(
@@ -145,19 +149,14 @@ def _minimax_m3(out: Normalised, prefix: str) -> None:
         return
     out.consumed.add("sparse_attention_config")
     if not isinstance(sparse, dict):
-        raise SpecError(
-            f"{prefix}sparse_attention_config: expected a mapping, got {str(sparse)[:40]!r}",
-            field="sparse_attention_config",
-        )
+        raise _expected(prefix, "sparse_attention_config", "a mapping", sparse)
     if "sparse_index_dim" in sparse:
         cfg["index_head_dim"] = sparse["sparse_index_dim"]
     freq = sparse.get("sparse_attention_freq")
     if cfg.get("layer_types") is None and freq is not None:
         if not isinstance(freq, list):
-            raise SpecError(
-                f"{prefix}sparse_attention_config.sparse_attention_freq: expected a list of 0/1, "
-                f"got {str(freq)[:40]!r}",
-                field="sparse_attention_config",
+            raise _expected(
+                prefix, "sparse_attention_config.sparse_attention_freq", "a list of 0/1", freq
             )
         cfg["layer_types"] = ["minimax_m3_sparse" if f else "full_attention" for f in freq]
     out.notes.append(
@@ -177,10 +176,7 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
     pattern = cfg.get("index_topk_pattern")
     if isinstance(pattern, str):
         if any(c not in "FS" for c in pattern):
-            raise SpecError(
-                f"{prefix}index_topk_pattern: expected F and S only, got {pattern[:40]!r}",
-                field="index_topk_pattern",
-            )
+            raise _expected(prefix, "index_topk_pattern", "F and S only", pattern)
         types = [{"F": "full", "S": "shared"}[c] for c in pattern]
     elif pattern is not None:
         types = list(pattern)
@@ -189,9 +185,7 @@ def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
         offset = cfg.get("index_skip_topk_offset", 2)
         for key, value in (("index_topk_freq", freq), ("index_skip_topk_offset", offset)):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise SpecError(
-                    f"{prefix}{key}: expected an integer, got {str(value)[:40]!r}", field=key
-                )
+                raise _expected(prefix, key, "an integer", value)
         freq = max(freq, 1)
         types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
     cfg["indexer_types"] = types
@@ -314,10 +308,7 @@ def _kimi_linear(out: Normalised, prefix: str) -> None:
         return
     out.consumed.add("linear_attn_config")
     if not isinstance(linear, dict):
-        raise SpecError(
-            f"{prefix}linear_attn_config: expected a mapping, got {str(linear)[:40]!r}",
-            field="linear_attn_config",
-        )
+        raise _expected(prefix, "linear_attn_config", "a mapping", linear)
     for flat, key in (
         ("linear_head_dim", "head_dim"),
         ("linear_num_heads", "num_heads"),
@@ -366,11 +357,7 @@ def _deepseek_v4(out: Normalised, prefix: str) -> None:
     out.consumed.update(("compress_ratios", "compress_rate_csa", "compress_rate_hca"))
     rates = cfg.get("compress_rates")
     if rates is not None and not isinstance(rates, dict):
-        raise SpecError(
-            f"{prefix}compress_rates: expected a mapping of layer type to rate, got "
-            f"{str(rates)[:40]!r}; fix the config",
-            field="compress_rates",
-        )
+        raise _expected(prefix, "compress_rates", "a mapping of layer type to rate", rates)
     merged = dict(DEEPSEEK_V4_RATES if rates is None else rates)
     for legacy, kind in (
         ("compress_rate_csa", "compressed_sparse_attention"),
@@ -431,10 +418,7 @@ def _dbrx(out: Normalised, prefix: str) -> None:
     cfg = out.config
     attn = cfg.get("attn_config")
     if attn is not None and not isinstance(attn, dict):
-        raise SpecError(
-            f"{prefix}attn_config: expected a mapping, got {str(attn)[:40]!r}; fix the config",
-            field="attn_config",
-        )
+        raise _expected(prefix, "attn_config", "a mapping", attn)
     out.consumed.add("attn_config")
     kv = (attn or {}).get("kv_n_heads", 1)
     if cfg.get("num_key_value_heads", kv) != kv or "num_key_value_heads" not in cfg:
@@ -453,11 +437,7 @@ def _inkling(out: Normalised, prefix: str) -> None:
     if cfg.get("layer_types") is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
         local = cfg.get("local_layer_ids")
         if local is not None and not isinstance(local, list):
-            raise SpecError(
-                f"{prefix}local_layer_ids: expected a list of layer indices, got "
-                f"{str(local)[:40]!r}; fix the config",
-                field="local_layer_ids",
-            )
+            raise _expected(prefix, "local_layer_ids", "a list of layer indices", local)
         ids = set(local) if local is not None else {i for i in range(n) if (i + 1) % 6}
         cfg["layer_types"] = ["hybrid_sliding" if i in ids else "hybrid" for i in range(n)]
         out.notes.append(

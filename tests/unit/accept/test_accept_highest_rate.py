@@ -34,8 +34,8 @@ from kvbudget.accept.targets import TargetInfo
 from kvbudget.maxload.point import QUEUE_GROWTH
 from kvbudget.metrics.stability import MIN_SLOPE
 from kvbudget.report.summary import highest_load_text
-from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.timing import FixedTiming
+from tests.unit.md1 import md1_replica_config
 
 REPO = Path(__file__).resolve().parents[3]
 STEP_S = 0.1
@@ -81,15 +81,7 @@ def _plan(by: str = "rate", p95_s: float = 0.35, **concurrency: Any) -> AcceptPl
 
 
 def _md1_target() -> SimTarget:
-    config = ReplicaConfig(
-        name="md1",
-        num_gpu_blocks=1024,
-        block_size=16,
-        max_num_seqs=1,
-        max_num_batched_tokens=2048,
-        max_model_len=2048,
-        enable_prefix_caching=False,
-    )
+    config = md1_replica_config()
     return SimTarget(
         config,
         FixedTiming(step_s=STEP_S),

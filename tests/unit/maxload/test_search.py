@@ -28,9 +28,9 @@ from kvbudget.maxload.search import Probe, search
 from kvbudget.maxload.sim_probe import SimProbe
 from kvbudget.maxload.slo import parse_slo
 from kvbudget.metrics.stability import MIN_SLOPE
-from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.timing import FixedTiming
+from tests.unit.md1 import md1_replica_config
 
 STEP_S = 0.1
 MU_PER_S = 1 / STEP_S
@@ -99,15 +99,7 @@ def test_nothing_passes_and_everything_passes() -> None:
 
 
 def _md1(slo: str, num_requests: int) -> SimProbe:
-    config = ReplicaConfig(
-        name="md1",
-        num_gpu_blocks=1024,
-        block_size=16,
-        max_num_seqs=1,
-        max_num_batched_tokens=2048,
-        max_model_len=2048,
-        enable_prefix_caching=False,
-    )
+    config = md1_replica_config()
     setup = ReplicaSetup(config=config, timing=FixedTiming(step_s=STEP_S))
     workload = {
         "input_tokens": {"kind": "fixed", "value": 16},
