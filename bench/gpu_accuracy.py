@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import platform
@@ -41,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from kvbudget.capacity.model_dtype import QUANTIZATION_METHODS  # noqa: E402
 from kvbudget.capacity.plan_types import PlanRequest  # noqa: E402
 from kvbudget.errors import KvbudgetError  # noqa: E402
 from kvbudget.sim.cluster import ClusterSpec, simulate  # noqa: E402
@@ -50,9 +52,14 @@ from kvbudget.workload.spec import generate, workload_from_dict  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "gpu_accuracy.json"
 #: aiconfigurator-core system -> kvbudget GPU catalog id (rows on other systems: not simulated)
-SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200"}
-#: the row's precision -> vLLM --quantization (None: the checkpoint's own quantization_config)
-PRECISIONS = {"fp8": "fp8", "": None, "bf16": None}
+SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": "B300"}
+#: the row's precision -> vLLM --quantization (None: the checkpoint's own quantization_config).
+#: fp4 rows (gemm and MoE quant mode nvfp4) served NVFP4 checkpoints, which vLLM loads as
+#: ``modelopt_fp4``; kvbudget sizes every linear layer of the architecture in NVFP4, as
+#: aiconfigurator's own ``nvfp4`` quant mode prices every GEMM
+PRECISIONS = {"fp8": "fp8", "": None, "bf16": None, "fp4": "modelopt_fp4"}
+#: where the NVFP4 stand-in configs are written (:func:`_nvfp4_standin`)
+STANDIN_DIR = Path.home() / ".cache" / "kvbudget" / "aic-configs" / "nvfp4-standins"
 #: closed loop: requests per concurrency slot. Both clients the rows' sources name send
 #: ``10 x concurrency`` requests: InferenceX's ``run_benchmark_serving`` (``--num-prompts
 #: $((CONC * 10))`` in every benchmarks/single_node script) and aiconfigurator's own eval runner
@@ -79,8 +86,7 @@ CLIENTS = {
 def silicon_rows() -> list[dict[str, str]]:
     """The vLLM agg rows of the wheel's silicon_sample.csv, in file order."""
     path = resources.files("aiconfigurator_core") / "systems" / "silicon_sample.csv"
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"), newline="")))
     return [r for r in rows if r["backend"] == "vllm" and r["mode"] == "agg"]
 
 
@@ -164,11 +170,34 @@ def _model_ref(model_id: str) -> str:
     return SAME_ARCHITECTURE.get(model_id, model_id)
 
 
+def _nvfp4_standin(model_ref: str) -> str:
+    """The config of an NVFP4 export of ``model_ref``: the same config.json with its
+    ``quantization_config`` (FP8 for MiniMax-M2.5, INT4 compressed-tensors in Kimi-K2.5's
+    ``text_config``) replaced by ModelOpt's NVFP4 one, which vLLM would refuse to combine with
+    ``--quantization modelopt_fp4``. A config without one is returned as it is."""
+    resolved = resolve_model(model_ref)
+    raw = dict(resolved.source.raw) if resolved.source is not None else {}
+    text = dict(raw.get("text_config") or {})  # a VLM wrapper keeps it in its text config
+    if not raw.get("quantization_config") and not text.get("quantization_config"):
+        return model_ref
+    nvfp4 = dict(QUANTIZATION_METHODS["modelopt_fp4"])
+    if raw.get("quantization_config"):
+        raw["quantization_config"] = nvfp4
+    if text.get("quantization_config"):
+        raw["text_config"] = {**text, "quantization_config": nvfp4}
+    STANDIN_DIR.mkdir(parents=True, exist_ok=True)
+    path = STANDIN_DIR / (Path(model_ref).name.removesuffix("_config.json") + "_config.json")
+    path.write_text(json.dumps(raw, indent=1), encoding="utf-8")
+    return str(path)
+
+
 def _request(row: dict[str, str]) -> PlanRequest:
     quant = None if _own_quant(row) else PRECISIONS.get(row["precision"])
     model = _model_ref(row["model_path"])
     if model != row["model_path"] and row["model_path"] in SAME_ARCHITECTURE:
         quant = PRECISIONS.get(row["precision"])  # the bf16 config stands in: quantize it
+    if quant == "modelopt_fp4":
+        model = _nvfp4_standin(model)
     version = row["backend_version"]
     return PlanRequest(
         model=model,

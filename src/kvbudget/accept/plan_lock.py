@@ -155,7 +155,7 @@ class ObjectLock(StrictModel):
     #: vLLM --quantization of the weights; only when set (else the config's quantization_config)
     quantization: Locked[str] | None = Field(
         default=None,
-        description="vLLM --quantization of the weights (fp8, awq, gptq, mxfp4); omit for the "
+        description="vLLM --quantization of the weights (fp8, awq, gptq, mxfp4, modelopt, modelopt_fp4); omit for the "
         "checkpoint's own quantization_config",
     )
     #: vLLM --async-scheduling (true) / --no-async-scheduling (false); only when set (else the

@@ -3,6 +3,7 @@ activations and the ``auto`` KV element) and the Mamba state dtypes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import EXPLICIT_FLOAT32
@@ -11,14 +12,49 @@ from kvbudget.spec.model import ModelSpec
 
 #: vLLM ``--quantization`` names kvbudget sizes weights for, and the config each one implies
 #: when the checkpoint carries no ``quantization_config`` (vLLM's online defaults: fp8 dynamic
-#: per-tensor, AWQ/GPTQ 4 bit in groups of 128).
+#: per-tensor, AWQ/GPTQ 4 bit in groups of 128). ``modelopt`` / ``modelopt_fp4`` are served by
+#: vLLM only from a ModelOpt checkpoint (its ``hf_quant_config.json``): without one, kvbudget
+#: sizes such an export of the same architecture (FP8 per-tensor; NVFP4 in groups of 16,
+#: ``lm_head`` left in the model dtype, as NVIDIA's ``*-FP4`` exports do).
 QUANTIZATION_METHODS: dict[str, dict[str, object]] = {
     "fp8": {"quant_method": "fp8"},
     "awq": {"quant_method": "awq", "bits": 4, "group_size": 128},
     "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128},
     "mxfp4": {"quant_method": "mxfp4"},
+    "modelopt": {"quant_method": "modelopt", "quant_algo": "FP8"},
+    "modelopt_fp4": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "exclude_modules": ["lm_head"],
+    },
     "compressed-tensors": {"quant_method": "compressed-tensors"},
 }
+
+
+def modelopt_algo(quant: Mapping[str, object]) -> str | None:
+    """A ModelOpt config's upper-cased ``quant_algo`` (flat, or under ``quantization``), or
+    ``None`` when the config is not ModelOpt's (vLLM 0.32.0 ``modelopt.py``
+    ``_extract_modelopt_quant_algo``)."""
+    if not str(quant.get("quant_method", "")).lower().startswith("modelopt"):
+        return None
+    nested = quant.get("quantization")
+    if isinstance(nested, dict):
+        return str(nested.get("quant_algo", "")).upper()
+    return str(quant.get("quant_algo", "")).upper()
+
+
+def vllm_quant_name(quant: Mapping[str, object] | None) -> str:
+    """The ``--quantization`` name vLLM resolves a ``quantization_config`` to: a ModelOpt
+    checkpoint whose algorithm names FP4 is ``modelopt_fp4``, FP8 ``modelopt``
+    (``ModelOptNvFp4Config`` / ``ModelOptFp8Config.override_quantization_method``); any other
+    config its own ``quant_method``; ``none`` without one."""
+    if not quant:
+        return "none"
+    algo = modelopt_algo(quant)
+    if algo is not None:
+        return "modelopt_fp4" if "FP4" in algo else "modelopt"
+    return str(quant.get("quant_method", "none")).lower()
 
 
 def with_quantization(model: ModelSpec, method: str | None) -> ModelSpec:
@@ -34,8 +70,8 @@ def with_quantization(model: ModelSpec, method: str | None) -> ModelSpec:
         return replace(model, quantization_config=None)
     existing = model.quantization_config
     if existing is not None:
-        found = str(existing.get("quant_method", "")).lower()
-        if found and found != name:
+        found = vllm_quant_name(existing)
+        if found != "none" and found != name:
             raise ConfigError(
                 f"quantization: --quantization {name} contradicts the config's quantization_config "
                 f"({found}); vLLM refuses this; drop --quantization or pass --quantization {found}",

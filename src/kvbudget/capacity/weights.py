@@ -16,7 +16,9 @@ Order of sources, strongest first:
 Quantization (``quantization_config``): ``fp8`` = 1 B per linear weight plus one fp32 scale per
 ``weight_block_size`` block; ``awq`` / ``gptq`` = ``bits/8`` B per weight plus per group an fp16
 scale and a packed ``bits``-bit zero (GPTQ ``desc_act`` adds an int32 ``g_idx`` per input row);
-``mxfp4`` (gpt-oss experts) = 0.5 B plus one 1-byte scale per 32; ``compressed-tensors`` = the
+``mxfp4`` (gpt-oss experts) = 0.5 B plus one 1-byte scale per 32; ModelOpt ``NVFP4``
+(``modelopt_fp4``) = 0.5 B plus one 1-byte scale per ``group_size`` (16), ModelOpt ``FP8``
+(``modelopt``) as per-tensor ``fp8``; ``compressed-tensors`` = the
 first config group's ``num_bits`` (8: one fp32 scale per output channel; 4: an fp16 scale per group). Embeddings, lm_head, norms and
 routers stay in the model dtype. Tensor parallel divides projections and experts by ``tp``
 (KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvbudget.capacity.layouts.vllm import get_pp_indices
+from kvbudget.capacity.model_dtype import vllm_quant_name
 from kvbudget.capacity.moe_layers import count_moe_layers, is_moe_layer
 from kvbudget.capacity.vision import vision_tower
 from kvbudget.errors import ConfigError, SpecError
@@ -247,8 +250,15 @@ def _matrix_bytes(
     n_in, n_out = shape
     if not quant or not m.quantizable:
         return n_in * n_out * dtype_bytes
-    method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
+    method = vllm_quant_name(quant)
+    if method == "modelopt_fp4":
+        # ModelOptNvFp4LinearMethod / its fused MoE (vLLM 0.32.0 modelopt.py): the weight packed
+        # two e2m1 values per byte, one float8_e4m3fn scale per ``group_size`` inputs of each
+        # output row, and per-tensor fp32 weight_scale_2 and input (global) scale
+        nested = quant.get("quantization")  # hf_quant_config.json nests its fields
+        group = _quant_int(nested if isinstance(nested, dict) else quant, "group_size", 16, 1)
+        return cdiv(n_in * n_out, 2) + n_out * cdiv(n_in, group) + 8
+    if method in ("fp8", "modelopt"):  # modelopt FP8: per-tensor, as fp8 without blocks
         block = quant.get("weight_block_size")
         if block:
             rows = _quant_int({"b": block[0] if isinstance(block, list) else block}, "b", 1, 1)
@@ -360,7 +370,17 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
     params += vocab * h * (1 if spec.tie_word_embeddings else 2) + h
     if spec.tie_word_embeddings and pp > 1:
         notes.append("tied embeddings: the last pipeline stage holds its own copy of lm_head")
-    qname = str((quant or {}).get("quant_method", "none"))
+    qname = vllm_quant_name(quant)
+    nested = (quant or {}).get("quantization")
+    fields = nested if isinstance(nested, dict) else quant or {}
+    excluded = [str(x) for x in fields.get("exclude_modules") or () if str(x) != "lm_head"]
+    partly_excluded = qname.startswith("modelopt") and bool(excluded)
+    if partly_excluded:
+        notes.append(
+            f"exclude_modules names {len(excluded)} module pattern(s) beyond lm_head (e.g. "
+            f"{excluded[0][:40]}): they are counted as quantized; a snapshot's size or "
+            "--weights-bytes gives the exact figure"
+        )
     if approx_any:
         notes.append("state-space / linear-attention / KV-shared projections are approximated")
     notes.append("the language model's biases and q/k norms are not counted")
@@ -375,7 +395,7 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
     return WeightsEstimate(
         total_bytes=total_bytes,
         per_rank_bytes=tuple(stage_bytes),
-        source="estimated" if approx_any else "computed",
+        source="estimated" if approx_any or partly_excluded else "computed",
         method=method,
         num_params=params,
         quantization=qname,
@@ -451,7 +471,7 @@ def estimate_weights(
             source="flag",
             method="--weights-bytes (bytes per GPU, e.g. from the engine log)",
             num_params=None,
-            quantization=str((spec.quantization_config or {}).get("quant_method", "unknown")),
+            quantization=vllm_quant_name(spec.quantization_config),
         )
     computed = compute_weights(spec, tp=tp, pp=pp)
     if snapshot is not None and not snapshot.is_dir():

@@ -37,11 +37,13 @@ GPU_SYSTEMS: dict[str, str] = {
     "L4": "l4",
     "RTX-PRO-6000": "rtx_pro_6000_server",
     "B200": "b200_sxm",
+    "B300": "b300_sxm",
 }
 
 #: vLLM ``--quantization`` names -> aiconfigurator-core (gemm, moe) quant modes
 _QUANT_MODES: dict[str, tuple[str, str]] = {
     "fp8": ("fp8", "fp8"),
+    "modelopt": ("fp8", "fp8"),
     "modelopt_fp4": ("nvfp4", "nvfp4"),
     "nvfp4": ("nvfp4", "nvfp4"),
     "awq": ("int4_wo", "int4_wo"),

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from kvbudget.capacity.model_dtype import modelopt_algo
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.versions import AsyncScheduling, parse_version, vllm_async_scheduling
@@ -147,7 +148,7 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
 
 def gemm_dtype(plan: PlanResult, spec: ModelSpec) -> str:
     """The dtype the model's GEMMs run in: ``fp8`` for 8-bit weights with 8-bit activations,
-    else ``bf16``.
+    ``fp4`` for NVFP4 weights and activations on a GPU with FP4 tensor cores, else ``bf16``.
 
     vLLM's ``fp8`` method (``Fp8LinearMethod``) quantizes activations dynamically and runs fp8 x
     fp8 GEMMs (cutlass ``scaled_mm``) on GPUs with fp8 tensor cores (compute capability >= 8.9),
@@ -155,11 +156,19 @@ def gemm_dtype(plan: PlanResult, spec: ModelSpec) -> str:
     int8 weights and input activations, both 8 bits) likewise. AWQ/GPTQ (4-bit weights,
     16-bit activations), and mxfp4 on Hopper (Marlin / triton W4A16 MoE), dequantize in the
     kernel and compute in bf16: their weights are read at their stored bytes (the weights
-    estimate), their math at the bf16 peak.
+    estimate), their math at the bf16 peak. ModelOpt ``NVFP4`` (``modelopt_fp4``) runs W4A4
+    cutlass / FlashInfer FP4 GEMMs on Blackwell (``kernels/linear/nvfp4``: compute capability
+    100 and up, the catalog GPUs with an fp4 peak), the FP4 Marlin W4A16 kernel (bf16 math)
+    elsewhere and for ``W4A16_NVFP4`` checkpoints (``ModelOptNvFp4Config``).
     """
     method = plan.weights.quantization.lower()
-    if method == "fp8":
+    if method in ("fp8", "modelopt"):
         return "fp8"
+    if method == "modelopt_fp4":
+        algo = modelopt_algo(spec.quantization_config or {}) or ""
+        if algo != "W4A16_NVFP4" and plan.gpu.fp4_dense_tflops:
+            return "fp4"
+        return "bf16"
     if method == "compressed-tensors":
         groups = (spec.quantization_config or {}).get("config_groups") or {}
         first: Any = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
@@ -178,7 +187,8 @@ def gemm_dtype(plan: PlanResult, spec: ModelSpec) -> str:
 
 def gpu_perf(plan: PlanResult, gemm: str = "bf16") -> GpuPerf:
     """Roofline inputs from the plan's GPU catalog entry (dense peaks, HBM bandwidth); ``gemm``
-    ``fp8`` prices the GEMMs at the catalog's dense fp8 peak where the GPU has one."""
+    ``fp8`` / ``fp4`` prices the GEMMs at the catalog's dense fp8 / fp4 peak where the GPU has
+    one."""
     gpu = plan.gpu
     if gpu.bf16_dense_tflops is None or gpu.hbm_bandwidth_gb_s is None:
         raise ConfigError(
@@ -187,15 +197,16 @@ def gpu_perf(plan: PlanResult, gemm: str = "bf16") -> GpuPerf:
             "timing profile",
             field="gpu",
         )
-    fp8 = gpu.fp8_dense_tflops if gemm == "fp8" else None
+    peaks = {"fp8": gpu.fp8_dense_tflops, "fp4": gpu.fp4_dense_tflops}
+    low = peaks.get(gemm)
     return GpuPerf(
         name=gpu.id,
         memory_bytes=float(gpu.memory_bytes),
         bandwidth_bytes_per_s=gpu.hbm_bandwidth_gb_s * 1e9,
         peak_flops=gpu.bf16_dense_tflops * 1e12,
         link_bytes_per_s=(gpu.interconnect_gb_s or 0.0) * 1e9,
-        gemm_peak_flops=fp8 * 1e12 if fp8 else 0.0,
-        gemm_dtype="fp8" if fp8 else "",
+        gemm_peak_flops=low * 1e12 if low else 0.0,
+        gemm_dtype=gemm if low else "",
     )
 
 

@@ -37,6 +37,9 @@ class GpuSpec(BaseModel):
     bf16_source: str = ""
     fp8_dense_tflops: float | None = None
     fp8_source: str = ""
+    #: dense NVFP4 (4-bit e2m1, block-scaled) tensor-core TFLOPS: Blackwell only
+    fp4_dense_tflops: float | None = None
+    fp4_source: str = ""
     hbm_bandwidth_gb_s: float | None = None
     bandwidth_source: str = ""
     interconnect: str = ""

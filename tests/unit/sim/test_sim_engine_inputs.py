@@ -72,6 +72,13 @@ def test_fp8_gemms_priced_at_the_fp8_peak_by_hand() -> None:
         # AWQ/GPTQ: 4-bit weights dequantized to bf16 in the kernel
         ("awq", "H100-SXM", "roofline"),
         ("gptq", "H100-SXM", "roofline"),
+        # NVFP4: W4A4 FP4 GEMMs need Blackwell's FP4 tensor cores (vLLM 0.32.0
+        # kernels/linear/nvfp4: cutlass / FlashInfer at compute capability 100+); Hopper runs
+        # the FP4 Marlin W4A16 kernel, bf16 math
+        ("modelopt_fp4", "B200", "roofline (fp4 GEMMs)"),
+        ("modelopt_fp4", "B300", "roofline (fp4 GEMMs)"),
+        ("modelopt_fp4", "H100-SXM", "roofline"),
+        ("modelopt", "H100-SXM", "roofline (fp8 GEMMs)"),
     ],
 )
 def test_gemm_dtype_of_the_quantization(quantization: str, gpu: str, timing: str) -> None:
