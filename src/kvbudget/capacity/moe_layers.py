@@ -6,7 +6,8 @@ A config's pattern is arithmetic: layers below ``first_k_dense_replace`` are den
 offset``) or else ``moe_layer_freq``: ``i % f == 0`` as vLLM 0.32.0's DeepSeek-V2/V3
 (``deepseek_v2.py``, ``DeepseekV2DecoderLayer``), GLM-4-MoE-Lite and AXK1 read it, ``(i -
 first_k_dense_replace) % f == 0`` for Sarvam (``sarvam.py``); layers listed in ``mlp_only_layers``
-are dense. Each condition is a congruence, so the layers of a ``range`` that
+are dense. A pattern written out per layer (``moe_layer_freq`` as a list, ``mlp_layer_types``) is
+read entry by entry. Each condition is a congruence, so the layers of a ``range`` that
 pass them all are counted by the Chinese remainder theorem: O(1) arithmetic plus one look at each
 ``mlp_only_layers`` entry, whatever the number of layers or the pattern's period.
 """
@@ -50,10 +51,33 @@ def _sparse_step(spec: ModelSpec) -> int:
     return _int(spec, "decoder_sparse_step", 0) or _int(spec, "interleave_moe_layer_step", 0) or 1
 
 
+def _per_layer(spec: ModelSpec) -> list[bool] | None:
+    """A pattern written layer by layer, or ``None``: ``moe_layer_freq`` as a list (MiniMax-M3:
+    vLLM 0.32.0 ``models/minimax_m3/nvidia/model.py`` ``_is_moe_layer``: ``moe_layer_freq
+    [layer_id] != 0``) or transformers' ``mlp_layer_types`` (``"sparse"`` / ``"dense"``, which
+    ``MiniMaxM3VLTextConfig`` derives from that list)."""
+    types = spec.raw_config.get("mlp_layer_types")
+    if isinstance(types, list):
+        return [t == "sparse" for t in types]
+    freq = spec.raw_config.get("moe_layer_freq")
+    if isinstance(freq, list):
+        return [bool(f) for f in freq]
+    return None
+
+
 def is_moe_layer(spec: ModelSpec, index: int) -> bool:
     """Whether decoder layer ``index`` is a MoE layer (``mlp_only_layers`` included)."""
     if not spec.num_experts or index in _listed_dense(spec):
         return False
+    listed = _per_layer(spec)
+    if listed is not None:
+        if index >= len(listed):
+            raise ConfigError(
+                f"moe_layer_freq: {len(listed)} entries for at least {index + 1} layers; give "
+                "one entry per decoder layer",
+                field="moe_layer_freq",
+            )
+        return listed[index]
     return _moe_by_pattern(spec, index)
 
 
@@ -119,6 +143,8 @@ def count_moe_layers(spec: ModelSpec, indices: range) -> int:
     """How many layers of ``indices`` are MoE layers, in closed form (see the module doc)."""
     if not spec.num_experts or not indices:
         return 0
+    if _per_layer(spec) is not None:  # written out layer by layer: count it
+        return sum(is_moe_layer(spec, i) for i in indices)
     if indices.step < 0:
         indices = indices[::-1]
     first_dense = _int(spec, "first_k_dense_replace", 0)

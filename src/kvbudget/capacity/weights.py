@@ -210,7 +210,10 @@ def _mlp_matrices(spec: ModelSpec, index: int, h: int, moe: bool | None = None) 
             out.append(Matrix("shared.gate_up", h, 2 * shared_inter))
             out.append(Matrix("shared.down", shared_inter, h, split="row"))
         return out
-    inter = int(_raw(spec, "intermediate_size_mlp", 0) or spec.intermediate_size or 0)
+    # MiniMax-M3's dense layers (vLLM 0.32.0 models/minimax_m3/nvidia/model.py line 750,
+    # transformers' MiniMaxM3VLDenseMLP): dense_intermediate_size, not the experts' size
+    dense = _raw(spec, "dense_intermediate_size") if spec.model_type.startswith("minimax_m3") else 0
+    inter = int(dense or _raw(spec, "intermediate_size_mlp", 0) or spec.intermediate_size or 0)
     if not inter:
         return []
     return [Matrix("mlp.gate_up", h, 2 * inter), Matrix("mlp.down", inter, h, split="row")]

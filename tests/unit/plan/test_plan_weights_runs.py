@@ -108,6 +108,43 @@ def test_moe_layer_freq_counts_from_zero_but_for_sarvam() -> None:
     assert count_moe_layers(moe_spec(10**8, raw), range(10**8)) == 5 * 10**7 - 1  # 2, 4, ...
 
 
-def test_a_listed_moe_layer_freq_is_one_line() -> None:
-    with pytest.raises(ConfigError, match=r"moe_layer_freq: \[0, 1\] is not one integer"):
+def test_a_per_layer_moe_layer_freq_is_read_entry_by_entry() -> None:
+    # MiniMax-M3 (vLLM 0.32.0 models/minimax_m3/nvidia/model.py _is_moe_layer:
+    # moe_layer_freq[layer_id] != 0), whatever first_k_dense_replace says; transformers'
+    # mlp_layer_types ("sparse" / "dense") likewise
+    raw = {"first_k_dense_replace": 3, "moe_layer_freq": [0, 1, 1, 0, 1, 0]}
+    assert count_moe_layers(moe_spec(6, raw), range(6)) == 3
+    assert count_moe_layers(moe_spec(6, raw), range(0, 6, 2)) == 2  # layers 0, 2, 4: 2 and 4
+    types = {"mlp_layer_types": ["dense", "sparse", "sparse", "dense"]}
+    assert count_moe_layers(moe_spec(4, types), range(4)) == 2
+
+
+def test_a_short_per_layer_list_is_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"moe_layer_freq: 2 entries for at least 3 layers"):
         count_moe_layers(moe_spec(10, {"moe_layer_freq": [0, 1]}), range(10))
+
+
+def test_minimax_m3_dense_layers_use_dense_intermediate_size() -> None:
+    # transformers' MiniMaxM3VLDenseMLP(intermediate_size=config.dense_intermediate_size), vLLM
+    # 0.32.0 models/minimax_m3/nvidia/model.py line 750: a dense layer's gate_up is hidden x
+    # 2 x 12288, its down 12288 x hidden; a MoE layer's experts use moe_intermediate_size
+    from kvbudget.capacity.weights import layer_matrices
+
+    layers = LayerSeq.periodic([FullAttention(0, 8, 128)], 2)
+    raw = {"moe_layer_freq": [0, 1], "dense_intermediate_size": 12288}
+    spec = ModelSpec(
+        "m",
+        "MiniMaxM3SparseForCausalLM",
+        "minimax_m3",
+        layers,
+        num_experts=8,
+        hidden_size=1024,
+        num_attention_heads=8,
+        intermediate_size=3072,
+        moe_intermediate_size=3072,
+        raw_config=raw,
+    )
+    dense = {m.name: (m.in_features, m.out_features) for m in layer_matrices(spec, 0)[0]}
+    assert dense["mlp.gate_up"] == (1024, 2 * 12288) and dense["mlp.down"] == (12288, 1024)
+    moe = {m.name: (m.in_features, m.out_features) for m in layer_matrices(spec, 1)[0]}
+    assert moe["experts.gate_up"] == (1024, 2 * 3072) and "mlp.gate_up" not in moe

@@ -140,14 +140,20 @@ class LayoutNotApplicable(KvbudgetError):
         self.reason = reason
 
 
+#: the way out of a layout's refusal: transformers' figure (``calc`` has the hf layout; ``plan``
+#: plans an engine's pool and has none) or the engine itself
+HF_HINT = (
+    "kvbudget calc --engine hf gives transformers' own figure; measure the engine for its pool"
+)
+
+
 def refuse_compressed(spec: ModelSpec, engine: Layout, reason: str) -> None:
     """A layout that does not model DeepSeek-V4's compressed attention refuses the model in one
     line, with ``reason`` (why this engine's layout has no rule for it)."""
     if any(layer.kind in COMPRESSED_KINDS for layer in spec.layer_seq.distinct()):
         raise LayoutNotApplicable(
             f"{spec.model_type}: compressed attention (a sliding K=V window plus compressed "
-            f"entries per layer) is not modelled by the {engine} layout: {reason}; use --engine "
-            "hf, or measure"
+            f"entries per layer) is not modelled by the {engine} layout: {reason}; {HF_HINT}"
         )
 
 
@@ -159,7 +165,7 @@ def refuse_short_convs(spec: ModelSpec, engine: Layout, reason: str) -> None:
         if getattr(state, "state_kind", None) == "sconv_fp32":
             raise LayoutNotApplicable(
                 f"{spec.model_type}: its short-convolution states beside attention are not "
-                f"modelled by the {engine} layout: {reason}; use --engine hf, or measure"
+                f"modelled by the {engine} layout: {reason}; {HF_HINT}"
             )
 
 
@@ -169,7 +175,7 @@ def refuse_indexer(spec: ModelSpec, engine: Layout) -> None:
     if has_indexer(spec.layers):
         raise LayoutNotApplicable(
             f"{spec.model_type}: its sparse-attention indexer keeps its own key cache, which the "
-            f"{engine} layout does not model yet; use --engine hf, or measure"
+            f"{engine} layout does not model yet; {HF_HINT}"
         )
 
 
