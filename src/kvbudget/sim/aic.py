@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -98,16 +99,23 @@ def system_for(gpu: str) -> str:
     return system
 
 
-def table_version(system: str) -> str:
-    """The vLLM version of the tables aiconfigurator-core uses for ``system``."""
+def table_version(system: str, cache: Path) -> str:
+    """The vLLM version of the tables aiconfigurator-core uses for ``system``. Its loader parses
+    every system's yaml (over a second), and the answer depends only on the pinned wheel's
+    files, so it is kept in ``cache/specs/aic-<version>/tables-<system>.txt``."""
+    kept = cache / "specs" / f"aic-{AIC_VERSION}" / f"tables-{system}.txt"
+    if kept.is_file():
+        return kept.read_text(encoding="utf-8").strip()
     from aiconfigurator_core.sdk import perf_database
 
     try:
-        return str(perf_database.resolve_query_version(system, "vllm", "current"))
+        found = str(perf_database.resolve_query_version(system, "vllm", "current"))
     except Exception as exc:  # its loader raises ValueError/KeyError/OSError variously
         raise MeasuredUnavailable(
             f"GPU {system}: aiconfigurator-core {AIC_VERSION} has no vLLM tables ({_first(exc)})"
         ) from None
+    _write_atomically(kept, found.encode())
+    return found
 
 
 def _first(exc: BaseException) -> str:
@@ -161,7 +169,7 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
         )
     _quiet()
     system = system_for(case.gpu)
-    tables = table_version(system)
+    tables = table_version(system, cache_dir)
     gemm, moe = _quant_modes(case)
     kv = "fp8" if case.kv_dtype.lower().startswith("fp8") else None
     key = (case.model_id, system, case.tp, gemm, moe, kv, case.moe_tp, case.moe_ep)
@@ -179,28 +187,64 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
 def _compile(
     case: MeasuredCase, system: str, gemm: str | None, moe: str | None, kv: str | None, cache: Path
 ) -> Any:
+    """The compiled estimator, from the spec cache when this exact compile was done before.
+
+    ``EngineHandle.compile`` walks the model's op graph and resolves its attention lanes against
+    the tables (about 2 s); its output, the ``EngineSpec`` bytes, depends only on the pinned
+    wheel, the model's config and the compile arguments, so it is kept under ``cache/specs``
+    named by their hash and later runs build the handle from it (``EngineHandle(spec_bytes)``,
+    the wheel's own constructor). Only a spec whose probe passed is kept.
+    """
     from aiconfigurator_core.sdk.engine import EngineHandle
 
     model_path = _model_path(case, cache)
+    kwargs: dict[str, Any] = {
+        "tp_size": case.tp,
+        "moe_tp_size": case.moe_tp if case.moe_tp is not None else case.tp,
+        "moe_ep_size": case.moe_ep if case.moe_ep is not None else 1,
+        "gemm_quant_mode": gemm,
+        "moe_quant_mode": moe,
+        "kvcache_quant_mode": kv,
+    }
+    spec_file = _spec_file(cache, model_path, system, kwargs)
+    if spec_file.is_file():
+        return EngineHandle(spec_file.read_bytes())
     try:
-        handle = EngineHandle.compile(
-            model_path,
-            system,
-            "vllm",
-            tp_size=case.tp,
-            moe_tp_size=case.moe_tp if case.moe_tp is not None else case.tp,
-            moe_ep_size=case.moe_ep if case.moe_ep is not None else 1,
-            gemm_quant_mode=gemm,
-            moe_quant_mode=moe,
-            kvcache_quant_mode=kv,
-        )
+        handle = EngineHandle.compile(model_path, system, "vllm", **kwargs)
     except Exception as exc:  # compile raises ValueError/KeyError/its own errors
         raise MeasuredUnavailable(
             f"model {case.model_id}: aiconfigurator-core {AIC_VERSION} cannot compile it on "
             f"{system} tp {case.tp} ({_first(exc)})"
         ) from None
     _probe(handle, case, system)
+    _write_atomically(spec_file, handle.spec_bytes)
     return handle
+
+
+def _spec_file(cache: Path, model_path: str, system: str, kwargs: dict[str, Any]) -> Path:
+    """Where the compiled spec of this exact compile is kept: named by the hash of the pinned
+    version, the config's bytes (the wheel's copy, or kvbudget's), the GPU and the arguments."""
+    from importlib import resources
+
+    folder = Path(model_path)
+    config = folder / "config.json"
+    if not config.is_file():  # a model id: the wheel's own copy
+        configs = Path(str(resources.files("aiconfigurator_core"))) / "model_configs"
+        config = configs / (model_path.replace("/", "--") + "_config.json")
+    key = json.dumps(
+        [AIC_VERSION, hashlib.sha256(config.read_bytes()).hexdigest(), system, "vllm", kwargs],
+        sort_keys=True,
+    )
+    name = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return cache / "specs" / f"aic-{AIC_VERSION}" / f"{name}.spec"
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` so that a reader sees the whole file or none (concurrent runs race)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _probe(handle: Any, case: MeasuredCase, system: str) -> None:

@@ -155,6 +155,31 @@ def test_a_real_decode_step_reads_the_gemm_table() -> None:
     assert qkv_ms / 1e3 < step_s
 
 
+def test_a_compiled_spec_is_kept_and_read_back(tmp_path: Path) -> None:
+    """The second compile of the same case builds the estimator from the kept spec bytes
+    (the wheel's ``EngineHandle(spec_bytes)``) and prices a step exactly as the first did;
+    another TP is another spec."""
+    import aiconfigurator_core  # noqa: F401  (the gpu-data extra make test installs: never skipped)
+
+    from kvbudget.sim import aic
+    from kvbudget.spec.resolve import resolve_model
+
+    resolved = resolve_model("Qwen/Qwen3-32B")
+    assert resolved.source is not None
+    case = aic.MeasuredCase("Qwen/Qwen3-32B", resolved.source.raw, "H100-SXM", tp=2)
+    first = aic._compile(case, "h100_sxm", None, None, None, tmp_path)
+    kept = list((tmp_path / "specs").rglob("*.spec"))
+    assert len(kept) == 1 and kept[0].read_bytes() == first.spec_bytes
+    again = aic._compile(case, "h100_sxm", None, None, None, tmp_path)
+    assert again is not first and again.spec_bytes == first.spec_bytes
+    assert again.decode_step_per_op(8, 1007, 1) == first.decode_step_per_op(8, 1007, 1)
+    tp4 = aic.MeasuredCase("Qwen/Qwen3-32B", resolved.source.raw, "H100-SXM", tp=4)
+    aic._compile(tp4, "h100_sxm", None, None, None, tmp_path)
+    assert len(list((tmp_path / "specs").rglob("*.spec"))) == 2
+    assert aic.table_version("h100_sxm", tmp_path) == "0.24.0"
+    assert (tmp_path / "specs" / "aic-0.12.0" / "tables-h100_sxm.txt").read_text() == "0.24.0"
+
+
 def test_auto_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvbudget.capacity.plan_types import PlanRequest
     from kvbudget.sim import aic
