@@ -124,12 +124,6 @@ def not_simulable(row: dict[str, str]) -> str | None:
     """Why kvbudget cannot simulate this row with the flags it has, or None."""
     if row["system"] not in SYSTEMS:
         return f"GPU {row['system']}: not in kvbudget's GPU catalog"
-    if _int(row, "attention_dp_size") > 1:
-        return (
-            f"attention data parallel {row['attention_dp_size']} (vLLM --data-parallel-size: "
-            "that many engine cores, each with its own scheduler and KV pool, stepping together "
-            "on the MoE all-to-all): kvbudget sim has no data-parallel replica group"
-        )
     if _int(row, "pp_size") > 1:
         return f"pp {row['pp_size']}: the simulator times one pipeline stage"
     if row["precision"] not in PRECISIONS and not _own_quant(row):
@@ -203,6 +197,7 @@ def _request(row: dict[str, str]) -> PlanRequest:
         model=model,
         gpu=SYSTEMS[row["system"]],
         tp=_int(row, "tp_size"),
+        data_parallel_size=_int(row, "attention_dp_size"),
         quantization=quant,
         engine_version=version if version[:1].isdigit() else None,
         max_model_len=int(row["isl"]) + int(row["osl"]),
@@ -231,7 +226,10 @@ def simulate_row(row: dict[str, str], timing_model: str) -> dict[str, Any]:
     import numpy as np
 
     requests = generate(spec, np.random.default_rng(0))
-    cluster = ClusterSpec(setups=[built.setup], concurrency=c)
+    # attention data parallel: the row's engines (vLLM --data-parallel-size), the client's
+    # concurrency shared by them as vLLM's API server routes (fewest requests in flight)
+    dp = _int(row, "attention_dp_size")
+    cluster = ClusterSpec(setups=[built.setup] * dp, concurrency=c, router="least_outstanding")
     started = time.process_time()
     result = simulate(requests, cluster, seed=0)
     cpu_s = time.process_time() - started
@@ -274,6 +272,7 @@ def aic_static(row: dict[str, str]) -> dict[str, Any]:
         moe_quant_mode=row["moe_quant_mode"] or None,
         moe_tp=_int(row, "moe_tp_size") or None,
         moe_ep=_int(row, "moe_ep_size") or None,
+        attention_dp=_int(row, "attention_dp_size"),
     )
     timing = compile_measured(case, Path.home() / ".cache" / "kvbudget" / "aic-configs")
     c, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])

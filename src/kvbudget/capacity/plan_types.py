@@ -50,6 +50,14 @@ class PlanRequest(BaseModel):
     )
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
+    data_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "vLLM --data-parallel-size: engines of tp x pp GPUs each, every one with its own "
+            "KV pool (this plan is one of them); a MoE layer's experts span all dp x tp GPUs"
+        ),
+    )
     engine: Engine = "vllm"
     engine_version: str | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)

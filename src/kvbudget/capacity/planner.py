@@ -366,8 +366,20 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
         snapshot = Path(request.model)  # --model is a snapshot folder: read its weights index
     model = with_quantization(model, request.quantization)
     model = with_dtype(model, request.dtype)
+    dp = request.data_parallel_size
+    if dp > 1 and request.engine != "vllm":
+        raise ConfigError(
+            f"data_parallel_size: {dp} is planned for vLLM only (--data-parallel-size); SGLang's "
+            "--dp-size with DP attention shares one pool differently; plan SGLang with 1",
+            field="data_parallel_size",
+        )
     weights = estimate_weights(
-        model, tp=request.tp, pp=request.pp, snapshot=snapshot, weights_bytes=request.weights_bytes
+        model,
+        tp=request.tp,
+        pp=request.pp,
+        snapshot=snapshot,
+        weights_bytes=request.weights_bytes,
+        moe_ranks=request.tp * dp if dp > 1 and model.num_experts else None,
     )
     if request.engine == "vllm":
         weights = with_rope_cache(weights, model)
@@ -390,6 +402,17 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
             again = _make_vllm_plan(request, model, gpu, weights, fitted, device_given, extra)
             result = replace(again, log_lines=(line, *again.log_lines))
     ignored = tuple(message for _, message in engine_flag_conflicts(request))
+    if dp > 1:
+        ignored += (
+            f"data parallel {dp}: this plan is one of {dp} engines of {request.tp * request.pp} "
+            f"GPU(s), each with the KV pool above ({dp * request.tp * request.pp} GPUs in all)"
+            + (
+                f"; the routed experts are spread over all {dp * request.tp} GPUs of a stage "
+                "(vLLM FusedMoEParallelConfig.make)"
+                if model.num_experts
+                else ""
+            ),
+        )
     return replace(result, notes=result.notes + ignored) if ignored else result
 
 

@@ -313,8 +313,19 @@ def _model_dtype_bytes(spec: ModelSpec) -> int:
     return 2 if size is None or size == 4 else size
 
 
-def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEstimate:
-    """Weight bytes from the architecture (no snapshot): whole model and per pipeline stage."""
+def compute_weights(
+    spec: ModelSpec, *, tp: int = 1, pp: int = 1, moe_ranks: int | None = None
+) -> WeightsEstimate:
+    """Weight bytes from the architecture (no snapshot): whole model and per pipeline stage.
+
+    ``moe_ranks``: the GPUs the routed experts are spread over (default ``tp``). With vLLM's
+    ``--data-parallel-size dp`` a MoE layer spans every rank of every data-parallel engine:
+    ``FusedMoEParallelConfig.make`` (vLLM 0.32.0 ``model_executor/layers/fused_moe/config.py``)
+    flattens them to ``dp x tp`` (experts split whole with ``--enable-expert-parallel``,
+    tensor-sharded otherwise: the same bytes per GPU), while attention and dense layers stay
+    split over ``tp`` within each engine.
+    """
+    experts_over = moe_ranks or tp
     h = spec.hidden_size or 0
     vocab = spec.vocab_size
     if not h or not vocab:
@@ -346,7 +357,10 @@ def compute_weights(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> WeightsEsti
                 layer_total = 0
                 for m in mats:
                     layer_rank += m.count * _matrix_bytes(
-                        m, m.rank_shape(tp, kv_heads), quant, dtype_bytes
+                        m,
+                        m.rank_shape(experts_over if m.expert else tp, kv_heads),
+                        quant,
+                        dtype_bytes,
                     )
                     layer_total += m.count * _matrix_bytes(
                         m, (m.in_features, m.out_features), quant, dtype_bytes
@@ -465,8 +479,10 @@ def estimate_weights(
     pp: int = 1,
     snapshot: Path | None = None,
     weights_bytes: int | None = None,
+    moe_ranks: int | None = None,
 ) -> WeightsEstimate:
-    """Weight bytes by the strongest source available (flag > snapshot > architecture)."""
+    """Weight bytes by the strongest source available (flag > snapshot > architecture);
+    ``moe_ranks`` as :func:`compute_weights`."""
     if weights_bytes is not None:
         return WeightsEstimate(
             total_bytes=weights_bytes * tp * pp,
@@ -476,7 +492,7 @@ def estimate_weights(
             num_params=None,
             quantization=vllm_quant_name(spec.quantization_config),
         )
-    computed = compute_weights(spec, tp=tp, pp=pp)
+    computed = compute_weights(spec, tp=tp, pp=pp, moe_ranks=moe_ranks)
     if snapshot is not None and not snapshot.is_dir():
         raise ConfigError(
             f"snapshot: {snapshot} is not a directory; pass the model snapshot folder "
@@ -490,6 +506,8 @@ def estimate_weights(
             return replace(computed, notes=(*computed.notes, note))
         return computed
     computed_sum = sum(computed.per_rank_bytes) * tp
+    if moe_ranks is not None and moe_ranks != tp:  # one engine's ranks do not hold the whole
+        computed_sum = computed.total_bytes
     scale = total_read / computed_sum if computed_sum else 1.0
     return WeightsEstimate(
         total_bytes=total_read,

@@ -25,6 +25,8 @@ from kvbudget.capacity.scenarios import (
 from kvbudget.cli.plan_render import render_gpus, render_plan
 from kvbudget.cli.vocab import (
     COUNT,
+    DP,
+    DP_HELP,
     ENGINE_VERSION_HELP,
     KV_DTYPE,
     KV_DTYPE_HELP,
@@ -63,6 +65,7 @@ _PLAIN_FLAGS = (
     "gpu_bandwidth",
     "tp",
     "pp",
+    "data_parallel_size",
     "engine",
     "engine_version",
     "gpu_memory_utilization",
@@ -234,6 +237,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option("--gpu-bandwidth", type=float, help="Custom device: memory bandwidth in GB/s.")
 @click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size (default 1).")
 @click.option(*PP, "pp", type=COUNT, help=PP_HELP)
+@click.option(*DP, "data_parallel_size", type=COUNT, help=DP_HELP)
 @click.option(
     "--engine",
     type=click.Choice(PLAN_ENGINES),

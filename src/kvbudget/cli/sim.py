@@ -13,6 +13,7 @@ import click
 from kvbudget.cli.vocab import (
     COUNT,
     COUNT0,
+    DP,
     INPUT_TOKENS,
     METRIC_PERCENTILES,
     METRIC_PERCENTILES_HELP,
@@ -233,6 +234,7 @@ ENGINE_FLAG_KEYS = (
     "gpu",
     "tp",
     "replicas",
+    "data_parallel_size",
     "router",
     "kv_dtype",
     "pp",
@@ -285,6 +287,14 @@ def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
 @click.option("--gpu", help="GPU catalog id (kvbudget gpus) [default: H100-SXM].")
 @click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size per replica [default: 1].")
 @click.option("--replicas", type=COUNT, help="Number of identical replicas [default: 1].")
+@click.option(
+    *DP,
+    "data_parallel_size",
+    type=COUNT,
+    help="vLLM --data-parallel-size: one deployment of this many engines, each with its own "
+    "scheduler and KV pool (a MoE model's experts span all of them), routed as vLLM's API "
+    "server routes (least_outstanding) unless --router is given [default: 1].",
+)
 @click.option(
     "--router",
     help="round_robin, least_outstanding, least_kv, session, prefix_approx, prefix_precise or cost [default: round_robin].",
@@ -547,6 +557,23 @@ def sim(**opts: Any) -> None:
     summary["quantization"] = scenario.quantization or "the config's (none if it has none)"
     summary["kv_dtype"] = scenario.kv_dtype
     summary["enable_expert_parallel"] = scenario.enable_expert_parallel
+    summary["data_parallel_size"] = scenario.data_parallel_size
+    if scenario.data_parallel_size > 1:
+        how = (
+            "by aiconfigurator-core's attention data parallel (each engine's attention on its "
+            "own batch, the MoE layers on every engine's tokens as if all were as loaded)"
+            if "data parallel" in str(summary.get("timing_model", ""))
+            else "as independent engines (each its own TP group)"
+        )
+        how += (
+            "; each engine steps on its own clock: vLLM keeps a MoE model's engines in step "
+            "(an idle one runs dummy batches), which is not modelled"
+        )
+        summary["notes"] = [
+            *summary.get("notes", []),
+            f"data parallel {scenario.data_parallel_size}: that many engines with their own "
+            f"pools, routed by {scenario.router}; steps are priced {how}",
+        ]
     summary["async_scheduling"] = scenario_async_scheduling(scenario).to_dict()
     if scenario.enable_expert_parallel:
         how = (

@@ -51,6 +51,10 @@ QUANTIZATION_HELP = (
 )
 KV_DTYPE_HELP = "KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto)."
 PP_HELP = "Pipeline-parallel size (default 1)."
+DP_HELP = (
+    "vLLM --data-parallel-size: engines of tp x pp GPUs, each with its own KV pool; a MoE "
+    "model's experts span all dp x tp GPUs (default 1)."
+)
 EXPERT_PARALLEL = "--enable-expert-parallel/--no-enable-expert-parallel"
 EXPERT_PARALLEL_HELP = (
     "vLLM --enable-expert-parallel: MoE experts placed whole on the ranks instead of split by "

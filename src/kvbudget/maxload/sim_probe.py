@@ -77,6 +77,6 @@ class SimProbe(TargetProbe):
             scenario.workload,
             slo,
             num_requests=num_requests,
-            num_replicas=scenario.replicas,
+            num_replicas=scenario.replicas * scenario.data_parallel_size,
             router=scenario.router,
         )

@@ -73,6 +73,8 @@ class MeasuredCase:
     moe_quant_mode: str | None = None
     moe_tp: int | None = None
     moe_ep: int | None = None
+    #: vLLM --data-parallel-size on a MoE model (aiconfigurator-core's attention_dp_size)
+    attention_dp: int = 1
 
 
 def installed_version() -> str | None:
@@ -172,11 +174,23 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
     tables = table_version(system, cache_dir)
     gemm, moe = _quant_modes(case)
     kv = "fp8" if case.kv_dtype.lower().startswith("fp8") else None
-    key = (case.model_id, system, case.tp, gemm, moe, kv, case.moe_tp, case.moe_ep)
+    key = (
+        case.model_id,
+        system,
+        case.tp,
+        gemm,
+        moe,
+        kv,
+        case.moe_tp,
+        case.moe_ep,
+        case.attention_dp,
+    )
     if key not in _HANDLES:
         _HANDLES[key] = (_compile(case, system, gemm, moe, kv, cache_dir), {})
     handle, prices = _HANDLES[key]
     label = f"measured (aiconfigurator-core {AIC_VERSION}, {system}, vllm {tables} tables"
+    if case.attention_dp > 1:
+        label += f"; data parallel {case.attention_dp}"
     if case.moe_ep is not None and case.moe_ep > 1:
         label += f"; expert parallel {case.moe_ep}"
     if case.engine_version and case.engine_version != tables:
@@ -206,6 +220,8 @@ def _compile(
         "moe_quant_mode": moe,
         "kvcache_quant_mode": kv,
     }
+    if case.attention_dp > 1:  # absent otherwise: the kept specs' names stay as they were
+        kwargs["attention_dp_size"] = case.attention_dp
     spec_file = _spec_file(cache, model_path, system, kwargs)
     if spec_file.is_file():
         return EngineHandle(spec_file.read_bytes())

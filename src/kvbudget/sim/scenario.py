@@ -9,6 +9,8 @@ Schema (``extra="forbid"``; every field optional except what the defaults cover)
     engine_version: null               # vLLM version (defaults by version and GPU, as plan)
     quantization: null                 # vLLM --quantization (fp8, awq, gptq, mxfp4, ...)
     enable_expert_parallel: false
+    data_parallel_size: 1              # vLLM --data-parallel-size: engines, each its own pool,
+                                       #   routed by vLLM's DP load balancer (least_outstanding)
     async_scheduling: null             # vLLM --async-scheduling (true) / --no-async-scheduling
                                        #   (false); null: the vLLM version's default
     kv_dtype: auto
@@ -143,6 +145,9 @@ class SimScenario(BaseModel):
     #: vLLM --quantization of the weights (None: the config's quantization_config)
     quantization: str | None = None
     enable_expert_parallel: bool = False
+    #: vLLM --data-parallel-size: this many engines (each tp x pp GPUs, its own scheduler and
+    #: KV pool; a MoE model's experts span all of them), one deployment
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
     #: vLLM --async-scheduling (True) / --no-async-scheduling (False); None: the version's
     #: default (kvbudget.capacity.versions.vllm_async_scheduling)
     async_scheduling: bool | None = None
@@ -264,6 +269,8 @@ def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") ->
     except ValidationError as exc:
         text, where = _validation_text(exc, origin, "", _DOCS)
         raise ConfigError(text, field=where) from None
+    if scenario.data_parallel_size > 1:
+        scenario = _data_parallel(scenario, data)
     if scenario.router not in ROUTERS:
         raise ConfigError(
             f"router: unknown policy {scenario.router!r}; choose one of {', '.join(ROUTERS)}",
@@ -271,6 +278,29 @@ def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") ->
         )
     _check_workload(scenario.workload, origin)
     return scenario
+
+
+def _data_parallel(scenario: SimScenario, data: dict[str, Any]) -> SimScenario:
+    """``data_parallel_size`` > 1: one deployment of that many engines. vLLM's API server
+    routes each request to the engine with the fewest requests in flight (vLLM 0.32.0
+    ``v1/engine/core_client.py`` ``DPLBAsyncMPClient.get_core_engine_for_request``: score
+    ``max(in-flight, waiting + running)``), which is ``least_outstanding`` unless a router is
+    given."""
+    dp = scenario.data_parallel_size
+    for name, given in (
+        ("replicas", scenario.replicas > 1),
+        ("replica_overrides", bool(scenario.replica_overrides)),
+        ("disaggregation", scenario.disaggregation is not None),
+    ):
+        if given:
+            raise ConfigError(
+                f"{name}: data_parallel_size {dp} simulates one deployment of {dp} engines; "
+                f"drop {name}, or data_parallel_size",
+                field=name,
+            )
+    if "router" in data:
+        return scenario
+    return scenario.model_copy(update={"router": "least_outstanding"})
 
 
 def scenario_async_scheduling(scenario: SimScenario) -> AsyncScheduling:
@@ -288,6 +318,7 @@ def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> Re
         gpu=o.gpu or scenario.gpu,
         tp=o.tp or scenario.tp,
         pp=scenario.pp,
+        data_parallel_size=scenario.data_parallel_size,
         engine_version=scenario.engine_version,
         quantization=scenario.quantization,
         kv_dtype=scenario.kv_dtype,
@@ -319,7 +350,7 @@ def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
         setups = [replica_setup(scenario, o) for o in scenario.replica_overrides]
     else:
         one = replica_setup(scenario, None)
-        setups = [one] * scenario.replicas
+        setups = [one] * (scenario.replicas * scenario.data_parallel_size)
     return ClusterSpec(
         setups=setups,
         router=scenario.router,

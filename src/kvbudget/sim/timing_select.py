@@ -46,13 +46,19 @@ def measured_for(
     whole over the ``tp`` ranks (``moe_tp 1, moe_ep tp``, as vLLM's ``FusedMoEParallelConfig``
     makes them for one data-parallel rank) and priced by the tables' expert-parallel MoE kernels
     and all-to-all; without it the experts are tensor-sharded (``moe_tp tp, moe_ep 1``).
+    ``request.data_parallel_size`` ``dp`` > 1 on a MoE model: the MoE layers span all ``dp x
+    tp`` ranks (``FusedMoEParallelConfig.make`` flattens them) and each engine's step is priced
+    as aiconfigurator-core prices attention data parallel (``attention_dp_size``: attention on
+    the engine's own batch, the MoE layer on every engine's tokens, all engines equally loaded).
     """
     from kvbudget.sim.aic import MeasuredCase, compile_measured
 
     raw = resolved.source.raw if resolved.source is not None else {}
     # vLLM ignores the flag for a dense model (no FusedMoE layer to split)
     moe = resolved.spec is not None and bool(resolved.spec.num_experts)
-    expert_parallel = expert_parallel and moe and plan.tp > 1
+    dp = request.data_parallel_size if moe else 1  # dense engines step on their own
+    ranks = plan.tp * dp
+    expert_parallel = expert_parallel and moe and ranks > 1
     case = MeasuredCase(
         model_id=plan.model_id,
         config=raw,
@@ -61,8 +67,9 @@ def measured_for(
         quantization=request.quantization,
         kv_dtype=request.kv_dtype,
         engine_version=request.engine_version or plan.engine_version,
-        moe_tp=1 if expert_parallel else None,
-        moe_ep=plan.tp if expert_parallel else None,
+        moe_tp=1 if expert_parallel else (ranks if dp > 1 else None),
+        moe_ep=ranks if expert_parallel else None,
+        attention_dp=dp,
     )
     return compile_measured(case, _cache_dir())
 
