@@ -23,6 +23,7 @@ from kvbudget.cli.vocab import (
     RATE,
 )
 from kvbudget.errors import ConfigError
+from kvbudget.validation import first_problem
 
 _FLAG_OF = {
     "base_url": "--base-url",
@@ -82,16 +83,15 @@ def _config(values: dict[str, Any]) -> Any:
     try:
         return RunConfig(**values)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
+        problem = first_problem(exc)
+        loc = problem.where
         tail = loc.removeprefix("workload.")
         flag = _FLAG_OF.get(loc, f"--{tail.replace('_', '-')}" if loc else "options")
         given = values.get(loc) if loc else None
         if loc.startswith("workload."):
             given = values.get("workload", {}).get(tail)
-        msg = str(err["msg"]).removeprefix("Value error, ")
         where = f"{flag}={given}: " if given is not None else (f"{flag}: " if loc else "")
-        raise ConfigError(f"{where}{msg}", field=loc or None) from exc
+        raise ConfigError(f"{where}{problem.message}", field=loc or None) from exc
 
 
 def _vllm_names(opts: dict[str, Any], ctx: click.Context) -> None:

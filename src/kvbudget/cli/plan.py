@@ -35,7 +35,7 @@ from kvbudget.cli.vocab import (
     QUANTIZATION_HELP,
     TP,
 )
-from kvbudget.errors import ConfigError, SpecError
+from kvbudget.errors import ConfigError, SpecError, shown_value
 from kvbudget.safety.cpu_features import (
     host_cpu_features,
     vllm_cpu_fp8_refusal,
@@ -45,6 +45,7 @@ from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import parse_bytes, parse_count
+from kvbudget.validation import first_problem
 
 #: exit status when the plan is computed but one max-length request does not fit
 EXIT_DOES_NOT_FIT = 3
@@ -89,13 +90,13 @@ _PLAIN_FLAGS = (
 
 
 def _validation_error(exc: ValidationError, where: str) -> ConfigError:
-    first = exc.errors()[0]
-    field = ".".join(str(p) for p in first.get("loc", ())) or "input"
-    value = first.get("input")
+    problem = first_problem(exc)
+    field = problem.where or "input"
     fix = ""
-    if first.get("type") == "extra_forbidden":
+    if problem.kind == "extra_forbidden":
         fix = "; remove it or check the spelling (keys: docs/commands/plan.md, 'YAML keys')"
-    return ConfigError(f"{where}{field}: {first.get('msg')} (got {value!r}){fix}", field=field)
+    value = shown_value(problem.value)
+    return ConfigError(f"{where}{field}: {problem.message} (got {value}){fix}", field=field)
 
 
 def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from kvbudget import __version__
 from kvbudget.errors import ReportError
 from kvbudget.safety.redact import redact_text
+from kvbudget.validation import first_problem
 
 FigureKind = Literal["computed", "simulated", "measured"]
 FIGURE_KINDS: tuple[FigureKind, ...] = get_args(FigureKind)
@@ -139,9 +140,8 @@ def read_document(path: Path, cls: type[DocT]) -> DocT:
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        problem = first_problem(exc)
         raise ReportError(
-            f"result document {path} is not a valid {cls.__name__}: field {where!r}: "
-            f"{first['msg']} ({exc.error_count()} error(s))"
+            f"result document {path} is not a valid {cls.__name__}: field {problem.where!r}: "
+            f"{problem.message} ({exc.error_count()} error(s))"
         ) from exc

@@ -69,6 +69,7 @@ from kvbudget.sim.request import EngineRequest, engine_request
 from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import CalibrationProfile, RooflineParams
+from kvbudget.validation import first_problem, problem_line
 from kvbudget.workload.lengths import FixedLength
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.spec import WorkloadSpec, generate, generate_stream, workload_from_dict
@@ -219,27 +220,11 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _validation_text(exc: ValidationError, origin: str, prefix: str, docs: str) -> tuple[str, str]:
     """The first pydantic error as one line naming field path, value and fix; and the path."""
-    err = exc.errors(include_url=False)[0]
-    parts = ([prefix] if prefix else []) + [str(x) for x in err["loc"]]
-    where = ".".join(parts) or "scenario"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        text = f"unknown field {where!r} in {origin}: remove it or see {docs} for the fields"
-    elif kind == "missing":
-        text = f"missing field {where!r} in {origin}: add it (see {docs})"
-    else:
-        text = (
-            f"scenario field {where}={_shown(err.get('input'))} in {origin}: "
-            f"{err['msg']}; fix the value (see {docs})"
-        )
-    return text, where
+    problem = first_problem(exc, prefix)
+    text = problem_line(problem, what="scenario", origin=origin, docs=docs)
+    return text, problem.where or "scenario"
 
 
 def _check_workload(workload: dict[str, Any], origin: str) -> None:

@@ -36,11 +36,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
 
-from kvbudget.errors import ConfigError, shown_value
+from kvbudget.errors import ConfigError
 from kvbudget.safety.limits import MAX_SWEEP_POINTS
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.scenario import SimScenario, scenario_from_dict
 from kvbudget.spec.hardware import get_gpu, load_gpu_catalog
+from kvbudget.validation import first_problem, problem_line
 
 DOCS = "docs/commands/sweep.md"
 PERCENTILES = ("p50", "p90", "p95", "p99")
@@ -160,16 +161,9 @@ def grid_from_dict(data: dict[str, Any], *, origin: str = "the grid") -> GridFil
     try:
         grid = GridFile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in err["loc"]) or "grid"
-        if err["type"] == "extra_forbidden":
-            text = f"unknown field {where!r} in {origin}: remove it or see {DOCS} for the fields"
-        else:
-            text = (
-                f"grid field {where}={shown_value(err.get('input'))} in {origin}: {err['msg']}; "
-                f"fix the value (see {DOCS})"
-            )
-        raise ConfigError(text, field=where) from None
+        problem = first_problem(exc)
+        text = problem_line(problem, what="grid", origin=origin, docs=DOCS)
+        raise ConfigError(text, field=problem.where or "grid") from None
     check_grid_size(grid, origin=origin)
     names = [s.name for s in grid.slos]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -221,6 +215,7 @@ _LATER_FIELDS = {
     "engine_version": None,
     "quantization": None,
     "enable_expert_parallel": False,
+    "data_parallel_size": 1,
     "async_scheduling": None,
     "timing_model": None,
     "disaggregation": None,

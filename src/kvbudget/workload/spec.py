@@ -25,6 +25,7 @@ from kvbudget.safety.limits import (
     MAX_VOCAB,
 )
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
+from kvbudget.validation import first_problem, problem_line
 from kvbudget.workload.arrival_specs import ArrivalSpec, ClosedLoopArrivals
 from kvbudget.workload.lengths import FixedLength, LengthSpec
 from kvbudget.workload.prefixes import (
@@ -106,13 +107,11 @@ def workload_from_dict(data: Any) -> WorkloadSpec:
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "workload"
-        value = err.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{…}"
-        raise ConfigError(
-            f"workload field {loc}={shown}: {err['msg']} (see docs/workloads.md)", field=loc
-        ) from None
+        problem = first_problem(exc)
+        text = problem_line(
+            problem, what="workload", origin="the workload", docs="docs/workloads.md"
+        )
+        raise ConfigError(text, field=problem.where or "workload") from None
 
 
 def load_workload_yaml(path: str | Path) -> WorkloadSpec:

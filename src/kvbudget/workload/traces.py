@@ -34,7 +34,8 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, shown_value
+from kvbudget.validation import first_problem
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.sessions import compact
 from kvbudget.workload.tokenizer import SyntheticTokenizer
@@ -165,10 +166,11 @@ def _parse(model: type[M], p: Path, lineno: int, raw: str) -> M:
             field="trace",
         ) from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
+        problem = first_problem(exc)  # compiler style: the line first, then its field
         raise ConfigError(
-            f"{p}:{lineno}: field {loc}={err.get('input')!r}: {err['msg']}", field=loc
+            f"{p}:{lineno}: field {problem.where}={shown_value(problem.value)}: "
+            f"{problem.message}; fix the line (see docs/workloads.md)",
+            field=problem.where or "trace",
         ) from None
 
 
