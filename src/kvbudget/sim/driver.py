@@ -1,9 +1,13 @@
 """The one driver of simulated replicas: a deterministic event loop in virtual time.
 
-Every simulated path steps its replicas here: the cluster (:mod:`kvbudget.sim.cluster`),
-accept's simulated target (one cell per :meth:`Driver.run`, on the same replica so its cache
-carries over), the audit's simulated probe (one request at a time) and ``kvbudget serve``
-(:mod:`kvbudget.serve.engine`, an async shell over the step-wise API below).
+It steps any engine that keeps the step protocol (:class:`kvbudget.sim.stepped.SteppedReplica`):
+the vLLM-style paged replica (:class:`kvbudget.sim.replica.Replica`) and llama.cpp's slot
+server (:class:`kvbudget.sim.slots_replica.SlotReplica`). Every simulated path steps its
+replicas here: the cluster (:mod:`kvbudget.sim.cluster`), accept's simulated targets (one cell
+per :meth:`Driver.run`, on the same replica so its cache carries over), ``kvbudget calibrate
+--validate``'s predictions, ``kvbudget sim --engine llamacpp``, the audit's simulated probe (one
+request at a time) and ``kvbudget serve`` (:mod:`kvbudget.serve.engine`, an async shell over the
+step-wise API below). Scale-in, crashes and aborts are the paged replica's only.
 
 Two ways in, one set of primitives. :meth:`Driver.run` feeds a request stream and loops over
 the event queue; the step-wise API is for a caller that learns of its requests as they come
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Generic, cast
 
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
 from kvbudget.sim.drive_events import (
@@ -55,6 +60,7 @@ from kvbudget.sim.drive_types import (
     OnReject,
     OnSample,
     OnStep,
+    R,
     RequestFeed,
     RequestIn,
     ScaleOut,
@@ -72,27 +78,29 @@ from kvbudget.sim.events import (
 )
 from kvbudget.sim.lifecycle import Crash, LifecycleStats, ScaleIn, after_crash, at_deadline
 from kvbudget.sim.replica import Replica
-from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
+from kvbudget.sim.request import EngineRequest, as_engine_request
 from kvbudget.sim.router import Router
+from kvbudget.sim.stepped import F
 
 __all__ = ["DriveOptions", "DriveOutcome", "Driver", "OnStep", "ScaleOut", "StepOutcome"]
 
 
-class Driver:
-    """Replicas behind a router; :meth:`run` feeds them a stream of requests, or a caller
-    drives them step by step (:meth:`submit`, :meth:`abort`, :meth:`step`)."""
+class Driver(Generic[R, F]):
+    """Replicas (``R``, ending requests as ``F``) behind a router; :meth:`run` feeds them a
+    stream of requests, or a caller drives them step by step (:meth:`submit`, :meth:`abort`,
+    :meth:`step`)."""
 
     def __init__(
         self,
-        replicas: list[Replica],
+        replicas: list[R],
         router: Router,
         *,
-        on_finish: OnFinish,
-        on_reject: OnReject,
+        on_finish: OnFinish[F, R],
+        on_reject: OnReject[R],
         on_not_run: OnNotRun | None = None,
-        on_step: OnStep | None = None,
-        on_sample: OnSample = sample_replica,
-        build: BuildReplica = no_build,
+        on_step: OnStep[R] | None = None,
+        on_sample: OnSample[R] = sample_replica,
+        build: BuildReplica[R] = no_build,
     ) -> None:
         if not replicas:
             raise ConfigError("replicas: need at least one replica", field="replicas")
@@ -121,7 +129,7 @@ class Driver:
         self._last_end = 0.0
         self._num_arrived = 0
         # step(): where this event's finishes are collected
-        self._collect: list[SimRequest] | None = None
+        self._collect: list[F] | None = None
 
     # ------------------------------------------------------------------ the step-wise API
     def submit(self, request: RequestIn, now_s: float) -> KvbudgetError | None:
@@ -138,6 +146,11 @@ class Driver:
         replica holds it). It is handed to ``on_finish`` at once (``finish_reason`` "abort");
         tokens of the step in flight for it are dropped by the caller."""
         for rep in self.replicas:
+            if not isinstance(rep, Replica):
+                raise ConfigError(
+                    f"abort: modelled for the paged replica only, not {type(rep).__name__}",
+                    field="engine",
+                )
             if request_id in rep.core.requests:
                 if rep.fast is not None:
                     raise ConfigError(
@@ -170,7 +183,7 @@ class Driver:
         _t, _p, _s, event = queue.pop()
         if not isinstance(event, StepDue):  # only run() queues other events; it drops them
             raise SimulationError(f"driver: step(): a {type(event).__name__} event was queued")
-        finished: list[SimRequest] = []
+        finished: list[F] = []
         self._collect = finished
         try:
             end = self._step(event, now_s)
@@ -274,7 +287,7 @@ class Driver:
             self.replicas[event.replica].ready_s = float("inf")  # the router skips it
             self._queue.push(now + event.grace_s, PRIO_SCALE, ScaleInDeadline(event))
         elif isinstance(event, ScaleInDeadline):
-            self._deadline(self.replicas[event.scale_in.replica], event.scale_in, now)
+            self._deadline(event.scale_in.replica, event.scale_in, now)
         elif isinstance(event, Crash):
             self._crash(event, now)
         else:  # Sample
@@ -336,8 +349,9 @@ class Driver:
                     queue.push(nxt.arrival_s, PRIO_ARRIVAL, Arrival(nxt))
                 else:
                     queue.push(end, PRIO_RELEASED, Arrival(nxt))
-        if duration > 0 or (rep.fast is None and rep.last_num_scheduled_tokens > 0):
-            # (a zero-cost timing model computes tokens in no time: still a step)
+        if duration > 0 or rep.last_num_scheduled_tokens > 0:
+            # (a zero-cost timing model computes tokens in no time: still a step; the
+            # lazy-decode fast path never sets last_num_scheduled_tokens)
             self._last_end = max(self._last_end, end)
             on_step = self.on_step
             if on_step is not None:
@@ -359,7 +373,7 @@ class Driver:
                 rep.busy = False
         return end
 
-    def _release_held(self, rep: Replica, now: float) -> bool:
+    def _release_held(self, rep: R, now: float) -> bool:
         """Async scheduling: the step that began at ``now`` has been scheduled; the requests
         held while the previous one ran join the engine now (the step after this one sees
         them). A refusal counts as at the arrival (closed loop: it releases the next request).
@@ -382,8 +396,8 @@ class Driver:
                         self._queue.push(at, PRIO_ARRIVAL, Arrival(nxt))
         return added
 
-    def _drain(self, rep: Replica) -> None:
-        done = rep.core.finished
+    def _drain(self, rep: R) -> None:
+        done = rep.finished()
         if done:
             on_finish = self.on_finish
             for req in done:
@@ -394,31 +408,35 @@ class Driver:
             done.clear()
 
     # ------------------------------------------------------------------ lifecycle events
-    def _deadline(self, rep: Replica, event: ScaleIn, now: float) -> None:
-        """Scale-in grace over: what is left on ``rep`` is cancelled and retried, or migrated."""
+    def _deadline(self, index: int, event: ScaleIn, now: float) -> None:
+        """Scale-in grace over: what is left on replica ``index`` is cancelled and retried, or
+        migrated (``seed`` checked that it is a paged replica)."""
+        rep = self.replicas[index]
         self._resend_held(rep, now)
-        cancelled, resend = at_deadline(rep, event, now, self.lifecycle)
+        cancelled, resend = at_deadline(cast(Replica, rep), event, now, self.lifecycle)
         for req in cancelled:
-            self.on_finish(req, rep)
+            self.on_finish(cast(F, req), rep)  # a paged replica's F is its SimRequest
             if self._collect is not None:
-                self._collect.append(req)
+                self._collect.append(cast(F, req))
         for at, moved in resend:
             self._queue.push(at, PRIO_ARRIVAL, Rearrival(moved))
         rep.busy = False
 
     def _crash(self, event: Crash, now: float) -> None:
-        """The pod dies with its KV; the application re-sends its saved contexts."""
+        """The pod dies with its KV; the application re-sends its saved contexts (a paged
+        replica: ``seed`` checked)."""
         rep = self.replicas[event.replica]
         rep.ready_s = float("inf")
         self._resend_held(rep, now)
-        resend = after_crash(rep, now, self.lifecycle)
+        paged = cast(Replica, rep)
+        resend = after_crash(paged, now, self.lifecycle)
         rep.busy = False
         rep.step_gen += 1  # its pending step event is stale now
-        self.replicas.append(self.build(rep.setup, now + event.restart_s))
+        self.replicas.append(self.build(paged.setup, now + event.restart_s))
         for moved in resend:
             self._queue.push(now, PRIO_ARRIVAL, Rearrival(moved))
 
-    def _resend_held(self, rep: Replica, now: float) -> None:
+    def _resend_held(self, rep: R, now: float) -> None:
         """Async scheduling: requests held for ``rep`` (not yet in its engine) go to the router
         again when it scales in or crashes."""
         held = rep.held
