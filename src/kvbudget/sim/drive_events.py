@@ -80,11 +80,12 @@ def seed(
     if closed is not None:
         if closed < 1:
             raise ConfigError(f"concurrency: must be >= 1, got {closed}", field="concurrency")
-        for _ in range(closed):
+        for client in range(closed):
             req = feed.pull()
             if req is None:
                 break
-            queue.push(req.arrival_s, PRIO_ARRIVAL, Arrival(req))
+            at = req.arrival_s + client * opts.stagger_s if opts.stagger_s else req.arrival_s
+            queue.push(at, PRIO_ARRIVAL, Arrival(req))
     else:
         first = feed.pull()
         if first is not None:

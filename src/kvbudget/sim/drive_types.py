@@ -66,6 +66,15 @@ class DriveOptions:
     start_s: float = 0.0
     #: a runaway guard: more engine steps than this raise ``SimulationError``
     max_steps: int | None = None
+    #: closed loop: ``None``, ``vllm bench serve``'s client: a request released by a step
+    #: reaches the engine after the next step has begun (``PRIO_RELEASED``). A number: it
+    #: reaches the engine this long after the one it replaces ended (the client's turnaround:
+    #: response, client, new request; the engine's ``ended_s``) and joins the first step that
+    #: starts at or after then (llama.cpp's server loop; ``kvbudget calibrate``'s replays)
+    turnaround_s: float | None = None
+    #: closed loop: client ``i``'s first request arrives ``i * stagger_s`` after its own
+    #: arrival time (load clients that do not all start in the same instant)
+    stagger_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

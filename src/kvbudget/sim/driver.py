@@ -35,7 +35,7 @@ flat in the number of requests. Closed loop (``concurrency``): see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Generic, cast
 
@@ -126,6 +126,7 @@ class Driver(Generic[R, F]):
         self._max_steps: int | None = None
         self._step_limit: int | None = None
         self._sample_every_s: float | None = None
+        self._turnaround_s: float | None = None
         self._last_end = 0.0
         self._num_arrived = 0
         # step(): where this event's finishes are collected
@@ -229,6 +230,7 @@ class Driver(Generic[R, F]):
         self._feed = feed
         self._sample_every_s = opts.sample_every_s
         self._max_steps = opts.max_steps
+        self._turnaround_s = opts.turnaround_s
         start_steps = self.num_steps
         self._step_limit = None if opts.max_steps is None else start_steps + opts.max_steps
         self._last_end = opts.start_s  # end of the last step or the last arrival
@@ -251,6 +253,7 @@ class Driver(Generic[R, F]):
                 dispatch(event, now)
         finally:
             self._feed = None  # the step-wise API has no feed and no step limit
+            self._turnaround_s = None
             self._step_limit = None
         self.now_s = max(self.now_s, now)
         if self.on_not_run is not None:
@@ -328,6 +331,12 @@ class Driver(Generic[R, F]):
         duration = rep.step(now)
         rep.waking = False
         released = self._release_held(rep, now) if rep.held else False
+        end = now + duration
+        feed = self._feed
+        turnaround = self._turnaround_s
+        ended: Sequence[float] = ()
+        if turnaround is not None and feed is not None and feed.closed is not None:
+            ended = [rep.ended_s(item, end) + turnaround for item in rep.finished()]
         self._drain(rep)
         self.num_steps += 1
         limit = self._step_limit
@@ -335,11 +344,13 @@ class Driver(Generic[R, F]):
             raise SimulationError(
                 f"more than {self._max_steps} engine steps in one run; shorten the workload"
             )
-        end = now + duration
         rep.step_end_s = end
-        feed = self._feed
         queue = self._queue
-        if feed is not None and feed.closed is not None:
+        if turnaround is not None and feed is not None and feed.closed is not None:
+            for at in ended:  # each ended request's client sends its next one
+                for nxt in feed.release(feed.released + 1, at):
+                    queue.push(max(at, nxt.arrival_s), PRIO_ARRIVAL, Arrival(nxt))
+        elif feed is not None and feed.closed is not None:
             for nxt in feed.release(self.num_finished + self.num_rejected, end):
                 # vllm bench serve's semaphore: sent when a slot frees, not before the
                 # request's own arrival (a capped open loop; closed loops arrive at 0). Sent

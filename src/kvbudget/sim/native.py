@@ -52,6 +52,7 @@ COMPILED: tuple[str, ...] = (
     "drive_events",
     "drive_route",
     "driver",
+    "slots_replica",
     "router",
     "results",
     "cluster",

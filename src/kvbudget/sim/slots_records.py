@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from kvbudget.records import RequestRecord
 from kvbudget.records.simulated import simulated_record
-from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotStats, run_slots
+from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotStats
+from kvbudget.sim.slots_replica import run_slots
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
 
@@ -26,7 +27,7 @@ def run_planned(
     """A kvbudget workload (``PlannedRequest``) on the slot engine: one ``RequestRecord``
     (``source="simulated"``) per request. ``cache_salt`` is ignored (llama.cpp has none); a
     refused prompt is an ``http_status`` 400 error, as llama.cpp answers it. ``engine`` and
-    ``start_s`` continue an idle engine (see :func:`~kvbudget.sim.slots.run_slots`)."""
+    ``start_s`` continue an idle engine (see :func:`~kvbudget.sim.slots_replica.run_slots`)."""
     reqs = [
         SlotRequest(p.request_id, p.arrival_s, p.prompt_token_ids, p.output_tokens) for p in planned
     ]

@@ -89,6 +89,11 @@ class SteppedReplica(Generic[F]):
         """Requests that ended and were not handed out yet (the driver empties the list)."""
         raise NotImplementedError
 
+    def ended_s(self, item: F, step_end_s: float) -> float:
+        """When ``item`` (handed out by the step that ends at ``step_end_s``) ended: what a
+        closed loop's turnaround counts from (``DriveOptions.turnaround_s``)."""
+        return step_end_s
+
     def wake_s(self) -> float | None:
         """When a stalled engine (only transfers pending) can run again."""
         return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvbudget.errors import ConfigError
-from kvbudget.sim.slots import SlotConfig, SlotRequest, run_slots
+from kvbudget.sim.slots import SlotConfig, SlotRequest
+from kvbudget.sim.slots_replica import run_slots
 from kvbudget.sim.timing import FixedTiming
 
 STEP = FixedTiming(step_s=0.01)  # every ubatch costs 10 ms, whatever it holds
