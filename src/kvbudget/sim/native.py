@@ -51,6 +51,7 @@ COMPILED: tuple[str, ...] = (
     "drive_types",
     "drive_events",
     "drive_route",
+    "drive_loop",
     "driver",
     "slots_replica",
     "router",
