@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvbudget.records import RequestRecord
-from kvbudget.records.simulated import simulated_record
-from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotStats
+from kvbudget.records.simulated import Ended, ended_as, simulated_record
+from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotRequestResult, SlotStats
 from kvbudget.sim.slots_replica import run_slots
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
@@ -48,12 +48,7 @@ def run_planned(
     records = [
         simulated_record(
             res.request_id,
-            "error"
-            if res.status != "ok"
-            # the client cancelled it after its last token (as a measured run records it)
-            else "aborted"
-            if limit < plan.output_tokens and res.output_tokens >= limit
-            else "finished",
+            _ended(res, limit, plan.output_tokens),
             # llama.cpp stops a request at its n_predict (or its slot's context): "length"
             finish_reason="length",
             error=res.error,
@@ -75,6 +70,16 @@ def run_planned(
         for plan, res, limit in zip(planned, results, limits, strict=True)
     ]
     return records, stats
+
+
+def _ended(res: SlotRequestResult, limit: int, asked: int) -> Ended:
+    """How a slot-engine request ended, by the one rule (:func:`ended_as`): refused, cancelled
+    by its client after its last token (``limit`` below the ``asked`` output), or finished."""
+    if res.status != "ok":
+        return ended_as("error", None)
+    if limit < asked and res.output_tokens >= limit:
+        return ended_as("aborted", "cancelled")
+    return ended_as("finished", "length")
 
 
 def _output_limit(plan: PlannedRequest) -> int:
