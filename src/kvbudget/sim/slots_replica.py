@@ -9,8 +9,8 @@ Invariants (beyond the step protocol's):
 - ``add`` never refuses: llama.cpp answers a prompt that fits no slot when it reaches the head
   of the queue in a server iteration, so the refusal is a :class:`SlotRequestResult` with
   ``status="error"`` and ``done_s`` at that iteration's start, handed out by that step.
-- A request that arrives while an iteration runs waits for the next one (the driver's
-  arrivals before ``step``; one ordered at a step's start joins it).
+- A request that arrives while an iteration runs waits for the next one; one that arrives at
+  the instant an iteration starts joins it (arrivals sort before steps, :mod:`kvbudget.sim.events`).
 - Closed loop: a client's next request reaches the server ``turnaround_s`` after its previous
   one ended (``DriveOptions.turnaround_s``; ``done_s`` of the ended one, a refusal's too) and
   joins the next iteration that starts at or after then.
