@@ -33,7 +33,7 @@ from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.accept.tier_checks import TierMeter
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
 from kvbudget.records import MetricSample, RequestRecord
-from kvbudget.records.simulated import simulated_record
+from kvbudget.records.simulated import ended_as, simulated_record
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.driver import DriveOptions, Driver
 from kvbudget.sim.replica import Replica, ReplicaSetup
@@ -187,7 +187,7 @@ class SimTarget:
         cell.records.append(
             simulated_record(
                 req.request_id,
-                "aborted" if req.status == "aborted" else "finished",
+                ended_as(req.status, req.finish_reason),
                 finish_reason=req.finish_reason,
                 cell_id=cell.cell_id,
                 tenant=planned.tenant,

@@ -21,7 +21,8 @@ engine. Three choices make the prediction comparable with the measured cell:
 
 One slot engine serves the whole run, cell after cell, so idle slots keep their prompts across
 cells as the real server's do (a shared system prompt is reused by the next cell); the warm-up is
-not replayed. Cancellation after ``cancel_after_tokens`` is modelled as a shorter output.
+not replayed. Cancellation after ``cancel_after_tokens`` is a shorter output, recorded as
+``cancelled`` as the measured run records it (:mod:`kvbudget.sim.slots_records`).
 """
 
 from __future__ import annotations
@@ -149,14 +150,7 @@ class SlotsPredictionTarget:
             and rec.prompt_tokens is not None
             and rec.prompt_tokens > 0
         }
-        todo = [
-            replace(
-                r,
-                output_tokens=min(r.output_tokens, r.cancel_after_tokens or r.output_tokens),
-                cell_id=r.cell_id or cell_id,
-            )
-            for r in fit_prompt_lengths(todo, served)
-        ]
+        todo = [replace(r, cell_id=r.cell_id or cell_id) for r in fit_prompt_lengths(todo, served)]
         overhead = self.profile.request_overhead_s
         records, stats = run_planned(
             self.config,
@@ -171,7 +165,10 @@ class SlotsPredictionTarget:
         records = [_with_overhead(rec, overhead) for rec in records]
         refused = [r for r in records if r.status != "ok"]
         longest = max((r.prompt_tokens for r in todo), default=0)
-        out_max = max((r.output_tokens for r in todo), default=1)
+        out_max = max(
+            (min(r.output_tokens, r.cancel_after_tokens or r.output_tokens) for r in todo),
+            default=1,
+        )
         batch = min(closed_loop_concurrency or len(todo), self.config.num_slots)
         self.warnings[cell_id] = self.profile.range_warnings(
             {
@@ -200,7 +197,7 @@ class SlotsPredictionTarget:
 
 
 def _with_overhead(rec: RequestRecord, overhead_s: float) -> RequestRecord:
-    if rec.status != "ok" or not overhead_s:
+    if rec.status == "error" or not overhead_s:  # a cancelled request waited as long
         return rec
     update: dict[str, float] = {}
     if rec.ttft_s is not None:

@@ -81,7 +81,7 @@ class SimProbe:
         self.core = self.replica.core
         self._done: list[SimRequest] = []
         self._errors: list[str] = []
-        self._driver = Driver(
+        self._driver: Driver[Replica, SimRequest] = Driver(
             [self.replica],
             Router("round_robin"),
             on_finish=lambda req, rep: self._done.append(req),

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from kvbudget.sim.slots import SlotConfig, SlotRequest, run_slots
+from kvbudget.sim.slots import SlotConfig, SlotRequest
+from kvbudget.sim.slots_replica import run_slots
 from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile
 
 METRICS = ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s", "throughput_tokens_per_s")

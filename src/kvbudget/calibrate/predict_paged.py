@@ -2,7 +2,7 @@
 
 Used for a profile measured on vLLM (its ``engine`` starts with ``vllm``): the cell's requests
 (same prompt token ids and output lengths) run closed-loop with the cell's concurrency through
-one simulated replica built from what the engine reported during calibration
+the driver (:mod:`kvbudget.sim.driver`), on one simulated replica (the explicit engine) built from what the engine reported during calibration
 (``vllm:cache_config_info`` ``num_gpu_blocks``, ``block_size``, ``enable_prefix_caching``;
 ``/v1/models`` ``max_model_len``) and the step budget (``max_num_batched_tokens``,
 ``max_num_seqs``: vLLM's CPU defaults unless ``--max-num-batched-tokens`` was given), priced by
@@ -12,8 +12,6 @@ clients' first requests are ``CLIENT_STAGGER_S`` apart.
 """
 
 from __future__ import annotations
-
-import heapq
 
 import numpy as np
 
@@ -25,8 +23,12 @@ from kvbudget.calibrate.predict import (
     figures,
 )
 from kvbudget.engine_name import is_engine
+from kvbudget.errors import KvbudgetError
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.driver import DriveOptions, Driver
+from kvbudget.sim.replica import Replica, ReplicaSetup
+from kvbudget.sim.request import EngineRequest, SimRequest
+from kvbudget.sim.router import Router
 from kvbudget.sim.timing import CalibratedTiming, CalibrationProfile
 from kvbudget.workload.request import PlannedRequest
 
@@ -69,38 +71,37 @@ def predict_paged_cell(
     """Simulated figures of one cell on the paged engine, and the profile's range warnings."""
     timing = CalibratedTiming(profile)
     config = paged_config(profile)
-    core = EngineCore(config, timing, np.random.default_rng(0))
+    setup = ReplicaSetup(config, timing, fast_path=False, record_token_times=True)
+    replica = Replica("vllm-0", setup, np.random.default_rng(0))
     overhead = profile.request_overhead_s
-    todo = list(enumerate(load.prompts))
-    # (arrival time, order, request index)
-    arrivals: list[tuple[float, int, int]] = []
-    for w in range(min(load.concurrency, len(todo))):
-        i, _ = todo[w]
-        heapq.heappush(arrivals, (w * CLIENT_STAGGER_S, i, i))
-    todo = todo[len(arrivals) :]
     sent: dict[str, float] = {}
     tokens: dict[str, list[float]] = {}
-    now, peak_kv = 0.0, 0.0
-    while arrivals or core.has_work():
-        while arrivals and arrivals[0][0] <= now:
-            at, _, i = heapq.heappop(arrivals)
-            rid = f"{load.cell_id}-{i}"
-            sent[rid] = at
-            tokens[rid] = []
-            core.add_request(
-                PlannedRequest(rid, at, tuple(load.prompts[i]), output_tokens=load.output_tokens)
+    peak_kv = [0.0]
+
+    def on_finish(req: SimRequest, rep: Replica) -> None:
+        sent[req.request_id] = req.spec.arrival_s
+        tokens[req.request_id] = rep.token_times.pop(req.request_id, []) if rep.token_times else []
+
+    def on_step(rep: Replica, index: int, now_s: float, duration_s: float) -> None:
+        peak_kv[0] = max(peak_kv[0], rep.core.stats().kv_usage)
+
+    def on_reject(req: EngineRequest, rep: Replica, exc: KvbudgetError) -> None:
+        raise exc
+
+    driver: Driver[Replica, SimRequest] = Driver(
+        [replica], Router("round_robin"), on_finish=on_finish, on_reject=on_reject, on_step=on_step
+    )
+    driver.run(
+        [
+            PlannedRequest(
+                f"{load.cell_id}-{i}", 0.0, tuple(prompt), output_tokens=load.output_tokens
             )
-        if not core.has_work():
-            now = max(now, arrivals[0][0])
-            continue
-        step = core.step(now)
-        now += step.duration_s or 1e-6
-        peak_kv = max(peak_kv, core.stats().kv_usage)
-        for token in step.outputs:
-            tokens[token.request_id].append(now)
-            if token.finished and todo:
-                i, _ = todo.pop(0)
-                heapq.heappush(arrivals, (now + overhead, i, i))
+            for i, prompt in enumerate(load.prompts)
+        ],
+        DriveOptions(
+            concurrency=load.concurrency, turnaround_s=overhead, stagger_s=CLIENT_STAGGER_S
+        ),
+    )
     ttfts = [t[0] - sent[rid] + overhead for rid, t in tokens.items() if t]
     tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in tokens.values() if len(t) >= 2]
     span = max((t[-1] for t in tokens.values() if t), default=0.0)
@@ -110,6 +111,6 @@ def predict_paged_cell(
         tpots,
         sum(len(t) for t in tokens.values()),
         span,
-        peak_kv,
+        peak_kv[0],
     )
     return out, cell_warnings(profile, load, config.max_num_seqs)

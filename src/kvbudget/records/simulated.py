@@ -15,6 +15,10 @@ one set of labels, the ones a measured run writes for the same outcome:
   with the HTTP status when the engine answers one (llama.cpp's 400 for a prompt that fits no
   slot), else ``"other"``, and the reason as the excerpt.
 
+:func:`ended_as` decides the ending from the engine's status and finish reason (the paged
+engine, :mod:`kvbudget.sim.results` and accept's simulated target); the slot engine's requests
+end ``finished`` unless their client cancelled them (a shorter output) or they were refused.
+
 Latencies come from the times (:func:`~kvbudget.records.request.derive_latencies`), as for a
 measured record.
 """
@@ -35,6 +39,21 @@ from kvbudget.records.request import (
 Ended = Literal["finished", "aborted", "error"]
 #: vLLM's finish reason of an aborted request (``FinishReason.ABORT``)
 ABORT_FINISH_REASON = "abort"
+
+
+#: the simulator's finish reasons of a request that did not finish on its own: a client's
+#: cancel (``cancel_after_tokens``, a scale-in's cancel) and the driver's abort
+_ABORTED_REASONS = frozenset({"cancelled", ABORT_FINISH_REASON})
+
+
+def ended_as(status: str, finish_reason: str | None) -> Ended:
+    """How a simulated request ended, from its engine status and finish reason (the one rule
+    every simulated path uses): ``status`` ``"finished"`` is ``finished``; a cancel or an abort
+    (:data:`_ABORTED_REASONS`) is ``aborted``, as a measured run records a request its client
+    cancelled (``status="cancelled"``, :mod:`kvbudget.load.client`); anything else ``error``."""
+    if status == "finished":
+        return "finished"
+    return "aborted" if finish_reason in _ABORTED_REASONS else "error"
 
 
 def simulated_record(

@@ -189,7 +189,7 @@ def _run(
     seed: int,
     on_result: Callable[[RequestResult], None],
     on_sample: Callable[[KVSample], None] | None = None,
-    on_step: OnStep | None = None,
+    on_step: OnStep[Replica] | None = None,
 ) -> _Run:
     """Build the replicas, drive them, hand every request's result to ``on_result``."""
     if not spec.setups:

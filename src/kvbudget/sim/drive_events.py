@@ -9,7 +9,7 @@ make: a step event is queued for every replica step). :func:`seed` fills a run's
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kvbudget.errors import ConfigError
 from kvbudget.sim.drive_types import DriveOptions, RequestFeed, ScaleOut
@@ -17,6 +17,7 @@ from kvbudget.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_SCALE, EventQueu
 from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import Replica
 from kvbudget.sim.request import EngineRequest
+from kvbudget.sim.stepped import SteppedReplica
 
 __all__ = [
     "SAMPLE",
@@ -68,7 +69,7 @@ DriveEvent = Arrival | Rearrival | StepDue | ScaleOut | ScaleIn | ScaleInDeadlin
 def seed(
     queue: EventQueue[DriveEvent],
     feed: RequestFeed,
-    replicas: Sequence[Replica],
+    replicas: Sequence[SteppedReplica[Any]],
     opts: DriveOptions,
     scale_out: Iterable[ScaleOut],
     events: Iterable[ScaleIn | Crash],
@@ -79,11 +80,12 @@ def seed(
     if closed is not None:
         if closed < 1:
             raise ConfigError(f"concurrency: must be >= 1, got {closed}", field="concurrency")
-        for _ in range(closed):
+        for client in range(closed):
             req = feed.pull()
             if req is None:
                 break
-            queue.push(req.arrival_s, PRIO_ARRIVAL, Arrival(req))
+            at = req.arrival_s + client * opts.stagger_s if opts.stagger_s else req.arrival_s
+            queue.push(at, PRIO_ARRIVAL, Arrival(req))
     else:
         first = feed.pull()
         if first is not None:
@@ -97,7 +99,13 @@ def seed(
                 f"(there are {len(replicas)}); give an index from 0",
                 field="replica",
             )
-        if replicas[event.replica].fast is not None:
+        rep = replicas[event.replica]
+        if not isinstance(rep, Replica):
+            raise ConfigError(
+                f"scale_in/crash: modelled for the paged replica only, not {type(rep).__name__}",
+                field="events",
+            )
+        if rep.fast is not None:
             raise ConfigError(
                 "scale_in/crash: the replica runs the lazy-decode fast path; build it with "
                 "fast_path=False",
@@ -109,7 +117,10 @@ def seed(
 
 
 def next_sample_s(
-    replicas: Sequence[Replica], queue: EventQueue[DriveEvent], every_s: float | None, now_s: float
+    replicas: Sequence[SteppedReplica[Any]],
+    queue: EventQueue[DriveEvent],
+    every_s: float | None,
+    now_s: float,
 ) -> float | None:
     """When the sample after the one at ``now_s`` is due (``None``: nothing is left to run)."""
     if not (any(r.has_work() for r in replicas) or len(queue)):

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
-from kvbudget.sim.prefix import BlockHash, block_hashes
-from kvbudget.sim.replica import Replica
+from kvbudget.sim.prefix import BlockHash
 from kvbudget.sim.request import EngineRequest
 from kvbudget.sim.router import RouteRequest
+from kvbudget.sim.stepped import SteppedReplica
 
 __all__ = ["eligible", "route_request"]
 
 
-def eligible(replicas: Sequence[Replica], request_id: str, now_s: float) -> list[int]:
+def eligible(replicas: Sequence[SteppedReplica[Any]], request_id: str, now_s: float) -> list[int]:
     """Indices of the replicas that may take ``request_id`` at ``now_s``: ready, and past the
     warm-up or within its share (crc32 of the id / 2**32 below the elapsed fraction of the
     warm-up, :class:`kvbudget.sim.drive_types.ScaleOut`). None ready: the one ready first."""
@@ -33,18 +34,10 @@ def eligible(replicas: Sequence[Replica], request_id: str, now_s: float) -> list
     return ready
 
 
-def route_request(req: EngineRequest, view: Replica, needs_hashes: bool) -> RouteRequest:
+def route_request(
+    req: EngineRequest, view: SteppedReplica[Any], needs_hashes: bool
+) -> RouteRequest:
     """The router's view of ``req``; its prompt's block hashes (as ``view``'s cache would key
     them) only when the router reads them."""
-    hashes: list[BlockHash] = []
-    if needs_hashes:
-        cfg = view.config
-        hashes = block_hashes(
-            req.prompt_token_ids,
-            cfg.block_size,
-            algo=cfg.hash_algo,
-            adapter_id=req.adapter_id,
-            mm_hashes=req.mm_hashes,
-            cache_salt=req.cache_salt,
-        )
+    hashes: list[BlockHash] = view.prompt_hashes(req) if needs_hashes else []
     return RouteRequest(req.request_id, req.num_prompt_tokens, hashes, req.session_id)

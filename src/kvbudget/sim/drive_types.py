@@ -4,28 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NoReturn, TypeVar
 
 from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.sim.engine import TokenOutput
-from kvbudget.sim.replica import Replica, ReplicaSetup
-from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
+from kvbudget.sim.replica import ReplicaSetup
+from kvbudget.sim.request import EngineRequest, as_engine_request
 from kvbudget.sim.request import RequestIn as RequestIn  # the driver's input, re-exported
+from kvbudget.sim.stepped import F, SteppedReplica
 
-OnFinish = Callable[[SimRequest, Replica], None]
-OnReject = Callable[[EngineRequest, Replica, KvbudgetError], None]
+#: the engine a driver steps (:mod:`kvbudget.sim.stepped`)
+R = TypeVar("R", bound="SteppedReplica[Any]")
+
+#: a request ended (``F``: what the engine hands out, e.g. the paged engine's ``SimRequest``)
+OnFinish = Callable[[F, R], None]
+OnReject = Callable[[EngineRequest, R, KvbudgetError], None]
 OnNotRun = Callable[[EngineRequest], None]
-OnStep = Callable[[Replica, int, float, float], None]
-OnSample = Callable[[Replica, float], None]
-BuildReplica = Callable[[ReplicaSetup, float], Replica]
+OnStep = Callable[[R, int, float, float], None]
+OnSample = Callable[[R, float], None]
+BuildReplica = Callable[[ReplicaSetup, float], R]
 
 
-def sample_replica(rep: Replica, now_s: float) -> None:
+def sample_replica(rep: SteppedReplica[Any], now_s: float) -> None:
     """The default ``on_sample``: the replica keeps its own samples."""
     rep.sample(now_s)
 
 
-def no_build(setup: ReplicaSetup, ready_s: float) -> Replica:
+def no_build(setup: ReplicaSetup, ready_s: float) -> NoReturn:
     """The default ``build``: a driver given no builder cannot scale out."""
     raise ConfigError("scale_out: this driver was given no replica builder", field="scale_out")
 
@@ -61,6 +66,15 @@ class DriveOptions:
     start_s: float = 0.0
     #: a runaway guard: more engine steps than this raise ``SimulationError``
     max_steps: int | None = None
+    #: closed loop: ``None``, ``vllm bench serve``'s client: a request released by a step
+    #: reaches the engine after the next step has begun (``PRIO_RELEASED``). A number: it
+    #: reaches the engine this long after the one it replaces ended (the client's turnaround:
+    #: response, client, new request; the engine's ``ended_s``) and joins the first step that
+    #: starts at or after then (llama.cpp's server loop; ``kvbudget calibrate``'s replays)
+    turnaround_s: float | None = None
+    #: closed loop: client ``i``'s first request arrives ``i * stagger_s`` after its own
+    #: arrival time (load clients that do not all start in the same instant)
+    stagger_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +108,10 @@ class StepOutcome:
     #: the step's tokens, one per request that produced one (the explicit engine's
     #: ``StepResult.outputs``; a lazy-decode fast-path replica reports none)
     outputs: Sequence[TokenOutput] = ()
-    #: requests that ended in this step (also given to ``on_finish``); a refusal is not a
-    #: step's: :meth:`Driver.submit` returns it
-    finished: Sequence[SimRequest] = ()
+    #: requests that ended in this step (also given to ``on_finish``; the engine's ``F``, the
+    #: paged replica's ``SimRequest``); a refusal is not a step's: :meth:`Driver.submit`
+    #: returns it
+    finished: Sequence[object] = ()
 
 
 class RequestFeed:

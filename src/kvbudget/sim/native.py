@@ -43,6 +43,7 @@ COMPILED: tuple[str, ...] = (
     "fastpath",
     "fastpath_events",
     "fastpath_modes",
+    "stepped",
     "replica",
     # the one driver, its events, routing and the streamed run's accumulators
     "events",
@@ -50,7 +51,9 @@ COMPILED: tuple[str, ...] = (
     "drive_types",
     "drive_events",
     "drive_route",
+    "drive_loop",
     "driver",
+    "slots_replica",
     "router",
     "results",
     "cluster",

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.engine import EngineCore, TokenOutput
+from kvbudget.sim.engine import EngineCore
 from kvbudget.sim.fastpath import FastEngine
 from kvbudget.sim.fastpath_modes import explicit_step
+from kvbudget.sim.prefix import BlockHash, block_hashes
 from kvbudget.sim.request import EngineRequest, RequestIn, SimRequest
+from kvbudget.sim.stepped import SteppedReplica
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 
@@ -66,8 +68,9 @@ class ReplicaSetup:
     record_token_times: bool = False
 
 
-class Replica:
-    """One engine replica inside the cluster."""
+class Replica(SteppedReplica[SimRequest]):
+    """One engine replica inside the cluster (the driver's step protocol:
+    :mod:`kvbudget.sim.stepped`)."""
 
     def __init__(
         self,
@@ -78,11 +81,10 @@ class Replica:
         ready_s: float = 0.0,
         vocab_size: int = 32000,
     ) -> None:
-        self.name = name
+        super().__init__(name, setup.timing, ready_s=ready_s)
         self.setup = setup
         cfg = setup.config.model_copy(update={"name": name})
         self.config = cfg
-        self.timing = setup.timing
         self.tier_stack: TierStack | None = None
         if setup.tiers or setup.shared_tiers:
             block_bytes = cfg.kv_bytes_per_token * cfg.block_size
@@ -132,29 +134,9 @@ class Replica:
         # (kvbudget.sim.fastpath); P/D decode replicas and KV transfers stay explicit
         use_fast = setup.fast_path and not setup.kv_preloaded and not setup.accepts_transfers
         self.fast: FastEngine | None = FastEngine(self.core) if use_fast else None
-        #: the replica accepts work from this time on (cold start for scale-out; infinity once
-        #: it drains for scale-in or has crashed)
-        self.ready_s = ready_s
-        #: after ready_s, traffic shifts to it over this many seconds (scale-out warm-up)
-        self.warmup_s = 0.0
-        #: end of the step the driver last started on it (what is in flight at an event)
-        self.step_end_s = 0.0
-        self.busy = False
-        #: async scheduling (``ReplicaConfig.async_scheduling``): requests that reached the
-        #: replica while a step ran, added to the engine once the next step has been scheduled
+        #: async scheduling (``ReplicaConfig.async_scheduling``; the driver's fields:
+        #: :class:`kvbudget.sim.stepped.SteppedReplica`)
         self.async_scheduling = setup.config.async_scheduling
-        self.held: list[EngineRequest] = []
-        #: an arrival woke the replica and its first step has not begun yet
-        self.waking = False
-        #: waiting only for a tier reload to end (an arrival may restart it sooner)
-        self.stalled = False
-        #: generation of the replica's step chain (stale step events are dropped)
-        self.step_gen = 0
-        self.num_routed = 0
-        #: the explicit engine's last step: its tokens and scheduled tokens (what a caller of
-        #: ``Driver.step`` streams; the lazy-decode fast path leaves them empty)
-        self.last_outputs: list[TokenOutput] = []
-        self.last_num_scheduled_tokens = 0
         self.samples: list[KVSample] = []
         #: request id -> end time of each step that gave it an output token (when
         #: ``setup.record_token_times``); the caller pops a request's entry when it finishes
@@ -261,6 +243,18 @@ class Replica:
 
     def finished(self) -> list[SimRequest]:
         return self.core.finished
+
+    def prompt_hashes(self, req: EngineRequest) -> list[BlockHash]:
+        """``req``'s prompt block hashes as this replica's cache keys them (for the router)."""
+        cfg = self.config
+        return block_hashes(
+            req.prompt_token_ids,
+            cfg.block_size,
+            algo=cfg.hash_algo,
+            adapter_id=req.adapter_id,
+            mm_hashes=req.mm_hashes,
+            cache_salt=req.cache_salt,
+        )
 
     def unfinished(self) -> list[SimRequest]:
         return list(self.core.requests.values())

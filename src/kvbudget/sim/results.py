@@ -21,7 +21,7 @@ from kvbudget.metrics.percentile_set import (
 )
 from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
 from kvbudget.records.request import RequestRecord
-from kvbudget.records.simulated import ABORT_FINISH_REASON, simulated_record
+from kvbudget.records.simulated import ended_as, simulated_record
 from kvbudget.sim.engine import EngineStats
 from kvbudget.sim.replica import KVSample
 from kvbudget.sim.request import SimRequest
@@ -132,10 +132,9 @@ class RequestResult:
 
     def to_record(self) -> RequestRecord:
         # a client's cancel ("cancelled") and the driver's abort ("abort") are both vLLM's abort
-        aborted = self.status == "cancelled" or self.reason == ABORT_FINISH_REASON
         return simulated_record(
             self.request_id,
-            "finished" if self.finished else "aborted" if aborted else "error",
+            ended_as(self.status, self.reason),
             finish_reason=self.reason,
             error=self.reason,
             cell_id=self.cell_id,

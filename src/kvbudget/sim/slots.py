@@ -17,14 +17,14 @@ of ``n_ctx_slot = C / N`` (padded to 256) KV cells each. What this module reprod
 * **Context.** A prompt of ``n_ctx_slot`` tokens or more is refused (llama.cpp answers 400);
   generation stops at the slot's context (``finish_reason = length``, no context shift).
 
+The driver steps it (:class:`kvbudget.sim.slots_replica.SlotReplica`, :func:`~kvbudget.sim.slots_replica.run_slots`).
+
 Not modelled: the RAM prompt cache of idle slots (``--cache-ram``), context shift, speculative
 decoding, ``--cache-reuse`` chunk reuse, the unified KV pool (``-kvu``).
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -278,84 +278,3 @@ class _ShapeAcc:
             num_decode_seqs=self.decode_seqs,
             decode_context_tokens=self.decode_ctx,
         )
-
-
-def run_slots(
-    config: SlotConfig,
-    timing: StepTimeModel,
-    requests: list[SlotRequest],
-    *,
-    concurrency: int | None = None,
-    turnaround_s: float = 0.0,
-    stagger_s: float = 0.0,
-    max_steps: int = 10_000_000,
-    engine: SlotEngine | None = None,
-    start_s: float = 0.0,
-) -> tuple[list[SlotRequestResult], SlotStats]:
-    """Serve ``requests``: by their ``arrival_s`` (open loop) or, with ``concurrency``, by
-    ``concurrency`` clients (closed loop; ``arrival_s`` is then the arrival time at the server):
-    client ``i`` sends its first request at ``i * stagger_s``, and each client's next request
-    arrives ``turnaround_s`` after its previous one ended (response, client, new request).
-    A request that arrives while an iteration runs waits for the next one, as in llama.cpp.
-    Results in request order.
-
-    ``engine`` continues an idle engine from an earlier call (its slots keep their prompts, as a
-    running server's do); its statistics restart. Times then run from ``start_s`` (at or after
-    the earlier call's end, so that the slots' least-recently-used order stays right)."""
-    if engine is None:
-        engine = SlotEngine(config, timing)
-    elif engine.has_work():
-        raise ConfigError(
-            "engine: still has requests; continue only an idle engine", field="engine"
-        )
-    else:
-        engine.stats = SlotStats(total_cells=engine.config.num_slots * engine.config.n_ctx_slot)
-    order = {r.request_id: i for i, r in enumerate(requests)}
-    queue: list[tuple[float, int, SlotRequest]] = []  # (arrival, seq, request)
-    backlog = deque(requests)
-    seq = 0
-    if concurrency is None:
-        for req in requests:
-            at = start_s + req.arrival_s
-            heapq.heappush(queue, (at, seq, _at(req, at) if start_s else req))
-            seq += 1
-        backlog.clear()
-    else:
-        if concurrency < 1:
-            raise ConfigError(f"concurrency: must be >= 1, got {concurrency}", field="concurrency")
-        for i in range(min(concurrency, len(backlog))):
-            req = backlog.popleft()
-            at = start_s + i * stagger_s
-            heapq.heappush(queue, (at, seq, _at(req, at)))
-            seq += 1
-    results: list[SlotRequestResult] = []
-    now = start_s
-    for _ in range(max_steps):
-        while queue and queue[0][0] <= now:
-            engine.add_request(heapq.heappop(queue)[2])
-        if not engine.has_work():
-            if not queue:
-                break
-            now = max(now, queue[0][0])
-            continue
-        duration, finished = engine.step(now)
-        now += duration
-        results.extend(finished)
-        for res in finished:
-            if backlog:
-                at = (res.done_s if res.done_s is not None else now) + turnaround_s
-                heapq.heappush(queue, (at, seq, _at(backlog.popleft(), at)))
-                seq += 1
-        if duration == 0.0 and not finished and engine.has_work():
-            now = math.nextafter(now, math.inf)
-    else:
-        raise ConfigError(
-            f"slot simulation did not finish within {max_steps} steps; lower the request count",
-            field="requests",
-        )
-    results.sort(key=lambda r: order[r.request_id])
-    return results, engine.stats
-
-
-def _at(req: SlotRequest, now_s: float) -> SlotRequest:
-    return SlotRequest(req.request_id, now_s, req.prompt_token_ids, req.output_tokens)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvbudget.records import RequestRecord
-from kvbudget.records.simulated import simulated_record
-from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotStats, run_slots
+from kvbudget.records.simulated import Ended, ended_as, simulated_record
+from kvbudget.sim.slots import SlotConfig, SlotEngine, SlotRequest, SlotRequestResult, SlotStats
+from kvbudget.sim.slots_replica import run_slots
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
 
@@ -25,10 +26,14 @@ def run_planned(
 ) -> tuple[list[RequestRecord], SlotStats]:
     """A kvbudget workload (``PlannedRequest``) on the slot engine: one ``RequestRecord``
     (``source="simulated"``) per request. ``cache_salt`` is ignored (llama.cpp has none); a
-    refused prompt is an ``http_status`` 400 error, as llama.cpp answers it. ``engine`` and
-    ``start_s`` continue an idle engine (see :func:`~kvbudget.sim.slots.run_slots`)."""
+    refused prompt is an ``http_status`` 400 error, as llama.cpp answers it; a request whose
+    client cancels it after ``cancel_after_tokens`` outputs stops there and is ``cancelled``
+    (:func:`kvbudget.records.simulated.ended_as`'s rule). ``engine`` and
+    ``start_s`` continue an idle engine (see :func:`~kvbudget.sim.slots_replica.run_slots`)."""
+    limits = [_output_limit(p) for p in planned]
     reqs = [
-        SlotRequest(p.request_id, p.arrival_s, p.prompt_token_ids, p.output_tokens) for p in planned
+        SlotRequest(p.request_id, p.arrival_s, p.prompt_token_ids, limit)
+        for p, limit in zip(planned, limits, strict=True)
     ]
     results, stats = run_slots(
         config,
@@ -43,7 +48,7 @@ def run_planned(
     records = [
         simulated_record(
             res.request_id,
-            "finished" if res.status == "ok" else "error",
+            _ended(res, limit, plan.output_tokens),
             # llama.cpp stops a request at its n_predict (or its slot's context): "length"
             finish_reason="length",
             error=res.error,
@@ -62,6 +67,24 @@ def run_planned(
             cached_tokens=res.cached_tokens,
             queue_s=None if res.start_s is None else res.start_s - res.arrival_s,
         )
-        for plan, res in zip(planned, results, strict=True)
+        for plan, res, limit in zip(planned, results, limits, strict=True)
     ]
     return records, stats
+
+
+def _ended(res: SlotRequestResult, limit: int, asked: int) -> Ended:
+    """How a slot-engine request ended, by the one rule (:func:`ended_as`): refused, cancelled
+    by its client after its last token (``limit`` below the ``asked`` output), or finished."""
+    if res.status != "ok":
+        return ended_as("error", None)
+    if limit < asked and res.output_tokens >= limit:
+        return ended_as("aborted", "cancelled")
+    return ended_as("finished", "length")
+
+
+def _output_limit(plan: PlannedRequest) -> int:
+    """Outputs after which the request ends: its length, or the client's cancellation (as
+    :attr:`kvbudget.sim.request.SimRequest.output_limit`)."""
+    cancel = plan.cancel_after_tokens
+    limit = plan.output_tokens
+    return limit if cancel is None or cancel >= limit else max(1, cancel)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvbudget.records.simulated import simulated_record
+from kvbudget.records.simulated import ended_as, simulated_record
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.replica import ReplicaSetup
@@ -118,3 +118,13 @@ def test_the_slot_engine_records_through_the_same_builder() -> None:
     )
     assert too_long.error_excerpt == "prompt of 10 tokens does not fit a slot of 8 cells"
     assert np.isclose(fits.ttft_s or 0.0, 0.01)  # one prompt step of 10 ms, then its first token
+
+
+def test_one_rule_says_how_a_simulated_request_ended() -> None:
+    # the engine's (status, finish_reason): a finished request; a client's cancel (explicit and
+    # fast path: status "aborted", reason "cancelled"); the driver's abort; a horizon's leftover
+    assert ended_as("finished", "length") == "finished"
+    assert ended_as("aborted", "cancelled") == "aborted"
+    assert ended_as("aborted", "abort") == "aborted"
+    assert ended_as("cancelled", "cancelled") == "aborted"  # sim.results' own status word
+    assert ended_as("unfinished", "horizon: waiting") == "error"

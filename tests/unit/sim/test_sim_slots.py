@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvbudget.errors import ConfigError
-from kvbudget.sim.slots import SlotConfig, SlotRequest, run_slots
+from kvbudget.sim.slots import SlotConfig, SlotRequest
+from kvbudget.sim.slots_replica import run_slots
 from kvbudget.sim.timing import FixedTiming
 
 STEP = FixedTiming(step_s=0.01)  # every ubatch costs 10 ms, whatever it holds
@@ -140,3 +141,23 @@ def test_planned_workload_becomes_simulated_records() -> None:
     assert b.queue_s == pytest.approx(0.03) and b.ttft_s == pytest.approx(0.04)
     assert b.cell_id == "short/single" and b.output_tokens == 2
     assert c.status == "error" and c.error_kind == "http_status" and c.http_status == 400
+
+
+def test_a_client_cancel_is_a_shorter_output_recorded_cancelled() -> None:
+    # the measured client (kvbudget.load.client) records a request it cancelled after
+    # cancel_after_tokens streamed tokens as status "cancelled", error_kind "cancelled"
+    from kvbudget.sim.slots_records import run_planned
+    from kvbudget.workload.request import PlannedRequest
+
+    cfg = SlotConfig(num_slots=1, n_ctx_slot=64)
+    planned = [
+        PlannedRequest("a", 0.0, tuple(range(10)), 5, cancel_after_tokens=2),
+        PlannedRequest("b", 0.0, tuple(range(100, 110)), 2, cancel_after_tokens=2),
+    ]
+    a, b = run_planned(cfg, STEP, planned)[0]
+    # a: prompt 0-10 ms (token 1), decode 10-20 ms (token 2), then the client is gone
+    assert (a.status, a.error_kind, a.output_tokens) == ("cancelled", "cancelled", 2)
+    assert a.done_s == pytest.approx(0.02)
+    # b asked for 2 tokens and cancels at 2: it finished on its own (the engine's rule)
+    assert (b.status, b.output_tokens) == ("ok", 2)
+    assert b.first_token_s == pytest.approx(0.03)
