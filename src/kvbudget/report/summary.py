@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult, Check
+from kvbudget.accept.result_views import ConcurrencyTierView
 
 _METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
 
@@ -54,45 +55,31 @@ def throughput_text(cell: CellResult) -> str:
     return ", ".join(parts)
 
 
-def _tier(doc: AcceptResult, concurrency_tier: str) -> dict[str, Any]:
-    tier: dict[str, Any] = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
-    return tier
-
-
-def offered_rate(tier: dict[str, Any]) -> float | None:
-    """The arrival rate a poisson/constant tier offered (requests/s), ``None`` for a closed loop."""
-    rate = tier.get("rate_per_s")
-    if tier.get("arrival", "closed") == "closed" or not isinstance(rate, int | float):
-        return None
-    return float(rate)
-
-
-def tier_load_text(tier: dict[str, Any]) -> str:
+def tier_load_text(tier: ConcurrencyTierView) -> str:
     """What load a concurrency tier offered: ``64 concurrent`` (closed loop: that many clients,
     each sending when its last request ends) or ``poisson 15 req/s offered, at most 256 in
     flight`` (open loop: the rate is what was sent, the in-flight number only a cap)."""
-    n = tier.get("concurrency", "?")
-    arrival = tier.get("arrival", "closed")
-    if arrival == "closed":
+    n = "?" if tier.concurrency is None else tier.concurrency
+    if tier.closed_loop:
         return f"{n} concurrent"
-    rate = offered_rate(tier)
+    rate = tier.offered_rate_per_s
     offered = f" {rate:g} req/s offered" if rate is not None else " arrivals"
-    return f"{arrival}{offered}, at most {n} in flight"
+    return f"{tier.arrival}{offered}, at most {n} in flight"
 
 
 def load_words(doc: AcceptResult, concurrency_tier: str) -> str:
     """:func:`tier_load_text` of the plan's concurrency tier ``concurrency_tier``."""
-    return tier_load_text(_tier(doc, concurrency_tier))
+    return tier_load_text(doc.plan_view.concurrency_tier(concurrency_tier))
 
 
 def tier_label(doc: AcceptResult, input_tier: str) -> str:
     """``short (128-768 prompt tokens, 128 out)``."""
-    tier = doc.plan.get("load", {}).get("tiers", {}).get(input_tier)
-    if not tier:
+    tier = doc.plan_view.input_tiers.get(input_tier)
+    if tier is None:
         return input_tier
     return (
-        f"{input_tier} ({tier['min_tokens']}–{tier['max_tokens']} prompt tokens, "
-        f"{tier['output_tokens']} out)"
+        f"{input_tier} ({tier.min_tokens}–{tier.max_tokens} prompt tokens, "
+        f"{tier.output_tokens} out)"
     )
 
 
@@ -188,7 +175,7 @@ def capacity_sentences(doc: AcceptResult) -> list[str]:
 
 def basis_text(doc: AcceptResult) -> str:
     """``simulated (roofline) — simulated H100 (...)``: what the figures are and where from."""
-    label = str(doc.target.get("label") or "")
+    label = doc.target_view.label or ""
     kind = doc.provenance.label()
     return f"{kind} — {label}" if label and label != kind else kind
 
