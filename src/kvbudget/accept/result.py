@@ -288,6 +288,9 @@ class AcceptResult(ResultDocument):
     #: the percentiles the report shows per cell beside the mean and median
     #: (``--metric-percentiles`` with p50 and p99; older documents: p50/p90/p95/p99)
     metric_percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
+    #: one line when every timed request of the run failed (``kvbudget accept`` then exits 4);
+    #: kept out of report.json, whose first verdict reason says it
+    run_failure: str | None = Field(default=None, exclude=True)
 
     # Typed views of the document (kvbudget.accept.result_views), computed from its own fields
     # on each read: a report re-rendered from report.json shows what the run's report showed.
