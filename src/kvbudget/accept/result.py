@@ -17,9 +17,11 @@ from kvbudget.accept.result_views import (
     PlanView,
     RolesView,
     TargetView,
+    TierRowView,
     plan_view,
     roles_view,
     target_view,
+    tier_row_view,
 )
 from kvbudget.records import FigureKind, ResultDocument
 
@@ -304,6 +306,11 @@ class AcceptResult(ResultDocument):
     def target_view(self) -> TargetView:
         """What ran: target kind, figure source, label."""
         return target_view(self.target)
+
+    @property
+    def tier_rows(self) -> list[TierRowView]:
+        """Per input tier: the highest passing concurrency tier and where the row stopped."""
+        return [tier_row_view(row) for row in self.rows]
 
     @property
     def roles(self) -> RolesView | None:

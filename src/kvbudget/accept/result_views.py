@@ -163,6 +163,34 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
 
 
 @dataclass(frozen=True, slots=True)
+class TierRowView:
+    """One input tier's row (:func:`kvbudget.accept.verdicts.row_summaries`): the highest
+    concurrency tier passing on capacity and latency, where the row stopped, what stayed
+    untested, and the highest-load search's record when one ran."""
+
+    input_tier: str
+    last_passing: str | None
+    stopped_at: str | None
+    capacity_error: bool
+    untested: tuple[str, ...]
+    #: :func:`kvbudget.accept.highest_load.highest_loads`' record for this tier, as written
+    highest_load: Mapping[str, Any] | None
+
+
+def tier_row_view(row: Mapping[str, Any]) -> TierRowView:
+    """The typed view of one of a result document's ``rows``."""
+    found = row.get("highest_load")
+    return TierRowView(
+        input_tier=str(row["input_tier"]),
+        last_passing=row.get("last_passing") or None,
+        stopped_at=row.get("stopped_at") or None,
+        capacity_error=bool(row.get("capacity_error")),
+        untested=tuple(row.get("untested") or ()),
+        highest_load=found if isinstance(found, Mapping) and found else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class TargetView:
     """What ran: the target kind, whether its figures are simulated or measured, its label."""
 
