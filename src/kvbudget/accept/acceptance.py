@@ -22,6 +22,7 @@ from kvbudget.accept.lockcheck import (
 from kvbudget.accept.plan_warnings import plan_warnings
 from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
+from kvbudget.accept.record_checks import run_failure, unstable_queues
 from kvbudget.accept.result import (
     STOP_CAPACITY,
     STOP_ERROR_RATE,
@@ -285,7 +286,12 @@ def run_acceptance(
         simulated=info.source == "simulated",
         comparison_verdicts=[c.verdict for c in comparisons],
     )
+    records = [r for runs in outcome.runs.values() for run in runs for r in run.records]
     anomalies = find_anomalies(plan, prepared.ledger, outcome.baseline, cells, comparisons)
+    anomalies += unstable_queues(records)
+    failure = run_failure(plan, records)
+    if failure is not None:
+        reasons = [f"the run failed: {failure}", *reasons]
     return AcceptResult(
         provenance=_provenance(info),
         name=plan.name,
@@ -318,6 +324,7 @@ def run_acceptance(
         audits=audits,
         verdict=verdict,
         verdict_reasons=reasons + outcome.notes,
+        run_failure=failure,
         plan_warnings=plan_warnings(plan),
         rollback=rollback_steps(plan, drill),
         rollback_drill=drill,

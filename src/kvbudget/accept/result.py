@@ -12,6 +12,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvbudget.accept.audit_sections import AuditsSection
+from kvbudget.accept.lifecycle import LifecycleRow, lifecycle_rows
+from kvbudget.accept.result_views import (
+    PlanView,
+    RolesView,
+    TargetView,
+    TierRowView,
+    plan_view,
+    roles_view,
+    target_view,
+    tier_row_view,
+)
 from kvbudget.records import FigureKind, ResultDocument
 
 Verdict = Literal["pass", "fail", "untested", "not_comparable"]
@@ -279,6 +290,42 @@ class AcceptResult(ResultDocument):
     #: the percentiles the report shows per cell beside the mean and median
     #: (``--metric-percentiles`` with p50 and p99; older documents: p50/p90/p95/p99)
     metric_percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
+    #: one line when every timed request of the run failed (``kvbudget accept`` then exits 4);
+    #: kept out of report.json, whose first verdict reason says it
+    run_failure: str | None = Field(default=None, exclude=True)
+
+    # Typed views of the document (kvbudget.accept.result_views), computed from its own fields
+    # on each read: a report re-rendered from report.json shows what the run's report showed.
+
+    @property
+    def plan_view(self) -> PlanView:
+        """The plan's declared load and latency ceilings."""
+        return plan_view(self.plan)
+
+    @property
+    def target_view(self) -> TargetView:
+        """What ran: target kind, figure source, label."""
+        return target_view(self.target)
+
+    @property
+    def tier_rows(self) -> list[TierRowView]:
+        """Per input tier: the highest passing concurrency tier and where the row stopped."""
+        return [tier_row_view(row) for row in self.rows]
+
+    @property
+    def roles(self) -> RolesView | None:
+        """The "who does what" rows for the declared lock and target (None without a lock)."""
+        return roles_view(
+            self.plan,
+            self.target_view,
+            [c.peak_kv_usage for c in self.cells if c.peak_kv_usage is not None],
+            [c.prefix_hit_rate_tokens for c in self.cells if c.prefix_hit_rate_tokens is not None],
+        )
+
+    @property
+    def lifecycle(self) -> list[LifecycleRow]:
+        """One deletion-and-lifecycle row per storage layer."""
+        return lifecycle_rows(self)
 
     @model_validator(mode="before")
     @classmethod

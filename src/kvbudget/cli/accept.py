@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from kvbudget.cli.vocab import METRIC_PERCENTILES, METRIC_PERCENTILES_HELP
+
+if TYPE_CHECKING:
+    from kvbudget.accept.result import AcceptResult
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
@@ -143,16 +146,12 @@ def accept(
             run_async=run_async,
             metric_percentiles=percentiles,
         )
-    doc.anomalies.extend(unstable_queues(out_dir))
-    failed = failure_line(plan, out_dir)
-    if failed is not None:
-        doc.verdict_reasons.insert(0, f"the run failed: {failed}")
     paths = _write(doc, out_dir)
     print_summary(doc, paths, wall_s=time.monotonic() - started)
-    if failed is not None:
+    if doc.run_failure is not None:
         from kvbudget.errors import RunFailedError
 
-        raise RunFailedError(f"{failed} (report: {paths['md']})")
+        raise RunFailedError(f"{doc.run_failure} (report: {paths['md']})")
     failed_audits = doc.audits.failed
     if failed_audits:
         click.echo(
@@ -165,59 +164,7 @@ def accept(
         raise SystemExit(1)
 
 
-def failure_line(plan: Any, out_dir: Path) -> str | None:
-    """One line when every timed request of the run failed (from OUT/records.jsonl)."""
-    from kvbudget.load.diagnosis import failure_diagnosis
-    from kvbudget.records import RequestRecord, read_jsonl
-
-    path = out_dir / "records.jsonl"
-    if not path.is_file():
-        return None
-    records = read_jsonl(path, RequestRecord).items
-    target = plan.target
-    if target.kind == "http":
-        url = f"{str(target.base_url).rstrip('/')} (target.base_url)"
-    elif target.kind == "serve":
-        url = "kvbudget serve (target.kind serve)"
-    else:
-        url = "the simulator (target.kind sim)"
-    return failure_diagnosis(records, url=url)
-
-
-def unstable_queues(out_dir: Path) -> list[Any]:
-    """An ``unstable_queue`` anomaly per open-loop cell repetition whose TTFT kept growing."""
-    from kvbudget.accept.request_keys import RequestKey
-    from kvbudget.accept.result import Anomaly
-    from kvbudget.metrics.stability import queue_growth
-    from kvbudget.records import RequestRecord, read_jsonl
-
-    path = out_dir / "records.jsonl"
-    if not path.is_file():
-        return []
-    runs: dict[str, list[RequestRecord]] = {}
-    for r in read_jsonl(path, RequestRecord).items:
-        if r.warmup or r.scheduled_s is None or r.ttft_s is None:
-            continue  # closed-loop cells have no schedule: their queue cannot run away
-        runs.setdefault(RequestKey.decode(r.request_id).run_id, []).append(r)
-    out = []
-    for run_id, recs in sorted(runs.items()):
-        growth = queue_growth([r.scheduled_s or 0.0 for r in recs], [r.ttft_s or 0.0 for r in recs])
-        if growth is not None:
-            out.append(
-                Anomaly(
-                    code="unstable_queue",
-                    title=f"Unstable queue in {run_id}",
-                    evidence=growth.line(),
-                    advice="the cell's latency percentiles grow with its duration: read them as "
-                    "overload, not as the deployment's latency; lower the tier's rate_per_s or add "
-                    "replicas, and judge capacity at a stable rate",
-                    cells=[recs[0].cell_id or run_id],
-                )
-            )
-    return out
-
-
-def _write(doc: Any, out_dir: Path) -> dict[str, Path]:
+def _write(doc: AcceptResult, out_dir: Path) -> dict[str, Path]:
     """The three reports; if rendering fails, report.json is still written (nothing is lost)."""
     from kvbudget.errors import KvbudgetError, ReportError
     from kvbudget.records import write_document

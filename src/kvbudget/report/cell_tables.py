@@ -37,11 +37,11 @@ def goodput_text(cell: CellResult) -> str:
 
 
 def lengths_text(doc: AcceptResult, cell: CellResult) -> str:
-    tier = doc.plan.get("load", {}).get("tiers", {}).get(cell.input_tier, {})
+    tier = doc.plan_view.input_tiers.get(cell.input_tier)
     if cell.prompt_tokens_min is None:
         return "—"
-    bounds = f" (tier {tier['min_tokens']}–{tier['max_tokens']})" if tier else ""
-    out = f" (tier {tier['output_tokens']})" if tier else ""
+    bounds = f" (tier {tier.min_tokens}–{tier.max_tokens})" if tier else ""
+    out = f" (tier {tier.output_tokens})" if tier else ""
     mean_out = "—" if cell.output_tokens_mean is None else f"{cell.output_tokens_mean:.4g}"
     return (
         f"prompt {cell.prompt_tokens_min}–{cell.prompt_tokens_max} tokens{bounds}, "
@@ -50,8 +50,7 @@ def lengths_text(doc: AcceptResult, cell: CellResult) -> str:
 
 
 def duration_text(doc: AcceptResult, cell: CellResult) -> str:
-    tier = doc.plan.get("load", {}).get("concurrency", {}).get(cell.concurrency_tier, {})
-    declared = tier.get("duration_s")
+    declared = doc.plan_view.concurrency_tier(cell.concurrency_tier).duration_s
     reps = max(cell.repetitions, 1)
     ran = f"{cell.duration_s / reps:.3g} s per repetition"
     return f"{ran} (declared {declared:g} s)" if isinstance(declared, int | float) else ran

@@ -21,10 +21,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import Formatter
 
-from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
 from kvbudget.accept.result import AcceptResult, CellResult
+from kvbudget.accept.result_views import GRID_CONCURRENCY_TIERS
 from kvbudget.report.markdown import shown_percentiles
-from kvbudget.report.summary import offered_rate
 
 VERDICT_COLORS = {
     "pass": "#2e7d32",
@@ -53,14 +52,17 @@ def _svg(fig: Figure) -> str:
     return text
 
 
+#: the grid's concurrency tiers, single -> peak (every plan has the three)
+CONCURRENCY_TIERS = GRID_CONCURRENCY_TIERS
+
+
 def _grid(cells: list[CellResult]) -> dict[tuple[str, str], CellResult]:
     return {(c.input_tier, c.concurrency_tier): c for c in cells}
 
 
 def _input_tiers(doc: AcceptResult) -> tuple[str, ...]:
     """The plan's declared input tiers (one, two or three), short -> long."""
-    declared = doc.plan.get("load", {}).get("tiers", {}) or {}
-    return tuple(t for t in INPUT_TIERS if t in declared) or INPUT_TIERS
+    return doc.plan_view.grid_input_tiers
 
 
 def _kind(doc: AcceptResult) -> str:
@@ -113,15 +115,15 @@ def plain_log_axis(axis: Axis) -> None:
 def _load_label(doc: AcceptResult, concurrency_tier: str, cell: CellResult | None = None) -> str:
     """A concurrency tier's x label: its name and the load it offered (``64 concurrent``, or
     ``offered 15 req/s`` with its in-flight cap), and with a cell the rate it achieved."""
-    tier = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
-    n = tier.get("concurrency", "?")
-    rate = offered_rate(tier)
-    if tier.get("arrival", "closed") == "closed":
+    tier = doc.plan_view.concurrency_tier(concurrency_tier)
+    n = "?" if tier.concurrency is None else tier.concurrency
+    rate = tier.offered_rate_per_s
+    if tier.closed_loop:
         lines = [concurrency_tier, f"{n} concurrent"]
     elif rate is not None:
         lines = [concurrency_tier, f"offered {rate:g} req/s", f"(≤ {n} in flight)"]
     else:
-        lines = [concurrency_tier, f"{tier.get('arrival')} arrivals", f"(≤ {n} in flight)"]
+        lines = [concurrency_tier, f"{tier.arrival} arrivals", f"(≤ {n} in flight)"]
     if cell is not None and cell.throughput:
         lines.append(f"achieved {cell.throughput.get('requests_per_s', 0.0):.3g} req/s")
     return "\n".join(lines)
@@ -141,8 +143,7 @@ LOAD_AXIS = "load (concurrency tier: clients in a closed loop, or the offered ar
 
 
 def _ceilings(doc: AcceptResult, metric: str) -> list[tuple[str, float]]:
-    stop = doc.plan.get("stop", {}).get(metric, {}) or {}
-    return [(k, float(v)) for k, v in stop.items() if isinstance(v, int | float)]
+    return list(doc.plan_view.ceilings.get(metric, ()))
 
 
 def verdict_heatmap(doc: AcceptResult) -> str:
@@ -256,9 +257,10 @@ def throughput_vs_concurrency(doc: AcceptResult) -> str:
             color=line[0].get_color(),
             label=f"{it} goodput",
         )
-    conc = doc.plan.get("load", {}).get("concurrency", {})
+    plan = doc.plan_view
     offered = [
-        (x, offered_rate(conc.get(ct, {}))) for x, ct in zip(xs, CONCURRENCY_TIERS, strict=True)
+        (x, plan.concurrency_tier(ct).offered_rate_per_s)
+        for x, ct in zip(xs, CONCURRENCY_TIERS, strict=True)
     ]
     marks = [(x, r) for x, r in offered if r is not None]
     if marks:

@@ -95,7 +95,7 @@ def head_section(doc: AcceptResult, charts: dict[str, str]) -> str:
         f"<p>Figures: <b>{_e(doc.provenance.label())}</b>; capacity figures are <i>computed</i>. "
         f"Seed {_e(doc.seed)}; kvbudget {_e(doc.tool_version)}; created {_e(doc.created)}.</p>",
     ]
-    if doc.target.get("synthetic_text"):
+    if doc.target_view.synthetic_text:
         parts.append(
             "<p class='note'>Simulated target: output text is synthetic, so every quality "
             "checkpoint is <b>untested</b> (never pass). Nothing here is a measurement.</p>"
@@ -218,7 +218,7 @@ def stops_section(doc: AcceptResult, charts: dict[str, str]) -> str:
 
 
 def load_section(doc: AcceptResult, charts: dict[str, str]) -> str:
-    load = doc.plan.get("load", {})
+    plan = doc.plan_view
     out = ["<h2 id='load'>Load</h2>"]
     out.append(
         _table(
@@ -226,12 +226,11 @@ def load_section(doc: AcceptResult, charts: dict[str, str]) -> str:
             [
                 [
                     n,
-                    f"{t['min_tokens']}-{t['max_tokens']}",
-                    t["output_tokens"],
-                    str(t["source"]).replace("_", " ")
-                    + (f" ({t['data_ref']})" if t.get("data_ref") else ""),
+                    f"{t.min_tokens}-{t.max_tokens}",
+                    str(t.output_tokens),
+                    t.source.replace("_", " ") + (f" ({t.data_ref})" if t.data_ref else ""),
                 ]
-                for n, t in load.get("tiers", {}).items()
+                for n, t in plan.input_tiers.items()
             ],
         )
     )
@@ -239,29 +238,24 @@ def load_section(doc: AcceptResult, charts: dict[str, str]) -> str:
         _table(
             ["concurrency tier", "load offered", "duration (s)", "source"],
             [
-                [
-                    n,
-                    tier_load_text(t),
-                    t["duration_s"],
-                    str(t["source"]).replace("_", " "),
-                ]
-                for n, t in load.get("concurrency", {}).items()
+                [n, tier_load_text(t), str(t.duration_s), t.source.replace("_", " ")]
+                for n, t in plan.concurrency_tiers.items()
             ],
         )
     )
     out.append(
-        f"<p>Repetitions {_e(load.get('repetitions'))}; at most "
-        f"{_e(load.get('max_requests_per_cell'))} requests per cell and repetition; template "
-        f"{_e(load.get('template_version'))}; warm-up {_e(pairs_text(doc.warmup))}; idle "
+        f"<p>Repetitions {_e(plan.repetitions)}; at most "
+        f"{_e(plan.max_requests_per_cell)} requests per cell and repetition; template "
+        f"{_e(plan.template_version)}; warm-up {_e(pairs_text(doc.warmup))}; idle "
         f"baseline {_e(pairs_text(doc.baseline))}.</p>"
     )
-    samples = load.get("samples") or []
+    samples = plan.samples
     if samples:
         out.append(
             _table(
                 ["sample tier", "sha256", "prompt tokens", "template"],
                 [
-                    [x["tier"], x["sha256"], x["prompt_tokens"], x["template_version"]]
+                    [str(x.tier), str(x.sha256), str(x.prompt_tokens), str(x.template_version)]
                     for x in samples
                 ],
             )
@@ -340,8 +334,8 @@ SECTIONS: list[Section] = [
     ledger_section,
     closing_section,
     lambda doc, charts: lifecycle_html(doc),
-    # "who does what" needs the plan's lock (a hand-built document may carry none)
-    lambda doc, charts: roles_html(doc) if doc.plan.get("lock") else "",
+    # "who does what": empty without the plan's lock (a hand-built document may carry none)
+    lambda doc, charts: roles_html(doc),
 ]
 
 SIDE_BY_SIDE: tuple[str, ...] = ("latency", "throughput", "timeline", "heatmap")

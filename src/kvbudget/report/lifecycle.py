@@ -1,10 +1,10 @@
-"""The report's "Deletion and lifecycle" section (rows from :mod:`kvbudget.accept.lifecycle`)."""
+"""The report's "Deletion and lifecycle" section: renders
+:attr:`kvbudget.accept.result.AcceptResult.lifecycle` (rows built in :mod:`kvbudget.accept.lifecycle`)."""
 
 from __future__ import annotations
 
 from html import escape
 
-from kvbudget.accept.lifecycle import lifecycle_rows
 from kvbudget.accept.result import AcceptResult
 
 COLUMNS = (
@@ -26,7 +26,7 @@ INTRO = (
 def _cells(doc: AcceptResult) -> list[tuple[str, ...]]:
     return [
         (r.layer, r.owner, r.trigger, r.retention, r.verification, r.status, r.evidence)
-        for r in lifecycle_rows(doc)
+        for r in doc.lifecycle
     ]
 
 

@@ -301,7 +301,7 @@ def render_markdown(doc: AcceptResult) -> str:
         f"Figures: **{_md(doc.provenance.label())}**. Capacity figures are *computed*. "
         f"Seed {doc.seed}; kvbudget {doc.tool_version}; plan sha256 `{doc.plan_sha256[:16]}`.\n"
     )
-    if doc.target.get("synthetic_text"):
+    if doc.target_view.synthetic_text:
         add(
             "> Simulated target: output text is synthetic, so every quality checkpoint is "
             "**untested** (never pass). Nothing here is a measurement.\n"
@@ -417,19 +417,19 @@ def render_markdown(doc: AcceptResult) -> str:
                 f"{_md(pool_row['source'] or '')} |"
             )
     add("\n## Load\n")
-    load = doc.plan.get("load", {})
-    for name, tier in load.get("tiers", {}).items():
+    plan = doc.plan_view
+    for name, tier in plan.input_tiers.items():
         add(
-            f"- input tier **{name}**: {tier['min_tokens']}–{tier['max_tokens']} prompt tokens, "
-            f"{tier['output_tokens']} output tokens — {_md(tier['source']).replace('_', ' ')}"
+            f"- input tier **{name}**: {tier.min_tokens}–{tier.max_tokens} prompt tokens, "
+            f"{tier.output_tokens} output tokens — {_md(tier.source).replace('_', ' ')}"
         )
-    for name, tier in load.get("concurrency", {}).items():
+    for name, conc in plan.concurrency_tiers.items():
         add(
-            f"- concurrency tier **{name}**: {_md(tier_load_text(tier))}, "
-            f"{tier['duration_s']} s — {_md(tier['source']).replace('_', ' ')}"
+            f"- concurrency tier **{name}**: {_md(tier_load_text(conc))}, "
+            f"{conc.duration_s} s — {_md(conc.source).replace('_', ' ')}"
         )
     add(
-        f"- repetitions: {load.get('repetitions')}; warm-up: {_md(pairs_text(doc.warmup))}; "
+        f"- repetitions: {plan.repetitions}; warm-up: {_md(pairs_text(doc.warmup))}; "
         f"idle baseline: {_md(pairs_text(doc.baseline))}"
     )
     if doc.comparisons:
@@ -468,7 +468,6 @@ def render_markdown(doc: AcceptResult) -> str:
     for step in doc.canary:
         add(f"1. {_md(step)}")
     out.extend(lifecycle_markdown(doc))
-    if doc.plan.get("lock"):  # needs the plan's lock (a hand-built document may carry none)
-        out.extend(roles_markdown(doc))
+    out.extend(roles_markdown(doc))  # none without the plan's lock (a hand-built document)
     add("")
     return "\n".join(out)

@@ -1,18 +1,17 @@
 """The report's "Who does what" section: the seed's four questions and the four kinds of cache.
 
-Rows from :mod:`kvbudget.accept.roles`, for the plan's declared lock and target; the cache-kind
-rows carry this run's own figures (highest peak KV usage and the range of prefix-hit rates over
-the cells), labelled with the run's basis.
+Renders :attr:`kvbudget.accept.result.AcceptResult.roles` (rows built in accept for the plan's
+declared lock and target; the cache-kind rows carry this run's own figures: highest peak KV
+usage and the best prefix-hit rate over the cells, labelled with the run's basis). Nothing is
+rendered when the plan carries no lock.
 """
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
-from kvbudget.accept.plan_lock import ObjectLock
 from kvbudget.accept.result import AcceptResult
-from kvbudget.accept.roles import cache_kinds, who_does_what
+from kvbudget.accept.result_views import RolesView
 
 INTRO = (
     "The second seed's four questions, answered for the declared deployment (from the plan's "
@@ -21,19 +20,8 @@ INTRO = (
 )
 
 
-def _rows(doc: AcceptResult) -> tuple[list[tuple[str, str, str]], list[tuple[str, ...]]]:
-    lock = ObjectLock.model_validate(doc.plan.get("lock", {}))
-    kind = str(doc.target.get("kind", "sim"))
-    num_replicas = int(doc.plan.get("target", {}).get("replicas", 1) or 1)
-    roles = [(r.question, r.who, r.how) for r in who_does_what(lock, kind, num_replicas)]
-    peaks = [c.peak_kv_usage for c in doc.cells if c.peak_kv_usage is not None]
-    hits = [c.prefix_hit_rate_tokens for c in doc.cells if c.prefix_hit_rate_tokens is not None]
-    summary: dict[str, Any] = {}
-    if peaks:
-        summary["kv_usage_peak"] = max(peaks)
-    if hits:
-        summary["prefix_hit_rate_tokens"] = max(hits)
-    basis = str(doc.target.get("label") or doc.target.get("source") or "this run")
+def _rows(view: RolesView) -> tuple[list[tuple[str, str, str]], list[tuple[str, ...]]]:
+    roles = [(r.question, r.who, r.how) for r in view.questions]
     kinds: list[tuple[str, ...]] = [
         (
             r.kind,
@@ -41,19 +29,20 @@ def _rows(doc: AcceptResult) -> tuple[list[tuple[str, str, str]], list[tuple[str
             r.identity_key,
             r.observed.replace("of prompt tokens", "of prompt tokens (best cell)"),
         )
-        for r in cache_kinds(summary, basis)
+        for r in view.cache_kinds
     ]
     return roles, kinds
 
 
 def roles_markdown(doc: AcceptResult) -> list[str]:
-    if not isinstance(doc.plan.get("lock"), dict):
+    view = doc.roles
+    if view is None:
         return []
 
     def md(text: str) -> str:
         return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
-    roles, kinds = _rows(doc)
+    roles, kinds = _rows(view)
     out = ["", "## Who does what", "", INTRO, "", "| question | who | how |", "|---|---|---|"]
     out += [f"| {md(q)} | {md(w)} | {md(h)} |" for q, w, h in roles]
     out += ["", "| kind of cache | where | identity key | in this run |", "|---|---|---|---|"]
@@ -62,9 +51,10 @@ def roles_markdown(doc: AcceptResult) -> list[str]:
 
 
 def roles_html(doc: AcceptResult) -> str:
-    if not isinstance(doc.plan.get("lock"), dict):
+    view = doc.roles
+    if view is None:
         return ""
-    roles, kinds = _rows(doc)
+    roles, kinds = _rows(view)
 
     def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
         th = "".join(f"<th>{escape(c)}</th>" for c in head)

@@ -7,9 +7,11 @@ sentence is built from the cells' own checks (observed value and ceiling), never
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kvbudget.accept.result import AcceptResult, CellResult, Check
+from kvbudget.accept.result_views import ConcurrencyTierView, TierRowView
 
 _METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
 
@@ -54,45 +56,31 @@ def throughput_text(cell: CellResult) -> str:
     return ", ".join(parts)
 
 
-def _tier(doc: AcceptResult, concurrency_tier: str) -> dict[str, Any]:
-    tier: dict[str, Any] = doc.plan.get("load", {}).get("concurrency", {}).get(concurrency_tier, {})
-    return tier
-
-
-def offered_rate(tier: dict[str, Any]) -> float | None:
-    """The arrival rate a poisson/constant tier offered (requests/s), ``None`` for a closed loop."""
-    rate = tier.get("rate_per_s")
-    if tier.get("arrival", "closed") == "closed" or not isinstance(rate, int | float):
-        return None
-    return float(rate)
-
-
-def tier_load_text(tier: dict[str, Any]) -> str:
+def tier_load_text(tier: ConcurrencyTierView) -> str:
     """What load a concurrency tier offered: ``64 concurrent`` (closed loop: that many clients,
     each sending when its last request ends) or ``poisson 15 req/s offered, at most 256 in
     flight`` (open loop: the rate is what was sent, the in-flight number only a cap)."""
-    n = tier.get("concurrency", "?")
-    arrival = tier.get("arrival", "closed")
-    if arrival == "closed":
+    n = "?" if tier.concurrency is None else tier.concurrency
+    if tier.closed_loop:
         return f"{n} concurrent"
-    rate = offered_rate(tier)
+    rate = tier.offered_rate_per_s
     offered = f" {rate:g} req/s offered" if rate is not None else " arrivals"
-    return f"{arrival}{offered}, at most {n} in flight"
+    return f"{tier.arrival}{offered}, at most {n} in flight"
 
 
 def load_words(doc: AcceptResult, concurrency_tier: str) -> str:
     """:func:`tier_load_text` of the plan's concurrency tier ``concurrency_tier``."""
-    return tier_load_text(_tier(doc, concurrency_tier))
+    return tier_load_text(doc.plan_view.concurrency_tier(concurrency_tier))
 
 
 def tier_label(doc: AcceptResult, input_tier: str) -> str:
     """``short (128-768 prompt tokens, 128 out)``."""
-    tier = doc.plan.get("load", {}).get("tiers", {}).get(input_tier)
-    if not tier:
+    tier = doc.plan_view.input_tiers.get(input_tier)
+    if tier is None:
         return input_tier
     return (
-        f"{input_tier} ({tier['min_tokens']}–{tier['max_tokens']} prompt tokens, "
-        f"{tier['output_tokens']} out)"
+        f"{input_tier} ({tier.min_tokens}–{tier.max_tokens} prompt tokens, "
+        f"{tier.output_tokens} out)"
     )
 
 
@@ -106,12 +94,12 @@ def _deciding_reason(cell: CellResult, verdict: str) -> str:
     return "; ".join(cell.reasons)
 
 
-def capacity_sentence(doc: AcceptResult, row: dict[str, Any]) -> str:
+def capacity_sentence(doc: AcceptResult, row: TierRowView) -> str:
     """One sentence per input tier: what it holds, where it fails, what stayed untested."""
-    name = str(row["input_tier"])
+    name = row.input_tier
     cells = {c.concurrency_tier: c for c in doc.cells if c.input_tier == name}
     parts: list[str] = []
-    last = row.get("last_passing")
+    last = row.last_passing
     if last and last in cells:
         cell = cells[last]
         checks = ", ".join(check_text(c) for c in _latency_checks(cell))
@@ -119,8 +107,8 @@ def capacity_sentence(doc: AcceptResult, row: dict[str, Any]) -> str:
             f"holds {load_words(doc, last)} ({last}) at {checks or 'every check passed'}; "
             f"{throughput_text(cell)}"
         )
-    stopped = row.get("stopped_at")
-    if stopped and stopped in cells and row.get("capacity_error"):
+    stopped = row.stopped_at
+    if stopped and stopped in cells and row.capacity_error:
         parts.append(
             f"capacity error at {load_words(doc, stopped)} ({stopped}): "
             f"{_deciding_reason(cells[stopped], 'fail')}; rest of the row not run, no retry"
@@ -131,7 +119,7 @@ def capacity_sentence(doc: AcceptResult, row: dict[str, Any]) -> str:
             f"fails at {load_words(doc, stopped)} ({stopped}): {_deciding_reason(cell, 'fail')}; "
             f"{throughput_text(cell)}"
         )
-    for conc in row.get("untested") or []:
+    for conc in row.untested:
         if conc in cells:
             parts.append(
                 f"untested at {load_words(doc, conc)} ({conc}): "
@@ -139,13 +127,12 @@ def capacity_sentence(doc: AcceptResult, row: dict[str, Any]) -> str:
             )
     if not parts:
         parts.append("no cell was run")
-    found = row.get("highest_load")
-    if found:
-        parts.append(highest_load_text(found))
+    if row.highest_load is not None:
+        parts.append(highest_load_text(row.highest_load))
     return f"{tier_label(doc, name)}: " + "; ".join(parts)
 
 
-def highest_load_text(found: dict[str, Any]) -> str:
+def highest_load_text(found: Mapping[str, Any]) -> str:
     """``highest load within the stop conditions (searched, simulated): 37 concurrent; 38 fails
     on ttft_p95``, from the row's ``highest_load`` (kvbudget.accept.highest_load)."""
     head = f"highest load within the stop conditions (searched, {found['figures']})"
@@ -163,7 +150,7 @@ def highest_load_text(found: dict[str, Any]) -> str:
     return text
 
 
-def _highest_rate_text(found: dict[str, Any]) -> str:
+def _highest_rate_text(found: Mapping[str, Any]) -> str:
     """``9.6 req/s Poisson (confirmed over 160 requests); 10.1 req/s fails on queue_growth``."""
     rate, failing = found.get("max_rate_per_s"), found.get("failing_rate_per_s")
     why = found.get("binding_constraint_rate")
@@ -183,12 +170,12 @@ def _highest_rate_text(found: dict[str, Any]) -> str:
 
 
 def capacity_sentences(doc: AcceptResult) -> list[str]:
-    return [capacity_sentence(doc, row) for row in doc.rows]
+    return [capacity_sentence(doc, row) for row in doc.tier_rows]
 
 
 def basis_text(doc: AcceptResult) -> str:
     """``simulated (roofline) — simulated H100 (...)``: what the figures are and where from."""
-    label = str(doc.target.get("label") or "")
+    label = doc.target_view.label or ""
     kind = doc.provenance.label()
     return f"{kind} — {label}" if label and label != kind else kind
 
