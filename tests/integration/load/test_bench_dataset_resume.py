@@ -168,6 +168,7 @@ def test_resume_of_a_trace_refuses_a_changed_trace_file(
     code, stdout, err = _run(capsys, _trace_argv(url, out, trace, "--resume"))
     assert code == 0, err
     assert len(fake.bodies) == 2
+    assert json.loads(stdout)["accounting"]["sent"] == 2
     recs = read_jsonl(out / "requests.jsonl", RequestRecord).items
     assert len({r.request_id for r in recs}) == 3
 
