@@ -4,10 +4,10 @@ with one slot (``-np 1``): a FIFO queue that serves one request at a time.
 Why these server flags (measured on this repository's 2-core machine, shared with other jobs,
 2026-12-02, 64-token streamed requests, by hand; see docs/commands/capacity.md):
 
-* ``-t 1``: with ``-t 2`` (both cores) ggml's two compute threads meet at a barrier after every
-  op, and whenever another process holds one core the other thread waits for it: one request
-  alone took 1.6 to 10 s (five in a row), and four concurrent ones finished in 0.3 s each as the
-  load moved. One compute thread has no barrier to wait at: 1.0 to 1.9 s alone under the same
+* ``-t 1``: with ``-t 2`` (both cores) one request alone took 1.6 to 10 s (five in a row), and
+  four concurrent ones a few seconds later 0.24 s each (our reading, not traced: ggml's two
+  compute threads meet at a barrier after every op, so a core taken by another process stalls
+  both). One compute thread has no barrier to wait at: 1.0 to 1.9 s alone under the same
   load, and concurrent requests were served strictly in turn (TTFT about 0, s, 2 s, 3 s).
 * cancellation: kvbudget streams every request, and llama-server cancels a streamed request when
   its client disconnects, queued ones included (4 open streams dropped: the slot idle and
