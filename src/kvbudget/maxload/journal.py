@@ -72,11 +72,13 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _spell(key: str, value: Any) -> str:
-    """How to give ``value`` again: a flag (``options.--slo``) or a scenario field."""
+    """How to resume with ``value`` again: a flag (``options.--slo``) or a scenario field."""
     if key.startswith("options.--"):
         flag = key.removeprefix("options.")
-        return f"without {flag}" if value is None else f"{flag} {json.dumps(value)}"
-    return f"{key} = {json.dumps(value)} (the scenario as it was)"
+        return (
+            f"resume without {flag}" if value is None else f"resume with {flag} {json.dumps(value)}"
+        )
+    return f"resume with {key} = {json.dumps(value)} (the scenario as it was)"
 
 
 def _name(key: str) -> str:
@@ -145,7 +147,7 @@ class ProbeJournal:
             raise ConfigError(
                 f"--resume: {_name(key)} is {json.dumps(now.get(key))} now but "
                 f"{json.dumps(was.get(key))} in the search recorded in {self.out_dir}{more}; "
-                f"resume with {_spell(key, was.get(key))}, or {_FIX}",
+                f"{_spell(key, was.get(key))}, or {_FIX}",
                 field=_field(key),
             )
 

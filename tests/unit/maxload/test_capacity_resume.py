@@ -241,9 +241,18 @@ def test_simulator_resume_reuses_every_probe_and_keeps_the_answer(tmp_path: Path
 @pytest.mark.parametrize(
     ("change", "names"),
     [
-        (["--slo", "ttft_p95<300ms"], ['--slo is "ttft_p95<300ms" now but "ttft_p95<200ms"']),
+        (
+            ["--slo", "ttft_p95<300ms"],
+            [
+                '--slo is "ttft_p95<300ms" now but "ttft_p95<200ms"',
+                'resume with --slo "ttft_p95<200ms"',
+            ],
+        ),
         (["--slo", "ttft_p95<200ms", "--input-tokens", "256"], ["--input-tokens", "128"]),
-        (["--slo", "ttft_p95<200ms", "--seed", "7"], ["--seed is 7 now but null"]),
+        (
+            ["--slo", "ttft_p95<200ms", "--seed", "7"],
+            ["--seed is 7 now but null", "resume without --seed,"],
+        ),
     ],
 )
 def test_a_changed_search_is_refused_in_one_line(
