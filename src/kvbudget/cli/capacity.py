@@ -269,6 +269,8 @@ def _search_http(
         max_requests=opts["max_total_requests"],
         max_duration_s=opts["max_duration_s"] or DEFAULT_MAX_DURATION_S,
     )
+    # refused (a changed search in --out) before the server is asked anything
+    journal = _journal(opts, {"workload": workload})
     probe, info = http_probe(
         base_url=opts["base_url"],
         model=opts["model"],
@@ -283,7 +285,7 @@ def _search_http(
         timeout_s=opts["timeout_s"] or 120.0,
         seed=seed,
     )
-    probe.journal = journal = _journal(opts, {"workload": workload})
+    probe.journal = journal
     warmup = opts["warmup_requests"]
     probe.warm_up(DEFAULT_WARMUP_REQUESTS if warmup is None else warmup, seed)
     result = find_capacity(
