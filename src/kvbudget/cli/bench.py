@@ -492,7 +492,7 @@ def _render(doc: Any) -> None:
     "--resume",
     is_flag=True,
     help="Continue the run in --out: send only the requests not yet recorded (with the same "
-    "options; a --dataset-path file must hash as it did when the run started).",
+    "options; a --dataset-path or --trace file must hash as it did when the run started).",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (no progress bar)."

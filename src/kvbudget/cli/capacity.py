@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,9 @@ from kvbudget.cli.sim import ENGINE_FLAG_KEYS, _check_output_path, scenario_from
 from kvbudget.cli.sim import sim as _sim
 from kvbudget.cli.vocab import COUNT
 from kvbudget.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvbudget.maxload.journal import ProbeJournal
 
 #: ``kvbudget sim``'s options that describe the configuration and the workload, reused as they
 #: are (one definition: a flag means the same in both commands)
@@ -170,12 +173,43 @@ def render(doc: dict[str, Any]) -> str:
         lines.insert(3, f"  async scheduling {state}: {asynchronous['reason']}")
     if "chart" in doc:
         lines.append(f"\n  chart: {doc['chart']}")
+    if doc.get("out"):
+        out = doc["out"]
+        reused = f"; {out['probes_reused']} probe(s) reused from it" if out["resumed"] else ""
+        lines.append(f"\n  search kept in {out['dir']} (probes.jsonl, capacity.json){reused}")
+        lines += [f"  note: {n}" for n in out["notes"]]
     return "\n".join(lines)
+
+
+#: options a resumed search may change (budgets, warm-up, output); the rest must match
+RESUME_FREE = (
+    "max_total_requests",
+    "max_duration_s",
+    "warmup_requests",
+    "chart_out",
+    "as_json",
+    "out_dir",
+    "resume",
+)
+
+
+def _journal(opts: dict[str, Any], resolved: dict[str, Any]) -> ProbeJournal | None:
+    """The probes of the search in ``--out`` (None without it): its identity is every option
+    but :data:`RESUME_FREE`, by flag, and ``resolved`` (the scenario or workload as built)."""
+    if opts["out_dir"] is None:
+        return None
+    from kvbudget.cli.outdir import prepare_out_dir
+    from kvbudget.maxload.journal import ProbeJournal
+
+    flags = {p.name: p.opts[0] for p in capacity.params if isinstance(p, click.Option)}
+    options = {flags[k]: v for k, v in opts.items() if k in flags and k not in RESUME_FREE}
+    prepare_out_dir(opts["out_dir"], ())  # locked (one search per directory), or one line
+    return ProbeJournal(opts["out_dir"], {"options": options, **resolved}, resume=opts["resume"])
 
 
 def _search_sim(
     opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Any, ProbeJournal | None]:
     from kvbudget.maxload.run import find_capacity
     from kvbudget.maxload.sim_probe import SimProbe
     from kvbudget.sim.native import build_label
@@ -183,6 +217,7 @@ def _search_sim(
 
     scenario = scenario_from_opts(flags)
     probe = SimProbe.from_scenario(scenario, slo, num_requests=num_requests)
+    probe.journal = journal = _journal(opts, {"scenario": scenario.model_dump(mode="json")})
     result = find_capacity(
         probe,
         slo,
@@ -204,12 +239,12 @@ def _search_sim(
         **result.to_dict(),
         "simulator_build": build_label(),
     }
-    return doc, result
+    return doc, result, journal
 
 
 def _search_http(
     opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Any, ProbeJournal | None]:
     from kvbudget.cli.main import run_async
     from kvbudget.maxload.http_probe import http_probe
     from kvbudget.maxload.probe import Budget
@@ -234,6 +269,8 @@ def _search_http(
         max_requests=opts["max_total_requests"],
         max_duration_s=opts["max_duration_s"] or DEFAULT_MAX_DURATION_S,
     )
+    # refused (a changed search in --out) before the server is asked anything
+    journal = _journal(opts, {"workload": workload})
     probe, info = http_probe(
         base_url=opts["base_url"],
         model=opts["model"],
@@ -248,6 +285,7 @@ def _search_http(
         timeout_s=opts["timeout_s"] or 120.0,
         seed=seed,
     )
+    probe.journal = journal
     warmup = opts["warmup_requests"]
     probe.warm_up(DEFAULT_WARMUP_REQUESTS if warmup is None else warmup, seed)
     result = find_capacity(
@@ -270,7 +308,7 @@ def _search_http(
         **result.to_dict(),
         "num_requests_sent": budget.num_requests,
     }
-    return doc, result
+    return doc, result, journal
 
 
 @click.command("capacity", context_settings={"help_option_names": ["-h", "--help"]})
@@ -309,6 +347,19 @@ def _search_http(
     f"[default: {DEFAULT_MAX_DURATION_S:g}].",
 )
 @click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the search in this directory: capacity-run.json, probes.jsonl (each probe "
+    "appended as it finishes) and capacity.json (the answer).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the search in --out: reuse its finished probes, run the rest (with the same "
+    "options; the budgets and --warmup-requests may change).",
+)
+@click.option(
     "--chart-out",
     type=click.Path(dir_okay=False),
     help="Write each SLO figure against load with the SLO lines (.svg, else PNG).",
@@ -324,7 +375,9 @@ def capacity(**opts: Any) -> None:
     percentiles. With --base-url the same search drives a running server with kvbudget bench's
     load runner (concurrency first, then rate from the throughput it reached), after
     --warmup-requests, within --max-total-requests and --max-duration-s, reading --metrics-url
-    at each probe. See docs/how-much-can-it-hold.md.
+    at each probe. With --out DIR every finished probe is kept as it ends; --resume continues
+    an interrupted search from them (same options, same answer). See
+    docs/how-much-can-it-hold.md and docs/commands/capacity.md.
     """
     from kvbudget.maxload.slo import parse_slo
 
@@ -344,16 +397,36 @@ def capacity(**opts: Any) -> None:
         )
     if opts["chart_out"]:
         _check_output_path("--chart-out", opts["chart_out"])
+    if opts["resume"] and opts["out_dir"] is None:
+        raise ConfigError("--resume needs --out DIR (the search to continue)", field="resume")
     flags = {"rate": None, "concurrency": None, "max_concurrency": None, **opts}
-    if opts["base_url"]:
-        doc, result = _search_http(opts, flags, slo, num_requests, tolerance)
-    else:
-        doc, result = _search_sim(opts, flags, slo, num_requests, tolerance)
+    search = _search_http if opts["base_url"] else _search_sim
+    try:
+        doc, result, journal = search(opts, flags, slo, num_requests, tolerance)
+    except KeyboardInterrupt:
+        from kvbudget.maxload.journal import PROBES_FILE
+
+        if opts["out_dir"] is not None and (opts["out_dir"] / PROBES_FILE).exists():
+            click.echo(
+                f"capacity: the finished probes are kept in {opts['out_dir'] / PROBES_FILE}; "
+                f"rerun with --resume --out {opts['out_dir']} to continue",
+                err=True,
+            )
+        raise
     if opts["chart_out"]:
         from kvbudget.maxload.chart import write_chart
 
         write_chart(Path(opts["chart_out"]), result, figures=doc["figures_label"])
         doc["chart"] = opts["chart_out"]
+    if journal is not None:
+        doc["out"] = {
+            "dir": str(opts["out_dir"]),
+            "resumed": bool(opts["resume"]),
+            "probes_reused": journal.num_reused,
+            "notes": journal.notes,
+        }
+        journal.write_answer(doc)
+        journal.close()
     if opts["as_json"]:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:

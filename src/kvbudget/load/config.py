@@ -47,6 +47,8 @@ class BenchWorkload(BaseModel):
     trace_path: str | None = None
     trace_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     trace_block_size: int = Field(default=512, ge=1)
+    #: sha256 of the trace file's bytes, set by the run when it starts (as ``dataset_sha256``)
+    trace_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$")
     #: vllm bench serve's datasets: random (synthetic), sharegpt, custom (JSONL of prompts)
     dataset_name: Literal["random", "sharegpt", "custom"] = "random"
     dataset_path: str | None = None
@@ -187,10 +189,10 @@ class RunConfig(BaseModel):
 
     def same_run(self, other: RunConfig) -> list[str]:
         """Fields that differ from ``other`` (for ``--resume``), ignoring ``workers`` and what
-        the run sets itself (``record_source``; ``workload.dataset_sha256``, which ``--resume``
-        checks on its own to name both hashes)."""
+        the run sets itself (``record_source``; ``workload.dataset_sha256`` and
+        ``workload.trace_sha256``, which ``--resume`` checks on its own to name both hashes)."""
         own: dict[str, Any] = {"workers": True, "record_source": True}
-        own["workload"] = {"dataset_sha256"}
+        own["workload"] = {"dataset_sha256", "trace_sha256"}
         mine = self.model_dump(exclude=own)
         theirs = other.model_dump(exclude=own)
         for url in ("base_url", "metrics_url"):  # run.json keeps them without credentials

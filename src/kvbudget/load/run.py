@@ -174,7 +174,7 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
                 f"{', '.join(diff)}; resume with the same options",
                 field="resume",
             )
-        _same_dataset(cfg, old, out_dir)
+        _same_files(cfg, old, out_dir)
         if old.duration_s is not None and old.num_requests is None:
             raise ConfigError(
                 "--resume needs a run with --num-requests (a duration-only run has no fixed "
@@ -200,25 +200,48 @@ def _prepare_dir(cfg: RunConfig, out_dir: Path, resume: bool) -> tuple[int, set[
     return 0, set()
 
 
-def _same_dataset(cfg: RunConfig, old: RunConfig, out_dir: Path) -> None:
-    """Refuse a resume whose dataset file is not the one the run started with."""
-    was, now = old.workload.dataset_sha256, cfg.workload.dataset_sha256
-    if was == now:
-        return
-    path = cfg.workload.dataset_path
-    if was is None:
+#: the input files a run hashes when it starts and ``--resume`` re-reads: (path field, hash
+#: field, flag) of :class:`~kvbudget.load.config.BenchWorkload`
+HASHED_FILES = (
+    ("dataset_path", "dataset_sha256", "--dataset-path"),
+    ("trace_path", "trace_sha256", "--trace"),
+)
+
+
+def _with_file_hashes(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with the sha256 of each input file's bytes as the run starts (run.json keeps them;
+    ``--resume`` checks them: :func:`_same_files`)."""
+    w = cfg.workload
+    update: dict[str, str] = {}
+    for path_field, sha_field, flag in HASHED_FILES:
+        path = getattr(w, path_field)
+        if path is not None and (path_field != "dataset_path" or w.dataset):
+            update[sha_field] = dataset_sha256(path, flag, path_field)
+    if not update:
+        return cfg
+    return cfg.model_copy(update={"workload": w.model_copy(update=update)})
+
+
+def _same_files(cfg: RunConfig, old: RunConfig, out_dir: Path) -> None:
+    """Refuse a resume whose dataset or trace file is not the one the run started with."""
+    for path_field, sha_field, flag in HASHED_FILES:
+        was, now = getattr(old.workload, sha_field), getattr(cfg.workload, sha_field)
+        if was == now:
+            continue
+        path = getattr(cfg.workload, path_field)
+        if was is None:
+            raise ConfigError(
+                f"--resume: the run in {out_dir} recorded no {sha_field} for {flag} "
+                f"{path} (started by an older kvbudget), so the file cannot be checked; start a "
+                "new run with another --out",
+                field=path_field,
+            )
         raise ConfigError(
-            f"--resume: the run in {out_dir} recorded no dataset_sha256 for --dataset-path "
-            f"{path} (started by an older kvbudget), so the file cannot be checked; start a "
+            f"--resume: {flag} {path} is not the file the run in {out_dir} started with "
+            f"({sha_field} {was} recorded, {now} now); put the original file back, or start a "
             "new run with another --out",
-            field="dataset_path",
+            field=path_field,
         )
-    raise ConfigError(
-        f"--resume: --dataset-path {path} is not the file the run in {out_dir} started with "
-        f"(dataset_sha256 {was} recorded, {now} now); put the original file back, or start a "
-        "new run with another --out",
-        field="dataset_path",
-    )
 
 
 async def run_load(
@@ -302,12 +325,9 @@ async def _run_in(
             "record_source": "simulated" if own_sim else "measured",
         }
     )
-    if planned is None and cfg.workload.dataset and cfg.workload.dataset_path is not None:
-        # the file's content as the run starts: recorded in run.json, checked by --resume
-        sha = dataset_sha256(cfg.workload.dataset_path)
-        cfg = cfg.model_copy(
-            update={"workload": cfg.workload.model_copy(update={"dataset_sha256": sha})}
-        )
+    if planned is None:
+        # the files' content as the run starts: recorded in run.json, checked by --resume
+        cfg = _with_file_hashes(cfg)
     segment, skip = _prepare_dir(cfg, out_dir, resume)
     async with OpenAIClient(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key

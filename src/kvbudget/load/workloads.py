@@ -283,22 +283,22 @@ class DatasetPrompt:
     completion: str | None = None
 
 
-def _dataset_bytes(path: Path) -> bytes:
+def _dataset_bytes(path: Path, flag: str = "--dataset-path", field: str = "dataset_path") -> bytes:
     if not path.is_file():
-        raise ConfigError(f"--dataset-path {path}: no such file", field="dataset_path")
+        raise ConfigError(f"{flag} {path}: no such file", field=field)
     try:
         return path.read_bytes()
     except OSError as exc:
         raise ConfigError(
-            f"--dataset-path {path}: cannot read it ({exc.strerror}); check its permissions",
-            field="dataset_path",
+            f"{flag} {path}: cannot read it ({exc.strerror}); check its permissions",
+            field=field,
         ) from None
 
 
-def dataset_sha256(path: str) -> str:
-    """The sha256 of the dataset file's bytes (recorded when a run starts; ``--resume``
-    compares it)."""
-    return hashlib.sha256(_dataset_bytes(Path(path))).hexdigest()
+def dataset_sha256(path: str, flag: str = "--dataset-path", field: str = "dataset_path") -> str:
+    """The sha256 of the file's bytes (the dataset, or another input file the run reads, named
+    by its ``flag`` and config ``field``; recorded when a run starts, ``--resume`` compares it)."""
+    return hashlib.sha256(_dataset_bytes(Path(path), flag, field)).hexdigest()
 
 
 def _read_json_entries(path: Path, expect_sha256: str | None = None) -> list[Any]:

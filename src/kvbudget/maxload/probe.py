@@ -26,6 +26,7 @@ import numpy as np
 from kvbudget.accept.targets import CellRun, Target
 from kvbudget.load.runner import StopWhen
 from kvbudget.maxload.early_stop import EarlyStop
+from kvbudget.maxload.journal import ProbeJournal
 from kvbudget.maxload.point import LoadKind, Point, judge
 from kvbudget.maxload.slo import Slo
 from kvbudget.workload.request import PlannedRequest
@@ -97,6 +98,8 @@ class TargetProbe:
         self.slo = slo
         self.num_requests = num_requests
         self.budget = budget
+        #: ``--out``/``--resume``: probes already run are read from it, new ones appended
+        self.journal: ProbeJournal | None = None
 
     def longer(self, factor: int) -> TargetProbe:
         """The same probe with ``factor`` times the requests (the rate's confirmation)."""
@@ -129,6 +132,22 @@ class TargetProbe:
         )
 
     def __call__(self, kind: LoadKind, load: float, seed: int) -> Point:
+        if self.journal is not None:
+            done = self.journal.recorded(kind, load, seed, self.num_requests)
+            if done is not None:
+                # charged as when it ran: planned requests, the unsent ones refunded
+                if self.budget is not None:
+                    self.budget.charge(self.num_requests)
+                    self.budget.num_requests -= self.num_requests - (
+                        done.num_sent if done.num_sent is not None else self.num_requests
+                    )
+                return done
+        point = self._measure(kind, load, seed)
+        if self.journal is not None:
+            self.journal.record(kind, load, seed, self.num_requests, point)
+        return point
+
+    def _measure(self, kind: LoadKind, load: float, seed: int) -> Point:
         if self.budget is not None:
             arrivals_s = self.num_requests / load if kind == "rate" else None
             self.budget.charge(self.num_requests, arrivals_s=arrivals_s)

@@ -46,14 +46,16 @@ ENGINE_SEARCH_ARGS = (
 )
 
 
-def service_s(base_url: str, model: str, *, repeats: int = 3) -> float:
-    """Median seconds of one ``/v1/completions`` request of ``ENGINE_OUTPUT_TOKENS`` tokens sent
-    alone: the engine's service time on this machine now."""
+def service_s(
+    base_url: str, model: str, *, repeats: int = 3, output_tokens: int = ENGINE_OUTPUT_TOKENS
+) -> float:
+    """Median seconds of one ``/v1/completions`` request of ``output_tokens`` tokens sent alone:
+    the engine's service time on this machine now."""
     body = json.dumps(
         {
             "model": model,
             "prompt": "one two three four five six seven eight nine ten eleven twelve",
-            "max_tokens": ENGINE_OUTPUT_TOKENS,
+            "max_tokens": output_tokens,
             "ignore_eos": True,
         }
     ).encode()

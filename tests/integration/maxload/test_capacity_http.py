@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -82,3 +83,32 @@ def test_simulator_flags_are_refused_with_base_url(served: str) -> None:
     )
     assert isinstance(result.exception, ConfigError)
     assert "--gpu with --base-url" in str(result.exception)
+
+
+def test_a_search_stopped_by_its_budget_resumes_from_its_probes(
+    served: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "cap"
+    args = ["--base-url", served, "--model", "md1", "--metrics-url", served + "/metrics"]
+    args += [*SEARCH, "--slo", "ttft_p95<175ms", "--json"]
+    first = CliRunner().invoke(capacity, [*args, "--out", str(out), "--max-total-requests", "60"])
+    assert first.exit_code == 0, first.output
+    stopped = json.loads(first.output)
+    assert stopped["stopped"] is not None and "request budget spent" in stopped["stopped"]
+    kept = [json.loads(x) for x in (out / "probes.jsonl").read_text().splitlines()]
+    assert len(kept) == len(stopped["concurrency_points"]) + len(stopped["rate_points"]) >= 1
+
+    # the same search, a larger budget (budgets may change on resume): it goes on from there
+    again = CliRunner().invoke(capacity, [*args, "--out", str(out), "--resume"])
+    assert again.exit_code == 0, again.output
+    doc = json.loads(again.output)
+    assert doc["out"]["resumed"] is True and doc["out"]["probes_reused"] == len(kept)
+    # the recorded probes are in the answer as they were measured, and the search finished
+    reused = {(p["key"][0], p["key"][1]) for p in kept}
+    for p in stopped["concurrency_points"]:
+        assert ("concurrency", p["load"]) in reused and p in doc["concurrency_points"]
+    check_search(doc, warmup=WARMUP, kv_usage=True)  # warm-up sent again, probes counted once
+    assert doc["max_concurrency"] <= 3
+    assert (
+        json.loads((out / "capacity.json").read_text())["max_concurrency"] == doc["max_concurrency"]
+    )
