@@ -578,6 +578,20 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "model_executor/models/minicpm3.py (Attention(num_local_heads, qk_head_dim))",
         "tests/peer/test_vllm_pool_oracle.py (recorded pool)",
     ),
+    "minimax_m3": (
+        "every layer's K/V (kv heads per rank) + on each sparse layer (sparse_attention_freq != 0) "
+        "the indexer's key page (block x index_head_dim x 2 bytes, bf16 whatever --kv-cache-dtype, "
+        "one head whatever TP); all layers in ONE UniformType group whose page is the sum; "
+        "block 128 (a size not a multiple of 128 is refused)",
+        "models/minimax_m3/nvidia/model.py 99-107, 356-364, 505-509, 562-571; "
+        "models/minimax_m3/common/indexer.py 94-95, 118-121, 145-153; "
+        "common/sparse_attention.py 163-165; platforms/interface.py 700-745; "
+        "v1/core/single_type_kv_cache_manager.py 2685-2687; v1/core/kv_cache_utils.py 2189-2193",
+        "tests/peer/test_vllm_pool_oracle.py (recorded CPU pools minimax_m3, minimax_m3_fp8: "
+        "dense MLPs, as vLLM CPU has no MoE backend for swigluoai, and a torchvision import stub, "
+        "scripts/vllm_cpu_stubs); tests/unit/plan/test_plan_minimax_m3_vllm.py (full size, "
+        "worked by hand)",
+    ),
     "attention + Mamba hybrids": (
         "mamba cache mode align by default from 0.32 (prefix caching on for generative hybrids); "
         "on the CPU build the SSM state is reset to float32 on AVX-512-BF16 CPUs unless "
