@@ -147,8 +147,8 @@ published model on the meta device (all its layers; a multimodal wrapper whose f
 run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3_vl` text model)
 and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
 A layout that does not model a layer's extra cache (the sparse-attention indexer key under
-sglang and llama.cpp, and MiniMax-M3's under vllm) refuses the model instead of giving a partial
-number; the vllm layout models DSA's indexer (next section).
+sglang and llama.cpp) refuses the model instead of giving a partial number; the vllm layout models
+DSA's and MiniMax-M3's indexers (next section).
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|
@@ -175,7 +175,8 @@ VLLM_SOURCE = """
 Where vLLM's CPU engine has no recorded pool for a family (it does not start it on CPU, or the
 rule is a default no tiny model exercises), the vllm layout's rule was read from vLLM 0.32.0's
 source (`site-packages/vllm/`, files and lines below) and the test named works its numbers by hand
-from those lines (`kvbudget.capacity.layouts.vllm.VLLM_SOURCE_RULES`).
+from those lines (`kvbudget.capacity.layouts.vllm.VLLM_SOURCE_RULES`). Rows whose test also names
+a recorded pool were started by vLLM's CPU engine as well, at tiny size.
 
 | family | rule | vLLM 0.32.0 source | test |
 |---|---|---|---|

@@ -17,6 +17,8 @@ vLLM's and transformers' versions. A case vLLM refuses keeps its root-cause erro
 worker's exception, not the parent's wrapper) and the traceback leading to it
 (``root_cause_context``); ``--logs DIR`` also keeps every case's full engine log. Existing results in
 ``--out`` are kept; cases are merged in (so the recorder can run in batches).
+Cases transformers' causal-LM mapping cannot build (``HAND_BUILT``: MiniMax-M3, served by vLLM from
+its own config classes) carry their config.json here, and any import stub their engine run needs.
 """
 
 from __future__ import annotations
@@ -66,6 +68,77 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
 }
 
+#: cases whose config transformers' causal-LM mapping cannot build: name -> (model_type,
+#: config.json, engine kwargs, extra PYTHONPATH for the engine). MiniMax-M3: vLLM 0.32 serves it
+#: as ``MiniMaxM3SparseForCausalLM`` from its own config classes (model_type ``minimax_m3_vl``
+#: with a ``minimax_m3_text`` text_config, ``vllm/transformers_utils/configs/minimax_m3.py``);
+#: head_dim and sparse_index_dim 128 (the sparse and indexer backends' only head size),
+#: moe_layer_freq all 0 (dense MLPs: vLLM CPU has no unquantized MoE backend for swigluoai, "No
+#: Unquantized MoE backend supports the deployment configuration"; the MLP kind does not change
+#: the KV cache), and the torchvision import stub its image processor needs
+#: (scripts/vllm_cpu_stubs/torchvision).
+STUBS = str(ROOT / "scripts" / "vllm_cpu_stubs")
+
+
+def minimax_m3_config(layers: int, kv_heads: int, sparse: list[int]) -> dict[str, Any]:
+    text = {
+        "model_type": "minimax_m3_text",
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "intermediate_size": 128,
+        "dense_intermediate_size": 512,
+        "shared_intermediate_size": 128,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": kv_heads,
+        "head_dim": 128,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 5000000,
+        "rotary_dim": 64,
+        "partial_rotary_factor": 0.5,
+        "hidden_act": "swigluoai",
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "scoring_func": "sigmoid",
+        "use_routing_bias": True,
+        "routed_scaling_factor": 2.0,
+        "num_mtp_modules": 1,
+        "moe_layer_freq": [0] * layers,
+        "sparse_attention_config": {
+            "use_sparse_attention": True,
+            "sparse_index_dim": 128,
+            "sparse_num_index_heads": kv_heads,
+            "sparse_topk_blocks": 16,
+            "sparse_block_size": 128,
+            "sparse_disable_index_value": sparse,
+            "sparse_score_type": "max",
+            "sparse_init_block": 0,
+            "sparse_local_block": 1,
+            "sparse_attention_freq": sparse,
+        },
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    return {
+        "model_type": "minimax_m3_vl",
+        "architectures": ["MiniMaxM3SparseForCausalLM"],
+        "text_config": text,
+        "torch_dtype": "bfloat16",
+    }
+
+
+HAND_BUILT: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
+    "minimax_m3": ("minimax_m3_vl", minimax_m3_config(4, 2, [0, 1, 1, 1]), {}, STUBS),
+    "minimax_m3_fp8": (
+        "minimax_m3_vl",
+        minimax_m3_config(6, 1, [0, 0, 1, 1, 1, 1]),
+        {"kv_cache_dtype": "fp8", "max_model_len": 2048},
+        STUBS,
+    ),
+}
+
 WORKER = r"""
 import json, sys
 if __name__ == "__main__":
@@ -104,6 +177,7 @@ def all_cases(registry: set[str]) -> dict[str, tuple[str, dict[str, Any], dict[s
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     cases = dict(CASES)
+    cases.update({name: (m, {}, {}) for name, (m, _config, _engine, _path) in HAND_BUILT.items()})
     for model_type, arch in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
         if arch in registry and model_type not in cases:
             cases[model_type] = (model_type, {}, {})
@@ -201,14 +275,23 @@ def run_case(
 ) -> dict[str, Any]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
-    record: dict[str, Any] = {"name": name, "model_type": model_type, "architecture": arch}
-    try:
-        config = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
-    except Exception as exc:  # transformers cannot build the tiny config
-        record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
-        return record
+    extra_path = ""
+    if name in HAND_BUILT:
+        model_type, config, engine, extra_path = HAND_BUILT[name]
+        config = json.loads(json.dumps(config))
+        arch = config["architectures"][0]
+        record: dict[str, Any] = {"name": name, "model_type": model_type, "architecture": arch}
+    else:
+        arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+        record = {"name": name, "model_type": model_type, "architecture": arch}
+        try:
+            config = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
+        except Exception as exc:  # transformers cannot build the tiny config
+            record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
+            return record
     config.update(overrides)
+    if extra_path:
+        record["import_stubs"] = str(Path(extra_path).relative_to(ROOT))
     limit = config.get("max_position_embeddings") or config.get("n_positions") or 4096
     engine = {"max_model_len": min(4096, int(limit)), **engine}
     record.update(config=config, engine_args=engine, kv_cache_space_gib=KV_SPACE_GIB)
@@ -220,6 +303,8 @@ def run_case(
             "VLLM_LOGGING_LEVEL": "INFO",
             "TOKENIZERS_PARALLELISM": "false",
         }
+        if extra_path:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, env.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", WORKER, json.dumps({"dir": tmp, "engine": engine})],

@@ -347,7 +347,7 @@ def calc_model(
                 layout.block_size,
                 "flag" if block_size else "default",
                 location="--block-size",
-                note="tokens per block (vLLM default 16, MLA 64, hybrid raise)",
+                note="tokens per block (vLLM default 16, MLA 64, MiniMax-M3 128, hybrid raise)",
             )
         )
     assumptions = model_assumptions(spec, layout, dtypes)

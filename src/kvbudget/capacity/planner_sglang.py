@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
@@ -29,6 +30,7 @@ from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
 
@@ -54,6 +56,8 @@ def make_sglang_plan(
         defaults["mem_fraction_static"] = f"{frac} ({rule.rule})"
     page_size = request.page_size or 1
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
+    if any(isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()):
+        refuse_indexer(model, "sglang")  # MiniMax-M3's indexer: vLLM's pages are not SGLang's pool
     specs = [
         (s, indices)
         for s, indices in vllm_layer_specs(

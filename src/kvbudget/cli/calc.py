@@ -93,7 +93,8 @@ def _count(name: str, value: str | None, default: int | None = None) -> int | No
 @click.option(*DP, "dp", help="Data-parallel replicas [default: 1].")
 @click.option(
     "--block-size",
-    help="vllm only: tokens per block (default 16; 64 for MLA; raised for hybrid mamba).",
+    help="vllm only: tokens per block (default 16; 64 for MLA; 128 for MiniMax-M3; raised for "
+    "hybrid mamba).",
 )
 @click.option("--layers", help="Explicit mode: number of cache layers.")
 @click.option("--kv-heads", help="Explicit mode: KV heads per layer (not query heads).")

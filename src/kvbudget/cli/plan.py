@@ -263,7 +263,9 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option("--max-num-batched-tokens", help="Tokens per step (default by device, vLLM §3.4).")
 @click.option("--max-num-seqs", help="Max running sequences (SGLang: max_running_requests).")
 @click.option(*KV_DTYPE, "kv_dtype", help=KV_DTYPE_HELP)
-@click.option("--block-size", type=COUNT, help="Tokens per block (vLLM default 16; MLA 64).")
+@click.option(
+    "--block-size", type=COUNT, help="Tokens per block (vLLM default 16; MLA 64; MiniMax-M3 128)."
+)
 @click.option("--weights-bytes", help="Weights per GPU from an engine log, e.g. 27.72GiB.")
 @click.option("--activation-bytes", help="Peak activation per GPU from an engine log.")
 @click.option("--non-torch-bytes", help="Non-torch memory per GPU from an engine log.")

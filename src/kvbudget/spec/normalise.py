@@ -14,9 +14,9 @@ the same answer, so the renames and derivations transformers' configuration clas
 * ``gemma4_text`` / ``gemma4_unified_text``: the last layer is full attention
   (``configuration_gemma4.py``; its full layers' own head size and KV heads are the trait row's
   ``global_dims``);
-* ``minimax_m3``: ``sparse_attention_config`` is flattened (``sparse_index_dim`` ->
-  ``index_head_dim``, ``sparse_attention_freq`` -> ``layer_types`` with ``minimax_m3_sparse``;
-  ``configuration_minimax_m3_vl.py``);
+* ``minimax_m3`` (and vLLM's own ``minimax_m3_text``): ``sparse_attention_config`` is flattened
+  (``sparse_index_dim`` -> ``index_head_dim``, ``sparse_attention_freq`` -> ``layer_types`` with
+  ``minimax_m3_sparse``; ``configuration_minimax_m3_vl.py``);
 * ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
   ``index_topk_freq``/``index_skip_topk_offset`` when absent (``configuration_glm_moe_dsa.py``).
 * ``zamba2``: ``attention_head_dim = 2 * hidden_size // num_attention_heads`` always, and the
@@ -460,6 +460,7 @@ _RULES = {
     "gemma4_text": _gemma4,
     "gemma4_unified_text": _gemma4,
     "minimax_m3": _minimax_m3,
+    "minimax_m3_text": _minimax_m3,
     "glm_moe_dsa": _glm_moe_dsa,
     "mimo_v2_flash": _mimo_v2_flash,
     "hy_v4": _hy_v4,

@@ -259,6 +259,12 @@ _DEEPSEEK_V4 = Traits(
 )
 
 
+_MINIMAX_M3 = Traits(
+    "transformers/models/minimax_m3_vl/configuration_minimax_m3_vl.py",
+    index_key="index_head_dim",
+)
+
+
 #: model_type -> traits (verified against transformers' cache; see the module docstring)
 TRAITS: dict[str, Traits] = {
     # plain full attention, llama-style fields
@@ -361,10 +367,10 @@ TRAITS: dict[str, Traits] = {
     # MiniMax-M3 (text decoder of transformers' minimax_m3_vl): full attention; sparse layers
     # also cache the lightning indexer's key, one head of index_head_dim per token
     # (modeling_minimax_m3_vl.py MiniMaxM3VLSparseCacheLayer.update_index)
-    "minimax_m3": Traits(
-        "transformers/models/minimax_m3_vl/configuration_minimax_m3_vl.py",
-        index_key="index_head_dim",
-    ),
+    "minimax_m3": _MINIMAX_M3,
+    # vLLM 0.32's own MiniMaxM3TextConfig (vllm/transformers_utils/configs/minimax_m3.py line 15:
+    # model_type "minimax_m3_text", the text_config of its "minimax_m3_vl"): the same fields
+    "minimax_m3_text": _MINIMAX_M3,
     "gemma4_unified_text": Traits(
         _t("gemma4_unified"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL
     ),

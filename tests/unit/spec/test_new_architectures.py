@@ -112,13 +112,12 @@ def test_dsa_latent_plus_indexer_keys(model_id: str, layers: int, indexed: int) 
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3.2", "MiniMaxAI/MiniMax-M3"])
 def test_engine_layouts_refuse_indexer_rather_than_drop_it(model_id: str) -> None:
-    """SGLang and llama.cpp do not model an indexer yet; vLLM refuses MiniMax-M3's (full
-    attention + indexer) and models DSA's (tests/unit/plan/test_plan_dsa_indexer.py)."""
+    """SGLang and llama.cpp do not model an indexer yet; vLLM models both DSA's
+    (tests/unit/plan/test_plan_dsa_indexer.py) and MiniMax-M3's
+    (tests/unit/plan/test_plan_minimax_m3_vllm.py)."""
     spec = _spec(model_id)
-    layouts = [sglang_layout] + ([vllm_layout] if model_id.startswith("MiniMax") else [])
-    for layout in layouts:
-        with pytest.raises(LayoutNotApplicable, match="indexer"):
-            layout(spec, tokens=T, seqs=1)
+    with pytest.raises(LayoutNotApplicable, match="indexer"):
+        sglang_layout(spec, tokens=T, seqs=1)
     with pytest.raises(LayoutNotApplicable, match="indexer"):
         llamacpp_layout(spec, tokens=T, seqs=1, ctx_size=T)
 

@@ -51,6 +51,11 @@ from kvbudget.capacity.layouts.base import (
     refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.vllm_minimax_m3 import (
+    VLLM_MINIMAX_M3_TYPES,
+    check_minimax_m3,
+    minimax_m3_index_page_bytes,
+)
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
 from kvbudget.spec.layer_runs import LayerSeq
@@ -246,14 +251,18 @@ def vllm_layer_specs(
         "sparse_swa.py line 74), which "
         "kvbudget's vLLM pool arithmetic does not have yet",
     )
-    if any(isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()):
-        refuse_indexer(spec, "vllm")  # MiniMax-M3's indexer beside full attention: not read yet
+    if spec.model_type not in VLLM_MINIMAX_M3_TYPES and any(
+        isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()
+    ):
+        refuse_indexer(spec, "vllm")  # an indexer beside full attention: only MiniMax-M3's is read
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
     heads_per_rank(1, tp)  # validates tp >= 1
     if block_size is not None and block_size < 1:
         raise ConfigError(f"block_size: must be >= 1, got {block_size}", field="block_size")
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
+    if spec.model_type in VLLM_MINIMAX_M3_TYPES:  # blocks of 128 (capacity/layouts/vllm_minimax_m3)
+        block_size = check_minimax_m3(block_size, dtype)
     state_bytes = mamba_state_bytes or _model_dtype_bytes(spec)
     if mamba_ssm_state_bytes is None and mamba_state_bytes is not None:
         mamba_ssm_state_bytes = mamba_state_bytes  # vLLM: ssm "auto" follows mamba_cache_dtype
@@ -378,6 +387,8 @@ def _one(
         return VllmLayerSpec(idx, "mla", block, page, real_page_size_bytes=page)
     if isinstance(layer, FullAttention):
         page = attention_page_bytes(layer, dtype, tp, block)
+        if layer.index_head_dim:  # MiniMax-M3's indexer keys, in the same (uniform-type) group
+            page += minimax_m3_index_page_bytes(layer.index_head_dim, block)
         window = getattr(layer, "sliding_window", None) if layer.kind == "sliding" else None
         chunk = getattr(layer, "attention_chunk_size", None) if layer.kind == "chunked" else None
         kind: VllmKind = "sliding" if window else "chunked" if chunk else "full"
@@ -507,6 +518,11 @@ def vllm_layout(
             f"vLLM 0.32 caches every query head in {spec.model_type}'s hybrid-layer attention "
             "(zamba2.py: Attention without num_kv_heads), not num_key_value_heads"
         )
+    if spec.model_type in VLLM_MINIMAX_M3_TYPES:
+        notes.append(
+            "vLLM 0.32 keeps MiniMax-M3's indexer keys (index_head_dim, bf16 whatever "
+            "--kv-cache-dtype) beside each sparse layer's K/V, in one group of 128-token blocks"
+        )
     if spec.model_type in VLLM_MLA_AS_ATTENTION:
         notes.append(
             f"vLLM 0.32 pages {spec.model_type}'s MLA layers as plain attention (every query head "
@@ -561,6 +577,20 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "MLA paged as plain attention: every query head a KV head of qk_nope + qk_rope, V padded",
         "model_executor/models/minicpm3.py (Attention(num_local_heads, qk_head_dim))",
         "tests/peer/test_vllm_pool_oracle.py (recorded pool)",
+    ),
+    "minimax_m3": (
+        "every layer's K/V (kv heads per rank) + on each sparse layer (sparse_attention_freq != 0) "
+        "the indexer's key page (block x index_head_dim x 2 bytes, bf16 whatever --kv-cache-dtype, "
+        "one head whatever TP); all layers in ONE UniformType group whose page is the sum; "
+        "block 128 (a size not a multiple of 128 is refused)",
+        "models/minimax_m3/nvidia/model.py 99-107, 356-364, 505-509, 562-571; "
+        "models/minimax_m3/common/indexer.py 94-95, 118-121, 145-153; "
+        "common/sparse_attention.py 163-165; platforms/interface.py 700-745; "
+        "v1/core/single_type_kv_cache_manager.py 2685-2687; v1/core/kv_cache_utils.py 2189-2193",
+        "tests/peer/test_vllm_pool_oracle.py (recorded CPU pools minimax_m3, minimax_m3_fp8: "
+        "dense MLPs, as vLLM CPU has no MoE backend for swigluoai, and a torchvision import stub, "
+        "scripts/vllm_cpu_stubs); tests/unit/plan/test_plan_minimax_m3_vllm.py (full size, "
+        "worked by hand)",
     ),
     "attention + Mamba hybrids": (
         "mamba cache mode align by default from 0.32 (prefix caching on for generative hybrids); "
