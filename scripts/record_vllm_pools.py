@@ -7,7 +7,9 @@ Run with the Python of a vLLM CPU venv (issue 13's ``scripts/vllm-cpu.sh`` build
         [--only llama_gqa,qwen3_next] [--registry tests/peer/fixtures/vllm_0.32.0_architectures.json]
 
 For every case a tiny config is built from transformers' own config class
-(``tests/peer/tiny_configs.py``), written to a temporary directory and started in a fresh
+(``tests/peer/tiny_configs.py``), or, for the ``CHECKPOINT_CASES`` vLLM reads only in the
+checkpoint's own format (DeepSeek-V4), from a published config in kvbudget's catalog with its
+sizes shrunk; it is written to a temporary directory and started in a fresh
 process as ``vllm.LLM(model=DIR, load_format="dummy", skip_tokenizer_init=True,
 enforce_eager=True, dtype="bfloat16", ...)`` with ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV cache.
 The log's ``CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: Xx``,
@@ -66,6 +68,58 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
 }
 
+#: cases vLLM reads only in the checkpoint's own config format: name -> (model_type, catalog file
+#: under src/kvbudget/spec/catalog/models/, keys dropped, overrides, engine kwargs). DeepSeek-V4:
+#: vLLM 0.32 registers its own DeepseekV4Config (transformers_utils/configs/deepseek_v4.py, a plain
+#: PreTrainedConfig) and reads config.compress_ratios[layer_id] (models/deepseek_v4/attention.py
+#: line 233); transformers' own DeepseekV4Config.to_dict() writes mlp_layer_types = hash_moe / moe,
+#: which that plain config's validator refuses ("entries must be in ('sparse', 'dense')")
+_DSV4_TINY: dict[str, Any] = {
+    "hidden_size": 512,
+    "num_attention_heads": 16,
+    "moe_intermediate_size": 256,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "q_lora_rank": 256,
+    "o_lora_rank": 256,
+    "o_groups": 8,
+    "vocab_size": 1024,
+    "max_position_embeddings": 65536,
+    "num_hash_layers": 1,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 16,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+}
+CHECKPOINT_CASES: dict[str, tuple[str, str, tuple[str, ...], dict[str, Any], dict[str, Any]]] = {
+    # 6 layers: 2 sliding only, then CSA (ratio 4) / HCA (ratio 128) alternating; the 7th ratio
+    # belongs to the MTP layer (built only with --speculative-config)
+    "deepseek_v4": (
+        "deepseek_v4",
+        "deepseek-ai--DeepSeek-V4-Flash.json",
+        ("quantization_config", "expert_dtype"),
+        {**_DSV4_TINY, "num_hidden_layers": 6, "compress_ratios": [0, 0, 4, 128, 4, 128, 0]},
+        {},
+    ),
+    # another mix: 4 CSA, 2 HCA, 1 sliding-only layer, a 256-token window
+    "deepseek_v4_mix": (
+        "deepseek_v4",
+        "deepseek-ai--DeepSeek-V4-Flash.json",
+        ("quantization_config", "expert_dtype"),
+        {
+            **_DSV4_TINY,
+            "num_hidden_layers": 7,
+            "compress_ratios": [4, 128, 4, 4, 0, 128, 4, 0],
+            "sliding_window": 256,
+        },
+        {},
+    ),
+}
+CATALOG = ROOT / "src" / "kvbudget" / "spec" / "catalog" / "models"
+
 WORKER = r"""
 import json, sys
 if __name__ == "__main__":
@@ -104,6 +158,7 @@ def all_cases(registry: set[str]) -> dict[str, tuple[str, dict[str, Any], dict[s
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     cases = dict(CASES)
+    cases.update({name: (c[0], c[3], c[4]) for name, c in CHECKPOINT_CASES.items()})
     for model_type, arch in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
         if arch in registry and model_type not in cases:
             cases[model_type] = (model_type, {}, {})
@@ -203,11 +258,18 @@ def run_case(
 
     arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     record: dict[str, Any] = {"name": name, "model_type": model_type, "architecture": arch}
-    try:
-        config = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
-    except Exception as exc:  # transformers cannot build the tiny config
-        record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
-        return record
+    if name in CHECKPOINT_CASES:
+        _, catalog_file, dropped, _, _ = CHECKPOINT_CASES[name]
+        config = json.loads((CATALOG / catalog_file).read_text(encoding="utf-8"))
+        for key in dropped:
+            config.pop(key, None)
+        record["config_source"] = f"src/kvbudget/spec/catalog/models/{catalog_file}, shrunk"
+    else:
+        try:
+            config = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
+        except Exception as exc:  # transformers cannot build the tiny config
+            record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
+            return record
     config.update(overrides)
     limit = config.get("max_position_embeddings") or config.get("n_positions") or 4096
     engine = {"max_model_len": min(4096, int(limit)), **engine}
