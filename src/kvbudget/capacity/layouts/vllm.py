@@ -51,6 +51,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
 from kvbudget.spec.layer_runs import LayerSeq
@@ -240,11 +241,9 @@ def vllm_layer_specs(
     refuse_compressed(
         spec,
         "vllm",
-        "vLLM 0.32 pages it as compressed MLA specs with tokens_per_state, fp32 compressor-state "
-        "sliding specs of block 4 / 8 and DeepseekV4SWACache's window (models/deepseek_v4/"
-        "attention.py lines 856-880, compressor.py lines 179-193, v1/attention/backends/mla/"
-        "sparse_swa.py line 74), which "
-        "kvbudget's vLLM pool arithmetic does not have yet",
+        "its vLLM 0.32 specs are not per-layer pages of one block size; kvbudget plans them as "
+        "vLLM's packed groups instead (capacity.layouts.vllm_dsv4, capacity.pool_dsv4: "
+        "'kvbudget plan' and the vllm layout's totals)",
     )
     if any(isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()):
         refuse_indexer(spec, "vllm")  # MiniMax-M3's indexer beside full attention: not read yet
@@ -461,6 +460,8 @@ def vllm_layout(
     partly empty; sliding/chunked layers free skipped blocks; mamba layers hold one padded page).
     """
     check_load(tokens, seqs, tp, pp, dp)
+    if is_deepseek_v4(spec):
+        return _dsv4_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
     notes: list[str] = []
     stages: list[StageBytes] = []
     block = DEFAULT_BLOCK_SIZE
@@ -530,6 +531,57 @@ def vllm_layout(
     )
 
 
+def _dsv4_layout(
+    spec: ModelSpec, *, tokens: int, seqs: int, kv_dtype: str, tp: int, pp: int, dp: int
+) -> LayoutResult:
+    """DeepSeek-V4: each of vLLM 0.32's packed groups (:mod:`kvbudget.capacity.pool_dsv4`)
+    holds :func:`blocks_held` blocks of its page (the sum of its layers' pages) per sequence; the
+    specs have ``max_tp_shards = 1``, so every TP rank holds the same."""
+    from kvbudget.capacity.pool_dsv4 import dsv4_groups  # pool imports this module
+
+    name = dsv4_kv_dtype(kv_dtype)
+    groups: list[GroupBytes] = []
+    for group in dsv4_groups(spec, pp=pp):
+        kind: VllmKind = "mla" if group.kind == "mla" else "sliding"
+        one = VllmLayerSpec(
+            group.layer_indices[0],
+            kind,
+            group.block_size,
+            group.page_size_bytes,
+            sliding_window=group.sliding_window,
+        )
+        held = blocks_held(one, tokens)
+        per_seq = held * group.page_size_bytes
+        groups.append(
+            GroupBytes(
+                kind,
+                group.layer_indices,
+                held * group.block_size,
+                group.page_size_bytes // group.block_size,
+                per_seq,
+                per_seq * seqs,
+                f"{held} block(s) of {group.block_size} tokens per sequence"
+                + WINDOW_KEPT.get(kind, ""),
+            )
+        )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    return LayoutResult(
+        "vllm",
+        name,
+        tokens,
+        seqs,
+        tp,
+        pp,
+        dp,
+        (stage,),
+        block_size=min(g.block_size for g in dsv4_groups(spec)),
+        notes=(
+            "DeepSeek-V4 in vLLM 0.32: vLLM's packed groups (sliding-window, compressed-MLA and "
+            "compressor-state pages, fp8_ds_mla, 576-byte aligned), the same on every TP rank",
+        ),
+    )
+
+
 #: rules of the vllm layout worked from vLLM 0.32.0's source where no recorded CPU pool checks
 #: them (docs/architectures.md renders this table): family -> (rule, source lines, the test that
 #: works the numbers by hand from that source)
@@ -543,6 +595,23 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "v1/attention/backends/mla/indexer.py 284-285; models/hy_v4/nvidia/attention.py 82-110, "
         "179-189 (HYV4: the same indexer cache; indexer_types when given)",
         "tests/unit/plan/test_plan_dsa_indexer.py, tests/unit/spec/test_new_architectures.py",
+    ),
+    "deepseek_v4": (
+        "per layer a sliding-window page (block 64, 584 B per token fp8_ds_mla); at compress "
+        "ratio 4 / 128 a compressed-MLA page (block 256, 256 / ratio states of 584 B) and a float32 "
+        "compressor-state sliding page (block 4 / 8, window 8 / 128, 2 x coff x head_dim values "
+        "per token); at ratio 4 also the indexer's keys (132 B per state) and its compressor state; "
+        "pages padded to 576 B; specs bucketed by block size, type and window, balanced buckets "
+        "split by _approximate_gcd repeats, each block one page of every group side by side "
+        "(bytes per block = the widest group); block 256 whatever --block-size; --kv-cache-dtype "
+        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused",
+        "models/deepseek_v4/attention.py 93-126, 233, 298, 345, 366, 856-880, 907-920, 1012-1022; "
+        "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
+        "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
+        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
+        "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
+        "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
+        "tests/peer/test_vllm_pool_oracle.py)",
     ),
     "mimo_v2_flash": (
         "sliding window = sliding_window_size (transformers attends one token more); sliding "

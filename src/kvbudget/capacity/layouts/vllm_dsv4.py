@@ -119,6 +119,13 @@ def dsv4_layer_specs(spec: ModelSpec) -> list[Dsv4Spec]:
 
     MTP layers are not included: vLLM builds them only with ``--speculative-config``.
     """
+    if spec.model_type != "deepseek_v4":
+        raise LayoutNotApplicable(
+            f"model_type: {spec.model_type!r} with DeepSeek-V4 layers: vLLM 0.32 reads DeepSeek-V4 "
+            "only as model_type deepseek_v4 (transformers_utils/config.py line 93 registers its "
+            "DeepseekV4Config for that name; no vLLM source line names this one); use --engine hf, "
+            "or measure"
+        )
     out: list[Dsv4Spec] = []
     for layer in spec.layers:
         i = layer.layer_index
