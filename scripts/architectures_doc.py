@@ -54,6 +54,8 @@ edit by hand. Model types: every `model_type` of transformers' `MODEL_FOR_CAUSAL
   (`CASES` in the recorder says why for each). DeepSeek-V4 is recorded from a shrunk published
   config (`CHECKPOINT_CASES`): vLLM reads only the checkpoint's own format (`compress_ratios`), and
   its own `DeepseekV4Config` refuses the `mlp_layer_types` transformers' default config writes.
+  Inkling is recorded from transformers' tiny config rewritten in vLLM's own format
+  (`CONVERTED_CASES`, model_type `inkling_model`): vLLM fails on transformers' `inkling_text`.
 * **rule**: `builder` = hand-written rule in `kvbudget.spec.architectures`; `table` = a row of the
   trait table `kvbudget.spec.traits` (transformers file named); `generic` = no row: read with
   llama-style fields, ledger line `architecture_rules` says UNVERIFIED and calc's status is

