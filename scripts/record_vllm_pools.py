@@ -142,8 +142,21 @@ def inkling_og_format(config: dict[str, Any]) -> dict[str, Any]:
 #: cases whose transformers tiny config vLLM reads only after a rewrite: name -> (model_type of
 #: the transformers config, rewrite, engine kwargs). Inkling: tokenizer_mode "hf", since vLLM
 #: defaults Inkling to its own renderer, which needs a tokenizer (skip_tokenizer_init refused)
-CONVERTED_CASES: dict[str, tuple[str, Any, dict[str, Any]]] = {
-    "inkling_og_format": ("inkling_text", inkling_og_format, {"tokenizer_mode": "hf"}),
+CONVERTED_CASES: dict[str, tuple[str, Any, dict[str, Any], dict[str, Any]]] = {
+    "inkling_og_format": ("inkling_text", inkling_og_format, {}, {"tokenizer_mode": "hf"}),
+    # another mix: 3 full layers, narrower sliding heads over a 256-token window (the conv pages of
+    # both kinds then share one spec after page unification, and groups are padded)
+    "inkling_og_format_mix": (
+        "inkling_text",
+        inkling_og_format,
+        {
+            "local_layer_ids": [1, 2, 4, 5, 7],
+            "swa_num_key_value_heads": 4,
+            "swa_head_dim": 64,
+            "sliding_window_size": 256,
+        },
+        {"tokenizer_mode": "hf"},
+    ),
 }
 
 WORKER = r"""
@@ -185,7 +198,7 @@ def all_cases(registry: set[str]) -> dict[str, tuple[str, dict[str, Any], dict[s
 
     cases = dict(CASES)
     cases.update({name: (c[0], c[3], c[4]) for name, c in CHECKPOINT_CASES.items()})
-    cases.update({name: (c[0], {}, c[2]) for name, c in CONVERTED_CASES.items()})
+    cases.update({name: (c[0], c[2], c[3]) for name, c in CONVERTED_CASES.items()})
     for model_type, arch in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
         if arch in registry and model_type not in cases:
             cases[model_type] = (model_type, {}, {})

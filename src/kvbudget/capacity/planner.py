@@ -168,6 +168,7 @@ def _to_pool_layer(spec: VllmLayerSpec, index: int) -> vpool.PoolLayer:
         attention_chunk_size=spec.attention_chunk_size,
         num_speculative_blocks=spec.num_speculative_blocks,
         num_checkpoint_blocks=spec.num_checkpoint_blocks,
+        shape=spec.shape,
     )
 
 
@@ -475,6 +476,11 @@ def _make_vllm_plan(
         kv_name = dsv4_kv_dtype(kv_name)
         kv_dtype = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
         check_dsv4_request(request, behaviour.version)
+        if behaviour.version != (0, 32, 0):
+            notes.append(
+                f"DeepSeek-V4's vLLM groups were read from 0.32.0's source, not re-read for "
+                f"{version_text}"
+            )
         if request.block_size not in (None, DSV4_BLOCK_SIZE):
             notes.append(
                 f"block size {DSV4_BLOCK_SIZE} for DeepSeek-V4 whatever --block-size "

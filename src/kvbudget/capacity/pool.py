@@ -48,6 +48,9 @@ class PoolLayer:
     attention_chunk_size: int | None = None
     num_speculative_blocks: int = 0
     num_checkpoint_blocks: int = 0  # vLLM 0.32 mamba2 prefill checkpoint (align mode)
+    #: (heads, head size) where two specs of one kind, block, page and window still differ in
+    #: vLLM (its buckets key on the whole spec): Inkling's conv states of sliding and full layers
+    shape: tuple[int, int] = (0, 0)
 
     def spec_key(self) -> tuple[object, ...]:
         return (
@@ -57,6 +60,7 @@ class PoolLayer:
             self.sliding_window,
             self.attention_chunk_size,
             self.num_checkpoint_blocks,
+            self.shape,
         )
 
     def max_memory_usage_bytes(

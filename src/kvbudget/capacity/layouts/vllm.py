@@ -101,6 +101,8 @@ class VllmLayerSpec:
     mamba_cache_mode: MambaCacheMode = "none"
     #: vLLM 0.32 ``MambaMixer2.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks=1`` (align mode)
     num_checkpoint_blocks: int = 0
+    #: (heads, head size) of an Inkling conv state: vLLM keys its groups on the whole spec
+    shape: tuple[int, int] = (0, 0)
 
     def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
@@ -461,7 +463,13 @@ def _one(
         page = sconv_page_bytes(layer, tp, 2)  # bfloat16 (check_sconv)
         window = layer.conv_kernel
         return VllmLayerSpec(
-            idx, "sliding", window, page, sliding_window=window, real_page_size_bytes=page
+            idx,
+            "sliding",
+            window,
+            page,
+            sliding_window=window,
+            real_page_size_bytes=page,
+            shape=(layer.num_heads // tp, 1 << (layer.head_dim - 1).bit_length()),
         )
     if isinstance(layer, StateLayer):
         real = mamba_page_bytes(layer, state_bytes, tp, ssm_bytes)
