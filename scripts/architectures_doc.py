@@ -51,7 +51,11 @@ edit by hand. Model types: every `model_type` of transformers' `MODEL_FOR_CAUSAL
   the config class derives (GPT-BigCode's `num_key_value_heads`, from `multi_query`) is left to
   the class; every case vLLM started must match (the test exempts none); a
   named variant (`nemotron_h_dense`) records a layout the default cannot start on CPU
-  (`CASES` in the recorder says why for each).
+  (`CASES` in the recorder says why for each). DeepSeek-V4 is recorded from a shrunk published
+  config (`CHECKPOINT_CASES`): vLLM reads only the checkpoint's own format (`compress_ratios`), and
+  its own `DeepseekV4Config` refuses the `mlp_layer_types` transformers' default config writes.
+  Inkling is recorded from transformers' tiny config rewritten in vLLM's own format
+  (`CONVERTED_CASES`, model_type `inkling_model`): vLLM fails on transformers' `inkling_text`.
 * **rule**: `builder` = hand-written rule in `kvbudget.spec.architectures`; `table` = a row of the
   trait table `kvbudget.spec.traits` (transformers file named); `generic` = no row: read with
   llama-style fields, ledger line `architecture_rules` says UNVERIFIED and calc's status is
@@ -148,7 +152,8 @@ run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3
 and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
 A layout that does not model a layer's extra cache (the sparse-attention indexer key under
 sglang and llama.cpp) refuses the model instead of giving a partial number; the vllm layout models
-DSA's and MiniMax-M3's indexers (next section).
+DSA's and MiniMax-M3's indexers and DeepSeek-V4's compressed attention (next section); sglang and
+llama.cpp refuse DeepSeek-V4.
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

@@ -7,7 +7,9 @@ Run with the Python of a vLLM CPU venv (issue 13's ``scripts/vllm-cpu.sh`` build
         [--only llama_gqa,qwen3_next] [--registry tests/peer/fixtures/vllm_0.32.0_architectures.json]
 
 For every case a tiny config is built from transformers' own config class
-(``tests/peer/tiny_configs.py``), written to a temporary directory and started in a fresh
+(``tests/peer/tiny_configs.py``), or, for the ``CHECKPOINT_CASES`` vLLM reads only in the
+checkpoint's own format (DeepSeek-V4), from a published config in kvbudget's catalog with its
+sizes shrunk; it is written to a temporary directory and started in a fresh
 process as ``vllm.LLM(model=DIR, load_format="dummy", skip_tokenizer_init=True,
 enforce_eager=True, dtype="bfloat16", ...)`` with ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV cache.
 The log's ``CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: Xx``,
@@ -139,6 +141,97 @@ HAND_BUILT: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
     ),
 }
 
+#: cases vLLM reads only in the checkpoint's own config format: name -> (model_type, catalog file
+#: under src/kvbudget/spec/catalog/models/, keys dropped, overrides, engine kwargs). DeepSeek-V4:
+#: vLLM 0.32 registers its own DeepseekV4Config (transformers_utils/configs/deepseek_v4.py, a plain
+#: PreTrainedConfig) and reads config.compress_ratios[layer_id] (models/deepseek_v4/attention.py
+#: line 233); transformers' own DeepseekV4Config.to_dict() writes mlp_layer_types = hash_moe / moe,
+#: which that plain config's validator refuses ("entries must be in ('sparse', 'dense')")
+_DSV4_TINY: dict[str, Any] = {
+    "hidden_size": 512,
+    "num_attention_heads": 16,
+    "moe_intermediate_size": 256,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "q_lora_rank": 256,
+    "o_lora_rank": 256,
+    "o_groups": 8,
+    "vocab_size": 1024,
+    "max_position_embeddings": 65536,
+    "num_hash_layers": 1,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 16,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+}
+CHECKPOINT_CASES: dict[str, tuple[str, str, tuple[str, ...], dict[str, Any], dict[str, Any]]] = {
+    # 6 layers: 2 sliding only, then CSA (ratio 4) / HCA (ratio 128) alternating; the 7th ratio
+    # belongs to the MTP layer (built only with --speculative-config)
+    "deepseek_v4": (
+        "deepseek_v4",
+        "deepseek-ai--DeepSeek-V4-Flash.json",
+        ("quantization_config", "expert_dtype"),
+        {**_DSV4_TINY, "num_hidden_layers": 6, "compress_ratios": [0, 0, 4, 128, 4, 128, 0]},
+        {},
+    ),
+    # another mix: 4 CSA, 2 HCA, 1 sliding-only layer, a 256-token window
+    "deepseek_v4_mix": (
+        "deepseek_v4",
+        "deepseek-ai--DeepSeek-V4-Flash.json",
+        ("quantization_config", "expert_dtype"),
+        {
+            **_DSV4_TINY,
+            "num_hidden_layers": 7,
+            "compress_ratios": [4, 128, 4, 4, 0, 128, 4, 0],
+            "sliding_window": 256,
+        },
+        {},
+    ),
+}
+CATALOG = ROOT / "src" / "kvbudget" / "spec" / "catalog" / "models"
+
+
+def inkling_og_format(config: dict[str, Any]) -> dict[str, Any]:
+    """transformers' tiny InklingTextConfig rewritten in vLLM's own Inkling format.
+
+    vLLM 0.32 reads Inkling only through its InklingModelConfig (model_type ``inkling_model``,
+    ``vllm/models/inkling/configs.py``): transformers' ``inkling_text`` config loads as
+    transformers' class, which lacks ``padded_vocab_size`` (AttributeError in the worker).
+    ``local_layer_ids`` lists the ``hybrid_sliding`` layers; ``sconv_kernel_size`` is HF's
+    ``conv_kernel_size`` (configs.py lines 83-100).
+    """
+    out = dict(config)
+    types = out.pop("layer_types")
+    out.pop("mlp_layer_types", None)
+    out["local_layer_ids"] = [i for i, t in enumerate(types) if t == "hybrid_sliding"]
+    out["model_type"] = "inkling_model"
+    out["sconv_kernel_size"] = out.get("conv_kernel_size") or 4
+    return out
+
+
+#: cases whose transformers tiny config vLLM reads only after a rewrite: name -> (model_type of
+#: the transformers config, rewrite, engine kwargs). Inkling: tokenizer_mode "hf", since vLLM
+#: defaults Inkling to its own renderer, which needs a tokenizer (skip_tokenizer_init refused)
+CONVERTED_CASES: dict[str, tuple[str, Any, dict[str, Any], dict[str, Any]]] = {
+    "inkling_og_format": ("inkling_text", inkling_og_format, {}, {"tokenizer_mode": "hf"}),
+    # another mix: 3 full layers, narrower sliding heads over a 256-token window (the conv pages of
+    # both kinds then share one spec after page unification, and groups are padded)
+    "inkling_og_format_mix": (
+        "inkling_text",
+        inkling_og_format,
+        {
+            "local_layer_ids": [1, 2, 4, 5, 7],
+            "swa_num_key_value_heads": 4,
+            "swa_head_dim": 64,
+            "sliding_window_size": 256,
+        },
+        {"tokenizer_mode": "hf"},
+    ),
+}
+
 WORKER = r"""
 import json, sys
 if __name__ == "__main__":
@@ -178,6 +271,8 @@ def all_cases(registry: set[str]) -> dict[str, tuple[str, dict[str, Any], dict[s
 
     cases = dict(CASES)
     cases.update({name: (m, {}, {}) for name, (m, _config, _engine, _path) in HAND_BUILT.items()})
+    cases.update({name: (c[0], c[3], c[4]) for name, c in CHECKPOINT_CASES.items()})
+    cases.update({name: (c[0], c[2], c[3]) for name, c in CONVERTED_CASES.items()})
     for model_type, arch in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
         if arch in registry and model_type not in cases:
             cases[model_type] = (model_type, {}, {})
@@ -281,6 +376,14 @@ def run_case(
         config = json.loads(json.dumps(config))
         arch = config["architectures"][0]
         record: dict[str, Any] = {"name": name, "model_type": model_type, "architecture": arch}
+    elif name in CHECKPOINT_CASES:
+        arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+        record = {"name": name, "model_type": model_type, "architecture": arch}
+        _, catalog_file, dropped, _, _ = CHECKPOINT_CASES[name]
+        config = json.loads((CATALOG / catalog_file).read_text(encoding="utf-8"))
+        for key in dropped:
+            config.pop(key, None)
+        record["config_source"] = f"src/kvbudget/spec/catalog/models/{catalog_file}, shrunk"
     else:
         arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
         record = {"name": name, "model_type": model_type, "architecture": arch}
@@ -289,6 +392,9 @@ def run_case(
         except Exception as exc:  # transformers cannot build the tiny config
             record["error"] = f"config: {type(exc).__name__}: {exc}"[:500]
             return record
+        if name in CONVERTED_CASES:
+            config = CONVERTED_CASES[name][1](config)
+            record["config_source"] = f"transformers' tiny {model_type} config, rewritten"
     config.update(overrides)
     if extra_path:
         record["import_stubs"] = str(Path(extra_path).relative_to(ROOT))

@@ -324,6 +324,8 @@ def calc_model(
             **base,
         )
     dtypes = [get_kv_dtype(kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)]
+    if layout_name == "vllm" and layout.kv_dtype != dtypes[0].name:  # DeepSeek-V4: fp8_ds_mla
+        dtypes[0] = get_kv_dtype(layout.kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)
     if v_dtype is not None:
         dtypes.append(get_kv_dtype(v_dtype, engine=layout_name, model_dtype=spec.torch_dtype))
     kv_note = (

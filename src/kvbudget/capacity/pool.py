@@ -48,6 +48,9 @@ class PoolLayer:
     attention_chunk_size: int | None = None
     num_speculative_blocks: int = 0
     num_checkpoint_blocks: int = 0  # vLLM 0.32 mamba2 prefill checkpoint (align mode)
+    #: (heads, head size) where two specs of one kind, block, page and window still differ in
+    #: vLLM (its buckets key on the whole spec): Inkling's conv states of sliding and full layers
+    shape: tuple[int, int] = (0, 0)
 
     def spec_key(self) -> tuple[object, ...]:
         return (
@@ -57,6 +60,7 @@ class PoolLayer:
             self.sliding_window,
             self.attention_chunk_size,
             self.num_checkpoint_blocks,
+            self.shape,
         )
 
     def max_memory_usage_bytes(
@@ -312,6 +316,21 @@ def group_size_on(
     return max(sum(1 for i in g.layer_indices if i in rank_layers) for g in groups)
 
 
+def bytes_per_block(
+    groups: Sequence[KvCacheGroup], rank_layers: range | set[int] | None = None
+) -> int:
+    """Bytes one block takes on one worker: ``page * group_size``; with UniformType groups (each
+    page the sum of its layers' pages) the widest group's page, as vLLM 0.32
+    ``_get_kv_cache_bytes_per_block`` packs every group's page into each block
+    (``v1/core/kv_cache_utils.py`` lines 1520-1551; DeepSeek-V4's several packed groups)."""
+    size = group_size_on(groups, rank_layers)
+    if not groups or size == 0:
+        return 0
+    if any(g.uniform_type for g in groups):
+        return max(g.page_size_bytes for g in groups)
+    return groups[0].page_size_bytes * size
+
+
 def num_blocks_for(
     available_bytes: int,
     groups: Sequence[KvCacheGroup],
@@ -323,6 +342,8 @@ def num_blocks_for(
     size = group_size_on(groups, rank_layers)
     if size == 0:
         return 1
+    if any(g.uniform_type for g in groups):
+        return max(0, int(available_bytes // bytes_per_block(groups, rank_layers)))
     page = groups[0].page_size_bytes
     return max(0, int(available_bytes // page // size))
 
@@ -350,12 +371,11 @@ def needed_bytes(
             )
             for g in groups
         )
-    page = groups[0].page_size_bytes
     blocks = sum(
         g.max_blocks_per_request(max_model_len, max_num_batched_tokens, mamba_cache_mode)
         for g in groups
     )
-    return group_size_on(groups) * page * blocks
+    return bytes_per_block(groups) * blocks
 
 
 def estimate_max_model_len(
@@ -435,6 +455,7 @@ __all__ = [
     "KvCacheGroup",
     "MambaCacheMode",
     "PoolLayer",
+    "bytes_per_block",
     "distinct_layers",
     "estimate_max_model_len",
     "fit_error_text",

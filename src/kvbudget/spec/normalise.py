@@ -430,6 +430,22 @@ def _dbrx(out: Normalised, prefix: str) -> None:
     cfg["num_key_value_heads"] = kv
 
 
+def _inkling_model(out: Normalised, prefix: str) -> None:
+    """vLLM's InklingModelConfig: ``local_layer_ids`` default [] (every layer ``hybrid``), the
+    ``swa_*`` sizes default to the global ones (configs.py lines 70-81, 99-100)."""
+    cfg = out.config
+    for swa, base in (
+        ("swa_num_key_value_heads", "num_key_value_heads"),
+        ("swa_head_dim", "head_dim"),
+    ):
+        if cfg.get(swa) is None and cfg.get(base) is not None:
+            cfg[swa] = cfg[base]
+    if cfg.get("local_layer_ids") is None and cfg.get("layer_types") is None:
+        cfg["local_layer_ids"] = []
+        out.notes.append("local_layer_ids: [] (InklingModelConfig's default: no sliding layer)")
+    _inkling(out, prefix)
+
+
 def _inkling(out: Normalised, prefix: str) -> None:
     cfg = out.config
     out.consumed.add("local_layer_ids")
@@ -453,6 +469,7 @@ def _inkling(out: Normalised, prefix: str) -> None:
 _RULES = {
     "dbrx": _dbrx,
     "inkling_text": _inkling,
+    "inkling_model": _inkling_model,
     "deepseek_v4": _deepseek_v4,
     "deepseek_ref": _deepseek_v4,
     "kimi_linear": _kimi_linear,

@@ -265,6 +265,24 @@ _MINIMAX_M3 = Traits(
 )
 
 
+#: Inkling (transformers' InklingTextConfig; vLLM's OG-format inkling_model below reuses it)
+_INKLING = Traits(
+    _t("inkling"),
+    aliases={"sliding_window": "sliding_window_size", "conv_kernel_size": "sconv_kernel_size"},
+    defaults={
+        "num_hidden_layers": 66,
+        "hidden_size": 6144,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "swa_num_key_value_heads": 16,
+        "swa_head_dim": 128,
+        "sliding_window": 512,
+        "conv_kernel_size": 4,
+    },
+    sconv_hybrid=True,
+)
+
 #: model_type -> traits (verified against transformers' cache; see the module docstring)
 TRAITS: dict[str, Traits] = {
     # plain full attention, llama-style fields
@@ -449,21 +467,23 @@ TRAITS: dict[str, Traits] = {
     # InklingAttention lines 182-202, InklingDecoderLayer lines 554-559); "hybrid" layers use
     # num_key_value_heads x head_dim, "hybrid_sliding" ones swa_num_key_value_heads x
     # swa_head_dim over sliding_window_size (attribute_map: sliding_window)
-    "inkling_text": Traits(
-        _t("inkling"),
-        aliases={"sliding_window": "sliding_window_size", "conv_kernel_size": "sconv_kernel_size"},
+    "inkling_text": _INKLING,
+    # vLLM's own Inkling format (the "OG" checkpoint config, model_type inkling_model): the same
+    # layers under vLLM's InklingModelConfig (vllm/models/inkling/configs.py lines 14-137: HF
+    # conv_kernel_size == OG sconv_kernel_size, local_layer_ids default [] = no sliding layer);
+    # no transformers class: a structural reference
+    "inkling_model": replace(
+        _INKLING,
         defaults={
-            "num_hidden_layers": 66,
-            "hidden_size": 6144,
-            "num_attention_heads": 64,
-            "num_key_value_heads": 8,
-            "head_dim": 128,
-            "swa_num_key_value_heads": 16,
-            "swa_head_dim": 128,
+            "num_hidden_layers": 16,
+            "hidden_size": 1536,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 4,
             "sliding_window": 512,
             "conv_kernel_size": 4,
         },
-        sconv_hybrid=True,
+        source="vllm/models/inkling/configs.py InklingModelConfig (no transformers class)",
+        verified=False,
     ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)

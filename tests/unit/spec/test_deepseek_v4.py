@@ -166,26 +166,48 @@ def test_unknown_compress_ratio_is_refused(tmp_path: Path) -> None:
 
 def test_engine_layouts_refuse_compressed_attention_in_one_line() -> None:
     spec = _spec(FLASH)
-    with pytest.raises(LayoutNotApplicable, match="compressed attention") as vllm:
-        vllm_layout(spec, tokens=100, seqs=1)
-    assert "tokens_per_state" in vllm.value.reason and "\n" not in vllm.value.reason
     with pytest.raises(LayoutNotApplicable, match="compressed attention"):
         sglang_layout(spec, tokens=100, seqs=1)
     with pytest.raises(LayoutNotApplicable, match="compressed attention"):
         llamacpp_layout(spec, tokens=100, seqs=1, ctx_size=100)
 
 
+def test_vllm_layout_holds_vllm_packed_groups() -> None:
+    """The vllm layout gives vLLM 0.32's packed groups (tests/unit/plan/test_plan_dsv4_vllm.py
+    works their pages from vLLM's source): at 100 tokens a sequence holds 2 blocks of each
+    64-token sliding group (window 128), 1 block of the 256-token MLA group, 2 blocks of the
+    4-token compressor-state group (window 8: cdiv(100, 4) - 92 // 4) and 13 of the 8-token one
+    (window 128: cdiv(100, 8))."""
+    layout = vllm_layout(_spec(FLASH), tokens=100, seqs=1)
+    assert layout.kv_dtype == "fp8_ds_mla"
+    swa, mla, c4_states, c128_states = 37_440, 1_002_240, 870_912, 656_640
+    assert layout.total_bytes == (
+        2 * 22 * swa + 2 * 21 * swa + 1 * mla + 2 * c4_states + 13 * c128_states
+    )
+
+
 def test_plan_refuses_in_one_line_not_an_internal_error() -> None:
     """plan computes the weights first (approximated for V4's projections), then the vllm layout
-    refuses: one NotApplicableError line, never an InternalError."""
+    refuses a KV dtype vLLM refuses for DeepSeek-V4: one NotApplicableError line, never an
+    InternalError."""
     from tests.unit.calc.helpers_calc import run_main
 
     code, out, err = run_main(
-        ["plan", "--model", FLASH, "--gpu", "H200", "--max-model-len", "4096"]
+        [
+            "plan",
+            "--model",
+            FLASH,
+            "--gpu",
+            "H200",
+            "--max-model-len",
+            "4096",
+            "--kv-dtype",
+            "bfloat16",
+        ]
     )
     assert code != 0
     assert "InternalError" not in out + err
-    assert "compressed attention" in out + err
+    assert "kv_dtype: 'bfloat16' for deepseek_v4" in out + err
 
 
 @pytest.mark.parametrize(

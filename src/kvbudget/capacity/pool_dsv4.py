@@ -1,0 +1,145 @@
+"""DeepSeek-V4's vLLM 0.32 KV-cache groups: the block-outermost packing of mixed page sizes.
+
+The layer specs come from :mod:`kvbudget.capacity.layouts.vllm_dsv4`. Their page sizes differ,
+so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
+``_get_packed_kv_cache_groups`` (lines 1860-1994; the CPU build resolves the block-outermost
+``BLHNC`` layout, logged ``Using BLHNC KV cache layout``):
+
+1. buckets: each spec joins the first bucket it is uniform with (one block size, one spec type,
+   one window: ``UniformTypeKVCacheSpecs.is_uniform_type``, ``v1/kv_cache_interface.py`` lines
+   1280-1293), in registration order;
+2. a bucket is *balanced* when each of its page sizes has as many layers (lines 1890-1897);
+   ``repeats_per_group = _approximate_gcd`` (lines 1825-1857) of the balanced buckets' layers
+   per page size, at least the largest such count among balanced buckets that mix page sizes
+   (lines 1902-1921); a balanced bucket splits into ``cdiv(layers per page size, repeats)``
+   groups, strided over its layer pattern (lines 1968-1985), any other bucket stays whole (no
+   mamba, circular-buffer or unsplit sliding buckets here, so no state-bucket cap applies);
+3. each group is a ``UniformTypeKVCacheSpecs`` whose page is the sum of its layers' pages (line
+   1253); one block of the pool holds one page of EVERY group side by side, so
+   ``bytes_per_block = max over groups of that sum`` (``_get_kv_cache_bytes_per_block``, lines
+   1520-1551; no spec sets a ``block_stride_alignment``) and ``num_blocks = available //
+   bytes_per_block`` (line 1628);
+4. a max-length request takes, per group, ``max over its layers of cdiv(max_memory_usage_bytes,
+   page)`` blocks (``UniformTypeKVCacheSpecs.max_memory_usage_bytes``, lines 1260-1265):
+   ``cdiv(L, 256)`` in the MLA group (``FullAttentionSpec``, lines 602-608: ``tokens_per_state``
+   does not change how many tokens a block spans) and ``cdiv(min(W - 1 + T_b, L), B) + 1`` in a
+   sliding group (lines 859-896); ``Maximum concurrency = num_blocks / sum over groups``
+   (``get_max_concurrency_for_kv_cache_config``, lines 1195-1227) and the token line is
+   ``int(concurrency * L)`` (lines 2300-2308).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.pool import KvCacheGroup
+from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
+
+__all__ = [
+    "approximate_gcd",
+    "check_dsv4_request",
+    "dsv4_bytes_per_token",
+    "dsv4_groups",
+    "packed_groups",
+]
+
+#: the vLLM version whose DeepSeek-V4 source these rules were read from
+DSV4_READ_FROM = (0, 32, 0)
+
+
+def approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """vLLM ``_approximate_gcd`` (``kv_cache_utils.py`` lines 1825-1857): the chunk in
+    ``[lower_bound, max(values)]`` with the least upward padding, ties to the larger."""
+    low = max(1, lower_bound)
+    if low > max(values):
+        return low
+    best, best_pad = low, -1
+    for d in range(low, max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad < 0 or pad <= best_pad:
+            best, best_pad = d, pad
+    return best
+
+
+def packed_groups(specs: list[Dsv4Spec]) -> list[list[Dsv4Spec]]:
+    """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group, in
+    vLLM's group order."""
+    buckets: dict[tuple[object, ...], list[Dsv4Spec]] = {}
+    for spec in specs:
+        buckets.setdefault(spec.bucket_key, []).append(spec)
+    info = []
+    for members in buckets.values():
+        per_page: dict[int, list[Dsv4Spec]] = {}
+        for spec in members:
+            per_page.setdefault(spec.page_size_bytes, []).append(spec)
+        balanced = len({len(v) for v in per_page.values()}) == 1
+        most = Counter(s.page_size_bytes for s in members).most_common(1)[0][1]
+        info.append((members, per_page, balanced, most))
+    floor = max((most for _, pages, bal, most in info if bal and len(pages) > 1), default=0)
+    repeats = approximate_gcd([most for *_, bal, most in info if bal], floor) if floor else None
+    groups: list[list[Dsv4Spec]] = []
+    for members, per_page, balanced, most in info:
+        n = cdiv(most, repeats) if balanced and repeats is not None else 1
+        if n == 1:
+            groups.append(members)
+            continue
+        pattern = list(zip(*per_page.values(), strict=True))
+        groups.extend([s for repeat in pattern[i::n] for s in repeat] for i in range(n))
+    return groups
+
+
+def dsv4_groups(spec: ModelSpec, *, pp: int = 1) -> list[KvCacheGroup]:
+    """DeepSeek-V4's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
+    ``uniform_type``: its page is the sum of its members' pages)."""
+    if pp > 1:
+        raise LayoutNotApplicable(
+            "pp: DeepSeek-V4's packed vLLM groups are planned on one pipeline stage only; plan "
+            "with --pp 1"
+        )
+    out: list[KvCacheGroup] = []
+    for members in packed_groups(dsv4_layer_specs(spec)):
+        first = members[0]
+        indices = LayerIndices.of(sorted({s.layer_index for s in members}))
+        out.append(
+            KvCacheGroup(
+                group_id=len(out),
+                kind=first.kind,
+                layer_indices=indices,
+                num_padding_layers=0,
+                block_size=first.block_size,
+                page_size_bytes=sum(s.page_size_bytes for s in members),
+                sliding_window=first.sliding_window,
+                uniform_type=True,
+            )
+        )
+    return out
+
+
+def check_dsv4_request(request: PlanRequest, version: tuple[int, int, int]) -> None:
+    """Refuse, in one line naming the field, what the DeepSeek-V4 rule does not model."""
+    if version < DSV4_READ_FROM:
+        raise LayoutNotApplicable(
+            f"engine_version: {'.'.join(map(str, version))} for deepseek_v4: kvbudget read "
+            "DeepSeek-V4's vLLM KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
+        )
+    if request.speculative_config is not None:
+        raise LayoutNotApplicable(
+            "speculative_config: DeepSeek-V4's MTP layers under --speculative-config are not "
+            "modelled in the vllm layout; plan without it, or measure"
+        )
+    if request.disable_hybrid_kv_cache_manager:
+        raise LayoutNotApplicable(
+            "disable_hybrid_kv_cache_manager: not modelled for deepseek_v4 (vLLM 0.32 would unify "
+            "its sliding and compressed specs); plan without it, or measure"
+        )
+
+
+def dsv4_bytes_per_token(groups: list[KvCacheGroup]) -> int:
+    """Long-run bytes per token on one rank: the compressed-MLA group's page over its 256-token
+    block (the sliding and compressor-state groups stop growing at their windows)."""
+    return sum(g.page_size_bytes // g.block_size for g in groups if g.kind == "mla")
