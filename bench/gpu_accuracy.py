@@ -379,11 +379,11 @@ def combine(parts: list[Path], out: Path) -> int:
         for row in doc["rows"]:
             if row["id"] not in seen:
                 seen.add(row["id"])
-                rows.append(row)
+                rows.append({**row, "commit": row.get("commit", doc["commit"])})
     every = silicon_rows()
     wanted = [r["id"] for r in every]
     head = {k: v for k, v in docs[0].items() if k != "rows"}
-    head["complete"] = seen == set(wanted)
+    head["complete"] = seen == set(wanted) and all(r.get("status") != "not-run" for r in rows)
     for row in every:  # what no part reached is in the file too, said so
         if row["id"] not in seen:
             rows.append(

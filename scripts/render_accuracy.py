@@ -71,6 +71,15 @@ def _table(groups: dict[tuple[str, ...], list[dict[str, Any]]], head: list[str])
     return out
 
 
+def _by_commit(done: list[dict[str, Any]]) -> str:
+    """Which code simulated which rows, when the file was combined from runs at several."""
+    counts = Counter(str(r.get("commit", "")) for r in done)
+    if len(counts) < 2:
+        return ""
+    parts = ", ".join(f"{n} by kvbudget {commit}" for commit, n in counts.most_common())
+    return f" ({parts}: runs at different commits, combined)"
+
+
 def latency(name: str = "gpu_accuracy.json") -> str:
     """Median / p90 |error| per model, GPU and regime; the headline; the rows not simulated."""
     data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
@@ -92,7 +101,7 @@ def latency(name: str = "gpu_accuracy.json") -> str:
         f"Raw file: `bench/results/{name}` (aiconfigurator-core {data['aiconfigurator_core']}, "
         f"kvbudget {data['commit']}, {data['wall_s']:,.0f} s wall, load average "
         f"{data['load_average'][0]:.1f} at the end). {len(done)} of {len(rows)} vLLM agg rows "
-        "simulated. Each cell: median / p90 of |predicted - measured| / measured over the rows "
+        f"simulated{_by_commit(done)}. Each cell: median / p90 of |predicted - measured| / measured over the rows "
         "(rows with that figure). Measured: the row's real vLLM run; kvbudget: `kvbudget sim` "
         f"closed loop at the row's concurrency, {data['requests_per_slot']} requests per slot "
         f"(at least {data['min_requests']}), the client that measured the row: "
