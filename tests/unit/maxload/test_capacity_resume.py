@@ -36,6 +36,7 @@ from kvbudget.maxload.run import Capacity, find_capacity
 from kvbudget.maxload.slo import parse_slo
 from kvbudget.records import RequestRecord
 from kvbudget.workload.request import PlannedRequest
+from tests.unit.maxload.test_capacity_cli import SMALL as CLI_SMALL
 
 SERVICE_S = 0.1
 SLO = "ttft_p95<350ms"
@@ -191,24 +192,8 @@ def test_a_search_in_a_used_directory_needs_resume(tmp_path: Path) -> None:
         ProbeJournal(tmp_path / "empty", IDENTITY, resume=True)
 
 
-# the simulator, through the command line
-SMALL = [
-    "--timing-model",
-    "roofline",
-    "--input-tokens",
-    "128",
-    "--output-tokens",
-    "16",
-    "--num-requests",
-    "40",
-    "--max-num-seqs",
-    "8",
-    "--rate-tolerance",
-    "0.2",
-    "--seeds",
-    "2",
-    "--json",
-]
+# the simulator, through the command line: the CLI tests' small search, as JSON
+SMALL = [*CLI_SMALL, "--json"]
 
 
 def _run(args: list[str]) -> Any:
