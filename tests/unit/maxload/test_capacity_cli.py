@@ -154,7 +154,11 @@ def test_a_search_stopped_before_any_probe_says_so() -> None:
 
     slo = parse_slo("ttft_p95<1s")
     cap = find_capacity(probe, slo, saturation_concurrency=None, num_requests=20, seeds=(0,))
-    doc = {"figures": "measured", "figures_label": "measured (test)", "engine": "test"}
+    doc: dict[str, object] = {
+        "figures": "measured",
+        "figures_label": "measured (test)",
+        "engine": "test",
+    }
     doc.update(cap.to_dict())
     assert doc["max_rate_per_s"] is None and doc["max_concurrency"] is None
     assert doc["stopped"] is not None and "request budget spent" in str(doc["stopped"])
