@@ -50,6 +50,13 @@ class PlanRequest(BaseModel):
     )
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
+    async_scheduling: bool | None = Field(
+        default=None,
+        description=(
+            "vLLM --async-scheduling (True) / --no-async-scheduling (False); None: the "
+            "version's default on a GPU (the CPU build schedules synchronously)"
+        ),
+    )
     data_parallel_size: int = Field(
         default=1,
         ge=1,
@@ -157,6 +164,9 @@ class PlanResult:
     weights: WeightsEstimate
     ranks: tuple[RankMemory, ...]
     mamba_cache_mode: MambaCacheMode = "none"
+    #: tokens scheduled but not yet settled, which a sliding-window or chunked-local group
+    #: reserves for (vLLM 0.26+ ``max_in_flight_tokens``); ``None``: ``max_num_batched_tokens``
+    max_in_flight_tokens: int | None = None
     sglang: SglangPool | None = None
     notes: tuple[str, ...] = ()
     remedies: tuple[str, ...] = ()
@@ -175,12 +185,17 @@ class PlanResult:
         """Weights on the most loaded GPU."""
         return self.weights.max_rank_bytes
 
+    @property
+    def in_flight_tokens(self) -> int:
+        """Tokens a window group reserves for beside its window (see ``max_in_flight_tokens``)."""
+        return self.max_in_flight_tokens or self.max_num_batched_tokens
+
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Blocks one sequence of ``num_tokens`` holds across all groups (window-bounded)."""
         if self.engine == "sglang":
             return cdiv(num_tokens, self.block_size) if num_tokens > 0 else 0
         return sum(
-            g.blocks_for_tokens(num_tokens, self.max_num_batched_tokens, self.mamba_cache_mode)
+            g.blocks_for_tokens(num_tokens, self.in_flight_tokens, self.mamba_cache_mode)
             for g in self.groups
         )
 
@@ -198,6 +213,7 @@ class PlanResult:
             "kv_dtype": self.kv_dtype,
             "max_model_len": self.max_model_len,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_in_flight_tokens": self.in_flight_tokens,
             "max_num_seqs": self.max_num_seqs,
             "block_size": self.block_size,
             "num_blocks": self.num_blocks,

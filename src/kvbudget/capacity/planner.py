@@ -50,8 +50,11 @@ from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.remedies import fit_remedies
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
+    Version,
     check_vllm_kv_dtype,
+    vllm_async_scheduling,
     vllm_behaviour,
+    vllm_concurrent_batches,
 )
 from kvbudget.capacity.vllm_startup import (
     max_len_refusal,
@@ -425,6 +428,31 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
     return replace(result, notes=result.notes + ignored) if ignored else result
 
 
+def _concurrent_batches(
+    request: PlanRequest,
+    version: Version,
+    device_given: bool,
+    groups: list[vpool.KvCacheGroup],
+    notes: list[str],
+) -> int:
+    """Batches in flight that a sliding-window or chunked-local group reserves for (vLLM
+    0.26+ ``max_in_flight_tokens``): async scheduling on a GPU (the version's default unless
+    --async-scheduling / --no-async-scheduling is given); the CPU build (no device given)
+    turns async scheduling off (vLLM 0.32.0 ``platforms/cpu.py`` line 331)."""
+    if device_given:
+        asynchronous = vllm_async_scheduling(version, request.pp, request.async_scheduling).enabled
+    else:
+        asynchronous = bool(request.async_scheduling)
+    batches = vllm_concurrent_batches(version, request.pp, asynchronous)
+    if batches > 1 and any(g.sliding_window or g.attention_chunk_size for g in groups):
+        notes.append(
+            f"sliding-window and chunked-local groups reserve for {batches} batches in flight "
+            f"({batches} x max_num_batched_tokens: vLLM max_in_flight_tokens, since 0.26.0, "
+            f"async scheduling {'on' if asynchronous else 'off'}, pp {request.pp})"
+        )
+    return batches
+
+
 def _make_vllm_plan(
     request: PlanRequest,
     model: ModelSpec,
@@ -654,11 +682,14 @@ def _make_vllm_plan(
                 "pass --cudagraph-bytes from the engine log to settle it"
             )
     mode = mamba_mode
-    conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, t_b, mode)
+    in_flight = t_b * _concurrent_batches(
+        request, behaviour.version, device_given, list(groups), notes
+    )
+    conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, in_flight, mode)
     tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)
     per_layer = behaviour.error_style == "v09"  # ~v0.9 summed real layers (no padding)
-    needed = vpool.needed_bytes(groups, max_model_len, t_b, mode, per_layer=per_layer)
+    needed = vpool.needed_bytes(groups, max_model_len, in_flight, mode, per_layer=per_layer)
     if draft_block_bytes and groups:
         needed += draft_block_bytes * -(-max_model_len // groups[0].block_size)
     error: str | None = None
@@ -668,7 +699,7 @@ def _make_vllm_plan(
         fits = False
         avail = max(0, tightest.available_kv_bytes)
         estimated = vpool.estimate_max_model_len(
-            avail, groups, max_model_len, t_b, mode, per_layer=per_layer
+            avail, groups, max_model_len, in_flight, mode, per_layer=per_layer
         )
         error = vpool.fit_error_text(
             behaviour,
@@ -720,6 +751,7 @@ def _make_vllm_plan(
         kv_dtype=kv_dtype.name,
         max_model_len=max_model_len,
         max_num_batched_tokens=t_b,
+        max_in_flight_tokens=in_flight,
         max_num_seqs=max_seqs,
         block_size=min((g.block_size for g in groups), default=request.block_size or 16),
         groups=tuple(groups),

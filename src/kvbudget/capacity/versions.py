@@ -161,6 +161,24 @@ def vllm_async_scheduling_default(version: Version, pp: int) -> bool:
     return pp == 1 or version >= VLLM_ASYNC_WITH_PP_SINCE
 
 
+#: first vLLM with ``VllmConfig.max_in_flight_tokens``: sliding-window and chunked-local specs
+#: reserve for every batch in flight, ``max_concurrent_batches x max_num_batched_tokens``
+#: (absent from the 0.25.0 wheel's ``vllm/config/vllm.py``, present in 0.26.0's and since)
+VLLM_IN_FLIGHT_TOKENS_SINCE: Version = (0, 26, 0)
+
+
+def vllm_concurrent_batches(version: Version, pp: int, async_scheduling: bool) -> int:
+    """``VllmConfig.max_concurrent_batches`` as the sliding-window reservation counts it
+    (vLLM 0.32.0 ``vllm/config/vllm.py`` lines 577-587): with async scheduling 2 batches, or
+    ``pp + 1`` with pipeline parallel (the V2 model runner, the only one that schedules
+    asynchronously with PP); without it ``pp``. Before 0.26.0 the reservation was one batch."""
+    if version < VLLM_IN_FLIGHT_TOKENS_SINCE:
+        return 1
+    if async_scheduling:
+        return pp + 1 if pp > 1 else 2
+    return pp
+
+
 @dataclass(frozen=True, slots=True)
 class AsyncScheduling:
     """Whether a simulated vLLM replica schedules asynchronously, and why (one line)."""

@@ -56,10 +56,21 @@ class WindowCharges:
     windows: tuple[WindowCharge, ...]
     num_blocks: int
     max_model_len: int
+    #: the tokens a window group reserves for beside its window: max_num_batched_tokens x the
+    #: batches in flight (vLLM 0.26+ ``max_in_flight_tokens``)
     max_num_batched_tokens: int
+    in_flight_batches: int
     max_concurrency: float
     kept_per_sequence: int
     charged_per_sequence: int
+
+    def _in_flight_words(self) -> str:
+        if self.in_flight_batches <= 1:
+            return "max_num_batched_tokens"
+        return (
+            f"{self.in_flight_batches} batches in flight x max_num_batched_tokens, vLLM "
+            "max_in_flight_tokens"
+        )
 
     @property
     def decode_concurrency(self) -> float:
@@ -93,7 +104,7 @@ class WindowCharges:
                 f"{what}: each {L:,}-token sequence keeps {w.kept:,} blocks of {w.block_size} "
                 f"tokens per group once decoding ({kept}); the maximum-concurrency figure "
                 f"charges it {w.charged:,} per group, its peak while a prefill chunk of up to "
-                f"{t_b:,} tokens (max_num_batched_tokens) is computed beside {beside} ({rule})"
+                f"{t_b:,} tokens ({self._in_flight_words()}) is computed beside {beside} ({rule})"
             )
         out.append(
             f"so {self.max_concurrency:.2f}x ({self.num_blocks:,} blocks / "
@@ -142,7 +153,7 @@ def group_blocks(result: PlanResult) -> list[GroupBlocks] | None:
         return None
     if vllm_behaviour(result.engine_version).concurrency == "tokens_over_len":
         return None
-    L, t_b = result.max_model_len, result.max_num_batched_tokens
+    L, t_b = result.max_model_len, result.in_flight_tokens
     return [
         GroupBlocks(
             group_id=g.group_id,
@@ -183,7 +194,8 @@ def window_charges(result: PlanResult) -> WindowCharges | None:
         ),
         num_blocks=result.num_blocks,
         max_model_len=result.max_model_len,
-        max_num_batched_tokens=result.max_num_batched_tokens,
+        max_num_batched_tokens=result.in_flight_tokens,
+        in_flight_batches=result.in_flight_tokens // result.max_num_batched_tokens,
         max_concurrency=result.max_concurrency,
         kept_per_sequence=sum(b.kept for b in blocks),
         charged_per_sequence=sum(b.charged for b in blocks),

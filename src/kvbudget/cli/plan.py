@@ -24,6 +24,8 @@ from kvbudget.capacity.scenarios import (
 )
 from kvbudget.cli.plan_render import render_gpus, render_plan
 from kvbudget.cli.vocab import (
+    ASYNC_SCHEDULING,
+    ASYNC_SCHEDULING_HELP,
     COUNT,
     DP,
     DP_HELP,
@@ -67,6 +69,7 @@ _PLAIN_FLAGS = (
     "tp",
     "pp",
     "data_parallel_size",
+    "async_scheduling",
     "engine",
     "engine_version",
     "gpu_memory_utilization",
@@ -239,6 +242,14 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
 @click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size (default 1).")
 @click.option(*PP, "pp", type=COUNT, help=PP_HELP)
 @click.option(*DP, "data_parallel_size", type=COUNT, help=DP_HELP)
+@click.option(
+    ASYNC_SCHEDULING,
+    "async_scheduling",
+    default=None,
+    help=ASYNC_SCHEDULING_HELP
+    + " In plan: a sliding-window or chunked-local group reserves for 2 batches in flight "
+    "with it on a GPU from vLLM 0.26.0 (max_in_flight_tokens); the CPU build keeps it off.",
+)
 @click.option(
     "--engine",
     type=click.Choice(PLAN_ENGINES),

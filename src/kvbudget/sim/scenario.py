@@ -304,6 +304,7 @@ def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> Re
         tp=o.tp or scenario.tp,
         pp=scenario.pp,
         data_parallel_size=scenario.data_parallel_size,
+        async_scheduling=scenario.async_scheduling,
         engine_version=scenario.engine_version,
         quantization=scenario.quantization,
         kv_dtype=scenario.kv_dtype,

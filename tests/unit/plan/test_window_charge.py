@@ -78,7 +78,9 @@ def test_gemma3_plan_explains_64_kept_against_513_charged() -> None:
     assert first.startswith("sliding window 1,024 tokens (groups 0-")
     assert "keeps 64 blocks of 16 tokens per group once decoding" in first
     assert "charges it 513 per group" in first
-    assert "cdiv(min(1,023 + 8,192, 8,192), 16) + 1" in first
+    # vLLM 0.33 (the default) on a GPU schedules asynchronously: 2 batches in flight
+    assert "cdiv(min(1,023 + 16,384, 8,192), 16) + 1" in first
+    assert "2 batches in flight x max_num_batched_tokens" in first
     assert f"{result.num_blocks / charges.kept_per_sequence:.2f}" in summary
 
 
@@ -177,3 +179,56 @@ def test_the_report_ledger_carries_the_explanation() -> None:
     assert entry.note is not None and "charges it 513 per group" in entry.note
     (device,) = [b for b in ledger.budgets if b.name == "device_peak"]
     assert "more than the 2.54 GiB safety margin: ok" in device.what, device.what
+
+
+@pytest.mark.parametrize(
+    ("version", "pp", "asynchronous", "batches"),
+    [
+        ("0.25.0", 1, True, 1),  # no max_in_flight_tokens before 0.26.0
+        ("0.26.0", 1, True, 2),  # async: 2 batches (VllmConfig.max_concurrent_batches)
+        ("0.26.0", 1, False, 1),
+        ("0.32.0", 2, False, 2),  # pipeline parallel fills pp batches
+        ("0.32.0", 2, True, 3),  # async with PP: the V2 model runner, pp + 1
+    ],
+)
+def test_batches_in_flight_by_version(
+    version: str, pp: int, asynchronous: bool, batches: int
+) -> None:
+    from kvbudget.capacity.versions import parse_version, vllm_concurrent_batches
+
+    assert vllm_concurrent_batches(parse_version(version), pp, asynchronous) == batches
+
+
+def test_two_batches_in_flight_double_a_window_groups_charge() -> None:
+    """Gemma-3-27B at 32,768 tokens, max_num_batched_tokens 8,192: a sliding group is charged
+    cdiv(1,023 + 8,192, 16) + 1 = 577 blocks up to vLLM 0.25 and, with async scheduling's 2
+    batches in flight from 0.26.0, cdiv(1,023 + 16,384, 16) + 1 = 1,089; a full group 2,048
+    either way. --no-async-scheduling, or no GPU (the CPU build), keeps one batch."""
+    assert -(-(1023 + 8192) // 16) + 1 == 577 and -(-(1023 + 16384) // 16) + 1 == 1089
+
+    def charged(**fields: object) -> set[tuple[str, int]]:
+        request = PlanRequest(
+            model="google/gemma-3-27b-it",
+            gpu="h100-sxm",
+            max_model_len=32768,
+            max_num_batched_tokens=8192,
+            **fields,  # type: ignore[arg-type]
+        )
+        blocks = group_blocks(make_plan(request))
+        assert blocks is not None
+        return {(b.kind, b.charged) for b in blocks}
+
+    assert charged(engine_version="0.25.0") == {("sliding", 577), ("full", 2048)}
+    assert charged(engine_version="0.32.0") == {("sliding", 1089), ("full", 2048)}
+    no_async = charged(engine_version="0.32.0", async_scheduling=False)
+    assert no_async == {("sliding", 577), ("full", 2048)}
+    cpu = make_plan(
+        PlanRequest(
+            model="google/gemma-3-27b-it",
+            kv_cache_memory_bytes=64 * GiB,
+            engine_version="0.32.0",
+            max_model_len=32768,
+            max_num_batched_tokens=8192,
+        )
+    )
+    assert cpu.in_flight_tokens == 8192
