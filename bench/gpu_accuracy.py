@@ -57,7 +57,9 @@ SYSTEMS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200", "b300
 #: fp4 rows (gemm and MoE quant mode nvfp4) served NVFP4 checkpoints, which vLLM loads as
 #: ``modelopt_fp4``; kvbudget sizes every linear layer of the architecture in NVFP4, as
 #: aiconfigurator's own ``nvfp4`` quant mode prices every GEMM
-PRECISIONS = {"fp8": "fp8", "": None, "bf16": None, "fp4": "modelopt_fp4"}
+#: int4 rows (gemm quant mode int4_wo) ran Kimi-K2.5's own checkpoint, whose text_config
+#: carries its INT4 compressed-tensors quantization_config: read it as it is
+PRECISIONS = {"fp8": "fp8", "": None, "bf16": None, "fp4": "modelopt_fp4", "int4": None}
 #: where the NVFP4 stand-in configs are written (:func:`_nvfp4_standin`)
 STANDIN_DIR = Path.home() / ".cache" / "kvbudget" / "aic-configs" / "nvfp4-standins"
 #: closed loop: requests per concurrency slot. Both clients the rows' sources name send
