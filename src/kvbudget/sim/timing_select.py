@@ -90,7 +90,11 @@ _REGISTRY: dict[str, TimingModelEntry] = {}
 
 def register_timing_model(name: str, build: TimingBuilder, *, by_name: bool = True) -> None:
     """Register ``build`` as the timing model ``name`` (a new name; ``auto`` is reserved)."""
-    if name == AUTO or name in _REGISTRY:
+    if name == AUTO:
+        raise ValueError(
+            f"timing model {name!r} is reserved: the first of {AUTO_ORDER} that applies"
+        )
+    if name in _REGISTRY:
         raise ValueError(f"timing model {name!r} is already registered")
     _REGISTRY[name] = TimingModelEntry(name, build, by_name)
 
