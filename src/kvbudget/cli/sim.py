@@ -28,6 +28,7 @@ from kvbudget.cli.vocab import (
 )
 from kvbudget.engine_name import EngineName, parse_engine
 from kvbudget.errors import ConfigError
+from kvbudget.sim.timing_select import timing_model_names
 
 if TYPE_CHECKING:
     from kvbudget.sim.scenario import SimScenario
@@ -370,7 +371,7 @@ def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
 @click.option("--max-model-len", type=COUNT, help="max_model_len, e.g. 32k [default: the plan's].")
 @click.option(
     "--timing-model",
-    type=click.Choice(["auto", "measured", "roofline"]),
+    type=click.Choice(timing_model_names()),
     help="Step-time model: measured (aiconfigurator-core's silicon kernel tables, extra "
     "gpu-data), roofline, or auto: measured where the GPU, vLLM tables and every op are "
     "covered, else the roofline with the reason [default: auto].",

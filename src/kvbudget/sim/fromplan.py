@@ -30,7 +30,6 @@ from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import (
-    CalibratedTiming,
     CalibrationProfile,
     FixedTiming,
     GpuPerf,
@@ -277,10 +276,10 @@ def build_replica(
     (:func:`kvbudget.sim.timing_select.measured_for`); the roofline prices it as tensor
     parallel: on uniform routing each rank reads and multiplies the same expert bytes either
     way (``E/tp`` whole experts, or ``1/tp`` of each), and the dispatch/combine is priced as
-    the all-reduce; the replica's description says so. ``profile`` replaces the measured/roofline choice
-    (``timing_model``; ``None``: the ``KVBUDGET_TIMING_MODEL`` environment variable, else
-    ``auto``; see :mod:`kvbudget.sim.timing_select`) by a calibrated step-time model; ``tiers``
-    are sized
+    the all-reduce; the replica's description says so. The timing model is looked up in the
+    registry of :mod:`kvbudget.sim.timing_select` by ``timing_model`` (``None``: the
+    ``KVBUDGET_TIMING_MODEL`` environment variable, else ``auto``); ``profile`` replaces that
+    choice by the registered ``calibrated`` model; ``tiers`` are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
     ``async_scheduling`` (vLLM ``--async-scheduling`` / ``--no-async-scheduling``; ``None``:
@@ -303,8 +302,13 @@ def build_replica(
         config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel
     if profile is not None:
-        timing = CalibratedTiming(profile)
-        timing_name = f"calibrated ({profile.name}: {profile.engine} on {profile.gpu})"
+        from kvbudget.sim.timing_select import BuiltTiming, TimingContext, build_timing
+
+        calibrated = build_timing(
+            "calibrated", TimingContext(request, plan, resolved, profile=profile)
+        )
+        assert isinstance(calibrated, BuiltTiming)  # a profile is given
+        timing, timing_name = calibrated.timing, calibrated.label
     elif request.gpu is None:
         # no GPU (vLLM's CPU build behind target http, pool from kv_cache_memory_bytes): no
         # roofline to price steps with; nothing is simulated on this replica's clock

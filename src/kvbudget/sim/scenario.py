@@ -69,6 +69,7 @@ from kvbudget.sim.request import EngineRequest, engine_request
 from kvbudget.sim.router import ROUTERS
 from kvbudget.sim.tiers import TierConfig
 from kvbudget.sim.timing import CalibrationProfile, RooflineParams
+from kvbudget.sim.timing_select import resolve_timing_choice
 from kvbudget.validation import first_problem, problem_line
 from kvbudget.workload.lengths import FixedLength
 from kvbudget.workload.request import PlannedRequest
@@ -163,8 +164,9 @@ class SimScenario(BaseModel):
     stale_index_s: float = Field(default=0.0, ge=0)
     prefix_caching: bool = True
     policy: SchedulingPolicy = "fcfs"
-    #: None: $KVBUDGET_TIMING_MODEL, else auto (kvbudget.sim.timing_select)
-    timing_model: Literal["auto", "measured", "roofline"] | None = None
+    #: auto or a registered timing model's name (kvbudget.sim.timing_select); None:
+    #: $KVBUDGET_TIMING_MODEL, else auto
+    timing_model: str | None = None
     timing_profile: str | None = None
     roofline: RooflineParams = Field(default_factory=RooflineParams)
     tiers: list[TierConfig] = Field(default_factory=list)
@@ -261,6 +263,8 @@ def scenario_from_dict(data: dict[str, Any], *, origin: str = "the scenario") ->
             f"router: unknown policy {scenario.router!r}; choose one of {', '.join(ROUTERS)}",
             field="router",
         )
+    if scenario.timing_model is not None:
+        resolve_timing_choice(scenario.timing_model)
     _check_workload(scenario.workload, origin)
     return scenario
 
