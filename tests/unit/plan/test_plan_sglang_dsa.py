@@ -117,3 +117,11 @@ def test_calc_sglang_layout_rounds_to_pages() -> None:
     assert result.total_bytes == 128 * V32_BF16 == 10_025_472
     fp8 = calc_model("deepseek-ai/DeepSeek-V3.2", tokens=128, engine="sglang", kv_dtype="fp8_e4m3")
     assert fp8.total_bytes == 128 * V32_FP8
+
+
+def test_pipeline_stages_take_the_larger_stage() -> None:
+    # 61 layers over 2 stages: the split every SGLang plan uses (get_pp_indices) gives [31, 30]; MIN over
+    # ranks, so the larger cell (31 x 1,284 = 39,804 B) sets it; TP does not split the latent
+    plan = _plan("deepseek-ai/DeepSeek-V3.2", pp=2)
+    assert plan.sglang is not None
+    assert plan.sglang.cell_size_bytes == 31 * (LATENT_BF16 + INDEXER) == 39_804
