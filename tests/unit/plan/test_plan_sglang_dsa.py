@@ -58,7 +58,7 @@ def _plan(model_id: str, gpu: str = "H200", **extra: object) -> PlanResult:
         tp=8,
         kv_cache_memory_bytes=KV_BYTES,
         max_model_len=8192,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
     return make_plan(request)
 
