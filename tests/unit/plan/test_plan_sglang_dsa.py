@@ -6,7 +6,7 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
 * ``mem_cache/memory_pool.py`` lines 5279-5282, ``class DSATokenToKVPool(MLATokenToKVPool)``
   (``NSATokenToKVPool`` in earlier releases, same index buffer): ``quant_block_size = 128``,
   ``index_k_with_scale_buffer_dtype = torch.uint8``, ``rope_storage_dtype = torch.bfloat16``;
-  line 5346 ``assert index_head_dim == 128``; lines 5367-5371: 64-token physical pages on CUDA.
+  line 5346 ``assert index_head_dim == 128``; lines 5370-5374: 64-token physical pages on CUDA.
 * ``mem_cache/index_key_cache.py`` lines 40-47: the index buffer of one layer is
   ``page_size * (index_head_dim + index_head_dim // quant_block_size * 4)`` uint8 per page:
   128 fp8 key bytes + one float32 scale = 132 B per token.
@@ -22,7 +22,7 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
 * ``arg_groups/overrides.py`` lines 490-546 (``_dsa_kv_cache_dtype_default``): ``auto`` becomes
   ``fp8_e4m3`` when ``major >= 10`` (Blackwell) and the model has no learnable sinks, else
   ``bfloat16``; only ``bfloat16`` / ``fp8_e4m3`` pass the assert.
-* ``arg_groups/model_overrides/deepseek_v2.py`` lines 160-173: ``page_size = 64 * index_kpool``
+* ``arg_groups/model_overrides/deepseek_v2.py`` lines 162-173: ``page_size = 64 * index_kpool``
   (``index_kpool`` default 1, ``configs/model_config.py`` line 530), whatever ``--page-size`` says.
 * the token count: ``max_total_num_tokens = rest // cell_size`` floored to the page (reference
   §7, unchanged by DSA).

@@ -21,7 +21,7 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
   ``srt/mem_cache/memory_pool.py`` line 5279; ``NSATokenToKVPool`` before the rename), sized by
   ``srt/model_executor/pool_configurator.py`` ``_compute_cell_size`` (lines 375-409) and
   ``_compute_dsa_indexer_cell_size`` (lines 560-635), see :func:`sglang_dsa_cell_bytes`. Pages of
-  64 tokens (``srt/arg_groups/model_overrides/deepseek_v2.py`` lines 160-173, CUDA), so a
+  64 tokens (``srt/arg_groups/model_overrides/deepseek_v2.py`` lines 162-173, CUDA), so a
   sequence takes whole pages.
 """
 
@@ -54,7 +54,7 @@ DSA_SCALE_BYTES = 4
 #: ``rope_storage_dtype = torch.bfloat16`` (line 5282): the fp8 latent keeps its rope part in bf16
 DSA_ROPE_BYTES = 2
 #: DSA page on CUDA: ``page_size = 64 * index_kpool`` (``arg_groups/model_overrides/deepseek_v2.py``
-#: lines 160-173); ``index_kpool`` defaults to 1 (``configs/model_config.py`` line 530)
+#: lines 162-173); ``index_kpool`` defaults to 1 (``configs/model_config.py`` line 530)
 DSA_PAGE_SIZE = 64
 #: model types whose config defaults ``learnable_sink=True`` (sglang ``configs/hy_v4.py`` line 44):
 #: SGLang's DSA dtype default stays bfloat16 for them on every GPU
