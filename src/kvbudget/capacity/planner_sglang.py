@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.base import refuse_indexer
+from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.sglang import (
+    DSA_PAGE_SIZE,
+    is_sglang_dsa,
+    sglang_dsa_cell_bytes,
+    sglang_dsa_dtype,
+)
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
@@ -30,7 +37,7 @@ from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layer_runs import LayerIndices
-from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
 
@@ -58,6 +65,20 @@ def make_sglang_plan(
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
     if any(isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()):
         refuse_indexer(model, "sglang")  # MiniMax-M3's indexer: vLLM's pages are not SGLang's pool
+    dsa = is_sglang_dsa(model)
+    if dsa:
+        # SGLang's DSA overrides (layouts/sglang.py cites the lines): 64-token pages whatever
+        # --page-size says; dtype auto by compute capability (10+: the catalog's NVFP4 GPUs)
+        sm100 = gpu.vendor == "nvidia" and gpu.fp4_dense_tflops is not None
+        kv_dtype = sglang_dsa_dtype(request.kv_dtype, model.model_type, sm100=sm100)
+        if request.kv_dtype.strip().lower() == "auto":
+            defaults["kv_dtype"] = f"{kv_dtype.name} (SGLang's DSA default on this GPU)"
+        if request.page_size not in (None, DSA_PAGE_SIZE):
+            notes.append(
+                f"SGLang sets page_size {DSA_PAGE_SIZE} for DSA models on CUDA; "
+                f"--page-size {request.page_size} is overridden"
+            )
+        page_size = DSA_PAGE_SIZE
     specs = [
         (s, indices)
         for s, indices in vllm_layer_specs(
@@ -102,7 +123,11 @@ def make_sglang_plan(
     replica_per_token = 0
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
-        cell = sum(s.page_size_bytes * _count(r, start, end) for s, r in attn)
+        cell = (
+            _dsa_cell(model, start, end, kv_dtype)
+            if dsa
+            else sum(s.page_size_bytes * _count(r, start, end) for s, r in attn)
+        )
         cell_max = max(cell_max, cell)
         replica_per_token += cell * request.tp
         w = weights.per_rank_bytes[p]
@@ -194,7 +219,8 @@ def make_sglang_plan(
         layer_indices=LayerIndices(r for _, r in attn),
         num_padding_layers=0,
         block_size=page_size,
-        page_size_bytes=max((s.page_size_bytes for s, _ in attn), default=0) * page_size,
+        page_size_bytes=(cell_max if dsa else max((s.page_size_bytes for s, _ in attn), default=0))
+        * page_size,
     )
     sg = SglangPool(
         mem_fraction_static=frac,
@@ -245,6 +271,14 @@ def make_sglang_plan(
         notes=tuple(notes) + weights.notes,
         headroom_fraction=request.headroom_fraction,
         defaults_applied=defaults,
+    )
+
+
+def _dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype) -> int:
+    """Bytes per token of layers ``[start, end)`` in SGLang's ``DSATokenToKVPool``."""
+    return sum(
+        members.total(lambda x: sglang_dsa_cell_bytes(x, kv_dtype) if isinstance(x, MLA) else 0)
+        for _key, members in group_by_kind(model.layers[start:end])
     )
 
 

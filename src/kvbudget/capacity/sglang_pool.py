@@ -7,7 +7,8 @@ Reference ``engines-kv-accounting.md`` §7:
   ``--max-total-tokens`` and floored to a multiple of ``page_size``; MIN over PP ranks.
 * ``cell_size`` (bytes per token on one rank): Σ over attention layers of
   ``max(1, kv_heads // tp) * (head_dim + v_head_dim) * s``; MLA ``(kv_lora_rank + rope) * s``
-  (656 B for the fp8 NSA layout). Mamba layers are not in the token pool.
+  (656 B for the fp8 NSA layout), plus the DSA indexer key (132 B per top-k layer; see
+  ``layouts/sglang.py`` ``sglang_dsa_cell_bytes``). Mamba layers are not in the token pool.
 * ``mem_fraction_static`` default: by TP size up to v0.4.x; from v0.5.3 (release assumed for
   PR #10975) ``round((gpu_mem - reserved) / gpu_mem, 3)`` with ``gpu_mem`` in MiB and
   ``reserved = 512 + max(chunked_prefill, 2048)*1.5 + cuda_graph_max_bs*2 + tp*pp/8*1024``,

@@ -111,15 +111,30 @@ def test_dsa_latent_plus_indexer_keys(model_id: str, layers: int, indexed: int) 
 
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3.2", "MiniMaxAI/MiniMax-M3"])
-def test_engine_layouts_refuse_indexer_rather_than_drop_it(model_id: str) -> None:
-    """SGLang and llama.cpp do not model an indexer yet; vLLM models both DSA's
+def test_llamacpp_refuses_indexer_rather_than_drop_it(model_id: str) -> None:
+    """llama.cpp does not model an indexer yet; vLLM models both DSA's
     (tests/unit/plan/test_plan_dsa_indexer.py) and MiniMax-M3's
-    (tests/unit/plan/test_plan_minimax_m3_vllm.py)."""
+    (tests/unit/plan/test_plan_minimax_m3_vllm.py), SGLang DSA's
+    (tests/unit/plan/test_plan_sglang_dsa.py)."""
     spec = _spec(model_id)
     with pytest.raises(LayoutNotApplicable, match="indexer"):
-        sglang_layout(spec, tokens=T, seqs=1)
-    with pytest.raises(LayoutNotApplicable, match="indexer"):
         llamacpp_layout(spec, tokens=T, seqs=1, ctx_size=T)
+
+
+def test_sglang_refuses_minimax_m3_indexer() -> None:
+    """SGLang keeps MiniMax-M3 in its own MiniMaxSparseKVPool, which kvbudget has not read."""
+    with pytest.raises(LayoutNotApplicable, match="indexer"):
+        sglang_layout(_spec("MiniMaxAI/MiniMax-M3"), tokens=T, seqs=1)
+
+
+def test_sglang_dsa_latent_plus_indexer_keys() -> None:
+    """SGLang's DSATokenToKVPool (sglang 0.5.23 srt/mem_cache/memory_pool.py line 5279) on a
+    Hopper-default bfloat16 pool: (512 + 64) x 2 B latent + (128 + 4) B fp8 index key with its
+    float32 scale (srt/model_executor/pool_configurator.py lines 567-574), 61 layers; T rounded
+    up to 64-token pages."""
+    result = sglang_layout(_spec("deepseek-ai/DeepSeek-V3.2"), tokens=T, seqs=1)
+    pages = -(-T // 64) * 64
+    assert result.total_bytes == 61 * ((512 + 64) * 2 + 128 + 4) * pages
 
 
 def _write(tmp_path: Path, raw: dict[str, Any]) -> str:

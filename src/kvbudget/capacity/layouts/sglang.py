@@ -16,6 +16,13 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
   every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
   is counted once in the token pool and once in the state pool.
+* DSA models (DeepSeek-V3.2, GLM-5 ``glm_moe_dsa``, Hunyuan v4 ``hy_v4``: MLA layers with a
+  lightning indexer): SGLang's ``DSATokenToKVPool`` (sglang 0.5.23 wheel,
+  ``srt/mem_cache/memory_pool.py`` line 5279; ``NSATokenToKVPool`` before the rename), sized by
+  ``srt/model_executor/pool_configurator.py`` ``_compute_cell_size`` (lines 375-409) and
+  ``_compute_dsa_indexer_cell_size`` (lines 560-635), see :func:`sglang_dsa_cell_bytes`. Pages of
+  64 tokens (``srt/arg_groups/model_overrides/deepseek_v2.py`` lines 162-173, CUDA), so a
+  sequence takes whole pages.
 """
 
 from __future__ import annotations
@@ -34,10 +41,83 @@ from kvbudget.capacity.layouts.base import (
     refuse_short_convs,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
 
 SSM_STATE_BYTES = 4
+#: ``DSATokenToKVPool.quant_block_size`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py`` line 5280)
+DSA_QUANT_BLOCK = 128
+#: the indexer's fp8 key plus one float32 scale per quant block (``index_k_with_scale_buffer_dtype
+#: = torch.uint8``, line 5281): 1 byte per element
+DSA_SCALE_BYTES = 4
+#: ``rope_storage_dtype = torch.bfloat16`` (line 5282): the fp8 latent keeps its rope part in bf16
+DSA_ROPE_BYTES = 2
+#: DSA page on CUDA: ``page_size = 64 * index_kpool`` (``arg_groups/model_overrides/deepseek_v2.py``
+#: lines 162-173); ``index_kpool`` defaults to 1 (``configs/model_config.py`` line 530)
+DSA_PAGE_SIZE = 64
+#: model types whose config defaults ``learnable_sink=True`` (sglang ``configs/hy_v4.py`` line 44):
+#: SGLang's DSA dtype default stays bfloat16 for them on every GPU
+DSA_SINK_MODEL_TYPES = frozenset({"hy_v4"})
+
+
+def is_sglang_dsa(spec: ModelSpec) -> bool:
+    """MLA layers with a lightning indexer: SGLang's ``is_deepseek_dsa`` models (DeepSeek-V3.2,
+    GLM-5, Hunyuan v4; ``configs/model_config.py`` lines 191-212), served by ``DSATokenToKVPool``."""
+    return any(isinstance(x, MLA) and x.index_head_dim for x in spec.layer_seq.distinct())
+
+
+def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> KvDtype:
+    """SGLang's DSA KV dtype (``arg_groups/overrides.py`` ``_dsa_kv_cache_dtype_default``, lines
+    490-546): ``auto`` is ``fp8_e4m3`` on compute capability 10+ without learnable sinks, else
+    ``bfloat16`` (whatever the model dtype); only ``bfloat16`` and ``fp8_e4m3`` are accepted."""
+    key = kv_dtype.strip().lower()
+    if key == "auto":
+        key = "fp8_e4m3" if sm100 and model_type not in DSA_SINK_MODEL_TYPES else "bfloat16"
+    dtype = get_kv_dtype(key, engine="sglang")
+    if dtype.name not in ("bfloat16", "fp8_e4m3", "fp8"):
+        raise ConfigError(
+            f"kv_dtype: {kv_dtype!r} is not accepted by SGLang for DSA model {model_type} "
+            '("DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype"); '
+            "pass --kv-cache-dtype bfloat16 or fp8_e4m3",
+            field="kv_dtype",
+        )
+    return dtype
+
+
+def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype) -> int:
+    """Bytes of one token of one DSA layer: latent row plus the indexer's key row.
+
+    * latent (``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim``, lines 3412-3475, with
+      the default CUDA DSA backends): fp8_e4m3 ``kv_lora_rank + kv_lora_rank // 128 * 4 +
+      qk_rope_head_dim * 2`` bytes (fp8 nope, float32 scales, bf16 rope: 656 for 512/64);
+      bfloat16 ``(kv_lora_rank + qk_rope_head_dim) * 2`` (1,152).
+    * indexer (``pool_configurator.py`` lines 567-574): ``index_head_dim + index_head_dim // 128 *
+      4`` uint8 bytes (132), whatever the KV dtype, on layers that compute their own top-k
+      (``dsa_layer_skips_topk``: GLM-5.2's ``indexer_types`` "shared" layers hold none, their
+      ``index_head_dim`` is 0 here).
+    """
+    if dtype.block_bytes == 1:
+        if layer.kv_lora_rank % DSA_QUANT_BLOCK:
+            raise LayoutNotApplicable(
+                f"SGLang's fp8 DSA latent needs kv_lora_rank a multiple of {DSA_QUANT_BLOCK}; "
+                f"got {layer.kv_lora_rank}"
+            )
+        latent = (
+            layer.kv_lora_rank
+            + layer.kv_lora_rank // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+            + layer.qk_rope_head_dim * DSA_ROPE_BYTES
+        )
+    else:
+        latent = dtype.row_bytes(layer.latent_dim)
+    if not layer.index_head_dim:
+        return latent
+    if layer.index_head_dim != DSA_QUANT_BLOCK:
+        raise LayoutNotApplicable(
+            f"SGLang's DSATokenToKVPool asserts index_head_dim == 128; got {layer.index_head_dim}"
+        )
+    indexer = layer.index_head_dim + layer.index_head_dim // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+    return latent + indexer
 
 
 def sglang_cell_bytes(layer: FullAttention | MLA, dtype: KvDtype, tp: int) -> int:
@@ -72,10 +152,23 @@ def sglang_layout(
         "sglang",
         "kvbudget has not read SGLang's DeepSeek-V4 memory pools yet",
     )
-    refuse_indexer(spec, "sglang")
-    dtype = get_kv_dtype(kv_dtype, engine="sglang", model_dtype=spec.torch_dtype)
+    dsa = is_sglang_dsa(spec)
+    if not dsa:
+        refuse_indexer(spec, "sglang")  # MiniMax-M3: SGLang's MiniMaxSparseKVPool is not modelled
+    dtype = (
+        sglang_dsa_dtype(kv_dtype, spec.model_type)
+        if dsa
+        else get_kv_dtype(kv_dtype, engine="sglang", model_dtype=spec.torch_dtype)
+    )
+    page = DSA_PAGE_SIZE if dsa else 1
+    kept = -(-tokens // page) * page
     model_bytes = 2 if spec.dtype_bytes in (None, 4) else int(spec.dtype_bytes or 2)
     notes: list[str] = []
+    if dsa:
+        notes.append(
+            f"SGLang DSA pool: latent + indexer key per token, {DSA_PAGE_SIZE}-token pages; "
+            "kv dtype auto is bfloat16 (fp8_e4m3 on compute capability 10+ unless learnable sinks)"
+        )
     stages: list[StageBytes] = []
     for rank in range(pp):
         start, end = get_pp_indices(spec.num_layers, rank, pp)
@@ -86,7 +179,11 @@ def sglang_layout(
             if isinstance(first, FullAttention | MLA):
                 per_token = layers.total(
                     lambda x: (
-                        sglang_cell_bytes(x, dtype, tp) if isinstance(x, FullAttention | MLA) else 0
+                        sglang_dsa_cell_bytes(x, dtype)
+                        if dsa and isinstance(x, MLA)
+                        else sglang_cell_bytes(x, dtype, tp)
+                        if isinstance(x, FullAttention | MLA)
+                        else 0
                     )
                 )
                 note = (
@@ -100,10 +197,10 @@ def sglang_layout(
                     GroupBytes(
                         kind,
                         indices,
-                        tokens,
+                        kept,
                         per_token,
-                        per_token * tokens,
-                        per_token * tokens * seqs,
+                        per_token * kept,
+                        per_token * kept * seqs,
                         note,
                     )
                 )
@@ -138,6 +235,6 @@ def sglang_layout(
         pp,
         dp,
         tuple(stages),
-        block_size=1,
+        block_size=page,
         notes=tuple(notes),
     )
