@@ -68,8 +68,8 @@ def make_sglang_plan(
     dsa = is_sglang_dsa(model)
     if dsa:
         # SGLang's DSA overrides (layouts/sglang.py cites the lines): 64-token pages whatever
-        # --page-size says; dtype auto by compute capability (10+: the catalog's NVFP4 GPUs)
-        sm100 = gpu.vendor == "nvidia" and gpu.fp4_dense_tflops is not None
+        # --page-size says; dtype auto by compute capability (10+: Blackwell)
+        sm100 = (gpu.compute_capability_major or 0) >= 10
         kv_dtype = sglang_dsa_dtype(request.kv_dtype, model.model_type, sm100=sm100)
         if request.kv_dtype.strip().lower() == "auto":
             defaults["kv_dtype"] = f"{kv_dtype.name} (SGLang's DSA default on this GPU)"

@@ -31,6 +31,8 @@ class GpuSpec(BaseModel):
     aliases: tuple[str, ...] = ()
     device_name: str = Field(description="name as torch.cuda.get_device_name() reports it")
     vendor: str = "nvidia"
+    #: NVIDIA's CUDA compute capability ("9.0", "10.0"); None for other vendors / unknown
+    compute_capability: str | None = None
     memory_bytes: int = Field(gt=0, description="total device memory in bytes")
     memory_source: str
     bf16_dense_tflops: float | None = None
@@ -46,6 +48,13 @@ class GpuSpec(BaseModel):
     interconnect_gb_s: float | None = None
     interconnect_source: str = ""
     custom: bool = False
+
+    @property
+    def compute_capability_major(self) -> int | None:
+        """The major version of :attr:`compute_capability` (10 for "10.3")."""
+        if self.compute_capability is None:
+            return None
+        return int(self.compute_capability.split(".")[0])
 
     @property
     def memory_mib(self) -> float:

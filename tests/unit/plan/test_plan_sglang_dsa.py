@@ -97,6 +97,21 @@ def test_blackwell_default_is_fp8_with_scales() -> None:
     assert plan.sglang.max_total_num_tokens == 223_360
 
 
+@pytest.mark.parametrize(
+    ("gpu", "kv_dtype"),
+    [
+        ("B300", "fp8_e4m3"),
+        ("RTX-PRO-6000", "fp8_e4m3"),
+        ("H200", "bfloat16"),
+        ("L40S", "bfloat16"),
+    ],
+)
+def test_the_default_follows_the_compute_capability_major(gpu: str, kv_dtype: str) -> None:
+    # major >= 10: B300 is 10.3, RTX PRO 6000 Blackwell 12.0 (aiconfigurator-core 0.12.0
+    # systems/*.yaml sm_version 103 and 120); H200 9.0, L40S 8.9
+    assert _plan("deepseek-ai/DeepSeek-V3.2", gpu=gpu).kv_dtype == kv_dtype
+
+
 def test_explicit_fp8_on_hopper_and_page_size_override() -> None:
     plan = _plan("deepseek-ai/DeepSeek-V3.2", kv_dtype="fp8_e4m3", page_size=1)
     assert plan.sglang is not None
