@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Any, TypeVar, overload
 
 from kvbudget.spec.layer_runs import Block, Runs
-from kvbudget.spec.layers import CacheLayer, LayerSpec, cache_parts
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -115,9 +114,3 @@ class PartRuns(Sequence[T]):
 
     def __repr__(self) -> str:
         return f"PartRuns({len(self)} parts of {len(self.layers)} layers)"
-
-
-def cache_part_runs(layers: Runs[LayerSpec]) -> PartRuns[CacheLayer]:
-    """:func:`~kvbudget.spec.layers.cache_parts` by runs: a hybrid run's attention part and state
-    part share its indices; every other layer is its own single part."""
-    return PartRuns(layers.map(lambda layer, _first: tuple(cache_parts((layer,)))))
