@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -18,8 +17,10 @@ from kvbudget.metrics.percentile_set import (
     DEFAULT_METRIC_PERCENTILES,
     LATENCY_METRICS,
     latency_fields,
+    reported_percentiles,
 )
-from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
+from kvbudget.metrics.spilled import ExactSum, SpilledColumns
+from kvbudget.metrics.spilled import percentiles as spilled_percentiles
 from kvbudget.records.request import RequestRecord
 from kvbudget.records.simulated import ended_as, simulated_record
 from kvbudget.sim.engine import EngineStats
@@ -359,7 +360,9 @@ def summarize(
                 metric,
                 count=len(store),
                 total=total.value(),
-                percentile=partial(percentile, store),
+                percentile=spilled_percentiles(
+                    store, reported_percentiles(percentiles)
+                ).__getitem__,
                 chosen=percentiles,
             )
         )
