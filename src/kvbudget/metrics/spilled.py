@@ -110,6 +110,14 @@ class SpilledColumns:
 
         return chunks
 
+    def exact_sum(self, column: int = 0) -> float:
+        """``math.fsum`` of column ``column``'s values (the correctly rounded exact sum), a
+        block at a time (:func:`_fold`)."""
+        partials: list[float] = []
+        for block in self.column(column)():
+            partials = _fold(partials, block.tolist())
+        return math.fsum(partials)
+
     def read_all(self) -> np.ndarray:
         """Every row in one array (memory for all of them: a fallback, not the usual path)."""
         return np.concatenate(list(self.chunks()))

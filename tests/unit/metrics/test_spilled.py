@@ -184,6 +184,17 @@ def test_exact_sum_is_fsum() -> None:
     assert ExactSum().value() == 0.0
 
 
+@pytest.mark.parametrize("buffer_rows", [5, 1000, 100_000])
+def test_store_exact_sum_is_fsum(buffer_rows: int) -> None:
+    """A store's exact sum, spilled or not: math.fsum of the values (the standard library)."""
+    rng = np.random.default_rng(4)
+    values = rng.lognormal(-3.0, 2.0, 5000) * 10.0 ** rng.integers(-6, 6, 5000)
+    store = _store(values, buffer_rows)
+    assert store.exact_sum().hex() == math.fsum(values.tolist()).hex()
+    store.close()
+    assert SpilledColumns().exact_sum() == 0.0
+
+
 def test_exact_sum_keeps_every_bit_across_folds() -> None:
     """Magnitudes 2**-1000 to 2**1000 with cancellations: math.fsum of the whole list (the
     standard library, not the code under test) is what value() must give."""
