@@ -281,7 +281,9 @@ class RunStats:
                 self.tpot_s.append((r.finish_s - r.first_token_s) / (r.output_tokens - 1))
             times = r.token_times_s
             if len(times) > 1:
-                self.itl_s.extend_array(np.diff(np.asarray(times, dtype=np.float64)))
+                # np.diff's own subtraction, from an array filled without dtype discovery
+                arr = np.fromiter(times, dtype=np.float64, count=len(times))
+                self.itl_s.extend_array(arr[1:] - arr[:-1])
                 # the gaps' sum, telescoped (one addition a request, not one a token)
                 self.itl_sum.add(times[-1] - times[0])
         elif r.status == "cancelled":
