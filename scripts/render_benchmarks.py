@@ -624,6 +624,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-scale-concurrent-first": lambda: sim_scale("sim_scale_concurrent_first_run.json"),
     "sim-scale-repeat": lambda: sim_scale("sim_scale_repeat_run.json"),
     "sim-scale-measured": lambda: sim_scale("sim_scale_measured.json"),
+    "sim-scale-measured-before": lambda: sim_scale("sim_scale_measured_before.json"),
+    "sim-ab-simspeed": lambda: sim_ab("sim_ab_simspeed.json"),
     "sim-ab-measured-speed": lambda: sim_ab("sim_ab_measured_speed.json"),
     "sim-ab-session": lambda: sim_ab("sim_ab_session.json"),
     "trace-replay": lambda: trace_replay("trace_replay.json"),

@@ -20,6 +20,7 @@ import math
 import tempfile
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import IO
 
 import numpy as np
@@ -109,6 +110,14 @@ class SpilledColumns:
 
         return chunks
 
+    def exact_sum(self, column: int = 0) -> float:
+        """``math.fsum`` of column ``column``'s values (the correctly rounded exact sum), a
+        block at a time (:func:`_fold`)."""
+        partials: list[float] = []
+        for block in self.column(column)():
+            partials = _fold(partials, block.tolist())
+        return math.fsum(partials)
+
     def read_all(self) -> np.ndarray:
         """Every row in one array (memory for all of them: a fallback, not the usual path)."""
         return np.concatenate(list(self.chunks()))
@@ -124,7 +133,10 @@ class SpilledColumns:
 def _keys(values: np.ndarray) -> np.ndarray:
     """float64 -> uint64 with the same order (negatives reversed, sign bit set for the rest)."""
     bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
-    return np.where(bits >> np.uint64(63), ~bits, bits | _SIGN)
+    # the sign spread over all bits (arithmetic shift): all ones flips a negative's bits, the
+    # sign bit alone sets a positive's
+    flip = (bits.view(np.int64) >> np.int64(63)).view(np.uint64) | _SIGN
+    return bits ^ flip
 
 
 def _value(key: int) -> float:
@@ -194,6 +206,33 @@ def percentile(store: SpilledColumns, q: float, column: int = 0) -> float | None
     return _percentile_from(n, q, lambda ranks: select(source, ranks))
 
 
+def percentiles(
+    store: SpilledColumns, qs: Sequence[float], column: int = 0
+) -> dict[float, float | None]:
+    """:func:`percentile` of each of ``qs``, bit for bit, from one selection pass over the file
+    for all of them (not one each); ``None`` for each when the store is empty."""
+    n = len(store)
+    if not n:
+        return dict.fromkeys(qs)
+    if not store.spilled:
+        return {q: percentile(store, q, column) for q in qs}
+    source = store.column(column)
+    if any(bool(np.isnan(c).any()) for c in source()):
+        return dict.fromkeys(qs, math.nan)
+    needed: set[int] = set()
+    for q in qs:  # which order statistics each q interpolates between
+        _percentile_from(n, q, partial(_note, needed))
+    stats = select(source, sorted(needed))
+    return {q: _percentile_from(n, q, lambda _ranks: stats) for q in qs}
+
+
+def _note(needed: set[int], ranks: list[int]) -> dict[int, float]:
+    """Collect the ranks a percentile asks for (placeholder values: the first pass's result is
+    dropped)."""
+    needed.update(ranks)
+    return dict.fromkeys(ranks, 0.0)
+
+
 def _percentile_from(
     n: int, q: float, order_stats: Callable[[list[int]], dict[int, float]]
 ) -> float:
@@ -230,9 +269,10 @@ def median_of(source: Chunks, n: int) -> float:
 class ExactSum:
     """``math.fsum`` of values added one at a time, in memory that does not grow with them.
 
-    Values are buffered and folded into Shewchuk's non-overlapping partials (the exact sum of
-    everything so far, a few floats); :meth:`value` is ``math.fsum`` of the partials and the
-    buffer, which is ``math.fsum`` of every value (both are the correctly rounded exact sum).
+    Values are buffered and a full buffer is folded into a few partials whose exact sum is the
+    exact sum of everything so far (:func:`_fold`: repeated ``math.fsum`` of the remainder);
+    :meth:`value` is ``math.fsum`` of the partials and the buffer, which is ``math.fsum`` of
+    every value (both are the correctly rounded exact sum).
     Finite values only.
     """
 
@@ -246,24 +286,28 @@ class ExactSum:
         self.count += 1
         self._buf.append(value)
         if len(self._buf) >= self._limit:
-            for x in self._buf:
-                _grow(self._partials, x)
+            self._partials = _fold(self._partials, self._buf)
             self._buf = array("d")
 
     def value(self) -> float:
         return math.fsum([*self._partials, *self._buf])
 
 
-def _grow(partials: list[float], x: float) -> None:
-    """Add ``x`` to Shewchuk's partials in place (exactly: the partials' sum gains ``x``)."""
-    i = 0
-    for y in partials:
-        if abs(x) < abs(y):
-            x, y = y, x
-        hi = x + y
-        lo = y - (hi - x)
-        if lo:
-            partials[i] = lo
-            i += 1
-        x = hi
-    partials[i:] = [x]
+def _fold(partials: list[float], values: Sequence[float]) -> list[float]:
+    """Floats whose exact sum is the exact sum of ``partials`` and ``values`` (a few of them).
+
+    ``math.fsum`` (C) gives the correctly rounded exact sum ``s``; the exact remainder, once
+    ``-s`` joins the terms, is rounded again, and so on until a remainder rounds to zero, which
+    only an exactly zero one does (every double is a multiple of 2**-1074, so a nonzero remainder
+    is at least the smallest subnormal). Each remainder is at most half an ulp of the last
+    output, so the loop ends after a few rounds (the exact sum's bit span over 53). The
+    same exact sum as folding each value into Shewchuk's partials, at C speed.
+    """
+    terms = [*partials, *values]
+    out: list[float] = []
+    while True:
+        s = math.fsum(terms)
+        if s == 0.0:
+            return out
+        out.append(s)
+        terms.append(-s)

@@ -119,6 +119,8 @@ class MeasuredTiming:
         self._cache: dict[StepArgs, float] = {} if cache is None else cache
         #: decode-only steps: packed bucket key -> the same price as ``_cache`` holds
         self._decode: dict[int, float] = {}
+        #: the estimator's mixed-step breakdowns by arguments (:meth:`_breakdown`)
+        self._parts: dict[tuple[int, int, int, int], tuple[float, float, float, float]] = {}
 
     @property
     def num_priced(self) -> int:
@@ -158,10 +160,23 @@ class MeasuredTiming:
         if a.num_chunks == 0:
             return e.decode_step_latency(m, max(s - 1, 1), 1) / 1e3
         k, n, c = a.num_chunks, a.chunk_tokens, a.chunk_cached_tokens
-        shared_ms = e.mixed_step_breakdown(k * n, m, n + c, 1, 0)[1]
-        context_attention_ms = e.mixed_step_breakdown(k * (n + c), 0, n + c, 1, c)[2]
-        decode_attention_ms = e.mixed_step_breakdown(0, m, max(s - 1, 1), 1, 0)[3] if m else 0.0
+        shared_ms = self._breakdown(k * n, m, n + c, 0)[1]
+        context_attention_ms = self._breakdown(k * (n + c), 0, n + c, c)[2]
+        decode_attention_ms = self._breakdown(0, m, max(s - 1, 1), 0)[3] if m else 0.0
         return (shared_ms + context_attention_ms + decode_attention_ms) / 1e3
+
+    def _breakdown(
+        self, ctx_tokens: int, gen_tokens: int, isl: int, prefix: int
+    ) -> tuple[float, float, float, float]:
+        """``mixed_step_breakdown(ctx_tokens, gen_tokens, isl, 1, prefix)``, each distinct call
+        once (steps of different shapes share parts: a long run repeats three calls in four)."""
+        key = (ctx_tokens, gen_tokens, isl, prefix)
+        got = self._parts.get(key)
+        if got is None:
+            got = self._parts[key] = self.engine.mixed_step_breakdown(
+                ctx_tokens, gen_tokens, isl, 1, prefix
+            )
+        return got
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         """A pure decode step of ``num_seqs`` sequences attending ``context_tokens`` in all."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -18,8 +17,10 @@ from kvbudget.metrics.percentile_set import (
     DEFAULT_METRIC_PERCENTILES,
     LATENCY_METRICS,
     latency_fields,
+    reported_percentiles,
 )
-from kvbudget.metrics.spilled import ExactSum, SpilledColumns, percentile
+from kvbudget.metrics.spilled import ExactSum, SpilledColumns
+from kvbudget.metrics.spilled import percentiles as spilled_percentiles
 from kvbudget.records.request import RequestRecord
 from kvbudget.records.simulated import ended_as, simulated_record
 from kvbudget.sim.engine import EngineStats
@@ -237,9 +238,9 @@ class RunStats:
         self.e2e_s = SpilledColumns()
         #: gaps between consecutive output tokens of finished requests (recorded token times)
         self.itl_s = SpilledColumns()
-        #: metric -> exact sum of its values (the means; ITL: of each request's last minus first
-        #: token time, which is its gaps' sum)
-        self.sums: dict[str, ExactSum] = {m: ExactSum() for m in LATENCY_METRICS}
+        #: ITL's exact sum, of each request's last minus first token time (its gaps' sum, for
+        #: the mean; the other metrics' sums are their stores' :meth:`SpilledColumns.exact_sum`)
+        self.itl_sum = ExactSum()
         #: (arrival, TTFT) of every request with a first token, for the queue-growth check
         self.first_token_rows = SpilledColumns(2)
         self.num_requests = 0
@@ -272,24 +273,19 @@ class RunStats:
         if r.status == "finished":
             self.num_completed += 1
             self.output_tokens_completed += r.output_tokens
-            sums = self.sums
             if r.first_token_s:
-                ttft = r.first_token_s - r.arrival_s
-                self.ttft_s.append(ttft)
-                sums["ttft"].add(ttft)
+                self.ttft_s.append(r.first_token_s - r.arrival_s)
             if r.finish_s is not None:
-                e2e = r.finish_s - r.arrival_s
-                self.e2e_s.append(e2e)
-                sums["e2e"].add(e2e)
+                self.e2e_s.append(r.finish_s - r.arrival_s)
             if r.finish_s is not None and r.first_token_s is not None and r.output_tokens > 1:
-                tpot = (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
-                self.tpot_s.append(tpot)
-                sums["tpot"].add(tpot)
+                self.tpot_s.append((r.finish_s - r.first_token_s) / (r.output_tokens - 1))
             times = r.token_times_s
             if len(times) > 1:
-                self.itl_s.extend_array(np.diff(np.asarray(times, dtype=np.float64)))
+                # np.diff's own subtraction, from an array filled without dtype discovery
+                arr = np.fromiter(times, dtype=np.float64, count=len(times))
+                self.itl_s.extend_array(arr[1:] - arr[:-1])
                 # the gaps' sum, telescoped (one addition a request, not one a token)
-                sums["itl"].add(times[-1] - times[0])
+                self.itl_sum.add(times[-1] - times[0])
         elif r.status == "cancelled":
             self.num_cancelled += 1
         else:
@@ -353,13 +349,16 @@ def summarize(
     stores = {"ttft": stats.ttft_s, "tpot": stats.tpot_s, "itl": stats.itl_s, "e2e": stats.e2e_s}
     latency: dict[str, float | None] = {}
     for metric in LATENCY_METRICS:
-        store, total = stores[metric], stats.sums[metric]
+        store = stores[metric]
+        total = stats.itl_sum.value() if metric == "itl" else store.exact_sum()
         latency.update(
             latency_fields(
                 metric,
                 count=len(store),
-                total=total.value(),
-                percentile=partial(percentile, store),
+                total=total,
+                percentile=spilled_percentiles(
+                    store, reported_percentiles(percentiles)
+                ).__getitem__,
                 chosen=percentiles,
             )
         )

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from kvbudget.metrics import spilled
-from kvbudget.metrics.spilled import ExactSum, SpilledColumns, median_of, percentile, select
+from kvbudget.metrics.spilled import (
+    ExactSum,
+    SpilledColumns,
+    median_of,
+    percentile,
+    percentiles,
+    select,
+)
 from kvbudget.metrics.stability import _by_arrival_rank, queue_growth, queue_growth_spilled
 
 
@@ -76,6 +83,25 @@ def test_median_matches_numpy() -> None:
         values = rng.integers(0, 30, n) / 7.0
         store = _store(values, 4)
         assert median_of(store.column(0), n).hex() == float(np.median(values)).hex()
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 1001])
+def test_percentiles_at_once_match_numpy_bitwise(n: int) -> None:
+    """All of them from one selection: each still numpy.percentile's bits (numpy computes)."""
+    rng = np.random.default_rng(100 + n)
+    qs = (0.0, 1.0, 50.0, 90.0, 95.0, 99.0, 99.9, 100.0)
+    for values in _datasets(rng, n):
+        for buffer_rows in (n + 5, max(1, n // 3), 7):
+            store = _store(values, buffer_rows)
+            got = percentiles(store, qs)
+            for q in qs:
+                value = got[q]
+                assert value is not None
+                assert value.hex() == float(np.percentile(values, q)).hex(), (n, q)
+            store.close()
+    assert percentiles(SpilledColumns(), (50.0,)) == {50.0: None}
+    nan_store = _store(np.array([1.0, math.nan, 2.0, 3.0]), 2)
+    assert all(math.isnan(v or 0.0) for v in percentiles(nan_store, (50.0, 99.0)).values())
 
 
 def test_empty_and_nan() -> None:
@@ -156,3 +182,27 @@ def test_exact_sum_is_fsum() -> None:
     assert acc.count == len(values)
     assert acc.value().hex() == math.fsum(values).hex()
     assert ExactSum().value() == 0.0
+
+
+@pytest.mark.parametrize("buffer_rows", [5, 1000, 100_000])
+def test_store_exact_sum_is_fsum(buffer_rows: int) -> None:
+    """A store's exact sum, spilled or not: math.fsum of the values (the standard library)."""
+    rng = np.random.default_rng(4)
+    values = rng.lognormal(-3.0, 2.0, 5000) * 10.0 ** rng.integers(-6, 6, 5000)
+    store = _store(values, buffer_rows)
+    assert store.exact_sum().hex() == math.fsum(values.tolist()).hex()
+    store.close()
+    assert SpilledColumns().exact_sum() == 0.0
+
+
+def test_exact_sum_keeps_every_bit_across_folds() -> None:
+    """Magnitudes 2**-1000 to 2**1000 with cancellations: math.fsum of the whole list (the
+    standard library, not the code under test) is what value() must give."""
+    rng = np.random.default_rng(3)
+    signs = rng.choice([-1.0, 1.0], 30_000)
+    values = (signs * rng.random(30_000) * 2.0 ** rng.integers(-1000, 1000, 30_000)).tolist()
+    values += [-v for v in values[:5000]] + [5e-324, -5e-324, 5e-324]
+    acc = ExactSum(buffer_values=61)
+    for v in values:
+        acc.add(v)
+    assert acc.value().hex() == math.fsum(values).hex()
