@@ -85,7 +85,7 @@ def test_concurrency_times_blocks_per_request_within_blocks(
     short = min(length, 512)
     assert r.blocks_for_tokens(short) == num_groups * -(-short // 16)
     assert r.blocks_for_tokens(length) <= r.blocks_for_tokens(length + 1)
-    far = 512 + r.max_num_batched_tokens + 32
+    far = 512 + r.in_flight_tokens + 32  # past the window plus every batch in flight
     for extra in (16, 160):
         grown = r.blocks_for_tokens(far + extra) - r.blocks_for_tokens(far)
         assert grown == num_full * (-(-(far + extra) // 16) - -(-far // 16))
@@ -189,11 +189,20 @@ def test_sglang_pool_monotone_and_page_aligned(
 def test_blocks_per_sequence_worked_example() -> None:
     """One full and one sliding (window 512) group, 65,536 tokens, vLLM's H100 default of 8,192
     batched tokens: full cdiv(65536, 16) = 4,096 blocks; sliding cdiv(511 + 8192, 16) + 1 = 545
-    (vLLM SlidingWindowSpec.max_memory_usage_bytes, reference engines-kv-accounting.md §1.4)."""
-    r = make_plan(
-        PlanRequest(model="prop", gpu="H100", max_model_len=65536, kv_cache_memory_bytes=8 * GiB),
-        model(2, 8, 128, 2),
-    )
-    assert r.max_num_batched_tokens == 8192
-    assert sorted(g.kind for g in r.groups) == ["full", "sliding"]
-    assert r.blocks_for_tokens(65536) == 4096 + 545
+    up to vLLM 0.25 (SlidingWindowSpec.max_memory_usage_bytes, reference
+    engines-kv-accounting.md §1.4), and from 0.26.0 with async scheduling on a GPU, 2 batches in
+    flight (VllmConfig.max_in_flight_tokens): cdiv(511 + 16384, 16) + 1 = 1,057."""
+    for version, sliding in (("0.25.0", 545), ("0.33.0", 1057)):
+        r = make_plan(
+            PlanRequest(
+                model="prop",
+                gpu="H100",
+                max_model_len=65536,
+                kv_cache_memory_bytes=8 * GiB,
+                engine_version=version,
+            ),
+            model(2, 8, 128, 2),
+        )
+        assert r.max_num_batched_tokens == 8192
+        assert sorted(g.kind for g in r.groups) == ["full", "sliding"]
+        assert r.blocks_for_tokens(65536) == 4096 + sliding

@@ -149,7 +149,8 @@ class SimScenario(BaseModel):
     enable_expert_parallel: bool = False
     #: vLLM --data-parallel-size: this many engines (each tp x pp GPUs, its own scheduler and
     #: KV pool; a MoE model's experts span all of them), one deployment
-    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    #: (at most 256 engines: each simulated engine holds its own block pool in memory)
+    data_parallel_size: int = Field(default=1, ge=1, le=256)
     #: vLLM --async-scheduling (True) / --no-async-scheduling (False); None: the version's
     #: default (kvbudget.capacity.versions.vllm_async_scheduling)
     async_scheduling: bool | None = None
