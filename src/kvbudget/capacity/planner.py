@@ -439,10 +439,15 @@ def _concurrent_batches(
     0.26+ ``max_in_flight_tokens``): async scheduling on a GPU (the version's default unless
     --async-scheduling / --no-async-scheduling is given); the CPU build (no device given)
     turns async scheduling off (vLLM 0.32.0 ``platforms/cpu.py`` line 331)."""
-    if device_given:
-        asynchronous = vllm_async_scheduling(version, request.pp, request.async_scheduling).enabled
-    else:
-        asynchronous = bool(request.async_scheduling)
+    asynchronous = (
+        device_given
+        and vllm_async_scheduling(version, request.pp, request.async_scheduling).enabled
+    )
+    if not device_given and request.async_scheduling:
+        notes.append(
+            "async_scheduling: ignored without a device: the CPU build schedules synchronously "
+            "whatever the flag says (vLLM 0.32.0 platforms/cpu.py line 331)"
+        )
     batches = vllm_concurrent_batches(version, request.pp, asynchronous)
     if batches > 1 and any(g.sliding_window or g.attention_chunk_size for g in groups):
         notes.append(

@@ -125,13 +125,17 @@ def _first(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def _model_path(case: MeasuredCase, cache_dir: Path) -> str:
-    """The wheel's own copy of the config when it has one, else kvbudget's in a directory."""
+def _bundled_config(model_id: str) -> Path:
+    """Where the wheel keeps its own copy of ``model_id``'s config.json (it may not have one)."""
     from importlib import resources
 
     configs = Path(str(resources.files("aiconfigurator_core"))) / "model_configs"
-    bundled = configs / (case.model_id.replace("/", "--") + "_config.json")
-    if bundled.is_file():
+    return configs / (model_id.replace("/", "--") + "_config.json")
+
+
+def _model_path(case: MeasuredCase, cache_dir: Path) -> str:
+    """The wheel's own copy of the config when it has one, else kvbudget's in a directory."""
+    if _bundled_config(case.model_id).is_file():
         return case.model_id
     text = json.dumps(case.config, sort_keys=True)
     folder = cache_dir / hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -240,13 +244,9 @@ def _compile(
 def _spec_file(cache: Path, model_path: str, system: str, kwargs: dict[str, Any]) -> Path:
     """Where the compiled spec of this exact compile is kept: named by the hash of the pinned
     version, the config's bytes (the wheel's copy, or kvbudget's), the GPU and the arguments."""
-    from importlib import resources
-
-    folder = Path(model_path)
-    config = folder / "config.json"
+    config = Path(model_path) / "config.json"
     if not config.is_file():  # a model id: the wheel's own copy
-        configs = Path(str(resources.files("aiconfigurator_core"))) / "model_configs"
-        config = configs / (model_path.replace("/", "--") + "_config.json")
+        config = _bundled_config(model_path)
     key = json.dumps(
         [AIC_VERSION, hashlib.sha256(config.read_bytes()).hexdigest(), system, "vllm", kwargs],
         sort_keys=True,

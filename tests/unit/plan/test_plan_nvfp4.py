@@ -17,27 +17,16 @@ from kvbudget.capacity.weights import Matrix, _matrix_bytes, compute_weights
 from kvbudget.errors import ConfigError
 from kvbudget.sim.aic import GPU_SYSTEMS
 from kvbudget.spec.hardware import get_gpu
-from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
+from tests.unit.plan.test_plan_weights import spec
 
 NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
 
 
 def _spec(quant: dict[str, object] | None) -> ModelSpec:
-    return ModelSpec(
-        model_id="t",
-        architecture="LlamaForCausalLM",
-        model_type="llama",
-        layers=tuple(FullAttention(i, 8, 128) for i in range(4)),
-        hidden_size=1024,
-        num_attention_heads=8,
-        vocab_size=1000,
-        intermediate_size=4096,
-        max_position_embeddings=4096,
-        torch_dtype="bfloat16",
-        quantization_config=quant,
-    )
+    """test_plan_weights' four-layer Llama (hidden 1024, 8 heads, vocab 1000, MLP 4096)."""
+    return spec(quantization_config=quant)
 
 
 def _nvfp4(n_in: int, n_out: int) -> int:

@@ -232,3 +232,15 @@ def test_two_batches_in_flight_double_a_window_groups_charge() -> None:
         )
     )
     assert cpu.in_flight_tokens == 8192
+    flagged = make_plan(
+        PlanRequest(
+            model="google/gemma-3-27b-it",
+            kv_cache_memory_bytes=64 * GiB,
+            engine_version="0.32.0",
+            max_model_len=32768,
+            max_num_batched_tokens=8192,
+            async_scheduling=True,
+        )
+    )
+    assert flagged.in_flight_tokens == 8192
+    assert any(n.startswith("async_scheduling: ignored without a device") for n in flagged.notes)
