@@ -1,6 +1,8 @@
 """Step-time models: how long one engine step takes, given what it computes.
 
-Two models, selectable by name; every simulated figure is labelled with the model's ``name``.
+The two step-time models defined here (the measured-kernel model lives in ``sim/measured.py``; all
+three are registered by name in ``sim/timing_select.py``); every simulated figure is labelled with
+the model's ``name``.
 
 ``roofline`` (:class:`RooflineTiming`), from the GPU catalog and the model structure:
 
