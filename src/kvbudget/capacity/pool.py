@@ -14,7 +14,7 @@ Follows the engine's own arithmetic as paraphrased in ``engines-kv-accounting.md
   the check counts every layer of the model against one worker's memory, as the engine log in
   issue vllm#34076 shows (48 layers, "24.0 GiB ... needed", estimated length 34736).
 
-Layers come in as :class:`PoolLayer` (what ``capacity.layouts.vllm.VllmLayerSpec`` carries).
+Layers come in as :class:`PoolLayer` (what ``capacity.layouts.vllm_specs.VllmLayerSpec`` carries).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity import pool_runs
-from kvbudget.capacity.layouts.vllm import MambaCacheMode
-from kvbudget.capacity.layouts.vllm import max_memory_usage_bytes as layer_max_memory_usage_bytes
+from kvbudget.capacity.layouts.vllm_kinds import kind_rule
+from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import ConfigError, SpecError
@@ -70,17 +70,8 @@ class PoolLayer:
         mamba_cache_mode: MambaCacheMode = "none",
     ) -> int:
         """Bytes one max-length request needs in this layer (reference §1.2-§1.6)."""
-        return layer_max_memory_usage_bytes(
-            self.kind,
-            block_size=self.block_size,
-            page_size_bytes=self.page_size_bytes,
-            sliding_window=self.sliding_window,
-            attention_chunk_size=self.attention_chunk_size,
-            num_speculative_blocks=self.num_speculative_blocks,
-            mamba_cache_mode=mamba_cache_mode,
-            num_checkpoint_blocks=self.num_checkpoint_blocks,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens,
+        return kind_rule(self.kind).max_memory_usage_bytes(
+            self, max_model_len, max_num_batched_tokens, mamba_cache_mode
         )
 
 
@@ -140,23 +131,9 @@ class KvCacheGroup:
         """Blocks a sequence of ``num_tokens`` holds in this group at its peak (window bound)."""
         if num_tokens <= 0:
             return 0
-        b = self.block_size
-        full = cdiv(num_tokens, b)
-        if self.kind in ("full", "mla"):
-            return full
-        if self.kind == "sliding":
-            assert self.sliding_window is not None
-            window = min(self.sliding_window - 1 + max_num_batched_tokens, num_tokens)
-            return min(full, cdiv(window, b) + 1)
-        if self.kind == "chunked":
-            assert self.attention_chunk_size is not None
-            chunk = min(self.attention_chunk_size + max_num_batched_tokens, num_tokens)
-            return min(full, cdiv(chunk, b))
-        if mamba_cache_mode == "all":
-            return full
-        if mamba_cache_mode == "align":
-            return 2 + self.num_speculative_blocks + self.num_checkpoint_blocks
-        return 1 + self.num_speculative_blocks
+        return kind_rule(self.kind).peak_blocks(
+            self, num_tokens, max_num_batched_tokens, mamba_cache_mode
+        )
 
 
 def distinct_layers(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
