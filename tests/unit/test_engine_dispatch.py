@@ -3,8 +3,9 @@ layout) or refuses it in one line (issue #33 step 1: one name, parsed once at th
 
 Inside, the comparisons are on the typed names (``Literal`` types), so mypy --strict's
 strict-equality refuses a misspelt one (``engine == "llama.cpp"`` on an :data:`EngineName`);
-``run_layout`` and the deploy multi-node commands end in ``assert_never``, so mypy also proves
-they handle every member. These tests are the runtime side: a new member without a branch, or a
+the deploy multi-node commands end in ``assert_never``, so mypy also proves they handle every
+member; ``run_layout`` and ``make_plan`` look the engine up in the registry
+(``capacity/engines/``), which ``tests/unit/plan/test_engine_registry.py`` checks is complete. These tests are the runtime side: a new member without a branch, or a
 branch that falls through to another engine's, fails here.
 """
 

@@ -11,7 +11,7 @@ tokens x seqs``; e.g. 32 layers, 8 KV heads, head_dim 128, 2 bytes, 4096 tokens,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, assert_never
+from typing import Any
 
 from kvbudget.capacity.assumptions import (
     explicit_assumptions,
@@ -19,16 +19,13 @@ from kvbudget.capacity.assumptions import (
     status_from,
 )
 from kvbudget.capacity.dtypes import dtype_from_element_bytes, get_kv_dtype
+from kvbudget.capacity.engines.registry import LayoutLoad, engine_entry
 from kvbudget.capacity.layouts.base import (
     Layout,
     LayoutNotApplicable,
     LayoutResult,
     parse_layout,
 )
-from kvbudget.capacity.layouts.hf import hf_layout
-from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
-from kvbudget.capacity.layouts.sglang import sglang_layout
-from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.ledger import input_entry, length_conflict
 from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
@@ -161,46 +158,21 @@ def run_layout(
     ctx_size: int | None = None,
     unified: bool = False,
 ) -> LayoutResult:
-    """Dispatch to one engine layout (``ctx_size``/``unified``: llama.cpp's -c and -kvu)."""
-    if engine != "llamacpp" and (ctx_size is not None or unified):
-        raise ConfigError(
-            f"ctx_size/unified: llama.cpp knobs (-c, -kvu); use --engine llamacpp, not {engine}",
-            field="ctx_size",
-        )
-    if engine == "vllm":
-        return vllm_layout(
-            spec,
-            tokens=tokens,
-            seqs=seqs,
-            kv_dtype=kv_dtype,
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            block_size=block_size,
-        )
-    if block_size is not None:
-        raise ConfigError(
-            f"block_size: only the vllm layout has blocks; drop --block-size for {engine}",
-            field="block_size",
-        )
-    if engine == "hf":
-        return hf_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
-    if engine == "sglang":
-        return sglang_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
-    if engine == "llamacpp":
-        return llamacpp_layout(
-            spec,
-            tokens=tokens,
-            seqs=seqs,
-            kv_dtype=kv_dtype,
-            v_dtype=v_dtype,
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            ctx_size=ctx_size,
-            unified=unified,
-        )
-    assert_never(engine)  # mypy proves every layout dispatched (calc_model parsed the name)
+    """``engine``'s layout, looked up in the engine registry (``capacity/engines/``);
+    ``ctx_size``/``unified`` are llama.cpp's -c and -kvu (other layouts refuse them)."""
+    load = LayoutLoad(
+        tokens=tokens,
+        seqs=seqs,
+        kv_dtype=kv_dtype,
+        v_dtype=v_dtype,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        block_size=block_size,
+        ctx_size=ctx_size,
+        unified=unified,
+    )
+    return engine_entry(engine).layout(spec, load)
 
 
 def _layout_tables(layout: LayoutResult) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

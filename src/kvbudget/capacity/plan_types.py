@@ -89,7 +89,7 @@ class PlanRequest(BaseModel):
     mamba_cache_mode: MambaCacheMode | None = Field(
         default=None,
         description="vLLM --mamba-cache-mode; None: the engine's default for the model (see "
-        "capacity.planner.default_mamba_cache_mode)",
+        "capacity.engines.vllm.settings.default_mamba_cache_mode)",
     )
     mamba_cache_dtype: str = Field(
         default="auto", description="vLLM --mamba-cache-dtype (conv state; auto: model dtype)"

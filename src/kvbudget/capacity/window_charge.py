@@ -5,12 +5,12 @@ Two vLLM rules, both already encoded in this package:
 
 * **kept**: once a sequence of ``L`` tokens is decoding, a sliding layer holds only the blocks its
   window touches; older blocks go back to the pool (``SlidingWindowManager`` skips
-  ``max(0, T - W)`` tokens; :func:`kvbudget.capacity.layouts.vllm.blocks_held`). Window 128,
+  ``max(0, T - W)`` tokens; :func:`kvbudget.capacity.layouts.vllm_specs.blocks_held`). Window 128,
   block 16: 8 blocks. A chunked-local layer keeps its current chunk's blocks.
 * **charged**: the maximum-concurrency figure divides the pool by each group's
   ``max_memory_usage_bytes`` / page (vLLM ``SlidingWindowSpec``:
   ``cdiv(min(W - 1 + T_b, L), B) + 1``; ``ChunkedLocalAttentionSpec``: ``cdiv(min(C + T_b, L),
-  B)``; :func:`kvbudget.capacity.layouts.vllm.max_memory_usage_bytes`): the peak while a prefill
+  B)``; :func:`kvbudget.capacity.layouts.vllm_specs.max_memory_usage_bytes`): the peak while a prefill
   chunk of up to ``T_b = max_num_batched_tokens`` tokens is computed beside the ``W - 1`` window
   tokens before it. Window 128, ``T_b`` 8,192, block 16: ``cdiv(8,319, 16) + 1 = 521``.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbudget.capacity.layouts.vllm import VllmLayerSpec, blocks_held
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec, blocks_held
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.versions import vllm_behaviour

@@ -39,7 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.capacity.layouts.base import GroupBytes, LayoutNotApplicable, LayoutResult, StageBytes
+from kvbudget.capacity.layouts.vllm_specs import WINDOW_KEPT, VllmKind, VllmLayerSpec, blocks_held
 from kvbudget.spec.layers import CompressedAttention, NoAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -209,3 +210,54 @@ def dsv4_layer_specs(spec: ModelSpec) -> list[Dsv4Spec]:
                 )
             )
     return out
+
+
+def dsv4_layout(
+    spec: ModelSpec, *, tokens: int, seqs: int, kv_dtype: str, tp: int, pp: int, dp: int
+) -> LayoutResult:
+    """DeepSeek-V4: each of vLLM 0.32's packed groups (:mod:`kvbudget.capacity.pool_dsv4`)
+    holds :func:`blocks_held` blocks of its page (the sum of its layers' pages) per sequence; the
+    specs have ``max_tp_shards = 1``, so every TP rank holds the same."""
+    from kvbudget.capacity.pool_dsv4 import dsv4_groups  # pool imports this module
+
+    name = dsv4_kv_dtype(kv_dtype)
+    groups: list[GroupBytes] = []
+    for group in dsv4_groups(spec, pp=pp):
+        kind: VllmKind = "mla" if group.kind == "mla" else "sliding"
+        one = VllmLayerSpec(
+            group.layer_indices[0],
+            kind,
+            group.block_size,
+            group.page_size_bytes,
+            sliding_window=group.sliding_window,
+        )
+        held = blocks_held(one, tokens)
+        per_seq = held * group.page_size_bytes
+        groups.append(
+            GroupBytes(
+                kind,
+                group.layer_indices,
+                held * group.block_size,
+                group.page_size_bytes // group.block_size,
+                per_seq,
+                per_seq * seqs,
+                f"{held} block(s) of {group.block_size} tokens per sequence"
+                + WINDOW_KEPT.get(kind, ""),
+            )
+        )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    return LayoutResult(
+        "vllm",
+        name,
+        tokens,
+        seqs,
+        tp,
+        pp,
+        dp,
+        (stage,),
+        block_size=min(g.block_size for g in dsv4_groups(spec)),
+        notes=(
+            "DeepSeek-V4 in vLLM 0.32: vLLM's packed groups (sliding-window, compressed-MLA and "
+            "compressor-state pages, fp8_ds_mla, 576-byte aligned), the same on every TP rank",
+        ),
+    )

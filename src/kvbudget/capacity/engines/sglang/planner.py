@@ -1,4 +1,5 @@
-"""SGLang branch of :func:`kvbudget.capacity.planner.make_plan` (reference §7)."""
+"""SGLang's plan of one replica (reference §7): ``mem_fraction_static`` -> rest memory ->
+``max_total_num_tokens`` (``capacity.sglang_pool``), min over pipeline stages."""
 
 from __future__ import annotations
 

@@ -1,0 +1,86 @@
+"""SGLang: its token pool's layout (``calc --engine sglang``) and planner (``plan --engine sglang``).
+
+The layout's arithmetic is ``capacity.layouts.sglang``; the plan is :mod:`.planner` over
+``capacity.sglang_pool``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvbudget.capacity.engines.registry import (
+    LayoutLoad,
+    RegisteredEngine,
+    refuse_block_size,
+    refuse_llamacpp_knobs,
+    register_engine,
+)
+from kvbudget.capacity.engines.sglang.planner import make_sglang_plan
+from kvbudget.capacity.layouts.sglang import sglang_layout
+from kvbudget.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvbudget.capacity.layouts.base import LayoutResult
+    from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+    from kvbudget.capacity.weights import WeightsEstimate
+    from kvbudget.spec.hardware import GpuSpec
+    from kvbudget.spec.model import ModelSpec
+
+#: vLLM's knobs, which an SGLang plan ignores (with a note)
+VLLM_ONLY = (
+    "gpu_memory_utilization",
+    "num_gpu_blocks_override",
+    "disable_hybrid_kv_cache_manager",
+    "enforce_eager",
+    "auto_fit_max_model_len",  # --max-model-len auto: vLLM's -1 auto-fit; SGLang has none
+)
+
+
+def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
+    refuse_llamacpp_knobs(load, "sglang")
+    refuse_block_size(load, "sglang")
+    return sglang_layout(
+        spec,
+        tokens=load.tokens,
+        seqs=load.seqs,
+        kv_dtype=load.kv_dtype,
+        tp=load.tp,
+        pp=load.pp,
+        dp=load.dp,
+    )
+
+
+class SglangPlanner:
+    """SGLang's pool: sized from the device's memory, even with ``--kv-cache-memory``."""
+
+    pool_without_device = False
+
+    def check_request(self, request: PlanRequest) -> None:
+        dp = request.data_parallel_size
+        if dp > 1:
+            raise ConfigError(
+                f"data_parallel_size: {dp} is planned for vLLM only (--data-parallel-size); SGLang's "
+                "--dp-size with DP attention shares one pool differently; plan SGLang with 1",
+                field="data_parallel_size",
+            )
+
+    def plan(
+        self,
+        request: PlanRequest,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        weights: WeightsEstimate,
+        max_model_len: int,
+        device_given: bool,
+    ) -> PlanResult:
+        return make_sglang_plan(request, model, gpu, weights, max_model_len)
+
+    def flag_conflicts(self, request: PlanRequest) -> list[tuple[str, str]]:
+        return [
+            (name, f"{name}: a vLLM knob, ignored with --engine sglang (use --mem-fraction-static)")
+            for name in VLLM_ONLY
+            if getattr(request, name) not in (None, False)
+        ]
+
+
+ENGINE = register_engine(RegisteredEngine("sglang", layout, SglangPlanner()))

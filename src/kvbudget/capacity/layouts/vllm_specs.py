@@ -1,0 +1,142 @@
+"""vLLM v1's layer specs and their page arithmetic (the spec classes of ``kv_cache_interface.py``).
+
+:class:`VllmLayerSpec` is one layer's spec on one rank; the ``*_page_bytes`` functions are one
+block of one layer of each kind (reference §1: attention, MLA, the DSA indexer, mamba states,
+Inkling's conv state). What one request needs and holds in a layer is its kind's rule
+(:mod:`~kvbudget.capacity.layouts.vllm_kinds`), asked by :class:`VllmLayerSpec` and
+:func:`blocks_held`. :mod:`kvbudget.capacity.layouts.vllm` builds the specs of a model from these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvbudget.capacity.dtypes import KvDtype
+from kvbudget.capacity.layouts.base import (
+    heads_per_rank,
+)
+from kvbudget.capacity.layouts.vllm_kinds import kind_rule
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import (
+    MLA,
+    FullAttention,
+    StateLayer,
+)
+
+VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
+MambaCacheMode = Literal["none", "align", "all"]
+
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_MLA_BLOCK_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class VllmLayerSpec:
+    """One layer's KV cache spec on one rank, as vLLM v1 sees it."""
+
+    layer_index: int
+    kind: VllmKind
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    real_page_size_bytes: int = 0  # before mamba padding (equals page_size_bytes otherwise)
+    num_speculative_blocks: int = 0
+    mamba_cache_mode: MambaCacheMode = "none"
+    #: vLLM 0.32 ``MambaMixer2.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks=1`` (align mode)
+    num_checkpoint_blocks: int = 0
+    #: (heads, head size) of an Inkling conv state: vLLM keys its groups on the whole spec
+    shape: tuple[int, int] = (0, 0)
+
+    def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
+        return kind_rule(self.kind).max_memory_usage_bytes(
+            self, max_model_len, max_num_batched_tokens, self.mamba_cache_mode
+        )
+
+
+def attention_page_bytes(layer: FullAttention, dtype: KvDtype, tp: int, block_size: int) -> int:
+    """One block of one head-based attention layer on one rank."""
+    if dtype.mla_bytes_per_token is not None:
+        raise ConfigError(
+            f"kv dtype {dtype.name} is only for MLA models; choose fp8 or auto", field="kv_dtype"
+        )
+    heads = heads_per_rank(layer.num_kv_heads, tp)
+    return block_size * heads * (dtype.row_bytes(layer.head_dim) + dtype.row_bytes(layer.v_dim))
+
+
+def mla_page_bytes(layer: MLA, dtype: KvDtype, block_size: int) -> int:
+    """One block of one MLA layer (not split by TP)."""
+    if dtype.mla_bytes_per_token is not None:
+        return block_size * dtype.mla_bytes_per_token
+    if dtype.row_scale_bytes or dtype.nvfp4:
+        raise ConfigError(
+            f"kv dtype {dtype.name} is not modelled for MLA layers; choose auto, fp8 or fp8_ds_mla",
+            field="kv_dtype",
+        )
+    return block_size * dtype.row_bytes(layer.latent_dim)
+
+
+#: vLLM 0.32 ``model_executor/models/deepseek_v2.py`` ``Indexer.__init__`` (lines 723-736):
+#: ``quant_block_size = 128`` and the key cache is a ``DeepseekV32IndexerCache`` of
+#: ``head_dim = index_head_dim + index_head_dim // quant_block_size * 4`` bytes (``dtype=torch.uint8``:
+#: the fp8 key plus one float32 scale per 128 values), whatever ``--kv-cache-dtype`` says
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_page_bytes(index_head_dim: int, block_size: int) -> int:
+    """One block of a DSA lightning indexer's key cache (DeepSeek-V3.2, GLM-5).
+
+    ``DeepseekV32IndexerCache.get_kv_cache_spec`` (vLLM 0.32 ``deepseek_v2.py`` lines 659-667) is
+    an ``MLAAttentionSpec(num_kv_heads=1, head_size=index_head_dim + index_head_dim // 128 * 4,
+    dtype=uint8)``: ``block_size * head_size`` bytes (one vector, no V), never split by TP
+    (``max_tp_shards=1``). 128 -> 132 bytes per token.
+    """
+    return block_size * (index_head_dim + index_head_dim // INDEXER_QUANT_BLOCK * 4)
+
+
+def mamba_page_bytes(
+    layer: StateLayer, state_bytes: int, tp: int, ssm_state_bytes: int | None = None
+) -> int:
+    """One state page (one sequence's state of one layer on one rank).
+
+    A KDA recurrent state is float32 when ``--mamba-ssm-cache-dtype`` is auto (vLLM 0.32
+    ``mamba_utils.py`` ``kda_state_dtype``: ``recurrent_state_dtype = torch.float32``)."""
+    default_ssm = 4 if layer.state_kind == "kda" else state_bytes
+    ssm_bytes = default_ssm if ssm_state_bytes is None else ssm_state_bytes
+    return layer.conv_elements(tp) * state_bytes + layer.ssm_elements(tp) * ssm_bytes
+
+
+def sconv_page_bytes(layer: StateLayer, tp: int, element_bytes: int) -> int:
+    """Inkling's conv-state page (``InklingConvState``, ``models/inkling/nvidia/
+    sconv_swa_attn.py`` lines 150-199): a ``SlidingWindowSpec`` of block and window
+    ``kernel_size``, ``num_kv_heads // tp`` heads of ``head_size`` = the next power of two of
+    ``2 x head_dim + 2 x (hidden // num_kv_heads)`` (K, V, attention-output and MLP-output
+    streams packed per head; ``head_size_v = 0``), in the model dtype (bfloat16). ``layer`` carries
+    the KV heads in ``num_heads`` and the unpadded per-head width in ``head_dim``
+    (:func:`as_vllm_pages`)."""
+    padded = 1 << (layer.head_dim - 1).bit_length()
+    return layer.conv_kernel * (layer.num_heads // tp) * padded * element_bytes
+
+
+#: what a window group's blocks per sequence are (issue #32 item 5: beside a concurrency figure
+#: that charges the prefill peak, ``kvbudget plan`` says why the two differ)
+WINDOW_KEPT = {
+    "sliding": " (kept once decoding: the blocks the window touches)",
+    "chunked": " (kept once decoding: the current chunk's blocks)",
+}
+
+
+def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
+    """Blocks one sequence of ``num_tokens`` holds in this layer while its last token is computed.
+
+    Sliding and chunked layers free the blocks their managers skip
+    (``SlidingWindowManager``/``ChunkedLocalAttentionManager.get_num_skipped_tokens`` with
+    ``num_computed_tokens = num_tokens - 1``): sliding skips ``max(0, T - W)`` tokens, chunked skips
+    ``((T - 1) // C) * C``; whole skipped blocks are returned to the pool. A mamba layer holds one
+    state page per sequence (``mamba_cache_mode="none"``), two with ``"align"`` (plus speculative
+    blocks) and one per block of tokens with ``"all"`` (as ``max_memory_usage_bytes``, §1.6).
+    Each kind's count is its rule's (:mod:`~kvbudget.capacity.layouts.vllm_kinds`).
+    """
+    return kind_rule(spec.kind).blocks_held(spec, num_tokens, spec.mamba_cache_mode)
