@@ -167,9 +167,12 @@ def field_flag(name: str, info: FieldInfo) -> FieldFlag:
         raise TypeError(f"{name}: an environment variable can set only a bool field")
     if not decls:
         return FieldFlag(name, (), None, None, env=meta.get("env"))
-    shared = shared_flag(decls[0])
+    names = [name for decl in decls for name in decl.split("/")]
+    shared = next((s for s in map(shared_flag, names) if s is not None), None)
     help_text: str | None = meta.get("help", info.description)
     if shared is not None:
+        if not set(names) <= set(shared.names):  # one concept, one set of names
+            raise TypeError(f"{name}: {decls} mixes names of the shared {shared.decls[0]}")
         decls = shared.decls
         help_text = shared.help or help_text
     if help_text is not None and "help_suffix" in meta:

@@ -110,8 +110,10 @@ def test_every_request_field_is_a_plan_flag_but_the_two_set_otherwise() -> None:
 
 def test_shared_engine_inputs_keep_the_vocabulary_definition() -> None:
     """plan's --pp/--kv-dtype/... are the same declaration sim's engine inputs use."""
-    from kvbudget.cli.sim import sim
+    from kvbudget.cli.main import cli
 
+    sim = cli.get_command(click.Context(cli), "sim")
+    assert sim is not None
     for flag in ("--pp", "--kv-dtype", "--engine-version", "--quantization"):
         mine, theirs = _option(plan, flag), _option(sim, flag)
         assert (mine.opts, mine.help) == (theirs.opts, theirs.help), flag
@@ -169,13 +171,23 @@ def test_a_new_field_is_a_flag_with_no_edit_to_the_command() -> None:
 
 class _VllmNamed(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1, description="vLLM's name for --tp.")
+    cache_dtype: str = Field(
+        default="auto",
+        description="vLLM's other name for --kv-dtype.",
+        json_schema_extra={"cli": {"flags": ["--kv-cache-dtype"]}},
+    )
 
 
 def test_a_field_named_as_vllm_names_it_takes_the_canonical_flag() -> None:
-    """One flag per concept: a field spelled ``tensor_parallel_size`` is still ``--tp``."""
-    option = _option(_command(_VllmNamed), "--tensor-parallel-size")
-    assert option.opts == ["--tp", "--tensor-parallel-size"]
-    assert _fields(_VllmNamed, ["--tp", "2k"]) == {"tensor_parallel_size": 2_000}
+    """One flag per concept: a field spelled ``tensor_parallel_size`` is still ``--tp``, and one
+    whose flag is a shared input's alias gets that input's whole declaration."""
+    command = _command(_VllmNamed)
+    assert _option(command, "--tensor-parallel-size").opts == ["--tp", "--tensor-parallel-size"]
+    assert _option(command, "--kv-cache-dtype").opts == ["--kv-dtype", "--kv-cache-dtype"]
+    assert _fields(_VllmNamed, ["--tp", "2k", "--kv-cache-dtype", "fp8"]) == {
+        "tensor_parallel_size": 2_000,
+        "cache_dtype": "fp8",
+    }
 
 
 @pytest.mark.parametrize(
@@ -183,6 +195,8 @@ def test_a_field_named_as_vllm_names_it_takes_the_canonical_flag() -> None:
     [
         ({"json_schema_extra": {"cli": {"flag": ["--x"]}}, "description": "X."}, "unknown CLI"),
         ({}, "give the field a description"),
+        # a second name for a shared input is refused, not a second flag for the concept
+        ({"json_schema_extra": {"cli": {"flags": ["--cache-dtype", "--kv-dtype"]}}}, "mixes"),
     ],
 )
 def test_bad_metadata_is_refused_when_the_command_is_built(
