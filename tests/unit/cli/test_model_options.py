@@ -258,3 +258,19 @@ def test_plan_end_to_end_with_aliases_and_suffixes() -> None:
     # Llama-3.1-8B at TP 2: 4 of 8 KV heads x 128 x 2 B x K,V x 16 tokens = 32,768 B a page;
     # 10 GiB // 32,768 // 32 layers = 10,240 blocks
     assert (doc["tp"], doc["max_model_len"], doc["num_blocks"]) == (2, 32_768, 10_240)
+
+
+@pytest.mark.parametrize(
+    ("flag", "choices"),
+    [
+        # docs/commands/plan.md's flag table
+        ("--engine", ["vllm", "sglang"]),
+        ("--mamba-cache-mode", ["none", "align", "all"]),
+        ("--dtype", ["auto", "half", "float16", "bfloat16", "float", "float32"]),
+    ],
+)
+def test_choices_come_from_the_field_type_or_its_metadata(flag: str, choices: list[str]) -> None:
+    kind = _option(plan, flag).type
+    kind = getattr(kind, "inner", kind)  # kvbudget.cli.guards may wrap it
+    assert isinstance(kind, click.Choice)
+    assert list(kind.choices) == choices
