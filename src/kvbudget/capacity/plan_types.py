@@ -39,16 +39,26 @@ class PlanRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(description="catalog id, config.json path or snapshot directory")
-    gpu: str | None = Field(default=None, description="catalog GPU id or alias (kvbudget gpus)")
-    gpu_memory_bytes: int | None = Field(default=None, gt=0, description="device memory override")
+    model: str = Field(description="Catalog id, config.json path or snapshot directory.")
+    gpu: str | None = Field(
+        default=None, description="GPU from the catalog (see 'kvbudget gpus'), e.g. H100, L40S."
+    )
+    gpu_memory_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="Device memory per GPU, e.g. 80GiB (replaces the catalog value).",
+        json_schema_extra={"cli": {"flags": ["--gpu-memory"]}},
+    )
     gpu_bf16_tflops: float | None = Field(
-        default=None, gt=0, description="custom device dense BF16 TFLOPS"
+        default=None, gt=0, description="Custom device: dense BF16 TFLOPS."
     )
     gpu_bandwidth_gb_s: float | None = Field(
-        default=None, gt=0, description="custom device memory GB/s"
+        default=None,
+        gt=0,
+        description="Custom device: memory bandwidth in GB/s.",
+        json_schema_extra={"cli": {"flags": ["--gpu-bandwidth"]}},
     )
-    tp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, description="Tensor-parallel size (default 1).")
     pp: int = Field(default=1, ge=1)
     async_scheduling: bool | None = Field(
         default=None,
@@ -56,6 +66,13 @@ class PlanRequest(BaseModel):
             "vLLM --async-scheduling (True) / --no-async-scheduling (False); None: the "
             "version's default on a GPU (the CPU build schedules synchronously)"
         ),
+        json_schema_extra={
+            "cli": {
+                "help_suffix": " In plan: a sliding-window or chunked-local group reserves for 2 "
+                "batches in flight with it on a GPU from vLLM 0.26.0 (max_in_flight_tokens); "
+                "the CPU build keeps it off."
+            }
+        },
     )
     data_parallel_size: int = Field(
         default=1,
@@ -65,68 +82,145 @@ class PlanRequest(BaseModel):
             "KV pool (this plan is one of them); a MoE layer's experts span all dp x tp GPUs"
         ),
     )
-    engine: Engine = "vllm"
+    engine: Engine = Field(default="vllm", description="Engine whose pool to model (default vllm).")
     engine_version: str | None = None
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
-    max_model_len: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="vLLM fraction of total device memory (default 0.9).",
+    )
+    kv_cache_memory_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="vLLM --kv-cache-memory-bytes: KV bytes per GPU, e.g. 20GiB; overrides "
+        "utilization (SGLang: the rest memory for the pool).",
+        json_schema_extra={"cli": {"flags": ["--kv-cache-memory", "--kv-cache-memory-bytes"]}},
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="Max tokens per request (default: the config's max_position_embeddings); "
+        "'auto' = vLLM's -1 auto-fit.",
+        json_schema_extra={
+            "cli": {"words": {"auto": "auto_fit_max_model_len", "-1": "auto_fit_max_model_len"}}
+        },
+    )
     auto_fit_max_model_len: bool = Field(
-        default=False, description="vLLM max_model_len=-1: shrink to the longest length that fits"
+        default=False,
+        description="vLLM max_model_len=-1: shrink to the longest length that fits",
+        json_schema_extra={"cli": {"flags": []}},  # --max-model-len auto
     )
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="Tokens per step (default by device, vLLM §3.4)."
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="Max running sequences (SGLang: max_running_requests)."
+    )
     kv_dtype: str = "auto"
-    block_size: int | None = Field(default=None, ge=1)
-    weights_bytes: int | None = Field(default=None, ge=0)
-    activation_bytes: int | None = Field(default=None, ge=0)
-    non_torch_bytes: int | None = Field(default=None, ge=0)
-    cudagraph_bytes: int | None = Field(default=None, ge=0)
-    enforce_eager: bool = Field(
-        default=False, description="vLLM --enforce-eager: no CUDA graphs, none in the budget"
+    block_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens per block (vLLM default 16; MLA 64; MiniMax-M3 128).",
     )
-    snapshot: str | None = None
-    api_server: bool = Field(default=True, description="vllm serve defaults (False: LLM class)")
+    weights_bytes: int | None = Field(
+        default=None, ge=0, description="Weights per GPU from an engine log, e.g. 27.72GiB."
+    )
+    activation_bytes: int | None = Field(
+        default=None, ge=0, description="Peak activation per GPU from an engine log."
+    )
+    non_torch_bytes: int | None = Field(
+        default=None, ge=0, description="Non-torch memory per GPU from an engine log."
+    )
+    cudagraph_bytes: int | None = Field(
+        default=None, ge=0, description="CUDA-graph memory per GPU from an engine log."
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="vLLM flag: no CUDA graphs, so no graph memory is taken from the KV budget.",
+    )
+    snapshot: str | None = Field(
+        default=None,
+        description="Model snapshot directory: weights from model.safetensors.index.json.",
+    )
+    api_server: bool = Field(
+        default=True,
+        description="vllm serve defaults (False: LLM class)",
+        json_schema_extra={
+            "cli": {
+                "flags": ["--llm-class"],
+                "help": "Use the LLM-class batch defaults instead of 'vllm serve'.",
+            }
+        },
+    )
     mamba_cache_mode: MambaCacheMode | None = Field(
         default=None,
-        description="vLLM --mamba-cache-mode; None: the engine's default for the model (see "
-        "capacity.engines.vllm.settings.default_mamba_cache_mode)",
+        description="vLLM mamba cache mode (default: align for an attention + state hybrid "
+        "from vLLM 0.32, else none).",
     )
     mamba_cache_dtype: str = Field(
-        default="auto", description="vLLM --mamba-cache-dtype (conv state; auto: model dtype)"
+        default="auto",
+        description="vLLM --mamba-cache-dtype: auto (model dtype), float32, bfloat16, float16 "
+        "(default auto).",
     )
     mamba_ssm_cache_dtype: str = Field(
         default="auto",
-        description="vLLM --mamba-ssm-cache-dtype (recurrent state; auto: --mamba-cache-dtype)",
+        description="vLLM --mamba-ssm-cache-dtype for the recurrent state (auto follows "
+        "--mamba-cache-dtype; vLLM's CPU build resets it to float32).",
     )
     quantization: str | None = Field(
         default=None, description="vLLM --quantization method name for the weights"
     )
     dtype: str = Field(
         default="auto",
-        description="vLLM --dtype: auto, half, float16, bfloat16, float, float32",
+        description="vLLM --dtype of weights and activations; with --kv-dtype auto also the KV "
+        "element (float32 doubles both). auto: the config's dtype, float32 configs served in "
+        "bfloat16.",
+        json_schema_extra={
+            "cli": {"choices": ["auto", "half", "float16", "bfloat16", "float", "float32"]}
+        },
     )
     speculative_config: str | None = Field(
         default=None,
-        description="vLLM --speculative-config JSON; a draft model's weights and KV are priced",
+        description='vLLM --speculative-config JSON; a draft model ({"model": ID, '
+        '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool.',
     )
     allow_long_max_model_len: bool = Field(
         default=False,
         description="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len past the config's limit",
+        json_schema_extra={"cli": {"flags": [], "env": "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}},
     )
     disable_hybrid_kv_cache_manager: bool = Field(
-        default=False, description="vLLM flag: sliding/chunked layers pay the full length"
+        default=False,
+        description="vLLM flag: sliding/chunked layers pay the full length (one group).",
     )
-    num_gpu_blocks_override: int | None = Field(default=None, ge=1)
-    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
-    page_size: int | None = Field(default=None, ge=1, description="SGLang page size (tokens)")
+    num_gpu_blocks_override: int | None = Field(
+        default=None, ge=1, description="vLLM --num-gpu-blocks-override (testing)."
+    )
+    mem_fraction_static: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="SGLang mem_fraction_static (default by version).",
+    )
+    page_size: int | None = Field(
+        default=None, ge=1, description="SGLang page size in tokens (default 1)."
+    )
     max_total_tokens: int | None = Field(
-        default=None, ge=1, description="SGLang --max-total-tokens"
+        default=None, ge=1, description="SGLang --max-total-tokens cap."
     )
     swa_full_tokens_ratio: float | None = Field(
-        default=None, gt=0, le=1, description="SGLang --swa-full-tokens-ratio (hybrid SWA pool)"
+        default=None,
+        gt=0,
+        le=1,
+        description="SGLang hybrid SWA pool: sliding-window tokens per full-attention token "
+        "(off: sliding layers count as full).",
     )
     headroom_fraction: float = Field(
-        default=0.03, ge=0, lt=1, description="device-peak margin for fragmentation/workspace"
+        default=0.03,
+        ge=0,
+        lt=1,
+        description="Device-peak margin as a fraction of device memory (default 0.03).",
     )
 
 

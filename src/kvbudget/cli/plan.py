@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from pydantic import ValidationError
 
 from kvbudget.capacity.budget import three_budgets
 from kvbudget.capacity.close_call import plan_close_call
-from kvbudget.capacity.plan_types import PLAN_ENGINES, PlanRequest
+from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import engine_flag_conflicts, make_plan
 from kvbudget.capacity.scenarios import (
     LengthDistribution,
@@ -22,21 +21,13 @@ from kvbudget.capacity.scenarios import (
     default_scenarios,
     evaluate_scenario,
 )
-from kvbudget.cli.plan_render import render_gpus, render_plan
-from kvbudget.cli.vocab import (
-    ASYNC_SCHEDULING,
-    ASYNC_SCHEDULING_HELP,
-    COUNT,
-    DP,
-    DP_HELP,
-    ENGINE_VERSION_HELP,
-    KV_DTYPE,
-    KV_DTYPE_HELP,
-    PP,
-    PP_HELP,
-    QUANTIZATION_HELP,
-    TP,
+from kvbudget.cli.model_options import (
+    fields_from_env,
+    fields_from_flags,
+    model_options,
+    parse_file_value,
 )
+from kvbudget.cli.plan_render import render_gpus, render_plan
 from kvbudget.errors import ConfigError, SpecError, shown_value
 from kvbudget.safety.cpu_features import (
     host_cpu_features,
@@ -46,50 +37,11 @@ from kvbudget.safety.cpu_features import (
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
-from kvbudget.units import parse_bytes, parse_count
+from kvbudget.units import parse_count
 from kvbudget.validation import first_problem
 
 #: exit status when the plan is computed but one max-length request does not fit
 EXIT_DOES_NOT_FIT = 3
-
-_SIZE_FLAGS = {
-    "gpu_memory": "gpu_memory_bytes",
-    "kv_cache_memory": "kv_cache_memory_bytes",
-    "weights_bytes": "weights_bytes",
-    "activation_bytes": "activation_bytes",
-    "non_torch_bytes": "non_torch_bytes",
-    "cudagraph_bytes": "cudagraph_bytes",
-}
-_COUNT_FLAGS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "max_total_tokens")
-_PLAIN_FLAGS = (
-    "model",
-    "gpu",
-    "gpu_bf16_tflops",
-    "gpu_bandwidth",
-    "tp",
-    "pp",
-    "data_parallel_size",
-    "async_scheduling",
-    "engine",
-    "engine_version",
-    "gpu_memory_utilization",
-    "kv_dtype",
-    "block_size",
-    "snapshot",
-    "mamba_cache_mode",
-    "mamba_cache_dtype",
-    "mamba_ssm_cache_dtype",
-    "quantization",
-    "dtype",
-    "speculative_config",
-    "mem_fraction_static",
-    "page_size",
-    "swa_full_tokens_ratio",
-    "headroom_fraction",
-    "num_gpu_blocks_override",
-    "disable_hybrid_kv_cache_manager",
-    "enforce_eager",
-)
 
 
 def _validation_error(exc: ValidationError, where: str) -> ConfigError:
@@ -114,14 +66,7 @@ def load_plan_file(path: Path) -> tuple[dict[str, Any], list[Scenario] | None]:
     if not isinstance(data, dict):
         raise ConfigError(f"config: {path} must hold a mapping of plan fields", field="config")
     raw_scenarios = data.pop("scenarios", None)
-    fields: dict[str, Any] = {}
-    for key, value in data.items():
-        if key.endswith("_bytes") and isinstance(value, str):
-            fields[key] = parse_bytes(value, field=key)
-        elif key in _COUNT_FLAGS and isinstance(value, str):
-            fields[key] = parse_count(value, field=key)
-        else:
-            fields[key] = value
+    fields = {key: parse_file_value(PlanRequest, key, value) for key, value in data.items()}
     scenarios = None
     if raw_scenarios is not None:
         if not isinstance(raw_scenarios, list):
@@ -168,24 +113,13 @@ def flag_scenario(lengths: str, concurrency: str | None, cpu_kv_tokens: str | No
 
 
 def build_request(file_fields: dict[str, Any], flags: dict[str, Any]) -> PlanRequest:
-    """Merge the YAML fields with the flags the user gave (flags win)."""
-    merged = dict(file_fields)
-    for flag, key in _SIZE_FLAGS.items():
-        if flags.get(flag) is not None:
-            merged[key] = parse_bytes(flags[flag], field=flag)
-    if str(flags.get("max_model_len", "")).strip().lower() in ("auto", "-1"):
-        merged["auto_fit_max_model_len"] = True
-        flags = {**flags, "max_model_len": None}
-    for key in _COUNT_FLAGS:
-        if flags.get(key) is not None:
-            merged[key] = parse_count(flags[key], field=key)
-    for key in _PLAIN_FLAGS:
-        if flags.get(key) is not None:
-            merged["gpu_bandwidth_gb_s" if key == "gpu_bandwidth" else key] = flags[key]
-    if flags.get("llm_class"):
-        merged["api_server"] = False
-    if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true"):
-        merged.setdefault("allow_long_max_model_len", True)  # as vLLM reads it (envs.py)
+    """Merge the YAML fields with the flags the user gave (flags win; an environment variable
+    such as ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` only fills what neither sets)."""
+    merged = {
+        **fields_from_env(PlanRequest),
+        **file_fields,
+        **fields_from_flags(PlanRequest, flags),
+    }
     if "model" not in merged:
         raise ConfigError(
             "model: no model given; pass --model meta-llama/Llama-3.1-8B (see 'kvbudget models')",
@@ -225,7 +159,6 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML plan file (PlanRequest keys + optional scenarios); flags override it.",
 )
-@click.option("--model", help="Catalog id, config.json path or snapshot directory.")
 @click.option(
     "--set",
     "overrides",
@@ -233,119 +166,7 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
     metavar="KEY=VALUE",
     help="Override a config field (recorded as user-supplied).",
 )
-@click.option("--gpu", help="GPU from the catalog (see 'kvbudget gpus'), e.g. H100, L40S.")
-@click.option(
-    "--gpu-memory", help="Device memory per GPU, e.g. 80GiB (replaces the catalog value)."
-)
-@click.option("--gpu-bf16-tflops", type=float, help="Custom device: dense BF16 TFLOPS.")
-@click.option("--gpu-bandwidth", type=float, help="Custom device: memory bandwidth in GB/s.")
-@click.option(*TP, "tp", type=COUNT, help="Tensor-parallel size (default 1).")
-@click.option(*PP, "pp", type=COUNT, help=PP_HELP)
-@click.option(*DP, "data_parallel_size", type=COUNT, help=DP_HELP)
-@click.option(
-    ASYNC_SCHEDULING,
-    "async_scheduling",
-    default=None,
-    help=ASYNC_SCHEDULING_HELP
-    + " In plan: a sliding-window or chunked-local group reserves for 2 batches in flight "
-    "with it on a GPU from vLLM 0.26.0 (max_in_flight_tokens); the CPU build keeps it off.",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(PLAN_ENGINES),
-    help="Engine whose pool to model (default vllm).",
-)
-@click.option("--engine-version", help=ENGINE_VERSION_HELP)
-@click.option(
-    "--gpu-memory-utilization",
-    type=float,
-    help="vLLM fraction of total device memory (default 0.9).",
-)
-@click.option(
-    "--kv-cache-memory",
-    "--kv-cache-memory-bytes",
-    "kv_cache_memory",
-    help="vLLM --kv-cache-memory-bytes: KV bytes per GPU, e.g. 20GiB; overrides utilization (SGLang: the rest memory for the pool).",
-)
-@click.option(
-    "--max-model-len",
-    help="Max tokens per request (default: the config's max_position_embeddings); 'auto' = vLLM's -1 auto-fit.",
-)
-@click.option("--max-num-batched-tokens", help="Tokens per step (default by device, vLLM §3.4).")
-@click.option("--max-num-seqs", help="Max running sequences (SGLang: max_running_requests).")
-@click.option(*KV_DTYPE, "kv_dtype", help=KV_DTYPE_HELP)
-@click.option(
-    "--block-size", type=COUNT, help="Tokens per block (vLLM default 16; MLA 64; MiniMax-M3 128)."
-)
-@click.option("--weights-bytes", help="Weights per GPU from an engine log, e.g. 27.72GiB.")
-@click.option("--activation-bytes", help="Peak activation per GPU from an engine log.")
-@click.option("--non-torch-bytes", help="Non-torch memory per GPU from an engine log.")
-@click.option("--cudagraph-bytes", help="CUDA-graph memory per GPU from an engine log.")
-@click.option(
-    "--snapshot", help="Model snapshot directory: weights from model.safetensors.index.json."
-)
-@click.option(
-    "--llm-class",
-    is_flag=True,
-    default=None,
-    help="Use the LLM-class batch defaults instead of 'vllm serve'.",
-)
-@click.option(
-    "--mamba-cache-mode",
-    type=click.Choice(["none", "align", "all"]),
-    help="vLLM mamba cache mode (default none).",
-)
-@click.option(
-    "--mamba-cache-dtype",
-    help="vLLM --mamba-cache-dtype: auto (model dtype), float32, bfloat16, float16 (default auto).",
-)
-@click.option(
-    "--mamba-ssm-cache-dtype",
-    help="vLLM --mamba-ssm-cache-dtype for the recurrent state (auto follows --mamba-cache-dtype; "
-    "vLLM's CPU build resets it to float32).",
-)
-@click.option("--quantization", help=QUANTIZATION_HELP)
-@click.option(
-    "--dtype",
-    type=click.Choice(["auto", "half", "float16", "bfloat16", "float", "float32"]),
-    help="vLLM --dtype of weights and activations; with --kv-dtype auto also the KV element "
-    "(float32 doubles both). auto: the config's dtype, float32 configs served in bfloat16.",
-)
-@click.option(
-    "--speculative-config",
-    help='vLLM --speculative-config JSON; a draft model ({"model": ID, '
-    '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool.',
-)
-@click.option(
-    "--mem-fraction-static", type=float, help="SGLang mem_fraction_static (default by version)."
-)
-@click.option(
-    "--swa-full-tokens-ratio",
-    type=float,
-    help="SGLang hybrid SWA pool: sliding-window tokens per full-attention token (off: sliding layers count as full).",
-)
-@click.option("--page-size", type=COUNT, help="SGLang page size in tokens (default 1).")
-@click.option("--max-total-tokens", help="SGLang --max-total-tokens cap.")
-@click.option(
-    "--num-gpu-blocks-override", type=COUNT, help="vLLM --num-gpu-blocks-override (testing)."
-)
-@click.option(
-    "--headroom-fraction",
-    type=float,
-    help="Device-peak margin as a fraction of device memory (default 0.03).",
-)
-@click.option(
-    "--enforce-eager",
-    is_flag=True,
-    default=None,
-    help="vLLM flag: no CUDA graphs, so no graph memory is taken from the KV budget.",
-)
-@click.option(
-    "--disable-hybrid-kv-cache-manager",
-    is_flag=True,
-    default=None,
-    help="vLLM flag: sliding/chunked layers pay the full length (one group).",
-)
+@model_options(PlanRequest)  # one flag per PlanRequest field: its name, type and description
 @click.option(
     "--lengths",
     metavar="MEDIAN,P95",

@@ -13,12 +13,13 @@ Counts take vLLM's size suffixes (``1k`` = 1,000, ``1K`` = 1,024; :func:`kvbudge
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from kvbudget.errors import ConfigError
-from kvbudget.units import parse_count
+from kvbudget.units import parse_bytes, parse_count
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -73,6 +74,45 @@ PREFIX_CACHING = "--prefix-caching/--no-prefix-caching"
 PREFIX_CACHING_VLLM = "--enable-prefix-caching/--no-enable-prefix-caching"
 
 
+@dataclass(frozen=True, slots=True)
+class SharedFlag:
+    """One engine input's flag as every command that takes it spells it: ``decls`` are click's
+    declarations (the canonical name, or ``--x/--no-x``, then vLLM's and older aliases);
+    ``help`` is ``None`` where each command words its own."""
+
+    decls: tuple[str, ...]
+    help: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for decl in self.decls for name in decl.split("/"))
+
+
+#: the engine inputs whose one definition every command uses (``plan``'s options generated from
+#: its request model look a field's flag up here, :mod:`kvbudget.cli.model_options`)
+SHARED_FLAGS: tuple[SharedFlag, ...] = (
+    SharedFlag(TP),
+    SharedFlag(PP, PP_HELP),
+    SharedFlag(DP, DP_HELP),
+    SharedFlag(KV_DTYPE, KV_DTYPE_HELP),
+    SharedFlag(("--engine-version",), ENGINE_VERSION_HELP),
+    SharedFlag(("--quantization",), QUANTIZATION_HELP),
+    SharedFlag((EXPERT_PARALLEL,), EXPERT_PARALLEL_HELP),
+    SharedFlag((ASYNC_SCHEDULING,), ASYNC_SCHEDULING_HELP),
+)
+
+
+def shared_flag(name: str) -> SharedFlag | None:
+    """The shared engine input that ``name`` (a canonical name or an alias) spells, if any."""
+    return next((flag for flag in SHARED_FLAGS if name in flag.names), None)
+
+
+def _shared_option(name: str, dest: str, **attrs: Any) -> Callable[[_F], _F]:
+    flag = shared_flag(name)
+    assert flag is not None and flag.help is not None, name
+    return click.option(*flag.decls, dest, help=flag.help, **attrs)
+
+
 if TYPE_CHECKING:  # click >= 8.2 types ParamType by its value; 8.1 is not subscriptable
     _IntType = click.ParamType[int, Any]
     _StrType = click.ParamType[str, Any]
@@ -102,6 +142,20 @@ class Count(_IntType):
         if self.maximum is None:
             return parse_count(text, field=flag, minimum=self.minimum)
         return parse_count(text, field=flag, minimum=self.minimum, maximum=self.maximum)
+
+
+class ByteSize(_IntType):
+    """A byte size as vLLM's ``--kv-cache-memory-bytes`` reads it: ``80G`` is 80 GiB, ``80g``
+    80 x 10^9; ``80GiB`` and ``80GB`` in any case (:func:`kvbudget.units.parse_bytes`)."""
+
+    name = "size"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        flag = param.opts[0] if param is not None and param.opts else "size"
+        return parse_bytes(value if isinstance(value, int) else str(value), field=flag)
 
 
 #: ``--endpoint`` values: kvbudget's short names and vLLM bench serve's paths
@@ -137,6 +191,7 @@ class Endpoint(_StrType):
 
 COUNT = Count()
 COUNT0 = Count(minimum=0)
+SIZE = ByteSize()
 ENDPOINT = Endpoint()
 
 
@@ -147,18 +202,14 @@ def engine_input_options(*, kv_dtype: bool = True) -> Callable[[_F], _F]:
 
     def apply(func: _F) -> _F:
         options = [
-            click.option(*PP, "pp", type=COUNT, help=PP_HELP),
-            click.option("--engine-version", help=ENGINE_VERSION_HELP),
-            click.option("--quantization", help=QUANTIZATION_HELP),
-            click.option(
-                EXPERT_PARALLEL, "enable_expert_parallel", default=None, help=EXPERT_PARALLEL_HELP
-            ),
-            click.option(
-                ASYNC_SCHEDULING, "async_scheduling", default=None, help=ASYNC_SCHEDULING_HELP
-            ),
+            _shared_option("--pp", "pp", type=COUNT),
+            _shared_option("--engine-version", "engine_version"),
+            _shared_option("--quantization", "quantization"),
+            _shared_option("--enable-expert-parallel", "enable_expert_parallel", default=None),
+            _shared_option("--async-scheduling", "async_scheduling", default=None),
         ]
         if kv_dtype:
-            options.append(click.option(*KV_DTYPE, "kv_dtype", help=KV_DTYPE_HELP))
+            options.append(_shared_option("--kv-dtype", "kv_dtype"))
         for option in reversed(options):
             func = option(func)
         return func
