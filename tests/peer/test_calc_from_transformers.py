@@ -48,6 +48,11 @@ HAND: dict[str, tuple[int, int]] = {
     # indexer's key (DynamicIndexedLayer.indexer_keys, index_head_dim 128); before, only the
     # latent was counted (18 % short): 8 x (576 + 128) x 2 B x 48 tokens
     "deepseek_v32": (48, 540_672),
+    # Dots3-Note (issue #34): indexed layers 0, 1, 5 keep the latent (512 + 64) in bf16 and the
+    # indexer key (128) in float32 (modeling_dots3_note.py lines 746-752, 262-266); sliding
+    # layers 2, 3, 4, 6, 7 their per_layer_config latent (1024 + 64) in bf16 for window - 1 =
+    # 127 tokens: 3 x 144 x (1,152 + 512) + 5 x 127 x 2,176 = 718,848 + 1,381,760
+    "dots3_note_text": (144, 2_100_608),
 }
 
 #: layouts that apply to each case at tp=pp=1 (llama.cpp has no MLA or Mamba-hybrid layout here)
@@ -59,6 +64,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "minimax": ("hf", "vllm"),
     "falcon_h1": ("hf", "vllm", "sglang", "llamacpp"),
     "deepseek_v32": ("hf", "vllm"),  # sglang and llama.cpp refuse an indexer (not modelled yet)
+    "dots3_note_text": ("hf",),  # the engine layouts refuse its sliding MLA layers
 }
 
 
@@ -174,11 +180,13 @@ def test_a_cache_tensor_kvbudget_does_not_read_is_named() -> None:
     assert entries[1]["unknown"] == "compressed_keys"
 
 
-def test_a_per_layer_config_is_refused_in_one_answer_not_a_crash(tmp_path: Path) -> None:
+def test_a_per_layer_config_is_read_not_a_crash(tmp_path: Path) -> None:
     """transformers' heterogeneous configs (dots3_note_text, transformers 5.x) give some fields
-    per layer and raise when one is read as a global value; before this, --from-transformers
-    crashed on that error (InternalError, exit 70). Now: not_applicable (exit 3) naming the
-    field transformers itself refuses to give globally."""
+    per layer and raise when one is read as a global value; --from-transformers once crashed on
+    that error (InternalError, exit 70), then refused. Since issue #34 models Dots3-Note, the
+    reading agrees with the table: transformers' full default (46 layers, no dtype: float32),
+    13 indexed layers (0, 1 and i % 4 == 1) x 100 tokens x (576 latent + 128 indexer key) x 4 B
+    + 33 sliding layers x 100 x (1024 + 64) x 4 B (window 512) = 3,660,800 + 14,361,600."""
     from transformers import CONFIG_MAPPING
 
     config = CONFIG_MAPPING["dots3_note_text"]()
@@ -192,9 +200,6 @@ def test_a_per_layer_config_is_refused_in_one_answer_not_a_crash(tmp_path: Path)
     model = tmp_path / "dots3"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config.to_dict(), default=str), "utf-8")
-    code, out, err = run_main(
-        ["calc", "--model", str(model), "--tokens", "100", "--engine", "hf", "--from-transformers"]
-    )
-    assert code == 3, out + err
-    assert "not_applicable" in out and all(name in out for name in refused)
-    assert "Traceback" not in out + err and "InternalError" not in out + err
+    read = calc(model, 100, "hf", "--from-transformers")
+    table = calc(model, 100, "hf")
+    assert read["bytes_per_sequence"] == table["bytes_per_sequence"] == 18_022_400

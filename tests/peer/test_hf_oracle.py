@@ -52,14 +52,46 @@ META_FAIL: dict[str, str] = {
     "range); the published Kimi-K3 decoder (kimi_linear) is checked by test_calc_hf_peer.py",
     "longcat_flash": "its MoE's zero-computation experts call torch.nonzero, which has no "
     "meta-device implementation",
+    **{
+        name: "the default config leaves the QSA indexer fields (indexer_head_dim, ...) None and "
+        "Qwen4ExpTextQSAIndexer divides indexer_budget by indexer_compress_ratio (TypeError; "
+        "kvbudget refuses it naming indexer_head_dim); given them, the indexer calls "
+        "torch.nonzero, which has no meta-device implementation; a tiny Qwen4-Exp with QSA and "
+        "PLE layers ran on the CPU instead (tests/unit/spec/test_dots3_qwen4.py) and held what "
+        "calc --engine hf says"
+        for name in ("qwen4_exp", "qwen4_exp_text")
+    },
 }
 
 #: model types kvbudget resolves as not_applicable, and why
-NOT_MODELLED: dict[str, str] = {
-    "dots3_note": "MLA with per-layer sliding heads of another size (per_layer_config)",
-    "dots3_note_text": "MLA with per-layer sliding heads of another size (per_layer_config)",
-    "qwen4_exp": "several Mamba state layouts in one model",
-    "qwen4_exp_text": "several Mamba state layouts in one model",
+NOT_MODELLED: dict[str, str] = {}
+
+_DOTS3_VLLM = (
+    "vLLM 0.32 serves it (vllm/models/dots3_note) with its own sliding-window MLA backend "
+    "(nvidia/model.py lines 352-481, nvidia/attention.py lines 434-452) and DSA layers whose "
+    "latent rows are padded to the sliding rows (nvidia/model.py lines 227-239); kvbudget has "
+    "not modelled those pages, so the vllm layout refuses"
+)
+_QWEN4_VLLM = (
+    'vLLM 0.32 serves it (vllm/models/qwen4_exp; __init__.py lines 30-31: "CUDA and ROCm only") '
+    "with its own QSA key-state cache specs (common/qsa_cache.py lines 759-844) and PLE states; "
+    "kvbudget has not modelled "
+    "them, so the vllm layout refuses (its indexer keeps its own key cache)"
+)
+#: model types vLLM 0.32 serves whose vllm layout kvbudget refuses (checked below), and why
+VLLM_LAYOUT_REFUSED: dict[str, str] = {
+    "dots3_note": _DOTS3_VLLM,
+    "dots3_note_text": _DOTS3_VLLM,
+    "qwen4_exp": _QWEN4_VLLM,
+    "qwen4_exp_text": _QWEN4_VLLM,
+}
+#: Qwen4-Exp's QSA indexer fields, absent from transformers' default config (None there)
+QSA_FIELDS = {
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 32,
+    "indexer_budget": 16,
+    "indexer_compress_ratio": 4,
 }
 
 
@@ -170,3 +202,25 @@ def test_coverage_target() -> None:
     exact = [mt for mt in types if mt not in META_FAIL and mt not in NOT_MODELLED]
     assert len(exact) >= 60, f"only {len(exact)} of {len(types)} served types are checked exact"
     assert set(META_FAIL) | set(NOT_MODELLED) <= set(types)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", sorted(VLLM_LAYOUT_REFUSED))
+def test_vllm_layout_refusals(model_type: str, tmp_path: Path) -> None:
+    """The vllm layout refuses these in one line (no partial number); Qwen4-Exp's tiny config
+    gets the QSA fields its default lacks, so the refusal is the layout's, not the reader's."""
+    from kvbudget.capacity.layouts.base import LayoutNotApplicable
+    from kvbudget.capacity.layouts.vllm import vllm_layout
+
+    arch = dict(served_types())[model_type]
+    raw = tiny_configs.config_dict(model_type, tiny=True, architecture=arch)
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    if model_type.startswith("qwen4_exp"):
+        text.update(QSA_FIELDS)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw, default=str), encoding="utf-8")
+    resolved = resolve_model(str(path))
+    assert resolved.spec is not None, resolved.reason
+    with pytest.raises(LayoutNotApplicable) as refused:
+        vllm_layout(resolved.spec, tokens=48, seqs=1)
+    assert "\n" not in refused.value.reason

@@ -59,7 +59,10 @@ SPECIFIC: dict[str, dict[str, Any]] = {
     },
     # an attention layer every 4th (the default lists mamba layers only)
     "zamba2": {"num_hidden_layers": None},
-    "dots3_note": {"num_hidden_layers": None},
+    # the wrapper keeps its default layer count, head_dim and hidden size (its vision and audio
+    # adapters must match it): the default per_layer_config (its
+    # sliding layers' SWA sizes, diffs from the text config) is carried over unchanged
+    "dots3_note": {"num_hidden_layers": None, "head_dim": None, "hidden_size": None},
     "dots3_note_text": {
         "num_key_value_heads": 4
     },  # its hybrid_layer_ids / block types follow the default

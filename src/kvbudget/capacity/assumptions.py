@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.base import LayoutResult
+from kvbudget.spec.layers import MLA
 from kvbudget.spec.model import ModelSpec
 
 Status = Literal["exact", "structural_reference", "not_applicable"]
@@ -75,6 +76,9 @@ def model_assumptions(
         )
         for layer, _ in spec.layer_runs()
     }
+    sliding_mla = sum(  # Dots3-Note's sliding MLA layers (kind "mla" with a window)
+        len(idx) for x, idx in spec.layer_runs() if isinstance(x, MLA) and x.sliding_window
+    )
     checks: dict[str, tuple[bool, str]] = {
         "full_attention": (set(kinds) == {"full"}, _kinds_text(kinds)),
         "identical_layers": (len(shapes) == 1, f"{len(shapes)} distinct layer shapes"),
@@ -83,8 +87,9 @@ def model_assumptions(
             "calc counts each sequence's own KV; prefix sharing is not subtracted",
         ),
         "no_sliding_window": (
-            not ({"sliding", "chunked"} & set(kinds)),
-            f"sliding x{kinds.get('sliding', 0)}, chunked x{kinds.get('chunked', 0)}",
+            not ({"sliding", "chunked"} & set(kinds)) and not sliding_mla,
+            f"sliding x{kinds.get('sliding', 0)}, chunked x{kinds.get('chunked', 0)}"
+            + (f", sliding mla x{sliding_mla}" if sliding_mla else ""),
         ),
         "no_hybrid_state": (
             not ({"state", "shared", "none", "hybrid"} & set(kinds)),

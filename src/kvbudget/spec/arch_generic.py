@@ -258,7 +258,12 @@ def state_layer(r: FieldReader, rule: StateRule, index: int) -> StateLayer | Non
     return StateLayer(index, rule.state_kind, **values)  # type: ignore[arg-type]
 
 
-def mla_layer(r: FieldReader, index: int) -> MLA | None:
+def mla_layer(
+    r: FieldReader, index: int, own: dict[str, Any] | None = None, *, window: int = 0
+) -> MLA | None:
+    """An MLA layer; ``own`` holds this layer's ``per_layer_config`` overrides (transformers:
+    "the attributes that differ from the global config"), ``window`` > 0 makes it sliding."""
+    own = own or {}
     rank = r.get_int("kv_lora_rank", note="latent cached per token")
     rope = r.get_int("qk_rope_head_dim", note="shared rotary key cached per token")
     nope = r.get("qk_nope_head_dim", default=0, required=False)
@@ -266,7 +271,21 @@ def mla_layer(r: FieldReader, index: int) -> MLA | None:
     heads = r.peek("num_attention_heads") or 0
     if rank is None or rope is None:
         return None
-    return MLA(index, rank, rope, int(nope or 0), int(v_dim or 0), int(heads))
+    rank, rope = _own_int(r, own, "kv_lora_rank", rank), _own_int(r, own, "qk_rope_head_dim", rope)
+    nope = _own_int(r, own, "qk_nope_head_dim", int(nope or 0))
+    return MLA(index, rank, rope, nope, int(v_dim or 0), int(heads), sliding_window=window)
+
+
+def _own_int(r: FieldReader, own: dict[str, Any], key: str, default: int) -> int:
+    """A ``per_layer_config`` entry's own positive integer for ``key``, else ``default``."""
+    value = own.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(
+            f"{r.prefix}per_layer_config: {key} must be a positive integer, got "
+            f"{str(value)[:40]!r}; fix the config",
+            field="per_layer_config",
+        )
+    return value
 
 
 def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | None:
@@ -326,12 +345,13 @@ def build_from_traits(r: FieldReader, traits: Traits) -> Sequence[LayerSpec] | N
                 int(own.get("v_head_dim", dims[2])),
             )
         layer_window = int(own.get("sliding_window", window)) if window is not None else None
-        layer = _one(r, traits, i, types[i], layer_dims, layer_window, chunk)
+        layer = _one(r, traits, i, types[i], layer_dims, layer_window, chunk, own)
         if layer is None:
             return None
         own_layers[i] = layer
     if own_layers:
         out = out.replaced(own_layers)
+    out = _ple_states(r, traits, out)
     out = _shared_indexers(r, traits, out, types)
     return _share_kv(r, out, types)
 
@@ -373,11 +393,14 @@ def _index_dim(r: FieldReader, traits: Traits, i: int, t: str) -> int:
             f"layer {i} is {t!r}: its sparse-attention indexer keeps a key cache kvbudget has no "
             "rule for in this architecture",
         )
+    defaults: dict[str, Any] = (
+        {} if traits.index_default is None else {"default": traits.index_default}
+    )
     value = r.get_int(
         traits.index_key,
-        default=traits.index_default,
         default_source=ARCH,
         note="indexer key cached per token (one head)",
+        **defaults,
     )
     if traits.index_key == "index_head_dim" and r.has("index_n_heads"):
         r.get("index_n_heads", note="indexer query heads: not cached")
@@ -429,6 +452,44 @@ def _sconv_hybrid(
     return ParallelHybrid(i, attention, StateLayer(i, "sconv_fp32", kernel, channels))
 
 
+def _ple_states(r: FieldReader, traits: Traits, layers: LayerSeq) -> LayerSeq:
+    """Qwen4-Exp: each ``ple_layer_ids`` layer (1-indexed, linear attention) keeps a second conv
+    state, ``[batch, hc_count x hidden_size, (ple_conv_kernel_size - 1) x ngram_size]`` in the
+    model dtype (``modeling_qwen4_exp.py`` ``Qwen4ExpTextPLELayer`` lines 1206-1237)."""
+    key = traits.ple_layers_key
+    if key is None or not r.peek(key):
+        return layers
+    ids = r.get(key, note="1-indexed layers with a PLE short-convolution state")
+    n = len(layers)
+    if not isinstance(ids, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= n for i in ids
+    ):
+        raise SpecError(
+            f"{r.prefix}{key}: expected 1-indexed layer ids in [1, {n}], got {str(ids)[:40]!r}; "
+            "fix the config",
+            field=key,
+        )
+    hc = get_int(r, traits, "hc_count", note="residual streams: PLE conv channels x hidden")
+    hidden = get_int(r, traits, "hidden_size")
+    kernel = get_int(r, traits, "ple_conv_kernel_size", note="PLE short-convolution kernel")
+    dilation = get_int(r, traits, "ngram_size", note="PLE convolution dilation")
+    if hc is None or hidden is None or kernel is None or dilation is None:
+        return layers
+    out: dict[int, LayerSpec] = {}
+    for i in sorted(set(ids)):
+        layer = layers[i - 1]
+        if not isinstance(layer, StateLayer):
+            raise SpecError(
+                f"{r.prefix}{key}: layer {i} is not linear attention; transformers accepts PLE "
+                "only on linear_attention layers (configuration_qwen4_exp.py); fix the config",
+                field=key,
+            )
+        out[i - 1] = replace(
+            layer, aux_conv_channels=hc * hidden, aux_conv_window=(kernel - 1) * dilation
+        )
+    return layers.replaced(out)
+
+
 def _shared_indexers(r: FieldReader, traits: Traits, layers: LayerSeq, types: Types) -> LayerSeq:
     """Layers whose ``indexer_types`` entry is "shared" run no indexer and cache no indexer key."""
     key = traits.indexer_types_key
@@ -458,7 +519,15 @@ def _shared_indexers(r: FieldReader, traits: Traits, layers: LayerSeq, types: Ty
 
 
 #: per-layer override keys that change what a layer caches (transformers ``per_layer_config``)
-PER_LAYER_KEYS = ("head_dim", "num_key_value_heads", "v_head_dim", "sliding_window")
+PER_LAYER_KEYS = (
+    "head_dim",
+    "num_key_value_heads",
+    "v_head_dim",
+    "sliding_window",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+)
 
 
 def _per_layer_config(r: FieldReader, n: int) -> dict[int, dict[str, Any]]:
@@ -519,6 +588,7 @@ def _one(
     dims: tuple[int, int, int] | None,
     window: int | None,
     chunk: int | None,
+    own: dict[str, Any] | None = None,
 ) -> LayerSpec | None:
     if t in SCONV_HYBRID_TYPES and traits.sconv_hybrid:
         assert dims is not None
@@ -529,16 +599,22 @@ def _one(
     if t in INDEXED_TYPES:
         index = _index_dim(r, traits, i, t)
         if traits.mla:
-            latent = mla_layer(r, i)
-            return None if latent is None else replace(latent, index_head_dim=index)
+            latent = mla_layer(r, i, own)
+            if latent is None:
+                return None
+            return replace(
+                latent, index_head_dim=index, index_element_bytes=traits.index_element_bytes
+            )
         assert dims is not None
         return FullAttention(i, dims[0], dims[1], dims[2], index_head_dim=index)
     kind = ATTENTION_TYPES.get(t)
     if kind is not None:
         if traits.mla:
+            if kind == "sliding" and traits.mla_sliding:
+                return None if window is None else mla_layer(r, i, own, window=window)
             if kind != "full":
                 raise UnknownVocabulary("layer_types", f"layer {i}: {t!r} with MLA is not modelled")
-            return mla_layer(r, i)
+            return mla_layer(r, i, own)
         assert dims is not None
         kv, head_dim, v_dim = dims
         if kind == "sliding":

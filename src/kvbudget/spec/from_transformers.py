@@ -145,10 +145,14 @@ def read_layers(cache: Any, text: Any) -> list[dict[str, Any]]:
                 head_dim=_shape(keys)[-1],
                 v_head_dim=_shape(layer.values)[-1],
                 window=int(window) if window is not None else None,
+                kv_element_bytes=int(keys.element_size()),
             )
         _indexer_and_unknown(layer, entry)
         if hasattr(layer, "conv_states"):
-            conv = [t for t in layer.conv_states.values() if t is not None]
+            # floating conv states only: Qwen4-Exp's n-gram context (state 2) holds token ids
+            conv = [
+                t for t in layer.conv_states.values() if t is not None and t.is_floating_point()
+            ]
             rec = [t for t in layer.recurrent_states.values() if t is not None]
             entry.update(
                 # LinearAttentionAndFullAttentionLayer (Falcon-H1's "hybrid"): keys and states
@@ -196,6 +200,7 @@ def _indexer_and_unknown(layer: Any, entry: dict[str, Any]) -> None:
             if len(shape) == 4 and shape[1] != 1:
                 entry.setdefault("unknown", f"{name} with {shape[1]} heads")
             entry["index_head_dim"] = shape[-1]
+            entry["index_element_bytes"] = int(value.element_size())
         else:
             entry.setdefault("unknown", name)
 
@@ -225,10 +230,19 @@ def _disagreement(table: LayerSpec, entry: dict[str, Any]) -> str | None:
     index = int(entry.get("index_head_dim", 0))
     if isinstance(table, FullAttention | MLA) and table.index_head_dim != index:
         return f"indexer key {table.index_head_dim} vs {index}"
+    if index and isinstance(table, FullAttention | MLA):
+        # the indexer key's element size: its own (Dots3-Note: float32) or the K/V one
+        want_bytes = getattr(table, "index_element_bytes", 0) or entry.get("kv_element_bytes")
+        if entry.get("index_element_bytes") != want_bytes:
+            return f"indexer key element bytes {want_bytes} vs {entry.get('index_element_bytes')}"
     if isinstance(table, MLA):
         want = (1, table.kv_lora_rank, table.qk_rope_head_dim)
         got = (entry.get("num_kv_heads"), entry.get("head_dim"), entry.get("v_head_dim"))
-        return None if kind == "full" and got == want else f"MLA latent {want} vs {kind} {got}"
+        want_kind = "sliding" if table.sliding_window else "full"
+        if kind != want_kind or got != want:
+            return f"MLA latent {want_kind} {want} vs {kind} {got}"
+        window = table.sliding_window or None
+        return None if window == entry.get("window") else f"window {window} vs {entry['window']}"
     if isinstance(table, FullAttention):
         if kind != table.kind:
             return f"kind {table.kind} vs {kind}"
@@ -251,6 +265,7 @@ def _disagreement(table: LayerSpec, entry: dict[str, Any]) -> str | None:
         conv = sum(math.prod(s) for s in entry["conv_shapes"])
         rec = sum(math.prod(s) for s in entry["recurrent_shapes"])
         want_conv = 0 if table.state_kind == "linear" else table.conv_channels() * table.conv_kernel
+        want_conv += table.aux_conv_elements()  # Qwen4-Exp's PLE short-conv state
         if (conv, rec) != (want_conv, table.ssm_elements()):
             return f"state elements (conv, recurrent) {(want_conv, table.ssm_elements())} vs {(conv, rec)}"
         return None

@@ -12,6 +12,7 @@ Kinds (``kind`` class attribute):
 * ``chunked``: chunked local attention (Llama 4): attends inside ``attention_chunk_size`` chunks.
 * ``mla``: multi-head latent attention (DeepSeek-V2/V3): one latent of ``kv_lora_rank`` plus
   the shared rotary key ``qk_rope_head_dim`` per token, no factor 2, not split by tensor parallel.
+  A sliding MLA layer (``sliding_window`` > 0, Dots3-Note) keeps only its window.
 * ``state``: fixed-size recurrent state (Mamba, Mamba2, gated delta net, lightning/linear
   attention): bytes per sequence, whatever the length.
 * ``shared``: reuses another layer's K/V (Gemma-3n): stores nothing itself.
@@ -132,10 +133,18 @@ class MLA:
     v_head_dim: int = 0
     num_heads: int = 0  # query heads; never used for bytes
     index_head_dim: int = field(default=0, kw_only=True)
+    #: bytes of one indexer-key element when the model keeps it in its own dtype (Dots3-Note: 4,
+    #: float32); 0 = the cache's element size
+    index_element_bytes: int = field(default=0, kw_only=True)
+    #: a sliding-window MLA layer keeps only the last ``sliding_window`` latents (Dots3-Note's
+    #: ``sliding_attention`` layers); 0 = every token (full)
+    sliding_window: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_positive("kv_lora_rank", self.kv_lora_rank)
         _check_positive("qk_rope_head_dim", self.qk_rope_head_dim)
+        if self.sliding_window < 0 or self.index_element_bytes < 0:
+            raise ValueError("sliding_window and index_element_bytes must be >= 0")
 
     @property
     def latent_dim(self) -> int:
@@ -145,14 +154,20 @@ class MLA:
     def elements_per_token(self) -> int:
         return self.latent_dim + self.index_head_dim
 
+    def index_bytes_per_token(self, element_bytes: int) -> int:
+        """Bytes of the indexer key one token keeps (0 without an indexer)."""
+        return self.index_head_dim * (self.index_element_bytes or element_bytes)
+
     def bytes_per_token(self, element_bytes: int) -> int:
-        return self.elements_per_token() * element_bytes
+        """Latent at ``element_bytes`` plus the indexer key at its own element size."""
+        return self.latent_dim * element_bytes + self.index_bytes_per_token(element_bytes)
 
     def kept_tokens(self, num_tokens: int) -> int:
-        return num_tokens
+        """All tokens, or the last ``sliding_window`` of a sliding layer."""
+        return min(num_tokens, self.sliding_window) if self.sliding_window else num_tokens
 
     def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
-        return num_tokens * self.bytes_per_token(element_bytes)
+        return self.kept_tokens(num_tokens) * self.bytes_per_token(element_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +208,15 @@ class StateLayer:
     head_dim: int = 0
     num_k_heads: int = 0
     head_k_dim: int = 0
+    #: a second conv state kept beside the layer's own, in the model dtype (Qwen4-Exp's PLE
+    #: short convolution on its ``ple_layer_ids`` layers): its channels and the tokens it keeps;
+    #: 0 = none
+    aux_conv_channels: int = field(default=0, kw_only=True)
+    aux_conv_window: int = field(default=0, kw_only=True)
+
+    def aux_conv_elements(self) -> int:
+        """Elements of the second conv state (0 without one)."""
+        return self.aux_conv_channels * self.aux_conv_window
 
     def conv_channels(self, tp: int = 1) -> int:
         """Conv-state channels on one rank (mamba2 pads ``n_groups`` up to a multiple of TP)."""
@@ -242,7 +266,8 @@ class StateLayer:
     def bytes_per_state(self, element_bytes: int, ssm_element_bytes: int | None = None) -> int:
         """Bytes of one sequence's state (TP=1); ``ssm_element_bytes`` defaults to ``element_bytes``."""
         ssm_bytes = element_bytes if ssm_element_bytes is None else ssm_element_bytes
-        return self.conv_elements() * element_bytes + self.ssm_elements() * ssm_bytes
+        conv = self.conv_elements() + self.aux_conv_elements()
+        return conv * element_bytes + self.ssm_elements() * ssm_bytes
 
     def bytes_per_sequence(self, num_tokens: int, element_bytes: int) -> int:
         """Bytes one sequence keeps, independent of ``num_tokens``."""
@@ -444,6 +469,14 @@ def has_indexer(layers: Iterable[LayerSpec]) -> bool:
     distinct = getattr(layers, "distinct", None)
     items: Iterable[LayerSpec] = distinct() if callable(distinct) else layers
     return any(getattr(layer, "index_head_dim", 0) for layer in items)
+
+
+def has_sliding_latent(layers: Iterable[LayerSpec]) -> bool:
+    """Whether any MLA layer keeps only a sliding window of latents (Dots3-Note); ``layers`` may
+    be a :class:`~kvbudget.spec.layer_runs.LayerSeq` (its distinct layers are read)."""
+    distinct = getattr(layers, "distinct", None)
+    items: Iterable[LayerSpec] = distinct() if callable(distinct) else layers
+    return any(isinstance(layer, MLA) and layer.sliding_window for layer in items)
 
 
 LAYER_KINDS = (

@@ -45,6 +45,14 @@ the same answer, so the renames and derivations transformers' configuration clas
   the MTP layer); ``DeepseekV4Config.__post_init__``, ``configuration_deepseek_v4.py`` lines
   257-274. ``DeepseekV4Attention`` caches one K=V head whatever ``num_key_value_heads`` says
   (``modeling_deepseek_v4.py`` lines 789 and 800), so another value is read as 1.
+* ``dots3_note`` / ``dots3_note_text``: ``sliding_window`` from ``sliding_window_size`` (512),
+  ``layer_types`` (indexed, or full when ``use_dsa`` is false, on layers 0, 1 and i % 4 == 1,
+  sliding elsewhere unless ``use_sliding_window`` is false), legacy ``full_attention`` DSA layers
+  renamed, and the sliding layers' ``per_layer_config`` from the ``swa_*`` keys
+  (``configuration_dots3_note.py`` lines 286-338);
+* ``qwen4_exp_text``: ``layer_types`` indexed_attention every ``full_attention_interval`` (4)
+  layers, linear elsewhere; ``full_attention`` entries are indexed (``configuration_qwen4_exp.py``
+  lines 172-182).
 
 Each rewrite is returned as a note for the ledger, and the keys it consumed are named so the
 structural-field guard (:mod:`kvbudget.spec.resolve`) counts them as read.
@@ -466,7 +474,98 @@ def _inkling(out: Normalised, prefix: str) -> None:
         out.consumed.update(("swa_num_key_value_heads", "swa_head_dim"))
 
 
+#: Dots3NoteTextConfig's ``swa_*`` defaults (configuration_dots3_note.py lines 321-333)
+DOTS3_SWA_DEFAULTS = {
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "q_lora_rank": 1024,
+    "kv_lora_rank": 1024,
+    "head_dim": 256,
+    "qk_nope_head_dim": 192,
+    "v_head_dim": 128,
+}
+
+
+def _dots3_note(out: Normalised, prefix: str) -> None:
+    """Dots3NoteTextConfig.__post_init__ (configuration_dots3_note.py lines 286-338): the window
+    from ``sliding_window_size`` (512), ``layer_types`` (indexed, or full without DSA, on layers
+    0, 1 and i % 4 == 1, sliding elsewhere unless ``use_sliding_window`` is false), the legacy
+    ``full_attention`` name for DSA layers, and the sliding layers' ``per_layer_config`` from the
+    checkpoint's ``swa_*`` keys."""
+    cfg = out.config
+    swa_keys = [f"swa_{name}" for name in (*DOTS3_SWA_DEFAULTS, "qk_rope_head_dim")]
+    out.consumed.update(("use_dsa", "use_sliding_window", "sliding_window_size", *swa_keys))
+    has_per_layer = "per_layer_config" in cfg
+    use_dsa = cfg.get("use_dsa", None if has_per_layer else True)
+    use_sliding = cfg.get("use_sliding_window", True)
+    if cfg.get("sliding_window") is None:
+        cfg["sliding_window"] = cfg.get("sliding_window_size", 512)
+    n = cfg.get("num_hidden_layers", 46)
+    types = cfg.get("layer_types")
+    if types is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        full = "full_attention" if use_dsa is False else "indexed_attention"
+        types = [
+            full if not use_sliding or i < 2 or i % 4 == 1 else "sliding_attention"
+            for i in range(n)
+        ]
+        out.notes.append(
+            f"layer_types derived as Dots3NoteTextConfig does ({full} on layers 0, 1 and "
+            "i % 4 == 1, sliding_attention elsewhere)"
+        )
+    if isinstance(types, list) and use_dsa is not None:
+        old, new = ("full_attention", "indexed_attention")
+        if not use_dsa:
+            old, new = new, old
+        if old in types:
+            out.notes.append(f"layer_types: {old} -> {new} (use_dsa={use_dsa!r})")
+        types = [new if t == old else t for t in types]
+    if types is not None:
+        cfg["layer_types"] = types
+    if isinstance(types, list) and "indexed_attention" not in types:
+        out.consumed.update(("index_head_dim", "index_n_heads"))  # no DSA layer: no indexer
+    if not has_per_layer and isinstance(types, list):
+        sliding = {name: cfg.get(f"swa_{name}", d) for name, d in DOTS3_SWA_DEFAULTS.items()}
+        sliding["qk_rope_head_dim"] = cfg.get(
+            "swa_qk_rope_head_dim", sliding["head_dim"] - sliding["qk_nope_head_dim"]
+        )
+        cfg["per_layer_config"] = {
+            str(i): dict(sliding) for i, t in enumerate(types) if t == "sliding_attention"
+        }
+        if cfg["per_layer_config"]:
+            out.notes.append(
+                "per_layer_config of the sliding layers from swa_* (Dots3NoteTextConfig defaults "
+                "where absent)"
+            )
+
+
+def _qwen4_exp(out: Normalised, prefix: str) -> None:
+    """Qwen4ExpTextConfig.__post_init__ (configuration_qwen4_exp.py lines 172-182):
+    ``layer_types`` indexed_attention on every ``full_attention_interval``-th layer (4), linear
+    elsewhere; a checkpoint's ``full_attention`` layers are indexed_attention."""
+    cfg = out.config
+    out.consumed.add("full_attention_interval")
+    types = cfg.get("layer_types")
+    n = cfg.get("num_hidden_layers", 40)
+    if types is None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        every = cfg.get("full_attention_interval", 4)
+        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
+            raise _expected(prefix, "full_attention_interval", "a positive integer", every)
+        cfg["layer_types"] = [
+            "linear_attention" if (i + 1) % every else "indexed_attention" for i in range(n)
+        ]
+        out.notes.append(
+            f"layer_types derived as Qwen4ExpTextConfig does (indexed_attention every {every}th "
+            "layer, linear_attention elsewhere)"
+        )
+    elif isinstance(types, list) and "full_attention" in types:
+        cfg["layer_types"] = ["indexed_attention" if t == "full_attention" else t for t in types]
+        out.notes.append("layer_types: full_attention -> indexed_attention (Qwen4-Exp's QSA)")
+
+
 _RULES = {
+    "dots3_note": _dots3_note,
+    "dots3_note_text": _dots3_note,
+    "qwen4_exp_text": _qwen4_exp,
     "dbrx": _dbrx,
     "inkling_text": _inkling,
     "inkling_model": _inkling_model,

@@ -113,7 +113,18 @@ class Traits:
     sliding_kv_factor: int = 1
     #: config key of the indexer's cached key size (one head per token) for INDEXED_TYPES layers
     index_key: str | None = None
-    index_default: int = 128
+    #: the config class's default for ``index_key`` (None: no default, the key is required)
+    index_default: int | None = 128
+    #: bytes per indexer-key element when the model keeps the key in its own dtype (Dots3-Note:
+    #: 4, float32); 0 = the cache dtype
+    index_element_bytes: int = 0
+    #: ``sliding_attention`` layers of an MLA model are sliding MLA layers (Dots3-Note), their
+    #: latent sizes from ``per_layer_config``
+    mla_sliding: bool = False
+    #: config key listing the (1-indexed) linear-attention layers that keep a second conv state,
+    #: Qwen4-Exp's PLE short convolution (``hc_count x hidden_size`` channels over
+    #: ``(ple_conv_kernel_size - 1) x ngram_size`` tokens)
+    ple_layers_key: str | None = None
     #: per-layer "full"/"shared" list: only "full" layers run (and cache) an indexer (GLM-5.2)
     indexer_types_key: str | None = None
     #: SCONV_HYBRID_TYPES layers: attention (sliding ones with the ``swa_*`` heads) plus four
@@ -485,6 +496,44 @@ TRAITS: dict[str, Traits] = {
         source="vllm/models/inkling/configs.py InklingModelConfig (no transformers class)",
         verified=False,
     ),
+    # Dots3-Note: MLA on every layer; indexed_attention layers also keep the DSA indexer's key
+    # in float32 (modeling_dots3_note.py lines 746-752 build the indexed layers' cos/sin from
+    # inputs_embeds.float(); the indexer's rotated key, lines 262-266, is float32), the
+    # sliding_attention layers a window of latents of their own per_layer_config sizes (SWA
+    # kv_lora_rank 1024 by default; configuration_dots3_note.py lines 286-338; normalise.py
+    # derives layer_types, sliding_window and per_layer_config when a checkpoint omits them)
+    **{
+        name: Traits(
+            _t("dots3_note"),
+            mla=True,
+            mla_sliding=True,
+            index_key="index_head_dim",
+            index_element_bytes=4,
+        )
+        for name in ("dots3_note", "dots3_note_text")
+    },
+    # Qwen4-Exp: gated-delta-net linear_attention layers and indexed_attention layers with K/V
+    # plus the QSA indexer's raw key (one head of indexer_head_dim per token, model dtype;
+    # modeling_qwen4_exp.py Qwen4ExpTextQSAIndexer lines 688-733, which needs the indexer_*
+    # fields: no default); the ple_layer_ids layers keep a second conv state (the PLE short
+    # convolution, lines 1198-1237; its n-gram context, state 2, holds token ids, no floats)
+    "qwen4_exp_text": Traits(
+        _t("qwen4_exp"),
+        linear=_GDN,
+        index_key="indexer_head_dim",
+        index_default=None,
+        ple_layers_key="ple_layer_ids",
+        defaults={
+            "num_hidden_layers": 40,
+            "hidden_size": 2048,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "head_dim": 256,
+            "hc_count": 4,
+            "ple_conv_kernel_size": 4,
+            "ngram_size": 3,
+        },
+    ),
     # Kimi-Linear: MLA full-attention layers between KDA linear-attention layers; default
     # layer_types: full when i and i % 4 == 0 (KimiLinearConfig.__post_init__)
     "kimi_linear": Traits(
@@ -563,4 +612,6 @@ WRAPPER_TEXT_TYPES = {
     "mistral3": "mistral",
     "gemma4": "gemma4_text",
     "gemma4_unified": "gemma4_unified_text",
+    "dots3_note": "dots3_note_text",
+    "qwen4_exp": "qwen4_exp_text",
 }

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from kvbudget.engine_name import EngineName
 from kvbudget.errors import ConfigError, KvbudgetError
-from kvbudget.spec.layers import COMPRESSED_KINDS, has_indexer
+from kvbudget.spec.layers import COMPRESSED_KINDS, has_indexer, has_sliding_latent
 
 if TYPE_CHECKING:
     from kvbudget.spec.model import ModelSpec
@@ -167,6 +167,15 @@ def refuse_short_convs(spec: ModelSpec, engine: Layout, reason: str) -> None:
                 f"{spec.model_type}: its short-convolution states beside attention are not "
                 f"modelled by the {engine} layout: {reason}; {HF_HINT}"
             )
+
+
+def refuse_sliding_latent(spec: ModelSpec, engine: Layout, reason: str) -> None:
+    """A layout without a rule for sliding-window MLA layers (Dots3-Note) refuses in one line."""
+    if has_sliding_latent(spec.layer_seq):
+        raise LayoutNotApplicable(
+            f"{spec.model_type}: its sliding-window MLA layers are not modelled by the {engine} "
+            f"layout: {reason}; {HF_HINT}"
+        )
 
 
 def refuse_indexer(spec: ModelSpec, engine: Layout) -> None:

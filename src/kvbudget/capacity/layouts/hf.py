@@ -55,8 +55,8 @@ FP32_BYTES = 4
 
 
 def _kept(layer: LayerSpec, tokens: int) -> int:
-    if isinstance(layer, SlidingWindow | CompressedAttention):
-        return min(tokens, layer.sliding_window - 1)
+    if isinstance(layer, SlidingWindow | CompressedAttention | MLA) and layer.sliding_window:
+        return min(tokens, layer.sliding_window - 1)  # MLA: Dots3-Note's sliding layers
     if isinstance(layer, ChunkedLocal):
         return min(tokens, layer.attention_chunk_size - 1)
     if layer.kind in ("full", "mla"):
@@ -71,7 +71,8 @@ def state_bytes_hf(layer: StateLayer, element_bytes: int) -> int:
     if layer.state_kind == "sconv_fp32":  # Inkling: conv weights and states kept in float32
         return layer.conv_channels() * layer.conv_kernel * FP32_BYTES
     conv = layer.conv_channels() * layer.conv_kernel * element_bytes
-    return conv + layer.ssm_elements() * FP32_BYTES
+    aux = layer.aux_conv_elements() * element_bytes  # Qwen4-Exp's PLE short-conv state
+    return conv + aux + layer.ssm_elements() * FP32_BYTES
 
 
 def compressed_bytes_hf(layer: CompressedAttention, tokens: int, element_bytes: int) -> int:

@@ -33,6 +33,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_compressed,
     refuse_indexer,
     refuse_short_convs,
+    refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -126,6 +127,7 @@ def llamacpp_layout(
         "llamacpp",
         "llama.cpp 0.3.36 has no Inkling architecture in its gguf-py constants",
     )
+    refuse_sliding_latent(spec, "llamacpp", "kvbudget has not read how llama.cpp caches it")
     refuse_compressed(
         spec,
         "llamacpp",

@@ -39,6 +39,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_compressed,
     refuse_indexer,
     refuse_short_convs,
+    refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
@@ -147,6 +148,7 @@ def sglang_layout(
         "sglang",
         "kvbudget has not read SGLang's Inkling pools",
     )
+    refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
     refuse_compressed(
         spec,
         "sglang",

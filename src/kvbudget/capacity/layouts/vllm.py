@@ -50,6 +50,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
     refuse_compressed,
     refuse_indexer,
+    refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layout, is_deepseek_v4
@@ -142,6 +143,13 @@ def vllm_layer_specs(
         "its vLLM 0.32 specs are not per-layer pages of one block size; kvbudget plans them as "
         "vLLM's packed groups instead (capacity.layouts.vllm_dsv4, capacity.pool_dsv4: "
         "'kvbudget plan' and the vllm layout's totals)",
+    )
+    refuse_sliding_latent(
+        spec,
+        "vllm",
+        "vLLM 0.32 serves Dots3-Note with its own sliding MLA backend (models/dots3_note/nvidia/"
+        "model.py lines 352-481, attention.py lines 434-452) and pads its DSA layers' latent "
+        "rows to the sliding ones (model.py lines 227-239); kvbudget has not modelled those pages",
     )
     if spec.model_type not in VLLM_MINIMAX_M3_TYPES and any(
         isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()

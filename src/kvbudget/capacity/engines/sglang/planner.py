@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
-from kvbudget.capacity.layouts.base import refuse_indexer
+from kvbudget.capacity.layouts.base import refuse_indexer, refuse_sliding_latent
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang import (
     DSA_PAGE_SIZE,
@@ -66,6 +66,7 @@ def make_sglang_plan(
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
     if any(isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()):
         refuse_indexer(model, "sglang")  # MiniMax-M3's indexer: vLLM's pages are not SGLang's pool
+    refuse_sliding_latent(model, "sglang", "kvbudget has not read SGLang's pools for it")
     dsa = is_sglang_dsa(model)
     if dsa:
         # SGLang's DSA overrides (layouts/sglang.py cites the lines): 64-token pages whatever
