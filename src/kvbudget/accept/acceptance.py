@@ -16,11 +16,11 @@ from kvbudget.accept.audits import run_audits
 from kvbudget.accept.drill import drill_for, drill_stop_status
 from kvbudget.accept.engine_pool import pool_side_by_side
 from kvbudget.accept.http_target import RunAsync
-from kvbudget.accept.lockcheck import (
+from kvbudget.accept.plan.lockcheck import (
     resolve_lock,
 )
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.plan_warnings import plan_warnings
-from kvbudget.accept.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
 from kvbudget.accept.record_checks import run_failure, unstable_queues
 from kvbudget.accept.result import (

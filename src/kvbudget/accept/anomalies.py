@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import Anomaly, CellResult, ComparisonResult, Ledger
 
 #: KV usage below which a waiting queue means the bottleneck is not the pool

@@ -30,8 +30,8 @@ from pydantic import Field
 
 from kvbudget.accept.acceptance import _provenance
 from kvbudget.accept.drill import drill_for
-from kvbudget.accept.plan_lock import flatten_lock, lock_value
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.lock import flatten_lock, lock_value
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import AcceptResult, CellResult, Check, Verdict
 from kvbudget.accept.run import TargetFactory, check_quality_files, run_matrix
 from kvbudget.accept.verdicts import min_samples_for

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.quality import evaluate_checkpoint
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import CellResult, MetricSummary, TimeSeries

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison, not_comparable
-from kvbudget.accept.lockcheck import Difference, difference_lines
-from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD, Comparison
+from kvbudget.accept.plan.checks import FACTOR_LOCK_FIELD, Comparison
+from kvbudget.accept.plan.lockcheck import Difference, difference_lines
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import AcceptResult, ComparisonResult
 from kvbudget.accept.targets import CellRun

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.plan.checks import Comparison
 from kvbudget.accept.result import ComparisonResult, Ledger, MetricDelta, Verdict
 from kvbudget.accept.stats import compare, holm
 from kvbudget.accept.targets import CellRun

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kvbudget.accept.plan_load import INPUT_TIERS, ConcurrencyTier
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.load import INPUT_TIERS, ConcurrencyTier
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.targets import CellRun, Target
 from kvbudget.accept.workloads import cell_requests
 from kvbudget.maxload.early_stop import EarlyStop

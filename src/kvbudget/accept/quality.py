@@ -15,7 +15,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from jsonschema.validators import validator_for
 
-from kvbudget.accept.plan_checks import QualityCheckpoint
+from kvbudget.accept.plan.checks import QualityCheckpoint
 from kvbudget.accept.verdicts import QualityOutcome
 
 DEFAULT_REFUSAL_PATTERN = (

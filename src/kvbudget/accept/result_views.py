@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.load import CONCURRENCY_TIERS, INPUT_TIERS
+from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.accept.roles import CacheKindRow, RoleRow, cache_kinds, who_does_what
 
 #: the concurrency tiers of every report's grid, single -> peak (every plan declares the three)

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.cells import summarize_cell
-from kvbudget.accept.engine_config import EngineConfig
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.engine_config import EngineConfig
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
 from kvbudget.accept.result import CellResult, Ledger, Verdict
 from kvbudget.accept.resume_files import load_progress

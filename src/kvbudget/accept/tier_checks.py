@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbudget.accept.plan_checks import DEFAULT_HOST_MEMORY_MAX_FRACTION, StopConditions
+from kvbudget.accept.plan.checks import DEFAULT_HOST_MEMORY_MAX_FRACTION, StopConditions
 from kvbudget.accept.result import STOP_HOST_MEMORY, STOP_TRANSFER, Check, StopStatus
 from kvbudget.records import FigureKind
 
 if TYPE_CHECKING:
-    from kvbudget.accept.planfile import AcceptPlan
+    from kvbudget.accept.plan.planfile import AcceptPlan
     from kvbudget.accept.result import CellResult
     from kvbudget.accept.targets import CellRun
     from kvbudget.sim.tiers import TierStack

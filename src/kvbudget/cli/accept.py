@@ -78,7 +78,7 @@ def accept(
     with --fail-on-verdict: 0 only for pass, else 1), 1 when a requested audit failed (the
     report is written, its Audits section says why), 2 for bad input.
     """
-    from kvbudget.accept.planfile import load_plan, plan_json_schema
+    from kvbudget.accept.plan.planfile import load_plan, plan_json_schema
     from kvbudget.errors import ConfigError
     from kvbudget.metrics.percentile_set import (
         DEFAULT_METRIC_PERCENTILES,

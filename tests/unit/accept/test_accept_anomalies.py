@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.accept.anomalies import find_anomalies
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.result import (
     Budget,
     CellResult,

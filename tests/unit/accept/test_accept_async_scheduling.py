@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kvbudget.accept.engine_config import engine_config, serve_flags
 from kvbudget.accept.factories import sim_factory
-from kvbudget.accept.lockcheck import apply_overrides, resolve_lock
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.engine_config import engine_config, serve_flags
+from kvbudget.accept.plan.lockcheck import apply_overrides, resolve_lock
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.deploy.engine_args import engine_command
 from kvbudget.errors import ConfigError

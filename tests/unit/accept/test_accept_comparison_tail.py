@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvbudget.accept.comparisons import judge_comparison
-from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.plan.checks import Comparison
 from kvbudget.accept.result import ComparisonResult, Ledger
 from kvbudget.accept.targets import CellRun
 from kvbudget.records import RequestRecord

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from kvbudget.accept.highest_load import highest_loads, stop_slo
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.records import RequestRecord
 from kvbudget.report.summary import highest_load_text

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from kvbudget.accept.highest_load import highest_loads, searches_rate
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.maxload.point import QUEUE_GROWTH

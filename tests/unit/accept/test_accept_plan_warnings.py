@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 
 from kvbudget.accept.cells import cut_short_note
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.plan_warnings import max_samples, plan_warnings
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.targets import CellRun
 from kvbudget.records import RequestRecord
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbudget.accept.lockcheck import (
+from kvbudget.accept.plan.checks import QualityCheckpoint
+from kvbudget.accept.plan.lockcheck import (
     apply_overrides,
     lock_differences,
     resolve_lock,
     single_factor_check,
 )
-from kvbudget.accept.plan_checks import QualityCheckpoint
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.quality import evaluate_checkpoint, judge_output
 from kvbudget.accept.targets import TargetInfo
 

@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 
 from kvbudget.accept.acceptance import run_acceptance
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.result import Ledger
 from kvbudget.accept.run import PreparedTarget
 from kvbudget.accept.targets import CellRun, TargetInfo

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.run import run_matrix
 from kvbudget.accept.targets import CellRun, TargetInfo
 from kvbudget.records import RequestRecord, read_jsonl_dicts

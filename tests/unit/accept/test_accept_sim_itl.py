@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from kvbudget.accept.cells import summarize_cell
-from kvbudget.accept.planfile import parse_plan
+from kvbudget.accept.plan.planfile import parse_plan
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo

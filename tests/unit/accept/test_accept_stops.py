@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kvbudget.accept.acceptance import stop_statuses
 from kvbudget.accept.audit_sections import AuditsSection
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.result import CellResult, Check
 from kvbudget.accept.verdicts import overall_verdict
 

@@ -17,7 +17,7 @@ import yaml
 
 from kvbudget.accept.acceptance import stop_statuses
 from kvbudget.accept.audit_sections import AuditsSection
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.result import CellResult
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.accept.targets import TargetInfo

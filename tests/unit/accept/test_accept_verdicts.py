@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvbudget.accept.plan_checks import PercentileCeilings, StopConditions
+from kvbudget.accept.plan.checks import PercentileCeilings, StopConditions
 from kvbudget.accept.result import Check, MetricSummary, PercentileCI, StopStatus
 from kvbudget.accept.verdicts import (
     CellEvidence,

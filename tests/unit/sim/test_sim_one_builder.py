@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 
 from kvbudget.accept.factories import sim_factory
-from kvbudget.accept.planfile import parse_plan
+from kvbudget.accept.plan.planfile import parse_plan
 from kvbudget.accept.sim_target import SimTarget
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.capacity.plan_types import PlanRequest

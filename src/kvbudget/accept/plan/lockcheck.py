@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD
-from kvbudget.accept.plan_lock import ObjectLock, flatten_lock, given_fields, lock_value
+from kvbudget.accept.plan.checks import FACTOR_LOCK_FIELD
+from kvbudget.accept.plan.lock import ObjectLock, flatten_lock, given_fields, lock_value
 from kvbudget.accept.result import LockEntry
 from kvbudget.accept.targets import TargetInfo
 from kvbudget.errors import ConfigError
