@@ -164,7 +164,7 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
 
 @dataclass(frozen=True, slots=True)
 class TierRowView:
-    """One input tier's row (:func:`kvbudget.accept.verdicts.row_summaries`): the highest
+    """One input tier's row (:func:`kvbudget.accept.judge.verdicts.row_summaries`): the highest
     concurrency tier passing on capacity and latency, where the row stopped, what stayed
     untested, and the highest-load search's record when one ran."""
 

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvbudget.accept.request_keys import RequestKey
-from kvbudget.accept.targets import CellRun
+from kvbudget.accept.targets.base import CellRun
 from kvbudget.errors import ConfigError
 from kvbudget.records import MetricSample, RequestRecord, read_jsonl_dicts
 

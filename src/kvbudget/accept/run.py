@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kvbudget.accept.cells import summarize_cell
-from kvbudget.accept.plan.engine_config import EngineConfig
-from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.judge.stats import PERCENTILES
+from kvbudget.accept.judge.verdicts import row_stopped
 from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
-from kvbudget.accept.result import CellResult, Ledger, Verdict
+from kvbudget.accept.result import CellResult, Verdict
 from kvbudget.accept.resume_files import load_progress
-from kvbudget.accept.stats import PERCENTILES
-from kvbudget.accept.targets import CellRun, Target
-from kvbudget.accept.verdicts import row_stopped
+from kvbudget.accept.targets.base import CellRun, Target
 from kvbudget.accept.workloads import cell_requests, warmup_requests
 from kvbudget.errors import ConfigError
 from kvbudget.records import JsonlWriter
@@ -149,18 +147,6 @@ def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
 RECOVERY_KV_USAGE = 0.01
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedTarget:
-    target: Target
-    ledger: Ledger
-    computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    #: the engine configuration this target was started with (None: not known, e.g. http)
-    engine: EngineConfig | None = None
-
-
-TargetFactory = Callable[[ObjectLock], PreparedTarget]
 
 
 @dataclass(slots=True)

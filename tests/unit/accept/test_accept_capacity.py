@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.accept.capacity import build_capacity
 from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.accept.plan.planfile import load_plan
+from kvbudget.accept.targets.capacity import build_capacity
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
 
@@ -118,7 +118,7 @@ def _with_engine(name: str) -> ObjectLock:
 def test_the_lock_names_the_engine_whose_pool_is_planned(name: str | None, engine: str) -> None:
     """An SGLang lock is planned with SGLang's arithmetic, not vLLM's; a lock naming no engine,
     or kvbudget serve (which simulates vLLM), with vLLM's."""
-    from kvbudget.accept.capacity import plan_request
+    from kvbudget.accept.targets.capacity import plan_request
 
     lock = load_plan(DEMO).lock if name is None else _with_engine(name)
     if name is None:
@@ -129,7 +129,7 @@ def test_the_lock_names_the_engine_whose_pool_is_planned(name: str | None, engin
 
 
 def test_a_llamacpp_lock_is_refused_not_planned_as_vllm() -> None:
-    from kvbudget.accept.capacity import plan_request
+    from kvbudget.accept.targets.capacity import plan_request
     from kvbudget.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:

@@ -6,8 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.capacity import build_capacity
-from kvbudget.accept.http_target import HttpTarget, RunAsync, ServeTarget
 from kvbudget.accept.plan.engine_config import (
     DEFAULT_ROUTER,
     engine_config,
@@ -20,9 +18,10 @@ from kvbudget.accept.plan.engine_config import (
 from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import Ledger
-from kvbudget.accept.run import PreparedTarget, TargetFactory
-from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets.base import PreparedTarget, TargetFactory, TargetInfo
+from kvbudget.accept.targets.capacity import build_capacity
+from kvbudget.accept.targets.http import HttpTarget, RunAsync, ServeTarget
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.errors import ConfigError, KvbudgetError, TargetError
 from kvbudget.safety.redact import secret_from_env
 
