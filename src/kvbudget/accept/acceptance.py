@@ -30,10 +30,10 @@ from kvbudget.accept.result import (
     StopStatus,
     latency_stop,
 )
+from kvbudget.accept.resume_files import check_resume
 from kvbudget.accept.run import (
     Progress,
     check_quality_files,
-    check_resume,
     run_matrix,
 )
 from kvbudget.accept.targets.base import CellRun, TargetFactory, TargetInfo
