@@ -13,19 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.comparisons import judge_comparison, not_comparable
-from kvbudget.accept.engine_config import FACTOR_ENGINE_FIELD, engine_differences
-from kvbudget.accept.lockcheck import (
+from kvbudget.accept.judge.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.plan.engine_config import FACTOR_ENGINE_FIELD, engine_differences
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.lockcheck import (
     Difference,
     apply_overrides,
     difference_lines,
     lock_differences,
     single_factor_check,
 )
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import ComparisonResult
-from kvbudget.accept.run import MatrixOutcome, PreparedTarget, TargetFactory, run_matrix
+from kvbudget.accept.run import MatrixOutcome, run_matrix
+from kvbudget.accept.targets.base import PreparedTarget, TargetFactory
 from kvbudget.errors import KvbudgetError
 
 

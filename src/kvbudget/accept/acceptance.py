@@ -10,19 +10,16 @@ import numpy as np
 
 from kvbudget import __version__
 from kvbudget.accept.ab_runs import run_comparisons
-from kvbudget.accept.anomalies import find_anomalies
 from kvbudget.accept.audit_sections import AuditsSection
-from kvbudget.accept.audits import run_audits
 from kvbudget.accept.drill import drill_for, drill_stop_status
-from kvbudget.accept.engine_pool import pool_side_by_side
-from kvbudget.accept.http_target import RunAsync
-from kvbudget.accept.lockcheck import (
-    resolve_lock,
-)
-from kvbudget.accept.plan_warnings import plan_warnings
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.judge.anomalies import find_anomalies
+from kvbudget.accept.judge.audits import run_audits
+from kvbudget.accept.judge.plan_warnings import plan_warnings
+from kvbudget.accept.judge.record_checks import run_failure, unstable_queues
+from kvbudget.accept.judge.tier_checks import tier_stop_statuses
+from kvbudget.accept.judge.verdicts import overall_verdict, row_summaries
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.predict import attach_predictions
-from kvbudget.accept.record_checks import run_failure, unstable_queues
 from kvbudget.accept.result import (
     STOP_CAPACITY,
     STOP_ERROR_RATE,
@@ -33,16 +30,16 @@ from kvbudget.accept.result import (
     StopStatus,
     latency_stop,
 )
+from kvbudget.accept.resume_files import check_resume
 from kvbudget.accept.run import (
     Progress,
-    TargetFactory,
     check_quality_files,
-    check_resume,
     run_matrix,
 )
-from kvbudget.accept.targets import CellRun, TargetInfo
-from kvbudget.accept.tier_checks import tier_stop_statuses
-from kvbudget.accept.verdicts import overall_verdict, row_summaries
+from kvbudget.accept.targets.base import CellRun, TargetFactory, TargetInfo
+from kvbudget.accept.targets.engine_pool import pool_side_by_side
+from kvbudget.accept.targets.http import RunAsync
+from kvbudget.accept.targets.lock_resolve import resolve_lock
 from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, reported_percentiles
 from kvbudget.records import Provenance
 
@@ -194,8 +191,8 @@ def _predict(
     """Run the same requests on the simulator with the plan's calibrated profile: on the
     llama.cpp slot engine when the profile was measured on llama.cpp, else on the vLLM-style
     paged engine. The label names the engine behaviour used."""
-    from kvbudget.accept.factories import sim_factory
-    from kvbudget.accept.slots_target import SlotsPredictionTarget, is_llamacpp_profile
+    from kvbudget.accept.targets.factories import sim_factory
+    from kvbudget.accept.targets.slots import SlotsPredictionTarget, is_llamacpp_profile
     from kvbudget.sim.timing import CalibrationProfile
 
     assert plan.target.profile is not None

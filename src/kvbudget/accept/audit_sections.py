@@ -1,6 +1,6 @@
 """The ``audits`` section of ``report.json``, typed: one model per audit a plan can request.
 
-Each section is what :mod:`kvbudget.accept.audits` builds from the audit's own result
+Each section is what :mod:`kvbudget.accept.judge.audits` builds from the audit's own result
 (``IsolationResult.summary()``, ``ReuseResult.summary()``, ``run_restart_upgrade``) or, when the
 audit could not run, a ``verdict: inconclusive``, ``status: failed`` section with the reason. A
 section is written with the fields that were given only (as before the models existed), so a

@@ -30,11 +30,12 @@ from pydantic import Field
 
 from kvbudget.accept.acceptance import _provenance
 from kvbudget.accept.drill import drill_for
-from kvbudget.accept.plan_lock import flatten_lock, lock_value
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.judge.verdicts import min_samples_for
+from kvbudget.accept.plan.lock import flatten_lock, lock_value
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import AcceptResult, CellResult, Check, Verdict
-from kvbudget.accept.run import TargetFactory, check_quality_files, run_matrix
-from kvbudget.accept.verdicts import min_samples_for
+from kvbudget.accept.run import check_quality_files, run_matrix
+from kvbudget.accept.targets.base import TargetFactory
 from kvbudget.errors import ConfigError
 from kvbudget.records import ResultDocument
 
@@ -179,7 +180,7 @@ def _regression(
 def _beyond_sample(check: Check) -> bool:
     """A ceiling the canary's few requests cannot claim (``ttft_s p95 <= 2`` from 26 samples)
     although no sample breached it: not a finding either way. A breach is a ``fail`` whatever
-    the sample (``accept.verdicts``), and is never skipped."""
+    the sample (``accept.judge.verdicts``), and is never skipped."""
     return (
         check.verdict == "untested"
         and check.observed is not None

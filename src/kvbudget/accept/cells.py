@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.planfile import AcceptPlan
-from kvbudget.accept.quality import evaluate_checkpoint
+from kvbudget.accept.judge.quality import evaluate_checkpoint
+from kvbudget.accept.judge.stats import PERCENTILES, summarize
+from kvbudget.accept.judge.tier_checks import summarize_tiers, tier_checks
+from kvbudget.accept.judge.verdicts import CellEvidence, cell_checks, cell_verdict
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import CellResult, MetricSummary, TimeSeries
-from kvbudget.accept.stats import PERCENTILES, summarize
-from kvbudget.accept.targets import CellRun
-from kvbudget.accept.tier_checks import summarize_tiers, tier_checks
-from kvbudget.accept.verdicts import CellEvidence, cell_checks, cell_verdict
+from kvbudget.accept.targets.base import CellRun
 from kvbudget.metrics.throughput import throughput_of_runs
 from kvbudget.records import FigureKind, RequestRecord
 

@@ -18,8 +18,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from kvbudget.accept.plan_checks import RollbackDrill
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.checks import RollbackDrill
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import StopStatus
 from kvbudget.safety.procs import child_preexec
 from kvbudget.safety.servers import free_port, stop_process

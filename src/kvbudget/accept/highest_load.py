@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kvbudget.accept.plan_load import INPUT_TIERS, ConcurrencyTier
-from kvbudget.accept.planfile import AcceptPlan
-from kvbudget.accept.targets import CellRun, Target
+from kvbudget.accept.plan.load import INPUT_TIERS, ConcurrencyTier
+from kvbudget.accept.plan.planfile import AcceptPlan
+from kvbudget.accept.targets.base import CellRun, Target
 from kvbudget.accept.workloads import cell_requests
 from kvbudget.maxload.early_stop import EarlyStop
 from kvbudget.maxload.point import LoadKind, Point
@@ -122,7 +122,7 @@ class TierProbe(TargetProbe):
         stop: EarlyStop | None,
     ) -> CellRun:
         run = super()._run(target, requests, cell_id, concurrency, stop)
-        # errors as a cell counts them (kvbudget.accept.verdicts): failed requests, not the
+        # errors as a cell counts them (kvbudget.accept.judge.verdicts): failed requests, not the
         # ones the plan's cancel_fraction cancelled on purpose
         judged = [r for r in run.records if not r.warmup]
         self._errors = (sum(1 for r in judged if r.status == "error"), len(judged))

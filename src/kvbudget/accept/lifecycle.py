@@ -19,21 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field
+from kvbudget.accept.plan.lifecycle import LifecycleLayer
 
-from kvbudget.accept.plan_lock import StrictModel
-
-LayerName = Literal[
-    "application_database",
-    "object_store",
-    "vector_store",
-    "response_cache",
-    "queues",
-    "traces_and_logs",
-    "engine_kv",
-    "offload_tiers",
-    "kvbudget_artifacts",
-]
 LAYER_TITLES: dict[str, str] = {
     "application_database": "application database",
     "object_store": "object store",
@@ -49,17 +36,6 @@ LAYER_TITLES: dict[str, str] = {
 FREED_KV_USAGE = 0.01
 
 Status = Literal["verified", "failed", "declared", "not_declared"]
-
-
-class LifecycleLayer(StrictModel):
-    """One storage layer's deletion contract, declared in the plan."""
-
-    layer: LayerName
-    owner: str = Field(min_length=1, description="team or system responsible")
-    trigger: str = Field(min_length=1, description="event that deletes (session delete, TTL, ...)")
-    retention: str = Field(min_length=1, description="longest retention, e.g. '30 days'")
-    verification: str = Field(min_length=1, description="how deletion is verified")
-    escalation: str | None = Field(default=None, description="who is told when it fails")
 
 
 @dataclass(frozen=True, slots=True)

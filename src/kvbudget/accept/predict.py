@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import CellResult
 
 #: (name in the prediction, how to read it from a cell)

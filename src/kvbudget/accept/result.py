@@ -174,7 +174,7 @@ class CellResult(_Model):
     prefix_hit_rate_tokens: float | None = None
     peak_kv_usage: float | None = None
     kv_usage_after_drain: float | None = None
-    #: KV offload tier figures (sim target with target.kv_tiers; see accept.tier_checks)
+    #: KV offload tier figures (sim target with target.kv_tiers; see accept.judge.tier_checks)
     kv_tier: dict[str, Any] = Field(default_factory=dict)
     timeseries: TimeSeries = Field(default_factory=TimeSeries)
     samples_ttft_s: list[float] = Field(default_factory=list)

@@ -9,7 +9,7 @@ it refuses a document kvbudget accept cannot have written:
 * a negative count, time or usage in a cell's time series or summary sample count;
 * a confidence interval whose low end is above its high end;
 * a cell whose verdict is not the worst of its checks, or an overall verdict that
-  :func:`kvbudget.accept.verdicts.overall_verdict` does not give for the document's own stop
+  :func:`kvbudget.accept.judge.verdicts.overall_verdict` does not give for the document's own stop
   conditions, lock fields and cells (a ``pass`` over failed cells). Comparisons are left out
   of that: ``report --compare --out`` appends one to a finished document without re-judging it.
 """
@@ -20,8 +20,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kvbudget.accept.judge.verdicts import cell_verdict, overall_verdict
 from kvbudget.accept.result import AcceptResult
-from kvbudget.accept.verdicts import cell_verdict, overall_verdict
 from kvbudget.errors import ReportError
 from kvbudget.records import read_document
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.load import CONCURRENCY_TIERS, INPUT_TIERS
+from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.accept.roles import CacheKindRow, RoleRow, cache_kinds, who_does_what
 
 #: the concurrency tiers of every report's grid, single -> peak (every plan declares the three)
@@ -164,7 +164,7 @@ def plan_view(plan: Mapping[str, Any]) -> PlanView:
 
 @dataclass(frozen=True, slots=True)
 class TierRowView:
-    """One input tier's row (:func:`kvbudget.accept.verdicts.row_summaries`): the highest
+    """One input tier's row (:func:`kvbudget.accept.judge.verdicts.row_summaries`): the highest
     concurrency tier passing on capacity and latency, where the row stopped, what stayed
     untested, and the highest-load search's record when one ran."""
 

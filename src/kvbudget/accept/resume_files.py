@@ -1,4 +1,5 @@
-"""What ``kvbudget accept --resume`` reads back from OUT: finished repetitions and their records.
+"""What ``kvbudget accept --resume`` reads back from OUT: the run's plan and target
+(``accept-run.json``), finished repetitions and their records.
 
 A write cut short (SIGKILL, or ENOSPC: ``os.write`` stops mid-line) leaves at most a torn
 *last* line in ``records.jsonl`` or ``progress.jsonl``, and possibly ``report.json.tmp``.
@@ -11,13 +12,15 @@ one line rather than accept a repetition with records missing.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.request_keys import RequestKey
-from kvbudget.accept.targets import CellRun
+from kvbudget.accept.targets.base import CellRun
 from kvbudget.errors import ConfigError
 from kvbudget.records import MetricSample, RequestRecord, read_jsonl_dicts
 
@@ -99,3 +102,62 @@ def load_progress(
                 progress_path, f"record {number}", "is not a progress record", reader
             ) from None
     return done, notes
+
+
+#: what a run in OUT was started with: ``--resume`` refuses another plan or target
+RUN_FILE = "accept-run.json"
+
+
+def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
+    """Record the plan's sha256 and target in ``OUT/accept-run.json``; with ``resume``, refuse
+    in one line when they differ from the recorded run's (its records would mix with this
+    plan's)."""
+    path = out_dir / RUN_FILE
+    target: dict[str, Any] = plan.target.model_dump(mode="json")
+    mine: dict[str, Any] = {"plan_sha256": plan.canonical_sha256(), "target": target}
+    if resume:
+        progress = out_dir / "progress.jsonl"
+        if path.exists():
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError) as exc:
+                raise ConfigError(
+                    f"--resume: {path} is not readable JSON; start over without --resume or "
+                    "choose another --out",
+                    field="resume",
+                ) from exc
+            old_target = old.get("target") if isinstance(old, dict) else None
+            if old_target != target:
+                fields = sorted(
+                    k
+                    for k in set(target) | set(old_target or {})
+                    if (old_target or {}).get(k) != target.get(k)
+                )
+                raise ConfigError(
+                    f"--resume: the run in {out_dir} used another target (differs on "
+                    f"target.{', target.'.join(fields) or 'kind'}); resume with the same plan "
+                    "or choose another --out",
+                    field="resume",
+                )
+            old_sha = str(old.get("plan_sha256")) if isinstance(old, dict) else ""
+            if old_sha != mine["plan_sha256"]:
+                raise ConfigError(
+                    f"--resume: the run in {out_dir} was made from another plan (sha256 "
+                    f"{old_sha[:12]}, this plan {mine['plan_sha256'][:12]}); resume with the "
+                    "same plan file or choose another --out",
+                    field="resume",
+                )
+            return
+        if progress.exists() and progress.stat().st_size > 0:
+            raise ConfigError(
+                f"--resume: {out_dir} holds records but no {RUN_FILE} naming their plan, so "
+                "they cannot be checked against this one; start over without --resume or "
+                "choose another --out",
+                field="resume",
+            )
+    write_json(path, mine)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

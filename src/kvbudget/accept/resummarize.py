@@ -22,8 +22,7 @@ import numpy as np
 
 from kvbudget.accept.cells import cell_summaries
 from kvbudget.accept.result import AcceptResult, CellResult
-from kvbudget.accept.resume_files import load_progress
-from kvbudget.accept.run import RUN_FILE
+from kvbudget.accept.resume_files import RUN_FILE, load_progress
 from kvbudget.errors import ConfigError
 from kvbudget.metrics.percentile_set import reported_percentiles
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.lock import ObjectLock
 
 #: how each engine decides that two prompts share a prefix (cited to the engines' source)
 _PREFIX_MATCH: dict[str, str] = {

@@ -1,6 +1,7 @@
 """Run the matrix of one acceptance plan (seed steps 4-5): baseline, warm-up, the nine cells.
 
-:func:`run_matrix` is given a started target, built through a :data:`TargetFactory` by its
+:func:`run_matrix` is given a started target, built through a
+:data:`kvbudget.accept.targets.base.TargetFactory` by its
 caller: :func:`kvbudget.accept.acceptance.run_acceptance` (the plan's run, written to ``OUT``),
 :mod:`kvbudget.accept.ab_runs` (each arm of a single-factor comparison, nothing written) and
 the calibrated prediction beside a measured run (nothing written). Its order of work:
@@ -22,7 +23,6 @@ are run by :func:`kvbudget.accept.acceptance.run_acceptance`, not here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,15 +31,13 @@ from typing import Any
 import numpy as np
 
 from kvbudget.accept.cells import summarize_cell
-from kvbudget.accept.engine_config import EngineConfig
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.judge.stats import PERCENTILES
+from kvbudget.accept.judge.verdicts import row_stopped
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
-from kvbudget.accept.result import CellResult, Ledger, Verdict
+from kvbudget.accept.result import CellResult, Verdict
 from kvbudget.accept.resume_files import load_progress
-from kvbudget.accept.stats import PERCENTILES
-from kvbudget.accept.targets import CellRun, Target
-from kvbudget.accept.verdicts import row_stopped
+from kvbudget.accept.targets.base import CellRun, Target, TargetInfo
 from kvbudget.accept.workloads import cell_requests, warmup_requests
 from kvbudget.errors import ConfigError
 from kvbudget.records import JsonlWriter
@@ -91,76 +89,10 @@ def check_quality_files(plan: AcceptPlan) -> None:
             )
 
 
-#: what a run in OUT was started with: ``--resume`` refuses another plan or target
-RUN_FILE = "accept-run.json"
-
-
-def check_resume(plan: AcceptPlan, out_dir: Path, *, resume: bool) -> None:
-    """Record the plan's sha256 and target in ``OUT/accept-run.json``; with ``resume``, refuse
-    in one line when they differ from the recorded run's (its records would mix with this
-    plan's)."""
-    path = out_dir / RUN_FILE
-    target: dict[str, Any] = plan.target.model_dump(mode="json")
-    mine: dict[str, Any] = {"plan_sha256": plan.canonical_sha256(), "target": target}
-    if resume:
-        progress = out_dir / "progress.jsonl"
-        if path.exists():
-            try:
-                old = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError) as exc:
-                raise ConfigError(
-                    f"--resume: {path} is not readable JSON; start over without --resume or "
-                    "choose another --out",
-                    field="resume",
-                ) from exc
-            old_target = old.get("target") if isinstance(old, dict) else None
-            if old_target != target:
-                fields = sorted(
-                    k
-                    for k in set(target) | set(old_target or {})
-                    if (old_target or {}).get(k) != target.get(k)
-                )
-                raise ConfigError(
-                    f"--resume: the run in {out_dir} used another target (differs on "
-                    f"target.{', target.'.join(fields) or 'kind'}); resume with the same plan "
-                    "or choose another --out",
-                    field="resume",
-                )
-            old_sha = str(old.get("plan_sha256")) if isinstance(old, dict) else ""
-            if old_sha != mine["plan_sha256"]:
-                raise ConfigError(
-                    f"--resume: the run in {out_dir} was made from another plan (sha256 "
-                    f"{old_sha[:12]}, this plan {mine['plan_sha256'][:12]}); resume with the "
-                    "same plan file or choose another --out",
-                    field="resume",
-                )
-            return
-        if progress.exists() and progress.stat().st_size > 0:
-            raise ConfigError(
-                f"--resume: {out_dir} holds records but no {RUN_FILE} naming their plan, so "
-                "they cannot be checked against this one; start over without --resume or "
-                "choose another --out",
-                field="resume",
-            )
-    write_json(path, mine)
-
-
 #: the idle baseline counts as recovered when KV usage is at most this and nothing runs
 RECOVERY_KV_USAGE = 0.01
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedTarget:
-    target: Target
-    ledger: Ledger
-    computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    #: the engine configuration this target was started with (None: not known, e.g. http)
-    engine: EngineConfig | None = None
-
-
-TargetFactory = Callable[[ObjectLock], PreparedTarget]
 
 
 @dataclass(slots=True)
@@ -216,132 +148,222 @@ def run_matrix(
     """Warm-up then every (or the listed) cell with its repetitions; each cell's summaries
     hold ``percentiles`` (``--metric-percentiles``) beside p50/p90/p95/p99."""
     info = target.info
-    kind = info.source
     done, notes = load_progress(out_dir) if (out_dir is not None and resume) else ({}, [])
-    records_out = progress_out = None
-    if out_dir is not None:
-        if resume:
-            _drop_unfinished_records(out_dir, done)
-        else:  # a fresh run never appends to an earlier run's files
-            for stale in ("records.jsonl", "progress.jsonl"):
-                (out_dir / stale).unlink(missing_ok=True)
-        records_out = JsonlWriter(out_dir / "records.jsonl")
-        progress_out = JsonlWriter(out_dir / "progress.jsonl")
+    files = _open_run_files(out_dir, done, resume=resume)
     try:
         baseline = target.idle_baseline()
-        warm = warmup_requests(plan.load, seed=plan.seed)
-        warm_info: dict[str, Any] = {"requests": len(warm), "scored": False}
-        if warm:
-            warm_run = target.run_cell(
-                warm,
-                cell_id=WARMUP_CELL,
-                closed_loop_concurrency=None,
-                duration_s=None,
-                warmup=True,
-            )
-            warm_info["duration_s"] = warm_run.duration_s
-            warm_info["errors"] = sum(1 for r in warm_run.records if r.status == "error")
-            if records_out is not None:
-                records_out.write_many(warm_run.records)
-        order = plan.load.cell_order()
-        todo = [
-            (i, a, c)
-            for i, (a, c) in enumerate(order)
-            if cells_subset is None or f"{a}/{c}" in cells_subset
-        ]
-        rows: dict[str, list[tuple[str, Verdict, str | None]]] = {}
-        results: list[CellResult] = []
-        all_runs: dict[str, list[CellRun]] = {}
-        halted: str | None = None
-        total = len(todo) * plan.load.repetitions
-        step = 0
-        for index, input_tier, conc_tier in todo:
-            cell_id = f"{input_tier}/{conc_tier}"
-            stop, why = row_stopped(rows.get(input_tier, []))
-            skipped = halted or (why if stop else None)
-            runs: list[CellRun] = []
-            if skipped is None:
-                for rep in range(plan.load.repetitions):
-                    step += 1
-                    if progress is not None:
-                        progress(cell_id, step, total)
-                    if (cell_id, rep) in done:
-                        runs.append(done[(cell_id, rep)])
-                        if done[(cell_id, rep)].capacity_error is not None:
-                            break
-                        continue
-                    requests = cell_requests(
-                        plan.load,
-                        plan.load.tiers[input_tier],  # type: ignore[index]
-                        plan.load.concurrency[conc_tier],  # type: ignore[index]
-                        cell_id=cell_id,
-                        seed=plan.seed,
-                        cell_index=index,
-                        repetition=rep,
-                    )
-                    if not info.synthetic_text:
-                        requests = with_quality_prompts(
-                            plan,
-                            requests,
-                            input_tier=input_tier,
-                            cell_id=cell_id,
-                            repetition=rep,
-                        )
-                    tier = plan.load.concurrency[conc_tier]  # type: ignore[index]
-                    run = target.run_cell(
-                        requests,
-                        cell_id=cell_id,
-                        closed_loop_concurrency=tier.concurrency
-                        if tier.arrival == "closed"
-                        else None,
-                        duration_s=tier.duration_s,
-                    )
-                    runs.append(run)
-                    if records_out is not None and progress_out is not None:
-                        records_out.write_many(run.records)
-                        progress_out.write(_run_to_json(cell_id, rep, run))
-                    if run.capacity_error is not None:
-                        break  # no repetition, no retry after a capacity error
-            else:
-                step += plan.load.repetitions
-            result, _ = summarize_cell(
-                plan,
-                cell_id=cell_id,
-                order=index,
-                runs=runs,
-                kind=kind,
-                synthetic_text=info.synthetic_text,
-                rng=rng,
-                skipped_reason=skipped,
-                percentiles=percentiles,
-            )
-            results.append(result)
-            all_runs[cell_id] = runs
-            if skipped is None:
-                cap = next((r.capacity_error for r in runs if r.capacity_error), None)
-                rows.setdefault(input_tier, []).append((conc_tier, result.verdict, cap))
-                if result.verdict == "fail" and halted is None:
-                    after = target.idle_baseline()
-                    if not after:
-                        notes.append(
-                            f"after {cell_id} failed the idle baseline could not be read "
-                            "(no metrics); recovery was not verified"
-                        )
-                    elif not _recovered(after):
-                        halted = (
-                            f"not run: the idle baseline did not recover after {cell_id} failed "
-                            f"(kv_usage {after.get('kv_usage', float('nan')):.3f}, "
-                            f"running {after.get('num_running', float('nan')):.0f})"
-                        )
-                        notes.append(halted)
-        return MatrixOutcome(results, all_runs, baseline, warm_info, notes)
+        warmup = _run_warmup(plan, target, files)
+        cells = _cells_to_run(plan, cells_subset)
+        matrix = _MatrixRun(
+            plan,
+            target,
+            info,
+            done=done,
+            files=files,
+            progress=progress,
+            total=len(cells) * plan.load.repetitions,
+            notes=notes,
+        )
+        for cell in cells:
+            matrix.run_cell(cell, rng=rng, percentiles=percentiles)
+        return MatrixOutcome(matrix.results, matrix.runs, baseline, warmup, matrix.notes)
     finally:
-        if records_out is not None:
-            records_out.close()
-        if progress_out is not None:
-            progress_out.close()
+        files.close()
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """One cell of the matrix: its place in the declared order and its two tiers."""
+
+    index: int
+    input_tier: str
+    conc_tier: str
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.input_tier}/{self.conc_tier}"
+
+
+@dataclass(slots=True)
+class _RunFiles:
+    """``OUT/records.jsonl`` and ``OUT/progress.jsonl`` while the matrix runs (None without OUT)."""
+
+    records: JsonlWriter | None = None
+    progress: JsonlWriter | None = None
+
+    def write_warmup(self, run: CellRun) -> None:
+        if self.records is not None:
+            self.records.write_many(run.records)
+
+    def write_repetition(self, cell_id: str, repetition: int, run: CellRun) -> None:
+        if self.records is not None and self.progress is not None:
+            self.records.write_many(run.records)
+            self.progress.write(_run_to_json(cell_id, repetition, run))
+
+    def close(self) -> None:
+        if self.records is not None:
+            self.records.close()
+        if self.progress is not None:
+            self.progress.close()
+
+
+def _open_run_files(
+    out_dir: Path | None, done: dict[tuple[str, int], CellRun], *, resume: bool
+) -> _RunFiles:
+    """Resumed: keep the finished repetitions' records; fresh: never append to an earlier
+    run's files."""
+    if out_dir is None:
+        return _RunFiles()
+    if resume:
+        _drop_unfinished_records(out_dir, done)
+    else:
+        for stale in ("records.jsonl", "progress.jsonl"):
+            (out_dir / stale).unlink(missing_ok=True)
+    return _RunFiles(
+        JsonlWriter(out_dir / "records.jsonl"), JsonlWriter(out_dir / "progress.jsonl")
+    )
+
+
+def _run_warmup(plan: AcceptPlan, target: Target, files: _RunFiles) -> dict[str, Any]:
+    """The uniform warm-up (not scored); its records are kept beside the cells'."""
+    warm = warmup_requests(plan.load, seed=plan.seed)
+    warm_info: dict[str, Any] = {"requests": len(warm), "scored": False}
+    if warm:
+        warm_run = target.run_cell(
+            warm,
+            cell_id=WARMUP_CELL,
+            closed_loop_concurrency=None,
+            duration_s=None,
+            warmup=True,
+        )
+        warm_info["duration_s"] = warm_run.duration_s
+        warm_info["errors"] = sum(1 for r in warm_run.records if r.status == "error")
+        files.write_warmup(warm_run)
+    return warm_info
+
+
+def _cells_to_run(plan: AcceptPlan, cells_subset: list[str] | None) -> list[_Cell]:
+    """The cells in the declared order, or those of ``cells_subset``."""
+    return [
+        _Cell(i, a, c)
+        for i, (a, c) in enumerate(plan.load.cell_order())
+        if cells_subset is None or f"{a}/{c}" in cells_subset
+    ]
+
+
+@dataclass(slots=True)
+class _MatrixRun:
+    """The cells run so far, each input tier's row and whether the matrix has halted."""
+
+    plan: AcceptPlan
+    target: Target
+    info: TargetInfo
+    done: dict[tuple[str, int], CellRun]
+    files: _RunFiles
+    progress: Progress | None
+    total: int
+    notes: list[str]
+    step: int = 0
+    halted: str | None = None
+    rows: dict[str, list[tuple[str, Verdict, str | None]]] = field(default_factory=dict)
+    results: list[CellResult] = field(default_factory=list)
+    runs: dict[str, list[CellRun]] = field(default_factory=dict)
+
+    def run_cell(
+        self, cell: _Cell, *, rng: np.random.Generator, percentiles: Sequence[float]
+    ) -> None:
+        """Run the cell's repetitions unless it is skipped, then summarize and judge it."""
+        skipped = self.skip_reason(cell)
+        if skipped is None:
+            runs = self.run_repetitions(cell)
+        else:
+            runs = []
+            self.step += self.plan.load.repetitions
+        result, _ = summarize_cell(
+            self.plan,
+            cell_id=cell.cell_id,
+            order=cell.index,
+            runs=runs,
+            kind=self.info.source,
+            synthetic_text=self.info.synthetic_text,
+            rng=rng,
+            skipped_reason=skipped,
+            percentiles=percentiles,
+        )
+        self.results.append(result)
+        self.runs[cell.cell_id] = runs
+        if skipped is None:
+            self.add_to_row(cell, result, runs)
+            if result.verdict == "fail" and self.halted is None:
+                self.check_recovery(cell)
+
+    def skip_reason(self, cell: _Cell) -> str | None:
+        """Why the cell is not run: the matrix halted, or its row stopped; None: run it."""
+        stop, why = row_stopped(self.rows.get(cell.input_tier, []))
+        return self.halted or (why if stop else None)
+
+    def run_repetitions(self, cell: _Cell) -> list[CellRun]:
+        """The cell's repetitions (a finished one is taken from ``--resume``'s progress);
+        none after a capacity error."""
+        runs: list[CellRun] = []
+        for rep in range(self.plan.load.repetitions):
+            self.step += 1
+            if self.progress is not None:
+                self.progress(cell.cell_id, self.step, self.total)
+            run = self.done.get((cell.cell_id, rep))
+            if run is None:
+                run = self.run_repetition(cell, rep)
+                self.files.write_repetition(cell.cell_id, rep, run)
+            runs.append(run)
+            if run.capacity_error is not None:
+                break  # no repetition, no retry after a capacity error
+        return runs
+
+    def run_repetition(self, cell: _Cell, rep: int) -> CellRun:
+        """One repetition's seeded requests (quality prompts in place on a real engine), run."""
+        load = self.plan.load
+        tier = load.concurrency[cell.conc_tier]  # type: ignore[index]
+        requests = cell_requests(
+            load,
+            load.tiers[cell.input_tier],  # type: ignore[index]
+            tier,
+            cell_id=cell.cell_id,
+            seed=self.plan.seed,
+            cell_index=cell.index,
+            repetition=rep,
+        )
+        if not self.info.synthetic_text:
+            requests = with_quality_prompts(
+                self.plan,
+                requests,
+                input_tier=cell.input_tier,
+                cell_id=cell.cell_id,
+                repetition=rep,
+            )
+        return self.target.run_cell(
+            requests,
+            cell_id=cell.cell_id,
+            closed_loop_concurrency=tier.concurrency if tier.arrival == "closed" else None,
+            duration_s=tier.duration_s,
+        )
+
+    def add_to_row(self, cell: _Cell, result: CellResult, runs: list[CellRun]) -> None:
+        """A run cell joins its input tier's row (a row stops after a capacity error)."""
+        cap = next((r.capacity_error for r in runs if r.capacity_error), None)
+        self.rows.setdefault(cell.input_tier, []).append((cell.conc_tier, result.verdict, cap))
+
+    def check_recovery(self, cell: _Cell) -> None:
+        """After a failed cell the idle baseline must recover, else every later cell is not run."""
+        after = self.target.idle_baseline()
+        if not after:
+            self.notes.append(
+                f"after {cell.cell_id} failed the idle baseline could not be read "
+                "(no metrics); recovery was not verified"
+            )
+        elif not _recovered(after):
+            self.halted = (
+                f"not run: the idle baseline did not recover after {cell.cell_id} failed "
+                f"(kv_usage {after.get('kv_usage', float('nan')):.3f}, "
+                f"running {after.get('num_running', float('nan')):.0f})"
+            )
+            self.notes.append(self.halted)

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvbudget.accept.plan_load import ConcurrencyTier, InputTier, LoadPlan
+from kvbudget.accept.plan.load import ConcurrencyTier, InputTier, LoadPlan
 from kvbudget.accept.request_keys import WARMUP_CELL, RequestKey
 from kvbudget.workload.arrival_specs import (
     ArrivalSpec,

@@ -78,7 +78,7 @@ def accept(
     with --fail-on-verdict: 0 only for pass, else 1), 1 when a requested audit failed (the
     report is written, its Audits section says why), 2 for bad input.
     """
-    from kvbudget.accept.planfile import load_plan, plan_json_schema
+    from kvbudget.accept.plan.planfile import load_plan, plan_json_schema
     from kvbudget.errors import ConfigError
     from kvbudget.metrics.percentile_set import (
         DEFAULT_METRIC_PERCENTILES,
@@ -98,7 +98,7 @@ def accept(
             "PLAN_FILE: missing; give a YAML plan (see examples/acceptance-demo.yaml)"
         )
     plan = load_plan(plan_file)
-    from kvbudget.accept.plan_warnings import plan_warnings
+    from kvbudget.accept.judge.plan_warnings import plan_warnings
 
     warnings = plan_warnings(plan)
     for line in warnings:
@@ -114,7 +114,7 @@ def accept(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from kvbudget.accept.acceptance import run_acceptance
-    from kvbudget.accept.factories import factory_for
+    from kvbudget.accept.targets.factories import factory_for
     from kvbudget.cli.outdir import prepare_out_dir
     from kvbudget.report.terminal import print_summary
 

@@ -83,8 +83,8 @@ def canary(
     """
     from kvbudget.accept.canary import canary_markdown, run_canary
     from kvbudget.accept.canary_metrics import read_textfile, service_name, write_textfile
-    from kvbudget.accept.factories import factory_for
-    from kvbudget.accept.planfile import load_plan
+    from kvbudget.accept.plan.planfile import load_plan
+    from kvbudget.accept.targets.factories import factory_for
     from kvbudget.cli.main import run_async
     from kvbudget.cli.outdir import prepare_out_dir
     from kvbudget.records import write_document

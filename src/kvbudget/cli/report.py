@@ -93,7 +93,7 @@ def report(
         doc = resummarize(doc, result_file.parent, chosen)
     variant = None
     if variant_file is not None:
-        from kvbudget.accept.compare_results import compare_documents
+        from kvbudget.accept.judge.compare_results import compare_documents
 
         if factor is None:
             raise ConfigError("--factor: required with --compare; name the one lock field changed")

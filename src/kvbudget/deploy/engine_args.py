@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.engine_name import EngineName, engine_of
 from kvbudget.errors import ConfigError
 

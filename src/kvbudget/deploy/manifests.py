@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from kvbudget.accept.canary_metrics import service_name
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.deploy.engine_args import EngineCommand
 from kvbudget.deploy.k8s_checks import command_literal
 from kvbudget.deploy.memory import HostBudget

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.deploy.engine_args import offload_gib
 from kvbudget.units import format_bytes
 

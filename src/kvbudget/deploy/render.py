@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from kvbudget.accept.capacity import plan_request
+from kvbudget.accept.targets.capacity import plan_request
 from kvbudget.capacity.planner import make_plan
 from kvbudget.deploy.alerts import AlertOptions, RuleSet, build_rules, rule_file
 from kvbudget.deploy.engine_args import EngineCommand, engine_command, engine_name

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kvbudget.accept.planfile import AcceptPlan, load_plan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, load_plan, parse_plan
 from kvbudget.accept.result import AcceptResult, CellResult
 from kvbudget.accept.result_load import load_accept_result
 from kvbudget.errors import ConfigError

@@ -12,15 +12,15 @@ flight are recorded as cancelled, and the budget is charged only what was sent.
 
 One server serves every probe (its prefix cache carries over, as it would in production). The
 figures are *measured*, naming the engine the server reports; ``kvbudget serve`` reports itself,
-and its figures stay *simulated* (:class:`kvbudget.accept.http_target.HttpTarget`).
+and its figures stay *simulated* (:class:`kvbudget.accept.targets.http.HttpTarget`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvbudget.accept.http_target import HttpTarget, RunAsync
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.http import HttpTarget, RunAsync
 from kvbudget.maxload.probe import Budget, EarlyStopProbe
 from kvbudget.maxload.slo import Slo
 

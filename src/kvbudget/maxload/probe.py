@@ -1,4 +1,4 @@
-"""Probe a load on any acceptance target (:class:`kvbudget.accept.targets.Target`).
+"""Probe a load on any acceptance target (:class:`kvbudget.accept.targets.base.Target`).
 
 Each probe generates ``num_requests`` requests of the workload (its lengths and prefix sharing;
 the arrivals replaced by a Poisson process at the probed rate, or a closed loop at the probed
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kvbudget.accept.targets import CellRun, Target
+from kvbudget.accept.targets.base import CellRun, Target
 from kvbudget.load.runner import StopWhen
 from kvbudget.maxload.early_stop import EarlyStop
 from kvbudget.maxload.journal import ProbeJournal

@@ -2,7 +2,7 @@
 
 Replicas are built as ``kvbudget sim`` builds them (:func:`kvbudget.sim.scenario.replica_setup`:
 the plan's KV pool, the roofline or a calibrated profile) and run through the acceptance's
-simulated target (:class:`kvbudget.accept.sim_target.SimTarget`), which records every output
+simulated target (:class:`kvbudget.accept.targets.sim.SimTarget`), which records every output
 token's time, so ITL is judged too. Every figure is *simulated*; the timing model is named.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import Target, TargetInfo
+from kvbudget.accept.targets.base import Target, TargetInfo
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.errors import ConfigError
 from kvbudget.maxload.probe import TargetProbe
 from kvbudget.maxload.slo import Slo

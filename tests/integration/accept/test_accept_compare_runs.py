@@ -39,7 +39,7 @@ def compare(base: Path, variant: Path, factor: str, out: Path) -> dict[str, Any]
 
 def with_block_size(report: Path, block_size: int, out: Path) -> Path:
     """A copy of a finished run whose resolved lock says another block size: the comparison
-    judges comparability from the two locks alone (kvbudget.accept.compare_results), so a third
+    judges comparability from the two locks alone (kvbudget.accept.judge.compare_results), so a third
     full acceptance run (about a third of this test's time) would prove nothing more."""
     doc = json.loads(report.read_text())
     (entry,) = [e for e in doc["lock"] if e["field"] == "block_size"]

@@ -122,7 +122,7 @@ def test_http_target_on_kvbudget_serve_is_simulated(served: str, tmp_path: Path)
 def stand_in_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let kvbudget serve stand in for a real engine: its /version 'engine' is hidden, so the
     http target takes the measured path (the one a real vLLM/SGLang/llama.cpp takes)."""
-    from kvbudget.accept import http_target
+    from kvbudget.accept.targets import http as http_target
     from kvbudget.load.identity import server_identity as real
 
     async def disguised(client: Any) -> dict[str, Any]:

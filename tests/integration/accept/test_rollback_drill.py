@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from kvbudget.accept.drill import run_drill
-from kvbudget.accept.plan_checks import RollbackDrill
+from kvbudget.accept.plan.checks import RollbackDrill
 from tests.unit.deploy.conftest import small_plan_data
 
 SERVE = [sys.executable, "-m", "kvbudget", "serve", "--model", "m", "--port", "{port}"]

@@ -131,7 +131,7 @@ def test_second_accept_on_one_out_is_refused(tmp_path: Path) -> None:
 def test_failed_audit_is_a_report_section_and_cells_stay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kvbudget.accept import audits
+    from kvbudget.accept.judge import audits
 
     async def refused(*args: Any, **kwargs: Any) -> Any:
         raise TargetError("HTTP 429 from the endpoint: too many requests")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kvbudget.accept.drill import run_drill
-from kvbudget.accept.plan_checks import RollbackDrill
+from kvbudget.accept.plan.checks import RollbackDrill
 
 pytestmark = pytest.mark.llamacpp
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvbudget.accept.http_target import ServeTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.http import ServeTarget
 from kvbudget.cli.capacity import capacity
 from kvbudget.cli.main import run_async
 from kvbudget.errors import ConfigError

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from kvbudget.accept.http_target import HttpTarget
+from kvbudget.accept.targets.http import HttpTarget
 from kvbudget.cli.main import run_async
 from kvbudget.load.config import RunConfig
 from kvbudget.load.run import REQUESTS_FILE, run_load

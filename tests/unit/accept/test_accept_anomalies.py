@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvbudget.accept.anomalies import find_anomalies
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.judge.anomalies import find_anomalies
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.result import (
     Budget,
     CellResult,

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from kvbudget.accept.engine_config import engine_config, serve_flags
-from kvbudget.accept.factories import sim_factory
-from kvbudget.accept.lockcheck import apply_overrides, resolve_lock
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
-from kvbudget.accept.sim_target import SimTarget
+from kvbudget.accept.plan.engine_config import engine_config, serve_flags
+from kvbudget.accept.plan.lockcheck import apply_overrides
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.targets.factories import sim_factory
+from kvbudget.accept.targets.lock_resolve import resolve_lock
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.deploy.engine_args import engine_command
 from kvbudget.errors import ConfigError
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.accept.capacity import build_capacity
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.planfile import load_plan
+from kvbudget.accept.targets.capacity import build_capacity
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
 
@@ -36,7 +36,7 @@ def test_demo_budgets_and_replica() -> None:
 
 
 def test_fp8_variant_doubles_the_pool_tokens() -> None:
-    from kvbudget.accept.lockcheck import apply_overrides
+    from kvbudget.accept.plan.lockcheck import apply_overrides
 
     plan = load_plan(DEMO)
     base = build_capacity(plan, plan.lock)
@@ -87,7 +87,7 @@ def test_calibrated_profile_replaces_the_roofline(tmp_path: Path) -> None:
 def test_locked_quantization_reaches_the_simulated_replica(monkeypatch: pytest.MonkeyPatch) -> None:
     """lock.quantization fp8: the plan sizes fp8 weights (1 B per linear weight) and the sim
     target's roofline runs the GEMMs at the fp8 peak, as ``kvbudget sim --quantization fp8``."""
-    from kvbudget.accept.plan_lock import ObjectLock
+    from kvbudget.accept.plan.lock import ObjectLock
 
     monkeypatch.setenv("KVBUDGET_TIMING_MODEL", "roofline")  # the roofline's own fp8 label
 
@@ -104,7 +104,7 @@ def test_locked_quantization_reaches_the_simulated_replica(monkeypatch: pytest.M
 
 
 def _with_engine(name: str) -> ObjectLock:
-    from kvbudget.accept.plan_lock import ObjectLock
+    from kvbudget.accept.plan.lock import ObjectLock
 
     data = load_plan(DEMO).lock.model_dump()
     data["engine"]["name"] = {"value": name}
@@ -118,7 +118,7 @@ def _with_engine(name: str) -> ObjectLock:
 def test_the_lock_names_the_engine_whose_pool_is_planned(name: str | None, engine: str) -> None:
     """An SGLang lock is planned with SGLang's arithmetic, not vLLM's; a lock naming no engine,
     or kvbudget serve (which simulates vLLM), with vLLM's."""
-    from kvbudget.accept.capacity import plan_request
+    from kvbudget.accept.targets.capacity import plan_request
 
     lock = load_plan(DEMO).lock if name is None else _with_engine(name)
     if name is None:
@@ -129,7 +129,7 @@ def test_the_lock_names_the_engine_whose_pool_is_planned(name: str | None, engin
 
 
 def test_a_llamacpp_lock_is_refused_not_planned_as_vllm() -> None:
-    from kvbudget.accept.capacity import plan_request
+    from kvbudget.accept.targets.capacity import plan_request
     from kvbudget.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:

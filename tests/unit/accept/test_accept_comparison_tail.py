@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbudget.accept.comparisons import judge_comparison
-from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.judge.comparisons import judge_comparison
+from kvbudget.accept.plan.checks import Comparison
 from kvbudget.accept.result import ComparisonResult, Ledger
-from kvbudget.accept.targets import CellRun
+from kvbudget.accept.targets.base import CellRun
 from kvbudget.records import RequestRecord
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvbudget.accept.planfile import plan_json_schema
+from kvbudget.accept.plan.planfile import plan_json_schema
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 

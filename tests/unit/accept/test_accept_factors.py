@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from kvbudget.accept.engine_config import engine_differences
-from kvbudget.accept.factories import _serve_args, sim_factory
-from kvbudget.accept.lockcheck import apply_overrides
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
-from kvbudget.accept.run import PreparedTarget
-from kvbudget.accept.sim_target import SimTarget
+from kvbudget.accept.plan.engine_config import engine_differences
+from kvbudget.accept.plan.lockcheck import apply_overrides
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.targets.base import PreparedTarget
+from kvbudget.accept.targets.factories import _serve_args, sim_factory
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]

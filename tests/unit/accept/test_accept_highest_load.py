@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from kvbudget.accept.highest_load import highest_loads, stop_slo
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
-from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.targets.base import CellRun, TargetInfo
 from kvbudget.records import RequestRecord
 from kvbudget.report.summary import highest_load_text
 from kvbudget.workload.request import PlannedRequest
@@ -142,7 +142,7 @@ def test_the_error_rate_binds_when_requests_fail() -> None:
 
 def test_cancelled_requests_are_not_errors() -> None:
     # the plan's cancel_fraction cancels requests on purpose; a cell does not count them as
-    # errors (kvbudget.accept.verdicts) and neither does a probe: every tenth request of 40
+    # errors (kvbudget.accept.judge.verdicts) and neither does a probe: every tenth request of 40
     # cancelled (4 > error_rate_max 0.01 x 40) still leaves the TTFT ceiling binding at 20
     plan = _plan()
     found = highest_loads(plan, QueueTarget(cancel_every=10), [], figures="measured")

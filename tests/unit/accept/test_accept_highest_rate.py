@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from kvbudget.accept.highest_load import highest_loads, searches_rate
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
-from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.maxload.point import QUEUE_GROWTH
 from kvbudget.metrics.stability import MIN_SLOPE
 from kvbudget.report.summary import highest_load_text

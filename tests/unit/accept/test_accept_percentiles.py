@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
+from kvbudget.accept.judge.stats import summarize, summary_percentiles
 from kvbudget.accept.result import AcceptResult, MetricSummary, PercentileCI
-from kvbudget.accept.stats import summarize, summary_percentiles
 from kvbudget.cli.main import main
 from kvbudget.report.charts import latency_vs_load
 from kvbudget.report.html import render_html

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError, model_validator
 
-from kvbudget.accept.plan_errors import field_error
-from kvbudget.accept.planfile import format_validation_error
+from kvbudget.accept.plan.errors import field_error
+from kvbudget.accept.plan.planfile import format_validation_error
 
 
 class Inner(BaseModel):

@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 
 from kvbudget.accept.cells import cut_short_note
-from kvbudget.accept.plan_warnings import max_samples, plan_warnings
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
-from kvbudget.accept.targets import CellRun
+from kvbudget.accept.judge.plan_warnings import max_samples, plan_warnings
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.targets.base import CellRun
 from kvbudget.records import RequestRecord
 
 REPO = Path(__file__).resolve().parents[3]

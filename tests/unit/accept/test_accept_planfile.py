@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
-from kvbudget.accept.plan_lock import flatten_lock
-from kvbudget.accept.planfile import load_plan, parse_plan, plan_json_schema
+from kvbudget.accept.plan.lock import flatten_lock
+from kvbudget.accept.plan.planfile import load_plan, parse_plan, plan_json_schema
 from kvbudget.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbudget.accept.lockcheck import (
+from kvbudget.accept.judge.quality import evaluate_checkpoint, judge_output
+from kvbudget.accept.plan.checks import QualityCheckpoint
+from kvbudget.accept.plan.lockcheck import (
     apply_overrides,
     lock_differences,
-    resolve_lock,
     single_factor_check,
 )
-from kvbudget.accept.plan_checks import QualityCheckpoint
-from kvbudget.accept.planfile import load_plan
-from kvbudget.accept.quality import evaluate_checkpoint, judge_output
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.plan.planfile import load_plan
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.lock_resolve import resolve_lock
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
 

@@ -14,10 +14,9 @@ from typing import Literal
 import yaml
 
 from kvbudget.accept.acceptance import run_acceptance
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.result import Ledger
-from kvbudget.accept.run import PreparedTarget
-from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.targets.base import CellRun, PreparedTarget, TargetInfo
 from kvbudget.records import RequestRecord
 from kvbudget.workload.request import PlannedRequest
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.accept.roles import cache_kinds, roles_section, who_does_what
 
 

@@ -42,11 +42,11 @@ import pytest
 import yaml
 
 from kvbudget.accept.ab_runs import run_comparisons
-from kvbudget.accept.engine_config import engine_differences
-from kvbudget.accept.factories import sim_factory
-from kvbudget.accept.lockcheck import apply_overrides
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
-from kvbudget.accept.sim_target import SimTarget
+from kvbudget.accept.plan.engine_config import engine_differences
+from kvbudget.accept.plan.lockcheck import apply_overrides
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.targets.factories import sim_factory
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.accept.workloads import cell_requests
 from kvbudget.errors import ConfigError
 

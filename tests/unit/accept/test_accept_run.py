@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.run import run_matrix
-from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.targets.base import CellRun, TargetInfo
 from kvbudget.records import RequestRecord, read_jsonl_dicts
 from kvbudget.workload.request import PlannedRequest
 
@@ -216,7 +216,7 @@ def _confirm(lock: dict[str, Any]) -> dict[str, Any]:
 def test_a_fully_confirmed_clean_measured_run_can_pass(tmp_path: Path) -> None:
     from kvbudget.accept.acceptance import run_acceptance
     from kvbudget.accept.result import Ledger
-    from kvbudget.accept.run import PreparedTarget
+    from kvbudget.accept.targets.base import PreparedTarget
 
     data = yaml.safe_load((REPO / "examples" / "acceptance-demo.yaml").read_text())
     data["lock"]["engine"]["container"] = "vllm/vllm-openai@sha256:abc"

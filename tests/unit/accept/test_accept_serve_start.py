@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.accept.http_target import ServeTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.http import ServeTarget
 from kvbudget.errors import TargetError
 
 

@@ -26,10 +26,10 @@ import pytest
 import yaml
 
 from kvbudget.accept.cells import summarize_cell
-from kvbudget.accept.planfile import parse_plan
+from kvbudget.accept.plan.planfile import parse_plan
 from kvbudget.accept.request_keys import RequestKey
-from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.timing import FixedTiming
 from kvbudget.workload.request import PlannedRequest

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbudget.accept.slots_target import (
+from kvbudget.accept.targets.slots import (
     SlotsPredictionTarget,
     engine_behaviour,
     fit_prompt_lengths,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from kvbudget.accept.stats import compare, hodges_lehmann, holm, summarize
+from kvbudget.accept.judge.stats import compare, hodges_lehmann, holm, summarize
 
 
 def test_percentiles_worked_by_hand() -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from kvbudget.accept.acceptance import stop_statuses
 from kvbudget.accept.audit_sections import AuditsSection
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.judge.verdicts import overall_verdict
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.result import CellResult, Check
-from kvbudget.accept.verdicts import overall_verdict
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "acceptance-demo.yaml"
 

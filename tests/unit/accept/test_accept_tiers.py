@@ -17,11 +17,12 @@ import yaml
 
 from kvbudget.accept.acceptance import stop_statuses
 from kvbudget.accept.audit_sections import AuditsSection
-from kvbudget.accept.planfile import AcceptPlan, parse_plan
+from kvbudget.accept.judge.tier_checks import summarize_tiers, tier_checks
+from kvbudget.accept.plan.planfile import AcceptPlan, parse_plan
 from kvbudget.accept.result import CellResult
-from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import TargetInfo
-from kvbudget.accept.tier_checks import TierMeter, summarize_tiers, tier_checks
+from kvbudget.accept.targets.base import TargetInfo
+from kvbudget.accept.targets.sim import SimTarget
+from kvbudget.accept.targets.tier_meter import TierMeter
 from kvbudget.errors import ConfigError
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
@@ -123,7 +124,7 @@ def test_tier_below_the_ceiling_passes_host_memory() -> None:
 
 
 def _run(counters: dict[str, float]) -> Any:
-    from kvbudget.accept.targets import CellRun
+    from kvbudget.accept.targets.base import CellRun
 
     return CellRun(records=[], duration_s=counters["duration_s"], counters=counters)
 

@@ -3,7 +3,7 @@ judges it from the run's records (issue 33: not the CLI re-reading records.jsonl
 
 from __future__ import annotations
 
-from kvbudget.accept.record_checks import unstable_queues
+from kvbudget.accept.judge.record_checks import unstable_queues
 from kvbudget.records import RequestRecord
 
 

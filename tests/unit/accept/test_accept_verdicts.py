@@ -6,9 +6,7 @@ import math
 
 import pytest
 
-from kvbudget.accept.plan_checks import PercentileCeilings, StopConditions
-from kvbudget.accept.result import Check, MetricSummary, PercentileCI, StopStatus
-from kvbudget.accept.verdicts import (
+from kvbudget.accept.judge.verdicts import (
     CellEvidence,
     QualityOutcome,
     cell_checks,
@@ -19,6 +17,8 @@ from kvbudget.accept.verdicts import (
     row_stopped,
     worst,
 )
+from kvbudget.accept.plan.checks import PercentileCeilings, StopConditions
+from kvbudget.accept.result import Check, MetricSummary, PercentileCI, StopStatus
 
 
 def summary(n: int, **pcts: float) -> MetricSummary:
@@ -168,8 +168,8 @@ def test_failed_comparison_keeps_overall_from_pass() -> None:
 
 
 def test_row_summaries_stop_at_the_first_tier_that_is_not_pass() -> None:
+    from kvbudget.accept.judge.verdicts import row_summaries
     from kvbudget.accept.result import CellResult
-    from kvbudget.accept.verdicts import row_summaries
 
     def cell(it: str, ct: str, perf: str, quality: str = "untested") -> CellResult:
         checks = [

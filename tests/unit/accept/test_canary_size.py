@@ -15,7 +15,7 @@ def _shortfall(n: int, keep: float, need: int = 20) -> float:
 
 
 def _plan(cancel: float, cap: int = 200):  # type: ignore[no-untyped-def]
-    from kvbudget.accept.planfile import AcceptPlan
+    from kvbudget.accept.plan.planfile import AcceptPlan
 
     data = small_plan_data()
     data["load"]["cancel_fraction"] = cancel

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.deploy.engine_args import engine_command
 from kvbudget.errors import ConfigError
 from tests.unit.deploy.conftest import DEMO_PLAN

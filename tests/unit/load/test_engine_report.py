@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvbudget.accept.engine_pool import pool_side_by_side
-from kvbudget.accept.http_target import observed_lock_fields
+from kvbudget.accept.targets.engine_pool import pool_side_by_side
+from kvbudget.accept.targets.http import observed_lock_fields
 from kvbudget.load.engine_report import build_engine_report, cache_config_labels
 
 FIX = Path(__file__).parent / "fixtures"

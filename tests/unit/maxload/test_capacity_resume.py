@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kvbudget.accept.targets import CellRun, Target, TargetInfo
+from kvbudget.accept.targets.base import CellRun, Target, TargetInfo
 from kvbudget.cli.capacity import capacity
 from kvbudget.errors import ConfigError
 from kvbudget.maxload.journal import PROBES_FILE, ProbeJournal

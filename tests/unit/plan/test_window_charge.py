@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.accept.capacity import build_ledger
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.planfile import load_plan
+from kvbudget.accept.targets.capacity import build_ledger
 from kvbudget.capacity.budget import DevicePeak
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan

@@ -14,6 +14,7 @@ import re
 from html import unescape
 from typing import Any
 
+from kvbudget.accept.judge.verdicts import row_summaries
 from kvbudget.accept.result import (
     AcceptResult,
     Budget,
@@ -24,7 +25,6 @@ from kvbudget.accept.result import (
     MetricSummary,
     PercentileCI,
 )
-from kvbudget.accept.verdicts import row_summaries
 from kvbudget.records import Provenance
 from kvbudget.report.charts import (
     distributions,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvbudget.accept.judge.verdicts import row_summaries
 from kvbudget.accept.result import AcceptResult, CellResult, Check, Ledger
-from kvbudget.accept.verdicts import row_summaries
 from kvbudget.records import Provenance
 from kvbudget.report import html as html_report
 from kvbudget.report.summary import capacity_sentences, peak_throughput

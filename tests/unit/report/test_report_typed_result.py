@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from kvbudget.accept.planfile import load_plan
+from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.result import AcceptResult, Ledger
 from kvbudget.records import Provenance
 from kvbudget.report.summary import load_words, tier_label

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kvbudget.accept.plan_warnings import plan_warnings
-from kvbudget.accept.planfile import parse_plan
+from kvbudget.accept.judge.plan_warnings import plan_warnings
+from kvbudget.accept.plan.planfile import parse_plan
 from kvbudget.cli.plan import plan
 from kvbudget.safety import cpu_features
 from kvbudget.safety.cpu_features import (

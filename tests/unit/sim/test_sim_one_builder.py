@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from kvbudget.accept.factories import sim_factory
-from kvbudget.accept.planfile import parse_plan
-from kvbudget.accept.sim_target import SimTarget
+from kvbudget.accept.plan.planfile import parse_plan
+from kvbudget.accept.targets.factories import sim_factory
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION

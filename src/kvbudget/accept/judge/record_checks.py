@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import Anomaly
 from kvbudget.load.diagnosis import failure_diagnosis

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_v
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from kvbudget.accept.plan_errors import field_error
+from kvbudget.accept.plan.errors import field_error
 from kvbudget.safety.limits import MAX_CONCURRENCY, MAX_TOKENS
 
 LockStatus = Literal["confirmed", "requested", "unconfirmed", "not_applicable"]

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.comparisons import judge_comparison, not_comparable
-from kvbudget.accept.lockcheck import Difference, difference_lines
-from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD, Comparison
+from kvbudget.accept.judge.comparisons import judge_comparison, not_comparable
+from kvbudget.accept.plan.checks import FACTOR_LOCK_FIELD, Comparison
+from kvbudget.accept.plan.lockcheck import Difference, difference_lines
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.result import AcceptResult, ComparisonResult
-from kvbudget.accept.targets import CellRun
+from kvbudget.accept.targets.base import CellRun
 from kvbudget.records import RequestRecord, read_jsonl
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")

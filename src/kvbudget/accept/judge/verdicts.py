@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbudget.accept.plan_checks import StopConditions
-from kvbudget.accept.plan_load import CONCURRENCY_TIERS, INPUT_TIERS
+from kvbudget.accept.plan.checks import StopConditions
+from kvbudget.accept.plan.load import CONCURRENCY_TIERS, INPUT_TIERS
 from kvbudget.accept.result import (
     STOP_CAPACITY,
     STOP_ERROR_RATE,

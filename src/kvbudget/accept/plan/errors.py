@@ -2,7 +2,7 @@
 
 A model validator checks several fields at once; :func:`field_error` names the one at fault
 (``ttft_s``, ``comparisons.0.cells``), relative to the validated model, and
-:func:`kvbudget.accept.planfile.format_validation_error` appends it to the error's location.
+:func:`kvbudget.accept.plan.planfile.format_validation_error` appends it to the error's location.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.targets.base import CellRun, TargetInfo
 from kvbudget.calibrate.predict import CLIENT_STAGGER_S, slot_config
 from kvbudget.engine_name import is_engine
 from kvbudget.records import MetricSample, RequestRecord

@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from kvbudget.accept.request_keys import RequestKey
-from kvbudget.accept.targets import CellRun, TargetInfo
+from kvbudget.accept.targets.base import CellRun, TargetInfo
 from kvbudget.errors import TargetError
 from kvbudget.load.client import OpenAIClient, route_url
 from kvbudget.load.config import RunConfig

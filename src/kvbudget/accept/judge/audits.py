@@ -21,8 +21,8 @@ from kvbudget.accept.audit_sections import (
     RestartSection,
     ReuseSection,
 )
-from kvbudget.accept.http_target import RunAsync
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
+from kvbudget.accept.targets.http import RunAsync
 from kvbudget.audit.isolation import IsolationConfig, SaltMode, run_isolation
 from kvbudget.audit.probe_http import HttpProbe
 from kvbudget.audit.probe_sim import SimProbe, SimProbeOptions

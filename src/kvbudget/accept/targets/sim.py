@@ -1,7 +1,7 @@
 """The ``sim`` target: simulated replicas in virtual time, run by the simulator's driver.
 
 One replica (``sim.replica.Replica``, built by ``sim.fromplan.build_replica`` through
-:mod:`kvbudget.accept.capacity`), or ``target.replicas`` identical ones behind the simulator's
+:mod:`kvbudget.accept.targets.capacity`), or ``target.replicas`` identical ones behind the simulator's
 router (:mod:`kvbudget.sim.router`, the policy ``lock.router_policy``), serves the whole
 acceptance run (warm-up, then the cells in order), so the prefix caches carry over between
 cells as they would on real servers. Each cell is one :meth:`kvbudget.sim.driver.Driver.run`
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvbudget.accept.targets import CellRun, TargetInfo
-from kvbudget.accept.tier_checks import TierMeter
+from kvbudget.accept.targets.base import CellRun, TargetInfo
+from kvbudget.accept.targets.tier_meter import TierMeter
 from kvbudget.errors import ConfigError, KvbudgetError, SimulationError
 from kvbudget.records import MetricSample, RequestRecord
 from kvbudget.records.simulated import ended_as, simulated_record

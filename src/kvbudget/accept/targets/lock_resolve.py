@@ -1,4 +1,4 @@
-"""Resolve the object lock against what the target observed; diff two locks.
+"""Resolve the object lock against what the started target observed.
 
 * A field the target read back with the same value becomes ``confirmed`` (its source named);
   a different value is a ``mismatch`` — both values are shown and the field blocks.
@@ -10,30 +10,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from kvbudget.accept.plan_checks import FACTOR_LOCK_FIELD
-from kvbudget.accept.plan_lock import ObjectLock, flatten_lock, given_fields, lock_value
+from kvbudget.accept.plan.lock import ObjectLock, flatten_lock, given_fields, lock_value
 from kvbudget.accept.result import LockEntry
-from kvbudget.accept.targets import TargetInfo
-from kvbudget.errors import ConfigError
-
-
-class Difference(NamedTuple):
-    """One field that differs between a baseline and its variant (lock or engine field)."""
-
-    field: str
-    baseline: Any
-    variant: Any
-
-    def line(self) -> str:
-        """How the report shows it: ``kv_dtype: 'auto' -> 'fp8'``."""
-        return f"{self.field}: {self.baseline!r} -> {self.variant!r}"
-
-
-def difference_lines(differences: Sequence[Difference]) -> list[str]:
-    return [d.line() for d in differences]
+from kvbudget.accept.targets.base import TargetInfo
 
 
 def resolve_lock(
@@ -114,35 +95,3 @@ def resolve_lock(
             shown = "" if entry.value is None else f" = {entry.value!r}"
             blocking.append(f"{name}{shown}: {entry.status} ({why})")
     return entries, blocking
-
-
-def apply_overrides(lock: ObjectLock, overrides: dict[str, Any]) -> ObjectLock:
-    """A copy of ``lock`` with top-level fields replaced (``{"kv_dtype": "fp8"}``)."""
-    data = lock.model_dump(mode="json")
-    for key, value in overrides.items():
-        if key not in data:
-            raise ConfigError(
-                f"comparisons.set.{key}: not a lock field; use one of {sorted(data)}",
-                field=f"comparisons.set.{key}",
-            )
-        data[key] = value
-    return ObjectLock.model_validate(data)
-
-
-def lock_differences(baseline: ObjectLock, variant: ObjectLock) -> list[Difference]:
-    """Every flattened field whose value differs."""
-    a = flatten_lock(baseline)
-    b = flatten_lock(variant)
-    out = []
-    for name in a:
-        va = lock_value(a[name].value)
-        vb = lock_value(b[name].value) if name in b else None
-        if va != vb:
-            out.append(Difference(name, va, vb))
-    return out
-
-
-def single_factor_check(factor: str, differences: Sequence[Difference]) -> bool:
-    """Comparable only when the sole difference is the factor's field."""
-    allowed = FACTOR_LOCK_FIELD[factor]
-    return bool(differences) and all(d.field == allowed for d in differences)

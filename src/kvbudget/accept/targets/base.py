@@ -3,7 +3,7 @@
 Three kinds (plan ``target.kind``):
 
 ``sim``
-    the simulated engine in virtual time (:mod:`kvbudget.accept.sim_target`); every figure is
+    the simulated engine in virtual time (:mod:`kvbudget.accept.targets.sim`); every figure is
     ``simulated`` with its timing model named; output text is synthetic, so quality is untested;
 ``serve``
     the embedded engine behind kvbudget's OpenAI-compatible server, driven over HTTP;
@@ -13,10 +13,13 @@ Three kinds (plan ``target.kind``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvbudget.accept.plan.engine_config import EngineConfig
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.result import Ledger
 from kvbudget.records import MetricSample, RecordSource, RequestRecord
 from kvbudget.workload.request import PlannedRequest
 
@@ -87,3 +90,18 @@ class Target(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTarget:
+    """A started target with its capacity ledger, as a :data:`TargetFactory` returns it."""
+
+    target: Target
+    ledger: Ledger
+    computed_lock: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: the engine configuration this target was started with (None: not known, e.g. http)
+    engine: EngineConfig | None = None
+
+
+#: builds and starts the target for one (possibly overridden) lock
+TargetFactory = Callable[[ObjectLock], PreparedTarget]

@@ -15,8 +15,8 @@ from typing import Any
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from jsonschema.validators import validator_for
 
-from kvbudget.accept.plan_checks import QualityCheckpoint
-from kvbudget.accept.verdicts import QualityOutcome
+from kvbudget.accept.judge.verdicts import QualityOutcome
+from kvbudget.accept.plan.checks import QualityCheckpoint
 
 DEFAULT_REFUSAL_PATTERN = (
     r"(?i)\b(i can(?:no|')t|i am sorry|i'm sorry|i won't|i will not|unable to (?:help|assist)|"

@@ -13,7 +13,7 @@ memory_down_no_speedup         a comparison whose variant has a bigger KV pool b
 long_input_quality_drop        a quality checkpoint passing on short inputs and failing on long ones
 memory_not_released_after_...  cancelled requests and KV usage above 1 % after the cell drained
 unstable_queue                 an open-loop cell whose TTFT rose with arrival time throughout
-                               (kvbudget.accept.record_checks, from the run's request records)
+                               (kvbudget.accept.judge.record_checks, from the run's request records)
 =============================  ====================================================================
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import Anomaly, CellResult, ComparisonResult, Ledger
 
 #: KV usage below which a waiting queue means the bottleneck is not the pool

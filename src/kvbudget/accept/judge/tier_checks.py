@@ -1,7 +1,8 @@
 """KV offload tiers in acceptance: what the sim target reports per cell and the stop conditions.
 
 The ``sim`` target with ``target.kv_tiers`` runs the simulator's tier model
-(:mod:`kvbudget.sim.tiers`). Per cell it reports (all ``simulated``):
+(:mod:`kvbudget.sim.tiers`), read per cell by
+:class:`kvbudget.accept.targets.tier_meter.TierMeter`. Per cell it reports (all ``simulated``):
 
 * ``tier_host_capacity_bytes`` / ``tier_host_peak_bytes`` — the ``cpu`` tier's declared capacity
   and the most bytes it held after any engine step (blocks resident x block bytes);
@@ -22,68 +23,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from kvbudget.accept.plan_checks import DEFAULT_HOST_MEMORY_MAX_FRACTION, StopConditions
+from kvbudget.accept.plan.checks import DEFAULT_HOST_MEMORY_MAX_FRACTION, StopConditions
 from kvbudget.accept.result import STOP_HOST_MEMORY, STOP_TRANSFER, Check, StopStatus
+from kvbudget.accept.targets.tier_meter import HOST_TIER
 from kvbudget.records import FigureKind
 
 if TYPE_CHECKING:
-    from kvbudget.accept.planfile import AcceptPlan
+    from kvbudget.accept.plan.planfile import AcceptPlan
     from kvbudget.accept.result import CellResult
-    from kvbudget.accept.targets import CellRun
-    from kvbudget.sim.tiers import TierStack
+    from kvbudget.accept.targets.base import CellRun
 
-HOST_TIER = "cpu"
 BASIS = (
     "simulated: kvbudget tier model (LRU blocks x block bytes; one FIFO link per tier at the "
     "declared bandwidth)"
 )
-
-
-class TierMeter:
-    """Per-cell deltas and peaks of a :class:`TierStack` (built at the start of a cell)."""
-
-    def __init__(self, stack: TierStack) -> None:
-        self.stack = stack
-        self._written = sum(t.bytes_written for t in stack.tiers)
-        self._read = sum(t.bytes_read for t in stack.tiers)
-        self._busy = [t.busy_s for t in stack.tiers]
-        self._num_waits = len(stack.reload_waits_s)
-        self._declined = stack.num_declined_reloads
-        self._host = next((t for t in stack.tiers if t.config.name == HOST_TIER), None)
-        self._host_evictions = self._host.num_evictions if self._host is not None else 0
-        self.peak_host_bytes = self._host_bytes()
-
-    def _host_bytes(self) -> int:
-        return 0 if self._host is None else len(self._host.blocks) * self._host.block_bytes
-
-    def observe(self) -> None:
-        """Call after each engine step."""
-        self.peak_host_bytes = max(self.peak_host_bytes, self._host_bytes())
-
-    def counters(self, duration_s: float) -> dict[str, float]:
-        st = self.stack
-        waits = st.reload_waits_s[self._num_waits :]
-        out: dict[str, float] = {
-            "tier_bytes_written": float(sum(t.bytes_written for t in st.tiers) - self._written),
-            "tier_bytes_read": float(sum(t.bytes_read for t in st.tiers) - self._read),
-            "tier_num_reloads": float(len(waits)),
-            "tier_declined_reloads": float(st.num_declined_reloads - self._declined),
-        }
-        busy_s = max(t.busy_s - b for t, b in zip(st.tiers, self._busy, strict=True))
-        out["tier_link_busy_s"] = busy_s
-        if duration_s > 0:
-            out["tier_link_busy_fraction"] = busy_s / duration_s
-        if waits:
-            out["tier_reload_wait_p95_s"] = float(np.percentile(waits, 95))
-        if self._host is not None:
-            out["tier_host_capacity_bytes"] = float(self._host.config.capacity_bytes)
-            out["tier_host_peak_bytes"] = float(self.peak_host_bytes)
-            out["tier_host_evictions_blocks"] = float(
-                self._host.num_evictions - self._host_evictions
-            )
-        return out
 
 
 def summarize_tiers(runs: Sequence[CellRun]) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from kvbudget.accept.plan_errors import field_error
-from kvbudget.accept.plan_lock import StrictModel
+from kvbudget.accept.plan.errors import field_error
+from kvbudget.accept.plan.lock import StrictModel
 from kvbudget.safety.limits import (
     MAX_CONCURRENCY,
     MAX_DURATION_S,

@@ -19,9 +19,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from kvbudget.accept.engine_config import factor_refusal, sim_tiers
-from kvbudget.accept.lifecycle import LifecycleLayer
-from kvbudget.accept.plan_checks import (
+from kvbudget.accept.plan.checks import (
     Audits,
     Canary,
     Comparison,
@@ -30,9 +28,11 @@ from kvbudget.accept.plan_checks import (
     StopConditions,
     TargetPlan,
 )
-from kvbudget.accept.plan_errors import PLAN_FIELD_ERROR, field_error
-from kvbudget.accept.plan_load import LoadPlan
-from kvbudget.accept.plan_lock import ObjectLock, StrictModel
+from kvbudget.accept.plan.engine_config import factor_refusal, sim_tiers
+from kvbudget.accept.plan.errors import PLAN_FIELD_ERROR, field_error
+from kvbudget.accept.plan.lifecycle import LifecycleLayer
+from kvbudget.accept.plan.load import LoadPlan
+from kvbudget.accept.plan.lock import ObjectLock, StrictModel
 from kvbudget.errors import ConfigError
 from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 
@@ -131,7 +131,7 @@ def _loc_text(loc: tuple[int | str, ...]) -> str:
 def format_validation_error(exc: ValidationError) -> str:
     """The first error of a pydantic ValidationError as ``field.path: message``.
 
-    Validators in the plan models raise :func:`~kvbudget.accept.plan_errors.field_error` to
+    Validators in the plan models raise :func:`~kvbudget.accept.plan.errors.field_error` to
     point below their own location.
     """
     err = exc.errors(include_url=False)[0]

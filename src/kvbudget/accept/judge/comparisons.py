@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvbudget.accept.plan_checks import Comparison
+from kvbudget.accept.judge.stats import compare, holm
+from kvbudget.accept.plan.checks import Comparison
 from kvbudget.accept.result import ComparisonResult, Ledger, MetricDelta, Verdict
-from kvbudget.accept.stats import compare, holm
-from kvbudget.accept.targets import CellRun
+from kvbudget.accept.targets.base import CellRun
 
 #: fewer samples than this per arm make a delta `untested`
 MIN_AB_SAMPLES = 8

@@ -6,8 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbudget.accept.capacity import build_capacity
-from kvbudget.accept.engine_config import (
+from kvbudget.accept.plan.engine_config import (
     DEFAULT_ROUTER,
     engine_config,
     serve_flags,
@@ -16,13 +15,13 @@ from kvbudget.accept.engine_config import (
     sim_router,
     sim_tiers,
 )
-from kvbudget.accept.http_target import HttpTarget, RunAsync, ServeTarget
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import Ledger
-from kvbudget.accept.run import PreparedTarget, TargetFactory
-from kvbudget.accept.sim_target import SimTarget
-from kvbudget.accept.targets import TargetInfo
+from kvbudget.accept.targets.base import PreparedTarget, TargetFactory, TargetInfo
+from kvbudget.accept.targets.capacity import build_capacity
+from kvbudget.accept.targets.http import HttpTarget, RunAsync, ServeTarget
+from kvbudget.accept.targets.sim import SimTarget
 from kvbudget.errors import ConfigError, KvbudgetError, TargetError
 from kvbudget.safety.redact import secret_from_env
 
@@ -65,7 +64,7 @@ def sim_factory(plan: AcceptPlan) -> TargetFactory:
     """A factory of fresh simulated replicas, one per lock (baseline, variants).
 
     The lock decides the engine: ``lock.offload`` sets the cpu tier of the tier model
-    (:func:`kvbudget.accept.engine_config.sim_tiers`), the other factors reach the replica
+    (:func:`kvbudget.accept.plan.engine_config.sim_tiers`), the other factors reach the replica
     through the capacity plan; the engine configuration is read back from the built replica.
     """
 

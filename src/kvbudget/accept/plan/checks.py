@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kvbudget.accept.plan_errors import field_error
-from kvbudget.accept.plan_lock import StrictModel
+from kvbudget.accept.plan.errors import field_error
+from kvbudget.accept.plan.lock import StrictModel
 from kvbudget.sim.tiers import TierConfig
 
 CheckKind = Literal["exact", "regex", "json_schema", "needle", "tool_call", "refusal"]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from urllib.parse import urlparse
 
-from kvbudget.accept.plan_load import CONCURRENCY_TIERS
-from kvbudget.accept.planfile import AcceptPlan
-from kvbudget.accept.verdicts import min_samples_for
+from kvbudget.accept.judge.verdicts import min_samples_for
+from kvbudget.accept.plan.load import CONCURRENCY_TIERS
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.workloads import planned_count
 from kvbudget.safety.cpu_features import host_cpu_features, vllm_cpu_fp8_refusal
 

@@ -37,9 +37,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvbudget.accept.lockcheck import Difference, apply_overrides
-from kvbudget.accept.plan_checks import Comparison, TargetPlan
-from kvbudget.accept.plan_lock import ObjectLock
+from kvbudget.accept.plan.checks import Comparison, TargetPlan
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.lockcheck import Difference, apply_overrides
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.errors import ConfigError
 from kvbudget.sim.config import ReplicaConfig

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvbudget.accept.plan_lock import ObjectLock
-from kvbudget.accept.planfile import AcceptPlan
+from kvbudget.accept.plan.lock import ObjectLock
+from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import Budget, Ledger, LedgerEntry
 from kvbudget.capacity.budget import structural_budget, three_budgets
 from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult
