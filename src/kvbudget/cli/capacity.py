@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kvbudget.cli.sim import ENGINE_FLAG_KEYS, _check_output_path, scenario_from_opts
 from kvbudget.cli.sim import sim as _sim
+from kvbudget.cli.sim_outputs import check_output_path
+from kvbudget.cli.sim_scenario import ENGINE_FLAG_KEYS, scenario_from_opts
 from kvbudget.cli.vocab import COUNT
 from kvbudget.errors import ConfigError
 
@@ -396,7 +397,7 @@ def capacity(**opts: Any) -> None:
             field="num_requests",
         )
     if opts["chart_out"]:
-        _check_output_path("--chart-out", opts["chart_out"])
+        check_output_path("--chart-out", opts["chart_out"])
     if opts["resume"] and opts["out_dir"] is None:
         raise ConfigError("--resume needs --out DIR (the search to continue)", field="resume")
     flags = {"rate": None, "concurrency": None, "max_concurrency": None, **opts}
