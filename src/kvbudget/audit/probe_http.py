@@ -27,7 +27,7 @@ from kvbudget.errors import ConfigError, TargetError
 from kvbudget.load.client import ENDPOINT_PATHS, ClientRequest, Endpoint, OpenAIClient
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
-from kvbudget.load.run import check_served_model
+from kvbudget.load.served_model import check_served_model
 from kvbudget.load.served_prompts import AUTO, allowed_ids, resolve_tokenizer
 from kvbudget.records import excerpt
 
