@@ -24,6 +24,7 @@ from typing import Any
 from kvbudget.load.bench_document import BenchDocument, finish_document
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
+from kvbudget.load.datasets import plan_dataset
 from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import MetricsScraper
@@ -33,7 +34,7 @@ from kvbudget.load.runner import ProgressFn, StopWhen, run_worker
 from kvbudget.load.served_model import read_api_key, served_model
 from kvbudget.load.served_prompts import resolve_tokenizer, served_prompts
 from kvbudget.load.workers import WorkerPool
-from kvbudget.load.workloads import plan_dataset, plan_synthetic, plan_trace
+from kvbudget.load.workloads import plan_synthetic, plan_trace
 from kvbudget.records import JsonlWriter, RequestRecord, read_jsonl
 from kvbudget.safety.outlock import lock_out_dir, release_out_dir
 from kvbudget.safety.tempdir import private_tempdir

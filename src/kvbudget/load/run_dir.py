@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvbudget.errors import ConfigError
 from kvbudget.load.config import RunConfig
-from kvbudget.load.workloads import dataset_sha256
+from kvbudget.load.datasets import dataset_sha256
 from kvbudget.records import RequestRecord, read_jsonl
 from kvbudget.safety.redact import redact_text
 
