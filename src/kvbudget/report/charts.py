@@ -23,7 +23,7 @@ from matplotlib.ticker import Formatter
 
 from kvbudget.accept.result import AcceptResult, CellResult
 from kvbudget.accept.result_views import GRID_CONCURRENCY_TIERS
-from kvbudget.report.markdown import shown_percentiles
+from kvbudget.report.table_rows import shown_percentiles
 
 VERDICT_COLORS = {
     "pass": "#2e7d32",
