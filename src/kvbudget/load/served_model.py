@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvbudget.errors import TargetError
-from kvbudget.load.client import route_url
 from kvbudget.load.config import RunConfig
+from kvbudget.load.urls import route_url
 from kvbudget.safety.redact import secret_from_env
 
 
