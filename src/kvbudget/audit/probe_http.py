@@ -24,11 +24,12 @@ import aiohttp
 
 from kvbudget.audit.probes import Completion, Observation, TargetIdentity
 from kvbudget.errors import ConfigError, TargetError
-from kvbudget.load.client import ENDPOINT_PATHS, ClientRequest, Endpoint, OpenAIClient
+from kvbudget.load.client import ClientRequest, Endpoint, OpenAIClient
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
-from kvbudget.load.run import check_served_model
+from kvbudget.load.served_model import check_served_model
 from kvbudget.load.served_prompts import AUTO, allowed_ids, resolve_tokenizer
+from kvbudget.load.urls import ENDPOINT_PATHS
 from kvbudget.records import excerpt
 
 HIT_SERIES = ("prefix_cache_hits_tokens", "prompt_tokens_cached")

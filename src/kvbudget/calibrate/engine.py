@@ -14,7 +14,7 @@ from kvbudget.engine_name import REPORTED, is_engine
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import server_identity
-from kvbudget.load.run import check_served_model
+from kvbudget.load.served_model import check_served_model
 from kvbudget.load.served_prompts import local_tokenizer_file
 
 #: llama.cpp's defaults for -b / -ub (common/common.h), used when the engine does not report them

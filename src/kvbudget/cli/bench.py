@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+from kvbudget.cli.bench_config import parse_ramp, run_config, vllm_names
+from kvbudget.cli.bench_render import bench_json, render_bench
+from kvbudget.cli.bench_workload import WORKLOAD_KEYS, trace_shape, workload_options
 from kvbudget.cli.main import run_async
 from kvbudget.cli.vocab import (
     COUNT,
@@ -19,260 +22,9 @@ from kvbudget.cli.vocab import (
     METRIC_PERCENTILES_HELP,
     NUM_REQUESTS,
     OUTPUT_TOKENS,
-    RANDOM_RANGE_RATIO,
     RATE,
 )
 from kvbudget.errors import ConfigError
-from kvbudget.validation import first_problem
-
-_FLAG_OF = {
-    "base_url": "--base-url",
-    "model": "--model",
-    "shape": "--arrival",
-    "concurrency": "--concurrency",
-    "rate_per_s": "--rate",
-    "gamma_cv": "--gamma-cv",
-    "ramp_stages": "--ramp",
-    "num_requests": "--num-requests",
-    "prompt_tokens": "--input-tokens",
-    "duration_s": "--duration",
-    "timeout_s": "--timeout",
-    "workload.turn_interval_s": "--turn-interval",
-}
-
-#: bench's workload options (RunConfig.workload, kvbudget.load.workloads)
-WORKLOAD_KEYS = (
-    "prefix_groups",
-    "shared_prefix_tokens",
-    "random_prefix_len",
-    "random_range_ratio",
-    "num_turns",
-    "turn_interval_s",
-    "trace_path",
-    "trace_speedup",
-    "trace_block_size",
-    "dataset_name",
-    "dataset_path",
-    "sharegpt_output_len",
-    "custom_output_len",
-    "disable_shuffle",
-)
-
-
-def _parse_ramp(text: str | None) -> list[tuple[float, float]]:
-    if not text:
-        return []
-    stages: list[tuple[float, float]] = []
-    for part in text.split(","):
-        try:
-            rate, dur = part.split(":")
-            stages.append((float(rate), float(dur)))
-        except ValueError as exc:
-            raise ConfigError(
-                f"--ramp {text!r}: stage {part!r} is not RATE:SECONDS; write e.g. 2:10,4:10,8:10",
-                field="ramp",
-            ) from exc
-    return stages
-
-
-def _config(values: dict[str, Any]) -> Any:
-    from pydantic import ValidationError
-
-    from kvbudget.load.config import RunConfig
-
-    try:
-        return RunConfig(**values)
-    except ValidationError as exc:
-        problem = first_problem(exc)
-        loc = problem.where
-        tail = loc.removeprefix("workload.")
-        flag = _FLAG_OF.get(loc, f"--{tail.replace('_', '-')}" if loc else "options")
-        given = values.get(loc) if loc else None
-        if loc.startswith("workload."):
-            given = values.get("workload", {}).get(tail)
-        where = f"{flag}={given}: " if given is not None else (f"{flag}: " if loc else "")
-        raise ConfigError(f"{where}{problem.message}", field=loc or None) from exc
-
-
-def _vllm_names(opts: dict[str, Any], ctx: click.Context) -> None:
-    """Resolve the load shape as ``vllm bench serve`` reads its flags.
-
-    ``--rate`` alone is a Poisson open loop (vLLM's default); ``--max-concurrency`` caps the
-    requests in flight of an open loop, or is the closed loop's concurrency without a rate;
-    ``--served-model-name`` is the name put in requests.
-    """
-    explicit_shape = ctx.get_parameter_source("shape") is not click.core.ParameterSource.DEFAULT
-    if opts["ramp_stages"] and opts["shape"] == "closed" and not explicit_shape:
-        opts["shape"] = "ramp"
-    if opts["rate_per_s"] is not None and opts["shape"] == "closed":
-        if explicit_shape:
-            raise ConfigError(
-                f"--rate {opts['rate_per_s']:g}: an offered rate is open loop; drop --arrival "
-                "closed (or drop --rate and give --concurrency)",
-                field="rate_per_s",
-            )
-        opts["shape"] = "poisson"
-    cap = opts.pop("max_concurrency")
-    if cap is not None:
-        key, flag = ("max_inflight", "--max-inflight")
-        if opts["shape"] == "closed":
-            key, flag = ("concurrency", "--concurrency")
-        if opts[key] is not None and opts[key] != cap:
-            raise ConfigError(
-                f"--max-concurrency {cap} and {flag} {opts[key]}: they mean the same here; give one",
-                field="max_concurrency",
-            )
-        opts[key] = cap
-    if opts["shape"] != "closed" and opts["concurrency"] is not None:
-        raise ConfigError(
-            f"--concurrency {opts['concurrency']}: only for the closed loop; with --rate cap the "
-            "requests in flight with --max-concurrency",
-            field="concurrency",
-        )
-    for key in ("concurrency", "max_inflight"):
-        if opts[key] is None:
-            del opts[key]  # the RunConfig default
-    # the name put in requests; empty: the first of GET /v1/models (checked before the load)
-    opts["model"] = opts.pop("served_model_name") or opts["model"] or ""
-
-
-def _trace_shape(opts: dict[str, Any], ctx: click.Context) -> None:
-    """``--trace``: the trace's timestamps are the schedule (shape ``planned``)."""
-    for key, flag in (
-        ("shape", "--arrival"),
-        ("rate_per_s", "--rate"),
-        ("concurrency", "--concurrency"),
-        ("ramp_stages", "--ramp"),
-    ):
-        source = ctx.get_parameter_source("ramp" if key == "ramp_stages" else key)
-        if source is not None and source is not click.core.ParameterSource.DEFAULT:
-            raise ConfigError(
-                f"--trace: each request is sent at its timestamp in the trace; drop {flag}",
-                field="trace",
-            )
-    opts["shape"] = "planned"
-
-
-def bench_json(doc: Any) -> dict[str, Any]:
-    """The ``--json`` document: summary fields on top, then the details."""
-    out: dict[str, Any] = dict(doc.summary)
-    out["server_metrics"] = {
-        name: {
-            k: entry.get(k)
-            for k in ("samples", "min", "max", "last", "baseline", "delta", "rate_per_s")
-            if k in entry
-        }
-        for name, entry in doc.server_metrics.items()
-    }
-    out["statistics"] = doc.statistics
-    out["accounting"] = doc.accounting
-    out["warnings"] = doc.warnings
-    out["failures"] = doc.failures
-    out["server"] = doc.server
-    out["prompts"] = doc.prompts
-    out["engine_report"] = doc.engine_report
-    out["provenance"] = doc.provenance.model_dump()
-    out["scrape"] = doc.scrape
-    out["schema_version"] = doc.schema_version
-    out["created"] = doc.created
-    return out
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1e3:.2f} ms"
-
-
-def _render(doc: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    s = doc.summary
-    a = doc.accounting
-    console = Console()
-    console.print(
-        f"[bold]kvbudget bench[/] — {doc.provenance.label()}  (POST "
-        f"{doc.server.get('endpoint_url') or doc.server.get('base_url')}, model "
-        f"{doc.server.get('model_sent')})"
-    )
-    if doc.provenance.note:
-        console.print(f"note: {doc.provenance.note}")
-    t = Table(show_header=True, header_style="bold")
-    t.add_column("requests")
-    t.add_column("value", justify="right")
-    for key in (
-        "requests_total",
-        "requests_ok",
-        "requests_error",
-        "requests_cancelled",
-        "requests_warmup",
-    ):
-        t.add_row(key.removeprefix("requests_"), str(s[key]))
-    t.add_row("offered / sent / not sent", f"{a['offered']} / {a['sent']} / {a['not_sent']}")
-    if s["errors_by_kind"]:
-        t.add_row("errors by kind", ", ".join(f"{k}={v}" for k, v in s["errors_by_kind"].items()))
-    console.print(t)
-    for w in a.get("per_worker", []):
-        console.print(
-            f"ray worker {w['worker']} on {w['node']}: clock offset {w['clock_offset_s']:+.6f} s "
-            f"(rtt {w['clock_rtt_s'] * 1e3:.2f} ms), sent {w['sent'] if w['sent'] is not None else '?'}"
-            f" = ok {w['ok']} + error {w['error']} + cancelled {w['cancelled']}"
-            + (f"  LOST: {w['lost']}" if w["lost"] else "")
-        )
-    from kvbudget.metrics.percentile_set import percentile_name, reported_percentiles
-
-    names = [percentile_name(q) for q in reported_percentiles(s["metric_percentiles"])]
-    lat = Table(show_header=True, header_style="bold")
-    for col in ("metric", "mean", "median", *names):
-        lat.add_column(col, justify="right" if col != "metric" else "left")
-    for name in ("ttft", "tpot", "itl", "e2e"):
-        lat.add_row(
-            name,
-            _ms(s.get(f"{name}_mean_s")),
-            _ms(s.get(f"{name}_median_s")),
-            *(_ms(s.get(f"{name}_{p}_s")) for p in names),
-        )
-    lat.add_row(
-        "schedule_lag",
-        "-",
-        _ms(s.get("schedule_lag_p50_s")),
-        *(_ms(s.get(f"schedule_lag_{p}_s")) for p in names),
-    )
-    console.print(lat)
-    if "goodput_requests" in s:
-        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in s["goodput_slo_ms"].items())
-        frac = s["goodput_fraction"]
-        rate = s["goodput_requests_per_s"]
-        console.print(
-            f"goodput ({slo}): {s['goodput_requests']} of {s['requests_total']} requests met "
-            f"every SLO ({'-' if frac is None else f'{frac:.1%}'}), "
-            f"{'-' if rate is None else f'{rate:,.2f}'} requests/s"
-        )
-    tput = s.get("output_tokens_per_s")
-    rps = s.get("requests_per_s")
-    console.print(
-        f"throughput: {'-' if tput is None else f'{tput:,.1f}'} output tokens/s, "
-        f"{'-' if rps is None else f'{rps:,.2f}'} requests/s over {s['window_s']:.2f} s; "
-        f"client CPU {a['client_cpu_s']:.2f} s"
-    )
-    if s.get("token_count_check"):
-        console.print(f"token count check: {s['token_count_check']}")
-    for name, entry in doc.server_metrics.items():
-        if name.endswith("_bucket"):
-            continue
-        extra = f", delta {entry['delta']:g}" if "delta" in entry else ""
-        console.print(
-            f"server {name}: last {entry['last']:g} (min {entry['min']:g}, max {entry['max']:g}{extra})"
-        )
-    small = [w for w in doc.warnings if "needed; the estimate rests" in w]
-    for w in doc.warnings:
-        if w not in small:
-            console.print(f"[yellow]warning:[/] {w}")
-    if small:
-        which = ", ".join(w.split(" from ")[0] for w in small)
-        console.print(
-            f"[yellow]warning:[/] too few samples for {which} (the q-quantile needs 10/(1-q) "
-            "samples; see --json statistics for the confidence intervals)"
-        )
 
 
 @click.command("bench")
@@ -512,107 +264,7 @@ def _render(doc: Any) -> None:
     "ttft, tpot, e2el), e.g. ttft:1000,tpot:50: the requests meeting every one, as a count, "
     "a fraction and requests/s.",
 )
-@click.option(
-    "--prefix-groups",
-    type=COUNT0,
-    default=0,
-    help="sim's shared-prefix groups (Zipf popularity), each of --shared-prefix-tokens; "
-    "0 = one system prompt of --shared-prefix-tokens [default: 0].",
-)
-@click.option(
-    "--shared-prefix-tokens",
-    type=COUNT0,
-    default=0,
-    help="sim's shared prefix (per group, or the system prompt), inside --input-tokens "
-    "[default: 0].",
-)
-@click.option(
-    "--random-prefix-len",
-    type=COUNT0,
-    default=0,
-    help="vllm bench serve's random dataset prefix: this many tokens shared by every prompt, "
-    "added before --input-tokens [default: 0].",
-)
-@click.option(
-    RANDOM_RANGE_RATIO,
-    "random_range_ratio",
-    default=None,
-    help="vllm bench serve's random dataset: each request's input and output length drawn "
-    "uniformly within this ratio of --input-tokens / --output-tokens (0.1 = +-10 %; or "
-    '\'{"input": 0.3, "output": 0.5}\') [default: 0.0, fixed].',
-)
-@click.option(
-    "--num-turns",
-    type=COUNT,
-    default=1,
-    show_default=True,
-    help="Multi-turn sessions of this many turns: a turn is sent once the previous one "
-    "finished, its prompt the previous prompt, the server's answer and a new user message of "
-    "--input-tokens (sim: workload.sessions.num_turns); --num-requests counts turns.",
-)
-@click.option(
-    "--turn-interval",
-    "turn_interval_s",
-    type=click.FloatRange(0),
-    default=0.0,
-    show_default=True,
-    help="Seconds between a session's planned turns (the earliest a turn is sent).",
-)
-@click.option(
-    "--trace",
-    "trace_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Replay this JSONL trace at its timestamps (sim's trace format: kvbudget's export or "
-    "Mooncake's; docs/workloads.md); instead of --rate/--concurrency.",
-)
-@click.option(
-    "--trace-speedup",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="Divide the trace's timestamps by this.",
-)
-@click.option(
-    "--trace-block-size",
-    type=COUNT,
-    default=512,
-    show_default=True,
-    help="Tokens per hash id for trace lines without block_size (Mooncake: 512).",
-)
-@click.option(
-    "--dataset-name",
-    type=click.Choice(["random", "sharegpt", "custom"]),
-    default="random",
-    show_default=True,
-    help="vllm bench serve's datasets: random (synthetic prompts of --input-tokens), sharegpt "
-    '(conversations JSON/JSONL, first turn sent) or custom (JSONL of {"prompt": ...} or '
-    '{"prompt_token_ids": [...]}); counted with the served tokenizer.',
-)
-@click.option(
-    "--dataset-path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="The dataset file of --dataset-name sharegpt/custom (prompts kept private: hashes only "
-    "unless --keep-prompts).",
-)
-@click.option(
-    "--sharegpt-output-len",
-    type=COUNT,
-    default=None,
-    help="sharegpt: output tokens of every request [default: the second turn's length].",
-)
-@click.option(
-    "--custom-output-len",
-    type=COUNT,
-    default=None,
-    help="custom: output tokens of lines without output_tokens [default: --output-tokens].",
-)
-@click.option(
-    "--disable-shuffle",
-    is_flag=True,
-    help="Send the dataset in file order (default: shuffled with --seed, as vllm bench serve).",
-)
+@workload_options
 def bench(**opts: Any) -> None:
     """Measure an OpenAI-compatible server (vLLM, SGLang, llama.cpp, kvbudget serve ...).
 
@@ -639,7 +291,7 @@ def bench(**opts: Any) -> None:
         import_ray("kvbudget bench --ray")
     if resume and out_dir is None:
         raise ConfigError("--resume needs --out DIR (the run to continue)", field="resume")
-    opts["ramp_stages"] = _parse_ramp(opts.pop("ramp"))
+    opts["ramp_stages"] = parse_ramp(opts.pop("ramp"))
     chosen = opts.pop("metric_percentiles")
     if chosen is not None:
         from kvbudget.metrics.percentile_set import parse_metric_percentiles
@@ -651,9 +303,9 @@ def bench(**opts: Any) -> None:
     opts["workload"] = {key: opts.pop(key) for key in WORKLOAD_KEYS}
     ctx = click.get_current_context()
     if opts["workload"]["trace_path"] is not None:
-        _trace_shape(opts, ctx)
-    _vllm_names(opts, ctx)
-    cfg = _config(opts)
+        trace_shape(opts, ctx)
+    vllm_names(opts, ctx)
+    cfg = run_config(opts)
     from kvbudget.load.workloads import check_workload
 
     check_workload(cfg)
@@ -677,7 +329,7 @@ def bench(**opts: Any) -> None:
     if as_json:
         click.echo(json.dumps(bench_json(doc), indent=2, default=str))
     else:
-        _render(doc)
+        render_bench(doc)
         if out_dir is not None:
             click.echo(
                 f"records: {out_dir / 'requests.jsonl'}; summary: {out_dir / 'summary.json'}"

@@ -4,33 +4,23 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.kvbytes import calc_explicit, calc_model
-from kvbudget.capacity.layouts.base import LAYOUTS, Layout, parse_layout
-from kvbudget.capacity.layouts.llamacpp import LlamacppKV, llamacpp_cells, llamacpp_kv_split
-from kvbudget.capacity.result import CalcResult
+from kvbudget.capacity.layouts.base import LAYOUTS, parse_layout
+from kvbudget.capacity.layouts.llamacpp import llamacpp_cells, llamacpp_kv_split
+from kvbudget.cli.calc_flags import LlamaKnobs, count_flag
+from kvbudget.cli.calc_render import render
 from kvbudget.cli.vocab import DP, KV_DTYPE, PP, TP
 from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import parse_overrides, resolve_model
-from kvbudget.units import GiB, MiB, parse_count
 
 EXIT_NOT_APPLICABLE = 3
 _EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
-
-
-def _count(name: str, value: str | None, default: int | None = None) -> int | None:
-    from kvbudget.safety.limits import MAX_MODEL_DIM, MAX_TOKENS
-
-    if value is None:
-        return default
-    bound = MAX_TOKENS if name == "tokens" else MAX_MODEL_DIM
-    return parse_count(value, field=name.replace("_", "-"), maximum=bound)
 
 
 @click.command("calc")
@@ -210,7 +200,7 @@ def calc(
         "dtype_bytes": dtype_bytes,
     }
     given = [k for k, v in explicit.items() if v is not None]
-    llama = _LlamaKnobs.parse(
+    llama = LlamaKnobs.parse(
         model_ref,
         layout,
         kv_dtype,
@@ -223,7 +213,7 @@ def calc(
         seqs,
     )
     kv_dtype, v_dtype = llama.kv_dtype, llama.v_dtype
-    n_seqs = llama.seqs if llama.seqs is not None else _count("seqs", seqs, 1)
+    n_seqs = llama.seqs if llama.seqs is not None else count_flag("seqs", seqs, 1)
     assert n_seqs is not None
     if tokens is None and llama.ctx_size is not None:
         cells, streams = llamacpp_cells(1, n_seqs, ctx_size=llama.ctx_size, unified=llama.unified)
@@ -232,7 +222,7 @@ def calc(
         raise ConfigError(
             "tokens: required; give --tokens N (tokens cached per sequence)", field="tokens"
         )
-    n_tokens = _count("tokens", tokens)
+    n_tokens = count_flag("tokens", tokens)
     assert n_tokens is not None
     if model_ref is None:
         if not given:
@@ -264,7 +254,7 @@ def calc(
                 f"explicit mode: {', '.join(extra)} only apply with --model; use --dtype-bytes for the element size",
                 field=extra[0],
             )
-        counts = {k: _count(k, v) for k, v in explicit.items()}
+        counts = {k: count_flag(k, v) for k, v in explicit.items()}
         result = calc_explicit(
             num_layers=counts["layers"] or 0,
             num_kv_heads=counts["kv_heads"] or 0,
@@ -291,10 +281,10 @@ def calc(
             v_dtype=v_dtype,
             tokens=n_tokens,
             seqs=n_seqs,
-            tp=_count("tp", tp, 1) or 1,
-            pp=_count("pp", pp, 1) or 1,
-            dp=_count("dp", dp, 1) or 1,
-            block_size=_count("block_size", block_size),
+            tp=count_flag("tp", tp, 1) or 1,
+            pp=count_flag("pp", pp, 1) or 1,
+            dp=count_flag("dp", dp, 1) or 1,
+            block_size=count_flag("block_size", block_size),
             overrides=parse_overrides(list(sets)),
             allow_download=download,
             ctx_size=llama.ctx_size,
@@ -325,148 +315,3 @@ def calc(
         render(result, Console(width=140), kv)
     if result.status == "not_applicable":
         sys.exit(EXIT_NOT_APPLICABLE)
-
-
-def _fmt(num_bytes: int | None) -> str:
-    if num_bytes is None:
-        return "-"
-    return f"{num_bytes:,} B = {num_bytes / MiB:,.3f} MiB = {num_bytes / GiB:,.6f} GiB"
-
-
-@dataclass(frozen=True, slots=True)
-class _LlamaKnobs:
-    """llama.cpp's own flags (-c, -np, -kvu, -ctk, -ctv), checked and merged with ours."""
-
-    kv_dtype: str
-    v_dtype: str | None
-    ctx_size: int | None
-    seqs: int | None
-    unified: bool
-
-    @classmethod
-    def parse(
-        cls,
-        model_ref: str | None,
-        engine: Layout | None,
-        kv_dtype: str,
-        v_dtype: str | None,
-        ctx_size: str | None,
-        parallel: str | None,
-        kv_unified: bool,
-        cache_type_k: str | None,
-        cache_type_v: str | None,
-        seqs: str | None,
-    ) -> _LlamaKnobs:
-        knobs = {
-            "--ctx-size": ctx_size,
-            "--parallel": parallel,
-            "--kv-unified": True if kv_unified else None,
-            "--cache-type-k": cache_type_k,
-            "--cache-type-v": cache_type_v,
-        }
-        used = [k for k, v in knobs.items() if v is not None]
-        if used and (model_ref is None or engine != "llamacpp"):
-            raise ConfigError(
-                f"{used[0][2:]}: {', '.join(used)} "
-                + ("is a llama.cpp flag" if len(used) == 1 else "are llama.cpp flags")
-                + "; they apply with --model REF "
-                f"--engine llamacpp (got engine {engine or 'vllm (default)'})",
-                field=used[0][2:],
-            )
-        for ours, value, theirs, alias in (
-            (
-                "--kv-dtype",
-                kv_dtype if kv_dtype != "auto" else None,
-                "--cache-type-k",
-                cache_type_k,
-            ),
-            ("--v-dtype", v_dtype, "--cache-type-v", cache_type_v),
-            ("--seqs", seqs, "--parallel", parallel),
-        ):
-            if value is not None and alias is not None and value != alias:
-                raise ConfigError(
-                    f"{theirs[2:]}: {theirs} {alias} contradicts {ours} {value}; they are the "
-                    "same setting, give one",
-                    field=theirs[2:],
-                )
-        return cls(
-            kv_dtype=cache_type_k or kv_dtype,
-            v_dtype=cache_type_v or v_dtype,
-            ctx_size=_count("ctx_size", ctx_size),
-            seqs=_count("parallel", parallel),
-            unified=kv_unified,
-        )
-
-
-def render(result: CalcResult, console: Console, kv: LlamacppKV | None = None) -> None:
-    """The human-readable tables (figures are computed, not measured)."""
-    title = (
-        f"kvbudget calc - {result.model_id or 'explicit input'} - {result.engine} layout (computed)"
-    )
-    summary = Table(title=title, show_header=False)
-    summary.add_row("status", result.status)
-    for reason in result.reasons:
-        summary.add_row("", reason)
-    if result.missing_fields:
-        summary.add_row("supply", ", ".join(f"--set {m}=..." for m in result.missing_fields))
-    summary.add_row("kv dtype", result.kv_dtype)
-    summary.add_row(
-        "load",
-        f"{result.tokens:,} tokens x {result.seqs} sequences; tp {result.tp}, pp {result.pp}, dp {result.dp}",
-    )
-    if result.block_size:
-        summary.add_row("block size", str(result.block_size))
-    summary.add_row("per token", _fmt(result.bytes_per_token))
-    summary.add_row("per sequence", _fmt(result.bytes_per_sequence))
-    summary.add_row("largest rank", _fmt(result.per_rank_max_bytes))
-    summary.add_row("total", _fmt(result.total_bytes))
-    if kv is not None:
-        summary.add_row(
-            "llama.cpp cells",
-            f"{kv.cells_per_stream:,} cells x {kv.streams} streams = {kv.n_ctx:,} (n_ctx padded)",
-        )
-        summary.add_row(f"K ({kv.k_type})", _fmt(kv.k_bytes))
-        summary.add_row(f"V ({kv.v_type})", _fmt(kv.v_bytes))
-    console.print(summary)
-    if result.groups:
-        groups = Table(title="layer groups (one rank)")
-        for col in (
-            "stage",
-            "kind",
-            "layers",
-            "tokens kept",
-            "per token",
-            "per sequence",
-            "all sequences",
-            "note",
-        ):
-            groups.add_column(col)
-        for g in result.groups:
-            groups.add_row(
-                str(g["pp_rank"]),
-                g["kind"],
-                str(g["num_layers"]),
-                f"{g['tokens_kept']:,}",
-                f"{g['bytes_per_token']:,}",
-                f"{g['bytes_per_sequence']:,}",
-                f"{g['bytes_per_rank']:,}",
-                g["note"],
-            )
-        console.print(groups)
-    checks = Table(title="assumption checklist")
-    for col in ("assumption", "holds", "basis", "why"):
-        checks.add_column(col)
-    for a in result.assumptions:
-        checks.add_row(
-            a.text, {True: "yes", False: "no", None: "unconfirmed"}[a.holds], a.basis, a.reason
-        )
-    console.print(checks)
-    ledger = Table(title="ledger (provenance)")
-    for col in ("field", "value", "source", "where", "note / conflict"):
-        ledger.add_column(col, overflow="fold")
-    for e in result.ledger:
-        note = e.note + (f" CONFLICT: {e.conflict}" if e.conflict else "")
-        ledger.add_row(e.field, str(e.value), e.source, e.location, note)
-    console.print(ledger)
-    for note in result.notes:
-        console.print(f"note: {note}")

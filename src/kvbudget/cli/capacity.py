@@ -5,17 +5,22 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from kvbudget.cli.sim import ENGINE_FLAG_KEYS, _check_output_path, scenario_from_opts
+from kvbudget.cli.capacity_render import render
+from kvbudget.cli.capacity_search import (
+    DEFAULT_MAX_DURATION_S,
+    DEFAULT_WARMUP_REQUESTS,
+    search_http,
+    search_sim,
+)
 from kvbudget.cli.sim import sim as _sim
+from kvbudget.cli.sim_outputs import check_output_path
+from kvbudget.cli.sim_scenario import ENGINE_FLAG_KEYS
 from kvbudget.cli.vocab import COUNT
 from kvbudget.errors import ConfigError
-
-if TYPE_CHECKING:
-    from kvbudget.maxload.journal import ProbeJournal
 
 #: ``kvbudget sim``'s options that describe the configuration and the workload, reused as they
 #: are (one definition: a flag means the same in both commands)
@@ -33,8 +38,6 @@ SIM_OPTIONS = (
     "as_json",
 )
 DEFAULT_NUM_REQUESTS = 200
-#: the rate's answer is confirmed by a run with this many times --num-requests
-CONFIRM_FACTOR = 4
 #: fewer requests than this cannot tell a growing queue (kvbudget.metrics.stability)
 MIN_NUM_REQUESTS = 20
 _HELP = {
@@ -55,10 +58,6 @@ BENCH_OPTIONS = (
     "timeout_s",
     "warmup_requests",
 )
-#: sim options that describe the simulated engine: refused with --base-url (the server is it)
-SIM_ENGINE_OPTIONS = (*ENGINE_FLAG_KEYS, "prefix_caching")
-DEFAULT_WARMUP_REQUESTS = 4
-DEFAULT_MAX_DURATION_S = 600.0
 _BENCH_HELP = {
     "base_url": "Search a running OpenAI-compatible server instead of the simulator, e.g. "
     "http://127.0.0.1:8000 (with --model, the name it serves).",
@@ -91,224 +90,6 @@ def _sim_params() -> list[click.Parameter]:
             param.help = _HELP[name]
         out.append(param)
     return out
-
-
-def _fmt(value: float | None, scale: float = 1.0, unit: str = "") -> str:
-    return "n/a" if value is None else f"{value * scale:.3g}{unit}"
-
-
-def _answer_line(label: str, doc: dict[str, Any], key: str, binding: str, unit: str) -> str:
-    seeds = doc[f"{key}_across_seeds"]
-    value = doc[key]
-    if value is None and doc[binding] is None:
-        head = f"not found (the search stopped: {doc.get('stopped') or 'no probe ran'})"
-    elif value is None:
-        head = f"none (the lowest load probed failed: {doc[binding]})"
-    else:
-        head = f"{value:.3g}{unit}  (binding: {doc[binding] or 'none failed up to the last probe'})"
-    spread = (
-        f"seeds {seeds['seeds'][0]}..{seeds['seeds'][-1]}: min {_fmt(seeds['min'])} / mean "
-        f"{_fmt(seeds['mean'])} / max {_fmt(seeds['max'])}"
-    )
-    return f"  {label:<17}{head}\n  {'':<17}{spread}"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 1e3:.4g} ms"
-
-
-def _table(points: list[dict[str, Any]], keys: list[str], label: str, goodput: bool) -> list[str]:
-    head = f"  {label:<12}{'requests':>9}" + "".join(f"{k.removesuffix('_s'):>12}" for k in keys)
-    head += (f"{'goodput':>9}" if goodput else "") + f"{'queue':>9}{'meets':>7}"
-    lines = [head]
-    for p in points:
-        stopped = p.get("stopped_early") is not None
-        sent = f"{p.get('num_sent')}/{p['num_requests']}" if stopped else str(p["num_requests"])
-        row = f"  {p['load']:<12.4g}{sent:>9}"
-        row += "".join(f"{_ms(p.get(k)):>12}" for k in keys)
-        if goodput:
-            row += f"{_fmt(p['goodput_fraction']):>9}"
-        queue = "-" if label == "concurrency" else "stable" if p["stable"] else "GROWS"
-        meets = "yes" if p["meets_slo"] else "no*" if stopped else "no"
-        lines.append(row + f"{queue:>9}{meets:>7}")
-    if any(p.get("stopped_early") for p in points):
-        lines.append(
-            "  no*: stopped early, the SLO already broken (sent/planned requests; those in "
-            "flight cancelled)"
-        )
-    return lines
-
-
-def render(doc: dict[str, Any]) -> str:
-    """The answer as text: both maxima, what binds, the spread over seeds, every point."""
-    keys = [f"{t['metric']}_{t['statistic']}_s" for t in doc["slo"]["terms"] if t["statistic"]]
-    goodput = doc["slo"]["goodput_min"] is not None
-    if doc.get("engine"):
-        figures = f"figures: {doc['figures_label']}"
-    else:
-        figures = f"figures: simulated, timing model: {doc['timing_model']}"
-    lines = [
-        f"kvbudget capacity  ({figures}; SLO {doc['slo']['text']})",
-        _answer_line("max rate", doc, "max_rate_per_s", "binding_constraint", " requests/s"),
-        _answer_line(
-            "max concurrency", doc, "max_concurrency", "binding_constraint_concurrency", ""
-        ),
-        f"  probes           {doc['num_requests']} requests each (the rate's answer confirmed "
-        f"with {doc['num_requests'] * CONFIRM_FACTOR});\n  {'':<17}rate to within "
-        f"{doc['tolerance'] * 100:g} %; {doc['wall_s']:.1f} s",
-        "",
-        *_table(doc["rate_points"], keys, "rate/s", goodput),
-        "",
-        *_table(doc["concurrency_points"], keys, "concurrency", goodput),
-    ]
-    if doc.get("stopped"):
-        lines.insert(4, f"  stopped early    {doc['stopped']}")
-        if doc["max_rate_per_s"] is not None and not doc.get("max_rate_confirmed"):
-            lines.insert(
-                5, f"  {'':<17}the max rate was not confirmed by a longer run: raise the budget"
-            )
-    if doc.get("async_scheduling"):
-        asynchronous = doc["async_scheduling"]
-        state = "on" if asynchronous["enabled"] else "off"
-        lines.insert(3, f"  async scheduling {state}: {asynchronous['reason']}")
-    if "chart" in doc:
-        lines.append(f"\n  chart: {doc['chart']}")
-    if doc.get("out"):
-        out = doc["out"]
-        reused = f"; {out['probes_reused']} probe(s) reused from it" if out["resumed"] else ""
-        lines.append(f"\n  search kept in {out['dir']} (probes.jsonl, capacity.json){reused}")
-        lines += [f"  note: {n}" for n in out["notes"]]
-    return "\n".join(lines)
-
-
-#: options a resumed search may change (budgets, warm-up, output); the rest must match
-RESUME_FREE = (
-    "max_total_requests",
-    "max_duration_s",
-    "warmup_requests",
-    "chart_out",
-    "as_json",
-    "out_dir",
-    "resume",
-)
-
-
-def _journal(opts: dict[str, Any], resolved: dict[str, Any]) -> ProbeJournal | None:
-    """The probes of the search in ``--out`` (None without it): its identity is every option
-    but :data:`RESUME_FREE`, by flag, and ``resolved`` (the scenario or workload as built)."""
-    if opts["out_dir"] is None:
-        return None
-    from kvbudget.cli.outdir import prepare_out_dir
-    from kvbudget.maxload.journal import ProbeJournal
-
-    flags = {p.name: p.opts[0] for p in capacity.params if isinstance(p, click.Option)}
-    options = {flags[k]: v for k, v in opts.items() if k in flags and k not in RESUME_FREE}
-    prepare_out_dir(opts["out_dir"], ())  # locked (one search per directory), or one line
-    return ProbeJournal(opts["out_dir"], {"options": options, **resolved}, resume=opts["resume"])
-
-
-def _search_sim(
-    opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
-) -> tuple[dict[str, Any], Any, ProbeJournal | None]:
-    from kvbudget.maxload.run import find_capacity
-    from kvbudget.maxload.sim_probe import SimProbe
-    from kvbudget.sim.native import build_label
-    from kvbudget.sim.scenario import scenario_async_scheduling
-
-    scenario = scenario_from_opts(flags)
-    probe = SimProbe.from_scenario(scenario, slo, num_requests=num_requests)
-    probe.journal = journal = _journal(opts, {"scenario": scenario.model_dump(mode="json")})
-    result = find_capacity(
-        probe,
-        slo,
-        saturation_concurrency=probe.setup.config.max_num_seqs * scenario.replicas,
-        num_requests=num_requests,
-        seeds=[scenario.seed + i for i in range(opts["num_seeds"])],
-        tolerance=tolerance,
-        confirm=probe.longer(CONFIRM_FACTOR),
-    )
-    doc: dict[str, Any] = {
-        "figures": "simulated",
-        "figures_label": f"simulated, {probe.timing_model} timing",
-        "timing_model": probe.timing_model,
-        "model": scenario.model,
-        "gpu": scenario.gpu,
-        "tp": scenario.tp,
-        "replicas": scenario.replicas,
-        "async_scheduling": scenario_async_scheduling(scenario).to_dict(),
-        **result.to_dict(),
-        "simulator_build": build_label(),
-    }
-    return doc, result, journal
-
-
-def _search_http(
-    opts: dict[str, Any], flags: dict[str, Any], slo: Any, num_requests: int, tolerance: float
-) -> tuple[dict[str, Any], Any, ProbeJournal | None]:
-    from kvbudget.cli.main import run_async
-    from kvbudget.maxload.http_probe import http_probe
-    from kvbudget.maxload.probe import Budget
-    from kvbudget.maxload.run import find_capacity
-
-    for name in SIM_ENGINE_OPTIONS:
-        if opts.get(name) is not None:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(
-                f"{flag} with --base-url: it describes the simulated engine, and the server is "
-                f"the engine here; drop {flag}",
-                field=name,
-            )
-    if not opts["model"]:
-        raise ConfigError(
-            "--base-url: give --model, the name the server serves (GET /v1/models)",
-            field="model",
-        )
-    workload = scenario_from_opts({**flags, "model": None}).workload
-    seed = opts["seed"] or 0
-    budget = Budget(
-        max_requests=opts["max_total_requests"],
-        max_duration_s=opts["max_duration_s"] or DEFAULT_MAX_DURATION_S,
-    )
-    # refused (a changed search in --out) before the server is asked anything
-    journal = _journal(opts, {"workload": workload})
-    probe, info = http_probe(
-        base_url=opts["base_url"],
-        model=opts["model"],
-        run_async=run_async,
-        workload=workload,
-        slo=slo,
-        num_requests=num_requests,
-        budget=budget,
-        metrics_url=opts["metrics_url"],
-        scrape_interval_s=opts["scrape_interval_s"],
-        api_key_env=opts["api_key_env"],
-        timeout_s=opts["timeout_s"] or 120.0,
-        seed=seed,
-    )
-    probe.journal = journal
-    warmup = opts["warmup_requests"]
-    probe.warm_up(DEFAULT_WARMUP_REQUESTS if warmup is None else warmup, seed)
-    result = find_capacity(
-        probe,
-        slo,
-        saturation_concurrency=None,
-        num_requests=num_requests,
-        seeds=[seed + i for i in range(opts["num_seeds"])],
-        tolerance=tolerance,
-        confirm=probe.longer(CONFIRM_FACTOR),
-    )
-    doc: dict[str, Any] = {
-        "figures": info.source,
-        "figures_label": info.label,
-        "timing_model": info.timing_model,
-        "engine": info.engine,
-        "engine_version": info.engine_version,
-        "base_url": opts["base_url"],
-        "model": opts["model"],
-        **result.to_dict(),
-        "num_requests_sent": budget.num_requests,
-    }
-    return doc, result, journal
 
 
 @click.command("capacity", context_settings={"help_option_names": ["-h", "--help"]})
@@ -396,13 +177,17 @@ def capacity(**opts: Any) -> None:
             field="num_requests",
         )
     if opts["chart_out"]:
-        _check_output_path("--chart-out", opts["chart_out"])
+        check_output_path("--chart-out", opts["chart_out"])
     if opts["resume"] and opts["out_dir"] is None:
         raise ConfigError("--resume needs --out DIR (the search to continue)", field="resume")
     flags = {"rate": None, "concurrency": None, "max_concurrency": None, **opts}
-    search = _search_http if opts["base_url"] else _search_sim
+    search = search_http if opts["base_url"] else search_sim
+    # the journal names each option by its flag
+    option_flags = {
+        p.name: p.opts[0] for p in capacity.params if isinstance(p, click.Option) and p.name
+    }
     try:
-        doc, result, journal = search(opts, flags, slo, num_requests, tolerance)
+        doc, result, journal = search(opts, flags, slo, num_requests, tolerance, option_flags)
     except KeyboardInterrupt:
         from kvbudget.maxload.journal import PROBES_FILE
 

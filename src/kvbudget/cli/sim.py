@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from kvbudget.cli.sim_outputs import OUTPUT_FLAGS, SampleWriter, check_output_path
+from kvbudget.cli.sim_render import render_summary
+from kvbudget.cli.sim_scenario import scenario_from_opts
+from kvbudget.cli.sim_variants import compare_router, sim_pd, sim_slots
 from kvbudget.cli.vocab import (
     COUNT,
     COUNT0,
@@ -30,130 +33,8 @@ from kvbudget.engine_name import EngineName, parse_engine
 from kvbudget.errors import ConfigError
 from kvbudget.sim.timing_select import timing_model_names
 
-if TYPE_CHECKING:
-    from kvbudget.sim.scenario import SimScenario
-
-_OUTPUT_FLAGS = ("trace_out", "records_out", "samples_out")
 #: the engines ``sim`` steps: vLLM's paged blocks, llama.cpp's fixed slots (SGLang: not yet)
 SIM_ENGINES: tuple[EngineName, ...] = ("vllm", "llamacpp")
-
-
-def _check_output_path(flag: str, raw: str) -> None:
-    """Refuse an output path that cannot be written, before any simulation runs.
-
-    Missing parent directories are created (as writing would need them anyway).
-    """
-    path = Path(raw)
-    if path.is_dir():
-        raise ConfigError(
-            f"{flag} {raw}: is a directory; give a file path (e.g. {path / 'out.json'})",
-            field=flag,
-        )
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConfigError(
-            f"{flag} {raw}: directory {parent} cannot be created ({reason}); "
-            "give a path in a writable directory",
-            field=flag,
-        ) from None
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{flag} {raw}: directory {parent} is not writable; "
-            "give a path in a writable directory",
-            field=flag,
-        )
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ConfigError(
-            f"{flag} {raw}: file is not writable; give another path or fix its permissions",
-            field=flag,
-        )
-    from kvbudget.safety.outlock import lock_out_file
-
-    lock_out_file(path, flag=flag)  # two sims never write one file at once
-
-
-def _positive_tokens(flag: str, value: int) -> int:
-    if value < 1:
-        raise ConfigError(
-            f"{flag} {value}: must be >= 1 token (vLLM requires max_tokens >= 1 and a "
-            "non-empty prompt); give e.g. 128",
-            field=flag.removeprefix("--").replace("-", "_"),
-        )
-    return value
-
-
-def _workload_from_flags(opts: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    wl = dict(base)
-    if opts["num_requests"] is not None:
-        wl["num_requests"] = opts["num_requests"]
-    cap = opts["max_concurrency"]
-    if cap is not None:
-        if opts["concurrency"] is not None and opts["concurrency"] != cap:
-            raise ConfigError(
-                f"--max-concurrency {cap} and --concurrency {opts['concurrency']}: they mean "
-                "the same here; give one",
-                field="max_concurrency",
-            )
-        if opts["rate"] is None:
-            opts = {**opts, "concurrency": cap}
-    if opts["rate"] is not None and opts["concurrency"] is not None:
-        raise ConfigError(
-            "--rate and --concurrency: give one (open loop at a rate, or a closed loop)",
-            field="rate",
-        )
-    if opts["rate"] is not None:
-        if opts["rate"] <= 0:
-            raise ConfigError(f"--rate: must be > 0 requests/s, got {opts['rate']}", field="rate")
-        wl["arrivals"] = {"kind": "poisson", "rate_per_s": opts["rate"]}
-    if opts["concurrency"] is not None:
-        wl["arrivals"] = {"kind": "closed", "concurrency": opts["concurrency"]}
-    if opts["input_tokens"] is not None:
-        value = _positive_tokens("--input-tokens", opts["input_tokens"])
-        wl["input_tokens"] = {"kind": "fixed", "value": value}
-    if opts["output_tokens"] is not None:
-        value = _positive_tokens("--output-tokens", opts["output_tokens"])
-        wl["output_tokens"] = {"kind": "fixed", "value": value}
-    if opts["random_range_ratio"] is not None:
-        _apply_range_ratio(wl, opts["random_range_ratio"])
-    groups = opts["prefix_groups"]
-    shared = opts["shared_prefix_tokens"]
-    if groups and not shared:
-        raise ConfigError(
-            f"--prefix-groups {groups}: give --shared-prefix-tokens too (tokens of each "
-            "group's shared prefix, e.g. 2048)",
-            field="prefix_groups",
-        )
-    if groups is not None or shared is not None:
-        prefix = dict(wl.get("prefix", {}))
-        if groups:
-            prefix["num_groups"] = groups
-            prefix["group_prefix_tokens"] = shared or 0
-        elif shared is not None:
-            prefix["system_prompt_tokens"] = shared
-        wl["prefix"] = prefix
-    return wl
-
-
-def _apply_range_ratio(wl: dict[str, Any], text: str) -> None:
-    """``--random-range-ratio``: fixed lengths become vLLM's uniform ranges around them."""
-    from kvbudget.workload.range_ratio import parse_range_ratio, ranged_length
-
-    ratios = parse_range_ratio(text)
-    defaults = {"input_tokens": 1024, "output_tokens": 128}  # WorkloadSpec's and vLLM's
-    for (name, default), ratio in zip(defaults.items(), ratios, strict=True):
-        length = wl.get(name, {"kind": "fixed", "value": default})
-        kind = length.get("kind", "fixed") if isinstance(length, dict) else repr(length)
-        if kind != "fixed":
-            raise ConfigError(
-                f"--random-range-ratio: workload.{name} is already a distribution ({kind}); it "
-                "applies to a fixed length (--input-tokens / --output-tokens); drop one",
-                field="random_range_ratio",
-            )
-        minimum = 1 if name == "output_tokens" else 0
-        wl[name] = ranged_length(int(length.get("value", default)), ratio, minimum=minimum)
 
 
 def _queue_check(stats: Any) -> dict[str, Any]:
@@ -165,117 +46,6 @@ def _queue_check(stats: Any) -> dict[str, Any]:
     if growth is None:
         return {"stable": True}
     return {"stable": False, "note": growth.line(), **growth.to_dict()}
-
-
-def _render(summary: dict[str, Any]) -> str:
-    def f(value: Any, unit: str = "", scale: float = 1.0) -> str:
-        return "n/a" if value is None else f"{value * scale:.3f}{unit}"
-
-    lines = [
-        f"kvbudget sim  (figures: simulated, timing model: {summary['timing_model']}, "
-        f"router: {summary['router']})",
-        f"  requests completed   {summary['requests_completed']} of {summary['requests_total']}"
-        + (
-            f"  ({summary['requests_cancelled']} cancelled by the client)"
-            if summary["requests_cancelled"]
-            else ""
-        )
-        + (
-            f"  ({summary['requests_unfinished']} unfinished, see --records-out)"
-            if summary["requests_unfinished"]
-            else ""
-        ),
-        *_latency_lines(summary, f),
-        f"  prefix hit rate      {summary['prefix_hit_rate_tokens'] * 100:.1f}% of prompt tokens "
-        f"({summary['prefix_cache_hits_tokens']} / {summary['prefix_cache_queries_tokens']}), "
-        f"{summary['prefix_hit_rate_requests'] * 100:.1f}% of requests",
-        f"  preemptions          {summary['num_preemptions']}",
-        f"  GPU KV blocks        {summary['num_gpu_blocks']} "
-        f"({', '.join(f'{k}: {v}' for k, v in summary['num_gpu_blocks_by_replica'].items())})",
-        f"  output throughput    {summary['output_tokens_per_s']:.1f} tokens/s",
-        f"  simulated / wall     {summary['simulated_s']:.2f} s / {summary['wall_s']:.2f} s",
-        f"  simulator build      {summary['simulator_build']}",
-    ]
-    if "async_scheduling" in summary:
-        asynchronous = summary["async_scheduling"]
-        lines.insert(
-            1,
-            f"  async scheduling     {'on' if asynchronous['enabled'] else 'off'}: "
-            f"{asynchronous['reason']}",
-        )
-    for reason, count in list(summary.get("unfinished_reasons", {}).items())[:3]:
-        lines.append(f"  unfinished ({count}): {reason}")
-    lines.extend(f"  note: {note}" for note in summary.get("notes", []))
-    return "\n".join(lines)
-
-
-def _latency_lines(summary: dict[str, Any], f: Any) -> list[str]:
-    """``TTFT mean / p50 / p90 / ...`` lines of the chosen percentiles."""
-    from kvbudget.metrics.percentile_set import percentile_name, reported_percentiles
-
-    names = [percentile_name(q) for q in reported_percentiles(summary["metric_percentiles"])]
-    lines = []
-    for metric, unit, scale in (
-        ("ttft", " s", 1.0),
-        ("tpot", " ms", 1e3),
-        ("itl", " ms", 1e3),
-        ("e2e", " s", 1.0),
-    ):
-        head = f"{metric.upper()} mean / {' / '.join(names)}"
-        values = [summary[f"{metric}_mean_s"], *(summary[f"{metric}_{n}_s"] for n in names)]
-        lines.append(f"  {head:<20} " + " / ".join(f(v, unit, scale) for v in values))
-    return lines
-
-
-#: the flags (scenario keys) that describe the simulated engine and its replicas, in one place:
-#: ``scenario_from_opts`` copies them into the scenario, ``kvbudget capacity`` reuses the options
-#: and refuses them with ``--base-url`` (the server is the engine); ``prefix_caching`` is copied
-#: on its own (a boolean that may be False)
-ENGINE_FLAG_KEYS = (
-    "gpu",
-    "tp",
-    "replicas",
-    "data_parallel_size",
-    "router",
-    "kv_dtype",
-    "pp",
-    "engine_version",
-    "quantization",
-    "enable_expert_parallel",
-    "async_scheduling",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "timing_model",
-    "timing_profile",
-)
-
-
-def scenario_from_opts(opts: dict[str, Any]) -> SimScenario:
-    """The scenario of ``--scenario`` with the flags on top (``kvbudget capacity`` reuses it;
-    a flag the caller lacks counts as not given)."""
-    from collections import defaultdict
-
-    from kvbudget.sim.scenario import load_scenario, scenario_from_dict
-
-    opts = defaultdict(lambda: None, opts)
-
-    data: dict[str, Any] = {}
-    if opts["scenario"]:
-        data = load_scenario(opts["scenario"])
-        # the file alone first, so its mistakes are reported against the file
-        scenario_from_dict(dict(data), origin=Path(opts["scenario"]).name)
-    for key in ("model", *ENGINE_FLAG_KEYS, "max_simulated_s", "seed", "sample_every_s"):
-        if opts.get(key) is not None:
-            data[key] = opts[key]
-    if opts.get("prefix_caching") is not None:
-        data["prefix_caching"] = opts["prefix_caching"]
-    base_wl = data.get("workload") or {
-        "num_requests": 1000,
-        "arrivals": {"kind": "poisson", "rate_per_s": 10.0},
-    }
-    data["workload"] = _workload_from_flags(opts, base_wl)
-    return scenario_from_dict(data, origin="the command-line flags")
 
 
 @click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
@@ -458,16 +228,16 @@ def sim(**opts: Any) -> None:
         if opts["metric_percentiles"] is None
         else parse_metric_percentiles(opts["metric_percentiles"])
     )
-    for flag in _OUTPUT_FLAGS:
+    for flag in OUTPUT_FLAGS:
         if opts[flag]:
-            _check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
+            check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
     scenario = scenario_from_opts(opts)
     engine = parse_engine(opts["engine"], "engine")  # click.Choice(SIM_ENGINES) checked it
     if engine == "llamacpp":
-        _sim_slots(scenario, opts, percentiles)
+        sim_slots(scenario, opts, percentiles)
         return
     if scenario.disaggregation is not None:
-        _sim_pd(scenario, opts, percentiles)
+        sim_pd(scenario, opts, percentiles)
         return
     cluster = build_cluster(scenario, trace=opts["trace_out"] is not None)
     # --rate with --max-concurrency: arrivals at the rate, at most this many in flight (vllm
@@ -481,7 +251,7 @@ def sim(**opts: Any) -> None:
         if opts["records_out"]:
             records = files.enter_context(Path(opts["records_out"]).open("w"))
         if opts["samples_out"]:
-            samples = files.enter_context(_SampleWriter(Path(opts["samples_out"])))
+            samples = files.enter_context(SampleWriter(Path(opts["samples_out"])))
         routing = None
         if opts["trace_out"] or opts["compare_router"]:
             # the Chrome trace and the routing comparison need every result: a collected run
@@ -490,7 +260,7 @@ def sim(**opts: Any) -> None:
             concurrency = concurrency or capped
             cluster.concurrency = concurrency
             result = simulate(requests, cluster, seed=scenario.seed)
-            routing = _compare_router(opts, scenario, requests, concurrency, result)
+            routing = compare_router(opts, scenario, requests, concurrency, result)
             for r in result.requests:
                 if records is not None:
                     records.write(r.to_record().model_dump_json() + "\n")
@@ -597,136 +367,8 @@ def sim(**opts: Any) -> None:
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
-        click.echo(_render(summary))
+        click.echo(render_summary(summary))
         if routing is not None:
             from kvbudget.sim.per_replica import render_routing_section
 
             click.echo(render_routing_section(routing))
-
-
-def _compare_router(
-    opts: dict[str, Any], scenario: Any, requests: Any, concurrency: int | None, first: Any
-) -> dict[str, Any] | None:
-    """``--compare-router``: the same requests through a second policy, per replica."""
-    other = opts["compare_router"]
-    if other is None:
-        return None
-    from kvbudget.sim.cluster import simulate
-    from kvbudget.sim.per_replica import routing_section
-    from kvbudget.sim.router import ROUTERS
-    from kvbudget.sim.scenario import build_cluster
-
-    if other not in ROUTERS:
-        raise ConfigError(
-            f"--compare-router: {other!r} is not a router policy; use one of {', '.join(ROUTERS)}",
-            field="compare_router",
-        )
-    if other == first.router:
-        raise ConfigError(
-            f"--compare-router: {other!r} is already --router; name a different policy",
-            field="compare_router",
-        )
-    second_cluster = build_cluster(scenario.model_copy(update={"router": other}), trace=False)
-    second_cluster.concurrency = concurrency
-    second = simulate(requests, second_cluster, seed=scenario.seed)
-    return routing_section({first.router: first, other: second})
-
-
-class _SampleWriter:
-    """The samples CSV, written as samples come (rows of one time sorted by replica name)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._batch: list[Any] = []
-
-    def __enter__(self) -> _SampleWriter:
-        self._fh = self.path.open("w")
-        self._fh.write("time_s,replica,kv_usage,num_running,num_waiting\n")
-        return self
-
-    def write(self, x: Any) -> None:
-        if self._batch and self._batch[0].time_s != x.time_s:
-            self._flush()
-        self._batch.append(x)
-
-    def _flush(self) -> None:
-        for x in sorted(self._batch, key=lambda x: x.replica):
-            self._fh.write(
-                f"{x.time_s:.6f},{x.replica},{x.kv_usage:.6f},{x.num_running},{x.num_waiting}\n"
-            )
-        self._batch.clear()
-
-    def __exit__(self, *exc: object) -> None:
-        self._flush()
-        self._fh.close()
-
-
-def _sim_pd(scenario: Any, opts: dict[str, Any], percentiles: Any) -> None:
-    """A scenario with ``disaggregation:``: P/D beside co-located (kvbudget.sim.pd_scenario)."""
-    from kvbudget.sim.native import build_label
-    from kvbudget.sim.pd_scenario import render_pd, simulate_pd_scenario
-
-    for flag in ("trace_out", "samples_out", "records_out", "compare_router"):
-        if opts[flag]:
-            raise ConfigError(
-                f"--{flag.replace('_', '-')}: not available with a disaggregation scenario; "
-                "drop it",
-                field=flag,
-            )
-    from kvbudget.sim.scenario import scenario_async_scheduling
-
-    doc = simulate_pd_scenario(scenario, percentiles)
-    doc["async_scheduling"] = scenario_async_scheduling(scenario).to_dict()
-    doc["simulator_build"] = build_label()
-    if opts["as_json"]:
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        click.echo(render_pd(doc))
-
-
-def _sim_slots(scenario: Any, opts: dict[str, Any], percentiles: Any) -> None:
-    """``--engine llamacpp``: the llama.cpp slot engine (kvbudget.sim.slots_scenario)."""
-    from kvbudget.safety.limits import MAX_SLOTS, MAX_TOKENS
-    from kvbudget.sim.native import build_label
-    from kvbudget.sim.slots_scenario import simulate_slots_scenario, slots_summary_text
-
-    if opts["slots"] is not None and not 1 <= opts["slots"] <= MAX_SLOTS:
-        raise ConfigError(
-            f"--slots {opts['slots']}: llama.cpp needs 1 <= slots (-np) <= {MAX_SLOTS}; "
-            "give e.g. --slots 4",
-            field="slots",
-        )
-    if opts["ctx_size"] is not None and not 1 <= opts["ctx_size"] <= MAX_TOKENS:
-        raise ConfigError(
-            f"--ctx-size {opts['ctx_size']}: give 1 <= ctx-size <= {MAX_TOKENS} tokens "
-            "(llama.cpp -c)",
-            field="ctx_size",
-        )
-    for flag in ("trace_out", "samples_out"):
-        if opts[flag]:
-            raise ConfigError(
-                f"--{flag.replace('_', '-')}: not available with --engine llamacpp; drop it",
-                field=flag,
-            )
-    if scenario.async_scheduling is not None:
-        flag = "--async-scheduling" if scenario.async_scheduling else "--no-async-scheduling"
-        raise ConfigError(
-            f"{flag}: a vLLM flag; llama-server has no async scheduling to set; drop it or "
-            "simulate --engine vllm",
-            field="async_scheduling",
-        )
-    summary, records = simulate_slots_scenario(
-        scenario,
-        num_slots=opts["slots"],
-        ctx_size_tokens=opts["ctx_size"],
-        percentiles=percentiles,
-    )
-    summary["simulator_build"] = build_label()
-    if opts["records_out"]:
-        with Path(opts["records_out"]).open("w") as fh:
-            for record in records:
-                fh.write(record.model_dump_json() + "\n")
-    if opts["as_json"]:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
-    else:
-        click.echo(slots_summary_text(summary))

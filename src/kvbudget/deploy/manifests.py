@@ -3,11 +3,9 @@
 * one node per replica: a ``Deployment``; more GPUs than one node has: a ``LeaderWorkerSet``
   (``leaderworkerset.x-k8s.io/v1``) whose group spans ``ceil(TP x PP / gpus_per_node)`` pods;
 * a ``Service`` on the engine's port;
-* autoscaling on the seed's signals (waiting requests, TTFT, queue time) as an ``autoscaling/v2``
-  HPA on custom metrics (names as prometheus-adapter exposes them) or a KEDA ``ScaledObject``;
-* for more than one replica: an ``InferencePool`` (``inference.networking.k8s.io/v1``, fields from
-  the Gateway API Inference Extension API reference) and the endpoint picker's scorer
-  configuration (prefix-aware with queue and KV-utilisation scorers as the load fallback).
+* autoscaling (:mod:`kvbudget.deploy.autoscaling`) and, for more than one replica, an
+  ``InferencePool`` with the endpoint picker's configuration
+  (:mod:`kvbudget.deploy.inference_pool`).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, assert_never
+from typing import Any, assert_never
 
 from kvbudget.accept.canary_metrics import service_name
 from kvbudget.accept.plan.lock import ObjectLock
@@ -23,13 +21,7 @@ from kvbudget.deploy.engine_args import EngineCommand
 from kvbudget.deploy.k8s_checks import command_literal
 from kvbudget.deploy.memory import HostBudget
 from kvbudget.deploy.pods import PodExtras, PodTiming, engine_container, pod_spec
-from kvbudget.deploy.source import Figure
 from kvbudget.errors import ConfigError
-
-Autoscaler = Literal["hpa", "keda", "none"]
-EPP_PORT = 9002
-#: scale out before the ceiling is reached: target = ceiling x this
-SCALE_TARGET_FRACTION = 0.8
 
 
 def k8s_name(text: str, *, max_len: int = 52) -> str:
@@ -89,7 +81,7 @@ def layout(
     )
 
 
-def _meta(lay: Layout, name: str | None = None) -> dict[str, Any]:
+def object_meta(lay: Layout, name: str | None = None) -> dict[str, Any]:
     return {
         "name": name or lay.name,
         "namespace": lay.namespace,
@@ -98,7 +90,7 @@ def _meta(lay: Layout, name: str | None = None) -> dict[str, Any]:
     }
 
 
-def _selector(lay: Layout) -> dict[str, str]:
+def pod_selector(lay: Layout) -> dict[str, str]:
     return {"app.kubernetes.io/name": lay.name}
 
 
@@ -121,10 +113,10 @@ def deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(lay),
+        "metadata": object_meta(lay),
         "spec": {
             "replicas": lay.replicas,
-            "selector": {"matchLabels": _selector(lay)},
+            "selector": {"matchLabels": pod_selector(lay)},
             # a new replica starts with a cold cache: add one, then retire one
             "strategy": {
                 "type": "RollingUpdate",
@@ -210,7 +202,7 @@ def leader_worker_set(
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": _meta(lay),
+        "metadata": object_meta(lay),
         "spec": {
             "replicas": lay.replicas,
             "leaderWorkerTemplate": {
@@ -242,163 +234,16 @@ def leader_worker_set(
 
 
 def service(lay: Layout, cmd: EngineCommand) -> dict[str, Any]:
-    selector = _selector(lay)
+    selector = pod_selector(lay)
     if lay.num_nodes > 1:
         selector = {**selector, "role": "leader"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(lay),
+        "metadata": object_meta(lay),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
             "ports": [{"name": "http", "port": cmd.port, "targetPort": "http", "protocol": "TCP"}],
         },
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleSignals:
-    waiting_per_pod: Figure
-    ttft_target_s: Figure | None
-    queue_target_s: Figure | None
-
-
-def _workload_ref(lay: Layout) -> dict[str, str]:
-    if lay.num_nodes > 1:
-        return {
-            "apiVersion": "leaderworkerset.x-k8s.io/v1",
-            "kind": "LeaderWorkerSet",
-            "name": lay.name,
-        }
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": lay.name}
-
-
-def _quantity(value: float) -> str:
-    """A Kubernetes quantity for a small positive number (milli-units below 10)."""
-    if value >= 10 or float(value).is_integer():
-        return str(math.ceil(value))
-    return f"{max(1, round(value * 1000))}m"
-
-
-def hpa(lay: Layout, signals: ScaleSignals) -> dict[str, Any]:
-    def pods_metric(name: str, value: float) -> dict[str, Any]:
-        return {
-            "type": "Pods",
-            "pods": {
-                "metric": {"name": name},
-                "target": {"type": "AverageValue", "averageValue": _quantity(value)},
-            },
-        }
-
-    metrics = [pods_metric("vllm_num_requests_waiting", signals.waiting_per_pod.value)]
-    if signals.ttft_target_s is not None:
-        metrics.append(pods_metric("kvbudget_ttft_seconds_p95", signals.ttft_target_s.value))
-    if signals.queue_target_s is not None:
-        metrics.append(pods_metric("kvbudget_queue_seconds_p95", signals.queue_target_s.value))
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(lay),
-        "spec": {
-            "scaleTargetRef": _workload_ref(lay),
-            "minReplicas": lay.replicas,
-            "maxReplicas": lay.max_replicas,
-            "metrics": metrics,
-            "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 60},
-                # a removed replica takes its warm prefixes with it: scale in slowly
-                "scaleDown": {"stabilizationWindowSeconds": 600},
-            },
-        },
-    }
-
-
-def keda_scaled_object(
-    lay: Layout, signals: ScaleSignals, *, prometheus_url: str, selector: str
-) -> dict[str, Any]:
-    triggers = [
-        {
-            "type": "prometheus",
-            "metadata": {
-                "serverAddress": prometheus_url,
-                "query": f"sum(vllm:num_requests_waiting{{{selector}}})",
-                "threshold": f"{signals.waiting_per_pod.value:g}",
-            },
-        }
-    ]
-    if signals.ttft_target_s is not None:
-        triggers.append(
-            {
-                "type": "prometheus",
-                "metadata": {
-                    "serverAddress": prometheus_url,
-                    "query": f"max(kvbudget:ttft_seconds:p95{{{selector}}})",
-                    "threshold": f"{signals.ttft_target_s.value:g}",
-                    "metricType": "Value",
-                },
-            }
-        )
-    return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": _meta(lay),
-        "spec": {
-            "scaleTargetRef": {k: v for k, v in _workload_ref(lay).items()},
-            "minReplicaCount": lay.replicas,
-            "maxReplicaCount": lay.max_replicas,
-            "cooldownPeriod": 600,
-            "triggers": triggers,
-        },
-    }
-
-
-def inference_pool(lay: Layout, cmd: EngineCommand) -> dict[str, Any]:
-    return {
-        "apiVersion": "inference.networking.k8s.io/v1",
-        "kind": "InferencePool",
-        "metadata": {"name": lay.name, "namespace": lay.namespace, "labels": dict(lay.labels)},
-        "spec": {
-            "selector": {"matchLabels": _selector(lay)},
-            "targetPorts": [{"number": cmd.port}],
-            "endpointPickerRef": {
-                "name": f"{lay.name}-epp",
-                "port": {"number": EPP_PORT},
-                # the picker down must not take the service down: forward to any endpoint
-                "failureMode": "FailOpen",
-            },
-        },
-    }
-
-
-def epp_config_map(lay: Layout, *, block_size: int) -> dict[str, Any]:
-    import yaml
-
-    config = {
-        "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
-        "kind": "EndpointPickerConfig",
-        "plugins": [
-            {"type": "single-profile-handler"},
-            {"type": "prefix-cache-scorer", "parameters": {"blockSize": block_size}},
-            {"type": "queue-scorer"},
-            {"type": "kv-cache-utilization-scorer"},
-            {"type": "max-score-picker"},
-        ],
-        "schedulingProfiles": [
-            {
-                "name": "default",
-                "plugins": [
-                    {"pluginRef": "prefix-cache-scorer", "weight": 2},
-                    {"pluginRef": "queue-scorer", "weight": 1},
-                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
-                    {"pluginRef": "max-score-picker"},
-                ],
-            }
-        ],
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(lay, f"{lay.name}-epp-config"),
-        "data": {"epp-config.yaml": yaml.safe_dump(config, sort_keys=False)},
     }

@@ -8,8 +8,9 @@ from kvbudget.deploy.pods import TOPOLOGY_NOTES, WARM_PREFIX_GATE
 
 if TYPE_CHECKING:
     from kvbudget.deploy.alerts import RuleSet
+    from kvbudget.deploy.autoscaling import ScaleSignals
     from kvbudget.deploy.engine_args import EngineCommand
-    from kvbudget.deploy.manifests import Layout, ScaleSignals
+    from kvbudget.deploy.manifests import Layout
     from kvbudget.deploy.memory import HostBudget
     from kvbudget.deploy.pods import PodTiming
     from kvbudget.deploy.source import DeploySource

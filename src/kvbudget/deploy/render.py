@@ -18,7 +18,15 @@ import yaml
 from kvbudget.accept.targets.capacity import plan_request
 from kvbudget.capacity.planner import make_plan
 from kvbudget.deploy.alerts import AlertOptions, RuleSet, build_rules, rule_file
+from kvbudget.deploy.autoscaling import (
+    SCALE_TARGET_FRACTION,
+    Autoscaler,
+    ScaleSignals,
+    hpa,
+    keda_scaled_object,
+)
 from kvbudget.deploy.engine_args import EngineCommand, engine_command, engine_name
+from kvbudget.deploy.inference_pool import epp_config_map, inference_pool
 from kvbudget.deploy.k8s_checks import (
     INT64_MAX,
     check_image,
@@ -28,16 +36,9 @@ from kvbudget.deploy.k8s_checks import (
     pod_seconds,
 )
 from kvbudget.deploy.manifests import (
-    SCALE_TARGET_FRACTION,
-    Autoscaler,
     Layout,
-    ScaleSignals,
     deployment,
-    epp_config_map,
-    hpa,
-    inference_pool,
     k8s_name,
-    keda_scaled_object,
     layout,
     leader_worker_set,
     service,

@@ -29,61 +29,22 @@ import aiohttp
 from kvbudget.load.outcome import (
     Endpoint,
     StreamOutcome,
+    carries_token,
+    failed_outcome,
     looks_like_oom,
     parse_events,
-    token_piece,
 )
 from kvbudget.load.sse import SseSplitter
+from kvbudget.load.urls import ENDPOINT_PATHS, api_root, url_query
 from kvbudget.records import ErrorKind, excerpt
 
 __all__ = [
-    "ENDPOINT_PATHS",
     "ClientRequest",
     "Endpoint",
     "OpenAIClient",
     "StreamOutcome",
-    "api_root",
-    "base_with_query",
     "looks_like_oom",
-    "route_url",
 ]
-
-ENDPOINT_PATHS: dict[str, str] = {
-    "completions": "/v1/completions",
-    "chat": "/v1/chat/completions",
-}
-
-
-def api_root(url: str) -> str:
-    """The server root of an OpenAI-compatible URL, with or without the OpenAI SDK's ``/v1``.
-
-    ``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` and ``http://h:8000/v1/`` (and a
-    full ``.../v1/completions`` or ``.../v1/chat/completions``) all give ``http://h:8000``:
-    routes are added to the root (``/v1/completions``, and ``/tokenize``, ``/metrics``,
-    ``/version`` which vLLM serves outside ``/v1``).
-    """
-    root = url.strip().split("?", 1)[0].split("#", 1)[0].rstrip("/")
-    for suffix in ("/v1/chat/completions", "/v1/completions", "/v1"):
-        if root.endswith(suffix):
-            return root.removesuffix(suffix)
-    return root
-
-
-def url_query(url: str) -> str:
-    """The query string of ``url`` (``api-version=...`` for some gateways), kept on every route."""
-    return url.strip().split("#", 1)[0].partition("?")[2]
-
-
-def base_with_query(url: str) -> str:
-    """:func:`api_root` with ``url``'s query kept after it (``http://h?api-version=1``)."""
-    query = url_query(url)
-    return f"{api_root(url)}?{query}" if query else api_root(url)
-
-
-def route_url(base_url: str, path: str) -> str:
-    """``path`` on ``base_url``'s root, the base URL's query after it."""
-    query = url_query(base_url)
-    return f"{api_root(base_url)}{path}?{query}" if query else f"{api_root(base_url)}{path}"
 
 
 #: seconds to wait for the end of the body after ``[DONE]`` (connection reuse only)
@@ -124,18 +85,6 @@ class ClientRequest:
         if self.extra_body:
             body.update(self.extra_body)
         return body
-
-
-def _fail(out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> StreamOutcome:
-    out.status = "error"
-    out.error_kind = (
-        "oom"
-        if kind in ("http_status", "broken_stream", "other") and looks_like_oom(text)
-        else kind
-    )
-    out.error_excerpt = excerpt(text) if text else None
-    out.done_s = now_s
-    return out
 
 
 @dataclass
@@ -207,7 +156,7 @@ class OpenAIClient:
         """Record a failure; a key echoed in an error body (some gateways do) never reaches it."""
         if self._api_key:
             text = text.replace(self._api_key, "[api key redacted]")
-        return _fail(out, kind, text, now_s)
+        return failed_outcome(out, kind, text, now_s)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -316,7 +265,7 @@ class OpenAIClient:
                         saw_done = True
                         continue
                     events.append(ev)
-                    if cancel_after is not None and _carries_token(data, req.endpoint):
+                    if cancel_after is not None and carries_token(data, req.endpoint):
                         num_content += 1
                 if saw_done:
                     if not reader.at_eof():
@@ -439,19 +388,3 @@ async def _drain_to_eof(reader: aiohttp.StreamReader) -> None:
         async with asyncio.timeout(DONE_GRACE_S):
             while await reader.readany():
                 pass
-
-
-def _carries_token(data: bytes, endpoint: Endpoint) -> bool:
-    """Whether one streamed event carries an output token, by the rule the outcome is parsed
-    with (:func:`~kvbudget.load.outcome.token_piece`: its text may be empty); parsed JSON,
-    whatever its spacing. Cancellation counts tokens from this."""
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return False
-    if not isinstance(event, dict):
-        return False
-    choices = event.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return False
-    return token_piece(choices[0], endpoint) is not None

@@ -145,7 +145,7 @@ class RunConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _root(cls, url: str) -> str:
-        from kvbudget.load.client import base_with_query
+        from kvbudget.load.urls import base_with_query
 
         register_url_secrets(url)  # a key in the URL is scrubbed wherever it is quoted
         return base_with_query(url)
@@ -159,7 +159,7 @@ class RunConfig(BaseModel):
     @property
     def endpoint_url(self) -> str:
         """The URL every request is posted to."""
-        from kvbudget.load.client import ENDPOINT_PATHS
+        from kvbudget.load.urls import ENDPOINT_PATHS
 
         return self.base_url + ENDPOINT_PATHS[self.endpoint]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kvbudget.records import ErrorKind
+from kvbudget.records import ErrorKind, excerpt
 
 Endpoint = Literal["completions", "chat"]
 
@@ -169,3 +169,33 @@ def parse_events(
                 out.cached_tokens = int(details["cached_tokens"])
     out.text = "".join(pieces)
     return None
+
+
+def failed_outcome(out: StreamOutcome, kind: ErrorKind, text: str, now_s: float) -> StreamOutcome:
+    """``out`` marked failed at ``now_s``: an error text that says out of memory makes it
+    ``oom``; a short excerpt of the text is kept."""
+    out.status = "error"
+    out.error_kind = (
+        "oom"
+        if kind in ("http_status", "broken_stream", "other") and looks_like_oom(text)
+        else kind
+    )
+    out.error_excerpt = excerpt(text) if text else None
+    out.done_s = now_s
+    return out
+
+
+def carries_token(data: bytes, endpoint: Endpoint) -> bool:
+    """Whether one streamed event carries an output token, by the rule the outcome is parsed
+    with (:func:`token_piece`: its text may be empty); parsed JSON,
+    whatever its spacing. Cancellation counts tokens from this."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    if not isinstance(event, dict):
+        return False
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    return token_piece(choices[0], endpoint) is not None

@@ -29,17 +29,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from kvbudget.load.client import Abort, ClientRequest, OpenAIClient, StreamOutcome
+from kvbudget.load.client import Abort, ClientRequest, OpenAIClient
 from kvbudget.load.config import RunConfig
-from kvbudget.load.requests import synthetic_request
-from kvbudget.load.workloads import session_key
-from kvbudget.records import (
-    JsonlWriter,
-    RequestRecord,
-    at_one_instant,
-    derive_latencies,
-    sha256_text,
-)
+from kvbudget.load.request_record import build_record
+from kvbudget.load.session_turns import Answer, Sessions, compose
+from kvbudget.load.worker_share import closed_source, sessions_of, share_of
+from kvbudget.records import JsonlWriter, RequestRecord
 from kvbudget.workload.request import PlannedRequest
 from kvbudget.workload.tokenizer import get_tokenizer
 
@@ -65,56 +60,6 @@ class WorkerResult:
     stopped_early: str | None = None
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A finished turn of a session: what the next turn builds on."""
-
-    prompt: str
-    messages: tuple[tuple[str, str], ...]
-    output: str
-    ok: bool
-    done_s: float
-
-
-def join_text(*pieces: str) -> str:
-    """Pieces joined with one space where neither side has whitespace (a session's history)."""
-    out = ""
-    for piece in pieces:
-        if out and piece and not out[-1].isspace() and not piece[0].isspace():
-            out += " "
-        out += piece
-    return out
-
-
-def compose(history: Answer | None, user: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """(completions prompt, chat messages) of a turn: the history, then the new user message."""
-    if history is None:
-        return user, (("user", user),)
-    prompt = join_text(history.prompt, history.output, user)
-    return prompt, (*history.messages, ("assistant", history.output), ("user", user))
-
-
-class Sessions:
-    """Each session's finished turns, awaited by the next turn (open loop)."""
-
-    def __init__(self) -> None:
-        self._answers: dict[tuple[str, int], asyncio.Future[Answer]] = {}
-
-    def _future(self, session: str, turn: int) -> asyncio.Future[Answer]:
-        key = (session, turn)
-        if key not in self._answers:
-            self._answers[key] = asyncio.get_running_loop().create_future()
-        return self._answers[key]
-
-    def done(self, session: str, turn: int, answer: Answer) -> None:
-        fut = self._future(session, turn)
-        if not fut.done():
-            fut.set_result(answer)
-
-    async def wait(self, session: str, turn: int) -> Answer:
-        return await self._future(session, turn)
-
-
 @dataclass
 class _Ctx:
     cfg: RunConfig
@@ -133,68 +78,6 @@ class _Ctx:
     @property
     def stopped(self) -> bool:
         return self.abort is not None and self.abort.event.is_set()
-
-
-def build_record(
-    cfg: RunConfig,
-    planned: PlannedRequest,
-    out: StreamOutcome,
-    *,
-    t0: float,
-    worker: int,
-    segment: int,
-    warmup: bool,
-    scheduled_s: float | None,
-) -> RequestRecord:
-    """A :class:`RequestRecord` on the run timeline (seconds since ``t0``)."""
-
-    def rel(t: float | None) -> float | None:
-        return None if t is None else t - t0
-
-    sent = rel(out.sent_s)
-    first = rel(out.first_token_s)
-    done = rel(out.done_s)
-    n_out = out.output_tokens()
-    ttft, tpot, e2e = derive_latencies(
-        sent_s=sent, first_token_s=first, done_s=done, output_tokens=n_out
-    )
-    token_times = [t - t0 for t in out.token_times_s()]
-    if at_one_instant(token_times):
-        tpot = None  # not observable
-    prompt = planned.text()
-    return RequestRecord(
-        request_id=planned.request_id,
-        source=cfg.record_source,
-        status=out.status,
-        cell_id=planned.cell_id,
-        tenant=planned.tenant,
-        session_id=planned.session_id,
-        worker=worker,
-        run_segment=segment,
-        warmup=warmup,
-        error_kind=out.error_kind,
-        http_status=out.http_status,
-        error_excerpt=out.error_excerpt,
-        finish_reason=out.finish_reason,
-        scheduled_s=scheduled_s,
-        sent_s=sent,
-        first_token_s=first,
-        done_s=done,
-        token_times_s=token_times,
-        chunk_times_s=[t - t0 for t in out.chunk_times_s],
-        schedule_lag_s=None if scheduled_s is None or sent is None else sent - scheduled_s,
-        prompt_tokens=out.usage_prompt_tokens,
-        output_tokens=n_out,
-        cached_tokens=out.cached_tokens,
-        token_count_source="usage" if out.usage_completion_tokens is not None else "stream",
-        ttft_s=ttft,
-        tpot_s=tpot,
-        e2e_s=e2e,
-        prompt_sha256=sha256_text(prompt),
-        output_sha256=sha256_text(out.text) if out.text else None,
-        prompt_text=prompt if cfg.keep_prompts else None,
-        output_text=out.text if cfg.keep_prompts else None,
-    )
 
 
 async def _run_one(
@@ -280,35 +163,6 @@ async def _check_tokens(
     return record.model_copy(update={"prompt_tokens_check": p, "output_tokens_check": o})
 
 
-def share_of(
-    planned: Sequence[PlannedRequest], worker: int, num_workers: int, *, by_session: bool
-) -> list[tuple[int, PlannedRequest]]:
-    """This worker's (index, request) pairs: every ``num_workers``-th request, or with
-    ``by_session`` every ``num_workers``-th session (a session's turns stay on one worker)."""
-    if not by_session:
-        return [(i, p) for i, p in enumerate(planned) if i % num_workers == worker]
-    order: dict[str, int] = {}
-    out = []
-    for i, p in enumerate(planned):
-        number = order.setdefault(session_key(p), len(order))
-        if number % num_workers == worker:
-            out.append((i, p))
-    return out
-
-
-def _closed_source(
-    cfg: RunConfig, planned: Sequence[PlannedRequest] | None, worker: int, num_workers: int
-) -> Iterator[tuple[int, PlannedRequest]]:
-    if planned is not None:
-        for i in range(worker, len(planned), num_workers):
-            yield i, planned[i]
-        return
-    i = worker
-    while cfg.num_requests is None or i < cfg.num_requests:
-        yield i, synthetic_request(cfg, i)
-        i += num_workers
-
-
 async def _closed_loop(
     ctx: _Ctx,
     source: Iterator[tuple[int, PlannedRequest]],
@@ -345,16 +199,6 @@ async def _closed_loop(
         ctx.result.offered += len(rest)
         ctx.result.not_sent += len(rest)
         ctx.result.not_sent_ids.extend(rest)
-
-
-def _sessions_of(
-    items: Sequence[tuple[int, PlannedRequest]],
-) -> list[list[tuple[int, PlannedRequest]]]:
-    """Items grouped by session, sessions in order of their first item, turns in order."""
-    groups: dict[str, list[tuple[int, PlannedRequest]]] = {}
-    for item in items:
-        groups.setdefault(session_key(item[1]), []).append(item)
-    return [sorted(g, key=lambda ip: ip[1].turn_index) for g in groups.values()]
 
 
 async def _closed_sessions(
@@ -531,9 +375,9 @@ async def run_worker(
             await _open_loop(ctx, mine, rebase=bool(skip))
         elif multi and planned is not None and share > 0:
             mine = share_of(planned, worker, num_workers, by_session=True)
-            await _closed_sessions(ctx, _sessions_of(mine), share)
+            await _closed_sessions(ctx, sessions_of(mine), share)
         elif share > 0:
-            source = _closed_source(cfg, planned, worker, num_workers)
+            source = closed_source(cfg, planned, worker, num_workers)
             finite = planned is not None or cfg.num_requests is not None
             await _closed_loop(ctx, source, share, skip, finite=finite)
         result.headers = client.first_headers

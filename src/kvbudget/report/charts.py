@@ -1,155 +1,41 @@
 """Charts of an acceptance result as inline SVG strings (matplotlib, Agg backend).
 
-Deterministic output: a fixed SVG hash salt and no date metadata, so the same result renders
-the same bytes. No chart embeds user-supplied free text except cell ids and metric names.
+Deterministic output (:mod:`kvbudget.report.chart_style`): a fixed SVG hash salt and no date
+metadata, so the same result renders the same bytes. No chart embeds user-supplied free text
+except cell ids and metric names.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import re
 from collections.abc import Callable
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.axis import Axis
-from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import Formatter
 
 from kvbudget.accept.result import AcceptResult, CellResult
-from kvbudget.accept.result_views import GRID_CONCURRENCY_TIERS
-from kvbudget.report.markdown import shown_percentiles
+from kvbudget.report.chart_labels import (
+    CONCURRENCY_TIERS,
+    LOAD_AXIS,
+    cell_grid,
+    concurrency_labels,
+    figures_kind,
+    input_tiers,
+    slo_ceilings,
+)
+from kvbudget.report.chart_style import VERDICT_COLORS, figure_svg, plain_log_axis
+from kvbudget.report.table_rows import shown_percentiles
 
-VERDICT_COLORS = {
-    "pass": "#2e7d32",
-    "fail": "#c62828",
-    "untested": "#9e9e9e",
-    "not_comparable": "#f9a825",
-}
 GIB = float(1 << 30)
-
-plt.rcParams["svg.hashsalt"] = "kvbudget"
-plt.rcParams["svg.fonttype"] = "none"
-plt.rcParams["font.size"] = 8
-# plain numbers on linear axes: no offset ("+4e1") and no scientific notation ("1e-3")
-plt.rcParams["axes.formatter.useoffset"] = False
-plt.rcParams["axes.formatter.limits"] = (-9, 9)
-
-
-def _svg(fig: Figure) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
-    plt.close(fig)
-    text = buf.getvalue()
-    text = re.sub(r"^<\?xml[^>]*>\s*", "", text)
-    text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
-    return text
-
-
-#: the grid's concurrency tiers, single -> peak (every plan has the three)
-CONCURRENCY_TIERS = GRID_CONCURRENCY_TIERS
-
-
-def _grid(cells: list[CellResult]) -> dict[tuple[str, str], CellResult]:
-    return {(c.input_tier, c.concurrency_tier): c for c in cells}
-
-
-def _input_tiers(doc: AcceptResult) -> tuple[str, ...]:
-    """The plan's declared input tiers (one, two or three), short -> long."""
-    return doc.plan_view.grid_input_tiers
-
-
-def _kind(doc: AcceptResult) -> str:
-    """What every chart's figures are: ``simulated (roofline)``, ``measured (vllm ...)``."""
-    return doc.provenance.label()
-
-
-def plain_number(value: float) -> str:
-    """``40.0 -> '40'``, ``0.25 -> '0.25'``, ``1e-05 -> '0.00001'``: positional, 6 significant
-    digits, never ``4×10^1``."""
-    text = f"{value:.6g}"
-    if "e" in text:
-        text = f"{float(text):.12f}".rstrip("0").rstrip(".")
-    return text
-
-
-class PlainLogFormatter(Formatter):
-    """A log axis's tick labels as plain numbers (``40``, ``0.2``). Which ticks carry a label
-    stays matplotlib's choice (the formatter it replaces decides; on a range under a decade it
-    labels the minor ticks too), only the text changes: ``4×10^1`` becomes ``40``."""
-
-    def __init__(self, inner: Formatter) -> None:
-        self.inner = inner
-
-    def set_axis(self, axis: Any) -> None:
-        super().set_axis(axis)
-        self.inner.set_axis(axis)
-
-    def set_locs(self, locs: list[float]) -> None:
-        super().set_locs(locs)
-        self.inner.set_locs(locs)
-
-    def __call__(self, x: float, pos: int | None = None) -> str:
-        return plain_number(x) if self.inner(x, pos) else ""
-
-
-def plain_log_axis(axis: Axis) -> None:
-    """Plain tick labels on a log-scaled axis (call after ``set_yscale("log")``)."""
-    for major in (True, False):
-        current = axis.get_major_formatter() if major else axis.get_minor_formatter()
-        if isinstance(current, PlainLogFormatter):
-            continue
-        wrapped = PlainLogFormatter(current)
-        if major:
-            axis.set_major_formatter(wrapped)
-        else:
-            axis.set_minor_formatter(wrapped)
-
-
-def _load_label(doc: AcceptResult, concurrency_tier: str, cell: CellResult | None = None) -> str:
-    """A concurrency tier's x label: its name and the load it offered (``64 concurrent``, or
-    ``offered 15 req/s`` with its in-flight cap), and with a cell the rate it achieved."""
-    tier = doc.plan_view.concurrency_tier(concurrency_tier)
-    n = "?" if tier.concurrency is None else tier.concurrency
-    rate = tier.offered_rate_per_s
-    if tier.closed_loop:
-        lines = [concurrency_tier, f"{n} concurrent"]
-    elif rate is not None:
-        lines = [concurrency_tier, f"offered {rate:g} req/s", f"(≤ {n} in flight)"]
-    else:
-        lines = [concurrency_tier, f"{tier.arrival} arrivals", f"(≤ {n} in flight)"]
-    if cell is not None and cell.throughput:
-        lines.append(f"achieved {cell.throughput.get('requests_per_s', 0.0):.3g} req/s")
-    return "\n".join(lines)
-
-
-def _conc_labels(doc: AcceptResult, input_tier: str | None = None) -> list[str]:
-    """The three concurrency tiers' load labels; with ``input_tier`` each also says the rate
-    that row's cell achieved (completed requests per second)."""
-    grid = _grid(doc.cells)
-    return [
-        _load_label(doc, ct, grid.get((input_tier, ct)) if input_tier else None)
-        for ct in CONCURRENCY_TIERS
-    ]
-
-
-LOAD_AXIS = "load (concurrency tier: clients in a closed loop, or the offered arrival rate)"
-
-
-def _ceilings(doc: AcceptResult, metric: str) -> list[tuple[str, float]]:
-    return list(doc.plan_view.ceilings.get(metric, ()))
 
 
 def verdict_heatmap(doc: AcceptResult) -> str:
     """Nine cells coloured by verdict, annotated with TTFT/TPOT p95."""
-    grid = _grid(doc.cells)
-    tiers = _input_tiers(doc)
+    grid = cell_grid(doc.cells)
+    tiers = input_tiers(doc)
     fig, ax = plt.subplots(figsize=(12.0, 1.0 * len(tiers)))
     for r, it in enumerate(tiers):
         for c, ct in enumerate(CONCURRENCY_TIERS):
@@ -167,12 +53,12 @@ def verdict_heatmap(doc: AcceptResult) -> str:
             ax.text(c + 0.5, r + 0.5, "  ".join(lines), ha="center", va="center", color="white")
     ax.set_xlim(0, 3)
     ax.set_ylim(len(tiers), 0)
-    ax.set_xticks([0.5, 1.5, 2.5], _conc_labels(doc))
+    ax.set_xticks([0.5, 1.5, 2.5], concurrency_labels(doc))
     ax.set_yticks([r + 0.5 for r in range(len(tiers))], list(tiers))
     ax.set_xlabel(LOAD_AXIS)
     ax.set_ylabel("input tier")
-    ax.set_title(f"Cell verdicts with p95 latencies — {_kind(doc)}")
-    return _svg(fig)
+    ax.set_title(f"Cell verdicts with p95 latencies — {figures_kind(doc)}")
+    return figure_svg(fig)
 
 
 #: markers of the latency chart's percentile series, in order (the median first)
@@ -184,8 +70,8 @@ def latency_vs_load(doc: AcceptResult) -> str:
     ``--metric-percentiles``, with 95% CIs) against the concurrency tier, one panel per input
     tier, with the declared ceilings as horizontal lines."""
     pcts = shown_percentiles(doc.metric_percentiles)
-    grid = _grid(doc.cells)
-    tiers = _input_tiers(doc)
+    grid = cell_grid(doc.cells)
+    tiers = input_tiers(doc)
     fig, axes = plt.subplots(2, len(tiers), figsize=(12.0, 5.6), sharex="col", squeeze=False)
     x = list(range(len(CONCURRENCY_TIERS)))
     for col, it in enumerate(tiers):
@@ -209,7 +95,7 @@ def latency_vs_load(doc: AcceptResult) -> str:
                 label = "median" if pct == "p50" else pct
                 ax.errorbar(x, ys, yerr=[lo, hi], marker=marker, capsize=3, label=label)
                 seen.extend(y for y in ys if math.isfinite(y) and y > 0)
-            for i, (pct, limit) in enumerate(_ceilings(doc, metric)):
+            for i, (pct, limit) in enumerate(slo_ceilings(doc, metric)):
                 ax.axhline(
                     limit * scale,
                     color="#c62828",
@@ -219,7 +105,7 @@ def latency_vs_load(doc: AcceptResult) -> str:
                 )
             ax.set_title(f"{it}: {metric.split('_')[0].upper()}")
             ax.set_ylabel(f"{metric.split('_')[0].upper()} ({unit})")
-            ax.set_xticks(x, _conc_labels(doc, it))
+            ax.set_xticks(x, concurrency_labels(doc, it))
             if seen:
                 ax.set_yscale("log")
                 plain_log_axis(ax.yaxis)
@@ -229,19 +115,21 @@ def latency_vs_load(doc: AcceptResult) -> str:
             if row == 1:
                 ax.set_xlabel("load (achieved = completed requests/s)")
     named = ", ".join(["median", *pcts[1:]])
-    fig.suptitle(f"Latency against load per input tier ({named} with 95% CIs) — {_kind(doc)}")
+    fig.suptitle(
+        f"Latency against load per input tier ({named} with 95% CIs) — {figures_kind(doc)}"
+    )
     fig.tight_layout()
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def throughput_vs_concurrency(doc: AcceptResult) -> str:
     """Output tokens/s and the achieved requests/s (goodput dashed) per concurrency tier, each
     tier labelled with the load it offered; an open-loop tier's offered rate is marked beside
     what was achieved."""
-    grid = _grid(doc.cells)
+    grid = cell_grid(doc.cells)
     xs = list(range(len(CONCURRENCY_TIERS)))
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 3.6))
-    for it in _input_tiers(doc):
+    for it in input_tiers(doc):
         cells = [grid.get((it, ct)) for ct in CONCURRENCY_TIERS]
 
         def series(key: str, cells: list[CellResult | None] = cells) -> list[float]:
@@ -275,16 +163,16 @@ def throughput_vs_concurrency(doc: AcceptResult) -> str:
             label="offered rate",
         )
     for ax, unit in ((left, "output tokens/s"), (right, "requests/s")):
-        ax.set_xticks(xs, _conc_labels(doc))
+        ax.set_xticks(xs, concurrency_labels(doc))
         ax.set_xlim(-0.4, len(xs) - 0.6)
         ax.set_xlabel(LOAD_AXIS)
         ax.set_ylabel(unit)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=6)
-    left.set_title(f"Output throughput — {_kind(doc)}")
+    left.set_title(f"Output throughput — {figures_kind(doc)}")
     right.set_title("Requests/s achieved (completed) and goodput (meeting every SLO)")
     fig.tight_layout()
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def distributions(doc: AcceptResult, metric: str) -> str:
@@ -300,22 +188,22 @@ def distributions(doc: AcceptResult, metric: str) -> str:
         ax.text(0.5, 0.5, f"no {metric} samples: no request succeeded", ha="center",
                 va="center", transform=ax.transAxes)  # fmt: skip
         ax.set_axis_off()
-        return _svg(fig)
+        return figure_svg(fig)
     ax.boxplot(data, showfliers=True)
     ax.set_xticks(range(1, len(labels) + 1), labels)
     ax.set_yscale("log")
     plain_log_axis(ax.yaxis)
     ax.set_xlabel("cell (input tier / concurrency tier)")
     ax.set_ylabel(f"{name} ({unit}, log scale)")
-    ax.set_title(f"{name} distribution per cell — {_kind(doc)}")
-    return _svg(fig)
+    ax.set_title(f"{name} distribution per cell — {figures_kind(doc)}")
+    return figure_svg(fig)
 
 
 def timelines(doc: AcceptResult) -> str:
     """KV usage (%) and waiting requests on one time axis per cell (first repetition)."""
-    tiers = _input_tiers(doc)
+    tiers = input_tiers(doc)
     fig, axes = plt.subplots(len(tiers), 3, figsize=(12.0, 2.2 * len(tiers)), squeeze=False)
-    grid = _grid(doc.cells)
+    grid = cell_grid(doc.cells)
     for r, it in enumerate(tiers):
         for c, ct in enumerate(CONCURRENCY_TIERS):
             ax = axes[r][c]
@@ -335,10 +223,10 @@ def timelines(doc: AcceptResult) -> str:
             twin.set_ylabel("waiting (requests)", color="#ef6c00")
     fig.suptitle(
         f"KV use (blue, left axis) and waiting requests (orange, right axis) over time — "
-        f"{_kind(doc)}"
+        f"{figures_kind(doc)}"
     )
     fig.tight_layout()
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def budgets(doc: AcceptResult) -> str:
@@ -359,7 +247,7 @@ def budgets(doc: AcceptResult) -> str:
     ax.set_xlabel("GiB")
     ax.set_ylabel("budget")
     ax.set_title("Structural / engine pool / device peak budgets (computed)")
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def ab_deltas(doc: AcceptResult) -> str:
@@ -377,7 +265,7 @@ def ab_deltas(doc: AcceptResult) -> str:
     if not rows:
         ax.text(0.5, 0.5, "no comparison ran", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
-        return _svg(fig)
+        return figure_svg(fig)
     seen: set[str] = set()
     for i, (_, d) in enumerate(rows):
         base = d.baseline_pct or 1.0
@@ -408,8 +296,8 @@ def ab_deltas(doc: AcceptResult) -> str:
     )
     ax.set_ylabel("comparison: metric, cell")
     ax.legend(fontsize=7, loc="best")
-    ax.set_title(f"A/B deltas with corrected intervals — {_kind(doc)}")
-    return _svg(fig)
+    ax.set_title(f"A/B deltas with corrected intervals — {figures_kind(doc)}")
+    return figure_svg(fig)
 
 
 CHARTS: dict[str, tuple[str, Callable[[AcceptResult], str]]] = {

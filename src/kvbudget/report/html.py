@@ -13,7 +13,14 @@ from kvbudget.accept.result import AcceptResult
 from kvbudget.report.cell_tables import DETAIL_HEADER, detail_rows
 from kvbudget.report.charts import CHARTS, render_charts
 from kvbudget.report.lifecycle import lifecycle_html
-from kvbudget.report.markdown import (
+from kvbudget.report.roles import roles_html
+from kvbudget.report.summary import (
+    basis_text,
+    capacity_sentences,
+    peak_throughput,
+    tier_load_text,
+)
+from kvbudget.report.table_rows import (
     CELL_HEADER,
     PRED_HEADER,
     REP_HEADER,
@@ -28,13 +35,6 @@ from kvbudget.report.markdown import (
     repetition_rows,
     tier_rows,
     value_text,
-)
-from kvbudget.report.roles import roles_html
-from kvbudget.report.summary import (
-    basis_text,
-    capacity_sentences,
-    peak_throughput,
-    tier_load_text,
 )
 from kvbudget.units import format_bytes
 

@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvbudget.accept.result import AcceptResult, CellResult
-from kvbudget.report.markdown import CELL_HEADER, cell_row, shown_percentiles
 from kvbudget.report.summary import capacity_sentences, peak_throughput
+from kvbudget.report.table_rows import CELL_HEADER, cell_row, shown_percentiles
 
 STYLE = {
     "pass": "green",

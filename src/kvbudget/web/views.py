@@ -6,7 +6,6 @@ document, the plan and the three budgets), so API clients get the CLI's numbers 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,31 +13,19 @@ from kvbudget.capacity.assumptions import Assumption
 from kvbudget.capacity.budget import StructuralBudget, ThreeBudgets, three_budgets
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.result import CalcResult
-from kvbudget.capacity.window_charge import group_blocks, window_charges
 from kvbudget.spec.provenance import LedgerEntry
-from kvbudget.units import format_bytes, to_gib, to_mib
+from kvbudget.units import format_bytes, to_gib
+from kvbudget.web.plan_rows import (
+    budget_rows,
+    headline,
+    kv_memory_source,
+    pool_groups_table,
+    pool_rows,
+    structural_row,
+)
+from kvbudget.web.rows import byte_row, labelled_row, one_line_text
 
 SET_HINT = " (on this page: one key=value per line in Overrides)"
-
-
-def _trim(value: float) -> str:
-    text = f"{value:,.6f}".rstrip("0").rstrip(".")
-    return text or "0"
-
-
-def byte_row(key: str, name: str, num_bytes: int) -> dict[str, Any]:
-    """One figure in bytes, MiB and GiB (binary), as numbers and as text."""
-    return {
-        "key": key,
-        "name": name,
-        "bytes": num_bytes,
-        "mib": to_mib(num_bytes),
-        "gib": to_gib(num_bytes),
-        "bytes_text": f"{num_bytes:,}",
-        "mib_text": _trim(to_mib(num_bytes)),
-        "gib_text": _trim(to_gib(num_bytes)),
-        "label": "computed",
-    }
 
 
 def figure_rows(result: CalcResult) -> list[dict[str, Any]]:
@@ -85,21 +72,6 @@ def explicit_view(result: CalcResult) -> dict[str, Any]:
     }
 
 
-def _fmt_bytes(num_bytes: int | None) -> str:
-    return "—" if num_bytes is None else f"{format_bytes(num_bytes)} ({num_bytes:,} B)"
-
-
-def _kv(name: str, value: Any, note: str = "", label: str | None = "computed") -> dict[str, Any]:
-    row: dict[str, Any] = {"name": name, "value": value, "note": note}
-    if label:
-        row["label"] = label
-    return row
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
 def ledger_table(entries: Iterable[LedgerEntry]) -> dict[str, Any]:
     """The ledger: field, value, source, where, note (conflicts flagged)."""
     rows = []
@@ -107,7 +79,7 @@ def ledger_table(entries: Iterable[LedgerEntry]) -> dict[str, Any]:
         note = "; ".join(
             x for x in (entry.note, entry.conflict and f"CONFLICT: {entry.conflict}") if x
         )
-        rows.append([entry.field, _text(entry.value), entry.source, entry.location, note])
+        rows.append([entry.field, one_line_text(entry.value), entry.source, entry.location, note])
     return {"columns": ["field", "value", "source", "where", "note"], "rows": rows}
 
 
@@ -139,195 +111,6 @@ def layer_groups_table(result: CalcResult) -> dict[str, Any]:
     return {"columns": columns, "rows": rows}
 
 
-def pool_groups_table(result: PlanResult) -> dict[str, Any]:
-    """The engine's KV cache groups as the planner built them."""
-    columns = [
-        "group",
-        "kind",
-        "layers",
-        "padding layers",
-        "block size (tokens)",
-        "page bytes (1 block, 1 layer, 1 rank)",
-        "window / chunk",
-    ]
-    blocks = group_blocks(result)
-    if blocks is not None:
-        columns += [
-            "blocks kept per sequence (decoding at max length)",
-            "blocks charged per sequence (maximum concurrency)",
-        ]
-    rows = []
-    for i, group in enumerate(result.groups):
-        limit = group.sliding_window or group.attention_chunk_size
-        row = [
-            group.group_id,
-            group.kind,
-            group.num_layers,
-            group.num_padding_layers,
-            group.block_size,
-            f"{group.page_size_bytes:,}",
-            "—" if limit is None else f"{limit:,}",
-        ]
-        if blocks is not None:
-            row += [f"{blocks[i].kept:,}", f"{blocks[i].charged:,}"]
-        rows.append(row)
-    return {"columns": columns, "rows": rows}
-
-
-AUTO_FIT_PREFIX = "Auto-fit max_model_len:"
-
-
-def length_row(result: PlanResult, *, auto_fit: bool) -> dict[str, Any]:
-    """The max model length, and whether make_plan auto-fitted it (vLLM ``--max-model-len auto``)."""
-    value = f"{result.max_model_len:,} tokens"
-    if not auto_fit:
-        return _kv("max model length", value, "as given (or the model's maximum)", label=None)
-    fitted = [line for line in result.log_lines if line.startswith(AUTO_FIT_PREFIX)]
-    note = (
-        fitted[0].removeprefix(AUTO_FIT_PREFIX).strip()
-        if fitted
-        else "the model's maximum fits the pool, so it is kept"
-    )
-    return _kv("max model length (auto-fitted)", value, "auto: " + note)
-
-
-def kv_memory_row(result: PlanResult) -> dict[str, Any]:
-    """Where the KV bytes per GPU come from: ``--kv-cache-memory`` or the utilization arithmetic."""
-    rank = min(result.ranks, key=lambda r: r.available_kv_bytes)
-    if rank.kv_cache_memory_override:
-        how = "kv_cache_memory override (--kv-cache-memory); replaces the utilization arithmetic"
-    elif result.engine == "sglang":
-        how = f"mem_fraction_static {rank.gpu_memory_utilization} arithmetic (SGLang)"
-    else:
-        how = (
-            f"total × gpu_memory_utilization {rank.gpu_memory_utilization} − weights, "
-            "activation, non-torch (and graphs where subtracted)"
-        )
-    return _kv("KV memory (per GPU)", _fmt_bytes(rank.available_kv_bytes), "source: " + how)
-
-
-def kv_memory_source(result: PlanResult) -> str:
-    """``kv_cache_memory`` when the override set the pool, else ``gpu_memory_utilization``."""
-    override = any(r.kv_cache_memory_override for r in result.ranks)
-    return "kv_cache_memory" if override else "gpu_memory_utilization"
-
-
-def pool_rows(result: PlanResult, *, auto_fit: bool = False) -> list[dict[str, Any]]:
-    """Blocks, tokens, concurrency and the engine's own log lines."""
-    rows = [
-        _kv("engine", f"{result.engine} {result.engine_version}", label=None),
-        _kv(
-            "GPU",
-            f"{result.gpu.id} × {result.num_gpus} (TP {result.tp}, PP {result.pp})",
-            label=None,
-        ),
-        length_row(result, auto_fit=auto_fit),
-        kv_memory_row(result),
-        _kv("KV dtype", result.kv_dtype, label=None),
-        _kv("blocks (per GPU)", f"{result.num_blocks:,} (usable {result.num_usable_blocks:,})"),
-        _kv("block size", f"{result.block_size} tokens", label=None),
-        _kv("KV-cache tokens", f"{result.kv_cache_tokens:,}", "as this engine version logs it"),
-        _kv(
-            "maximum concurrency",
-            f"{result.max_concurrency:.2f}x",
-            f"requests of {result.max_model_len:,} tokens at once",
-        ),
-        *window_rows(result),
-        _kv("KV bytes per token (one rank)", f"{result.kv_bytes_per_token_per_rank:,}"),
-        _kv(
-            "weights (most loaded GPU)",
-            _fmt_bytes(result.weights_bytes),
-            result.weights.method,
-            label=result.weights.source,
-        ),
-    ]
-    rows.extend(
-        _kv("engine log (as it would print)", line, label=None) for line in result.log_lines
-    )
-    return rows
-
-
-def window_rows(result: PlanResult) -> list[dict[str, Any]]:
-    """Why the window groups' blocks per sequence differ from what the concurrency charges."""
-    charges = window_charges(result)
-    if charges is None:
-        return []
-    *windows, summary = charges.lines()
-    rows = [_kv("window group", w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in windows]
-    rows.append(
-        _kv(
-            "max-length sequences while all decode",
-            f"{charges.decode_concurrency:.2f}",
-            summary.removeprefix("so "),
-        )
-    )
-    return rows
-
-
-def headline(result: PlanResult, budgets: ThreeBudgets | None) -> dict[str, Any]:
-    """The answer first: does it start, how many max-length requests at once, how much room."""
-    figures = [
-        {
-            "name": "maximum concurrency",
-            "value": f"{result.max_concurrency:.2f}x",
-            "note": f"requests of {result.max_model_len:,} tokens at once, as the engine logs it",
-        },
-        {
-            "name": "KV-cache tokens",
-            "value": f"{result.kv_cache_tokens:,}",
-            "note": f"{result.num_blocks:,} blocks of {result.block_size} tokens",
-        },
-    ]
-    peaks = budgets.device_peak if budgets is not None else ()
-    if peaks and result.device_given:
-        worst = min(peaks, key=lambda p: p.headroom_bytes)
-        where = f" (PP rank {worst.pp_rank})" if len(peaks) > 1 else ""
-        figures.append(
-            {
-                "name": "device headroom" + where,
-                "value": format_bytes(worst.headroom_bytes),
-                "note": worst.headroom_text(),
-            }
-        )
-    engine = f"{result.engine} {result.engine_version}"
-    if result.fits:
-        verdict = f"Fits: {engine} starts and holds a {result.max_model_len:,}-token request"
-    else:
-        verdict = f"Does not fit: {engine} would refuse to start"
-    return {"fits": result.fits, "verdict": verdict, "figures": figures, "label": "computed"}
-
-
-def structural_row(structural: StructuralBudget) -> dict[str, Any]:
-    return _kv(
-        f"1. structural ({structural.num_sequences} × {structural.bytes_per_sequence:,} B per sequence)",
-        _fmt_bytes(structural.total_bytes),
-        "how large the K/V data is by structure alone: " + structural.method,
-    )
-
-
-def budget_rows(budgets: ThreeBudgets, structural: StructuralBudget) -> list[dict[str, Any]]:
-    """The seed's three budgets, each with what it answers; never merged into one number."""
-    rows = [structural_row(structural)]
-    rows.append(
-        _kv(
-            "2. engine cache pool (per GPU)",
-            _fmt_bytes(max(budgets.engine_pool_bytes_per_rank, default=0)),
-            f"what the engine allocates for KV: {budgets.engine_pool_tokens:,} tokens; "
-            f"{_fmt_bytes(budgets.engine_pool_bytes_replica)} over the whole replica",
-        )
-    )
-    for peak in budgets.device_peak:
-        rows.append(
-            _kv(
-                f"3. device peak (PP rank {peak.pp_rank})",
-                f"{_fmt_bytes(peak.peak_bytes)} of {format_bytes(peak.device_bytes)}",
-                "context + weights + activation + non-torch + graphs + KV pool; "
-                + peak.headroom_text(),
-            )
-        )
-    return rows
-
-
 def model_view(
     calc: CalcResult,
     result: PlanResult | None,
@@ -350,7 +133,7 @@ def model_view(
         pool = (
             []
             if calc.status == "not_applicable"
-            else [_kv("engine pool", "not planned", note, label=None)]
+            else [labelled_row("engine pool", "not planned", note, label=None)]
         )
         fits, fit_message = True, ""
     else:

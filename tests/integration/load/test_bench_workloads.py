@@ -448,7 +448,7 @@ def test_bench_sends_the_prompts_sim_simulates(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, recorder: tuple[Recorder, str]
 ) -> None:
     """The same flags and seed: bench's prompts are sim's planned prompts, in sim's order."""
-    from kvbudget.cli.sim import scenario_from_opts
+    from kvbudget.cli.sim_scenario import scenario_from_opts
     from kvbudget.sim.scenario import build_workload
     from kvbudget.workload.tokenizer import get_tokenizer
 

@@ -26,7 +26,8 @@ from aiohttp import web
 from kvbudget.accept.targets.http import HttpTarget
 from kvbudget.cli.main import run_async
 from kvbudget.load.config import RunConfig
-from kvbudget.load.run import REQUESTS_FILE, run_load
+from kvbudget.load.run import run_load
+from kvbudget.load.run_dir import REQUESTS_FILE
 from kvbudget.maxload.early_stop import EarlyStop
 from kvbudget.maxload.probe import Budget, EarlyStopProbe
 from kvbudget.maxload.slo import parse_slo

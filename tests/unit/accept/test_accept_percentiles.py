@@ -21,7 +21,8 @@ from kvbudget.accept.result import AcceptResult, MetricSummary, PercentileCI
 from kvbudget.cli.main import main
 from kvbudget.report.charts import latency_vs_load
 from kvbudget.report.html import render_html
-from kvbudget.report.markdown import pct_header, percentile_rows, render_markdown
+from kvbudget.report.markdown import render_markdown
+from kvbudget.report.table_rows import pct_header, percentile_rows
 from kvbudget.report.terminal import latency_header, latency_row, print_summary
 from tests.fuzz.test_files import _small_plan
 from tests.unit.report.test_report_render import make_doc

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvbudget.load.client import OpenAIClient, api_root
+from kvbudget.load.client import OpenAIClient
+from kvbudget.load.urls import api_root
 
 
 @pytest.mark.parametrize(

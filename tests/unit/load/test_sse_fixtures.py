@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbudget.load.client import _carries_token
-from kvbudget.load.outcome import Endpoint, StreamOutcome, parse_events
+from kvbudget.load.outcome import Endpoint, StreamOutcome, carries_token, parse_events
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sse"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.sse"))
@@ -56,7 +55,7 @@ def test_one_token_chunk_per_output_token(name: str) -> None:
     assert parse_events(timed, endpoint, out) is None
     expected = engine_token_count(request, events)
     assert out.num_chunks == expected
-    assert sum(_carries_token(data, endpoint) for data in events) == expected
+    assert sum(carries_token(data, endpoint) for data in events) == expected
     assert out.token_times_s() == out.chunk_times_s  # one chunk per token: exact times
     assert out.finish_reason in ("length", "stop")
 

@@ -140,7 +140,7 @@ def test_malformed_slo_is_one_line_on_stderr_from_the_command_line() -> None:
 
 
 def test_a_search_stopped_before_any_probe_says_so() -> None:
-    from kvbudget.cli.capacity import render
+    from kvbudget.cli.capacity_render import render
     from kvbudget.maxload.point import LoadKind, Point
     from kvbudget.maxload.probe import Budget
     from kvbudget.maxload.run import find_capacity

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kvbudget.cli.capacity import render
+from kvbudget.cli.capacity_render import render
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -26,10 +26,10 @@ from kvbudget.accept.result import (
     PercentileCI,
 )
 from kvbudget.records import Provenance
+from kvbudget.report.chart_style import plain_number
 from kvbudget.report.charts import (
     distributions,
     latency_vs_load,
-    plain_number,
     throughput_vs_concurrency,
     verdict_heatmap,
 )

@@ -16,7 +16,8 @@ from kvbudget.accept.result import (
 from kvbudget.records import Provenance
 from kvbudget.report.charts import CHARTS, render_charts
 from kvbudget.report.html import render_html
-from kvbudget.report.markdown import CELL_HEADER, cell_row, render_markdown, split_verdicts
+from kvbudget.report.markdown import render_markdown
+from kvbudget.report.table_rows import CELL_HEADER, cell_row, split_verdicts
 
 
 def make_doc(name: str = "hand-built") -> AcceptResult:
@@ -120,7 +121,7 @@ def test_free_text_is_escaped_in_both_formats() -> None:
 
 
 def test_float_residue_and_run_dicts_are_readable() -> None:
-    from kvbudget.report.markdown import pairs_text, percentile_rows
+    from kvbudget.report.table_rows import pairs_text, percentile_rows
 
     doc = make_doc()
     cell = doc.cells[0]
@@ -144,7 +145,7 @@ def test_float_residue_and_run_dicts_are_readable() -> None:
 
 def test_lock_values_and_delta_change_read_as_written() -> None:
     from kvbudget.accept.result import ComparisonResult, MetricDelta
-    from kvbudget.report.markdown import delta_rows, value_text
+    from kvbudget.report.table_rows import delta_rows, value_text
 
     assert value_text(None) == "—"
     assert value_text({"enabled": True, "salt": "per-tenant"}) == "enabled: true, salt: per-tenant"

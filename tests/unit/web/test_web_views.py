@@ -7,7 +7,8 @@ import pytest
 from kvbudget.errors import ReportError
 from kvbudget.web.documents import inspect_document
 from kvbudget.web.library import CHART_POINTS, context_lengths
-from kvbudget.web.views import byte_row, token_label
+from kvbudget.web.rows import byte_row
+from kvbudget.web.views import token_label
 
 
 def test_context_ladder_ends_at_max_model_len() -> None:

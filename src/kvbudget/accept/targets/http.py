@@ -27,13 +27,15 @@ from typing import Any
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.targets.base import CellRun, TargetInfo
 from kvbudget.errors import TargetError
-from kvbudget.load.client import OpenAIClient, route_url
+from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
 from kvbudget.load.engine_report import EngineReport, read_engine_report
 from kvbudget.load.identity import server_identity
 from kvbudget.load.prometheus import parse_exposition
-from kvbudget.load.run import METRICS_FILE, REQUESTS_FILE, run_load
+from kvbudget.load.run import run_load
+from kvbudget.load.run_dir import METRICS_FILE, REQUESTS_FILE
 from kvbudget.load.runner import StopWhen
+from kvbudget.load.urls import route_url
 from kvbudget.records import MetricSample, RecordSource, RequestRecord, read_jsonl
 from kvbudget.safety.procs import child_preexec
 from kvbudget.safety.tempdir import private_tempdir
