@@ -1,51 +1,86 @@
-"""One name per serving engine, and every spelling of it kvbudget reads.
+"""One name per serving engine, and every spelling of it kvbudget reads: a registered name.
 
-kvbudget plans, simulates, deploys and measures three engines. Their one name,
-:data:`EngineName`, is how the ``--engine`` flags spell them (``vllm``, ``sglang``,
-``llamacpp``). Elsewhere an engine arrives spelled otherwise: llama.cpp reports itself as
-``llama.cpp`` (what ``kvbudget calibrate`` and the load identity record, kept as written so
+An engine's one name (:data:`EngineName`) is how the ``--engine`` flags spell it (``vllm``,
+``sglang``, ``llamacpp``). Elsewhere an engine arrives spelled otherwise: llama.cpp reports itself
+as ``llama.cpp`` (what ``kvbudget calibrate`` and the load identity record, kept as written so
 recorded files do not change), its server binary is ``llama-server``, a lock file may say
 ``llama-cpp``, and a calibration profile's ``engine`` carries a version after the name
 (``llama.cpp b4500``). Code that compares engines asks :func:`engine_of` or :func:`is_engine`
 instead of comparing those strings.
 
-A name that is none of the three (``kvbudget-serve``, ``unknown``, ``hf`` for the
-transformers layout of ``calc``) is no engine here: :func:`engine_of` gives ``None`` and
-:func:`parse_engine` refuses it in one line. ``calc``'s layouts are their own type,
-``kvbudget.capacity.layouts.base.Layout`` (``hf`` and these names); the engines ``plan`` models
-are ``kvbudget.capacity.plan_types.Engine`` (vLLM and SGLang). A flag or a request field is parsed
-into one of these types once, where it enters; inside, code compares the typed names, which
-mypy --strict checks (a misspelt ``engine == "llama.cpp"`` is a non-overlapping comparison).
+The names are **registered**, not a closed type: :func:`register_engine_name` adds a name, its
+aliases and how it reports itself, and every lookup here (:func:`engine_names`, :func:`engine_of`,
+:func:`parse_engine`) reads the register. The three built-in engines are registered below, at the
+bottom layer, because the layers under ``capacity`` (``load``, ``spec``) read their spellings
+without importing the engine folders; a new engine registers its name from its folder
+(``kvbudget.capacity.engines.registry.register_engine`` does it for it) and is then an engine
+everywhere. Code compares names to the typed constants :data:`VLLM`, :data:`SGLANG` and
+:data:`LLAMACPP`, never to string literals.
+
+A name that is none of them (``kvbudget-serve``, ``unknown``, ``hf`` for the transformers layout
+of ``calc``) is no engine here: :func:`engine_of` gives ``None`` and :func:`parse_engine` refuses
+it in one line naming the field, the value and the registered names.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, TypeAlias
 
 from kvbudget.errors import ConfigError, shown_value
 
-EngineName = Literal["vllm", "sglang", "llamacpp"]
-#: the engines, in the order kvbudget lists them
-ENGINE_NAMES: Final[tuple[EngineName, ...]] = get_args(EngineName)
+#: an engine's registered name (validated where it enters: :func:`parse_engine`)
+EngineName: TypeAlias = str
 
-#: every spelling kvbudget reads (lower case), to its one name
-ALIASES: Final[dict[str, EngineName]] = {
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "llamacpp": "llamacpp",
-    "llama.cpp": "llamacpp",
-    "llama-cpp": "llamacpp",
-    "llama_cpp": "llamacpp",
-    "llama-server": "llamacpp",
-    "llamaserver": "llamacpp",
-}
+VLLM: Final[EngineName] = "vllm"
+SGLANG: Final[EngineName] = "sglang"
+LLAMACPP: Final[EngineName] = "llamacpp"
 
+#: every spelling kvbudget reads (lower case), to its one name; filled by registration
+ALIASES: Final[dict[str, EngineName]] = {}
 #: how engine identities and calibration profiles write each engine (recorded files keep it)
-REPORTED: Final[dict[EngineName, str]] = {
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "llamacpp": "llama.cpp",
-}
+REPORTED: Final[dict[EngineName, str]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class NameChoices:
+    """Field metadata: the registered names a field takes (``--engine``'s choices, read when the
+    command line is parsed, so a name registered later is offered too)."""
+
+    names: Callable[[], tuple[str, ...]]
+
+
+def register_engine_name(
+    name: str, *, aliases: Iterable[str] = (), reported: str | None = None
+) -> EngineName:
+    """Register ``name`` (lower case), its other spellings and how it reports itself; registering
+    the same again is a no-op, a spelling claimed by another engine is refused."""
+    if name != name.lower() or not name or " " in name:
+        raise ValueError(f"engine name {name!r}: one lower-case word")
+    spellings = {name, *(a.lower() for a in aliases)}
+    for spelling in spellings:
+        owner = ALIASES.get(spelling)
+        if owner is not None and owner != name:
+            raise ValueError(f"engine spelling {spelling!r} is registered to {owner!r}")
+    for spelling in spellings:
+        ALIASES[spelling] = name
+    REPORTED[name] = reported or REPORTED.get(name, name)
+    return name
+
+
+register_engine_name(VLLM)
+register_engine_name(SGLANG)
+register_engine_name(
+    LLAMACPP,
+    aliases=("llama.cpp", "llama-cpp", "llama_cpp", "llama-server", "llamaserver"),
+    reported="llama.cpp",
+)
+
+
+def engine_names() -> tuple[EngineName, ...]:
+    """The registered engines, in the order kvbudget lists them (registration order)."""
+    return tuple(REPORTED)
 
 
 def engine_of(text: str | None) -> EngineName | None:
@@ -66,7 +101,7 @@ def parse_engine(text: str, field: str) -> EngineName:
     """``text``'s engine, or one line naming ``field``, the value and the choices."""
     name = engine_of(text)
     if name is None:
-        choices = ", ".join(ENGINE_NAMES)
+        choices = ", ".join(engine_names())
         raise ConfigError(
             f"{field}: {shown_value(text)} is no engine kvbudget knows; use one of {choices}",
             field=field,

@@ -1,11 +1,10 @@
 """Every place that dispatches on an engine handles each :data:`EngineName` (and each ``calc``
 layout) or refuses it in one line (issue #33 step 1: one name, parsed once at the boundary).
 
-Inside, the comparisons are on the typed names (``Literal`` types), so mypy --strict's
-strict-equality refuses a misspelt one (``engine == "llama.cpp"`` on an :data:`EngineName`);
-the deploy multi-node commands end in ``assert_never``, so mypy also proves they handle every
-member; ``run_layout`` and ``make_plan`` look the engine up in the registry
-(``capacity/engines/``), which ``tests/unit/plan/test_engine_registry.py`` checks is complete. These tests are the runtime side: a new member without a branch, or a
+The names are registered (``engine_name.register_engine_name``, ``capacity/engines/``), and the
+code that differs per engine asks the engine's registered entry (``capacity/engines/``,
+``deploy/engines/``) instead of comparing names; ``tests/unit/plan/test_engine_registry.py``
+adds a fake engine that way. These tests are the runtime side: a new member without a branch, or a
 branch that falls through to another engine's, fails here.
 """
 
@@ -19,18 +18,20 @@ import pytest
 import yaml
 
 from kvbudget.capacity.dtypes import ENGINE_DTYPES, get_kv_dtype
+from kvbudget.capacity.engines.registry import layout_names, parse_layout, planned_engines
 from kvbudget.capacity.kvbytes import calc_model
-from kvbudget.capacity.layouts.base import LAYOUTS, parse_layout
-from kvbudget.capacity.plan_types import PLAN_ENGINES, planned_engine
+from kvbudget.capacity.plan_types import planned_engine
 from kvbudget.cli.main import main
 from kvbudget.cli.sim import SIM_ENGINES
-from kvbudget.deploy.engine_args import HEALTH_PATH
-from kvbudget.deploy.render import DEFAULT_IMAGES
-from kvbudget.engine_name import ENGINE_NAMES, REPORTED, EngineName
+from kvbudget.deploy.engines.registry import deploy_engines
+from kvbudget.engine_name import REPORTED, EngineName, engine_names
 from kvbudget.errors import ConfigError
 from tests.unit.deploy.conftest import demo_plan_data
 
 MODEL = "meta-llama/Llama-3.1-8B"
+ENGINE_NAMES = engine_names()
+LAYOUTS = layout_names()
+PLAN_ENGINES = planned_engines()
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -57,7 +58,7 @@ def test_the_layouts_are_transformers_and_the_engines() -> None:
 
 
 def test_every_table_keyed_by_engine_has_every_engine() -> None:
-    assert set(HEALTH_PATH) == set(REPORTED) == set(DEFAULT_IMAGES) == set(ENGINE_NAMES)
+    assert set(REPORTED) == set(deploy_engines()) == set(ENGINE_NAMES)
     assert tuple(ENGINE_DTYPES) == LAYOUTS
     # the engines plan and sim model are engines (the others they refuse, tested below)
     assert set(PLAN_ENGINES) <= set(ENGINE_NAMES)

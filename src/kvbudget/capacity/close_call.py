@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvbudget.capacity.engines.registry import engine_is
 from kvbudget.capacity.memory import RankMemory
 from kvbudget.engine_name import EngineName
 from kvbudget.units import GiB
@@ -83,7 +84,7 @@ def plan_close_call(
 ) -> CloseCall | None:
     """A vLLM plan's close call on its tightest stage; None for other engines, and when the
     verdict rests on something else (a length refusal, a warm-up that cannot fit)."""
-    if engine != "vllm" or not ranks:
+    if not engine_is(engine, lambda e: e.group_blocks) or not ranks:
         return None
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)
     if (tightest.available_kv_bytes >= needed_bytes) != fits:

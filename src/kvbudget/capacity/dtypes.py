@@ -15,7 +15,6 @@ Sources (see ``/work/shared/reference``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from kvbudget.capacity.layouts.base import Layout
 from kvbudget.errors import ConfigError
@@ -139,7 +138,8 @@ _GGML_ALIASES = {
     "bfloat16": "bf16",
 }
 
-#: names each engine accepts (``auto`` is resolved against the model dtype)
+#: names each engine accepts (``auto`` is resolved against the model dtype); an engine registered
+#: later adds its row with :func:`register_kv_dtypes`
 ENGINE_DTYPES: dict[Layout, tuple[str, ...]] = {
     "hf": ("auto", "float32", "float16", "bfloat16"),
     "vllm": (
@@ -166,20 +166,48 @@ _BY_BYTES = {4: "float32", 2: "bfloat16", 1: "fp8"}
 EXPLICIT_FLOAT32 = "float"
 
 
-#: the engines that serve a float32 config's ``auto`` KV in half precision
-_HALVES_FLOAT32: Final[frozenset[Layout]] = frozenset({"vllm", "sglang"})
+@dataclass(frozen=True, slots=True)
+class KvDtypeRules:
+    """How an engine reads a KV dtype name besides the names it accepts: ``ggml`` spellings
+    (``f16``, not ``float16``: llama.cpp); ``auto`` fixed whatever the model (llama.cpp's default
+    cache type ``f16``); ``halves_float32``: a float32 config's ``auto`` KV served in half
+    precision (vLLM, SGLang)."""
+
+    ggml: bool = False
+    auto: str | None = None
+    halves_float32: bool = False
+
+
+_RULES: dict[Layout, KvDtypeRules] = {
+    "hf": KvDtypeRules(),
+    "vllm": KvDtypeRules(halves_float32=True),
+    "sglang": KvDtypeRules(halves_float32=True),
+    "llamacpp": KvDtypeRules(ggml=True, auto="f16"),
+}
+
+
+def register_kv_dtypes(
+    engine: Layout, names: tuple[str, ...], rules: KvDtypeRules = KvDtypeRules()
+) -> None:
+    """Add an engine's KV dtypes (its folder's registration does, for an engine added later)."""
+    unknown = [n for n in names if n != "auto" and n not in KV_DTYPES]
+    if unknown:
+        raise ValueError(f"engine {engine!r}: unknown KV dtypes {unknown}")
+    ENGINE_DTYPES[engine] = names
+    _RULES[engine] = rules
 
 
 def dtype_for_model(model_dtype: str | None, *, engine: Layout) -> KvDtype:
     """The KV dtype ``auto`` resolves to for a model dtype on an engine."""
     raw = (model_dtype or "bfloat16").removeprefix("torch.")
     name = _ALIASES.get(raw, raw)
-    if engine == "llamacpp":
+    rules = _RULES.get(engine, KvDtypeRules())
+    if rules.auto is not None:
         # llama.cpp's default cache type is f16 whatever the weights are (-ctk/-ctv f16).
-        return KV_DTYPES["f16"]
+        return KV_DTYPES[rules.auto]
     if name in ("float8_e4m3fn", "float8_e5m2"):
         name = "fp8"
-    if name == "float32" and engine in _HALVES_FLOAT32 and raw != EXPLICIT_FLOAT32:
+    if name == "float32" and rules.halves_float32 and raw != EXPLICIT_FLOAT32:
         # vLLM and SGLang serve fp32 configs in bf16/fp16 when dtype is auto.
         name = "bfloat16"
     if name not in KV_DTYPES:
@@ -192,7 +220,8 @@ def dtype_for_model(model_dtype: str | None, *, engine: Layout) -> KvDtype:
 def get_kv_dtype(name: str, *, engine: Layout = "vllm", model_dtype: str | None = None) -> KvDtype:
     """Look up a KV dtype by name for an engine; ``auto`` uses the model dtype."""
     key = name.strip().lower()
-    key = _GGML_ALIASES.get(key, key) if engine == "llamacpp" else _ALIASES.get(key, key)
+    ggml = _RULES[engine].ggml if engine in _RULES else False
+    key = _GGML_ALIASES.get(key, key) if ggml else _ALIASES.get(key, key)
     if key == "auto":
         return dtype_for_model(model_dtype, engine=engine)
     allowed = ENGINE_DTYPES.get(engine)

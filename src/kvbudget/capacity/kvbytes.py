@@ -19,12 +19,11 @@ from kvbudget.capacity.assumptions import (
     status_from,
 )
 from kvbudget.capacity.dtypes import dtype_from_element_bytes, get_kv_dtype
-from kvbudget.capacity.engines.registry import LayoutLoad, engine_entry
+from kvbudget.capacity.engines.registry import LayoutLoad, engine_entry, parse_layout
 from kvbudget.capacity.layouts.base import (
     Layout,
     LayoutNotApplicable,
     LayoutResult,
-    parse_layout,
 )
 from kvbudget.capacity.ledger import input_entry, length_conflict
 from kvbudget.capacity.result import CalcResult
@@ -296,7 +295,8 @@ def calc_model(
             **base,
         )
     dtypes = [get_kv_dtype(kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)]
-    if layout_name == "vllm" and layout.kv_dtype != dtypes[0].name:  # DeepSeek-V4: fp8_ds_mla
+    entry = engine_entry(layout_name)
+    if entry.picks_kv_dtype and layout.kv_dtype != dtypes[0].name:  # DeepSeek-V4: fp8_ds_mla
         dtypes[0] = get_kv_dtype(layout.kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)
     if v_dtype is not None:
         dtypes.append(get_kv_dtype(v_dtype, engine=layout_name, model_dtype=spec.torch_dtype))
@@ -314,7 +314,7 @@ def calc_model(
             note=kv_note,
         )
     )
-    if layout_name == "vllm":
+    if entry.has_blocks:
         inputs.append(
             input_entry(
                 "block_size",

@@ -10,28 +10,48 @@ uses ``max_num_batched_tokens`` and ``max_num_seqs``; the timing model reads ``g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from typing import Annotated, Any, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from kvbudget.capacity.memory import RankMemory
 from kvbudget.capacity.pool import KvCacheGroup, MambaCacheMode
 from kvbudget.capacity.sglang_pool import SglangPool
 from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.engine_name import NameChoices
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layer_runs import MAX_SPELLED_OUT_LAYERS, LayerIndices
 from kvbudget.units import GiB, cdiv
 
-#: the engines whose pool ``make_plan`` models (a part of :data:`kvbudget.engine_name.EngineName`;
-#: llama.cpp's slots are no block pool to plan)
-Engine = Literal["vllm", "sglang"]
-PLAN_ENGINES: Final[tuple[Engine, ...]] = get_args(Engine)
-_PLANNED: Final[dict[str, Engine]] = {name: name for name in PLAN_ENGINES}
+
+def _planned_engines() -> tuple[str, ...]:
+    from kvbudget.capacity.engines.registry import planned_engines
+
+    return planned_engines()
 
 
-def planned_engine(name: str) -> Engine | None:
+def _check_planned(name: str) -> str:
+    """``name`` if a registered engine's planner plans it, else a one-line refusal (pydantic
+    names the field ``engine`` and the value before it)."""
+    from kvbudget.capacity.engines.registry import planned_engine
+
+    if planned_engine(name) is None:
+        raise ValueError(
+            f"{name!r} is no engine kvbudget plans; choose one of {', '.join(_planned_engines())}"
+        )
+    return name
+
+
+#: an engine whose pool ``make_plan`` models: one registered in ``capacity/engines/`` with a
+#: planner (llama.cpp's slots are no block pool to plan); checked where a request is validated
+Engine: TypeAlias = Annotated[str, AfterValidator(_check_planned), NameChoices(_planned_engines)]
+
+
+def planned_engine(name: str) -> str | None:
     """``name`` as an engine ``make_plan`` models, or ``None`` (``llamacpp``, the ``hf`` layout)."""
-    return _PLANNED.get(name)
+    from kvbudget.capacity.engines.registry import planned_engine as registered
+
+    return registered(name)
 
 
 class PlanRequest(BaseModel):
@@ -286,7 +306,7 @@ class PlanResult:
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Blocks one sequence of ``num_tokens`` holds across all groups (window-bounded)."""
-        if self.engine == "sglang":
+        if _token_pool(self.engine):
             return cdiv(num_tokens, self.block_size) if num_tokens > 0 else 0
         return sum(
             g.blocks_for_tokens(num_tokens, self.in_flight_tokens, self.mamba_cache_mode)
@@ -360,3 +380,10 @@ class PlanResult:
             "remedies": list(self.remedies),
             "notes": list(self.notes),
         }
+
+
+def _token_pool(engine: str) -> bool:
+    """One pool of pages for all layers (SGLang), as the engine registered it."""
+    from kvbudget.capacity.engines.registry import engine_is
+
+    return engine_is(engine, lambda e: e.token_pool)

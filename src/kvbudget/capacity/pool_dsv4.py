@@ -31,10 +31,10 @@ so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
 from __future__ import annotations
 
 from collections import Counter
+from typing import Protocol
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
-from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
@@ -47,6 +47,18 @@ __all__ = [
     "dsv4_groups",
     "packed_groups",
 ]
+
+
+class Dsv4Request(Protocol):
+    """What :func:`check_dsv4_request` reads of a ``PlanRequest`` (the pool does not import the
+    plan's types, which look engines up in the registry)."""
+
+    @property
+    def speculative_config(self) -> str | None: ...
+
+    @property
+    def disable_hybrid_kv_cache_manager(self) -> bool: ...
+
 
 #: the vLLM version whose DeepSeek-V4 source these rules were read from
 DSV4_READ_FROM = (0, 32, 0)
@@ -120,7 +132,7 @@ def dsv4_groups(spec: ModelSpec, *, pp: int = 1) -> list[KvCacheGroup]:
     return out
 
 
-def check_dsv4_request(request: PlanRequest, version: tuple[int, int, int]) -> None:
+def check_dsv4_request(request: Dsv4Request, version: tuple[int, int, int]) -> None:
     """Refuse, in one line naming the field, what the DeepSeek-V4 rule does not model."""
     if version < DSV4_READ_FROM:
         raise LayoutNotApplicable(

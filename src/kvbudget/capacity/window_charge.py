@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvbudget.capacity.engines.registry import engine_is
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec, blocks_held
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
@@ -149,7 +150,7 @@ def group_blocks(result: PlanResult) -> list[GroupBlocks] | None:
     """Per KV cache group, the blocks one max-length sequence keeps once decoding and the
     blocks the concurrency figure charges it; ``None`` where the figure does not charge per
     group (not vLLM, or a version that divides tokens by the length)."""
-    if result.engine != "vllm" or not result.groups:
+    if not engine_is(result.engine, lambda e: e.group_blocks) or not result.groups:
         return None
     if vllm_behaviour(result.engine_version).concurrency == "tokens_over_len":
         return None

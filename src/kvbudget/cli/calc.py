@@ -10,12 +10,12 @@ import click
 from rich.console import Console
 
 from kvbudget.capacity.assumptions import CHECKLIST
+from kvbudget.capacity.engines.registry import layout_names, parse_layout
 from kvbudget.capacity.kvbytes import calc_explicit, calc_model
-from kvbudget.capacity.layouts.base import LAYOUTS, parse_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_cells, llamacpp_kv_split
 from kvbudget.cli.calc_flags import LlamaKnobs, count_flag
 from kvbudget.cli.calc_render import render
-from kvbudget.cli.vocab import DP, KV_DTYPE, PP, TP
+from kvbudget.cli.vocab import DP, KV_DTYPE, PP, TP, RegisteredChoice
 from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import parse_overrides, resolve_model
 
@@ -42,7 +42,9 @@ _EXPLICIT = ("layers", "kv_heads", "head_dim", "dtype_bytes")
     help="Allow downloading config.json from the Hugging Face Hub (off by default).",
 )
 @click.option(
-    "--engine", type=click.Choice(LAYOUTS), help="Engine layout for --model (default vllm)."
+    "--engine",
+    type=RegisteredChoice(layout_names),
+    help="Engine layout for --model (default vllm).",
 )
 @click.option(
     "--from-transformers",
@@ -182,7 +184,9 @@ def calc(
     Model mode: --model REF --tokens N [--engine --kv-dtype --tp --pp --dp --block-size].
     Status is exact, structural_reference or not_applicable (exit code 3).
     """
-    layout = None if engine is None else parse_layout(engine)  # click.Choice(LAYOUTS) checked it
+    layout = (
+        None if engine is None else parse_layout(engine)
+    )  # RegisteredChoice(layout_names) checked it
     confirm_flags = {
         "full_attention": c_full,
         "identical_layers": c_identical,

@@ -15,7 +15,8 @@ From the field:
 * **type**: ``int`` is a count with vLLM's suffixes (``32k`` = 32,000, ``32K`` = 32,768; the
   minimum from ``ge``/``gt``); an ``int`` named ``*_bytes`` a size (``80G`` = 80 GiB as vLLM
   reads ``--kv-cache-memory-bytes``, ``80g`` = 80 x 10^9); ``float`` a real; a ``Literal`` its
-  choices; ``bool | None`` an on/off pair ``--x/--no-x``; a ``bool`` a flag that flips the
+  choices, and so do a field's registered names (``NameChoices`` metadata: ``--engine``);
+  ``bool | None`` an on/off pair ``--x/--no-x``; a ``bool`` a flag that flips the
   field's default; anything else text.
 * **help**: the field's ``description``.
 * **default**: none on the command line. A flag not given leaves the field to the plan file or
@@ -39,7 +40,8 @@ import click
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from kvbudget.cli.vocab import COUNT, SIZE, Count, shared_flag
+from kvbudget.cli.vocab import COUNT, SIZE, Count, RegisteredChoice, shared_flag
+from kvbudget.engine_name import NameChoices
 from kvbudget.units import parse_bytes, parse_count
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -144,6 +146,9 @@ def _click_type(
     kind, _ = _value_type(info.annotation)
     if meta.get("choices"):
         return click.Choice([str(c) for c in meta["choices"]])
+    registered = next((m for m in info.metadata if isinstance(m, NameChoices)), None)
+    if registered is not None:
+        return RegisteredChoice(registered.names)
     if get_origin(kind) is Literal:
         return click.Choice([str(c) for c in get_args(kind)])
     if is_size(name, info):

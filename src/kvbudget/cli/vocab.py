@@ -189,6 +189,30 @@ class Endpoint(_StrType):
         )
 
 
+if TYPE_CHECKING:
+    _StrChoice = click.Choice[str]
+else:
+    _StrChoice = click.Choice
+
+
+class RegisteredChoice(_StrChoice):
+    """A choice of registered names (``--engine``), read when a command line is parsed or its
+    --help shown, so an engine registered after the command was declared is a choice too; the
+    help and the refusal of another value are click's, as for a fixed ``click.Choice``."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
+        self._names = names
+        super().__init__((), case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return self._names()
+
+    @choices.setter
+    def choices(self, value: tuple[str, ...]) -> None:
+        """click's ``__init__`` sets the choices; the register keeps them."""
+
+
 COUNT = Count()
 COUNT0 = Count(minimum=0)
 SIZE = ByteSize()

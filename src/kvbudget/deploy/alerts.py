@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbudget.deploy.engines.registry import SERIES_KEYS, deploy_engine
 from kvbudget.deploy.promql import label_value, template_literal
 from kvbudget.deploy.source import (
     DeploySource,
@@ -27,39 +28,6 @@ from kvbudget.deploy.source import (
     waiting_threshold,
 )
 
-#: per engine: unified name -> series (None: the engine does not export it)
-ENGINE_SERIES: dict[str, dict[str, str | None]] = {
-    "vllm": {
-        "kv_usage": "vllm:kv_cache_usage_perc",
-        "waiting": "vllm:num_requests_waiting",
-        "preemptions": "vllm:num_preemptions_total",
-        "ttft_bucket": "vllm:time_to_first_token_seconds_bucket",
-        "tpot_bucket": "vllm:request_time_per_output_token_seconds_bucket",
-        "queue_bucket": "vllm:request_queue_time_seconds_bucket",
-        "prefix_hits": "vllm:prefix_cache_hits_total",
-        "prefix_queries": "vllm:prefix_cache_queries_total",
-    },
-    "sglang": {
-        "kv_usage": "sglang:token_usage",
-        "waiting": "sglang:num_queue_reqs",
-        "preemptions": None,
-        "ttft_bucket": "sglang:time_to_first_token_seconds_bucket",
-        "tpot_bucket": "sglang:inter_token_latency_seconds_bucket",
-        "queue_bucket": None,
-        "prefix_hits": "sglang:cached_tokens_total",
-        "prefix_queries": "sglang:prompt_tokens_total",
-    },
-    "llamacpp": {
-        "kv_usage": None,
-        "waiting": "llamacpp:requests_deferred",
-        "preemptions": None,
-        "ttft_bucket": None,
-        "tpot_bucket": None,
-        "queue_bucket": None,
-        "prefix_hits": None,
-        "prefix_queries": None,
-    },
-}
 GROUP_BY = "namespace, model_name"
 DEFAULT_KV_HIGH_WATER = 0.90
 
@@ -122,7 +90,8 @@ def _quantile(q: float, bucket: str, sel: str, window: str, by: str = GROUP_BY) 
 
 
 def build_rules(src: DeploySource, opts: AlertOptions) -> RuleSet:
-    series = ENGINE_SERIES[opts.engine]
+    entry = deploy_engine(opts.engine)  # a name with no entry: one line naming the known ones
+    series = {key: entry.series_of(key) for key in SERIES_KEYS}
     sel, win, for_ = opts.selector, opts.rate_window, opts.alert_for
     rs = RuleSet()
     svc = {"service": opts.service}

@@ -31,7 +31,6 @@ from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.engine_name import EngineName, engine_of
 from kvbudget.errors import ConfigError
 
-HEALTH_PATH: dict[EngineName, str] = {"vllm": "/health", "sglang": "/health", "llamacpp": "/health"}
 DEFAULT_PORT = 8000
 #: first vLLM version whose arg_utils.py was read to have --shutdown-timeout (0 aborts, >0 waits)
 SHUTDOWN_TIMEOUT_SINCE = (0, 32)
@@ -49,18 +48,18 @@ class EngineCommand:
     notes: tuple[str, ...] = ()
 
 
-def _v(lock: ObjectLock, name: str) -> Any:
+def lock_value(lock: ObjectLock, name: str) -> Any:
     return getattr(lock, name).value
 
 
-def _locked_flags(
+def locked_flags(
     lock: ObjectLock, pairs: tuple[tuple[str, str], ...], sources: dict[str, str]
 ) -> list[str]:
     """``flag value`` for every (flag, lock field) pair whose field the lock sets; each flag's
     source recorded as ``lock.<field>``."""
     argv: list[str] = []
     for flag, name in pairs:
-        value = _v(lock, name)
+        value = lock_value(lock, name)
         if value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
             sources[flag] = f"lock.{name}"
@@ -68,14 +67,11 @@ def _locked_flags(
 
 
 def engine_name(lock: ObjectLock) -> EngineName:
-    name = engine_of(str(lock.engine.name.value or "vllm"))
-    if name is None:
-        raise ConfigError(
-            f"lock.engine.name: kvbudget deploy renders vllm, sglang or llamacpp "
-            f"(got {lock.engine.name.value!r}); fix the engine name",
-            field="lock.engine.name",
-        )
-    return name
+    """The lock's engine, one ``deploy`` renders, or one line naming the registered ones."""
+    from kvbudget.deploy.engines.registry import deploy_engine
+
+    text = str(lock.engine.name.value or "vllm")
+    return deploy_engine(engine_of(text) or text).name
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
@@ -152,89 +148,6 @@ def _merge_declared(argv: list[str], sources: dict[str, str], declared: list[str
     return argv + extra
 
 
-def _vllm(lock: ObjectLock, model: str, port: int, sources: dict[str, str]) -> list[str]:
-    argv = ["vllm", "serve", model, "--host", "0.0.0.0", "--port", str(port)]
-    argv += ["--served-model-name", lock.model.id]
-    sources["--served-model-name"] = "lock.model.id"
-    pairs = (
-        ("--tensor-parallel-size", "tensor_parallel"),
-        ("--pipeline-parallel-size", "pipeline_parallel"),
-        ("--max-model-len", "max_model_len"),
-        ("--block-size", "block_size"),
-        ("--gpu-memory-utilization", "gpu_memory_utilization"),
-        ("--kv-cache-dtype", "kv_dtype"),
-        ("--max-num-seqs", "max_num_seqs"),
-        ("--max-num-batched-tokens", "max_num_batched_tokens"),
-    )
-    argv += _locked_flags(lock, pairs, sources)
-    policy = _v(lock, "prefix_caching")
-    if policy is not None:
-        flag = "--enable-prefix-caching" if policy.enabled else "--no-enable-prefix-caching"
-        argv.append(flag)
-        sources[flag] = "lock.prefix_caching.enabled"
-    asynchronous = lock.async_scheduling.value if lock.async_scheduling else None
-    if asynchronous is not None:
-        flag = "--async-scheduling" if asynchronous else "--no-async-scheduling"
-        argv.append(flag)
-        sources[flag] = "lock.async_scheduling"
-    gib = offload_gib(lock)
-    if gib is not None:
-        argv += ["--kv-offloading-size", f"{gib:g}", "--kv-offloading-backend", "native"]
-        sources["--kv-offloading-size"] = "lock.offload (GiB, total over TP ranks)"
-        sources["--kv-offloading-backend"] = "lock.offload (vLLM native CPU offloading)"
-    return argv
-
-
-def _sglang(lock: ObjectLock, model: str, port: int, sources: dict[str, str]) -> list[str]:
-    argv = ["python3", "-m", "sglang.launch_server", "--model-path", model]
-    argv += ["--host", "0.0.0.0", "--port", str(port), "--enable-metrics"]
-    pairs = (
-        ("--tp-size", "tensor_parallel"),
-        ("--pp-size", "pipeline_parallel"),
-        ("--context-length", "max_model_len"),
-        ("--page-size", "block_size"),
-        ("--mem-fraction-static", "gpu_memory_utilization"),
-        ("--kv-cache-dtype", "kv_dtype"),
-        ("--max-running-requests", "max_num_seqs"),
-        ("--chunked-prefill-size", "max_num_batched_tokens"),
-    )
-    argv += _locked_flags(lock, pairs, sources)
-    policy = _v(lock, "prefix_caching")
-    if policy is not None and not policy.enabled:
-        argv.append("--disable-radix-cache")
-        sources["--disable-radix-cache"] = "lock.prefix_caching.enabled"
-    if offload_gib(lock) is not None:
-        raise ConfigError(
-            "lock.offload: kvbudget deploy renders KV offload flags for vLLM only (SGLang's "
-            "HiCache flags are not verified here); set offload: none or add the flags to "
-            "lock.engine.flags",
-            field="lock.offload",
-        )
-    return argv
-
-
-def _llamacpp(lock: ObjectLock, model: str, port: int, sources: dict[str, str]) -> list[str]:
-    if (_v(lock, "tensor_parallel") or 1) * (_v(lock, "pipeline_parallel") or 1) > 1:
-        raise ConfigError(
-            "lock.tensor_parallel: llama-server has no tensor/pipeline parallel flags rendered "
-            "here; set tensor_parallel and pipeline_parallel to 1 for llama.cpp",
-            field="lock.tensor_parallel",
-        )
-    argv = ["llama-server", "-m", model, "--host", "0.0.0.0", "--port", str(port), "--metrics"]
-    slots = _v(lock, "max_num_seqs") or 1
-    length = _v(lock, "max_model_len")
-    argv += ["--parallel", str(slots)]
-    sources["--parallel"] = "lock.max_num_seqs (one slot per sequence)"
-    if length is not None:
-        argv += ["--ctx-size", str(length * slots)]
-        sources["--ctx-size"] = "lock.max_model_len x lock.max_num_seqs (split over the slots)"
-    kv = _v(lock, "kv_dtype")
-    if kv not in (None, "auto"):
-        argv += ["--cache-type-k", str(kv), "--cache-type-v", str(kv)]
-        sources["--cache-type-k"] = sources["--cache-type-v"] = "lock.kv_dtype"
-    return argv
-
-
 def engine_command(
     lock: ObjectLock,
     *,
@@ -243,8 +156,11 @@ def engine_command(
     shutdown_timeout_s: int | None = None,
 ) -> EngineCommand:
     """The launch command of one replica's engine (leader process when multi-node)."""
-    engine = engine_name(lock)
-    if engine != "vllm" and lock.async_scheduling is not None:
+    from kvbudget.deploy.engines.registry import deploy_engine
+
+    entry = deploy_engine(engine_name(lock))
+    engine = entry.name
+    if not entry.async_scheduling and lock.async_scheduling is not None:
         raise ConfigError(
             f"lock.async_scheduling: vLLM's --async-scheduling, not a flag of {engine}; drop "
             "lock.async_scheduling (or serve with vLLM)",
@@ -253,11 +169,14 @@ def engine_command(
     model = model_path or lock.model.id
     sources: dict[str, str] = {}
     notes: list[str] = []
-    build = {"vllm": _vllm, "sglang": _sglang, "llamacpp": _llamacpp}[engine]
-    argv = build(lock, model, port, sources)
+    argv = entry.argv(lock, model, port, sources)
     declared = list(lock.engine.flags.value or [])
     argv = _merge_declared(argv, sources, declared)
-    if engine == "vllm" and shutdown_timeout_s is not None and "--shutdown-timeout" not in argv:
+    if (
+        entry.shutdown_timeout
+        and shutdown_timeout_s is not None
+        and "--shutdown-timeout" not in argv
+    ):
         if supports_shutdown_timeout(lock):
             argv += ["--shutdown-timeout", str(shutdown_timeout_s)]
             sources["--shutdown-timeout"] = "terminationGracePeriodSeconds minus the preStop drain"
@@ -269,7 +188,7 @@ def engine_command(
     return EngineCommand(
         engine=engine,
         argv=tuple(argv),
-        health_path=HEALTH_PATH[engine],
+        health_path=entry.health_path,
         port=port,
         sources=sources,
         notes=tuple(notes),

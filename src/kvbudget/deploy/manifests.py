@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any
 
 from kvbudget.accept.canary_metrics import service_name
 from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.deploy.engine_args import EngineCommand
+from kvbudget.deploy.engines.registry import deploy_engine
 from kvbudget.deploy.k8s_checks import command_literal
 from kvbudget.deploy.memory import HostBudget
 from kvbudget.deploy.pods import PodExtras, PodTiming, engine_container, pod_spec
@@ -137,28 +138,19 @@ def deployment(
 
 
 def _multinode_argv(cmd: EngineCommand, lay: Layout) -> tuple[list[str], list[str]]:
-    """Leader and worker commands (vLLM over Ray; SGLang's own multi-node flags): the engine's
-    argv shell-quoted, then every ``$`` doubled so Kubernetes expands only the ``$(LWS_*)``
+    """Leader and worker commands (each engine's registered ``multinode``: vLLM over Ray, SGLang's
+    own multi-node flags): the engine's argv shell-quoted, then every ``$`` doubled so Kubernetes expands only the ``$(LWS_*)``
     references written here."""
-    if cmd.engine == "llamacpp":  # engine_command refuses it first: TP x PP must be 1
+    entry = deploy_engine(cmd.engine)
+    if entry.multinode is None:  # engine_command refuses llama.cpp first: TP x PP must be 1
         raise ConfigError(
-            "lock.tensor_parallel: llama-server runs in one pod; set tensor_parallel and "
-            "pipeline_parallel to 1 for llama.cpp",
+            f"lock.tensor_parallel: {cmd.engine} runs in one pod; set tensor_parallel and "
+            "pipeline_parallel to 1",
             field="lock.tensor_parallel",
         )
-    argv = command_literal(" ".join(_quote(a) for a in cmd.argv))
-    if cmd.engine == "vllm":
-        leader = f"ray start --head --port=6379 && {argv} --distributed-executor-backend ray"
-        worker = "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block"
-    elif cmd.engine == "sglang":
-        multi = (
-            f"--nnodes {lay.num_nodes} --node-rank $(LWS_WORKER_INDEX) "
-            "--dist-init-addr $(LWS_LEADER_ADDRESS):20000"
-        )
-        leader = f"{argv} {multi}"
-        worker = leader
-    else:
-        assert_never(cmd.engine)
+    leader, worker = entry.multinode(
+        command_literal(" ".join(_quote(a) for a in cmd.argv)), lay.num_nodes
+    )
     return ["/bin/sh", "-c", leader], ["/bin/sh", "-c", worker]
 
 

@@ -26,6 +26,7 @@ from kvbudget.deploy.autoscaling import (
     keda_scaled_object,
 )
 from kvbudget.deploy.engine_args import EngineCommand, engine_command, engine_name
+from kvbudget.deploy.engines.registry import deploy_engine
 from kvbudget.deploy.inference_pool import epp_config_map, inference_pool
 from kvbudget.deploy.k8s_checks import (
     INT64_MAX,
@@ -66,11 +67,6 @@ from kvbudget.units import format_bytes
 DEFAULT_WEIGHTS_READ_BYTES_PER_S = 1e9
 #: assumed engine initialisation after the weights are read (profiling, CUDA graphs)
 INIT_S = 120.0
-DEFAULT_IMAGES: dict[EngineName, str] = {
-    "vllm": "vllm/vllm-openai:v{version}",
-    "sglang": "lmsysorg/sglang:v{version}",
-    "llamacpp": "llama.cpp:server",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +162,8 @@ def _image(src: DeploySource, opts: DeployOptions, engine: EngineName) -> tuple[
     if container:
         return str(container), f"lock.engine.container ({src.plan.lock.engine.container.status})"
     version = src.plan.lock.engine.version.value or "latest"
-    return DEFAULT_IMAGES[engine].format(version=version), "assumed from the engine version: pin it"
+    image = deploy_engine(engine).image
+    return image.format(version=version), "assumed from the engine version: pin it"
 
 
 def _checked_signals(src: DeploySource) -> ScaleSignals:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from kvbudget.capacity.dtypes import KvDtypeRules, register_kv_dtypes
+from kvbudget.engine_name import register_engine_name
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,11 +89,38 @@ class EnginePlanner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RegisteredEngine:
-    """An engine's registration: its name, its layout and, if ``plan`` models it, its planner."""
+    """An engine's registration: its name, its layout and, if ``plan`` models it, its planner.
+
+    The other fields are what the shared code asks of an engine instead of comparing its name:
+
+    * ``serves``: a serving engine (its name joins :mod:`kvbudget.engine_name`, with
+      ``aliases`` and ``reported``, the name its server reports); ``False`` for a layout only
+      (``hf``, transformers' own cache);
+    * ``listed_at``: where ``--engine`` lists it (the built-ins first, in their order);
+    * ``has_blocks``: its layout has ``--block-size`` blocks (``calc`` records the block size);
+    * ``picks_kv_dtype``: its layout may store another KV dtype than asked (vLLM's
+      ``fp8_ds_mla`` for DeepSeek-V4), which ``calc`` then describes;
+    * ``group_blocks``: its plan charges blocks per KV cache group (vLLM's hybrid manager), so
+      the window charge and the close call read the groups;
+    * ``token_pool``: its plan is one pool of pages shared by all layers (SGLang): a sequence
+      holds ``ceil(tokens / page)`` pages;
+    * ``kv_dtypes`` and ``kv_dtype_rules``: the KV dtypes of an engine added later (the built-in
+      engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry).
+    """
 
     name: str
     layout: LayoutFn
     planner: EnginePlanner | None = None
+    serves: bool = True
+    aliases: tuple[str, ...] = ()
+    reported: str | None = None
+    listed_at: int = 1000
+    has_blocks: bool = False
+    picks_kv_dtype: bool = False
+    group_blocks: bool = False
+    token_pool: bool = False
+    kv_dtypes: tuple[str, ...] | None = None
+    kv_dtype_rules: KvDtypeRules = field(default_factory=KvDtypeRules)
 
 
 _REGISTRY: dict[str, RegisteredEngine] = {}
@@ -98,9 +128,14 @@ _scanned: list[bool] = []  # non-empty once the engine folders were imported
 
 
 def register_engine(engine: RegisteredEngine) -> RegisteredEngine:
-    """Add ``engine`` to the registry (an engine folder's ``__init__`` calls this once)."""
+    """Add ``engine`` to the registry (an engine folder's ``__init__`` calls this once); a
+    serving engine's name also joins :mod:`kvbudget.engine_name`'s register."""
     if engine.name in _REGISTRY and _REGISTRY[engine.name] is not engine:
         raise ValueError(f"engine {engine.name!r} is registered twice")
+    if engine.kv_dtypes is not None:
+        register_kv_dtypes(engine.name, engine.kv_dtypes, engine.kv_dtype_rules)
+    if engine.serves:
+        register_engine_name(engine.name, aliases=engine.aliases, reported=engine.reported)
     _REGISTRY[engine.name] = engine
     return engine
 
@@ -118,9 +153,19 @@ def _scan() -> None:
 
 
 def registered_engines() -> dict[str, RegisteredEngine]:
-    """Every registered engine by name (a copy)."""
+    """Every registered engine by name (a copy), in the order ``--engine`` lists them."""
     _scan()
-    return dict(_REGISTRY)
+    return {e.name: e for e in sorted(_REGISTRY.values(), key=lambda e: (e.listed_at, e.name))}
+
+
+def layout_names() -> tuple[str, ...]:
+    """The layouts ``calc --engine`` applies: every registered engine, ``hf`` first."""
+    return tuple(registered_engines())
+
+
+def planned_engines() -> tuple[str, ...]:
+    """The engines ``plan --engine`` plans: those registered with a planner."""
+    return tuple(n for n, e in registered_engines().items() if e.planner is not None)
 
 
 def engine_entry(name: str) -> RegisteredEngine:
@@ -129,19 +174,38 @@ def engine_entry(name: str) -> RegisteredEngine:
     engine = _REGISTRY.get(name)
     if engine is None:
         raise ConfigError(
-            f"engine: {name!r} is unknown; choose one of {', '.join(sorted(_REGISTRY))}",
+            f"engine: {name!r} is unknown; choose one of {', '.join(layout_names())}",
             field="engine",
         )
     return engine
+
+
+def engine_is(name: str, has: Callable[[RegisteredEngine], bool]) -> bool:
+    """Whether the engine registered as ``name`` has a property (``False`` when none is)."""
+    _scan()
+    engine = _REGISTRY.get(name)
+    return engine is not None and has(engine)
+
+
+def parse_layout(text: str) -> str:
+    """``text`` as a registered layout, or the one-line refusal naming ``engine`` and the choices."""
+    return engine_entry(text).name
+
+
+def planned_engine(name: str) -> str | None:
+    """``name`` as an engine ``make_plan`` models, or ``None`` (``llamacpp``, the ``hf`` layout)."""
+    _scan()
+    engine = _REGISTRY.get(name)
+    return name if engine is not None and engine.planner is not None else None
 
 
 def engine_planner(name: str) -> EnginePlanner:
     """The planner of engine ``name``, or a one-line refusal when ``plan`` does not model it."""
     planner = engine_entry(name).planner
     if planner is None:
-        planned = sorted(n for n, e in _REGISTRY.items() if e.planner is not None)
         raise ConfigError(
-            f"engine: {name!r} has no block pool kvbudget plans; choose one of {', '.join(planned)}",
+            f"engine: {name!r} has no block pool kvbudget plans; choose one of "
+            f"{', '.join(planned_engines())}",
             field="engine",
         )
     return planner

@@ -10,31 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal, get_args
+from typing import TYPE_CHECKING, TypeAlias
 
-from kvbudget.engine_name import EngineName
 from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.spec.layers import COMPRESSED_KINDS, has_indexer, has_sliding_latent
 
 if TYPE_CHECKING:
     from kvbudget.spec.model import ModelSpec
 
-#: a KV layout ``calc`` applies: transformers' own cache (``hf``) or one engine's (its name);
-#: a layout is not an engine (``hf`` serves nothing), so it is its own type
-Layout = Literal["hf", EngineName]
-#: the layouts, in the order ``calc --engine`` lists them
-LAYOUTS: Final[tuple[Layout, ...]] = get_args(Layout)
-_LAYOUT_OF: Final[dict[str, Layout]] = {name: name for name in LAYOUTS}
-
-
-def parse_layout(text: str) -> Layout:
-    """``text`` as a layout, or the one-line refusal naming the field ``engine`` and the choices."""
-    layout = _LAYOUT_OF.get(text)
-    if layout is None:
-        raise ConfigError(
-            f"engine: {text!r} is unknown; choose one of {', '.join(LAYOUTS)}", field="engine"
-        )
-    return layout
+#: a KV layout ``calc`` applies: transformers' own cache (``hf``) or one engine's (its name); the
+#: names are the engines registered in ``capacity/engines/`` (``registry.layout_names``), parsed
+#: where they enter by ``registry.parse_layout``; a layout is not an engine (``hf`` serves nothing)
+Layout: TypeAlias = str
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,4 +32,4 @@ def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
     )
 
 
-ENGINE = register_engine(RegisteredEngine("hf", layout))
+ENGINE = register_engine(RegisteredEngine("hf", layout, serves=False, listed_at=0))

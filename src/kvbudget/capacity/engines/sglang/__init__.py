@@ -83,4 +83,6 @@ class SglangPlanner:
         ]
 
 
-ENGINE = register_engine(RegisteredEngine("sglang", layout, SglangPlanner()))
+ENGINE = register_engine(
+    RegisteredEngine("sglang", layout, SglangPlanner(), listed_at=2, token_pool=True)
+)

@@ -90,4 +90,14 @@ class VllmPlanner:
         ]
 
 
-ENGINE = register_engine(RegisteredEngine("vllm", layout, VllmPlanner()))
+ENGINE = register_engine(
+    RegisteredEngine(
+        "vllm",
+        layout,
+        VllmPlanner(),
+        listed_at=1,
+        has_blocks=True,
+        picks_kv_dtype=True,
+        group_blocks=True,
+    )
+)
