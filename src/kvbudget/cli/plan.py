@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from kvbudget.capacity.budget import three_budgets
 from kvbudget.capacity.close_call import plan_close_call
+from kvbudget.capacity.engines.registry import engine_entry
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import engine_flag_conflicts, make_plan
 from kvbudget.capacity.scenarios import (
@@ -207,7 +208,8 @@ def plan(
     request = build_request(file_fields, flags)
     spec = resolve_spec(request.model, overrides)
     result = make_plan(request, spec)
-    if result.engine == "vllm" and not result.device_given:  # the CPU build's way to plan
+    cpu_build = engine_entry(result.engine).cpu_build
+    if cpu_build and not result.device_given:  # the CPU build's way to plan
         refusal = vllm_cpu_fp8_refusal(result.kv_dtype, host_cpu_features())
         if refusal is not None:
             click.echo(f"note: {refusal}", err=True)

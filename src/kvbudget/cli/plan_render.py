@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvbudget.capacity.budget import ThreeBudgets
+from kvbudget.capacity.engines.registry import engine_entry
 from kvbudget.capacity.memory import MemoryTerm
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.scenarios import ScenarioResult
@@ -135,23 +136,22 @@ def render_plan(
         head.add_row(f"default: {key}", escape(why))
     out.print(head)
 
+    entry = engine_entry(result.engine)  # its registered words: no branch on the name here
+    words = entry.wording
     mem = Table(title="Engine memory per GPU (GiB)")
     for col in ("term", "GiB", "source", "method"):
         mem.add_column(col)
     for rank in result.ranks:
         if result.pp > 1:
             mem.add_row(f"[bold]stage {rank.pp_rank}[/bold]", "", "", f"{rank.num_layers} layers")
-        if result.engine == "sglang":
-            how = f"(device - 0.5 GiB context) x mem_fraction_static {rank.gpu_memory_utilization}"
-        else:
-            how = f"total x gpu_memory_utilization {rank.gpu_memory_utilization}"
+        how = words.requested.format(utilization=rank.gpu_memory_utilization)
         if result.device_given:
             mem.add_row("requested", _gib(rank.requested_bytes), "computed", how)
 
         _term_row(mem, rank.weights)
         _term_row(mem, rank.activation)
         _term_row(mem, rank.non_torch)
-        if result.engine == "sglang":
+        if not words.graphs_by_version:
             _term_row(mem, rank.cudagraph)
         else:
             sub = (
@@ -162,10 +162,8 @@ def render_plan(
             _term_row(mem, rank.cudagraph, f"{sub}; {rank.cudagraph.method}")
         if rank.kv_cache_memory_override:
             avail_how = "--kv-cache-memory (overrides all terms)"
-        elif result.engine == "sglang":
-            avail_how = "rest = free after weights - free before x (1 - mem_fraction_static)"
         else:
-            avail_how = "requested - non-KV terms"
+            avail_how = words.available
         mem.add_row("available KV", _gib(rank.available_kv_bytes), "computed", avail_how)
     out.print(mem)
 
@@ -189,7 +187,7 @@ def render_plan(
     summary.add_row(
         "num_blocks",
         f"{result.num_blocks:,} (usable {result.num_usable_blocks:,}; block 0 is the null block)"
-        if result.engine == "vllm"
+        if not entry.token_pool
         else f"{result.num_blocks:,} pages of {result.block_size} token(s)",
     )
     summary.add_row(

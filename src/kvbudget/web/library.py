@@ -17,6 +17,7 @@ from typing import Any
 
 from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.budget import StructuralBudget, structural_budget
+from kvbudget.capacity.engines.registry import engine_is
 from kvbudget.capacity.kvbytes import calc_explicit, calc_model
 from kvbudget.capacity.layouts.base import Layout
 from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult, planned_engine
@@ -124,7 +125,7 @@ class ModelInputs:
                 field="gpu_memory_utilization",
             )
         auto_fit = _is_auto(request.max_model_len)
-        if auto_fit and request.engine != "vllm":
+        if auto_fit and not engine_is(request.engine, lambda e: e.auto_fit):
             raise ConfigError(
                 f"max_model_len: 'auto' is vLLM's auto-fit and engine is {request.engine}; "
                 "pick engine vllm or give a number of tokens",
@@ -222,7 +223,7 @@ def calc(
         seqs=num_seqs,
         tp=inputs.tp,
         pp=inputs.pp,
-        block_size=inputs.block_size if inputs.engine == "vllm" else None,
+        block_size=inputs.block_size if engine_is(inputs.engine, lambda e: e.has_blocks) else None,
         resolved=resolved,
     )
 
@@ -297,14 +298,14 @@ def model_commands(inputs: ModelInputs, model_id: str, num_tokens: int) -> list[
         inputs.kv_dtype,
     ]
     calc_argv += ["--tokens", str(num_tokens), "--seqs", str(inputs.seqs), *sets]
-    if inputs.block_size is not None and inputs.engine == "vllm":
+    if inputs.block_size is not None and engine_is(inputs.engine, lambda e: e.has_blocks):
         calc_argv += ["--block-size", str(inputs.block_size)]
     commands = [shlex.join(calc_argv)]
     if inputs.planned is not None:
         plan_argv = ["kvbudget", "plan", *common, "--engine", inputs.engine]
         length = "auto" if inputs.auto_fit else str(num_tokens)
         plan_argv += ["--kv-dtype", inputs.kv_dtype, "--max-model-len", length]
-        if inputs.engine == "vllm":  # plan refuses it with --engine sglang
+        if engine_is(inputs.engine, lambda e: e.utilization_flag):  # plan refuses it else
             plan_argv += ["--gpu-memory-utilization", str(inputs.gpu_memory_utilization)]
         plan_argv += sets
         if inputs.gpu:

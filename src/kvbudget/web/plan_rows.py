@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvbudget.capacity.budget import StructuralBudget, ThreeBudgets
+from kvbudget.capacity.engines.registry import engine_entry
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.window_charge import group_blocks, window_charges
 from kvbudget.units import format_bytes
@@ -71,13 +72,9 @@ def kv_memory_row(result: PlanResult) -> dict[str, Any]:
     rank = min(result.ranks, key=lambda r: r.available_kv_bytes)
     if rank.kv_cache_memory_override:
         how = "kv_cache_memory override (--kv-cache-memory); replaces the utilization arithmetic"
-    elif result.engine == "sglang":
-        how = f"mem_fraction_static {rank.gpu_memory_utilization} arithmetic (SGLang)"
     else:
-        how = (
-            f"total × gpu_memory_utilization {rank.gpu_memory_utilization} − weights, "
-            "activation, non-torch (and graphs where subtracted)"
-        )
+        words = engine_entry(result.engine).wording
+        how = words.available_web.format(utilization=rank.gpu_memory_utilization)
     return labelled_row(
         "KV memory (per GPU)", bytes_text(rank.available_kv_bytes), "source: " + how
     )

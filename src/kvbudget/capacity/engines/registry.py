@@ -88,6 +88,25 @@ class EnginePlanner(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class PoolWording:
+    """How an engine's memory arithmetic is described (``plan``'s text, the web), registered with
+    the engine so the renderers do not branch on its name. ``{utilization}`` is the rank's
+    fraction; the defaults are vLLM's words (``gpu_memory_utilization``)."""
+
+    #: how the requested bytes are computed
+    requested: str = "total x gpu_memory_utilization {utilization}"
+    #: how the KV bytes available are computed
+    available: str = "requested - non-KV terms"
+    #: the web's line for the KV bytes per GPU
+    available_web: str = (
+        "total × gpu_memory_utilization {utilization} − weights, activation, non-torch "
+        "(and graphs where subtracted)"
+    )
+    #: the CUDA-graph term is subtracted by some versions only (a note says which)
+    graphs_by_version: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class RegisteredEngine:
     """An engine's registration: its name, its layout and, if ``plan`` models it, its planner.
 
@@ -104,6 +123,10 @@ class RegisteredEngine:
       the window charge and the close call read the groups;
     * ``token_pool``: its plan is one pool of pages shared by all layers (SGLang): a sequence
       holds ``ceil(tokens / page)`` pages;
+    * ``auto_fit``: ``--max-model-len auto`` (vLLM's ``-1``); ``utilization_flag``: it takes
+      ``--gpu-memory-utilization``; ``cpu_build``: a plan without a device is its CPU build's
+      (vLLM: its fp8 and SSM notes);
+    * ``wording``: how ``plan``'s text and the web describe its memory arithmetic;
     * ``kv_dtypes`` and ``kv_dtype_rules``: the KV dtypes of an engine added later (the built-in
       engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry).
     """
@@ -119,6 +142,10 @@ class RegisteredEngine:
     picks_kv_dtype: bool = False
     group_blocks: bool = False
     token_pool: bool = False
+    auto_fit: bool = False
+    utilization_flag: bool = False
+    cpu_build: bool = False
+    wording: PoolWording = field(default_factory=PoolWording)
     kv_dtypes: tuple[str, ...] | None = None
     kv_dtype_rules: KvDtypeRules = field(default_factory=KvDtypeRules)
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget.capacity.engines.registry import (
     LayoutLoad,
+    PoolWording,
     RegisteredEngine,
     refuse_block_size,
     refuse_llamacpp_knobs,
@@ -84,5 +85,17 @@ class SglangPlanner:
 
 
 ENGINE = register_engine(
-    RegisteredEngine("sglang", layout, SglangPlanner(), listed_at=2, token_pool=True)
+    RegisteredEngine(
+        "sglang",
+        layout,
+        SglangPlanner(),
+        listed_at=2,
+        token_pool=True,
+        wording=PoolWording(
+            requested="(device - 0.5 GiB context) x mem_fraction_static {utilization}",
+            available="rest = free after weights - free before x (1 - mem_fraction_static)",
+            available_web="mem_fraction_static {utilization} arithmetic (SGLang)",
+            graphs_by_version=False,
+        ),
+    )
 )

@@ -98,6 +98,9 @@ ENGINE = register_engine(
         listed_at=1,
         has_blocks=True,
         picks_kv_dtype=True,
+        auto_fit=True,
+        utilization_flag=True,
+        cpu_build=True,
         group_blocks=True,
     )
 )
