@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from kvbudget.capacity.assumptions import CHECKLIST
-from kvbudget.capacity.engines.registry import layout_names, parse_layout
+from kvbudget.capacity.engines.registry import engine_entry, layout_names, parse_layout
 from kvbudget.capacity.kvbytes import calc_explicit, calc_model
 from kvbudget.capacity.layouts.llamacpp import llamacpp_cells, llamacpp_kv_split
 from kvbudget.cli.calc_flags import LlamaKnobs, count_flag
@@ -296,7 +296,8 @@ def calc(
             read_transformers=read_transformers,
         )
     kv = None
-    if model_ref is not None and layout == "llamacpp" and result.status != "not_applicable":
+    slots = layout is not None and engine_entry(layout).slot_cells  # llama.cpp's cells
+    if model_ref is not None and slots and result.status != "not_applicable":
         spec = resolve_model(
             model_ref, overrides=parse_overrides(list(sets)), allow_download=download
         ).spec

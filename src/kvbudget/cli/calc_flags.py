@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvbudget.capacity.engines.registry import engine_is
 from kvbudget.capacity.layouts.base import Layout
 from kvbudget.errors import ConfigError
 from kvbudget.units import parse_count
@@ -51,7 +52,8 @@ class LlamaKnobs:
             "--cache-type-v": cache_type_v,
         }
         used = [k for k, v in knobs.items() if v is not None]
-        if used and (model_ref is None or engine != "llamacpp"):
+        cells = engine is not None and engine_is(engine, lambda e: e.slot_cells)
+        if used and (model_ref is None or not cells):
             raise ConfigError(
                 f"{used[0][2:]}: {', '.join(used)} "
                 + ("is a llama.cpp flag" if len(used) == 1 else "are llama.cpp flags")

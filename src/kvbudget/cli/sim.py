@@ -29,12 +29,12 @@ from kvbudget.cli.vocab import (
     TP,
     engine_input_options,
 )
-from kvbudget.engine_name import EngineName, parse_engine
+from kvbudget.engine_name import LLAMACPP, VLLM, EngineName, parse_engine
 from kvbudget.errors import ConfigError
 from kvbudget.sim.timing_select import timing_model_names
 
 #: the engines ``sim`` steps: vLLM's paged blocks, llama.cpp's fixed slots (SGLang: not yet)
-SIM_ENGINES: tuple[EngineName, ...] = ("vllm", "llamacpp")
+SIM_ENGINES: tuple[EngineName, ...] = (VLLM, LLAMACPP)
 
 
 def _queue_check(stats: Any) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def sim(**opts: Any) -> None:
             check_output_path(f"--{flag.replace('_', '-')}", opts[flag])
     scenario = scenario_from_opts(opts)
     engine = parse_engine(opts["engine"], "engine")  # click.Choice(SIM_ENGINES) checked it
-    if engine == "llamacpp":
+    if engine == LLAMACPP:
         sim_slots(scenario, opts, percentiles)
         return
     if scenario.disaggregation is not None:

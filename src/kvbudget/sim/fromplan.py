@@ -25,6 +25,7 @@ from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.versions import AsyncScheduling, parse_version, vllm_async_scheduling
 from kvbudget.capacity.weights import WeightsEstimate, compute_weights
+from kvbudget.engine_name import VLLM
 from kvbudget.errors import CapacityError, ConfigError, SpecError
 from kvbudget.sim.config import KVGroupConfig, ReplicaConfig, SchedulingPolicy
 from kvbudget.sim.replica import Replica, ReplicaSetup
@@ -69,7 +70,7 @@ def replica_config_from_plan(
     max_num_batched_tokens: int | None = None,
 ) -> ReplicaConfig:
     """The replica ``plan`` describes; refuses a plan that does not fit (its own error)."""
-    if plan.engine != "vllm":
+    if plan.engine != VLLM:
         raise ConfigError(
             f"engine: the simulator models vLLM V1's block pool, not {plan.engine}; "
             "plan with --engine vllm",

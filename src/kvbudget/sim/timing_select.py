@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from kvbudget.engine_name import VLLM
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def _measured(context: TimingContext) -> BuiltTiming | str:
     from kvbudget.sim.aic import MeasuredUnavailable
 
     plan = context.plan
-    if plan.engine != "vllm":  # the simulator refuses other engines before this
+    if plan.engine != VLLM:  # the simulator refuses other engines before this
         return f"engine {plan.engine}: aiconfigurator-core's tables are read for vLLM only"
     if plan.pp > 1:
         return f"pp {plan.pp}: the measured model prices one pipeline stage only"

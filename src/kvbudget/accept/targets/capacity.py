@@ -23,9 +23,9 @@ from kvbudget.accept.plan.lock import ObjectLock
 from kvbudget.accept.plan.planfile import AcceptPlan
 from kvbudget.accept.result import Budget, Ledger, LedgerEntry
 from kvbudget.capacity.budget import structural_budget, three_budgets
-from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult
+from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult, planned_engine
 from kvbudget.capacity.window_charge import window_charges
-from kvbudget.engine_name import engine_of
+from kvbudget.engine_name import REPORTED, VLLM, engine_of
 from kvbudget.errors import CapacityError, ConfigError, SpecError, shown_value
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.fromplan import BuiltReplica, build_replica
@@ -68,15 +68,17 @@ def _planned_engine(lock: ObjectLock, *, weights_only: bool) -> Engine:
     unless only the checkpoint's weights are asked (``weights_only``: engine-independent)."""
     name = lock.engine.name.value
     engine = engine_of(name)
-    if engine == "llamacpp" and weights_only:
-        return "vllm"
-    if engine == "llamacpp":
-        raise ConfigError(
-            f"lock.engine.name: {shown_value(name)}: kvbudget plans vLLM and SGLang pools, not "
-            "llama.cpp's; size its cache with `kvbudget calc --engine llamacpp`",
-            field="lock.engine.name",
-        )
-    return "sglang" if engine == "sglang" else "vllm"
+    if engine is None:
+        return VLLM
+    if planned_engine(engine) is not None:
+        return engine
+    if weights_only:
+        return VLLM
+    raise ConfigError(
+        f"lock.engine.name: {shown_value(name)}: kvbudget plans vLLM and SGLang pools, not "
+        f"{REPORTED.get(engine, engine)}'s; size its cache with `kvbudget calc --engine {engine}`",
+        field="lock.engine.name",
+    )
 
 
 def plan_request(lock: ObjectLock, *, weights_only: bool = False) -> PlanRequest:
@@ -94,9 +96,9 @@ def plan_request(lock: ObjectLock, *, weights_only: bool = False) -> PlanRequest
         device_bytes = kv_bytes + (64 << 30)
     elif gpu is None:
         raise ConfigError("lock.gpu.type: not set; name a GPU from `kvbudget gpus` (e.g. H100)")
-    engine_version = (
-        lock.engine.version.value if engine_of(lock.engine.name.value) != "llamacpp" else None
-    )
+    # an engine planned in another's stead (llama.cpp's weights as vLLM's): its version is not
+    named = engine_of(lock.engine.name.value) or VLLM
+    engine_version = lock.engine.version.value if engine == named else None
     return PlanRequest(
         model=lock.model.id,
         gpu=gpu,

@@ -126,6 +126,8 @@ class RegisteredEngine:
     * ``auto_fit``: ``--max-model-len auto`` (vLLM's ``-1``); ``utilization_flag``: it takes
       ``--gpu-memory-utilization``; ``cpu_build``: a plan without a device is its CPU build's
       (vLLM: its fp8 and SSM notes);
+    * ``slot_cells``: its layout is llama.cpp's cells, with ``-c``/``-np``/``-kvu``/``-ctk``/
+      ``-ctv`` (``calc`` takes those flags and splits the cells per slot);
     * ``wording``: how ``plan``'s text and the web describe its memory arithmetic;
     * ``kv_dtypes`` and ``kv_dtype_rules``: the KV dtypes of an engine added later (the built-in
       engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry).
@@ -142,6 +144,7 @@ class RegisteredEngine:
     picks_kv_dtype: bool = False
     group_blocks: bool = False
     token_pool: bool = False
+    slot_cells: bool = False
     auto_fit: bool = False
     utilization_flag: bool = False
     cpu_build: bool = False

@@ -33,4 +33,4 @@ def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
     )
 
 
-ENGINE = register_engine(RegisteredEngine("llamacpp", layout, listed_at=3))
+ENGINE = register_engine(RegisteredEngine("llamacpp", layout, listed_at=3, slot_cells=True))
