@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from kvbudget.engine_name import REPORTED, is_engine
+from kvbudget.engine_name import LLAMACPP, REPORTED, VLLM, is_engine
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import server_identity
@@ -71,7 +71,7 @@ async def discover(client: OpenAIClient, model: str, metrics_url: str | None = N
         n_ctx = int(gen.get("n_ctx") or 0) or None
         slots = int(props["total_slots"])
         info = EngineInfo(
-            engine=REPORTED["llamacpp"],
+            engine=REPORTED[LLAMACPP],
             version=str(props.get("build_info") or "unknown"),
             model_id=model,
             num_slots=slots,
@@ -105,7 +105,7 @@ async def discover(client: OpenAIClient, model: str, metrics_url: str | None = N
                 vocab = local_vocab_size(str(entry.get("root") or model))
                 if vocab:
                     info.settings["vocab_size"] = vocab
-    if is_engine(engine, "vllm"):  # a name as served: "vllm", never "kvbudget-serve"
+    if is_engine(engine, VLLM):  # a name as served: "vllm", never "kvbudget-serve"
         report = await read_engine_report(client, metrics_url)
         for name in VLLM_POOL_FIELDS:
             value = getattr(report, name)

@@ -22,7 +22,7 @@ from kvbudget.calibrate.predict import (
     cell_warnings,
     figures,
 )
-from kvbudget.engine_name import is_engine
+from kvbudget.engine_name import VLLM, is_engine
 from kvbudget.errors import KvbudgetError
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.driver import DriveOptions, Driver
@@ -39,7 +39,7 @@ DEFAULT_MAX_NUM_SEQS = 128
 
 def is_paged_profile(profile: CalibrationProfile) -> bool:
     """Whether a profile was measured on vLLM (predict on the paged engine)."""
-    return is_engine(profile.engine, "vllm")
+    return is_engine(profile.engine, VLLM)
 
 
 def _int(value: object, default: int) -> int:

@@ -9,7 +9,7 @@ from kvbudget.calibrate.engine import EngineInfo, describe_hardware, discover
 from kvbudget.calibrate.fit import FitResult, Observation, fit_step_model
 from kvbudget.calibrate.measure import ProbeResult, observations, request_overhead_s, run_series
 from kvbudget.calibrate.series import SeriesSpec, plan_series
-from kvbudget.engine_name import is_engine
+from kvbudget.engine_name import VLLM, is_engine
 from kvbudget.errors import ConfigError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.sim.timing import CalibrationProfile
@@ -73,7 +73,7 @@ async def calibrate(opts: CalibrateOptions) -> Calibration:
         if opts.n_batch:
             info.settings["n_batch"] = opts.n_batch
         if opts.n_ubatch:
-            key = "max_num_batched_tokens" if is_engine(info.engine, "vllm") else "n_ubatch"
+            key = "max_num_batched_tokens" if is_engine(info.engine, VLLM) else "n_ubatch"
             info.settings[key] = opts.n_ubatch
         spec = series_spec(opts, info)
         probes = plan_series(spec)

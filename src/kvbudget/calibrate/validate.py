@@ -33,7 +33,7 @@ from kvbudget.calibrate.predict import (
 from kvbudget.calibrate.predict_paged import is_paged_profile, predict_paged_cell
 from kvbudget.calibrate.run import CalibrateOptions, calibrate
 from kvbudget.calibrate.series import token_range
-from kvbudget.engine_name import is_engine
+from kvbudget.engine_name import LLAMACPP, is_engine
 from kvbudget.errors import RunFailedError, TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.diagnosis import Failure, stopped_line
@@ -217,7 +217,7 @@ async def validate(
         "simulated" if is_own_simulator(cal.info.engine) else "measured"
     )
     slots, ctx = cal.info.num_slots, cal.info.n_ctx_slot
-    slot_cells = slots * ctx if is_engine(cal.info.engine, "llamacpp") and slots and ctx else None
+    slot_cells = slots * ctx if is_engine(cal.info.engine, LLAMACPP) and slots and ctx else None
     async with OpenAIClient(
         opts.base_url,
         concurrency=max(p.concurrency for p in plans) + 1,  # + the /slots poller

@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvbudget.engine_name import REPORTED
+from kvbudget.engine_name import LLAMACPP, REPORTED
 from kvbudget.load.client import OpenAIClient
 
 CACHE_INFO = "vllm:cache_config_info"
@@ -185,7 +185,7 @@ def build_engine_report(
             engine = {
                 "vllm": "vllm",
                 "sglang": "sglang",
-                "llamacpp": REPORTED["llamacpp"],
+                "llamacpp": REPORTED[LLAMACPP],
                 "kvbudget": "kvbudget-serve",
             }.get(str(owner))
     if isinstance(version, dict) and version.get("version"):
@@ -203,7 +203,7 @@ def build_engine_report(
             f"/metrics {SERVE_TOTAL_BLOCKS}",
         )
     if isinstance(props, dict) and ("build_info" in props or "total_slots" in props):
-        engine = engine or REPORTED["llamacpp"]
+        engine = engine or REPORTED[LLAMACPP]
         put("engine_version", props.get("build_info"), "/props build_info")
         put("total_slots", props.get("total_slots"), "/props total_slots")
         put("model_root", props.get("model_path"), "/props model_path")

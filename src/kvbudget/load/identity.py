@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbudget.engine_name import REPORTED
+from kvbudget.engine_name import LLAMACPP, REPORTED
 from kvbudget.load.client import OpenAIClient
 from kvbudget.safety.redact import redact_url
 
@@ -63,7 +63,7 @@ async def server_identity(client: OpenAIClient) -> dict[str, Any]:
         elif "sglang" in owners:
             ident["engine"] = "sglang"
         elif "llamacpp" in owners:
-            ident["engine"] = REPORTED["llamacpp"]
+            ident["engine"] = REPORTED[LLAMACPP]
     ident["headers"] = safe_headers(headers)
     status, body, _ = await client.get_json("/version")
     if status == 200 and isinstance(body, dict):
@@ -79,7 +79,7 @@ async def server_identity(client: OpenAIClient) -> dict[str, Any]:
         settings = body.get("default_generation_settings")
         if isinstance(settings, dict) and "n_ctx" in settings:
             ident["props"]["n_ctx"] = settings["n_ctx"]
-        ident["engine"] = ident["engine"] or REPORTED["llamacpp"]
+        ident["engine"] = ident["engine"] or REPORTED[LLAMACPP]
         if ident["engine_version"] is None and "build_info" in body:
             ident["engine_version"] = str(body["build_info"])
     if ident["engine"] in (None, "sglang"):

@@ -34,7 +34,7 @@ import numpy as np
 
 from kvbudget.accept.targets.base import CellRun, TargetInfo
 from kvbudget.calibrate.predict import CLIENT_STAGGER_S, slot_config
-from kvbudget.engine_name import is_engine
+from kvbudget.engine_name import LLAMACPP, is_engine
 from kvbudget.records import MetricSample, RequestRecord
 from kvbudget.sim.slots import SlotEngine
 from kvbudget.sim.slots_records import run_planned
@@ -48,7 +48,7 @@ _FILLER_STRIDE = 2**24
 
 def is_llamacpp_profile(profile: CalibrationProfile) -> bool:
     """A profile measured on llama.cpp (``kvbudget calibrate`` writes ``engine = "llama.cpp <ver>"``)."""
-    return is_engine(profile.engine, "llamacpp")
+    return is_engine(profile.engine, LLAMACPP)
 
 
 def engine_behaviour(profile: CalibrationProfile) -> str:
