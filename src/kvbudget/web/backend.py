@@ -12,12 +12,14 @@ from typing import Any
 
 from kvbudget import __version__
 from kvbudget.capacity.dtypes import ENGINE_DTYPES
+from kvbudget.capacity.engines.registry import layout_names
 from kvbudget.capacity.plan_types import PlanResult
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
     VLLM_KV_DTYPE_SINCE,
     format_version,
 )
+from kvbudget.engine_name import VLLM
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
@@ -46,9 +48,9 @@ def meta() -> dict[str, Any]:
         "default_model": DEFAULT_MODEL,
         "gpus": gpus,
         "default_gpu": DEFAULT_GPU,
-        "engines": list(ENGINE_DTYPES),
-        "kv_dtypes": ENGINE_DTYPES["vllm"],
-        "kv_dtypes_by_engine": {name: list(names) for name, names in ENGINE_DTYPES.items()},
+        "engines": list(layout_names()),  # the registered engines (calc's layouts)
+        "kv_dtypes": ENGINE_DTYPES[VLLM],
+        "kv_dtypes_by_engine": {name: list(ENGINE_DTYPES.get(name, ())) for name in layout_names()},
         # first vLLM version that accepts each --kv-cache-dtype (the page hides the others)
         "vllm_kv_dtype_since": {
             name: format_version(since) for name, since in VLLM_KV_DTYPE_SINCE.items()
