@@ -14,8 +14,9 @@ aliases and how it reports itself, and every lookup here (:func:`engine_names`, 
 bottom layer, because the layers under ``capacity`` (``load``, ``spec``) read their spellings
 without importing the engine folders; a new engine registers its name from its folder
 (``kvbudget.capacity.engines.registry.register_engine`` does it for it) and is then an engine
-everywhere. Code compares names to the typed constants :data:`VLLM`, :data:`SGLANG` and
-:data:`LLAMACPP`, never to string literals.
+everywhere. What differs between engines is asked of their registered entries
+(``capacity/engines/``, ``deploy/engines/``); where code still names one engine it uses the
+constants :data:`VLLM`, :data:`SGLANG` and :data:`LLAMACPP`.
 
 A name that is none of them (``kvbudget-serve``, ``unknown``, ``hf`` for the transformers layout
 of ``calc``) is no engine here: :func:`engine_of` gives ``None`` and :func:`parse_engine` refuses
