@@ -336,7 +336,7 @@ def sim(**opts: Any) -> None:
             "by aiconfigurator-core's attention data parallel (each engine's attention on its "
             "own batch, the MoE layers on every engine's tokens as if all were as loaded)"
             if "data parallel" in str(summary.get("timing_model", ""))
-            else "as independent engines (each its own TP group)"
+            else "each engine as its own TP group"
         )
         lockstep = summary.get("lockstep")
         how += (

@@ -139,3 +139,70 @@ def test_only_a_moe_models_engines_step_in_lockstep() -> None:
     assert build_cluster(_scenario("Qwen/Qwen3-30B-A3B", 2)).lockstep_size == 2
     assert build_cluster(_scenario("meta-llama/Llama-3.1-8B", 2)).lockstep_size == 1
     assert build_cluster(_scenario("Qwen/Qwen3-30B-A3B", 1)).lockstep_size == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "lockstep"), [("Qwen/Qwen3-30B-A3B", True), ("meta-llama/Llama-3.1-8B", False)]
+)
+def test_the_summary_says_whether_the_engines_step_in_lockstep(model: str, lockstep: bool) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from kvbudget.cli.main import cli
+
+    args = ["sim", "--model", model, "--tp", "2", "--dp", "2", "--requests", "20"]
+    args += ["--timing-model", "roofline", "--max-model-len", "4096", "--json"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert summary["timing_model"] == "roofline"
+    note = next(n for n in summary["notes"] if n.startswith("data parallel 2"))
+    if lockstep:
+        assert "the engines step in lockstep" in note
+        assert summary["lockstep"]["engines_per_group"] == 2
+    else:
+        assert "each engine steps on its own clock" in note
+        assert "lockstep" not in summary
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_random_workloads_every_token_is_at_a_group_step_end_on_either_engine(
+    seed: int,
+) -> None:
+    """Three engines, random prompts and cancellations on a small pool (preemptions): every
+    output token's time is the end of a group step (the trace's step spans), and the fast path
+    gives exactly what the explicit engine gives."""
+    from .helpers_sim import random_workload
+
+    reqs = random_workload(seed, 120)
+    runs = []
+    for fast in (True, False):
+        setup = ReplicaSetup(
+            make_config(num_gpu_blocks=40),
+            FixedTiming(step_s=0.01, per_token_s=0.001),
+            fast_path=fast,
+        )
+        spec = ClusterSpec(
+            setups=[setup] * 3,
+            router="least_outstanding",
+            lockstep_size=3,
+            record_token_times=True,
+            trace=True,
+        )
+        runs.append(simulate(reqs, spec))
+    fast_run, explicit_run = runs
+    ends = {
+        round((e["ts"] + e["dur"]) / 1e6, 9) for e in fast_run.trace_events if e["name"] == "step"
+    }
+    times = [t for r in fast_run.requests for t in r.token_times_s]
+    assert times and all(round(t, 9) in ends for t in times)
+
+    def key(run: Any) -> list[Any]:
+        return [
+            (r.request_id, r.replica, r.first_token_s, r.finish_s, r.token_times_s)
+            for r in run.requests
+        ]
+
+    assert key(fast_run) == key(explicit_run)
+    assert fast_run.lockstep == explicit_run.lockstep
