@@ -27,7 +27,10 @@ modelled as above. A request reaching the group goes to the member the group's r
 
 Not modelled: the all-reduce's own cost, padding each rank's token count to the group's
 maximum (the step price of a member is its own batch's), and a router reading the clock
-(a stale prefix index is refreshed by the time of the group's last step start).
+(a stale prefix index is refreshed by the time of the group's last step start). With async
+scheduling the driver holds a request that reaches a busy group, and the group routes it when
+it is released (the members' counts then include the requests routed before it); independent
+engines route at arrival, before the requests held for them are counted.
 """
 
 from __future__ import annotations
