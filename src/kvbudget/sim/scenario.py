@@ -302,10 +302,10 @@ def scenario_async_scheduling(scenario: SimScenario) -> AsyncScheduling:
 
 def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSetup:
     """One replica built from its own plan: the scenario's fields with ``override``'s on top."""
-    return _replica_built(scenario, override).setup
+    return replica_built(scenario, override).setup
 
 
-def _replica_built(scenario: SimScenario, override: ReplicaOverride | None) -> BuiltReplica:
+def replica_built(scenario: SimScenario, override: ReplicaOverride | None) -> BuiltReplica:
     """:func:`replica_setup` with what else the build resolved (the model)."""
     o = override or ReplicaOverride()
     request = PlanRequest(
@@ -345,11 +345,10 @@ def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
     if scenario.replica_overrides:
         setups = [replica_setup(scenario, o) for o in scenario.replica_overrides]
     else:
-        built = _replica_built(scenario, None)
+        built = replica_built(scenario, None)
         one = built.setup
         setups = [one] * (scenario.replicas * scenario.data_parallel_size)
-        if scenario.data_parallel_size > 1 and is_moe(built):
-            lockstep = scenario.data_parallel_size
+        lockstep = lockstep_size(scenario, built)
     return ClusterSpec(
         setups=setups,
         router=scenario.router,
@@ -365,6 +364,13 @@ def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
         trace=trace,
         lockstep_size=lockstep,
     )
+
+
+def lockstep_size(scenario: SimScenario, built: BuiltReplica) -> int:
+    """How many of the scenario's engines step in lockstep: ``data_parallel_size`` for a MoE
+    model (:func:`is_moe`), else 1 (each engine on its own)."""
+    dp = scenario.data_parallel_size
+    return dp if dp > 1 and is_moe(built) else 1
 
 
 def is_moe(built: BuiltReplica) -> bool:

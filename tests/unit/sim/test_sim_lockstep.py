@@ -206,3 +206,46 @@ def test_on_random_workloads_every_token_is_at_a_group_step_end_on_either_engine
 
     assert key(fast_run) == key(explicit_run)
     assert fast_run.lockstep == explicit_run.lockstep
+
+
+def test_the_acceptance_target_steps_a_moe_deployment_in_lockstep() -> None:
+    """``SimTarget`` (accept's sim target, ``kvbudget capacity``'s probe) with
+    ``lockstep_size=2``: the first case's hand arithmetic, both first tokens at 0.050 s."""
+    import numpy as np
+
+    from kvbudget.accept.targets.base import TargetInfo
+    from kvbudget.accept.targets.sim import SimTarget
+    from kvbudget.workload.request import PlannedRequest
+
+    target = SimTarget(
+        make_config(),
+        FixedTiming(step_s=0.01, per_token_s=0.001),
+        np.random.default_rng(0),
+        info=TargetInfo(kind="sim", source="simulated", label="test"),
+        num_replicas=2,
+        router="least_outstanding",
+        lockstep_size=2,
+    )
+    reqs = [
+        PlannedRequest(
+            request_id=rid, arrival_s=0.0, prompt_token_ids=tuple(range(n)), output_tokens=3
+        )
+        for rid, n in (("A", 40), ("B", 8))
+    ]
+    run = target.run_cell(reqs, cell_id="c", closed_loop_concurrency=None, duration_s=None)
+    got = {r.request_id: r for r in run.records}
+    for rid in ("A", "B"):
+        assert got[rid].first_token_s == pytest.approx(0.050)
+        assert got[rid].token_times_s == pytest.approx([0.050, 0.061, 0.072])
+    assert {got["A"].replica, got["B"].replica} == {"replica-0", "replica-1"}
+
+
+def test_capacity_builds_a_moe_deployment_in_lockstep() -> None:
+    from kvbudget.maxload.sim_probe import SimProbe
+    from kvbudget.maxload.slo import parse_slo
+
+    slo = parse_slo("ttft_p99<1s")
+    for model, size in (("Qwen/Qwen3-30B-A3B", 2), ("meta-llama/Llama-3.1-8B", 1)):
+        probe = SimProbe.from_scenario(_scenario(model, 2), slo, num_requests=10)
+        target = probe.make_target(0)
+        assert len(getattr(target, "groups", [])) == (1 if size == 2 else 0)
