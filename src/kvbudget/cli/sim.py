@@ -63,8 +63,10 @@ def _queue_check(stats: Any) -> dict[str, Any]:
     "data_parallel_size",
     type=COUNT,
     help="vLLM --data-parallel-size: one deployment of this many engines, each with its own "
-    "scheduler and KV pool (a MoE model's experts span all of them), routed as vLLM's API "
-    "server routes (least_outstanding) unless --router is given [default: 1].",
+    "scheduler and KV pool (a MoE model's experts span all of them, and its engines step "
+    "in lockstep: each step as long as the slowest engine's, idle ones running dummy "
+    "batches), routed as vLLM's API server routes (least_outstanding) unless --router is "
+    "given [default: 1].",
 )
 @click.option(
     "--router",
@@ -334,11 +336,22 @@ def sim(**opts: Any) -> None:
             "by aiconfigurator-core's attention data parallel (each engine's attention on its "
             "own batch, the MoE layers on every engine's tokens as if all were as loaded)"
             if "data parallel" in str(summary.get("timing_model", ""))
-            else "as independent engines (each its own TP group)"
+            else "each engine as its own TP group"
         )
+        lockstep = summary.get("lockstep")
         how += (
-            "; each engine steps on its own clock: vLLM keeps a MoE model's engines in step "
-            "(an idle one runs dummy batches), which is not modelled"
+            (
+                "; the engines step in lockstep, as vLLM's DPEngineCoreProc runs a MoE "
+                "model's ranks: each step lasts as long as the slowest engine's, an engine "
+                "with nothing to run pays a dummy 1-token batch "
+                f"({lockstep['dummy_engine_steps']} of "
+                f"{lockstep['group_steps'] * lockstep['engines_per_group']} engine steps), "
+                f"and a finished wave stops at the next {lockstep['sync_interval_steps']}-step "
+                "sync"
+            )
+            if lockstep
+            else "; each engine steps on its own clock (a dense model's ranks are independent "
+            "engines in vLLM)"
         )
         summary["notes"] = [
             *summary.get("notes", []),

@@ -18,7 +18,7 @@ from kvbudget.errors import ConfigError
 from kvbudget.maxload.probe import TargetProbe
 from kvbudget.maxload.slo import Slo
 from kvbudget.sim.replica import ReplicaSetup
-from kvbudget.sim.scenario import SimScenario, replica_setup
+from kvbudget.sim.scenario import SimScenario, lockstep_size, replica_built
 
 #: scenario fields a load search cannot honour (one replica set, steady load), and why
 _REFUSED = {
@@ -43,6 +43,7 @@ class SimProbe(TargetProbe):
         num_requests: int,
         num_replicas: int = 1,
         router: str = "round_robin",
+        lockstep: int = 1,
     ) -> None:
         self.setup = setup
         self.timing_model = setup.timing.name
@@ -58,6 +59,7 @@ class SimProbe(TargetProbe):
                 tiers=setup.tiers,
                 num_replicas=num_replicas,
                 router=router,
+                lockstep_size=lockstep,
             )
 
         super().__init__(make_target, workload, slo, num_requests=num_requests)
@@ -72,11 +74,14 @@ class SimProbe(TargetProbe):
                     "for it)",
                     field=name,
                 )
+        built = replica_built(scenario, None)
         return cls(
-            replica_setup(scenario, None),
+            built.setup,
             scenario.workload,
             slo,
             num_requests=num_requests,
             num_replicas=scenario.replicas * scenario.data_parallel_size,
             router=scenario.router,
+            # a MoE model's data-parallel engines step in lockstep (kvbudget.sim.lockstep)
+            lockstep=lockstep_size(scenario, built),
         )

@@ -21,10 +21,12 @@ from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES
 from kvbudget.sim.driver import DriveOptions, DriveOutcome, Driver, OnStep, ScaleOut
 from kvbudget.sim.lifecycle import Crash, ScaleIn
+from kvbudget.sim.lockstep import LockstepGroup
 from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, RequestIn, SimRequest
 from kvbudget.sim.results import RequestResult, RunStats, SimResult, summarize
 from kvbudget.sim.router import Router
+from kvbudget.sim.stepped import SteppedReplica
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
 from kvbudget.sim.timing import CalibrationProfile
 
@@ -48,6 +50,9 @@ class ClusterSpec:
     crashes: list[Crash] = field(default_factory=list)
     #: keep every output token's time (``RequestResult.token_times_s``, records, ITL figures)
     record_token_times: bool = False
+    #: data-parallel MoE: consecutive replicas form lockstep groups of this many, each behind
+    #: its own ``router`` (:mod:`kvbudget.sim.lockstep`); 1: every replica steps on its own
+    lockstep_size: int = 1
 
 
 def simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int = 0) -> SimResult:
@@ -120,6 +125,8 @@ class _Run:
     max_simulated_s: float | None
     last_finish_s: float = 0.0
     lifecycle: dict[str, Any] = field(default_factory=dict)
+    #: the data-parallel lockstep groups the replicas step in (none: each on its own)
+    groups: list[LockstepGroup] = field(default_factory=list)
 
     @property
     def simulated_s(self) -> float:
@@ -127,6 +134,22 @@ class _Run:
         if horizon is not None and self.outcome.now_s >= horizon:
             return self.outcome.now_s
         return self.last_finish_s
+
+    @property
+    def router_fallbacks(self) -> int:
+        return self.router.num_fallbacks + sum(g.router.num_fallbacks for g in self.groups)
+
+    def lockstep_stats(self) -> dict[str, Any]:
+        """What the lockstep groups did (empty without groups)."""
+        if not self.groups:
+            return {}
+        return {
+            "groups": len(self.groups),
+            "engines_per_group": len(self.groups[0].members),
+            "sync_interval_steps": self.groups[0].sync_interval,
+            "group_steps": sum(g.num_group_steps for g in self.groups),
+            "dummy_engine_steps": sum(g.num_dummy_steps for g in self.groups),
+        }
 
     def tier_stats(self) -> dict[str, dict[str, Any]]:
         return {
@@ -164,6 +187,7 @@ class StreamedRun:
         self.notes = run.notes(stats)
         self.router = router
         self.lifecycle = run.lifecycle
+        self.lockstep = run.lockstep_stats()
 
     def summary(self, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES) -> dict[str, Any]:
         return summarize(
@@ -179,6 +203,7 @@ class StreamedRun:
             tier_stats=self.tier_stats,
             notes=self.notes,
             lifecycle=self.lifecycle,
+            lockstep=self.lockstep,
         )
 
 
@@ -189,7 +214,7 @@ def _run(
     seed: int,
     on_result: Callable[[RequestResult], None],
     on_sample: Callable[[KVSample], None] | None = None,
-    on_step: OnStep[Replica] | None = None,
+    on_step: OnStep[SteppedReplica[SimRequest]] | None = None,
 ) -> _Run:
     """Build the replicas, drive them, hand every request's result to ``on_result``."""
     if not spec.setups:
@@ -217,6 +242,8 @@ def _run(
         setups = [replace(s, fast_path=False, accepts_transfers=transfers) for s in setups]
     for setup in setups:
         replicas.append(build(setup, 0.0))
+    groups = _lockstep_groups(spec, replicas)
+    stepped: list[SteppedReplica[SimRequest]] = list(groups) if groups else list(replicas)
     last_finish = 0.0
 
     def finish(r: RequestResult) -> None:
@@ -225,7 +252,8 @@ def _run(
             last_finish = r.finish_s
         on_result(r)
 
-    def on_finish(req: SimRequest, rep: Replica) -> None:
+    def on_finish(req: SimRequest, stepped: SteppedReplica[SimRequest]) -> None:
+        rep = stepped.member_of(req) if isinstance(stepped, LockstepGroup) else _paged(stepped)
         times = rep.token_times
         if times is None:
             finish(RequestResult.from_sim(req, rep.name))
@@ -233,22 +261,28 @@ def _run(
             kept = tuple(times.pop(req.request_id, ()))
             finish(RequestResult.from_sim(req, rep.name, None, kept))
 
-    def on_reject(req: EngineRequest, rep: Replica, exc: KvbudgetError) -> None:
-        on_result(_not_run(req, rep.name, f"rejected: {exc}"))
+    def on_reject(req: EngineRequest, rep: SteppedReplica[SimRequest], exc: KvbudgetError) -> None:
+        name = rep.last_member.name if isinstance(rep, LockstepGroup) else rep.name
+        on_result(_not_run(req, name, f"rejected: {exc}"))
 
     def on_not_run(req: EngineRequest) -> None:
         on_result(_not_run(req, "", "horizon: not arrived"))
 
-    def sample(rep: Replica, now_s: float) -> None:
+    def sample(rep: SteppedReplica[SimRequest], now_s: float) -> None:
         rep.sample(now_s)
 
-    def sample_out(rep: Replica, now_s: float) -> None:
+    def sample_out(rep: SteppedReplica[SimRequest], now_s: float) -> None:
         assert on_sample is not None
-        on_sample(rep.snapshot(now_s))
+        if isinstance(rep, LockstepGroup):
+            for x in rep.snapshots(now_s):
+                on_sample(x)
+        else:
+            on_sample(_paged(rep).snapshot(now_s))
 
-    router = Router(spec.router, stale_s=spec.stale_s)
+    # lockstep groups route inside (each its own router): the driver sees one engine a group
+    router = Router("round_robin" if groups else spec.router, stale_s=spec.stale_s)
     driver = Driver(
-        replicas,
+        stepped,
         router,
         on_finish=on_finish,
         on_reject=on_reject,
@@ -271,7 +305,46 @@ def _run(
         for r in rep.unfinished():
             finish(RequestResult.from_sim(r, rep.name, f"horizon: {r.status}"))
     lifecycle = driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {}
-    return _Run(replicas, router, outcome, wall0, spec.max_simulated_s, last_finish, lifecycle)
+    return _Run(
+        replicas, router, outcome, wall0, spec.max_simulated_s, last_finish, lifecycle, groups
+    )
+
+
+def _paged(rep: SteppedReplica[SimRequest]) -> Replica:
+    assert isinstance(rep, Replica)
+    return rep
+
+
+def _lockstep_groups(spec: ClusterSpec, replicas: list[Replica]) -> list[LockstepGroup]:
+    """``spec.lockstep_size`` > 1: the replicas in consecutive groups of that many, each
+    behind its own ``spec.router`` (none: every replica steps on its own)."""
+    size = spec.lockstep_size
+    if size <= 1:
+        return []
+    if len(replicas) % size:
+        raise ConfigError(
+            f"lockstep_size: {len(replicas)} replicas do not split into groups of {size}",
+            field="lockstep_size",
+        )
+    for name, given in (
+        ("scale_out", spec.scale_out),
+        ("scale_in", spec.scale_in),
+        ("crashes", spec.crashes),
+    ):
+        if given:
+            raise ConfigError(
+                f"{name}: not modelled for data-parallel engines stepping in lockstep (a MoE "
+                f"model with data_parallel_size > 1); drop {name}",
+                field=name,
+            )
+    return [
+        LockstepGroup(
+            f"dp-group-{i // size}",
+            replicas[i : i + size],
+            Router(spec.router, stale_s=spec.stale_s),
+        )
+        for i in range(0, len(replicas), size)
+    ]
 
 
 def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) -> SimResult:
@@ -280,8 +353,13 @@ def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) ->
     results: list[RequestResult] = []
     trace: list[dict[str, Any]] = []
 
-    def on_step(rep: Replica, index: int, now: float, duration: float) -> None:
-        trace.append(_trace_step(rep, index, now, duration))
+    def on_step(rep: SteppedReplica[SimRequest], index: int, now: float, duration: float) -> None:
+        if isinstance(rep, LockstepGroup):  # one span a member, under the member's index
+            size = len(rep.members)
+            for j, m in enumerate(rep.members):
+                trace.append(_trace_step(m, index * size + j, now, duration))
+        else:
+            trace.append(_trace_step(_paged(rep), index, now, duration))
 
     run = _run(
         (r for r, _ in ordered),
@@ -313,10 +391,11 @@ def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) ->
         num_steps=sum(rep.core.num_steps for rep in replicas),
         num_events=run.outcome.num_events,
         router=spec.router,
-        router_fallbacks=run.router.num_fallbacks,
+        router_fallbacks=run.router_fallbacks,
         trace_events=trace,
         notes=run.notes(stats),
         lifecycle=run.lifecycle,
+        lockstep=run.lockstep_stats(),
     )
 
 

@@ -54,7 +54,7 @@ import heapq
 
 from kvbudget.errors import SimulationError
 from kvbudget.sim.blockpool import HashSource
-from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.engine import EngineCore, StepResult
 from kvbudget.sim.fastpath_events import group_events, single_group_events
 from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
 from kvbudget.sim.request import RequestIn, SimRequest
@@ -154,6 +154,10 @@ class FastEngine:
         #: the end time of every step (a lazy decoder's tokens are the ends of its steps)
         self.token_times: dict[str, list[float]] | None = None
         self.step_ends: list[float] = []
+        #: the last step's explicit result (``None``: it was a lazy step) and a lazy step's
+        #: prefill chunks: which requests it stamped (:meth:`Replica.retime_last_step`)
+        self.last_explicit: StepResult | None = None
+        self.last_scheduled: list[tuple[SimRequest, int]] = []
 
     # ------------------------------------------------------------------ lazy bookkeeping
     def _materialize(self, req: SimRequest) -> None:
@@ -277,10 +281,12 @@ class FastEngine:
         if self.priority and not self.explicit_mode and self.may_preempt():
             to_explicit(self)  # this step on EngineCore (its victim rule), then back
         if self.explicit_mode:
-            duration = explicit_step(self.core, now_s, self.token_times).duration_s
+            result = explicit_step(self.core, now_s, self.token_times)
+            self.last_explicit = result
             if lazy_ok(self):
                 to_lazy(self)
-            return duration
+            return result.duration_s
+        self.last_explicit = None
         self._now_s = now_s
         duration = self._lazy_step(now_s)
         if self._loading or self._disorder:
@@ -313,6 +319,7 @@ class FastEngine:
         # 3. waiting requests (only if nothing was preempted)
         if not self.preempted:
             budget = self._admit_waiting(now_s, scheduled, budget)
+        self.last_scheduled = scheduled
         if not scheduled and self.num_decoders == 0:
             self.reg_g = self.g  # no step: no decoder token was scheduled
             return 0.0

@@ -57,6 +57,7 @@ COMPILED: tuple[str, ...] = (
     "router",
     "results",
     "cluster",
+    "lockstep",
     # the roofline step price (kvbudget.sim.timing stays interpreted: pydantic) and the
     # measured model's step key and price cache (aiconfigurator-core is called, not compiled)
     "roofline",

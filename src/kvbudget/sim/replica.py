@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbudget.sim.config import ReplicaConfig
-from kvbudget.sim.engine import EngineCore
+from kvbudget.sim.engine import EngineCore, TokenOutput
 from kvbudget.sim.fastpath import FastEngine
 from kvbudget.sim.fastpath_modes import explicit_step
 from kvbudget.sim.prefix import BlockHash, block_hashes
@@ -164,6 +164,48 @@ class Replica(SteppedReplica[SimRequest]):
         self.last_outputs = result.outputs
         self.last_num_scheduled_tokens = result.num_scheduled_tokens
         return result.duration_s
+
+    def retime_last_step(self, old_end_s: float, new_end_s: float) -> None:
+        """Move what the last step stamped at its end ``old_end_s`` to ``new_end_s``.
+
+        A data-parallel lockstep group (:mod:`kvbudget.sim.lockstep`) steps its members with
+        their own prices, then ends every member's step when the slowest one ends. Stamped at a
+        step's end: first tokens and finishes (``first_token_s``, ``finish_s``) of the requests
+        that step scheduled or ended, their output times (``token_times``) and, on the fast
+        path, the step's end that lazy decoders' tokens are read from (``step_ends``).
+        ``old_end_s`` must be after the step's start (a positive duration): every earlier stamp
+        is at or before the start, so only this step's equal it. The requests that ended are
+        still in ``finished()`` (the caller drains them after this).
+        """
+        core = self.core
+        stamped: list[SimRequest] = list(core.finished)
+        outputs: list[TokenOutput] = self.last_outputs
+        fast = self.fast
+        if fast is not None:
+            explicit = fast.last_explicit
+            if explicit is None:  # a lazy step: its prefills, and the decoders' step end
+                stamped.extend(req for req, _n in fast.last_scheduled)
+                ends = fast.step_ends
+                if ends and ends[-1] == old_end_s:
+                    ends[-1] = new_end_s
+                outputs = []
+            else:
+                outputs = explicit.outputs
+        requests = core.requests
+        for out in outputs:
+            req = requests.get(out.request_id)
+            if req is not None:
+                stamped.append(req)
+        times = self.token_times
+        for req in stamped:
+            if req.first_token_s == old_end_s:
+                req.first_token_s = new_end_s
+            if req.finish_s == old_end_s:
+                req.finish_s = new_end_s
+            if times is not None:
+                kept = times.get(req.spec.request_id)
+                if kept and kept[-1] == old_end_s:
+                    kept[-1] = new_end_s
 
     def wake_s(self) -> float | None:
         """When a stalled replica (only reloading requests) can run again."""

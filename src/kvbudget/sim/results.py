@@ -181,6 +181,8 @@ class SimResult:
     notes: list[str] = field(default_factory=list)
     #: scale-in / migration / crash costs (kvbudget.sim.lifecycle); empty without such events
     lifecycle: dict[str, Any] = field(default_factory=dict)
+    #: data-parallel lockstep groups' steps (kvbudget.sim.lockstep); empty without groups
+    lockstep: dict[str, Any] = field(default_factory=dict)
 
     def records(self) -> list[RequestRecord]:
         """One ``RequestRecord`` (source ``simulated``) per request."""
@@ -218,6 +220,7 @@ class SimResult:
             tier_stats=self.tier_stats,
             notes=self.notes,
             lifecycle=self.lifecycle,
+            lockstep=self.lockstep,
         )
 
 
@@ -338,6 +341,7 @@ def summarize(
     tier_stats: dict[str, dict[str, Any]],
     notes: list[str],
     lifecycle: dict[str, Any] | None = None,
+    lockstep: dict[str, Any] | None = None,
     percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
 ) -> dict[str, Any]:
     """The ``--json`` summary of a run (one definition for collected and streamed runs).
@@ -394,4 +398,5 @@ def summarize(
         "notes": list(notes),
         "unfinished_reasons": stats.unfinished_reasons(),
         **({"lifecycle": dict(lifecycle)} if lifecycle else {}),
+        **({"lockstep": dict(lockstep)} if lockstep else {}),
     }

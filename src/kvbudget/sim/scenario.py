@@ -62,7 +62,7 @@ from kvbudget.sim.cluster import ClusterSpec
 from kvbudget.sim.config import SchedulingPolicy
 from kvbudget.sim.disagg import KVLinkConfig
 from kvbudget.sim.driver import ScaleOut
-from kvbudget.sim.fromplan import build_replica
+from kvbudget.sim.fromplan import BuiltReplica, build_replica
 from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest, engine_request
@@ -302,6 +302,11 @@ def scenario_async_scheduling(scenario: SimScenario) -> AsyncScheduling:
 
 def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> ReplicaSetup:
     """One replica built from its own plan: the scenario's fields with ``override``'s on top."""
+    return replica_built(scenario, override).setup
+
+
+def replica_built(scenario: SimScenario, override: ReplicaOverride | None) -> BuiltReplica:
+    """:func:`replica_setup` with what else the build resolved (the model)."""
     o = override or ReplicaOverride()
     request = PlanRequest(
         model=scenario.model,
@@ -321,7 +326,7 @@ def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> Re
     profile = None
     if scenario.timing_profile is not None:
         profile = CalibrationProfile.load(scenario.timing_profile)
-    built = build_replica(
+    return build_replica(
         request,
         enable_prefix_caching=scenario.prefix_caching,
         policy=scenario.policy,
@@ -332,16 +337,18 @@ def replica_setup(scenario: SimScenario, override: ReplicaOverride | None) -> Re
         timing_model=scenario.timing_model,
         async_scheduling=scenario.async_scheduling,
     )
-    return built.setup
 
 
 def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
     """Replicas (each from its own plan), router, tiers, scale-out."""
+    lockstep = 1
     if scenario.replica_overrides:
         setups = [replica_setup(scenario, o) for o in scenario.replica_overrides]
     else:
-        one = replica_setup(scenario, None)
+        built = replica_built(scenario, None)
+        one = built.setup
         setups = [one] * (scenario.replicas * scenario.data_parallel_size)
+        lockstep = lockstep_size(scenario, built)
     return ClusterSpec(
         setups=setups,
         router=scenario.router,
@@ -355,7 +362,23 @@ def build_cluster(scenario: SimScenario, *, trace: bool = False) -> ClusterSpec:
         remote_tier=scenario.remote_tier,
         max_simulated_s=scenario.max_simulated_s,
         trace=trace,
+        lockstep_size=lockstep,
     )
+
+
+def lockstep_size(scenario: SimScenario, built: BuiltReplica) -> int:
+    """How many of the scenario's engines step in lockstep: ``data_parallel_size`` for a MoE
+    model (:func:`is_moe`), else 1 (each engine on its own)."""
+    dp = scenario.data_parallel_size
+    return dp if dp > 1 and is_moe(built) else 1
+
+
+def is_moe(built: BuiltReplica) -> bool:
+    """A MoE model: vLLM 0.32.0 runs its data-parallel ranks in lockstep (``DPEngineCoreProc``
+    only ``if data_parallel and vllm_config.model_config.is_moe``, ``v1/engine/core.py`` line
+    1473; :mod:`kvbudget.sim.lockstep`), a dense model's as independent engines."""
+    spec = built.model.spec if built.model is not None else None
+    return spec is not None and bool(spec.num_experts)
 
 
 def build_workload(scenario: SimScenario) -> tuple[list[PlannedRequest], int | None]:

@@ -1,8 +1,10 @@
 """The step protocol: what the driver (:mod:`kvbudget.sim.driver`) needs from an engine.
 
 Every simulated engine is stepped by the one driver: the vLLM-style paged replica
-(:class:`kvbudget.sim.replica.Replica`) and llama.cpp's slot server
-(:class:`kvbudget.sim.slots_replica.SlotReplica`). Each is a :class:`SteppedReplica`; ``F`` is
+(:class:`kvbudget.sim.replica.Replica`), llama.cpp's slot server
+(:class:`kvbudget.sim.slots_replica.SlotReplica`) and a MoE model's data-parallel engines in
+lockstep (:class:`kvbudget.sim.lockstep.LockstepGroup`, over paged replicas). Each is a
+:class:`SteppedReplica`; ``F`` is
 what it hands out when a request ends (the paged engine's :class:`~kvbudget.sim.request.SimRequest`,
 the slot server's :class:`~kvbudget.sim.slots.SlotRequestResult`).
 

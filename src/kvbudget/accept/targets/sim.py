@@ -18,7 +18,9 @@ Every output token's time is recorded (``token_times_s``, the end of the engine 
 produced it), so ITL is reported (``ReplicaSetup.record_token_times``; the lazy-decode fast
 path gives a decoder's tokens the ends of its steps). With several replicas the KV /
 queue samples and the engine counters are the cluster's totals (KV usage: used blocks over all
-blocks) and each record names its replica.
+blocks) and each record names its replica. ``lockstep_size`` > 1 (a MoE model's data-parallel
+engines, as ``kvbudget capacity --dp`` builds them): consecutive replicas step in lockstep
+groups (:mod:`kvbudget.sim.lockstep`), each group routing its requests with the router.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from kvbudget.records import MetricSample, RequestRecord
 from kvbudget.records.simulated import ended_as, simulated_record
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.driver import DriveOptions, Driver
+from kvbudget.sim.lockstep import LockstepGroup
 from kvbudget.sim.replica import Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, SimRequest, as_engine_request
 from kvbudget.sim.router import Router
+from kvbudget.sim.stepped import SteppedReplica
 from kvbudget.sim.tiers import TierConfig, TierStack
 from kvbudget.sim.timing import StepTimeModel
 from kvbudget.workload.request import PlannedRequest
@@ -47,6 +51,14 @@ from kvbudget.workload.request import PlannedRequest
 MAX_STEPS_PER_CELL = 2_000_000
 #: keep a KV/queue sample this often (virtual seconds)
 SAMPLE_EVERY_S = 0.2
+
+
+def _member(stepped: SteppedReplica[SimRequest], req: SimRequest) -> Replica:
+    """The replica that ran ``req`` (a lockstep group's member, or the replica itself)."""
+    if isinstance(stepped, LockstepGroup):
+        return stepped.member_of(req)
+    assert isinstance(stepped, Replica)
+    return stepped
 
 
 def _prompt_sha256(prompt_token_ids: Sequence[int]) -> str:
@@ -120,6 +132,7 @@ class SimTarget:
         tiers: Sequence[TierConfig] = (),
         num_replicas: int = 1,
         router: str = "round_robin",
+        lockstep_size: int = 1,
     ) -> None:
         self.config = config
         if tiers and config.kv_bytes_per_token * config.block_size <= 0:
@@ -149,9 +162,24 @@ class SimTarget:
         self.tier_stack: TierStack | None = self.replica.tier_stack
         self._cell: _Cell | None = None
         self._meter: TierMeter | None = None
+        size = lockstep_size
+        if size > 1 and num_replicas % size:
+            raise ConfigError(
+                f"lockstep_size: {num_replicas} replicas do not split into groups of {size}",
+                field="lockstep_size",
+            )
+        #: data-parallel lockstep groups (none: every replica steps on its own)
+        self.groups = [
+            LockstepGroup(f"dp-group-{i // size}", self.replicas[i : i + size], Router(router))
+            for i in range(0, num_replicas, size)
+            if size > 1
+        ]
+        stepped: list[SteppedReplica[SimRequest]] = (
+            list(self.groups) if self.groups else list(self.replicas)
+        )
         self._driver = Driver(
-            self.replicas,
-            Router(router),
+            stepped,
+            Router("round_robin" if self.groups else router),
             on_finish=self._on_finish,
             on_reject=self._on_reject,
             on_step=self._on_step if self.tier_stack is not None else None,
@@ -174,7 +202,8 @@ class SimTarget:
         return None
 
     # ------------------------------------------------------------------ driver callbacks
-    def _on_finish(self, req: SimRequest, rep: Replica) -> None:
+    def _on_finish(self, req: SimRequest, stepped: SteppedReplica[SimRequest]) -> None:
+        rep = _member(stepped, req)
         cell = self._cell
         assert cell is not None
         base = cell.base_s
@@ -209,7 +238,10 @@ class SimTarget:
             )
         )
 
-    def _on_reject(self, req: EngineRequest, rep: Replica, exc: KvbudgetError) -> None:
+    def _on_reject(
+        self, req: EngineRequest, stepped: SteppedReplica[SimRequest], exc: KvbudgetError
+    ) -> None:
+        rep = stepped.last_member if isinstance(stepped, LockstepGroup) else stepped
         cell = self._cell
         assert cell is not None
         message = str(exc)
@@ -232,14 +264,16 @@ class SimTarget:
             )
         )
 
-    def _on_step(self, rep: Replica, index: int, now_s: float, duration_s: float) -> None:
+    def _on_step(
+        self, rep: SteppedReplica[SimRequest], index: int, now_s: float, duration_s: float
+    ) -> None:
         if self._meter is not None:
             self._meter.observe()
 
-    def _on_sample(self, rep: Replica, now_s: float) -> None:
-        # the driver samples every replica at the same instant, first to last: one cluster
-        # sample when it asks for the first one
-        if rep is not self.replicas[0]:
+    def _on_sample(self, rep: SteppedReplica[SimRequest], now_s: float) -> None:
+        # the driver samples every replica (or group) at the same instant, first to last: one
+        # cluster sample when it asks for the first one
+        if rep is not self._driver.replicas[0]:
             return
         cell = self._cell
         assert cell is not None
