@@ -279,7 +279,9 @@ def build_replica(
     the all-reduce; the replica's description says so. The timing model is looked up in the
     registry of :mod:`kvbudget.sim.timing_select` by ``timing_model`` (``None``: the
     ``KVBUDGET_TIMING_MODEL`` environment variable, else ``auto``); ``profile`` replaces that
-    choice by the registered ``calibrated`` model; ``tiers`` are sized
+    choice by the registered ``calibrated`` model, except with ``timing_model="measured"``:
+    then it corrects the measured model (:mod:`kvbudget.sim.measured_correction`, labelled
+    ``<measured label> corrected by <profile>``); ``tiers`` are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
     ``async_scheduling`` (vLLM ``--async-scheduling`` / ``--no-async-scheduling``; ``None``:
@@ -301,7 +303,19 @@ def build_replica(
     if asynchronous.enabled:
         config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel
-    if profile is not None:
+    notes: list[str] = []
+    if profile is not None and timing_model == "measured" and request.gpu is not None:
+        # the measured model corrected by the profile's points (sim/measured_correction.py)
+        from kvbudget.sim.measured_correction import corrected
+        from kvbudget.sim.timing_select import choose_timing
+
+        roofline = roofline_from_plan(plan, spec, params)
+        measured, _ = choose_timing(
+            "measured", request, plan, resolved, roofline, expert_parallel=expert_parallel
+        )
+        timing, notes = corrected(measured, profile)
+        timing_name = timing.name
+    elif profile is not None:
         from kvbudget.sim.timing_select import BuiltTiming, TimingContext, build_timing
 
         calibrated = build_timing(
@@ -327,6 +341,8 @@ def build_replica(
         f"timing {timing_name}"
     )
     desc += f"; async scheduling {'on' if asynchronous.enabled else 'off'} ({asynchronous.reason})"
+    for note in notes:
+        desc += f"; {note}"
     if expert_parallel and not timing_name.startswith("measured"):
         desc += (
             "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "

@@ -190,6 +190,32 @@ class StepFit(BaseModel):
     decode_per_context_token_s: float = Field(ge=0)
 
 
+class MeasuredCorrection(BaseModel):
+    """Factors that correct the measured model from a real engine's run, with their provenance
+    (:mod:`kvbudget.sim.measured_correction`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the measured model's label the factors were derived against
+    measured_model: str
+    #: the profile whose points they come from, its engine and hardware
+    profile: str
+    engine: str
+    hardware: str
+    prefill_factor: float = Field(gt=0)
+    decode_factor: float = Field(gt=0)
+    num_prefill_points: int = Field(ge=1)
+    num_decode_points: int = Field(ge=1)
+    #: tokens of one prefill step the cold prompts were priced in
+    prefill_step_tokens: int = Field(ge=1)
+    #: root-mean-square relative error of the measured model on the points, before and after
+    prefill_rms_rel_before: float = Field(ge=0)
+    prefill_rms_rel_after: float = Field(ge=0)
+    decode_rms_rel_before: float = Field(ge=0)
+    decode_rms_rel_after: float = Field(ge=0)
+    method: str
+
+
 class CalibrationProfile(BaseModel):
     """Measured step times of one engine/model/GPU, stored as JSON.
 
@@ -221,6 +247,8 @@ class CalibrationProfile(BaseModel):
     residuals: dict[str, float] = Field(default_factory=dict)
     #: name (prompt_tokens, context_tokens, batch_size) -> (min, max) covered by the points
     valid_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    #: the measured model corrected by these points (``kvbudget calibrate --gpu``); optional
+    measured_correction: MeasuredCorrection | None = None
 
     def range_warnings(self, observed: dict[str, float]) -> list[str]:
         """One line per observed maximum outside ``valid_ranges`` (names not in both skipped)."""
