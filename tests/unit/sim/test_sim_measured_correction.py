@@ -210,3 +210,36 @@ def test_sim_applies_the_correction_to_the_real_measured_model(tmp_path: Path) -
     # without --timing-model measured the profile is the calibrated model, as before
     calibrated = build_replica(request, profile=profile)
     assert calibrated.timing_name.startswith("calibrated (h100-run")
+
+
+def test_unit_factors_leave_a_whole_run_unchanged_but_its_label(tmp_path: Path) -> None:
+    """``sim --timing-model measured`` with and without a profile whose stored factors are
+    exactly 1: the same figures; only the label (and the wall clock) differ."""
+    import aiconfigurator_core  # noqa: F401
+    from click.testing import CliRunner
+
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.cli.sim import sim
+    from kvbudget.sim.fromplan import build_replica
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B", gpu="H100-SXM", max_model_len=8192)
+    label = build_replica(request, timing_model="measured").timing_name
+    # factors of exactly 1 (the fake's own points), stored under the real model's label
+    stored = derive_correction(_measured(), _profile(1.0, 1.0), measured_model=label)
+    assert (stored.prefill_factor, stored.decode_factor) == (1.0, 1.0)
+    path = tmp_path / "one.json"
+    path.write_text(_profile(1.0, 1.0, measured_correction=stored).model_dump_json())
+    base = [
+        *("--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM", "--max-model-len", "8192"),
+        *("--timing-model", "measured", "--num-requests", "40", "--json"),
+    ]
+    runs = []
+    for extra in ([], ["--timing-profile", str(path)]):
+        result = CliRunner().invoke(sim, [*base, *extra])
+        assert result.exit_code == 0, result.output
+        runs.append(json.loads(result.output))
+    plain, one = runs
+    assert one.pop("timing_model") == plain.pop("timing_model") + " corrected by h100-run"
+    for doc in (plain, one):
+        doc.pop("wall_s")
+    assert one == plain
