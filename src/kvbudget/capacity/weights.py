@@ -74,6 +74,10 @@ class WeightsEstimate:
     vision_params: int = 0
     #: their bytes, whole (once): loaded, never read by a decode step
     vision_bytes: int = 0
+    #: parameters of the modules a ModelOpt checkpoint's ``exclude_modules`` leaves unquantized
+    #: (their GEMMs run in the model dtype): outside the routed experts, and of routed experts
+    excluded_params: int = 0
+    excluded_expert_params: int = 0
 
     @property
     def max_rank_bytes(self) -> int:
@@ -142,6 +146,7 @@ def compute_weights(
     total_bytes = 0
     params = 0
     expert_params = expert_bytes = 0
+    excluded_params = excluded_expert_params = 0
     norm = h * dtype_bytes
     exclusion = _exclusion(spec)
     for p in range(pp):
@@ -165,6 +170,13 @@ def compute_weights(
                         m, (m.in_features, m.out_features), mq, dtype_bytes
                     )
                     params += count * m.count * m.in_features * m.out_features
+                    if m.name in excluded and m.quantizable:
+                        if m.expert:
+                            excluded_expert_params += (
+                                count * m.count * m.in_features * m.out_features
+                            )
+                        else:
+                            excluded_params += count * m.count * m.in_features * m.out_features
                     if m.expert:
                         expert_params += count * m.count * m.in_features * m.out_features
                         expert_bytes += (
@@ -222,6 +234,8 @@ def compute_weights(
         expert_bytes=expert_bytes,
         vision_params=tower.num_params if tower else 0,
         vision_bytes=tower.num_params * dtype_bytes if tower else 0,
+        excluded_params=excluded_params,
+        excluded_expert_params=excluded_expert_params,
     )
 
 
@@ -327,4 +341,6 @@ def estimate_weights(
         else 0,
         vision_params=computed.vision_params,
         vision_bytes=computed.vision_bytes,
+        excluded_params=computed.excluded_params,
+        excluded_expert_params=computed.excluded_expert_params,
     )

@@ -124,11 +124,16 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
     num_experts = spec.num_experts or 0
     per_tok = min(spec.num_experts_per_tok or 0, num_experts)
     active = num_params
+    # modules left unquantized by a ModelOpt exclude_modules: their GEMMs run in bf16
+    bf16_params = float(counted.excluded_params) if counted else 0.0
+    excluded_experts = float(counted.excluded_expert_params) if counted else 0.0
     if expert_params and num_experts and per_tok:
         # each token runs k of the E routed experts (gpt-oss: 4 of 128; the rest idle)
         active = num_params - expert_params * (1.0 - per_tok / num_experts)
+        bf16_params += excluded_experts * per_tok / num_experts
     else:
         expert_bytes = 0.0
+        bf16_params += excluded_experts
     return ModelCost(
         model_id=spec.model_id,
         num_layers=spec.num_layers,
@@ -142,6 +147,7 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
         expert_weights_bytes=expert_bytes,
         num_experts=num_experts if expert_bytes else 0,
         num_experts_per_tok=per_tok if expert_bytes else 0,
+        num_bf16_gemm_params=bf16_params,
     )
 
 

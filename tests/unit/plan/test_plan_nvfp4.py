@@ -97,6 +97,8 @@ def test_excluded_modules_priced_unquantized_per_module() -> None:
     assert w.total_bytes == layer0 + 2 * _LAYER + layer3 + _OUTSIDE
     assert w.source == "computed"
     assert w.per_rank_bytes == (w.total_bytes,)
+    # their parameters, whose GEMMs run in bf16: q, k, v, o 4 x 1024 x 1024, down 4096 x 1024
+    assert (w.excluded_params, w.excluded_expert_params) == (4 * 1024 * 1024 + 4096 * 1024, 0)
     # two stages: layers 0-1 then 2-3 (get_pp_indices), embeddings first, lm_head + norm last
     w2 = compute_weights(_spec(quant), pp=2)
     assert w2.per_rank_bytes == (
@@ -221,3 +223,11 @@ def test_a_deepseek_nvfp4_config_by_hand(tmp_path: Path) -> None:
     assert w.total_bytes == attention + dense + moe + norms + outside == 94_816
     assert w.expert_bytes == 4 * expert
     assert w.source == "computed"
+    assert (w.excluded_params, w.excluded_expert_params) == (2 * 9216, 0)
+    # the roofline's bf16 share of the active parameters: the excluded attention
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.capacity.planner import make_plan
+    from kvbudget.sim.fromplan import model_cost
+
+    plan = make_plan(PlanRequest(model=str(tmp_path), gpu="B200", max_model_len=128), spec)
+    assert model_cost(spec, plan).num_bf16_gemm_params == 2 * 9216
