@@ -44,6 +44,15 @@ def profile_text(profile: CalibrationProfile) -> str:
     )
     for name, (lo, hi) in sorted(profile.valid_ranges.items()):
         lines.append(f"  valid {name}: {lo:g} .. {hi:g}")
+    c = profile.measured_correction
+    if c is not None:
+        lines += [
+            f"  corrects {c.measured_model}:",
+            f"    prefill x{c.prefill_factor:.3f} (rms relative error on {c.num_prefill_points} "
+            f"points {c.prefill_rms_rel_before:.1%} -> {c.prefill_rms_rel_after:.1%})",
+            f"    decode  x{c.decode_factor:.3f} (rms relative error on {c.num_decode_points} "
+            f"points {c.decode_rms_rel_before:.1%} -> {c.decode_rms_rel_after:.1%})",
+        ]
     return "\n".join(lines)
 
 

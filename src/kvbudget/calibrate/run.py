@@ -1,4 +1,5 @@
-"""``kvbudget calibrate``: measure the series, fit, write the profile."""
+"""``kvbudget calibrate``: measure the series, fit, write the profile (with ``--gpu``: and the
+measured model's correction, :mod:`kvbudget.sim.measured_correction`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kvbudget.calibrate.series import SeriesSpec, plan_series
 from kvbudget.engine_name import VLLM, is_engine
 from kvbudget.errors import ConfigError
 from kvbudget.load.client import OpenAIClient
-from kvbudget.sim.timing import CalibrationProfile
+from kvbudget.sim.timing import CalibrationProfile, StepTimeModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,10 @@ class CalibrateOptions:
     seed: int = 0
     request_timeout_s: float = 300.0
     deadline_s: float = 600.0
+    #: GPU catalog id and tensor-parallel size of the engine: correct the measured model
+    #: (aiconfigurator-core) by this run and store the factors in the profile
+    gpu: str | None = None
+    tp: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ async def calibrate(opts: CalibrateOptions) -> Calibration:
         if opts.n_ubatch:
             key = "max_num_batched_tokens" if is_engine(info.engine, VLLM) else "n_ubatch"
             info.settings[key] = opts.n_ubatch
+        # the measured model to correct, built before the series so a refusal costs no run
+        measured = measured_model(opts, info) if opts.gpu else None
         spec = series_spec(opts, info)
         probes = plan_series(spec)
         results = await run_series(
@@ -92,7 +99,37 @@ async def calibrate(opts: CalibrateOptions) -> Calibration:
             raise
         raise ConfigError(f"{exc}; {why}", field=exc.field) from None
     profile = build_profile(opts, info, obs, fit, request_overhead_s(results))
+    if measured is not None:
+        from kvbudget.sim.measured_correction import derive_correction
+
+        correction = derive_correction(
+            measured, profile, measured_model=measured.name, step=n_ubatch
+        )
+        profile = profile.model_copy(update={"measured_correction": correction})
     return Calibration(profile, info, obs, fit, results, time.perf_counter() - start)
+
+
+def measured_model(opts: CalibrateOptions, info: EngineInfo) -> StepTimeModel:
+    """The measured model (aiconfigurator-core's tables) of the calibrated vLLM engine: its
+    model (``--model``: a catalog id, Hugging Face id or config path), ``--gpu``, ``--tp`` and
+    the version the engine reports; a one-line ConfigError when it cannot be built."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.sim.fromplan import build_replica
+
+    if not is_engine(info.engine, "vllm"):
+        raise ConfigError(
+            f"--gpu: the measured model prices vLLM engines only; this engine is {info.engine}; "
+            "drop --gpu",
+            field="gpu",
+        )
+    request = PlanRequest(
+        model=opts.model,
+        gpu=opts.gpu,
+        tp=opts.tp,
+        engine_version=info.version or None,
+        max_model_len=info.max_model_len,
+    )
+    return build_replica(request, timing_model="measured").timing
 
 
 def missing_decode_points(results: list[ProbeResult], obs: list[Observation]) -> str | None:

@@ -18,7 +18,10 @@ Quantization (``quantization_config``): ``fp8`` = 1 B per linear weight plus one
 scale and a packed ``bits``-bit zero (GPTQ ``desc_act`` adds an int32 ``g_idx`` per input row);
 ``mxfp4`` (gpt-oss experts) = 0.5 B plus one 1-byte scale per 32; ModelOpt ``NVFP4``
 (``modelopt_fp4``) = 0.5 B plus one 1-byte scale per ``group_size`` (16), ModelOpt ``FP8``
-(``modelopt``) as per-tensor ``fp8``; ``compressed-tensors`` = the
+(``modelopt``) as per-tensor ``fp8``; a ModelOpt checkpoint's ``exclude_modules`` (``ignore`` in a
+``config.json`` form) matched per module as vLLM does (:mod:`kvbudget.capacity.modelopt_exclude`):
+excluded modules in the model dtype, the figure ``estimated`` only when a pattern names nothing
+kvbudget can place; ``compressed-tensors`` = the
 first config group's ``num_bits`` (8: one fp32 scale per output channel; 4: an fp16 scale per group). Embeddings, lm_head, norms and
 routers stay in the model dtype. Tensor parallel divides projections and experts by ``tp``
 (KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
@@ -29,13 +32,15 @@ parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first sta
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.model_dtype import vllm_quant_name
-from kvbudget.capacity.moe_layers import count_moe_layers
+from kvbudget.capacity.modelopt_exclude import Exclusion, exclude_patterns, resolve_exclusion
+from kvbudget.capacity.moe_layers import count_moe_layers, is_moe_layer
 from kvbudget.capacity.vision import vision_tower
 from kvbudget.capacity.weight_matrices import (
     Matrix as Matrix,  # re-exported: callers import it here
@@ -69,6 +74,10 @@ class WeightsEstimate:
     vision_params: int = 0
     #: their bytes, whole (once): loaded, never read by a decode step
     vision_bytes: int = 0
+    #: parameters of the modules a ModelOpt checkpoint's ``exclude_modules`` leaves unquantized
+    #: (their GEMMs run in the model dtype): outside the routed experts, and of routed experts
+    excluded_params: int = 0
+    excluded_expert_params: int = 0
 
     @property
     def max_rank_bytes(self) -> int:
@@ -78,6 +87,33 @@ class WeightsEstimate:
 def _model_dtype_bytes(spec: ModelSpec) -> int:
     size = spec.dtype_bytes
     return 2 if size is None or size == 4 else size
+
+
+def _exclusion(spec: ModelSpec) -> Exclusion | None:
+    """The ModelOpt ``exclude_modules`` list against every decoder layer's matrices."""
+    if not [p for p in exclude_patterns(spec.quantization_config) if p != "lm_head"]:
+        return None
+    names: dict[int, list[str]] = {}
+    for i in range(spec.num_layers):
+        mats, _ = layer_matrices(spec, i, is_moe_layer(spec, i))
+        names[i] = [m.name for m in mats]
+    return resolve_exclusion(spec, names)
+
+
+def _layer_groups(
+    spec: ModelSpec, indices: range, exclusion: Exclusion | None
+) -> list[tuple[bool, int, frozenset[str]]]:
+    """``(moe, count, excluded matrix names)`` over the layers ``indices`` of one run."""
+    if exclusion is None or exclusion.family is None:
+        num_moe = count_moe_layers(spec, indices)
+        out = [(True, num_moe, frozenset[str]()), (False, len(indices) - num_moe, frozenset())]
+        return [g for g in out if g[1]]
+    groups: Counter[tuple[bool, frozenset[str]]] = Counter()
+    for i in indices:
+        moe = is_moe_layer(spec, i)
+        mats, _ = layer_matrices(spec, i, moe)
+        groups[moe, frozenset(m.name for m in mats if exclusion.excluded(spec, i, m.name))] += 1
+    return [(moe, count, excluded) for (moe, excluded), count in groups.items()]
 
 
 def compute_weights(
@@ -110,35 +146,43 @@ def compute_weights(
     total_bytes = 0
     params = 0
     expert_params = expert_bytes = 0
+    excluded_params = excluded_expert_params = 0
     norm = h * dtype_bytes
+    exclusion = _exclusion(spec)
     for p in range(pp):
         start, end = get_pp_indices(spec.num_layers, p, pp)
         for layer, indices in spec.layer_seq[start:end].runs():
-            num_moe = count_moe_layers(spec, indices)
-            for moe, count in ((True, num_moe), (False, len(indices) - num_moe)):
-                if not count:
-                    continue
+            for moe, count, excluded in _layer_groups(spec, indices, exclusion):
                 mats, approx = layer_matrices(spec, layer.layer_index, moe)
                 approx_any = approx_any or approx
                 layer_rank = 2 * norm
                 layer_total = 0
                 for m in mats:
+                    # an excluded module is stored unquantized (UnquantizedLinearMethod)
+                    mq = None if m.name in excluded else quant
                     layer_rank += m.count * _matrix_bytes(
                         m,
                         m.rank_shape(experts_over if m.expert else tp, kv_heads),
-                        quant,
+                        mq,
                         dtype_bytes,
                     )
                     layer_total += m.count * _matrix_bytes(
-                        m, (m.in_features, m.out_features), quant, dtype_bytes
+                        m, (m.in_features, m.out_features), mq, dtype_bytes
                     )
                     params += count * m.count * m.in_features * m.out_features
+                    if m.name in excluded and m.quantizable:
+                        if m.expert:
+                            excluded_expert_params += (
+                                count * m.count * m.in_features * m.out_features
+                            )
+                        else:
+                            excluded_params += count * m.count * m.in_features * m.out_features
                     if m.expert:
                         expert_params += count * m.count * m.in_features * m.out_features
                         expert_bytes += (
                             count
                             * m.count
-                            * _matrix_bytes(m, (m.in_features, m.out_features), quant, dtype_bytes)
+                            * _matrix_bytes(m, (m.in_features, m.out_features), mq, dtype_bytes)
                         )
                 stage_bytes[p] += count * layer_rank
                 total_bytes += count * (layer_total + 2 * norm)
@@ -155,15 +199,17 @@ def compute_weights(
     if spec.tie_word_embeddings and pp > 1:
         notes.append("tied embeddings: the last pipeline stage holds its own copy of lm_head")
     qname = vllm_quant_name(quant)
-    nested = (quant or {}).get("quantization")
-    fields = nested if isinstance(nested, dict) else quant or {}
-    excluded = [str(x) for x in fields.get("exclude_modules") or () if str(x) != "lm_head"]
-    partly_excluded = qname.startswith("modelopt") and bool(excluded)
-    if partly_excluded:
+    partly_excluded = exclusion is not None and bool(exclusion.unmapped)
+    if exclusion is not None and exclusion.unmapped:
         notes.append(
-            f"exclude_modules names {len(excluded)} module pattern(s) beyond lm_head (e.g. "
-            f"{excluded[0][:40]}): they are counted as quantized; a snapshot's size or "
-            "--weights-bytes gives the exact figure"
+            f"exclude_modules pattern {exclusion.unmapped[0][:120]} "
+            f"({len(exclusion.unmapped)} such); what it names is counted as quantized; a "
+            "snapshot's size or --weights-bytes gives the exact figure"
+        )
+    elif exclusion is not None:
+        notes.append(
+            f"exclude_modules: {len(exclusion.patterns)} pattern(s) matched per module as vLLM "
+            "does (ModelOptQuantConfigBase.is_layer_excluded); excluded modules in the model dtype"
         )
     if approx_any:
         notes.append("state-space / linear-attention / KV-shared projections are approximated")
@@ -188,6 +234,8 @@ def compute_weights(
         expert_bytes=expert_bytes,
         vision_params=tower.num_params if tower else 0,
         vision_bytes=tower.num_params * dtype_bytes if tower else 0,
+        excluded_params=excluded_params,
+        excluded_expert_params=excluded_expert_params,
     )
 
 
@@ -293,4 +341,6 @@ def estimate_weights(
         else 0,
         vision_params=computed.vision_params,
         vision_bytes=computed.vision_bytes,
+        excluded_params=computed.excluded_params,
+        excluded_expert_params=computed.excluded_expert_params,
     )

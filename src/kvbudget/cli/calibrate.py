@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from kvbudget.cli.main import run_async
-from kvbudget.cli.vocab import OUTPUT_TOKENS
+from kvbudget.cli.vocab import OUTPUT_TOKENS, TP
 from kvbudget.errors import ConfigError
 
 
@@ -117,6 +117,20 @@ def _write(path: Path, text: str) -> None:
     default=None,
     help="Name of the environment variable holding the API key (never logged).",
 )
+@click.option(
+    "--gpu",
+    default=None,
+    help="GPU catalog id of a vLLM engine (kvbudget gpus): also correct the measured timing "
+    "model (aiconfigurator-core) by this run and store the factors in the profile.",
+)
+@click.option(
+    *TP,
+    "tp",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel size of the engine (with --gpu).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the written JSON instead of text.")
 def calibrate(
     base_url: str,
@@ -136,6 +150,8 @@ def calibrate(
     seed: int,
     deadline_s: float,
     api_key_env: str | None,
+    gpu: str | None,
+    tp: int,
     as_json: bool,
 ) -> None:
     """Measure a short planned series on a running engine and fit the step-time model.
@@ -172,7 +188,15 @@ def calibrate(
         n_ubatch=n_ubatch,
         seed=seed,
         deadline_s=deadline_s,
+        gpu=gpu,
+        tp=tp,
     )
+    if validate and gpu:
+        raise ConfigError(
+            "--gpu: corrects the measured model from a calibration run, not from --validate; "
+            "run calibrate without --validate to store the correction",
+            field="gpu",
+        )
     if validate:
         report = run_async(run_validation(opts, output_tokens=decode_tokens))
         text = report.model_dump_json(indent=2)

@@ -151,7 +151,8 @@ def _queue_check(stats: Any) -> dict[str, Any]:
 @click.option(
     "--timing-profile",
     type=click.Path(dir_okay=False),
-    help="Calibrated timing profile (JSON); replaces --timing-model.",
+    help="Calibrated timing profile (JSON); replaces --timing-model, except with "
+    "--timing-model measured: then its measured points correct the measured model.",
 )
 @click.option(
     "--max-simulated-s",

@@ -125,11 +125,16 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
     num_experts = spec.num_experts or 0
     per_tok = min(spec.num_experts_per_tok or 0, num_experts)
     active = num_params
+    # modules left unquantized by a ModelOpt exclude_modules: their GEMMs run in bf16
+    bf16_params = float(counted.excluded_params) if counted else 0.0
+    excluded_experts = float(counted.excluded_expert_params) if counted else 0.0
     if expert_params and num_experts and per_tok:
         # each token runs k of the E routed experts (gpt-oss: 4 of 128; the rest idle)
         active = num_params - expert_params * (1.0 - per_tok / num_experts)
+        bf16_params += excluded_experts * per_tok / num_experts
     else:
         expert_bytes = 0.0
+        bf16_params += excluded_experts
     return ModelCost(
         model_id=spec.model_id,
         num_layers=spec.num_layers,
@@ -143,6 +148,7 @@ def model_cost(spec: ModelSpec, plan: PlanResult) -> ModelCost:
         expert_weights_bytes=expert_bytes,
         num_experts=num_experts if expert_bytes else 0,
         num_experts_per_tok=per_tok if expert_bytes else 0,
+        num_bf16_gemm_params=bf16_params,
     )
 
 
@@ -280,7 +286,9 @@ def build_replica(
     the all-reduce; the replica's description says so. The timing model is looked up in the
     registry of :mod:`kvbudget.sim.timing_select` by ``timing_model`` (``None``: the
     ``KVBUDGET_TIMING_MODEL`` environment variable, else ``auto``); ``profile`` replaces that
-    choice by the registered ``calibrated`` model; ``tiers`` are sized
+    choice by the registered ``calibrated`` model, except with ``timing_model="measured"``:
+    then it corrects the measured model (:mod:`kvbudget.sim.measured_correction`, labelled
+    ``<measured label> corrected by <profile>``); ``tiers`` are sized
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
     ``async_scheduling`` (vLLM ``--async-scheduling`` / ``--no-async-scheduling``; ``None``:
@@ -302,7 +310,19 @@ def build_replica(
     if asynchronous.enabled:
         config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel
-    if profile is not None:
+    notes: list[str] = []
+    if profile is not None and timing_model == "measured" and request.gpu is not None:
+        # the measured model corrected by the profile's points (sim/measured_correction.py)
+        from kvbudget.sim.measured_correction import corrected
+        from kvbudget.sim.timing_select import choose_timing
+
+        roofline = roofline_from_plan(plan, spec, params)
+        measured, _ = choose_timing(
+            "measured", request, plan, resolved, roofline, expert_parallel=expert_parallel
+        )
+        timing, notes = corrected(measured, profile)
+        timing_name = timing.name
+    elif profile is not None:
         from kvbudget.sim.timing_select import BuiltTiming, TimingContext, build_timing
 
         calibrated = build_timing(
@@ -328,6 +348,8 @@ def build_replica(
         f"timing {timing_name}"
     )
     desc += f"; async scheduling {'on' if asynchronous.enabled else 'off'} ({asynchronous.reason})"
+    for note in notes:
+        desc += f"; {note}"
     if expert_parallel and not timing_name.startswith("measured"):
         desc += (
             "; expert parallel priced as tensor parallel (same per-rank expert bytes on uniform "

@@ -35,6 +35,7 @@ class RooflineCost:
         "_ar_fixed",
         "_ar_per_token",
         "_attn_flops_per_pair",
+        "_bf16_flops_per_token",
         "_byte_rate",
         "_expert_miss",
         "_expert_weights",
@@ -61,6 +62,7 @@ class RooflineCost:
         expert_weights: float = 0.0,
         expert_miss: float = 1.0,
         gemm_rate: float = 0.0,
+        bf16_flops_per_token: float = 0.0,
     ) -> None:
         self._flops_per_token = flops_per_token
         self._attn_flops_per_pair = attn_flops_per_pair
@@ -75,6 +77,9 @@ class RooflineCost:
         self._expert_miss = expert_miss
         #: the GEMMs' FLOP rate when it is not the attention's (8-bit GEMMs); 0: the same
         self._gemm_rate = gemm_rate
+        #: with ``gemm_rate``: GEMM FLOPs a token of modules left in bf16 (ModelOpt
+        #: ``exclude_modules``), priced at ``flops_rate``; not in ``flops_per_token`` then
+        self._bf16_flops_per_token = bf16_flops_per_token
 
     def step_time_s(self, shape: BatchShape) -> float:
         """``max(compute, memory) + all-reduce + overhead`` of one step (0 for an empty one)."""
@@ -84,7 +89,8 @@ class RooflineCost:
         attn_flops = self._attn_flops_per_pair * (shape.prefill_pairs + shape.decode_context_tokens)
         if self._gemm_rate:
             compute_s = (
-                self._flops_per_token * tokens / self._gemm_rate + attn_flops / self._flops_rate
+                self._flops_per_token * tokens / self._gemm_rate
+                + (attn_flops + self._bf16_flops_per_token * tokens) / self._flops_rate
             )
         else:
             compute_s = (self._flops_per_token * tokens + attn_flops) / self._flops_rate

@@ -17,7 +17,8 @@ the model's ``name``.
   ``k/E`` of the routed experts' parameters;
 * per rank: FLOPs, weights and KV divided by the tensor-parallel size ``tp``;
 * GEMM FLOPs at the peak of the dtype they run in (fp8 weights with fp8 activations: the GPU's
-  fp8 peak where it has one; weight-only 4-bit methods dequantize to bf16), attention at bf16;
+  fp8 peak where it has one; weight-only 4-bit methods dequantize to bf16; the modules a
+  ModelOpt checkpoint's ``exclude_modules`` leaves unquantized at bf16), attention at bf16;
 * ``time = max(flops / (peak * compute_efficiency), bytes / (bandwidth * bandwidth_efficiency))
   + tp_allreduce + step_overhead_s``; the all-reduce cost is two ring all-reduces per layer of
   ``tokens * hidden * 2`` bytes: ``2 * (tp - 1) / tp * bytes / link_bandwidth + latency``.
@@ -76,6 +77,9 @@ class ModelCost:
     #: routed experts per MoE layer and how many each token uses (0 for a dense model)
     num_experts: int = 0
     num_experts_per_tok: int = 0
+    #: active parameters (part of ``num_active_params``) whose GEMMs run in bf16 although the
+    #: checkpoint is quantized: the modules its ``exclude_modules`` leaves unquantized
+    num_bf16_gemm_params: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +128,10 @@ class RooflineTiming:
         link = gpu.link_bytes_per_s or p.default_link_bytes_per_s
         routed = bool(model.expert_weights_bytes and model.num_experts)
         expert_bytes = model.expert_weights_bytes if routed else 0.0
+        # GEMMs in a low dtype: the excluded modules' share stays at the bf16 peak
+        bf16_params = model.num_bf16_gemm_params if gpu.gemm_peak_flops else 0.0
         self._cost = RooflineCost(
-            flops_per_token=2.0 * model.num_active_params / tp,
+            flops_per_token=2.0 * (model.num_active_params - bf16_params) / tp,
             attn_flops_per_pair=(
                 4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp
             ),
@@ -141,6 +147,7 @@ class RooflineTiming:
             ar_fixed=0.0 if tp == 1 else 2 * model.num_layers * p.allreduce_latency_s,
             step_overhead_s=p.step_overhead_s,
             gemm_rate=gpu.gemm_peak_flops * p.compute_efficiency,
+            bf16_flops_per_token=2.0 * bf16_params / tp,
             expert_weights=expert_bytes / tp,
             expert_miss=(
                 1.0 - min(model.num_experts_per_tok, model.num_experts) / model.num_experts
@@ -190,6 +197,32 @@ class StepFit(BaseModel):
     decode_per_context_token_s: float = Field(ge=0)
 
 
+class MeasuredCorrection(BaseModel):
+    """Factors that correct the measured model from a real engine's run, with their provenance
+    (:mod:`kvbudget.sim.measured_correction`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the measured model's label the factors were derived against
+    measured_model: str
+    #: the profile whose points they come from, its engine and hardware
+    profile: str
+    engine: str
+    hardware: str
+    prefill_factor: float = Field(gt=0)
+    decode_factor: float = Field(gt=0)
+    num_prefill_points: int = Field(ge=1)
+    num_decode_points: int = Field(ge=1)
+    #: tokens of one prefill step the cold prompts were priced in
+    prefill_step_tokens: int = Field(ge=1)
+    #: root-mean-square relative error of the measured model on the points, before and after
+    prefill_rms_rel_before: float = Field(ge=0)
+    prefill_rms_rel_after: float = Field(ge=0)
+    decode_rms_rel_before: float = Field(ge=0)
+    decode_rms_rel_after: float = Field(ge=0)
+    method: str
+
+
 class CalibrationProfile(BaseModel):
     """Measured step times of one engine/model/GPU, stored as JSON.
 
@@ -221,6 +254,8 @@ class CalibrationProfile(BaseModel):
     residuals: dict[str, float] = Field(default_factory=dict)
     #: name (prompt_tokens, context_tokens, batch_size) -> (min, max) covered by the points
     valid_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    #: the measured model corrected by these points (``kvbudget calibrate --gpu``); optional
+    measured_correction: MeasuredCorrection | None = None
 
     def range_warnings(self, observed: dict[str, float]) -> list[str]:
         """One line per observed maximum outside ``valid_ranges`` (names not in both skipped)."""

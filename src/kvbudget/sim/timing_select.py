@@ -10,7 +10,8 @@ step-time model and its label) or a one-line reason it does not apply. The regis
   covered; chosen by name, a reason is a one-line :class:`ConfigError`.
 * ``roofline``: the roofline (:class:`~kvbudget.sim.timing.RooflineTiming`).
 * ``calibrated``: a calibrated profile (``--timing-profile``); not chosen by name: a profile
-  replaces the choice (``fromplan``).
+  replaces the choice (``fromplan``), except with ``measured`` chosen by name: then the profile
+  corrects the measured model (:mod:`kvbudget.sim.measured_correction`).
 
 ``auto`` (the default) is not a model but the first of :data:`AUTO_ORDER` that applies
 (``measured``, then ``roofline``), the roofline named ``roofline (auto: <one-line reason>)``

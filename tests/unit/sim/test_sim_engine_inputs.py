@@ -63,6 +63,24 @@ def test_fp8_gemms_priced_at_the_fp8_peak_by_hand() -> None:
     assert bf16.step_time_s(BatchShape()) == 0.0
 
 
+def test_excluded_modules_gemms_stay_at_the_bf16_peak_by_hand() -> None:
+    """The same toy model with 2.5e8 of its 1e9 active parameters left unquantized (ModelOpt
+    exclude_modules): their GEMMs, 2 * 2.5e8 * 4096 FLOPs, run at the bf16 rate 5e14, the
+    other 7.5e8 at the fp8 rate 1e15; attention as before."""
+    model = ModelCost("toy", 2, 8, 2, 4, 1e9, 2e9, 1000.0, num_bf16_gemm_params=2.5e8)
+    params = RooflineParams(compute_efficiency=0.5, bandwidth_efficiency=0.5, step_overhead_s=0)
+    gpu = GpuPerf("toy", 80e9, 1e12, 1e15, 1e11, gemm_peak_flops=2e15, gemm_dtype="fp8")
+    n = 4096
+    gemm_s = 2 * 7.5e8 * n / 1e15 + 2 * 2.5e8 * n / 5e14
+    attn_s = 4 * 2 * 2 * 4 * (n * (n + 1) / 2) / 5e14
+    assert RooflineTiming(model, gpu, params=params).prefill_time_s(n) == pytest.approx(
+        gemm_s + attn_s
+    )
+    # GEMMs in bf16 anyway: the excluded share changes nothing
+    bf16 = RooflineTiming(model, GpuPerf("toy", 80e9, 1e12, 1e15, 1e11), params=params)
+    assert bf16.prefill_time_s(n) == pytest.approx(2 * 1e9 * n / 5e14 + attn_s)
+
+
 @pytest.mark.parametrize(
     ("quantization", "gpu", "timing"),
     [
