@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
@@ -113,13 +112,6 @@ def test_calc_vllm_layout_counts_the_indexer() -> None:
     layout = vllm_layout(resolved.spec, tokens=100, seqs=1)
     assert layout.block_size == BLOCK
     assert sum(g.bytes_total for s in layout.stages for g in s.groups) == BF16_BLOCK_BYTES
-
-
-def test_sglang_plan_still_refuses_the_indexer() -> None:
-    """The SGLang planner reuses the vllm layer specs at block 1; MiniMax-M3's indexer there is
-    vLLM's page, not SGLang's pool, so SGLang's plan refuses rather than borrow it."""
-    with pytest.raises(LayoutNotApplicable, match=r"indexer.*sglang"):
-        make_plan(PlanRequest(model=MODEL, engine="sglang", gpu="H200", tp=8))
 
 
 def test_mtp_modules_join_the_one_group() -> None:

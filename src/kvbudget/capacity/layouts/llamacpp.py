@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import (
+    HF_HINT,
     GroupBytes,
     LayoutNotApplicable,
     LayoutResult,
@@ -37,11 +38,16 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import FullAttention, StateLayer
+from kvbudget.spec.layers import FullAttention, StateLayer, has_indexer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
 PAD = 256
+#: the llama.cpp source these refusals were read from: llama-cpp-python 0.3.36's vendored copy
+#: (``vendor/llama.cpp``, the build ``scripts/llama-server.sh`` makes, VERSION commit 0c1e570)
+LLAMACPP_SOURCE = "0c1e570 (llama-cpp-python 0.3.36)"
+#: kvbudget's MiniMax-M3 text types (llama.cpp's LLM_ARCH_MINIMAX_M3, src/llama-arch.cpp line 140)
+LLAMACPP_MSA_TYPES = frozenset({"minimax_m3", "minimax_m3_text"})
 F32_BYTES = 4
 
 
@@ -125,14 +131,24 @@ def llamacpp_layout(
     refuse_short_convs(
         spec,
         "llamacpp",
-        "llama.cpp 0.3.36 has no Inkling architecture in its gguf-py constants",
+        f"llama.cpp {LLAMACPP_SOURCE} has no Inkling architecture (no LLM_ARCH for it in "
+        "src/llama-arch.cpp), so it cannot load one",
     )
     refuse_sliding_latent(spec, "llamacpp", "kvbudget has not read how llama.cpp caches it")
     refuse_compressed(
         spec,
         "llamacpp",
-        "llama.cpp 0.3.36 lists a deepseek4 architecture (gguf-py/gguf/constants.py line 576) but kvbudget has not read how its KV cache stores one",
+        f"llama.cpp {LLAMACPP_SOURCE} serves deepseek4 with its own llama_kv_cache_dsv4 "
+        "(src/llama-kv-cache-dsv4.cpp; src/llama-model.cpp line 2613), which kvbudget has not "
+        "read",
     )
+    if spec.model_type in LLAMACPP_MSA_TYPES and has_indexer(spec.layer_seq):
+        raise LayoutNotApplicable(
+            f"{spec.model_type}: llama.cpp {LLAMACPP_SOURCE} serves minimax-m3 with "
+            "llama_kv_cache_msa, the K/V cache plus a one-head indexer cache on the layers past "
+            "n_layer_dense_lead (src/llama-kv-cache-msa.cpp lines 32-49; src/llama-model.cpp "
+            f"lines 2375-2395), which kvbudget has not modelled; {HF_HINT}"
+        )
     refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
