@@ -40,6 +40,7 @@ from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import FullAttention, StateLayer, has_indexer
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.traits import MINIMAX_M3_TYPES
 from kvbudget.units import cdiv
 
 PAD = 256
@@ -47,7 +48,7 @@ PAD = 256
 #: (``vendor/llama.cpp``, the build ``scripts/llama-server.sh`` makes, VERSION commit 0c1e570)
 LLAMACPP_SOURCE = "0c1e570 (llama-cpp-python 0.3.36)"
 #: kvbudget's MiniMax-M3 text types (llama.cpp's LLM_ARCH_MINIMAX_M3, src/llama-arch.cpp line 140)
-LLAMACPP_MSA_TYPES = frozenset({"minimax_m3", "minimax_m3_text"})
+LLAMACPP_MSA_TYPES = MINIMAX_M3_TYPES
 F32_BYTES = 4
 
 

@@ -49,9 +49,11 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.traits import MINIMAX_M3_TYPES
 
 SSM_STATE_BYTES = 4
 #: ``DSATokenToKVPool.quant_block_size`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py`` line 5280)
@@ -68,7 +70,7 @@ DSA_PAGE_SIZE = 64
 #: SGLang's DSA dtype default stays bfloat16 for them on every GPU
 DSA_SINK_MODEL_TYPES = frozenset({"hy_v4"})
 #: kvbudget's MiniMax-M3 text types (as capacity.layouts.vllm_minimax_m3 reads them)
-SGLANG_MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_text"})
+SGLANG_MINIMAX_M3_TYPES = MINIMAX_M3_TYPES
 #: MiniMax-M3's page on CUDA: 128 tokens (``arg_groups/model_overrides/minimax_m3.py`` lines
 #: 161-167 on SM100 with fa4/trtllm_mha, 181-187 on Hopper with fa3: "page_size=128")
 MINIMAX_M3_PAGE_SIZE = 128
@@ -207,6 +209,12 @@ def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
         "SGLang 0.5.23 serves DeepSeek-V4 with its own pools (srt/mem_cache/"
         "deepseek_v4_memory_pool.py: DeepSeekV4SingleKVPool, DeepSeekV4IndexerPool, compressed "
         "pools), which kvbudget has not read",
+    )
+    refuse_unlisted_sparse_layers(
+        spec,
+        "SGLang 0.5.23 reads them from sparse_attention_config only and otherwise stops ('Could "
+        "not find sparse config. Is it MiniMax M3 Sparse model?', srt/configs/model_config.py "
+        "lines 446-457)",
     )
 
 
