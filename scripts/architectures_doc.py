@@ -151,8 +151,10 @@ also checked against transformers' own cache: `tests/peer/test_calc_hf_peer.py` 
 published model on the meta device (all its layers; a multimodal wrapper whose full model cannot
 run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3_vl` text model)
 and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
-A layout that does not model a layer's extra cache (the sparse-attention indexer key under
-llama.cpp) refuses the model instead of giving a partial number; the vllm layout models DSA's and
+A layout that does not model a layer's extra cache (DSA's sparse-attention indexer key under
+llama.cpp) refuses the model instead of giving a partial number; the llamacpp layout models
+MiniMax-M3's `llama_kv_cache_msa` (its K/V cache plus a one-head indexer cache, K and an unread
+V row, on the layers past the leading dense ones; `tests/unit/plan/test_engine_refusals_34.py`); the vllm layout models DSA's and
 MiniMax-M3's indexers and DeepSeek-V4's compressed attention (next section); the sglang layout
 models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, latent plus a
 132-byte fp8 index key with its scale, 64-token pages; worked by hand from the sglang 0.5.23 source
