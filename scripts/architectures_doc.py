@@ -151,13 +151,17 @@ also checked against transformers' own cache: `tests/peer/test_calc_hf_peer.py` 
 published model on the meta device (all its layers; a multimodal wrapper whose full model cannot
 run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3_vl` text model)
 and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
-A layout that does not model a layer's extra cache (the sparse-attention indexer key under
-llama.cpp, MiniMax-M3's under sglang) refuses the model instead of giving a partial number; the
-vllm layout models DSA's and MiniMax-M3's indexers and DeepSeek-V4's compressed attention (next
-section); the sglang layout models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's
-`DSATokenToKVPool`, latent plus a 132-byte fp8 index key with its scale, 64-token pages; worked by
-hand from the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_dsa.py`); sglang and
-llama.cpp refuse DeepSeek-V4.
+A layout that does not model a layer's extra cache (DSA's sparse-attention indexer key under
+llama.cpp) refuses the model instead of giving a partial number; the llamacpp layout models
+MiniMax-M3's `llama_kv_cache_msa` (its K/V cache plus a one-head indexer cache, K and an unread
+V row, on the layers past the leading dense ones; `tests/unit/plan/test_engine_refusals_34.py`); the vllm layout models DSA's and
+MiniMax-M3's indexers and DeepSeek-V4's compressed attention (next section); the sglang layout
+models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, latent plus a
+132-byte fp8 index key with its scale, 64-token pages; worked by hand from the sglang 0.5.23 source
+in `tests/unit/plan/test_plan_sglang_dsa.py`) and MiniMax-M3's (SGLang's `MiniMaxSparseKVPool`:
+every layer's K/V plus each sparse layer's index key in the model dtype, its value too where
+`sparse_disable_index_value` is 0, 128-token pages; `tests/unit/plan/test_plan_minimax_m3_sglang.py`);
+sglang and llama.cpp refuse DeepSeek-V4 and Inkling, naming the engine's own source.
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

@@ -203,7 +203,8 @@ class PlanRequest(BaseModel):
     speculative_config: str | None = Field(
         default=None,
         description='vLLM --speculative-config JSON; a draft model ({"model": ID, '
-        '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool.',
+        '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool; method '
+        "mtp (DeepSeek-V4, MiniMax-M3) adds the MTP layers' pages.",
     )
     allow_long_max_model_len: bool = Field(
         default=False,

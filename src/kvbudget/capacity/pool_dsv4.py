@@ -33,8 +33,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Protocol
 
+from kvbudget.capacity.draft import NO_KV_METHODS, draft_method, parse_speculative_config
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
+from kvbudget.capacity.mtp_draft import MTP_METHODS
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
@@ -105,16 +107,17 @@ def packed_groups(specs: list[Dsv4Spec]) -> list[list[Dsv4Spec]]:
     return groups
 
 
-def dsv4_groups(spec: ModelSpec, *, pp: int = 1) -> list[KvCacheGroup]:
+def dsv4_groups(spec: ModelSpec, *, pp: int = 1, mtp_layers: int = 0) -> list[KvCacheGroup]:
     """DeepSeek-V4's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
-    ``uniform_type``: its page is the sum of its members' pages)."""
+    ``uniform_type``: its page is the sum of its members' pages); ``mtp_layers`` MTP drafter
+    layers join them (:func:`kvbudget.capacity.layouts.vllm_dsv4.dsv4_layer_specs`)."""
     if pp > 1:
         raise LayoutNotApplicable(
             "pp: DeepSeek-V4's packed vLLM groups are planned on one pipeline stage only; plan "
             "with --pp 1"
         )
     out: list[KvCacheGroup] = []
-    for members in packed_groups(dsv4_layer_specs(spec)):
+    for members in packed_groups(dsv4_layer_specs(spec, mtp_layers=mtp_layers)):
         first = members[0]
         indices = LayerIndices.of(sorted({s.layer_index for s in members}))
         out.append(
@@ -140,10 +143,13 @@ def check_dsv4_request(request: Dsv4Request, version: tuple[int, int, int]) -> N
             "DeepSeek-V4's vLLM KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
         )
     if request.speculative_config is not None:
-        raise LayoutNotApplicable(
-            "speculative_config: DeepSeek-V4's MTP layers under --speculative-config are not "
-            "modelled in the vllm layout; plan without it, or measure"
-        )
+        method = draft_method(parse_speculative_config(request.speculative_config))
+        if method not in MTP_METHODS and method not in NO_KV_METHODS:
+            raise LayoutNotApplicable(
+                f"speculative_config: method {method or 'unknown'!r} with deepseek_v4 is not "
+                "modelled in the vllm layout (its MTP drafter, method mtp, is; ngram and suffix "
+                "add no KV); plan without it, or measure"
+            )
     if request.disable_hybrid_kv_cache_manager:
         raise LayoutNotApplicable(
             "disable_hybrid_kv_cache_manager: not modelled for deepseek_v4 (vLLM 0.32 would unify "

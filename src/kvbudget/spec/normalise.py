@@ -14,7 +14,8 @@ the same answer, so the renames and derivations transformers' configuration clas
 * ``gemma4_text`` / ``gemma4_unified_text``: the last layer is full attention
   (``configuration_gemma4.py``; its full layers' own head size and KV heads are the trait row's
   ``global_dims``);
-* ``minimax_m3`` (and vLLM's own ``minimax_m3_text``): ``sparse_attention_config`` is flattened
+* ``minimax_m3`` (and vLLM's own ``minimax_m3_text``, transformers' ``minimax_m3_vl_text``):
+  ``sparse_attention_config`` is flattened
   (``sparse_index_dim`` -> ``index_head_dim``, ``sparse_attention_freq`` -> ``layer_types`` with
   ``minimax_m3_sparse``; ``configuration_minimax_m3_vl.py``);
 * ``glm_moe_dsa``: ``indexer_types`` derived from ``index_topk_pattern`` or
@@ -150,10 +151,24 @@ def _gemma4(out: Normalised, prefix: str) -> None:
         out.notes.append("layer_types: the last layer forced to full_attention (Gemma4TextConfig)")
 
 
+#: MiniMax-M3's indexer query-side fields: how many heads score and which key blocks win; the
+#: cache keeps one key head of ``index_head_dim`` per token whatever they are
+#: (transformers 5.24 ``modeling_minimax_m3_vl.py`` ``MiniMaxM3VLIndexer`` line 549: ``k_proj``
+#: to ``index_head_dim``, one head; line 570: ``cache.layers[i].update_index``)
+MINIMAX_M3_QUERY_FIELDS = (
+    "index_n_heads",
+    "index_block_size",
+    "index_topk_blocks",
+    "index_local_blocks",
+)
+
+
 def _minimax_m3(out: Normalised, prefix: str) -> None:
     cfg = out.config
+    out.consumed.update(MINIMAX_M3_QUERY_FIELDS)
     sparse = cfg.get("sparse_attention_config")
     if sparse is None:
+        _minimax_m3_unindexed(out)
         return
     out.consumed.add("sparse_attention_config")
     if not isinstance(sparse, dict):
@@ -171,6 +186,16 @@ def _minimax_m3(out: Normalised, prefix: str) -> None:
         "sparse_attention_config flattened: sparse_index_dim -> index_head_dim, "
         "sparse_attention_freq -> layer_types (minimax_m3_sparse where 1; MiniMaxM3VLTextConfig)"
     )
+    _minimax_m3_unindexed(out)
+
+
+def _minimax_m3_unindexed(out: Normalised) -> None:
+    """No ``minimax_m3_sparse`` layer (transformers' default ``MiniMaxM3VLTextConfig``: all
+    ``full_attention``): ``index_head_dim`` sizes nothing any layer caches
+    (``modeling_minimax_m3_vl.py``: only sparse layers get ``MiniMaxM3VLSparseCacheLayer``)."""
+    types = out.config.get("layer_types")
+    if isinstance(types, list) and "minimax_m3_sparse" not in types:
+        out.consumed.add("index_head_dim")
 
 
 def _glm_moe_dsa(out: Normalised, prefix: str) -> None:
@@ -577,6 +602,7 @@ _RULES = {
     "gemma4_unified_text": _gemma4,
     "minimax_m3": _minimax_m3,
     "minimax_m3_text": _minimax_m3,
+    "minimax_m3_vl_text": _minimax_m3,
     "glm_moe_dsa": _glm_moe_dsa,
     "mimo_v2_flash": _mimo_v2_flash,
     "hy_v4": _hy_v4,

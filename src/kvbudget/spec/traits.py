@@ -270,6 +270,10 @@ _DEEPSEEK_V4 = Traits(
 )
 
 
+#: the model types of MiniMax-M3's text decoder: the published config, vLLM 0.32's own
+#: ``MiniMaxM3TextConfig`` and transformers' ``MiniMaxM3VLTextConfig``
+MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_text", "minimax_m3_vl_text"})
+
 _MINIMAX_M3 = Traits(
     "transformers/models/minimax_m3_vl/configuration_minimax_m3_vl.py",
     index_key="index_head_dim",
@@ -400,6 +404,10 @@ TRAITS: dict[str, Traits] = {
     # vLLM 0.32's own MiniMaxM3TextConfig (vllm/transformers_utils/configs/minimax_m3.py line 15:
     # model_type "minimax_m3_text", the text_config of its "minimax_m3_vl"): the same fields
     "minimax_m3_text": _MINIMAX_M3,
+    # transformers' own name for that text config (configuration_minimax_m3_vl.py line 55,
+    # MiniMaxM3VLTextConfig.model_type, the text_config a saved minimax_m3_vl config carries):
+    # the same fields, written flat (index_head_dim, layer_types) by transformers
+    "minimax_m3_vl_text": _MINIMAX_M3,
     "gemma4_unified_text": Traits(
         _t("gemma4_unified"), pattern=_GEMMA4, global_dims=_GEMMA4_GLOBAL
     ),

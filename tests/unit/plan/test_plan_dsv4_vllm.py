@@ -41,6 +41,7 @@ from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layer_specs
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.pool_dsv4 import approximate_gcd, dsv4_groups
+from kvbudget.errors import ConfigError
 from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
@@ -189,3 +190,92 @@ def test_head_dim_other_than_512_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(LayoutNotApplicable, match=r"^head_dim: 256 for deepseek_v4"):
         _plan(str(path))
+
+
+MTP = json.dumps({"method": "mtp", "num_speculative_tokens": 1})
+
+
+def test_mtp_layer_is_one_sliding_page_at_ratio_1() -> None:
+    """vLLM 0.32.0 ``models/deepseek_v4/nvidia/mtp.py`` lines 221-247: ``num_nextn_predict_layers``
+    (1) ``DeepseekV4DecoderLayer`` at index ``num_hidden_layers`` (43); ``attention.py`` lines
+    229-235: an index past ``compress_ratios`` has ratio 1, so only ``DeepseekV4SWACache`` (line
+    345): block 64, the config's window 128, 37,440 B."""
+    spec = resolve_model("deepseek-ai/DeepSeek-V4-Flash").spec
+    assert spec is not None
+    plain = dsv4_layer_specs(spec)
+    drafted = dsv4_layer_specs(spec, mtp_layers=1)
+    extra = drafted[len(plain) :]
+    assert drafted[: len(plain)] == plain
+    assert [
+        (s.layer_index, s.role, s.block_size, s.page_size_bytes, s.sliding_window) for s in extra
+    ] == [(43, "swa", 64, SWA_PAGE, 128)]
+
+
+def test_flash_mtp_fills_the_short_sliding_group() -> None:
+    """Flash + 1 MTP layer: the sliding bucket has 44 layers; repeats = approximate_gcd([44, 21,
+    20], 21) = 22 (d=21 pads 19 + 0 + 1 = 20, d=22 pads 0 + 1 + 2 = 3, d=23 pads 2 + 2 + 3 = 7),
+    so it splits into cdiv(44, 22) = 2 strided groups of 22 (``kv_cache_utils.py`` lines
+    1968-1985; the MTP layer registers last, position 43, in the second). The widest group is
+    still the MLA one (1,002,240 B), so vLLM's pool holds as many blocks as without MTP and a
+    request needs as many (two sliding groups either way): the MTP page fills packing padding."""
+    assert approximate_gcd([44, 21, 20], 21) == 22
+    base = _plan("deepseek-ai/DeepSeek-V4-Flash")
+    result = _plan("deepseek-ai/DeepSeek-V4-Flash", speculative_config=MTP)
+    mla_group = 21 * C4_PAGE + 21 * INDEXER_PAGE + 20 * C128_PAGE  # 1,002,240
+    assert [(g.block_size, g.page_size_bytes) for g in result.groups] == [
+        (64, 22 * SWA_PAGE),
+        (64, 22 * SWA_PAGE),  # 21 target layers + the MTP layer (index 43)
+        (256, mla_group),
+        (4, 21 * C4_STATE_PAGE + 21 * INDEXER_STATE_PAGE),
+        (8, 20 * C128_STATE_PAGE),
+    ]
+    assert 43 in result.groups[1].layer_indices
+    assert result.num_blocks == 1 * GiB // mla_group == base.num_blocks == 1071
+    # per request: 2 x (cdiv(min(127 + 4096, 4096), 64) + 1) + cdiv(4096, 256) + (1024 + 1) + (512 + 1)
+    assert result.kv_cache_tokens == int(1071 / (2 * 65 + 16 + 1025 + 513) * 4096) == 2604
+    assert any("MTP layer" in note for note in result.notes)
+    assert any("leave the MTP drafter out" in note for note in result.notes)
+
+
+def test_pro_mtp_evens_the_sliding_split() -> None:
+    """Pro (61 layers, ratios 128, 128, then 4 / 128 alternating: 30 C4, 31 C128) + 1 MTP layer:
+    sliding bucket 62; balanced buckets 62 (sliding), 31 (C128 states), 30 + 30 (C4 + indexer
+    states, the floor); repeats = approximate_gcd([62, 31, 30], 30) = 31 (d=30 pads 28 + 29 + 0,
+    d=31 pads 0 + 0 + 1, d=32 pads 2 + 1 + 2): two sliding groups of 31 (without MTP, 31 and
+    30). The MLA group (30 C4 + 30 indexer + 31 C128 pages = 1,435,968 B) stays the widest."""
+    assert approximate_gcd([62, 31, 30], 30) == 31
+    result = _plan("deepseek-ai/DeepSeek-V4-Pro", speculative_config=MTP)
+    mla_group = 30 * C4_PAGE + 30 * INDEXER_PAGE + 31 * C128_PAGE
+    assert mla_group == 1_435_968
+    sliding = [g.page_size_bytes for g in result.groups if g.block_size == 64]
+    assert sliding == [31 * SWA_PAGE, 31 * SWA_PAGE]
+    assert result.num_blocks == 1 * GiB // mla_group == 747
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        # vLLM 0.32 kv_cache_utils.py lines 2583-2590: more than one MTP module and more than one
+        # speculative token keep extra sliding tokens; the published configs have 1 module
+        ({"speculative_config": json.dumps({"method": "mtp", "num_speculative_tokens": 2})}, None),
+        ({"speculative_config": json.dumps({"method": "eagle3", "model": "x"})}, "eagle3"),
+        ({"speculative_config": MTP, "kv_cache_memory_bytes": None, "gpu": "H200"}, "weights"),
+    ],
+)
+def test_mtp_what_is_not_modelled_is_refused(extra: dict[str, Any], match: str | None) -> None:
+    if match is None:  # one module: two speculative tokens are fine
+        assert _plan("deepseek-ai/DeepSeek-V4-Flash", **extra).num_blocks == 1071
+        return
+    with pytest.raises((LayoutNotApplicable, ConfigError)) as info:
+        _plan("deepseek-ai/DeepSeek-V4-Flash", **extra)
+    message = str(info.value)
+    assert message.startswith("speculative_config: ") and match in message and "\n" not in message
+
+
+def test_several_mtp_modules_with_several_tokens_are_refused(tmp_path: Path) -> None:
+    config = dict(CASES["deepseek_v4"]["config"], num_nextn_predict_layers=2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 2})
+    with pytest.raises(ConfigError, match=r"^speculative_config: 2 MTP modules .*2583-2590"):
+        _plan(str(path), speculative_config=spec)

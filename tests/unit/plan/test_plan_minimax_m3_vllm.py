@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
@@ -115,8 +114,47 @@ def test_calc_vllm_layout_counts_the_indexer() -> None:
     assert sum(g.bytes_total for s in layout.stages for g in s.groups) == BF16_BLOCK_BYTES
 
 
-def test_sglang_plan_still_refuses_the_indexer() -> None:
-    """The SGLang planner reuses the vllm layer specs at block 1; MiniMax-M3's indexer there is
-    vLLM's page, not SGLang's pool, so SGLang's plan refuses rather than borrow it."""
-    with pytest.raises(LayoutNotApplicable, match=r"indexer.*sglang"):
-        make_plan(PlanRequest(model=MODEL, engine="sglang", gpu="H200", tp=8))
+def test_mtp_modules_join_the_one_group() -> None:
+    """``--speculative-config`` method mtp, vLLM 0.32.0: ``models/minimax_m3/nvidia/mtp.py`` lines
+    100-112 build ``num_mtp_modules`` (7 in the published config) layers, each (lines 58-64)
+    ``MiniMaxM3DecoderLayer(force_sparse_attn=True)``: a sparse layer's K/V page plus its bf16
+    indexer page (``model.py`` lines 707-716, 562-571; ``common/indexer.py`` lines 145-153), in
+    the same uniform-type group (``v1/core/kv_cache_utils.py`` lines 1997-2012, 2189-2193).
+    Per block: 7 x (128 x 4 x 256 x 2 + 128 x 128 x 2) = 7 x 294,912 = 2,064,384 more:
+    19,660,800; 10,737,418,240 // 19,660,800 = 546 blocks; 8,192 tokens need 64: 8.53125x,
+    int(546 / 64 x 8192) = 69,888 tokens."""
+    result = _plan(speculative_config='{"method": "mtp", "num_speculative_tokens": 3}')
+    assert BF16_BLOCK_BYTES + 7 * (128 * 4 * 256 * 2 + 128 * 128 * 2) == 19_660_800
+    assert result.num_blocks == KV_BYTES // 19_660_800 == 546
+    assert result.max_concurrency == pytest.approx(546 / 64)
+    assert result.kv_cache_tokens == 69_888
+    assert any("leave the MTP drafter out" in note for note in result.notes)
+
+
+def test_mtp_without_measured_weights_or_kv_memory_is_refused() -> None:
+    request = PlanRequest(
+        model=MODEL,
+        engine="vllm",
+        engine_version="0.32.0",
+        gpu="H200",
+        tp=8,
+        max_model_len=8192,
+        speculative_config='{"method": "mtp"}',
+    )
+    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
+        make_plan(request)
+
+
+def test_mtp_of_an_unread_drafter_is_refused() -> None:
+    request = PlanRequest(
+        model="deepseek-ai/DeepSeek-V3",
+        engine="vllm",
+        engine_version="0.32.0",
+        gpu="H200",
+        tp=8,
+        kv_cache_memory_bytes=KV_BYTES,
+        max_model_len=8192,
+        speculative_config='{"method": "mtp"}',
+    )
+    with pytest.raises(ConfigError, match=r"^speculative_config: method mtp is priced for"):
+        make_plan(request)

@@ -110,21 +110,26 @@ def test_dsa_latent_plus_indexer_keys(model_id: str, layers: int, indexed: int) 
     assert _hf(model_id) == expected
 
 
-@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3.2", "MiniMaxAI/MiniMax-M3"])
+@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3.2"])
 def test_llamacpp_refuses_indexer_rather_than_drop_it(model_id: str) -> None:
-    """llama.cpp does not model an indexer yet; vLLM models both DSA's
+    """kvbudget's llama.cpp layout does not model DSA's indexer yet (MiniMax-M3's it does:
+    tests/unit/plan/test_engine_refusals_34.py); vLLM models both DSA's
     (tests/unit/plan/test_plan_dsa_indexer.py) and MiniMax-M3's
     (tests/unit/plan/test_plan_minimax_m3_vllm.py), SGLang DSA's
-    (tests/unit/plan/test_plan_sglang_dsa.py)."""
+    (tests/unit/plan/test_plan_sglang_dsa.py) and MiniMax-M3's
+    (tests/unit/plan/test_plan_minimax_m3_sglang.py)."""
     spec = _spec(model_id)
     with pytest.raises(LayoutNotApplicable, match="indexer"):
         llamacpp_layout(spec, tokens=T, seqs=1, ctx_size=T)
 
 
-def test_sglang_refuses_minimax_m3_indexer() -> None:
-    """SGLang keeps MiniMax-M3 in its own MiniMaxSparseKVPool, which kvbudget has not read."""
-    with pytest.raises(LayoutNotApplicable, match="indexer"):
-        sglang_layout(_spec("MiniMaxAI/MiniMax-M3"), tokens=T, seqs=1)
+def test_sglang_models_minimax_m3_indexer() -> None:
+    """SGLang's MiniMaxSparseKVPool (sglang 0.5.23 srt/model_executor/pool_configurator.py lines
+    410-490): 60 layers' K/V (4 heads x (128 + 128) x 2 B) plus 57 K-only bf16 index keys
+    (128 x 2 B), T rounded up to 128-token pages (tests/unit/plan/test_plan_minimax_m3_sglang.py)."""
+    result = sglang_layout(_spec("MiniMaxAI/MiniMax-M3"), tokens=T, seqs=1)
+    pages = -(-T // 128) * 128
+    assert result.total_bytes == (60 * 4 * 256 * 2 + 57 * 128 * 2) * pages
 
 
 def test_sglang_dsa_latent_plus_indexer_keys() -> None:

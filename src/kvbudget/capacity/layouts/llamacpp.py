@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.base import (
+    HF_HINT,
     GroupBytes,
     LayoutNotApplicable,
     LayoutResult,
@@ -35,14 +36,68 @@ from kvbudget.capacity.layouts.base import (
     refuse_short_convs,
     refuse_sliding_latent,
 )
-from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.grouping import Members, group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import FullAttention, StateLayer
+from kvbudget.spec.layers import FullAttention, LayerSpec, StateLayer, has_indexer
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.traits import MINIMAX_M3_TYPES
 from kvbudget.units import cdiv
 
 PAD = 256
+#: the llama.cpp source these refusals were read from: llama-cpp-python 0.3.36's vendored copy
+#: (``vendor/llama.cpp``, the build ``scripts/llama-server.sh`` makes, VERSION commit 0c1e570)
+LLAMACPP_SOURCE = "0c1e570 (llama-cpp-python 0.3.36)"
+#: kvbudget's MiniMax-M3 text types (llama.cpp's LLM_ARCH_MINIMAX_M3, src/llama-arch.cpp line 140)
+LLAMACPP_MSA_TYPES = MINIMAX_M3_TYPES
 F32_BYTES = 4
+
+
+def msa_index(spec: ModelSpec) -> tuple[int, int] | None:
+    """MiniMax-M3 in llama.cpp: ``(first layer, index_head_dim)`` of ``llama_kv_cache_msa``'s
+    indexer cache, None for a model without that cache.
+
+    ``src/llama-model.cpp`` lines 2375-2395: ``llama_kv_cache_msa`` over every layer, its indexer
+    cache on layers ``il >= n_layer_dense_lead``; ``src/llama-kv-cache-msa.cpp`` lines 38-49: that
+    cache is a plain ``llama_kv_cache`` with ``n_head_kv = 1`` and ``n_embd_head_k =
+    indexer_head_size``, so each of its layers holds a K row of ``index_head_dim`` (``-ctk``) AND a
+    V row of the model's ``head_dim`` (``-ctv``; ``src/llama-kv-cache.cpp`` lines 209-234 allocate V
+    for every non-MLA cache). ``n_layer_dense_lead`` is the leading zeros of ``moe_layer_freq``
+    (``conversion/minimax.py`` lines 190-198, ``MiniMaxM3Model.set_gguf_parameters``, which also
+    needs ``sparse_attention_config``)."""
+    if spec.model_type not in LLAMACPP_MSA_TYPES or not has_indexer(spec.layer_seq):
+        return None
+    raw = spec.raw_config
+    freq = raw.get("moe_layer_freq")
+    if not isinstance(raw.get("sparse_attention_config"), dict) or not isinstance(freq, list):
+        raise LayoutNotApplicable(
+            f"{spec.model_type}: llama.cpp {LLAMACPP_SOURCE}'s converter reads MiniMax-M3 from "
+            "sparse_attention_config and moe_layer_freq (conversion/minimax.py lines 184-198), "
+            f"which this config lacks; {HF_HINT}"
+        )
+    lead = 0
+    while lead < len(freq) and freq[lead] == 0:
+        lead += 1
+    dim = max(getattr(x, "index_head_dim", 0) for x in spec.layer_seq.distinct())
+    return lead, dim
+
+
+def _msa_index_cell_bytes(
+    layers: Members[LayerSpec], k_type: KvDtype, v_type: KvDtype, msa: tuple[int, int] | None
+) -> tuple[int, int]:
+    """(K, V) bytes one cell of these layers holds in ``llama_kv_cache_msa``'s indexer cache:
+    layers ``>= index_from``, a K row of the model's ``index_head_dim`` (``indexer_head_size``)
+    and a V row of the layer's ``v_dim`` (one head each), counted run by run."""
+    if msa is None:
+        return 0, 0
+    index_from, index_dim = msa
+    k = v = 0
+    for x, indices in layers.runs:
+        if not isinstance(x, FullAttention):
+            continue
+        count = max(0, indices.stop - max(indices.start, index_from))
+        k += count * k_type.row_bytes(index_dim)
+        v += count * v_type.row_bytes(x.v_dim)
+    return k, v
 
 
 def pad256(value: int) -> int:
@@ -97,12 +152,15 @@ def llamacpp_kv_split(
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     k_bytes = v_bytes = 0
+    msa = msa_index(spec)
     for (_, window), layers in group_by_kind(spec.layers):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
         for x, indices in layers.runs:
             if isinstance(x, FullAttention):
                 k_bytes += n * k_type.row_bytes(x.num_kv_heads * x.head_dim) * len(indices)
                 v_bytes += n * v_type.row_bytes(x.num_kv_heads * x.v_dim) * len(indices)
+        ik, iv = _msa_index_cell_bytes(layers, k_type, v_type, msa)
+        k_bytes, v_bytes = k_bytes + n * ik, v_bytes + n * iv
     return LlamacppKV(cells * streams, cells, streams, k_type.name, v_type.name, k_bytes, v_bytes)
 
 
@@ -125,15 +183,20 @@ def llamacpp_layout(
     refuse_short_convs(
         spec,
         "llamacpp",
-        "llama.cpp 0.3.36 has no Inkling architecture in its gguf-py constants",
+        f"llama.cpp {LLAMACPP_SOURCE} has no Inkling architecture (no LLM_ARCH for it in "
+        "src/llama-arch.cpp), so it cannot load one",
     )
     refuse_sliding_latent(spec, "llamacpp", "kvbudget has not read how llama.cpp caches it")
     refuse_compressed(
         spec,
         "llamacpp",
-        "llama.cpp 0.3.36 lists a deepseek4 architecture (gguf-py/gguf/constants.py line 576) but kvbudget has not read how its KV cache stores one",
+        f"llama.cpp {LLAMACPP_SOURCE} serves deepseek4 with its own llama_kv_cache_dsv4 "
+        "(src/llama-kv-cache-dsv4.cpp; src/llama-model.cpp line 2613), which kvbudget has not "
+        "read",
     )
-    refuse_indexer(spec, "llamacpp")
+    msa = msa_index(spec)
+    if msa is None:
+        refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
             f"tp/pp: the llamacpp layout is one llama-server; got tp={tp} pp={pp}; use --dp",
@@ -160,7 +223,7 @@ def llamacpp_layout(
                     if isinstance(x, FullAttention)
                     else 0
                 )
-            )
+            ) + sum(_msa_index_cell_bytes(layers, k_type, v_type, msa))
             layer_cells = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch)
             total = rows * layer_cells * streams
             groups.append(

@@ -16,6 +16,13 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
   every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
   is counted once in the token pool and once in the state pool.
+* MiniMax-M3: SGLang's ``MiniMaxSparseKVPool`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py``
+  line 5847), sized by ``pool_configurator.py`` lines 410-490: every layer's K/V plus, on each
+  sparse layer, one indexer head of ``sparse_index_dim`` in the model dtype (K only where
+  ``sparse_disable_index_value`` is set, else K and V); 128-token pages on CUDA
+  (``arg_groups/model_overrides/minimax_m3.py`` lines 161-187). See
+  :func:`sglang_minimax_m3_cell_bytes`; 8- and 4-bit caches are refused (the index dtype then
+  follows the GPU).
 * DSA models (DeepSeek-V3.2, GLM-5 ``glm_moe_dsa``, Hunyuan v4 ``hy_v4``: MLA layers with a
   lightning indexer): SGLang's ``DSATokenToKVPool`` (sglang 0.5.23 wheel,
   ``srt/mem_cache/memory_pool.py`` line 5279; ``NSATokenToKVPool`` before the rename), sized by
@@ -42,9 +49,11 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention, StateLayer
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.traits import MINIMAX_M3_TYPES
 
 SSM_STATE_BYTES = 4
 #: ``DSATokenToKVPool.quant_block_size`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py`` line 5280)
@@ -60,6 +69,11 @@ DSA_PAGE_SIZE = 64
 #: model types whose config defaults ``learnable_sink=True`` (sglang ``configs/hy_v4.py`` line 44):
 #: SGLang's DSA dtype default stays bfloat16 for them on every GPU
 DSA_SINK_MODEL_TYPES = frozenset({"hy_v4"})
+#: kvbudget's MiniMax-M3 text types (as capacity.layouts.vllm_minimax_m3 reads them)
+SGLANG_MINIMAX_M3_TYPES = MINIMAX_M3_TYPES
+#: MiniMax-M3's page on CUDA: 128 tokens (``arg_groups/model_overrides/minimax_m3.py`` lines
+#: 161-167 on SM100 with fa4/trtllm_mha, 181-187 on Hopper with fa3: "page_size=128")
+MINIMAX_M3_PAGE_SIZE = 128
 
 
 def is_sglang_dsa(spec: ModelSpec) -> bool:
@@ -121,6 +135,53 @@ def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype) -> int:
     return latent + indexer
 
 
+def is_sglang_minimax_m3(spec: ModelSpec) -> bool:
+    """MiniMax-M3: full attention whose sparse layers keep an indexer key (SGLang's
+    ``is_minimax_sparse`` models, ``configs/model_config.py`` lines 426-431), served by
+    ``MiniMaxSparseKVPool`` (``mem_cache/memory_pool.py`` line 5847)."""
+    return spec.model_type in SGLANG_MINIMAX_M3_TYPES and any(
+        isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()
+    )
+
+
+def minimax_m3_k_only_layers(spec: ModelSpec) -> frozenset[int]:
+    """Sparse layers whose indexer stores K only: ``sparse_disable_index_value`` flags
+    (``configs/model_config.py`` lines 467-471, ``get_minimax_sparse_disable_value_layer_ids``;
+    none when the config omits them, so every indexer then stores K and V)."""
+    sparse = spec.raw_config.get("sparse_attention_config")
+    flags = sparse.get("sparse_disable_index_value") if isinstance(sparse, dict) else None
+    return frozenset(i for i, f in enumerate(flags or ()) if f)
+
+
+def sglang_minimax_m3_dtype(kv_dtype: str, model_dtype: str | None) -> KvDtype:
+    """The KV dtype of SGLang's MiniMax-M3 pool; an 8- or 4-bit cache is refused: its indexer
+    keys then follow the GPU (fp8 on Hopper and on Blackwell's fp8 GEMM path, the model dtype
+    elsewhere: ``mem_cache/memory_pool.py`` lines 5831-5844), which the layout does not know."""
+    dtype = get_kv_dtype(kv_dtype, engine="sglang", model_dtype=model_dtype)
+    if dtype.element_bytes < 2:
+        raise ConfigError(
+            f"kv_dtype: {dtype.name} for MiniMax-M3 in SGLang is not modelled: SGLang 0.5.23 keeps "
+            "its indexer keys in fp8 or the model dtype depending on the GPU "
+            "(mem_cache/memory_pool.py lines 5831-5844); pass --kv-cache-dtype auto",
+            field="kv_dtype",
+        )
+    return dtype
+
+
+def sglang_minimax_m3_cell_bytes(
+    layer: FullAttention, dtype: KvDtype, tp: int, index_bytes: int, k_only: frozenset[int]
+) -> int:
+    """Bytes of one token of one MiniMax-M3 layer on one rank in ``MiniMaxSparseKVPool``
+    (``model_executor/pool_configurator.py`` lines 410-490): the main pool's K and V of
+    ``get_num_kv_heads(tp)`` heads on every layer, plus on a sparse layer one indexer head of
+    ``sparse_index_dim`` in the model dtype (``index_bytes``), K only where
+    ``sparse_disable_index_value`` is set, else K and V."""
+    cell = sglang_cell_bytes(layer, dtype, tp)
+    if layer.index_head_dim:
+        cell += layer.index_head_dim * index_bytes * (1 if layer.layer_index in k_only else 2)
+    return cell
+
+
 def sglang_cell_bytes(layer: FullAttention | MLA, dtype: KvDtype, tp: int) -> int:
     """Bytes of one token of one layer on one rank."""
     if isinstance(layer, MLA):
@@ -129,6 +190,32 @@ def sglang_cell_bytes(layer: FullAttention | MLA, dtype: KvDtype, tp: int) -> in
         return dtype.row_bytes(layer.latent_dim)
     heads = heads_per_rank(layer.num_kv_heads, tp)
     return heads * (dtype.row_bytes(layer.head_dim) + dtype.row_bytes(layer.v_dim))
+
+
+def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
+    """Refuse, in one line naming SGLang's own source, the models whose SGLang pools kvbudget has
+    not read (the layout and the planner alike)."""
+    refuse_short_convs(
+        spec,
+        "sglang",
+        "SGLang 0.5.23 serves Inkling with its tri-pool (full K/V + SWA K/V + conv states in one "
+        "buffer, srt/mem_cache/kv_cache_configurator.py lines 951-961, "
+        "_init_unified_mamba_swa_pools), which kvbudget has not read",
+    )
+    refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
+    refuse_compressed(
+        spec,
+        "sglang",
+        "SGLang 0.5.23 serves DeepSeek-V4 with its own pools (srt/mem_cache/"
+        "deepseek_v4_memory_pool.py: DeepSeekV4SingleKVPool, DeepSeekV4IndexerPool, compressed "
+        "pools), which kvbudget has not read",
+    )
+    refuse_unlisted_sparse_layers(
+        spec,
+        "SGLang 0.5.23 reads them from sparse_attention_config only and otherwise stops ('Could "
+        "not find sparse config. Is it MiniMax M3 Sparse model?', srt/configs/model_config.py "
+        "lines 446-457)",
+    )
 
 
 def sglang_layout(
@@ -143,29 +230,29 @@ def sglang_layout(
 ) -> LayoutResult:
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
     check_load(tokens, seqs, tp, pp, dp)
-    refuse_short_convs(
-        spec,
-        "sglang",
-        "kvbudget has not read SGLang's Inkling pools",
-    )
-    refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
-    refuse_compressed(
-        spec,
-        "sglang",
-        "kvbudget has not read SGLang's DeepSeek-V4 memory pools yet",
-    )
+    refuse_unmodelled_sglang(spec)
     dsa = is_sglang_dsa(spec)
-    if not dsa:
-        refuse_indexer(spec, "sglang")  # MiniMax-M3: SGLang's MiniMaxSparseKVPool is not modelled
+    msa = is_sglang_minimax_m3(spec)
+    if not dsa and not msa:
+        refuse_indexer(spec, "sglang")  # an indexer kvbudget has not read SGLang's pool for
     dtype = (
         sglang_dsa_dtype(kv_dtype, spec.model_type)
         if dsa
+        else sglang_minimax_m3_dtype(kv_dtype, spec.torch_dtype)
+        if msa
         else get_kv_dtype(kv_dtype, engine="sglang", model_dtype=spec.torch_dtype)
     )
-    page = DSA_PAGE_SIZE if dsa else 1
+    page = DSA_PAGE_SIZE if dsa else MINIMAX_M3_PAGE_SIZE if msa else 1
     kept = -(-tokens // page) * page
     model_bytes = 2 if spec.dtype_bytes in (None, 4) else int(spec.dtype_bytes or 2)
+    k_only = minimax_m3_k_only_layers(spec) if msa else frozenset()
     notes: list[str] = []
+    if msa:
+        notes.append(
+            f"SGLang MiniMaxSparseKVPool: every layer's K/V plus the sparse layers' indexer key "
+            f"(and value where sparse_disable_index_value is 0) in the model dtype; "
+            f"{MINIMAX_M3_PAGE_SIZE}-token pages (the CUDA default)"
+        )
     if dsa:
         notes.append(
             f"SGLang DSA pool: latent + indexer key per token, {DSA_PAGE_SIZE}-token pages; "
@@ -183,6 +270,8 @@ def sglang_layout(
                     lambda x: (
                         sglang_dsa_cell_bytes(x, dtype)
                         if dsa and isinstance(x, MLA)
+                        else sglang_minimax_m3_cell_bytes(x, dtype, tp, model_bytes, k_only)
+                        if msa and isinstance(x, FullAttention)
                         else sglang_cell_bytes(x, dtype, tp)
                         if isinstance(x, FullAttention | MLA)
                         else 0

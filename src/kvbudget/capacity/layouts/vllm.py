@@ -58,6 +58,7 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
     check_minimax_m3,
     minimax_m3_index_page_bytes,
+    refuse_unlisted_sparse_layers,
 )
 from kvbudget.capacity.layouts.vllm_models import (
     VLLM_MHA_HYBRID,
@@ -162,6 +163,11 @@ def vllm_layer_specs(
         raise ConfigError(f"block_size: must be >= 1, got {block_size}", field="block_size")
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
     if spec.model_type in VLLM_MINIMAX_M3_TYPES:  # blocks of 128 (capacity/layouts/vllm_minimax_m3)
+        refuse_unlisted_sparse_layers(
+            spec,
+            "vLLM 0.32 reads them from sparse_attention_config.sparse_attention_freq only "
+            "(models/minimax_m3/nvidia/model.py lines 99-107)",
+        )
         block_size = check_minimax_m3(block_size, dtype)
     state_bytes = mamba_state_bytes or _model_dtype_bytes(spec)
     if mamba_ssm_state_bytes is None and mamba_state_bytes is not None:

@@ -115,10 +115,15 @@ def dsv4_kv_dtype(kv_dtype: str) -> str:
     )
 
 
-def dsv4_layer_specs(spec: ModelSpec) -> list[Dsv4Spec]:
+def dsv4_layer_specs(spec: ModelSpec, *, mtp_layers: int = 0) -> list[Dsv4Spec]:
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
 
-    MTP layers are not included: vLLM builds them only with ``--speculative-config``.
+    ``mtp_layers``: the MTP drafter's layers, built only with ``--speculative-config`` method
+    ``mtp`` (``models/deepseek_v4/nvidia/mtp.py`` lines 221-247: ``num_nextn_predict_layers``
+    ``DeepseekV4DecoderLayer`` at ``num_hidden_layers + k``, registered after every target layer,
+    ``v1/core/kv_cache_utils.py`` lines 1997-2012). Their index is past ``compress_ratios``, so
+    their ratio is 1 (``attention.py`` lines 229-235, "MTP layer is not included in the compress
+    ratio list"): one sliding-window cache each, the target's window.
     """
     if spec.model_type != "deepseek_v4":
         raise LayoutNotApplicable(
@@ -209,6 +214,13 @@ def dsv4_layer_specs(spec: ModelSpec) -> list[Dsv4Spec]:
                     sliding_window=coff * ratio,
                 )
             )
+    if mtp_layers:
+        mtp_window = next(s.sliding_window for s in out if s.role == "swa")
+        page = _page(SWA_BLOCK_SIZE, 1, FP8_DS_MLA_BYTES_PER_STATE)
+        out.extend(
+            Dsv4Spec(spec.num_layers + k, "swa", "sliding", SWA_BLOCK_SIZE, page, mtp_window)
+            for k in range(mtp_layers)
+        )
     return out
 
 

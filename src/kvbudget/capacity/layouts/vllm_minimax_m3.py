@@ -33,18 +33,24 @@ Sources (vLLM 0.32.0, ``site-packages/vllm/``; recorded against the CPU engine i
 from __future__ import annotations
 
 from kvbudget.capacity.dtypes import KvDtype
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import has_indexer
+from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.traits import MINIMAX_M3_TYPES
 
 __all__ = [
     "MINIMAX_M3_BLOCK_SIZE",
     "VLLM_MINIMAX_M3_TYPES",
     "check_minimax_m3",
     "minimax_m3_index_page_bytes",
+    "refuse_unlisted_sparse_layers",
 ]
 
-#: kvbudget model types of MiniMax-M3's text decoder: the published config (``minimax_m3``) and
+#: kvbudget model types of MiniMax-M3's text decoder: the published config (``minimax_m3``),
 #: vLLM's own ``MiniMaxM3TextConfig`` (``vllm/transformers_utils/configs/minimax_m3.py`` line 15)
-VLLM_MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_text"})
+#: and transformers' ``minimax_m3_vl_text``
+VLLM_MINIMAX_M3_TYPES = MINIMAX_M3_TYPES
 
 #: the only kernel block of vLLM 0.32's MiniMax-M3 sparse attention and indexer backends
 MINIMAX_M3_BLOCK_SIZE = 128
@@ -75,3 +81,20 @@ def check_minimax_m3(block_size: int | None, dtype: KvDtype) -> int:
             field="kv_dtype",
         )
     return block_size or MINIMAX_M3_BLOCK_SIZE
+
+
+def refuse_unlisted_sparse_layers(spec: ModelSpec, engine_fact: str) -> None:
+    """vLLM 0.32 and SGLang find MiniMax-M3's sparse layers in ``sparse_attention_config`` only;
+    a config that names them in transformers' flat ``layer_types`` alone (as transformers writes
+    ``minimax_m3_vl_text``) is served without them there, so the engine layouts refuse it in one
+    line with ``engine_fact`` (the engine's own source line)."""
+    if spec.model_type not in MINIMAX_M3_TYPES or not has_indexer(spec.layer_seq):
+        return
+    sparse = spec.raw_config.get("sparse_attention_config")
+    if isinstance(sparse, dict) and isinstance(sparse.get("sparse_attention_freq"), list):
+        return
+    raise LayoutNotApplicable(
+        f"sparse_attention_config: {spec.model_type} names its sparse layers in layer_types only, "
+        f"but {engine_fact}; add sparse_attention_config.sparse_attention_freq to the config, or "
+        "use --engine hf"
+    )

@@ -6,13 +6,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
-from kvbudget.capacity.layouts.base import refuse_indexer, refuse_sliding_latent
+from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang import (
     DSA_PAGE_SIZE,
+    MINIMAX_M3_PAGE_SIZE,
     is_sglang_dsa,
+    is_sglang_minimax_m3,
+    minimax_m3_k_only_layers,
+    refuse_unmodelled_sglang,
+    sglang_cell_bytes,
     sglang_dsa_cell_bytes,
     sglang_dsa_dtype,
+    sglang_minimax_m3_cell_bytes,
+    sglang_minimax_m3_dtype,
 )
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.memory import (
@@ -64,10 +71,22 @@ def make_sglang_plan(
         defaults["mem_fraction_static"] = f"{frac} ({rule.rule})"
     page_size = request.page_size or 1
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
-    if any(isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()):
-        refuse_indexer(model, "sglang")  # MiniMax-M3's indexer: vLLM's pages are not SGLang's pool
-    refuse_sliding_latent(model, "sglang", "kvbudget has not read SGLang's pools for it")
+    msa = is_sglang_minimax_m3(model)  # MiniMax-M3: SGLang's MiniMaxSparseKVPool (layouts/sglang)
+    indexed = any(
+        isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()
+    )
+    if indexed and not msa:
+        refuse_indexer(model, "sglang")  # an indexer beside K/V that kvbudget has not read
+    refuse_unmodelled_sglang(model)
     dsa = is_sglang_dsa(model)
+    if msa:
+        kv_dtype = sglang_minimax_m3_dtype(request.kv_dtype, model.torch_dtype)
+        if request.page_size is None:
+            page_size = MINIMAX_M3_PAGE_SIZE
+            defaults["page_size"] = (
+                f"{MINIMAX_M3_PAGE_SIZE} (SGLang's MiniMax-M3 default with fa3 on Hopper, fa4 / "
+                "trtllm_mha on Blackwell)"
+            )
     if dsa:
         # SGLang's DSA overrides (layouts/sglang.py cites the lines): 64-token pages whatever
         # --page-size says; dtype auto by compute capability (10+: Blackwell)
@@ -81,13 +100,17 @@ def make_sglang_plan(
                 f"--page-size {request.page_size} is overridden"
             )
         page_size = DSA_PAGE_SIZE
-    specs = [
-        (s, indices)
-        for s, indices in vllm_layer_specs(
-            model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
-        ).runs()
-        if s.kind != "none"
-    ]  # one entry per run of layers (two for a parallel hybrid run), never per layer
+    specs = (
+        []
+        if msa  # its cells come from SGLang's own rule (_msa_cell), not vLLM's 128-token pages
+        else [
+            (s, indices)
+            for s, indices in vllm_layer_specs(
+                model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
+            ).runs()
+            if s.kind != "none"
+        ]
+    )  # one entry per run of layers (two for a parallel hybrid run), never per layer
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [
@@ -128,6 +151,8 @@ def make_sglang_plan(
         cell = (
             _dsa_cell(model, start, end, kv_dtype)
             if dsa
+            else _msa_cell(model, start, end, kv_dtype, request.tp)
+            if msa
             else sum(s.page_size_bytes * _count(r, start, end) for s, r in attn)
         )
         cell_max = max(cell_max, cell)
@@ -203,8 +228,12 @@ def make_sglang_plan(
         )
     end0 = get_pp_indices(model.num_layers, 0, request.pp)[1]
     k_per_token = (
-        sum(s.page_size_bytes // 2 * _count(r, 0, end0) for s, r in attn) if not mla else cell_max
-    )
+        cell_max
+        if mla
+        else _msa_cell(model, 0, end0, kv_dtype, request.tp, main_only=True) // 2
+        if msa
+        else sum(s.page_size_bytes // 2 * _count(r, 0, end0) for s, r in attn)
+    )  # MiniMax-M3: the main pool's K and V (its indexer pool is not in this line)
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
     fits = rest_min > 0 and capacity >= context_len
     error = None
@@ -218,10 +247,12 @@ def make_sglang_plan(
     group = KvCacheGroup(
         group_id=0,
         kind="mla" if mla else "full",
-        layer_indices=LayerIndices(r for _, r in attn),
+        layer_indices=LayerIndices([range(model.num_layers)] if msa else (r for _, r in attn)),
         num_padding_layers=0,
         block_size=page_size,
-        page_size_bytes=(cell_max if dsa else max((s.page_size_bytes for s, _ in attn), default=0))
+        page_size_bytes=(
+            cell_max if dsa or msa else max((s.page_size_bytes for s, _ in attn), default=0)
+        )
         * page_size,
     )
     sg = SglangPool(
@@ -280,6 +311,30 @@ def _dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype) -> int:
     """Bytes per token of layers ``[start, end)`` in SGLang's ``DSATokenToKVPool``."""
     return sum(
         members.total(lambda x: sglang_dsa_cell_bytes(x, kv_dtype) if isinstance(x, MLA) else 0)
+        for _key, members in group_by_kind(model.layers[start:end])
+    )
+
+
+def _msa_cell(
+    model: ModelSpec, start: int, end: int, kv_dtype: KvDtype, tp: int, *, main_only: bool = False
+) -> int:
+    """Bytes per token of layers ``[start, end)`` in SGLang's ``MiniMaxSparseKVPool`` (the main
+    pool alone with ``main_only``); the indexer is in the model dtype
+    (``get_minimax_sparse_index_dtype``, 16-bit caches only: ``sglang_minimax_m3_dtype``)."""
+    index_bytes = 2 if model.dtype_bytes in (None, 4) else int(model.dtype_bytes or 2)
+    k_only = minimax_m3_k_only_layers(model)
+    return sum(
+        members.total(
+            lambda x: (
+                (
+                    sglang_cell_bytes(x, kv_dtype, tp)
+                    if main_only
+                    else sglang_minimax_m3_cell_bytes(x, kv_dtype, tp, index_bytes, k_only)
+                )
+                if isinstance(x, FullAttention)
+                else 0
+            )
+        )
         for _key, members in group_by_kind(model.layers[start:end])
     )
 

@@ -10,6 +10,7 @@ from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
+from kvbudget.capacity.mtp_draft import mtp_layers_requested
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
@@ -91,7 +92,14 @@ def vllm_groups(
         )
     )
     if all_specs is None:
-        groups = packed_dsv4_groups(model, pp=request.pp)
+        mtp = mtp_layers_requested(request, model)
+        groups = packed_dsv4_groups(model, pp=request.pp, mtp_layers=mtp)
+        if mtp:
+            notes.append(
+                f"--speculative-config mtp: {mtp} MTP layer(s) at compress ratio 1, one 64-token "
+                "sliding-window page each, packed with the target's sliding groups "
+                "(models/deepseek_v4/nvidia/mtp.py lines 221-247; attention.py lines 229-235)"
+            )
     else:
         pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
         if request.disable_hybrid_kv_cache_manager:

@@ -159,7 +159,9 @@ def make_vllm_plan(
     per_token_replica = 0
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
-        rank_layers = range(start, end)
+        # an MTP drafter's layers (indices past the target's) sit on the last stage
+        drafted = max((g.layer_indices[len(g.layer_indices) - 1] + 1 for g in groups), default=0)
+        rank_layers = range(start, max(end, drafted) if p == request.pp - 1 else end)
         w, act, non_torch, graphs = plan_terms(
             request, model, weights, p, t_b, max_seqs, behaviour.version
         )

@@ -25,6 +25,7 @@ from kvbudget.capacity.memory import (
     model_capture_ceiling,
 )
 from kvbudget.capacity.model_dtype import with_dtype
+from kvbudget.capacity.mtp_draft import MTP_METHODS, mtp_draft
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weights import WeightsEstimate
@@ -161,13 +162,16 @@ def default_mamba_cache_mode(model: ModelSpec, version: tuple[int, int, int]) ->
 
 
 def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | None:
-    """``--speculative-config``: the draft model's cost, None for methods without KV layers."""
+    """``--speculative-config``: the draft model's cost (an MTP drafter's: capacity.mtp_draft),
+    None for methods without KV layers."""
     if request.speculative_config is None:
         return None
     config = parse_speculative_config(request.speculative_config)
     method = draft_method(config)
     if method in NO_KV_METHODS:
         return None
+    if method in MTP_METHODS:
+        return mtp_draft(request, target)
     if method not in DRAFT_METHODS or not config.get("model"):
         raise ConfigError(
             f"speculative_config: method {method or 'unknown'!r} is not priced by kvbudget (a "

@@ -1,0 +1,161 @@
+"""``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's own layers in the KV pool.
+
+kvbudget prices the MTP drafters of DeepSeek-V4 and MiniMax-M3 (``kvbudget.spec.mtp`` states the
+DeepSeek-V3 family's layers, not yet priced). Facts, vLLM 0.32.0 (``site-packages/vllm``):
+
+* A method in ``MTPModelTypes`` (``deepseek_mtp``, ``minimax_m3_mtp``, ...) is renamed ``mtp``
+  (``config/speculative.py`` lines 38-66, 1141-1145). The drafter is built in the same
+  ``VllmConfig``; its attention layers register after every target layer and join the same
+  pool (``v1/core/kv_cache_utils.py`` lines 1997-2012 ``_uses_trailing_mtp_layers``;
+  ``_annotate_eagle_groups``, lines 2029-2085, only flags the group for prefix-cache block drops).
+* DeepSeek-V4 (``models/deepseek_v4/nvidia/mtp.py`` lines 143-148, 221-247):
+  ``num_nextn_predict_layers`` ``DeepseekV4DecoderLayer`` at ``num_hidden_layers + k``, ratio 1
+  (``attention.py`` lines 229-235): one sliding-window page each, which joins the target's
+  sliding bucket and its packed groups (:mod:`kvbudget.capacity.pool_dsv4`). The CPU build does
+  not run it (``models/deepseek_v4/cpu/mtp.py`` line 18: "DeepSeek-V4 speculative decoding (MTP)
+  is not implemented on CPU"). With more than one MTP module and ``num_speculative_tokens`` > 1,
+  every sliding spec keeps ``num_speculative_tokens - 1`` more tokens (``kv_cache_utils.py`` lines
+  2583-2590; ``config/vllm.py`` lines 644-664, ``config/speculative.py`` lines 1982-1988): not
+  modelled, refused.
+* MiniMax-M3 (``models/minimax_m3/nvidia/mtp.py`` lines 58-64, 100-112): ``num_mtp_modules``
+  layers (default 1, ``transformers_utils/configs/minimax_m3.py`` line 50; the VL checkpoint's
+  text config is promoted, ``config/speculative.py`` lines 1030-1045), each a
+  ``MiniMaxM3DecoderLayer(force_sparse_attn=True)``: the target's K/V page plus the indexer's
+  bf16 key page (``models/minimax_m3/nvidia/model.py`` lines 707-716). They join the one
+  uniform-type group, so each block holds ``num_mtp_modules`` more sparse-layer pages
+  (:mod:`kvbudget.capacity.layouts.vllm_minimax_m3`).
+
+The drafter's weights (a whole decoder layer with its experts, its own embedding) are not
+estimated: a plan with an MTP drafter takes ``--weights-bytes`` (the engine log's figure includes
+the drafter) or ``--kv-cache-memory`` (then the weights shown leave the drafter out, and say so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbudget.capacity.draft import DraftCost, draft_method, parse_speculative_config
+from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
+from kvbudget.capacity.layouts.vllm_minimax_m3 import (
+    VLLM_MINIMAX_M3_TYPES,
+    check_minimax_m3,
+    minimax_m3_index_page_bytes,
+)
+from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.model import ModelSpec
+
+__all__ = ["MTP_METHODS", "MTP_WEIGHTS_NOTE", "mtp_draft", "mtp_layers_requested"]
+
+#: the ``--speculative-config`` methods vLLM 0.32 runs as ``mtp`` for these models
+MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "minimax_m3_mtp"})
+#: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
+MINIMAX_M3_DEFAULT_MTP_MODULES = 1
+
+MTP_WEIGHTS_NOTE = (
+    "weights leave the MTP drafter out (kvbudget does not estimate its decoder layer, experts "
+    "and embedding); pass --weights-bytes from the engine log for the whole figure"
+)
+
+
+def _field(field: str, value: Any, model_type: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(
+            f"speculative_config: method mtp for {model_type} needs {field} >= 1 in the config "
+            f"(found {value!r}): vLLM builds that many MTP layers; without them run no MTP",
+            field="speculative_config",
+        )
+    return value
+
+
+def _mtp_config(request: PlanRequest) -> dict[str, Any] | None:
+    if request.speculative_config is None:
+        return None
+    config = parse_speculative_config(request.speculative_config)
+    return config if draft_method(config) in MTP_METHODS else None
+
+
+def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
+    """How many MTP layers vLLM 0.32 adds to ``model``'s pool for this request (0 without an MTP
+    ``--speculative-config``); refuses model types whose drafter kvbudget has not read."""
+    config = _mtp_config(request)
+    if config is None:
+        return 0
+    raw = model.raw_config
+    if is_deepseek_v4(model):
+        n = _field("num_nextn_predict_layers", raw.get("num_nextn_predict_layers"), "deepseek_v4")
+        k = config.get("num_speculative_tokens") or n
+        if min(n, int(k)) > 1:
+            raise ConfigError(
+                f"speculative_config: {n} MTP modules with num_speculative_tokens {k} for "
+                "deepseek_v4: vLLM 0.32 then keeps num_speculative_tokens - 1 more tokens in every "
+                "sliding window (v1/core/kv_cache_utils.py lines 2583-2590), not modelled; pass "
+                "num_speculative_tokens 1, or measure",
+                field="speculative_config",
+            )
+        return n
+    if model.model_type in VLLM_MINIMAX_M3_TYPES:
+        value = raw.get("num_mtp_modules", MINIMAX_M3_DEFAULT_MTP_MODULES)
+        return _field("num_mtp_modules", value, model.model_type)
+    raise ConfigError(
+        f"speculative_config: method mtp is priced for deepseek_v4 and minimax_m3 only, not "
+        f"{model.model_type!r} (kvbudget has not read its drafter's vLLM specs); pass "
+        "--kv-cache-memory and --weights-bytes from the engine log",
+        field="speculative_config",
+    )
+
+
+def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
+    """The MTP drafter's cost when ``--speculative-config`` asks for one (else None).
+
+    ``block_bytes`` is what it adds to each block of a single uniform-type group (MiniMax-M3);
+    DeepSeek-V4's MTP pages join its packed groups instead (``block_bytes`` 0, the groups carry
+    them). ``weights_bytes`` is 0: the drafter's weights are refused unless measured (module doc).
+    """
+    n = mtp_layers_requested(request, model)
+    if n == 0:
+        return None
+    if request.weights_bytes is None and request.kv_cache_memory_bytes is None:
+        raise ConfigError(
+            f"speculative_config: the MTP drafter's weights ({n} decoder layer(s) of "
+            f"{model.model_type} with their experts) are not estimated by kvbudget; pass "
+            "--weights-bytes from the engine log (it includes them) or --kv-cache-memory",
+            field="speculative_config",
+        )
+    if request.pp > 1:
+        raise ConfigError(
+            "speculative_config: an MTP drafter with --pp > 1 is not priced; plan with --pp 1",
+            field="speculative_config",
+        )
+    block_bytes = 0
+    if model.model_type in VLLM_MINIMAX_M3_TYPES:
+        dtype = get_kv_dtype(request.kv_dtype, engine="vllm", model_dtype=model.torch_dtype)
+        block = check_minimax_m3(request.block_size, dtype)
+        sparse = next(
+            (
+                x
+                for x in model.layer_seq.distinct()
+                if isinstance(x, FullAttention) and x.index_head_dim
+            ),
+            None,
+        )
+        if sparse is None:
+            raise ConfigError(
+                f"speculative_config: {model.model_type} has no sparse-attention layer to read "
+                "the MTP layer's indexer from (sparse_attention_freq all 0); measure",
+                field="speculative_config",
+            )
+        page = attention_page_bytes(sparse, dtype, request.tp, block)
+        page += minimax_m3_index_page_bytes(sparse.index_head_dim, block)
+        block_bytes = n * page
+    config = _mtp_config(request) or {}
+    return DraftCost(
+        model_id=f"{model.model_id} (MTP, {n} layer(s))",
+        num_layers=n,
+        block_bytes=block_bytes,
+        weights_bytes=0,
+        num_speculative_tokens=int(config.get("num_speculative_tokens") or n),
+    )
