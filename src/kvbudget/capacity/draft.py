@@ -31,6 +31,8 @@ from kvbudget.spec.model import ModelSpec
 DRAFT_METHODS = ("draft_model",)
 #: methods without KV layers of their own (n-gram lookup, suffix decoding)
 NO_KV_METHODS = ("ngram", "suffix")
+#: the ``--speculative-config`` methods vLLM 0.32 runs as ``mtp`` for these models
+MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "minimax_m3_mtp"})
 
 
 @dataclass(frozen=True, slots=True)

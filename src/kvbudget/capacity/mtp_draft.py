@@ -34,7 +34,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbudget.capacity.draft import DraftCost, draft_method, parse_speculative_config
+from kvbudget.capacity.draft import (
+    MTP_METHODS,
+    DraftCost,
+    draft_method,
+    parse_speculative_config,
+)
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
@@ -48,10 +53,8 @@ from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 
-__all__ = ["MTP_METHODS", "MTP_WEIGHTS_NOTE", "mtp_draft", "mtp_layers_requested"]
+__all__ = ["MTP_WEIGHTS_NOTE", "mtp_draft", "mtp_layers_requested"]
 
-#: the ``--speculative-config`` methods vLLM 0.32 runs as ``mtp`` for these models
-MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "minimax_m3_mtp"})
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
 

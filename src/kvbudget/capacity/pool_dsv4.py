@@ -33,10 +33,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Protocol
 
-from kvbudget.capacity.draft import NO_KV_METHODS, draft_method, parse_speculative_config
+from kvbudget.capacity.draft import (
+    MTP_METHODS,
+    NO_KV_METHODS,
+    draft_method,
+    parse_speculative_config,
+)
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
-from kvbudget.capacity.mtp_draft import MTP_METHODS
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec

@@ -8,6 +8,7 @@ from dataclasses import replace
 from kvbudget.capacity.activation import ProfileActivation, profile_activation
 from kvbudget.capacity.draft import (
     DRAFT_METHODS,
+    MTP_METHODS,
     NO_KV_METHODS,
     DraftCost,
     draft_cost,
@@ -25,7 +26,7 @@ from kvbudget.capacity.memory import (
     model_capture_ceiling,
 )
 from kvbudget.capacity.model_dtype import with_dtype
-from kvbudget.capacity.mtp_draft import MTP_METHODS, mtp_draft
+from kvbudget.capacity.mtp_draft import mtp_draft
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weights import WeightsEstimate
