@@ -23,9 +23,8 @@ from tests.peer import test_hf_oracle as hf  # noqa: E402
 from tests.peer import test_vllm_pool_oracle as vo  # noqa: E402
 
 from kvbudget.capacity.layouts.vllm import VLLM_SOURCE_RULES  # noqa: E402
-from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS  # noqa: E402
+from kvbudget.spec.arch_table import ARCHITECTURES  # noqa: E402
 from kvbudget.spec.catalog import list_catalog  # noqa: E402
-from kvbudget.spec.traits import TRAITS  # noqa: E402
 
 OUT = ROOT / "docs" / "architectures.md"
 
@@ -56,8 +55,10 @@ edit by hand. Model types: every `model_type` of transformers' `MODEL_FOR_CAUSAL
   its own `DeepseekV4Config` refuses the `mlp_layer_types` transformers' default config writes.
   Inkling is recorded from transformers' tiny config rewritten in vLLM's own format
   (`CONVERTED_CASES`, model_type `inkling_model`): vLLM fails on transformers' `inkling_text`.
-* **rule**: `builder` = hand-written rule in `kvbudget.spec.architectures`; `table` = a row of the
-  trait table `kvbudget.spec.traits` (transformers file named); `generic` = no row: read with
+* **rule**: every supported `model_type` is one row of the architecture table
+  `kvbudget.spec.arch_table`; `builder` = the row carries a hand-written reader
+  (`kvbudget.spec.architectures`, `arch_hybrid`, `arch_nas`); `table` = the row is read by the
+  generic reader (transformers file named); `generic` = no row: read with
   llama-style fields, ledger line `architecture_rules` says UNVERIFIED and calc's status is
   `structural_reference`.
 
@@ -74,11 +75,11 @@ machines (pass `--mamba-ssm-cache-dtype float32` to plan it), in taking the KV s
 
 
 def _rule(model_type: str) -> str:
-    if model_type in UNVERIFIED_BUILDERS:
-        return "builder (vLLM's source; no transformers class: structural reference)"
-    if model_type in BUILDERS:
+    row = ARCHITECTURES.get(model_type)
+    if row is not None and row.builder is not None:
+        if not row.verified:
+            return "builder (vLLM's source; no transformers class: structural reference)"
         return "builder"
-    row = TRAITS.get(model_type)
     if row is not None:
         unverified = "" if row.verified else "; unverified: structural reference"
         return f"table (`{row.source.removeprefix('transformers/models/')}`{unverified})"

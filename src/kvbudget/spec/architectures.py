@@ -8,7 +8,7 @@ hold a recurrent state, which reuse another layer's KV. Each builder returns the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from kvbudget.errors import SpecError
 from kvbudget.spec.arch_common import (
@@ -23,14 +23,6 @@ from kvbudget.spec.arch_common import (
     split_types,
     summarize,
 )
-from kvbudget.spec.arch_hybrid import (
-    build_gemma3n,
-    build_jamba,
-    build_mamba,
-    build_minimax,
-    build_qwen3_next,
-)
-from kvbudget.spec.arch_nas import build_nemotron_nas
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layer_runs import LayerSeq, Runs
 from kvbudget.spec.layers import (
@@ -206,45 +198,3 @@ def build_mla(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:
     if n is None or rank is None or rope is None:
         return None
     return LayerSeq.periodic([MLA(0, rank, rope, int(nope), int(v_dim), heads or 0)], n)
-
-
-Builder = Callable[[FieldReader, str], Sequence[LayerSpec] | None]
-
-BUILDERS: dict[str, Builder] = {
-    **dict.fromkeys(
-        (
-            "llama",
-            "mistral",
-            "mixtral",
-            "qwen2",
-            "qwen2_moe",
-            "qwen3",
-            "qwen3_moe",
-            "phi3",
-            "gemma",
-            "gemma2",
-            "gemma3_text",
-            "gpt_oss",
-            "starcoder2",
-        ),
-        build_dense,
-    ),
-    "llama4_text": build_llama4,
-    "deepseek_v2": build_mla,
-    "deepseek_v3": build_mla,
-    "kimi_k2": build_mla,
-    "jamba": build_jamba,
-    "mamba": build_mamba,
-    "mamba2": build_mamba,
-    "qwen3_next": build_qwen3_next,
-    "minimax": build_minimax,
-    "gemma3n_text": build_gemma3n,
-    "nemotron-nas": build_nemotron_nas,
-}
-
-#: builders whose rule comes from an engine's source because transformers has no class to check
-#: it against: their results are a structural reference, never ``exact``
-UNVERIFIED_BUILDERS = frozenset({"nemotron-nas"})
-
-#: top-level wrapper model_type -> the text model_type when text_config does not name it
-WRAPPER_TEXT_TYPES = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma3n": "gemma3n_text"}

@@ -17,19 +17,16 @@ from typing import Any, Literal
 from kvbudget.errors import ConfigError
 from kvbudget.spec.arch_common import ARCH
 from kvbudget.spec.arch_generic import UnknownVocabulary, build_from_traits
-from kvbudget.spec.architectures import BUILDERS, UNVERIFIED_BUILDERS
-from kvbudget.spec.architectures import WRAPPER_TEXT_TYPES as _BUILDER_WRAPPERS
+from kvbudget.spec.arch_rows import WRAPPER_TEXT_TYPES
+from kvbudget.spec.arch_table import ARCHITECTURES
 from kvbudget.spec.catalog import find_catalog_entry
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.locate import ConfigSource, locate_config
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.normalise import normalise
 from kvbudget.spec.provenance import LedgerEntry
-from kvbudget.spec.traits import GENERIC, TRAITS, Traits
-from kvbudget.spec.traits import WRAPPER_TEXT_TYPES as _TRAIT_WRAPPERS
+from kvbudget.spec.traits import GENERIC, Traits
 from kvbudget.spec.validate import check_config_fields
-
-WRAPPER_TEXT_TYPES = {**_TRAIT_WRAPPERS, **_BUILDER_WRAPPERS}
 
 #: config keys that mean structure the generic reading cannot infer (model_type without a row)
 _UNKNOWN_STRUCTURE_KEYS = (
@@ -201,11 +198,9 @@ def resolve_config(
             "derived",
             note="transformers' config class applies these on load (kvbudget.spec.normalise)",
         )
-    builder = BUILDERS.get(str(model_type))
-    traits = TRAITS.get(str(model_type))
-    verified = (builder is not None and str(model_type) not in UNVERIFIED_BUILDERS) or (
-        builder is None and traits is not None and traits.verified
-    )
+    traits = ARCHITECTURES.get(str(model_type))
+    builder = traits.builder if traits is not None else None
+    verified = traits is not None and traits.verified
     try:
         if builder is not None:
             layers = builder(reader, str(model_type))
@@ -381,7 +376,7 @@ def _record_rules(
             else "hand-written rule from an engine's source (no transformers class to check)",
         )
     elif traits is not None:
-        source, note = traits.source, "trait table row (kvbudget.spec.traits)"
+        source, note = traits.source, "trait table row (kvbudget.spec.arch_table)"
     else:
         source, note = GENERIC.source, "no row for this model_type"
     note += (
