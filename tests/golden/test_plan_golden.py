@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
-from kvbudget.capacity.pool import PoolLayer, group_layers
+from kvbudget.capacity.pool import group_layers
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
@@ -168,8 +169,8 @@ def test_gpt_oss_120b_two_groups() -> None:
 
 def test_gpt_oss_20b_eagle_balance_rule() -> None:
     # reference §2.1: 12 SWA + 13 full; newest: 13 < 1.5 x 12 -> group_size 13 -> 13/13 (SWA padded by 1)
-    layers = [PoolLayer(i, "sliding", 16, 32768, sliding_window=128) for i in range(12)]
-    layers += [PoolLayer(12 + i, "full", 16, 32768) for i in range(13)]
+    layers = [VllmLayerSpec(i, "sliding", 16, 32768, sliding_window=128) for i in range(12)]
+    layers += [VllmLayerSpec(12 + i, "full", 16, 32768) for i in range(13)]
     new = group_layers(layers, strided=True)
     assert [(g.kind, g.num_layers, g.num_padding_layers) for g in new] == [
         ("sliding", 12, 1),
@@ -211,8 +212,8 @@ def test_hand_built_mamba_hybrid_block_raise() -> None:
 
     # attention 4096 B per token at B=16; mamba page 1,000,000 B:
     # block = 16 x cdiv(1000000, 65536) = 16 x 16 = 256 -> page 1,048,576; mamba padded to it
-    layers = [PoolLayer(0, "mamba", 16, 1_000_000), PoolLayer(1, "mamba", 16, 1_000_000)]
-    layers += [PoolLayer(2, "mamba", 16, 1_000_000), PoolLayer(3, "full", 16, 16 * 4096)]
+    layers = [VllmLayerSpec(0, "mamba", 16, 1_000_000), VllmLayerSpec(1, "mamba", 16, 1_000_000)]
+    layers += [VllmLayerSpec(2, "mamba", 16, 1_000_000), VllmLayerSpec(3, "full", 16, 16 * 4096)]
     raised = raise_attention_block_for_mamba(layers)
     assert {(x.kind, x.block_size, x.page_size_bytes) for x in raised} == {
         ("mamba", 256, 1_048_576),
@@ -243,8 +244,8 @@ def test_needed_bytes_padding_counted_only_in_newer_versions() -> None:
     from kvbudget.capacity.pool import needed_bytes
 
     # 12 SWA(128) + 13 full, page 32768, B 16 -> strided groups 12(+1 pad) and 13
-    layers = [PoolLayer(i, "sliding", 16, 32768, sliding_window=128) for i in range(12)]
-    layers += [PoolLayer(12 + i, "full", 16, 32768) for i in range(13)]
+    layers = [VllmLayerSpec(i, "sliding", 16, 32768, sliding_window=128) for i in range(12)]
+    layers += [VllmLayerSpec(12 + i, "full", 16, 32768) for i in range(13)]
     groups = group_layers(layers)
     # L = 4096, T_b = 2048: sliding blocks = cdiv(min(127 + 2048, 4096), 16) + 1 = 137; full = 256
     # newest: group_size 13 x page x (137 + 256); ~v0.9: 12 x 137 x page + 13 x 256 x page

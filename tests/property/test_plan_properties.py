@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
-from kvbudget.capacity.pool import PoolLayer, group_layers, needed_bytes, num_blocks_for
+from kvbudget.capacity.pool import group_layers, needed_bytes, num_blocks_for
 from kvbudget.spec.layers import FullAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 
@@ -143,8 +144,8 @@ def test_error_exactly_when_one_max_length_request_does_not_fit(
 def test_grouping_covers_every_layer_once_and_blocks_monotone(
     n_slide: int, n_full: int, strided: bool, a: int, b: int
 ) -> None:
-    layers = [PoolLayer(i, "sliding", 16, 4096, sliding_window=128) for i in range(n_slide)]
-    layers += [PoolLayer(n_slide + i, "full", 16, 4096) for i in range(n_full)]
+    layers = [VllmLayerSpec(i, "sliding", 16, 4096, sliding_window=128) for i in range(n_slide)]
+    layers += [VllmLayerSpec(n_slide + i, "full", 16, 4096) for i in range(n_full)]
     groups = group_layers(layers, strided=strided)
     seen = sorted(i for g in groups for i in g.layer_indices)
     assert seen == list(range(n_slide + n_full))

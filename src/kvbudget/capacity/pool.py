@@ -14,8 +14,8 @@ Follows the engine's own arithmetic as paraphrased in ``engines-kv-accounting.md
   the check counts every layer of the model against one worker's memory, as the engine log in
   issue vllm#34076 shows (48 layers, "24.0 GiB ... needed", estimated length 34736).
 
-Layers come in as :class:`~kvbudget.capacity.pool_types.PoolLayer` (what
-``capacity.layouts.vllm_specs.VllmLayerSpec`` carries).
+Layers come in as the layout's specs (:class:`~kvbudget.capacity.layouts.vllm_specs.VllmLayerSpec`,
+which own their page arithmetic).
 """
 
 from __future__ import annotations
@@ -24,26 +24,24 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvbudget.capacity import pool_runs
-from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode
+from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmLayerSpec
 from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_new, log_lines
 from kvbudget.capacity.pool_types import KvCacheGroup as KvCacheGroup
-from kvbudget.capacity.pool_types import PoolKind as PoolKind
-from kvbudget.capacity.pool_types import PoolLayer as PoolLayer
 from kvbudget.capacity.versions import VllmBehaviour
-from kvbudget.errors import ConfigError, SpecError
+from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
 from kvbudget.units import cdiv
 
 
-def distinct_layers(layers: Sequence[PoolLayer]) -> list[PoolLayer]:
+def distinct_layers(layers: Sequence[VllmLayerSpec]) -> list[VllmLayerSpec]:
     """The distinct layers, index set to 0, as first seen (per run for runs)."""
     items = layers.distinct() if isinstance(layers, IndexedRuns | PartRuns) else layers
     return list(dict.fromkeys(replace(layer, layer_index=0) for layer in items))
 
 
 def _buckets(
-    layers: Sequence[PoolLayer], key: dict[PoolLayer, tuple[object, ...]]
+    layers: Sequence[VllmLayerSpec], key: dict[VllmLayerSpec, tuple[object, ...]]
 ) -> dict[tuple[object, ...], list[pool_runs.Segment]]:
     """Layers by spec key, each as segments in index order ("none" layers left out); a
     parallel hybrid run's attention and mamba parts (:class:`PartRuns`) fall in different
@@ -72,7 +70,7 @@ def _buckets(
     return buckets
 
 
-def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[KvCacheGroup]:
+def group_layers(layers: Sequence[VllmLayerSpec], *, strided: bool = True) -> list[KvCacheGroup]:
     """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1), run by run."""
     distinct = [x for x in distinct_layers(layers) if x.kind != "none"]
     if not distinct:
@@ -91,19 +89,9 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
     ):
         return [_uniform_type_group(layers, distinct)]
     max_page = max(layer.page_size_bytes for layer in distinct)
-    unified: dict[PoolLayer, PoolLayer] = {}
+    unified: dict[VllmLayerSpec, VllmLayerSpec] = {}
     for layer in distinct:
-        out = layer
-        if layer.page_size_bytes != max_page:
-            if max_page % layer.page_size_bytes:
-                raise SpecError(
-                    f"layers: page sizes {layer.page_size_bytes} and {max_page} bytes are not "
-                    "multiples; vLLM raises NotImplementedError for this hybrid model",
-                    field="layers",
-                )
-            ratio = max_page // layer.page_size_bytes
-            out = replace(layer, block_size=layer.block_size * ratio, page_size_bytes=max_page)
-        unified[layer] = out
+        unified[layer] = layer.unified_to(max_page)
     buckets = _buckets(layers, {layer: out.spec_key() for layer, out in unified.items()})
     proto = {out.spec_key(): out for out in unified.values()}
     sizes = [pool_runs.bucket_size(bucket) for bucket in buckets.values()]
@@ -127,7 +115,9 @@ def group_layers(layers: Sequence[PoolLayer], *, strided: bool = True) -> list[K
     return groups
 
 
-def _uniform_type_group(layers: Sequence[PoolLayer], distinct: list[PoolLayer]) -> KvCacheGroup:
+def _uniform_type_group(
+    layers: Sequence[VllmLayerSpec], distinct: list[VllmLayerSpec]
+) -> KvCacheGroup:
     """vLLM 0.32 ``UniformTypeKVCacheSpecs`` (``v1/kv_cache_interface.py`` lines 1225-1265;
     ``get_kv_cache_groups``, ``v1/core/kv_cache_utils.py`` lines 2189-2193): full-attention (or
     MLA) layers of one block size but different pages form ONE group whose page is the sum of
@@ -152,7 +142,9 @@ def _all(bucket: list[pool_runs.Segment]) -> list[range]:
     return pool_runs.window(bucket, 0, pool_runs.bucket_size(bucket))
 
 
-def _make_group(group_id: int, proto: PoolLayer, indices: LayerIndices, pad: int) -> KvCacheGroup:
+def _make_group(
+    group_id: int, proto: VllmLayerSpec, indices: LayerIndices, pad: int
+) -> KvCacheGroup:
     return KvCacheGroup(
         group_id=group_id,
         kind=proto.kind,
@@ -331,7 +323,6 @@ __all__ = [
     "DOCS_LINK",
     "KvCacheGroup",
     "MambaCacheMode",
-    "PoolLayer",
     "bytes_per_block",
     "distinct_layers",
     "estimate_max_model_len",

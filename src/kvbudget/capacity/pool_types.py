@@ -1,8 +1,8 @@
-"""The vLLM pool's layer and group (``capacity.pool`` groups the one into the other).
+"""The vLLM pool's group (``capacity.pool`` groups layers into it).
 
-:class:`PoolLayer` is one cache-holding layer on one rank (what
-``capacity.layouts.vllm_specs.VllmLayerSpec`` carries); :class:`KvCacheGroup` is layers that share
-block ids. How a layer or group of a kind holds blocks is its kind's rule
+The pool's layers are the layout's specs (``capacity.layouts.vllm_specs.VllmLayerSpec``: one
+cache-holding layer on one rank, with its page and byte arithmetic); :class:`KvCacheGroup` is layers
+that share block ids. How a layer or group of a kind holds blocks is its kind's rule
 (``capacity.layouts.vllm_kinds``).
 """
 
@@ -10,52 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from kvbudget.capacity.layouts.vllm_kinds import kind_rule
-from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode
+from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind, VllmLayerSpec
 from kvbudget.units import cdiv
-
-PoolKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]  # none: no cache, skipped
-
-
-@dataclass(frozen=True, slots=True)
-class PoolLayer:
-    """One cache-holding layer on one rank: block size and page (one block of one layer)."""
-
-    layer_index: int
-    kind: PoolKind
-    block_size: int
-    page_size_bytes: int
-    sliding_window: int | None = None
-    attention_chunk_size: int | None = None
-    num_speculative_blocks: int = 0
-    num_checkpoint_blocks: int = 0  # vLLM 0.32 mamba2 prefill checkpoint (align mode)
-    #: (heads, head size) where two specs of one kind, block, page and window still differ in
-    #: vLLM (its buckets key on the whole spec): Inkling's conv states of sliding and full layers
-    shape: tuple[int, int] = (0, 0)
-
-    def spec_key(self) -> tuple[object, ...]:
-        return (
-            self.kind,
-            self.block_size,
-            self.page_size_bytes,
-            self.sliding_window,
-            self.attention_chunk_size,
-            self.num_checkpoint_blocks,
-            self.shape,
-        )
-
-    def max_memory_usage_bytes(
-        self,
-        max_model_len: int,
-        max_num_batched_tokens: int,
-        mamba_cache_mode: MambaCacheMode = "none",
-    ) -> int:
-        """Bytes one max-length request needs in this layer (reference §1.2-§1.6)."""
-        return kind_rule(self.kind).max_memory_usage_bytes(
-            self, max_model_len, max_num_batched_tokens, mamba_cache_mode
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +21,7 @@ class KvCacheGroup:
     """One KV cache group: layers that share block ids (one block = one page in each layer)."""
 
     group_id: int
-    kind: PoolKind
+    kind: VllmKind
     layer_indices: Sequence[int]  # a LayerIndices (ranges)
     num_padding_layers: int
     block_size: int
@@ -81,8 +39,8 @@ class KvCacheGroup:
     def num_layers(self) -> int:
         return len(self.layer_indices)
 
-    def as_layer(self) -> PoolLayer:
-        return PoolLayer(
+    def as_layer(self) -> VllmLayerSpec:
+        return VllmLayerSpec(
             layer_index=self.layer_indices[0] if self.layer_indices else -1,
             kind=self.kind,
             block_size=self.block_size,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvbudget.capacity.pool import PoolLayer, group_layers
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
+from kvbudget.capacity.pool import group_layers
 from kvbudget.spec.layer_runs import IndexedRuns, Runs
 from kvbudget.units import cdiv
 
-FULL = PoolLayer(0, "full", 16, 16384)
-SLIDING = PoolLayer(0, "sliding", 16, 16384, sliding_window=512)
-NONE = PoolLayer(0, "none", 16, 0)
+FULL = VllmLayerSpec(0, "full", 16, 16384)
+SLIDING = VllmLayerSpec(0, "sliding", 16, 16384, sliding_window=512)
+NONE = VllmLayerSpec(0, "none", 16, 0)
 
 
 def reference(kinds: list[str], strided: bool) -> list[tuple[str, list[int], int]]:
@@ -39,7 +40,7 @@ def reference(kinds: list[str], strided: bool) -> list[tuple[str, list[int], int
     return out
 
 
-def runs_of(kinds: Runs[str]) -> IndexedRuns[PoolLayer]:
+def runs_of(kinds: Runs[str]) -> IndexedRuns[VllmLayerSpec]:
     by_kind = {"full": FULL, "sliding": SLIDING, "none": NONE}
     mapped = kinds.map(lambda kind, i: by_kind[kind])
     return IndexedRuns(mapped.blocks, base=0)

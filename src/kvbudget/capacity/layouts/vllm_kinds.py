@@ -4,7 +4,7 @@ vLLM gives each kind its own spec class (``vllm/v1/kv_cache_interface.py``: ``Fu
 and ``MLAAttentionSpec``, ``SlidingWindowSpec``, ``ChunkedLocalAttentionSpec``, ``MambaSpec``),
 each with its ``max_memory_usage_bytes``, and its own manager (``v1/core/single_type_kv_cache_manager.py``)
 that frees the blocks a window skips. Here each kind is one :class:`KindRule`; the layout's
-``VllmLayerSpec``, the pool's ``PoolLayer`` and ``KvCacheGroup`` carry the figures
+``VllmLayerSpec`` (the pool's layers too) and the pool's ``KvCacheGroup`` carry the figures
 (:class:`BlockFigures`) and ask :func:`kind_rule` instead of branching on ``kind``.
 
 Per layer, with ``B`` the block size, ``page`` one block's bytes, ``L`` ``max_model_len``, ``T_b``
@@ -21,7 +21,7 @@ Per layer, with ``B`` the block size, ``page`` one block's bytes, ``L`` ``max_mo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol
 
 from kvbudget.units import cdiv
 
@@ -49,6 +49,9 @@ class BlockFigures(Protocol):
 class KindRule:
     """A cache kind with no blocks (``none``); the other kinds override each method."""
 
+    #: whether a page is a block of tokens (so a layer has bytes per token), not a state or nothing
+    holds_tokens: ClassVar[bool] = False
+
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
     ) -> int:
@@ -71,6 +74,8 @@ class KindRule:
 class FullRule(KindRule):
     """``FullAttentionSpec`` / ``MLAAttentionSpec``: a block per ``B`` tokens, all kept."""
 
+    holds_tokens = True
+
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
     ) -> int:
@@ -87,6 +92,8 @@ class FullRule(KindRule):
 
 class SlidingRule(KindRule):
     """``SlidingWindowSpec``: the window, a chunk in flight and one block for misalignment."""
+
+    holds_tokens = True
 
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
@@ -110,6 +117,8 @@ class SlidingRule(KindRule):
 
 class ChunkedRule(KindRule):
     """``ChunkedLocalAttentionSpec``: the current chunk and a chunk in flight."""
+
+    holds_tokens = True
 
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode

@@ -9,7 +9,7 @@ Inkling's conv state). What one request needs and holds in a layer is its kind's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import KvDtype
@@ -17,7 +17,7 @@ from kvbudget.capacity.layouts.base import (
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.vllm_kinds import kind_rule
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layers import (
     MLA,
     FullAttention,
@@ -49,10 +49,63 @@ class VllmLayerSpec:
     #: (heads, head size) of an Inkling conv state: vLLM keys its groups on the whole spec
     shape: tuple[int, int] = (0, 0)
 
-    def max_memory_usage_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6)."""
+    def spec_key(self) -> tuple[object, ...]:
+        """What vLLM's grouping compares (its buckets key on the whole spec): two layers of one
+        key share a bucket; the unpadded page, speculative blocks and cache mode are left out."""
+        return (
+            self.kind,
+            self.block_size,
+            self.page_size_bytes,
+            self.sliding_window,
+            self.attention_chunk_size,
+            self.num_checkpoint_blocks,
+            self.shape,
+        )
+
+    @property
+    def holds_tokens(self) -> bool:
+        """Whether this layer's page is a block of tokens (attention, MLA, sliding, chunked),
+        not one sequence's state (mamba) or nothing (none): its kind's rule says."""
+        return kind_rule(self.kind).holds_tokens
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes one token adds in this layer (``page // block``); 0 for a state or no cache."""
+        return self.page_size_bytes // self.block_size if self.holds_tokens else 0
+
+    def with_block_size(self, block_size: int) -> VllmLayerSpec:
+        """This token layer at another block size, its page ``block_size * bytes_per_token``
+        (vLLM's hybrid block raise, §1.6; SGLang's one-token cells)."""
+        if not self.holds_tokens:
+            raise ValueError(f"a {self.kind} layer has no bytes per token to re-block")
+        page = self.bytes_per_token * block_size
+        return replace(self, block_size=block_size, page_size_bytes=page, real_page_size_bytes=page)
+
+    def unified_to(self, page_size_bytes: int) -> VllmLayerSpec:
+        """This layer with its page raised to ``page_size_bytes`` by a larger block size (vLLM
+        ``unify_kv_cache_spec_page_size``, §2.1: ``block_size * ratio``); the page must divide it."""
+        if self.page_size_bytes == page_size_bytes:
+            return self
+        if page_size_bytes % self.page_size_bytes:
+            raise SpecError(
+                f"layers: page sizes {self.page_size_bytes} and {page_size_bytes} bytes are not "
+                "multiples; vLLM raises NotImplementedError for this hybrid model",
+                field="layers",
+            )
+        ratio = page_size_bytes // self.page_size_bytes
+        return replace(self, block_size=self.block_size * ratio, page_size_bytes=page_size_bytes)
+
+    def max_memory_usage_bytes(
+        self,
+        max_model_len: int,
+        max_num_batched_tokens: int,
+        mamba_cache_mode: MambaCacheMode | None = None,
+    ) -> int:
+        """Bytes one request of ``max_model_len`` tokens needs in this layer (vLLM §1.2–1.6),
+        under this spec's mamba cache mode unless ``mamba_cache_mode`` is given."""
+        mode = self.mamba_cache_mode if mamba_cache_mode is None else mamba_cache_mode
         return kind_rule(self.kind).max_memory_usage_bytes(
-            self, max_model_len, max_num_batched_tokens, self.mamba_cache_mode
+            self, max_model_len, max_num_batched_tokens, mode
         )
 
 

@@ -113,11 +113,7 @@ def make_sglang_plan(
     )  # one entry per run of layers (two for a parallel hybrid run), never per layer
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
-    attn = [
-        (replace(s, block_size=1, page_size_bytes=s.page_size_bytes // s.block_size), r)
-        for s, r in specs
-        if s.kind in ("full", "mla", "sliding", "chunked")
-    ]
+    attn = [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
     if any(s.kind == "mamba" for s, _ in specs):
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"

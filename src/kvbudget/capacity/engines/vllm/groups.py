@@ -22,21 +22,6 @@ from kvbudget.spec.model import ModelSpec
 VllmSpecs = PartRuns[VllmLayerSpec]
 
 
-def _to_pool_layer(spec: VllmLayerSpec, index: int) -> vpool.PoolLayer:
-    kind = spec.kind
-    return vpool.PoolLayer(
-        layer_index=index,
-        kind=kind,
-        block_size=spec.block_size,
-        page_size_bytes=spec.page_size_bytes,
-        sliding_window=spec.sliding_window,
-        attention_chunk_size=spec.attention_chunk_size,
-        num_speculative_blocks=spec.num_speculative_blocks,
-        num_checkpoint_blocks=spec.num_checkpoint_blocks,
-        shape=spec.shape,
-    )
-
-
 def vllm_groups(
     request: PlanRequest,
     model: ModelSpec,
@@ -101,7 +86,7 @@ def vllm_groups(
                 "(models/deepseek_v4/nvidia/mtp.py lines 221-247; attention.py lines 229-235)"
             )
     else:
-        pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs.map(_to_pool_layer))
+        pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs)
         if request.disable_hybrid_kv_cache_manager:
             pool_layers = pool_templates.unify_hybrid_as_full(pool_layers)
             notes.append(
@@ -121,9 +106,6 @@ def per_token_bytes(
     if specs is None:
         return dsv4_bytes_per_token(groups)
     return sum(
-        (s.real_page_size_bytes or s.page_size_bytes)
-        // s.block_size
-        * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
+        s.bytes_per_token * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
         for s, indices in specs.runs()
-        if s.kind in ("full", "mla", "sliding", "chunked")
     )
