@@ -51,7 +51,7 @@ def _buckets(
         layers = PartRuns.single(layers)
     if not isinstance(layers, PartRuns):  # listed: one segment per layer, by layer index
         for layer in sorted(layers, key=lambda item: item.layer_index):
-            if layer.kind != "none":
+            if layer.holds_cache:
                 segment = pool_runs.Segment(layer.layer_index, 1, (0,), 1)
                 buckets.setdefault(key[replace(layer, layer_index=0)], []).append(segment)
         return buckets
@@ -62,7 +62,7 @@ def _buckets(
         by_key: dict[tuple[object, ...], list[int]] = {}
         for offset, parts in enumerate(block.pattern):
             for layer in parts:
-                if layer.kind != "none":
+                if layer.holds_cache:
                     by_key.setdefault(key[replace(layer, layer_index=0)], []).append(offset)
         for spec_key, offsets in by_key.items():
             segment = pool_runs.Segment(lo, period, tuple(offsets), block.repeats)
@@ -72,7 +72,7 @@ def _buckets(
 
 def group_layers(layers: Sequence[VllmLayerSpec], *, strided: bool = True) -> list[KvCacheGroup]:
     """vLLM ``get_kv_cache_groups`` for the layers of the whole model (§2.1), run by run."""
-    distinct = [x for x in distinct_layers(layers) if x.kind != "none"]
+    distinct = [x for x in distinct_layers(layers) if x.holds_cache]
     if not distinct:
         return []
     keys = {layer.spec_key() for layer in distinct}

@@ -65,7 +65,7 @@ def unify_hybrid_as_full(layers: Sequence[VllmLayerSpec]) -> Sequence[VllmLayerS
     new = {
         key: replace(key, kind="full", sliding_window=None, attention_chunk_size=None)
         for key in distinct_layers(layers)
-        if key.kind in ("sliding", "chunked")
+        if key.windowed
     }
     return _retemplate(layers, new)
 

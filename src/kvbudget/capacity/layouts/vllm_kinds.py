@@ -51,6 +51,10 @@ class KindRule:
 
     #: whether a page is a block of tokens (so a layer has bytes per token), not a state or nothing
     holds_tokens: ClassVar[bool] = False
+    #: whether a layer of this kind holds a cache at all (every kind but ``none``)
+    holds_cache: ClassVar[bool] = False
+    #: whether its manager frees the blocks a window skips (sliding, chunked local)
+    windowed: ClassVar[bool] = False
 
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
@@ -75,6 +79,7 @@ class FullRule(KindRule):
     """``FullAttentionSpec`` / ``MLAAttentionSpec``: a block per ``B`` tokens, all kept."""
 
     holds_tokens = True
+    holds_cache = True
 
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
@@ -94,6 +99,8 @@ class SlidingRule(KindRule):
     """``SlidingWindowSpec``: the window, a chunk in flight and one block for misalignment."""
 
     holds_tokens = True
+    holds_cache = True
+    windowed = True
 
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
@@ -119,6 +126,8 @@ class ChunkedRule(KindRule):
     """``ChunkedLocalAttentionSpec``: the current chunk and a chunk in flight."""
 
     holds_tokens = True
+    holds_cache = True
+    windowed = True
 
     def max_memory_usage_bytes(
         self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
@@ -143,6 +152,8 @@ class ChunkedRule(KindRule):
 class MambaRule(KindRule):
     """``MambaSpec``: one state page per sequence (``none``), two with ``align`` (plus the
     speculative and prefill-checkpoint blocks), one per block of tokens with ``all``."""
+
+    holds_cache = True
 
     def _blocks(self, x: BlockFigures, num_tokens: int, mode: MambaCacheMode) -> int:
         if mode == "all":  # one state per block of tokens (prefix caching)

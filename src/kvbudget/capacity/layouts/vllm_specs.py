@@ -69,6 +69,16 @@ class VllmLayerSpec:
         return kind_rule(self.kind).holds_tokens
 
     @property
+    def holds_cache(self) -> bool:
+        """Whether this layer holds a cache at all (not ``none``: KV-shared or attention-free)."""
+        return kind_rule(self.kind).holds_cache
+
+    @property
+    def windowed(self) -> bool:
+        """Whether this layer's manager frees the blocks a window skips (sliding, chunked)."""
+        return kind_rule(self.kind).windowed
+
+    @property
     def bytes_per_token(self) -> int:
         """KV bytes one token adds in this layer (``page // block``); 0 for a state or no cache."""
         return self.page_size_bytes // self.block_size if self.holds_tokens else 0

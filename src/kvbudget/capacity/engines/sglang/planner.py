@@ -108,7 +108,7 @@ def make_sglang_plan(
             for s, indices in vllm_layer_specs(
                 model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
             ).runs()
-            if s.kind != "none"
+            if s.holds_cache
         ]
     )  # one entry per run of layers (two for a parallel hybrid run), never per layer
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
@@ -118,7 +118,7 @@ def make_sglang_plan(
         notes.append(
             "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"
         )
-    sliding = [(s, r) for s, r in attn if s.kind in ("sliding", "chunked")]
+    sliding = [(s, r) for s, r in attn if s.windowed]
     ratio = request.swa_full_tokens_ratio
     if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
         raise ConfigError(
@@ -199,7 +199,7 @@ def make_sglang_plan(
     full_tokens: int | None = None
     swa_tokens: int | None = None
     if sliding and ratio is not None:
-        full_layers = [(s, r) for s, r in attn if s.kind not in ("sliding", "chunked")]
+        full_layers = [(s, r) for s, r in attn if not s.windowed]
         full_tokens, swa_tokens = split_hybrid_swa(
             tokens,
             full_bytes=full_layers[0][0].page_size_bytes if full_layers else 0,
