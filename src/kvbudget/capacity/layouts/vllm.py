@@ -311,15 +311,15 @@ def vllm_layout(
         groups: list[GroupBytes] = []
         for (kind, _w), members in group_by_kind(specs):
             first = members.first
-            block = first.block_size if kind != "none" else block
+            block = first.block_size if first.holds_cache else block
             held = blocks_held(first, tokens)
             per_seq = members.total(lambda m: blocks_held(m, tokens) * m.page_size_bytes)
             per_token = (
-                0
-                if kind in ("mamba", "none")
-                else members.total(lambda m: m.page_size_bytes) // first.block_size
+                members.total(lambda m: m.page_size_bytes) // first.block_size
+                if first.holds_tokens
+                else 0
             )
-            kept = 0 if kind in ("mamba", "none") else held * first.block_size
+            kept = held * first.block_size if first.holds_tokens else 0
             groups.append(
                 GroupBytes(
                     kind,
@@ -330,7 +330,7 @@ def vllm_layout(
                     per_seq * seqs,
                     f"{held} block(s) of {first.block_size} tokens per sequence"
                     + WINDOW_KEPT.get(kind, "")
-                    if kind != "none"
+                    if first.holds_cache
                     else "",
                 )
             )
