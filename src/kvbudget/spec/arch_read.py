@@ -15,7 +15,8 @@ from kvbudget.errors import SpecError
 from kvbudget.spec.arch_common import ARCH, Types, listed_types, nth_types, split_types, summarize
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layer_runs import Runs
-from kvbudget.spec.layers import MLA, StateLayer
+from kvbudget.spec.layers import MLA
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.spec.traits import FieldRule, Pattern, StateRule, Traits
 
 

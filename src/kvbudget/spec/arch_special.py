@@ -23,8 +23,8 @@ from kvbudget.spec.layers import (
     LayerSpec,
     ParallelHybrid,
     SlidingWindow,
-    StateLayer,
 )
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.spec.traits import Traits
 
 

@@ -44,11 +44,11 @@ from kvbudget.spec.layers import (
     NoAttention,
     ParallelHybrid,
     SlidingWindow,
-    StateLayer,
 )
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import LedgerEntry
 from kvbudget.spec.resolve import ResolvedModel
+from kvbudget.spec.state_layers import StateLayer
 
 INSTALL_HINT = (
     "from-transformers: needs transformers and torch; install them with "
