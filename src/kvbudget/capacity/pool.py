@@ -31,8 +31,9 @@ from kvbudget.capacity.pool_types import PoolKind as PoolKind
 from kvbudget.capacity.pool_types import PoolLayer as PoolLayer
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import ConfigError, SpecError
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
+from kvbudget.spec.layer_runs import IndexedRuns
 from kvbudget.units import cdiv
 
 
