@@ -24,7 +24,8 @@ from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.lockstep import LockstepGroup
 from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, RequestIn, SimRequest
-from kvbudget.sim.results import RequestResult, RunStats, SimResult, summarize
+from kvbudget.sim.request_result import RequestResult, not_run_result
+from kvbudget.sim.results import RunStats, SimResult, summarize
 from kvbudget.sim.router import Router
 from kvbudget.sim.stepped import SteppedReplica
 from kvbudget.sim.tiers import Tier, TierConfig, TierStack
@@ -263,10 +264,10 @@ def _run(
 
     def on_reject(req: EngineRequest, rep: SteppedReplica[SimRequest], exc: KvbudgetError) -> None:
         name = rep.last_member.name if isinstance(rep, LockstepGroup) else rep.name
-        on_result(_not_run(req, name, f"rejected: {exc}"))
+        on_result(not_run_result(req, name, f"rejected: {exc}"))
 
     def on_not_run(req: EngineRequest) -> None:
-        on_result(_not_run(req, "", "horizon: not arrived"))
+        on_result(not_run_result(req, "", "horizon: not arrived"))
 
     def sample(rep: SteppedReplica[SimRequest], now_s: float) -> None:
         rep.sample(now_s)
@@ -418,26 +419,6 @@ def _tier_stats(st: TierStack) -> dict[str, Any]:
         },
         "reuse_histogram": st.reuse_histogram(),
     }
-
-
-def _not_run(req: EngineRequest, replica: str, reason: str) -> RequestResult:
-    return RequestResult(
-        request_id=req.request_id,
-        replica=replica,
-        arrival_s=req.arrival_s,
-        first_scheduled_s=None,
-        first_token_s=None,
-        finish_s=None,
-        prompt_tokens=req.num_prompt_tokens,
-        output_tokens=0,
-        cached_tokens_by_tier={},
-        preemptions=0,
-        status="unfinished",
-        reason=reason,
-        tenant=req.tenant,
-        session_id=req.session_id,
-        cell_id=req.cell_id,
-    )
 
 
 def _trace_requests(results: list[RequestResult], pids: dict[str, int]) -> list[dict[str, Any]]:

@@ -55,6 +55,7 @@ COMPILED: tuple[str, ...] = (
     "driver",
     "slots_replica",
     "router",
+    "request_result",
     "results",
     "cluster",
     "lockstep",
