@@ -57,6 +57,7 @@ COMPILED: tuple[str, ...] = (
     "router",
     "request_result",
     "results",
+    "cluster_run",
     "cluster",
     "lockstep",
     # the roofline step price (kvbudget.sim.timing stays interpreted: pydantic) and the
