@@ -43,6 +43,7 @@ COMPILED: tuple[str, ...] = (
     "fastpath",
     "fastpath_events",
     "fastpath_modes",
+    "fastpath_step",
     "stepped",
     "replica",
     # the one driver, its events, routing and the streamed run's accumulators
