@@ -47,6 +47,7 @@ from kvbudget.capacity.plan_types import PlanRequest  # noqa: E402
 from kvbudget.errors import KvbudgetError  # noqa: E402
 from kvbudget.sim.cluster import ClusterSpec, simulate  # noqa: E402
 from kvbudget.sim.fromplan import build_replica  # noqa: E402
+from kvbudget.sim.scenario import is_moe  # noqa: E402
 from kvbudget.spec.resolve import resolve_model  # noqa: E402
 from kvbudget.workload.spec import generate, workload_from_dict  # noqa: E402
 
@@ -229,9 +230,15 @@ def simulate_row(row: dict[str, str], timing_model: str) -> dict[str, Any]:
 
     requests = generate(spec, np.random.default_rng(0))
     # attention data parallel: the row's engines (vLLM --data-parallel-size), the client's
-    # concurrency shared by them as vLLM's API server routes (fewest requests in flight)
+    # concurrency shared by them as vLLM's API server routes (fewest requests in flight); a MoE
+    # model's engines step in lockstep, as `kvbudget sim --data-parallel-size` runs them
     dp = _int(row, "attention_dp_size")
-    cluster = ClusterSpec(setups=[built.setup] * dp, concurrency=c, router="least_outstanding")
+    cluster = ClusterSpec(
+        setups=[built.setup] * dp,
+        concurrency=c,
+        router="least_outstanding",
+        lockstep_size=dp if dp > 1 and is_moe(built) else 1,
+    )
     started = time.process_time()
     result = simulate(requests, cluster, seed=0)
     cpu_s = time.process_time() - started

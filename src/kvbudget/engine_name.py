@@ -37,6 +37,9 @@ EngineName: TypeAlias = str
 VLLM: Final[EngineName] = "vllm"
 SGLANG: Final[EngineName] = "sglang"
 LLAMACPP: Final[EngineName] = "llamacpp"
+#: what kvbudget's own simulated server (``kvbudget serve``) reports as its engine: not a
+#: registered engine (nothing is planned for it), the identity a measured run checks against
+KVBUDGET_SERVE: Final = "kvbudget-serve"
 
 #: every spelling kvbudget reads (lower case), to its one name; filled by registration
 ALIASES: Final[dict[str, EngineName]] = {}

@@ -290,7 +290,7 @@ def test_vllm_mamba2_tp_pads_groups() -> None:
     # mamba2, TP 4: n_groups 2 -> 2 + (4 - 2) = 4 (MambaStateShapeCalculator pads groups to TP);
     # conv_dim = 512 + 2*4*16 = 640 -> (4-1, 640/4) = 480 el; ssm (8/4, 64, 16) = 2,048 el; bf16
     # page = (480 + 2,048) * 2 = 5,056 B, one page per sequence per layer
-    from kvbudget.spec.layers import StateLayer
+    from kvbudget.spec.state_layers import StateLayer
 
     layers: tuple[LayerSpec, ...] = tuple(
         StateLayer(

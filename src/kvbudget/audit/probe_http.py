@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from kvbudget.audit.probes import Completion, Observation, TargetIdentity
+from kvbudget.engine_name import KVBUDGET_SERVE
 from kvbudget.errors import ConfigError, TargetError
 from kvbudget.load.client import ClientRequest, Endpoint, OpenAIClient
 from kvbudget.load.identity import server_identity
@@ -140,7 +141,7 @@ class HttpProbe:
         )
         prompts = await self._served_vocabulary(ident)
         # kvbudget serve is the simulator behind HTTP: its step times are simulated, not measured
-        own_sim = ident.get("engine") == "kvbudget-serve"
+        own_sim = ident.get("engine") == KVBUDGET_SERVE
         timing = (ident.get("version") or {}).get("timing_model") if own_sim else None
         self._identity = TargetIdentity(
             kind="http",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from kvbudget.engine_name import LLAMACPP, REPORTED, VLLM, is_engine
+from kvbudget.engine_name import KVBUDGET_SERVE, LLAMACPP, REPORTED, VLLM, is_engine
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.engine_report import read_engine_report
 from kvbudget.load.identity import server_identity
@@ -55,7 +55,7 @@ class EngineInfo:
 
 def is_own_simulator(engine: str) -> bool:
     """Whether the engine is kvbudget serve (the simulator over HTTP: its timings are simulated)."""
-    return engine.startswith("kvbudget-serve")
+    return engine.startswith(KVBUDGET_SERVE)
 
 
 async def discover(client: OpenAIClient, model: str, metrics_url: str | None = None) -> EngineInfo:
@@ -105,7 +105,7 @@ async def discover(client: OpenAIClient, model: str, metrics_url: str | None = N
                 vocab = local_vocab_size(str(entry.get("root") or model))
                 if vocab:
                     info.settings["vocab_size"] = vocab
-    if is_engine(engine, VLLM):  # a name as served: "vllm", never "kvbudget-serve"
+    if is_engine(engine, VLLM):  # a name as served: "vllm", never kvbudget serve's
         report = await read_engine_report(client, metrics_url)
         for name in VLLM_POOL_FIELDS:
             value = getattr(report, name)

@@ -18,8 +18,9 @@ from kvbudget.capacity.dtypes import KV_DTYPES, get_kv_dtype
 from kvbudget.capacity.layouts.base import Layout
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, REDUNDANCY_BUFFER_BYTES
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.spec.layers import StateLayer, cache_parts
+from kvbudget.spec.layers import cache_parts
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.units import GiB, format_bytes
 
 

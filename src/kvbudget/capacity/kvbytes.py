@@ -30,7 +30,7 @@ from kvbudget.capacity.result import CalcResult
 from kvbudget.errors import ConfigError
 from kvbudget.safety.limits import MAX_MODEL_DIM
 from kvbudget.spec.from_transformers import from_transformers
-from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import SourceKind
 from kvbudget.spec.resolve import ResolvedModel, resolve_model

@@ -20,7 +20,7 @@ from kvbudget.capacity.sglang_pool import SglangPool
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.engine_name import NameChoices
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.spec.layer_runs import MAX_SPELLED_OUT_LAYERS, LayerIndices
+from kvbudget.spec.layer_indices import MAX_SPELLED_OUT_LAYERS, LayerIndices
 from kvbudget.units import GiB, cdiv
 
 

@@ -29,8 +29,9 @@ from kvbudget.capacity.pool_text import DOCS_LINK, fit_error_text, format_gib_ne
 from kvbudget.capacity.pool_types import KvCacheGroup as KvCacheGroup
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layer_runs import IndexedRuns, LayerIndices
+from kvbudget.spec.layer_runs import IndexedRuns
 from kvbudget.units import cdiv
 
 

@@ -42,7 +42,7 @@ from kvbudget.capacity.draft import (
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
 from kvbudget.capacity.pool import KvCacheGroup
-from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 

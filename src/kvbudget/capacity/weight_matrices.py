@@ -21,9 +21,9 @@ from kvbudget.spec.layers import (
     LayerSpec,
     NoAttention,
     ParallelHybrid,
-    StateLayer,
 )
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.units import cdiv
 
 Split = Literal["col", "row", "rep", "kv"]

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
+from kvbudget.capacity.engines.registry import engine_entry, fingerprinted_engines
 from kvbudget.capacity.kvbytes import calc_model
-from kvbudget.cli.vocab import KV_DTYPE, PP, TP
+from kvbudget.cli.vocab import KV_DTYPE, PP, TP, RegisteredChoice
 from kvbudget.errors import ConfigError
 from kvbudget.spec.fingerprint import (
     CacheIdentity,
@@ -25,16 +26,6 @@ from kvbudget.units import parse_count
 
 SCHEMA = "kvbudget.fingerprint/1"
 EXIT_INCOMPATIBLE = 1
-#: engine -> (default block/page size, default prefix hash algorithm), from the engines' defaults
-_LAYOUT_DEFAULTS: dict[str, tuple[str, str]] = {
-    # vLLM 0.32 CacheConfig: block_size 16 on CUDA (128 on the CPU backend),
-    # prefix_caching_hash_algo "sha256"
-    "vllm": ("16", "sha256"),
-    # SGLang ServerArgs.page_size 1; radix tree keyed by token ids
-    "sglang": ("1", "radix-token-ids"),
-    # llama.cpp: per-slot cells, no block hashing
-    "llamacpp": ("1", "slot-prompt-match"),
-}
 
 
 def _identity(
@@ -85,7 +76,9 @@ def _identity(
         notes.append(
             "multimodal_hash unknown: the model takes images/audio; pass --multimodal-hash"
         )
-    default_block, default_algo = _LAYOUT_DEFAULTS[engine]
+    prefix_layout = engine_entry(engine).prefix_layout
+    assert prefix_layout is not None  # RegisteredChoice(fingerprinted_engines) checked it
+    default_block, default_algo = prefix_layout
     if block_size is None or hash_algo is None:
         notes.append(
             f"layout uses {engine}'s defaults where not given (block {default_block}, hash {default_algo})"
@@ -156,7 +149,11 @@ def _load_identity(path: str) -> CacheIdentity:
     help="KV cache dtype, as plan's --kv-dtype.",
 )
 @click.option(
-    "--engine", type=click.Choice(sorted(_LAYOUT_DEFAULTS)), default="vllm", show_default=True
+    "--engine",
+    type=RegisteredChoice(fingerprinted_engines),
+    default="vllm",
+    show_default=True,
+    help="The engine whose cache layout the fingerprint keys (its block size and prefix hash).",
 )
 @click.option(
     "--engine-version", help="Engine version, e.g. 0.32.0 (KV layouts change between versions)."

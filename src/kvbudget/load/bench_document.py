@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from kvbudget.engine_name import KVBUDGET_SERVE
 from kvbudget.load.config import RunConfig
 from kvbudget.load.diagnosis import record_digest
 from kvbudget.load.identity import safe_headers
@@ -148,7 +149,7 @@ def finish_document(
                 (out_dir / f"metrics_{name}.prom").write_text(text)
     engine = ident.get("engine") or "unknown OpenAI-compatible server"
     version = ident.get("version") or {}
-    own_sim = engine == "kvbudget-serve"
+    own_sim = engine == KVBUDGET_SERVE
     if (ident.get("prompts") or {}).get("tokenizer") == "synthetic" and not own_sim:
         warnings.append(
             "prompt lengths are words of kvbudget's synthetic tokenizer, not tokens of the "

@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvbudget.engine_name import LLAMACPP, REPORTED
+from kvbudget.engine_name import KVBUDGET_SERVE, LLAMACPP, REPORTED
 from kvbudget.load.client import OpenAIClient
 
 CACHE_INFO = "vllm:cache_config_info"
@@ -186,7 +186,7 @@ def build_engine_report(
                 "vllm": "vllm",
                 "sglang": "sglang",
                 "llamacpp": REPORTED[LLAMACPP],
-                "kvbudget": "kvbudget-serve",
+                "kvbudget": KVBUDGET_SERVE,
             }.get(str(owner))
     if isinstance(version, dict) and version.get("version"):
         put("engine_version", version["version"], "/version")
@@ -196,7 +196,7 @@ def build_engine_report(
         engine = "vllm"
         for name, label in _VLLM_LABELS.items():
             put(name, labels.get(label), f"/metrics {CACHE_INFO} {label}")
-    elif metrics_text and engine == "kvbudget-serve":
+    elif metrics_text and engine == KVBUDGET_SERVE:
         put(
             "num_gpu_blocks",
             gauge_value(metrics_text, SERVE_TOTAL_BLOCKS),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbudget.engine_name import LLAMACPP, REPORTED
+from kvbudget.engine_name import KVBUDGET_SERVE, LLAMACPP, REPORTED
 from kvbudget.load.client import OpenAIClient
 from kvbudget.safety.redact import redact_url
 
@@ -59,7 +59,7 @@ async def server_identity(client: OpenAIClient) -> dict[str, Any]:
         if "vllm" in owners:
             ident["engine"] = "vllm"
         elif "kvbudget" in owners:
-            ident["engine"] = "kvbudget-serve"
+            ident["engine"] = KVBUDGET_SERVE
         elif "sglang" in owners:
             ident["engine"] = "sglang"
         elif "llamacpp" in owners:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvbudget.engine_name import KVBUDGET_SERVE
 from kvbudget.load.bench_document import BenchDocument, finish_document
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
@@ -115,7 +116,7 @@ async def _run_in(
         cfg.base_url, concurrency=2, timeout_s=cfg.timeout_s, api_key=api_key
     ) as probe:
         ident = await server_identity(probe)
-    own_sim = ident.get("engine") == "kvbudget-serve"
+    own_sim = ident.get("engine") == KVBUDGET_SERVE
     cfg = cfg.model_copy(
         update={
             "model": served_model(cfg, ident),

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kvbudget.engine_name import KVBUDGET_SERVE
 from kvbudget.errors import ConfigError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.workload.request import PlannedRequest
@@ -139,7 +140,7 @@ async def resolve_tokenizer(
                 field="tokenizer",
             )
         return _tokenizers_file(path, f"--tokenizer {tokenizer}")
-    if engine == "kvbudget-serve":
+    if engine == KVBUDGET_SERVE:
         return None  # its tokenizer IS the synthetic one
     for name in (served_root, model):
         if name:

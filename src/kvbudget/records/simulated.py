@@ -16,7 +16,7 @@ one set of labels, the ones a measured run writes for the same outcome:
   slot), else ``"other"``, and the reason as the excerpt.
 
 :func:`ended_as` decides the ending from the engine's status and finish reason (the paged
-engine, :mod:`kvbudget.sim.results` and accept's simulated target); the slot engine's requests
+engine, :mod:`kvbudget.sim.request_result` and accept's simulated target); the slot engine's requests
 end ``finished`` unless their client cancelled them (a shorter output) or they were refused.
 
 Latencies come from the times (:func:`~kvbudget.records.request.derive_latencies`), as for a

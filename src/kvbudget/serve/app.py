@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from kvbudget import __version__
+from kvbudget.engine_name import KVBUDGET_SERVE
 from kvbudget.errors import KvbudgetError
 from kvbudget.serve.engine import RealTimeEngine, TokenQueue
 from kvbudget.serve.metrics import ServeMetrics
@@ -201,7 +202,7 @@ class ServeApp:
         return web.json_response(
             {
                 "version": __version__,
-                "engine": "kvbudget-serve",
+                "engine": KVBUDGET_SERVE,
                 "timing_model": self.engine.timing_name,
                 "speedup": self.engine.speedup,
             }

@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 
 from kvbudget.errors import ConfigError, KvbudgetError
-from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES
-from kvbudget.sim.driver import DriveOptions, DriveOutcome, Driver, OnStep, ScaleOut
+from kvbudget.sim.cluster_run import ClusterRun, StreamedRun, trace_requests, trace_step
+from kvbudget.sim.driver import DriveOptions, Driver, OnStep, ScaleOut
 from kvbudget.sim.lifecycle import Crash, ScaleIn
 from kvbudget.sim.lockstep import LockstepGroup
 from kvbudget.sim.replica import KVSample, Replica, ReplicaSetup
 from kvbudget.sim.request import EngineRequest, RequestIn, SimRequest
-from kvbudget.sim.results import RequestResult, RunStats, SimResult, summarize
+from kvbudget.sim.request_result import RequestResult, not_run_result
+from kvbudget.sim.results import RunStats, SimResult
 from kvbudget.sim.router import Router
 from kvbudget.sim.stepped import SteppedReplica
-from kvbudget.sim.tiers import Tier, TierConfig, TierStack
-from kvbudget.sim.timing import CalibrationProfile
+from kvbudget.sim.tiers import Tier, TierConfig
 
 
 @dataclass(slots=True)
@@ -114,99 +114,6 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-@dataclass(slots=True)
-class _Run:
-    """A finished cluster run, its requests already handed out."""
-
-    replicas: list[Replica]
-    router: Router
-    outcome: DriveOutcome
-    wall0: float
-    max_simulated_s: float | None
-    last_finish_s: float = 0.0
-    lifecycle: dict[str, Any] = field(default_factory=dict)
-    #: the data-parallel lockstep groups the replicas step in (none: each on its own)
-    groups: list[LockstepGroup] = field(default_factory=list)
-
-    @property
-    def simulated_s(self) -> float:
-        horizon = self.max_simulated_s
-        if horizon is not None and self.outcome.now_s >= horizon:
-            return self.outcome.now_s
-        return self.last_finish_s
-
-    @property
-    def router_fallbacks(self) -> int:
-        return self.router.num_fallbacks + sum(g.router.num_fallbacks for g in self.groups)
-
-    def lockstep_stats(self) -> dict[str, Any]:
-        """What the lockstep groups did (empty without groups)."""
-        if not self.groups:
-            return {}
-        return {
-            "groups": len(self.groups),
-            "engines_per_group": len(self.groups[0].members),
-            "sync_interval_steps": self.groups[0].sync_interval,
-            "group_steps": sum(g.num_group_steps for g in self.groups),
-            "dummy_engine_steps": sum(g.num_dummy_steps for g in self.groups),
-        }
-
-    def tier_stats(self) -> dict[str, dict[str, Any]]:
-        return {
-            rep.name: _tier_stats(rep.tier_stack)
-            for rep in self.replicas
-            if rep.tier_stack is not None
-        }
-
-    def notes(self, stats: RunStats) -> list[str]:
-        notes: list[str] = []
-        for rep in self.replicas:
-            cfg = rep.config
-            if cfg.enable_prefix_caching and not cfg.prefix_caching_effective:
-                notes.append(
-                    f"{rep.name}: prefix caching is not modelled for state (mamba / linear "
-                    "attention) KV groups; this replica ran without it (hit rate 0)"
-                )
-            notes.extend(_profile_range_notes(rep, stats))
-        return notes
-
-
-class StreamedRun:
-    """What :func:`simulate_stream` returns: the summary, without the per-request results."""
-
-    def __init__(self, run: _Run, stats: RunStats, router: str) -> None:
-        self.stats = stats
-        self.replica_stats = {rep.name: rep.core.stats() for rep in run.replicas}
-        self.num_gpu_blocks = {rep.name: rep.config.num_gpu_blocks for rep in run.replicas}
-        self.timing_model = "+".join(sorted({rep.timing.name for rep in run.replicas}))
-        self.simulated_s = run.simulated_s
-        self.wall_s = time.perf_counter() - run.wall0
-        self.num_steps = sum(rep.core.num_steps for rep in run.replicas)
-        self.num_events = run.outcome.num_events
-        self.tier_stats = run.tier_stats()
-        self.notes = run.notes(stats)
-        self.router = router
-        self.lifecycle = run.lifecycle
-        self.lockstep = run.lockstep_stats()
-
-    def summary(self, percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES) -> dict[str, Any]:
-        return summarize(
-            self.stats,
-            percentiles=percentiles,
-            timing_model=self.timing_model,
-            router=self.router,
-            replica_stats=self.replica_stats,
-            num_gpu_blocks=self.num_gpu_blocks,
-            simulated_s=self.simulated_s,
-            wall_s=self.wall_s,
-            num_steps=self.num_steps,
-            tier_stats=self.tier_stats,
-            notes=self.notes,
-            lifecycle=self.lifecycle,
-            lockstep=self.lockstep,
-        )
-
-
 def _run(
     requests: Iterable[RequestIn],
     spec: ClusterSpec,
@@ -215,7 +122,7 @@ def _run(
     on_result: Callable[[RequestResult], None],
     on_sample: Callable[[KVSample], None] | None = None,
     on_step: OnStep[SteppedReplica[SimRequest]] | None = None,
-) -> _Run:
+) -> ClusterRun:
     """Build the replicas, drive them, hand every request's result to ``on_result``."""
     if not spec.setups:
         raise ConfigError("replicas: need at least one replica", field="replicas")
@@ -263,10 +170,10 @@ def _run(
 
     def on_reject(req: EngineRequest, rep: SteppedReplica[SimRequest], exc: KvbudgetError) -> None:
         name = rep.last_member.name if isinstance(rep, LockstepGroup) else rep.name
-        on_result(_not_run(req, name, f"rejected: {exc}"))
+        on_result(not_run_result(req, name, f"rejected: {exc}"))
 
     def on_not_run(req: EngineRequest) -> None:
-        on_result(_not_run(req, "", "horizon: not arrived"))
+        on_result(not_run_result(req, "", "horizon: not arrived"))
 
     def sample(rep: SteppedReplica[SimRequest], now_s: float) -> None:
         rep.sample(now_s)
@@ -305,7 +212,7 @@ def _run(
         for r in rep.unfinished():
             finish(RequestResult.from_sim(r, rep.name, f"horizon: {r.status}"))
     lifecycle = driver.lifecycle.as_dict() if spec.scale_in or spec.crashes else {}
-    return _Run(
+    return ClusterRun(
         replicas, router, outcome, wall0, spec.max_simulated_s, last_finish, lifecycle, groups
     )
 
@@ -357,9 +264,9 @@ def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) ->
         if isinstance(rep, LockstepGroup):  # one span a member, under the member's index
             size = len(rep.members)
             for j, m in enumerate(rep.members):
-                trace.append(_trace_step(m, index * size + j, now, duration))
+                trace.append(trace_step(m, index * size + j, now, duration))
         else:
-            trace.append(_trace_step(_paged(rep), index, now, duration))
+            trace.append(trace_step(_paged(rep), index, now, duration))
 
     run = _run(
         (r for r, _ in ordered),
@@ -372,7 +279,7 @@ def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) ->
     results.sort(key=lambda r: order.get(r.request_id, len(order)))
     replicas = run.replicas
     if spec.trace:
-        trace.extend(_trace_requests(results, {rep.name: i for i, rep in enumerate(replicas)}))
+        trace.extend(trace_requests(results, {rep.name: i for i, rep in enumerate(replicas)}))
     samples = [s for rep in replicas for s in rep.samples]
     stats = RunStats()
     for r in results:
@@ -397,98 +304,3 @@ def _simulate(requests: Sequence[RequestIn], spec: ClusterSpec, *, seed: int) ->
         lifecycle=run.lifecycle,
         lockstep=run.lockstep_stats(),
     )
-
-
-def _tier_stats(st: TierStack) -> dict[str, Any]:
-    return {
-        "reloads": st.num_reloads,
-        "declined_reloads": st.num_declined_reloads,
-        "reload_s_total": st.reload_s_total,
-        "incompatible_misses": st.num_incompatible_misses,
-        "tiers": {
-            t.config.name: {
-                "writes_blocks": t.num_writes,
-                "reads_blocks": t.num_reads,
-                "evictions_blocks": t.num_evictions,
-                "resident_blocks": len(t.blocks),
-                "bytes_written": t.bytes_written,
-                "bytes_read": t.bytes_read,
-            }
-            for t in st.tiers
-        },
-        "reuse_histogram": st.reuse_histogram(),
-    }
-
-
-def _not_run(req: EngineRequest, replica: str, reason: str) -> RequestResult:
-    return RequestResult(
-        request_id=req.request_id,
-        replica=replica,
-        arrival_s=req.arrival_s,
-        first_scheduled_s=None,
-        first_token_s=None,
-        finish_s=None,
-        prompt_tokens=req.num_prompt_tokens,
-        output_tokens=0,
-        cached_tokens_by_tier={},
-        preemptions=0,
-        status="unfinished",
-        reason=reason,
-        tenant=req.tenant,
-        session_id=req.session_id,
-        cell_id=req.cell_id,
-    )
-
-
-def _trace_requests(results: list[RequestResult], pids: dict[str, int]) -> list[dict[str, Any]]:
-    """Async Chrome-trace spans per request: arrival -> finish, first token as an instant."""
-    events: list[dict[str, Any]] = []
-    for i, r in enumerate(results):
-        if r.finish_s is None:
-            continue
-        pid = pids.get(r.replica, 0)
-        common = {"cat": "request", "id": i, "pid": pid, "tid": 1, "name": r.request_id}
-        events.append(
-            {
-                **common,
-                "ph": "b",
-                "ts": r.arrival_s * 1e6,
-                "args": {"prompt_tokens": r.prompt_tokens, "cached": r.cached_tokens},
-            }
-        )
-        if r.first_token_s is not None:
-            events.append(
-                {**common, "ph": "n", "ts": r.first_token_s * 1e6, "args": {"event": "first token"}}
-            )
-        events.append({**common, "ph": "e", "ts": r.finish_s * 1e6})
-    return events
-
-
-def _trace_step(rep: Replica, index: int, now: float, duration: float) -> dict[str, Any]:
-    """One Chrome-trace complete event ("X") for a step (microseconds)."""
-    st = rep.core.stats()
-    return {
-        "name": "step",
-        "ph": "X",
-        "pid": index,
-        "tid": 0,
-        "ts": now * 1e6,
-        "dur": duration * 1e6,
-        "args": {"kv_usage": round(st.kv_usage, 4), "waiting": st.num_waiting},
-    }
-
-
-def _profile_range_notes(rep: Replica, stats: RunStats) -> list[str]:
-    """A calibrated profile used outside the ranges it was measured on says so."""
-    profile = getattr(rep.timing, "profile", None)
-    if not isinstance(profile, CalibrationProfile) or not profile.valid_ranges:
-        return []
-    seen = stats.max_tokens.get(rep.name)
-    if seen is None:
-        return []
-    observed = {
-        "prompt_tokens": float(seen[0]),
-        "context_tokens": float(seen[1]),
-        "batch_size": float(stats.max_running.get(rep.name, 1)),
-    }
-    return [f"{rep.name}: {w}" for w in profile.range_warnings(observed)]

@@ -46,7 +46,8 @@ from kvbudget.metrics.percentile_set import DEFAULT_METRIC_PERCENTILES, latency_
 from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest, RequestIn, as_engine_request
-from kvbudget.sim.results import RequestResult, SimResult
+from kvbudget.sim.request_result import RequestResult
+from kvbudget.sim.results import SimResult
 
 
 class KVLinkConfig(BaseModel):

@@ -57,8 +57,8 @@ from kvbudget.sim.blockpool import HashSource
 from kvbudget.sim.engine import EngineCore, StepResult
 from kvbudget.sim.fastpath_events import group_events, single_group_events
 from kvbudget.sim.fastpath_modes import explicit_step, lazy_ok, to_explicit, to_lazy
+from kvbudget.sim.fastpath_step import admit_waiting, apply_step
 from kvbudget.sim.request import RequestIn, SimRequest
-from kvbudget.sim.timing import BatchShape
 
 
 class FastEngine:
@@ -318,140 +318,9 @@ class FastEngine:
             budget -= num_new
         # 3. waiting requests (only if nothing was preempted)
         if not self.preempted:
-            budget = self._admit_waiting(now_s, scheduled, budget)
+            budget = admit_waiting(self, now_s, scheduled, budget)
         self.last_scheduled = scheduled
         if not scheduled and self.num_decoders == 0:
             self.reg_g = self.g  # no step: no decoder token was scheduled
             return 0.0
-        return self._apply(now_s, scheduled)
-
-    def _admit_waiting(
-        self, now_s: float, scheduled: list[tuple[SimRequest, int]], budget: int
-    ) -> int:
-        cfg = self.config
-        kv = self.kv
-        sched = self.sched
-        while len(self.waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            req = self.waiting.peek()
-            hits: list[list[int]] = []
-            num_hit = 0
-            if req.num_computed_tokens == 0 and kv.caching:
-                hits, num_hit = kv.find_cache_hit(req)
-            if sched.tier_lookup is not None and req.num_computed_tokens == 0:
-                num_tier, ready_s, tier = sched.tier_lookup(req, num_hit, now_s)
-                if num_tier > 0:  # as Scheduler._schedule_waiting: reload, compute later
-                    if not kv.allocate_slots(req, num_tier, hits, num_hit):
-                        break
-                    sched._admit(req, num_hit, num_tier, tier)
-                    sched.running.pop()
-                    self._admit(req)
-                    req.num_computed_tokens = num_hit + num_tier
-                    req.status = "loading"
-                    req.loading_until_s = ready_s
-                    self._loading = True
-                    continue
-            num_new = req.num_tokens - num_hit
-            if cfg.long_prefill_token_threshold and num_new > cfg.long_prefill_token_threshold:
-                num_new = cfg.long_prefill_token_threshold
-            if not cfg.enable_chunked_prefill and num_new > budget:
-                break
-            num_new = min(num_new, budget)
-            if not kv.allocate_slots(req, num_new, hits, num_hit):
-                break
-            sched._admit(req, num_hit, 0, "")
-            sched.running.pop()  # the fast path keeps its own running order
-            self._admit(req)
-            self.explicit[req.running_seq] = req
-            req.num_computed_tokens = num_hit
-            req.status = "running"
-            scheduled.append((req, num_new))
-            budget -= num_new
-        return budget
-
-    def _apply(self, now_s: float, scheduled: list[tuple[SimRequest, int]]) -> float:
-        num_prefill = 0
-        pairs = 0.0
-        prefill_ctx = 0
-        extra_decode = 0
-        extra_ctx = 0
-        for req, n in scheduled:
-            c = req.num_computed_tokens
-            if n == 1 and req.num_output_tokens > 0 and c == req.num_tokens - 1:
-                extra_decode += 1
-                extra_ctx += c + 1
-            else:
-                num_prefill += n
-                pairs += n * (c + (n + 1) / 2)
-                prefill_ctx += c + n
-        num_dec = self.num_decoders
-        shape = BatchShape(
-            num_prefill,
-            pairs,
-            prefill_ctx,
-            num_dec + extra_decode,
-            self.decode_ctx + num_dec + extra_ctx,
-        )
-        duration = self.timing.step_time_s(shape)
-        end_s = now_s + duration
-        core = self.core
-        times = self.token_times
-        if times is not None:
-            self.step_ends.append(end_s)  # step g + 1 ends at step_ends[g]
-        self.num_steps += 1
-        core.num_steps += 1
-        self.g += 1
-        self.decode_ctx += num_dec
-        core.generation_tokens += num_dec
-        finished: list[SimRequest] = []
-        heap = self._finish_heap
-        while heap and heap[0][0] <= self.g:
-            _, seq, g0, req = heapq.heappop(heap)
-            if req.lazy_g0 != g0 or self.running.get(seq) is not req:
-                continue  # stale entry (the request was preempted)
-            # bring its lazy counters up to date: the completed/cancelled split below reads
-            # num_output_tokens (stale, it classed a completed decoder as cancelled and
-            # freed it after the cancelled ones: a different free-queue order than EngineCore)
-            self._materialize(req)
-            finished.append(req)
-        joined: list[SimRequest] = []
-        for req, n in scheduled:
-            if req.first_scheduled_s is None:
-                req.first_scheduled_s = now_s
-            req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:
-                continue
-            req.num_output_tokens += 1
-            core.generation_tokens += 1
-            if times is not None:
-                times.setdefault(req.spec.request_id, []).append(end_s)
-            if req.first_token_s is None:
-                req.first_token_s = end_s
-                core.prompt_tokens += req.num_prompt_tokens
-            if req.num_output_tokens >= req.output_limit:
-                finished.append(req)
-            else:
-                joined.append(req)
-        # completed requests free their blocks first, then cancelled ones (as the explicit
-        # path: the engine finishes inside its step, the client aborts after it)
-        completed = [r for r in finished if r.num_output_tokens >= r.spec.max_output_tokens]
-        cancelled = [r for r in finished if r.num_output_tokens < r.spec.max_output_tokens]
-        for req in completed + cancelled:
-            self._drop_running(req)
-            self.kv.free(req)
-            done = req.num_output_tokens >= req.spec.max_output_tokens
-            req.status = "finished" if done else "aborted"
-            req.finish_reason = "length" if done else "cancelled"
-            req.finish_s = end_s
-            core.requests.pop(req.spec.request_id, None)
-            if done:
-                core.num_finished += 1
-            if core.keep_finished:
-                core.finished.append(req)
-        for req in joined:
-            del self.explicit[req.running_seq]
-            self._add_decoder(req)
-        if joined and self.explicit and next(iter(self.explicit)) < joined[-1].running_seq:
-            self._disorder = True  # (explicit is in running order: its first is the oldest)
-        if joined and not self.kv.single_full:
-            self.fresh.extend(joined)
-        return duration
+        return apply_step(self, now_s, scheduled)

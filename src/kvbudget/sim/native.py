@@ -43,6 +43,7 @@ COMPILED: tuple[str, ...] = (
     "fastpath",
     "fastpath_events",
     "fastpath_modes",
+    "fastpath_step",
     "stepped",
     "replica",
     # the one driver, its events, routing and the streamed run's accumulators
@@ -55,7 +56,9 @@ COMPILED: tuple[str, ...] = (
     "driver",
     "slots_replica",
     "router",
+    "request_result",
     "results",
+    "cluster_run",
     "cluster",
     "lockstep",
     # the roofline step price (kvbudget.sim.timing stays interpreted: pydantic) and the

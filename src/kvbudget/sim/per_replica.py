@@ -5,7 +5,7 @@ looking at each replica's length distribution, KV high water, queue, preemptions
 — a router that looks good on the mean can pile the long prompts onto one replica. Everything
 here is *simulated* (the run's timing model is named in the section).
 
-Inputs are the run's :class:`~kvbudget.sim.results.RequestResult` rows and its periodic
+Inputs are the run's :class:`~kvbudget.sim.request_result.RequestResult` rows and its periodic
 :class:`~kvbudget.sim.replica.KVSample` rows; nothing is re-simulated.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from kvbudget.sim.replica import KVSample
-from kvbudget.sim.results import RequestResult, SimResult
+from kvbudget.sim.request_result import RequestResult
+from kvbudget.sim.results import SimResult
 
 
 @dataclass(frozen=True, slots=True)

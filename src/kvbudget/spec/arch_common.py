@@ -7,12 +7,7 @@ from collections.abc import Sequence
 from kvbudget.errors import SpecError
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layer_runs import LayerSeq, Runs
-from kvbudget.spec.layers import (
-    ChunkedLocal,
-    FullAttention,
-    LayerSpec,
-    SlidingWindow,
-)
+from kvbudget.spec.layers import ChunkedLocal, FullAttention, LayerSpec, SlidingWindow
 from kvbudget.spec.provenance import SourceKind
 
 ARCH: SourceKind = "architecture_default"

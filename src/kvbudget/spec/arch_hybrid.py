@@ -20,12 +20,8 @@ from kvbudget.spec.arch_common import (
 )
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layer_runs import LayerSeq
-from kvbudget.spec.layers import (
-    FullAttention,
-    KVShared,
-    LayerSpec,
-    StateLayer,
-)
+from kvbudget.spec.layers import FullAttention, KVShared, LayerSpec
+from kvbudget.spec.state_layers import StateLayer
 
 
 def build_jamba(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:

@@ -25,10 +25,7 @@ from kvbudget.spec.arch_common import (
 )
 from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.layer_runs import LayerSeq, Runs
-from kvbudget.spec.layers import (
-    MLA,
-    LayerSpec,
-)
+from kvbudget.spec.layers import MLA, LayerSpec
 
 
 def build_dense(r: FieldReader, model_type: str) -> Sequence[LayerSpec] | None:

@@ -24,31 +24,24 @@ windows and state sizes. Where kvbudget's table also resolves the model, every l
 compared and a disagreement is a ``not_applicable`` answer naming the layer (never a silent
 pick). Where the table refuses, a model whose layers are all attention (or empty) is built from
 transformers' reading alone, marked unverified for the other engines' layouts. The ledger's
-``layer_structure`` line says which happened.
+``layer_structure`` line says which happened. Building a layer from a reading and comparing it
+with the table's live in :mod:`kvbudget.spec.transformers_compare`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.safety.limits import MAX_TRANSFORMERS_LAYERS
 from kvbudget.spec.layers import (
-    MLA,
-    ChunkedLocal,
-    FullAttention,
-    KVShared,
-    LayerSpec,
     NoAttention,
-    ParallelHybrid,
-    SlidingWindow,
-    StateLayer,
 )
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.provenance import LedgerEntry
 from kvbudget.spec.resolve import ResolvedModel
+from kvbudget.spec.transformers_compare import attention_spec, disagreement
 
 INSTALL_HINT = (
     "from-transformers: needs transformers and torch; install them with "
@@ -205,75 +198,6 @@ def _indexer_and_unknown(layer: Any, entry: dict[str, Any]) -> None:
             entry.setdefault("unknown", name)
 
 
-def _attention_spec(entry: dict[str, Any]) -> LayerSpec:
-    i, heads, k, v = entry["index"], entry["num_kv_heads"], entry["head_dim"], entry["v_head_dim"]
-    index = int(entry.get("index_head_dim", 0))
-    if entry["kind"] == "sliding":
-        return SlidingWindow(
-            i, heads, k, v if v != k else 0, sliding_window=entry["window"], index_head_dim=index
-        )
-    if entry["kind"] == "chunked":
-        return ChunkedLocal(
-            i,
-            heads,
-            k,
-            v if v != k else 0,
-            attention_chunk_size=entry["window"],
-            index_head_dim=index,
-        )
-    return FullAttention(i, heads, k, v if v != k else 0, index_head_dim=index)
-
-
-def _disagreement(table: LayerSpec, entry: dict[str, Any]) -> str | None:
-    """Why the table's layer differs from transformers' reading (None when they agree)."""
-    kind = entry["kind"]
-    index = int(entry.get("index_head_dim", 0))
-    if isinstance(table, FullAttention | MLA) and table.index_head_dim != index:
-        return f"indexer key {table.index_head_dim} vs {index}"
-    if index and isinstance(table, FullAttention | MLA):
-        # the indexer key's element size: its own (Dots3-Note: float32) or the K/V one
-        want_bytes = getattr(table, "index_element_bytes", 0) or entry.get("kv_element_bytes")
-        if entry.get("index_element_bytes") != want_bytes:
-            return f"indexer key element bytes {want_bytes} vs {entry.get('index_element_bytes')}"
-    if isinstance(table, MLA):
-        want = (1, table.kv_lora_rank, table.qk_rope_head_dim)
-        got = (entry.get("num_kv_heads"), entry.get("head_dim"), entry.get("v_head_dim"))
-        want_kind = "sliding" if table.sliding_window else "full"
-        if kind != want_kind or got != want:
-            return f"MLA latent {want_kind} {want} vs {kind} {got}"
-        window = table.sliding_window or None
-        return None if window == entry.get("window") else f"window {window} vs {entry['window']}"
-    if isinstance(table, FullAttention):
-        if kind != table.kind:
-            return f"kind {table.kind} vs {kind}"
-        want_dims = (table.num_kv_heads, table.head_dim, table.v_dim)
-        got_dims = (entry["num_kv_heads"], entry["head_dim"], entry["v_head_dim"])
-        if want_dims != got_dims:
-            return f"(kv_heads, head_dim, v_head_dim) {want_dims} vs {got_dims}"
-        window = getattr(table, "sliding_window", None) or getattr(
-            table, "attention_chunk_size", None
-        )
-        return None if window == entry["window"] else f"window {window} vs {entry['window']}"
-    if isinstance(table, ParallelHybrid):
-        if kind != "hybrid":
-            return f"hybrid vs {kind}"
-        attention = _disagreement(table.attention, {**entry, "kind": entry["attention_kind"]})
-        return attention or _disagreement(table.state, {**entry, "kind": "state"})
-    if isinstance(table, StateLayer):
-        if kind != "state":
-            return f"state vs {kind}"
-        conv = sum(math.prod(s) for s in entry["conv_shapes"])
-        rec = sum(math.prod(s) for s in entry["recurrent_shapes"])
-        want_conv = 0 if table.state_kind == "linear" else table.conv_channels() * table.conv_kernel
-        want_conv += table.aux_conv_elements()  # Qwen4-Exp's PLE short-conv state
-        if (conv, rec) != (want_conv, table.ssm_elements()):
-            return f"state elements (conv, recurrent) {(want_conv, table.ssm_elements())} vs {(conv, rec)}"
-        return None
-    if isinstance(table, KVShared | NoAttention):
-        return None if kind == "none" else f"{table.kind} vs {kind}"
-    return f"{table.kind} vs {kind}"  # pragma: no cover (every LayerSpec kind is handled above)
-
-
 def _summary(entries: list[dict[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for entry in entries:
@@ -333,7 +257,7 @@ def from_transformers(
                 f"{len(spec.layers)}; report it (drop --from-transformers for the table's answer)",
             )
         for table_layer, entry in zip(spec.layers, entries, strict=True):
-            why = _disagreement(table_layer, entry)
+            why = disagreement(table_layer, entry)
             if why is not None:
                 return _refuse(
                     resolved,
@@ -353,7 +277,7 @@ def from_transformers(
                 "engine layouts kvbudget cannot derive from tensor shapes alone)",
             )
         layers = tuple(
-            NoAttention(e["index"]) if e["kind"] == "none" else _attention_spec(e) for e in entries
+            NoAttention(e["index"]) if e["kind"] == "none" else attention_spec(e) for e in entries
         )
         per_layer = _per_layer_fields(text, _GLOBAL_FIELDS)
         if per_layer:

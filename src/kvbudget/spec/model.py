@@ -6,8 +6,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbudget.spec.layer_kinds import HEAD_KINDS
 from kvbudget.spec.layer_runs import LayerSeq
-from kvbudget.spec.layers import HEAD_KINDS, LayerSpec, cache_parts
+from kvbudget.spec.layers import LayerSpec, cache_parts
 from kvbudget.spec.provenance import LedgerEntry
 
 #: bytes per element of the torch dtypes a config may name

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from kvbudget.errors import ConfigError
 from kvbudget.spec.arch_common import ARCH
-from kvbudget.spec.arch_generic import UnknownVocabulary, build_from_traits
+from kvbudget.spec.arch_generic import build_from_traits
+from kvbudget.spec.arch_read import UnknownVocabulary
 from kvbudget.spec.arch_rows import WRAPPER_TEXT_TYPES
 from kvbudget.spec.arch_table import ARCHITECTURES
 from kvbudget.spec.catalog import find_catalog_entry

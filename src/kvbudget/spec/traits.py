@@ -59,7 +59,7 @@ FieldRule = str | tuple[str, Any, Any] | tuple[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class StateRule:
-    """What one state layer stores: the :class:`~kvbudget.spec.layers.StateLayer` fields.
+    """What one state layer stores: the :class:`~kvbudget.spec.state_layers.StateLayer` fields.
 
     ``fields`` maps a StateLayer field (``conv_kernel``, ``intermediate_size``, ``state_size``,
     ``n_groups``, ``num_heads``, ``head_dim``, ``num_k_heads``, ``head_k_dim``) to a config key

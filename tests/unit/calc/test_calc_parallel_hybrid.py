@@ -31,9 +31,10 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.weights import compute_weights
 from kvbudget.errors import SpecError
-from kvbudget.spec.layers import FullAttention, ParallelHybrid, StateLayer, cache_parts
+from kvbudget.spec.layers import FullAttention, ParallelHybrid, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.units import GiB
 
 FIXTURE = Path(__file__).resolve().parents[2] / "peer" / "fixtures" / "vllm_pools_0.32.0.json"

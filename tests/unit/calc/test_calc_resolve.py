@@ -13,9 +13,10 @@ import pytest
 
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.catalog import list_catalog
-from kvbudget.spec.layers import MLA, KVShared, SlidingWindow, StateLayer
+from kvbudget.spec.layers import MLA, KVShared, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import parse_overrides, resolve_model
+from kvbudget.spec.state_layers import StateLayer
 
 LLAMA_8B = {
     "architectures": ["LlamaForCausalLM"],

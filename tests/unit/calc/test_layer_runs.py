@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvbudget.spec.arch_common import nth_types, split_types
-from kvbudget.spec.layer_runs import LayerIndices, LayerSeq, Runs
+from kvbudget.spec.layer_indices import LayerIndices
+from kvbudget.spec.layer_runs import LayerSeq, Runs
 from kvbudget.spec.layers import FullAttention, SlidingWindow
 
 

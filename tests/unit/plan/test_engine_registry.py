@@ -48,7 +48,7 @@ from dataclasses import replace
 from kvbudget.capacity.engines.registry import RegisteredEngine, register_engine
 from kvbudget.capacity.layouts.base import GroupBytes, LayoutResult, StageBytes
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layer_indices import LayerIndices
 
 POOL_BYTES = 1 << 30
 

@@ -18,7 +18,7 @@ from kvbudget.sim.cluster import ClusterSpec, simulate
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.replica import ReplicaSetup
 from kvbudget.sim.request import EngineRequest
-from kvbudget.sim.results import RequestResult
+from kvbudget.sim.request_result import RequestResult
 from kvbudget.sim.slots import SlotConfig
 from kvbudget.sim.slots_records import run_planned
 from kvbudget.sim.timing import FixedTiming

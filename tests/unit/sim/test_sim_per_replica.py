@@ -8,7 +8,7 @@ import sys
 
 from kvbudget.sim.per_replica import imbalance, per_replica
 from kvbudget.sim.replica import KVSample
-from kvbudget.sim.results import RequestResult
+from kvbudget.sim.request_result import RequestResult
 
 
 def _r(

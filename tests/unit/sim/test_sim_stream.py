@@ -15,7 +15,7 @@ from kvbudget.sim.cluster import ClusterSpec, simulate, simulate_stream
 from kvbudget.sim.config import ReplicaConfig
 from kvbudget.sim.replica import KVSample, ReplicaSetup
 from kvbudget.sim.request import EngineRequest
-from kvbudget.sim.results import RequestResult
+from kvbudget.sim.request_result import RequestResult
 from kvbudget.sim.timing import FixedTiming
 
 

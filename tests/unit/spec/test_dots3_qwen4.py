@@ -33,8 +33,9 @@ from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.layouts.vllm import vllm_layout
-from kvbudget.spec.layers import MLA, StateLayer
+from kvbudget.spec.layers import MLA
 from kvbudget.spec.resolve import resolve_model
+from kvbudget.spec.state_layers import StateLayer
 from tests.unit.spec.config_file import spec_from_config
 
 #: the tiny Dots3-Note text config transformers writes (to_dict of tiny_configs' variant;

@@ -26,6 +26,7 @@ from typing import Any
 
 from kvbudget.accept.request_keys import RequestKey
 from kvbudget.accept.targets.base import CellRun, TargetInfo
+from kvbudget.engine_name import KVBUDGET_SERVE
 from kvbudget.errors import TargetError
 from kvbudget.load.client import OpenAIClient
 from kvbudget.load.config import RunConfig
@@ -153,7 +154,7 @@ class HttpTarget:
                 observed["model.id"] = (str(root), "/v1/models (root)")
         observed.update(observed_lock_fields(report))
         report_json = report.model_dump(mode="json", exclude_none=True)
-        if engine == "kvbudget-serve":
+        if engine == KVBUDGET_SERVE:
             # kvbudget's own simulator behind HTTP: its step times and text are simulated, so
             # nothing it returns is a measurement and quality cannot be judged on its text
             timing = (ident.get("version") or {}).get("timing_model")

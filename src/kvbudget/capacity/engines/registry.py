@@ -130,7 +130,9 @@ class RegisteredEngine:
       ``-ctv`` (``calc`` takes those flags and splits the cells per slot);
     * ``wording``: how ``plan``'s text and the web describe its memory arithmetic;
     * ``kv_dtypes`` and ``kv_dtype_rules``: the KV dtypes of an engine added later (the built-in
-      engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry).
+      engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry);
+    * ``prefix_layout``: (default block or page size in tokens, prefix-cache hash) that
+      ``fingerprint`` keys a cache layout by; ``None``: a layout only (no server to share with).
     """
 
     name: str
@@ -151,6 +153,7 @@ class RegisteredEngine:
     wording: PoolWording = field(default_factory=PoolWording)
     kv_dtypes: tuple[str, ...] | None = None
     kv_dtype_rules: KvDtypeRules = field(default_factory=KvDtypeRules)
+    prefix_layout: tuple[str, str] | None = None
 
 
 _REGISTRY: dict[str, RegisteredEngine] = {}
@@ -191,6 +194,11 @@ def registered_engines() -> dict[str, RegisteredEngine]:
 def layout_names() -> tuple[str, ...]:
     """The layouts ``calc --engine`` applies: every registered engine, ``hf`` first."""
     return tuple(registered_engines())
+
+
+def fingerprinted_engines() -> tuple[str, ...]:
+    """The engines ``fingerprint --engine`` keys: those registered with a ``prefix_layout``."""
+    return tuple(n for n, e in registered_engines().items() if e.prefix_layout is not None)
 
 
 def planned_engines() -> tuple[str, ...]:

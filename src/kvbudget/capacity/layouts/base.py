@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 from kvbudget.errors import ConfigError, KvbudgetError
-from kvbudget.spec.layers import COMPRESSED_KINDS, has_indexer, has_sliding_latent
+from kvbudget.spec.layer_kinds import COMPRESSED_KINDS, has_indexer, has_sliding_latent
 
 if TYPE_CHECKING:
     from kvbudget.spec.model import ModelSpec

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
 from kvbudget.capacity.layouts.base import group_key
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layer_runs import LayerIndices, Runs
+from kvbudget.spec.layer_runs import Runs
 from kvbudget.spec.layers import ParallelHybrid, cache_parts
 
 T = TypeVar("T")

@@ -47,9 +47,9 @@ from kvbudget.spec.layers import (
     FullAttention,
     LayerSpec,
     SlidingWindow,
-    StateLayer,
 )
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 
 FP32_BYTES = 4
 

@@ -38,8 +38,10 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import Members, group_by_kind
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import FullAttention, LayerSpec, StateLayer, has_indexer
+from kvbudget.spec.layer_kinds import has_indexer
+from kvbudget.spec.layers import FullAttention, LayerSpec
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.spec.traits import MINIMAX_M3_TYPES
 from kvbudget.units import cdiv
 

@@ -51,8 +51,9 @@ from kvbudget.capacity.layouts.base import (
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import MLA, FullAttention, StateLayer
+from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.spec.traits import MINIMAX_M3_TYPES
 
 SSM_STATE_BYTES = 4

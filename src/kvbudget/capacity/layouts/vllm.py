@@ -84,14 +84,9 @@ from kvbudget.capacity.layouts.vllm_specs import (
 )
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layers import (
-    MLA,
-    CacheLayer,
-    FullAttention,
-    StateLayer,
-    cache_parts,
-)
+from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, cache_parts
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.units import cdiv
 
 __all__ = [

@@ -35,7 +35,7 @@ from __future__ import annotations
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import has_indexer
+from kvbudget.spec.layer_kinds import has_indexer
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.traits import MINIMAX_M3_TYPES
 

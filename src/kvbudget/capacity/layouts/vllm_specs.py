@@ -18,11 +18,8 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.vllm_kinds import kind_rule
 from kvbudget.errors import ConfigError, SpecError
-from kvbudget.spec.layers import (
-    MLA,
-    FullAttention,
-    StateLayer,
-)
+from kvbudget.spec.layers import MLA, FullAttention
+from kvbudget.spec.state_layers import StateLayer
 
 VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
 MambaCacheMode = Literal["none", "align", "all"]

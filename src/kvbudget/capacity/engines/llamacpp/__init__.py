@@ -33,4 +33,13 @@ def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
     )
 
 
-ENGINE = register_engine(RegisteredEngine("llamacpp", layout, listed_at=3, slot_cells=True))
+ENGINE = register_engine(
+    RegisteredEngine(
+        "llamacpp",
+        layout,
+        listed_at=3,
+        slot_cells=True,
+        # per-slot cells, no block hashing: a prompt is matched against the slot's tokens
+        prefix_layout=("1", "slot-prompt-match"),
+    )
+)

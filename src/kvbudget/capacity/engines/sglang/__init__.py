@@ -91,6 +91,8 @@ ENGINE = register_engine(
         SglangPlanner(),
         listed_at=2,
         token_pool=True,
+        # ServerArgs.page_size 1; the radix tree is keyed by token ids
+        prefix_layout=("1", "radix-token-ids"),
         wording=PoolWording(
             requested="(device - 0.5 GiB context) x mem_fraction_static {utilization}",
             available="rest = free after weights - free before x (1 - mem_fraction_static)",

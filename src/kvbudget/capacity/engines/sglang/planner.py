@@ -44,7 +44,7 @@ from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.spec.layer_runs import LayerIndices
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB

@@ -105,5 +105,8 @@ ENGINE = register_engine(
         utilization_flag=True,
         cpu_build=True,
         group_blocks=True,
+        # vLLM 0.32 CacheConfig: block_size 16 on CUDA (128 on the CPU backend),
+        # prefix_caching_hash_algo "sha256"
+        prefix_layout=("16", "sha256"),
     )
 )

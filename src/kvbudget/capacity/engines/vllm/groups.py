@@ -15,8 +15,8 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
 from kvbudget.capacity.versions import VllmBehaviour
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layer_runs import LayerIndices
 from kvbudget.spec.model import ModelSpec
 
 VllmSpecs = PartRuns[VllmLayerSpec]

@@ -32,7 +32,8 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.spec.layers import cache_parts, has_indexer
+from kvbudget.spec.layer_kinds import has_indexer
+from kvbudget.spec.layers import cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
 
