@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import batch_defaults, make_plan
 from kvbudget.capacity.pool import KvCacheGroup, max_concurrency
@@ -95,7 +96,7 @@ def test_s3_2_sixteen_gb_qwen25_7b_awq_arithmetic() -> None:
 def test_s2_3_concurrency_0_8154_vs_0_8152() -> None:
     # §2.3: L = 29000, B = 16. v0.7.x: num_blocks*B/L; later: num_blocks / cdiv(L, B) = num_blocks / 1813.
     # 1478 blocks: 1478*16/29000 = 0.81545 -> 0.8154(5); 1478/1813 = 0.81522 -> 0.8152
-    group = KvCacheGroup(0, "full", tuple(range(32)), 0, 16, 65536)
+    group = KvCacheGroup(0, VllmLayerSpec(0, "full", 16, 65536), tuple(range(32)))
     old = max_concurrency(vllm_behaviour("0.7.3"), 1478, [group], 29000, 2048)
     new = max_concurrency(vllm_behaviour("0.11.0"), 1478, [group], 29000, 2048)
     assert f"{old:.5f}"[:6] == "0.8154"
@@ -212,7 +213,7 @@ def test_s3_4_batch_defaults() -> None:
 
 def test_s2_4_token_line_eras() -> None:
     # one dense group, 1000 blocks of 16, L = 4000 (cdiv = 250 -> concurrency 4.0)
-    group = KvCacheGroup(0, "full", (0,), 0, 16, 8192)
+    group = KvCacheGroup(0, VllmLayerSpec(0, "full", 16, 8192), (0,))
     from kvbudget.capacity.pool import kv_cache_tokens, log_lines
 
     for version, tokens in (("0.8.0", 16000), ("0.15.0", 16000), ("0.21.0", int(4.0 * 4000))):
@@ -255,8 +256,11 @@ def test_s2_4_qwen35_290864_tokens_vs_33_04x() -> None:
     from kvbudget.capacity.pool import kv_cache_tokens
 
     page = 784 * 4096
-    groups = [KvCacheGroup(0, "full", tuple(range(3, 64, 4)), 0, 784, page)]
-    groups += [KvCacheGroup(1 + i, "mamba", tuple(range(16)), 0, 784, page) for i in range(3)]
+    groups = [KvCacheGroup(0, VllmLayerSpec(3, "full", 784, page), tuple(range(3, 64, 4)))]
+    groups += [
+        KvCacheGroup(1 + i, VllmLayerSpec(0, "mamba", 784, page), tuple(range(16)))
+        for i in range(3)
+    ]
     b = vllm_behaviour("0.15.0")
     conc = max_concurrency(b, 1487, groups, 32768, 2048)
     assert f"{conc:.2f}" == "33.04"

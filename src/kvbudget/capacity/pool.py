@@ -146,18 +146,7 @@ def _all(bucket: list[pool_runs.Segment]) -> list[range]:
 def _make_group(
     group_id: int, proto: VllmLayerSpec, indices: LayerIndices, pad: int
 ) -> KvCacheGroup:
-    return KvCacheGroup(
-        group_id=group_id,
-        kind=proto.kind,
-        layer_indices=indices,
-        num_padding_layers=pad,
-        block_size=proto.block_size,
-        page_size_bytes=proto.page_size_bytes,
-        sliding_window=proto.sliding_window,
-        attention_chunk_size=proto.attention_chunk_size,
-        num_speculative_blocks=proto.num_speculative_blocks,
-        num_checkpoint_blocks=proto.num_checkpoint_blocks,
-    )
+    return KvCacheGroup(group_id, proto, indices, pad)
 
 
 def group_size_on(
@@ -236,9 +225,7 @@ def needed_bytes(
     if per_layer:
         return sum(
             g.num_layers
-            * g.as_layer().max_memory_usage_bytes(
-                max_model_len, max_num_batched_tokens, mamba_cache_mode
-            )
+            * g.spec.max_memory_usage_bytes(max_model_len, max_num_batched_tokens, mamba_cache_mode)
             for g in groups
         )
     blocks = sum(
@@ -293,7 +280,7 @@ def max_concurrency(
         return num_blocks / sum(per_group)
     page = groups[0].page_size_bytes
     total_mem = sum(
-        g.as_layer().max_memory_usage_bytes(max_model_len, max_num_batched_tokens, mamba_cache_mode)
+        g.spec.max_memory_usage_bytes(max_model_len, max_num_batched_tokens, mamba_cache_mode)
         for g in groups
     )
     return num_blocks / cdiv(total_mem, page)

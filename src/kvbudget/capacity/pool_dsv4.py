@@ -41,6 +41,7 @@ from kvbudget.capacity.draft import (
 )
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
@@ -126,13 +127,15 @@ def dsv4_groups(spec: ModelSpec, *, pp: int = 1, mtp_layers: int = 0) -> list[Kv
         indices = LayerIndices.of(sorted({s.layer_index for s in members}))
         out.append(
             KvCacheGroup(
-                group_id=len(out),
-                kind=first.kind,
-                layer_indices=indices,
-                num_padding_layers=0,
-                block_size=first.block_size,
-                page_size_bytes=sum(s.page_size_bytes for s in members),
-                sliding_window=first.sliding_window,
+                len(out),
+                VllmLayerSpec(
+                    layer_index=indices[0],
+                    kind=first.kind,
+                    block_size=first.block_size,
+                    page_size_bytes=sum(s.page_size_bytes for s in members),
+                    sliding_window=first.sliding_window,
+                ),
+                indices,
                 uniform_type=True,
             )
         )

@@ -18,38 +18,54 @@ from kvbudget.units import cdiv
 
 @dataclass(frozen=True, slots=True)
 class KvCacheGroup:
-    """One KV cache group: layers that share block ids (one block = one page in each layer)."""
+    """One KV cache group: layers that share block ids (one block = one page in each layer).
+
+    As vLLM's ``KVCacheGroupSpec(layer_names, kv_cache_spec)``: the member layers and the one
+    spec they share (after the hybrid page unification); the spec owns the page arithmetic, the
+    group only says which layers hold it.
+    """
 
     group_id: int
-    kind: VllmKind
+    #: the members' shared spec (its ``layer_index``: the first member)
+    spec: VllmLayerSpec
     layer_indices: Sequence[int]  # a LayerIndices (ranges)
-    num_padding_layers: int
-    block_size: int
-    page_size_bytes: int
-    sliding_window: int | None = None
-    attention_chunk_size: int | None = None
-    num_speculative_blocks: int = 0
-    num_checkpoint_blocks: int = 0
-    #: vLLM's ``UniformTypeKVCacheSpecs``: ``page_size_bytes`` is the sum over every member layer's
-    #: page (layers of one kind with different pages: DSA's MLA latent + indexer keys, GLM-5.2's
-    #: layers with and without an indexer), so the group counts as one layer of that page
+    num_padding_layers: int = 0
+    #: vLLM's ``UniformTypeKVCacheSpecs``: ``spec.page_size_bytes`` is the sum over every member
+    #: layer's page (layers of one kind with different pages: DSA's MLA latent + indexer keys,
+    #: GLM-5.2's layers with and without an indexer), so the group counts as one layer of that page
     uniform_type: bool = False
+
+    @property
+    def kind(self) -> VllmKind:
+        return self.spec.kind
+
+    @property
+    def block_size(self) -> int:
+        return self.spec.block_size
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.spec.page_size_bytes
+
+    @property
+    def sliding_window(self) -> int | None:
+        return self.spec.sliding_window
+
+    @property
+    def attention_chunk_size(self) -> int | None:
+        return self.spec.attention_chunk_size
+
+    @property
+    def num_speculative_blocks(self) -> int:
+        return self.spec.num_speculative_blocks
+
+    @property
+    def num_checkpoint_blocks(self) -> int:
+        return self.spec.num_checkpoint_blocks
 
     @property
     def num_layers(self) -> int:
         return len(self.layer_indices)
-
-    def as_layer(self) -> VllmLayerSpec:
-        return VllmLayerSpec(
-            layer_index=self.layer_indices[0] if self.layer_indices else -1,
-            kind=self.kind,
-            block_size=self.block_size,
-            page_size_bytes=self.page_size_bytes,
-            sliding_window=self.sliding_window,
-            attention_chunk_size=self.attention_chunk_size,
-            num_speculative_blocks=self.num_speculative_blocks,
-            num_checkpoint_blocks=self.num_checkpoint_blocks,
-        )
 
     def max_blocks_per_request(
         self,
@@ -58,7 +74,7 @@ class KvCacheGroup:
         mamba_cache_mode: MambaCacheMode = "none",
     ) -> int:
         """``cdiv(max_memory_usage_bytes, page)``: blocks one max-length request holds in this group."""
-        mem = self.as_layer().max_memory_usage_bytes(
+        mem = self.spec.max_memory_usage_bytes(
             max_model_len, max_num_batched_tokens, mamba_cache_mode
         )
         return cdiv(mem, self.page_size_bytes)

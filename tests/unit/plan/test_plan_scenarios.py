@@ -7,6 +7,7 @@ import pytest
 from scipy.stats import lognorm
 
 from kvbudget.capacity.budget import three_budgets
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
@@ -61,7 +62,7 @@ def test_length_mix_by_hand() -> None:
 
 
 def test_sliding_group_blocks_are_window_bounded() -> None:
-    g = KvCacheGroup(0, "sliding", (0,), 0, 16, 4096, sliding_window=128)
+    g = KvCacheGroup(0, VllmLayerSpec(0, "sliding", 16, 4096, sliding_window=128), (0,))
     # full would be cdiv(10000, 16) = 625; window: cdiv(min(127 + 8192, 10000), 16) + 1 = 521
     assert g.blocks_for_tokens(10000, 8192) == 521
     assert g.blocks_for_tokens(100, 8192) == 7  # short sequences: cdiv(100, 16)

@@ -25,6 +25,7 @@ import pytest
 from kvbudget.accept.plan.planfile import load_plan
 from kvbudget.accept.targets.capacity import build_ledger
 from kvbudget.capacity.budget import DevicePeak
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.pool import KvCacheGroup
@@ -42,12 +43,8 @@ def test_the_issue_window_keeps_8_blocks_and_is_charged_521() -> None:
     assert -(-(127 + 8192) // 16) + 1 == 521
     group = KvCacheGroup(
         group_id=0,
-        kind="sliding",
+        spec=VllmLayerSpec(0, "sliding", 16, 16 * 8 * 64 * 2 * 2, sliding_window=128),
         layer_indices=range(0, 24, 2),
-        num_padding_layers=0,
-        block_size=16,
-        page_size_bytes=16 * 8 * 64 * 2 * 2,
-        sliding_window=128,
     )
     # a long sequence: 131,072 tokens; cdiv(131,072, 16) - (131,072 - 128) // 16 = 8192 - 8184
     assert 8192 - (131072 - 128) // 16 == 8

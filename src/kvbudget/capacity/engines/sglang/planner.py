@@ -22,6 +22,7 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_minimax_m3_dtype,
 )
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -240,16 +241,14 @@ def make_sglang_plan(
             f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
             f"needs more than the pool's {capacity} tokens; lower --context-length or raise --mem-fraction-static"
         )
+    indices = LayerIndices([range(model.num_layers)] if msa else (r for _, r in attn))
+    cell = cell_max if dsa or msa else max((s.page_size_bytes for s, _ in attn), default=0)
     group = KvCacheGroup(
-        group_id=0,
-        kind="mla" if mla else "full",
-        layer_indices=LayerIndices([range(model.num_layers)] if msa else (r for _, r in attn)),
-        num_padding_layers=0,
-        block_size=page_size,
-        page_size_bytes=(
-            cell_max if dsa or msa else max((s.page_size_bytes for s, _ in attn), default=0)
-        )
-        * page_size,
+        0,
+        VllmLayerSpec(
+            indices[0] if indices else -1, "mla" if mla else "full", page_size, cell * page_size
+        ),
+        indices,
     )
     sg = SglangPool(
         mem_fraction_static=frac,
