@@ -310,7 +310,13 @@ def test_the_decode_key_gives_the_price_of_the_step_args() -> None:
     shape = _shape([], [1013] * 8)
     assert timing.step_time_s(shape) == timing.price(step_args(shape)) == pytest.approx(0.010)
     assert timing._decode == {(8 << 40) | 1008: pytest.approx(0.010)}
+    assert timing._decode_raw == {(8 << 40) | 1013: pytest.approx(0.010)}
     assert timing.num_priced == 1
+    # another unbucketed context of the same bucket: a new raw key, the same price, no call
+    asked = len(engine.calls)
+    assert timing.step_time_s(_shape([], [1010] * 8)) == timing.step_time_s(shape)
+    assert len(timing._decode_raw) == 2 and len(timing._decode) == 1
+    assert len(engine.calls) == asked
 
 
 def test_sim_cli_names_expert_parallel_in_the_label_and_the_note() -> None:
