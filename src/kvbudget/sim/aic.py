@@ -13,10 +13,12 @@ Pinned: aiconfigurator-core 0.12.0 (Apache-2.0). Its vLLM tables are for the ver
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -159,7 +161,110 @@ def _quant_modes(case: MeasuredCase) -> tuple[str | None, str | None]:
 
 
 #: compiled estimators and their step prices, one per model/GPU/layout/dtypes (per process)
-_HANDLES: dict[tuple[object, ...], tuple[Any, dict[StepArgs, float]]] = {}
+_HANDLES: dict[tuple[object, ...], tuple[KeptEstimator, dict[StepArgs, float]]] = {}
+
+#: bumped when the layout of a kept answers file changes
+ANSWERS_LAYOUT = 1
+_Decode = tuple[int, int, int]
+_Mixed = tuple[int, int, int, int, int]
+_Breakdown = tuple[float, float, float, float]
+
+
+class KeptEstimator:
+    """aiconfigurator-core's compiled estimator with its answers kept beside its spec.
+
+    The answers of the two calls :class:`~kvbudget.sim.measured.MeasuredTiming` makes
+    (``decode_step_latency`` and ``mixed_step_breakdown``, milliseconds) depend only on the
+    compiled spec (the pinned wheel, the model's config, the GPU and the compile arguments: its
+    file name hashes them) and the call's integer arguments, so they are kept in
+    ``<spec>.answers.json`` (floats written with ``repr``: read back bit for bit) and a later
+    run of the same case asks the estimator only what no earlier run asked. The estimator is
+    built from the spec on the first question not answered there: its first calls load the
+    GPU's kernel tables (most of a second), which a run whose every step shape was priced
+    before never pays. New answers are merged into the file when the process exits.
+
+    Any other attribute (``decode_step_per_op``, ``spec_bytes``, ...) is the estimator's own.
+    """
+
+    def __init__(self, load: Callable[[], Any], answers: Path, *, handle: Any = None) -> None:
+        self._load = load
+        self._handle = handle
+        self.answers_path = answers
+        self._decode: dict[_Decode, float] = {}
+        self._mixed: dict[_Mixed, _Breakdown] = {}
+        self._num_new = 0
+        self._read(answers)
+
+    @property
+    def handle(self) -> Any:
+        """The compiled estimator (``EngineHandle``), built on first use."""
+        if self._handle is None:
+            self._handle = self._load()
+        return self._handle
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not built yet, or pickling: no delegation
+            raise AttributeError(name)
+        return getattr(self.handle, name)
+
+    def decode_step_latency(self, gen_tokens: int, isl: int, osl: int) -> float:
+        key = (gen_tokens, isl, osl)
+        got = self._decode.get(key)
+        if got is None:
+            got = self._decode[key] = float(self.handle.decode_step_latency(*key))
+            self._added()
+        return got
+
+    def mixed_step_breakdown(
+        self, ctx_tokens: int, gen_tokens: int, isl: int, osl: int, prefix: int = 0
+    ) -> _Breakdown:
+        key = (ctx_tokens, gen_tokens, isl, osl, prefix)
+        got = self._mixed.get(key)
+        if got is None:
+            a, b, c, d = self.handle.mixed_step_breakdown(*key)
+            got = self._mixed[key] = (float(a), float(b), float(c), float(d))
+            self._added()
+        return got
+
+    def _added(self) -> None:
+        if self._num_new == 0:
+            atexit.register(self.save)
+        self._num_new += 1
+
+    def _read(self, path: Path) -> None:
+        """Add the answers kept in ``path`` (a missing, partial or foreign file adds none)."""
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+            if kept.get("layout") != ANSWERS_LAYOUT or kept.get("aic") != AIC_VERSION:
+                return
+            decode = {(int(g), int(i), int(o)): float(ms) for g, i, o, ms in kept["decode"]}
+            mixed = {
+                (int(c), int(g), int(i), int(o), int(p)): (float(a), float(b), float(x), float(d))
+                for c, g, i, o, p, a, b, x, d in kept["mixed"]
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return
+        for k, v in decode.items():
+            self._decode.setdefault(k, v)
+        for km, vm in mixed.items():
+            self._mixed.setdefault(km, vm)
+
+    def save(self) -> None:
+        """Merge this process's new answers into the kept file (atomically: runs race)."""
+        if self._num_new == 0:
+            return
+        self._read(self.answers_path)  # what other runs kept since this one started
+        doc = {
+            "layout": ANSWERS_LAYOUT,
+            "aic": AIC_VERSION,
+            "decode": [[*k, v] for k, v in sorted(self._decode.items())],
+            "mixed": [[*k, *v] for k, v in sorted(self._mixed.items())],
+        }
+        try:
+            _write_atomically(self.answers_path, json.dumps(doc).encode())
+        except OSError:
+            return  # a read-only cache only costs the next run the estimator's calls
+        self._num_new = 0
 
 
 def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
@@ -190,7 +295,7 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
         case.attention_dp,
     )
     if key not in _HANDLES:
-        _HANDLES[key] = (_compile(case, system, gemm, moe, kv, cache_dir), {})
+        _HANDLES[key] = (_kept_estimator(case, system, gemm, moe, kv, cache_dir), {})
     handle, prices = _HANDLES[key]
     label = f"measured (aiconfigurator-core {AIC_VERSION}, {system}, vllm {tables} tables"
     if case.attention_dp > 1:
@@ -200,6 +305,37 @@ def compile_measured(case: MeasuredCase, cache_dir: Path) -> MeasuredTiming:
     if case.engine_version and case.engine_version != tables:
         label += f"; engine vllm {case.engine_version}"
     return MeasuredTiming(handle, name=label + ")", cache=prices)
+
+
+def _kept_estimator(
+    case: MeasuredCase, system: str, gemm: str | None, moe: str | None, kv: str | None, cache: Path
+) -> KeptEstimator:
+    """The estimator of ``case`` with its kept answers (:class:`KeptEstimator`): built from the
+    kept spec only when a question is not answered there; compiled (and probed) now when no
+    spec is kept, so a case not covered is still refused here."""
+    model_path = _model_path(case, cache)
+    spec_file = _spec_file(cache, model_path, system, _compile_kwargs(case, gemm, moe, kv))
+    answers = spec_file.with_name(spec_file.stem + ".answers.json")
+    if spec_file.is_file():
+        return KeptEstimator(lambda: _compile(case, system, gemm, moe, kv, cache), answers)
+    return KeptEstimator(lambda: None, answers, handle=_compile(case, system, gemm, moe, kv, cache))
+
+
+def _compile_kwargs(
+    case: MeasuredCase, gemm: str | None, moe: str | None, kv: str | None
+) -> dict[str, Any]:
+    """``EngineHandle.compile``'s keyword arguments for ``case`` (they name the kept spec)."""
+    kwargs: dict[str, Any] = {
+        "tp_size": case.tp,
+        "moe_tp_size": case.moe_tp if case.moe_tp is not None else case.tp,
+        "moe_ep_size": case.moe_ep if case.moe_ep is not None else 1,
+        "gemm_quant_mode": gemm,
+        "moe_quant_mode": moe,
+        "kvcache_quant_mode": kv,
+    }
+    if case.attention_dp > 1:  # absent otherwise: the kept specs' names stay as they were
+        kwargs["attention_dp_size"] = case.attention_dp
+    return kwargs
 
 
 def _compile(
@@ -216,16 +352,7 @@ def _compile(
     from aiconfigurator_core.sdk.engine import EngineHandle
 
     model_path = _model_path(case, cache)
-    kwargs: dict[str, Any] = {
-        "tp_size": case.tp,
-        "moe_tp_size": case.moe_tp if case.moe_tp is not None else case.tp,
-        "moe_ep_size": case.moe_ep if case.moe_ep is not None else 1,
-        "gemm_quant_mode": gemm,
-        "moe_quant_mode": moe,
-        "kvcache_quant_mode": kv,
-    }
-    if case.attention_dp > 1:  # absent otherwise: the kept specs' names stay as they were
-        kwargs["attention_dp_size"] = case.attention_dp
+    kwargs = _compile_kwargs(case, gemm, moe, kv)
     spec_file = _spec_file(cache, model_path, system, kwargs)
     if spec_file.is_file():
         return EngineHandle(spec_file.read_bytes())

@@ -21,8 +21,9 @@ Dynamo Mocker use them:
 Each distinct step is priced once: its figures are bucketed (:func:`bucket`: exact up to 32,
 then 32 buckets per doubling, under 1.6 % apart) and the price of the bucket's representative is
 cached, so a long run calls the estimator a few thousand times, not once a step. Decode-only
-steps (most steps of a run) look their price up by one integer, ``m``'s bucket and ``s``'s
-bucket packed together, without building the :class:`StepArgs`; the price is the same.
+steps (most steps of a run) look their price up by one integer, ``m`` and the unbucketed mean
+context packed together (a miss: by their buckets packed the same way, then the
+:class:`StepArgs`), without building the :class:`StepArgs`; the price is the same.
 
 Compiled with mypyc (``kvbudget.sim.native.COMPILED``): plain classes, typed integer arithmetic.
 """
@@ -119,6 +120,8 @@ class MeasuredTiming:
         self._cache: dict[StepArgs, float] = {} if cache is None else cache
         #: decode-only steps: packed bucket key -> the same price as ``_cache`` holds
         self._decode: dict[int, float] = {}
+        #: decode-only steps: packed unbucketed ``(m, mean context)`` -> its bucket's price
+        self._decode_raw: dict[int, float] = {}
         #: the estimator's mixed-step breakdowns by arguments (:meth:`_breakdown`)
         self._parts: dict[tuple[int, int, int, int], tuple[float, float, float, float]] = {}
 
@@ -132,19 +135,24 @@ class MeasuredTiming:
         if num_prefill == 0:
             if m == 0:
                 return 0.0
-            mb = _BUCKETS.get(m)
-            if mb is None:
-                mb = _BUCKETS[m] = bucket(m)
             raw = round(decode_ctx / m)
-            sb = _BUCKETS.get(raw)
-            if sb is None:
-                sb = _BUCKETS[raw] = bucket(raw)
-            key = (mb << _DECODE_SHIFT) | sb
-            got = self._decode.get(key)
+            # one lookup by the unbucketed (m, mean context): a run repeats these often
+            got = self._decode_raw.get((m << _DECODE_SHIFT) | raw)
             if got is None:
-                got = self._decode[key] = self._priced(StepArgs(0, 0, 0, mb, sb))
+                got = self._decode_raw[(m << _DECODE_SHIFT) | raw] = self._decode_price(m, raw)
             return got
         return self._priced(step_args(shape))
+
+    def _decode_price(self, m: int, raw: int) -> float:
+        """The price of a decode-only step of ``m`` sequences at mean context ``raw``: its
+        buckets' (:meth:`price` once per bucket pair)."""
+        mb = _b(m)
+        sb = _b(raw)
+        key = (mb << _DECODE_SHIFT) | sb
+        got = self._decode.get(key)
+        if got is None:
+            got = self._decode[key] = self._priced(StepArgs(0, 0, 0, mb, sb))
+        return got
 
     def _priced(self, args: StepArgs) -> float:
         price = self._cache.get(args)

@@ -182,6 +182,43 @@ def test_a_compiled_spec_is_kept_and_read_back(tmp_path: Path) -> None:
     assert (tmp_path / "specs" / "aic-0.12.0" / "tables-h100_sxm.txt").read_text() == "0.24.0"
 
 
+def test_kept_answers_are_the_estimators_own_bit_for_bit(tmp_path: Path) -> None:
+    """A later run answers from the kept file exactly what the estimator answered (floats
+    written with repr), without building the estimator; a question not kept builds it."""
+    import aiconfigurator_core  # noqa: F401  (the gpu-data extra make test installs: never skipped)
+
+    from kvbudget.sim import aic
+    from kvbudget.spec.resolve import resolve_model
+
+    resolved = resolve_model("Qwen/Qwen3-32B")
+    assert resolved.source is not None
+    case = aic.MeasuredCase("Qwen/Qwen3-32B", resolved.source.raw, "H100-SXM", tp=2)
+    handle = aic._compile(case, "h100_sxm", None, None, None, tmp_path)
+    path = tmp_path / "answers.json"
+    first = aic.KeptEstimator(lambda: handle, path)
+    decode_ms = first.decode_step_latency(8, 1007, 1)
+    mixed_ms = first.mixed_step_breakdown(1024, 16, 1024, 1, 0)
+    assert decode_ms == handle.decode_step_latency(8, 1007, 1)
+    assert mixed_ms == handle.mixed_step_breakdown(1024, 16, 1024, 1, 0)
+    first.save()
+
+    def refuse() -> object:
+        raise AssertionError("the estimator was built for a kept answer")
+
+    again = aic.KeptEstimator(refuse, path)
+    assert again.decode_step_latency(8, 1007, 1) == decode_ms
+    assert again.mixed_step_breakdown(1024, 16, 1024, 1, 0) == mixed_ms
+    built: list[object] = []
+
+    def build() -> object:
+        built.append(handle)
+        return handle
+
+    later = aic.KeptEstimator(build, path)
+    assert later.decode_step_latency(16, 2047, 1) == handle.decode_step_latency(16, 2047, 1)
+    assert built == [handle]
+
+
 def test_auto_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvbudget.capacity.plan_types import PlanRequest
     from kvbudget.sim import aic
@@ -273,7 +310,13 @@ def test_the_decode_key_gives_the_price_of_the_step_args() -> None:
     shape = _shape([], [1013] * 8)
     assert timing.step_time_s(shape) == timing.price(step_args(shape)) == pytest.approx(0.010)
     assert timing._decode == {(8 << 40) | 1008: pytest.approx(0.010)}
+    assert timing._decode_raw == {(8 << 40) | 1013: pytest.approx(0.010)}
     assert timing.num_priced == 1
+    # another unbucketed context of the same bucket: a new raw key, the same price, no call
+    asked = len(engine.calls)
+    assert timing.step_time_s(_shape([], [1010] * 8)) == timing.step_time_s(shape)
+    assert len(timing._decode_raw) == 2 and len(timing._decode) == 1
+    assert len(engine.calls) == asked
 
 
 def test_sim_cli_names_expert_parallel_in_the_label_and_the_note() -> None:
