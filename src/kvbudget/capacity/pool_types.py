@@ -34,6 +34,10 @@ class KvCacheGroup:
     #: page (layers of one kind with different pages: DSA's MLA latent + indexer keys, GLM-5.2's
     #: layers with and without an indexer), so the group counts as one layer of that page
     uniform_type: bool = False
+    #: bytes the block stride must be a multiple of: the lcm of the members' ``block_stride_alignment``
+    #: (vLLM 0.32 ``_get_kv_cache_bytes_per_block``, ``v1/core/kv_cache_utils.py`` lines 1541-1551;
+    #: Dots3-Note's sparse-MLA rows), 1 when no member sets one
+    block_stride_alignment: int = 1
 
     @property
     def num_layers(self) -> int:
