@@ -94,6 +94,7 @@ def main() -> None:
     run("tiny (8 layers)", tiny, 128)  # 1,005,312 bytes per block; 1,068
     full = ["F" if i < 2 or i % 4 == 1 else "S" for i in range(46)]
     run("46 layers", full, 64)  # 1,920,256 / 2,367,488 / 2,228,224; 2,367,488; 453
+    run("no sliding layer", ["F"] * 8, 64)  # 1,181,696; 1,183,744; 907
 
 
 if __name__ == "__main__":

@@ -167,6 +167,17 @@ def test_published_size_layer_pattern(tmp_path: Path) -> None:
     assert result.kv_cache_tokens == 453 * 4096 // (64 + 2 * 65)
 
 
+def test_no_sliding_layer_still_pads_the_dsa_rows(tmp_path: Path) -> None:
+    """Every layer DSA: one uniform-type group (kv_cache_utils.py lines 2189-2193) whose latents
+    are still padded to the swa_* width (model.py line 306 reads it whatever the layer kinds):
+    8 x (139,264 + 8,448) = 1,181,696 B, rounded up to 544 rows of 2,176 B."""
+    result = _plan(_config(tmp_path, layer_types=["full_attention"] * 8))
+    assert [g.page_size_bytes for g in result.groups] == [8 * (PAGE + INDEXER_PAGE)]
+    assert 543 * ROW < 8 * (PAGE + INDEXER_PAGE) <= 544 * ROW
+    assert result.num_blocks == 1 * GiB // (544 * ROW) == 907
+    assert result.kv_cache_tokens == 907 * 4096 // 64
+
+
 def test_calc_holds_the_blocks_each_group_keeps(tmp_path: Path) -> None:
     """300 tokens: cdiv(300, 64) = 5 blocks in the DSA group; a sliding group frees the
     (300 - 128) // 64 = 2 whole blocks its window skipped: 3 blocks."""

@@ -103,9 +103,14 @@ class Dots3Spec:
         return (self.kind, self.block_size, self.sliding_window)
 
 
+#: kvbudget's Dots3-Note model types (the checkpoint's flat format; transformers' text config)
+DOTS3_TYPES = frozenset({"dots3_note", "dots3_note_text"})
+
+
 def is_dots3_note(spec: ModelSpec) -> bool:
-    """A model whose MLA layers include sliding-window ones (Dots3-Note)."""
-    return has_sliding_latent(spec.layer_seq)
+    """Dots3-Note, or any model whose MLA layers include sliding-window ones: vLLM pads its DSA
+    latents to the sliding rows even when no layer slides (``use_sliding_window: false``)."""
+    return spec.model_type in DOTS3_TYPES or has_sliding_latent(spec.layer_seq)
 
 
 def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
