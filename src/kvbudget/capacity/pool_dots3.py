@@ -39,7 +39,7 @@ from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
 
-__all__ = ["check_dots3_request", "dots3_groups"]
+__all__ = ["check_dots3_device", "check_dots3_request", "dots3_groups"]
 
 #: the vLLM version whose Dots3-Note source these rules were read from
 DOTS3_READ_FROM = (0, 32, 0)
@@ -108,4 +108,20 @@ def check_dots3_request(request: Dots3Request, version: tuple[int, int, int]) ->
         raise LayoutNotApplicable(
             "disable_hybrid_kv_cache_manager: not modelled for Dots3-Note (vLLM 0.32 would unify "
             "its sliding and DSA specs); plan without it, or measure"
+        )
+
+
+def check_dots3_device(compute_capability_major: int | None) -> None:
+    """On compute capability 12 vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers
+    (``platforms/cuda.py`` lines 132-136), which turns ``auto`` into ``fp8_ds_mla`` for the whole
+    cache config (``mla_attention.py`` lines 358-375, 522-528) before Dots3-Note swaps in its own
+    backend; the sliding layers are then fp8 (``models/dots3_note/nvidia/model.py`` lines
+    434-436). That pool is not modelled: refuse it in one line."""
+    if compute_capability_major == 12:
+        raise LayoutNotApplicable(
+            "gpu: compute capability 12 for Dots3-Note: vLLM 0.32 serves its cache there as "
+            "fp8_ds_mla (DSA) and fp8 (sliding) even with --kv-cache-dtype auto "
+            "(model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
+            "models/dots3_note/nvidia/model.py lines 434-436), which kvbudget has not modelled; "
+            "plan for a compute capability 9 or 10 GPU, or measure"
         )

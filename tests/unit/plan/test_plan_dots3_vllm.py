@@ -219,3 +219,12 @@ def test_what_is_not_modelled_is_refused_in_one_line(
 def test_block_size_not_a_multiple_of_64_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^block_size: 32 for Dots3-Note"):
         _plan(_config(tmp_path), block_size=32)
+
+
+def test_compute_capability_12_is_refused(tmp_path: Path) -> None:
+    """RTX PRO 6000 (12.0): vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers
+    (platforms/cuda.py lines 132-136), which turns auto into fp8_ds_mla (mla_attention.py lines
+    358-375, 522-528): not the pool modelled here. An H100 (9.0) keeps bfloat16."""
+    with pytest.raises(LayoutNotApplicable, match=r"^gpu: compute capability 12 for Dots3-Note"):
+        _plan(_config(tmp_path), gpu="RTX-PRO-6000")
+    assert _plan(_config(tmp_path), gpu="H100").kv_dtype == "bfloat16"

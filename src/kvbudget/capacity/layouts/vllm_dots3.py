@@ -119,10 +119,13 @@ def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
     if dtype.name not in ("bfloat16", "float16"):
         raise LayoutNotApplicable(
-            f"kv_dtype: {dtype.name} for Dots3-Note is not modelled: vLLM 0.32's DSA backend "
-            "(Dots3NotePaddedSparseBackend, a FlashAttnMLASparseBackend) takes auto, float16 or "
+            f"kv_dtype: {dtype.name} for Dots3-Note is not modelled: its DSA backend "
+            "(Dots3NotePaddedSparseBackend, a FlashAttnMLASparseBackend) declares auto, float16 or "
             "bfloat16 KV only (v1/attention/backends/mla/flashattn_mla_sparse.py lines 38-42, "
-            "93-96); pass --kv-cache-dtype auto"
+            "93-96), and a quantized KV may be switched to fp8_ds_mla by the sparse backend vLLM "
+            "first picks (model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
+            "the sliding layers then fp8, models/dots3_note/nvidia/model.py lines 434-436); pass "
+            "--kv-cache-dtype auto"
         )
     return dtype.name
 

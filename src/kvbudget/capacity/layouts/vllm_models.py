@@ -174,7 +174,8 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "(a multiple of 64 if given); KV auto / bf16 / fp16 only; vLLM's packed groups (DSA "
         "latents + keys one group, sliding layers split by _approximate_gcd repeats), bytes per "
         "block = the widest group rounded up to the lcm of the DSA row (and, above block 64, the "
-        "64-token indexer page); the same on every TP rank",
+        "64-token indexer page); the same on every TP rank; compute capability 12 refused (auto "
+        "becomes fp8_ds_mla there: mla_attention.py 358-375, 522-528; platforms/cuda.py 132-136)",
         "models/dots3_note/nvidia/model.py 227-239, 306, 352-483, 524-534, 587; "
         "models/dots3_note/nvidia/attention.py 434-452, 693-709; model_executor/models/"
         "deepseek_v2.py 658-666, 723-736, 1138-1189; model_executor/layers/attention/"
