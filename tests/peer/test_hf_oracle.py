@@ -67,10 +67,13 @@ META_FAIL: dict[str, str] = {
 NOT_MODELLED: dict[str, str] = {}
 
 _DOTS3_VLLM = (
-    "vLLM 0.32 serves it (vllm/models/dots3_note) with its own sliding-window MLA backend "
-    "(nvidia/model.py lines 352-481, nvidia/attention.py lines 434-452) and DSA layers whose "
-    "latent rows are padded to the sliding rows (nvidia/model.py lines 227-239); kvbudget has "
-    "not modelled those pages, so the vllm layout refuses"
+    "transformers' format refused: vLLM 0.32 reads Dots3-Note only in the checkpoint's flat "
+    "format, model_type dots3_note with layer_types and swa_* keys (transformers_utils/config.py "
+    "line 94, models/dots3_note/nvidia/model.py lines 306, 366-369, 526); that format is planned, "
+    "worked by hand from the source (tests/unit/plan/test_plan_dots3_vllm.py): sliding-window MLA "
+    "pages, DSA latents padded to the sliding rows (model.py lines 227-239) plus indexer keys, "
+    "packed groups; no CPU pool (the model needs vllm_flash_attn's CUDA extensions, "
+    "flashattn_mla_sparse.py line 33)"
 )
 _QWEN4_VLLM = (
     'vLLM 0.32 serves it (vllm/models/qwen4_exp; __init__.py lines 30-31: "CUDA and ROCm only") '

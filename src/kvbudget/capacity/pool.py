@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from math import lcm
 
 from kvbudget.capacity import pool_runs
 from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmLayerSpec
@@ -181,12 +182,14 @@ def bytes_per_block(
     """Bytes one block takes on one worker: ``page * group_size``; with UniformType groups (each
     page the sum of its layers' pages) the widest group's page, as vLLM 0.32
     ``_get_kv_cache_bytes_per_block`` packs every group's page into each block
-    (``v1/core/kv_cache_utils.py`` lines 1520-1551; DeepSeek-V4's several packed groups)."""
+    (``v1/core/kv_cache_utils.py`` lines 1520-1551; DeepSeek-V4's several packed groups), rounded
+    up to the lcm of the groups' block-stride alignments (lines 1541-1551; Dots3-Note)."""
     size = group_size_on(groups, rank_layers)
     if not groups or size == 0:
         return 0
     if any(g.uniform_type for g in groups):
-        return max(g.page_size_bytes for g in groups)
+        align = lcm(*(g.block_stride_alignment for g in groups))
+        return cdiv(max(g.page_size_bytes for g in groups), align) * align
     return groups[0].page_size_bytes * size
 
 

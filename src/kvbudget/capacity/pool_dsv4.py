@@ -31,7 +31,7 @@ so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kvbudget.capacity.draft import (
     MTP_METHODS,
@@ -40,7 +40,7 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
-from kvbudget.capacity.layouts.vllm_dsv4 import Dsv4Spec, dsv4_layer_specs
+from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.spec.layer_indices import LayerIndices
@@ -85,15 +85,28 @@ def approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
-def packed_groups(specs: list[Dsv4Spec]) -> list[list[Dsv4Spec]]:
+class PackedSpec(Protocol):
+    """What :func:`packed_groups` reads of a spec (DeepSeek-V4's, Dots3-Note's)."""
+
+    @property
+    def bucket_key(self) -> tuple[object, ...]: ...
+
+    @property
+    def page_size_bytes(self) -> int: ...
+
+
+SpecT = TypeVar("SpecT", bound=PackedSpec)
+
+
+def packed_groups(specs: list[SpecT]) -> list[list[SpecT]]:
     """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group, in
-    vLLM's group order."""
-    buckets: dict[tuple[object, ...], list[Dsv4Spec]] = {}
+    vLLM's group order (no mamba, circular-buffer or unsplit sliding buckets: refused before)."""
+    buckets: dict[tuple[object, ...], list[SpecT]] = {}
     for spec in specs:
         buckets.setdefault(spec.bucket_key, []).append(spec)
     info = []
     for members in buckets.values():
-        per_page: dict[int, list[Dsv4Spec]] = {}
+        per_page: dict[int, list[SpecT]] = {}
         for spec in members:
             per_page.setdefault(spec.page_size_bytes, []).append(spec)
         balanced = len({len(v) for v in per_page.values()}) == 1
@@ -101,7 +114,7 @@ def packed_groups(specs: list[Dsv4Spec]) -> list[list[Dsv4Spec]]:
         info.append((members, per_page, balanced, most))
     floor = max((most for _, pages, bal, most in info if bal and len(pages) > 1), default=0)
     repeats = approximate_gcd([most for *_, bal, most in info if bal], floor) if floor else None
-    groups: list[list[Dsv4Spec]] = []
+    groups: list[list[SpecT]] = []
     for members, per_page, balanced, most in info:
         n = cdiv(most, repeats) if balanced and repeats is not None else 1
         if n == 1:
@@ -165,6 +178,7 @@ def check_dsv4_request(request: Dsv4Request, version: tuple[int, int, int]) -> N
 
 
 def dsv4_bytes_per_token(groups: list[KvCacheGroup]) -> int:
-    """Long-run bytes per token on one rank: the compressed-MLA group's page over its 256-token
-    block (the sliding and compressor-state groups stop growing at their windows)."""
+    """Long-run bytes per token on one rank of packed groups: the MLA groups' pages over their
+    blocks (DeepSeek-V4's compressed MLA; Dots3-Note's DSA latents and indexer keys); the sliding
+    and compressor-state groups stop growing at their windows."""
     return sum(g.page_size_bytes // g.block_size for g in groups if g.kind == "mla")

@@ -52,6 +52,10 @@ class KvCacheGroup:
         return self.spec.sliding_window
 
     @property
+    def block_stride_alignment(self) -> int:
+        return self.spec.block_stride_alignment
+
+    @property
     def attention_chunk_size(self) -> int | None:
         return self.spec.attention_chunk_size
 

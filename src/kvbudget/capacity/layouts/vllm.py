@@ -35,7 +35,8 @@ parallel hybrid layers), never per layer.
 This module builds a model's specs and the layout; the spec class and the page arithmetic of each
 kind are :mod:`~kvbudget.capacity.layouts.vllm_specs`, where vLLM pages a model otherwise than its
 config reads is :mod:`~kvbudget.capacity.layouts.vllm_models`, DeepSeek-V4's packed groups are
-:mod:`~kvbudget.capacity.layouts.vllm_dsv4`.
+:mod:`~kvbudget.capacity.layouts.vllm_dsv4`, Dots3-Note's is
+:mod:`~kvbudget.capacity.layouts.vllm_dots3`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.vllm_dots3 import dots3_layout, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layout, is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
@@ -143,9 +145,10 @@ def vllm_layer_specs(
     refuse_sliding_latent(
         spec,
         "vllm",
-        "vLLM 0.32 serves Dots3-Note with its own sliding MLA backend (models/dots3_note/nvidia/"
-        "model.py lines 352-481, attention.py lines 434-452) and pads its DSA layers' latent "
-        "rows to the sliding ones (model.py lines 227-239); kvbudget has not modelled those pages",
+        "its vLLM 0.32 specs (sliding MLA pages, DSA latents padded to the sliding rows, indexer "
+        "keys) are not per-layer pages of one kind; kvbudget plans them as vLLM's packed groups "
+        "instead (capacity.layouts.vllm_dots3, capacity.pool_dots3: 'kvbudget plan' and the vllm "
+        "layout's totals)",
     )
     if spec.model_type not in VLLM_MINIMAX_M3_TYPES and any(
         isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()
@@ -295,6 +298,17 @@ def vllm_layout(
     check_load(tokens, seqs, tp, pp, dp)
     if is_deepseek_v4(spec):
         return dsv4_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
+    if is_dots3_note(spec):
+        return dots3_layout(
+            spec,
+            tokens=tokens,
+            seqs=seqs,
+            kv_dtype=kv_dtype,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            block_size=block_size,
+        )
     notes: list[str] = []
     stages: list[StageBytes] = []
     block = DEFAULT_BLOCK_SIZE

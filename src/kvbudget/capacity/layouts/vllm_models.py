@@ -167,6 +167,27 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
         "tests/peer/test_vllm_pool_oracle.py)",
     ),
+    "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
+        "sliding layers: a SlidingWindowMLASpec of swa_kv_lora_rank + swa_qk_rope_head_dim per "
+        "token (window sliding_window_size); DSA layers: the indexer's keys (index_head_dim + "
+        "index_head_dim / 128 x 4 uint8) and a latent page padded to the sliding rows; block 64 "
+        "(a multiple of 64 if given); KV auto / bf16 / fp16 only; vLLM's packed groups (DSA "
+        "latents + keys one group, sliding layers split by _approximate_gcd repeats), bytes per "
+        "block = the widest group rounded up to the lcm of the DSA row (and, above block 64, the "
+        "64-token indexer page); the same on every TP rank; compute capability 12 refused (auto "
+        "becomes fp8_ds_mla there: mla_attention.py 358-375, 522-528; platforms/cuda.py 132-136)",
+        "models/dots3_note/nvidia/model.py 227-239, 306, 352-483, 524-534, 587; "
+        "models/dots3_note/nvidia/attention.py 434-452, 693-709; model_executor/models/"
+        "deepseek_v2.py 658-666, 723-736, 1138-1189; model_executor/layers/attention/"
+        "mla_attention.py 1350-1373; v1/attention/backends/mla/flashattn_mla_sparse.py 38-50, "
+        "93-96; sparse_utils.py 44-47; indexer.py 283-285; v1/worker/utils.py 476-486, 515-561; "
+        "v1/kv_cache_interface.py 183-193, 545-560, 949-966, 1253, 1282-1295; "
+        "v1/core/kv_cache_utils.py 1520-1551, 1825-1994, 2159-2211; platforms/interface.py "
+        "699-781; transformers_utils/config.py 94",
+        "tests/unit/plan/test_plan_dots3_vllm.py (by hand; no CPU pool: the model imports "
+        "vllm_flash_attn, CUDA only; scripts/check_dots3_vllm_groups.py runs vLLM's own grouping "
+        "on those specs)",
+    ),
     "inkling_model (vLLM's Inkling format; inkling_text refused as vLLM fails on it)": (
         "per layer a conv-state SlidingWindowSpec (block = window = sconv_kernel_size, KV heads "
         "of the next power of two of 2 x head_dim + 2 x hidden / KV heads, bfloat16, no V), "

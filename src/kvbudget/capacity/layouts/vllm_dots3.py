@@ -1,0 +1,290 @@
+"""Dots3-Note (``dots3_note``) in vLLM 0.32: the cache specs each decoder layer registers.
+
+All line numbers are vLLM 0.32.0's (``site-packages/vllm/``). vLLM reads the checkpoint's flat
+config (``transformers_utils/configs/dots3_note.py`` lines 7-25: a ``DeepseekV3Config``, which
+derives nothing from ``layer_types`` or ``swa_*``), so the keys below are read from the file as
+written. Per decoder layer (``models/dots3_note/nvidia/model.py`` lines 524-534:
+``config.layer_types[layer_idx] == "sliding_attention"`` picks the sliding class, any other the
+DSA class), in registration order (``static_forward_context``, which ``get_kv_cache_spec`` walks):
+
+* a sliding layer (``Dots3NoteSlidingAttention``, lines 352-483): one ``MLAAttention`` with
+  ``sliding_window = sliding_window_size`` and ``kv_lora_rank = swa_kv_lora_rank``,
+  ``qk_rope_head_dim = swa_qk_rope_head_dim``; ``MLAAttention.get_kv_cache_spec``
+  (``model_executor/layers/attention/mla_attention.py`` lines 1350-1373) gives a
+  ``SlidingWindowMLASpec``: one head of ``swa_kv_lora_rank + swa_qk_rope_head_dim`` elements
+  per token, no V (``v1/kv_cache_interface.py`` lines 949-966);
+* a DSA layer (``Dots3NoteFullAttention``, lines 242-307, a ``DeepseekV2MLAAttention``): first the
+  lightning indexer's key cache (``model_executor/models/deepseek_v2.py`` lines 1138-1189 build
+  it when the config has ``index_topk``; lines 723-736 and 658-666: an ``MLAAttentionSpec`` of
+  ``index_head_dim + index_head_dim // 128 * 4`` uint8 per token, whatever ``--kv-cache-dtype``),
+  then the latent cache, whose inner ``MLAAttention`` is replaced by
+  ``Dots3NotePaddedMLAAttention`` (lines 227-239, 279-307): an ``MLAAttentionSpec`` whose
+  ``head_size`` is the SLIDING width ``swa_kv_lora_rank + swa_qk_rope_head_dim``, not its own
+  ``kv_lora_rank + qk_rope_head_dim`` (the latent rows are padded to the sliding rows).
+
+Backends (worker ``get_kv_cache_spec``, ``v1/worker/gpu_model_runner.py`` lines 7174-7179, and
+``customize_attention_spec``, ``v1/worker/utils.py`` lines 476-486):
+
+* DSA latent: ``Dots3NotePaddedSparseBackend`` (``models/dots3_note/nvidia/attention.py`` lines
+  693-709), a ``FlashAttnMLASparseBackend`` (``v1/attention/backends/mla/flashattn_mla_sparse.py``
+  lines 36-50): KV caches auto / float16 / bfloat16 only (lines 38-42, 93-96), kernel blocks of a
+  multiple of 64 (line 46), ``customize_spec`` = ``align_blocks_to_rows``
+  (``v1/attention/backends/mla/sparse_utils.py`` lines 44-47): ``block_stride_alignment`` = one
+  row, ``swa width x 2`` bytes; layouts ``BLHNC`` only (``attention.py`` lines 696-701);
+* sliding: ``Dots3NoteTritonMLABackend`` (``attention.py`` lines 434-452): kernel blocks of a
+  multiple of 16 (``v1/attention/backends/mla/triton_mla.py`` lines 110-111), no alignment;
+* indexer: ``DeepseekV32IndexerBackend`` (``v1/attention/backends/mla/indexer.py`` lines
+  283-285): kernel block 64 only, so ``block_stride_alignment = MultipleOf(64)``: 1 at block 64,
+  one 64-token indexer page (``64 x 132`` B) at a larger block
+  (``KVCacheSpec.get_block_stride_alignment``, ``v1/kv_cache_interface.py`` lines 183-193).
+
+Block size: without ``--block-size``, the smallest size every backend takes
+(``platforms/interface.py`` lines 699-747, 771-781): 64. A ``--block-size`` that is not a multiple
+of 64 fails at worker setup (``select_common_block_size``, ``v1/worker/utils.py`` lines 515-561).
+Every spec has ``max_tp_shards = 1``: the same on every TP rank.
+
+The model cannot be imported on vLLM's CPU build (``attention.py`` line 32 imports
+``flashattn_mla_sparse``, whose line 33 imports ``vllm.vllm_flash_attn``: "requires the CUDA
+flash attention extensions"), so no CPU pool is recorded: these rules are worked from the source
+(``tests/unit/plan/test_plan_dots3_vllm.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import lcm
+from typing import Any, Literal
+
+from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.base import GroupBytes, LayoutNotApplicable, LayoutResult, StageBytes
+from kvbudget.capacity.layouts.vllm_specs import WINDOW_KEPT, VllmKind, VllmLayerSpec, blocks_held
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_kinds import has_sliding_latent
+from kvbudget.spec.layers import MLA
+from kvbudget.spec.model import ModelSpec
+
+__all__ = [
+    "DOTS3_BLOCK_SIZE",
+    "Dots3Spec",
+    "dots3_block_alignment",
+    "dots3_kv_dtype",
+    "dots3_layer_specs",
+    "dots3_layout",
+    "is_dots3_note",
+]
+
+#: the smallest block every Dots3-Note backend takes (sparse MLA: multiples of 64; indexer: 64)
+DOTS3_BLOCK_SIZE = 64
+#: ``DeepseekV32IndexerBackend.get_supported_kernel_block_sizes`` on CUDA (indexer.py line 285)
+INDEXER_KERNEL_BLOCK = 64
+#: ``Indexer.quant_block_size`` (deepseek_v2.py line 724): one float32 scale per 128 fp8 values
+INDEXER_QUANT_BLOCK = 128
+
+Dots3Role = Literal["indexer", "dsa", "sliding"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dots3Spec:
+    """One cache spec a Dots3-Note layer registers in vLLM 0.32."""
+
+    layer_index: int
+    role: Dots3Role
+    kind: Literal["mla", "sliding"]
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    #: bytes the stride between blocks must be a multiple of (``get_block_stride_alignment``)
+    block_stride_alignment: int = 1
+
+    @property
+    def bucket_key(self) -> tuple[object, ...]:
+        """vLLM's ``UniformTypeKVCacheSpecs.is_uniform_type``: one block size, one spec type
+        (``MLAAttentionSpec`` vs ``SlidingWindowMLASpec`` of one window), lines 1282-1295."""
+        return (self.kind, self.block_size, self.sliding_window)
+
+
+#: kvbudget's Dots3-Note model types (the checkpoint's flat format; transformers' text config)
+DOTS3_TYPES = frozenset({"dots3_note", "dots3_note_text"})
+
+
+def is_dots3_note(spec: ModelSpec) -> bool:
+    """Dots3-Note, or any model whose MLA layers include sliding-window ones: vLLM pads its DSA
+    latents to the sliding rows even when no layer slides (``use_sliding_window: false``)."""
+    return spec.model_type in DOTS3_TYPES or has_sliding_latent(spec.layer_seq)
+
+
+def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
+    """The KV dtype name vLLM 0.32 serves Dots3-Note in (``auto`` is the model dtype, a float32
+    model served in bfloat16); the DSA backend takes half-precision KV only."""
+    dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
+    if dtype.name not in ("bfloat16", "float16"):
+        raise LayoutNotApplicable(
+            f"kv_dtype: {dtype.name} for Dots3-Note is not modelled: its DSA backend "
+            "(Dots3NotePaddedSparseBackend, a FlashAttnMLASparseBackend) declares auto, float16 or "
+            "bfloat16 KV only (v1/attention/backends/mla/flashattn_mla_sparse.py lines 38-42, "
+            "93-96), and a quantized KV may be switched to fp8_ds_mla by the sparse backend vLLM "
+            "first picks (model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
+            "the sliding layers then fp8, models/dots3_note/nvidia/model.py lines 434-436); pass "
+            "--kv-cache-dtype auto"
+        )
+    return dtype.name
+
+
+def _raw_int(raw: dict[str, Any], key: str, why: str) -> int:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LayoutNotApplicable(
+            f"{key}: vLLM 0.32 reads it from Dots3-Note's config as written ({why}) and the config "
+            f"has {value!r}; add it to config.json, or use --engine hf"
+        )
+    return value
+
+
+def _check_format(spec: ModelSpec) -> None:
+    if spec.model_type != "dots3_note":
+        raise LayoutNotApplicable(
+            f"model_type: {spec.model_type!r}: vLLM 0.32 reads Dots3-Note only in the checkpoint's "
+            "flat format, model_type dots3_note (transformers_utils/config.py line 94 registers "
+            "its Dots3NoteConfig for that name; its transformers 5.19 has no dots3_note_text); use "
+            "that config.json, or --engine hf"
+        )
+    raw = spec.raw_config
+    pattern = raw.get("index_topk_pattern")
+    freq = raw.get("index_topk_freq", 1)
+    if (isinstance(pattern, list) and "S" in pattern) or freq != 1:
+        raise LayoutNotApplicable(
+            "index_topk_pattern: DSA layers without an indexer (index_topk_freq / "
+            "index_topk_pattern, model_executor/models/deepseek_v2.py lines 1144-1168) are not "
+            "modelled for Dots3-Note in the vllm layout; use --engine hf, or measure"
+        )
+
+
+def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None) -> list[Dots3Spec]:
+    """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
+
+    ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64."""
+    _check_format(spec)
+    element = 2  # bfloat16 / float16 (dots3_kv_dtype)
+    dots3_kv_dtype(spec, kv_dtype)
+    block = DOTS3_BLOCK_SIZE if block_size is None else block_size
+    if block < 1 or block % DOTS3_BLOCK_SIZE:
+        raise ConfigError(
+            f"block_size: {block} for Dots3-Note; vLLM 0.32's sparse MLA and indexer backends "
+            f"take blocks of a multiple of {DOTS3_BLOCK_SIZE} tokens ('No common block size', "
+            f"v1/worker/utils.py lines 515-561); choose --block-size {DOTS3_BLOCK_SIZE} or a "
+            "multiple",
+            field="block_size",
+        )
+    raw = spec.raw_config
+    types = raw.get("layer_types")
+    if not isinstance(types, list) or len(types) != spec.num_layers:
+        raise LayoutNotApplicable(
+            "layer_types: vLLM 0.32 reads Dots3-Note's layer kinds from config.layer_types "
+            "(models/dots3_note/nvidia/model.py line 526; its DeepseekV3Config derives none) and "
+            f"the config has {str(types)[:40]}; add layer_types to config.json, or use --engine hf"
+        )
+    why = "models/dots3_note/nvidia/model.py lines 306 and 366-369"
+    width = _raw_int(raw, "swa_kv_lora_rank", why) + _raw_int(raw, "swa_qk_rope_head_dim", why)
+    row = width * element  # one latent row, padded or sliding
+    out: list[Dots3Spec] = []
+    window: int | None = None
+    for i, name in enumerate(types):
+        if name == "sliding_attention":
+            if window is None:
+                window = _raw_int(raw, "sliding_window_size", "model.py line 480")
+            out.append(
+                Dots3Spec(i, "sliding", "sliding", block, block * row, sliding_window=window)
+            )
+            continue
+        _raw_int(raw, "index_topk", "model.py line 587; deepseek_v2.py line 1138")
+        index_dim = _raw_int(raw, "index_head_dim", "deepseek_v2.py line 699")
+        latent = _dsa_latent(spec, i)
+        if latent > width:
+            raise LayoutNotApplicable(
+                f"kv_lora_rank: layer {i}'s latent ({latent}) is wider than the sliding rows it is "
+                f"padded to ({width}); vLLM 0.32 asserts physical_head_size >= head_size "
+                "(models/dots3_note/nvidia/model.py line 233); fix the config"
+            )
+        key_bytes = index_dim + index_dim // INDEXER_QUANT_BLOCK * 4
+        align = 1 if block == INDEXER_KERNEL_BLOCK else INDEXER_KERNEL_BLOCK * key_bytes
+        out.append(Dots3Spec(i, "indexer", "mla", block, block * key_bytes, None, align))
+        out.append(Dots3Spec(i, "dsa", "mla", block, block * row, None, row))
+    return out
+
+
+def _dsa_latent(spec: ModelSpec, index: int) -> int:
+    """Elements of DSA layer ``index``'s own latent row (``kv_lora_rank + qk_rope_head_dim``)."""
+    layer = spec.layer_seq[index]
+    return layer.kv_lora_rank + layer.qk_rope_head_dim if isinstance(layer, MLA) else 0
+
+
+def dots3_block_alignment(specs: list[Dots3Spec]) -> int:
+    """``_get_kv_cache_bytes_per_block`` (``v1/core/kv_cache_utils.py`` lines 1541-1551): the bytes
+    per block are rounded up to the lcm of every layer's block-stride alignment."""
+    return lcm(*(s.block_stride_alignment for s in specs)) if specs else 1
+
+
+def dots3_layout(
+    spec: ModelSpec,
+    *,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    block_size: int | None = None,
+) -> LayoutResult:
+    """Dots3-Note: each of vLLM 0.32's packed groups (:mod:`kvbudget.capacity.pool_dots3`) holds
+    :func:`blocks_held` blocks of its page (the sum of its layers' pages) per sequence; the specs
+    have ``max_tp_shards = 1``, so every TP rank holds the same."""
+    from kvbudget.capacity.pool_dots3 import dots3_groups  # the pool imports this module
+
+    name = dots3_kv_dtype(spec, kv_dtype)
+    groups: list[GroupBytes] = []
+    packed = dots3_groups(spec, kv_dtype=name, block_size=block_size, pp=pp)
+    for group in packed:
+        kind: VllmKind = "mla" if group.kind == "mla" else "sliding"
+        one = VllmLayerSpec(
+            group.layer_indices[0],
+            kind,
+            group.block_size,
+            group.page_size_bytes,
+            sliding_window=group.sliding_window,
+        )
+        held = blocks_held(one, tokens)
+        per_seq = held * group.page_size_bytes
+        groups.append(
+            GroupBytes(
+                kind,
+                group.layer_indices,
+                held * group.block_size,
+                group.page_size_bytes // group.block_size,
+                per_seq,
+                per_seq * seqs,
+                f"{held} block(s) of {group.block_size} tokens per sequence"
+                + WINDOW_KEPT.get(kind, ""),
+            )
+        )
+    block = packed[0].block_size if packed else DOTS3_BLOCK_SIZE
+    return LayoutResult(
+        "vllm",
+        name,
+        tokens,
+        seqs,
+        tp,
+        pp,
+        dp,
+        (StageBytes(0, 0, spec.num_layers, tuple(groups)),),
+        block_size=block,
+        notes=(
+            "Dots3-Note in vLLM 0.32: vLLM's packed groups (sliding-window MLA pages; DSA latents "
+            "padded to the sliding rows, with the indexer's keys), the same on every TP rank; the "
+            "bytes held by each group, not the packed block's alignment padding",
+        ),
+        padding=(
+            f"last block of each sequence is partly empty ({tokens} tokens, block {block})"
+            if tokens % block
+            else ""
+        ),
+    )

@@ -1,0 +1,127 @@
+"""Dots3-Note's vLLM 0.32 KV-cache groups: the block-outermost packing of its mixed pages.
+
+The layer specs come from :mod:`kvbudget.capacity.layouts.vllm_dots3`: sliding-window MLA pages,
+DSA latent pages padded to the sliding rows and the DSA indexer's key pages. Their page sizes
+differ and the layers are not all of one type, so ``get_kv_cache_groups``
+(``v1/core/kv_cache_utils.py`` lines 2159-2211) takes ``_get_packed_kv_cache_groups`` (lines
+1860-1994; every backend resolves to the block-outermost ``BLHNC`` layout, the DSA and indexer
+backends declaring nothing else: ``models/dots3_note/nvidia/attention.py`` lines 696-701,
+``v1/attention/backends/utils.py`` lines 209-244):
+
+1. buckets (``UniformTypeKVCacheSpecs.is_uniform_type``): the DSA latents and indexer keys are
+   ``MLAAttentionSpec`` (one full-attention bucket, balanced: one indexer per DSA layer), the
+   sliding layers ``SlidingWindowMLASpec`` of one window (a second bucket of one page size);
+2. ``repeats = _approximate_gcd([n_dsa, n_sliding], lower_bound=n_dsa)`` (lines 1825-1857,
+   1903-1925): the DSA bucket stays one group, the sliding bucket splits into
+   ``cdiv(n_sliding, repeats)`` strided groups (lines 1961-1985);
+3. one block holds one page of every group side by side: ``bytes_per_block`` = the widest group's
+   summed page, rounded up to the lcm of every layer's block-stride alignment (lines 1520-1551),
+   ``num_blocks = available // bytes_per_block`` (line 1627);
+4. per max-length request: ``cdiv(L, B)`` blocks in the DSA group, ``cdiv(min(W - 1 + T_b, L), B)
+   + 1`` in each sliding group (``v1/kv_cache_interface.py`` lines 859-896, 1260-1265);
+   ``Maximum concurrency = num_blocks / sum`` and the token line ``int(concurrency x L)``, as for
+   every 0.32 pool (``kvbudget.capacity.pool``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kvbudget.capacity.draft import NO_KV_METHODS, draft_method, parse_speculative_config
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.capacity.layouts.vllm_dots3 import (
+    Dots3Spec,
+    dots3_block_alignment,
+    dots3_layer_specs,
+)
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
+from kvbudget.capacity.pool_dsv4 import packed_groups
+from kvbudget.capacity.pool_types import KvCacheGroup
+from kvbudget.spec.layer_indices import LayerIndices
+from kvbudget.spec.model import ModelSpec
+
+__all__ = ["check_dots3_device", "check_dots3_request", "dots3_groups"]
+
+#: the vLLM version whose Dots3-Note source these rules were read from
+DOTS3_READ_FROM = (0, 32, 0)
+
+
+class Dots3Request(Protocol):
+    """What :func:`check_dots3_request` reads of a ``PlanRequest``."""
+
+    @property
+    def speculative_config(self) -> str | None: ...
+
+    @property
+    def disable_hybrid_kv_cache_manager(self) -> bool: ...
+
+
+def dots3_groups(
+    spec: ModelSpec, *, kv_dtype: str, block_size: int | None, pp: int = 1
+) -> list[KvCacheGroup]:
+    """Dots3-Note's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
+    ``uniform_type``: its page is the sum of its members' pages); every group carries the
+    model's block-stride alignment, which :func:`kvbudget.capacity.pool.bytes_per_block` applies."""
+    if pp > 1:
+        raise LayoutNotApplicable(
+            "pp: Dots3-Note's packed vLLM groups are planned on one pipeline stage only; plan "
+            "with --pp 1"
+        )
+    specs = dots3_layer_specs(spec, kv_dtype=kv_dtype, block_size=block_size)
+    align = dots3_block_alignment(specs)
+    out: list[KvCacheGroup] = []
+    for members in packed_groups(specs):
+        out.append(_group(len(out), members, align))
+    return out
+
+
+def _group(group_id: int, members: list[Dots3Spec], align: int) -> KvCacheGroup:
+    first = members[0]
+    indices = LayerIndices.of(sorted({s.layer_index for s in members}))
+    spec = VllmLayerSpec(
+        layer_index=indices[0],
+        kind=first.kind,
+        block_size=first.block_size,
+        page_size_bytes=sum(s.page_size_bytes for s in members),
+        sliding_window=first.sliding_window,
+        block_stride_alignment=align,
+    )
+    return KvCacheGroup(group_id, spec, indices, uniform_type=True)
+
+
+def check_dots3_request(request: Dots3Request, version: tuple[int, int, int]) -> None:
+    """Refuse, in one line naming the field, what the Dots3-Note rule does not model."""
+    if version < DOTS3_READ_FROM:
+        raise LayoutNotApplicable(
+            f"engine_version: {'.'.join(map(str, version))} for Dots3-Note: kvbudget read its vLLM "
+            "KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
+        )
+    if request.speculative_config is not None:
+        method = draft_method(parse_speculative_config(request.speculative_config))
+        if method not in NO_KV_METHODS:
+            raise LayoutNotApplicable(
+                f"speculative_config: method {method or 'unknown'!r} with Dots3-Note is not "
+                "modelled in the vllm layout (its MTP drafter's pages are not read; ngram and "
+                "suffix add no KV); plan without it, or measure"
+            )
+    if request.disable_hybrid_kv_cache_manager:
+        raise LayoutNotApplicable(
+            "disable_hybrid_kv_cache_manager: not modelled for Dots3-Note (vLLM 0.32 would unify "
+            "its sliding and DSA specs); plan without it, or measure"
+        )
+
+
+def check_dots3_device(compute_capability_major: int | None) -> None:
+    """On compute capability 12 vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers
+    (``platforms/cuda.py`` lines 132-136), which turns ``auto`` into ``fp8_ds_mla`` for the whole
+    cache config (``mla_attention.py`` lines 358-375, 522-528) before Dots3-Note swaps in its own
+    backend; the sliding layers are then fp8 (``models/dots3_note/nvidia/model.py`` lines
+    434-436). That pool is not modelled: refuse it in one line."""
+    if compute_capability_major == 12:
+        raise LayoutNotApplicable(
+            "gpu: compute capability 12 for Dots3-Note: vLLM 0.32 serves its cache there as "
+            "fp8_ds_mla (DSA) and fp8 (sliding) even with --kv-cache-dtype auto "
+            "(model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
+            "models/dots3_note/nvidia/model.py lines 434-436), which kvbudget has not modelled; "
+            "plan for a compute capability 9 or 10 GPU, or measure"
+        )
