@@ -2,8 +2,10 @@
 llama) that serves one request at a time (``--max-num-seqs 1``), within a small budget.
 
 The answers depend on this machine's speed, so the SLO is set from one request's service time
-``s`` measured just before (``live.one_slot_slo``: TTFT p95 under ``2.5 s``, which one or two
-users meet and four cannot). The checks are the structural truths of
+``s`` measured just before (``live.one_slot_slo``: TTFT p50 under ``2.5 s``, which one or two
+users meet and four cannot; the median, not p95, because vLLM's CPU build serves a lone request's
+first token in 19 ms or in 1.2 s on a busy host, and two such jumps in 20 requests fail a p95 at any
+rate). The checks are the structural truths of
 tests/integration/maxload/live.py (both bracket bounds probed, the binding constraint named,
 vLLM's /metrics read at each step: ``vllm:kv_cache_usage_perc`` and
 ``vllm:num_requests_waiting``, a broken step stopped early, every request accounted), plus: the
@@ -46,7 +48,7 @@ def test_capacity_search_on_vllm(one_at_a_time: Any) -> None:
         server.served_model_name,
         *ENGINE_SEARCH_ARGS,
         *("--warmup-requests", str(WARMUP), "--max-duration-s", "900"),
-        *("--slo", one_slot_slo(service)),
+        *("--slo", one_slot_slo(service, "p50")),
         timeout_s=1200,
     )
     assert doc["figures"] == "measured"
