@@ -10,12 +10,16 @@ Two kinds of expected values, neither from kvbudget:
   "num_speculative_tokens": 1}`` and logged ``CPU KV cache size: 103,552 tokens, Maximum
   concurrency for 4,096 tokens per request: 25.28x`` (``num_gpu_blocks`` 6472, block 16: the CPU
   build picked 16 for MLA with the drafter) and ``232,960 tokens ... 56.88x`` (1820 blocks of
-  128). Without the drafter the same configs logged 910 and 2048 blocks (the fixture).
+  128). Without the drafter the same configs logged 910 and 2048 blocks (the fixture). The tiny
+  Qwen2 config of ``TINY_MIMO`` with ``architectures: ["MiMoForCausalLM"]`` (vLLM picks the
+  drafter by architecture, ``config/speculative.py`` lines 725-734; its model type was ``qwen2``
+  for transformers' sake, ``mimo`` here for kvbudget's) logged "Resolved architecture:
+  MiMoMTPModel" and ``232,960 tokens ... 56.88x`` (1820 blocks of 128).
 * worked by hand from vLLM 0.32.0's source (``site-packages/vllm``) for the published configs:
   the MTP layers are ``num_nextn_predict_layers`` copies of the target's decoder layer at
   ``num_hidden_layers + k`` (``model_executor/models/deepseek_mtp.py`` lines 147-165;
-  ``models/deepseek_v32/nvidia/mtp.py`` lines 169-186; ``glm4_moe_mtp.py`` lines 131-152;
-  ``mimo_mtp.py`` lines 92-117), MiMo-V2-Flash's one sliding layer (``mimo_v2_mtp.py`` lines
+  ``models/deepseek_v32/nvidia/mtp.py`` lines 171-187; ``glm4_moe_mtp.py`` lines 131-152;
+  ``mimo_mtp.py`` lines 91-117), MiMo-V2-Flash's one sliding layer (``mimo_v2_mtp.py`` lines
   81-100, 177). An MLA page is ``block x (kv_lora_rank + qk_rope_head_dim) x 2`` bytes in bf16
   (``v1/kv_cache_interface.py`` ``MLAAttentionSpec``: one head, ``head_size_v`` 0); a DSA layer's
   indexer adds ``block x (128 + 128 / 128 x 4)`` uint8 bytes (``models/deepseek_v32/
@@ -50,6 +54,28 @@ MLA_PAGE = 64 * (512 + 64) * 2  # 73,728 B: one MLA layer, block 64, bf16
 INDEXER_PAGE = 64 * (128 + 128 // 128 * 4)  # 8,448 B: a DSA layer's indexer keys, block 64
 
 
+#: the tiny Qwen2 config the CPU engine ran as MiMo (transformers' defaults left out)
+TINY_MIMO: dict[str, Any] = {
+    "architectures": ["MiMoForCausalLM"],
+    "model_type": "mimo",
+    "vocab_size": 1024,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 28,
+    "torch_dtype": "bfloat16",
+    "num_nextn_predict_layers": 1,
+}
+
+
 def _plan_path(path: Path, **extra: Any) -> Any:
     resolved = resolve_model(str(path))
     assert resolved.spec is not None, resolved.reason
@@ -62,14 +88,15 @@ def _plan_path(path: Path, **extra: Any) -> Any:
     [
         ("deepseek_v3", 16, 6472, 103_552, 25.28),  # 9 MLA pages of 16 x 576 x 2 = 18,432 B
         ("glm4_moe", 128, 1820, 232_960, 56.88),  # 9 pages of 128 x 2 x (64 + 64) x 2 = 65,536 B
+        ("mimo", 128, 1820, 232_960, 56.88),  # the same 9 pages (head_dim 256 / 4 heads = 64)
     ],
 )
 def test_tiny_mtp_pools_match_the_vllm_cpu_engine(
     case: str, block: int, blocks: int, tokens: int, concurrency: float, tmp_path: Path
 ) -> None:
-    rec = PEER["cases"][case]
+    config = TINY_MIMO if case == "mimo" else PEER["cases"][case]["config"]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(rec["config"]), encoding="utf-8")
+    path.write_text(json.dumps(config), encoding="utf-8")
     result = _plan_path(
         path,
         gpu_memory_bytes=64 * GiB,

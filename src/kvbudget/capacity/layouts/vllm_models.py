@@ -224,7 +224,7 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "MiMo-V2-Flash: one sliding layer whatever the config says); a drafter kv_cache_dtype "
         "of its own is refused; the drafter's weights need --weights-bytes or --kv-cache-memory",
         "model_executor/models/deepseek_mtp.py 95-112, 147-165; deepseek_v2.py 1158-1168, 1654; "
-        "models/deepseek_v32/nvidia/mtp.py 169-186; models/deepseek_v32/attention.py 166-190; "
+        "models/deepseek_v32/nvidia/mtp.py 171-187; models/deepseek_v32/attention.py 166-190; "
         "glm4_moe_mtp.py 98-104, 131-152; mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; "
         "v1/spec_decode/llm_base_proposer.py 1293-1317; v1/core/kv_cache_utils.py 1997-2085",
         "tests/unit/spec/test_mtp_layers.py; tests/unit/plan/test_plan_mtp_vllm.py (tiny "
