@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.planner import make_plan
+from kvbudget.capacity.planner import engine_flag_conflicts, make_plan
 from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
@@ -249,3 +249,22 @@ def test_a_checkpoint_without_mtp_layers_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, "deepseek-ai--DeepSeek-V3", num_nextn_predict_layers=0)
     with pytest.raises(ConfigError, match=r"needs num_nextn_predict_layers >= 1"):
         _plan_path(path, kv_cache_memory_bytes=KV_BYTES, max_model_len=8192, speculative_config=MTP)
+
+
+def test_speculative_config_is_refused_with_sglang() -> None:
+    """SGLang (@001ccef0, model_runner_kv_cache_mixin.py ``init_memory``) gives the draft worker
+    its own pool and its server args lower the default mem_fraction_static: not modelled, so the
+    CLI refuses the flag and the planner API says it was ignored."""
+    request = PlanRequest(
+        model="deepseek-ai/DeepSeek-V3",
+        engine="sglang",
+        gpu="H200",
+        tp=8,
+        max_model_len=8192,
+        speculative_config=MTP,
+    )
+    (conflict,) = engine_flag_conflicts(request)
+    assert conflict[0] == "speculative_config"
+    assert "draft worker a KV pool of its own" in conflict[1]
+    result = make_plan(request)
+    assert conflict[1] in result.notes
