@@ -14,7 +14,11 @@ Two kinds of expected values, neither from kvbudget:
   Qwen2 config of ``TINY_MIMO`` with ``architectures: ["MiMoForCausalLM"]`` (vLLM picks the
   drafter by architecture, ``config/speculative.py`` lines 725-734; its model type was ``qwen2``
   for transformers' sake, ``mimo`` here for kvbudget's) logged "Resolved architecture:
-  MiMoMTPModel" and ``232,960 tokens ... 56.88x`` (1820 blocks of 128).
+  MiMoMTPModel" and ``232,960 tokens ... 56.88x`` (1820 blocks of 128). The tiny MiMo-V2-Flash
+  of ``TINY_MIMO_V2`` (2 full layers of 2 KV heads, 6 sliding of 4, dense MLPs) logged
+  ``113,359 tokens ... 27.68x``, ``kv cache group sizes (256, 128, 128, 128, 128)`` with the
+  drafter and ``145,888 tokens ... 35.62x``, ``(256, 128, 128, 128)`` without (4096 blocks
+  both).
 * worked by hand from vLLM 0.32.0's source (``site-packages/vllm``) for the published configs:
   the MTP layers are ``num_nextn_predict_layers`` copies of the target's decoder layer at
   ``num_hidden_layers + k`` (``model_executor/models/deepseek_mtp.py`` lines 147-165;
@@ -76,6 +80,53 @@ TINY_MIMO: dict[str, Any] = {
 }
 
 
+#: a tiny MiMo-V2-Flash in the published config's format (its vLLM fields), dense MLPs
+TINY_MIMO_V2: dict[str, Any] = {
+    "architectures": ["MiMoV2FlashForCausalLM"],
+    "model_type": "mimo_v2_flash",
+    "num_hidden_layers": 8,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "v_head_dim": 64,
+    "intermediate_size": 512,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "rope_theta": 5000000,
+    "swa_rope_theta": 10000,
+    "partial_rotary_factor": 0.334,
+    "sliding_window": 128,
+    "sliding_window_size": 128,
+    "attention_chunk_size": 128,
+    "swa_num_attention_heads": 4,
+    "swa_num_key_value_heads": 4,
+    "swa_head_dim": 64,
+    "swa_v_head_dim": 64,
+    "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0, 1, 1],
+    "moe_layer_freq": [0] * 8,
+    "moe_intermediate_size": 128,
+    "n_routed_experts": 4,
+    "n_shared_experts": None,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+    "scoring_func": "sigmoid",
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "routed_scaling_factor": None,
+    "hidden_act": "silu",
+    "layernorm_epsilon": 1e-05,
+    "attention_dropout": 0.0,
+    "attention_bias": False,
+    "attention_value_scale": 0.707,
+    "add_swa_attention_sink_bias": False,
+    "add_full_attention_sink_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
 def _plan_path(path: Path, **extra: Any) -> Any:
     resolved = resolve_model(str(path))
     assert resolved.spec is not None, resolved.reason
@@ -112,6 +163,36 @@ def test_tiny_mtp_pools_match_the_vllm_cpu_engine(
     assert (result.num_blocks, result.kv_cache_tokens) == (blocks, tokens)
     assert round(result.max_concurrency, 2) == concurrency
     assert [g.num_layers for g in result.groups] == [9]  # 8 target layers + the MTP layer
+
+
+@pytest.mark.parametrize(
+    ("spec", "tokens", "concurrency", "group_blocks"),
+    [
+        (MTP, 113_359, 27.68, [256, 128, 128, 128, 128]),
+        (None, 145_888, 35.62, [256, 128, 128, 128]),
+    ],
+)
+def test_tiny_mimo_v2_flash_mtp_pool_matches_the_vllm_cpu_engine(
+    spec: str | None, tokens: int, concurrency: float, group_blocks: list[int], tmp_path: Path
+) -> None:
+    """The drafter's sliding layer is a seventh sliding layer: one more group of the packed
+    layout, so fewer tokens from the same 4096 blocks (logged, module doc)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_MIMO_V2), encoding="utf-8")
+    result = _plan_path(
+        path,
+        gpu_memory_bytes=64 * GiB,
+        kv_cache_memory_bytes=GiB,
+        weights_bytes=0,
+        max_model_len=4096,
+        max_num_batched_tokens=4096,
+        max_num_seqs=256,
+        block_size=128,
+        speculative_config=spec,
+    )
+    assert (result.num_blocks, result.kv_cache_tokens) == (4096, tokens)
+    assert round(result.max_concurrency, 2) == concurrency
+    assert [g.block_size for g in result.groups] == group_blocks
 
 
 def _write(tmp_path: Path, name: str, **config: Any) -> Path:

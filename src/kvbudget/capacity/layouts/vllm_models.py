@@ -228,7 +228,8 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "glm4_moe_mtp.py 98-104, 131-152; mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; "
         "v1/spec_decode/llm_base_proposer.py 1293-1317; v1/core/kv_cache_utils.py 1997-2085",
         "tests/unit/spec/test_mtp_layers.py; tests/unit/plan/test_plan_mtp_vllm.py (tiny "
-        "deepseek_v3 and glm4_moe with MTP: pools measured on vLLM CPU; full size worked by hand)",
+        "deepseek_v3, glm4_moe, mimo and mimo_v2_flash with MTP: pools measured on vLLM CPU; "
+        "full size worked by hand)",
     ),
     "MTP drafters priced in the pool (deepseek_v4, minimax_m3)": (
         "--speculative-config method mtp: deepseek_v4's num_nextn_predict_layers layers at "
