@@ -31,8 +31,19 @@ from kvbudget.spec.model import ModelSpec
 DRAFT_METHODS = ("draft_model",)
 #: methods without KV layers of their own (n-gram lookup, suffix decoding)
 NO_KV_METHODS = ("ngram", "suffix")
-#: the ``--speculative-config`` methods vLLM 0.32 runs as ``mtp`` for these models
-MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "minimax_m3_mtp"})
+#: the ``--speculative-config`` methods vLLM 0.32 runs as ``mtp`` (``MTPModelTypes``,
+#: ``config/speculative.py`` lines 38-66, renamed at lines 1141-1145) for the model types
+#: ``capacity.mtp_draft`` prices; any other model type is refused there
+MTP_METHODS = frozenset(
+    {
+        "mtp",
+        "deepseek_mtp",
+        "minimax_m3_mtp",
+        "mimo_mtp",
+        "mimo_v2_mtp",
+        "glm4_moe_mtp",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

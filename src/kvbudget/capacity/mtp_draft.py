@@ -1,13 +1,28 @@
 """``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's own layers in the KV pool.
 
-kvbudget prices the MTP drafters of DeepSeek-V4 and MiniMax-M3 (``kvbudget.spec.mtp`` states the
-DeepSeek-V3 family's layers, not yet priced). Facts, vLLM 0.32.0 (``site-packages/vllm``):
+kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2, GLM-5
+(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo and MiMo-V2-Flash. Facts, vLLM 0.32.0
+(``site-packages/vllm``):
 
-* A method in ``MTPModelTypes`` (``deepseek_mtp``, ``minimax_m3_mtp``, ...) is renamed ``mtp``
+* A method in ``MTPModelTypes`` (``deepseek_mtp``, ``mimo_mtp``, ...) is renamed ``mtp``
   (``config/speculative.py`` lines 38-66, 1141-1145). The drafter is built in the same
   ``VllmConfig``; its attention layers register after every target layer and join the same
   pool (``v1/core/kv_cache_utils.py`` lines 1997-2012 ``_uses_trailing_mtp_layers``;
   ``_annotate_eagle_groups``, lines 2029-2085, only flags the group for prefix-cache block drops).
+  The drafter's model class sees the target's ``model_config`` (``v1/spec_decode/
+  llm_base_proposer.py`` lines 1304-1317, ``model_loader/utils.py`` lines 74-95) and the same
+  ``cache_config`` (so the same KV dtype and block size) unless the speculative config sets its
+  own ``kv_cache_dtype`` (lines 1293-1300: refused here).
+* DeepSeek-V3 / V3.2, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash: the layers of
+  :func:`kvbudget.spec.mtp.vllm_mtp_layers` (its module doc cites the model files) join the
+  target's layer specs (:func:`mtp_pool_layers`), so vLLM's grouping of the whole list prices
+  them: one more page per block per layer in a single-group model, one more sliding layer in
+  MiMo-V2-Flash's sliding buckets. Their number is the checkpoint's ``num_nextn_predict_layers``
+  (MiMo-V2-Flash: one), whatever ``num_speculative_tokens`` says (the drafter steps through its
+  layers modulo their number, ``models/deepseek_mtp.py`` lines 217, 231). None of them has a
+  sliding layer that multi-module MTP would widen (``kv_cache_utils.py`` lines 2583-2590 touch
+  only ``SlidingWindowSpec``; MiMo-V2-Flash's draft config says ``num_nextn_predict_layers`` 1,
+  ``config/speculative.py`` lines 761-775, so ``use_multi_module_mtp`` is False, lines 1982-1988).
 * DeepSeek-V4 (``models/deepseek_v4/nvidia/mtp.py`` lines 143-148, 221-247):
   ``num_nextn_predict_layers`` ``DeepseekV4DecoderLayer`` at ``num_hidden_layers + k``, ratio 1
   (``attention.py`` lines 229-235): one sliding-window page each, which joins the target's
@@ -50,10 +65,20 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.layers import FullAttention, LayerSpec
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES, vllm_mtp_layers
 
-__all__ = ["MTP_WEIGHTS_NOTE", "mtp_draft", "mtp_layers_requested"]
+__all__ = [
+    "MTP_WEIGHTS_NOTE",
+    "SPEC_MTP_TYPES",
+    "mtp_draft",
+    "mtp_layers_requested",
+    "mtp_pool_layers",
+]
+
+#: model types whose MTP layers (kvbudget.spec.mtp) join the target's vLLM layer specs
+SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
@@ -78,7 +103,39 @@ def _mtp_config(request: PlanRequest) -> dict[str, Any] | None:
     if request.speculative_config is None:
         return None
     config = parse_speculative_config(request.speculative_config)
-    return config if draft_method(config) in MTP_METHODS else None
+    if draft_method(config) not in MTP_METHODS:
+        return None
+    draft_kv = config.get("kv_cache_dtype")
+    if draft_kv is not None and str(draft_kv).strip().lower() != request.kv_dtype.strip().lower():
+        raise ConfigError(
+            f"speculative_config: kv_cache_dtype {draft_kv!r} for the MTP drafter: vLLM 0.32 then "
+            "gives the drafter its own cache dtype (v1/spec_decode/llm_base_proposer.py lines "
+            "1293-1300), pages kvbudget has not modelled; drop it (the drafter follows "
+            "--kv-cache-dtype) or measure",
+            field="speculative_config",
+        )
+    return config
+
+
+def mtp_pool_layers(request: PlanRequest, model: ModelSpec) -> tuple[LayerSpec, ...]:
+    """The MTP layers that join ``model``'s vLLM layer specs for this request (module doc): ``()``
+    without an MTP ``--speculative-config`` and for DeepSeek-V4 / MiniMax-M3 (priced otherwise)."""
+    if model.model_type not in SPEC_MTP_TYPES or _mtp_config(request) is None:
+        return ()
+    layers = vllm_mtp_layers(model, model.raw_config)
+    if layers is None:
+        raise ConfigError(
+            f"speculative_config: method mtp for {model.model_type}: kvbudget cannot read the MTP "
+            "layer from this config (no latent / full-attention layer to repeat); measure",
+            field="speculative_config",
+        )
+    if not layers:
+        _field(
+            "num_nextn_predict_layers",
+            model.raw_config.get("num_nextn_predict_layers"),
+            model.model_type,
+        )
+    return layers
 
 
 def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
@@ -103,8 +160,11 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     if model.model_type in VLLM_MINIMAX_M3_TYPES:
         value = raw.get("num_mtp_modules", MINIMAX_M3_DEFAULT_MTP_MODULES)
         return _field("num_mtp_modules", value, model.model_type)
+    if model.model_type in SPEC_MTP_TYPES:
+        return len(mtp_pool_layers(request, model))
+    priced = ", ".join(sorted({"deepseek_v4", "minimax_m3", *SPEC_MTP_TYPES}))
     raise ConfigError(
-        f"speculative_config: method mtp is priced for deepseek_v4 and minimax_m3 only, not "
+        f"speculative_config: method mtp is priced for {priced} only, not "
         f"{model.model_type!r} (kvbudget has not read its drafter's vLLM specs); pass "
         "--kv-cache-memory and --weights-bytes from the engine log",
         field="speculative_config",

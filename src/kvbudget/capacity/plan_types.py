@@ -204,7 +204,8 @@ class PlanRequest(BaseModel):
         default=None,
         description='vLLM --speculative-config JSON; a draft model ({"model": ID, '
         '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool; method '
-        "mtp (DeepSeek-V4, MiniMax-M3) adds the MTP layers' pages.",
+        "mtp (DeepSeek-V3/V3.2/V4, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash, MiniMax-M3) adds the MTP "
+        "layers' pages.",
     )
     allow_long_max_model_len: bool = Field(
         default=False,

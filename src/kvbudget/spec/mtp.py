@@ -1,6 +1,6 @@
 """MTP (multi-token prediction) draft layers: what vLLM caches for them, from vLLM 0.32.0's source.
 
-Checkpoints with ``num_nextn_predict_layers`` (DeepSeek-V3/V3.2, GLM-5, MiMo) ship extra decoder
+Checkpoints with ``num_nextn_predict_layers`` (DeepSeek-V3/V3.2, GLM-5, GLM-4.5, MiMo) ship extra decoder
 layers that only a speculative-decoding run uses. Facts (vLLM 0.32.0, ``site-packages/vllm``):
 
 * Without ``--speculative-config`` none of them is built and their weights are skipped
@@ -17,14 +17,19 @@ layers that only a speculative-decoding run uses. Facts (vLLM 0.32.0, ``site-pac
     whatever ``index_topk_pattern``/``freq`` say (``deepseek_v2.py`` lines 1158-1168,
     ``is_mtp_layer``).
   - MiMo (``mimo`` / MiMo-7B, ``mimo_mtp.py`` lines 96-115): ``num_nextn_predict_layers``
-    Qwen2-style layers with the target's full attention.
+    Qwen2-style layers with the target's full attention (``qwen2.py`` lines 238-290: no sliding
+    window; the model class reads the target's config, ``v1/spec_decode/llm_base_proposer.py``
+    lines 1304-1317).
+  - GLM-4.5 / 4.6 (``glm4_moe``, ``glm4_moe_mtp.py`` lines 98-104, 131-152):
+    ``num_nextn_predict_layers`` ``Glm4MoeDecoderLayer`` of the target's config at
+    ``num_hidden_layers + k``: the target's full attention.
   - MiMo-V2-Flash (``mimo_v2_mtp.py`` lines 177 and 81-100): ONE layer (``num_mtp_layers = 1``,
     whatever the config says; the published config has no ``num_nextn_predict_layers``),
     sliding-window attention of ``swa_num_key_value_heads`` heads of
     ``swa_head_dim`` K / ``swa_v_head_dim`` V, window ``sliding_window_size``.
 
-This module only states the layers; pricing them in the pool is ``capacity/draft.py``'s (the
-``--speculative-config`` owner). transformers keeps no MTP cache (its models drop those weights).
+This module only states the layers; ``capacity/mtp_draft.py`` prices them in vLLM's pool (the
+layers join the target's layer specs). transformers keeps no MTP cache (its models drop those weights).
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ def vllm_mtp_layers(spec: ModelSpec, config: dict[str, Any]) -> tuple[LayerSpec,
             return None
         index = max((x.index_head_dim for x in distinct if isinstance(x, MLA)), default=0)
         return tuple(replace(latent, layer_index=base + k, index_head_dim=index) for k in range(n))
-    if spec.model_type == "mimo":
+    if spec.model_type in ("mimo", "glm4_moe"):
         full = next((x for x in distinct if type(x) is FullAttention), None)
         if full is None:
             return None

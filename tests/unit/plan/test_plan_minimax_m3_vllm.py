@@ -147,7 +147,7 @@ def test_mtp_without_measured_weights_or_kv_memory_is_refused() -> None:
 
 def test_mtp_of_an_unread_drafter_is_refused() -> None:
     request = PlanRequest(
-        model="deepseek-ai/DeepSeek-V3",
+        model="Qwen/Qwen3-Next-80B-A3B-Thinking",  # vLLM's qwen3_next_mtp drafter: not read
         engine="vllm",
         engine_version="0.32.0",
         gpu="H200",

@@ -41,6 +41,8 @@ config reads is :mod:`~kvbudget.capacity.layouts.vllm_models`, DeepSeek-V4's pac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.base import (
     GroupBytes,
@@ -86,7 +88,8 @@ from kvbudget.capacity.layouts.vllm_specs import (
 )
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_parts import PartRuns
-from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, cache_parts
+from kvbudget.spec.layer_runs import LayerSeq
+from kvbudget.spec.layers import MLA, CacheLayer, FullAttention, LayerSpec, cache_parts
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.state_layers import StateLayer
 from kvbudget.units import cdiv
@@ -123,9 +126,14 @@ def vllm_layer_specs(
     mamba_state_bytes: int | None = None,
     align_to_block_size: bool = False,
     mamba2_checkpoint_blocks: int = 0,
+    draft_layers: Sequence[LayerSpec] = (),
 ) -> PartRuns[VllmLayerSpec]:
     """The KV specs of the layers pipeline stage ``pp_rank`` holds, on one TP rank (as runs;
     a parallel hybrid run gives two, its attention and its mamba mixer, with the same indices).
+
+    ``draft_layers``: layers vLLM registers after every target layer, on the last stage (an MTP
+    drafter's, :func:`kvbudget.spec.mtp.vllm_mtp_layers`), indexed from ``spec.num_layers`` on.
+    They are already in vLLM's terms: :func:`as_vllm_pages` does not touch them.
 
     ``block_size=None`` uses vLLM's defaults (16; 64 for MLA) and the hybrid mamba raise.
     ``mamba_state_bytes`` / ``mamba_ssm_state_bytes`` are the conv / recurrent state element
@@ -173,8 +181,15 @@ def vllm_layer_specs(
     start, end = get_pp_indices(spec.num_layers, pp_rank, pp)
     model_layers = as_vllm_pages(spec)
     # a parallel hybrid decoder layer (Falcon-H1) is two specs: its attention and its mamba mixer
-    layers = PartRuns(model_layers[start:end].map(lambda layer, _first: vllm_parts(layer)))
-    distinct = [part for layer in model_layers.distinct() for part in cache_parts((layer,))]
+    stage = model_layers[start:end]
+    if draft_layers and pp_rank == pp - 1:
+        stage = LayerSeq.chain((stage, LayerSeq.from_items(draft_layers)), base=start)
+    layers = PartRuns(stage.map(lambda layer, _first: vllm_parts(layer)))
+    distinct = [
+        part
+        for layer in (*model_layers.distinct(), *draft_layers)
+        for part in cache_parts((layer,))
+    ]
     # block size and hybrid raise are decided on the whole model (vLLM's config is global)
     has_mla = any(layer.kind == "mla" for layer in distinct)
     attn_block = block_size or (DEFAULT_MLA_BLOCK_SIZE if has_mla else DEFAULT_BLOCK_SIZE)

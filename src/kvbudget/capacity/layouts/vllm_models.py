@@ -239,12 +239,18 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "model_executor/models/config.py 685-693; platforms/cpu.py 39-88, 302-320",
         "tests/integration/vllm/test_vllm_hybrid_mamba_pool.py (real vLLM CPU engine)",
     ),
-    "MTP drafters (deepseek_v3, deepseek_v32, glm_moe_dsa, mimo, mimo_v2_flash)": (
+    "MTP drafters (deepseek_v3, deepseek_v32, glm_moe_dsa, glm4_moe, mimo, mimo_v2_flash)": (
         "no KV without --speculative-config; with method mtp: num_nextn_predict_layers more "
-        "target layers (DSA: always with an indexer; MiMo-V2-Flash: one sliding layer)",
+        "target layers after the target's, grouped with them (DSA: always with an indexer; "
+        "MiMo-V2-Flash: one sliding layer whatever the config says); a drafter kv_cache_dtype "
+        "of its own is refused; the drafter's weights need --weights-bytes or --kv-cache-memory",
         "model_executor/models/deepseek_mtp.py 95-112, 147-165; deepseek_v2.py 1158-1168, 1654; "
-        "mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; v1/core/kv_cache_utils.py 1997-2085",
-        "tests/unit/spec/test_mtp_layers.py (kvbudget.spec.mtp)",
+        "models/deepseek_v32/nvidia/mtp.py 171-187; models/deepseek_v32/attention.py 166-190; "
+        "glm4_moe_mtp.py 98-104, 131-152; mimo_mtp.py 96-115; mimo_v2_mtp.py 81-100, 177; "
+        "v1/spec_decode/llm_base_proposer.py 1293-1317; v1/core/kv_cache_utils.py 1997-2085",
+        "tests/unit/spec/test_mtp_layers.py; tests/unit/plan/test_plan_mtp_vllm.py (tiny "
+        "deepseek_v3, glm4_moe, mimo and mimo_v2_flash with MTP: pools measured on vLLM CPU; "
+        "full size worked by hand)",
     ),
     "MTP drafters priced in the pool (deepseek_v4, minimax_m3)": (
         "--speculative-config method mtp: deepseek_v4's num_nextn_predict_layers layers at "

@@ -11,7 +11,7 @@ from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_l
 from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
-from kvbudget.capacity.mtp_draft import mtp_layers_requested
+from kvbudget.capacity.mtp_draft import mtp_layers_requested, mtp_pool_layers
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dots3 import check_dots3_request, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
@@ -79,6 +79,14 @@ def vllm_groups(
             "to 576 B; groups packed side by side in each block (kv_cache_utils.py "
             "_get_packed_kv_cache_groups)"
         )
+    draft_layers = () if dsv4 else mtp_pool_layers(request, model)
+    if draft_layers:
+        notes.append(
+            f"--speculative-config mtp: {len(draft_layers)} MTP layer(s) after the target's, each "
+            "the target's own attention (DeepSeek-V3.2 / GLM-5: always with an indexer; "
+            "MiMo-V2-Flash: one sliding layer), grouped with the target's layers "
+            "(kvbudget.spec.mtp; v1/core/kv_cache_utils.py lines 1997-2012)"
+        )
     all_specs = (
         None
         if dsv4
@@ -95,6 +103,7 @@ def vllm_groups(
             ),
             align_to_block_size=behaviour.version >= (0, 32, 0),
             mamba2_checkpoint_blocks=1 if behaviour.version >= (0, 32, 0) else 0,
+            draft_layers=draft_layers,
         )
     )
     if all_specs is None:
