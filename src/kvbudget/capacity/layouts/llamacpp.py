@@ -12,7 +12,10 @@ Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.c
   ``min(kv_size, GGML_PAD(n_swa * (unified ? n_seq : 1) + n_ubatch, 256))`` cells per stream
   (``swa_full`` off; ``n_ubatch`` default 512).
 * Recurrent layers (Mamba, gated delta net): f32 conv ``(kernel-1) x channels`` and f32 state per
-  sequence. MLA and lightning attention are not modelled (the layout changes between versions).
+  sequence. Lightning attention is not modelled, nor MLA outside DSA (the layout changes between
+  versions).
+* DeepSeek-V3.2 / GLM-5 (DSA): ``llama_kv_cache_dsa``, a K-only latent cache plus a K-only
+  indexer-key cache of the same cells (``capacity.layouts.llamacpp_dsa`` cites the lines).
 * Falcon-H1: ``llama_model::create_memory`` (``src/llama-model.cpp``) builds a
   ``llama_memory_hybrid`` whose attention and recurrent filters both accept every layer, so each
   decoder layer has K/V cells and a recurrent state.
@@ -37,6 +40,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import Members, group_by_kind
+from kvbudget.capacity.layouts.llamacpp_dsa import dsa_cell_bytes, dsa_index
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_indexer
 from kvbudget.spec.layers import FullAttention, LayerSpec
@@ -155,8 +159,11 @@ def llamacpp_kv_split(
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     k_bytes = v_bytes = 0
     msa = msa_index(spec)
+    dsa = dsa_index(spec)
     for (_, window), layers in group_by_kind(spec.layers):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
+        if dsa is not None:  # K-only caches: -ctv sizes nothing
+            k_bytes += n * sum(dsa_cell_bytes(layers, k_type, dsa))
         for x, indices in layers.runs:
             if isinstance(x, FullAttention):
                 k_bytes += n * k_type.row_bytes(x.num_kv_heads * x.head_dim) * len(indices)
@@ -197,7 +204,8 @@ def llamacpp_layout(
         "read",
     )
     msa = msa_index(spec)
-    if msa is None:
+    dsa = dsa_index(spec)
+    if msa is None and dsa is None:
         refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
@@ -254,6 +262,21 @@ def llamacpp_layout(
             groups.append(
                 GroupBytes(
                     kind, indices, 0, 0, per_seq, per_seq * max(1, seqs), "f32 recurrent state"
+                )
+            )
+        elif kind == "mla" and dsa is not None:
+            latent, keys = dsa_cell_bytes(layers, k_type, dsa)
+            total = (latent + keys) * cells * streams
+            groups.append(
+                GroupBytes(
+                    kind,
+                    indices,
+                    cells,
+                    latent + keys,
+                    total // seqs,
+                    total,
+                    f"{cells} cells x {streams} streams: K-only latent ({latent} B) + indexer "
+                    f"key ({keys} B) per cell (llama_kv_cache_dsa)",
                 )
             )
         elif kind == "mla":
