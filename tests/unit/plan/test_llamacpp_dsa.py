@@ -20,6 +20,7 @@ Per cell, f16: latent 576 x 2 = 1,152 B per layer, indexer key 128 x 2 = 256 B p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import pytest
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.llamacpp import llamacpp_kv_split, llamacpp_layout
+from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 from tests.unit.spec.config_file import spec_from_config
@@ -59,19 +61,30 @@ def test_published_dsa_models_f16(model_id: str, per_cell_bytes: int) -> None:
     assert (kv.k_bytes, kv.v_bytes) == (per_cell_bytes * 4096, 0)  # no V tensor
 
 
-def test_q8_0_streams_and_ignored_v_type() -> None:
-    """``-c 10000 -np 3 -ctk q8_0 -ctv f16``: n_ctx = pad256(10000) = 10,240, n_ctx_seq =
+def test_q8_0_streams() -> None:
+    """``-c 10000 -np 3 -ctk q8_0 -ctv q8_0``: n_ctx = pad256(10000) = 10,240, n_ctx_seq =
     pad256(10,240 // 3 = 3,413) = 3,584 cells x 3 streams = 10,752; per cell 61 x (612 + 136) =
     45,628 B; -ctv sizes nothing (no V tensor)."""
     spec = _spec("deepseek-ai/DeepSeek-V3.2")
     layout = llamacpp_layout(
-        spec, tokens=3000, seqs=3, kv_dtype="q8_0", v_dtype="f16", ctx_size=10_000
+        spec, tokens=3000, seqs=3, kv_dtype="q8_0", v_dtype="q8_0", ctx_size=10_000
     )
     assert layout.total_bytes == 45_628 * 10_752 == 490_592_256
     kv = llamacpp_kv_split(
-        spec, tokens=3000, seqs=3, kv_dtype="q8_0", v_dtype="f16", ctx_size=10_000
+        spec, tokens=3000, seqs=3, kv_dtype="q8_0", v_dtype="q8_0", ctx_size=10_000
     )
     assert (kv.n_ctx, kv.k_bytes, kv.v_bytes) == (10_752, 490_592_256, 0)
+
+
+def test_different_k_and_v_types_refused() -> None:
+    """``src/llama-context.cpp`` lines 3835-3838: an MLA model with ``type_k != type_v`` fails
+    ("model does not support different K (%s) and V (%s) cache types")."""
+    spec = _spec("deepseek-ai/DeepSeek-V3.2")
+    words = "model does not support different K (f16) and V (q8_0) cache types"
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        llamacpp_layout(spec, tokens=100, seqs=1, kv_dtype="f16", v_dtype="q8_0", ctx_size=256)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        llamacpp_kv_split(spec, tokens=100, seqs=1, kv_dtype="f16", v_dtype="q8_0", ctx_size=256)
 
 
 GLM_TINY: dict[str, Any] = {

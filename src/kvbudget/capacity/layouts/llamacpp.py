@@ -40,7 +40,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import Members, group_by_kind
-from kvbudget.capacity.layouts.llamacpp_dsa import dsa_cell_bytes, dsa_index
+from kvbudget.capacity.layouts.llamacpp_dsa import dsa_cell_bytes, dsa_index, refuse_mixed_types
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_indexer
 from kvbudget.spec.layers import FullAttention, LayerSpec
@@ -160,6 +160,8 @@ def llamacpp_kv_split(
     k_bytes = v_bytes = 0
     msa = msa_index(spec)
     dsa = dsa_index(spec)
+    if dsa is not None:
+        refuse_mixed_types(k_type, v_type)
     for (_, window), layers in group_by_kind(spec.layers):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
         if dsa is not None:  # K-only caches: -ctv sizes nothing
@@ -214,6 +216,8 @@ def llamacpp_layout(
         )
     k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    if dsa is not None:
+        refuse_mixed_types(k_type, v_type)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     if not unified and cells < tokens:
         raise ConfigError(

@@ -25,12 +25,15 @@ Read in llama.cpp 0c1e570 (llama-cpp-python 0.3.36 ``vendor/llama.cpp``), the bu
   ``conversion/base.py`` line 1437) is below 1,048,576, else the GLM-5.2 table
   (``GLM_5_2_DEFAULT_INDEXER_TYPES``, lines 6-26: layers 0, 1 and every 4th from 2, 78 entries).
   The converter ignores ``index_topk_freq`` / ``index_topk_pattern``.
+* ``src/llama-context.cpp`` lines 3835-3838: an MLA model refuses ``-ctk`` unlike ``-ctv``
+  ("model does not support different K (...) and V (...) cache types"), although V sizes nothing.
 """
 
 from __future__ import annotations
 
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.grouping import Members
+from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, LayerSpec
 from kvbudget.spec.model import ModelSpec
 
@@ -83,3 +86,15 @@ def dsa_cell_bytes(
         count = len(r) if indexed is None else sum(1 for i in indexed if i in r)
         keys += k_type.row_bytes(dim) * count
     return latent, keys
+
+
+def refuse_mixed_types(k_type: KvDtype, v_type: KvDtype) -> None:
+    """``llama_init_from_model`` refuses an MLA model whose K and V cache types differ
+    (``src/llama-context.cpp`` lines 3835-3838), so the layout does too, in its words."""
+    if k_type.name != v_type.name:
+        raise ConfigError(
+            f"v_dtype: llama.cpp 0c1e570 refuses this MLA model: 'model does not support "
+            f"different K ({k_type.name}) and V ({v_type.name}) cache types' "
+            "(src/llama-context.cpp line 3836); pass the same -ctk and -ctv",
+            field="v_dtype",
+        )
