@@ -101,7 +101,13 @@ def test_sglang_inkling_names_its_tri_pool(tmp_path: Path) -> None:
 def test_llamacpp_lines_name_its_source(tmp_path: Path) -> None:
     with pytest.raises(LayoutNotApplicable) as dsv4:
         llamacpp_layout(_spec("deepseek-ai/DeepSeek-V4-Flash"), tokens=100, seqs=1, ctx_size=100)
-    _one_line(dsv4, "0c1e570", "llama_kv_cache_dsv4", "src/llama-model.cpp line 2613")
+    _one_line(
+        dsv4,
+        "0c1e570",
+        "llama_kv_cache_dsv4",
+        "src/llama-model.cpp line 2613",
+        "src/llama-kv-cache-dsv4.cpp lines 1210-1336",
+    )
     with pytest.raises(LayoutNotApplicable) as inkling:
         llamacpp_layout(spec_from_config(tmp_path, INKLING), tokens=100, seqs=1, ctx_size=100)
     _one_line(inkling, "no Inkling architecture", "src/llama-arch.cpp")

@@ -202,8 +202,9 @@ def llamacpp_layout(
         spec,
         "llamacpp",
         f"llama.cpp {LLAMACPP_SOURCE} serves deepseek4 with its own llama_kv_cache_dsv4 "
-        "(src/llama-kv-cache-dsv4.cpp; src/llama-model.cpp line 2613), which kvbudget has not "
-        "read",
+        "(src/llama-model.cpp line 2613; src/llama-kv-cache-dsv4.cpp lines 1210-1336: a raw "
+        "K-only SWA cache, CSA and HCA compressed K caches, an indexer-key cache and f32 "
+        "compressor states, per sequence even with -kvu), which kvbudget does not model yet",
     )
     msa = msa_index(spec)
     dsa = dsa_index(spec)
