@@ -164,7 +164,10 @@ models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, lat
 in `tests/unit/plan/test_plan_sglang_dsa.py`) and MiniMax-M3's (SGLang's `MiniMaxSparseKVPool`:
 every layer's K/V plus each sparse layer's index key in the model dtype, its value too where
 `sparse_disable_index_value` is 0, 128-token pages; `tests/unit/plan/test_plan_minimax_m3_sglang.py`);
-sglang and llama.cpp refuse DeepSeek-V4 and Inkling, naming the engine's own source.
+the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw sliding-window, CSA,
+HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
+`tests/unit/plan/test_llamacpp_dsv4.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
+Inkling (no such architecture), naming the engine's own source.
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

@@ -15,7 +15,7 @@ Facts checked in the engines' source (not in kvbudget):
 * llama.cpp 0c1e570 (llama-cpp-python 0.3.36 ``vendor/llama.cpp``): ``src/llama-arch.cpp`` names
   ``deepseek4`` (line 83) and ``minimax-m3`` (line 140) and nothing for Inkling;
   ``src/llama-model.cpp`` builds ``llama_kv_cache_msa`` for MiniMax-M3 (lines 2375-2395) and
-  ``llama_kv_cache_dsv4`` for DeepSeek-V4 (line 2613).
+  ``llama_kv_cache_dsv4`` for DeepSeek-V4 (line 2613; modelled, tests/unit/plan/test_llamacpp_dsv4.py).
 
 MiniMax-M3 under llama.cpp is modelled (``llama_kv_cache_msa``), worked by hand from that source:
 
@@ -99,15 +99,7 @@ def test_sglang_inkling_names_its_tri_pool(tmp_path: Path) -> None:
 
 
 def test_llamacpp_lines_name_its_source(tmp_path: Path) -> None:
-    with pytest.raises(LayoutNotApplicable) as dsv4:
-        llamacpp_layout(_spec("deepseek-ai/DeepSeek-V4-Flash"), tokens=100, seqs=1, ctx_size=100)
-    _one_line(
-        dsv4,
-        "0c1e570",
-        "llama_kv_cache_dsv4",
-        "src/llama-model.cpp line 2613",
-        "src/llama-kv-cache-dsv4.cpp lines 1210-1336",
-    )
+    """DeepSeek-V4 (``llama_kv_cache_dsv4``) is modelled: tests/unit/plan/test_llamacpp_dsv4.py."""
     with pytest.raises(LayoutNotApplicable) as inkling:
         llamacpp_layout(spec_from_config(tmp_path, INKLING), tokens=100, seqs=1, ctx_size=100)
     _one_line(inkling, "no Inkling architecture", "src/llama-arch.cpp")

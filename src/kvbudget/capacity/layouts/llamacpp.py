@@ -16,6 +16,9 @@ Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.c
   versions).
 * DeepSeek-V3.2 / GLM-5 (DSA): ``llama_kv_cache_dsa``, a K-only latent cache plus a K-only
   indexer-key cache of the same cells (``capacity.layouts.llamacpp_dsa`` cites the lines).
+* DeepSeek-V4: ``llama_kv_cache_dsv4``, K-only raw SWA / CSA / HCA / indexer caches and f32
+  compressor states, one stream per sequence even with ``-kvu``
+  (``capacity.layouts.llamacpp_dsv4`` cites the lines).
 * Falcon-H1: ``llama_model::create_memory`` (``src/llama-model.cpp``) builds a
   ``llama_memory_hybrid`` whose attention and recurrent filters both accept every layer, so each
   decoder layer has K/V cells and a recurrent state.
@@ -34,13 +37,13 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     StageBytes,
     check_load,
-    refuse_compressed,
     refuse_indexer,
     refuse_short_convs,
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import Members, group_by_kind
 from kvbudget.capacity.layouts.llamacpp_dsa import dsa_cell_bytes, dsa_index, refuse_mixed_types
+from kvbudget.capacity.layouts.llamacpp_dsv4 import dsv4_groups, is_llamacpp_dsv4
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_indexer
 from kvbudget.spec.layers import FullAttention, LayerSpec
@@ -157,6 +160,11 @@ def llamacpp_kv_split(
     k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
+    if is_llamacpp_dsv4(spec):  # K-only caches, a stream per sequence; states not included
+        refuse_mixed_types(k_type, v_type)
+        groups = dsv4_groups(spec, k_type, kv_size=cells, streams=seqs, n_ubatch=n_ubatch)
+        k_bytes = sum(g.bytes_total for g in groups if g.tokens_kept)
+        return LlamacppKV(cells * seqs, cells, seqs, k_type.name, v_type.name, k_bytes, 0)
     k_bytes = v_bytes = 0
     msa = msa_index(spec)
     dsa = dsa_index(spec)
@@ -198,23 +206,17 @@ def llamacpp_layout(
         "src/llama-arch.cpp), so it cannot load one",
     )
     refuse_sliding_latent(spec, "llamacpp", "kvbudget has not read how llama.cpp caches it")
-    refuse_compressed(
-        spec,
-        "llamacpp",
-        f"llama.cpp {LLAMACPP_SOURCE} serves deepseek4 with its own llama_kv_cache_dsv4 "
-        "(src/llama-model.cpp line 2613; src/llama-kv-cache-dsv4.cpp lines 1210-1336: a raw "
-        "K-only SWA cache, CSA and HCA compressed K caches, an indexer-key cache and f32 "
-        "compressor states, per sequence even with -kvu), which kvbudget does not model yet",
-    )
-    msa = msa_index(spec)
-    dsa = dsa_index(spec)
-    if msa is None and dsa is None:
-        refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
             f"tp/pp: the llamacpp layout is one llama-server; got tp={tp} pp={pp}; use --dp",
             field="tp",
         )
+    if is_llamacpp_dsv4(spec):
+        return _dsv4_layout(spec, tokens, seqs, kv_dtype, v_dtype, ctx_size, unified, n_ubatch, dp)
+    msa = msa_index(spec)
+    dsa = dsa_index(spec)
+    if msa is None and dsa is None:
+        refuse_indexer(spec, "llamacpp")
     k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     if dsa is not None:
@@ -301,3 +303,36 @@ def llamacpp_layout(
     return LayoutResult(
         "llamacpp", name, tokens, seqs, tp, pp, dp, (stage,), notes=notes, padding=padding
     )
+
+
+def _dsv4_layout(
+    spec: ModelSpec,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str,
+    v_dtype: str | None,
+    ctx_size: int | None,
+    unified: bool,
+    n_ubatch: int,
+    dp: int,
+) -> LayoutResult:
+    """DeepSeek-V4's ``llama_kv_cache_dsv4``: ``n_ctx_seq`` cells (``n_ctx`` with ``-kvu``) in
+    one stream per sequence (``capacity.layouts.llamacpp_dsv4``)."""
+    k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    refuse_mixed_types(k_type, v_type)
+    cells, _ = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
+    if cells < tokens:
+        raise ConfigError(
+            f"ctx_size: {ctx_size} gives {cells} cells per slot, fewer than tokens={tokens}; "
+            f"raise -c to at least {tokens * seqs}",
+            field="ctx_size",
+        )
+    groups = dsv4_groups(spec, k_type, kv_size=cells, streams=seqs, n_ubatch=n_ubatch)
+    flags = f"-c {ctx_size or tokens * seqs} -np {seqs}{' -kvu' if unified else ''}"
+    notes = (
+        f"{flags}: llama_kv_cache_dsv4 keeps {cells} cells per sequence in {seqs} streams "
+        "(one per sequence even with -kvu); --swa-full off, no speculative rollback states",
+    )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    return LayoutResult("llamacpp", k_type.name, tokens, seqs, 1, 1, dp, (stage,), notes=notes)
