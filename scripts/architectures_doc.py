@@ -166,7 +166,9 @@ every layer's K/V plus each sparse layer's index key in the model dtype, its val
 `sparse_disable_index_value` is 0, 128-token pages; `tests/unit/plan/test_plan_minimax_m3_sglang.py`);
 the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw sliding-window, CSA,
 HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
-`tests/unit/plan/test_llamacpp_dsv4.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
+`tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
+`tests/integration/llamacpp/test_llamacpp_dsv4_kv_log.py`, as DSA's in
+`test_llamacpp_dsa_kv_log.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
 Inkling (no such architecture), naming the engine's own source.
 
 | catalog id | model_type | rule | source of the copy |
