@@ -152,9 +152,11 @@ also checked against transformers' own cache: `tests/peer/test_calc_hf_peer.py` 
 published model on the meta device (all its layers; a multimodal wrapper whose full model cannot
 run there through its text decoder, MiniMax-M3 through transformers' `minimax_m3_vl` text model)
 and the bytes of every cache tensor, K/V, states and indexer keys, must equal `calc --engine hf`.
-A layout that does not model a layer's extra cache (DSA's sparse-attention indexer key under
-llama.cpp) refuses the model instead of giving a partial number; the llamacpp layout models
-MiniMax-M3's `llama_kv_cache_msa` (its K/V cache plus a one-head indexer cache, K and an unread
+A layout that does not model a layer's extra cache (Hunyuan v4's sparse-attention indexer key
+under llama.cpp) refuses the model instead of giving a partial number; the llamacpp layout models
+DSA's `llama_kv_cache_dsa` for DeepSeek-V3.2 and GLM-5 (a K-only latent cache plus a K-only
+one-head indexer-key cache, both `-ctk`, GLM on its `indexer_types` "full" layers;
+`tests/unit/plan/test_llamacpp_dsa.py`) and MiniMax-M3's `llama_kv_cache_msa` (its K/V cache plus a one-head indexer cache, K and an unread
 V row, on the layers past the leading dense ones; `tests/unit/plan/test_engine_refusals_34.py`); the vllm layout models DSA's and
 MiniMax-M3's indexers and DeepSeek-V4's compressed attention (next section); the sglang layout
 models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, latent plus a
@@ -162,7 +164,12 @@ models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, lat
 in `tests/unit/plan/test_plan_sglang_dsa.py`) and MiniMax-M3's (SGLang's `MiniMaxSparseKVPool`:
 every layer's K/V plus each sparse layer's index key in the model dtype, its value too where
 `sparse_disable_index_value` is 0, 128-token pages; `tests/unit/plan/test_plan_minimax_m3_sglang.py`);
-sglang and llama.cpp refuse DeepSeek-V4 and Inkling, naming the engine's own source.
+the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw sliding-window, CSA,
+HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
+`tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
+`tests/integration/llamacpp/test_llamacpp_dsv4_kv_log.py`, as DSA's in
+`test_llamacpp_dsa_kv_log.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
+Inkling (no such architecture), naming the engine's own source.
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

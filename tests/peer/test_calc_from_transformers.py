@@ -63,7 +63,7 @@ ENGINES: dict[str, tuple[str, ...]] = {
     "jamba": ("hf", "vllm"),
     "minimax": ("hf", "vllm"),
     "falcon_h1": ("hf", "vllm", "sglang", "llamacpp"),
-    "deepseek_v32": ("hf", "vllm"),  # sglang and llama.cpp refuse an indexer (not modelled yet)
+    "deepseek_v32": ("hf", "vllm", "llamacpp"),  # sglang refuses a tiny DSA (index_head_dim != 128)
     "dots3_note_text": ("hf",),  # the engine layouts refuse its sliding MLA layers
 }
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
@@ -110,17 +109,18 @@ def test_dsa_latent_plus_indexer_keys(model_id: str, layers: int, indexed: int) 
     assert _hf(model_id) == expected
 
 
-@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3.2"])
-def test_llamacpp_refuses_indexer_rather_than_drop_it(model_id: str) -> None:
-    """kvbudget's llama.cpp layout does not model DSA's indexer yet (MiniMax-M3's it does:
-    tests/unit/plan/test_engine_refusals_34.py); vLLM models both DSA's
-    (tests/unit/plan/test_plan_dsa_indexer.py) and MiniMax-M3's
-    (tests/unit/plan/test_plan_minimax_m3_vllm.py), SGLang DSA's
-    (tests/unit/plan/test_plan_sglang_dsa.py) and MiniMax-M3's
-    (tests/unit/plan/test_plan_minimax_m3_sglang.py)."""
-    spec = _spec(model_id)
-    with pytest.raises(LayoutNotApplicable, match="indexer"):
-        llamacpp_layout(spec, tokens=T, seqs=1, ctx_size=T)
+@pytest.mark.parametrize(
+    ("model_id", "layers", "indexed"),
+    [("deepseek-ai/DeepSeek-V3.2", 61, 61), ("zai-org/GLM-5", 78, 78), ("zai-org/GLM-5.2", 78, 21)],
+)
+def test_llamacpp_keeps_the_indexer_key(model_id: str, layers: int, indexed: int) -> None:
+    """llama.cpp 0c1e570's ``llama_kv_cache_dsa`` keeps the latent and the indexer key, K only,
+    f16 (tests/unit/plan/test_llamacpp_dsa.py cites the lines): the same bytes per cell as
+    transformers' cache in bf16, over ``-c 256`` cells. vLLM models DSA's and MiniMax-M3's
+    indexers (tests/unit/plan/test_plan_dsa_indexer.py, test_plan_minimax_m3_vllm.py), SGLang
+    too (test_plan_sglang_dsa.py, test_plan_minimax_m3_sglang.py)."""
+    result = llamacpp_layout(_spec(model_id), tokens=256, seqs=1, ctx_size=256)
+    assert result.total_bytes == (layers * (512 + 64) + indexed * 128) * 2 * 256
 
 
 def test_sglang_models_minimax_m3_indexer() -> None:

@@ -12,7 +12,13 @@ Sources: ``/work/shared/reference/llamacpp.md`` §3–§4 (``src/llama-context.c
   ``min(kv_size, GGML_PAD(n_swa * (unified ? n_seq : 1) + n_ubatch, 256))`` cells per stream
   (``swa_full`` off; ``n_ubatch`` default 512).
 * Recurrent layers (Mamba, gated delta net): f32 conv ``(kernel-1) x channels`` and f32 state per
-  sequence. MLA and lightning attention are not modelled (the layout changes between versions).
+  sequence. Lightning attention is not modelled, nor MLA outside DSA (the layout changes between
+  versions).
+* DeepSeek-V3.2 / GLM-5 (DSA): ``llama_kv_cache_dsa``, a K-only latent cache plus a K-only
+  indexer-key cache of the same cells (``capacity.layouts.llamacpp_dsa`` cites the lines).
+* DeepSeek-V4: ``llama_kv_cache_dsv4``, K-only raw SWA / CSA / HCA / indexer caches and f32
+  compressor states, one stream per sequence even with ``-kvu``
+  (``capacity.layouts.llamacpp_dsv4`` cites the lines).
 * Falcon-H1: ``llama_model::create_memory`` (``src/llama-model.cpp``) builds a
   ``llama_memory_hybrid`` whose attention and recurrent filters both accept every layer, so each
   decoder layer has K/V cells and a recurrent state.
@@ -31,12 +37,13 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     StageBytes,
     check_load,
-    refuse_compressed,
     refuse_indexer,
     refuse_short_convs,
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import Members, group_by_kind
+from kvbudget.capacity.layouts.llamacpp_dsa import dsa_cell_bytes, dsa_index, refuse_mixed_types
+from kvbudget.capacity.layouts.llamacpp_dsv4 import dsv4_groups, is_llamacpp_dsv4
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_indexer
 from kvbudget.spec.layers import FullAttention, LayerSpec
@@ -153,10 +160,20 @@ def llamacpp_kv_split(
     k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
+    if is_llamacpp_dsv4(spec):  # K-only caches, a stream per sequence; states not included
+        refuse_mixed_types(k_type, v_type)
+        groups = dsv4_groups(spec, k_type, kv_size=cells, streams=seqs, n_ubatch=n_ubatch)
+        k_bytes = sum(g.bytes_total for g in groups if g.tokens_kept)
+        return LlamacppKV(cells * seqs, cells, seqs, k_type.name, v_type.name, k_bytes, 0)
     k_bytes = v_bytes = 0
     msa = msa_index(spec)
+    dsa = dsa_index(spec)
+    if dsa is not None:
+        refuse_mixed_types(k_type, v_type)
     for (_, window), layers in group_by_kind(spec.layers):
         n = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch) * streams
+        if dsa is not None:  # K-only caches: -ctv sizes nothing
+            k_bytes += n * sum(dsa_cell_bytes(layers, k_type, dsa))
         for x, indices in layers.runs:
             if isinstance(x, FullAttention):
                 k_bytes += n * k_type.row_bytes(x.num_kv_heads * x.head_dim) * len(indices)
@@ -189,23 +206,21 @@ def llamacpp_layout(
         "src/llama-arch.cpp), so it cannot load one",
     )
     refuse_sliding_latent(spec, "llamacpp", "kvbudget has not read how llama.cpp caches it")
-    refuse_compressed(
-        spec,
-        "llamacpp",
-        f"llama.cpp {LLAMACPP_SOURCE} serves deepseek4 with its own llama_kv_cache_dsv4 "
-        "(src/llama-kv-cache-dsv4.cpp; src/llama-model.cpp line 2613), which kvbudget has not "
-        "read",
-    )
-    msa = msa_index(spec)
-    if msa is None:
-        refuse_indexer(spec, "llamacpp")
     if tp != 1 or pp != 1:
         raise ConfigError(
             f"tp/pp: the llamacpp layout is one llama-server; got tp={tp} pp={pp}; use --dp",
             field="tp",
         )
+    if is_llamacpp_dsv4(spec):
+        return _dsv4_layout(spec, tokens, seqs, kv_dtype, v_dtype, ctx_size, unified, n_ubatch, dp)
+    msa = msa_index(spec)
+    dsa = dsa_index(spec)
+    if msa is None and dsa is None:
+        refuse_indexer(spec, "llamacpp")
     k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
     v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    if dsa is not None:
+        refuse_mixed_types(k_type, v_type)
     cells, streams = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
     if not unified and cells < tokens:
         raise ConfigError(
@@ -256,6 +271,21 @@ def llamacpp_layout(
                     kind, indices, 0, 0, per_seq, per_seq * max(1, seqs), "f32 recurrent state"
                 )
             )
+        elif kind == "mla" and dsa is not None:
+            latent, keys = dsa_cell_bytes(layers, k_type, dsa)
+            total = (latent + keys) * cells * streams
+            groups.append(
+                GroupBytes(
+                    kind,
+                    indices,
+                    cells,
+                    latent + keys,
+                    total // seqs,
+                    total,
+                    f"{cells} cells x {streams} streams: K-only latent ({latent} B) + indexer "
+                    f"key ({keys} B) per cell (llama_kv_cache_dsa)",
+                )
+            )
         elif kind == "mla":
             raise LayoutNotApplicable(
                 "llama.cpp's MLA cache layout differs between versions; measure (llama_kv_cache log)"
@@ -273,3 +303,36 @@ def llamacpp_layout(
     return LayoutResult(
         "llamacpp", name, tokens, seqs, tp, pp, dp, (stage,), notes=notes, padding=padding
     )
+
+
+def _dsv4_layout(
+    spec: ModelSpec,
+    tokens: int,
+    seqs: int,
+    kv_dtype: str,
+    v_dtype: str | None,
+    ctx_size: int | None,
+    unified: bool,
+    n_ubatch: int,
+    dp: int,
+) -> LayoutResult:
+    """DeepSeek-V4's ``llama_kv_cache_dsv4``: ``n_ctx_seq`` cells (``n_ctx`` with ``-kvu``) in
+    one stream per sequence (``capacity.layouts.llamacpp_dsv4``)."""
+    k_type = get_kv_dtype(kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    v_type = get_kv_dtype(v_dtype or kv_dtype, engine="llamacpp", model_dtype=spec.torch_dtype)
+    refuse_mixed_types(k_type, v_type)
+    cells, _ = llamacpp_cells(tokens, seqs, ctx_size=ctx_size, unified=unified)
+    if cells < tokens:
+        raise ConfigError(
+            f"ctx_size: {ctx_size} gives {cells} cells per slot, fewer than tokens={tokens}; "
+            f"raise -c to at least {tokens * seqs}",
+            field="ctx_size",
+        )
+    groups = dsv4_groups(spec, k_type, kv_size=cells, streams=seqs, n_ubatch=n_ubatch)
+    flags = f"-c {ctx_size or tokens * seqs} -np {seqs}{' -kvu' if unified else ''}"
+    notes = (
+        f"{flags}: llama_kv_cache_dsv4 keeps {cells} cells per sequence in {seqs} streams "
+        "(one per sequence even with -kvu); --swa-full off, no speculative rollback states",
+    )
+    stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
+    return LayoutResult("llamacpp", k_type.name, tokens, seqs, 1, 1, dp, (stage,), notes=notes)

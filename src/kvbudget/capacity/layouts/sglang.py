@@ -199,9 +199,13 @@ def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
     refuse_short_convs(
         spec,
         "sglang",
-        "SGLang 0.5.23 serves Inkling with its tri-pool (full K/V + SWA K/V + conv states in one "
-        "buffer, srt/mem_cache/kv_cache_configurator.py lines 951-961, "
-        "_init_unified_mamba_swa_pools), which kvbudget has not read",
+        "SGLang 0.5.23 serves Inkling with a hybrid SWA token pool (model_executor/"
+        "pool_configurator.py lines 1720-1723, HybridSWAPoolConfigurator; "
+        "swa_full_tokens_ratio 0.1) beside a mamba-state pool given mamba_full_memory_ratio 0.1 "
+        "of the rest (arg_groups/model_overrides/inkling.py lines 41-44; mem_cache/"
+        "kv_cache_configurator.py lines 3352-3356), and with --enable-unified-memory its "
+        "tri-pool (kv_cache_configurator.py lines 951-961, _init_unified_mamba_swa_pools); "
+        "kvbudget has not modelled either",
     )
     refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
     refuse_compressed(
@@ -209,7 +213,8 @@ def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
         "sglang",
         "SGLang 0.5.23 serves DeepSeek-V4 with its own pools (srt/mem_cache/"
         "deepseek_v4_memory_pool.py: DeepSeekV4SingleKVPool, DeepSeekV4IndexerPool, compressed "
-        "pools), which kvbudget has not read",
+        "pools) sized by DSV4PoolConfigurator (srt/model_executor/pool_configurator.py lines "
+        "1067-1712, chosen at 1718-1719), which kvbudget has not modelled",
     )
     refuse_unlisted_sparse_layers(
         spec,
