@@ -169,7 +169,53 @@ def _headline(by_kind: dict[tuple[str, ...], list[dict[str, Any]]]) -> list[str]
     return out
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"gpu-accuracy": latency}
+def _signed(rows: list[dict[str, Any]], metric: str) -> list[float]:
+    """(predicted - measured) / measured of kvbudget's measured-timing sim, rows with both."""
+    out = []
+    for r in rows:
+        got = r.get("kvbudget_measured", {}).get(metric)
+        want = r["measured"][metric]
+        if got is not None and want:
+            out.append((got - want) / want)
+    return sorted(out)
+
+
+def misses(name: str = "gpu_accuracy.json") -> str:
+    """Which rows miss the targets, split by what kvbudget assumed of them (models, client,
+    regime) and by the sign of the miss: too high (over-predicted) or too low."""
+    data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in data["rows"]:
+        if r["status"] == "simulated":
+            kind = "dense" if r["model"] in DENSE else "MoE"
+            groups[(kind, r.get("client", "fixed"), r["regime"])].append(r)
+    head = ["models", "client", "regime"]
+    cols = []
+    for metric in ("TTFT", "TPOT"):
+        cols += [f"{metric}: rows", f"{metric}: within target", f"{metric}: too high"]
+        cols += [f"{metric}: too low", f"{metric}: median signed error"]
+    out = [
+        "| " + " | ".join([*head, *cols]) + " |",
+        "|" + "---|" * len(head) + "---:|" * len(cols),
+    ]
+    for key in sorted(groups):
+        cells = []
+        for metric in ("mean_ttft_ms", "mean_tpot_ms"):
+            bound = TARGETS[(key[0], metric)]
+            errs = _signed(groups[key], metric)
+            if not errs:
+                cells += ["0", "—", "—", "—", "—"]
+                continue
+            high = sum(e > bound for e in errs)
+            low = sum(e < -bound for e in errs)
+            median = _quantile(errs, 0.5) * 100
+            cells += [str(len(errs)), str(len(errs) - high - low), str(high), str(low)]
+            cells.append(f"{median:+.0f} %")
+        out.append("| " + " | ".join([*key, *cells]) + " |")
+    return "\n".join(out)
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"gpu-accuracy": latency, "gpu-accuracy-misses": misses}
 
 
 def _pattern(name: str) -> re.Pattern[str]:
