@@ -52,6 +52,10 @@ KV_BUFFER_RE = re.compile(r"llama_kv_cache: +(?P<dev>\S+) KV buffer size = +(?P<
 ISWA_RE = re.compile(
     r"llama_kv_cache_iswa: creating +(?P<which>non-SWA|SWA) KV cache, size = (?P<cells>\d+) cells"
 )
+# MiniMax-M3's llama_kv_cache_msa (src/llama-kv-cache-msa.cpp): a "main" and an "indexer" cache
+MSA_RE = re.compile(
+    r"llama_kv_cache_msa: creating (?P<which>main|indexer) KV cache, size = (?P<cells>\d+) cells"
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class KvLogLine:
     v_type: str
     v_mib: str
     buffer_mib: str  # the preceding "CPU KV buffer size" line
-    cache: str  # "single", or "non-SWA" / "SWA" for the interleaved sliding-window cache
+    cache: str  # "single"; "non-SWA" / "SWA" (interleaved sliding window); "main" / "indexer" (MSA)
 
 
 def parse_kv_log(text: str) -> list[KvLogLine]:
@@ -77,7 +81,7 @@ def parse_kv_log(text: str) -> list[KvLogLine]:
     buffer_mib = ""
     which = "single"
     for line in text.splitlines():
-        if m := ISWA_RE.search(line):
+        if m := ISWA_RE.search(line) or MSA_RE.search(line):
             which = m["which"]
         elif m := KV_BUFFER_RE.search(line):
             buffer_mib = m["mib"]

@@ -157,7 +157,11 @@ under llama.cpp) refuses the model instead of giving a partial number; the llama
 DSA's `llama_kv_cache_dsa` for DeepSeek-V3.2 and GLM-5 (a K-only latent cache plus a K-only
 one-head indexer-key cache, both `-ctk`, GLM on its `indexer_types` "full" layers;
 `tests/unit/plan/test_llamacpp_dsa.py`) and MiniMax-M3's `llama_kv_cache_msa` (its K/V cache plus a one-head indexer cache, K and an unread
-V row, on the layers past the leading dense ones; `tests/unit/plan/test_engine_refusals_34.py`); the vllm layout models DSA's and
+V row, on the layers past the leading dense ones; worked by hand in
+`tests/unit/plan/test_engine_refusals_34.py` and checked against the llama-server log (`-lv 4`,
+its main and indexer `llama_kv_cache: size` lines) of a tiny random-weight MiniMax-M3 GGUF
+(`scripts/tiny_gguf.py --arch minimax-m3`) in
+`tests/integration/llamacpp/test_llamacpp_msa_kv_log.py`); the vllm layout models DSA's and
 MiniMax-M3's indexers and DeepSeek-V4's compressed attention (next section); the sglang layout
 models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, latent plus a
 132-byte fp8 index key with its scale, 64-token pages; worked by hand from the sglang 0.5.23 source

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a tiny random-weight GGUF model that llama.cpp's `llama-server` can load.
 
-Two variants, both with the real Llama-3 BPE tokenizer (copied from the vocab-only file
+Three variants, all with the real Llama-3 BPE tokenizer (copied from the vocab-only file
 `ggml-vocab-llama-bpe.gguf` that ships with llama.cpp) and seeded N(0, 0.02) f16 weights:
 
 * ``llama``  - 4 layers, GQA 8 query heads / 2 KV heads, head_dim 32, hidden 256, FFN 512,
@@ -9,6 +9,13 @@ Two variants, both with the real Llama-3 BPE tokenizer (copied from the vocab-on
 * ``gemma2`` - the same dims with Gemma-2's interleaved sliding-window attention: llama.cpp marks
   layers 0 and 2 as sliding (window ``--sliding-window`` tokens, default 128) and layers 1 and 3
   as full attention, and gives the sliding layers their own, smaller KV cache.
+* ``minimax-m3`` - llama.cpp's ``LLM_ARCH_MINIMAX_M3`` (``src/llama-arch.cpp`` line 140) in 3
+  layers: layer 0 a leading dense layer (``leading_dense_block_count`` 1), layers 1-2 MoE (4
+  experts, 2 used, 1 shared) with the MSA indexer (2 heads of ``indexer_key_length`` 32); 4 query
+  / 2 KV heads of head_dim 64 with partial rotary (32 dims). Keys and tensors are the ones
+  ``src/models/minimax-m3.cpp`` (``load_arch_hparams`` / ``load_arch_tensors``) requires, named as
+  ``conversion/minimax.py`` (``MiniMaxM3Model``) writes them. llama.cpp serves it with
+  ``llama_kv_cache_msa``: a main KV cache over every layer and an indexer cache on layers 1-2.
 
 Next to ``OUT.gguf`` it writes ``OUT.config.json``: the same model as a Hugging Face config, so
 ``kvbudget calc --model OUT.config.json --engine llamacpp`` sizes exactly what the server loads.
@@ -18,7 +25,8 @@ The writer is the gguf-py package vendored in the same llama.cpp tree as the bin
 
 Usage::
 
-    python scripts/tiny_gguf.py OUT.gguf [--arch llama|gemma2] [--seed 0] [--sliding-window 128]
+    python scripts/tiny_gguf.py OUT.gguf [--arch llama|gemma2|minimax-m3] [--seed 0]
+        [--sliding-window 128]
 
 Outputs are random weights: the text they generate is gibberish; they exist to exercise the
 engine's memory layout, scheduler, prompt cache and metrics.
@@ -30,13 +38,14 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 DEFAULT_LLAMACPP_PY_VERSION = "0.3.36"
+ARCHES = ("llama", "gemma2", "minimax-m3")
 
 # Minimal Llama-3 chat template (the vocab-only file carries none).
 CHAT_TEMPLATE = (
@@ -63,6 +72,84 @@ class TinyDims:
     rms_eps: float = 1e-5
 
 
+@dataclass(frozen=True, slots=True)
+class TinyMsaDims:
+    """The MiniMax-M3 extras: leading dense layers, experts, MSA indexer, partial rotary."""
+
+    num_layers: int = 3
+    dense_lead_layers: int = 1
+    num_experts: int = 4
+    experts_used: int = 2
+    shared_experts: int = 1
+    expert_ffn_size: int = 64
+    num_heads: int = 4
+    head_dim: int = 64  # differs from index_head_dim, so the indexer's K and V rows differ
+    index_heads: int = 2  # one indexer head per GQA group (src/models/minimax-m3.cpp)
+    # a whole number of q8_0 / q4_0 blocks (32): llama.cpp 0c1e570 aborts a quantized cache
+    # whose indexer rows are shorter than a block (GGML_ASSERT in ggml.c, from llama_kv_cache)
+    index_head_dim: int = 32
+    index_block_tokens: int = 64
+    index_top_k_blocks: int = 4
+    index_local_blocks: int = 1
+    rotary_dim: int = 32
+    rope_base: float = 5000000.0
+    rms_eps: float = 1e-6
+
+    def attention(self, d: TinyDims) -> TinyDims:
+        """The shared dims with this model's query heads and head_dim."""
+        return replace(
+            d, num_layers=self.num_layers, num_heads=self.num_heads, head_dim=self.head_dim
+        )
+
+
+def minimax_m3_hf_config(d: TinyDims, m: TinyMsaDims) -> dict[str, Any]:
+    """The tiny MiniMax-M3 as its Hugging Face ``config.json`` (the catalog's MiniMax-M3 keys)."""
+    moe_freq = [0] * m.dense_lead_layers + [1] * (m.num_layers - m.dense_lead_layers)
+    return {
+        "architectures": ["MiniMaxM3ForCausalLM"],
+        "model_type": "minimax_m3",
+        "num_hidden_layers": m.num_layers,
+        "hidden_size": d.hidden_size,
+        "dense_intermediate_size": d.ffn_size,
+        "intermediate_size": m.expert_ffn_size,
+        "moe_intermediate_size": m.expert_ffn_size,
+        "shared_intermediate_size": m.expert_ffn_size * m.shared_experts,
+        "first_k_dense_replace": m.dense_lead_layers,
+        "moe_layer_freq": moe_freq,
+        "num_local_experts": m.num_experts,
+        "num_experts_per_tok": m.experts_used,
+        "n_shared_experts": m.shared_experts,
+        "routed_scaling_factor": 2.0,
+        "scoring_func": "sigmoid",
+        "use_routing_bias": True,
+        "num_attention_heads": d.num_heads,
+        "num_key_value_heads": d.num_kv_heads,
+        "head_dim": d.head_dim,
+        "rotary_dim": m.rotary_dim,
+        "partial_rotary_factor": m.rotary_dim / d.head_dim,
+        "rope_theta": m.rope_base,
+        "use_qk_norm": True,
+        "qk_norm_type": "per_head",
+        "hidden_act": "swigluoai",
+        "max_position_embeddings": d.context_length,
+        "rms_norm_eps": m.rms_eps,
+        "sparse_attention_config": {
+            "use_sparse_attention": True,
+            "sparse_attention_freq": moe_freq,
+            "sparse_index_dim": m.index_head_dim,
+            "sparse_num_index_heads": m.index_heads,
+            "sparse_block_size": m.index_block_tokens,
+            "sparse_topk_blocks": m.index_top_k_blocks,
+            "sparse_local_block": m.index_local_blocks,
+        },
+        "vocab_size": 128256,
+        "torch_dtype": "float16",
+        "tie_word_embeddings": False,
+        "bos_token_id": 128000,
+        "eos_token_id": 128009,
+    }
+
+
 def llamacpp_cache_dir() -> Path:
     """The directory `scripts/llama-server.sh` fills (binary, gguf-py, vocab files)."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -75,6 +162,9 @@ def hf_config(
 ) -> dict[str, Any]:
     """The same model described as a Hugging Face ``config.json`` (what ``kvbudget calc`` reads)."""
     d = dims or TinyDims()
+    if arch == "minimax-m3":
+        m = TinyMsaDims()
+        return minimax_m3_hf_config(m.attention(d), m)
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM" if arch == "llama" else "Gemma2ForCausalLM"],
         "model_type": arch,
@@ -131,8 +221,8 @@ def build_tiny_gguf(
     dims: TinyDims | None = None,
 ) -> Path:
     """Write the model to ``out_path`` (atomically) and return the path."""
-    if arch not in ("llama", "gemma2"):
-        raise SystemExit(f"tiny_gguf: --arch {arch!r} is not supported; use llama or gemma2")
+    if arch not in ARCHES:
+        raise SystemExit(f"tiny_gguf: --arch {arch!r} is not supported; use one of {ARCHES}")
     d = dims or TinyDims()
     cache = llamacpp_cache_dir()
     gguf = _import_gguf(gguf_py_dir or cache / "gguf-py")
@@ -155,11 +245,17 @@ def build_tiny_gguf(
     def ones(n: int) -> np.ndarray[Any, Any]:
         return np.ones(n, dtype=np.float32)
 
+    def weight32(*shape: int) -> np.ndarray[Any, Any]:
+        return rng.standard_normal(shape, dtype=np.float32) * 0.02
+
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
     writer = gguf.GGUFWriter(str(tmp_path), arch=arch)
     writer.add_name(f"kvbudget-tiny-{arch}-random-seed{seed}")
+    m = TinyMsaDims()
+    if arch == "minimax-m3":
+        d = m.attention(d)
     writer.add_block_count(d.num_layers)
     writer.add_context_length(d.context_length)
     writer.add_embedding_length(d.hidden_size)
@@ -168,9 +264,27 @@ def build_tiny_gguf(
     writer.add_head_count_kv(d.num_kv_heads)
     writer.add_key_length(d.head_dim)
     writer.add_value_length(d.head_dim)
-    writer.add_layer_norm_rms_eps(d.rms_eps)
+    writer.add_layer_norm_rms_eps(m.rms_eps if arch == "minimax-m3" else d.rms_eps)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    if arch == "llama":
+    if arch == "minimax-m3":
+        # MiniMaxM2Model / MiniMaxM3Model.set_gguf_parameters (conversion/minimax.py)
+        writer.add_rope_dimension_count(m.rotary_dim)
+        writer.add_rope_freq_base(m.rope_base)
+        writer.add_vocab_size(vocab_size)
+        writer.add_expert_count(m.num_experts)
+        writer.add_expert_used_count(m.experts_used)
+        writer.add_expert_feed_forward_length(m.expert_ffn_size)
+        writer.add_expert_shared_count(m.shared_experts)
+        writer.add_expert_weights_scale(2.0)
+        writer.add_expert_weights_norm(True)
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        writer.add_indexer_head_count(m.index_heads)
+        writer.add_indexer_key_length(m.index_head_dim)
+        writer.add_indexer_top_k(m.index_top_k_blocks)
+        writer.add_indexer_block_size(m.index_block_tokens)
+        writer.add_indexer_local_blocks(m.index_local_blocks)
+        writer.add_leading_dense_block_count(m.dense_lead_layers)
+    elif arch == "llama":
         writer.add_rope_dimension_count(d.head_dim)
         writer.add_rope_freq_base(d.rope_base)
         writer.add_vocab_size(vocab_size)
@@ -193,9 +307,11 @@ def build_tiny_gguf(
     q = d.num_heads * d.head_dim
     writer.add_tensor("token_embd.weight", weight(vocab_size, h))
     writer.add_tensor("output_norm.weight", ones(h))
-    if arch == "llama":
+    if arch in ("llama", "minimax-m3"):
         writer.add_tensor("output.weight", weight(vocab_size, h))
-    for i in range(d.num_layers):
+    if arch == "minimax-m3":
+        _add_minimax_m3_layers(writer, d, m, weight, weight32, ones)
+    for i in range(0 if arch == "minimax-m3" else d.num_layers):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", ones(h))
         writer.add_tensor(f"blk.{i}.attn_q.weight", weight(q, h))
         writer.add_tensor(f"blk.{i}.attn_k.weight", weight(kv, h))
@@ -220,10 +336,51 @@ def build_tiny_gguf(
     return out_path
 
 
+def _add_minimax_m3_layers(
+    writer: Any, d: TinyDims, m: TinyMsaDims, weight: Any, weight32: Any, ones: Any
+) -> None:
+    """``llama_model_minimax_m3::load_arch_tensors`` (``src/models/minimax-m3.cpp``): attention
+    with per-head QK-norm on every layer; a dense FFN on the leading layers; routed + shared
+    experts and the indexer (f32, as the converter forces) on the rest."""
+    h, kv = d.hidden_size, d.num_kv_heads * d.head_dim
+    q = d.num_heads * d.head_dim
+    e, f = m.num_experts, m.expert_ffn_size
+    for i in range(m.num_layers):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", ones(h))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(q, h))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(kv, h))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(kv, h))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(h, q))
+        writer.add_tensor(f"blk.{i}.attn_q_norm.weight", ones(d.head_dim))
+        writer.add_tensor(f"blk.{i}.attn_k_norm.weight", ones(d.head_dim))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones(h))
+        if i < m.dense_lead_layers:
+            writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(d.ffn_size, h))
+            writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(d.ffn_size, h))
+            writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(h, d.ffn_size))
+            continue
+        writer.add_tensor(f"blk.{i}.ffn_gate_inp.weight", weight32(e, h))
+        writer.add_tensor(f"blk.{i}.exp_probs_b.bias", np.zeros(e, dtype=np.float32))
+        # numpy (expert, out, in) -> ggml {in, out, expert}
+        writer.add_tensor(f"blk.{i}.ffn_gate_exps.weight", weight32(e, f, h).astype(np.float16))
+        writer.add_tensor(f"blk.{i}.ffn_up_exps.weight", weight32(e, f, h).astype(np.float16))
+        writer.add_tensor(f"blk.{i}.ffn_down_exps.weight", weight32(e, h, f).astype(np.float16))
+        fs = f * m.shared_experts
+        writer.add_tensor(f"blk.{i}.ffn_gate_shexp.weight", weight(fs, h))
+        writer.add_tensor(f"blk.{i}.ffn_up_shexp.weight", weight(fs, h))
+        writer.add_tensor(f"blk.{i}.ffn_down_shexp.weight", weight(h, fs))
+        writer.add_tensor(
+            f"blk.{i}.indexer.q_proj.weight", weight32(m.index_heads * m.index_head_dim, h)
+        )
+        writer.add_tensor(f"blk.{i}.indexer.k_proj.weight", weight32(m.index_head_dim, h))
+        writer.add_tensor(f"blk.{i}.indexer.q_norm.weight", ones(m.index_head_dim))
+        writer.add_tensor(f"blk.{i}.indexer.k_norm.weight", ones(m.index_head_dim))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="path of the .gguf file to write")
-    parser.add_argument("--arch", choices=["llama", "gemma2"], default="llama")
+    parser.add_argument("--arch", choices=list(ARCHES), default="llama")
     parser.add_argument("--seed", type=int, default=0, help="weight RNG seed (default 0)")
     parser.add_argument(
         "--sliding-window",

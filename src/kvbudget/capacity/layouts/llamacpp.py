@@ -72,7 +72,9 @@ def msa_index(spec: ModelSpec) -> tuple[int, int] | None:
     V row of the model's ``head_dim`` (``-ctv``; ``src/llama-kv-cache.cpp`` lines 209-234 allocate V
     for every non-MLA cache). ``n_layer_dense_lead`` is the leading zeros of ``moe_layer_freq``
     (``conversion/minimax.py`` lines 190-198, ``MiniMaxM3Model.set_gguf_parameters``, which also
-    needs ``sparse_attention_config``)."""
+    needs ``sparse_attention_config``). Checked against the real llama-server's log (its main and
+    indexer ``llama_kv_cache: size`` lines) in
+    ``tests/integration/llamacpp/test_llamacpp_msa_kv_log.py``."""
     if spec.model_type not in LLAMACPP_MSA_TYPES or not has_indexer(spec.layer_seq):
         return None
     raw = spec.raw_config
