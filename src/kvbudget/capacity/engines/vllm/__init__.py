@@ -69,9 +69,10 @@ class VllmPlanner:
         again at the longest length that fits (vLLM's ``max_model_len=-1``)."""
         weights = with_rope_cache(weights, model)
         draft = speculative_draft(request, model)
-        if draft is not None and draft.weights_bytes:
+        mtp_flag = draft is not None and draft.is_mtp and weights.source == "flag"
+        if draft is not None and draft.weights_bytes and not mtp_flag:
             weights = with_draft_weights(weights, draft, request.tp)
-        elif draft is not None and weights.source != "flag":  # an MTP drafter (mtp_draft)
+        elif draft is not None and not mtp_flag:  # an MTP drafter mtp_draft does not size
             weights = replace(weights, notes=(*weights.notes, MTP_WEIGHTS_NOTE))
         extra = draft.block_bytes if draft is not None else 0
         result = make_vllm_plan(request, model, gpu, weights, max_model_len, device_given, extra)
