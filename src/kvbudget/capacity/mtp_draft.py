@@ -57,11 +57,14 @@ lines 5050-5073, 5137-5151), then the proposer swaps the drafter's ``embed_token
   ``deepseek_v2.py`` lines 1293-1297): sized as kvbudget sizes a target layer
   (:func:`kvbudget.capacity.weights.layer_rank_bytes`, the same TP / expert split and
   quantization, the same omissions: biases, q/k norms, a DSA indexer's projections).
+* GLM-4.5 (``models/glm4_moe_mtp.py`` lines 60-104): the same modules around a
+  ``Glm4MoeDecoderLayer`` (MoE when ``layer_idx >= first_k_dense_replace``, ``glm4_moe.py``
+  lines 353-356).
 * MiMo (``models/mimo_mtp.py`` lines 43-65): ``token_layernorm``, ``hidden_layernorm``,
   ``final_layernorm``, ``input_proj`` ``nn.Linear(2 x hidden, hidden)`` and a dense
   ``Qwen2DecoderLayer`` with the target's ``quant_config``.
 
-GLM-4.5, MiMo-V2-Flash, DeepSeek-V4 and MiniMax-M3 drafters are not sized yet: their plans take
+MiMo-V2-Flash, DeepSeek-V4 and MiniMax-M3 drafters are not sized yet: their plans take
 ``--weights-bytes`` (the engine log's figure includes the drafter) or ``--kv-cache-memory`` (then
 the weights shown leave the drafter out, and say so: :data:`MTP_WEIGHTS_NOTE`).
 """
@@ -105,7 +108,7 @@ __all__ = [
 #: model types whose MTP layers (kvbudget.spec.mtp) join the target's vLLM layer specs
 SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
 #: model types whose drafter's weights :func:`mtp_weights_bytes` sizes (module doc)
-MTP_WEIGHTS_TYPES = DEEPSEEK_MTP_TYPES | {"mimo"}
+MTP_WEIGHTS_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo"}
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
@@ -220,12 +223,13 @@ def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
     total = 0
     for layer in mtp_pool_layers(request, model):
         index = layer.layer_index
-        # deepseek_v2.py lines 1293-1297 (mlp_layer_types, e.g. GLM-5's, is not read there)
+        # deepseek_v2.py lines 1293-1297 (mlp_layer_types, e.g. GLM-5's, is not read there);
+        # glm4_moe.py lines 353-356 (no moe_layer_freq); MiMo's Qwen2 layer is dense
         moe = (
-            model.model_type in DEEPSEEK_MTP_TYPES
+            model.model_type != "mimo"
             and raw.get("n_routed_experts") is not None
             and index >= first_dense
-            and index % freq == 0
+            and (model.model_type == "glm4_moe" or index % freq == 0)
         )
         mats, _ = layer_matrices(model, index, moe, layer)
         total += layer_rank_bytes(model, mats, tp=request.tp, moe_ranks=moe_ranks)

@@ -35,6 +35,9 @@ from kvbudget.units import GiB
 ROOT = Path(__file__).resolve().parents[3]
 CATALOG = ROOT / "src" / "kvbudget" / "spec" / "catalog" / "models"
 MTP = '{"method": "mtp", "num_speculative_tokens": 1}'
+PEER = json.loads(
+    (ROOT / "tests" / "peer" / "fixtures" / "vllm_pools_0.32.0.json").read_text("utf-8")
+)
 
 
 def _fp8(n_in: int, n_out: int) -> int:
@@ -169,11 +172,23 @@ def test_weights_bytes_flag_already_holds_the_drafter(tmp_path: Path) -> None:
     assert result.weights_bytes == 16 * GiB
 
 
-def test_glm45_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
-    """GLM-4.5's drafter (``glm4_moe_mtp.py``) is not sized yet: refused without a figure."""
-    peer = json.loads(
-        (ROOT / "tests" / "peer" / "fixtures" / "vllm_pools_0.32.0.json").read_text("utf-8")
-    )
-    path = _write(tmp_path, peer["cases"]["glm4_moe"]["config"])  # tiny, num_nextn_predict_layers 1
+def test_tiny_glm45_mtp_weights_by_hand(tmp_path: Path) -> None:
+    """The tiny ``glm4_moe`` the CPU engine ran (hidden 256, 4 heads x 64, 2 KV heads, 4 experts
+    of 128 + 1 shared, first_k_dense_replace 1: the MTP layer 8 is MoE, ``glm4_moe.py`` lines
+    353-356; ``glm4_moe_mtp.py`` lines 80-104), TP 1, bf16:
+    attention q 256 x 256 + k, v 256 x 128 + o 256 x 256 = 196,608; experts gate_up
+    4 x 256 x 256 + down 4 x 128 x 256 + router 256 x 4 + shared 256 x 256 + 128 x 256 = 492,544;
+    2 norms 512; eh_proj 512 x 256 = 131,072; 3 norms 768: 821,504 parameters x 2 B."""
+    assert 196_608 + 492_544 + 512 + 131_072 + 768 == 821_504
+    path = _write(tmp_path, PEER["cases"]["glm4_moe"]["config"])
+    common: dict[str, Any] = {"gpu": "H200", "max_model_len": 4096}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == 821_504 * 2
+
+
+def test_mimo_v2_flash_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
+    """MiMo-V2-Flash's drafter (``mimo_v2_mtp.py``) is not sized yet: refused without a figure."""
+    path = _write(tmp_path, _catalog("XiaomiMiMo--MiMo-V2-Flash"))
     with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
-        _plan(path, gpu="H200", max_model_len=4096, speculative_config=MTP)
+        _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)
