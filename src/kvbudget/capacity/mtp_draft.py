@@ -40,7 +40,9 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
   uniform-type group, so each block holds ``num_mtp_modules`` more sparse-layer pages
   (:mod:`kvbudget.capacity.layouts.vllm_minimax_m3`).
 
-The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's: vLLM loads
+The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's (a
+``--weights-bytes`` figure from the engine log and a snapshot's ``total_size``, which holds the
+checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`): vLLM loads
 the drafter inside the profiler that logs "Model loading took" (``v1/worker/gpu_model_runner.py``
 lines 5050-5073, 5137-5151), then the proposer swaps the drafter's ``embed_tokens`` and every
 ``shared_head.head`` / ``lm_head`` for the target's ("Detected MTP model. Sharing target model
@@ -97,6 +99,7 @@ from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES, vllm_mtp_layers
 
 __all__ = [
+    "MTP_SNAPSHOT_NOTE",
     "MTP_WEIGHTS_NOTE",
     "SPEC_MTP_TYPES",
     "mtp_draft",
@@ -112,6 +115,11 @@ MTP_WEIGHTS_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo"}
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
+
+MTP_SNAPSHOT_NOTE = (
+    "the snapshot's total_size holds the checkpoint's MTP layer(s) (spread over the ranks by "
+    "the target's shares): the drafter is counted there, not added again"
+)
 
 MTP_WEIGHTS_NOTE = (
     "weights leave the MTP drafter out (kvbudget does not estimate its decoder layer, experts "

@@ -172,6 +172,23 @@ def test_weights_bytes_flag_already_holds_the_drafter(tmp_path: Path) -> None:
     assert result.weights_bytes == 16 * GiB
 
 
+def test_a_snapshot_total_already_holds_the_mtp_layer(tmp_path: Path) -> None:
+    """MiMo-7B's checkpoint ships its ``model.mtp_layers.0.*`` tensors, so the index's
+    ``metadata.total_size`` (made up here: 16 GiB) includes the drafter: the plan's weights are
+    the same with and without MTP, and a note says so."""
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text(json.dumps(MIMO_7B), encoding="utf-8")
+    index = {"metadata": {"total_size": 16 * GiB}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    common: dict[str, Any] = {"gpu": "H200", "max_model_len": 8192}
+    without = _plan(snapshot, **common)
+    with_mtp = _plan(snapshot, speculative_config=MTP, **common)
+    assert with_mtp.weights.source == "read"
+    assert with_mtp.weights_bytes == without.weights_bytes
+    assert any("holds the checkpoint's MTP layer" in note for note in with_mtp.notes)
+
+
 def test_tiny_glm45_mtp_weights_by_hand(tmp_path: Path) -> None:
     """The tiny ``glm4_moe`` the CPU engine ran (hidden 256, 4 heads x 64, 2 KV heads, 4 experts
     of 128 + 1 shared, first_k_dense_replace 1: the MTP layer 8 is MoE, ``glm4_moe.py`` lines
