@@ -42,18 +42,19 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
 
 The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's (a
 ``--weights-bytes`` figure from the engine log and a snapshot's ``total_size``, which holds the
-checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`): vLLM loads
-the drafter inside the profiler that logs "Model loading took" (``v1/worker/gpu_model_runner.py``
-lines 5050-5073, 5137-5151), then the proposer swaps the drafter's ``embed_tokens`` and every
-``shared_head.head`` / ``lm_head`` for the target's ("Detected MTP model. Sharing target model
-...": ``v1/spec_decode/llm_base_proposer.py`` lines 1422, 1466-1472, 1498-1501 with ``--pp`` 1,
-1545-1556, 1563-1571), so neither counts twice. What one MTP layer keeps of its own:
+checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`).
+vLLM loads the drafter inside the profiler that logs "Model loading took"
+(``v1/worker/gpu_model_runner.py`` lines 5050-5073, 5137-5151), then the proposer swaps the
+drafter's ``embed_tokens`` and every ``shared_head.head`` / ``lm_head`` for the target's
+("Detected MTP model. Sharing target model ...": ``v1/spec_decode/llm_base_proposer.py`` lines
+1422, 1466-1472, 1498-1501 with ``--pp`` 1, 1545-1556, 1563-1571), so neither counts twice. What one MTP layer keeps of its own:
 
 * DeepSeek-V3 / V3.2, GLM-5 (``models/deepseek_mtp.py`` lines 76-111; V3.2 and GLM-5 take
   ``models/deepseek_v32/nvidia/mtp.py`` lines 64-100, the same modules around a
-  ``DeepseekV32DecoderLayer``, MoE by the same rule, ``nvidia/model.py`` lines 74, 91-95): ``enorm``, ``hnorm`` and
-  ``shared_head.norm`` (hidden each, lines 85-86, 61), ``eh_proj`` an ``nn.Linear(2 x hidden,
-  hidden)`` (line 87: unsharded, unquantized, model dtype) and ``mtp_block``, a
+  ``DeepseekV32DecoderLayer``, MoE by the same rule, ``nvidia/model.py`` lines 74, 91-95):
+  ``enorm``, ``hnorm`` and ``shared_head.norm`` (hidden each, lines 85-86, 61), ``eh_proj``
+  an ``nn.Linear(2 x hidden, hidden)`` (line 87: unsharded, unquantized, model dtype) and
+  ``mtp_block``, a
   ``DeepseekV2DecoderLayer`` with the target's ``quant_config`` at index ``num_hidden_layers + k``
   (MoE there when ``layer_idx >= first_k_dense_replace`` and ``layer_idx % moe_layer_freq == 0``,
   ``deepseek_v2.py`` lines 1293-1297): sized as kvbudget sizes a target layer
