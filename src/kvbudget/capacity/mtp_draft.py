@@ -47,7 +47,8 @@ vLLM loads the drafter inside the profiler that logs "Model loading took"
 (``v1/worker/gpu_model_runner.py`` lines 5050-5073, 5137-5151), then the proposer swaps the
 drafter's ``embed_tokens`` and every ``shared_head.head`` / ``lm_head`` for the target's
 ("Detected MTP model. Sharing target model ...": ``v1/spec_decode/llm_base_proposer.py`` lines
-1422, 1466-1472, 1498-1501 with ``--pp`` 1, 1545-1556, 1563-1571), so neither counts twice. What one MTP layer keeps of its own:
+1422, 1466-1472, 1498-1501 with ``--pp`` 1, 1545-1556, 1563-1571), so neither counts twice.
+What one MTP layer keeps of its own:
 
 * DeepSeek-V3 / V3.2, GLM-5 (``models/deepseek_mtp.py`` lines 76-111; V3.2 and GLM-5 take
   ``models/deepseek_v32/nvidia/mtp.py`` lines 64-100, the same modules around a
