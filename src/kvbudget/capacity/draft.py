@@ -55,6 +55,8 @@ class DraftCost:
     block_bytes: int  # KV bytes the draft adds to each block of the pool
     weights_bytes: int
     num_speculative_tokens: int
+    #: an MTP drafter (capacity.mtp_draft): a ``--weights-bytes`` figure already includes it
+    is_mtp: bool = False
 
 
 def parse_speculative_config(text: str) -> dict[str, Any]:

@@ -40,9 +40,37 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
   uniform-type group, so each block holds ``num_mtp_modules`` more sparse-layer pages
   (:mod:`kvbudget.capacity.layouts.vllm_minimax_m3`).
 
-The drafter's weights (a whole decoder layer with its experts, its own embedding) are not
-estimated: a plan with an MTP drafter takes ``--weights-bytes`` (the engine log's figure includes
-the drafter) or ``--kv-cache-memory`` (then the weights shown leave the drafter out, and say so).
+The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's (a
+``--weights-bytes`` figure from the engine log and a snapshot's ``total_size``, which holds the
+checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`).
+vLLM loads the drafter inside the profiler that logs "Model loading took"
+(``v1/worker/gpu_model_runner.py`` lines 5050-5073, 5137-5151), then the proposer swaps the
+drafter's ``embed_tokens`` and every ``shared_head.head`` / ``lm_head`` for the target's
+("Detected MTP model. Sharing target model ...": ``v1/spec_decode/llm_base_proposer.py`` lines
+1422, 1466-1472, 1498-1501 with ``--pp`` 1, 1545-1556, 1563-1571), so neither counts twice.
+What one MTP layer keeps of its own:
+
+* DeepSeek-V3 / V3.2, GLM-5 (``models/deepseek_mtp.py`` lines 76-111; V3.2 and GLM-5 take
+  ``models/deepseek_v32/nvidia/mtp.py`` lines 64-100, the same modules around a
+  ``DeepseekV32DecoderLayer``, MoE by the same rule, ``nvidia/model.py`` lines 74, 91-95):
+  ``enorm``, ``hnorm`` and ``shared_head.norm`` (hidden each, lines 85-86, 61), ``eh_proj``
+  an ``nn.Linear(2 x hidden, hidden)`` (line 87: unsharded, unquantized, model dtype) and
+  ``mtp_block``, a
+  ``DeepseekV2DecoderLayer`` with the target's ``quant_config`` at index ``num_hidden_layers + k``
+  (MoE there when ``layer_idx >= first_k_dense_replace`` and ``layer_idx % moe_layer_freq == 0``,
+  ``deepseek_v2.py`` lines 1293-1297): sized as kvbudget sizes a target layer
+  (:func:`kvbudget.capacity.weights.layer_rank_bytes`, the same TP / expert split and
+  quantization, the same omissions: biases, q/k norms, a DSA indexer's projections).
+* GLM-4.5 (``models/glm4_moe_mtp.py`` lines 60-104): the same modules around a
+  ``Glm4MoeDecoderLayer`` (MoE when ``layer_idx >= first_k_dense_replace``, ``glm4_moe.py``
+  lines 353-356).
+* MiMo (``models/mimo_mtp.py`` lines 43-65): ``token_layernorm``, ``hidden_layernorm``,
+  ``final_layernorm``, ``input_proj`` ``nn.Linear(2 x hidden, hidden)`` and a dense
+  ``Qwen2DecoderLayer`` with the target's ``quant_config``.
+
+MiMo-V2-Flash, DeepSeek-V4 and MiniMax-M3 drafters are not sized yet: their plans take
+``--weights-bytes`` (the engine log's figure includes the drafter) or ``--kv-cache-memory`` (then
+the weights shown leave the drafter out, and say so: :data:`MTP_WEIGHTS_NOTE`).
 """
 
 from __future__ import annotations
@@ -63,25 +91,37 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     minimax_m3_index_page_bytes,
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
+from kvbudget.capacity.modelopt_exclude import exclude_patterns
 from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.weight_matrices import layer_matrices
+from kvbudget.capacity.weights import layer_rank_bytes
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import FullAttention, LayerSpec
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES, vllm_mtp_layers
 
 __all__ = [
+    "MTP_SNAPSHOT_NOTE",
     "MTP_WEIGHTS_NOTE",
     "SPEC_MTP_TYPES",
     "mtp_draft",
     "mtp_layers_requested",
     "mtp_pool_layers",
+    "mtp_weights_bytes",
 ]
 
 #: model types whose MTP layers (kvbudget.spec.mtp) join the target's vLLM layer specs
 SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
+#: model types whose drafter's weights :func:`mtp_weights_bytes` sizes (module doc)
+MTP_WEIGHTS_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo"}
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
+
+MTP_SNAPSHOT_NOTE = (
+    "the snapshot's total_size holds the checkpoint's MTP layer(s) (spread over the ranks by "
+    "the target's shares): the drafter is counted there, not added again"
+)
 
 MTP_WEIGHTS_NOTE = (
     "weights leave the MTP drafter out (kvbudget does not estimate its decoder layer, experts "
@@ -171,17 +211,59 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     )
 
 
+def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
+    """One GPU's bytes of the MTP drafter's own weights (module doc): per MTP layer three norms,
+    the ``2 x hidden -> hidden`` projection (whole on every rank, model dtype) and one decoder
+    layer of the target's kind; the embedding and the head are the target's. None for a model
+    type not sized yet, and for a ModelOpt ``exclude_modules`` list (not matched against the
+    drafter's module names)."""
+    if model.model_type not in MTP_WEIGHTS_TYPES:
+        return None
+    if any(p != "lm_head" for p in exclude_patterns(model.quantization_config)):
+        return None
+    h = model.hidden_size or 0
+    dtype_bytes = model.dtype_bytes or 2
+    dp = request.data_parallel_size or 1
+    moe_ranks = request.tp * dp if dp > 1 and model.num_experts else request.tp
+    raw = model.raw_config
+    freq = raw.get("moe_layer_freq", 1)
+    first_dense = raw.get("first_k_dense_replace", 0)
+    if not isinstance(freq, int) or freq < 1 or not isinstance(first_dense, int):
+        return None
+    total = 0
+    for layer in mtp_pool_layers(request, model):
+        index = layer.layer_index
+        # deepseek_v2.py lines 1293-1297 (mlp_layer_types, e.g. GLM-5's, is not read there);
+        # glm4_moe.py lines 353-356 (no moe_layer_freq); MiMo's Qwen2 layer is dense
+        moe = (
+            model.model_type != "mimo"
+            and raw.get("n_routed_experts") is not None
+            and index >= first_dense
+            and (model.model_type == "glm4_moe" or index % freq == 0)
+        )
+        mats, _ = layer_matrices(model, index, moe, layer)
+        total += layer_rank_bytes(model, mats, tp=request.tp, moe_ranks=moe_ranks)
+        total += 3 * h * dtype_bytes + 2 * h * h * dtype_bytes
+    return total
+
+
 def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
     """The MTP drafter's cost when ``--speculative-config`` asks for one (else None).
 
     ``block_bytes`` is what it adds to each block of a single uniform-type group (MiniMax-M3);
     DeepSeek-V4's MTP pages join its packed groups instead (``block_bytes`` 0, the groups carry
-    them). ``weights_bytes`` is 0: the drafter's weights are refused unless measured (module doc).
+    them). ``weights_bytes``: :func:`mtp_weights_bytes`, 0 where it is not sized (then a plan
+    needs ``--weights-bytes`` or ``--kv-cache-memory``, module doc).
     """
     n = mtp_layers_requested(request, model)
     if n == 0:
         return None
-    if request.weights_bytes is None and request.kv_cache_memory_bytes is None:
+    weights_bytes = mtp_weights_bytes(request, model)
+    if (
+        weights_bytes is None
+        and request.weights_bytes is None
+        and request.kv_cache_memory_bytes is None
+    ):
         raise ConfigError(
             f"speculative_config: the MTP drafter's weights ({n} decoder layer(s) of "
             f"{model.model_type} with their experts) are not estimated by kvbudget; pass "
@@ -219,6 +301,7 @@ def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
         model_id=f"{model.model_id} (MTP, {n} layer(s))",
         num_layers=n,
         block_bytes=block_bytes,
-        weights_bytes=0,
+        weights_bytes=weights_bytes or 0,
         num_speculative_tokens=int(config.get("num_speculative_tokens") or n),
+        is_mtp=True,
     )

@@ -167,17 +167,18 @@ def _mlp_matrices(spec: ModelSpec, index: int, h: int, moe: bool | None = None) 
 
 
 def layer_matrices(
-    spec: ModelSpec, index: int, moe: bool | None = None
+    spec: ModelSpec, index: int, moe: bool | None = None, layer: LayerSpec | None = None
 ) -> tuple[list[Matrix], bool]:
     """All matrices of decoder layer ``index`` and whether any were approximated
-    (``moe`` given: whether it is a MoE layer, else read from the config's pattern)."""
+    (``moe`` given: whether it is a MoE layer, else read from the config's pattern; ``layer``
+    given: its mixer, for a layer outside ``spec.layers`` such as an MTP drafter's)."""
     h = spec.hidden_size
     if not h:
         raise ConfigError(
             "hidden_size: the model config has none; pass --weights-bytes to plan without it",
             field="hidden_size",
         )
-    mixer, approx = _attention_matrices(spec.layers[index], spec, h)
+    mixer, approx = _attention_matrices(spec.layers[index] if layer is None else layer, spec, h)
     return mixer + _mlp_matrices(spec, index, h, moe), approx
 
 

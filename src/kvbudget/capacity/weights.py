@@ -116,6 +116,27 @@ def _layer_groups(
     return [(moe, count, excluded) for (moe, excluded), count in groups.items()]
 
 
+def layer_rank_bytes(
+    spec: ModelSpec,
+    mats: list[Matrix],
+    *,
+    tp: int,
+    moe_ranks: int,
+    excluded: frozenset[str] = frozenset(),
+) -> int:
+    """One GPU's bytes of one decoder layer made of ``mats`` (:func:`layer_matrices`) and its two
+    norms: projections split over ``tp``, routed experts over ``moe_ranks``, each matrix in the
+    checkpoint's quantization unless ``excluded`` (then in the model dtype)."""
+    dtype_bytes = spec.dtype_bytes or 2
+    kv_heads = spec.num_kv_heads() or 0
+    total = 2 * (spec.hidden_size or 0) * dtype_bytes
+    for m in mats:
+        mq = None if m.name in excluded else spec.quantization_config
+        shape = m.rank_shape(moe_ranks if m.expert else tp, kv_heads)
+        total += m.count * _matrix_bytes(m, shape, mq, dtype_bytes)
+    return total
+
+
 def compute_weights(
     spec: ModelSpec, *, tp: int = 1, pp: int = 1, moe_ranks: int | None = None
 ) -> WeightsEstimate:
@@ -139,7 +160,6 @@ def compute_weights(
     quant = spec.quantization_config
     # the planner resolved --dtype first (model_dtype.with_dtype): float32 here is --dtype float32
     dtype_bytes = spec.dtype_bytes or 2
-    kv_heads = spec.num_kv_heads() or 0
     notes: list[str] = []
     approx_any = False
     stage_bytes = [0] * pp
@@ -155,17 +175,13 @@ def compute_weights(
             for moe, count, excluded in _layer_groups(spec, indices, exclusion):
                 mats, approx = layer_matrices(spec, layer.layer_index, moe)
                 approx_any = approx_any or approx
-                layer_rank = 2 * norm
+                layer_rank = layer_rank_bytes(
+                    spec, mats, tp=tp, moe_ranks=experts_over, excluded=excluded
+                )
                 layer_total = 0
                 for m in mats:
                     # an excluded module is stored unquantized (UnquantizedLinearMethod)
                     mq = None if m.name in excluded else quant
-                    layer_rank += m.count * _matrix_bytes(
-                        m,
-                        m.rank_shape(experts_over if m.expert else tp, kv_heads),
-                        mq,
-                        dtype_bytes,
-                    )
                     layer_total += m.count * _matrix_bytes(
                         m, (m.in_features, m.out_features), mq, dtype_bytes
                     )

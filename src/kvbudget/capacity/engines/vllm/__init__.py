@@ -19,7 +19,7 @@ from kvbudget.capacity.engines.registry import (
 from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
 from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
 from kvbudget.capacity.layouts.vllm import vllm_layout
-from kvbudget.capacity.mtp_draft import MTP_WEIGHTS_NOTE
+from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.weights import with_rope_cache
 
@@ -69,10 +69,15 @@ class VllmPlanner:
         again at the longest length that fits (vLLM's ``max_model_len=-1``)."""
         weights = with_rope_cache(weights, model)
         draft = speculative_draft(request, model)
-        if draft is not None and draft.weights_bytes:
+        # an MTP drafter's weights are already in an engine log's figure (flag) and in a
+        # snapshot's total_size (read: the checkpoint ships the MTP layers' tensors)
+        held = draft is not None and draft.is_mtp and weights.source in ("flag", "read")
+        if draft is not None and draft.weights_bytes and not held:
             weights = with_draft_weights(weights, draft, request.tp)
-        elif draft is not None and weights.source != "flag":  # an MTP drafter (mtp_draft)
+        elif draft is not None and not held:  # an MTP drafter mtp_draft does not size
             weights = replace(weights, notes=(*weights.notes, MTP_WEIGHTS_NOTE))
+        if held and weights.source == "read":
+            weights = replace(weights, notes=(*weights.notes, MTP_SNAPSHOT_NOTE))
         extra = draft.block_bytes if draft is not None else 0
         result = make_vllm_plan(request, model, gpu, weights, max_model_len, device_given, extra)
         if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:

@@ -1,0 +1,211 @@
+"""The MTP drafter's own weights in a vLLM 0.32 plan (issue #34), worked by hand.
+
+Source (vLLM 0.32.0, ``site-packages/vllm``): DeepSeek-V3's MTP layer (``model_executor/models/
+deepseek_mtp.py`` lines 76-111) holds ``enorm``, ``hnorm`` (lines 85-86), ``shared_head.norm``
+(line 61), ``eh_proj = nn.Linear(2 x hidden, hidden)`` (line 87: no TP split, no quantization,
+model dtype) and a ``DeepseekV2DecoderLayer`` with the target's ``quant_config`` at index
+``num_hidden_layers`` (MoE: ``61 >= first_k_dense_replace 3``, ``61 % 1 == 0``, ``deepseek_v2.py``
+lines 1293-1297). MiMo's (``mimo_mtp.py`` lines 43-65): ``token_layernorm``,
+``hidden_layernorm``, ``final_layernorm``, ``input_proj`` ``nn.Linear(2 x hidden, hidden)`` and a
+dense ``Qwen2DecoderLayer``. The proposer then points the drafter's ``embed_tokens`` and its
+heads at the target's (``v1/spec_decode/llm_base_proposer.py`` lines 1466-1472, 1498-1501,
+1545-1571) inside the "Model loading took" profiler (``v1/worker/gpu_model_runner.py`` lines
+5050-5073): they are not counted.
+
+fp8 (DeepSeek-V3's ``weight_block_size`` [128, 128]): 1 B per weight plus one fp32 scale per
+128 x 128 block of the rank's shard (``Fp8LinearMethod``'s ``weight_scale_inv``); bf16 for the
+router, norms and ``eh_proj``. kvbudget's weight estimator leaves out biases, q/k norms (MLA's
+``q_a_layernorm`` / ``kv_a_layernorm``) and the same for the drafter.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
+from kvbudget.spec.resolve import resolve_model
+from kvbudget.units import GiB
+
+ROOT = Path(__file__).resolve().parents[3]
+CATALOG = ROOT / "src" / "kvbudget" / "spec" / "catalog" / "models"
+MTP = '{"method": "mtp", "num_speculative_tokens": 1}'
+PEER = json.loads(
+    (ROOT / "tests" / "peer" / "fixtures" / "vllm_pools_0.32.0.json").read_text("utf-8")
+)
+
+
+def _fp8(n_in: int, n_out: int) -> int:
+    """One rank's shard ``n_in x n_out`` in fp8 with 128 x 128 fp32 block scales."""
+    return n_in * n_out + 4 * -(-n_out // 128) * -(-n_in // 128)
+
+
+# DeepSeek-V3 (hidden 7168, 128 heads, q_lora 1536, kv_lora 512, rope 64, nope 128, v 128,
+# 256 experts of 2048 + 1 shared, fp8), one GPU of TP 8:
+DSV3_ATTENTION_TP8 = (
+    _fp8(7168, 1536)  # q_a_proj, replicated: 11,010,048 + 4 x 12 x 56
+    + _fp8(1536, 128 * (128 + 64) // 8)  # q_b_proj, column-split: 3,072 outputs
+    + _fp8(7168, 512 + 64)  # kv_a_proj_with_mqa, replicated
+    + _fp8(512, 128 * (128 + 128) // 8)  # kv_b_proj, column-split: 4,096 outputs
+    + _fp8(128 * 128 // 8, 7168)  # o_proj, row-split: 2,048 inputs
+)
+DSV3_MOE_TP8 = (
+    256 * _fp8(7168, 2 * 2048 // 8)  # experts' gate_up, column-split: 512 outputs
+    + 256 * _fp8(2048 // 8, 7168)  # experts' down, row-split: 256 inputs
+    + 7168 * 256 * 2  # router (gate), bf16, replicated
+    + _fp8(7168, 2 * 2048 // 8)  # shared expert gate_up
+    + _fp8(2048 // 8, 7168)  # shared expert down
+)
+DSV3_MTP_TP8 = (
+    DSV3_ATTENTION_TP8
+    + DSV3_MOE_TP8
+    + 2 * 7168 * 2  # the decoder layer's input / post-attention norms
+    + 3 * 7168 * 2  # enorm, hnorm, shared_head.norm
+    + 2 * 7168 * 7168 * 2  # eh_proj, bf16, whole on every rank
+)
+
+
+def _write(tmp_path: Path, raw: dict[str, Any]) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
+def _plan(path: Path, **extra: Any) -> Any:
+    resolved = resolve_model(str(path))
+    assert resolved.spec is not None, resolved.reason
+    request = PlanRequest(model=str(path), engine="vllm", engine_version="0.32.0", **extra)
+    return make_plan(request, resolved.spec)
+
+
+def _catalog(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CATALOG / f"{name}.json").read_text("utf-8"))
+    return data
+
+
+def test_deepseek_v3_mtp_weights_by_hand(tmp_path: Path) -> None:
+    """36,643,680 B of MLA + 1,418,806,592 B of MoE + 28,672 B of norms (the decoder layer) +
+    43,008 B (three norms) + 205,520,896 B (eh_proj) = 1,661,042,848 B per GPU at TP 8."""
+    assert DSV3_ATTENTION_TP8 == 36_643_680
+    assert DSV3_MOE_TP8 == 1_418_806_592
+    assert DSV3_MTP_TP8 == 1_661_042_848
+    path = _write(tmp_path, _catalog("deepseek-ai--DeepSeek-V3"))
+    common: dict[str, Any] = {"gpu": "H200", "tp": 8, "max_model_len": 8192}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == DSV3_MTP_TP8
+    assert with_mtp.weights.total_bytes - without.weights.total_bytes == 8 * DSV3_MTP_TP8
+    assert not any("leave the MTP drafter out" in note for note in with_mtp.notes)
+    assert "(MTP, 1 layer(s))" in with_mtp.weights.method
+
+
+def test_glm5_mtp_layer_is_moe_whatever_mlp_layer_types_says(tmp_path: Path) -> None:
+    """GLM-5.2's ``mlp_layer_types`` has 78 entries, none for the MTP layer 78; vLLM's
+    ``DeepseekV2DecoderLayer`` reads ``first_k_dense_replace`` and ``moe_layer_freq`` only
+    (``deepseek_v2.py`` lines 1293-1297): a MoE layer. The plan gains more than the experts'
+    gate_up alone (n_routed_experts x hidden x 2 x moe_intermediate / 8 bytes at least)."""
+    raw = _catalog("zai-org--GLM-5.2")
+    h, experts, inter = raw["hidden_size"], raw["n_routed_experts"], raw["moe_intermediate_size"]
+    path = _write(tmp_path, raw)
+    common: dict[str, Any] = {"gpu": "H200", "tp": 8, "max_model_len": 8192}
+    gained = (
+        _plan(path, speculative_config=MTP, **common).weights_bytes
+        - _plan(path, **common).weights_bytes
+    )
+    assert gained > experts * h * 2 * inter // 8
+
+
+#: the published MiMo-7B-Base config's fields the estimate reads
+MIMO_7B: dict[str, Any] = {
+    "architectures": ["MiMoForCausalLM"],
+    "model_type": "mimo",
+    "num_hidden_layers": 36,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 11008,
+    "vocab_size": 151680,
+    "max_position_embeddings": 32768,
+    "rope_theta": 640000,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "num_nextn_predict_layers": 1,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("tp", "expected"),
+    [
+        # q 4096x4096 + k, v 4096x1024 + o 4096x4096 = 41,943,040; gate_up 4096x22016 +
+        # down 11008x4096 = 135,266,304; 2 norms 8,192: 177,217,536 x 2 B = 354,435,072;
+        # input_proj 8192 x 4096 x 2 = 67,108,864; 3 norms x 4096 x 2 = 24,576
+        (1, 354_435_072 + 67_108_864 + 24_576),
+        # TP 2: q 4096x2048, k, v 4096x512 (4 of 8 KV heads), o 2048x4096: 20,971,520;
+        # gate_up 4096x11008 + down 5504x4096 = 67,633,152; + 8,192 norms = 88,612,864 x 2 B;
+        # input_proj and the 3 norms whole on each rank
+        (2, 177_225_728 + 67_108_864 + 24_576),
+    ],
+)
+def test_mimo_mtp_weights_by_hand(tmp_path: Path, tp: int, expected: int) -> None:
+    assert expected in (421_568_512, 244_359_168)
+    path = _write(tmp_path, MIMO_7B)
+    common: dict[str, Any] = {"gpu": "H200", "tp": tp, "max_model_len": 8192}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == expected
+
+
+def test_weights_bytes_flag_already_holds_the_drafter(tmp_path: Path) -> None:
+    """``--weights-bytes`` is the engine log's "Model loading took" figure, drafter included."""
+    path = _write(tmp_path, MIMO_7B)
+    result = _plan(
+        path, gpu="H200", max_model_len=8192, weights_bytes=16 * GiB, speculative_config=MTP
+    )
+    assert result.weights_bytes == 16 * GiB
+
+
+def test_a_snapshot_total_already_holds_the_mtp_layer(tmp_path: Path) -> None:
+    """MiMo-7B's checkpoint ships its ``model.mtp_layers.0.*`` tensors, so the index's
+    ``metadata.total_size`` (made up here: 16 GiB) includes the drafter: the plan's weights are
+    the same with and without MTP, and a note says so."""
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text(json.dumps(MIMO_7B), encoding="utf-8")
+    index = {"metadata": {"total_size": 16 * GiB}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    common: dict[str, Any] = {"gpu": "H200", "max_model_len": 8192}
+    without = _plan(snapshot, **common)
+    with_mtp = _plan(snapshot, speculative_config=MTP, **common)
+    assert with_mtp.weights.source == "read"
+    assert with_mtp.weights_bytes == without.weights_bytes
+    assert any("holds the checkpoint's MTP layer" in note for note in with_mtp.notes)
+
+
+def test_tiny_glm45_mtp_weights_by_hand(tmp_path: Path) -> None:
+    """The tiny ``glm4_moe`` the CPU engine ran (hidden 256, 4 heads x 64, 2 KV heads, 4 experts
+    of 128 + 1 shared, first_k_dense_replace 1: the MTP layer 8 is MoE, ``glm4_moe.py`` lines
+    353-356; ``glm4_moe_mtp.py`` lines 80-104), TP 1, bf16:
+    attention q 256 x 256 + k, v 256 x 128 + o 256 x 256 = 196,608; experts gate_up
+    4 x 256 x 256 + down 4 x 128 x 256 + router 256 x 4 + shared 256 x 256 + 128 x 256 = 492,544;
+    2 norms 512; eh_proj 512 x 256 = 131,072; 3 norms 768: 821,504 parameters x 2 B."""
+    assert 196_608 + 492_544 + 512 + 131_072 + 768 == 821_504
+    path = _write(tmp_path, PEER["cases"]["glm4_moe"]["config"])
+    common: dict[str, Any] = {"gpu": "H200", "max_model_len": 4096}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == 821_504 * 2
+
+
+def test_mimo_v2_flash_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
+    """MiMo-V2-Flash's drafter (``mimo_v2_mtp.py``) is not sized yet: refused without a figure."""
+    path = _write(tmp_path, _catalog("XiaomiMiMo--MiMo-V2-Flash"))
+    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
+        _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)
