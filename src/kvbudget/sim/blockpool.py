@@ -272,7 +272,7 @@ class BlockPool:
                     ref[block_id] = 1
                     key = keys[block_id]
                     if key is not None:
-                        if key.__class__ is PendingRun:
+                        if isinstance(key, PendingRun):
                             key.num_live -= 1
                         else:
                             del cached[key]
@@ -298,7 +298,7 @@ class BlockPool:
                 # every keyed block is the table's only entry for its key: evict inline
                 key = keys[block_id]
                 if key is not None:
-                    if key.__class__ is PendingRun:
+                    if isinstance(key, PendingRun):
                         key.num_live -= 1
                     else:
                         del cached[key]
@@ -348,7 +348,7 @@ class BlockPool:
         keys = self.block_key
         key = keys[block_id]
         if key is not None:
-            if key.__class__ is PendingRun:
+            if isinstance(key, PendingRun):
                 key.num_live -= 1
             else:
                 del self._cached[key]
@@ -672,7 +672,7 @@ class BlockPool:
         key = self.block_key[block_id]
         self.block_key[block_id] = None
         self.num_evictions += 1
-        if key.__class__ is PendingRun:
+        if isinstance(key, PendingRun):
             key.num_live -= 1
             return  # never hashed: nothing in the table (lazy mode has no eviction hook)
         if self._cached.get(key) == block_id:
