@@ -242,49 +242,37 @@ class BlockPool:
             self._num_tail_live -= left
             out.extend(taken)
             if simple and left > 1:
-                # gather the keys at C level; evict run by run (a dead request's blocks
-                # are usually consecutive in the queue and carry the same pending run)
-                taken_keys = itemgetter(*taken)(keys)
-                # (``count(None)`` over keyed entries is slow: each non-None one takes the
-                # rich-comparison fallback; identity matches are cheap, so the walk below
-                # checks a run's stretch with ``count(run)`` over at most its live blocks)
-                if taken_keys[0] is None and taken_keys.count(None) == left:
-                    for block_id in taken:  # nothing to evict (a pool not yet full)
-                        inq[block_id] = 0
-                        ref[block_id] = 1
-                else:
-                    for block_id in taken:
-                        inq[block_id] = 0
-                        ref[block_id] = 1
+                # one pass; a dead request's blocks are usually consecutive in the queue and
+                # carry the same pending run: its counter drops once a stretch (``run``, ``m``)
+                run: PendingRun | None = None
+                m = 0
+                for block_id in taken:
+                    inq[block_id] = 0
+                    ref[block_id] = 1
+                    key = keys[block_id]
+                    if key is not None:
                         keys[block_id] = None
-                    i = 0
-                    while i < left:
-                        key = taken_keys[i]
-                        if key is None:
-                            i += 1
-                        elif key.__class__ is PendingRun:
-                            # its stretch from i: usually all its live blocks (one C-level
-                            # count of identity matches), else walked by identity
-                            m = min(key.num_live, left - i)
-                            if m < 2 or taken_keys[i : i + m].count(key) != m:
-                                m = i + 1
-                                while m < left and taken_keys[m] is key:
-                                    m += 1
-                                m -= i
-                            key.num_live -= m
-                            num_evicted += m
-                            i += m
+                        if key is run:
+                            m += 1
+                        elif isinstance(key, PendingRun):
+                            if run is not None:
+                                run.num_live -= m
+                                num_evicted += m
+                            run = key
+                            m = 1
                         else:
                             del cached[key]
                             num_evicted += 1
-                            i += 1
+                if run is not None:
+                    run.num_live -= m
+                    num_evicted += m
             elif simple:
                 for block_id in taken:
                     inq[block_id] = 0
                     ref[block_id] = 1
                     key = keys[block_id]
                     if key is not None:
-                        if key.__class__ is PendingRun:
+                        if isinstance(key, PendingRun):
                             key.num_live -= 1
                         else:
                             del cached[key]
@@ -310,7 +298,7 @@ class BlockPool:
                 # every keyed block is the table's only entry for its key: evict inline
                 key = keys[block_id]
                 if key is not None:
-                    if key.__class__ is PendingRun:
+                    if isinstance(key, PendingRun):
                         key.num_live -= 1
                     else:
                         del cached[key]
@@ -360,7 +348,7 @@ class BlockPool:
         keys = self.block_key
         key = keys[block_id]
         if key is not None:
-            if key.__class__ is PendingRun:
+            if isinstance(key, PendingRun):
                 key.num_live -= 1
             else:
                 del self._cached[key]
@@ -483,18 +471,24 @@ class BlockPool:
         registered blocks are a prefix of its table: registration goes in table order, and
         only a referenced block gets a key). No null block in ``table``.
 
-        The common case, every block's last reference, takes one gather and one loop: a block
-        with a reference is never at the front (``_phantom``), so the checks :meth:`free`
-        makes on every block (its key, the null block, the front) are known here. A block
+        The common case, every block's last reference, takes one check and one store a
+        block: a block with a reference is never at the front (``_phantom``), so the checks
+        :meth:`free` makes on every block (its key, the null block, the front) are known here. A block
         shared with another request (reference count above 1) falls back to :meth:`free`.
         """
         n = len(table)
-        if n < 2 or itemgetter(*table)(self.ref_cnt).count(1) != n:
+        ref = self.ref_cnt
+        last_ref = n >= 2
+        if last_ref:
+            for block_id in table:
+                if ref[block_id] != 1:
+                    last_ref = False
+                    break
+        if not last_ref:
             self.free(reversed(table))
             return
         if not self.enable_caching:
             num_keyed = 0
-        ref = self.ref_cnt
         inq = self._inq
         if num_keyed < n:
             # unkeyed: to the front, in the order freed (the table's last block first)
@@ -595,19 +589,10 @@ class BlockPool:
             runs.append(run)
             self._num_pending_runs += 1
         num_set = 0
-        if (
-            len(block_ids) > 1
-            and NULL_BLOCK_ID not in block_ids
-            and itemgetter(*block_ids)(keys).count(None) == len(block_ids)
-        ):
-            for block_id in block_ids:  # every block new to the table: plain stores
+        for block_id in block_ids:
+            if keys[block_id] is None and block_id != NULL_BLOCK_ID:
                 keys[block_id] = run
-            num_set = len(block_ids)
-        else:
-            for block_id in block_ids:
-                if keys[block_id] is None and block_id != NULL_BLOCK_ID:
-                    keys[block_id] = run
-                    num_set += 1
+                num_set += 1
         run.num_live += num_set
         if self._num_pending_runs > self._compact_at:
             self._compact_pending()
@@ -687,7 +672,7 @@ class BlockPool:
         key = self.block_key[block_id]
         self.block_key[block_id] = None
         self.num_evictions += 1
-        if key.__class__ is PendingRun:
+        if isinstance(key, PendingRun):
             key.num_live -= 1
             return  # never hashed: nothing in the table (lazy mode has no eviction hook)
         if self._cached.get(key) == block_id:

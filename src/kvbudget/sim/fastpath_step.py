@@ -11,7 +11,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from kvbudget.sim.request import SimRequest
-from kvbudget.sim.timing import BatchShape
+from kvbudget.sim.roofline import batch_shape
 
 if TYPE_CHECKING:
     from kvbudget.sim.fastpath import FastEngine
@@ -82,7 +82,7 @@ def apply_step(fe: FastEngine, now_s: float, scheduled: list[tuple[SimRequest, i
             pairs += n * (c + (n + 1) / 2)
             prefill_ctx += c + n
     num_dec = fe.num_decoders
-    shape = BatchShape(
+    shape = batch_shape(
         num_prefill,
         pairs,
         prefill_ctx,

@@ -9,6 +9,7 @@ tokens / prompt tokens looked up) and blocks (cached full blocks / full prompt b
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,10 @@ class SimResult:
         )
 
 
+#: token times held before their gaps go to the ITL store (:meth:`RunStats._flush_itl`)
+ITL_BATCH_VALUES = 1 << 15
+
+
 class RunStats:
     """What the summary needs, accumulated one request at a time (streamed runs keep only this).
 
@@ -108,8 +113,14 @@ class RunStats:
         self.ttft_s = SpilledColumns()
         self.tpot_s = SpilledColumns()
         self.e2e_s = SpilledColumns()
-        #: gaps between consecutive output tokens of finished requests (recorded token times)
-        self.itl_s = SpilledColumns()
+        #: gaps between consecutive output tokens of finished requests (recorded token times),
+        #: read through :attr:`itl_s` (which adds the pending requests' gaps first)
+        self._itl_store = SpilledColumns()
+        #: token times of finished requests whose gaps are not in the store yet, one request
+        #: after another, and where each request's times end in them: the gaps are taken a
+        #: batch of requests at a time (one numpy subtraction, the same bits as per request)
+        self._itl_times = array("d")
+        self._itl_ends: list[int] = []
         #: ITL's exact sum, of each request's last minus first token time (its gaps' sum, for
         #: the mean; the other metrics' sums are their stores' :meth:`SpilledColumns.exact_sum`)
         self.itl_sum = ExactSum()
@@ -129,6 +140,28 @@ class RunStats:
         self.kv_usage_peak: float | None = None
         #: replica -> largest running batch sampled
         self.max_running: dict[str, int] = {}
+
+    @property
+    def itl_s(self) -> SpilledColumns:
+        """Gaps between consecutive output tokens of finished requests, in request order."""
+        self._flush_itl()
+        return self._itl_store
+
+    def _flush_itl(self) -> None:
+        """Add the pending requests' gaps to the store, in order: each request's gaps are the
+        differences of its consecutive token times (the differences across two requests'
+        times are dropped)."""
+        ends = self._itl_ends
+        if not ends:
+            return
+        times = np.frombuffer(self._itl_times, dtype=np.float64)
+        gaps = times[1:] - times[:-1]
+        if len(ends) > 1:
+            # a request ending at index e: gaps[e - 1] spans it and the next request
+            gaps = np.delete(gaps, np.asarray(ends[:-1], dtype=np.intp) - 1)
+        self._itl_store.extend_array(gaps)
+        self._itl_times = array("d")
+        self._itl_ends = []
 
     @property
     def num_samples(self) -> int:
@@ -153,9 +186,12 @@ class RunStats:
                 self.tpot_s.append((r.finish_s - r.first_token_s) / (r.output_tokens - 1))
             times = r.token_times_s
             if len(times) > 1:
-                # np.diff's own subtraction, from an array filled without dtype discovery
-                arr = np.fromiter(times, dtype=np.float64, count=len(times))
-                self.itl_s.extend_array(arr[1:] - arr[:-1])
+                # the gaps are taken later, a batch of requests at a time (_flush_itl)
+                pending = self._itl_times
+                pending.extend(times)
+                self._itl_ends.append(len(pending))
+                if len(pending) >= ITL_BATCH_VALUES:
+                    self._flush_itl()
                 # the gaps' sum, telescoped (one addition a request, not one a token)
                 self.itl_sum.add(times[-1] - times[0])
         elif r.status == "cancelled":

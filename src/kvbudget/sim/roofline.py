@@ -28,6 +28,31 @@ class BatchShape(NamedTuple):
     decode_context_tokens: int = 0
 
 
+_new_tuple = tuple.__new__
+
+
+def batch_shape(
+    num_prefill_tokens: int,
+    prefill_pairs: float,
+    prefill_context_tokens: int,
+    num_decode_seqs: int,
+    decode_context_tokens: int,
+) -> BatchShape:
+    """``BatchShape(...)`` of every field, built by ``tuple.__new__`` (the named tuple's own
+    ``__new__`` is interpreted Python even in the compiled build: about 3x the time, once per
+    simulated step)."""
+    return _new_tuple(
+        BatchShape,
+        (
+            num_prefill_tokens,
+            prefill_pairs,
+            prefill_context_tokens,
+            num_decode_seqs,
+            decode_context_tokens,
+        ),
+    )
+
+
 class RooflineCost:
     """Per-rank roofline figures of one replica and the time of one step."""
 
