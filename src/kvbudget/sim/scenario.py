@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvbudget.capacity.plan_types import PlanRequest
@@ -57,7 +56,6 @@ from kvbudget.capacity.versions import (
     vllm_async_scheduling,
 )
 from kvbudget.errors import ConfigError
-from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.sim.cluster import ClusterSpec
 from kvbudget.sim.config import SchedulingPolicy
 from kvbudget.sim.disagg import KVLinkConfig
@@ -198,6 +196,12 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
             f"scenario {path}: file not found; give the path of a YAML scenario (see {_DOCS})",
             field="scenario",
         )
+    # YAML only for a scenario file: the flag-built run (``kvbudget sim`` without
+    # ``--scenario``) never pays for importing it
+    import yaml
+
+    from kvbudget.safety.yamlload import load_yaml_text, read_text_file
+
     try:
         text = read_text_file(file, what="scenario")
     except OSError as exc:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvbudget.errors import ConfigError
@@ -24,7 +23,6 @@ from kvbudget.safety.limits import (
     MAX_REQUESTS,
     MAX_VOCAB,
 )
-from kvbudget.safety.yamlload import load_yaml_text, read_text_file
 from kvbudget.validation import first_problem, problem_line
 from kvbudget.workload.arrival_specs import ArrivalSpec, ClosedLoopArrivals
 from kvbudget.workload.lengths import FixedLength, LengthSpec
@@ -119,6 +117,11 @@ def load_workload_yaml(path: str | Path) -> WorkloadSpec:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"workload file {str(p)!r} does not exist", field="path")
+    # YAML only for a workload file: the flag-built workload never pays for importing it
+    import yaml
+
+    from kvbudget.safety.yamlload import load_yaml_text, read_text_file
+
     try:
         data = load_yaml_text(read_text_file(p, what="workload file"), source=str(p))
     except yaml.YAMLError as exc:
