@@ -170,3 +170,19 @@ def test_text_output_shows_the_state_pool() -> None:
     )
     assert "mamba state pool" in result.output
     assert "65 slots (max_mamba_cache_size 64) x 77,266,944 B" in result.output
+
+
+def test_bfloat16_ssm_state_halves_the_temporal_bytes() -> None:
+    # --mamba-ssm-cache-dtype bfloat16 read as SGLang's --mamba-ssm-dtype (choices float32,
+    # bfloat16, float16: arg_groups/fields/exec_.py lines 490-496): temporal 524,288 x 2 B
+    per_req = 36 * (49_152 + 524_288 * 2)  # 36 x 1,097,728 = 39,518,208 B
+    sg = _plan(
+        "Qwen/Qwen3-Next-80B-A3B-Thinking", "0.5.23", mamba_ssm_cache_dtype="bfloat16"
+    ).sglang
+    assert sg is not None
+    assert sg.mamba_state_bytes_per_request == per_req
+    # budget 5,086,145,482.1 / 39,518,208 = 128.70: 127 + 1 padding slot
+    assert sg.max_mamba_cache_size == 127
+    # (10,737,418,240 - 128 x 39,518,208) // 24,576 = 5,679,087,616 // 24,576 = 231,082
+    assert (REST - 128 * per_req) // QWEN3_NEXT_CELL == 231_082
+    assert sg.max_total_num_tokens == 231_082

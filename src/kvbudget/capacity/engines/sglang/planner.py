@@ -124,8 +124,9 @@ def make_sglang_plan(
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
     padded = version >= MAMBA_PADDING_SLOT_VERSION
+    ssm_name, ssm_bytes = _sglang_ssm_dtype(request.mamba_ssm_cache_dtype)
     state_per_req, state_kinds_unread = _mamba_state_bytes_per_request(
-        model, request.tp, request.pp if padded else 1
+        model, request.tp, request.pp if padded else 1, ssm_bytes
     )
     if state_kinds_unread:
         notes.append(
@@ -152,7 +153,7 @@ def make_sglang_plan(
     if state_per_req:
         notes.append(
             f"SGLang mamba state pool: {state_per_req} B of state per request (conv bfloat16, "
-            "temporal float32: SGLANG_MAMBA_SSM_DTYPE / --mamba-ssm-dtype unset), given "
+            f"temporal {ssm_name}), given "
             f"mamba_full_memory_ratio {mamba_ratio} of the rest, rest*r/(1+r) ("
             + (
                 "0.5.23 mem_cache/kv_cache_configurator.py lines 3352-3409"
@@ -432,7 +433,26 @@ SGLANG_CONV_STATE_BYTES = 2
 SGLANG_TEMPORAL_STATE_BYTES = 4
 
 
-def _mamba_state_bytes_per_request(model: ModelSpec, tp: int, pp: int) -> tuple[int, list[str]]:
+def _sglang_ssm_dtype(name: str) -> tuple[str, int]:
+    """SGLang's temporal-state dtype from ``--mamba-ssm-cache-dtype`` (read as SGLang's
+    ``--mamba-ssm-dtype``, which sets ``SGLANG_MAMBA_SSM_DTYPE``, ``arg_groups/serving_hook.py``
+    lines 439-440): ``auto`` is SGLang's default float32 (``configs/mamba_utils.py`` lines
+    46-105, which accept float32, bfloat16, float16)."""
+    key = name.strip().lower()
+    if key in ("auto", "float32", "float"):
+        return "float32", SGLANG_TEMPORAL_STATE_BYTES
+    if key in ("bfloat16", "float16", "half"):
+        return "float16" if key == "half" else key, 2
+    raise ConfigError(
+        f"mamba_ssm_cache_dtype: {name!r} is not one of SGLang's --mamba-ssm-dtype values "
+        "(float32, bfloat16, float16) or auto",
+        field="mamba_ssm_cache_dtype",
+    )
+
+
+def _mamba_state_bytes_per_request(
+    model: ModelSpec, tp: int, pp: int, temporal_bytes: int = SGLANG_TEMPORAL_STATE_BYTES
+) -> tuple[int, list[str]]:
     """SGLang ``mamba_cache_per_req`` (``configs/mamba_utils.py`` lines 116-125: one layer's conv
     and temporal elements times their dtype sizes, times the state layers) scaled to the largest
     PP stage's share (``kv_cache_configurator.py`` lines 3234-3258), and the state kinds whose
@@ -449,8 +469,7 @@ def _mamba_state_bytes_per_request(model: ModelSpec, tp: int, pp: int) -> tuple[
         return 0, unread
     first = states[0]
     per_layer = (
-        first.conv_elements(tp) * SGLANG_CONV_STATE_BYTES
-        + first.ssm_elements(tp) * SGLANG_TEMPORAL_STATE_BYTES
+        first.conv_elements(tp) * SGLANG_CONV_STATE_BYTES + first.ssm_elements(tp) * temporal_bytes
     )
     per_req = per_layer * len(states)
     if pp == 1:
