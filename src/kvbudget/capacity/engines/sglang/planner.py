@@ -457,26 +457,27 @@ def _mamba_state_bytes_per_request(
     and temporal elements times their dtype sizes, times the state layers) scaled to the largest
     PP stage's share (``kv_cache_configurator.py`` lines 3234-3258), and the state kinds whose
     SGLang pool kvbudget has not read."""
-    states = [
-        (x.state if isinstance(x, ParallelHybrid) else x)
-        for x in model.layers
+    runs = [
+        (x.state if isinstance(x, ParallelHybrid) else x, indices)
+        for x, indices in model.layer_runs()
         if isinstance(x, StateLayer | ParallelHybrid)
-    ]
+    ]  # runs, never per layer (models of 10^8 layers)
+    states = [(s, r) for s, r in runs if isinstance(s, StateLayer)]
     if not states:
         return 0, []
-    unread: list[str] = sorted({s.state_kind for s in states} - SGLANG_STATE_KINDS)
+    unread: list[str] = sorted({s.state_kind for s, _ in states} - SGLANG_STATE_KINDS)
     if unread:
         return 0, unread
-    first = states[0]
+    first = states[0][0]
     per_layer = (
         first.conv_elements(tp) * SGLANG_CONV_STATE_BYTES + first.ssm_elements(tp) * temporal_bytes
     )
-    per_req = per_layer * len(states)
+    num_states = sum(len(r) for _, r in states)
+    per_req = per_layer * num_states
     if pp == 1:
         return per_req, []
-    indices = [s.layer_index for s in states]
     stage_max = max(
-        sum(1 for i in indices if start <= i < end)
+        sum(_count(r, start, end) for _, r in states)
         for start, end in (get_pp_indices(model.num_layers, p, pp) for p in range(pp))
     )
-    return int(per_req * (stage_max / len(states))), []
+    return int(per_req * (stage_max / num_states)), []
