@@ -186,7 +186,8 @@ class PlanRequest(BaseModel):
     mamba_ssm_cache_dtype: str = Field(
         default="auto",
         description="vLLM --mamba-ssm-cache-dtype for the recurrent state (auto follows "
-        "--mamba-cache-dtype; vLLM's CPU build resets it to float32).",
+        "--mamba-cache-dtype; vLLM's CPU build resets it to float32). With --engine sglang: "
+        "SGLang's --mamba-ssm-dtype (auto: float32, SGLang's default).",
     )
     quantization: str | None = Field(
         default=None, description="vLLM --quantization method name for the weights"

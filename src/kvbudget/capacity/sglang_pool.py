@@ -9,6 +9,15 @@ Reference ``engines-kv-accounting.md`` §7:
   ``max(1, kv_heads // tp) * (head_dim + v_head_dim) * s``; MLA ``(kv_lora_rank + rope) * s``
   (656 B for the fp8 NSA layout), plus the DSA indexer key (132 B per top-k layer; see
   ``layouts/sglang.py`` ``sglang_dsa_cell_bytes``). Mamba layers are not in the token pool.
+* Hybrid mamba / linear-attention models: before the token pool, SGLang 0.5.23 carves a
+  per-request state pool out of ``rest`` (``mem_cache/kv_cache_configurator.py``
+  ``_handle_max_mamba_cache``, lines 3229-3396, called at line 3040): budget
+  ``rest * r / (1 + r)`` with ``r = mamba_full_memory_ratio`` (lines 3352-3356; default 0.9,
+  ``arg_groups/fields/schedule.py`` lines 220-227), ``max_mamba_cache_size =
+  int((budget - per_req) // per_req)`` (lines 3379-3386), and the token pool gets
+  ``rest - (max_mamba_cache_size + 1) * per_req`` (the +1 padding slot, lines 3404-3409). See
+  :func:`mamba_state_pool`; 0.5.4 has no padding slot and gives the pool to Falcon-H1,
+  Nemotron-H and Qwen3-Next only (``model_executor/model_runner.py`` lines 1433-1498).
 * ``mem_fraction_static`` default: by TP size up to v0.4.x; from v0.5.3 (release assumed for
   PR #10975) ``round((gpu_mem - reserved) / gpu_mem, 3)`` with ``gpu_mem`` in MiB and
   ``reserved = 512 + max(chunked_prefill, 2048)*1.5 + cuda_graph_max_bs*2 + tp*pp/8*1024``,
@@ -95,6 +104,11 @@ class SglangPool:
     swa_full_tokens_ratio: float | None = None
     full_tokens: int | None = None
     swa_tokens: int | None = None
+    #: hybrid mamba models: the per-request state pool carved out of the rest first
+    mamba_full_memory_ratio: float | None = None
+    mamba_state_bytes_per_request: int | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_pool_bytes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -111,6 +125,10 @@ class SglangPool:
             "swa_full_tokens_ratio": self.swa_full_tokens_ratio,
             "full_tokens": self.full_tokens,
             "swa_tokens": self.swa_tokens,
+            "mamba_full_memory_ratio": self.mamba_full_memory_ratio,
+            "mamba_state_bytes_per_request": self.mamba_state_bytes_per_request,
+            "max_mamba_cache_size": self.max_mamba_cache_size,
+            "mamba_pool_bytes": self.mamba_pool_bytes,
         }
 
 
@@ -138,6 +156,46 @@ def split_hybrid_swa(
     denominator = full_bytes * num_full + ratio * swa_bytes * num_swa
     full = int(max_total * (full_bytes * num_full + swa_bytes * num_swa) / denominator)
     return full, int(full * ratio)
+
+
+#: SGLang ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (``kv_cache_configurator.py`` line 227):
+#: state slots per running request with the radix cache on and no extra buffer
+MAMBA_SLOTS_PER_REQUEST = 3
+#: ``--mamba-full-memory-ratio`` fallback (``arg_groups/fields/schedule.py`` lines 220-227)
+DEFAULT_MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+#: the first release read with the padding slot (sglang 0.5.23 wheel); 0.5.4's
+#: ``ModelRunner.handle_max_mamba_cache`` (``model_executor/model_runner.py`` lines 1433-1480) has
+#: none: ``size = int(budget * 2**30 // per_req)``, state ``size * per_req``
+MAMBA_PADDING_SLOT_VERSION = (0, 5, 23)
+
+
+def mamba_state_pool(
+    rest_bytes: int,
+    per_request_bytes: int,
+    ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO,
+    *,
+    padding_slot: bool = True,
+) -> tuple[int, int, int]:
+    """SGLang's mamba state pool without speculative decoding: ``(max_mamba_cache_size, state
+    pool bytes, rest bytes left for the token pool)``.
+
+    ``budget = rest * r / (1 + r)`` (GiB floats, as SGLang keeps ``rest``). With
+    ``padding_slot`` (0.5.23 ``_handle_max_mamba_cache``): ``size = int((budget - per_req) //
+    per_req)`` and the pool holds ``size + 1`` slots; without (0.5.4): ``size = int(budget //
+    per_req)`` slots. The token pool gets ``rest - pool``, converted back with ``int(x * 2**30)``.
+    """
+    rest_gib = rest_bytes / GiB
+    budget_bytes = rest_gib * ratio / (1 + ratio) * GiB
+    if padding_slot:
+        size = int((budget_bytes - per_request_bytes) // per_request_bytes)
+        slots = size + 1
+    else:
+        size = int(budget_bytes // per_request_bytes)
+        slots = size
+    left_gib = rest_gib - slots * per_request_bytes / GiB
+    return size, max(slots, 0) * per_request_bytes, int(left_gib * GiB)
 
 
 def max_running_requests(tokens: int, context_len: int) -> int:

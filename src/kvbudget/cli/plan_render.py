@@ -200,6 +200,16 @@ def render_plan(
         "KV bytes per token",
         f"{result.kv_bytes_per_token_per_rank:,} per GPU, {result.kv_bytes_per_token_replica:,} per replica",
     )
+    sg = result.sglang
+    if sg is not None and sg.max_mamba_cache_size is not None:
+        summary.add_row(
+            "mamba state pool",
+            f"{(sg.mamba_pool_bytes or 0) // (sg.mamba_state_bytes_per_request or 1):,} "
+            f"slots (max_mamba_cache_size {sg.max_mamba_cache_size:,}) x "
+            f"{sg.mamba_state_bytes_per_request or 0:,} B = "
+            f"{_gib(sg.mamba_pool_bytes or 0)} GiB per GPU, before the token pool "
+            f"(mamba_full_memory_ratio {sg.mamba_full_memory_ratio})",
+        )
     for line in result.log_lines:
         summary.add_row("engine log", escape(line))
     fit = "[green]yes[/green]" if result.fits else "[red]NO[/red]"

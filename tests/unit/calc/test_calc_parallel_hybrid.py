@@ -163,13 +163,20 @@ def test_vllm_plan_pipeline_stages_hold_both_parts_of_their_layers(tmp_path: Pat
 
 def test_sglang_plan_cell_is_per_token_not_the_raised_vllm_block(tmp_path: Path) -> None:
     """SGLang's token pool cell is 8 layers x 512 B = 4,096 B per token, whatever block vLLM's
-    hybrid rule would give the attention layers: 1 GiB // 4,096 = 262,144 tokens; K is
-    262,144 x 8 x 256 B = 0.5 GiB (SGLang prints GiB as "GB")."""
+    hybrid rule would give the attention layers. Before it, SGLang (0.5.4, the default,
+    ``model_executor/model_runner.py`` lines 1433-1480) gives the mamba state pool
+    ``rest x 0.9 / 1.9`` = 508,614,548.2 B in whole states of 8 x (9,216 + 1,048,576) =
+    8,462,336 B (bf16 conv, float32 ssm): 60 states, 507,740,160 B; the token pool gets
+    (1,073,741,824 - 507,740,160) // 4,096 = 566,001,664 // 4,096 = 138,184 tokens; K is
+    138,184 x 8 x 256 B = 283,000,832 B = 0.26 GiB (SGLang prints GiB as "GB")."""
     plan = _plan(tmp_path, engine="sglang")
     assert plan.kv_bytes_per_token_per_rank == 4_096
-    assert plan.kv_cache_tokens == GiB // 4_096 == 262_144
     assert plan.sglang is not None
-    assert "K size: 0.50 GB, V size: 0.50 GB" in plan.sglang.log_line
+    assert plan.sglang.mamba_state_bytes_per_request == 8 * (9_216 + 1_048_576)
+    assert plan.sglang.max_mamba_cache_size == 60
+    assert (GiB - 60 * 8_462_336) // 4_096 == 138_184
+    assert plan.kv_cache_tokens == 138_184
+    assert "K size: 0.26 GB, V size: 0.26 GB" in plan.sglang.log_line
 
 
 def test_weights_count_both_branches(tmp_path: Path) -> None:

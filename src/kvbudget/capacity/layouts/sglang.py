@@ -205,6 +205,8 @@ def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
         "of the rest (arg_groups/model_overrides/inkling.py lines 41-44; mem_cache/"
         "kv_cache_configurator.py lines 3352-3356), and with --enable-unified-memory its "
         "tri-pool (kv_cache_configurator.py lines 951-961, _init_unified_mamba_swa_pools); "
+        "its state is six bfloat16 conv states per layer (configs/inkling.py lines 218-256) and "
+        "its sliding layers are local_layer_ids (configs/model_config.py lines 2781-2797); "
         "kvbudget has not modelled either",
     )
     refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")

@@ -33,8 +33,12 @@ from kvbudget.capacity.memory import (
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.sglang_pool import (
+    DEFAULT_MAMBA_FULL_MEMORY_RATIO,
+    MAMBA_PADDING_SLOT_VERSION,
+    MAMBA_SLOTS_PER_REQUEST,
     SglangPool,
     kv_allocated_line,
+    mamba_state_pool,
     max_running_requests,
     max_total_num_tokens,
     rest_memory_bytes,
@@ -46,10 +50,14 @@ from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layer_indices import LayerIndices
-from kvbudget.spec.layers import MLA, FullAttention
+from kvbudget.spec.layers import MLA, FullAttention, ParallelHybrid
 from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.state_layers import StateLayer
 from kvbudget.units import MiB
 
+#: the models sglang 0.5.4 gives a mamba state pool (``mambaish_config``: ``FalconH1Config``,
+#: ``NemotronHConfig``, ``Qwen3NextConfig``; ``model_executor/model_runner.py`` lines 1482-1498)
+MAMBA_POOL_MODEL_TYPES_054 = frozenset({"falcon_h1", "nemotron_h", "qwen3_next"})
 #: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1)
 NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
 
@@ -115,9 +123,44 @@ def make_sglang_plan(
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
-    if any(s.kind == "mamba" for s, _ in specs):
+    padded = version >= MAMBA_PADDING_SLOT_VERSION
+    ssm_name, ssm_bytes = _sglang_ssm_dtype(request.mamba_ssm_cache_dtype)
+    state_per_req, state_kinds_unread = _mamba_state_bytes_per_request(
+        model, request.tp, request.pp if padded else 1, ssm_bytes
+    )
+    if state_kinds_unread:
         notes.append(
-            "SGLang's separate mamba state pool is not modelled; only attention layers are in the token pool"
+            f"SGLang's state pool for {', '.join(state_kinds_unread)} layers is not modelled; "
+            "only attention layers are in the token pool"
+        )
+        state_per_req = 0
+    if state_per_req and not padded:
+        if model.model_type not in MAMBA_POOL_MODEL_TYPES_054:
+            notes.append(
+                f"SGLang's mamba state pool for {model.model_type} before v0.5.23 is not "
+                "modelled (0.5.4 builds it for falcon_h1, nemotron_h, qwen3_next only, "
+                "model_executor/model_runner.py lines 1482-1498); only attention layers are in "
+                "the token pool"
+            )
+            state_per_req = 0
+        elif version > (0, 5, 4):
+            notes.append(
+                f"mamba state pool by sglang 0.5.4's rule (no padding slot) for v{version_text}; "
+                "the change to 0.5.23's rule is not pinned to a release"
+            )
+    mamba_ratio = DEFAULT_MAMBA_FULL_MEMORY_RATIO if state_per_req else None
+    mamba_size: int | None = None
+    if state_per_req:
+        notes.append(
+            f"SGLang mamba state pool: {state_per_req} B of state per request (conv bfloat16, "
+            f"temporal {ssm_name}), given "
+            f"mamba_full_memory_ratio {mamba_ratio} of the rest, rest*r/(1+r) ("
+            + (
+                "0.5.23 mem_cache/kv_cache_configurator.py lines 3352-3409"
+                if padded
+                else "0.5.4 model_executor/model_runner.py lines 1433-1480"
+            )
+            + "), before the token pool"
         )
     sliding = [(s, r) for s, r in attn if s.windowed]
     ratio = request.swa_full_tokens_ratio
@@ -139,6 +182,7 @@ def make_sglang_plan(
         "free memory before weights taken as device memory minus 512 MiB CUDA context (estimate)"
     )
     pool_tokens: list[int] = []
+    state_pool_bytes: list[int] = []  # the mamba state pool of each rank (0 without one)
     ranks: list[RankMemory] = []
     cell_max = 0
     rest_min = 0
@@ -170,8 +214,17 @@ def make_sglang_plan(
                 mem_fraction_static=frac,
             )
         )
+        token_rest = rest
+        state_bytes = 0
+        if state_per_req and mamba_ratio is not None:
+            # the same stage_per_req on every rank (kv_cache_configurator.py lines 3234-3258)
+            size, state_bytes, token_rest = mamba_state_pool(
+                rest, state_per_req, mamba_ratio, padding_slot=padded
+            )
+            mamba_size = size if mamba_size is None else min(mamba_size, size)
+        state_pool_bytes.append(state_bytes)
         tokens = max_total_num_tokens(
-            rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
+            token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
         )
         pool_tokens.append(tokens)
         rest_min = rest if p == 0 else min(rest_min, rest)
@@ -215,13 +268,26 @@ def make_sglang_plan(
         )
     capacity = full_tokens if full_tokens is not None else tokens
     ranks = [
-        replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0))
-        for r, t in zip(ranks, pool_tokens, strict=True)
-    ]
+        replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0) + state)
+        for r, t, state in zip(ranks, pool_tokens, state_pool_bytes, strict=True)
+    ]  # the engine pool: the token pool plus the mamba state pool beside it
     max_running = request.max_num_seqs or max_running_requests(capacity, context_len)
     if request.max_num_seqs is None:
         defaults["max_running_requests"] = (
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
+        )
+    if mamba_size is not None:
+        cap = mamba_size // MAMBA_SLOTS_PER_REQUEST
+        if cap < max_running:
+            max_running = cap
+            defaults["max_running_requests"] = (
+                f"{cap} (max_mamba_cache_size {mamba_size} // {MAMBA_SLOTS_PER_REQUEST} state "
+                "slots per request)"
+            )
+        notes.append(
+            f"{MAMBA_SLOTS_PER_REQUEST} state slots per running request: radix cache on, no "
+            "extra buffer (0.5.23 kv_cache_configurator.py lines 227, 3062-3086, 3135-3150); "
+            "--mamba-radix-cache-strategy extra_buffer takes more"
         )
     end0 = get_pp_indices(model.num_layers, 0, request.pp)[1]
     k_per_token = (
@@ -232,10 +298,24 @@ def make_sglang_plan(
         else sum(s.page_size_bytes // 2 * _count(r, 0, end0) for s, r in attn)
     )  # MiniMax-M3: the main pool's K and V (its indexer pool is not in this line)
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
-    fits = rest_min > 0 and capacity >= context_len
+    fits = (
+        rest_min > 0
+        and capacity >= context_len
+        and (mamba_size is None or (mamba_size > 0 and max_running > 0))
+    )
     error = None
     if rest_min <= 0:
         error = f"Not enough memory. Please try to increase --mem-fraction-static. Current value: {frac}"
+    elif mamba_size is not None and mamba_size <= 0:
+        error = (
+            "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            f"max_mamba_cache_size={mamba_size}"
+        )
+    elif mamba_size is not None and max_running <= 0:
+        error = (
+            "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            f"max_mamba_cache_size={mamba_size}"
+        )
     elif capacity < context_len:
         error = (
             f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
@@ -264,6 +344,10 @@ def make_sglang_plan(
         swa_full_tokens_ratio=ratio if sliding else None,
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
+        mamba_full_memory_ratio=mamba_ratio,
+        mamba_state_bytes_per_request=state_per_req or None,
+        max_mamba_cache_size=mamba_size,
+        mamba_pool_bytes=None if mamba_size is None else max(state_pool_bytes),
     )
     return PlanResult(
         model_id=model.model_id,
@@ -337,3 +421,63 @@ def _msa_cell(
 def _count(indices: range, start: int, end: int) -> int:
     """Layers of ``indices`` in ``[start, end)``."""
     return len(LayerIndices([indices]).split(start, end))
+
+
+#: state kinds whose SGLang shapes are read (``configs/mamba_utils.py``): ``Mamba2StateShape.create``
+#: (lines 194-243: mamba2, and the gated delta net), ``create_full_rank`` (lines 245-291: Mamba-1),
+#: ``KimiLinearStateShape.create`` (lines 323-368: KDA)
+SGLANG_STATE_KINDS = frozenset({"mamba", "mamba2", "gdn", "kda"})
+#: SGLang's state dtypes by default (``configs/mamba_utils.py`` lines 46-105): conv
+#: ``SGLANG_MAMBA_CONV_DTYPE`` bfloat16 (``environ.py`` line 1628), temporal float32
+SGLANG_CONV_STATE_BYTES = 2
+SGLANG_TEMPORAL_STATE_BYTES = 4
+
+
+def _sglang_ssm_dtype(name: str) -> tuple[str, int]:
+    """SGLang's temporal-state dtype from ``--mamba-ssm-cache-dtype`` (read as SGLang's
+    ``--mamba-ssm-dtype``, which sets ``SGLANG_MAMBA_SSM_DTYPE``, ``arg_groups/serving_hook.py``
+    lines 439-440): ``auto`` is SGLang's default float32 (``configs/mamba_utils.py`` lines
+    46-105, which accept float32, bfloat16, float16)."""
+    key = name.strip().lower()
+    if key in ("auto", "float32", "float"):
+        return "float32", SGLANG_TEMPORAL_STATE_BYTES
+    if key in ("bfloat16", "float16", "half"):
+        return "float16" if key == "half" else key, 2
+    raise ConfigError(
+        f"mamba_ssm_cache_dtype: {name!r} is not one of SGLang's --mamba-ssm-dtype values "
+        "(float32, bfloat16, float16) or auto",
+        field="mamba_ssm_cache_dtype",
+    )
+
+
+def _mamba_state_bytes_per_request(
+    model: ModelSpec, tp: int, pp: int, temporal_bytes: int = SGLANG_TEMPORAL_STATE_BYTES
+) -> tuple[int, list[str]]:
+    """SGLang ``mamba_cache_per_req`` (``configs/mamba_utils.py`` lines 116-125: one layer's conv
+    and temporal elements times their dtype sizes, times the state layers) scaled to the largest
+    PP stage's share (``kv_cache_configurator.py`` lines 3234-3258), and the state kinds whose
+    SGLang pool kvbudget has not read."""
+    runs = [
+        (x.state if isinstance(x, ParallelHybrid) else x, indices)
+        for x, indices in model.layer_runs()
+        if isinstance(x, StateLayer | ParallelHybrid)
+    ]  # runs, never per layer (models of 10^8 layers)
+    states = [(s, r) for s, r in runs if isinstance(s, StateLayer)]
+    if not states:
+        return 0, []
+    unread: list[str] = sorted({s.state_kind for s, _ in states} - SGLANG_STATE_KINDS)
+    if unread:
+        return 0, unread
+    first = states[0][0]
+    per_layer = (
+        first.conv_elements(tp) * SGLANG_CONV_STATE_BYTES + first.ssm_elements(tp) * temporal_bytes
+    )
+    num_states = sum(len(r) for _, r in states)
+    per_req = per_layer * num_states
+    if pp == 1:
+        return per_req, []
+    stage_max = max(
+        sum(_count(r, start, end) for _, r in states)
+        for start, end in (get_pp_indices(model.num_layers, p, pp) for p in range(pp))
+    )
+    return int(per_req * (stage_max / num_states)), []
