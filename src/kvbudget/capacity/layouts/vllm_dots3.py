@@ -56,8 +56,8 @@ from math import lcm
 from typing import Any, Literal
 
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.base import GroupBytes, LayoutNotApplicable, LayoutResult, StageBytes
-from kvbudget.capacity.layouts.vllm_specs import WINDOW_KEPT, VllmKind, VllmLayerSpec, blocks_held
+from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
+from kvbudget.capacity.layouts.vllm_specs import packed_group_bytes
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_sliding_latent
 from kvbudget.spec.layers import MLA
@@ -241,31 +241,8 @@ def dots3_layout(
     from kvbudget.capacity.pool_dots3 import dots3_groups  # the pool imports this module
 
     name = dots3_kv_dtype(spec, kv_dtype)
-    groups: list[GroupBytes] = []
     packed = dots3_groups(spec, kv_dtype=name, block_size=block_size, pp=pp)
-    for group in packed:
-        kind: VllmKind = "mla" if group.kind == "mla" else "sliding"
-        one = VllmLayerSpec(
-            group.layer_indices[0],
-            kind,
-            group.block_size,
-            group.page_size_bytes,
-            sliding_window=group.sliding_window,
-        )
-        held = blocks_held(one, tokens)
-        per_seq = held * group.page_size_bytes
-        groups.append(
-            GroupBytes(
-                kind,
-                group.layer_indices,
-                held * group.block_size,
-                group.page_size_bytes // group.block_size,
-                per_seq,
-                per_seq * seqs,
-                f"{held} block(s) of {group.block_size} tokens per sequence"
-                + WINDOW_KEPT.get(kind, ""),
-            )
-        )
+    groups = packed_group_bytes(packed, tokens, seqs)
     block = packed[0].block_size if packed else DOTS3_BLOCK_SIZE
     return LayoutResult(
         "vllm",

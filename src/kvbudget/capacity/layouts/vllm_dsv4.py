@@ -39,8 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kvbudget.capacity.layouts.base import GroupBytes, LayoutNotApplicable, LayoutResult, StageBytes
-from kvbudget.capacity.layouts.vllm_specs import WINDOW_KEPT, VllmKind, VllmLayerSpec, blocks_held
+from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
+from kvbudget.capacity.layouts.vllm_specs import packed_group_bytes
 from kvbudget.spec.layers import CompressedAttention, NoAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -233,30 +233,7 @@ def dsv4_layout(
     from kvbudget.capacity.pool_dsv4 import dsv4_groups  # pool imports this module
 
     name = dsv4_kv_dtype(kv_dtype)
-    groups: list[GroupBytes] = []
-    for group in dsv4_groups(spec, pp=pp):
-        kind: VllmKind = "mla" if group.kind == "mla" else "sliding"
-        one = VllmLayerSpec(
-            group.layer_indices[0],
-            kind,
-            group.block_size,
-            group.page_size_bytes,
-            sliding_window=group.sliding_window,
-        )
-        held = blocks_held(one, tokens)
-        per_seq = held * group.page_size_bytes
-        groups.append(
-            GroupBytes(
-                kind,
-                group.layer_indices,
-                held * group.block_size,
-                group.page_size_bytes // group.block_size,
-                per_seq,
-                per_seq * seqs,
-                f"{held} block(s) of {group.block_size} tokens per sequence"
-                + WINDOW_KEPT.get(kind, ""),
-            )
-        )
+    groups = packed_group_bytes(dsv4_groups(spec, pp=pp), tokens, seqs)
     stage = StageBytes(0, 0, spec.num_layers, tuple(groups))
     return LayoutResult(
         "vllm",

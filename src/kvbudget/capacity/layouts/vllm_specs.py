@@ -9,11 +9,13 @@ Inkling's conv state). What one request needs and holds in a layer is its kind's
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.base import (
+    GroupBytes,
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.vllm_kinds import kind_rule
@@ -205,3 +207,37 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
     Each kind's count is its rule's (:mod:`~kvbudget.capacity.layouts.vllm_kinds`).
     """
     return kind_rule(spec.kind).blocks_held(spec, num_tokens, spec.mamba_cache_mode)
+
+
+class PackedGroup(Protocol):
+    """A packed vLLM group as :func:`packed_group_bytes` reads it (``pool_types.KvCacheGroup``)."""
+
+    @property
+    def spec(self) -> VllmLayerSpec: ...
+
+    @property
+    def layer_indices(self) -> Sequence[int]: ...
+
+
+def packed_group_bytes(groups: Iterable[PackedGroup], tokens: int, seqs: int) -> list[GroupBytes]:
+    """The bytes of vLLM 0.32's packed groups (DeepSeek-V4, Dots3-Note: ``uniform_type``, the
+    page the sum of the members' pages): each sequence holds :func:`blocks_held` blocks of its
+    page; the specs have ``max_tp_shards = 1``, so every TP rank holds the same."""
+    out = []
+    for group in groups:
+        spec = group.spec
+        held = blocks_held(spec, tokens)
+        per_seq = held * spec.page_size_bytes
+        out.append(
+            GroupBytes(
+                spec.kind,
+                group.layer_indices,
+                held * spec.block_size,
+                spec.page_size_bytes // spec.block_size,
+                per_seq,
+                per_seq * seqs,
+                f"{held} block(s) of {spec.block_size} tokens per sequence"
+                + WINDOW_KEPT.get(spec.kind, ""),
+            )
+        )
+    return out
