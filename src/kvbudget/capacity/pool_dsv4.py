@@ -31,7 +31,7 @@ so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from kvbudget.capacity.draft import (
     MTP_METHODS,
@@ -41,7 +41,7 @@ from kvbudget.capacity.draft import (
 )
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layer_specs
-from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
+from kvbudget.capacity.layouts.vllm_specs import PackedSpec, VllmLayerSpec
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
@@ -85,28 +85,15 @@ def approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
-class PackedSpec(Protocol):
-    """What :func:`packed_groups` reads of a spec (DeepSeek-V4's, Dots3-Note's)."""
-
-    @property
-    def bucket_key(self) -> tuple[object, ...]: ...
-
-    @property
-    def page_size_bytes(self) -> int: ...
-
-
-SpecT = TypeVar("SpecT", bound=PackedSpec)
-
-
-def packed_groups(specs: list[SpecT]) -> list[list[SpecT]]:
+def packed_groups(specs: list[PackedSpec]) -> list[list[PackedSpec]]:
     """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group, in
     vLLM's group order (no mamba, circular-buffer or unsplit sliding buckets: refused before)."""
-    buckets: dict[tuple[object, ...], list[SpecT]] = {}
+    buckets: dict[tuple[object, ...], list[PackedSpec]] = {}
     for spec in specs:
         buckets.setdefault(spec.bucket_key, []).append(spec)
     info = []
     for members in buckets.values():
-        per_page: dict[int, list[SpecT]] = {}
+        per_page: dict[int, list[PackedSpec]] = {}
         for spec in members:
             per_page.setdefault(spec.page_size_bytes, []).append(spec)
         balanced = len({len(v) for v in per_page.values()}) == 1
@@ -114,7 +101,7 @@ def packed_groups(specs: list[SpecT]) -> list[list[SpecT]]:
         info.append((members, per_page, balanced, most))
     floor = max((most for _, pages, bal, most in info if bal and len(pages) > 1), default=0)
     repeats = approximate_gcd([most for *_, bal, most in info if bal], floor) if floor else None
-    groups: list[list[SpecT]] = []
+    groups: list[list[PackedSpec]] = []
     for members, per_page, balanced, most in info:
         n = cdiv(most, repeats) if balanced and repeats is not None else 1
         if n == 1:

@@ -51,13 +51,12 @@ flash attention extensions"), so no CPU pool is recorded: these rules are worked
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import lcm
 from typing import Any, Literal
 
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
-from kvbudget.capacity.layouts.vllm_specs import packed_group_bytes
+from kvbudget.capacity.layouts.vllm_specs import PackedSpec, packed_group_bytes
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_sliding_latent
 from kvbudget.spec.layers import MLA
@@ -83,24 +82,7 @@ INDEXER_QUANT_BLOCK = 128
 Dots3Role = Literal["indexer", "dsa", "sliding"]
 
 
-@dataclass(frozen=True, slots=True)
-class Dots3Spec:
-    """One cache spec a Dots3-Note layer registers in vLLM 0.32."""
-
-    layer_index: int
-    role: Dots3Role
-    kind: Literal["mla", "sliding"]
-    block_size: int
-    page_size_bytes: int
-    sliding_window: int | None = None
-    #: bytes the stride between blocks must be a multiple of (``get_block_stride_alignment``)
-    block_stride_alignment: int = 1
-
-    @property
-    def bucket_key(self) -> tuple[object, ...]:
-        """vLLM's ``UniformTypeKVCacheSpecs.is_uniform_type``: one block size, one spec type
-        (``MLAAttentionSpec`` vs ``SlidingWindowMLASpec`` of one window), lines 1282-1295."""
-        return (self.kind, self.block_size, self.sliding_window)
+Dots3Spec = PackedSpec  # its roles: Dots3Role
 
 
 #: kvbudget's Dots3-Note model types (the checkpoint's flat format; transformers' text config)
@@ -207,8 +189,10 @@ def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None)
             )
         key_bytes = index_dim + index_dim // INDEXER_QUANT_BLOCK * 4
         align = 1 if block == INDEXER_KERNEL_BLOCK else INDEXER_KERNEL_BLOCK * key_bytes
-        out.append(Dots3Spec(i, "indexer", "mla", block, block * key_bytes, None, align))
-        out.append(Dots3Spec(i, "dsa", "mla", block, block * row, None, row))
+        out.append(
+            Dots3Spec(i, "indexer", "mla", block, block * key_bytes, block_stride_alignment=align)
+        )
+        out.append(Dots3Spec(i, "dsa", "mla", block, block * row, block_stride_alignment=row))
     return out
 
 

@@ -36,11 +36,10 @@ sparse MLA backends' only kernel block size (``models/deepseek_v4/sparse_mla.py`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
-from kvbudget.capacity.layouts.vllm_specs import packed_group_bytes
+from kvbudget.capacity.layouts.vllm_specs import PackedSpec, packed_group_bytes
 from kvbudget.spec.layers import CompressedAttention, NoAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -71,23 +70,7 @@ FLOAT32_BYTES = 4
 Dsv4Role = Literal["indexer_keys", "indexer_state", "swa", "compressed", "compressor_state"]
 
 
-@dataclass(frozen=True, slots=True)
-class Dsv4Spec:
-    """One cache spec a DeepSeek-V4 layer registers in vLLM 0.32."""
-
-    layer_index: int
-    role: Dsv4Role
-    kind: Literal["mla", "sliding"]
-    block_size: int
-    page_size_bytes: int
-    sliding_window: int | None = None
-    tokens_per_state: int = 1
-
-    @property
-    def bucket_key(self) -> tuple[object, ...]:
-        """vLLM's ``UniformTypeKVCacheSpecs.is_uniform_type``: one block size and one spec type
-        (``MLAAttentionSpec`` vs ``SlidingWindowMLASpec`` with one window), lines 1280-1293."""
-        return (self.kind, self.block_size, self.sliding_window)
+Dsv4Spec = PackedSpec  # its roles: Dsv4Role
 
 
 def _page(block_size: int, tokens_per_state: int, state_bytes: int) -> int:

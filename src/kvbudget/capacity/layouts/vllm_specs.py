@@ -209,6 +209,32 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
     return kind_rule(spec.kind).blocks_held(spec, num_tokens, spec.mamba_cache_mode)
 
 
+@dataclass(frozen=True, slots=True)
+class PackedSpec:
+    """One cache spec a layer of a packed-group model (DeepSeek-V4, Dots3-Note) registers in
+    vLLM 0.32; vLLM packs these side by side per block (``_get_packed_kv_cache_groups``)."""
+
+    layer_index: int
+    #: what the spec holds (DeepSeek-V4: ``indexer_keys``, ``indexer_state``, ``swa``,
+    #: ``compressed``, ``compressor_state``; Dots3-Note: ``indexer``, ``dsa``, ``sliding``)
+    role: str
+    kind: Literal["mla", "sliding"]
+    block_size: int
+    page_size_bytes: int
+    sliding_window: int | None = None
+    #: tokens one stored state covers (DeepSeek-V4's compressed and indexer caches), else 1
+    tokens_per_state: int = 1
+    #: bytes the stride between blocks must be a multiple of (``get_block_stride_alignment``)
+    block_stride_alignment: int = 1
+
+    @property
+    def bucket_key(self) -> tuple[object, ...]:
+        """vLLM's ``UniformTypeKVCacheSpecs.is_uniform_type`` (``v1/kv_cache_interface.py``
+        lines 1280-1295): one block size, one spec type (``MLAAttentionSpec`` vs
+        ``SlidingWindowMLASpec`` of one window)."""
+        return (self.kind, self.block_size, self.sliding_window)
+
+
 class PackedGroup(Protocol):
     """A packed vLLM group as :func:`packed_group_bytes` reads it (``pool_types.KvCacheGroup``)."""
 
