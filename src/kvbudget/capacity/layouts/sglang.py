@@ -11,8 +11,8 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
   modelled; they are counted at full length, which is what SGLang does for the models that set
   ``disable_hybrid_swa_memory`` (GptOss, Gemma2/3, Olmo2). Chunked layers likewise.
 * Mamba-hybrid models keep a separate per-request state pool; here its size is the state shapes of
-  vLLM's calculator in the model dtype (conv) and float32 (temporal state; SGLang's
-  ``--mamba-ssm-dtype`` default), split by TP.
+  vLLM's calculator in SGLang's default state dtypes, bfloat16 (conv, whatever the model dtype)
+  and float32 (temporal state; ``--mamba-ssm-dtype`` default), split by TP.
 * Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
   every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
   is counted once in the token pool and once in the state pool.
@@ -56,7 +56,11 @@ from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.state_layers import StateLayer
 from kvbudget.spec.traits import MINIMAX_M3_TYPES
 
-SSM_STATE_BYTES = 4
+#: SGLang's state dtypes by default (sglang 0.5.23 ``srt/configs/mamba_utils.py`` lines 46-105):
+#: conv ``SGLANG_MAMBA_CONV_DTYPE`` bfloat16 whatever the model dtype (``environ.py`` line 1628),
+#: temporal float32 (``--mamba-ssm-dtype`` default)
+SGLANG_CONV_STATE_BYTES = 2
+SGLANG_TEMPORAL_STATE_BYTES = 4
 #: ``DSATokenToKVPool.quant_block_size`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py`` line 5280)
 DSA_QUANT_BLOCK = 128
 #: the indexer's fp8 key plus one float32 scale per quant block (``index_k_with_scale_buffer_dtype
@@ -306,7 +310,8 @@ def sglang_layout(
             elif isinstance(first, StateLayer):
                 per_seq = layers.total(
                     lambda x: (
-                        x.conv_elements(tp) * model_bytes + x.ssm_elements(tp) * SSM_STATE_BYTES
+                        x.conv_elements(tp) * SGLANG_CONV_STATE_BYTES
+                        + x.ssm_elements(tp) * SGLANG_TEMPORAL_STATE_BYTES
                         if isinstance(x, StateLayer)
                         else 0
                     )
