@@ -210,6 +210,20 @@ def _field(reader: Any, key: str) -> Any:
     return field.contents()
 
 
+def add_llama_bpe_tokenizer(writer: Any, reader: Any) -> None:
+    """Llama-3's tokenizer, read from llama.cpp's ``ggml-vocab-llama-bpe.gguf`` (``reader``), into
+    ``writer``: its tokens, types and merges, BOS 128000, EOS 128009, the chat template."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(_field(reader, "tokenizer.ggml.tokens"))
+    writer.add_token_types(_field(reader, "tokenizer.ggml.token_type"))
+    writer.add_token_merges(_field(reader, "tokenizer.ggml.merges"))
+    writer.add_bos_token_id(128000)
+    writer.add_eos_token_id(128009)  # <|eot_id|>; llama.cpp also treats 128001 as end-of-generation
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+
 def build_tiny_gguf(
     out_path: Path,
     *,
@@ -232,8 +246,6 @@ def build_tiny_gguf(
 
     reader = gguf.GGUFReader(str(vocab))
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    token_types = _field(reader, "tokenizer.ggml.token_type")
-    merges = _field(reader, "tokenizer.ggml.merges")
     vocab_size = len(tokens)
 
     rng = np.random.default_rng(seed)
@@ -293,15 +305,7 @@ def build_tiny_gguf(
         writer.add_attn_logit_softcapping(50.0)
         writer.add_final_logit_softcapping(30.0)
 
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("llama-bpe")
-    writer.add_token_list(tokens)
-    writer.add_token_types(token_types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(128000)
-    writer.add_eos_token_id(128009)  # <|eot_id|>; llama.cpp also treats 128001 as end-of-generation
-    writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_llama_bpe_tokenizer(writer, reader)
 
     h, kv = d.hidden_size, d.num_kv_heads * d.head_dim
     q = d.num_heads * d.head_dim

@@ -146,15 +146,7 @@ def build_tiny_dsa_gguf(
         w.add_indexer_types([c == "F" for c in indexer_types])
     w.add_vocab_size(vocab_size)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("llama-bpe")
-    w.add_token_list(tokens)
-    w.add_token_types(tiny_gguf._field(reader, "tokenizer.ggml.token_type"))
-    w.add_token_merges(tiny_gguf._field(reader, "tokenizer.ggml.merges"))
-    w.add_bos_token_id(128000)
-    w.add_eos_token_id(128009)
-    w.add_add_bos_token(True)
-    w.add_chat_template(tiny_gguf.CHAT_TEMPLATE)
+    tiny_gguf.add_llama_bpe_tokenizer(w, reader)
 
     h, heads = d.hidden_size, d.num_heads
     w.add_tensor("token_embd.weight", weight(vocab_size, h))

@@ -145,15 +145,7 @@ def build_tiny_dsv4_gguf(out_path: Path, *, seed: int = 0) -> Path:
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SQRTSOFTPLUS)
     w.add_vocab_size(vocab_size)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("llama-bpe")
-    w.add_token_list(tokens)
-    w.add_token_types(tiny_gguf._field(reader, "tokenizer.ggml.token_type"))
-    w.add_token_merges(tiny_gguf._field(reader, "tokenizer.ggml.merges"))
-    w.add_bos_token_id(128000)
-    w.add_eos_token_id(128009)
-    w.add_add_bos_token(True)
-    w.add_chat_template(tiny_gguf.CHAT_TEMPLATE)
+    tiny_gguf.add_llama_bpe_tokenizer(w, reader)
 
     hc_dim, mix = HC_MULT * HIDDEN, (2 + HC_MULT) * HC_MULT
     w.add_tensor("token_embd.weight", weight(vocab_size, HIDDEN))
