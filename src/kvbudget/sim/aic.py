@@ -355,7 +355,10 @@ def _compile(
     kwargs = _compile_kwargs(case, gemm, moe, kv)
     spec_file = _spec_file(cache, model_path, system, kwargs)
     if spec_file.is_file():
-        return EngineHandle(spec_file.read_bytes())
+        try:
+            return EngineHandle(spec_file.read_bytes())
+        except Exception:  # a truncated or foreign spec file: compile again and replace it
+            pass
     try:
         handle = EngineHandle.compile(model_path, system, "vllm", **kwargs)
     except Exception as exc:  # compile raises ValueError/KeyError/its own errors

@@ -182,6 +182,25 @@ def test_a_compiled_spec_is_kept_and_read_back(tmp_path: Path) -> None:
     assert (tmp_path / "specs" / "aic-0.12.0" / "tables-h100_sxm.txt").read_text() == "0.24.0"
 
 
+def test_a_corrupt_kept_spec_is_compiled_again_and_replaced(tmp_path: Path) -> None:
+    """A truncated spec file in the cache (a crash mid-write by another tool, a full disk) is a
+    cache miss: the case is compiled again, the file replaced, the prices the same."""
+    import aiconfigurator_core  # noqa: F401  (the gpu-data extra make test installs: never skipped)
+
+    from kvbudget.sim import aic
+    from kvbudget.spec.resolve import resolve_model
+
+    resolved = resolve_model("Qwen/Qwen3-32B")
+    assert resolved.source is not None
+    case = aic.MeasuredCase("Qwen/Qwen3-32B", resolved.source.raw, "H100-SXM", tp=2)
+    first = aic._compile(case, "h100_sxm", None, None, None, tmp_path)
+    (kept,) = list((tmp_path / "specs").rglob("*.spec"))
+    kept.write_bytes(first.spec_bytes[:100])
+    again = aic._compile(case, "h100_sxm", None, None, None, tmp_path)
+    assert kept.read_bytes() == first.spec_bytes
+    assert again.decode_step_per_op(8, 1007, 1) == first.decode_step_per_op(8, 1007, 1)
+
+
 def test_kept_answers_are_the_estimators_own_bit_for_bit(tmp_path: Path) -> None:
     """A later run answers from the kept file exactly what the estimator answered (floats
     written with repr), without building the estimator; a question not kept builds it."""
