@@ -41,15 +41,21 @@ and prints the same token counts.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kvbudget.capacity.kvbytes import calc_model
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import ConfigError
+from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
+from tests.unit.spec.config_file import spec_from_config
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
 PRO = "deepseek-ai/DeepSeek-V4-Pro"
@@ -210,3 +216,24 @@ def test_kv_dtype_refused_in_one_line() -> None:
     assert spec is not None
     with pytest.raises(ConfigError, match="fp8_e4m3 or bfloat16"):
         sglang_layout(spec, tokens=100, seqs=1, kv_dtype="fp8_e5m2")
+
+
+def test_deepseek_ref_refused_in_one_line() -> None:
+    """SGLang registers its DeepSeek-V4 config class for model_type deepseek_v4 only
+    (srt/utils/hf_transformers/common.py line 224); kvbudget models that path."""
+    spec = resolve_model("sgl-project/DeepSeek-V4-Flash-FP8").spec
+    assert spec is not None
+    with pytest.raises(LayoutNotApplicable) as info:
+        sglang_layout(spec, tokens=100, seqs=1)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "model_type: 'deepseek_ref'" in message
+    assert "hf_transformers/common.py line 224" in message
+
+
+def test_head_dim_other_than_the_v4_row_is_refused(tmp_path: Path) -> None:
+    """The v4 row is 448 fp8 NoPE + 64 bf16 RoPE (deepseek_v4_memory_pool.py lines 340-345)."""
+    raw = json.loads((MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8"))
+    raw["head_dim"] = 256
+    with pytest.raises(LayoutNotApplicable, match=r"head_dim: \[256\].*lines 340-345"):
+        sglang_layout(spec_from_config(tmp_path, raw), tokens=100, seqs=1)

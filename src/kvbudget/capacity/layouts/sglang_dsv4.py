@@ -125,9 +125,10 @@ def dsv4_stage(spec: ModelSpec, start: int, end: int) -> Dsv4Stage:
     if spec.model_type != "deepseek_v4":
         raise LayoutNotApplicable(
             f"model_type: {spec.model_type!r} with DeepSeek-V4 layers under SGLang: kvbudget "
-            "models the deepseek_v4 defaults only (deepseek_v41 takes other backends, pools "
-            "and SWA sizing: srt/arg_groups/deepseek_v4_hook.py lines 45-60, srt/arg_groups/"
-            "model_overrides/deepseek_v4.py lines 43-49); use --engine hf, or measure"
+            "models SGLang 0.5.23's deepseek_v4 path only (its config class is registered for "
+            "deepseek_v4, srt/utils/hf_transformers/common.py line 224; deepseek_v41 takes other "
+            "backends, pools and SWA sizing, srt/arg_groups/deepseek_v4_hook.py lines 45-60); "
+            "use --engine hf, or measure"
         )
     rope = int(spec.raw_config.get("qk_rope_head_dim") or V4_ROPE_DIM)
     every: list[range] = []
