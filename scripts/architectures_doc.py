@@ -172,8 +172,13 @@ the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw slidi
 HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
 `tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
 `tests/integration/llamacpp/test_llamacpp_dsv4_kv_log.py`, as DSA's in
-`test_llamacpp_dsa_kv_log.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
-Inkling (no such architecture), naming the engine's own source.
+`test_llamacpp_dsa_kv_log.py`); the sglang layout models DeepSeek-V4's pools (SGLang's
+`DeepSeekV4TokenToKVPool` on 256-token pages: each layer's sliding-window rows, the ratio-4 and
+ratio-128 compressed rows in the 584-byte v4 layout with pages padded to 576 bytes, the ratio-4
+indexer keys and float32 compressor states, sized by `DSV4PoolConfigurator`; worked by hand from
+the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_dsv4.py`, and SGLang's own
+configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`); sglang refuses
+Inkling, llama.cpp Inkling (no such architecture), naming the engine's own source.
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

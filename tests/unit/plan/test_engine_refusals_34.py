@@ -4,8 +4,8 @@ engine lacks the architecture, it says so.
 
 Facts checked in the engines' source (not in kvbudget):
 
-* sglang 0.5.23 wheel: ``srt/mem_cache/deepseek_v4_memory_pool.py`` (``DeepSeekV4SingleKVPool``
-  line 237, ``DeepSeekV4IndexerPool`` line 545). Inkling: by default the hybrid SWA pool
+* sglang 0.5.23 wheel: DeepSeek-V4's pools (``srt/mem_cache/deepseek_v4_memory_pool.py``) are
+  modelled, tests/unit/plan/test_plan_sglang_dsv4.py. Inkling: by default the hybrid SWA pool
   (``srt/model_executor/pool_configurator.py`` lines 1720-1723 pick
   ``HybridSWAPoolConfigurator`` for a hybrid-SWA model) with ``swa_full_tokens_ratio`` and
   ``mamba_full_memory_ratio`` 0.1 (``srt/arg_groups/model_overrides/inkling.py`` lines 41-44; the
@@ -43,8 +43,6 @@ import pytest
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.llamacpp import llamacpp_kv_split, llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
-from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.planner import make_plan
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 from tests.unit.spec.config_file import spec_from_config
@@ -75,15 +73,6 @@ def _one_line(info: pytest.ExceptionInfo[LayoutNotApplicable], *needles: str) ->
     assert "\n" not in message
     for needle in needles:
         assert needle in message
-
-
-def test_sglang_deepseek_v4_names_its_pools() -> None:
-    with pytest.raises(LayoutNotApplicable) as layout:
-        sglang_layout(_spec("deepseek-ai/DeepSeek-V4-Flash"), tokens=100, seqs=1)
-    _one_line(layout, "SGLang 0.5.23", "deepseek_v4_memory_pool.py", "DSV4PoolConfigurator")
-    with pytest.raises(LayoutNotApplicable) as plan:  # the planner says the same, not "vllm"
-        make_plan(PlanRequest(model="deepseek-ai/DeepSeek-V4-Flash", engine="sglang", gpu="H200"))
-    _one_line(plan, "sglang layout", "deepseek_v4_memory_pool.py")
 
 
 def test_sglang_inkling_names_its_tri_pool(tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.hf import hf_layout
 from kvbudget.capacity.layouts.llamacpp import llamacpp_layout
 from kvbudget.capacity.layouts.sglang import sglang_layout
@@ -164,13 +163,13 @@ def test_unknown_compress_ratio_is_refused(tmp_path: Path) -> None:
         resolve_model(_write(tmp_path, raw))
 
 
-def test_engine_layouts_refuse_compressed_attention_in_one_line() -> None:
-    """SGLang's DeepSeek-V4 pools are not modelled; llama.cpp's llama_kv_cache_dsv4 is
-    (tests/unit/plan/test_llamacpp_dsv4.py works it by hand: -c 100 pads to 256 cells,
+def test_engine_layouts_model_compressed_attention() -> None:
+    """SGLang's DeepSeek-V4 pools (tests/unit/plan/test_plan_sglang_dsv4.py works them by hand:
+    100 tokens take one 256-token page) and llama.cpp's llama_kv_cache_dsv4
+    (tests/unit/plan/test_llamacpp_dsv4.py: -c 100 pads to 256 cells,
     43 x 256 x 1,024 + 21 x 256 x 1,280 + 20 x 256 x 1,024 + 12,206,080 f32 state bytes)."""
     spec = _spec(FLASH)
-    with pytest.raises(LayoutNotApplicable, match="compressed attention"):
-        sglang_layout(spec, tokens=100, seqs=1)
+    assert sglang_layout(spec, tokens=100, seqs=1).total_bytes == 19_643_968
     assert llamacpp_layout(spec, tokens=100, seqs=1, ctx_size=100).total_bytes == 35_602_432
 
 

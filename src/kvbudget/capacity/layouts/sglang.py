@@ -30,6 +30,9 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
   ``_compute_dsa_indexer_cell_size`` (lines 560-635), see :func:`sglang_dsa_cell_bytes`. Pages of
   64 tokens (``srt/arg_groups/model_overrides/deepseek_v2.py`` lines 162-173, CUDA), so a
   sequence takes whole pages.
+* DeepSeek-V4: SGLang's own pools (``DeepSeekV4TokenToKVPool``, 256-token pages: SWA window,
+  c4 / c128 compressed rows, indexer keys, compressor states), see
+  :mod:`kvbudget.capacity.layouts.sglang_dsv4`.
 """
 
 from __future__ import annotations
@@ -43,12 +46,12 @@ from kvbudget.capacity.layouts.base import (
     check_load,
     get_pp_indices,
     heads_per_rank,
-    refuse_compressed,
     refuse_indexer,
     refuse_short_convs,
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention
@@ -214,14 +217,6 @@ def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
         "kvbudget has not modelled either",
     )
     refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
-    refuse_compressed(
-        spec,
-        "sglang",
-        "SGLang 0.5.23 serves DeepSeek-V4 with its own pools (srt/mem_cache/"
-        "deepseek_v4_memory_pool.py: DeepSeekV4SingleKVPool, DeepSeekV4IndexerPool, compressed "
-        "pools) sized by DSV4PoolConfigurator (srt/model_executor/pool_configurator.py lines "
-        "1067-1712, chosen at 1718-1719), which kvbudget has not modelled",
-    )
     refuse_unlisted_sparse_layers(
         spec,
         "SGLang 0.5.23 reads them from sparse_attention_config only and otherwise stops ('Could "
@@ -243,6 +238,10 @@ def sglang_layout(
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
     check_load(tokens, seqs, tp, pp, dp)
     refuse_unmodelled_sglang(spec)
+    if is_sglang_dsv4(spec):  # DeepSeek-V4's own pools: layouts/sglang_dsv4.py
+        return sglang_dsv4_layout(
+            spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
+        )
     dsa = is_sglang_dsa(spec)
     msa = is_sglang_minimax_m3(spec)
     if not dsa and not msa:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.engines.sglang import dsv4 as v4
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.grouping import group_by_kind
@@ -22,6 +23,7 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_minimax_m3_cell_bytes,
     sglang_minimax_m3_dtype,
 )
+from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.memory import (
@@ -83,6 +85,9 @@ def make_sglang_plan(
         refuse_indexer(model, "sglang")  # an indexer beside K/V that kvbudget has not read
     refuse_unmodelled_sglang(model)
     dsa = is_sglang_dsa(model)
+    dsv4 = v4.dsv4_setup(request, notes, defaults) if is_sglang_dsv4(model) else None
+    if dsv4 is not None:  # DeepSeek-V4's own pools (dsv4.py)
+        kv_dtype, page_size = get_kv_dtype(dsv4.kv_dtype, engine="sglang"), dsv4.page_size
     if msa:
         kv_dtype = sglang_minimax_m3_dtype(request.kv_dtype, model.torch_dtype)
         if request.page_size is None:
@@ -106,7 +111,7 @@ def make_sglang_plan(
         page_size = DSA_PAGE_SIZE
     specs = (
         []
-        if msa  # its cells come from SGLang's own rule (_msa_cell), not vLLM's 128-token pages
+        if msa or dsv4  # cells from SGLang's own rules (_msa_cell, dsv4.py), not vLLM's pages
         else [
             (s, indices)
             for s, indices in vllm_layer_specs(
@@ -152,6 +157,8 @@ def make_sglang_plan(
         cell = (
             _dsa_cell(model, start, end, kv_dtype)
             if dsa
+            else v4.rank_cell_bytes(model, start, end, dsv4)
+            if dsv4
             else _msa_cell(model, start, end, kv_dtype, request.tp)
             if msa
             else sum(s.page_size_bytes * layers_in(r, start, end) for s, r in attn)
@@ -182,10 +189,14 @@ def make_sglang_plan(
                 rest, state_per_req, mamba_ratio, padding_slot=padded
             )
             mamba_size = size if mamba_size is None else min(mamba_size, size)
+        if dsv4 is not None:  # its c128 compressor-state rings: fixed bytes taken first
+            state_bytes = v4.rank_fixed_bytes(model, start, end, dsv4)
         state_pool_bytes.append(state_bytes)
         tokens = max_total_num_tokens(
             token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
         )
+        if dsv4 is not None:
+            tokens = v4.rank_tokens(model, start, end, token_rest, dsv4, request.max_total_tokens)
         pool_tokens.append(tokens)
         rest_min = rest if p == 0 else min(rest_min, rest)
         inside = "not a separate term in SGLang: it lives in the (1 - mem_fraction_static) share"
@@ -226,6 +237,14 @@ def make_sglang_plan(
             f"hybrid SWA pool (ratio {ratio}): {full_tokens} full-attention tokens, {swa_tokens} "
             "sliding-window tokens; the full pool bounds the context"
         )
+    end0 = get_pp_indices(model.num_layers, 0, request.pp)[1]
+    dsv4_pool = v4.rank_pool(model, 0, end0, tokens, dsv4) if dsv4 else None
+    if dsv4_pool is not None:
+        full_tokens, swa_tokens, ratio = (
+            dsv4_pool.full_tokens,
+            dsv4_pool.swa_tokens,
+            dsv4_pool.ratio,
+        )
     capacity = full_tokens if full_tokens is not None else tokens
     ranks = [
         replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0) + state)
@@ -236,6 +255,8 @@ def make_sglang_plan(
         defaults["max_running_requests"] = (
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
         )
+    if dsv4 is not None:  # 256 unless given, then at most half the pool (dsv4.py)
+        max_running = v4.max_running(dsv4, capacity, defaults)
     if mamba_size is not None:
         cap = mamba_size // MAMBA_SLOTS_PER_REQUEST
         if cap < max_running:
@@ -249,7 +270,6 @@ def make_sglang_plan(
             "extra buffer (0.5.23 kv_cache_configurator.py lines 227, 3062-3086, 3135-3150); "
             "--mamba-radix-cache-strategy extra_buffer takes more"
         )
-    end0 = get_pp_indices(model.num_layers, 0, request.pp)[1]
     k_per_token = (
         cell_max
         if mla
@@ -258,9 +278,11 @@ def make_sglang_plan(
         else sum(s.page_size_bytes // 2 * layers_in(r, 0, end0) for s, r in attn)
     )  # MiniMax-M3: the main pool's K and V (its indexer pool is not in this line)
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
+    line, swa_error = (dsv4_pool.log_line(), dsv4_pool.error()) if dsv4_pool else (line, None)
     fits = (
         rest_min > 0
         and capacity >= context_len
+        and swa_error is None
         and (mamba_size is None or (mamba_size > 0 and max_running > 0))
     )
     error = None
@@ -276,13 +298,15 @@ def make_sglang_plan(
             "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
             f"max_mamba_cache_size={mamba_size}"
         )
+    elif swa_error is not None:
+        error = swa_error
     elif capacity < context_len:
         error = (
             f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
             f"needs more than the pool's {capacity} tokens; lower --context-length or raise --mem-fraction-static"
         )
-    indices = LayerIndices([range(model.num_layers)] if msa else (r for _, r in attn))
-    cell = cell_max if dsa or msa else max((s.page_size_bytes for s, _ in attn), default=0)
+    indices = LayerIndices([range(model.num_layers)] if msa or dsv4 else (r for _, r in attn))
+    cell = cell_max if dsa or msa or dsv4 else max((s.page_size_bytes for s, _ in attn), default=0)
     group = KvCacheGroup(
         0,
         VllmLayerSpec(
@@ -301,7 +325,7 @@ def make_sglang_plan(
         context_len=context_len,
         chunked_prefill_size=request.max_num_batched_tokens or rule.chunked_prefill_size,
         log_line=line,
-        swa_full_tokens_ratio=ratio if sliding else None,
+        swa_full_tokens_ratio=ratio if sliding or dsv4 else None,
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
         mamba_full_memory_ratio=mamba_ratio,
