@@ -42,7 +42,8 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
 
 The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's (a
 ``--weights-bytes`` figure from the engine log and a snapshot's ``total_size``, which holds the
-checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`).
+checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`;
+without the drafter :mod:`kvbudget.capacity.checkpoint_mtp` takes those tensors off the total).
 vLLM loads the drafter inside the profiler that logs "Model loading took"
 (``v1/worker/gpu_model_runner.py`` lines 5050-5073, 5137-5151), then the proposer swaps the
 drafter's ``embed_tokens`` and every ``shared_head.head`` / ``lm_head`` for the target's

@@ -173,8 +173,9 @@ def test_weights_bytes_flag_already_holds_the_drafter(tmp_path: Path) -> None:
 
 def test_a_snapshot_total_already_holds_the_mtp_layer(tmp_path: Path) -> None:
     """MiMo-7B's checkpoint ships its ``model.mtp_layers.0.*`` tensors, so the index's
-    ``metadata.total_size`` (made up here: 16 GiB) includes the drafter: the plan's weights are
-    the same with and without MTP, and a note says so."""
+    ``metadata.total_size`` (made up here: 16 GiB) includes the drafter: nothing is added with
+    MTP, and a note says so (this index's empty ``weight_map`` names no MTP tensor, so nothing is
+    taken off without MTP either: test_plan_mtp_snapshot_vllm.py)."""
     snapshot = tmp_path / "snap"
     snapshot.mkdir()
     (snapshot / "config.json").write_text(json.dumps(MIMO_7B), encoding="utf-8")

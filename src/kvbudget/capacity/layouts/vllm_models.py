@@ -247,19 +247,22 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "eh_proj / input_proj 2 x hidden x hidden (unsplit, model dtype), three norms and one "
         "decoder layer of the target's kind (MoE for DeepSeek / GLM); mimo_v2_flash: five norms, "
         "eh_proj, a sliding attention (swa_* heads, o_proj in the model dtype, sink bias) and a "
-        "dense MLP of intermediate_size; embedding and head shared with the target",
+        "dense MLP of intermediate_size; embedding and head shared with the target; without "
+        "the drafter a snapshot's MTP tensors (safetensors headers) leave its total_size",
         "model_executor/models/deepseek_mtp.py 61, 76-111, 95-112, 147-165; deepseek_v2.py "
         "1158-1168, 1293-1297, 1654; models/deepseek_v32/nvidia/mtp.py 64-100, 171-187; "
         "models/deepseek_v32/attention.py 166-190; glm4_moe_mtp.py 80-104, 131-152; "
         "glm4_moe.py 353-356; "
-        "mimo_mtp.py 43-65, 96-115; mimo_v2_mtp.py 57-119, 177; mimo_v2.py 77-101, 218-300; "
+        "mimo_mtp.py 43-65, 96-115; mimo_v2_mtp.py 57-119, 177; mimo_v2.py 77-101, 218-300, "
+        "762-763; mimo.py 93; model_executor/models/utils.py 575-601; glm4_moe.py 495; "
         "v1/spec_decode/llm_base_proposer.py 1293-1317, 1422-1571; "
         "v1/worker/gpu_model_runner.py 5050-5073; v1/core/kv_cache_utils.py 1997-2085",
         "tests/unit/spec/test_mtp_layers.py; tests/unit/plan/test_plan_mtp_vllm.py (tiny "
         "deepseek_v3, glm4_moe, mimo and mimo_v2_flash with MTP: pools measured on vLLM CPU; "
         "full size worked by hand); tests/unit/plan/test_plan_mtp_weights_vllm.py (drafter "
         "weights of DeepSeek-V3, MiMo-7B, MiMo-V2-Flash and the tiny glm4_moe worked by hand; "
-        "the tiny mimo_v2_flash drafter's modules as vLLM CPU built them)",
+        "the tiny mimo_v2_flash drafter's modules as vLLM CPU built them); "
+        "tests/unit/plan/test_plan_mtp_snapshot_vllm.py (MTP tensors off a snapshot's total)",
     ),
     "MTP drafters priced in the pool (deepseek_v4, minimax_m3)": (
         "--speculative-config method mtp: deepseek_v4's num_nextn_predict_layers layers at "
