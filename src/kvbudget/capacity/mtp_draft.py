@@ -69,17 +69,16 @@ What one MTP layer keeps of its own:
   ``final_layernorm``, ``input_proj`` ``nn.Linear(2 x hidden, hidden)`` and a dense
   ``Qwen2DecoderLayer`` with the target's ``quant_config``.
 
-* MiMo-V2-Flash (``models/mimo_v2_mtp.py`` lines 57-119; one layer, line 177): ``enorm``,
-  ``hnorm``, ``input_layernorm``, ``pre_mlp_layernorm``, ``final_layernorm`` (hidden each),
-  ``eh_proj`` a ``ReplicatedLinear(2 x hidden, hidden)`` with no ``quant_config`` (lines 75-77:
-  model dtype, whole on every rank), a sliding ``MiMoV2Attention`` of ``swa_num_attention_heads``
-  (``models/mimo_v2.py`` lines 218-300: the merged ``qkv_proj`` quantized as the checkpoint says,
-  its KV heads replicated below one per rank; ``o_proj`` in the model dtype, ``quant_config`` None
-  under ``mtp.layers``, line 277; with ``add_swa_attention_sink_bias`` one value per local head,
-  line 293) and a dense ``MiMoV2MLP`` of ``intermediate_size`` (lines 77-101). vLLM CPU built
-  exactly these modules for a tiny config (``scripts/vllm_drafter_modules.py``).
+* MiMo-V2-Flash (one layer: five norms, an unquantized ``eh_proj``, a sliding attention with an
+  unquantized ``o_proj`` and sinks, a dense MLP) and MiniMax-M3 (``num_mtp_modules`` modules:
+  three norms, a quantized ``eh_proj``, a sparse MoE decoder layer with its indexer projections,
+  fp32 router and shared expert) are sized module by module as vLLM builds them
+  (:mod:`kvbudget.capacity.mtp_weights`, which cites the lines); vLLM CPU built exactly MiMo-V2's
+  modules for a tiny config (``scripts/vllm_drafter_modules.py``).
 
-DeepSeek-V4 and MiniMax-M3 drafters are not sized yet: their plans take
+The DeepSeek-V4 drafter is not sized yet (``e_proj`` / ``h_proj``, the fp32 ``hc_head``
+parameters, a ``DeepseekV4DecoderLayer`` at compress ratio 1 with its mHC mixing and its
+mixed-precision experts: ``models/deepseek_v4/nvidia/mtp.py`` lines 85-150): its plans take
 ``--weights-bytes`` (the engine log's figure includes the drafter) or ``--kv-cache-memory`` (then
 the weights shown leave the drafter out, and say so: :data:`MTP_WEIGHTS_NOTE`).
 """
@@ -103,8 +102,9 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
+from kvbudget.capacity.mtp_weights import mimo_v2_mtp_bytes, minimax_m3_mtp_bytes
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.weight_matrices import Matrix, _matrix_bytes, layer_matrices
+from kvbudget.capacity.weight_matrices import layer_matrices
 from kvbudget.capacity.weights import layer_rank_bytes
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import FullAttention, LayerSpec
@@ -124,7 +124,9 @@ __all__ = [
 #: model types whose MTP layers (kvbudget.spec.mtp) join the target's vLLM layer specs
 SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
 #: model types whose drafter's weights :func:`mtp_weights_bytes` sizes (module doc)
-MTP_WEIGHTS_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
+MTP_WEIGHTS_TYPES = (
+    DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"} | VLLM_MINIMAX_M3_TYPES
+)
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
@@ -232,12 +234,17 @@ def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
         return None
     if any(p != "lm_head" for p in exclude_patterns(model.quantization_config)):
         return None
-    if model.model_type == "mimo_v2_flash":
-        return _mimo_v2_mtp_bytes(request, model)
-    h = model.hidden_size or 0
-    dtype_bytes = model.dtype_bytes or 2
     dp = request.data_parallel_size or 1
     moe_ranks = request.tp * dp if dp > 1 and model.num_experts else request.tp
+    if model.model_type == "mimo_v2_flash":
+        layers = mtp_pool_layers(request, model)
+        return mimo_v2_mtp_bytes(model, layers[0], request.tp) if len(layers) == 1 else None
+    if model.model_type in VLLM_MINIMAX_M3_TYPES:
+        n = mtp_layers_requested(request, model)
+        one = minimax_m3_mtp_bytes(model, tp=request.tp, moe_ranks=moe_ranks)
+        return None if one is None else n * one
+    h = model.hidden_size or 0
+    dtype_bytes = model.dtype_bytes or 2
     raw = model.raw_config
     freq = raw.get("moe_layer_freq", 1)
     first_dense = raw.get("first_k_dense_replace", 0)
@@ -258,38 +265,6 @@ def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
         total += layer_rank_bytes(model, mats, tp=request.tp, moe_ranks=moe_ranks)
         total += 3 * h * dtype_bytes + 2 * h * h * dtype_bytes
     return total
-
-
-def _mimo_v2_mtp_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
-    """One GPU's bytes of MiMo-V2-Flash's one MTP layer (``mimo_v2_mtp.py`` lines 57-119, module
-    doc): five norms and ``eh_proj`` (whole, model dtype), the sliding attention's merged
-    ``qkv_proj`` (quantized, KV heads replicated below one per rank), ``o_proj`` in the model dtype
-    (``mimo_v2.py`` line 277: no ``quant_config`` under ``mtp.layers``), the sink bias (one value
-    per local head, line 292) and a dense ``MiMoV2MLP`` of ``intermediate_size`` (lines 77-101)."""
-    layers = mtp_pool_layers(request, model)
-    raw = model.raw_config
-    heads = raw.get("swa_num_attention_heads")
-    inter = model.intermediate_size
-    if len(layers) != 1 or not isinstance(layers[0], FullAttention) or not heads or not inter:
-        return None
-    swa, tp = layers[0], request.tp
-    h, dtype_bytes, quant = (
-        model.hidden_size or 0,
-        model.dtype_bytes or 2,
-        model.quantization_config,
-    )
-    kv_heads = max(1, swa.num_kv_heads // tp)
-    qkv_out = int(heads) // tp * swa.head_dim + kv_heads * (swa.head_dim + swa.v_dim)
-    mats = (
-        (Matrix("qkv_proj", h, qkv_out), (h, qkv_out), quant),
-        (Matrix("o_proj", int(heads) * swa.v_dim, h), (int(heads) // tp * swa.v_dim, h), None),
-        (Matrix("gate_up_proj", h, 2 * inter), (h, 2 * (inter // tp)), quant),
-        (Matrix("down_proj", inter, h), (inter // tp, h), quant),
-        (Matrix("eh_proj", 2 * h, h), (2 * h, h), None),
-    )
-    total = sum(_matrix_bytes(m, shape, q, dtype_bytes) for m, shape, q in mats)
-    sinks = int(heads) // tp if raw.get("add_swa_attention_sink_bias") else 0
-    return total + (5 * h + sinks) * dtype_bytes
 
 
 def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:

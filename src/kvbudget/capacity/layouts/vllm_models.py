@@ -268,11 +268,17 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "--speculative-config method mtp: deepseek_v4's num_nextn_predict_layers layers at "
         "compress ratio 1 (one 64-token sliding page each, packed with the target's sliding "
         "groups); minimax_m3's num_mtp_modules sparse layers (K/V + bf16 indexer page) in the one "
-        "uniform-type group; the drafter's weights need --weights-bytes or --kv-cache-memory",
+        "uniform-type group; minimax_m3's drafter weights join the last stage (per module three "
+        "norms, eh_proj 2 x hidden x hidden quantized as the checkpoint, one sparse MoE layer "
+        "with its indexer q/k projections, fp32 router and shared expert); deepseek_v4's "
+        "drafter weights need --weights-bytes or --kv-cache-memory",
         "models/deepseek_v4/nvidia/mtp.py 143-148, 221-247; models/deepseek_v4/attention.py "
-        "229-235; models/minimax_m3/nvidia/mtp.py 58-64, 100-112; config/speculative.py 38-66, "
+        "229-235; models/minimax_m3/nvidia/mtp.py 42-67, 100-112; models/minimax_m3/nvidia/"
+        "model.py 195-270, 392-490, 678-763; model_executor/layers/linear.py 1352-1420; "
+        "config/speculative.py 38-66, "
         "1141-1145; v1/core/kv_cache_utils.py 1997-2012, 2583-2590",
-        "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py "
-        "(worked by hand; vLLM CPU does not run DeepSeek-V4's MTP: cpu/mtp.py line 18)",
+        "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py, "
+        "tests/unit/plan/test_plan_mtp_weights_vllm.py (worked by hand; vLLM CPU does not run "
+        "DeepSeek-V4's MTP: cpu/mtp.py line 18)",
     ),
 }
