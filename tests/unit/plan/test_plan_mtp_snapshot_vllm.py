@@ -17,9 +17,12 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kvbudget.capacity.checkpoint_mtp import is_skipped_mtp_tensor
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import MiB
 
@@ -138,3 +141,11 @@ def test_which_names_vllm_skips() -> None:
     m3 = _catalog("MiniMaxAI--MiniMax-M3")
     assert is_skipped_mtp_tensor(m3, "model.mtp.0.eh_proj.weight")
     assert not is_skipped_mtp_tensor(m3, "model.layers.0.self_attn.q_proj.weight")
+
+
+def test_a_corrupt_shard_header_is_one_line(tmp_path: Path) -> None:
+    """A shard whose header cannot be read: a one-line ConfigError, not a traceback."""
+    snapshot = _snapshot(tmp_path / "a", with_mtp=True)
+    (snapshot / "model-00002-of-00002.safetensors").write_bytes(b"\x10\x00\x00")
+    with pytest.raises(ConfigError, match=r"^snapshot: .* has no readable safetensors header"):
+        _plan(snapshot)
