@@ -42,7 +42,8 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
 
 The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's (a
 ``--weights-bytes`` figure from the engine log and a snapshot's ``total_size``, which holds the
-checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`).
+checkpoint's MTP tensors, already count them: nothing is added, :data:`MTP_SNAPSHOT_NOTE`;
+without the drafter :mod:`kvbudget.capacity.checkpoint_mtp` takes those tensors off the total).
 vLLM loads the drafter inside the profiler that logs "Model loading took"
 (``v1/worker/gpu_model_runner.py`` lines 5050-5073, 5137-5151), then the proposer swaps the
 drafter's ``embed_tokens`` and every ``shared_head.head`` / ``lm_head`` for the target's
@@ -68,7 +69,16 @@ What one MTP layer keeps of its own:
   ``final_layernorm``, ``input_proj`` ``nn.Linear(2 x hidden, hidden)`` and a dense
   ``Qwen2DecoderLayer`` with the target's ``quant_config``.
 
-MiMo-V2-Flash, DeepSeek-V4 and MiniMax-M3 drafters are not sized yet: their plans take
+* MiMo-V2-Flash (one layer: five norms, an unquantized ``eh_proj``, a sliding attention with an
+  unquantized ``o_proj`` and sinks, a dense MLP) and MiniMax-M3 (``num_mtp_modules`` modules:
+  three norms, a quantized ``eh_proj``, a sparse MoE decoder layer with its indexer projections,
+  fp32 router and shared expert) are sized module by module as vLLM builds them
+  (:mod:`kvbudget.capacity.mtp_weights`, which cites the lines); vLLM CPU built exactly MiMo-V2's
+  modules for a tiny config (``scripts/vllm_drafter_modules.py``).
+
+The DeepSeek-V4 drafter is not sized yet (``e_proj`` / ``h_proj``, the fp32 ``hc_head``
+parameters, a ``DeepseekV4DecoderLayer`` at compress ratio 1 with its mHC mixing and its
+mixed-precision experts: ``models/deepseek_v4/nvidia/mtp.py`` lines 85-150): its plans take
 ``--weights-bytes`` (the engine log's figure includes the drafter) or ``--kv-cache-memory`` (then
 the weights shown leave the drafter out, and say so: :data:`MTP_WEIGHTS_NOTE`).
 """
@@ -92,6 +102,7 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
+from kvbudget.capacity.mtp_weights import mimo_v2_mtp_bytes, minimax_m3_mtp_bytes
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weight_matrices import layer_matrices
 from kvbudget.capacity.weights import layer_rank_bytes
@@ -113,7 +124,9 @@ __all__ = [
 #: model types whose MTP layers (kvbudget.spec.mtp) join the target's vLLM layer specs
 SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
 #: model types whose drafter's weights :func:`mtp_weights_bytes` sizes (module doc)
-MTP_WEIGHTS_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo"}
+MTP_WEIGHTS_TYPES = (
+    DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"} | VLLM_MINIMAX_M3_TYPES
+)
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
 MINIMAX_M3_DEFAULT_MTP_MODULES = 1
@@ -221,10 +234,17 @@ def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
         return None
     if any(p != "lm_head" for p in exclude_patterns(model.quantization_config)):
         return None
-    h = model.hidden_size or 0
-    dtype_bytes = model.dtype_bytes or 2
     dp = request.data_parallel_size or 1
     moe_ranks = request.tp * dp if dp > 1 and model.num_experts else request.tp
+    if model.model_type == "mimo_v2_flash":
+        layers = mtp_pool_layers(request, model)
+        return mimo_v2_mtp_bytes(model, layers[0], request.tp) if len(layers) == 1 else None
+    if model.model_type in VLLM_MINIMAX_M3_TYPES:
+        n = mtp_layers_requested(request, model)
+        one = minimax_m3_mtp_bytes(model, tp=request.tp, moe_ranks=moe_ranks)
+        return None if one is None else n * one
+    h = model.hidden_size or 0
+    dtype_bytes = model.dtype_bytes or 2
     raw = model.raw_config
     freq = raw.get("moe_layer_freq", 1)
     first_dense = raw.get("first_k_dense_replace", 0)
@@ -266,7 +286,7 @@ def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
     ):
         raise ConfigError(
             f"speculative_config: the MTP drafter's weights ({n} decoder layer(s) of "
-            f"{model.model_type} with their experts) are not estimated by kvbudget; pass "
+            f"{model.model_type}) are not estimated by kvbudget; pass "
             "--weights-bytes from the engine log (it includes them) or --kv-cache-memory",
             field="speculative_config",
         )

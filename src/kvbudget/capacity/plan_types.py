@@ -10,6 +10,7 @@ uses ``max_num_batched_tokens`` and ``max_num_seqs``; the timing model reads ``g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, TypeAlias
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -52,6 +53,14 @@ def planned_engine(name: str) -> str | None:
     from kvbudget.capacity.engines.registry import planned_engine as registered
 
     return registered(name)
+
+
+def request_snapshot(request: PlanRequest) -> Path | None:
+    """The snapshot folder whose weights index a plan reads: ``--snapshot``, else ``--model`` when
+    it is a folder."""
+    if request.snapshot:
+        return Path(request.snapshot)
+    return Path(request.model) if Path(request.model).is_dir() else None
 
 
 class PlanRequest(BaseModel):

@@ -9,13 +9,12 @@ looked up by ``request.engine`` in the registry (``capacity/engines/``: vLLM's i
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from kvbudget.capacity.engines.registry import engine_planner
 from kvbudget.capacity.engines.vllm.settings import batch_defaults, stage_profile
 from kvbudget.capacity.model_dtype import with_dtype, with_quantization
 from kvbudget.capacity.plan_model import resolve_spec
-from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult, request_snapshot
 from kvbudget.capacity.weights import estimate_weights
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec, custom_gpu, get_gpu
@@ -106,9 +105,7 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
             "max_model_len: the config has no max_position_embeddings; pass --max-model-len",
             field="max_model_len",
         )
-    snapshot = Path(request.snapshot) if request.snapshot else None
-    if snapshot is None and Path(request.model).is_dir():
-        snapshot = Path(request.model)  # --model is a snapshot folder: read its weights index
+    snapshot = request_snapshot(request)  # --snapshot, or --model when it is a snapshot folder
     model = with_quantization(model, request.quantization)
     model = with_dtype(model, request.dtype)
     dp = request.data_parallel_size

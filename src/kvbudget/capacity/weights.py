@@ -6,7 +6,8 @@ Order of sources, strongest first:
    bytes per GPU; used as is on every rank.
 2. A snapshot's ``model.safetensors.index.json`` ``metadata.total_size`` (or the size of a lone
    ``model.safetensors``): ``read``. The split over ranks is then ``computed`` from the
-   architecture's shares (below) and scaled to the read total.
+   architecture's shares (below) and scaled to the read total (a vLLM plan without an MTP
+   drafter then takes the checkpoint's MTP tensors off: :mod:`kvbudget.capacity.checkpoint_mtp`).
 3. The architecture's parameter count (``computed`` when every layer kind has a known formula,
    ``estimated`` when some layers - Mamba / gated delta net / linear attention - are approximated):
    embeddings (vocab x hidden, lm_head unless ``tie_word_embeddings``), attention projections

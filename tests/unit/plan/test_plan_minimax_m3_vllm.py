@@ -128,21 +128,8 @@ def test_mtp_modules_join_the_one_group() -> None:
     assert result.num_blocks == KV_BYTES // 19_660_800 == 546
     assert result.max_concurrency == pytest.approx(546 / 64)
     assert result.kv_cache_tokens == 69_888
-    assert any("leave the MTP drafter out" in note for note in result.notes)
-
-
-def test_mtp_without_measured_weights_or_kv_memory_is_refused() -> None:
-    request = PlanRequest(
-        model=MODEL,
-        engine="vllm",
-        engine_version="0.32.0",
-        gpu="H200",
-        tp=8,
-        max_model_len=8192,
-        speculative_config='{"method": "mtp"}',
-    )
-    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
-        make_plan(request)
+    # the drafter's weights are sized (test_plan_mtp_weights_vllm.py works them by hand)
+    assert not any("leave the MTP drafter out" in note for note in result.notes)
 
 
 def test_mtp_of_an_unread_drafter_is_refused() -> None:

@@ -174,8 +174,9 @@ def test_weights_bytes_flag_already_holds_the_drafter(tmp_path: Path) -> None:
 
 def test_a_snapshot_total_already_holds_the_mtp_layer(tmp_path: Path) -> None:
     """MiMo-7B's checkpoint ships its ``model.mtp_layers.0.*`` tensors, so the index's
-    ``metadata.total_size`` (made up here: 16 GiB) includes the drafter: the plan's weights are
-    the same with and without MTP, and a note says so."""
+    ``metadata.total_size`` (made up here: 16 GiB) includes the drafter: nothing is added with
+    MTP, and a note says so (this index's empty ``weight_map`` names no MTP tensor, so nothing is
+    taken off without MTP either: test_plan_mtp_snapshot_vllm.py)."""
     snapshot = tmp_path / "snap"
     snapshot.mkdir()
     (snapshot / "config.json").write_text(json.dumps(MIMO_7B), encoding="utf-8")
@@ -204,8 +205,120 @@ def test_tiny_glm45_mtp_weights_by_hand(tmp_path: Path) -> None:
     assert with_mtp.weights_bytes - without.weights_bytes == 821_504 * 2
 
 
-def test_mimo_v2_flash_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
-    """MiMo-V2-Flash's drafter (``mimo_v2_mtp.py``) is not sized yet: refused without a figure."""
+# MiMo-V2-Flash's one MTP layer (vLLM 0.32.0 ``model_executor/models/mimo_v2_mtp.py`` lines
+# 57-119, one layer: line 177), the published config (hidden 4096, sliding attention of 64 heads,
+# 8 KV heads, K 192 / V 128, dense MLP 16384, fp8 blocks [128, 128], add_swa_attention_sink_bias):
+# enorm, hnorm, input_layernorm, pre_mlp_layernorm, final_layernorm: 5 x 4096 x 2 B = 40,960;
+# eh_proj ``ReplicatedLinear(2 x hidden, hidden)`` with no quant_config (lines 75-77): bf16,
+# 8192 x 4096 x 2 = 67,108,864 B whole on each rank; MiMoV2Attention (``mimo_v2.py`` lines
+# 218-300): a ``QKVParallelLinear`` in fp8 (one weight of the rank's q + k + v rows, one fp32
+# scale per 128 x 128 block of it: ``quantization/utils/fp8_utils.py`` lines 1412-1425), an
+# ``o_proj`` with ``quant_config=None`` under ``mtp.layers`` (line 277: bf16, row-split) and the
+# sink bias, one bf16 per local head (line 293); ``MiMoV2MLP`` (lines 77-101) fp8.
+MIMO_V2_MTP_TP1 = (
+    4096 * (64 * 192 + 8 * 192 + 8 * 128)  # qkv_proj: 4096 x 14,848 = 60,817,408
+    + 4 * -(-14_848 // 128) * (4096 // 128)  # its scales: 116 x 32 x 4 = 14,848
+    + 64 * 128 * 4096 * 2  # o_proj bf16: 67,108,864
+    + 64 * 2  # sink bias
+    + 4096 * 2 * 16384
+    + 4 * (2 * 16384 // 128) * 32  # gate_up: 134,217,728 + 32,768
+    + 16384 * 4096
+    + 4 * 32 * (16384 // 128)  # down: 67,108,864 + 16,384
+    + 2 * 4096 * 4096 * 2  # eh_proj
+    + 5 * 4096 * 2  # norms
+)
+# TP 4: q 16 heads x 192 + k 2 x 192 + v 2 x 128 = 3,712 rows (29 scale rows); o_proj 2048
+# inputs; gate_up 8192 outputs; down 4096 inputs; 16 sink values; eh_proj and norms whole.
+# (TP 8 is not checked: a rank's one K head of 192 rows is no multiple of block_n 128, which
+# vLLM refuses, ``fp8_utils.py`` lines 1329-1341.)
+MIMO_V2_MTP_TP4 = (
+    4096 * 3712
+    + 4 * 29 * 32
+    + 2048 * 4096 * 2
+    + 16 * 2
+    + 4096 * 8192
+    + 4 * (8192 // 128) * 32
+    + 4096 * 4096
+    + 4 * 32 * (4096 // 128)
+    + 2 * 4096 * 4096 * 2
+    + 5 * 4096 * 2
+)
+
+
+@pytest.mark.parametrize(("tp", "expected"), [(1, MIMO_V2_MTP_TP1), (4, MIMO_V2_MTP_TP4)])
+def test_mimo_v2_flash_mtp_weights_by_hand(tmp_path: Path, tp: int, expected: int) -> None:
+    """60,832,256 (qkv) + 67,108,864 (o) + 128 (sinks) + 134,250,496 (gate_up) + 67,125,248
+    (down) + 67,108,864 (eh_proj) + 40,960 (norms) = 396,466,816 B at TP 1; 149,479,072 B at
+    TP 4. The embedding and lm_head are the target's (``llm_base_proposer.py`` lines 1466-1472,
+    1545-1556)."""
+    assert (MIMO_V2_MTP_TP1, MIMO_V2_MTP_TP4) == (396_466_816, 149_479_072)
     path = _write(tmp_path, _catalog("XiaomiMiMo--MiMo-V2-Flash"))
+    common: dict[str, Any] = {"gpu": "H200", "tp": tp, "max_model_len": 8192}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == expected
+    assert not any("leave the MTP drafter out" in note for note in with_mtp.notes)
+
+
+def test_tiny_mimo_v2_flash_mtp_weights_as_vllm_cpu_built_them(tmp_path: Path) -> None:
+    """vLLM 0.32.0's CPU engine (2026-12-03, ``load_format="dummy"``, bf16,
+    ``speculative_config={"method": "mtp", "num_speculative_tokens": 1}``) started the tiny
+    MiMo-V2-Flash of ``test_plan_mtp_vllm.TINY_MIMO_V2`` with ``add_swa_attention_sink_bias``
+    true; ``LLM.collective_rpc`` listed the drafter's (``MiMoV2MTP``) modules: ``qkv_proj``
+    256 -> 768, ``o_proj`` 256 -> 256, ``gate_up_proj`` 256 -> 1024, ``down_proj`` 512 -> 256 (all
+    ``UnquantizedLinearMethod``, bf16), ``eh_proj`` 512 -> 256, five norms of 256, an
+    ``attention_sink_bias`` of 4, and ``model.embed_tokens`` / ``lm_head`` pointing at the
+    target's tensors ("Detected MTP model. Sharing target model embedding weights", "... lm_head
+    weights"): (196,608 + 65,536 + 262,144 + 131,072 + 131,072 + 1,280 + 4) x 2 B."""
+    from tests.unit.plan.test_plan_mtp_vllm import TINY_MIMO_V2
+
+    expected = (256 * 768 + 256 * 256 + 256 * 1024 + 512 * 256 + 512 * 256 + 5 * 256 + 4) * 2
+    assert expected == 1_575_432
+    path = _write(tmp_path, {**TINY_MIMO_V2, "add_swa_attention_sink_bias": True})
+    common: dict[str, Any] = {"gpu": "H200", "max_model_len": 4096}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == expected
+
+
+# MiniMax-M3's MTP modules (vLLM 0.32.0 ``models/minimax_m3/nvidia/mtp.py`` lines 42-67: enorm,
+# hnorm, final_layernorm, ``eh_proj`` ReplicatedLinear(2 x hidden, hidden) with the checkpoint's
+# quant_config (bf16 here), a ``MiniMaxM3DecoderLayer`` forced sparse and MoE, lines 58-64), the
+# published config (hidden 6144, 64 heads x 128, 4 KV heads, index dim 128, 128 experts of 3072,
+# one shared expert of 3072, use_routing_bias, 7 modules), one GPU of TP 8:
+MINIMAX_M3_MTP_MODULE_TP8 = (
+    # MinimaxM3QKVParallelLinearWithIndexer (model_executor/layers/linear.py lines 1352-1420):
+    # q 8 heads x 128 + k, v 1 head x 128 each (4 KV heads < TP 8: replicated) + index_q 1 x 128
+    # + index_k 128 (one head on every rank) = 1,536 outputs
+    6144 * 1536 * 2
+    + 64 * 128 // 8 * 6144 * 2  # o_proj, row-split: 1,024 inputs
+    + 4 * 128 * 2  # q_norm, k_norm, index_q_norm, index_k_norm (model.py lines 469-487)
+    + 2 * 6144 * 2  # input / post-attention norms (lines 757-762)
+    + 6144 * 128 * 4  # router GateLinear, fp32 (lines 230-238)
+    + 128 * 4  # e_score_correction_bias, fp32 (lines 219-223)
+    + 128 * (6144 * 2 * 3072 // 8 + 3072 // 8 * 6144) * 2  # experts' w13 + w2, TP-split
+    + (6144 * 2 * 3072 // 8 + 3072 // 8 * 6144) * 2  # shared MiniMaxM3MLP of 3072 x 1
+    + 2 * 6144 * 6144 * 2  # eh_proj, whole on every rank
+    + 3 * 6144 * 2  # enorm, hnorm, final_layernorm
+)
+
+
+def test_minimax_m3_mtp_weights_by_hand(tmp_path: Path) -> None:
+    """18,874,368 (qkv) + 12,582,912 (o) + 1,024 + 24,576 (norms) + 3,145,728 (router) + 512
+    (bias) + 1,811,939,328 (experts) + 14,155,776 (shared) + 150,994,944 (eh_proj) + 36,864
+    = 2,011,756,032 B per module; x 7 modules = 14,082,292,224 B per GPU at TP 8."""
+    assert MINIMAX_M3_MTP_MODULE_TP8 == 2_011_756_032
+    path = _write(tmp_path, _catalog("MiniMaxAI--MiniMax-M3"))
+    common: dict[str, Any] = {"gpu": "H200", "tp": 8, "max_model_len": 8192}
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == 7 * MINIMAX_M3_MTP_MODULE_TP8
+    assert 7 * MINIMAX_M3_MTP_MODULE_TP8 == 14_082_292_224
+
+
+def test_deepseek_v4_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
+    """DeepSeek-V4's drafter (``models/deepseek_v4/nvidia/mtp.py``) is not sized yet: refused
+    without ``--weights-bytes`` or ``--kv-cache-memory``."""
+    path = _write(tmp_path, _catalog("deepseek-ai--DeepSeek-V4-Flash"))
     with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
         _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)

@@ -243,32 +243,42 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "no KV without --speculative-config; with method mtp: num_nextn_predict_layers more "
         "target layers after the target's, grouped with them (DSA: always with an indexer; "
         "MiMo-V2-Flash: one sliding layer whatever the config says); a drafter kv_cache_dtype "
-        "of its own is refused; the drafter's weights (deepseek_v3, deepseek_v32, glm_moe_dsa, "
-        "glm4_moe, mimo) join the last stage: per MTP layer eh_proj / input_proj 2 x hidden x hidden "
-        "(unsplit, model dtype), three norms and one decoder layer of the target's kind "
-        "(MoE for DeepSeek / GLM), embedding and head shared with the target; the "
-        "mimo_v2_flash drafter's weights need --weights-bytes or --kv-cache-memory",
+        "of its own is refused; the drafter's weights join the last stage: per MTP layer "
+        "eh_proj / input_proj 2 x hidden x hidden (unsplit, model dtype), three norms and one "
+        "decoder layer of the target's kind (MoE for DeepSeek / GLM); mimo_v2_flash: five norms, "
+        "eh_proj, a sliding attention (swa_* heads, o_proj in the model dtype, sink bias) and a "
+        "dense MLP of intermediate_size; embedding and head shared with the target; without "
+        "the drafter a snapshot's MTP tensors (safetensors headers) leave its total_size",
         "model_executor/models/deepseek_mtp.py 61, 76-111, 95-112, 147-165; deepseek_v2.py "
         "1158-1168, 1293-1297, 1654; models/deepseek_v32/nvidia/mtp.py 64-100, 171-187; "
         "models/deepseek_v32/attention.py 166-190; glm4_moe_mtp.py 80-104, 131-152; "
         "glm4_moe.py 353-356; "
-        "mimo_mtp.py 43-65, 96-115; mimo_v2_mtp.py 81-100, 177; "
+        "mimo_mtp.py 43-65, 96-115; mimo_v2_mtp.py 57-119, 177; mimo_v2.py 77-101, 218-300, "
+        "762-763; mimo.py 93; model_executor/models/utils.py 575-601; glm4_moe.py 495; "
         "v1/spec_decode/llm_base_proposer.py 1293-1317, 1422-1571; "
         "v1/worker/gpu_model_runner.py 5050-5073; v1/core/kv_cache_utils.py 1997-2085",
         "tests/unit/spec/test_mtp_layers.py; tests/unit/plan/test_plan_mtp_vllm.py (tiny "
         "deepseek_v3, glm4_moe, mimo and mimo_v2_flash with MTP: pools measured on vLLM CPU; "
         "full size worked by hand); tests/unit/plan/test_plan_mtp_weights_vllm.py (drafter "
-        "weights of DeepSeek-V3, MiMo-7B and the tiny glm4_moe worked by hand)",
+        "weights of DeepSeek-V3, MiMo-7B, MiMo-V2-Flash and the tiny glm4_moe worked by hand; "
+        "the tiny mimo_v2_flash drafter's modules as vLLM CPU built them); "
+        "tests/unit/plan/test_plan_mtp_snapshot_vllm.py (MTP tensors off a snapshot's total)",
     ),
     "MTP drafters priced in the pool (deepseek_v4, minimax_m3)": (
         "--speculative-config method mtp: deepseek_v4's num_nextn_predict_layers layers at "
         "compress ratio 1 (one 64-token sliding page each, packed with the target's sliding "
         "groups); minimax_m3's num_mtp_modules sparse layers (K/V + bf16 indexer page) in the one "
-        "uniform-type group; the drafter's weights need --weights-bytes or --kv-cache-memory",
+        "uniform-type group; minimax_m3's drafter weights join the last stage (per module three "
+        "norms, eh_proj 2 x hidden x hidden quantized as the checkpoint, one sparse MoE layer "
+        "with its indexer q/k projections, fp32 router and shared expert); deepseek_v4's "
+        "drafter weights need --weights-bytes or --kv-cache-memory",
         "models/deepseek_v4/nvidia/mtp.py 143-148, 221-247; models/deepseek_v4/attention.py "
-        "229-235; models/minimax_m3/nvidia/mtp.py 58-64, 100-112; config/speculative.py 38-66, "
+        "229-235; models/minimax_m3/nvidia/mtp.py 42-67, 100-112; models/minimax_m3/nvidia/"
+        "model.py 195-270, 392-490, 678-763; model_executor/layers/linear.py 1352-1420; "
+        "config/speculative.py 38-66, "
         "1141-1145; v1/core/kv_cache_utils.py 1997-2012, 2583-2590",
-        "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py "
-        "(worked by hand; vLLM CPU does not run DeepSeek-V4's MTP: cpu/mtp.py line 18)",
+        "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py, "
+        "tests/unit/plan/test_plan_mtp_weights_vllm.py (worked by hand; vLLM CPU does not run "
+        "DeepSeek-V4's MTP: cpu/mtp.py line 18)",
     ),
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from kvbudget.capacity.checkpoint_mtp import without_mtp_tensors
 from kvbudget.capacity.engines.registry import (
     LayoutLoad,
     RegisteredEngine,
@@ -20,6 +21,7 @@ from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
 from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
+from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.weights import with_rope_cache
 
@@ -67,8 +69,11 @@ class VllmPlanner:
     ) -> PlanResult:
         """The rotary cache and a draft model join the weights; ``--max-model-len auto`` plans
         again at the longest length that fits (vLLM's ``max_model_len=-1``)."""
-        weights = with_rope_cache(weights, model)
         draft = speculative_draft(request, model)
+        snapshot = request_snapshot(request)
+        if snapshot is not None and (draft is None or not draft.is_mtp):
+            weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
+        weights = with_rope_cache(weights, model)
         # an MTP drafter's weights are already in an engine log's figure (flag) and in a
         # snapshot's total_size (read: the checkpoint ships the MTP layers' tensors)
         held = draft is not None and draft.is_mtp and weights.source in ("flag", "read")
