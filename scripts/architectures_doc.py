@@ -172,8 +172,10 @@ the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw slidi
 HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
 `tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
 `tests/integration/llamacpp/test_llamacpp_dsv4_kv_log.py`, as DSA's in
-`test_llamacpp_dsa_kv_log.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
-Inkling (no such architecture), naming the engine's own source.
+`test_llamacpp_dsa_kv_log.py`); sglang refuses DeepSeek-V4, llama.cpp
+Inkling (no such architecture), naming the engine's own source; sglang models Inkling's default
+pools (a hybrid SWA token pool beside six bfloat16 conv states per layer;
+`tests/unit/plan/test_plan_sglang_inkling.py`).
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

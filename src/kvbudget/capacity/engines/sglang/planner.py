@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.engines.sglang.inkling import inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.grouping import group_by_kind
@@ -34,7 +35,6 @@ from kvbudget.capacity.memory import (
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.sglang_pool import (
-    MAMBA_SLOTS_PER_REQUEST,
     SglangPool,
     kv_allocated_line,
     mamba_state_pool,
@@ -104,9 +104,12 @@ def make_sglang_plan(
                 f"--page-size {request.page_size} is overridden"
             )
         page_size = DSA_PAGE_SIZE
+    inkling = inkling_plan(request, model, gpu, version, kv_dtype, defaults)  # None: not Inkling
+    if inkling is not None:
+        page_size = inkling.page_size
     specs = (
         []
-        if msa  # its cells come from SGLang's own rule (_msa_cell), not vLLM's 128-token pages
+        if msa or inkling  # cells from SGLang's own rules (_msa_cell, engines/sglang/inkling.py)
         else [
             (s, indices)
             for s, indices in vllm_layer_specs(
@@ -118,12 +121,12 @@ def make_sglang_plan(
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
-    mamba = mamba_setup(request, model, version, version_text)
+    mamba = inkling.mamba if inkling else mamba_setup(request, model, version, version_text)
     notes.extend(mamba.notes)
     padded, state_per_req, mamba_ratio = mamba.padded, mamba.state_per_req, mamba.ratio
     mamba_size: int | None = None
     sliding = [(s, r) for s, r in attn if s.windowed]
-    ratio = request.swa_full_tokens_ratio
+    ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
     if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
         raise ConfigError(
             f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
@@ -154,6 +157,8 @@ def make_sglang_plan(
             if dsa
             else _msa_cell(model, start, end, kv_dtype, request.tp)
             if msa
+            else inkling.cell(start, end)
+            if inkling
             else sum(s.page_size_bytes * layers_in(r, start, end) for s, r in attn)
         )
         cell_max = max(cell_max, cell)
@@ -183,8 +188,12 @@ def make_sglang_plan(
             )
             mamba_size = size if mamba_size is None else min(mamba_size, size)
         state_pool_bytes.append(state_bytes)
-        tokens = max_total_num_tokens(
-            token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
+        tokens = (
+            inkling.max_tokens(token_rest, start, end, request.max_total_tokens)
+            if inkling
+            else max_total_num_tokens(
+                token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
+            )
         )
         pool_tokens.append(tokens)
         rest_min = rest if p == 0 else min(rest_min, rest)
@@ -212,7 +221,15 @@ def make_sglang_plan(
     tokens = min(pool_tokens)  # PP: all-reduced MIN over ranks
     full_tokens: int | None = None
     swa_tokens: int | None = None
-    if sliding and ratio is not None:
+    swa_error: str | None = None
+    if inkling:
+        full_tokens, swa_tokens = inkling.split(tokens)
+        swa_error = inkling.swa_error(swa_tokens)
+        notes.append(
+            f"hybrid SWA pool (ratio {ratio}): {full_tokens} full-attention tokens, {swa_tokens} "
+            "sliding-window tokens; the full pool bounds the context"
+        )
+    elif sliding and ratio is not None:
         full_layers = [(s, r) for s, r in attn if not s.windowed]
         full_tokens, swa_tokens = split_hybrid_swa(
             tokens,
@@ -228,7 +245,15 @@ def make_sglang_plan(
         )
     capacity = full_tokens if full_tokens is not None else tokens
     ranks = [
-        replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0) + state)
+        replace(
+            r,
+            kv_pool_bytes=state
+            + (
+                inkling.pool_bytes(r.pp_rank, tokens, swa_tokens or 0)
+                if inkling
+                else tokens * (r.kv_pool_bytes // t if t else 0)
+            ),
+        )
         for r, t, state in zip(ranks, pool_tokens, state_pool_bytes, strict=True)
     ]  # the engine pool: the token pool plus the mamba state pool beside it
     max_running = request.max_num_seqs or max_running_requests(capacity, context_len)
@@ -237,15 +262,16 @@ def make_sglang_plan(
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
         )
     if mamba_size is not None:
-        cap = mamba_size // MAMBA_SLOTS_PER_REQUEST
+        cap = mamba_size // mamba.slots
         if cap < max_running:
             max_running = cap
             defaults["max_running_requests"] = (
-                f"{cap} (max_mamba_cache_size {mamba_size} // {MAMBA_SLOTS_PER_REQUEST} state "
+                f"{cap} (max_mamba_cache_size {mamba_size} // {mamba.slots} state "
                 "slots per request)"
             )
         notes.append(
-            f"{MAMBA_SLOTS_PER_REQUEST} state slots per running request: radix cache on, no "
+            mamba.slots_note
+            or f"{mamba.slots} state slots per running request: radix cache on, no "
             "extra buffer (0.5.23 kv_cache_configurator.py lines 227, 3062-3086, 3135-3150); "
             "--mamba-radix-cache-strategy extra_buffer takes more"
         )
@@ -255,6 +281,8 @@ def make_sglang_plan(
         if mla
         else _msa_cell(model, 0, end0, kv_dtype, request.tp, main_only=True) // 2
         if msa
+        else inkling.cells(0, end0)[0] // 2
+        if inkling
         else sum(s.page_size_bytes // 2 * layers_in(r, 0, end0) for s, r in attn)
     )  # MiniMax-M3: the main pool's K and V (its indexer pool is not in this line)
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
@@ -262,6 +290,7 @@ def make_sglang_plan(
         rest_min > 0
         and capacity >= context_len
         and (mamba_size is None or (mamba_size > 0 and max_running > 0))
+        and swa_error is None
     )
     error = None
     if rest_min <= 0:
@@ -276,13 +305,17 @@ def make_sglang_plan(
             "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
             f"max_mamba_cache_size={mamba_size}"
         )
+    elif swa_error is not None:
+        error = swa_error
     elif capacity < context_len:
         error = (
             f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
             f"needs more than the pool's {capacity} tokens; lower --context-length or raise --mem-fraction-static"
         )
-    indices = LayerIndices([range(model.num_layers)] if msa else (r for _, r in attn))
-    cell = cell_max if dsa or msa else max((s.page_size_bytes for s, _ in attn), default=0)
+    indices = LayerIndices([range(model.num_layers)] if msa or inkling else (r for _, r in attn))
+    cell = (
+        cell_max if dsa or msa or inkling else max((s.page_size_bytes for s, _ in attn), default=0)
+    )
     group = KvCacheGroup(
         0,
         VllmLayerSpec(
@@ -301,7 +334,7 @@ def make_sglang_plan(
         context_len=context_len,
         chunked_prefill_size=request.max_num_batched_tokens or rule.chunked_prefill_size,
         log_line=line,
-        swa_full_tokens_ratio=ratio if sliding else None,
+        swa_full_tokens_ratio=ratio if sliding or inkling else None,
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
         mamba_full_memory_ratio=mamba_ratio,
