@@ -8,6 +8,7 @@ from dataclasses import replace
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang.inkling import inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
+from kvbudget.capacity.engines.sglang.speculative import dsa_latent_cell, sglang_draft
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang import (
@@ -105,6 +106,10 @@ def make_sglang_plan(
             )
         page_size = DSA_PAGE_SIZE
     inkling = inkling_plan(request, model, gpu, version, kv_dtype, defaults)  # None: not Inkling
+    draft = sglang_draft(request, model, version, weights)  # engines/sglang/speculative.py
+    if draft is not None:
+        weights = draft.weights(weights)
+        notes.extend(draft.notes)
     if inkling is not None:
         page_size = inkling.page_size
     specs = (
@@ -148,6 +153,7 @@ def make_sglang_plan(
     state_pool_bytes: list[int] = []  # the mamba state pool of each rank (0 without one)
     ranks: list[RankMemory] = []
     cell_max = 0
+    draft_max = 0  # the draft's share of cell_max (its own pool logs its own line)
     rest_min = 0
     replica_per_token = 0
     for p in range(request.pp):
@@ -161,6 +167,11 @@ def make_sglang_plan(
             if inkling
             else sum(s.page_size_bytes * layers_in(r, start, end) for s, r in attn)
         )
+        if draft is not None and draft.num_layers:  # the draft's layers priced into the cell
+            latent = dsa_latent_cell(model, kv_dtype) if draft.dsa else 0
+            draft_cell = draft.cell_bytes(cell, end - start, latent)
+            draft_max = max(draft_max, draft_cell)
+            cell += draft_cell
         cell_max = max(cell_max, cell)
         replica_per_token += cell * request.tp
         w = weights.per_rank_bytes[p]
@@ -277,7 +288,7 @@ def make_sglang_plan(
         )
     end0 = get_pp_indices(model.num_layers, 0, request.pp)[1]
     k_per_token = (
-        cell_max
+        cell_max - draft_max
         if mla
         else _msa_cell(model, 0, end0, kv_dtype, request.tp, main_only=True) // 2
         if msa

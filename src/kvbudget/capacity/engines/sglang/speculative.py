@@ -1,0 +1,193 @@
+"""``--speculative-config`` (vLLM's JSON, kvbudget's one vocabulary) with ``--engine sglang``.
+
+Read from the sglang 0.5.23 wheel (paths under ``sglang/srt/``):
+
+* vLLM's MTP methods (``mtp``, ``deepseek_mtp``, ``glm4_moe_mtp``, ...) are SGLang's
+  ``--speculative-algorithm NEXTN``, which SGLang runs as ``EAGLE``
+  (``arg_groups/speculative_hook.py`` lines 109-115). For DeepSeek-V3 / V3.2, GLM-4.5
+  (``Glm4MoeForCausalLM``) and GLM-5 (``GlmMoeDsaForCausalLM``) SGLang takes the draft from the
+  target's own checkpoint (``--speculative-draft-model-path`` defaults to ``--model-path``, lines
+  1120-1157) and rewrites it to the NextN architecture (``configs/model_config.py`` lines
+  1032-1039, 1063-1064); other models need a draft path kvbudget does not take: refused.
+* The draft's KV layers are ``num_nextn_predict_layers`` of the draft config
+  (``model_executor/model_runner_components/spec_aux_hidden_state.py`` lines 132-176,
+  ``eagle_draft_num_layers``). The target prices them into its own cell before sizing the pool
+  (``model_executor/pool_configurator.py`` lines 259-314): ``cell += int(cell x draft_layers /
+  layers)``; a DSA model adds ``int(latent_cell x draft_layers / layers)`` plus a full indexer
+  row per draft layer (lines 273-309, ``_compute_dsa_indexer_cell_size(allocate_all_layers=True)``
+  lines 560-635). So ``max_total_num_tokens = rest // (target + draft cell)``, and the draft
+  worker allocates its pool from the target's ``memory_pool_config`` (the same token count:
+  ``mem_cache/kv_cache_configurator.py`` lines 470-476; ``managers/scheduler.py`` lines
+  1098-1111).
+* The draft worker and its weights are built before the target's pool is sized
+  (``managers/scheduler.py`` lines 1128-1137: ``maybe_init_draft_worker`` then
+  ``init_memory_pools``), so they come out of the target's rest; SGLang shares the target's
+  embedding and head only afterwards (``speculative/eagle_worker_v2.py`` lines 243-258, 336-379),
+  so at sizing time the NextN drafter holds its own ``embed_tokens`` and ``lm_head``
+  (``models/deepseek_nextn.py`` lines 83-88, 294-300; ``models/glm4_moe_nextn.py`` lines 60,
+  139), each ``vocab / tp x hidden``, besides ``enorm``, ``hnorm``, ``eh_proj`` (``2 x hidden x
+  hidden``), ``shared_head.norm`` and one decoder layer (lines 90-139, the layer at 126-135).
+* The default ``mem_fraction_static`` has no speculative term in 0.5.23
+  (``arg_groups/memory_hook.py`` lines 281-345); 0.5.4 reserved 2 GiB more for EAGLE / NEXTN and
+  6 GiB for STANDALONE (``server_args.py`` lines 788-795) and sized the draft's pool outside the
+  budget (``draft_runner_cache_size``, ``model_executor/model_runner.py`` lines 1667-1687): not
+  modelled, refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvbudget.capacity.draft import (
+    MTP_METHODS,
+    NO_KV_METHODS,
+    draft_method,
+    parse_speculative_config,
+)
+from kvbudget.capacity.dtypes import KvDtype
+from kvbudget.capacity.layouts.sglang import sglang_dsa_cell_bytes
+from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, mtp_weights_bytes
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import MLA
+from kvbudget.spec.model import ModelSpec
+from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES
+
+#: the first SGLang release whose speculative pools kvbudget read
+SPECULATIVE_VERSION = (0, 5, 23)
+#: model types whose NextN draft SGLang 0.5.23 takes from the target's checkpoint
+#: (``arg_groups/speculative_hook.py`` lines 1120-1157) and kvbudget prices
+SGLANG_NEXTN_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe"}
+
+SPEC = "speculative_config"
+
+
+def _refuse(message: str) -> ConfigError:
+    return ConfigError(f"{SPEC}: {message}", field=SPEC)
+
+
+@dataclass(frozen=True, slots=True)
+class SglangDraft:
+    """SGLang's NextN drafter: its KV layers (priced into the target's cell) and its weights."""
+
+    num_layers: int
+    weights_bytes: int  # per GPU, resident when the target's pool is sized (0: already held)
+    dsa: bool
+    notes: tuple[str, ...]
+
+    def cell_bytes(self, target_cell: int, num_layers: int, latent_cell: int) -> int:
+        """Bytes per token the draft adds to the target's cell (``pool_configurator.py`` lines
+        259-314); ``latent_cell``: the target's DSA cell without its indexer rows."""
+        if not self.dsa:
+            return int(target_cell * self.num_layers / num_layers)
+        indexer = DSA_INDEXER_ROW_BYTES * self.num_layers
+        return int(latent_cell * self.num_layers / num_layers) + indexer
+
+    def weights(self, weights: WeightsEstimate) -> WeightsEstimate:
+        """The target's weights plus the drafter's, on the (one) stage."""
+        if not self.weights_bytes:
+            return weights
+        per_rank = list(weights.per_rank_bytes)
+        per_rank[-1] += self.weights_bytes
+        return replace(
+            weights,
+            per_rank_bytes=tuple(per_rank),
+            method=f"{weights.method}; + SGLang NextN drafter {self.weights_bytes:,} B per GPU",
+        )
+
+
+#: ``index_head_dim + index_head_dim // 128 * 4`` uint8 bytes (128 + 4), per draft layer
+DSA_INDEXER_ROW_BYTES = 132
+
+
+def sglang_draft(
+    request: PlanRequest, model: ModelSpec, version: tuple[int, int, int], weights: WeightsEstimate
+) -> SglangDraft | None:
+    """The drafter ``--speculative-config`` asks SGLang for (None: none, or one without KV)."""
+    if request.speculative_config is None:
+        return None
+    config = parse_speculative_config(request.speculative_config)
+    method = draft_method(config)
+    if method == "ngram":
+        return SglangDraft(
+            0,
+            0,
+            False,
+            ("speculative_config: SGLang's NGRAM keeps no draft KV and no draft weights",),
+        )
+    if method in NO_KV_METHODS or method not in MTP_METHODS:
+        raise _refuse(
+            f"method {method or 'unknown'!r}: with --engine sglang kvbudget prices the NextN (MTP) "
+            "drafter that SGLang takes from the target's checkpoint; a separate draft (EAGLE with "
+            "--speculative-draft-model-path, STANDALONE) is a checkpoint kvbudget does not take; "
+            "plan without --speculative-config and pass --kv-cache-memory from the server log"
+        )
+    if version < SPECULATIVE_VERSION:
+        raise _refuse(
+            "method mtp with --engine sglang is priced from SGLang 0.5.23; earlier releases size "
+            "the draft pool outside the budget (0.5.4 model_executor/model_runner.py lines "
+            "1667-1687) and reserve 2 GiB more in mem_fraction_static (server_args.py lines "
+            "788-795), not modelled; pass --engine-version 0.5.23"
+        )
+    if model.model_type not in SGLANG_NEXTN_TYPES:
+        raise _refuse(
+            f"method mtp for {model.model_type!r}: SGLang 0.5.23 takes the NextN draft from the "
+            "target's checkpoint only for DeepSeek-V3/V3.2/V4, GLM-4.5, GLM-5 and a few others "
+            "(arg_groups/speculative_hook.py lines 1120-1157); kvbudget prices deepseek_v3, "
+            "deepseek_v32, glm4_moe and glm_moe_dsa; plan without --speculative-config and pass "
+            "--kv-cache-memory from the server log"
+        )
+    n = model.raw_config.get("num_nextn_predict_layers")
+    if not isinstance(n, int) or isinstance(n, bool) or n != 1:
+        raise _refuse(
+            f"method mtp for {model.model_type} with num_nextn_predict_layers {n!r}: SGLang's "
+            "NextN drafter builds one decoder layer (models/deepseek_nextn.py lines 126-135) while "
+            "its pool is priced for num_nextn_predict_layers; kvbudget prices 1"
+        )
+    draft_kv = config.get("kv_cache_dtype")
+    if draft_kv is not None and str(draft_kv).strip().lower() != request.kv_dtype.strip().lower():
+        raise _refuse(
+            f"kv_cache_dtype {draft_kv!r} for the drafter (SGLang's "
+            "--speculative-draft-kv-cache-dtype) is not modelled; drop it"
+        )
+    if request.pp > 1:
+        raise _refuse("an SGLang NextN drafter with --pp > 1 is not priced; plan with --pp 1")
+    notes = [
+        f"speculative_config: SGLang NEXTN (EAGLE) with {n} draft layer(s) from the target's "
+        "checkpoint; the draft's KV is priced into the target's cell, so both pools hold "
+        "max_total_num_tokens (pool_configurator.py lines 259-314); SGLang's default "
+        "mem_fraction_static has no speculative term in 0.5.23; num_speculative_tokens (SGLang's "
+        "--speculative-num-steps) does not change the pools"
+    ]
+    held = weights.source in ("flag", "read")
+    draft_weights = 0
+    if held:
+        notes.append(
+            MTP_SNAPSHOT_NOTE
+            if weights.source == "read"
+            else "speculative_config: --weights-bytes taken as target and NextN drafter together "
+            "(add the draft worker's 'Load weight end' figure to the target's)"
+        )
+    else:
+        layers = mtp_weights_bytes(request, model)
+        if layers is None:
+            raise _refuse(
+                f"the NextN drafter's weights of {model.model_type} are not estimated here (a "
+                "ModelOpt exclude list); pass --weights-bytes or --kv-cache-memory"
+            )
+        vocab = model.vocab_size or 0
+        embed = -(-vocab // request.tp) * (model.hidden_size or 0) * (model.dtype_bytes or 2)
+        draft_weights = layers + 2 * embed  # its own embed_tokens and lm_head at sizing time
+    dsa = any(isinstance(x, MLA) and x.index_head_dim for x in model.layer_seq.distinct())
+    return SglangDraft(n, draft_weights, dsa, tuple(notes))
+
+
+def dsa_latent_cell(model: ModelSpec, kv_dtype: KvDtype) -> int:
+    """The target's DSA cell without its indexer rows (``target_kv_size``, pool_configurator.py
+    lines 273-301): every layer's latent."""
+    return sum(
+        sglang_dsa_cell_bytes(replace(x, index_head_dim=0), kv_dtype) * len(r)
+        for x, r in model.layer_runs()
+        if isinstance(x, MLA)
+    )
