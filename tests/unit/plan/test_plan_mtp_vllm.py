@@ -332,11 +332,10 @@ def test_a_checkpoint_without_mtp_layers_is_refused(tmp_path: Path) -> None:
         _plan_path(path, kv_cache_memory_bytes=KV_BYTES, max_model_len=8192, speculative_config=MTP)
 
 
-def test_speculative_config_with_sglang_before_0523_is_refused() -> None:
-    """SGLang 0.5.4 (kvbudget's default SGLang version) sizes the draft worker's pool outside the
-    budget (``model_executor/model_runner.py`` lines 1667-1687) and reserves 2 GiB more in the
-    default mem_fraction_static (``server_args.py`` lines 788-795): not modelled, refused in one
-    line; 0.5.23's rules are priced (tests/unit/plan/test_plan_sglang_speculative.py)."""
+def test_speculative_config_with_sglang_is_priced_not_ignored() -> None:
+    """With ``--engine sglang`` the flag is no ignored knob any more: SGLang's NEXTN drafter is
+    priced by SGLang's own rules (0.5.4, kvbudget's default SGLang version, and 0.5.23; worked by
+    hand in tests/unit/plan/test_plan_sglang_speculative.py)."""
     request = PlanRequest(
         model="deepseek-ai/DeepSeek-V3",
         engine="sglang",
@@ -346,5 +345,5 @@ def test_speculative_config_with_sglang_before_0523_is_refused() -> None:
         speculative_config=MTP,
     )
     assert engine_flag_conflicts(request) == []
-    with pytest.raises(ConfigError, match=r"pass --engine-version 0\.5\.23$"):
-        make_plan(request)
+    result = make_plan(request)
+    assert any("SGLang 0.5.4's NEXTN" in note for note in result.notes)

@@ -21,8 +21,7 @@ under ``sglang/srt/``) and the published configs in the catalog, never from kvbu
   336-379), beside one decoder layer, ``eh_proj`` (2 x hidden x hidden, bf16, whole) and three
   norms (lines 90-139).
 * ``arg_groups/memory_hook.py`` lines 281-345: 0.5.23's default ``mem_fraction_static`` has no
-  speculative term (0.5.4's ``server_args.py`` lines 788-795 reserved 2 GiB more for EAGLE/NEXTN:
-  refused before 0.5.23).
+  speculative term (0.5.4's rule: the tests at the end).
 
 DeepSeek-V3 (catalog): 61 MLA layers, ``kv_lora_rank`` 512 + ``qk_rope_head_dim`` 64, bf16:
 1,152 B per layer, not split by TP. DeepSeek-V3.2 adds the DSA indexer row (132 B) on every layer.
@@ -160,7 +159,7 @@ def test_the_flag_is_no_longer_an_ignored_knob() -> None:
             "--speculative-draft-model-path",
         ),
         ("deepseek-ai/DeepSeek-V3", "0.5.23", '{"method": "eagle3", "model": "x"}', "'eagle3'"),
-        ("deepseek-ai/DeepSeek-V3", "0.5.4", MTP, "--engine-version 0.5.23"),
+        ("deepseek-ai/DeepSeek-V3.2", "0.5.4", MTP, "--engine-version 0.5.23"),
         ("Qwen/Qwen2.5-72B-Instruct", "0.5.23", MTP, "'qwen2'"),
     ],
 )
@@ -175,3 +174,53 @@ def test_refusals_are_one_line(model: str, version: str, config: str, needle: st
 def test_pp_is_refused() -> None:
     with pytest.raises(ConfigError, match="--pp > 1"):
         _plan("deepseek-ai/DeepSeek-V3", kv_cache_memory_bytes=REST, pp=2, speculative_config=MTP)
+
+
+# sglang 0.5.4 (the wheel; kvbudget's rule before 0.5.23), worked from its source:
+# * server_args.py lines 786-795: H200 (143,771 MiB, TP 8): reserved 512 + 8,192 x 1.5 + 512 x 2
+#   (lines 728-736: chunk 8k, graph max bs 512) + 8 / 8 x 1,024 = 14,848 MiB (above the 10 GiB
+#   floor), + 2,048 for EAGLE / NEXTN = 16,896: round(126,875 / 143,771, 3) = 0.882 (0.897
+#   without the drafter);
+# * lines 1289-1294: max_running_requests 48; lines 1349-1358: num_speculative_tokens 3 is
+#   steps 3, topk 1, draft tokens 4;
+# * model_runner.py lines 1667-1687: tokens = rest // cell (the target's 70,272) = 152,797, then
+#   + 48 x 3 x 1 + 48 x 4 + 100 = + 436 -> 153,233 for both pools.
+LEGACY_TOKENS = 10 * GiB // DSV3_CELL + 48 * 3 * 1 + 48 * 4 + 100
+
+
+def test_054_raises_the_pool_past_the_rest() -> None:
+    assert LEGACY_TOKENS == 153_233
+    plan = _plan(
+        "deepseek-ai/DeepSeek-V3", "0.5.4", kv_cache_memory_bytes=REST, speculative_config=MTP
+    )
+    sg = plan.sglang
+    assert sg is not None
+    assert sg.max_total_num_tokens == LEGACY_TOKENS
+    assert sg.mem_fraction_static == 0.882
+    assert sg.max_running_requests == 48
+    # both pools of 153,233 tokens: more than the 10 GiB rest (the headroom pays)
+    assert plan.ranks[0].kv_pool_bytes == LEGACY_TOKENS * (DSV3_CELL + DSV3_DRAFT)
+    assert plan.ranks[0].kv_pool_bytes > REST
+    plain = _plan("deepseek-ai/DeepSeek-V3", "0.5.4", kv_cache_memory_bytes=REST).sglang
+    assert plain is not None and plain.mem_fraction_static == 0.897
+
+
+def test_054_drafter_weights_stay_out_of_the_rest() -> None:
+    drafter = DSV3_MTP_TP8 + 2 * 16_160 * 7_168 * 2
+    plain = _plan("deepseek-ai/DeepSeek-V3", "0.5.4", mem_fraction_static=0.88)
+    plan = _plan(
+        "deepseek-ai/DeepSeek-V3", "0.5.4", mem_fraction_static=0.88, speculative_config=MTP
+    )
+    assert plan.available_kv_bytes == plain.available_kv_bytes
+    assert plan.weights.per_rank_bytes[0] - plain.weights.per_rank_bytes[0] == drafter
+
+
+def test_054_auto_steps_without_num_speculative_tokens() -> None:
+    # DeepSeek's auto choice (server_args.py lines 3805-3835): (3, 1, 4), the same 436 tokens
+    sg = _plan(
+        "deepseek-ai/DeepSeek-V3",
+        "0.5.4",
+        kv_cache_memory_bytes=REST,
+        speculative_config='{"method": "mtp"}',
+    ).sglang
+    assert sg is not None and sg.max_total_num_tokens == LEGACY_TOKENS

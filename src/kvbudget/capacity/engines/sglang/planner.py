@@ -110,6 +110,13 @@ def make_sglang_plan(
     if draft is not None:
         weights = draft.weights(weights)
         notes.extend(draft.notes)
+        raised = draft.mem_fraction(rule.reserved_mib, gpu.memory_bytes / MiB)  # 0.5.4's reserve
+        if raised is not None and request.mem_fraction_static is None:
+            frac = raised
+            defaults["mem_fraction_static"] = (
+                f"{frac} ({rule.rule}, + {draft.reserve_mib} MiB draft)"
+            )
+    legacy = draft is not None and draft.legacy  # 0.5.4: the draft outside the rest
     if inkling is not None:
         page_size = inkling.page_size
     specs = (
@@ -167,6 +174,7 @@ def make_sglang_plan(
             if inkling
             else sum(s.page_size_bytes * layers_in(r, start, end) for s, r in attn)
         )
+        draft_cell = 0
         if draft is not None and draft.num_layers:  # the draft's layers priced into the cell
             latent = dsa_latent_cell(model, kv_dtype) if draft.dsa else 0
             draft_cell = draft.cell_bytes(cell, end - start, latent)
@@ -185,7 +193,7 @@ def make_sglang_plan(
             if request.kv_cache_memory_bytes is not None
             else rest_memory_bytes(
                 total_free_bytes=total_free,
-                weights_bytes=w,
+                weights_bytes=w - (draft.weights_bytes if draft is not None and legacy else 0),
                 other_bytes=other.num_bytes,
                 mem_fraction_static=frac,
             )
@@ -202,6 +210,10 @@ def make_sglang_plan(
         tokens = (
             inkling.max_tokens(token_rest, start, end, request.max_total_tokens)
             if inkling
+            else draft.legacy_tokens(
+                token_rest, cell - draft_cell, page_size, request.max_total_tokens
+            )
+            if draft is not None and legacy
             else max_total_num_tokens(
                 token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
             )
@@ -272,6 +284,10 @@ def make_sglang_plan(
         defaults["max_running_requests"] = (
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
         )
+    if request.max_num_seqs is None and draft is not None and draft.max_running:
+        max_running = draft.max_running
+        defaults["max_running_requests"] = f"{max_running} (SGLang 0.5.4 with a drafter)"
+
     if mamba_size is not None:
         cap = mamba_size // mamba.slots
         if cap < max_running:

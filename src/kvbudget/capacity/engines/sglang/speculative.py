@@ -28,10 +28,22 @@ Read from the sglang 0.5.23 wheel (paths under ``sglang/srt/``):
   139), each ``vocab / tp x hidden``, besides ``enorm``, ``hnorm``, ``eh_proj`` (``2 x hidden x
   hidden``), ``shared_head.norm`` and one decoder layer (lines 90-139, the layer at 126-135).
 * The default ``mem_fraction_static`` has no speculative term in 0.5.23
-  (``arg_groups/memory_hook.py`` lines 281-345); 0.5.4 reserved 2 GiB more for EAGLE / NEXTN and
-  6 GiB for STANDALONE (``server_args.py`` lines 788-795) and sized the draft's pool outside the
-  budget (``draft_runner_cache_size``, ``model_executor/model_runner.py`` lines 1667-1687): not
-  modelled, refused.
+  (``arg_groups/memory_hook.py`` lines 281-345).
+
+sglang 0.5.4 (the wheel; kvbudget's rule for releases before 0.5.23, the change not pinned), for
+DeepSeek-V3 and GLM-4.5 (``server_args.py`` lines 1314-1327 default their draft to the target):
+
+* ``_handle_gpu_memory_settings`` (line 544, before the NEXTN -> EAGLE rename at lines
+  1280-1282) reserves 2 GiB more for EAGLE / NEXTN, after the 10 GiB floor (lines 786-795);
+  ``max_running_requests`` defaults to 48 (lines 1289-1294); the steps / top-k / draft tokens
+  default to (3, 1, 4) for DeepSeek and (5, 4, 8) for the rest (lines 1329-1339, 3805-3835),
+  draft tokens ``steps + 1`` with top-k 1 (lines 1349-1358).
+* The target's pool is sized before the draft worker exists (``managers/scheduler.py`` lines
+  311-319, 566-574), from its own layers; then ``draft_runner_cache_size = tokens + R x steps x
+  topk + R x draft_tokens + 100`` (``R = max_running_requests``) and both pools hold that many
+  tokens (``model_executor/model_runner.py`` lines 1667-1687; cap and page floor after, lines
+  1689-1703): the raise, the draft's pool (its ``num_nextn_predict_layers`` layers, lines
+  1390-1395) and the draft's weights come out of the ``1 - mem_fraction_static`` headroom.
 """
 
 from __future__ import annotations
@@ -75,6 +87,26 @@ class SglangDraft:
     weights_bytes: int  # per GPU, resident when the target's pool is sized (0: already held)
     dsa: bool
     notes: tuple[str, ...]
+    #: 0.5.4's rule: the pool raised by ``extra_tokens``, the draft's KV and weights outside the
+    #: rest, ``reserve_mib`` more reserved in the default ``mem_fraction_static``,
+    #: ``max_running`` requests by default
+    legacy: bool = False
+    extra_tokens: int = 0
+    reserve_mib: int = 0
+    max_running: int | None = None
+
+    def legacy_tokens(self, rest_bytes: int, cell: int, page_size: int, cap: int | None) -> int:
+        """0.5.4: ``rest // cell + extra``, capped by ``--max-total-tokens``, page-floored."""
+        tokens = max(0, rest_bytes) // cell + self.extra_tokens if cell else 0
+        if cap is not None:
+            tokens = min(tokens, cap)
+        return tokens // page_size * page_size
+
+    def mem_fraction(self, reserved_mib: float | None, gpu_mib: float) -> float | None:
+        """0.5.4's default ``mem_fraction_static`` with the draft's reserve (None: unchanged)."""
+        if not self.reserve_mib or reserved_mib is None:
+            return None
+        return round((gpu_mib - (reserved_mib + self.reserve_mib)) / gpu_mib, 3)
 
     def cell_bytes(self, target_cell: int, num_layers: int, latent_cell: int) -> int:
         """Bytes per token the draft adds to the target's cell (``pool_configurator.py`` lines
@@ -123,12 +155,13 @@ def sglang_draft(
             "--speculative-draft-model-path, STANDALONE) is a checkpoint kvbudget does not take; "
             "plan without --speculative-config and pass --kv-cache-memory from the server log"
         )
-    if version < SPECULATIVE_VERSION:
+    legacy = version < SPECULATIVE_VERSION
+    if legacy and (version < LEGACY_FROM or model.model_type not in LEGACY_TYPES):
         raise _refuse(
-            "method mtp with --engine sglang is priced from SGLang 0.5.23; earlier releases size "
-            "the draft pool outside the budget (0.5.4 model_executor/model_runner.py lines "
-            "1667-1687) and reserve 2 GiB more in mem_fraction_static (server_args.py lines "
-            "788-795), not modelled; pass --engine-version 0.5.23"
+            f"method mtp for {model.model_type} with SGLang {'.'.join(map(str, version))}: "
+            "kvbudget reads 0.5.4's rule (draft_runner_cache_size, model_executor/model_runner.py "
+            "lines 1667-1687) for deepseek_v3 and glm4_moe from 0.5.3 on, and 0.5.23's for "
+            "deepseek_v3, deepseek_v32, glm4_moe, glm_moe_dsa; pass --engine-version 0.5.23"
         )
     if model.model_type not in SGLANG_NEXTN_TYPES:
         raise _refuse(
@@ -160,6 +193,8 @@ def sglang_draft(
         "mem_fraction_static has no speculative term in 0.5.23; num_speculative_tokens (SGLang's "
         "--speculative-num-steps) does not change the pools"
     ]
+    if legacy:
+        notes = [_legacy_note(request, model, config, n)]
     held = weights.source in ("flag", "read")
     draft_weights = 0
     if held:
@@ -180,7 +215,59 @@ def sglang_draft(
         embed = -(-vocab // request.tp) * (model.hidden_size or 0) * (model.dtype_bytes or 2)
         draft_weights = layers + 2 * embed  # its own embed_tokens and lm_head at sizing time
     dsa = any(isinstance(x, MLA) and x.index_head_dim for x in model.layer_seq.distinct())
-    return SglangDraft(n, draft_weights, dsa, tuple(notes))
+    if not legacy:
+        return SglangDraft(n, draft_weights, dsa, tuple(notes))
+    steps, topk, draft_tokens = _legacy_steps(model, config)
+    running = request.max_num_seqs or LEGACY_MAX_RUNNING
+    extra = running * steps * topk + running * draft_tokens + LEGACY_BUFFER_TOKENS
+    return SglangDraft(
+        n,
+        draft_weights,
+        dsa,
+        tuple(notes),
+        legacy=True,
+        extra_tokens=extra,
+        reserve_mib=LEGACY_RESERVE_MIB,
+        max_running=LEGACY_MAX_RUNNING,
+    )
+
+
+#: 0.5.4's rule is read from 0.5.3 on (the PR #10975 mem_fraction_static heuristic it builds on)
+LEGACY_FROM = (0, 5, 3)
+#: 0.5.4 defaults the draft path to the target for these (``server_args.py`` lines 1314-1327);
+#: DSA (``deepseek_v32``) pools before 0.5.23 are not read with a drafter
+LEGACY_TYPES = frozenset({"deepseek_v3", "glm4_moe"})
+#: ``max_running_requests`` reset for speculative decoding (``server_args.py`` lines 1289-1294)
+LEGACY_MAX_RUNNING = 48
+#: the "buffer" of ``draft_runner_cache_size`` (``model_runner.py`` lines 1682-1683)
+LEGACY_BUFFER_TOKENS = 100
+#: reserved for EAGLE / NEXTN drafts and their graphs (``server_args.py`` lines 793-795)
+LEGACY_RESERVE_MIB = 2 * 1024
+
+
+def _legacy_steps(model: ModelSpec, config: dict[str, object]) -> tuple[int, int, int]:
+    """``(steps, topk, draft tokens)``: vLLM's ``num_speculative_tokens`` k is SGLang's
+    ``--speculative-num-steps k --speculative-eagle-topk 1`` (draft tokens ``k + 1``,
+    ``server_args.py`` lines 1349-1358); without it 0.5.4's auto choice (lines 3805-3835)."""
+    k = config.get("num_speculative_tokens")
+    if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
+        return k, 1, k + 1
+    return (3, 1, 4) if model.model_type == "deepseek_v3" else (5, 4, 8)
+
+
+def _legacy_note(request: PlanRequest, model: ModelSpec, config: dict[str, object], n: int) -> str:
+    steps, topk, draft_tokens = _legacy_steps(model, config)
+    running = request.max_num_seqs or LEGACY_MAX_RUNNING
+    return (
+        f"speculative_config: SGLang 0.5.4's NEXTN (EAGLE) rule with {n} draft layer(s): "
+        f"steps {steps}, topk {topk}, draft tokens {draft_tokens}; the target's pool is sized "
+        f"from its own layers, then raised by {running} x {steps} x {topk} + {running} x "
+        f"{draft_tokens} + 100 tokens (draft_runner_cache_size, model_runner.py lines "
+        "1667-1687); the raise, the draft's pool of as many tokens and the draft's weights "
+        "(its own embedding and head while loading) come out of the 1 - mem_fraction_static "
+        f"headroom, for which SGLang reserves {LEGACY_RESERVE_MIB} MiB more by default "
+        "(server_args.py lines 786-795)"
+    )
 
 
 def dsa_latent_cell(model: ModelSpec, kv_dtype: KvDtype) -> int:
