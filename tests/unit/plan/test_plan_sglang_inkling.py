@@ -213,3 +213,17 @@ def test_refusals_name_sglangs_source(tmp_path: Path) -> None:
         )
     with pytest.raises(LayoutNotApplicable, match=r"0\.5\.4 wheel has no Inkling"):
         _plan(tmp_path, engine_version="0.5.4")
+    text = tmp_path / "text.json"
+    text.write_text(json.dumps({**INK, "model_type": "inkling_text"}), encoding="utf-8")
+    with pytest.raises(LayoutNotApplicable, match=r"configs/inkling\.py lines 430-439"):
+        make_plan(
+            PlanRequest(
+                model=str(text),
+                engine="sglang",
+                engine_version="0.5.23",
+                gpu="H200",
+                kv_cache_memory_bytes=REST,
+                weights_bytes=10 * GiB,
+                max_model_len=8192,
+            )
+        )

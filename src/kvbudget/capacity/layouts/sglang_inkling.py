@@ -50,6 +50,8 @@ INKLING_MAMBA_FULL_MEMORY_RATIO = 0.1
 INKLING_STATE_SLOTS_PER_REQUEST = 5
 #: the fa4 page on SM100 (``arg_groups/overrides.py`` lines 1273-1297); 1 elsewhere
 INKLING_SM100_PAGE_SIZE = 128
+#: the Inkling model types SGLang reads (``configs/inkling.py`` lines 430-439: its text config)
+SGLANG_INKLING_TYPES = frozenset({"inkling_model"})
 #: the six conv states per layer (``configs/inkling.py`` lines 242-252)
 INKLING_CONV_STATES = 6
 
@@ -98,6 +100,13 @@ class InklingGeometry:
 def inkling_geometry(spec: ModelSpec) -> InklingGeometry:
     """Inkling's geometry as SGLang reads it; a model without a full or a sliding layer is
     refused in one line (SGLang asserts a sliding layer; an all-sliding Inkling is not planned)."""
+    if spec.model_type not in SGLANG_INKLING_TYPES:
+        raise LayoutNotApplicable(
+            f"model_type: {spec.model_type!r}: SGLang 0.5.23 registers Inkling's configs as "
+            "inkling_model / inkling_mm_model (configs/inkling.py lines 430-439) and serves "
+            "InklingForConditionalGeneration (models/inkling.py line 1991), not transformers' "
+            "inkling_text; use the inkling_model config (the same fields), or --engine hf"
+        )
     runs = [(x, r) for x, r in spec.layer_runs() if isinstance(x, ParallelHybrid)]
     full = [(x, r) for x, r in runs if not isinstance(x.attention, SlidingWindow)]
     sliding = [(x, r) for x, r in runs if isinstance(x.attention, SlidingWindow)]
