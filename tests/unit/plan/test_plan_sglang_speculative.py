@@ -90,6 +90,8 @@ def test_deepseek_v3_draft_layer_joins_the_cell() -> None:
     # the target's own line: 150,333 x 70,272 / 2^30 = 9.84 GB
     assert sg.log_line == "KV Cache is allocated. #tokens: 150333, KV size: 9.84 GB"
     assert sg.mem_fraction_static == plain.mem_fraction_static  # no speculative reserve in 0.5.23
+    # speculative_hook.py lines 1086-1094: 48 by default; min(48, 150,333 // 2) (lines 3127-3131)
+    assert sg.max_running_requests == 48
     assert any("NEXTN" in n for n in plan.notes)
 
 
@@ -139,6 +141,7 @@ def test_ngram_keeps_no_draft_pool() -> None:
         speculative_config='{"method": "ngram", "num_speculative_tokens": 3}',
     )
     assert plan.kv_cache_tokens == plain.kv_cache_tokens
+    assert plan.max_num_seqs == 48  # speculative_hook.py lines 1294-1298
     assert any("NGRAM" in n for n in plan.notes)
 
 

@@ -285,8 +285,8 @@ def make_sglang_plan(
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
         )
     if request.max_num_seqs is None and draft is not None and draft.max_running:
-        max_running = draft.max_running
-        defaults["max_running_requests"] = f"{max_running} (SGLang 0.5.4 with a drafter)"
+        max_running = min(draft.max_running, capacity // 2)  # 0.5.23: min(48, tokens // 2)
+        defaults["max_running_requests"] = f"{max_running} (SGLang's default with a drafter)"
 
     if mamba_size is not None:
         cap = mamba_size // mamba.slots

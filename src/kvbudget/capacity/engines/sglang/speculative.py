@@ -28,7 +28,10 @@ Read from the sglang 0.5.23 wheel (paths under ``sglang/srt/``):
   139), each ``vocab / tp x hidden``, besides ``enorm``, ``hnorm``, ``eh_proj`` (``2 x hidden x
   hidden``), ``shared_head.norm`` and one decoder layer (lines 90-139, the layer at 126-135).
 * The default ``mem_fraction_static`` has no speculative term in 0.5.23
-  (``arg_groups/memory_hook.py`` lines 281-345).
+  (``arg_groups/memory_hook.py`` lines 281-345; it runs before the speculative hook,
+  ``arg_groups/pipeline.py`` lines 218 and 306). ``max_running_requests`` defaults to 48 with
+  EAGLE / NEXTN and NGRAM (``arg_groups/speculative_hook.py`` lines 1086-1094, 1294-1298), then
+  ``min(48, tokens // 2)`` (``mem_cache/kv_cache_configurator.py`` lines 3127-3131).
 
 sglang 0.5.4 (the wheel; kvbudget's rule for releases before 0.5.23, the change not pinned), for
 DeepSeek-V3 and GLM-4.5 (``server_args.py`` lines 1314-1327 default their draft to the target):
@@ -73,6 +76,9 @@ SPECULATIVE_VERSION = (0, 5, 23)
 SGLANG_NEXTN_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe"}
 
 SPEC = "speculative_config"
+#: ``max_running_requests`` reset for EAGLE / NEXTN and NGRAM: 0.5.23 ``arg_groups/
+#: speculative_hook.py`` lines 1086-1094, 1294-1298; 0.5.4 ``server_args.py`` lines 1289-1294, 1374-1375
+SPEC_MAX_RUNNING = 48
 
 
 def _refuse(message: str) -> ConfigError:
@@ -88,12 +94,12 @@ class SglangDraft:
     dsa: bool
     notes: tuple[str, ...]
     #: 0.5.4's rule: the pool raised by ``extra_tokens``, the draft's KV and weights outside the
-    #: rest, ``reserve_mib`` more reserved in the default ``mem_fraction_static``,
-    #: ``max_running`` requests by default
+    #: rest, ``reserve_mib`` more reserved in the default ``mem_fraction_static``
     legacy: bool = False
     extra_tokens: int = 0
     reserve_mib: int = 0
-    max_running: int | None = None
+    #: ``max_running_requests`` by default with a drafter or NGRAM (both versions)
+    max_running: int | None = SPEC_MAX_RUNNING
 
     def legacy_tokens(self, rest_bytes: int, cell: int, page_size: int, cap: int | None) -> int:
         """0.5.4: ``rest // cell + extra``, capped by ``--max-total-tokens``, page-floored."""
@@ -146,7 +152,10 @@ def sglang_draft(
             0,
             0,
             False,
-            ("speculative_config: SGLang's NGRAM keeps no draft KV and no draft weights",),
+            (
+                "speculative_config: SGLang's NGRAM keeps no draft KV and no draft weights; "
+                f"max_running_requests defaults to {SPEC_MAX_RUNNING}",
+            ),
         )
     if method in NO_KV_METHODS or method not in MTP_METHODS:
         raise _refuse(
@@ -218,7 +227,7 @@ def sglang_draft(
     if not legacy:
         return SglangDraft(n, draft_weights, dsa, tuple(notes))
     steps, topk, draft_tokens = _legacy_steps(model, config)
-    running = request.max_num_seqs or LEGACY_MAX_RUNNING
+    running = request.max_num_seqs or SPEC_MAX_RUNNING
     extra = running * steps * topk + running * draft_tokens + LEGACY_BUFFER_TOKENS
     return SglangDraft(
         n,
@@ -228,7 +237,6 @@ def sglang_draft(
         legacy=True,
         extra_tokens=extra,
         reserve_mib=LEGACY_RESERVE_MIB,
-        max_running=LEGACY_MAX_RUNNING,
     )
 
 
@@ -237,8 +245,6 @@ LEGACY_FROM = (0, 5, 3)
 #: 0.5.4 defaults the draft path to the target for these (``server_args.py`` lines 1314-1327);
 #: DSA (``deepseek_v32``) pools before 0.5.23 are not read with a drafter
 LEGACY_TYPES = frozenset({"deepseek_v3", "glm4_moe"})
-#: ``max_running_requests`` reset for speculative decoding (``server_args.py`` lines 1289-1294)
-LEGACY_MAX_RUNNING = 48
 #: the "buffer" of ``draft_runner_cache_size`` (``model_runner.py`` lines 1682-1683)
 LEGACY_BUFFER_TOKENS = 100
 #: reserved for EAGLE / NEXTN drafts and their graphs (``server_args.py`` lines 793-795)
@@ -257,7 +263,7 @@ def _legacy_steps(model: ModelSpec, config: dict[str, object]) -> tuple[int, int
 
 def _legacy_note(request: PlanRequest, model: ModelSpec, config: dict[str, object], n: int) -> str:
     steps, topk, draft_tokens = _legacy_steps(model, config)
-    running = request.max_num_seqs or LEGACY_MAX_RUNNING
+    running = request.max_num_seqs or SPEC_MAX_RUNNING
     return (
         f"speculative_config: SGLang 0.5.4's NEXTN (EAGLE) rule with {n} draft layer(s): "
         f"steps {steps}, topk {topk}, draft tokens {draft_tokens}; the target's pool is sized "
