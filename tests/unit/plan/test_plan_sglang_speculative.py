@@ -164,6 +164,12 @@ def test_the_flag_is_no_longer_an_ignored_knob() -> None:
         ("deepseek-ai/DeepSeek-V3", "0.5.23", '{"method": "eagle3", "model": "x"}', "'eagle3'"),
         ("deepseek-ai/DeepSeek-V3.2", "0.5.4", MTP, "--engine-version 0.5.23"),
         ("Qwen/Qwen2.5-72B-Instruct", "0.5.23", MTP, "'qwen2'"),
+        (
+            "Qwen/Qwen3-Next-80B-A3B-Thinking",
+            "0.5.23",
+            '{"method": "ngram", "num_speculative_tokens": 3}',
+            "intermediate states",
+        ),
     ],
 )
 def test_refusals_are_one_line(model: str, version: str, config: str, needle: str) -> None:

@@ -65,9 +65,10 @@ from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, mtp_weights_bytes
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import MLA
+from kvbudget.spec.layers import MLA, ParallelHybrid
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES
+from kvbudget.spec.state_layers import StateLayer
 
 #: the first SGLang release whose speculative pools kvbudget read
 SPECULATIVE_VERSION = (0, 5, 23)
@@ -147,6 +148,13 @@ def sglang_draft(
         return None
     config = parse_speculative_config(request.speculative_config)
     method = draft_method(config)
+    if any(isinstance(x, StateLayer | ParallelHybrid) for x in model.layer_seq.distinct()):
+        raise _refuse(
+            f"method {method or 'unknown'!r} for {model.model_type} (a state pool): SGLang then "
+            "reserves speculative intermediate states in the mamba pool "
+            "(mem_cache/kv_cache_configurator.py lines 3294-3390), not modelled; plan without "
+            "--speculative-config and pass --kv-cache-memory from the server log"
+        )
     if method == "ngram":
         return SglangDraft(
             0,
