@@ -233,3 +233,13 @@ def test_054_auto_steps_without_num_speculative_tokens() -> None:
         speculative_config='{"method": "mtp"}',
     ).sglang
     assert sg is not None and sg.max_total_num_tokens == LEGACY_TOKENS
+
+
+def test_glm5_draft_layer_is_a_dsa_layer() -> None:
+    # GLM-5 (catalog): 78 DSA layers of 1,152 + 132 = 100,152 B per token; the draft
+    # int(78 x 1,152 / 78) + 132 = 1,284 -> 101,436; 10 GiB // 101,436 = 105,854, floored to
+    # 64-token pages: 105,792
+    sg = _plan("zai-org/GLM-5", kv_cache_memory_bytes=REST, speculative_config=MTP).sglang
+    assert sg is not None
+    assert sg.cell_size_bytes == 78 * 1_284 + 1_284
+    assert sg.max_total_num_tokens == 105_792
