@@ -177,8 +177,10 @@ HCA and indexer caches and f32 compressor states, one stream per sequence even w
 ratio-128 compressed rows in the 584-byte v4 layout with pages padded to 576 bytes, the ratio-4
 indexer keys and float32 compressor states, sized by `DSV4PoolConfigurator`; worked by hand from
 the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_dsv4.py`, and SGLang's own
-configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`); sglang refuses
-Inkling, llama.cpp Inkling (no such architecture), naming the engine's own source.
+configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`); sglang models
+Inkling's default pools (a hybrid SWA token pool beside six bfloat16 conv states per layer;
+`tests/unit/plan/test_plan_sglang_inkling.py`); llama.cpp refuses Inkling (no such
+architecture), naming its own source.
 
 | catalog id | model_type | rule | source of the copy |
 |---|---|---|---|

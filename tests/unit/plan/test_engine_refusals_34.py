@@ -5,13 +5,8 @@ engine lacks the architecture, it says so.
 Facts checked in the engines' source (not in kvbudget):
 
 * sglang 0.5.23 wheel: DeepSeek-V4's pools (``srt/mem_cache/deepseek_v4_memory_pool.py``) are
-  modelled, tests/unit/plan/test_plan_sglang_dsv4.py. Inkling: by default the hybrid SWA pool
-  (``srt/model_executor/pool_configurator.py`` lines 1720-1723 pick
-  ``HybridSWAPoolConfigurator`` for a hybrid-SWA model) with ``swa_full_tokens_ratio`` and
-  ``mamba_full_memory_ratio`` 0.1 (``srt/arg_groups/model_overrides/inkling.py`` lines 41-44; the
-  mamba budget ``rest * r / (1 + r)``, ``srt/mem_cache/kv_cache_configurator.py`` lines
-  3352-3356); with ``--enable-unified-memory`` the tri-pool (same file, lines 951-961,
-  ``_init_unified_mamba_swa_pools``).
+  modelled, tests/unit/plan/test_plan_sglang_dsv4.py; Inkling's default pools (hybrid SWA beside
+  the conv states) too: tests/unit/plan/test_plan_sglang_inkling.py.
 * llama.cpp 0c1e570 (llama-cpp-python 0.3.36 ``vendor/llama.cpp``): ``src/llama-arch.cpp`` names
   ``deepseek4`` (line 83) and ``minimax-m3`` (line 140) and nothing for Inkling;
   ``src/llama-model.cpp`` builds ``llama_kv_cache_msa`` for MiniMax-M3 (lines 2375-2395) and
@@ -42,7 +37,6 @@ import pytest
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.llamacpp import llamacpp_kv_split, llamacpp_layout
-from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 from tests.unit.spec.config_file import spec_from_config
@@ -73,18 +67,6 @@ def _one_line(info: pytest.ExceptionInfo[LayoutNotApplicable], *needles: str) ->
     assert "\n" not in message
     for needle in needles:
         assert needle in message
-
-
-def test_sglang_inkling_names_its_tri_pool(tmp_path: Path) -> None:
-    with pytest.raises(LayoutNotApplicable) as info:
-        sglang_layout(spec_from_config(tmp_path, INKLING), tokens=100, seqs=1)
-    _one_line(
-        info,
-        "short-convolution",
-        "HybridSWAPoolConfigurator",
-        "mamba_full_memory_ratio 0.1",
-        "_init_unified_mamba_swa_pools",
-    )
 
 
 def test_llamacpp_lines_name_its_source(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Falcon-H1 (parallel hybrid): SGLang's ``FalconH1Config`` (``srt/configs/falcon_h1.py``) lists
   every layer in both ``full_attention_layer_ids`` and ``linear_layer_ids``, so each decoder layer
   is counted once in the token pool and once in the state pool.
+* Inkling: attention as above plus, per sequence, SGLang's six bfloat16 conv states on every
+  layer (``capacity.layouts.sglang_inkling``, which cites the 0.5.23 source).
 * MiniMax-M3: SGLang's ``MiniMaxSparseKVPool`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py``
   line 5847), sized by ``pool_configurator.py`` lines 410-490: every layer's K/V plus, on each
   sparse layer, one indexer head of ``sparse_index_dim`` in the model dtype (K only where
@@ -47,7 +49,6 @@ from kvbudget.capacity.layouts.base import (
     get_pp_indices,
     heads_per_rank,
     refuse_indexer,
-    refuse_short_convs,
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
@@ -203,19 +204,10 @@ def sglang_cell_bytes(layer: FullAttention | MLA, dtype: KvDtype, tp: int) -> in
 def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
     """Refuse, in one line naming SGLang's own source, the models whose SGLang pools kvbudget has
     not read (the layout and the planner alike)."""
-    refuse_short_convs(
-        spec,
-        "sglang",
-        "SGLang 0.5.23 serves Inkling with a hybrid SWA token pool (model_executor/"
-        "pool_configurator.py lines 1720-1723, HybridSWAPoolConfigurator; "
-        "swa_full_tokens_ratio 0.1) beside a mamba-state pool given mamba_full_memory_ratio 0.1 "
-        "of the rest (arg_groups/model_overrides/inkling.py lines 41-44; mem_cache/"
-        "kv_cache_configurator.py lines 3352-3356), and with --enable-unified-memory its "
-        "tri-pool (kv_cache_configurator.py lines 951-961, _init_unified_mamba_swa_pools); "
-        "its state is six bfloat16 conv states per layer (configs/inkling.py lines 218-256) and "
-        "its sliding layers are local_layer_ids (configs/model_config.py lines 2781-2797); "
-        "kvbudget has not modelled either",
-    )
+    from kvbudget.capacity.layouts.sglang_inkling import inkling_geometry, is_sglang_inkling
+
+    if is_sglang_inkling(spec):
+        inkling_geometry(spec)  # refuses an Inkling without a full or a sliding layer
     refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
     refuse_unlisted_sparse_layers(
         spec,
@@ -236,6 +228,8 @@ def sglang_layout(
     dp: int = 1,
 ) -> LayoutResult:
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
+    from kvbudget.capacity.layouts.sglang_inkling import INKLING_STATE_KIND, inkling_geometry
+
     check_load(tokens, seqs, tp, pp, dp)
     refuse_unmodelled_sglang(spec)
     if is_sglang_dsv4(spec):  # DeepSeek-V4's own pools: layouts/sglang_dsv4.py
@@ -304,6 +298,20 @@ def sglang_layout(
                         per_token * kept,
                         per_token * kept * seqs,
                         note,
+                    )
+                )
+            elif isinstance(first, StateLayer) and first.state_kind == INKLING_STATE_KIND:
+                # Inkling: SGLang's six bfloat16 conv states per layer (layouts/sglang_inkling)
+                per_seq = inkling_geometry(spec).state_bytes_per_layer(tp) * len(indices)
+                groups.append(
+                    GroupBytes(
+                        kind,
+                        indices,
+                        0,
+                        0,
+                        per_seq,
+                        per_seq * seqs,
+                        "conv-state pool, one per request",
                     )
                 )
             elif isinstance(first, StateLayer):

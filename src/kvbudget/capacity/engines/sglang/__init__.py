@@ -36,19 +36,6 @@ VLLM_ONLY = (
     "auto_fit_max_model_len",  # --max-model-len auto: vLLM's -1 auto-fit; SGLang has none
 )
 
-#: why ``--speculative-config`` is not priced with ``--engine sglang`` (SGLang @001ccef0:
-#: ``model_executor/model_runner_kv_cache_mixin.py`` ``init_memory``: the draft worker's pool
-#: holds ``draft_runner_cache_size`` = the target's ``max_total_num_tokens`` tokens of its own
-#: layers, allocated after the target's pool; ``server_args.py`` ``_handle_gpu_memory_settings``:
-#: the default ``mem_fraction_static`` reserves 2 GiB more for EAGLE/NEXTN, 6 GiB for STANDALONE)
-SGLANG_SPECULATIVE_NOTE = (
-    "speculative_config: vLLM's --speculative-config, ignored with --engine sglang: SGLang's "
-    "--speculative-algorithm gives the draft worker a KV pool of its own (as many tokens as the "
-    "target's, outside mem_fraction_static) and lowers the default mem_fraction_static (2 GiB "
-    "more reserved, 6 GiB for STANDALONE), not modelled; plan SGLang without it and pass "
-    "--mem-fraction-static from the server log"
-)
-
 
 def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
     refuse_llamacpp_knobs(load, "sglang")
@@ -95,9 +82,7 @@ class SglangPlanner:
             for name in VLLM_ONLY
             if getattr(request, name) not in (None, False)
         ]
-        if request.speculative_config is not None:
-            out.append(("speculative_config", SGLANG_SPECULATIVE_NOTE))
-        return out
+        return out  # --speculative-config is priced (or refused): engines/sglang/speculative.py
 
 
 ENGINE = register_engine(

@@ -13,6 +13,7 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.sglang_pool import (
     DEFAULT_MAMBA_FULL_MEMORY_RATIO,
     MAMBA_PADDING_SLOT_VERSION,
+    MAMBA_SLOTS_PER_REQUEST,
 )
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
@@ -29,12 +30,15 @@ MAMBA_POOL_MODEL_TYPES_054 = frozenset({"falcon_h1", "nemotron_h", "qwen3_next"}
 class MambaSetup:
     """What the planner needs of the state pool before sizing it: whether this version keeps
     0.5.23's padding slot, one request's state bytes (0: no state pool modelled), the
-    ``mamba_full_memory_ratio`` (None without a pool) and the notes saying so."""
+    ``mamba_full_memory_ratio`` (None without a pool) and the notes saying so; ``slots``: state
+    slots a running request takes (``slots_note`` says why, None: the radix cache's default 3)."""
 
     padded: bool
     state_per_req: int
     ratio: float | None
     notes: list[str] = field(default_factory=list)
+    slots: int = MAMBA_SLOTS_PER_REQUEST
+    slots_note: str | None = None
 
 
 def mamba_setup(

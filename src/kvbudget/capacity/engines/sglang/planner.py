@@ -7,7 +7,9 @@ from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang import dsv4 as v4
+from kvbudget.capacity.engines.sglang.inkling import inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
+from kvbudget.capacity.engines.sglang.speculative import dsa_latent_cell, sglang_draft
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang import (
@@ -36,7 +38,6 @@ from kvbudget.capacity.memory import (
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.sglang_pool import (
-    MAMBA_SLOTS_PER_REQUEST,
     SglangPool,
     kv_allocated_line,
     mamba_state_pool,
@@ -109,9 +110,23 @@ def make_sglang_plan(
                 f"--page-size {request.page_size} is overridden"
             )
         page_size = DSA_PAGE_SIZE
+    inkling = inkling_plan(request, model, gpu, version, kv_dtype, defaults)  # None: not Inkling
+    draft = sglang_draft(request, model, version, weights)  # engines/sglang/speculative.py
+    if draft is not None:
+        weights = draft.weights(weights)
+        notes.extend(draft.notes)
+        raised = draft.mem_fraction(rule.reserved_mib, gpu.memory_bytes / MiB)  # 0.5.4's reserve
+        if raised is not None and request.mem_fraction_static is None:
+            frac = raised
+            defaults["mem_fraction_static"] = (
+                f"{frac} ({rule.rule}, + {draft.reserve_mib} MiB draft)"
+            )
+    legacy = draft is not None and draft.legacy  # 0.5.4: the draft outside the rest
+    if inkling is not None:
+        page_size = inkling.page_size
     specs = (
         []
-        if msa or dsv4  # cells from SGLang's own rules (_msa_cell, dsv4.py), not vLLM's pages
+        if msa or dsv4 or inkling  # cells from SGLang's own rules (_msa_cell, dsv4.py, inkling.py)
         else [
             (s, indices)
             for s, indices in vllm_layer_specs(
@@ -123,12 +138,12 @@ def make_sglang_plan(
     # one token of each attention layer: vLLM's hybrid rule raises the attention block of mamba
     # models (one page = many tokens); SGLang's token pool has no such rule, so undo it
     attn = [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
-    mamba = mamba_setup(request, model, version, version_text)
+    mamba = inkling.mamba if inkling else mamba_setup(request, model, version, version_text)
     notes.extend(mamba.notes)
     padded, state_per_req, mamba_ratio = mamba.padded, mamba.state_per_req, mamba.ratio
     mamba_size: int | None = None
     sliding = [(s, r) for s, r in attn if s.windowed]
-    ratio = request.swa_full_tokens_ratio
+    ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
     if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
         raise ConfigError(
             f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
@@ -150,6 +165,7 @@ def make_sglang_plan(
     state_pool_bytes: list[int] = []  # the mamba state pool of each rank (0 without one)
     ranks: list[RankMemory] = []
     cell_max = 0
+    draft_max = 0  # the draft's share of cell_max (its own pool logs its own line)
     rest_min = 0
     replica_per_token = 0
     for p in range(request.pp):
@@ -161,8 +177,16 @@ def make_sglang_plan(
             if dsv4
             else _msa_cell(model, start, end, kv_dtype, request.tp)
             if msa
+            else inkling.cell(start, end)
+            if inkling
             else sum(s.page_size_bytes * layers_in(r, start, end) for s, r in attn)
         )
+        draft_cell = 0
+        if draft is not None and draft.num_layers:  # the draft's layers priced into the cell
+            latent = dsa_latent_cell(model, kv_dtype) if draft.dsa else 0
+            draft_cell = draft.cell_bytes(cell, end - start, latent)
+            draft_max = max(draft_max, draft_cell)
+            cell += draft_cell
         cell_max = max(cell_max, cell)
         replica_per_token += cell * request.tp
         w = weights.per_rank_bytes[p]
@@ -176,7 +200,7 @@ def make_sglang_plan(
             if request.kv_cache_memory_bytes is not None
             else rest_memory_bytes(
                 total_free_bytes=total_free,
-                weights_bytes=w,
+                weights_bytes=w - (draft.weights_bytes if draft is not None and legacy else 0),
                 other_bytes=other.num_bytes,
                 mem_fraction_static=frac,
             )
@@ -192,8 +216,16 @@ def make_sglang_plan(
         if dsv4 is not None:  # its c128 compressor-state rings: fixed bytes taken first
             state_bytes = v4.rank_fixed_bytes(model, start, end, dsv4)
         state_pool_bytes.append(state_bytes)
-        tokens = max_total_num_tokens(
-            token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
+        tokens = (
+            inkling.max_tokens(token_rest, start, end, request.max_total_tokens)
+            if inkling
+            else draft.legacy_tokens(
+                token_rest, cell - draft_cell, page_size, request.max_total_tokens
+            )
+            if draft is not None and legacy
+            else max_total_num_tokens(
+                token_rest, cell, page_size=page_size, max_total_tokens=request.max_total_tokens
+            )
         )
         if dsv4 is not None:
             tokens = v4.rank_tokens(model, start, end, token_rest, dsv4, request.max_total_tokens)
@@ -223,7 +255,15 @@ def make_sglang_plan(
     tokens = min(pool_tokens)  # PP: all-reduced MIN over ranks
     full_tokens: int | None = None
     swa_tokens: int | None = None
-    if sliding and ratio is not None:
+    swa_error: str | None = None
+    if inkling:
+        full_tokens, swa_tokens = inkling.split(tokens)
+        swa_error = inkling.swa_error(swa_tokens)
+        notes.append(
+            f"hybrid SWA pool (ratio {ratio}): {full_tokens} full-attention tokens, {swa_tokens} "
+            "sliding-window tokens; the full pool bounds the context"
+        )
+    elif sliding and ratio is not None:
         full_layers = [(s, r) for s, r in attn if not s.windowed]
         full_tokens, swa_tokens = split_hybrid_swa(
             tokens,
@@ -247,7 +287,15 @@ def make_sglang_plan(
         )
     capacity = full_tokens if full_tokens is not None else tokens
     ranks = [
-        replace(r, kv_pool_bytes=tokens * (r.kv_pool_bytes // t if t else 0) + state)
+        replace(
+            r,
+            kv_pool_bytes=state
+            + (
+                inkling.pool_bytes(r.pp_rank, tokens, swa_tokens or 0)
+                if inkling
+                else tokens * (r.kv_pool_bytes // t if t else 0)
+            ),
+        )
         for r, t, state in zip(ranks, pool_tokens, state_pool_bytes, strict=True)
     ]  # the engine pool: the token pool plus the mamba state pool beside it
     max_running = request.max_num_seqs or max_running_requests(capacity, context_len)
@@ -257,28 +305,35 @@ def make_sglang_plan(
         )
     if dsv4 is not None:  # 256 unless given, then at most half the pool (dsv4.py)
         max_running = v4.max_running(dsv4, capacity, defaults)
+    if request.max_num_seqs is None and draft is not None and draft.max_running:
+        max_running = min(draft.max_running, capacity // 2)  # 0.5.23: min(48, tokens // 2)
+        defaults["max_running_requests"] = f"{max_running} (SGLang's default with a drafter)"
     if mamba_size is not None:
-        cap = mamba_size // MAMBA_SLOTS_PER_REQUEST
+        cap = mamba_size // mamba.slots
         if cap < max_running:
             max_running = cap
             defaults["max_running_requests"] = (
-                f"{cap} (max_mamba_cache_size {mamba_size} // {MAMBA_SLOTS_PER_REQUEST} state "
+                f"{cap} (max_mamba_cache_size {mamba_size} // {mamba.slots} state "
                 "slots per request)"
             )
         notes.append(
-            f"{MAMBA_SLOTS_PER_REQUEST} state slots per running request: radix cache on, no "
+            mamba.slots_note
+            or f"{mamba.slots} state slots per running request: radix cache on, no "
             "extra buffer (0.5.23 kv_cache_configurator.py lines 227, 3062-3086, 3135-3150); "
             "--mamba-radix-cache-strategy extra_buffer takes more"
         )
     k_per_token = (
-        cell_max
+        cell_max - draft_max
         if mla
         else _msa_cell(model, 0, end0, kv_dtype, request.tp, main_only=True) // 2
         if msa
+        else inkling.cells(0, end0)[0] // 2
+        if inkling
         else sum(s.page_size_bytes // 2 * layers_in(r, 0, end0) for s, r in attn)
     )  # MiniMax-M3: the main pool's K and V (its indexer pool is not in this line)
     line = kv_allocated_line(tokens, k_per_token, k_per_token, mla)
-    line, swa_error = (dsv4_pool.log_line(), dsv4_pool.error()) if dsv4_pool else (line, None)
+    if dsv4_pool is not None:  # its own log line and too-small sliding pool (dsv4.py)
+        line, swa_error = dsv4_pool.log_line(), dsv4_pool.error()
     fits = (
         rest_min > 0
         and capacity >= context_len
@@ -305,8 +360,9 @@ def make_sglang_plan(
             f"(kvbudget check, not an SGLang message) one request of context_len {context_len} tokens "
             f"needs more than the pool's {capacity} tokens; lower --context-length or raise --mem-fraction-static"
         )
-    indices = LayerIndices([range(model.num_layers)] if msa or dsv4 else (r for _, r in attn))
-    cell = cell_max if dsa or msa or dsv4 else max((s.page_size_bytes for s, _ in attn), default=0)
+    own_cells = msa or dsv4 or inkling  # one group over every layer, SGLang's own cell
+    indices = LayerIndices([range(model.num_layers)] if own_cells else (r for _, r in attn))
+    cell = cell_max if dsa or own_cells else max((s.page_size_bytes for s, _ in attn), default=0)
     group = KvCacheGroup(
         0,
         VllmLayerSpec(
@@ -325,7 +381,7 @@ def make_sglang_plan(
         context_len=context_len,
         chunked_prefill_size=request.max_num_batched_tokens or rule.chunked_prefill_size,
         log_line=line,
-        swa_full_tokens_ratio=ratio if sliding or dsv4 else None,
+        swa_full_tokens_ratio=ratio if sliding or dsv4 or inkling else None,
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
         mamba_full_memory_ratio=mamba_ratio,
