@@ -7,6 +7,8 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * MLA cell: ``(kv_lora_rank + qk_rope_head_dim) * num_layers * s`` (576 per layer), not split by TP.
 * FP4 (``nvfp4`` here): half a byte per element plus one scale byte per 16 elements.
 * ``page_size`` is 1 token for most backends, so a sequence of T tokens takes exactly T cells.
+* Dots3-Note (sliding-window MLA + DSA layers): SGLang's ``SWAKVPool`` of a ``DSATokenToKVPool``
+  and an MLA sliding pool, see :mod:`kvbudget.capacity.layouts.sglang_dots3`.
 * Sliding-window layers: SGLang's hybrid SWA pool (split by ``--swa-full-tokens-ratio``) is not
   modelled; they are counted at full length, which is what SGLang does for the models that set
   ``disable_hybrid_swa_memory`` (GptOss, Gemma2/3, Olmo2). Chunked layers likewise.
@@ -46,9 +48,9 @@ from kvbudget.capacity.layouts.base import (
     refuse_compressed,
     refuse_indexer,
     refuse_short_convs,
-    refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3, sglang_dots3_layout
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention
@@ -213,7 +215,7 @@ def refuse_unmodelled_sglang(spec: ModelSpec) -> None:
         "its sliding layers are local_layer_ids (configs/model_config.py lines 2781-2797); "
         "kvbudget has not modelled either",
     )
-    refuse_sliding_latent(spec, "sglang", "kvbudget has not read SGLang's pools for it")
+    # sliding-window MLA (Dots3-Note): layouts/sglang_dots3.py, dispatched before this check
     refuse_compressed(
         spec,
         "sglang",
@@ -242,6 +244,10 @@ def sglang_layout(
 ) -> LayoutResult:
     """Bytes of ``seqs`` sequences of ``tokens`` tokens in SGLang's token pool, per rank."""
     check_load(tokens, seqs, tp, pp, dp)
+    if is_sglang_dots3(spec):  # SWAKVPool: DSA full layers + an MLA sliding pool
+        return sglang_dots3_layout(
+            spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
+        )
     refuse_unmodelled_sglang(spec)
     dsa = is_sglang_dsa(spec)
     msa = is_sglang_minimax_m3(spec)

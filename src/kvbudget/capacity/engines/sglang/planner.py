@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.engines.sglang.dots3 import make_dots3_sglang_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.grouping import group_by_kind
@@ -22,6 +23,7 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_minimax_m3_cell_bytes,
     sglang_minimax_m3_dtype,
 )
+from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.memory import (
@@ -61,6 +63,8 @@ def make_sglang_plan(
     request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate, context_len: int
 ) -> PlanResult:
     """SGLang's token pool for one replica: ``page_size``-token pages, min over PP ranks."""
+    if is_sglang_dots3(model):  # SWAKVPool: DSA full layers + an MLA sliding pool (dots3.py)
+        return make_dots3_sglang_plan(request, model, gpu, weights, context_len)
     version_text = request.engine_version or DEFAULT_SGLANG_VERSION
     version = parse_version(version_text)
     defaults: dict[str, str] = {}
