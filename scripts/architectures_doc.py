@@ -168,6 +168,9 @@ models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, lat
 in `tests/unit/plan/test_plan_sglang_dsa.py`) and MiniMax-M3's (SGLang's `MiniMaxSparseKVPool`:
 every layer's K/V plus each sparse layer's index key in the model dtype, its value too where
 `sparse_disable_index_value` is 0, 128-token pages; `tests/unit/plan/test_plan_minimax_m3_sglang.py`);
+the sglang layout also models Dots3-Note's hybrid `SWAKVPool` (full layers in `DSATokenToKVPool`, latent
+plus index key; sliding layers in an MLA pool of `swa_kv_lora_rank + swa_qk_rope_head_dim`; split by
+`--swa-full-tokens-ratio`, 0.8 by default; `tests/unit/plan/test_plan_sglang_dots3.py`);
 the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw sliding-window, CSA,
 HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
 `tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
