@@ -175,7 +175,10 @@ the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw slidi
 HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
 `tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
 `tests/integration/llamacpp/test_llamacpp_dsv4_kv_log.py`, as DSA's in
-`test_llamacpp_dsa_kv_log.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
+`test_llamacpp_dsa_kv_log.py`); the llamacpp layout models Dots3-Note's `llama_kv_cache_dsa_iswa`
+(the DSA cache on the full layers, a K-only SWA cache of `swa_kv_lora_rank + qk_rope_head_dim` on
+the sliding ones; `tests/unit/plan/test_llamacpp_dots3.py`, and against llama-server's log for a
+tiny GGUF, `scripts/tiny_gguf_dots3.py`, in `test_llamacpp_dots3_kv_log.py`); sglang refuses DeepSeek-V4 and Inkling, llama.cpp
 Inkling (no such architecture), naming the engine's own source.
 
 | catalog id | model_type | rule | source of the copy |
