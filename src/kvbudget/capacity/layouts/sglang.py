@@ -107,19 +107,31 @@ def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> 
     return dtype
 
 
-def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype) -> int:
+def sglang_dsa_raw_fp8(model_type: str, cc_major: int) -> bool:
+    """Whether SGLang's default DSA backends keep the fp8 latent raw (no scales, rope in fp8):
+    ``trtllm`` on compute capability 10+ (``arg_groups/overrides.py`` lines 713-719), whose layout
+    ``calculate_mla_kv_cache_dim`` returns unscaled (``kv_cache_configurator.py`` lines
+    3429-3440); not with learnable sinks (``flashmla_sparse``, lines 644-663) nor for GLM-5 on
+    compute capability 12 (``flashinfer_sparse_mla``, lines 636-642, 665-675)."""
+    if cc_major < 10 or model_type in DSA_SINK_MODEL_TYPES:
+        return False
+    return not (model_type == "glm_moe_dsa" and cc_major == 12)
+
+
+def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype, *, raw_fp8: bool = False) -> int:
     """Bytes of one token of one DSA layer: latent row plus the indexer's key row.
 
-    * latent (``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim``, lines 3412-3475, with
-      the default CUDA DSA backends): fp8_e4m3 ``kv_lora_rank + kv_lora_rank // 128 * 4 +
-      qk_rope_head_dim * 2`` bytes (fp8 nope, float32 scales, bf16 rope: 656 for 512/64);
+    * latent (``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim``, lines 3412-3475):
+      fp8_e4m3 with Hopper's default ``flashmla_kv`` ``kv_lora_rank + kv_lora_rank // 128 * 4 +
+      qk_rope_head_dim * 2`` bytes (fp8 nope, float32 scales, bf16 rope: 656 for 512/64), or
+      with ``raw_fp8`` (:func:`sglang_dsa_raw_fp8`) ``kv_lora_rank + qk_rope_head_dim`` (576);
       bfloat16 ``(kv_lora_rank + qk_rope_head_dim) * 2`` (1,152).
     * indexer (``pool_configurator.py`` lines 567-574): ``index_head_dim + index_head_dim // 128 *
       4`` uint8 bytes (132), whatever the KV dtype, on layers that compute their own top-k
       (``dsa_layer_skips_topk``: GLM-5.2's ``indexer_types`` "shared" layers hold none, their
       ``index_head_dim`` is 0 here).
     """
-    if dtype.block_bytes == 1:
+    if dtype.block_bytes == 1 and not raw_fp8:
         if layer.kv_lora_rank % DSA_QUANT_BLOCK:
             raise LayoutNotApplicable(
                 f"SGLang's fp8 DSA latent needs kv_lora_rank a multiple of {DSA_QUANT_BLOCK}; "

@@ -20,6 +20,7 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_cell_bytes,
     sglang_dsa_cell_bytes,
     sglang_dsa_dtype,
+    sglang_dsa_raw_fp8,
     sglang_minimax_m3_cell_bytes,
     sglang_minimax_m3_dtype,
 )
@@ -87,6 +88,7 @@ def make_sglang_plan(
         refuse_indexer(model, "sglang")  # an indexer beside K/V that kvbudget has not read
     refuse_unmodelled_sglang(model)
     dsa = is_sglang_dsa(model)
+    raw_fp8 = dsa and sglang_dsa_raw_fp8(model.model_type, gpu.compute_capability_major or 0)
     if msa:
         kv_dtype = sglang_minimax_m3_dtype(request.kv_dtype, model.torch_dtype)
         if request.page_size is None:
@@ -154,7 +156,7 @@ def make_sglang_plan(
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
         cell = (
-            _dsa_cell(model, start, end, kv_dtype)
+            _dsa_cell(model, start, end, kv_dtype, raw_fp8)
             if dsa
             else _msa_cell(model, start, end, kv_dtype, request.tp)
             if msa
@@ -350,10 +352,14 @@ def make_sglang_plan(
     )
 
 
-def _dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype) -> int:
+def _dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype, raw_fp8: bool) -> int:
     """Bytes per token of layers ``[start, end)`` in SGLang's ``DSATokenToKVPool``."""
     return sum(
-        members.total(lambda x: sglang_dsa_cell_bytes(x, kv_dtype) if isinstance(x, MLA) else 0)
+        members.total(
+            lambda x: (
+                sglang_dsa_cell_bytes(x, kv_dtype, raw_fp8=raw_fp8) if isinstance(x, MLA) else 0
+            )
+        )
         for _key, members in group_by_kind(model.layers[start:end])
     )
 
