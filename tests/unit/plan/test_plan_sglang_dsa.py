@@ -32,6 +32,9 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kvbudget.capacity.kvbytes import calc_model
@@ -153,3 +156,32 @@ def test_pipeline_stages_take_the_larger_stage() -> None:
     plan = _plan("deepseek-ai/DeepSeek-V3.2", pp=2)
     assert plan.sglang is not None
     assert plan.sglang.cell_size_bytes == 31 * (LATENT_BF16 + INDEXER) == 39_804
+
+
+def test_learnable_sinks_refuse_fp8_in_sglangs_words(tmp_path: Path) -> None:
+    # overrides.py lines 526-531: hy_v4's learnable sinks (configs/hy_v4.py line 44) take bf16 only
+    raw = {
+        "model_type": "hy_v4",
+        "architectures": ["HYV4ForCausalLM"],
+        "num_hidden_layers": 6,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "q_lora_rank": 64,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 64,
+        "index_head_dim": 128,
+        "index_n_heads": 4,
+        "index_topk": 64,
+        "vocab_size": 1024,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match="Learnable DSA attention sinks require a bfloat16"):
+        _plan(str(path), gpu="B200", kv_dtype="fp8_e4m3")
+    assert _plan(str(path), gpu="B200").kv_dtype == "bfloat16"

@@ -94,6 +94,13 @@ def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> 
     490-546): ``auto`` is ``fp8_e4m3`` on compute capability 10+ without learnable sinks, else
     ``bfloat16`` (whatever the model dtype); only ``bfloat16`` and ``fp8_e4m3`` are accepted."""
     key = kv_dtype.strip().lower()
+    if model_type in DSA_SINK_MODEL_TYPES and key not in ("auto", "bf16", "bfloat16"):
+        raise ConfigError(
+            f"kv_dtype: {kv_dtype!r} is refused by SGLang for {model_type} ('Learnable DSA "
+            "attention sinks require a bfloat16 KV cache', arg_groups/overrides.py lines "
+            "526-531); pass --kv-cache-dtype bfloat16",
+            field="kv_dtype",
+        )
     if key == "auto":
         key = "fp8_e4m3" if sm100 and model_type not in DSA_SINK_MODEL_TYPES else "bfloat16"
     dtype = get_kv_dtype(key, engine="sglang")
