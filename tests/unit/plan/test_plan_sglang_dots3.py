@@ -106,6 +106,7 @@ def test_pool_tokens_worked_by_hand_h200_tp1(tmp_path: Path) -> None:
     assert plan.max_num_seqs == 4096
     assert plan.ranks[0].kv_pool_bytes == 85_504 * 3_852 + 68_352 * 10_880
     assert plan.fits and plan.error is None
+    assert plan.max_concurrency == 85_504 / 4096
 
 
 def test_tp_does_not_split_the_latent(tmp_path: Path) -> None:
@@ -123,6 +124,17 @@ def test_ratio_and_max_running_requests(tmp_path: Path) -> None:
     assert plan.sglang is not None
     assert (plan.sglang.full_tokens, plan.sglang.swa_tokens) == (115_520, 57_728)
     assert plan.max_num_seqs == 57_760
+
+
+def test_a_small_swa_pool_bounds_concurrency(tmp_path: Path) -> None:
+    # ratio 0.01: cell = 3,852 + 108.8 = 3,960.8; 1,073,741,824 // 3,960.8 = 271,092 -> 271,040;
+    # swa int(2,710.4) -> 2,688; a 4,096-token request holds at most 383 SWA tokens:
+    # 2,688 / 383 = 7.02 < 271,040 / 4,096 = 66.17
+    plan = _plan(_config(tmp_path), swa_full_tokens_ratio=0.01)
+    assert plan.sglang is not None
+    assert (plan.sglang.full_tokens, plan.sglang.swa_tokens) == (271_040, 2_688)
+    assert plan.max_concurrency == pytest.approx(2_688 / 383)
+    assert any("SWA pool bounds concurrency" in note for note in plan.notes)
 
 
 def test_pipeline_stages_split_as_sglang_does(tmp_path: Path) -> None:

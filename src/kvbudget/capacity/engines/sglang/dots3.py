@@ -267,6 +267,14 @@ def _result(
     )
     swa_request = min(-(-context_len // page) * page, d3.swa_request_tokens(page))
     needed = -(-context_len // page) * page * full_max + swa_request * max(s for _, s in cells)
+    concurrency = full_tokens / context_len
+    if swa_tokens / swa_request < concurrency:  # the SWA pool admits fewer requests
+        concurrency = swa_tokens / swa_request
+        notes.append(
+            f"the SWA pool bounds concurrency: {swa_tokens} tokens / {swa_request} per request "
+            f"(at most the window {d3.window} + eviction interval + 2 pages, compute_swa_request_"
+            "cap) < the full pool's; raise --swa-full-tokens-ratio"
+        )
     group = KvCacheGroup(
         0,
         VllmLayerSpec(d3.full_layers[0], "mla", page, full_max * page),
@@ -306,7 +314,7 @@ def _result(
         num_blocks=full_tokens // page,
         num_usable_blocks=full_tokens // page,
         kv_cache_tokens=full_tokens,
-        max_concurrency=full_tokens / context_len,
+        max_concurrency=concurrency,
         available_kv_bytes=rest_min,
         fits=error is None,
         needed_bytes=needed,
