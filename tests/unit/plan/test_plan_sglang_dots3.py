@@ -126,6 +126,15 @@ def test_ratio_and_max_running_requests(tmp_path: Path) -> None:
     assert plan.max_num_seqs == 57_760
 
 
+def test_max_total_tokens_resolves_both_pools_again(tmp_path: Path) -> None:
+    # kv_cache_configurator.py lines 3096-3106, 3221-3226 -> calculate_pool_sizes_from_max_tokens
+    # (pool_configurator.py lines 918-922): full floor64(10,000) = 9,984; swa int(7,987.2) ->
+    # floor64 7,936
+    plan = _plan(_config(tmp_path), max_total_tokens=10_000)
+    assert plan.sglang is not None
+    assert (plan.sglang.full_tokens, plan.sglang.swa_tokens) == (9_984, 7_936)
+
+
 def test_a_small_swa_pool_bounds_concurrency(tmp_path: Path) -> None:
     # ratio 0.01: cell = 3,852 + 108.8 = 3,960.8; 1,073,741,824 // 3,960.8 = 271,092 -> 271,040;
     # swa int(2,710.4) -> 2,688; a 4,096-token request holds at most 383 SWA tokens:
