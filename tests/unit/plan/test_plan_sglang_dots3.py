@@ -19,13 +19,13 @@ worked by hand from the sglang 0.5.23 wheel (``pip download sglang==0.5.23 --no-
   2 + 132 = 788``; fp8 on Blackwell (``trtllm``, raw row, lines 3434-3440; ``arg_groups/
   overrides.py`` line 716): ``576 + 132 = 708``. ``_swa_per_token = (1024 + 64) * kv_size``:
   2,176 bfloat16, 1,088 fp8.
-* lines 786-803: ``cell = full_per_token * 3 + ratio * swa_per_token * 5``; line 916
+* lines 786-803: ``cell = full_per_token * 3 + ratio * swa_per_token * 5``; line 915
   ``int(rest // cell)``; lines 879-881 ``full = floor64(max_total)``, ``swa = floor64(int(full *
   ratio))``; ratio 0.8 by default (``arg_groups/fields/schedule.py`` lines 150-161); lines 197-216
   the SWA pool must exceed ``sliding_window_size + page`` = (128 - 1) + 64 (``models/dots3_common/
   modeling.py`` line 503).
 * ``arg_groups/model_overrides/deepseek_v2.py`` lines 162-173: 64-token pages; ``arg_groups/
-  overrides.py`` lines 531-535: ``auto`` is bfloat16 below compute capability 10, fp8_e4m3 from 10.
+  overrides.py`` lines 532-535: ``auto`` is bfloat16 below compute capability 10, fp8_e4m3 from 10.
 * ``mem_cache/kv_cache_configurator.py`` lines 3123-3132: ``max_running_requests = min(clamp(int(
   tokens / context_len * 512), 2048, 4096), tokens // 2)``.
 """

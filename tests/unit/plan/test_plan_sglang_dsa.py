@@ -18,7 +18,7 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
   ``index_topk_freq`` 1 none skips).
 * ``mem_cache/kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` lines 3412-3475: fp8_e4m3
   with Hopper's default ``flashmla_kv`` backends ``512 + 512 // 128 * 4 + 64 * 2 = 656`` one-byte
-  units; with Blackwell's default ``trtllm`` (``arg_groups/overrides.py`` lines 713-719: fp8 KV
+  units; with Blackwell's default ``trtllm`` (``arg_groups/overrides.py`` lines 714-720: fp8 KV
   and compute capability 10+) the raw row, ``uses_trtllm_kv_layout`` (lines 3429-3440): ``512 +
   64 = 576`` one-byte units; bfloat16 ``512 + 64 = 576`` elements x 2 B = 1,152 B.
 * ``arg_groups/overrides.py`` lines 490-546 (``_dsa_kv_cache_dtype_default``): ``auto`` becomes

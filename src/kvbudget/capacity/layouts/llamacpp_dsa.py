@@ -30,7 +30,7 @@ Read in llama.cpp 0c1e570 (llama-cpp-python 0.3.36 ``vendor/llama.cpp``), the bu
 
 Dots3-Note (``dots3note``, ``src/llama-arch.cpp`` line 115; the converter's ``Dots3NoteModel``,
 ``conversion/dots3.py`` lines 18-143, a ``DeepseekV2Model``): ``src/llama-model.cpp`` lines
-2536-2585 build a ``llama_kv_cache_dsa_iswa`` (``src/llama-kv-cache-dsa-iswa.cpp`` lines 33-75):
+2536-2586 build a ``llama_kv_cache_dsa_iswa`` (``src/llama-kv-cache-dsa-iswa.cpp`` lines 33-75):
 the ``llama_kv_cache_dsa`` above over the trunk's non-sliding layers (``n_ctx_seq`` cells; the
 indexer cache on ``is_indexer_full`` layers, which the converter writes as every non-sliding layer,
 line 143) plus a plain K-only ``llama_kv_cache`` over the sliding layers of
@@ -38,7 +38,7 @@ line 143) plus a plain K-only ``llama_kv_cache`` over the sliding layers of
 its rows ``key_length_swa = swa_kv_lora_rank + swa_qk_rope_head_dim`` (``conversion/dots3.py``
 line 129, read at ``src/llama-model.cpp`` line 1465) of ``-ctk``; ``n_swa`` is
 ``sliding_window_size`` (line 126) and the sliding layers are ``layer_types`` "sliding_attention"
-(lines 71-75, 127).
+(lines 69-73, 127).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> 
 
 def sglang_dsa_raw_fp8(model_type: str, cc_major: int) -> bool:
     """Whether SGLang's default DSA backends keep the fp8 latent raw (no scales, rope in fp8):
-    ``trtllm`` on compute capability 10+ (``arg_groups/overrides.py`` lines 713-719), whose layout
+    ``trtllm`` on compute capability 10+ (``arg_groups/overrides.py`` lines 714-720), whose layout
     ``calculate_mla_kv_cache_dim`` returns unscaled (``kv_cache_configurator.py`` lines
     3429-3440); not with learnable sinks (``flashmla_sparse``, lines 644-663) nor for GLM-5 on
     compute capability 12 (``flashinfer_sparse_mla``, lines 636-642, 665-675)."""

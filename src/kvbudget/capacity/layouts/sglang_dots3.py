@@ -24,7 +24,7 @@ picked at lines 1720-1723 unless ``SWARequestCapPoolConfigurator.is_applicable``
 never with the radix cache on): ``_full_per_token = calculate_mla_kv_cache_dim(...) * kv_size +
 132`` (lines 676-699), ``_swa_per_token = (swa_kv_lora_rank + swa_qk_rope_head_dim) * kv_size``
 (lines 700-702); ``cell = full_per_token * n_full + ratio * swa_per_token * n_swa`` (lines
-786-803, a float); ``max_total = int(rest // cell)`` (line 916); ``full_tokens`` = that floored
+786-803, a float); ``max_total = int(rest // cell)`` (line 915); ``full_tokens`` = that floored
 to the page, ``swa_tokens = int(full_tokens * ratio)`` floored to the page (lines 879-881); the
 SWA pool must exceed ``sliding_window_size + page_size`` (lines 197-216, 884-886).
 
@@ -34,7 +34,7 @@ Dots SWA decode requires 64, ``layers/attention/dots_hybrid_backend.py`` lines 3
 dtype ``auto`` is bfloat16, fp8_e4m3 on compute capability 10+ (``arg_groups/overrides.py``
 lines 490-546, 758); the fp8 latent is the scaled 656-B row with Hopper's default
 ``flashmla_kv`` backends but the raw 576-B row with Blackwell's default ``trtllm``
-(``overrides.py`` lines 713-719; ``kv_cache_configurator.py`` lines 3425-3440, 3458-3475).
+(``overrides.py`` lines 714-720; ``kv_cache_configurator.py`` lines 3425-3440, 3458-3475).
 """
 
 from __future__ import annotations

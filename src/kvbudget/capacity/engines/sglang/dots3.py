@@ -12,14 +12,14 @@ The sizing, sglang 0.5.23 (paths under ``sglang/srt/``):
 * pipeline stages split as SGLang does (``distributed/utils.py`` lines 110-150: the last stages
   take the remainder), each stage sized alone;
 * ``cell = full_cell + ratio * swa_cell`` (a float; ``model_executor/pool_configurator.py``
-  lines 786-803), ``max_total = int(rest // cell)`` (line 916), floored to the 64-token page;
-  ``--max-total-tokens`` and the PP ranks' MIN (``kv_cache_configurator.py`` lines 3089-3117)
+  lines 786-803), ``max_total = int(rest // cell)`` (line 915), floored to the 64-token page;
+  ``--max-total-tokens`` and the PP ranks' MIN (``kv_cache_configurator.py`` lines 3090-3117)
   re-solve it (``_solve_pool_sizes``, lines 859-893): ``full_tokens`` = max_total,
   ``swa_tokens = int(full_tokens * ratio)`` floored to the page, which must exceed
   ``sliding_window_size + page_size`` (lines 197-216);
 * ``max_running_requests``: ``min(clamp(int(tokens / context_len * 512), 2048, 4096),
   tokens // 2)``, or ``min(--max-running-requests, tokens // 2)``
-  (``kv_cache_configurator.py`` lines 3115-3135).
+  (``kv_cache_configurator.py`` lines 3119-3132).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ VLM_CACHE_BYTES = 100 * MiB
 
 
 def dots3_max_running_requests(tokens: int, context_len: int, requested: int | None) -> int:
-    """``resolve_max_num_reqs`` (``kv_cache_configurator.py`` lines 3115-3135), no attention DP."""
+    """``resolve_max_num_reqs`` (``kv_cache_configurator.py`` lines 3119-3132), no attention DP."""
     if requested is not None:
         return min(requested, tokens // 2)
     estimated = max(min(int(tokens / context_len * 512), 4096), 2048)
@@ -170,7 +170,7 @@ def make_dots3_sglang_plan(
                 kv_pool_bytes=0,
             )
         )
-    full_tokens = min(per_rank_tokens)  # PP: all-reduced MIN (kv_cache_configurator.py 3108-3116)
+    full_tokens = min(per_rank_tokens)  # PP: all-reduced MIN (kv_cache_configurator.py 3108-3115)
     if request.max_total_tokens is not None:
         full_tokens = min(full_tokens, request.max_total_tokens) // page * page
     swa_tokens = int(full_tokens * ratio) // page * page
