@@ -168,6 +168,9 @@ models DSA's (DeepSeek-V3.2, GLM-5, Hunyuan v4: SGLang's `DSATokenToKVPool`, lat
 in `tests/unit/plan/test_plan_sglang_dsa.py`) and MiniMax-M3's (SGLang's `MiniMaxSparseKVPool`:
 every layer's K/V plus each sparse layer's index key in the model dtype, its value too where
 `sparse_disable_index_value` is 0, 128-token pages; `tests/unit/plan/test_plan_minimax_m3_sglang.py`);
+the sglang layout also models Dots3-Note's hybrid `SWAKVPool` (full layers in `DSATokenToKVPool`, latent
+plus index key; sliding layers in an MLA pool of `swa_kv_lora_rank + swa_qk_rope_head_dim`; split by
+`--swa-full-tokens-ratio`, 0.8 by default; `tests/unit/plan/test_plan_sglang_dots3.py`);
 the llamacpp layout models DeepSeek-V4's `llama_kv_cache_dsv4` (K-only raw sliding-window, CSA,
 HCA and indexer caches and f32 compressor states, one stream per sequence even with `-kvu`;
 `tests/unit/plan/test_llamacpp_dsv4.py`, and against llama-server's own log for a tiny GGUF in
@@ -179,7 +182,10 @@ indexer keys and float32 compressor states, sized by `DSV4PoolConfigurator`; wor
 the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_dsv4.py`, and SGLang's own
 configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`); sglang models
 Inkling's default pools (a hybrid SWA token pool beside six bfloat16 conv states per layer;
-`tests/unit/plan/test_plan_sglang_inkling.py`); llama.cpp refuses Inkling (no such
+`tests/unit/plan/test_plan_sglang_inkling.py`); the llamacpp layout models Dots3-Note's `llama_kv_cache_dsa_iswa`
+(the DSA cache on the full layers, a K-only SWA cache of `swa_kv_lora_rank + qk_rope_head_dim` on
+the sliding ones; `tests/unit/plan/test_llamacpp_dots3.py`, and against llama-server's log for a
+tiny GGUF, `scripts/tiny_gguf_dots3.py`, in `test_llamacpp_dots3_kv_log.py`); llama.cpp refuses Inkling (no such
 architecture), naming its own source.
 
 | catalog id | model_type | rule | source of the copy |

@@ -73,7 +73,8 @@ _DOTS3_VLLM = (
     "worked by hand from the source (tests/unit/plan/test_plan_dots3_vllm.py): sliding-window MLA "
     "pages, DSA latents padded to the sliding rows (model.py lines 227-239) plus indexer keys, "
     "packed groups; no CPU pool (the model needs vllm_flash_attn's CUDA extensions, "
-    "flashattn_mla_sparse.py line 33)"
+    "flashattn_mla_sparse.py line 33); SGLang 0.5.23 and llama.cpp 0c1e570 read the same flat "
+    "format (tests/unit/plan/test_plan_sglang_dots3.py, test_llamacpp_dots3.py)"
 )
 _QWEN4_VLLM = (
     'vLLM 0.32 serves it (vllm/models/qwen4_exp; __init__.py lines 30-31: "CUDA and ROCm only") '

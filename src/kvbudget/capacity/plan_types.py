@@ -249,7 +249,7 @@ class PlanRequest(BaseModel):
         gt=0,
         le=1,
         description="SGLang hybrid SWA pool: sliding-window tokens per full-attention token "
-        "(off: sliding layers count as full).",
+        "(off: sliding layers count as full; Dots3-Note's pool is always split, 0.8 by default).",
     )
     headroom_fraction: float = Field(
         default=0.03,

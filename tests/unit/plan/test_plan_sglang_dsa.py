@@ -16,9 +16,11 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
   the layers that do not ``dsa_layer_skips_topk`` (``configs/model_config.py`` lines 488-496:
   ``indexer_types[layer_id] == "shared"`` skips; with no ``indexer_types`` and the default
   ``index_topk_freq`` 1 none skips).
-* ``mem_cache/kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` lines 3412-3475 (default
-  CUDA DSA backends): fp8_e4m3 ``512 + 512 // 128 * 4 + 64 * 2 = 656`` one-byte units; bfloat16
-  ``512 + 64 = 576`` elements x 2 B = 1,152 B.
+* ``mem_cache/kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` lines 3412-3475: fp8_e4m3
+  with Hopper's default ``flashmla_kv`` backends ``512 + 512 // 128 * 4 + 64 * 2 = 656`` one-byte
+  units; with Blackwell's default ``trtllm`` (``arg_groups/overrides.py`` lines 714-720: fp8 KV
+  and compute capability 10+) the raw row, ``uses_trtllm_kv_layout`` (lines 3429-3440): ``512 +
+  64 = 576`` one-byte units; bfloat16 ``512 + 64 = 576`` elements x 2 B = 1,152 B.
 * ``arg_groups/overrides.py`` lines 490-546 (``_dsa_kv_cache_dtype_default``): ``auto`` becomes
   ``fp8_e4m3`` when ``major >= 10`` (Blackwell) and the model has no learnable sinks, else
   ``bfloat16``; only ``bfloat16`` / ``fp8_e4m3`` pass the assert.
@@ -29,6 +31,9 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +50,8 @@ LATENT_FP8 = 512 + 512 // 128 * 4 + 64 * 2  # 656
 # DeepSeek-V3.2: 61 layers, all with an indexer
 V32_BF16 = 61 * LATENT_BF16 + 61 * INDEXER  # 70,272 + 8,052 = 78,324
 V32_FP8 = 61 * LATENT_FP8 + 61 * INDEXER  # 40,016 + 8,052 = 48,068
+LATENT_FP8_RAW = 512 + 64  # 576: trtllm's raw fp8 row (Blackwell's default DSA backends)
+V32_FP8_RAW = 61 * LATENT_FP8_RAW + 61 * INDEXER  # 35,136 + 8,052 = 43,188
 # GLM-5.2: 78 layers, indexer_types "full" on layers 0, 1, 2, 6, 10, ..., 74: 3 + 18 = 21
 GLM52_BF16 = 78 * LATENT_BF16 + 21 * INDEXER  # 89,856 + 2,772 = 92,628
 GLM5_BF16 = 78 * LATENT_BF16 + 78 * INDEXER  # 89,856 + 10,296 = 100,152
@@ -88,13 +95,22 @@ def test_deepseek_v32_token_count_by_hand() -> None:
     assert plan.num_blocks == 2_142
 
 
-def test_blackwell_default_is_fp8_with_scales() -> None:
-    # 10,737,418,240 // 48,068 = 223,379 -> floored to 64: 3,490 pages = 223,360 tokens
+def test_blackwell_default_is_fp8_with_the_raw_trtllm_row() -> None:
+    # 10,737,418,240 // 43,188 = 248,620 -> floored to 64: 3,884 pages = 248,576 tokens
     plan = _plan("deepseek-ai/DeepSeek-V3.2", gpu="B200")
     assert plan.sglang is not None
     assert plan.kv_dtype == "fp8_e4m3"
-    assert plan.sglang.cell_size_bytes == V32_FP8 == 48_068
-    assert plan.sglang.max_total_num_tokens == 223_360
+    assert plan.sglang.cell_size_bytes == V32_FP8_RAW == 43_188
+    assert plan.sglang.max_total_num_tokens == 248_576
+
+
+def test_glm5_on_compute_capability_12_keeps_the_scaled_row() -> None:
+    # overrides.py lines 636-642, 665-675: GLM fp8 on SM120 -> flashinfer_sparse_mla, not trtllm:
+    # the scaled 656-B row; 78 x (656 + 132) = 61,464
+    plan = _plan("zai-org/GLM-5", gpu="RTX-PRO-6000")
+    assert plan.kv_dtype == "fp8_e4m3"
+    assert plan.sglang is not None
+    assert plan.sglang.cell_size_bytes == 78 * (LATENT_FP8 + INDEXER) == 61_464
 
 
 @pytest.mark.parametrize(
@@ -140,3 +156,32 @@ def test_pipeline_stages_take_the_larger_stage() -> None:
     plan = _plan("deepseek-ai/DeepSeek-V3.2", pp=2)
     assert plan.sglang is not None
     assert plan.sglang.cell_size_bytes == 31 * (LATENT_BF16 + INDEXER) == 39_804
+
+
+def test_learnable_sinks_refuse_fp8_in_sglangs_words(tmp_path: Path) -> None:
+    # overrides.py lines 526-531: hy_v4's learnable sinks (configs/hy_v4.py line 44) take bf16 only
+    raw = {
+        "model_type": "hy_v4",
+        "architectures": ["HYV4ForCausalLM"],
+        "num_hidden_layers": 6,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "q_lora_rank": 64,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 64,
+        "index_head_dim": 128,
+        "index_n_heads": 4,
+        "index_topk": 64,
+        "vocab_size": 1024,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match="Learnable DSA attention sinks require a bfloat16"):
+        _plan(str(path), gpu="B200", kv_dtype="fp8_e4m3")
+    assert _plan(str(path), gpu="B200").kv_dtype == "bfloat16"

@@ -123,12 +123,15 @@ def test_dots3_without_dsa_caches_no_indexer_key(tmp_path: Path) -> None:
 
 
 def test_dots3_engine_layouts_refuse_in_one_line(tmp_path: Path) -> None:
-    """transformers' dots3_note_text format: vLLM 0.32 reads only the checkpoint's flat
-    dots3_note (its pool: tests/unit/plan/test_plan_dots3_vllm.py); SGLang is not read."""
+    """transformers' dots3_note_text format: vLLM 0.32 and SGLang 0.5.23 read only the checkpoint's
+    flat dots3_note (their pools: tests/unit/plan/test_plan_dots3_vllm.py,
+    test_plan_sglang_dots3.py)."""
     spec = spec_from_config(tmp_path, DOTS3)
     with pytest.raises(LayoutNotApplicable, match=r"^model_type: 'dots3_note_text'.*line 94"):
         vllm_layout(spec, tokens=48, seqs=1)
-    with pytest.raises(LayoutNotApplicable, match="sliding-window MLA"):
+    with pytest.raises(
+        LayoutNotApplicable, match=r"^model_type: 'dots3_note_text'.*dots3.py line 18"
+    ):
         sglang_layout(spec, tokens=48, seqs=1)
 
 

@@ -42,7 +42,12 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import Members, group_by_kind
-from kvbudget.capacity.layouts.llamacpp_dsa import dsa_cell_bytes, dsa_index, refuse_mixed_types
+from kvbudget.capacity.layouts.llamacpp_dsa import (
+    LLAMACPP_DOTS3_TYPES,
+    dsa_cell_bytes,
+    dsa_index,
+    refuse_mixed_types,
+)
 from kvbudget.capacity.layouts.llamacpp_dsv4 import dsv4_groups, is_llamacpp_dsv4
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_indexer
@@ -207,7 +212,14 @@ def llamacpp_layout(
         f"llama.cpp {LLAMACPP_SOURCE} has no Inkling architecture (no LLM_ARCH for it in "
         "src/llama-arch.cpp), so it cannot load one",
     )
-    refuse_sliding_latent(spec, "llamacpp", "kvbudget has not read how llama.cpp caches it")
+    if spec.model_type not in LLAMACPP_DOTS3_TYPES:  # dots3_note: llama_kv_cache_dsa_iswa
+        refuse_sliding_latent(
+            spec,
+            "llamacpp",
+            f"llama.cpp {LLAMACPP_SOURCE} serves Dots3-Note (dots3note, src/llama-arch.cpp line "
+            "115) from the checkpoint's flat config only (conversion/dots3.py lines 18-43), "
+            "model_type dots3_note",
+        )
     if tp != 1 or pp != 1:
         raise ConfigError(
             f"tp/pp: the llamacpp layout is one llama-server; got tp={tp} pp={pp}; use --dp",
@@ -275,17 +287,20 @@ def llamacpp_layout(
             )
         elif kind == "mla" and dsa is not None:
             latent, keys = dsa_cell_bytes(layers, k_type, dsa)
-            total = (latent + keys) * cells * streams
+            # Dots3-Note's sliding layers: llama_kv_cache_dsa_iswa's SWA cache (llamacpp_dsa)
+            layer_cells = _layer_cells(cells, window, seqs, unified=unified, n_ubatch=n_ubatch)
+            total = (latent + keys) * layer_cells * streams
             groups.append(
                 GroupBytes(
                     kind,
                     indices,
-                    cells,
+                    layer_cells,
                     latent + keys,
                     total // seqs,
                     total,
-                    f"{cells} cells x {streams} streams: K-only latent ({latent} B) + indexer "
-                    f"key ({keys} B) per cell (llama_kv_cache_dsa)",
+                    f"{layer_cells} cells x {streams} streams: K-only latent ({latent} B) + "
+                    f"indexer key ({keys} B) per cell (llama_kv_cache_dsa"
+                    f"{'_iswa SWA cache' if window else ''})",
                 )
             )
         elif kind == "mla":

@@ -7,6 +7,8 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * MLA cell: ``(kv_lora_rank + qk_rope_head_dim) * num_layers * s`` (576 per layer), not split by TP.
 * FP4 (``nvfp4`` here): half a byte per element plus one scale byte per 16 elements.
 * ``page_size`` is 1 token for most backends, so a sequence of T tokens takes exactly T cells.
+* Dots3-Note (sliding-window MLA + DSA layers): SGLang's ``SWAKVPool`` of a ``DSATokenToKVPool``
+  and an MLA sliding pool, see :mod:`kvbudget.capacity.layouts.sglang_dots3`.
 * Sliding-window layers: SGLang's hybrid SWA pool (split by ``--swa-full-tokens-ratio``) is not
   modelled; they are counted at full length, which is what SGLang does for the models that set
   ``disable_hybrid_swa_memory`` (GptOss, Gemma2/3, Olmo2). Chunked layers likewise.
@@ -52,6 +54,7 @@ from kvbudget.capacity.layouts.base import (
     refuse_sliding_latent,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
+from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3, sglang_dots3_layout
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
@@ -96,6 +99,13 @@ def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> 
     490-546): ``auto`` is ``fp8_e4m3`` on compute capability 10+ without learnable sinks, else
     ``bfloat16`` (whatever the model dtype); only ``bfloat16`` and ``fp8_e4m3`` are accepted."""
     key = kv_dtype.strip().lower()
+    if model_type in DSA_SINK_MODEL_TYPES and key not in ("auto", "bf16", "bfloat16"):
+        raise ConfigError(
+            f"kv_dtype: {kv_dtype!r} is refused by SGLang for {model_type} ('Learnable DSA "
+            "attention sinks require a bfloat16 KV cache', arg_groups/overrides.py lines "
+            "526-531); pass --kv-cache-dtype bfloat16",
+            field="kv_dtype",
+        )
     if key == "auto":
         key = "fp8_e4m3" if sm100 and model_type not in DSA_SINK_MODEL_TYPES else "bfloat16"
     dtype = get_kv_dtype(key, engine="sglang")
@@ -109,19 +119,31 @@ def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> 
     return dtype
 
 
-def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype) -> int:
+def sglang_dsa_raw_fp8(model_type: str, cc_major: int) -> bool:
+    """Whether SGLang's default DSA backends keep the fp8 latent raw (no scales, rope in fp8):
+    ``trtllm`` on compute capability 10+ (``arg_groups/overrides.py`` lines 714-720), whose layout
+    ``calculate_mla_kv_cache_dim`` returns unscaled (``kv_cache_configurator.py`` lines
+    3429-3440); not with learnable sinks (``flashmla_sparse``, lines 644-663) nor for GLM-5 on
+    compute capability 12 (``flashinfer_sparse_mla``, lines 636-642, 665-675)."""
+    if cc_major < 10 or model_type in DSA_SINK_MODEL_TYPES:
+        return False
+    return not (model_type == "glm_moe_dsa" and cc_major == 12)
+
+
+def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype, *, raw_fp8: bool = False) -> int:
     """Bytes of one token of one DSA layer: latent row plus the indexer's key row.
 
-    * latent (``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim``, lines 3412-3475, with
-      the default CUDA DSA backends): fp8_e4m3 ``kv_lora_rank + kv_lora_rank // 128 * 4 +
-      qk_rope_head_dim * 2`` bytes (fp8 nope, float32 scales, bf16 rope: 656 for 512/64);
+    * latent (``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim``, lines 3412-3475):
+      fp8_e4m3 with Hopper's default ``flashmla_kv`` ``kv_lora_rank + kv_lora_rank // 128 * 4 +
+      qk_rope_head_dim * 2`` bytes (fp8 nope, float32 scales, bf16 rope: 656 for 512/64), or
+      with ``raw_fp8`` (:func:`sglang_dsa_raw_fp8`) ``kv_lora_rank + qk_rope_head_dim`` (576);
       bfloat16 ``(kv_lora_rank + qk_rope_head_dim) * 2`` (1,152).
     * indexer (``pool_configurator.py`` lines 567-574): ``index_head_dim + index_head_dim // 128 *
       4`` uint8 bytes (132), whatever the KV dtype, on layers that compute their own top-k
       (``dsa_layer_skips_topk``: GLM-5.2's ``indexer_types`` "shared" layers hold none, their
       ``index_head_dim`` is 0 here).
     """
-    if dtype.block_bytes == 1:
+    if dtype.block_bytes == 1 and not raw_fp8:
         if layer.kv_lora_rank % DSA_QUANT_BLOCK:
             raise LayoutNotApplicable(
                 f"SGLang's fp8 DSA latent needs kv_lora_rank a multiple of {DSA_QUANT_BLOCK}; "
@@ -231,6 +253,10 @@ def sglang_layout(
     from kvbudget.capacity.layouts.sglang_inkling import INKLING_STATE_KIND, inkling_geometry
 
     check_load(tokens, seqs, tp, pp, dp)
+    if is_sglang_dots3(spec):  # SWAKVPool: DSA full layers + an MLA sliding pool
+        return sglang_dots3_layout(
+            spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
+        )
     refuse_unmodelled_sglang(spec)
     if is_sglang_dsv4(spec):  # DeepSeek-V4's own pools: layouts/sglang_dsv4.py
         return sglang_dsv4_layout(

@@ -8,6 +8,7 @@ from dataclasses import replace
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang import dsv4 as v4
 from kvbudget.capacity.engines.sglang.inkling import inkling_plan
+from kvbudget.capacity.engines.sglang.dots3 import make_dots3_sglang_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
 from kvbudget.capacity.engines.sglang.speculative import dsa_latent_cell, sglang_draft
 from kvbudget.capacity.layouts.base import refuse_indexer
@@ -22,10 +23,12 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_cell_bytes,
     sglang_dsa_cell_bytes,
     sglang_dsa_dtype,
+    sglang_dsa_raw_fp8,
     sglang_minimax_m3_cell_bytes,
     sglang_minimax_m3_dtype,
 )
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
+from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.memory import (
@@ -64,6 +67,8 @@ def make_sglang_plan(
     request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate, context_len: int
 ) -> PlanResult:
     """SGLang's token pool for one replica: ``page_size``-token pages, min over PP ranks."""
+    if is_sglang_dots3(model):  # SWAKVPool: DSA full layers + an MLA sliding pool (dots3.py)
+        return make_dots3_sglang_plan(request, model, gpu, weights, context_len)
     version_text = request.engine_version or DEFAULT_SGLANG_VERSION
     version = parse_version(version_text)
     defaults: dict[str, str] = {}
@@ -89,6 +94,7 @@ def make_sglang_plan(
     dsv4 = v4.dsv4_setup(request, notes, defaults) if is_sglang_dsv4(model) else None
     if dsv4 is not None:  # DeepSeek-V4's own pools (dsv4.py)
         kv_dtype, page_size = get_kv_dtype(dsv4.kv_dtype, engine="sglang"), dsv4.page_size
+    raw_fp8 = dsa and sglang_dsa_raw_fp8(model.model_type, gpu.compute_capability_major or 0)
     if msa:
         kv_dtype = sglang_minimax_m3_dtype(request.kv_dtype, model.torch_dtype)
         if request.page_size is None:
@@ -171,7 +177,7 @@ def make_sglang_plan(
     for p in range(request.pp):
         start, end = get_pp_indices(model.num_layers, p, request.pp)
         cell = (
-            _dsa_cell(model, start, end, kv_dtype)
+            _dsa_cell(model, start, end, kv_dtype, raw_fp8)
             if dsa
             else v4.rank_cell_bytes(model, start, end, dsv4)
             if dsv4
@@ -426,10 +432,14 @@ def make_sglang_plan(
     )
 
 
-def _dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype) -> int:
+def _dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype, raw_fp8: bool) -> int:
     """Bytes per token of layers ``[start, end)`` in SGLang's ``DSATokenToKVPool``."""
     return sum(
-        members.total(lambda x: sglang_dsa_cell_bytes(x, kv_dtype) if isinstance(x, MLA) else 0)
+        members.total(
+            lambda x: (
+                sglang_dsa_cell_bytes(x, kv_dtype, raw_fp8=raw_fp8) if isinstance(x, MLA) else 0
+            )
+        )
         for _key, members in group_by_kind(model.layers[start:end])
     )
 
