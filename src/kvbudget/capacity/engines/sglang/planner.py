@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang import dsv4 as v4
-from kvbudget.capacity.engines.sglang.inkling import inkling_plan
 from kvbudget.capacity.engines.sglang.dots3 import make_dots3_sglang_plan
+from kvbudget.capacity.engines.sglang.inkling import inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in, mamba_setup
 from kvbudget.capacity.engines.sglang.speculative import dsa_latent_cell, sglang_draft
 from kvbudget.capacity.layouts.base import refuse_indexer
@@ -27,8 +27,8 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_minimax_m3_cell_bytes,
     sglang_minimax_m3_dtype,
 )
-from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
+from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.vllm import get_pp_indices, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.memory import (
