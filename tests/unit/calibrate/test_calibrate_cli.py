@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,14 +24,15 @@ def test_help_names_the_main_options() -> None:
         assert flag in r.stdout
 
 
-def test_unset_api_key_variable_is_one_line_error(tmp_path: object) -> None:
+def test_unset_api_key_variable_is_one_line_error(tmp_path: Path) -> None:
+    # the output path is the test's own: a fixed one is locked by any other run writing it
     r = run(
         "--base-url",
         "http://127.0.0.1:9",
         "--model",
         "m",
         "--out",
-        "/tmp/never.json",
+        str(tmp_path / "never.json"),
         "--api-key-env",
         "KVBUDGET_TEST_UNSET_VARIABLE",
     )
@@ -41,9 +43,10 @@ def test_unset_api_key_variable_is_one_line_error(tmp_path: object) -> None:
     assert "KVBUDGET_TEST_UNSET_VARIABLE" not in lines[0]  # never echoed (issue 30)
 
 
-def test_unreachable_engine_is_one_line_error() -> None:
+def test_unreachable_engine_is_one_line_error(tmp_path: Path) -> None:
     # port 9 (discard) on loopback: nothing listens; the series cannot start
-    r = run("--base-url", "http://127.0.0.1:9", "--model", "m", "--out", "/tmp/never.json")
+    out = str(tmp_path / "never.json")
+    r = run("--base-url", "http://127.0.0.1:9", "--model", "m", "--out", out)
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

@@ -8,6 +8,7 @@ measured model (aiconfigurator-core's tables for Llama-3.1-8B on an H100, built 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,7 +85,7 @@ def test_a_run_at_a_known_multiple_stores_factors_1_5_and_0_8(
     assert c.prefill_rms_rel_after == pytest.approx(0.0, abs=1e-9)
 
 
-def test_validate_with_gpu_is_refused() -> None:
+def test_validate_with_gpu_is_refused(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from kvbudget.cli.calibrate import calibrate as command
@@ -92,7 +93,8 @@ def test_validate_with_gpu_is_refused() -> None:
     result = CliRunner().invoke(
         command,
         [
-            *("--base-url", "http://127.0.0.1:9", "--model", "m", "--out", "/tmp/never.json"),
+            *("--base-url", "http://127.0.0.1:9", "--model", "m"),
+            *("--out", str(tmp_path / "never.json")),
             *("--validate", "--gpu", "H100-SXM"),
         ],
     )

@@ -112,8 +112,8 @@ def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> 
     if dtype.name not in ("bfloat16", "fp8_e4m3", "fp8"):
         raise ConfigError(
             f"kv_dtype: {kv_dtype!r} is not accepted by SGLang for DSA model {model_type} "
-            '("DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype"); '
-            "pass --kv-cache-dtype bfloat16 or fp8_e4m3",
+            '("DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype", '
+            "arg_groups/overrides.py line 544); pass --kv-cache-dtype bfloat16 or fp8_e4m3",
             field="kv_dtype",
         )
     return dtype

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.base import (
     GroupBytes,
     LayoutNotApplicable,
@@ -146,21 +146,6 @@ def _raw(raw: dict[str, Any], key: str) -> int:
     return value
 
 
-def _dtype(kv_dtype: str, sm100: bool) -> KvDtype:
-    key = kv_dtype.strip().lower()
-    if key == "auto":
-        key = "fp8_e4m3" if sm100 else "bfloat16"
-    dtype = get_kv_dtype(key, engine="sglang")
-    if dtype.name not in ("bfloat16", "fp8_e4m3", "fp8"):
-        raise ConfigError(
-            f"kv_dtype: {kv_dtype!r} is refused by SGLang for Dots3-Note, a DSA model ('DeepSeek "
-            "DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype', arg_groups/overrides.py "
-            "line 544); pass --kv-cache-dtype bfloat16 or fp8_e4m3",
-            field="kv_dtype",
-        )
-    return dtype
-
-
 def _check_heads(raw: dict[str, Any], tp: int) -> None:
     """``Dots3AttentionMLA.__init__`` (``modeling.py`` lines 585-589) on both layer kinds."""
     for prefix in ("", "swa_"):
@@ -238,7 +223,9 @@ def sglang_dots3(
             "dots_hybrid_backend.py lines 367-371); drop index_kpool from config.json"
         )
     _check_heads(raw, tp)
-    dtype = _dtype(kv_dtype, sm100)
+    from kvbudget.capacity.layouts.sglang import sglang_dsa_dtype  # (sglang imports this module)
+
+    dtype = sglang_dsa_dtype(kv_dtype, spec.model_type, sm100=sm100)  # a DSA model's rule
     rank = _raw(raw, "kv_lora_rank")
     rope = _raw(raw, "qk_rope_head_dim")
     if dtype.block_bytes == 1 and not sm100:
