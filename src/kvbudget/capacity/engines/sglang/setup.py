@@ -1,0 +1,200 @@
+"""What SGLang resolves before it sizes the pool: the version's defaults (``mem_fraction_static``,
+the chunked prefill size), the page size and KV dtype each model family forces, the family's own
+pool rules (DSA, MiniMax-M3, DeepSeek-V4, Inkling; the mamba state pool), a speculative drafter,
+and the attention layers' specs with the hybrid SWA ratio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
+from kvbudget.capacity.engines.sglang import dsv4 as v4
+from kvbudget.capacity.engines.sglang.inkling import InklingPlan, inkling_plan
+from kvbudget.capacity.engines.sglang.mamba import MambaSetup, mamba_setup
+from kvbudget.capacity.engines.sglang.speculative import SglangDraft, sglang_draft
+from kvbudget.capacity.layouts.base import refuse_indexer
+from kvbudget.capacity.layouts.sglang import (
+    DSA_PAGE_SIZE,
+    MINIMAX_M3_PAGE_SIZE,
+    is_sglang_dsa,
+    is_sglang_minimax_m3,
+    refuse_unmodelled_sglang,
+    sglang_dsa_dtype,
+    sglang_dsa_raw_fp8,
+    sglang_minimax_m3_dtype,
+)
+from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
+from kvbudget.capacity.layouts.vllm import vllm_layer_specs
+from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
+from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.sglang_pool import SglangDefaults, sglang_defaults
+from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, Version, parse_version
+from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.errors import ConfigError
+from kvbudget.spec.hardware import GpuSpec
+from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.model import ModelSpec
+from kvbudget.units import MiB
+
+#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1)
+NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
+
+#: an attention layer's spec at one token per page and the layers it covers
+AttnRun = tuple[VllmLayerSpec, range]
+
+
+@dataclass(frozen=True)
+class SglangSetup:
+    """Everything the pool sizing reads, resolved once (``defaults`` and ``notes`` are appended
+    to by the later steps, in order)."""
+
+    request: PlanRequest
+    model: ModelSpec
+    gpu: GpuSpec
+    #: the target's weights (with a 0.5.23 drafter's, loaded before the pool is sized)
+    weights: WeightsEstimate
+    version_text: str
+    version: Version
+    rule: SglangDefaults
+    mem_fraction_static: float
+    page_size: int
+    kv_dtype: KvDtype
+    defaults: dict[str, str]
+    notes: list[str]
+    #: MiniMax-M3's MiniMaxSparseKVPool
+    msa: bool
+    #: DSA's DSATokenToKVPool, and whether its fp8 latent is kept raw (trtllm on SM100)
+    dsa: bool
+    raw_fp8: bool
+    dsv4: v4.Dsv4Setup | None
+    inkling: InklingPlan | None
+    draft: SglangDraft | None
+    mamba: MambaSetup
+    #: the attention layers at one token a page (none for the families with their own cells)
+    attn: list[AttnRun]
+    sliding: list[AttnRun]
+    swa_full_tokens_ratio: float | None
+
+    @property
+    def legacy_draft(self) -> bool:
+        """0.5.4's drafter: its pool and weights outside the rest."""
+        return self.draft is not None and self.draft.legacy
+
+    @property
+    def own_cells(self) -> bool:
+        """The family's cells come from SGLang's own rule, one group over every layer."""
+        return self.msa or self.dsv4 is not None or self.inkling is not None
+
+    @property
+    def mla(self) -> bool:
+        return any(s.kind == "mla" for s, _ in self.attn)
+
+
+def sglang_setup(
+    request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate
+) -> SglangSetup:
+    """The settings of one replica, each default said, each refusal in SGLang's words."""
+    version_text = request.engine_version or DEFAULT_SGLANG_VERSION
+    version = parse_version(version_text)
+    defaults: dict[str, str] = {}
+    notes: list[str] = []
+    if request.engine_version is None:
+        defaults["engine_version"] = f"{DEFAULT_SGLANG_VERSION} (kvbudget default)"
+    rule = sglang_defaults(
+        version, gpu_memory_mib=gpu.memory_bytes / MiB, tp=request.tp, pp=request.pp
+    )
+    frac = request.mem_fraction_static or rule.mem_fraction_static
+    if request.mem_fraction_static is None:
+        defaults["mem_fraction_static"] = f"{frac} ({rule.rule})"
+    page_size = request.page_size or 1
+    kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
+    msa = is_sglang_minimax_m3(model)  # MiniMax-M3: SGLang's MiniMaxSparseKVPool (layouts/sglang)
+    indexed = any(
+        isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()
+    )
+    if indexed and not msa:
+        refuse_indexer(model, "sglang")  # an indexer beside K/V that kvbudget has not read
+    refuse_unmodelled_sglang(model)
+    dsa = is_sglang_dsa(model)
+    dsv4 = v4.dsv4_setup(request, notes, defaults) if is_sglang_dsv4(model) else None
+    if dsv4 is not None:  # DeepSeek-V4's own pools (dsv4.py)
+        kv_dtype, page_size = get_kv_dtype(dsv4.kv_dtype, engine="sglang"), dsv4.page_size
+    raw_fp8 = dsa and sglang_dsa_raw_fp8(model.model_type, gpu.compute_capability_major or 0)
+    if msa:
+        kv_dtype = sglang_minimax_m3_dtype(request.kv_dtype, model.torch_dtype)
+        if request.page_size is None:
+            page_size = MINIMAX_M3_PAGE_SIZE
+            defaults["page_size"] = (
+                f"{MINIMAX_M3_PAGE_SIZE} (SGLang's MiniMax-M3 default with fa3 on Hopper, fa4 / "
+                "trtllm_mha on Blackwell)"
+            )
+    if dsa:
+        # SGLang's DSA overrides (layouts/sglang.py cites the lines): 64-token pages whatever
+        # --page-size says; dtype auto by compute capability (10+: Blackwell)
+        sm100 = (gpu.compute_capability_major or 0) >= 10
+        kv_dtype = sglang_dsa_dtype(request.kv_dtype, model.model_type, sm100=sm100)
+        if request.kv_dtype.strip().lower() == "auto":
+            defaults["kv_dtype"] = f"{kv_dtype.name} (SGLang's DSA default on this GPU)"
+        if request.page_size not in (None, DSA_PAGE_SIZE):
+            notes.append(
+                f"SGLang sets page_size {DSA_PAGE_SIZE} for DSA models on CUDA; "
+                f"--page-size {request.page_size} is overridden"
+            )
+        page_size = DSA_PAGE_SIZE
+    inkling = inkling_plan(request, model, gpu, version, kv_dtype, defaults)  # None: not Inkling
+    draft = sglang_draft(request, model, version, weights)  # engines/sglang/speculative.py
+    if draft is not None:
+        weights = draft.weights(weights)
+        notes.extend(draft.notes)
+        raised = draft.mem_fraction(rule.reserved_mib, gpu.memory_bytes / MiB)  # 0.5.4's reserve
+        if raised is not None and request.mem_fraction_static is None:
+            frac = raised
+            defaults["mem_fraction_static"] = (
+                f"{frac} ({rule.rule}, + {draft.reserve_mib} MiB draft)"
+            )
+    if inkling is not None:
+        page_size = inkling.page_size
+    attn = _attention_runs(request, model, own_cells=msa or dsv4 is not None or bool(inkling))
+    mamba = inkling.mamba if inkling else mamba_setup(request, model, version, version_text)
+    notes.extend(mamba.notes)
+    sliding = [(s, r) for s, r in attn if s.windowed]
+    ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
+    _check_swa_ratio(model, sliding, ratio, notes)
+    return SglangSetup(
+        request, model, gpu, weights, version_text, version, rule, frac, page_size, kv_dtype,
+        defaults, notes, msa, dsa, raw_fp8, dsv4, inkling, draft, mamba, attn, sliding, ratio,
+    )  # fmt: skip
+
+
+def _attention_runs(request: PlanRequest, model: ModelSpec, *, own_cells: bool) -> list[AttnRun]:
+    """The attention layers' specs at one token a page: vLLM's hybrid rule raises the attention
+    block of mamba models (one page = many tokens); SGLang's token pool has no such rule, so it
+    is undone. None for the families whose cells come from SGLang's own rules."""
+    if own_cells:
+        return []
+    specs = [
+        (s, indices)
+        for s, indices in vllm_layer_specs(
+            model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
+        ).runs()
+        if s.holds_cache
+    ]  # one entry per run of layers (two for a parallel hybrid run), never per layer
+    return [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
+
+
+def _check_swa_ratio(
+    model: ModelSpec, sliding: list[AttnRun], ratio: float | None, notes: list[str]
+) -> None:
+    """A ratio SGLang would ignore is refused; sliding layers without one count as full."""
+    if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
+        raise ConfigError(
+            f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
+            f"{model.model_type} (reference §7.1), so {ratio} would be ignored and sliding layers "
+            "count as full; drop --swa-full-tokens-ratio",
+            field="swa_full_tokens_ratio",
+        )
+    if sliding and ratio is None:
+        notes.append(
+            "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. "
+            "gpt-oss); pass --swa-full-tokens-ratio to model SGLang's hybrid SWA pool"
+        )
