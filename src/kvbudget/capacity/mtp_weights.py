@@ -1,5 +1,6 @@
-"""One GPU's bytes of the MiMo-V2-Flash and MiniMax-M3 MTP drafters, module by module as vLLM 0.32
-builds them (``site-packages/vllm``); :mod:`kvbudget.capacity.mtp_draft` adds them to the plan.
+"""One GPU's bytes of the MiMo-V2-Flash, MiniMax-M3 and DeepSeek-V4 MTP drafters, module by module
+as vLLM 0.32 builds them (``site-packages/vllm``); :mod:`kvbudget.capacity.mtp_draft` adds them to
+the plan.
 
 Each linear's weight is one rank's shard in the checkpoint's quantization
 (:func:`kvbudget.capacity.weight_matrices._matrix_bytes`: fp8 blocks, AWQ / GPTQ, ...) unless
@@ -28,6 +29,23 @@ The embedding and the head are the target's (the proposer shares them with an MT
   ``num_local_experts`` experts of ``intermediate_size`` (gate_up and down, split over the
   experts' ranks) and, with ``n_shared_experts``, a shared ``MiniMaxM3MLP`` of ``intermediate_size
   x n_shared_experts``.
+* DeepSeek-V4, per layer (``models/deepseek_v4/nvidia/mtp.py`` lines 83-148), for checkpoints
+  vLLM reads as ``DeepseekV4FP8Config`` (fp8 blocks of 128 x 128, ``expert_dtype`` fp4, no
+  ``moe_quant_algo``: ``models/deepseek_v4/quant_config.py`` lines 29-199): ``enorm``, ``hnorm``,
+  ``shared_head.norm``; ``e_proj`` and ``h_proj`` ``ReplicatedLinear(hidden, hidden)`` in fp8
+  with one float8_e8m0fnu scale per block (``quantization/fp8.py`` line 336, the
+  ``is_scale_e8m0`` of fp4-expert checkpoints); ``hc_head_fn`` ``(hc_mult, hc_mult x hidden)``,
+  ``hc_head_base`` ``(hc_mult)``, ``hc_head_scale`` ``(1)`` in fp32; a ``DeepseekV4DecoderLayer``
+  (``nvidia/model.py`` lines 1061-1141): two norms, ``hc_{attn,ffn}_fn`` ``((2 + hc_mult) x
+  hc_mult, hc_mult x hidden)``, ``_base`` and 3-element ``_scale`` in fp32; its attention at
+  compress ratio 1 (``attention.py`` lines 232-284: no compressor, no indexer) with the fp32
+  ``attn_sink`` padded to the backend's head count, ``fused_wqa_wkv`` (whole), ``wq_b`` and
+  ``wo_a`` (column-split), ``wo_b`` (row-split), ``q_norm`` and ``kv_norm``; its
+  ``DeepseekV4MoE`` (lines 661-896): the bf16 gate, the fp32 ``e_score_correction_bias``, the
+  fp8 shared expert (intermediate padded to whole 128-blocks per rank) and MXFP4 routed experts.
+  What is not counted: the re-layouts after loading (DeepGEMM turns each fp8 linear's e8m0 scales
+  into its own layout, fp32 on Hopper: at most 3 B more per 128 x 128 block; the MoE backend
+  shuffles or swizzles the experts), as for the target.
 """
 
 from __future__ import annotations

@@ -489,3 +489,24 @@ def test_deepseek_v4_nvfp4_drafter_experts_are_refused_by_name(tmp_path: Path) -
     assert "\n" not in message
     flagged = _plan(path, speculative_config=MTP, weights_bytes=150 * GiB, **common)
     assert flagged.weights_bytes == 150 * GiB
+
+
+@pytest.mark.parametrize(
+    ("change", "part"),
+    [
+        # DeepseekV4FP8Config sends fp8 experts to Fp8MoEMethod (quant_config.py lines 196-199)
+        ({"expert_dtype": "fp8"}, "expert_dtype 'fp8'"),
+        # 1536 / 8 = 192 rows per rank: the MXFP4 backends round that up to 256 or not at all
+        # (fused_moe/oracle/mxfp4.py lines 816-896), which one runs is not known here
+        ({"moe_intermediate_size": 1536}, "MXFP4 experts' padding"),
+    ],
+)
+def test_deepseek_v4_drafter_parts_not_pinned_down_are_named(
+    tmp_path: Path, change: dict[str, Any], part: str
+) -> None:
+    path = _write(tmp_path, {**_catalog("deepseek-ai--DeepSeek-V4-Flash"), **change})
+    with pytest.raises(ConfigError) as info:
+        _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)
+    message = str(info.value)
+    assert message.startswith("speculative_config: the MTP drafter's weights of deepseek_v4")
+    assert part in message and "\n" not in message
