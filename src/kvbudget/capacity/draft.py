@@ -57,6 +57,10 @@ class DraftCost:
     num_speculative_tokens: int
     #: an MTP drafter (capacity.mtp_draft): a ``--weights-bytes`` figure already includes it
     is_mtp: bool = False
+    #: weights-time bytes per ``max_num_batched_tokens`` the drafter brings on each GPU of the
+    #: last stage (DeepSeek-V4's target keeps a hidden-state buffer for it), added to
+    #: ``weights_bytes`` once the batch size is known
+    weights_bytes_per_batched_token: int = 0
 
 
 def parse_speculative_config(text: str) -> dict[str, Any]:

@@ -76,11 +76,22 @@ What one MTP layer keeps of its own:
   (:mod:`kvbudget.capacity.mtp_weights`, which cites the lines); vLLM CPU built exactly MiMo-V2's
   modules for a tiny config (``scripts/vllm_drafter_modules.py``).
 
-The DeepSeek-V4 drafter is not sized yet (``e_proj`` / ``h_proj``, the fp32 ``hc_head``
-parameters, a ``DeepseekV4DecoderLayer`` at compress ratio 1 with its mHC mixing and its
-mixed-precision experts: ``models/deepseek_v4/nvidia/mtp.py`` lines 85-150): its plans take
-``--weights-bytes`` (the engine log's figure includes the drafter) or ``--kv-cache-memory`` (then
-the weights shown leave the drafter out, and say so: :data:`MTP_WEIGHTS_NOTE`).
+* DeepSeek-V4 (``models/deepseek_v4/nvidia/mtp.py`` lines 83-148): per layer ``enorm``,
+  ``hnorm``, ``shared_head.norm``, fp8 ``e_proj`` / ``h_proj`` (``ReplicatedLinear`` with the
+  checkpoint's quant_config, ue8m0 block scales), the fp32 ``hc_head`` parameters and a
+  ``DeepseekV4DecoderLayer`` at compress ratio 1 (fp32 mHC parameters, padded fp32 sinks, the
+  fp8 ``fused_wqa_wkv`` / ``wq_b`` / ``wo_a`` / ``wo_b``, a bf16 gate, an fp32 routing bias, the
+  shared expert and MXFP4 routed experts), sized tensor by tensor in
+  :mod:`kvbudget.capacity.mtp_weights`; plus its own fp32 rotary cache when no target layer has
+  compress ratio 1 (Pro), and the target's ``_mtp_hidden_buffer`` (``max_num_batched_tokens x
+  hc_mult x hidden``, model dtype), which vLLM allocates only with a drafter
+  (:attr:`DraftCost.weights_bytes_per_batched_token`). Its ``topk_indices_buffer``, embedding
+  and head are swapped for the target's (``llm_base_proposer.py`` lines 1576-1590 too). A part
+  vLLM builds in a way kvbudget cannot pin down (e.g. the NVFP4 checkpoint's drafter experts:
+  :func:`kvbudget.capacity.mtp_weights.deepseek_v4_mtp_unpriced`) is refused in one line naming
+  it: such plans take ``--weights-bytes`` (the engine log's figure includes the drafter) or
+  ``--kv-cache-memory`` (then the weights shown leave the drafter out, and say so:
+  :data:`MTP_WEIGHTS_NOTE`).
 """
 
 from __future__ import annotations
@@ -102,7 +113,14 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
-from kvbudget.capacity.mtp_weights import mimo_v2_mtp_bytes, minimax_m3_mtp_bytes
+from kvbudget.capacity.mtp_weights import (
+    deepseek_v4_hidden_buffer_bytes_per_token,
+    deepseek_v4_mtp_bytes,
+    deepseek_v4_mtp_rope_bytes,
+    deepseek_v4_mtp_unpriced,
+    mimo_v2_mtp_bytes,
+    minimax_m3_mtp_bytes,
+)
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weight_matrices import layer_matrices
 from kvbudget.capacity.weights import layer_rank_bytes
@@ -125,7 +143,9 @@ __all__ = [
 SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
 #: model types whose drafter's weights :func:`mtp_weights_bytes` sizes (module doc)
 MTP_WEIGHTS_TYPES = (
-    DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"} | VLLM_MINIMAX_M3_TYPES
+    DEEPSEEK_MTP_TYPES
+    | {"deepseek_v4", "glm4_moe", "mimo", "mimo_v2_flash"}
+    | VLLM_MINIMAX_M3_TYPES
 )
 
 #: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
@@ -224,18 +244,37 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     )
 
 
-def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
+def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
+    dp = request.data_parallel_size or 1
+    return request.tp * dp if dp > 1 and model.num_experts else request.tp
+
+
+def mtp_weights_bytes(
+    request: PlanRequest, model: ModelSpec, compute_capability_major: int | None = None
+) -> int | None:
     """One GPU's bytes of the MTP drafter's own weights (module doc): per MTP layer three norms,
     the ``2 x hidden -> hidden`` projection (whole on every rank, model dtype) and one decoder
     layer of the target's kind; the embedding and the head are the target's. None for a model
-    type not sized yet, and for a ModelOpt ``exclude_modules`` list (not matched against the
-    drafter's module names)."""
+    type not sized yet, for a ModelOpt ``exclude_modules`` list (not matched against the
+    drafter's module names) and for a DeepSeek-V4 part :func:`deepseek_v4_mtp_unpriced` names.
+    ``compute_capability_major``: the GPU's (DeepSeek-V4's attention backend pads its sinks by
+    it); None is read as a FlashMLA device (Hopper, datacenter Blackwell)."""
     if model.model_type not in MTP_WEIGHTS_TYPES:
         return None
+    moe_ranks = _moe_ranks(request, model)
+    if model.model_type == "deepseek_v4":
+        if deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=moe_ranks) is not None:
+            return None
+        n = mtp_layers_requested(request, model)
+        per_layer = deepseek_v4_mtp_bytes(
+            model,
+            tp=request.tp,
+            moe_ranks=moe_ranks,
+            compute_capability_major=compute_capability_major,
+        )
+        return n * per_layer + deepseek_v4_mtp_rope_bytes(model)
     if any(p != "lm_head" for p in exclude_patterns(model.quantization_config)):
         return None
-    dp = request.data_parallel_size or 1
-    moe_ranks = request.tp * dp if dp > 1 and model.num_experts else request.tp
     if model.model_type == "mimo_v2_flash":
         layers = mtp_pool_layers(request, model)
         return mimo_v2_mtp_bytes(model, layers[0], request.tp) if len(layers) == 1 else None
@@ -267,26 +306,38 @@ def mtp_weights_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
     return total
 
 
-def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
+def mtp_draft(
+    request: PlanRequest, model: ModelSpec, compute_capability_major: int | None = None
+) -> DraftCost | None:
     """The MTP drafter's cost when ``--speculative-config`` asks for one (else None).
 
     ``block_bytes`` is what it adds to each block of a single uniform-type group (MiniMax-M3);
     DeepSeek-V4's MTP pages join its packed groups instead (``block_bytes`` 0, the groups carry
     them). ``weights_bytes``: :func:`mtp_weights_bytes`, 0 where it is not sized (then a plan
-    needs ``--weights-bytes`` or ``--kv-cache-memory``, module doc).
+    needs ``--weights-bytes`` or ``--kv-cache-memory``, module doc); DeepSeek-V4's target then
+    also holds a hidden-state buffer per batched token (``weights_bytes_per_batched_token``).
     """
     n = mtp_layers_requested(request, model)
     if n == 0:
         return None
-    weights_bytes = mtp_weights_bytes(request, model)
+    weights_bytes = mtp_weights_bytes(request, model, compute_capability_major)
     if (
         weights_bytes is None
         and request.weights_bytes is None
         and request.kv_cache_memory_bytes is None
     ):
+        part = (
+            deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request, model))
+            if model.model_type == "deepseek_v4"
+            else None
+        )
+        what = (
+            f"of {model.model_type} are not estimated by kvbudget: {part}"
+            if part
+            else f"({n} decoder layer(s) of {model.model_type}) are not estimated by kvbudget"
+        )
         raise ConfigError(
-            f"speculative_config: the MTP drafter's weights ({n} decoder layer(s) of "
-            f"{model.model_type}) are not estimated by kvbudget; pass "
+            f"speculative_config: the MTP drafter's weights {what}; pass "
             "--weights-bytes from the engine log (it includes them) or --kv-cache-memory",
             field="speculative_config",
         )
@@ -316,6 +367,9 @@ def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
         page = attention_page_bytes(sparse, dtype, request.tp, block)
         page += minimax_m3_index_page_bytes(sparse.index_head_dim, block)
         block_bytes = n * page
+    per_token = 0
+    if model.model_type == "deepseek_v4" and weights_bytes is not None:
+        per_token = deepseek_v4_hidden_buffer_bytes_per_token(model)
     config = _mtp_config(request) or {}
     return DraftCost(
         model_id=f"{model.model_id} (MTP, {n} layer(s))",
@@ -324,4 +378,5 @@ def mtp_draft(request: PlanRequest, model: ModelSpec) -> DraftCost | None:
         weights_bytes=weights_bytes or 0,
         num_speculative_tokens=int(config.get("num_speculative_tokens") or n),
         is_mtp=True,
+        weights_bytes_per_batched_token=per_token,
     )

@@ -1,5 +1,6 @@
-"""One GPU's bytes of the MiMo-V2-Flash and MiniMax-M3 MTP drafters, module by module as vLLM 0.32
-builds them (``site-packages/vllm``); :mod:`kvbudget.capacity.mtp_draft` adds them to the plan.
+"""One GPU's bytes of the MiMo-V2-Flash, MiniMax-M3 and DeepSeek-V4 MTP drafters, module by module
+as vLLM 0.32 builds them (``site-packages/vllm``); :mod:`kvbudget.capacity.mtp_draft` adds them to
+the plan.
 
 Each linear's weight is one rank's shard in the checkpoint's quantization
 (:func:`kvbudget.capacity.weight_matrices._matrix_bytes`: fp8 blocks, AWQ / GPTQ, ...) unless
@@ -28,6 +29,23 @@ The embedding and the head are the target's (the proposer shares them with an MT
   ``num_local_experts`` experts of ``intermediate_size`` (gate_up and down, split over the
   experts' ranks) and, with ``n_shared_experts``, a shared ``MiniMaxM3MLP`` of ``intermediate_size
   x n_shared_experts``.
+* DeepSeek-V4, per layer (``models/deepseek_v4/nvidia/mtp.py`` lines 83-148), for checkpoints
+  vLLM reads as ``DeepseekV4FP8Config`` (fp8 blocks of 128 x 128, ``expert_dtype`` fp4, no
+  ``moe_quant_algo``: ``models/deepseek_v4/quant_config.py`` lines 29-199): ``enorm``, ``hnorm``,
+  ``shared_head.norm``; ``e_proj`` and ``h_proj`` ``ReplicatedLinear(hidden, hidden)`` in fp8
+  with one float8_e8m0fnu scale per block (``quantization/fp8.py`` line 336, the
+  ``is_scale_e8m0`` of fp4-expert checkpoints); ``hc_head_fn`` ``(hc_mult, hc_mult x hidden)``,
+  ``hc_head_base`` ``(hc_mult)``, ``hc_head_scale`` ``(1)`` in fp32; a ``DeepseekV4DecoderLayer``
+  (``nvidia/model.py`` lines 1061-1141): two norms, ``hc_{attn,ffn}_fn`` ``((2 + hc_mult) x
+  hc_mult, hc_mult x hidden)``, ``_base`` and 3-element ``_scale`` in fp32; its attention at
+  compress ratio 1 (``attention.py`` lines 232-284: no compressor, no indexer) with the fp32
+  ``attn_sink`` padded to the backend's head count, ``fused_wqa_wkv`` (whole), ``wq_b`` and
+  ``wo_a`` (column-split), ``wo_b`` (row-split), ``q_norm`` and ``kv_norm``; its
+  ``DeepseekV4MoE`` (lines 661-896): the bf16 gate, the fp32 ``e_score_correction_bias``, the
+  fp8 shared expert (intermediate padded to whole 128-blocks per rank) and MXFP4 routed experts.
+  What is not counted: the re-layouts after loading (DeepGEMM turns each fp8 linear's e8m0 scales
+  into its own layout, fp32 on Hopper: at most 3 B more per 128 x 128 block; the MoE backend
+  shuffles or swizzles the experts), as for the target.
 """
 
 from __future__ import annotations
@@ -37,8 +55,16 @@ from typing import Any
 from kvbudget.capacity.weight_matrices import Matrix, _matrix_bytes
 from kvbudget.spec.layers import FullAttention, LayerSpec
 from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
 
-__all__ = ["mimo_v2_mtp_bytes", "minimax_m3_mtp_bytes"]
+__all__ = [
+    "deepseek_v4_hidden_buffer_bytes_per_token",
+    "deepseek_v4_mtp_bytes",
+    "deepseek_v4_mtp_rope_bytes",
+    "deepseek_v4_mtp_unpriced",
+    "mimo_v2_mtp_bytes",
+    "minimax_m3_mtp_bytes",
+]
 
 
 def _positive(value: Any) -> int | None:
@@ -111,3 +137,169 @@ def minimax_m3_mtp_bytes(model: ModelSpec, *, tp: int, moe_ranks: int) -> int | 
     total += experts * 4 if raw.get("use_routing_bias") else 0
     norms = 3 * h + 2 * h + 2 * head_dim + 2 * index_dim
     return total + norms * dtype_bytes
+
+
+# --- DeepSeek-V4 (vLLM 0.32.0 ``models/deepseek_v4``) ---------------------------------------
+
+#: an fp8 linear's block (``weight_block_size``) the DeepSeek-V4 checkpoints ship
+DSV4_FP8_BLOCK = 128
+#: the MXFP4 experts' scale group (``Mxfp4MoEMethod.create_weights``, ``quantization/mxfp4.py``
+#: line 671: ``mxfp4_block = 32``)
+MXFP4_GROUP = 32
+
+
+def _dsv4_sizes(model: ModelSpec) -> dict[str, int] | None:
+    raw = model.raw_config
+    keys = (
+        "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_lora_rank",
+        "o_groups", "moe_intermediate_size", "n_routed_experts", "hc_mult", "qk_rope_head_dim",
+        "max_position_embeddings", "num_hidden_layers",
+    )  # fmt: skip
+    sizes = {k: _positive(raw.get(k)) for k in keys}
+    if any(v is None for v in sizes.values()):
+        return None
+    out = {k: v for k, v in sizes.items() if v is not None}
+    out["n_shared_experts"] = _positive(raw.get("n_shared_experts")) or 0
+    return out
+
+
+def deepseek_v4_mtp_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
+    """The part of DeepSeek-V4's MTP drafter vLLM 0.32 builds in a way kvbudget cannot pin down
+    for this config (one line), or None when :func:`deepseek_v4_mtp_bytes` prices all of it."""
+    raw = model.raw_config
+    quant = model.quantization_config or {}
+    sizes = _dsv4_sizes(model)
+    if sizes is None:
+        return "a size the drafter's modules need (hidden_size, hc_mult, o_groups, ...) is missing"
+    block = quant.get("weight_block_size")
+    if str(quant.get("quant_method", "")).lower() not in ("fp8", "deepseek_v4_fp8") or block != [
+        DSV4_FP8_BLOCK,
+        DSV4_FP8_BLOCK,
+    ]:
+        return (
+            "its linears' quantization: vLLM's DeepseekV4FP8Config (fp8 blocks of 128 x 128, "
+            "models/deepseek_v4/quant_config.py lines 149-157) is the only one read"
+        )
+    if quant.get("moe_quant_algo"):
+        return (
+            "its routed experts: with quantization_config.moe_quant_algo "
+            f"{quant['moe_quant_algo']!r} vLLM 0.32 builds every routed-expert layer, the "
+            "drafter's too, as ModelOptNvFp4FusedMoE (models/deepseek_v4/quant_config.py lines "
+            "186-195; Fp8Config.from_config reads ignored_layers / modules_to_not_convert, not the "
+            "checkpoint's ignore list that names mtp.*, quantization/fp8.py lines 159-175), while "
+            "the checkpoint leaves mtp.* out of NVFP4: what loads there is not pinned down"
+        )
+    if raw.get("expert_dtype", "fp4") != "fp4":
+        return (
+            f"its routed experts: expert_dtype {raw.get('expert_dtype')!r} (Fp8MoEMethod) is not "
+            "priced for the drafter, only fp4 (Mxfp4MoEMethod, models/deepseek_v4/quant_config.py "
+            "lines 186-196)"
+        )
+    heads, h = sizes["num_attention_heads"], sizes["hidden_size"]
+    if heads % tp or sizes["o_groups"] % tp or heads // tp > 128:
+        return (
+            f"its attention at TP {tp}: {heads} heads / {sizes['o_groups']} output groups do not "
+            "split into at most 128 heads per rank (models/deepseek_v4/attention.py lines "
+            "211-220; nvidia/flashmla.py lines 78-85)"
+        )
+    inter = sizes["moe_intermediate_size"]
+    if inter % moe_ranks or (inter // moe_ranks) % 128 or h % 256:
+        return (
+            f"its MXFP4 experts' padding: {inter // moe_ranks} intermediate rows per rank or "
+            f"hidden {h} not a multiple of 128 / 256, which the MoE backend rounds up its own way "
+            "(model_executor/layers/fused_moe/oracle/mxfp4.py lines 816-896)"
+        )
+    if inter * sizes["n_shared_experts"] % DSV4_FP8_BLOCK:
+        return (
+            "its shared expert: an intermediate size that is no multiple of 128 "
+            "(DeepseekV4MLP pads it per rank, models/deepseek_v4/nvidia/model.py lines 152-159)"
+        )
+    return None
+
+
+def _dsv4_fp8(n_in: int, n_out: int, scale_bytes: int) -> int:
+    """One rank's fp8 linear ``n_in x n_out``: the e4m3 weight and one scale per 128 x 128 block
+    (``Fp8LinearMethod.create_weights``, ``quantization/fp8.py`` lines 312-339;
+    ``create_fp8_scale_parameter``, ``quantization/utils/fp8_utils.py`` lines 1412-1425)."""
+    return n_in * n_out + scale_bytes * cdiv(n_out, DSV4_FP8_BLOCK) * cdiv(n_in, DSV4_FP8_BLOCK)
+
+
+def _dsv4_padded_heads(local_heads: int, compute_capability_major: int | None) -> int:
+    """The attention sink's padded head count (``attention.py`` lines 240-246): FlashMLA's 64 or
+    128 (``nvidia/flashmla.py`` lines 78-85), FlashInfer's next of 8 ... 128 on compute capability
+    12 (``nvidia/model.py`` lines 1042-1044; ``nvidia/flashinfer_sparse.py`` lines 78-88)."""
+    if compute_capability_major == 12:
+        return next(n for n in (8, 16, 32, 64, 128) if local_heads <= n)
+    return 64 if local_heads <= 64 else 128
+
+
+def deepseek_v4_mtp_bytes(
+    model: ModelSpec, *, tp: int, moe_ranks: int, compute_capability_major: int | None = None
+) -> int:
+    """One DeepSeek-V4 MTP layer on one GPU of ``tp`` (routed experts over ``moe_ranks``), as
+    vLLM 0.32 builds it (module doc of :mod:`kvbudget.capacity.mtp_draft`); call
+    :func:`deepseek_v4_mtp_unpriced` first."""
+    s = _dsv4_sizes(model)
+    assert s is not None
+    h, heads, d = s["hidden_size"], s["num_attention_heads"], s["head_dim"]
+    q_lora, o_lora, groups = s["q_lora_rank"], s["o_lora_rank"], s["o_groups"]
+    hc_dim = s["hc_mult"] * h
+    mix = (2 + s["hc_mult"]) * s["hc_mult"]
+    dtype_bytes = model.dtype_bytes or 2
+    # fp4 experts' checkpoints keep the fp8 linears' scales in e8m0 (quant_config.py lines 80-84)
+    scale = 1
+    total = 3 * h * dtype_bytes  # enorm, hnorm, shared_head.norm (mtp.py lines 102-103, 140)
+    total += 2 * _dsv4_fp8(h, h, scale)  # e_proj, h_proj (mtp.py lines 107-122)
+    total += (s["hc_mult"] * hc_dim + s["hc_mult"] + 1) * 4  # hc_head_* (mtp.py lines 127-138)
+    # the decoder layer (nvidia/model.py lines 1091-1141): two norms, the mHC parameters in fp32
+    total += 2 * h * dtype_bytes + 2 * (mix * hc_dim + mix + 3) * 4
+    # its attention at compress ratio 1 (attention.py lines 232-284): no compressor, no indexer
+    total += _dsv4_padded_heads(heads // tp, compute_capability_major) * 4  # attn_sink, fp32
+    total += _dsv4_fp8(h, q_lora + d, scale)  # fused_wqa_wkv, replicated
+    total += (q_lora + d) * dtype_bytes  # q_norm, kv_norm
+    total += _dsv4_fp8(q_lora, heads * d // tp, scale)  # wq_b, column-split
+    total += _dsv4_fp8(heads * d // groups, groups * o_lora // tp, scale)  # wo_a, column-split
+    total += _dsv4_fp8(groups * o_lora // tp, h, scale)  # wo_b, row-split
+    # DeepseekV4MoE (nvidia/model.py lines 724-795): the bf16 gate, the fp32 routing bias
+    experts, inter = s["n_routed_experts"], s["moe_intermediate_size"]
+    total += h * experts * dtype_bytes
+    if model.raw_config.get("topk_method") == "noaux_tc":
+        total += experts * 4
+    # the shared DeepseekV4MLP (lines 133-176, 776-790): its intermediate size in whole 128-blocks
+    # per rank, rounded up (lines 152-159)
+    shared = cdiv(inter * s["n_shared_experts"] // DSV4_FP8_BLOCK, tp) * DSV4_FP8_BLOCK
+    if shared:
+        total += _dsv4_fp8(h, 2 * shared, scale) + _dsv4_fp8(shared, h, scale)
+    # MXFP4 experts (Mxfp4MoEMethod.create_weights, quantization/mxfp4.py lines 659-731): uint8
+    # weights two values a byte, one uint8 scale per 32 inputs
+    rows = inter // moe_ranks
+    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
+    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
+    return total + experts * (w13 + w2)
+
+
+def deepseek_v4_mtp_rope_bytes(model: ModelSpec) -> int:
+    """The drafter's own fp32 rotary cache: its compress-ratio-1 attention's ``get_rope`` key
+    (``models/deepseek_v4/common/rope.py`` lines 38-51: theta ``rope_theta``, factor 1) is the target's sliding layers' one, so
+    it is shared (``rotary_embedding/__init__.py`` lines 74-85) unless no target layer has
+    compress ratio 0 or 1 (DeepSeek-V4-Pro); then ``max_position_embeddings x rope_dim`` fp32
+    (``rotary_embedding/deepseek_scaling_rope.py`` lines 237-256, factor 1)."""
+    raw = model.raw_config
+    s = _dsv4_sizes(model)
+    ratios = raw.get("compress_ratios")
+    if s is None or not isinstance(ratios, list):
+        return 0
+    if any(r in (0, 1) for r in ratios[: s["num_hidden_layers"]]):
+        return 0
+    return s["max_position_embeddings"] * s["qk_rope_head_dim"] * 4
+
+
+def deepseek_v4_hidden_buffer_bytes_per_token(model: ModelSpec) -> int:
+    """What the *target* allocates per ``max_num_batched_tokens`` when a drafter runs: vLLM 0.32's
+    ``DeepseekV4Model`` keeps the pre-``hc_head`` residual for the MTP layer in
+    ``_mtp_hidden_buffer``, ``(max_num_batched_tokens, hc_mult x hidden)`` in the model dtype,
+    only when ``speculative_config.use_eagle()`` (method ``mtp`` among them:
+    ``config/speculative.py`` line 1948), built with the model (``nvidia/model.py`` lines
+    1378-1389), so it is in "Model loading took"."""
+    s = _dsv4_sizes(model)
+    return 0 if s is None else s["hc_mult"] * s["hidden_size"] * (model.dtype_bytes or 2)

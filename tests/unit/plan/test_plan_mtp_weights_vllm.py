@@ -316,9 +316,197 @@ def test_minimax_m3_mtp_weights_by_hand(tmp_path: Path) -> None:
     assert 7 * MINIMAX_M3_MTP_MODULE_TP8 == 14_082_292_224
 
 
-def test_deepseek_v4_drafter_weights_still_need_a_figure(tmp_path: Path) -> None:
-    """DeepSeek-V4's drafter (``models/deepseek_v4/nvidia/mtp.py``) is not sized yet: refused
-    without ``--weights-bytes`` or ``--kv-cache-memory``."""
+# DeepSeek-V4's MTP layer as vLLM 0.32.0 builds it (``site-packages/vllm``; "mtp.py" is
+# ``models/deepseek_v4/nvidia/mtp.py``, "model.py" ``models/deepseek_v4/nvidia/model.py``,
+# "attention.py" ``models/deepseek_v4/attention.py``). The published checkpoints' quantization
+# is fp8 blocks of 128 x 128 with ``expert_dtype`` fp4, which vLLM reads as DeepseekV4FP8Config
+# (``quant_config.py`` lines 149-157): every linear below is an fp8 e4m3 weight (1 B) plus one
+# scale per 128 x 128 block of the rank's shard (``quantization/fp8.py`` lines 312-339,
+# ``quantization/utils/fp8_utils.py`` lines 1412-1425) in float8_e8m0fnu, 1 B, because fp4-expert
+# checkpoints keep ue8m0 scales (``quant_config.py`` lines 80-84, ``fp8.py`` line 336); the
+# routed experts are Mxfp4MoEMethod (``quant_config.py`` lines 186-196): per expert a uint8
+# ``w13_weight`` (2 x I, H / 2), ``w13_weight_scale`` (2 x I, H / 32), ``w2_weight`` (H, I / 2),
+# ``w2_weight_scale`` (H, I / 32), I the rank's intermediate rows (``quantization/mxfp4.py``
+# lines 659-731; no backend rounds I = 2048 / TP or 3072 / TP, multiples of 128, nor H, a
+# multiple of 256: ``fused_moe/oracle/mxfp4.py`` lines 816-896). Norms are bf16; the mHC
+# parameters fp32.
+
+
+def _fp8_e8m0(n_in: int, n_out: int) -> int:
+    """One rank's fp8 shard ``n_in x n_out`` with one 1-byte ue8m0 scale per 128 x 128 block."""
+    return n_in * n_out + -(-n_out // 128) * -(-n_in // 128)
+
+
+def _mxfp4_experts(experts: int, hidden: int, rows: int) -> int:
+    """``experts`` MXFP4 experts of ``rows`` intermediate rows on one rank."""
+    w13 = 2 * rows * (hidden // 2) + 2 * rows * (hidden // 32)
+    w2 = hidden * (rows // 2) + hidden * (rows // 32)
+    return experts * (w13 + w2)
+
+
+def _dsv4_mtp_layer(
+    *,
+    h: int,
+    heads: int,
+    q_lora: int,
+    groups: int,
+    experts: int,
+    inter: int,
+    tp: int,
+    padded_heads: int,
+) -> int:
+    """One MTP layer (head_dim 512, o_lora_rank 1024, hc_mult 4, one shared expert)."""
+    hc_dim, mix = 4 * h, (2 + 4) * 4  # hc_mult x hidden; (2 + hc_mult) x hc_mult (model.py 1097)
+    return (
+        3 * h * 2  # enorm, hnorm (mtp.py 102-103), shared_head.norm (deepseek_mtp.py 61), bf16
+        + 2 * _fp8_e8m0(h, h)  # e_proj, h_proj: ReplicatedLinear, quant_config (mtp.py 107-122)
+        + (4 * hc_dim + 4 + 1) * 4  # hc_head_fn / _base / _scale, fp32 (mtp.py 127-138)
+        + 2 * h * 2  # mtp_block's attn_norm, ffn_norm (model.py 1091-1092)
+        + 2 * (mix * hc_dim + mix + 3) * 4  # hc_{attn,ffn}_{fn,base,scale}, fp32 (1099-1141)
+        # attention at compress ratio 1 (layer index >= num_hidden_layers, attention.py
+        # 232-235): no compressor (365) and no indexer (298)
+        + padded_heads * 4  # attn_sink, fp32, padded (attention.py 240-246; flashmla.py 78-85)
+        + _fp8_e8m0(h, q_lora + 512)  # fused_wqa_wkv, disable_tp (attention.py 248-255)
+        + (q_lora + 512) * 2  # q_norm, kv_norm (attention.py 256, 266)
+        + _fp8_e8m0(q_lora, heads * 512 // tp)  # wq_b, column-split (257-264)
+        + _fp8_e8m0(heads * 512 // groups, groups * 1024 // tp)  # wo_a, column-split (267-274)
+        + _fp8_e8m0(groups * 1024 // tp, h)  # wo_b, row-split (277-284)
+        # DeepseekV4MoE at layer num_hidden_layers >= num_hash_layers (model.py 740): no tid2eid
+        + h * experts * 2  # gate: GateLinear without params_dtype: bf16 (724-730; linear.py 281)
+        + experts * 4  # e_score_correction_bias, fp32, topk_method noaux_tc (757-765)
+        + _fp8_e8m0(h, 2 * inter // tp)  # shared expert gate_up (776-790; DeepseekV4MLP 152-167)
+        + _fp8_e8m0(inter // tp, h)  # shared expert down_proj, row-split (168-176)
+        + _mxfp4_experts(experts, h, inter // tp)  # routed experts (849-896)
+    )
+
+
+# Flash: hidden 4096, 64 heads, q_lora 1024, 8 output groups, 256 experts of 2048; on a FlashMLA
+# GPU (H200) the sink pads to 64 heads at TP 1 (64 local) and TP 8 (8 local)
+FLASH = {"h": 4096, "heads": 64, "q_lora": 1024, "groups": 8, "experts": 256, "inter": 2048}
+# Pro: hidden 7168, 128 heads, q_lora 1536, 16 output groups, 384 experts of 3072; sinks pad to
+# 128 (TP 1) and 64 (16 local heads at TP 8)
+PRO = {"h": 7168, "heads": 128, "q_lora": 1536, "groups": 16, "experts": 384, "inter": 3072}
+#: Pro's target has no compress-ratio-1 layer (compress_ratios 128, 128, 4, 128, ...), so the MTP
+#: layer's rotary embedding is a new ``get_rope`` entry (rotary_embedding/__init__.py lines
+#: 74-85; common/rope.py lines 38-45: theta 10000, factor 1, max_position 1,048,576): an fp32
+#: cos_sin_cache of 1,048,576 x 64 (deepseek_scaling_rope.py lines 237-256); Flash's layers 0
+#: and 1 (ratio 0) already built that very entry
+PRO_MTP_ROPE = 1_048_576 * 64 * 4
+#: the target's ``_mtp_hidden_buffer`` (model.py lines 1378-1389), allocated with the model when
+#: ``use_eagle()`` (method mtp: config/speculative.py line 1948): max_num_batched_tokens (8192
+#: here) x hc_mult x hidden, bf16
+FLASH_HIDDEN_BUFFER = 8192 * 4 * 4096 * 2
+PRO_HIDDEN_BUFFER = 8192 * 4 * 7168 * 2
+
+
+@pytest.mark.parametrize(
+    ("catalog", "tp", "expected", "layer"),
+    [
+        (
+            "deepseek-ai--DeepSeek-V4-Flash",
+            1,
+            3_862_223_212,
+            _dsv4_mtp_layer(**FLASH, tp=1, padded_heads=64) + FLASH_HIDDEN_BUFFER,
+        ),
+        (
+            "deepseek-ai--DeepSeek-V4-Flash",
+            8,
+            757_382_956,
+            _dsv4_mtp_layer(**FLASH, tp=8, padded_heads=64) + FLASH_HIDDEN_BUFFER,
+        ),
+        (
+            "deepseek-ai--DeepSeek-V4-Pro",
+            1,
+            14_694_785_196,
+            _dsv4_mtp_layer(**PRO, tp=1, padded_heads=128) + PRO_MTP_ROPE + PRO_HIDDEN_BUFFER,
+        ),
+        (
+            "deepseek-ai--DeepSeek-V4-Pro",
+            8,
+            2_595_640_932,
+            _dsv4_mtp_layer(**PRO, tp=8, padded_heads=64) + PRO_MTP_ROPE + PRO_HIDDEN_BUFFER,
+        ),
+    ],
+)
+def test_deepseek_v4_mtp_weights_by_hand(
+    tmp_path: Path, catalog: str, tp: int, expected: int, layer: int
+) -> None:
+    """Flash at TP 8: 24,576 (three norms) + 33,556,480 (e_proj, h_proj) + 262,164 (hc_head) +
+    16,384 + 3,145,944 (the block's norms and mHC) + 256 (sinks) + 6,291,840 (fused_wqa_wkv) +
+    3,072 (q/kv norms) + 3 x 4,194,560 (wq_b, wo_a, wo_b) + 2,097,152 (gate) + 1,024 (bias) +
+    2,097,280 + 1,048,640 (shared expert) + 427,819,008 (256 experts x 1,671,168) = 488,947,500
+    B, plus the target's 268,435,456 B hidden-state buffer. The drafter's embed_tokens and
+    shared_head.head (mtp.py 140-142, 249-253) are swapped for the target's and its
+    topk_indices_buffer (mtp.py 224-229) for the target's (``v1/spec_decode/llm_base_proposer.py``
+    lines 1466-1472, 1545-1571, 1576-1590): not counted."""
+    assert layer == expected
+    if catalog.endswith("Flash") and tp == 8:
+        assert expected - FLASH_HIDDEN_BUFFER == 488_947_500
+    path = _write(tmp_path, _catalog(catalog))
+    common: dict[str, Any] = {
+        "gpu": "H200",
+        "tp": tp,
+        "max_model_len": 8192,
+        "max_num_batched_tokens": 8192,
+    }
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    assert with_mtp.weights_bytes - without.weights_bytes == expected
+    assert with_mtp.weights.total_bytes - without.weights.total_bytes == tp * expected
+    assert not any("leave the MTP drafter out" in note for note in with_mtp.notes)
+    assert "(MTP, 1 layer(s))" in with_mtp.weights.method
+    assert "hidden-state buffer" in with_mtp.weights.method
+
+
+def test_deepseek_v4_mtp_sinks_pad_to_flashinfer_heads_on_sm12(tmp_path: Path) -> None:
+    """On compute capability 12 vLLM picks DeepseekV4FlashInferSM120Attention (model.py lines
+    1042-1044), whose sinks pad to the next of 8, 16, ... 128 heads (flashinfer_sparse.py lines
+    78-88): Flash's 8 local heads at TP 8 keep 8 sink slots, not FlashMLA's 64, 56 x 4 B less."""
     path = _write(tmp_path, _catalog("deepseek-ai--DeepSeek-V4-Flash"))
-    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
+    common: dict[str, Any] = {"tp": 8, "max_model_len": 8192, "max_num_batched_tokens": 8192}
+    gains = []
+    for gpu in ("H200", "RTX-PRO-6000"):
+        without = _plan(path, gpu=gpu, **common)
+        with_mtp = _plan(path, gpu=gpu, speculative_config=MTP, **common)
+        gains.append(with_mtp.weights_bytes - without.weights_bytes)
+    assert gains[0] - gains[1] == (64 - 8) * 4
+
+
+def test_deepseek_v4_nvfp4_drafter_experts_are_refused_by_name(tmp_path: Path) -> None:
+    """nvidia/DeepSeek-V4-Flash-NVFP4 sets ``moe_quant_algo`` NVFP4, so vLLM 0.32 builds every
+    routed-expert layer, the drafter's too, as ModelOptNvFp4FusedMoE (``quant_config.py`` lines
+    186-195), while its ``ignore`` list (which Fp8Config.from_config does not read: it takes
+    ``ignored_layers`` / ``modules_to_not_convert``, ``quantization/fp8.py`` lines 159-175) leaves
+    ``mtp.*`` out of NVFP4: what the drafter's experts load as is not pinned down, so the plan is
+    refused in one line naming that part, and priced with a figure."""
+    path = _write(tmp_path, _catalog("nvidia--DeepSeek-V4-Flash-NVFP4"))
+    common: dict[str, Any] = {"gpu": "B200", "tp": 8, "max_model_len": 8192}
+    with pytest.raises(ConfigError) as info:
+        _plan(path, speculative_config=MTP, **common)
+    message = str(info.value)
+    assert message.startswith("speculative_config: the MTP drafter's weights of deepseek_v4")
+    assert "its routed experts" in message and "ModelOptNvFp4FusedMoE" in message
+    assert "\n" not in message
+    flagged = _plan(path, speculative_config=MTP, weights_bytes=150 * GiB, **common)
+    assert flagged.weights_bytes == 150 * GiB
+
+
+@pytest.mark.parametrize(
+    ("change", "part"),
+    [
+        # DeepseekV4FP8Config sends fp8 experts to Fp8MoEMethod (quant_config.py lines 196-199)
+        ({"expert_dtype": "fp8"}, "expert_dtype 'fp8'"),
+        # 1536 / 8 = 192 rows per rank: the MXFP4 backends round that up to 256 or not at all
+        # (fused_moe/oracle/mxfp4.py lines 816-896), which one runs is not known here
+        ({"moe_intermediate_size": 1536}, "MXFP4 experts' padding"),
+    ],
+)
+def test_deepseek_v4_drafter_parts_not_pinned_down_are_named(
+    tmp_path: Path, change: dict[str, Any], part: str
+) -> None:
+    path = _write(tmp_path, {**_catalog("deepseek-ai--DeepSeek-V4-Flash"), **change})
+    with pytest.raises(ConfigError) as info:
         _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)
+    message = str(info.value)
+    assert message.startswith("speculative_config: the MTP drafter's weights of deepseek_v4")
+    assert part in message and "\n" not in message

@@ -19,6 +19,7 @@ from kvbudget.capacity.engines.registry import (
 )
 from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
 from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
+from kvbudget.capacity.engines.vllm.start import resolve_engine
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
@@ -69,7 +70,7 @@ class VllmPlanner:
     ) -> PlanResult:
         """The rotary cache and a draft model join the weights; ``--max-model-len auto`` plans
         again at the longest length that fits (vLLM's ``max_model_len=-1``)."""
-        draft = speculative_draft(request, model)
+        draft = speculative_draft(request, model, gpu)
         snapshot = request_snapshot(request)
         if snapshot is not None and (draft is None or not draft.is_mtp):
             weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
@@ -78,7 +79,8 @@ class VllmPlanner:
         # snapshot's total_size (read: the checkpoint ships the MTP layers' tensors)
         held = draft is not None and draft.is_mtp and weights.source in ("flag", "read")
         if draft is not None and draft.weights_bytes and not held:
-            weights = with_draft_weights(weights, draft, request.tp)
+            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
+            weights = with_draft_weights(weights, draft, request.tp, engine.max_num_batched_tokens)
         elif draft is not None and not held:  # an MTP drafter mtp_draft does not size
             weights = replace(weights, notes=(*weights.notes, MTP_WEIGHTS_NOTE))
         if held and weights.source == "read":

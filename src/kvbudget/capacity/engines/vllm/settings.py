@@ -163,9 +163,11 @@ def default_mamba_cache_mode(model: ModelSpec, version: tuple[int, int, int]) ->
     return "align" if hybrid and version >= ALIGN_DEFAULT_SINCE else "none"
 
 
-def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | None:
-    """``--speculative-config``: the draft model's cost (an MTP drafter's: capacity.mtp_draft),
-    None for methods without KV layers."""
+def speculative_draft(
+    request: PlanRequest, target: ModelSpec, gpu: GpuSpec | None = None
+) -> DraftCost | None:
+    """``--speculative-config``: the draft model's cost (an MTP drafter's: capacity.mtp_draft,
+    which reads ``gpu``'s compute capability), None for methods without KV layers."""
     if request.speculative_config is None:
         return None
     config = parse_speculative_config(request.speculative_config)
@@ -173,7 +175,7 @@ def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | No
     if method in NO_KV_METHODS:
         return None
     if method in MTP_METHODS:
-        return mtp_draft(request, target)
+        return mtp_draft(request, target, gpu.compute_capability_major if gpu is not None else None)
     if method not in DRAFT_METHODS or not config.get("model"):
         raise ConfigError(
             f"speculative_config: method {method or 'unknown'!r} is not priced by kvbudget (a "
@@ -193,15 +195,26 @@ def speculative_draft(request: PlanRequest, target: ModelSpec) -> DraftCost | No
     return draft_cost(config, target=target, draft=draft, kv_dtype=kv, tp=request.tp)
 
 
-def with_draft_weights(weights: WeightsEstimate, draft: DraftCost, tp: int) -> WeightsEstimate:
-    """The draft's weights join the last stage's (each GPU of it: the draft runs at the target's TP)."""
+def with_draft_weights(
+    weights: WeightsEstimate, draft: DraftCost, tp: int, max_num_batched_tokens: int = 0
+) -> WeightsEstimate:
+    """The draft's weights join the last stage's (each GPU of it: the draft runs at the target's
+    TP), with ``draft.weights_bytes_per_batched_token x max_num_batched_tokens`` of buffers."""
+    buffers = draft.weights_bytes_per_batched_token * max_num_batched_tokens
+    added = draft.weights_bytes + buffers
     per_rank = list(weights.per_rank_bytes)
-    per_rank[-1] += draft.weights_bytes
+    per_rank[-1] += added
+    method = f"{weights.method}; + draft model {draft.model_id} {draft.weights_bytes:,} B per GPU"
+    if buffers:
+        method += (
+            f" and a {draft.weights_bytes_per_batched_token:,} B x {max_num_batched_tokens} "
+            "max_num_batched_tokens hidden-state buffer it needs"
+        )
     return replace(
         weights,
         per_rank_bytes=tuple(per_rank),
-        total_bytes=weights.total_bytes + draft.weights_bytes * tp,
-        method=f"{weights.method}; + draft model {draft.model_id} {draft.weights_bytes:,} B per GPU",
+        total_bytes=weights.total_bytes + added * tp,
+        method=method,
     )
 
 
