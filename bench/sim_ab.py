@@ -7,6 +7,9 @@ same time**, for a few rounds, and reports each one's requests per CPU second (i
 ``os.wait4``) and the ratio per round. Results must be identical: the summaries' simulated
 figures are compared.
 
+Both trees' bytecode caches are written before the rounds (``python -m compileall``, as
+``bench/sim_scale.py`` does), and the raw file says so (``bytecode``).
+
 Run: ``git archive OLD src | tar -x -C /tmp/old && .venv/bin/python bench/sim_ab.py --before
 /tmp/old/src --after src --requests 50000 --out bench/results/sim_ab.json``.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_scale import RATE, run_child
+from sim_scale import RATE, compile_bytecode, run_child
 
 SAME_KEYS = ("requests_completed", "simulated_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s")
 
@@ -84,6 +87,12 @@ def main() -> None:
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False
         ).stdout.strip(),
         "rounds": [],
+    }
+    # both trees' bytecode caches written first, as bench/sim_scale.py does (an installed
+    # wheel has them; without them each process compiles every interpreted module it imports)
+    out["bytecode"] = {
+        side: compile_bytecode(Path(src))
+        for side, src in (("before", opts.before), ("after", opts.after))
     }
     for _ in range(opts.rounds):
         res: dict[str, dict[str, Any]] = {}

@@ -552,6 +552,17 @@ def calibrate_validation(name: str) -> str:
     return "\n".join(out)
 
 
+def _ab_bytecode(data: dict[str, Any]) -> str:
+    """What a ``bench/sim_ab.py`` file says of the trees' bytecode caches (files since
+    2026-12-03 write them first; earlier ones do not say)."""
+    done = data.get("bytecode")
+    if not done:
+        return ""
+    if all(str(v).startswith("compiled") for v in done.values()):
+        return " Both trees' bytecode caches were written before the rounds (`compileall`)."
+    return f" Bytecode caches: {'; '.join(f'{k}: {v}' for k, v in done.items())}."
+
+
 def sim_ab(name: str) -> str:
     """Two builds or trees of ``kvbudget sim`` run at the same time, round by round."""
     data = _load(name)
@@ -567,7 +578,7 @@ def sim_ab(name: str) -> str:
         f"issue-18 workload (simulated, {timing} timing model), both sides' whole `kvbudget sim` "
         "processes at the same time in each round; CPU s is each process's own. "
         f"Before: {labels['before']}, which ran as *{builds['before']}*. After: "
-        f"{labels['after']}, which ran as *{builds['after']}*. Raw result: "
+        f"{labels['after']}, which ran as *{builds['after']}*.{_ab_bytecode(data)} Raw result: "
         f"[`bench/results/{name}`](../bench/results/{name}).",
         "",
         "| round | before CPU s | after CPU s | before requests / CPU s | after requests / CPU s "
@@ -631,6 +642,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-ab-measured-speed": lambda: sim_ab("sim_ab_measured_speed.json"),
     "sim-ab-kept-answers": lambda: sim_ab("sim_ab_kept_answers.json"),
     "sim-ab-block-loops": lambda: sim_ab("sim_ab_block_loops.json"),
+    "sim-ab-itl-pack": lambda: sim_ab("sim_ab_itl_pack.json"),
     "sim-ab-session": lambda: sim_ab("sim_ab_session.json"),
     "trace-replay": lambda: trace_replay("trace_replay.json"),
     "client-overhead": lambda: client_overhead("client_overhead.json"),

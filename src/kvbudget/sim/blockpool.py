@@ -240,7 +240,10 @@ class BlockPool:
             taken = queue[head : head + left]
             head += left
             self._num_tail_live -= left
-            out.extend(taken)
+            if out:
+                out.extend(taken)
+            else:
+                out = taken  # nothing came from the front: the slice is the answer
             if simple and left > 1:
                 # one pass; a dead request's blocks are usually consecutive in the queue and
                 # carry the same pending run: its counter drops once a stretch (``run``, ``m``)

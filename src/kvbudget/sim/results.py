@@ -9,8 +9,8 @@ tokens / prompt tokens looked up) and blocks (cached full blocks / full prompt b
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,10 +117,17 @@ class RunStats:
         #: read through :attr:`itl_s` (which adds the pending requests' gaps first)
         self._itl_store = SpilledColumns()
         #: token times of finished requests whose gaps are not in the store yet, one request
-        #: after another, and where each request's times end in them: the gaps are taken a
-        #: batch of requests at a time (one numpy subtraction, the same bits as per request)
-        self._itl_times = array("d")
+        #: after another (each request's times packed as native doubles, one ``bytes`` a
+        #: request: ``struct.Struct(f"{n}d").pack`` converts them in one C call, where
+        #: ``array.extend`` of a tuple converts them one by one through its generic setter and
+        #: regrows the array as it goes), how many times they hold, and where each request's
+        #: times end in them: the gaps are taken a batch of requests at a time (one numpy
+        #: subtraction, the same bits as per request)
+        self._itl_times: list[bytes] = []
+        self._itl_num_times = 0
         self._itl_ends: list[int] = []
+        #: token count -> its packer (``struct.Struct(f"{n}d").pack``), made once a run
+        self._itl_packers: dict[int, Callable[..., bytes]] = {}
         #: ITL's exact sum, of each request's last minus first token time (its gaps' sum, for
         #: the mean; the other metrics' sums are their stores' :meth:`SpilledColumns.exact_sum`)
         self.itl_sum = ExactSum()
@@ -154,13 +161,14 @@ class RunStats:
         ends = self._itl_ends
         if not ends:
             return
-        times = np.frombuffer(self._itl_times, dtype=np.float64)
+        times = np.frombuffer(b"".join(self._itl_times), dtype=np.float64)
         gaps = times[1:] - times[:-1]
         if len(ends) > 1:
             # a request ending at index e: gaps[e - 1] spans it and the next request
             gaps = np.delete(gaps, np.asarray(ends[:-1], dtype=np.intp) - 1)
         self._itl_store.extend_array(gaps)
-        self._itl_times = array("d")
+        self._itl_times = []
+        self._itl_num_times = 0
         self._itl_ends = []
 
     @property
@@ -187,10 +195,15 @@ class RunStats:
             times = r.token_times_s
             if len(times) > 1:
                 # the gaps are taken later, a batch of requests at a time (_flush_itl)
-                pending = self._itl_times
-                pending.extend(times)
-                self._itl_ends.append(len(pending))
-                if len(pending) >= ITL_BATCH_VALUES:
+                num_times = len(times)
+                pack = self._itl_packers.get(num_times)
+                if pack is None:
+                    pack = self._itl_packers[num_times] = struct.Struct(f"{num_times}d").pack
+                self._itl_times.append(pack(*times))
+                num_pending = self._itl_num_times + num_times
+                self._itl_num_times = num_pending
+                self._itl_ends.append(num_pending)
+                if num_pending >= ITL_BATCH_VALUES:
                     self._flush_itl()
                 # the gaps' sum, telescoped (one addition a request, not one a token)
                 self.itl_sum.add(times[-1] - times[0])
