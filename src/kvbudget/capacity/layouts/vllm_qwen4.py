@@ -132,11 +132,15 @@ def compress_ratio(spec: ModelSpec) -> int:
 
 def check_qwen4(spec: ModelSpec, *, kv_dtype: str, tp: int, block_size: int | None) -> None:
     """Refuse, in one line naming the field, what vLLM 0.32 refuses for Qwen4-Exp."""
-    if spec.torch_dtype not in (None, "bfloat16"):
+    # --dtype auto serves a float32 config in bfloat16 (config/model.py lines 2422-2424); an
+    # explicit --dtype float32 is EXPLICIT_FLOAT32 (capacity.model_dtype.with_dtype)
+    served = (spec.torch_dtype or "bfloat16").removeprefix("torch.")
+    if served not in ("bfloat16", "float32"):
+        shown = "float32" if served == "float" else served
         raise _refuse(
-            "torch_dtype",
-            f"{spec.torch_dtype} for Qwen4-Exp; vLLM 0.32 raises 'Qwen4Exp QSA currently requires "
-            "BF16' (models/qwen4_exp/nvidia/qsa.py lines 354-355); serve it in bfloat16",
+            "dtype",
+            f"{shown} for Qwen4-Exp; vLLM 0.32 raises 'Qwen4Exp QSA currently requires BF16' "
+            "(models/qwen4_exp/nvidia/qsa.py lines 354-355); serve it with --dtype bfloat16",
         )
     if kv_dtype not in ("auto", "bfloat16", "fp8", "fp8_e4m3"):
         raise _refuse(
