@@ -37,7 +37,12 @@ from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
-__all__ = ["check_qwen4_request", "packed_qwen4_groups", "qwen4_groups"]
+__all__ = [
+    "check_qwen4_request",
+    "packed_qwen4_groups",
+    "qwen4_groups",
+    "refuse_qwen4_speculation",
+]
 
 #: the vLLM version whose Qwen4-Exp source these rules were read from
 QWEN4_READ_FROM = (0, 32, 0)
@@ -145,15 +150,31 @@ def check_qwen4_request(request: Qwen4Request, version: tuple[int, int, int]) ->
             "KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
         )
     if request.speculative_config is not None:
-        method = draft_method(parse_speculative_config(request.speculative_config))
-        raise LayoutNotApplicable(
-            f"speculative_config: method {method or 'unknown'!r} with Qwen4-Exp is not modelled "
-            "in the vllm layout (num_speculative_tokens widens its QSA ring, models/qwen4_exp/"
-            "common/qsa_cache.py lines 850-851, and its GDN/PLE conv states and mamba blocks); "
-            "plan without it, or measure"
-        )
+        refuse_qwen4_speculation(request.speculative_config)
     if request.disable_hybrid_kv_cache_manager:
         raise LayoutNotApplicable(
             "disable_hybrid_kv_cache_manager: not modelled for Qwen4-Exp (its QSA rings and "
             "states are not full attention); plan without it, or measure"
         )
+
+
+#: the proposers vLLM 0.32 takes for Qwen4-Exp (``model_executor/models/config.py`` lines 950-959)
+QWEN4_SPEC_METHODS = frozenset({"mtp", "ngram", "ngram_gpu"})
+
+
+def refuse_qwen4_speculation(speculative_config: str) -> None:
+    """``--speculative-config`` with Qwen4-Exp, in one line: vLLM 0.32 refuses every proposer but
+    its MTP and n-gram ones; those widen the QSA ring and the GDN / PLE states, not modelled."""
+    method = draft_method(parse_speculative_config(speculative_config)) or "unknown"
+    if method not in QWEN4_SPEC_METHODS:
+        raise LayoutNotApplicable(
+            f"speculative_config: method {method!r} with Qwen4-Exp; vLLM 0.32 raises 'Qwen4Exp "
+            "speculative decoding supports only its native MTP checkpoint and linear n-gram "
+            "proposers' (model_executor/models/config.py lines 950-959); use mtp or ngram, or "
+            "plan without it"
+        )
+    raise LayoutNotApplicable(
+        f"speculative_config: method {method!r} with Qwen4-Exp is not modelled in the vllm layout "
+        "(num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py lines "
+        "850-851, and its GDN/PLE conv states and mamba blocks); plan without it, or measure"
+    )

@@ -234,6 +234,14 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
             {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}'},
             r"^speculative_config: method 'ngram' with Qwen4-Exp.*qsa_cache.py lines 850-851",
         ),
+        (
+            {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 1}'},
+            r"^speculative_config: method 'mtp' with Qwen4-Exp is not modelled",
+        ),
+        (
+            {"speculative_config": '{"method": "suffix"}'},
+            r"^speculative_config: method 'suffix' with Qwen4-Exp; vLLM 0.32 raises.*950-959",
+        ),
     ],
 )
 def test_refusals_are_one_line(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
