@@ -227,7 +227,6 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     ("extra", "message"),
     [
         ({"kv_dtype": "fp8_e5m2"}, r"^kv_dtype: fp8_e5m2 for Qwen4-Exp.*qsa.py lines 356-364"),
-        ({"block_size": 24}, r"^block_size: 24 for Qwen4-Exp.*--block-size 16 or a multiple"),
         ({"tp": 4}, r"^tp: 4 does not divide Qwen4-Exp's 2 attention heads.*qsa.py lines 382-383"),
         ({"pp": 2}, r"^pp: Qwen4-Exp's packed vLLM groups.*--pp 1"),
         (
@@ -319,3 +318,15 @@ def test_forty_layers_at_tp2_on_an_h200(tmp_path: Path) -> None:
     none = _plan(model, mamba_cache_mode="none", **extra)
     assert none.max_concurrency == pytest.approx(1814 / 66)
     assert none.kv_cache_tokens == 900_623
+
+
+def test_a_block_size_off_the_kernel_block_is_raised_or_refused(tmp_path: Path) -> None:
+    """--block-size 24: the hybrid raise takes a = max(16, 24) = 24, B = 24 x cdiv(2,816, 24 x 128)
+    = 24, rounded up to 16's multiple 32 (``platforms/interface.py`` lines 1060-1100), which the
+    QSA backend takes (lines 797-824 check it): the same pool as the default. With no GDN layer
+    nothing raises it, and the worker finds no common kernel block (``qsa.py`` lines 188-191)."""
+    assert _plan(_config(tmp_path), block_size=24).block_size == 32
+    linear = [k for k in QWEN4 if k.startswith("linear_")]
+    only_qsa = _config(tmp_path, layer_types=["indexed_attention"] * 4, **dict.fromkeys(linear))
+    with pytest.raises(ConfigError, match=r"^block_size: 24 for Qwen4-Exp.*--block-size 16"):
+        _plan(only_qsa, block_size=24)

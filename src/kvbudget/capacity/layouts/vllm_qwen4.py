@@ -35,8 +35,9 @@ Per layer (``models/qwen4_exp/nvidia/model.py`` lines 217-263; ``_QSA_LAYER_TYPE
 
 Block size (``platforms/interface.py`` ``_align_hybrid_block_size`` lines 939-1122): the largest
 of the GDN and PLE pages (lines 1044-1050, ``get_mamba_specs_from_config``) sets
-``B = a x cdiv(mamba_page, a x attention_page_per_token)`` with ``a = max(16, --block-size)``
-(lines 1060-1091; the QSA backend's kernel block is ``MultipleOf(16)``, ``qsa.py`` lines 188-191);
+``B = a x cdiv(mamba_page, a x attention_page_per_token)`` with ``a = max(16, --block-size)``,
+rounded up to a multiple of 16 (lines 1060-1091; the QSA backend's kernel block is
+``MultipleOf(16)``, ``qsa.py`` lines 188-191), so a ``--block-size`` of 24 is served as 32;
 both state pages are padded to ``B x attention_page_per_token`` (lines 1105-1116).
 """
 
@@ -171,14 +172,6 @@ def check_qwen4(spec: ModelSpec, *, kv_dtype: str, tp: int, block_size: int | No
             )
     ratio = compress_ratio(spec)
     start = block_size or DEFAULT_BLOCK_SIZE
-    if block_size is not None and block_size % QSA_KERNEL_BLOCK:
-        raise ConfigError(
-            f"block_size: {block_size} for Qwen4-Exp; vLLM 0.32's QSA backend takes multiples of "
-            f"{QSA_KERNEL_BLOCK} only (models/qwen4_exp/nvidia/qsa.py lines 188-191; 'No common "
-            f"block size', v1/worker/utils.py); choose --block-size {QSA_KERNEL_BLOCK} or a "
-            "multiple",
-            field="block_size",
-        )
     if start % ratio:
         raise ConfigError(
             f"block_size: {start} for Qwen4-Exp with indexer_compress_ratio {ratio}; vLLM 0.32 "
@@ -236,6 +229,14 @@ def qwen4_layer_specs(
         block = max(block, raised)
     # the states are padded to the attention page unless it equals the larger state page
     # (platforms/interface.py lines 1105-1116: it returns at lines 1109-1110 then)
+    if block % QSA_KERNEL_BLOCK:  # not raised (no state layer): vLLM's worker fails on it
+        raise ConfigError(
+            f"block_size: {block} for Qwen4-Exp; vLLM 0.32's QSA backend takes multiples of "
+            f"{QSA_KERNEL_BLOCK} only (models/qwen4_exp/nvidia/qsa.py lines 188-191; 'No common "
+            f"block size', v1/worker/utils.py); choose --block-size {QSA_KERNEL_BLOCK} or a "
+            "multiple",
+            field="block_size",
+        )
     padded = block * per_token if per_token and block * per_token != mamba_page else 0
     ring_rows = ratio * cdiv(ratio, ratio)  # no speculative tokens (check_qwen4_request)
     if block % ring_rows:
