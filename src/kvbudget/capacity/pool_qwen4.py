@@ -115,9 +115,9 @@ def qwen4_groups(
     ``uniform_type``: its page is the sum of its members' pages)."""
     if pp > 1:
         raise LayoutNotApplicable(
-            "pp: Qwen4-Exp's packed vLLM groups are planned on one pipeline stage only (vLLM "
-            "0.32 refuses PLE with pipeline_parallel_size > 1, model_executor/models/config.py "
-            "lines 941-947); plan with --pp 1"
+            "pp: Qwen4-Exp's packed vLLM groups are planned by kvbudget on one pipeline stage "
+            "only (vLLM 0.32 itself refuses pipeline_parallel_size > 1 when ple_layer_ids is set, "
+            "model_executor/models/config.py lines 941-947); plan with --pp 1"
         )
     _block, specs = qwen4_layer_specs(
         spec,

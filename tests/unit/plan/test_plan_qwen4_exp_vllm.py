@@ -227,8 +227,8 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     ("extra", "message"),
     [
         ({"kv_dtype": "fp8_e5m2"}, r"^kv_dtype: fp8_e5m2 for Qwen4-Exp.*qsa.py lines 356-364"),
-        ({"tp": 4}, r"^tp: 4 does not divide Qwen4-Exp's 2 attention heads.*qsa.py lines 382-383"),
         ({"pp": 2}, r"^pp: Qwen4-Exp's packed vLLM groups.*--pp 1"),
+        ({"tp": 8}, r"^tp: 8 does not divide Qwen4-Exp's GDN heads \(2 key, 4 value\)"),
         (
             {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}'},
             r"^speculative_config: method 'ngram' with Qwen4-Exp.*qsa_cache.py lines 850-851",
@@ -330,3 +330,10 @@ def test_a_block_size_off_the_kernel_block_is_raised_or_refused(tmp_path: Path) 
     only_qsa = _config(tmp_path, layer_types=["indexed_attention"] * 4, **dict.fromkeys(linear))
     with pytest.raises(ConfigError, match=r"^block_size: 24 for Qwen4-Exp.*--block-size 16"):
         _plan(only_qsa, block_size=24)
+
+
+def test_tp_must_divide_the_qsa_heads(tmp_path: Path) -> None:
+    """3 attention heads at TP 2: 'QSA attention heads must be divisible by TP size' (``qsa.py``
+    lines 382-383); the GDN heads (2 key, 4 value) divide."""
+    with pytest.raises(ConfigError, match=r"^tp: 2 does not divide Qwen4-Exp's 3 attention heads"):
+        _plan(_config(tmp_path, num_attention_heads=3), tp=2)

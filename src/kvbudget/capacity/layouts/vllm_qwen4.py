@@ -151,6 +151,14 @@ def check_qwen4(spec: ModelSpec, *, kv_dtype: str, tp: int, block_size: int | No
             "auto, bfloat16 or fp8",
         )
     for layer in spec.layer_seq.distinct():
+        if isinstance(layer, StateLayer) and (layer.num_heads % tp or layer.num_k_heads % tp):
+            raise ConfigError(
+                f"tp: {tp} does not divide Qwen4-Exp's GDN heads ({layer.num_k_heads} key, "
+                f"{layer.num_heads} value); vLLM 0.32 shards them with divide() "
+                "(model_executor/layers/mamba/mamba_utils.py lines 280-301, "
+                "gdn/qwen_gdn_linear_attn.py line 557); choose a --tp that divides both",
+                field="tp",
+            )
         if not isinstance(layer, FullAttention):
             continue
         heads = spec.num_attention_heads or 0
