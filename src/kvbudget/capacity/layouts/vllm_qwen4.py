@@ -26,8 +26,8 @@ Per layer (``models/qwen4_exp/nvidia/model.py`` lines 217-263; ``_QSA_LAYER_TYPE
     (``qsa_cache.py`` lines 844-862; ``indexer_qsa.py`` lines 165-173); a multimodal model that
     keeps M-RoPE (``Qwen4ExpForConditionalGeneration`` with ``mrope_section``: only
     ``Qwen4ExpForCausalLM`` strips it, ``models/config.py`` lines 894-967) packs three int64
-    positions after the key, rounded up to 4 bf16: ``cdiv(indexer_head_dim, 4) x 4 + 12`` (lines
-    814-829, 817-829);
+    positions after the key, rounded up to 4 bf16: ``cdiv(indexer_head_dim, 4) x 4 + 12``
+    (``qsa_cache.py`` lines 814-829; ``indexer_qsa.py`` line 168);
   - the compressed keys, an ``MLAAttentionSpec(block_size, 1 head, indexer_head_dim,
     tokens_per_state = ratio)`` in ``indexer_kv_dtype`` (default bf16) (``qsa_cache.py`` lines
     868-876; ``indexer_qsa.py`` lines 157-181): ``block / ratio`` rows per block
