@@ -99,7 +99,7 @@ def _vllm(model_type: str, cases: dict[str, dict[str, object]]) -> str:
         (name, rec) for name, rec in sorted(cases.items()) if rec.get("model_type") == model_type
     ]
     if not found:
-        refused = hf.VLLM_LAYOUT_REFUSED.get(model_type)
+        refused = hf.VLLM_LAYOUT_REFUSED.get(model_type) or hf.VLLM_BY_HAND.get(model_type)
         return f"not recorded: {refused}" if refused else "-"
     parts = []
     for name, rec in found:

@@ -166,6 +166,7 @@ def check_dsv4_request(request: Dsv4Request, version: tuple[int, int, int]) -> N
 
 def dsv4_bytes_per_token(groups: list[KvCacheGroup]) -> int:
     """Long-run bytes per token on one rank of packed groups: the MLA groups' pages over their
-    blocks (DeepSeek-V4's compressed MLA; Dots3-Note's DSA latents and indexer keys); the sliding
-    and compressor-state groups stop growing at their windows."""
-    return sum(g.page_size_bytes // g.block_size for g in groups if g.kind == "mla")
+    blocks (DeepSeek-V4's compressed MLA; Dots3-Note's DSA latents and indexer keys; Qwen4-Exp's
+    full group: QSA K/V and compressed keys); the sliding, compressor-state, ring and mamba groups
+    stop growing at their windows or states."""
+    return sum(g.page_size_bytes // g.block_size for g in groups if g.kind in ("mla", "full"))

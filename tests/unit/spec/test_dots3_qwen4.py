@@ -202,7 +202,9 @@ def test_qwen4_without_qsa_fields_is_refused(tmp_path: Path) -> None:
     assert "indexer_head_dim" in resolved.reason
 
 
-def test_qwen4_vllm_layout_refuses_its_indexer(tmp_path: Path) -> None:
+def test_qwen4_vllm_layout_counts_its_qsa_keys(tmp_path: Path) -> None:
+    """The vllm layout is vLLM 0.32's packed groups (worked by hand in
+    tests/unit/plan/test_plan_qwen4_exp_vllm.py): one 32-token block of K/V (4,096 B) and
+    compressed keys (512 B), the 256 B ring and 3 GDN pages padded to 4,096 B."""
     spec = spec_from_config(tmp_path, _qwen4())
-    with pytest.raises(LayoutNotApplicable, match="indexer"):
-        vllm_layout(spec, tokens=5, seqs=1)
+    assert vllm_layout(spec, tokens=5, seqs=1).total_bytes == 4608 + 256 + 3 * 4096

@@ -36,7 +36,8 @@ This module builds a model's specs and the layout; the spec class and the page a
 kind are :mod:`~kvbudget.capacity.layouts.vllm_specs`, where vLLM pages a model otherwise than its
 config reads is :mod:`~kvbudget.capacity.layouts.vllm_models`, DeepSeek-V4's packed groups are
 :mod:`~kvbudget.capacity.layouts.vllm_dsv4`, Dots3-Note's is
-:mod:`~kvbudget.capacity.layouts.vllm_dots3`.
+:mod:`~kvbudget.capacity.layouts.vllm_dots3`, Qwen4-Exp's (GDN and PLE states, QSA K/V, ring and
+compressed keys) :mod:`~kvbudget.capacity.layouts.vllm_qwen4`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from kvbudget.capacity.layouts.vllm_models import (
     check_sconv,
     vllm_parts,
 )
+from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp, qwen4_layout
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MLA_BLOCK_SIZE,
@@ -161,7 +163,9 @@ def vllm_layer_specs(
     if spec.model_type not in VLLM_MINIMAX_M3_TYPES and any(
         isinstance(x, FullAttention) and x.index_head_dim for x in spec.layer_seq.distinct()
     ):
-        refuse_indexer(spec, "vllm")  # an indexer beside full attention: only MiniMax-M3's is read
+        # an indexer beside full attention: MiniMax-M3's here; Qwen4-Exp's QSA keys are vLLM's
+        # packed groups (capacity.layouts.vllm_qwen4, capacity.pool_qwen4: the vllm layout's totals)
+        refuse_indexer(spec, "vllm")
     if pp < 1:
         raise ConfigError(f"pp: must be >= 1, got {pp}", field="pp")
     heads_per_rank(1, tp)  # validates tp >= 1
@@ -315,6 +319,17 @@ def vllm_layout(
         return dsv4_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
     if is_dots3_note(spec):
         return dots3_layout(
+            spec,
+            tokens=tokens,
+            seqs=seqs,
+            kv_dtype=kv_dtype,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            block_size=block_size,
+        )
+    if is_qwen4_exp(spec):
+        return qwen4_layout(
             spec,
             tokens=tokens,
             seqs=seqs,

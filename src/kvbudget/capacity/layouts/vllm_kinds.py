@@ -16,6 +16,9 @@ Per layer, with ``B`` the block size, ``page`` one block's bytes, ``L`` ``max_mo
 * chunked local (chunk ``C``): ``cdiv(min(C + T_b, L), B) * page``; skips ``((T - 1) // C) * C``;
 * mamba: ``page * (1 + spec)`` (mode ``none``), ``page * (2 + spec + checkpoint)`` (``align``),
   ``cdiv(L, B) * page`` (``all``);
+* ring (``CircularBufferSpec``, Qwen4-Exp's QSA raw keys): one page per request for its whole
+  lifetime, whatever its length or the mamba cache mode (``max_memory_usage_bytes`` = the page,
+  ``v1/kv_cache_interface.py`` lines 923-930);
 * none (no cache: KV-shared or attention-free layers): nothing.
 """
 
@@ -176,6 +179,25 @@ class MambaRule(KindRule):
         return self._blocks(x, num_tokens, mode)
 
 
+class RingRule(KindRule):
+    """``CircularBufferSpec``: one block per request, kept for its whole lifetime."""
+
+    holds_cache = True
+
+    def max_memory_usage_bytes(
+        self, x: BlockFigures, max_model_len: int, max_num_batched_tokens: int, mode: MambaCacheMode
+    ) -> int:
+        return x.page_size_bytes
+
+    def blocks_held(self, x: BlockFigures, num_tokens: int, mode: MambaCacheMode) -> int:
+        return 1
+
+    def peak_blocks(
+        self, x: BlockFigures, num_tokens: int, max_num_batched_tokens: int, mode: MambaCacheMode
+    ) -> int:
+        return 1
+
+
 _FULL = FullRule()
 #: each cache kind's rule (``full`` and ``mla`` page differently but hold blocks alike)
 KIND_RULES: Final[dict[str, KindRule]] = {
@@ -184,6 +206,7 @@ KIND_RULES: Final[dict[str, KindRule]] = {
     "sliding": SlidingRule(),
     "chunked": ChunkedRule(),
     "mamba": MambaRule(),
+    "ring": RingRule(),
     "none": KindRule(),
 }
 

@@ -188,6 +188,31 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "vllm_flash_attn, CUDA only; scripts/check_dots3_vllm_groups.py runs vLLM's own grouping "
         "on those specs)",
     ),
+    "qwen4_exp, qwen4_exp_text (QSA: the indexer_* fields set)": (
+        "linear layers: a GDN MambaSpec (conv [conv_dim / tp, kernel - 1], temporal [v_heads / "
+        "tp, v_dim, k_dim], both the model dtype); ple_layer_ids layers also a PLE MambaSpec "
+        "[hc_count x hidden, (ple_conv_kernel_size - 1) x ngram_size], not split by TP; indexed "
+        "layers: the K/V FullAttentionSpec, the indexer's raw-key ring (CircularBufferSpec of "
+        "ratio x cdiv(ratio + spec tokens, ratio) bf16 rows of indexer_head_dim, one page per "
+        "request; + 3 int64 M-RoPE positions where the multimodal model keeps M-RoPE) and its "
+        "compressed keys (MLAAttentionSpec, B / ratio bf16 rows); block = a x cdiv(largest "
+        "state page, a x K/V bytes per token), a = max(16, --block-size), rounded up to a "
+        "multiple of 16 (--block-size 24 is served as 32), states padded to that page; vLLM's packed groups (K/V + compressed keys one group, rings one, "
+        "GDN / PLE buckets split by _approximate_gcd repeats and the states one block holds); "
+        "bf16 model, KV auto / bf16 / fp8 only; --block-size a multiple of the ratio; "
+        "speculative decoding and pp > 1 not modelled",
+        "models/qwen4_exp/__init__.py 22-47; models/qwen4_exp/nvidia/model.py 93, 217-263, "
+        "787-907; models/qwen4_exp/nvidia/qsa.py 188-191, 353-396, 460-468, 543-551; "
+        "models/qwen4_exp/nvidia/indexer_qsa.py 115-181; models/qwen4_exp/nvidia/ple_layer.py "
+        "165-187; models/qwen4_exp/common/qsa_cache.py 753-756, 773-780, 811-876; "
+        "model_executor/layers/mamba/abstract.py 65-84; model_executor/models/config.py 853-878, 894-967; "
+        "platforms/interface.py 750-795, 939-1122; v1/attention/backends/utils.py 208-244; "
+        "v1/kv_cache_interface.py 227-234, 541-561, 686-756, 909-945, 1035-1107, 1253-1300; "
+        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1627, 1825-1994, 2159-2211",
+        "tests/unit/plan/test_plan_qwen4_exp_vllm.py (by hand; no CPU pool: the model is CUDA "
+        "and ROCm only; scripts/check_qwen4_exp_vllm_groups.py runs vLLM's own grouping on "
+        "those specs)",
+    ),
     "inkling_model (vLLM's Inkling format; inkling_text refused as vLLM fails on it)": (
         "per layer a conv-state SlidingWindowSpec (block = window = sconv_kernel_size, KV heads "
         "of the next power of two of 2 x head_dim + 2 x hidden / KV heads, bfloat16, no V), "

@@ -23,7 +23,7 @@ from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.state_layers import StateLayer
 
-VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "none"]
+VllmKind = Literal["full", "sliding", "chunked", "mla", "mamba", "ring", "none"]
 MambaCacheMode = Literal["none", "align", "all"]
 
 DEFAULT_BLOCK_SIZE = 16

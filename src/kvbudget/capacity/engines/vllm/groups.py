@@ -10,12 +10,14 @@ from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
+from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
 from kvbudget.capacity.mtp_draft import mtp_layers_requested, mtp_pool_layers
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dots3 import check_dots3_request, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
+from kvbudget.capacity.pool_qwen4 import check_qwen4_request, qwen4_groups
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
@@ -56,6 +58,34 @@ def vllm_groups(
         groups = dots3_groups(model, kv_dtype=kv_name, block_size=request.block_size, pp=request.pp)
         kv = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
         return kv, None, groups
+    if is_qwen4_exp(model):
+        check_qwen4_request(request, behaviour.version)
+        if behaviour.version != (0, 32, 0):
+            notes.append(
+                f"Qwen4-Exp's vLLM groups were read from 0.32.0's source, not re-read for "
+                f"{version_text}"
+            )
+        notes.append(
+            "Qwen4-Exp in vLLM 0.32: each QSA layer's K/V plus its indexer's compressed keys "
+            "(one bf16 row per indexer_compress_ratio tokens) in one group; the indexer's raw-key "
+            "ring (one page per request), GDN and PLE states (padded to the attention page) in "
+            "groups of their own, packed side by side in each block (kv_cache_utils.py "
+            "_get_packed_kv_cache_groups); worked from the source, not recorded (the model does "
+            "not start on vLLM's CPU build)"
+        )
+        groups = qwen4_groups(
+            model,
+            kv_dtype=kv_name,
+            tp=request.tp,
+            block_size=request.block_size,
+            pp=request.pp,
+            mamba_cache_mode=mamba_mode,
+            mamba_state_bytes=mamba_dtype_bytes(request.mamba_cache_dtype, "mamba_cache_dtype"),
+            mamba_ssm_state_bytes=mamba_dtype_bytes(
+                request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
+            ),
+        )
+        return kv_dtype, None, groups
     dsv4 = is_deepseek_v4(model)
     if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)
         kv_name = dsv4_kv_dtype(kv_name)
@@ -133,7 +163,7 @@ def per_token_bytes(
     specs: VllmSpecs | None, groups: list[vpool.KvCacheGroup], rank_layers: range
 ) -> int:
     """KV bytes one token adds on the stage of ``rank_layers`` (one rank)."""
-    if specs is None:  # packed groups (DeepSeek-V4, Dots3-Note): the MLA groups grow per token
+    if specs is None:  # packed groups (DeepSeek-V4, Dots3-Note, Qwen4-Exp): token groups grow
         return dsv4_bytes_per_token(groups)
     return sum(
         s.bytes_per_token * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))

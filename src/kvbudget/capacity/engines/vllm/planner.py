@@ -194,7 +194,10 @@ def make_vllm_plan(
         max_num_batched_tokens=t_b,
         max_in_flight_tokens=in_flight,
         max_num_seqs=engine.max_num_seqs,
-        block_size=min((g.block_size for g in groups), default=request.block_size or 16),
+        # a QSA ring's block is its capacity, not the cache block (Qwen4-Exp)
+        block_size=min(
+            (g.block_size for g in groups if g.kind != "ring"), default=request.block_size or 16
+        ),
         groups=tuple(groups),
         group_size=vpool.group_size_on(groups),
         num_padding_layers=sum(g.num_padding_layers for g in groups),

@@ -16,6 +16,7 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, get_pp_indices
+from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.memory import (
     MemoryTerm,
     eager_cudagraph_term,
@@ -29,6 +30,7 @@ from kvbudget.capacity.model_dtype import with_dtype
 from kvbudget.capacity.mtp_draft import mtp_draft
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest
+from kvbudget.capacity.pool_qwen4 import refuse_qwen4_speculation
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
@@ -170,6 +172,8 @@ def speculative_draft(
     which reads ``gpu``'s compute capability), None for methods without KV layers."""
     if request.speculative_config is None:
         return None
+    if is_qwen4_exp(target):  # before any draft is sized: its proposers change its own pages
+        refuse_qwen4_speculation(request.speculative_config)
     config = parse_speculative_config(request.speculative_config)
     method = draft_method(config)
     if method in NO_KV_METHODS:
