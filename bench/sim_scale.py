@@ -23,7 +23,8 @@ compiled name) and ``pure`` the same process with ``KVBUDGET_PURE_PYTHON=1``. Ea
 which build ran; the ratio to Vidur and the compiled-over-pure speed-up are given per build.
 
 Run: ``.venv/bin/python bench/sim_scale.py --sizes 100000,1000000 --vidur-requests 100000
---out bench/results/sim_scale.json``; ``scripts/render_benchmarks.py`` renders the table in
+--out bench/results/sim_scale.json`` (``--repeats N``: each size and build N times in turn, every
+run a row); ``scripts/render_benchmarks.py`` renders the table in
 docs/benchmarks.md. Figures are measurements of simulator speed and memory on the host named in
 the file; the simulated latencies inside are roofline estimates.
 """
@@ -286,6 +287,13 @@ def main() -> None:
         "build), pure (KVBUDGET_PURE_PYTHON=1); the records run and the memory flatness use the "
         "first",
     )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run each size and build this many times in turn (how much one host's figure moves "
+        "from one process to the next; every run is a row)",
+    )
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
     builds = [b for b in opts.builds.split(",") if b]
@@ -300,7 +308,7 @@ def main() -> None:
                      "output_tokens": 128, "arrivals": f"poisson {RATE:g} req/s"},
         "host": {"python": sys.version.split()[0], "machine": platform.machine(),
                  "cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
-                 "note": "shared host: other builds and tests ran at the same time"},
+                 "note": "shared host: other work may run at the same time (the load averages say how much)"},
         "commit": commit,
         "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "runs": [],
@@ -318,11 +326,13 @@ def main() -> None:
         thread.run()  # in this thread: Vidur's runs end before kvbudget's begin
     sizes = sorted({int(x) for x in opts.sizes.split(",")} | {opts.vidur_requests})
     out["builds"] = builds
+    out["repeats"] = opts.repeats
     for n in sizes:
-        for build in builds:
-            row = run_kvbudget(n, build=build)
-            out["runs"].append(row)
-            print(json.dumps(row), flush=True)
+        for _ in range(opts.repeats):
+            for build in builds:
+                row = run_kvbudget(n, build=build)
+                out["runs"].append(row)
+                print(json.dumps(row), flush=True)
     if opts.records_size:
         row = run_kvbudget(opts.records_size, build=builds[0], records=True)
         out["runs"].append(row)
