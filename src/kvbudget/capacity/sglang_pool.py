@@ -202,6 +202,13 @@ def max_running_requests(tokens: int, context_len: int) -> int:
     return min(max(int(tokens / context_len * 512), 2048), 4096)
 
 
+#: from this version SGLang caps ``max_running_requests``, given or estimated, at half the token
+#: pool (0.5.23 ``mem_cache/kv_cache_configurator.py`` ``resolve_max_num_reqs`` lines 3126-3132:
+#: ``min(requested, token_capacity // 2)`` / ``min(estimated, token_capacity // 2)``); 0.5.4 has
+#: no such cap (``model_executor/model_runner.py`` lines 1646-1670)
+HALF_POOL_CAP_VERSION = (0, 5, 23)
+
+
 def kv_allocated_line(
     tokens: int, k_bytes_per_token: int, v_bytes_per_token: int, mla: bool
 ) -> str:

@@ -20,6 +20,7 @@ from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.sglang_pool import (
+    HALF_POOL_CAP_VERSION,
     SglangPool,
     kv_allocated_line,
     max_running_requests,
@@ -89,6 +90,15 @@ def _max_running(st: SglangSetup, capacity: int, context_len: int, mamba_size: i
         defaults["max_running_requests"] = (
             f"{max_running} (min(max(tokens/context_len*512, 2048), 4096))"
         )
+    if st.version >= HALF_POOL_CAP_VERSION and max_running > capacity // 2:
+        max_running = capacity // 2  # given or estimated (sglang_pool.HALF_POOL_CAP_VERSION)
+        if request.max_num_seqs is None:
+            defaults["max_running_requests"] = f"{max_running} (at most tokens // 2)"
+        else:
+            st.notes.append(
+                f"max_running_requests: {request.max_num_seqs} capped at {max_running}, half "
+                f"the {capacity}-token pool (SGLang {st.version_text} resolve_max_num_reqs)"
+            )
     if st.dsv4 is not None:  # 256 unless given, then at most half the pool (dsv4.py)
         max_running = v4.max_running(st.dsv4, capacity, defaults)
     if request.max_num_seqs is None and st.draft is not None and st.draft.max_running:
