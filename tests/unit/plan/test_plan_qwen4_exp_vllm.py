@@ -53,28 +53,10 @@ from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
+from tests.unit.spec.test_dots3_qwen4 import _qwen4
 
-QWEN4: dict[str, Any] = {
-    "model_type": "qwen4_exp_text",
-    "architectures": ["Qwen4ExpForCausalLM"],
-    "hidden_size": 64,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "linear_conv_kernel_dim": 4,
-    "linear_num_key_heads": 2,
-    "linear_num_value_heads": 4,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "indexer_n_heads": 2,
-    "indexer_kv_heads": 1,
-    "indexer_head_dim": 32,
-    "indexer_budget": 16,
-    "indexer_compress_ratio": 4,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 1000,
-}
+#: the tiny Qwen4-Exp of the hf-layout test (its QSA indexer fields set), one config for both
+QWEN4: dict[str, Any] = {**_qwen4(), "vocab_size": 1000}
 GDN_PAGE = (128 * 3 + 4 * 16 * 16) * 2  # 2,816
 PLE_PAGE = 4 * 64 * 9 * 2  # 4,608
 PER_TOKEN = 1 * (32 + 32) * 2  # 128
