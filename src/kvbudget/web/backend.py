@@ -12,14 +12,8 @@ from typing import Any
 
 from kvbudget import __version__
 from kvbudget.capacity.dtypes import ENGINE_DTYPES
-from kvbudget.capacity.engines.registry import layout_names
+from kvbudget.capacity.engines.registry import layout_names, registered_engines
 from kvbudget.capacity.plan_types import PlanResult
-from kvbudget.capacity.versions import (
-    DEFAULT_VLLM_VERSION,
-    VLLM_KV_DTYPE_SINCE,
-    format_version,
-)
-from kvbudget.engine_name import VLLM
 from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.hardware import load_gpu_catalog
 from kvbudget.spec.model import ModelSpec
@@ -49,14 +43,27 @@ def meta() -> dict[str, Any]:
         "gpus": gpus,
         "default_gpu": DEFAULT_GPU,
         "engines": list(layout_names()),  # the registered engines (calc's layouts)
-        "kv_dtypes": ENGINE_DTYPES[VLLM],
+        "engine_choices": engine_choices(),
         "kv_dtypes_by_engine": {name: list(ENGINE_DTYPES.get(name, ())) for name in layout_names()},
-        # first vLLM version that accepts each --kv-cache-dtype (the page hides the others)
-        "vllm_kv_dtype_since": {
-            name: format_version(since) for name, since in VLLM_KV_DTYPE_SINCE.items()
-        },
-        "default_vllm_version": DEFAULT_VLLM_VERSION,
     }
+
+
+def engine_choices() -> list[dict[str, Any]]:
+    """The page's engine menu, read from the engine registry (an engine added as a folder
+    appears with its own traits; the page compares no engine name): its label, whether
+    ``plan`` models its pool (``kv_cache_memory`` applies), whether ``max_model_len`` may be
+    ``auto``, its default version and the first version accepting each KV dtype."""
+    return [
+        {
+            "id": name,
+            "label": engine.label or name,
+            "plans": engine.planner is not None,
+            "auto_fit": engine.auto_fit,
+            "default_version": engine.default_version,
+            "kv_dtype_since": dict(engine.kv_dtype_since),
+        }
+        for name, engine in registered_engines().items()
+    ]
 
 
 def explicit_calc(request: ExplicitCalcRequest) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvbudget.capacity.assumptions import CHECKLIST
 from kvbudget.capacity.budget import StructuralBudget, structural_budget
-from kvbudget.capacity.engines.registry import engine_is
+from kvbudget.capacity.engines.registry import engine_is, planned_engines, registered_engines
 from kvbudget.capacity.kvbytes import calc_explicit, calc_model
 from kvbudget.capacity.layouts.base import Layout
 from kvbudget.capacity.plan_types import Engine, PlanRequest, PlanResult, planned_engine
@@ -126,16 +126,17 @@ class ModelInputs:
             )
         auto_fit = _is_auto(request.max_model_len)
         if auto_fit and not engine_is(request.engine, lambda e: e.auto_fit):
+            fitting = " or ".join(n for n, e in registered_engines().items() if e.auto_fit)
             raise ConfigError(
-                f"max_model_len: 'auto' is vLLM's auto-fit and engine is {request.engine}; "
-                "pick engine vllm or give a number of tokens",
+                f"max_model_len: 'auto' is an auto-fit of engine {fitting} and engine is "
+                f"{request.engine}; pick engine {fitting} or give a number of tokens",
                 field="max_model_len",
             )
         kv_memory = _size(request.kv_cache_memory, field="kv_cache_memory", example="20GiB")
         if kv_memory is not None and planned_engine(request.engine) is None:
             raise ConfigError(
-                f"kv_cache_memory: a vLLM/SGLang knob and engine is {request.engine}; "
-                "pick engine vllm or sglang, or leave it empty",
+                f"kv_cache_memory: a knob of the engines plan models and engine is "
+                f"{request.engine}; pick engine {' or '.join(planned_engines())}, or leave it empty",
                 field="kv_cache_memory",
             )
         return cls(

@@ -34,6 +34,7 @@ from kvbudget.deploy.engines import registry as deploy_registry
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
+from kvbudget.web import backend as web_backend
 from tests.unit.deploy.conftest import demo_plan_data
 
 MODEL = "meta-llama/Llama-3.1-8B"
@@ -237,6 +238,25 @@ def test_a_new_folder_is_an_engine_for_calc(capsys: pytest.CaptureFixture[str]) 
     assert (doc["engine"], doc["bytes_per_token"]) == ("fake", LLAMA_BYTES_PER_TOKEN)
     code, out, _ = run_cli(["calc", "--help"], capsys)
     assert "[hf|vllm|sglang|llamacpp|fake]" in out
+
+
+@pytest.mark.usefixtures("fake_engine")
+def test_a_new_folder_is_an_engine_for_the_web_page() -> None:
+    """The page's engine menu and its checks come from the registry (``/api/meta``
+    ``engine_choices``): the fake is offered under its own name, as an engine ``plan`` models
+    (a KV-memory override applies) without vLLM's ``max_model_len auto``."""
+    choices = {choice["id"]: choice for choice in web_backend.meta()["engine_choices"]}
+    assert list(choices) == ["hf", "vllm", "sglang", "llamacpp", "fake"]
+    assert choices["fake"] == {
+        "id": "fake",
+        "label": "fake",
+        "plans": True,
+        "auto_fit": False,
+        "default_version": None,
+        "kv_dtype_since": {},
+    }
+    assert [c for c, v in choices.items() if v["plans"]] == ["vllm", "sglang", "fake"]
+    assert [c for c, v in choices.items() if v["auto_fit"]] == ["vllm"]
 
 
 @pytest.mark.usefixtures("fake_engine")

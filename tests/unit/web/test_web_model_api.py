@@ -184,6 +184,13 @@ def test_meta_lists_catalog_gpus_and_dtypes(client: TestClient) -> None:
     assert any(g["id"] == "H100-SXM" for g in meta["gpus"])
     assert "fp8" in meta["kv_dtypes_by_engine"]["vllm"]
     assert "q8_0" in meta["kv_dtypes_by_engine"]["llamacpp"]
+    labels = {choice["id"]: choice["label"] for choice in meta["engine_choices"]}
+    assert labels == {
+        "hf": "Hugging Face transformers",
+        "vllm": "vLLM",
+        "sglang": "SGLang",
+        "llamacpp": "llama.cpp",
+    }
 
 
 def test_sliding_model_is_structural_reference_with_the_reason(client: TestClient) -> None:

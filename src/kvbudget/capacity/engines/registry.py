@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -132,7 +132,10 @@ class RegisteredEngine:
     * ``kv_dtypes`` and ``kv_dtype_rules``: the KV dtypes of an engine added later (the built-in
       engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry);
     * ``prefix_layout``: (default block or page size in tokens, prefix-cache hash) that
-      ``fingerprint`` keys a cache layout by; ``None``: a layout only (no server to share with).
+      ``fingerprint`` keys a cache layout by; ``None``: a layout only (no server to share with);
+    * ``label``: how the web page names it (``None``: its name); ``default_version``: the
+      version planned when none is given; ``kv_dtype_since``: the first version accepting each
+      KV dtype name (the page offers only the ones the typed version accepts).
     """
 
     name: str
@@ -154,6 +157,9 @@ class RegisteredEngine:
     kv_dtypes: tuple[str, ...] | None = None
     kv_dtype_rules: KvDtypeRules = field(default_factory=KvDtypeRules)
     prefix_layout: tuple[str, str] | None = None
+    label: str | None = None
+    default_version: str | None = None
+    kv_dtype_since: Mapping[str, str] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, RegisteredEngine] = {}

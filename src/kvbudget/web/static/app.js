@@ -82,6 +82,9 @@ function updateSource() {
 
 // a size as the CLI's parse_bytes reads it (format only; the server parses and checks the value)
 const SIZE_RE = /^[0-9]+(\.[0-9]+)?\s*(b|kib|mib|gib|tib|kb|mb|gb|tb|k|m|g|t)?$/i;
+// the registered engines (/api/meta engine_choices): the page compares no engine name
+let engineChoices = [];
+const labels = (engines, joiner = " or ") => engines.map((e) => e.label).join(joiner);
 
 async function submitModel(event) {
   event.preventDefault();
@@ -111,8 +114,9 @@ async function submitModel(event) {
     const raw = $(id).value;
     // "auto" (or -1) is vLLM's auto-fit; the server computes the length (make_plan)
     if (name === "max_model_len" && /^\s*(auto|-1)\s*$/i.test(raw)) {
-      if (body.engine !== "vllm") {
-        fieldError(form, name, `Max model length: "auto" is vLLM's auto-fit; pick engine vLLM or type a number of tokens.`);
+      const fitting = engineChoices.filter((e) => e.auto_fit);
+      if (!fitting.some((e) => e.id === body.engine)) {
+        fieldError(form, name, `Max model length: "auto" is ${labels(fitting)}'s auto-fit; pick engine ${labels(fitting)} or type a number of tokens.`);
         bad = true;
       }
       body[name] = "auto";
@@ -135,8 +139,9 @@ async function submitModel(event) {
     if (!SIZE_RE.test(kvMemory)) {
       fieldError(form, "kv_cache_memory", `KV cache memory: "${kvMemory}" is not a size; write e.g. 20GiB or a number of bytes, or leave it empty.`);
       bad = true;
-    } else if (body.engine !== "vllm" && body.engine !== "sglang") {
-      fieldError(form, "kv_cache_memory", "KV cache memory: a vLLM/SGLang knob; pick engine vLLM or SGLang, or leave it empty.");
+    } else if (!engineChoices.some((e) => e.plans && e.id === body.engine)) {
+      const planned = engineChoices.filter((e) => e.plans);
+      fieldError(form, "kv_cache_memory", `KV cache memory: a ${labels(planned, "/")} knob; pick engine ${labels(planned)}, or leave it empty.`);
       bad = true;
     }
     body.kv_cache_memory = kvMemory;
@@ -255,6 +260,9 @@ async function init() {
   const m = meta.data;
   $("version").textContent = m.version;
   buildAssumptions(m.assumptions);
+  engineChoices = m.engine_choices;
+  fillSelect($("engine"), engineChoices.map((e) => ({ value: e.id, label: e.label })),
+    (engineChoices.find((e) => e.plans) || engineChoices[0]).id);
   // "0.11.0" -> [0, 11, 0]; anything unreadable -> null (the server then names the error)
   const versionOf = (text) => {
     const match = /^v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?/.exec(text || "");
@@ -263,12 +271,12 @@ async function init() {
   const atLeast = (a, b) => a[0] !== b[0] ? a[0] > b[0] : a[1] !== b[1] ? a[1] > b[1] : a[2] >= b[2];
   const setDtypes = () => {
     let names = m.kv_dtypes_by_engine[$("engine").value] || ["auto"];
-    if ($("engine").value === "vllm") {
-      // only the --kv-cache-dtype values this vLLM version accepts (reference §4 eras)
-      const version = versionOf($("engine_version").value.trim() || m.default_vllm_version);
-      if (version) {
-        names = names.filter((d) => !(d in m.vllm_kv_dtype_since) || atLeast(version, versionOf(m.vllm_kv_dtype_since[d])));
-      }
+    const engine = engineChoices.find((e) => e.id === $("engine").value);
+    // only the KV dtype names this engine version accepts (vLLM: reference §4 eras)
+    const version = engine ? versionOf($("engine_version").value.trim() || engine.default_version) : null;
+    if (version) {
+      const since = engine.kv_dtype_since;
+      names = names.filter((d) => !(d in since) || atLeast(version, versionOf(since[d])));
     }
     const keep = names.includes($("kv_dtype").value) ? $("kv_dtype").value : "auto";
     fillSelect($("kv_dtype"), names.map((d) => ({ value: d, label: d })), keep);

@@ -32,4 +32,6 @@ def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
     )
 
 
-ENGINE = register_engine(RegisteredEngine("hf", layout, serves=False, listed_at=0))
+ENGINE = register_engine(
+    RegisteredEngine("hf", layout, serves=False, listed_at=0, label="Hugging Face transformers")
+)

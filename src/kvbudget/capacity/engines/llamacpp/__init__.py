@@ -41,5 +41,6 @@ ENGINE = register_engine(
         slot_cells=True,
         # per-slot cells, no block hashing: a prompt is matched against the slot's tokens
         prefix_layout=("1", "slot-prompt-match"),
+        label="llama.cpp",
     )
 )

@@ -18,6 +18,7 @@ from kvbudget.capacity.engines.registry import (
 )
 from kvbudget.capacity.engines.sglang.planner import make_sglang_plan
 from kvbudget.capacity.layouts.sglang import sglang_layout
+from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -100,5 +101,7 @@ ENGINE = register_engine(
             available_web="mem_fraction_static {utilization} arithmetic (SGLang)",
             graphs_by_version=False,
         ),
+        label="SGLang",
+        default_version=DEFAULT_SGLANG_VERSION,
     )
 )

@@ -24,6 +24,7 @@ from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_text import format_gib_new
+from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, VLLM_KV_DTYPE_SINCE, format_version
 from kvbudget.capacity.weights import with_rope_cache
 
 if TYPE_CHECKING:
@@ -120,5 +121,8 @@ ENGINE = register_engine(
         # vLLM 0.32 CacheConfig: block_size 16 on CUDA (128 on the CPU backend),
         # prefix_caching_hash_algo "sha256"
         prefix_layout=("16", "sha256"),
+        label="vLLM",
+        default_version=DEFAULT_VLLM_VERSION,
+        kv_dtype_since={name: format_version(v) for name, v in VLLM_KV_DTYPE_SINCE.items()},
     )
 )
