@@ -32,6 +32,11 @@ architecture, ``Qwen4ExpForConditionalGeneration`` (``models/qwen4_exp.py`` line
   ple_state_pool.py`` lines 73-77, 177-182; ``configs/qwen4_exp.py`` lines 96-116); per request
   row the QSA ring ``4 x 32 x 2 = 256`` B per QSA layer plus ``4 x 3 x 8 = 96`` B of positions
   (``qsa_kv_pool.py`` lines 171-205).
+
+``scripts/check_sglang_qwen4_pool.py`` runs SGLang's own code on the same config (its configs,
+``parse_qsa_profile``, ``QSATokenToKVPool`` and the PLE pools on the CPU,
+``DefaultPoolConfigurator``, ``_handle_max_mamba_cache`` / ``resolve_max_num_reqs`` as written): it
+printed the same cells, slots, token counts, running requests and outside-budget bytes.
 """
 
 from __future__ import annotations
