@@ -32,6 +32,8 @@ unpacked as the DeepSeek-V4 check wants it (``unzip sglang-0.5.23-*.whl 'sglang/
     TP 1, 1 GiB: mamba_cache_per_req=14592 max_mamba_cache_size=34854 cell=144 tokens=3924544
       max_running_requests=4096 ring_bytes=1442144 ring_row=352 ple_slot=0 beside_budget=1442144
     TP 2, 1 GiB: mamba_cache_per_req=7296 max_mamba_cache_size=69710 cell=144 tokens=3924480 ...
+    TP 4, 4 attention heads, 1 GiB: mamba_cache_per_req=3936 max_mamba_cache_size=129220 cell=144
+      tokens=3924480 ...
     TP 1, 1 GiB, fp8_e4m3: ... cell=80 tokens=7064192 ...
     TP 1, 64 MiB: ... max_mamba_cache_size=2177 cell=144 tokens=245312 max_running_requests=435
     TP 1, 1 GiB, PLE on layers 1 and 3: ... tokens=3924544 ... ple_slot=9232
@@ -347,6 +349,9 @@ def main() -> None:
     run_case(root, mods, tp, "TP 1, 1 GiB", GiB)
     tp[0] = 2
     run_case(root, mods, tp, "TP 2, 1 GiB", GiB)
+    tp[0] = 1
+    tp[0] = 4
+    run_case(root, mods, tp, "TP 4, 4 attention heads, 1 GiB", GiB, num_attention_heads=4)
     tp[0] = 1
     run_case(root, mods, tp, "TP 1, 1 GiB, fp8_e4m3", GiB, torch.float8_e4m3fn)
     run_case(root, mods, tp, "TP 1, 64 MiB", 64 * MiB)

@@ -127,6 +127,20 @@ def test_tp2_splits_the_gdn_state_not_the_kv_head(tmp_path: Path) -> None:
     assert result.kv_cache_tokens == 3_924_480
 
 
+def test_tp4_extends_the_gdn_key_groups(tmp_path: Path) -> None:
+    """TP 4 (4 attention heads): 2 GDN key heads are not divisible by 4, so SGLang extends them to
+    2 + (4 - 2) = 4 groups (``configs/mamba_utils.py`` lines 29-38, 218-220): conv_dim = 64 + 2 x 4
+    x 16 = 192, conv [48, 3] bf16 = 288 B, temporal [1, 16, 16] float32 = 1,024 B: 1,312 x 3 =
+    3,936 B. (508,614,548.2 - 3,936) // 3,936 = 129,220; 1,073,741,824 - 129,221 x 3,936 =
+    565,127,968; // 144 = 3,924,499 -> 3,924,480 tokens (the cell: 1 KV head replicated)."""
+    result = _plan(_config(tmp_path, num_attention_heads=4), tp=4)
+    sg = result.sglang
+    assert sg is not None
+    assert sg.mamba_state_bytes_per_request == 3 * (48 * 3 * 2 + 1 * 16 * 16 * 4) == 3936
+    assert sg.max_mamba_cache_size == 129_220
+    assert result.kv_cache_tokens == 3_924_480
+
+
 def test_fp8_halves_the_kv_not_the_index_keys(tmp_path: Path) -> None:
     """fp8_e4m3: 1 x 64 x 1 + 16 = 80 B per token: 565,137,664 // 80 = 7,064,220 -> 7,064,192."""
     result = _plan(_config(tmp_path), kv_dtype="fp8_e4m3")

@@ -281,7 +281,12 @@ def sglang_qwen4(spec: ModelSpec, kv_dtype: str, *, tp: int = 1) -> SglangQwen4:
     gdn = states[0][0] if states else None
     conv = ssm = 0
     if isinstance(gdn, StateLayer):
-        conv_dim = gdn.num_heads * gdn.head_dim + 2 * gdn.num_k_heads * gdn.head_k_dim
+        # n_groups not divisible by TP is extended by tp - n_groups (configs/mamba_utils.py
+        # lines 29-38, 218-220) before conv_dim = intermediate + 2 x n_groups x state (line 222)
+        groups = gdn.num_k_heads
+        if groups % tp:
+            groups += tp - groups
+        conv_dim = gdn.num_heads * gdn.head_dim + 2 * groups * gdn.head_k_dim
         if conv_dim % tp or gdn.num_heads % tp:
             bad = conv_dim if conv_dim % tp else gdn.num_heads
             raise ConfigError(
