@@ -194,6 +194,26 @@ def test_multimodal_reserves_100_mib_before_the_state_pool(tmp_path: Path) -> No
     assert text_only.kv_cache_tokens == 42_859_776
 
 
+def test_two_pipeline_stages_of_four_layers(tmp_path: Path) -> None:
+    """8 layers (LLLQ LLLQ), PP 2: each stage 3 GDN layers and 1 QSA layer; the state pool is
+    charged the largest stage's share, 14,592 x 3 / 6 x 2 = 14,592 B (``kv_cache_configurator.py``
+    lines 3233-3258), the cell 144 B: each stage as the 4-layer TP 1 pool, 3,924,544 tokens."""
+    result = _plan(_config(tmp_path, num_hidden_layers=8), pp=2)
+    assert result.sglang is not None
+    assert result.sglang.mamba_state_bytes_per_request == GDN_TP1
+    assert result.kv_cache_tokens == 3_924_544
+
+
+def test_uneven_or_attention_free_stages_are_refused(tmp_path: Path) -> None:
+    """SGLang's split gives a remainder to the last stages (``distributed/utils.py`` lines
+    110-150); a stage without a QSA layer sizes from the others (``pool_configurator.py`` lines
+    239-250): neither is modelled."""
+    with pytest.raises(LayoutNotApplicable, match=r"pp: 3 does not divide .* 4 layers"):
+        _plan(_config(tmp_path), pp=3)
+    with pytest.raises(LayoutNotApplicable, match=r"stage 0 \(layers 0-1\) holds no QSA layer"):
+        _plan(_config(tmp_path), pp=2)
+
+
 def test_calc_sglang_layout_counts_every_pool(tmp_path: Path) -> None:
     """``calc --engine sglang``, 2 sequences of 100 tokens: 128 tokens (two pages) x 144 B + a
     352 B ring row + a 14,592 B GDN slot = 33,376 B each; with PLE 9,232 B more per slot."""

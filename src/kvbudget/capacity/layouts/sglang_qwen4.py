@@ -67,6 +67,7 @@ __all__ = [
     "QWEN4_SGLANG_ARCH",
     "QWEN4_STATE_SLOTS_PER_REQUEST",
     "SglangQwen4",
+    "check_qwen4_pp",
     "is_sglang_qwen4",
     "qwen4_ssm_bytes",
     "sglang_qwen4",
@@ -317,6 +318,29 @@ def sglang_qwen4(spec: ModelSpec, kv_dtype: str, *, tp: int = 1) -> SglangQwen4:
     )
 
 
+def check_qwen4_pp(q4: SglangQwen4, num_layers: int, pp: int) -> None:
+    """Pipeline stages as far as they are modelled: an even split (SGLang gives a remainder to
+    the last stages, ``distributed/utils.py`` lines 110-150, kvbudget's SGLang stages to those
+    before them) with a QSA layer on every stage (a stage without one sizes its pool from the
+    other stages, ``pool_configurator.py`` lines 239-250, not modelled)."""
+    if pp == 1:
+        return
+    if num_layers % pp:
+        raise LayoutNotApplicable(
+            f"pp: {pp} does not divide Qwen4-Exp's {num_layers} layers; SGLang then gives the "
+            "remainder to the last stages (distributed/utils.py lines 110-150), not modelled "
+            "for Qwen4-Exp; choose a --pp that divides the layers"
+        )
+    for rank in range(pp):
+        start, end = get_pp_indices(num_layers, rank, pp)
+        if not q4.counts(start, end)[0]:
+            raise LayoutNotApplicable(
+                f"pp: {pp}: stage {rank} (layers {start}-{end - 1}) holds no QSA layer; SGLang "
+                "then sizes its token pool from the other stages (model_executor/"
+                "pool_configurator.py lines 239-250), not modelled; choose a smaller --pp"
+            )
+
+
 def sglang_qwen4_layout(
     spec: ModelSpec,
     *,
@@ -332,6 +356,7 @@ def sglang_qwen4_layout(
     state slot (GDN; PLE short conv and n-gram context) and one QSA ring row."""
     check_load(tokens, seqs, tp, pp, dp)
     q4 = sglang_qwen4(spec, kv_dtype, tp=tp)
+    check_qwen4_pp(q4, spec.num_layers, pp)
     ssm_bytes = qwen4_ssm_bytes(spec)[1]
     page = QWEN4_PAGE_SIZE
     kept = -(-tokens // page) * page

@@ -17,6 +17,7 @@ from kvbudget.capacity.layouts.sglang_qwen4 import (
     QWEN4_STATE_SLOTS_PER_REQUEST,
     QWEN4_VLM_CACHE_BYTES,
     SglangQwen4,
+    check_qwen4_pp,
     is_sglang_qwen4,
     qwen4_ssm_bytes,
     sglang_qwen4,
@@ -95,6 +96,7 @@ def qwen4_plan(
             "--engine-version 0.5.23"
         )
     geometry = sglang_qwen4(model, request.kv_dtype, tp=request.tp)
+    check_qwen4_pp(geometry, model.num_layers, request.pp)
     if request.page_size not in (None, QWEN4_PAGE_SIZE):
         notes.append(
             f"SGLang sets page_size {QWEN4_PAGE_SIZE} for compressed QSA "
