@@ -182,7 +182,11 @@ indexer keys and float32 compressor states, sized by `DSV4PoolConfigurator`; wor
 the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_dsv4.py`, and SGLang's own
 configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`); sglang models
 Inkling's default pools (a hybrid SWA token pool beside six bfloat16 conv states per layer;
-`tests/unit/plan/test_plan_sglang_inkling.py`); the llamacpp layout models Dots3-Note's `llama_kv_cache_dsa_iswa`
+`tests/unit/plan/test_plan_sglang_inkling.py`) and Qwen4-Exp's (SGLang's `QSATokenToKVPool`: each QSA
+layer's K/V plus its compressed index key per token, 64-token pages, beside the GDN state pool,
+with the PLE states and the QSA pending ring SGLang allocates outside its budget; worked by hand
+from the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_qwen4_exp.py`, and SGLang's own
+sizing code gives the same figures in `scripts/check_sglang_qwen4_pool.py`); the llamacpp layout models Dots3-Note's `llama_kv_cache_dsa_iswa`
 (the DSA cache on the full layers, a K-only SWA cache of `swa_kv_lora_rank + qk_rope_head_dim` on
 the sliding ones; `tests/unit/plan/test_llamacpp_dots3.py`, and against llama-server's log for a
 tiny GGUF, `scripts/tiny_gguf_dots3.py`, in `test_llamacpp_dots3_kv_log.py`); llama.cpp refuses Inkling (no such

@@ -82,7 +82,9 @@ _QWEN4_VLLM = (
     "GDN and PLE mamba states padded to the attention page, each QSA layer's K/V plus its "
     "indexer's compressed keys (common/qsa_cache.py lines 865-876) in one group, the raw-key ring "
     "(lines 844-862) one page per request, packed groups; scripts/check_qwen4_exp_vllm_groups.py "
-    "runs vLLM's own grouping on those specs"
+    "runs vLLM's own grouping on those specs; SGLang 0.5.23 serves it as "
+    "Qwen4ExpForConditionalGeneration, its QSATokenToKVPool and GDN state pool worked by hand in "
+    "tests/unit/plan/test_plan_sglang_qwen4_exp.py"
 )
 #: model types vLLM 0.32 serves whose vllm layout kvbudget refuses (checked below), and why
 VLLM_LAYOUT_REFUSED: dict[str, str] = {

@@ -34,6 +34,9 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
   ``_compute_dsa_indexer_cell_size`` (lines 560-635), see :func:`sglang_dsa_cell_bytes`. Pages of
   64 tokens (``srt/arg_groups/model_overrides/deepseek_v2.py`` lines 162-173, CUDA), so a
   sequence takes whole pages.
+* Qwen4-Exp (GDN + QSA, PLE states): SGLang's ``QSATokenToKVPool`` (QSA K/V and compressed index
+  keys per token, 64-token pages) beside the GDN state pool, see
+  :mod:`kvbudget.capacity.layouts.sglang_qwen4`.
 * DeepSeek-V4: SGLang's own pools (``DeepSeekV4TokenToKVPool``, 256-token pages: SWA window,
   c4 / c128 compressed rows, indexer keys, compressor states), see
   :mod:`kvbudget.capacity.layouts.sglang_dsv4`.
@@ -56,6 +59,7 @@ from kvbudget.capacity.layouts.base import (
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3, sglang_dots3_layout
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
+from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4, sglang_qwen4_layout
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention
@@ -253,6 +257,10 @@ def sglang_layout(
     from kvbudget.capacity.layouts.sglang_inkling import INKLING_STATE_KIND, inkling_geometry
 
     check_load(tokens, seqs, tp, pp, dp)
+    if is_sglang_qwen4(spec):  # QSATokenToKVPool + GDN/PLE states: layouts/sglang_qwen4.py
+        return sglang_qwen4_layout(
+            spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
+        )
     if is_sglang_dots3(spec):  # SWAKVPool: DSA full layers + an MLA sliding pool
         return sglang_dots3_layout(
             spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp

@@ -134,6 +134,8 @@ def _log_line(st: SglangSetup, stages: SglangStages, tokens: int, split: _Split)
         if st.msa
         else st.inkling.cells(0, end0)[0] // 2
         if st.inkling is not None
+        else st.qwen4.kv_cell(0, end0) // 2
+        if st.qwen4 is not None
         else sum(s.page_size_bytes // 2 * layers_in(r, 0, end0) for s, r in st.attn)
     )  # MiniMax-M3: the main pool's K and V (its indexer pool is not in this line)
     return kv_allocated_line(tokens, k_per_token, k_per_token, st.mla)
@@ -201,6 +203,8 @@ def make_sglang_plan(
         )
     ]  # the engine pool: the token pool plus the mamba state pool beside it
     max_running = _max_running(st, capacity, context_len, stages.mamba_size)
+    if st.qwen4 is not None and stages.mamba_size is not None:
+        st.notes.append(st.qwen4.beside_budget_note(stages.mamba_size, max_running))
     line = _log_line(st, stages, tokens, split)
     error = _error(st, stages, split, capacity, context_len, max_running)
     indices = LayerIndices([range(model.num_layers)] if st.own_cells else (r for _, r in st.attn))

@@ -11,6 +11,7 @@ from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang import dsv4 as v4
 from kvbudget.capacity.engines.sglang.inkling import InklingPlan, inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import MambaSetup, mamba_setup
+from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION, Qwen4Plan, qwen4_plan
 from kvbudget.capacity.engines.sglang.speculative import SglangDraft, sglang_draft
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.sglang import (
@@ -24,6 +25,7 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_minimax_m3_dtype,
 )
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
+from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
@@ -68,6 +70,8 @@ class SglangSetup:
     raw_fp8: bool
     dsv4: v4.Dsv4Setup | None
     inkling: InklingPlan | None
+    #: Qwen4-Exp's QSATokenToKVPool beside its GDN state pool (qwen4.py)
+    qwen4: Qwen4Plan | None
     draft: SglangDraft | None
     mamba: MambaSetup
     #: the attention layers at one token a page (none for the families with their own cells)
@@ -83,7 +87,9 @@ class SglangSetup:
     @property
     def own_cells(self) -> bool:
         """The family's cells come from SGLang's own rule, one group over every layer."""
-        return self.msa or self.dsv4 is not None or self.inkling is not None
+        return (
+            self.msa or self.dsv4 is not None or self.inkling is not None or self.qwen4 is not None
+        )
 
     @property
     def mla(self) -> bool:
@@ -94,12 +100,18 @@ def sglang_setup(
     request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate
 ) -> SglangSetup:
     """The settings of one replica, each default said, each refusal in SGLang's words."""
-    version_text = request.engine_version or DEFAULT_SGLANG_VERSION
+    # Qwen4-Exp: the release kvbudget read its pools in, as Dots3-Note's plan does (qwen4.py)
+    default_version = QWEN4_SGLANG_VERSION if is_sglang_qwen4(model) else DEFAULT_SGLANG_VERSION
+    version_text = request.engine_version or default_version
     version = parse_version(version_text)
     defaults: dict[str, str] = {}
     notes: list[str] = []
     if request.engine_version is None:
-        defaults["engine_version"] = f"{DEFAULT_SGLANG_VERSION} (kvbudget default)"
+        defaults["engine_version"] = (
+            f"{default_version} (the SGLang release kvbudget read Qwen4-Exp's pools in)"
+            if default_version != DEFAULT_SGLANG_VERSION
+            else f"{DEFAULT_SGLANG_VERSION} (kvbudget default)"
+        )
     rule = sglang_defaults(
         version, gpu_memory_mib=gpu.memory_bytes / MiB, tp=request.tp, pp=request.pp
     )
@@ -109,10 +121,13 @@ def sglang_setup(
     page_size = request.page_size or 1
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
     msa = is_sglang_minimax_m3(model)  # MiniMax-M3: SGLang's MiniMaxSparseKVPool (layouts/sglang)
+    qwen4 = qwen4_plan(request, model, version, defaults, notes)  # None: not Qwen4-Exp
+    if qwen4 is not None:  # QSATokenToKVPool: 64-token pages, its own K/V dtype rule
+        kv_dtype, page_size = qwen4.geometry.kv_dtype, qwen4.page_size
     indexed = any(
         isinstance(x, FullAttention) and x.index_head_dim for x in model.layer_seq.distinct()
     )
-    if indexed and not msa:
+    if indexed and not msa and qwen4 is None:
         refuse_indexer(model, "sglang")  # an indexer beside K/V that kvbudget has not read
     refuse_unmodelled_sglang(model)
     dsa = is_sglang_dsa(model)
@@ -154,15 +169,23 @@ def sglang_setup(
             )
     if inkling is not None:
         page_size = inkling.page_size
-    attn = _attention_runs(request, model, own_cells=msa or dsv4 is not None or bool(inkling))
-    mamba = inkling.mamba if inkling else mamba_setup(request, model, version, version_text)
+    own = msa or dsv4 is not None or bool(inkling) or qwen4 is not None
+    attn = _attention_runs(request, model, own_cells=own)
+    mamba = (
+        inkling.mamba
+        if inkling
+        else qwen4.mamba
+        if qwen4
+        else mamba_setup(request, model, version, version_text)
+    )
     notes.extend(mamba.notes)
     sliding = [(s, r) for s, r in attn if s.windowed]
     ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
     _check_swa_ratio(model, sliding, ratio, notes)
     return SglangSetup(
         request, model, gpu, weights, version_text, version, rule, frac, page_size, kv_dtype,
-        defaults, notes, msa, dsa, raw_fp8, dsv4, inkling, draft, mamba, attn, sliding, ratio,
+        defaults, notes, msa, dsa, raw_fp8, dsv4, inkling, qwen4, draft, mamba, attn, sliding,
+        ratio,
     )  # fmt: skip
 
 

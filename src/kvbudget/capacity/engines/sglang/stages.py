@@ -60,6 +60,8 @@ def stage_cell(st: SglangSetup, start: int, end: int) -> int:
         return msa_cell(model, start, end, kv_dtype, st.request.tp)
     if st.inkling is not None:
         return st.inkling.cell(start, end)
+    if st.qwen4 is not None:
+        return st.qwen4.cell(start, end)
     return sum(s.page_size_bytes * layers_in(r, start, end) for s, r in st.attn)
 
 
@@ -101,6 +103,7 @@ def plan_stages(st: SglangSetup) -> SglangStages:
                 other_bytes=other.num_bytes,
                 mem_fraction_static=st.mem_fraction_static,
             )
+            - (st.qwen4.reserved_bytes if st.qwen4 is not None else 0)
         )
         token_rest = rest
         state_bytes = 0
