@@ -635,6 +635,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "sim-scale-concurrent-first": lambda: sim_scale("sim_scale_concurrent_first_run.json"),
     "sim-scale-repeat": lambda: sim_scale("sim_scale_repeat_run.json"),
     "sim-scale-measured": lambda: sim_scale("sim_scale_measured.json"),
+    "sim-scale-builds": lambda: sim_scale("sim_scale_builds.json"),
     "sim-scale-measured-busy": lambda: sim_scale("sim_scale_measured_busy.json"),
     "sim-scale-measured-earlier": lambda: sim_scale("sim_scale_measured_earlier_run.json"),
     "sim-scale-measured-before": lambda: sim_scale("sim_scale_measured_before.json"),
