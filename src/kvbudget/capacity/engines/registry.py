@@ -24,6 +24,7 @@ from kvbudget.engine_name import register_engine_name
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
+    from kvbudget.capacity.kv_checkpoint import CheckpointKv
     from kvbudget.capacity.layouts.base import LayoutResult
     from kvbudget.capacity.plan_types import PlanRequest, PlanResult
     from kvbudget.capacity.weights import WeightsEstimate
@@ -132,7 +133,10 @@ class RegisteredEngine:
     * ``kv_dtypes`` and ``kv_dtype_rules``: the KV dtypes of an engine added later (the built-in
       engines' rows are ``capacity.dtypes``' own, which the layouts read without this registry);
     * ``prefix_layout``: (default block or page size in tokens, prefix-cache hash) that
-      ``fingerprint`` keys a cache layout by; ``None``: a layout only (no server to share with).
+      ``fingerprint`` keys a cache layout by; ``None``: a layout only (no server to share with);
+    * ``checkpoint_kv``: what its ``--kv-cache-dtype auto`` becomes on a checkpoint that
+      quantizes its KV cache, at the version ``calc`` assumes (:mod:`..kv_checkpoint`); ``None``:
+      ``auto`` is always the model dtype.
     """
 
     name: str
@@ -154,6 +158,7 @@ class RegisteredEngine:
     kv_dtypes: tuple[str, ...] | None = None
     kv_dtype_rules: KvDtypeRules = field(default_factory=KvDtypeRules)
     prefix_layout: tuple[str, str] | None = None
+    checkpoint_kv: Callable[[ModelSpec, str], CheckpointKv | None] | None = None
 
 
 _REGISTRY: dict[str, RegisteredEngine] = {}
