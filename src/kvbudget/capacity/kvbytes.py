@@ -272,13 +272,17 @@ def calc_model(
         )
     spec = resolved.spec
     inputs[1] = length_conflict(spec, tokens, inputs[1])
+    entry = engine_entry(layout_name)
+    # a KV-quantized checkpoint: the engine's auto is the checkpoint's KV dtype (kv_checkpoint)
+    found = entry.checkpoint_kv(spec, kv_dtype) if entry.checkpoint_kv is not None else None
+    layout_kv = found.name if found is not None and found.name is not None else kv_dtype
     try:
         layout = run_layout(
             spec,
             layout_name,
             tokens=tokens,
             seqs=seqs,
-            kv_dtype=kv_dtype,
+            kv_dtype=layout_kv,
             v_dtype=v_dtype,
             tp=tp,
             pp=pp,
@@ -294,8 +298,7 @@ def calc_model(
             reasons=[f"{exc.reason} (the formula does not apply; measure)"],
             **base,
         )
-    dtypes = [get_kv_dtype(kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)]
-    entry = engine_entry(layout_name)
+    dtypes = [get_kv_dtype(layout_kv, engine=layout_name, model_dtype=spec.torch_dtype)]
     if entry.picks_kv_dtype and layout.kv_dtype != dtypes[0].name:  # DeepSeek-V4: fp8_ds_mla
         dtypes[0] = get_kv_dtype(layout.kv_dtype, engine=layout_name, model_dtype=spec.torch_dtype)
     if v_dtype is not None:
@@ -305,12 +308,16 @@ def calc_model(
         if kv_dtype == "auto"
         else dtypes[0].description
     )
+    if found is not None:
+        kv_note = f"auto -> {found.reason}" if found.name else found.reason
     inputs.append(
         input_entry(
             "kv_dtype",
             layout.kv_dtype,
-            "flag" if kv_dtype != "auto" else "default",
-            location="--kv-dtype",
+            "flag" if kv_dtype != "auto" else "config" if layout_kv != kv_dtype else "default",
+            location="--kv-dtype"
+            if layout_kv == kv_dtype
+            else f"--kv-dtype auto; {spec.quantization_file}",
             note=kv_note,
         )
     )

@@ -32,11 +32,32 @@ QUANTIZATION_METHODS: dict[str, dict[str, object]] = {
 }
 
 
+#: the ``quant_algo`` values of an ``hf_quant_config.json`` (no ``quant_method``, ``producer.name``
+#: ``modelopt``) that vLLM 0.32.0 gives a ModelOpt ``quant_method``
+#: (``transformers_utils/model_arch_config_convertor.py`` lines 270-290; other values are refused
+#: there, and a config without ``quant_algo`` keeps no method)
+_PRODUCER_ALGOS = frozenset({"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"})
+
+
+def is_modelopt(quant: Mapping[str, object]) -> bool:
+    """Whether vLLM reads ``quant`` as a ModelOpt config: its ``quant_method`` starts with
+    ``modelopt``, or (an ``hf_quant_config.json``) it names no method, its ``producer.name`` is
+    ``modelopt`` and its ``quantization.quant_algo`` is one vLLM gives a method to."""
+    method = quant.get("quant_method")
+    if method:
+        return str(method).lower().startswith("modelopt")
+    producer, nested = quant.get("producer"), quant.get("quantization")
+    if not isinstance(producer, dict) or producer.get("name") != "modelopt":
+        return False
+    algo = nested.get("quant_algo") if isinstance(nested, dict) else None
+    return algo is not None and str(algo).upper() in _PRODUCER_ALGOS
+
+
 def modelopt_algo(quant: Mapping[str, object]) -> str | None:
     """A ModelOpt config's upper-cased ``quant_algo`` (flat, or under ``quantization``), or
     ``None`` when the config is not ModelOpt's (vLLM 0.32.0 ``modelopt.py``
     ``_extract_modelopt_quant_algo``)."""
-    if not str(quant.get("quant_method", "")).lower().startswith("modelopt"):
+    if not is_modelopt(quant):
         return None
     nested = quant.get("quantization")
     if isinstance(nested, dict):

@@ -135,6 +135,27 @@ VLLM_KV_DTYPE_SINCE: dict[str, Version] = {
 }
 
 
+#: vLLM resolves ``--kv-cache-dtype auto`` from a ModelOpt checkpoint's KV quantization
+#: (``EngineArgs.create_engine_config``: ``resolve_kv_cache_dtype_string`` before ``CacheConfig``,
+#: ``engine/arg_utils.py`` line 1398 in 0.14.0, 2256 in 0.32.0; PR #30785): absent from the
+#: 0.13.0 wheel (``cache_dtype=self.kv_cache_dtype``, line 1364: ``auto`` is the model dtype),
+#: present in the 0.14.0 wheel's and since (0.15-0.20, 0.24, 0.28, 0.32 read)
+VLLM_KV_FROM_CHECKPOINT_SINCE: Version = (0, 14, 0)
+#: ... and maps ``nvfp4`` (a string, or a 4-bit float ``kv_cache_scheme``) to the ``nvfp4`` cache:
+#: ``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP`` (``utils/torch_utils.py``) holds only ``fp8`` up to
+#: the 0.19.0 wheel, ``fp8`` and ``nvfp4`` from 0.20.0 (0.19.1 not read); before, vLLM warns
+#: "Unknown kv_cache_quant_algo" and keeps ``auto``
+VLLM_NVFP4_KV_FROM_CHECKPOINT_SINCE: Version = (0, 20, 0)
+#: SGLang resolves ``--kv-cache-dtype auto`` to fp8_e4m3 when the model's quant config has
+#: ``kv_cache_quant_algo`` FP8 (0.5.4 ``model_executor/model_runner.py`` lines 1610-1622; 0.5.23
+#: ``mem_cache/kv_cache_dtype.py`` ``configure_kv_cache_dtype``); read in those two releases only
+SGLANG_KV_FROM_CHECKPOINT_READ: tuple[Version, ...] = ((0, 5, 4), (0, 5, 23))
+#: SGLang 0.5.23's ModelOpt FP8 config also reads a flat ``kv_cache_quant_algo`` when there is no
+#: ``kv_cache_scheme`` dict (``layers/quantization/modelopt_quant.py`` lines 478-490); 0.5.4's
+#: reads only ``kv_cache_scheme`` in the flat form (lines 186-197). Cut-off *assumed* at 0.5.23
+SGLANG_FLAT_KV_ALGO_SINCE: Version = (0, 5, 23)
+
+
 #: vLLM's ``--async-scheduling`` default: off up to 0.13.0 (``SchedulerConfig.async_scheduling:
 #: bool = False``, ``config/scheduler.py``), on from 0.14.0 (``Field(default=None)``, which
 #: ``VllmConfig.__post_init__`` turns on unless pipeline parallelism or an incompatible option

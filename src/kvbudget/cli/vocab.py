@@ -48,9 +48,14 @@ ENGINE_VERSION_HELP = (
 )
 QUANTIZATION_HELP = (
     "vLLM --quantization method of the weights (fp8, awq, gptq, ...); the KV dtype stays "
-    "--kv-dtype. Default: the config's quantization_config, else none."
+    "--kv-dtype. Default: the config's quantization_config (or its hf_quant_config.json), else "
+    "none."
 )
-KV_DTYPE_HELP = "KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto)."
+KV_DTYPE_HELP = (
+    "KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto: the model dtype, or "
+    "the dtype a ModelOpt checkpoint's kv_cache_quant_algo names, as vLLM >= 0.14 and SGLang "
+    "resolve it)."
+)
 PP_HELP = "Pipeline-parallel size (default 1)."
 DP_HELP = (
     "vLLM --data-parallel-size: engines of tp x pp GPUs, each with its own KV pool; a MoE "

@@ -3,6 +3,13 @@
 Order: an existing path (file or directory) wins, then a bundled catalog id, then a repo id in
 the local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``). Nothing is downloaded
 unless ``allow_download`` is true (the CLI's ``--download``).
+
+A ModelOpt checkpoint (ModelOpt 0.29 and before) keeps its quantization in a separate
+``hf_quant_config.json`` beside ``config.json``; vLLM reads it as the config's
+``quantization_config`` when ``config.json`` has none (vLLM 0.32.0
+``transformers_utils/config.py`` lines 889-900), and so does kvbudget: from a snapshot
+directory, beside a file named ``config.json``, from the Hugging Face cache (not downloaded) and
+from the catalog's bundled copy.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +31,8 @@ _SNAPSHOT_RE = re.compile(
     r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<rev>[0-9a-f]{7,64})"
 )
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+#: the file a ModelOpt checkpoint keeps its quantization in when config.json has none
+HF_QUANT_CONFIG = "hf_quant_config.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,9 @@ class ConfigSource:
     sha256: str
     revision: str | None
     raw: dict[str, Any] = field(repr=False)
+    #: ``hf_quant_config.json`` read beside it (only when ``raw`` has no ``quantization_config``)
+    quant_path: Path | None = None
+    quant_raw: dict[str, Any] | None = field(default=None, repr=False)
 
 
 def _depth(value: Any) -> int:
@@ -105,6 +117,16 @@ def _read(path: Path, model_id: str, origin: Origin) -> ConfigSource:
     return ConfigSource(model_id, path, origin, hashlib.sha256(data).hexdigest(), revision, raw)
 
 
+def with_hf_quant_config(source: ConfigSource, quant_path: Path | None) -> ConfigSource:
+    """``source`` with the ``hf_quant_config.json`` at ``quant_path`` when that file exists and
+    the config has no ``quantization_config`` of its own (vLLM's order)."""
+    has_own = source.raw.get("quantization_config") is not None
+    if quant_path is None or has_own or not quant_path.is_file():
+        return source
+    quant = _read(quant_path, source.model_id, source.origin)
+    return replace(source, quant_path=quant_path, quant_raw=quant.raw)
+
+
 def _from_hf_cache(repo_id: str, allow_download: bool) -> ConfigSource | None:
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -112,7 +134,11 @@ def _from_hf_cache(repo_id: str, allow_download: bool) -> ConfigSource | None:
         return None
     cached = try_to_load_from_cache(repo_id, "config.json")
     if isinstance(cached, str):
-        return _read(Path(cached), repo_id, "hf_cache")
+        quant = try_to_load_from_cache(repo_id, HF_QUANT_CONFIG)
+        return with_hf_quant_config(
+            _read(Path(cached), repo_id, "hf_cache"),
+            Path(quant) if isinstance(quant, str) else None,
+        )
     if not allow_download:
         return None
     from huggingface_hub import hf_hub_download
@@ -143,12 +169,15 @@ def locate_config(ref: str, *, allow_download: bool = False) -> ConfigSource:
                 f"model: directory {path} has no config.json; pass the snapshot directory",
                 field="model",
             )
-        return _read(config, path.name, "snapshot")
+        return with_hf_quant_config(_read(config, path.name, "snapshot"), path / HF_QUANT_CONFIG)
     if path.is_file():
-        return _read(path, path.parent.name or path.stem, "file")
+        beside = path.parent / HF_QUANT_CONFIG if path.name == "config.json" else None
+        return with_hf_quant_config(_read(path, path.parent.name or path.stem, "file"), beside)
     entry = find_catalog_entry(text)
     if entry is not None:
-        return _read(entry.path, entry.model_id, "catalog")
+        return with_hf_quant_config(
+            _read(entry.path, entry.model_id, "catalog"), entry.hf_quant_config_path
+        )
     if _REPO_ID_RE.match(text):
         found = _from_hf_cache(text, allow_download)
         if found is not None:

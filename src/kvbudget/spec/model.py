@@ -51,6 +51,9 @@ class ModelSpec:
     num_shared_experts: int | None = None
     shared_expert_intermediate_size: int | None = None
     quantization_config: dict[str, Any] | None = field(default=None, compare=False)
+    #: the file ``quantization_config`` was read from: ``config.json`` or a ModelOpt
+    #: checkpoint's ``hf_quant_config.json`` (read when config.json has none)
+    quantization_file: str = field(default="config.json", compare=False)
     rules_verified: bool = True  # False: layer rules read generically, unverified for this type
     raw_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: a multimodal model's top-level config when it has a ``vision_config``; else empty

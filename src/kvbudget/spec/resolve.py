@@ -244,13 +244,27 @@ def resolve_config(
             "(--layers/--kv-heads/--head-dim)",
         )
     _record_rules(reader, str(model_type), builder is not None, traits, verified)
+    if source.quant_raw is not None and source.quant_path is not None:
+        where = (
+            f"catalog:{source.quant_path.parent.name}/{source.quant_path.name}"
+            if source.origin == "catalog"
+            else str(source.quant_path)
+        )
+        reader.record(
+            "quantization_config",
+            "hf_quant_config.json",
+            reader.config_source,
+            location=where,
+            note="config.json has no quantization_config: the checkpoint's hf_quant_config.json "
+            "is read as it, as vLLM does (transformers_utils/config.py lines 889-900)",
+        )
     spec = ModelSpec(
         model_id=source.model_id,
         architecture=architecture,
         model_type=str(model_type),
         layers=layers,
         rules_verified=verified,
-        **_other_fields(reader, raw, str(model_type)),
+        **_other_fields(reader, raw, str(model_type), source.quant_raw),
         raw_config=cfg,
         # the tower's config: under a text_config wrapper (Gemma-3, Llama-4) or beside the
         # text fields at the top (Qwen2.5-VL's older config.json)
@@ -294,7 +308,9 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> dict[str, Any]:
+def _other_fields(
+    reader: FieldReader, raw: dict[str, Any], model_type: str, hf_quant: dict[str, Any] | None
+) -> dict[str, Any]:
     defaults = _ARCH_FIELD_DEFAULTS.get(model_type, {})
 
     def opt(key: str) -> Any:
@@ -320,7 +336,7 @@ def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> 
             note="config names no dtype; KV 'auto' means bfloat16 on vLLM/SGLang",
         )
     intermediate = opt("intermediate_size")
-    quant = raw.get("quantization_config") or reader.config.get("quantization_config")
+    quant = raw.get("quantization_config") or reader.config.get("quantization_config") or hf_quant
     return {
         "hidden_size": _int_or_none(opt("hidden_size")),
         "num_attention_heads": _int_or_none(reader.peek("num_attention_heads")),
@@ -353,6 +369,9 @@ def _other_fields(reader: FieldReader, raw: dict[str, Any], model_type: str) -> 
             _first(reader, ("shared_expert_intermediate_size",), "shared_expert_intermediate_size")
         ),
         "quantization_config": quant if isinstance(quant, dict) else None,
+        "quantization_file": "hf_quant_config.json"
+        if isinstance(quant, dict) and quant is hf_quant
+        else "config.json",
     }
 
 

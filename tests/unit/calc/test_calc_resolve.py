@@ -38,9 +38,10 @@ def spec_of(model_id: str) -> ModelSpec:
 
 def test_catalog_ships_every_reference_config() -> None:
     ids = {e.model_id for e in list_catalog()}
-    # 22 reference configs + 6 built from transformers defaults + 18 from aiconfigurator-core 0.12.0
-    # (MiMo-V2-Flash, Step-3.7-Flash and six DeepSeek-V4 configs added for issue #34)
-    assert len(ids) == 46
+    # 22 reference configs + 6 built from transformers defaults + 19 from aiconfigurator-core 0.12.0
+    # (MiMo-V2-Flash, Step-3.7-Flash and six DeepSeek-V4 configs added for issue #34; the ModelOpt
+    # FP8 checkpoint nvidia/Llama-3.1-70B-Instruct-FP8 with its hf_quant_config.json)
+    assert len(ids) == 47
     assert "meta-llama/Llama-3.1-8B" in ids
     assert all(e.status != "unknown" for e in list_catalog())
 

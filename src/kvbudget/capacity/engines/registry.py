@@ -24,6 +24,7 @@ from kvbudget.engine_name import register_engine_name
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
+    from kvbudget.capacity.kv_checkpoint import CheckpointKv
     from kvbudget.capacity.layouts.base import LayoutResult
     from kvbudget.capacity.plan_types import PlanRequest, PlanResult
     from kvbudget.capacity.weights import WeightsEstimate
@@ -136,6 +137,9 @@ class RegisteredEngine:
     * ``label``: how the web page names it (``None``: its name); ``default_version``: the
       version planned when none is given; ``kv_dtype_since``: the first version accepting each
       KV dtype name (the page offers only the ones the typed version accepts).
+    * ``checkpoint_kv``: what its ``--kv-cache-dtype auto`` becomes on a checkpoint that
+      quantizes its KV cache, at the version ``calc`` assumes (:mod:`..kv_checkpoint`); ``None``:
+      ``auto`` is always the model dtype.
     """
 
     name: str
@@ -160,6 +164,7 @@ class RegisteredEngine:
     label: str | None = None
     default_version: str | None = None
     kv_dtype_since: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_kv: Callable[[ModelSpec, str], CheckpointKv | None] | None = None
 
 
 _REGISTRY: dict[str, RegisteredEngine] = {}

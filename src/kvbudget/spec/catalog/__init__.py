@@ -2,7 +2,8 @@
 
 Catalog ids are Hugging Face repo ids (``meta-llama/Llama-3.1-8B``); the file for ``org/name`` is
 ``models/org--name.json``. ``sources.json`` records where each copy came from and how well it was
-verified (copied from ``models/SOURCES.md``).
+verified (copied from ``models/SOURCES.md``). A ModelOpt checkpoint whose ``config.json`` has no
+``quantization_config`` ships its ``hf_quant_config.json`` too: ``models/hf_quant_config/org--name.json``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 CATALOG_DIR = Path(__file__).resolve().parent
 MODELS_DIR = CATALOG_DIR / "models"
+#: the ``hf_quant_config.json`` of catalog models that have one (same file names as ``MODELS_DIR``)
+HF_QUANT_DIR = MODELS_DIR / "hf_quant_config"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,12 @@ class CatalogEntry:
     path: Path
     status: str
     note: str
+
+    @property
+    def hf_quant_config_path(self) -> Path | None:
+        """The bundled copy of the model's ``hf_quant_config.json``, if it has one."""
+        path = HF_QUANT_DIR / self.path.name
+        return path if path.is_file() else None
 
 
 @cache

@@ -17,11 +17,13 @@ from kvbudget.capacity.engines.registry import (
     register_engine,
 )
 from kvbudget.capacity.engines.sglang.planner import make_sglang_plan
+from kvbudget.capacity.engines.sglang.setup import plain_checkpoint_kv
 from kvbudget.capacity.layouts.sglang import sglang_layout
-from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION
+from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.errors import ConfigError
 
 if TYPE_CHECKING:
+    from kvbudget.capacity.kv_checkpoint import CheckpointKv
     from kvbudget.capacity.layouts.base import LayoutResult
     from kvbudget.capacity.plan_types import PlanRequest, PlanResult
     from kvbudget.capacity.weights import WeightsEstimate
@@ -50,6 +52,11 @@ def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
         pp=load.pp,
         dp=load.dp,
     )
+
+
+def checkpoint_kv(spec: ModelSpec, kv_dtype: str) -> CheckpointKv | None:
+    """``calc``'s SGLang: the default version's ``auto`` on a KV-quantized checkpoint."""
+    return plain_checkpoint_kv(spec, kv_dtype, parse_version(DEFAULT_SGLANG_VERSION))
 
 
 class SglangPlanner:
@@ -95,6 +102,7 @@ ENGINE = register_engine(
         token_pool=True,
         # ServerArgs.page_size 1; the radix tree is keyed by token ids
         prefix_layout=("1", "radix-token-ids"),
+        checkpoint_kv=checkpoint_kv,
         wording=PoolWording(
             requested="(device - 0.5 GiB context) x mem_fraction_static {utilization}",
             available="rest = free after weights - free before x (1 - mem_fraction_static)",

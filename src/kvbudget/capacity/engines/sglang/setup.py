@@ -13,6 +13,7 @@ from kvbudget.capacity.engines.sglang.inkling import InklingPlan, inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import MambaSetup, mamba_setup
 from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION, Qwen4Plan, qwen4_plan
 from kvbudget.capacity.engines.sglang.speculative import SglangDraft, sglang_draft
+from kvbudget.capacity.kv_checkpoint import CheckpointKv, sglang_checkpoint_kv
 from kvbudget.capacity.layouts.base import refuse_indexer
 from kvbudget.capacity.layouts.sglang import (
     DSA_PAGE_SIZE,
@@ -25,6 +26,7 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_minimax_m3_dtype,
 )
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
+from kvbudget.capacity.layouts.sglang_inkling import is_sglang_inkling
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
@@ -96,6 +98,19 @@ class SglangSetup:
         return any(s.kind == "mla" for s, _ in self.attn)
 
 
+def plain_checkpoint_kv(model: ModelSpec, kv_dtype: str, version: Version) -> CheckpointKv | None:
+    """SGLang's ``auto`` KV dtype on a KV-quantized ModelOpt checkpoint (``capacity.kv_checkpoint``)
+    for the models whose KV dtype kvbudget takes from ``--kv-cache-dtype``; the DSA, DeepSeek-V4,
+    MiniMax-M3 and Inkling pools keep their own ``auto`` rules (checkpoint not consulted)."""
+    own_rule = (
+        is_sglang_dsa(model)
+        or is_sglang_dsv4(model)
+        or is_sglang_minimax_m3(model)
+        or is_sglang_inkling(model)
+    )
+    return None if own_rule else sglang_checkpoint_kv(model, kv_dtype, version)
+
+
 def sglang_setup(
     request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate
 ) -> SglangSetup:
@@ -119,6 +134,12 @@ def sglang_setup(
     if request.mem_fraction_static is None:
         defaults["mem_fraction_static"] = f"{frac} ({rule.rule})"
     page_size = request.page_size or 1
+    found = plain_checkpoint_kv(model, request.kv_dtype, version)
+    if found is not None and found.name is not None:  # as if --kv-cache-dtype had said it
+        request = request.model_copy(update={"kv_dtype": found.name})
+        defaults["kv_dtype"] = found.reason
+    elif found is not None:
+        notes.append(found.reason)
     kv_dtype = get_kv_dtype(request.kv_dtype, engine="sglang", model_dtype=model.torch_dtype)
     msa = is_sglang_minimax_m3(model)  # MiniMax-M3: SGLang's MiniMaxSparseKVPool (layouts/sglang)
     qwen4 = qwen4_plan(request, model, version, defaults, notes)  # None: not Qwen4-Exp

@@ -20,11 +20,17 @@ from kvbudget.capacity.engines.registry import (
 from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
 from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
 from kvbudget.capacity.engines.vllm.start import resolve_engine
+from kvbudget.capacity.kv_checkpoint import CheckpointKv, vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_text import format_gib_new
-from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, VLLM_KV_DTYPE_SINCE, format_version
+from kvbudget.capacity.versions import (
+    DEFAULT_VLLM_VERSION,
+    VLLM_KV_DTYPE_SINCE,
+    format_version,
+    parse_version,
+)
 from kvbudget.capacity.weights import with_rope_cache
 
 if TYPE_CHECKING:
@@ -50,6 +56,11 @@ def layout(spec: ModelSpec, load: LayoutLoad) -> LayoutResult:
         dp=load.dp,
         block_size=load.block_size,
     )
+
+
+def checkpoint_kv(spec: ModelSpec, kv_dtype: str) -> CheckpointKv | None:
+    """``calc``'s vLLM: the default version's ``auto`` on a KV-quantized checkpoint."""
+    return vllm_checkpoint_kv(spec, kv_dtype, parse_version(DEFAULT_VLLM_VERSION))
 
 
 class VllmPlanner:
@@ -124,5 +135,6 @@ ENGINE = register_engine(
         label="vLLM",
         default_version=DEFAULT_VLLM_VERSION,
         kv_dtype_since={name: format_version(v) for name, v in VLLM_KV_DTYPE_SINCE.items()},
+        checkpoint_kv=checkpoint_kv,
     )
 )

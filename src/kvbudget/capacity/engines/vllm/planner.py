@@ -17,6 +17,7 @@ from kvbudget.capacity.engines.vllm.start import (
     resolve_engine,
     resolve_kv_dtype,
     resolve_mamba_mode,
+    with_checkpoint_kv_dtype,
 )
 from kvbudget.capacity.layouts.vllm import MambaCacheMode
 from kvbudget.capacity.layouts.vllm_dots3 import is_dots3_note
@@ -144,8 +145,10 @@ def make_vllm_plan(
 
     ``draft_block_bytes``: KV bytes a draft model adds to each block of the last stage."""
     refusal = max_len_refusal(model, max_model_len, request.allow_long_max_model_len)
-    engine = resolve_engine(request, model, gpu, max_model_len, device_given)
-    notes, behaviour = engine.notes, engine.behaviour
+    engine = with_checkpoint_kv_dtype(
+        resolve_engine(request, model, gpu, max_model_len, device_given)
+    )
+    request, notes, behaviour = engine.request, engine.notes, engine.behaviour
     kv_dtype = resolve_kv_dtype(engine)
     block_size = resolve_block_size(engine, kv_dtype)
     memory_notes(engine)

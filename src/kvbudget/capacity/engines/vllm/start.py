@@ -4,7 +4,7 @@ and block size, the mamba cache mode, and vLLM's own start-up checks of them (it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engine_checks import VllmStartSettings, check_vllm_start
@@ -15,6 +15,7 @@ from kvbudget.capacity.engines.vllm.settings import (
     default_mamba_cache_mode,
     mla_backend_block_size,
 )
+from kvbudget.capacity.kv_checkpoint import vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import MambaCacheMode
 from kvbudget.capacity.memory import CUDA_CONTEXT_BYTES
 from kvbudget.capacity.plan_types import PlanRequest
@@ -107,6 +108,21 @@ def resolve_engine(
         request, model, gpu, behaviour, version_text, device_given, max_model_len,
         t_b, max_seqs, util, device_total, defaults, notes,
     )  # fmt: skip
+
+
+def with_checkpoint_kv_dtype(engine: EngineSettings) -> EngineSettings:
+    """``--kv-cache-dtype auto`` resolved from a ModelOpt checkpoint's KV quantization as the
+    version does (``capacity.kv_checkpoint``): the request then carries that dtype, as if given
+    (vLLM resolves it before building its CacheConfig), and the defaults say where it came from;
+    a field the version does not take is said in a note."""
+    found = vllm_checkpoint_kv(engine.model, engine.request.kv_dtype, engine.behaviour.version)
+    if found is None:
+        return engine
+    if found.name is None:
+        engine.notes.append(found.reason)
+        return engine
+    engine.defaults["kv_dtype"] = found.reason
+    return replace(engine, request=engine.request.model_copy(update={"kv_dtype": found.name}))
 
 
 def resolve_kv_dtype(engine: EngineSettings) -> KvDtype:
