@@ -148,7 +148,9 @@ def measured_for(
         gpu=plan.gpu.id,
         tp=plan.tp,
         quantization=request.quantization,
-        kv_dtype=request.kv_dtype,
+        # the dtype the plan stores (--kv-cache-dtype auto resolved: a ModelOpt checkpoint's
+        # KV algo, DeepSeek-V4's fp8_ds_mla), not the flag as typed
+        kv_dtype=plan.kv_dtype,
         engine_version=request.engine_version or plan.engine_version,
         moe_tp=1 if expert_parallel else (ranks if dp > 1 else None),
         moe_ep=ranks if expert_parallel else None,

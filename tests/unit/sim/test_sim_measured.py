@@ -321,6 +321,32 @@ def test_expert_parallel_splits_the_experts_whole(monkeypatch: pytest.MonkeyPatc
     assert [(c.moe_tp, c.moe_ep) for c in seen] == [(1, 4), (None, None), (None, None)]
 
 
+def test_the_tables_price_the_kv_dtype_the_plan_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVIDIA's Llama-3.1-70B-Instruct-FP8 ships ``hf_quant_config.json`` with
+    ``kv_cache_quant_algo: FP8``; vLLM >= 0.14 turns ``--kv-cache-dtype auto`` into fp8_e4m3
+    for it (``resolve_kv_cache_dtype_string``, vllm/utils/torch_utils.py lines 512-530), so its
+    attention is priced with fp8 KV; vLLM 0.13 kept auto (the model dtype), and so does
+    Llama-3.1-8B's bf16 checkpoint on any version."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.sim import aic
+    from kvbudget.sim.fromplan import build_replica
+
+    seen: list[aic.MeasuredCase] = []
+
+    def fake(case: aic.MeasuredCase, cache_dir: Path) -> MeasuredTiming:
+        seen.append(case)
+        return MeasuredTiming(FakeEngine(), name="measured (fake)")
+
+    monkeypatch.setattr(aic, "compile_measured", fake)
+    fp8 = "nvidia/Llama-3.1-70B-Instruct-FP8"
+    for model, version in ((fp8, "0.32.0"), (fp8, "0.13.0"), ("meta-llama/Llama-3.1-8B", "0.32.0")):
+        request = PlanRequest(
+            model=model, gpu="H100-SXM", tp=4, max_model_len=8192, engine_version=version
+        )
+        build_replica(request, timing_model="measured")
+    assert [c.kv_dtype.startswith("fp8") for c in seen] == [True, False, False]
+
+
 def test_the_decode_key_gives_the_price_of_the_step_args() -> None:
     """A decode-only step's packed key (m's bucket above s's) finds the price of the same
     StepArgs the general path builds: 8 decodes at 1,013 -> StepArgs(0, 0, 0, 8, 1,008)."""
