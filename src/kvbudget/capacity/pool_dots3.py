@@ -25,14 +25,19 @@ backends declaring nothing else: ``models/dots3_note/nvidia/attention.py`` lines
 
 from __future__ import annotations
 
-from kvbudget.capacity.draft import NO_KV_METHODS, draft_method, parse_speculative_config
+from kvbudget.capacity.draft import NO_KV_METHODS
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dots3 import (
     dots3_block_alignment,
     dots3_layer_specs,
 )
 from kvbudget.capacity.pool_dsv4 import packed_groups
-from kvbudget.capacity.pool_packed import PackedRequest, check_packed_request, packed_kv_group
+from kvbudget.capacity.pool_packed import (
+    PackedRequest,
+    check_packed_request,
+    packed_kv_group,
+    refuse_unmodelled_speculation,
+)
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.model import ModelSpec
 
@@ -84,13 +89,12 @@ def check_dots3_request(request: PackedRequest, version: tuple[int, int, int]) -
 
 
 def _refuse_dots3_speculation(speculative_config: str) -> None:
-    method = draft_method(parse_speculative_config(speculative_config))
-    if method not in NO_KV_METHODS:
-        raise LayoutNotApplicable(
-            f"speculative_config: method {method or 'unknown'!r} with Dots3-Note is not "
-            "modelled in the vllm layout (its MTP drafter's pages are not read; ngram and "
-            "suffix add no KV); plan without it, or measure"
-        )
+    refuse_unmodelled_speculation(
+        speculative_config,
+        model="Dots3-Note",
+        modelled=NO_KV_METHODS,
+        note="its MTP drafter's pages are not read; ngram and suffix add no KV",
+    )
 
 
 def check_dots3_device(compute_capability_major: int | None) -> None:

@@ -32,17 +32,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvbudget.capacity.draft import (
-    MTP_METHODS,
-    NO_KV_METHODS,
-    draft_method,
-    parse_speculative_config,
-)
+from kvbudget.capacity.draft import MTP_METHODS, NO_KV_METHODS
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import PackedSpec
 from kvbudget.capacity.pool import KvCacheGroup
-from kvbudget.capacity.pool_packed import PackedRequest, check_packed_request, packed_kv_group
+from kvbudget.capacity.pool_packed import (
+    PackedRequest,
+    check_packed_request,
+    packed_kv_group,
+    refuse_unmodelled_speculation,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -132,13 +132,12 @@ def check_dsv4_request(request: PackedRequest, version: tuple[int, int, int]) ->
 
 
 def _refuse_dsv4_speculation(speculative_config: str) -> None:
-    method = draft_method(parse_speculative_config(speculative_config))
-    if method not in MTP_METHODS and method not in NO_KV_METHODS:
-        raise LayoutNotApplicable(
-            f"speculative_config: method {method or 'unknown'!r} with deepseek_v4 is not "
-            "modelled in the vllm layout (its MTP drafter, method mtp, is; ngram and suffix "
-            "add no KV); plan without it, or measure"
-        )
+    refuse_unmodelled_speculation(
+        speculative_config,
+        model="deepseek_v4",
+        modelled=MTP_METHODS.union(NO_KV_METHODS),
+        note="its MTP drafter, method mtp, is; ngram and suffix add no KV",
+    )
 
 
 def dsv4_bytes_per_token(groups: list[KvCacheGroup]) -> int:

@@ -9,15 +9,21 @@ name in the messages, its speculative rule and why the hybrid manager cannot be 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
+from kvbudget.capacity.draft import draft_method, parse_speculative_config
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind, VllmLayerSpec
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.layer_indices import LayerIndices
 
-__all__ = ["PackedRequest", "check_packed_request", "packed_kv_group"]
+__all__ = [
+    "PackedRequest",
+    "check_packed_request",
+    "packed_kv_group",
+    "refuse_unmodelled_speculation",
+]
 
 
 class PackedRequest(Protocol):
@@ -70,6 +76,19 @@ def check_packed_request(
         raise LayoutNotApplicable(
             f"disable_hybrid_kv_cache_manager: not modelled for {model} ({unified_note}); plan "
             "without it, or measure"
+        )
+
+
+def refuse_unmodelled_speculation(
+    speculative_config: str, *, model: str, modelled: Collection[str], note: str
+) -> None:
+    """Refuse, in one line, a ``--speculative-config`` whose method is not in ``modelled`` (the
+    drafters kvbudget prices for ``model``, the methods that add no KV); ``note`` says why."""
+    method = draft_method(parse_speculative_config(speculative_config))
+    if method not in modelled:
+        raise LayoutNotApplicable(
+            f"speculative_config: method {method or 'unknown'!r} with {model} is not modelled in "
+            f"the vllm layout ({note}); plan without it, or measure"
         )
 
 

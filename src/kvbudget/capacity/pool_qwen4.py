@@ -30,7 +30,12 @@ from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_qwen4 import Qwen4Spec, qwen4_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind
 from kvbudget.capacity.pool_dsv4 import approximate_gcd
-from kvbudget.capacity.pool_packed import PackedRequest, check_packed_request, packed_kv_group
+from kvbudget.capacity.pool_packed import (
+    PackedRequest,
+    check_packed_request,
+    packed_kv_group,
+    refuse_unmodelled_speculation,
+)
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -150,8 +155,10 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
             "proposers' (model_executor/models/config.py lines 950-959); use mtp or ngram, or "
             "plan without it"
         )
-    raise LayoutNotApplicable(
-        f"speculative_config: method {method!r} with Qwen4-Exp is not modelled in the vllm layout "
-        "(num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py lines "
-        "850-851, and its GDN/PLE conv states and mamba blocks); plan without it, or measure"
+    refuse_unmodelled_speculation(
+        speculative_config,
+        model="Qwen4-Exp",
+        modelled=(),
+        note="num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py "
+        "lines 850-851, and its GDN/PLE conv states and mamba blocks",
     )
