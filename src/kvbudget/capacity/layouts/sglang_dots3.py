@@ -50,6 +50,7 @@ from kvbudget.capacity.layouts.base import (
     StageBytes,
     check_load,
 )
+from kvbudget.capacity.layouts.sglang_dsa import sglang_dsa_dtype
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_kinds import has_sliding_latent
@@ -223,8 +224,6 @@ def sglang_dots3(
             "dots_hybrid_backend.py lines 367-371); drop index_kpool from config.json"
         )
     _check_heads(raw, tp)
-    from kvbudget.capacity.layouts.sglang import sglang_dsa_dtype  # (sglang imports this module)
-
     dtype = sglang_dsa_dtype(kv_dtype, spec.model_type, sm100=sm100)  # a DSA model's rule
     rank = _raw(raw, "kv_lora_rank")
     rope = _raw(raw, "qk_rope_head_dim")
