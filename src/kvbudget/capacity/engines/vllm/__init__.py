@@ -21,10 +21,12 @@ from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
 from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
 from kvbudget.capacity.engines.vllm.start import resolve_engine
 from kvbudget.capacity.layouts.vllm import vllm_layout
+from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.weights import with_rope_cache
+from kvbudget.capacity.weights_dsv4 import deepseek_v4_weights
 
 if TYPE_CHECKING:
     from kvbudget.capacity.layouts.base import LayoutResult
@@ -74,7 +76,21 @@ class VllmPlanner:
         snapshot = request_snapshot(request)
         if snapshot is not None and (draft is None or not draft.is_mtp):
             weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
-        weights = with_rope_cache(weights, model)
+        if is_deepseek_v4(model):  # its own modules, rotary caches and top-k buffer
+            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
+            dp = request.data_parallel_size
+            weights = deepseek_v4_weights(
+                weights,
+                model,
+                tp=request.tp,
+                pp=request.pp,
+                moe_ranks=request.tp * dp if dp > 1 and model.num_experts else request.tp,
+                max_num_batched_tokens=engine.max_num_batched_tokens,
+                compute_capability_major=gpu.compute_capability_major,
+                measured=request.kv_cache_memory_bytes is not None,
+            )
+        else:
+            weights = with_rope_cache(weights, model)
         # an MTP drafter's weights are already in an engine log's figure (flag) and in a
         # snapshot's total_size (read: the checkpoint ships the MTP layers' tensors)
         held = draft is not None and draft.is_mtp and weights.source in ("flag", "read")
