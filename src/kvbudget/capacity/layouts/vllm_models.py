@@ -158,14 +158,25 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "pages padded to 576 B; specs bucketed by block size, type and window, balanced buckets "
         "split by _approximate_gcd repeats, each block one page of every group side by side "
         "(bytes per block = the widest group); block 256 whatever --block-size; --kv-cache-dtype "
-        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused",
-        "models/deepseek_v4/attention.py 93-126, 233, 298, 345, 366, 856-880, 907-920, 1012-1022; "
+        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused. "
+        "Weights (plan): the target module by module - fp8 linears with one e8m0 byte per 128 x "
+        "128 block, MXFP4 routed experts (NVFP4 with moe_quant_algo NVFP4), bf16 compressor "
+        "fused_wkv_wgate / indexer weights_proj, fp32 mHC, sinks and ape, int32 hash tables, the "
+        "shared expert padded to 128-blocks per rank; per stage fp32 rotary caches (one per "
+        "get_rope key: ratio-1 and compressed layers) and the max_num_batched_tokens x index_topk "
+        "int32 topk_indices_buffer; expert_dtype fp8 and other quantizations refused",
+        "models/deepseek_v4/attention.py 93-126, 195-317, 233, 298, 345, 366, 856-880, 907-920, "
+        "974-1031; models/deepseek_v4/nvidia/model.py 133-176, 661-896, 1061-1141, 1287-1389, "
+        "1818-1843; models/deepseek_v4/quant_config.py 80-84, 139-199; models/deepseek_v4/common/"
+        "rope.py 9-52; rotary_embedding/deepseek_scaling_rope.py 224-255; quantization/fp8.py "
+        "312-339; quantization/mxfp4.py 659-731; quantization/modelopt.py 892-1006; "
         "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
         "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
         "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
         "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
-        "tests/peer/test_vllm_pool_oracle.py)",
+        "tests/peer/test_vllm_pool_oracle.py); tests/unit/plan/test_plan_dsv4_weights_vllm.py "
+        "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4)",
     ),
     "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
         "sliding layers: a SlidingWindowMLASpec of swa_kv_lora_rank + swa_qk_rope_head_dim per "
