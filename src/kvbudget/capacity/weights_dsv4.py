@@ -361,17 +361,16 @@ def deepseek_v4_weights(
         f"{buffers[-1]:,} B of buffers on the last stage (fp32 rotary caches; the "
         f"{max_num_batched_tokens} x {s['index_topk']} int32 topk_indices_buffer)"
     )
+    # the whole model's parameters (one GPU, no buffers): a snapshot's shares, the plan's total
+    whole = deepseek_v4_target_stage_bytes(
+        model,
+        tp=1,
+        pp=1,
+        moe_ranks=1,
+        max_num_batched_tokens=0,
+        compute_capability_major=compute_capability_major,
+    )[0] - _buffers(model, range(s["num_hidden_layers"]), 0)
     if weights.source == "read":
-        whole = sum(
-            b - f for b, f in zip(
-                deepseek_v4_target_stage_bytes(
-                    model, tp=1, pp=1, moe_ranks=1, max_num_batched_tokens=0,
-                    compute_capability_major=compute_capability_major,
-                ),
-                [_buffers(model, range(s["num_hidden_layers"]), 0)],
-                strict=True,
-            )
-        )  # fmt: skip
         per_rank = tuple(
             int(weights.total_bytes * (b - f) / whole) + f
             for b, f in zip(stages, buffers, strict=True)
@@ -390,5 +389,5 @@ def deepseek_v4_weights(
         per_rank_bytes=stages,
         source="computed",
         method=method,
-        total_bytes=sum(stages) * tp,
+        total_bytes=whole,
     )

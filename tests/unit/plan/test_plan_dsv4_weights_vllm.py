@@ -95,26 +95,80 @@ FLASH_ROUTING = 3 * 129280 * 6 * 4 + 40 * 256 * 4  # 3 hash tables, 40 routing b
 FLASH_STAGE = (4 * 16384 + 4 + 1) * 4 + T * 512 * 4 + 2 * ROPE + 4096 * 2  # hc_head, buffers, norm
 
 
-def test_flash_tp1_worked_by_hand() -> None:
+def _flash_tp1() -> int:
     attention = _fp8(1024, 32768) + _fp8(4096, 8192) + _fp8(8192, 4096)  # wq_b, wo_a, wo_b
     assert attention == 3 * 33_556_480
     shared = _fp8(4096, 4096) + _fp8(2048, 4096)  # 2048 rows: 16,778,240 + 8,389,120
     experts = 256 * (2 * 2048 * (2048 + 128) + 4096 * (1024 + 64))  # 256 x 13,369,344
     layer = FLASH_COMMON + attention + shared + experts
     embed = 129280 * 4096 * 2  # 1,059,061,760, embedding and head each
-    want = 43 * layer + 21 * FLASH_C4 + 20 * FLASH_C128 + FLASH_ROUTING + FLASH_STAGE + 2 * embed
-
-    assert _weights("deepseek-ai/DeepSeek-V4-Flash", 1) == want
+    return 43 * layer + 21 * FLASH_C4 + 20 * FLASH_C128 + FLASH_ROUTING + FLASH_STAGE + 2 * embed
 
 
-def test_flash_tp8_worked_by_hand() -> None:
+def _flash_tp8() -> int:
     attention = _fp8(1024, 4096) + _fp8(4096, 1024) + _fp8(1024, 4096)  # 3 x 4,194,560
     shared = _fp8(4096, 512) + _fp8(256, 4096)  # 2048 / 128 = 16 blocks / 8 = 2 -> 256 rows
     experts = 256 * (2 * 256 * (2048 + 128) + 4096 * (128 + 8))  # 256 x 1,671,168
     layer = FLASH_COMMON + attention + shared + experts
     embed = 129280 // 8 * 4096 * 2  # 132,382,720
-    want = 43 * layer + 21 * FLASH_C4 + 20 * FLASH_C128 + FLASH_ROUTING + FLASH_STAGE + 2 * embed
-    assert _weights("deepseek-ai/DeepSeek-V4-Flash", 8) == want
+    return 43 * layer + 21 * FLASH_C4 + 20 * FLASH_C128 + FLASH_ROUTING + FLASH_STAGE + 2 * embed
+
+
+FLASH_BUFFERS = 2 * ROPE + T * 512 * 4  # the two rotary caches and the top-k buffer
+
+
+def test_flash_tp1_worked_by_hand() -> None:
+    assert _weights("deepseek-ai/DeepSeek-V4-Flash", 1) == _flash_tp1()
+
+
+def test_flash_tp8_worked_by_hand() -> None:
+    assert _weights("deepseek-ai/DeepSeek-V4-Flash", 8) == _flash_tp8()
+
+
+def test_total_is_the_whole_models_parameters() -> None:
+    """``total_bytes`` (the whole model, which the simulator splits over TP): the TP 1 figure
+    without its buffers, whatever the TP."""
+    request = PlanRequest(
+        model="deepseek-ai/DeepSeek-V4-Flash",
+        engine="vllm",
+        engine_version="0.32.0",
+        gpu="H200",
+        tp=8,
+        max_model_len=65536,
+        max_num_batched_tokens=T,
+    )
+    assert make_plan(request).weights.total_bytes == _flash_tp1() - FLASH_BUFFERS
+
+
+def test_flash_snapshot_split_by_vllms_shares(tmp_path: Any) -> None:
+    """A snapshot's total_size stays the total; each GPU holds its share of the parameters
+    (TP 8 stage over the whole model at TP 1, buffers off both) plus its own buffers."""
+    import json
+
+    total = 160_000_000_000
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    index = {"metadata": {"total_size": total}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    from kvbudget.spec.catalog import MODELS_DIR
+
+    config = (MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8")
+    (snapshot / "config.json").write_text(config, encoding="utf-8")
+    request = PlanRequest(
+        model=str(snapshot),
+        engine="vllm",
+        engine_version="0.32.0",
+        gpu="H200",
+        tp=8,
+        max_model_len=65536,
+        max_num_batched_tokens=T,
+    )
+    weights = make_plan(request).weights
+    whole = _flash_tp1() - FLASH_BUFFERS
+    share = _flash_tp8() - FLASH_BUFFERS
+    assert weights.source == "read"
+    assert weights.total_bytes == total
+    assert weights.per_rank_bytes == (int(total * share / whole) + FLASH_BUFFERS,)
 
 
 # --- DeepSeek-V4-Pro: H 7168, 128 heads of 512, q_lora 1536, o_lora 1024, 16 groups, 384 experts
