@@ -100,6 +100,7 @@ def packed_kv_group(
     sliding_window: int | None = None,
     mamba_cache_mode: MambaCacheMode = "none",
     block_stride_alignment: int = 1,
+    num_speculative_blocks: int = 0,
 ) -> KvCacheGroup:
     """One packed vLLM group of these member specs as kvbudget's group: its layers the members'
     (sorted, once each), its spec the first member's block size with the summed page."""
@@ -112,5 +113,6 @@ def packed_kv_group(
         sliding_window=sliding_window,
         mamba_cache_mode=mamba_cache_mode,
         block_stride_alignment=block_stride_alignment,
+        num_speculative_blocks=num_speculative_blocks,
     )
     return KvCacheGroup(group_id, spec, indices, uniform_type=True)

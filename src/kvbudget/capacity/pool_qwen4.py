@@ -44,6 +44,7 @@ __all__ = [
     "check_qwen4_request",
     "packed_qwen4_groups",
     "qwen4_groups",
+    "qwen4_speculative_tokens",
     "refuse_qwen4_speculation",
 ]
 
@@ -103,6 +104,7 @@ def qwen4_groups(
     mamba_cache_mode: MambaCacheMode = "none",
     mamba_state_bytes: int | None = None,
     mamba_ssm_state_bytes: int | None = None,
+    num_speculative_tokens: int = 0,
 ) -> list[KvCacheGroup]:
     """Qwen4-Exp's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
     ``uniform_type``: its page is the sum of its members' pages)."""
@@ -119,11 +121,19 @@ def qwen4_groups(
         block_size=block_size,
         mamba_state_bytes=mamba_state_bytes,
         mamba_ssm_state_bytes=mamba_ssm_state_bytes,
+        num_speculative_tokens=num_speculative_tokens,
     )
     out: list[KvCacheGroup] = []
     for members in packed_qwen4_groups(specs):
         kind = _KIND.get(members[0].role, "full")
-        out.append(packed_kv_group(len(out), members, kind=kind, mamba_cache_mode=mamba_cache_mode))
+        group = packed_kv_group(
+            len(out),
+            members,
+            kind=kind,
+            mamba_cache_mode=mamba_cache_mode,
+            num_speculative_blocks=members[0].num_speculative_blocks,
+        )
+        out.append(group)
     return out
 
 
@@ -142,11 +152,15 @@ def check_qwen4_request(request: PackedRequest, version: tuple[int, int, int]) -
 
 #: the proposers vLLM 0.32 takes for Qwen4-Exp (``model_executor/models/config.py`` lines 950-959)
 QWEN4_SPEC_METHODS = frozenset({"mtp", "ngram", "ngram_gpu"})
+#: the ones kvbudget prices: the n-gram proposer has no drafter layers, only its
+#: ``num_speculative_tokens`` widen the target's own specs (``vllm_qwen4.qwen4_layer_specs``)
+QWEN4_MODELLED_METHODS = ("ngram",)
 
 
 def refuse_qwen4_speculation(speculative_config: str) -> None:
     """``--speculative-config`` with Qwen4-Exp, in one line: vLLM 0.32 refuses every proposer but
-    its MTP and n-gram ones; those widen the QSA ring and the GDN / PLE states, not modelled."""
+    its MTP and n-gram ones; kvbudget prices ``ngram`` (its widened target specs) and refuses the
+    MTP drafter's layers and ``ngram_gpu``, not modelled."""
     method = draft_method(parse_speculative_config(speculative_config)) or "unknown"
     if method not in QWEN4_SPEC_METHODS:
         raise LayoutNotApplicable(
@@ -158,7 +172,25 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
     refuse_unmodelled_speculation(
         speculative_config,
         model="Qwen4-Exp",
-        modelled=(),
-        note="num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py "
-        "lines 850-851, and its GDN/PLE conv states and mamba blocks",
+        modelled=QWEN4_MODELLED_METHODS,
+        note="ngram is; mtp adds its drafter's own layers and specs, grouped with the target's, "
+        "not read; ngram_gpu is not priced",
     )
+    qwen4_speculative_tokens(speculative_config)
+
+
+def qwen4_speculative_tokens(speculative_config: str | None) -> int:
+    """``num_speculative_tokens`` of an n-gram ``--speculative-config`` (0 without one): vLLM 0.32
+    sizes Qwen4-Exp's ring and states by ``vllm_config.num_speculative_tokens``
+    (``config/vllm.py`` lines 601-606); refused where absent."""
+    if speculative_config is None:
+        return 0
+    tokens = parse_speculative_config(speculative_config).get("num_speculative_tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise LayoutNotApplicable(
+            f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; it sizes "
+            "the QSA ring and the GDN / PLE states (models/qwen4_exp/common/qsa_cache.py lines "
+            "850-851), and vLLM 0.32 takes a positive integer (config/speculative.py line 393); "
+            "set it"
+        )
+    return tokens

@@ -203,6 +203,61 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     assert [s.page_size_bytes for s in specs if s.role == "ring"] == [(32 + 12) * 2 * 4]
 
 
+NGRAM_2 = '{"method": "ngram", "num_speculative_tokens": 2}'
+
+
+def test_ngram_widens_the_ring_and_the_states(tmp_path: Path) -> None:
+    """n-gram with 2 speculative tokens (no drafter layers): GDN conv ``[128, 3 + 2 = 5]``
+    (``nvidia/model.py`` lines 829-848, ``mamba_utils.py`` lines 280-300): (640 + 1,024) x 2 =
+    3,328 B, B = 16 x cdiv(3,328, 2,048) = 32, padded to 4,096; ring 4 x cdiv(4 + 2, 4) = 8 rows
+    (``qsa_cache.py`` lines 850-851) x 32 x 2 = 512 B; each GDN spec 2 speculative blocks
+    (``mamba/abstract.py`` lines 79-83). Widest page still 4,608: 233,016 blocks. Per request
+    (``v1/kv_cache_interface.py`` lines 1076-1082): none 256 + 1 + 3 x (1 + 2) = 266, 876.0,
+    876 x 8,192 = 7,176,192 tokens; align 256 + 1 + 3 x (2 + 2) = 269: 233,016 x 8,192 / 269 =
+    7,096,160.1 tokens."""
+    spec = resolve_model(_config(tmp_path)).spec
+    assert spec is not None
+    block, specs = qwen4_layer_specs(spec, num_speculative_tokens=2)
+    got = [(s.layer_index, s.role, s.block_size, s.page_size_bytes) for s in specs]
+    assert block == 32
+    assert got == [
+        *[(i, "gdn", 32, 4096) for i in range(3)],
+        (3, "ring", 8, 8 * 32 * 2),
+        (3, "compressed", 32, 512),
+        (3, "attention", 32, 4096),
+    ]
+    assert [s.num_speculative_blocks for s in specs if s.role == "gdn"] == [2, 2, 2]
+    none = _plan(_config(tmp_path), mamba_cache_mode="none", speculative_config=NGRAM_2)
+    pages = [(g.kind, list(g.layer_indices), g.page_size_bytes) for g in none.groups]
+    assert pages == [
+        *[("mamba", [i], 4096) for i in range(3)],
+        ("ring", [3], 512),
+        ("full", [3], 4608),
+    ]
+    assert none.num_blocks == 233_016
+    assert none.max_concurrency == pytest.approx(233_016 / 266) == 876.0
+    assert none.kv_cache_tokens == 7_176_192
+    align = _plan(_config(tmp_path), speculative_config=NGRAM_2)
+    assert align.max_concurrency == pytest.approx(233_016 / 269)
+    assert align.kv_cache_tokens == 7_096_160
+
+
+def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
+    """PLE on layers 0 and 2 with 2 speculative tokens: ``[256, 9 + 2 = 11]`` bf16 = 5,632 B
+    (``model.py`` lines 797-816, ``short_conv_state_shape`` lines 257-266) > GDN 3,328: B = 16 x
+    cdiv(5,632, 2,048) = 48, page 6,144; ring 8 rows (48 % 8 = 0). Widest 6,144 + 768 = 6,912:
+    155,344 blocks; align: 171 + 1 + 5 x (2 + 2) = 192 per request: 809.08."""
+    config = _config(tmp_path, ple_layer_ids=[1, 3], eos_token_id=1)
+    spec = resolve_model(config).spec
+    assert spec is not None
+    block, specs = qwen4_layer_specs(spec, num_speculative_tokens=2)
+    assert block == 48
+    assert {s.page_size_bytes for s in specs if s.role in ("ple", "gdn")} == {6144}
+    result = _plan(config, speculative_config=NGRAM_2)
+    assert result.num_blocks == GiB // 6912 == 155_344
+    assert result.max_concurrency == pytest.approx(155_344 / 192)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -210,12 +265,22 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
         ({"pp": 2}, r"^pp: Qwen4-Exp's packed vLLM groups.*--pp 1"),
         ({"tp": 8}, r"^tp: 8 does not divide Qwen4-Exp's GDN heads \(2 key, 4 value\)"),
         (
-            {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}'},
-            r"^speculative_config: method 'ngram' with Qwen4-Exp.*qsa_cache.py lines 850-851",
+            {"speculative_config": '{"method": "ngram", "prompt_lookup_max": 3}'},
+            r"^speculative_config: num_speculative_tokens None with Qwen4-Exp.*set it$",
         ),
         (
             {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 1}'},
-            r"^speculative_config: method 'mtp' with Qwen4-Exp is not modelled",
+            r"^speculative_config: method 'mtp' with Qwen4-Exp is not modelled.*drafter",
+        ),
+        (
+            {"speculative_config": '{"method": "ngram_gpu", "num_speculative_tokens": 1}'},
+            r"^speculative_config: method 'ngram_gpu' with Qwen4-Exp is not modelled",
+        ),
+        (
+            # ring 4 x cdiv(4 + 5, 4) = 12 rows; B = 16 x cdiv((128 x 8 + 1,024) x 2, 2,048) = 32,
+            # and 32 % 12 != 0: vLLM asserts (qsa_cache.py lines 852-855)
+            {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 5}'},
+            r"^block_size: 32 for Qwen4-Exp; vLLM 0.32 asserts the QSA ring capacity 12 ",
         ),
         (
             {"speculative_config": '{"method": "suffix"}'},
