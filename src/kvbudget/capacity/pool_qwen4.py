@@ -108,11 +108,12 @@ def qwen4_groups(
 ) -> list[KvCacheGroup]:
     """Qwen4-Exp's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
     ``uniform_type``: its page is the sum of its members' pages)."""
-    if pp > 1:
+    if pp > 1 and spec.raw_config.get("ple_layer_ids"):
         raise LayoutNotApplicable(
-            "pp: Qwen4-Exp's packed vLLM groups are planned by kvbudget on one pipeline stage "
-            "only (vLLM 0.32 itself refuses pipeline_parallel_size > 1 when ple_layer_ids is set, "
-            "model_executor/models/config.py lines 941-947); plan with --pp 1"
+            "pp: Qwen4-Exp with ple_layer_ids; vLLM 0.32 raises 'Qwen4Exp N-gram PLE embedding "
+            "requires pipeline_parallel_size=1 because non-first pipeline ranks do not receive "
+            "the raw input_ids it needs' (model_executor/models/config.py lines 941-946; "
+            "models/qwen4_exp/nvidia/model_state.py lines 35-41); plan with --pp 1"
         )
     _block, specs = qwen4_layer_specs(
         spec,
@@ -132,6 +133,7 @@ def qwen4_groups(
             kind=kind,
             mamba_cache_mode=mamba_cache_mode,
             num_speculative_blocks=members[0].num_speculative_blocks,
+            per_stage=True,
         )
         out.append(group)
     return out

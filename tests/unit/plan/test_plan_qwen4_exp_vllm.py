@@ -203,6 +203,46 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     assert [s.page_size_bytes for s in specs if s.role == "ring"] == [(32 + 12) * 2 * 4]
 
 
+def test_pipeline_stages_project_the_whole_model_groups(tmp_path: Path) -> None:
+    """pp 2 on 8 layers (LLLQ LLLQ; no ple_layer_ids, so vLLM 0.32 takes PP: ``SupportsPP``,
+    ``make_layers``, ``nvidia/model.py`` lines 446-448, 693-699): vLLM groups the merged specs of
+    every worker as one model, then projects each group onto a worker's layers
+    (``v1/core/kv_cache_utils.py`` ``get_kv_cache_configs`` lines 2566-2603,
+    ``_project_kv_cache_groups_to_worker`` lines 2486-2528): the groups are pp 1's; stage 0 holds
+    layers 0-3 (``distributed/utils.py`` ``get_pp_indices``: 8 / 2 = 4 each), so its widest
+    projected group is K/V 4,096 + compressed 512 = 4,608 (GDN {0, 4} -> layer 0 only: 4,096):
+    1 GiB // 4,608 = 233,016 blocks, stage 1 the same; every worker allocates the smallest
+    (lines 2662-2678). Per request the scheduler counts every global group (lines 2276-2297,
+    1195-1227): none 256 + 1 + 3 = 260, 896.2154."""
+    result = _plan(_config(tmp_path, num_hidden_layers=8), mamba_cache_mode="none", pp=2)
+    got = [(g.kind, list(g.layer_indices), g.page_size_bytes) for g in result.groups]
+    assert got[:3] == [("mamba", [0, 4], 8192), ("mamba", [1, 5], 8192), ("mamba", [2, 6], 8192)]
+    assert [(r.num_blocks, r.kv_pool_bytes) for r in result.ranks] == [
+        (233_016, 233_016 * 4608),
+        (233_016, 233_016 * 4608),
+    ]
+    assert result.num_blocks == 233_016
+    assert result.max_concurrency == pytest.approx(233_016 / 260)
+
+
+def test_an_uneven_stage_holds_more_blocks_but_allocates_the_common_count(
+    tmp_path: Path,
+) -> None:
+    """pp 3 on 8 layers: ``get_pp_indices`` gives [2, 2, 2] plus the remainder 2 on partitions
+    -2 and -3 (``distributed/utils.py`` lines 154-158): [3, 3, 2], layers 0-2 | 3-5 | 6-7. Stage 0
+    (GDN 0, 1, 2 only): widest 4,096, 1 GiB // 4,096 = 262,144 blocks; stage 1 (QSA 3, GDN 4, 5)
+    and stage 2 (GDN 6, QSA 7): 4,608, 233,016; all allocate 233,016 (lines 2662-2678), stage 0
+    re-planned at 233,016 x 4,096 B."""
+    result = _plan(_config(tmp_path, num_hidden_layers=8), mamba_cache_mode="none", pp=3)
+    assert [r.num_layers for r in result.ranks] == [3, 3, 2]
+    assert [r.kv_pool_bytes for r in result.ranks] == [
+        233_016 * 4096,
+        233_016 * 4608,
+        233_016 * 4608,
+    ]
+    assert result.num_blocks == 233_016
+
+
 NGRAM_2 = '{"method": "ngram", "num_speculative_tokens": 2}'
 
 
@@ -262,7 +302,10 @@ def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
     ("extra", "message"),
     [
         ({"kv_dtype": "fp8_e5m2"}, r"^kv_dtype: fp8_e5m2 for Qwen4-Exp.*qsa.py lines 356-364"),
-        ({"pp": 2}, r"^pp: Qwen4-Exp's packed vLLM groups.*--pp 1"),
+        (
+            {"pp": 2, "model_changes": {"ple_layer_ids": [1, 3], "eos_token_id": 1}},
+            r"^pp: Qwen4-Exp with ple_layer_ids; vLLM 0.32 raises 'Qwen4Exp N-gram PLE .*941-946",
+        ),
         ({"tp": 8}, r"^tp: 8 does not divide Qwen4-Exp's GDN heads \(2 key, 4 value\)"),
         (
             {"speculative_config": '{"method": "ngram", "prompt_lookup_max": 3}'},
@@ -289,8 +332,10 @@ def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
     ],
 )
 def test_refusals_are_one_line(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
+    extra = dict(extra)
+    changes = extra.pop("model_changes", {})
     with pytest.raises((ConfigError, LayoutNotApplicable), match=message):
-        _plan(_config(tmp_path), **extra)
+        _plan(_config(tmp_path, **changes), **extra)
 
 
 def test_a_ratio_the_block_does_not_divide_is_refused(tmp_path: Path) -> None:
