@@ -184,6 +184,23 @@ def test_calc_vllm_layout_counts_every_cache(tmp_path: Path) -> None:
     assert layout.total_bytes == (4 * 4608 + RING_PAGE + 3 * 4096) * 2 == 61_952
 
 
+def test_calc_vllm_layout_splits_the_groups_by_stage(tmp_path: Path) -> None:
+    """``calc --engine vllm --pp 2`` on 8 layers (groups of test_eight_layers_put_two_states_in_a
+    _group, each projected onto a stage: ``_project_kv_cache_groups_to_worker``, lines
+    2486-2528): stage 0 (layers 0-3) holds GDN 0, 1, 2 (4,096 B each), ring 3 (256 B) and K/V 3
+    (4,608 B per block); stage 1 (4-7) the same; 2 sequences of 100 tokens: (4 x 4,608 + 256 +
+    3 x 4,096) x 2 = 61,952 B per stage."""
+    spec = resolve_model(_config(tmp_path, num_hidden_layers=8)).spec
+    assert spec is not None
+    layout = vllm_layout(spec, tokens=100, seqs=2, pp=2)
+    assert [(s.layer_start, s.layer_end, s.bytes_per_rank) for s in layout.stages] == [
+        (0, 4, 61_952),
+        (4, 8, 61_952),
+    ]
+    kinds = [(g.kind, list(g.layer_indices)) for g in layout.stages[1].groups]
+    assert kinds == [("mamba", [4]), ("mamba", [5]), ("mamba", [6]), ("ring", [7]), ("full", [7])]
+
+
 def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     """``Qwen4ExpForConditionalGeneration`` keeps M-RoPE (``mrope_section``): each ring row is the
     key rounded to 4 bf16 plus 3 int64 positions (``qsa_cache.py`` lines 814-829): (32 + 12) x 2

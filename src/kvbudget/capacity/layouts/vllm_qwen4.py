@@ -44,13 +44,14 @@ both state pages are padded to ``B x attention_page_per_token`` (lines 1105-1116
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import (
     LayoutNotApplicable,
     LayoutResult,
+    get_pp_indices,
 )
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
@@ -60,6 +61,7 @@ from kvbudget.capacity.layouts.vllm_specs import (
     packed_layout,
 )
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.state_layers import StateLayer
@@ -318,6 +320,20 @@ def qwen4_layout(
         spec, kv_dtype=kv_dtype, tp=tp, block_size=block_size, pp=pp,
         mamba_cache_mode=mamba_cache_mode,
     )  # fmt: skip
+    stage_groups = []
+    for rank in range(pp if pp > 1 else 0):  # each stage: the groups projected onto its layers
+        start, end = get_pp_indices(spec.num_layers, rank, pp)
+        on_stage = range(start, end)
+        projected = [
+            replace(
+                g,
+                spec=replace(g.spec, page_size_bytes=g.page_on(on_stage)),
+                layer_indices=LayerIndices.of([i for i in g.layer_indices if i in on_stage]),
+            )
+            for g in packed
+            if any(i in on_stage for i in g.layer_indices)
+        ]
+        stage_groups.append((start, end, projected))
     return packed_layout(
         packed,
         kv_dtype_name=get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype).name,
@@ -332,5 +348,7 @@ def qwen4_layout(
         "(one row per indexer_compress_ratio tokens, bf16) in one group; the indexer's raw-key "
         "ring (one page per sequence), the GDN states and the PLE conv states (padded to the "
         "attention page) in groups of their own, packed side by side in each block "
-        "(kv_cache_utils.py _get_packed_kv_cache_groups)",
+        "(kv_cache_utils.py _get_packed_kv_cache_groups); with pp > 1 each stage holds its "
+        "layers' share of every group (_project_kv_cache_groups_to_worker)",
+        stage_groups=stage_groups,
     )
