@@ -175,8 +175,10 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
         speculative_config,
         model="Qwen4-Exp",
         modelled=QWEN4_MODELLED_METHODS,
-        note="ngram is; mtp adds its drafter's own layers and specs, grouped with the target's, "
-        "not read; ngram_gpu is not priced",
+        note="ngram is; mtp adds mtp_num_hidden_layers QSA drafter layers, each with its K/V, "
+        "ring and compressed-key specs joining the target's packed buckets "
+        "(models/qwen4_exp/nvidia/mtp.py lines 189-230), plus the drafter's weights and eagle "
+        "groups (v1/core/kv_cache_utils.py lines 2029-2085), not read; ngram_gpu is not priced",
     )
     qwen4_speculative_tokens(speculative_config)
 
