@@ -219,11 +219,13 @@ def needed_bytes(
     mamba_cache_mode: MambaCacheMode = "none",
     *,
     per_layer: bool = False,
+    rank_layers: range | None = None,
 ) -> int:
     """Bytes one max-length request needs (§2.5): ``group_size * page * Σ_g cdiv(max_mem_g, page)``.
 
     ``per_layer=True`` is the ~v0.9 sum over real layers (``Σ_layers max_mem``), which leaves
-    padding layers out; the two agree when no group is padded.
+    padding layers out; the two agree when no group is padded. ``rank_layers``: on one stage,
+    its block the groups projected onto its layers (:func:`bytes_per_block`).
     """
     if not groups:
         return 0
@@ -237,7 +239,7 @@ def needed_bytes(
         g.max_blocks_per_request(max_model_len, max_num_batched_tokens, mamba_cache_mode)
         for g in groups
     )
-    return bytes_per_block(groups) * blocks
+    return bytes_per_block(groups, rank_layers) * blocks
 
 
 def estimate_max_model_len(
@@ -248,13 +250,19 @@ def estimate_max_model_len(
     mamba_cache_mode: MambaCacheMode = "none",
     *,
     per_layer: bool = False,
+    rank_layers: range | None = None,
 ) -> int:
     """Largest length in ``[1, max_model_len]`` whose need fits (binary search, as the engine); 0 if none."""
     lo, hi, best = 1, max_model_len, 0
     while lo <= hi:
         mid = (lo + hi) // 2
         need = needed_bytes(
-            groups, mid, max_num_batched_tokens, mamba_cache_mode, per_layer=per_layer
+            groups,
+            mid,
+            max_num_batched_tokens,
+            mamba_cache_mode,
+            per_layer=per_layer,
+            rank_layers=rank_layers,
         )
         if need <= available_bytes:
             best, lo = mid, mid + 1

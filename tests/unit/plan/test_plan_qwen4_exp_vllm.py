@@ -242,6 +242,24 @@ def test_pipeline_stages_project_the_whole_model_groups(tmp_path: Path) -> None:
     assert result.max_concurrency == pytest.approx(233_016 / 260)
 
 
+def test_each_stage_is_checked_on_its_own_projected_groups(tmp_path: Path) -> None:
+    """vLLM 0.32 checks every worker's memory against its projected groups
+    (``v1/core/kv_cache_utils.py`` lines 2638-2647; ``_max_memory_usage_bytes_from_groups``
+    lines 2337-2366: bytes per block x the blocks a max-length request needs). 8 layers, 2,000,000
+    B per GPU, mode none, 260 blocks per request: pp 1 needs 9,216 x 260 = 2,396,160 B, more than
+    it has; pp 2 needs 4,608 x 260 = 1,198,080 B per stage, and holds 2,000,000 // 4,608 = 434
+    blocks: 434 / 260 = 1.669 requests."""
+    config = _config(tmp_path, num_hidden_layers=8)
+    one = _plan(config, mamba_cache_mode="none", kv_cache_memory_bytes=2_000_000)
+    assert not one.fits
+    assert one.needed_bytes == 9216 * 260 == 2_396_160
+    two = _plan(config, mamba_cache_mode="none", kv_cache_memory_bytes=2_000_000, pp=2)
+    assert two.fits
+    assert two.needed_bytes == 4608 * 260 == 1_198_080
+    assert two.num_blocks == 434
+    assert two.max_concurrency == pytest.approx(434 / 260)
+
+
 def test_an_uneven_stage_holds_more_blocks_but_allocates_the_common_count(
     tmp_path: Path,
 ) -> None:

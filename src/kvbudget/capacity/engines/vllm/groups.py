@@ -169,7 +169,7 @@ def per_token_bytes(
 ) -> int:
     """KV bytes one token adds on the stage of ``rank_layers`` (one rank)."""
     if specs is None:  # packed groups (DeepSeek-V4, Dots3-Note, Qwen4-Exp): token groups grow
-        return dsv4_bytes_per_token(groups)
+        return dsv4_bytes_per_token(groups, rank_layers)
     return sum(
         s.bytes_per_token * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
         for s, indices in specs.runs()
