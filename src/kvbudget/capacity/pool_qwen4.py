@@ -19,8 +19,13 @@ other backends declare none, ``v1/attention/backends/utils.py`` lines 208-244), 
    group's summed page (lines 1520-1551), ``num_blocks = available // bytes_per_block`` (line
    1627); a max-length request needs ``cdiv(L, B)`` attention blocks and one block per state
    group (two per mamba group with ``--mamba-cache-mode align``: ``MambaSpec``
-   ``max_memory_usage_bytes``, lines 1076-1082; ``CircularBufferSpec``, lines 923-926); the
-   "Maximum concurrency" is ``num_blocks`` over their sum (lines 1195-1227).
+   ``max_memory_usage_bytes``, lines 1076-1082; ``CircularBufferSpec``, lines 923-926), plus
+   ``num_speculative_tokens`` per mamba group with an n-gram proposer (``num_speculative_blocks``);
+   the "Maximum concurrency" is ``num_blocks`` over their sum (lines 1195-1227).
+5. ``--pp`` > 1 (no ``ple_layer_ids``): the whole model's groups, each projected onto a stage's
+   layers (``get_kv_cache_configs`` lines 2566-2603, ``_project_kv_cache_groups_to_worker``
+   lines 2486-2528); every worker allocates the smallest stage's block count (lines 2662-2678)
+   and the scheduler counts every group's blocks per request (lines 2276-2297).
 """
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ Per layer (``models/qwen4_exp/nvidia/model.py`` lines 217-263; ``_QSA_LAYER_TYPE
     868-876; ``indexer_qsa.py`` lines 157-181): ``block / ratio`` rows per block
     (``v1/kv_cache_interface.py`` lines 227-234, 549-553).
 
+An n-gram ``--speculative-config`` (``num_speculative_tokens`` S) widens both conv states by S
+columns (``mamba_utils.py`` lines 257-300, ``model.py`` lines 797-848), the ring as above, and
+gives each GDN / PLE ``MambaSpec`` S speculative blocks (``mamba/abstract.py`` lines 79-83).
+
 Block size (``platforms/interface.py`` ``_align_hybrid_block_size`` lines 939-1122): the largest
 of the GDN and PLE pages (lines 1044-1050, ``get_mamba_specs_from_config``) sets
 ``B = a x cdiv(mamba_page, a x attention_page_per_token)`` with ``a = max(16, --block-size)``,
