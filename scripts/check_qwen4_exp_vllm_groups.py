@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
+from vllm.distributed.utils import get_pp_indices
 from vllm.v1.core import kv_cache_utils
 from vllm.v1.kv_cache_interface import (
     CircularBufferSpec,
@@ -60,13 +61,23 @@ class Model:
 
 
 def specs(
-    m: Model, *, tp: int, fp8: bool, max_len: int, block: int | None, align: bool
+    m: Model,
+    *,
+    tp: int,
+    fp8: bool,
+    max_len: int,
+    block: int | None,
+    align: bool,
+    spec_tokens: int = 0,
 ) -> tuple[int, dict[str, KVCacheSpec]]:
+    # num_speculative_tokens widens both conv states (mamba_utils.py lines 257-300) and the ring
+    # (qsa_cache.py lines 850-851), and is each MambaSpec's num_speculative_blocks (abstract.py
+    # lines 79-83)
     conv_dim = m.k_dim * m.k_heads * 2 + m.v_dim * m.v_heads
-    conv_shape = (conv_dim // tp, m.conv_kernel - 1)
+    conv_shape = (conv_dim // tp, m.conv_kernel - 1 + spec_tokens)
     temporal = (m.v_heads // tp, m.v_dim, m.k_dim)
     gdn_page = (conv_shape[0] * conv_shape[1] + temporal[0] * temporal[1] * temporal[2]) * 2
-    ple_shape = (m.hc * m.hidden, (m.ple_kernel - 1) * m.ngram)
+    ple_shape = (m.hc * m.hidden, (m.ple_kernel - 1) * m.ngram + spec_tokens)
     ple_page = ple_shape[0] * ple_shape[1] * 2 if m.ple else 0
     kv = max(1, m.kv_heads // tp)
     attn_1 = kv * 2 * m.head_dim * (1 if fp8 else 2)
@@ -88,6 +99,7 @@ def specs(
                 page_size_padded=padded,
                 tp_replicated=True,
                 mamba_cache_mode=mode,
+                num_speculative_blocks=spec_tokens,
             )
         if (i + 1) % m.interval:
             out[f"layers.{i}.linear_attn"] = MambaSpec(
@@ -96,9 +108,11 @@ def specs(
                 block_size=mamba_block,
                 page_size_padded=padded,
                 mamba_cache_mode=mode,
+                num_speculative_blocks=spec_tokens,
             )
             continue
-        rows = m.ratio * cdiv(m.ratio, m.ratio)
+        rows = m.ratio * cdiv(m.ratio + spec_tokens, m.ratio)
+        assert b % rows == 0, f"QSA ring capacity {rows} must divide the block size {b}"
         out[f"layers.{i}.self_attn.indexer.raw_key_cache"] = CircularBufferSpec(
             block_size=rows, num_kv_heads=1, head_size=m.index_dim, head_size_v=0,
             dtype=torch.bfloat16,
@@ -127,8 +141,12 @@ def run(
     avail: int = GiB,
     block: int | None = None,
     align: bool = False,
+    spec_tokens: int = 0,
+    pp: int = 1,
 ) -> None:
-    b, layer_specs = specs(m, tp=tp, fp8=fp8, max_len=max_len, block=block, align=align)
+    b, layer_specs = specs(
+        m, tp=tp, fp8=fp8, max_len=max_len, block=block, align=align, spec_tokens=spec_tokens
+    )
     config = SimpleNamespace(
         cache_config=SimpleNamespace(
             get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLNHC,
@@ -147,6 +165,30 @@ def run(
         parallel_config=SimpleNamespace(decode_context_parallel_size=1),
     )
     groups = kv_cache_utils.get_kv_cache_groups(config, dict(layer_specs))
+    if pp > 1:
+        # get_kv_cache_configs (kv_cache_utils.py lines 2566-2678): the whole model's groups
+        # projected onto each stage's layers, every worker at the smallest block count, the
+        # scheduler on worker 0's config (lines 2276-2297)
+        workers = []
+        for rank in range(pp):
+            start, end = get_pp_indices(m.layers, rank, pp)
+            workers.append(
+                {k: v for k, v in layer_specs.items() if start <= int(k.split(".")[1]) < end}
+            )
+        configs = []
+        for rank, worker in enumerate(workers):
+            projected = kv_cache_utils._project_kv_cache_groups_to_worker(groups, worker)
+            one = kv_cache_utils.get_kv_cache_config_from_groups(config, projected, avail)
+            one_bpb = kv_cache_utils._get_kv_cache_bytes_per_block(projected, KVCacheLayout.BLNHC)
+            print(f"  stage {rank}: bytes per block {one_bpb}, num_blocks {one.num_blocks}")
+            configs.append(one)
+        least = min(c.num_blocks for c in configs)
+        for c in configs:
+            c.num_blocks = least
+        cfg = kv_cache_utils.generate_scheduler_kv_cache_config(configs)
+        conc = kv_cache_utils.get_max_concurrency_for_kv_cache_config(config, cfg)
+        print(f"{name}: block {b}, pp {pp}: num_blocks {least}, concurrency {conc}")
+        return
     cfg = kv_cache_utils.get_kv_cache_config_from_groups(config, groups, avail)
     conc = kv_cache_utils.get_max_concurrency_for_kv_cache_config(config, cfg)
     bpb = kv_cache_utils._get_kv_cache_bytes_per_block(groups, KVCacheLayout.BLNHC)
@@ -183,6 +225,11 @@ def main() -> None:
     run("40 layers, tp 2, 10 GiB, 32k", big, tp=2, avail=10 * GiB, max_len=32768)
     run("40 layers, tp 2, 10 GiB, 32k, align", big, tp=2, avail=10 * GiB, max_len=32768,
         align=True)  # fmt: skip
+    run("tiny, ngram 2", tiny, spec_tokens=2)
+    run("tiny, ngram 2, align", tiny, spec_tokens=2, align=True)
+    run("tiny, PLE, ngram 2, align", Model(ple={1, 3}), spec_tokens=2, align=True)
+    run("tiny, 8 layers, pp 2", Model(layers=8), pp=2)
+    run("tiny, 8 layers, pp 3", Model(layers=8), pp=3)
 
 
 if __name__ == "__main__":

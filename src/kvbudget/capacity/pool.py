@@ -160,7 +160,8 @@ def group_size_on(
     if any(g.uniform_type for g in groups):
         first = min(g.layer_indices[0] for g in groups)
         last = max(g.layer_indices[len(g.layer_indices) - 1] for g in groups)
-        if rank_layers is not None and not {first, last} <= set(rank_layers):
+        projectable = all(g.layer_page_bytes for g in groups)
+        if rank_layers is not None and not projectable and not {first, last} <= set(rank_layers):
             raise ConfigError(
                 "pp: a model whose layers form one vLLM UniformType group with different pages "
                 "(an MLA latent plus sparse-indexer keys) is planned on one pipeline stage only; "
@@ -183,13 +184,14 @@ def bytes_per_block(
     page the sum of its layers' pages) the widest group's page, as vLLM 0.32
     ``_get_kv_cache_bytes_per_block`` packs every group's page into each block
     (``v1/core/kv_cache_utils.py`` lines 1520-1551; DeepSeek-V4's several packed groups), rounded
-    up to the lcm of the groups' block-stride alignments (lines 1541-1551; Dots3-Note)."""
+    up to the lcm of the groups' block-stride alignments (lines 1541-1551; Dots3-Note); on a
+    pipeline stage each group projected onto its layers there (:meth:`KvCacheGroup.page_on`)."""
     size = group_size_on(groups, rank_layers)
     if not groups or size == 0:
         return 0
     if any(g.uniform_type for g in groups):
         align = lcm(*(g.block_stride_alignment for g in groups))
-        return cdiv(max(g.page_size_bytes for g in groups), align) * align
+        return cdiv(max(g.page_on(rank_layers) for g in groups), align) * align
     return groups[0].page_size_bytes * size
 
 
@@ -217,11 +219,13 @@ def needed_bytes(
     mamba_cache_mode: MambaCacheMode = "none",
     *,
     per_layer: bool = False,
+    rank_layers: range | None = None,
 ) -> int:
     """Bytes one max-length request needs (§2.5): ``group_size * page * Σ_g cdiv(max_mem_g, page)``.
 
     ``per_layer=True`` is the ~v0.9 sum over real layers (``Σ_layers max_mem``), which leaves
-    padding layers out; the two agree when no group is padded.
+    padding layers out; the two agree when no group is padded. ``rank_layers``: on one stage,
+    its block the groups projected onto its layers (:func:`bytes_per_block`).
     """
     if not groups:
         return 0
@@ -235,7 +239,7 @@ def needed_bytes(
         g.max_blocks_per_request(max_model_len, max_num_batched_tokens, mamba_cache_mode)
         for g in groups
     )
-    return bytes_per_block(groups) * blocks
+    return bytes_per_block(groups, rank_layers) * blocks
 
 
 def estimate_max_model_len(
@@ -246,13 +250,19 @@ def estimate_max_model_len(
     mamba_cache_mode: MambaCacheMode = "none",
     *,
     per_layer: bool = False,
+    rank_layers: range | None = None,
 ) -> int:
     """Largest length in ``[1, max_model_len]`` whose need fits (binary search, as the engine); 0 if none."""
     lo, hi, best = 1, max_model_len, 0
     while lo <= hi:
         mid = (lo + hi) // 2
         need = needed_bytes(
-            groups, mid, max_num_batched_tokens, mamba_cache_mode, per_layer=per_layer
+            groups,
+            mid,
+            max_num_batched_tokens,
+            mamba_cache_mode,
+            per_layer=per_layer,
+            rank_layers=rank_layers,
         )
         if need <= available_bytes:
             best, lo = mid, mid + 1

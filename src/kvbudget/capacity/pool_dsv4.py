@@ -140,9 +140,10 @@ def _refuse_dsv4_speculation(speculative_config: str) -> None:
     )
 
 
-def dsv4_bytes_per_token(groups: list[KvCacheGroup]) -> int:
+def dsv4_bytes_per_token(groups: list[KvCacheGroup], rank_layers: range | None = None) -> int:
     """Long-run bytes per token on one rank of packed groups: the MLA groups' pages over their
     blocks (DeepSeek-V4's compressed MLA; Dots3-Note's DSA latents and indexer keys; Qwen4-Exp's
     full group: QSA K/V and compressed keys); the sliding, compressor-state, ring and mamba groups
-    stop growing at their windows or states."""
-    return sum(g.page_size_bytes // g.block_size for g in groups if g.kind in ("mla", "full"))
+    stop growing at their windows or states. ``rank_layers``: on that stage (Qwen4-Exp's groups
+    project onto it, :meth:`KvCacheGroup.page_on`)."""
+    return sum(g.page_on(rank_layers) // g.block_size for g in groups if g.kind in ("mla", "full"))

@@ -100,9 +100,13 @@ def packed_kv_group(
     sliding_window: int | None = None,
     mamba_cache_mode: MambaCacheMode = "none",
     block_stride_alignment: int = 1,
+    num_speculative_blocks: int = 0,
+    per_stage: bool = False,
 ) -> KvCacheGroup:
     """One packed vLLM group of these member specs as kvbudget's group: its layers the members'
-    (sorted, once each), its spec the first member's block size with the summed page."""
+    (sorted, once each), its spec the first member's block size with the summed page.
+    ``per_stage``: the group projects onto pipeline stages (``KvCacheGroup.layer_page_bytes``,
+    set where every member layer adds the same page)."""
     indices = LayerIndices.of(sorted({s.layer_index for s in members}))
     spec = VllmLayerSpec(
         layer_index=indices[0],
@@ -112,5 +116,11 @@ def packed_kv_group(
         sliding_window=sliding_window,
         mamba_cache_mode=mamba_cache_mode,
         block_stride_alignment=block_stride_alignment,
+        num_speculative_blocks=num_speculative_blocks,
     )
-    return KvCacheGroup(group_id, spec, indices, uniform_type=True)
+    per_layer: dict[int, int] = {}
+    for s in members:
+        per_layer[s.layer_index] = per_layer.get(s.layer_index, 0) + s.page_size_bytes
+    pages = set(per_layer.values())
+    layer_page = pages.pop() if per_stage and len(pages) == 1 else 0
+    return KvCacheGroup(group_id, spec, indices, uniform_type=True, layer_page_bytes=layer_page)

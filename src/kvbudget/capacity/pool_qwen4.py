@@ -19,8 +19,13 @@ other backends declare none, ``v1/attention/backends/utils.py`` lines 208-244), 
    group's summed page (lines 1520-1551), ``num_blocks = available // bytes_per_block`` (line
    1627); a max-length request needs ``cdiv(L, B)`` attention blocks and one block per state
    group (two per mamba group with ``--mamba-cache-mode align``: ``MambaSpec``
-   ``max_memory_usage_bytes``, lines 1076-1082; ``CircularBufferSpec``, lines 923-926); the
-   "Maximum concurrency" is ``num_blocks`` over their sum (lines 1195-1227).
+   ``max_memory_usage_bytes``, lines 1076-1082; ``CircularBufferSpec``, lines 923-926), plus
+   ``num_speculative_tokens`` per mamba group with an n-gram proposer (``num_speculative_blocks``);
+   the "Maximum concurrency" is ``num_blocks`` over their sum (lines 1195-1227).
+5. ``--pp`` > 1 (no ``ple_layer_ids``): the whole model's groups, each projected onto a stage's
+   layers (``get_kv_cache_configs`` lines 2566-2603, ``_project_kv_cache_groups_to_worker``
+   lines 2486-2528); every worker allocates the smallest stage's block count (lines 2662-2678)
+   and the scheduler counts every group's blocks per request (lines 2276-2297).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "check_qwen4_request",
     "packed_qwen4_groups",
     "qwen4_groups",
+    "qwen4_speculative_tokens",
     "refuse_qwen4_speculation",
 ]
 
@@ -103,14 +109,16 @@ def qwen4_groups(
     mamba_cache_mode: MambaCacheMode = "none",
     mamba_state_bytes: int | None = None,
     mamba_ssm_state_bytes: int | None = None,
+    num_speculative_tokens: int = 0,
 ) -> list[KvCacheGroup]:
     """Qwen4-Exp's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
     ``uniform_type``: its page is the sum of its members' pages)."""
-    if pp > 1:
+    if pp > 1 and spec.raw_config.get("ple_layer_ids"):
         raise LayoutNotApplicable(
-            "pp: Qwen4-Exp's packed vLLM groups are planned by kvbudget on one pipeline stage "
-            "only (vLLM 0.32 itself refuses pipeline_parallel_size > 1 when ple_layer_ids is set, "
-            "model_executor/models/config.py lines 941-947); plan with --pp 1"
+            "pp: Qwen4-Exp with ple_layer_ids; vLLM 0.32 raises 'Qwen4Exp N-gram PLE embedding "
+            "requires pipeline_parallel_size=1 because non-first pipeline ranks do not receive "
+            "the raw input_ids it needs' (model_executor/models/config.py lines 941-946; "
+            "models/qwen4_exp/nvidia/model_state.py lines 35-41); plan with --pp 1"
         )
     _block, specs = qwen4_layer_specs(
         spec,
@@ -119,11 +127,20 @@ def qwen4_groups(
         block_size=block_size,
         mamba_state_bytes=mamba_state_bytes,
         mamba_ssm_state_bytes=mamba_ssm_state_bytes,
+        num_speculative_tokens=num_speculative_tokens,
     )
     out: list[KvCacheGroup] = []
     for members in packed_qwen4_groups(specs):
         kind = _KIND.get(members[0].role, "full")
-        out.append(packed_kv_group(len(out), members, kind=kind, mamba_cache_mode=mamba_cache_mode))
+        group = packed_kv_group(
+            len(out),
+            members,
+            kind=kind,
+            mamba_cache_mode=mamba_cache_mode,
+            num_speculative_blocks=members[0].num_speculative_blocks,
+            per_stage=True,
+        )
+        out.append(group)
     return out
 
 
@@ -142,11 +159,15 @@ def check_qwen4_request(request: PackedRequest, version: tuple[int, int, int]) -
 
 #: the proposers vLLM 0.32 takes for Qwen4-Exp (``model_executor/models/config.py`` lines 950-959)
 QWEN4_SPEC_METHODS = frozenset({"mtp", "ngram", "ngram_gpu"})
+#: the ones kvbudget prices: the n-gram proposer has no drafter layers, only its
+#: ``num_speculative_tokens`` widen the target's own specs (``vllm_qwen4.qwen4_layer_specs``)
+QWEN4_MODELLED_METHODS = ("ngram",)
 
 
 def refuse_qwen4_speculation(speculative_config: str) -> None:
     """``--speculative-config`` with Qwen4-Exp, in one line: vLLM 0.32 refuses every proposer but
-    its MTP and n-gram ones; those widen the QSA ring and the GDN / PLE states, not modelled."""
+    its MTP and n-gram ones; kvbudget prices ``ngram`` (its widened target specs) and refuses the
+    MTP drafter's layers and ``ngram_gpu``, not modelled."""
     method = draft_method(parse_speculative_config(speculative_config)) or "unknown"
     if method not in QWEN4_SPEC_METHODS:
         raise LayoutNotApplicable(
@@ -158,7 +179,27 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
     refuse_unmodelled_speculation(
         speculative_config,
         model="Qwen4-Exp",
-        modelled=(),
-        note="num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py "
-        "lines 850-851, and its GDN/PLE conv states and mamba blocks",
+        modelled=QWEN4_MODELLED_METHODS,
+        note="ngram is; mtp adds mtp_num_hidden_layers QSA drafter layers, each with its K/V, "
+        "ring and compressed-key specs joining the target's packed buckets "
+        "(models/qwen4_exp/nvidia/mtp.py lines 189-230), plus the drafter's weights and eagle "
+        "groups (v1/core/kv_cache_utils.py lines 2029-2085), not read; ngram_gpu is not priced",
     )
+    qwen4_speculative_tokens(speculative_config)
+
+
+def qwen4_speculative_tokens(speculative_config: str | None) -> int:
+    """``num_speculative_tokens`` of an n-gram ``--speculative-config`` (0 without one): vLLM 0.32
+    sizes Qwen4-Exp's ring and states by ``vllm_config.num_speculative_tokens``
+    (``config/vllm.py`` lines 601-606); refused where absent."""
+    if speculative_config is None:
+        return 0
+    tokens = parse_speculative_config(speculative_config).get("num_speculative_tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise LayoutNotApplicable(
+            f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; it sizes "
+            "the QSA ring and the GDN / PLE states (models/qwen4_exp/common/qsa_cache.py lines "
+            "850-851), and vLLM 0.32 takes a positive integer (config/speculative.py line 393); "
+            "set it"
+        )
+    return tokens

@@ -34,6 +34,17 @@ class KvCacheGroup:
     #: layer's page (layers of one kind with different pages: DSA's MLA latent + indexer keys,
     #: GLM-5.2's layers with and without an indexer), so the group counts as one layer of that page
     uniform_type: bool = False
+    #: a UniformType group whose every member layer adds this same page (Qwen4-Exp's packed
+    #: groups), so it projects onto a pipeline stage as that page x its layers there (vLLM 0.32
+    #: ``_project_kv_cache_groups_to_worker``, ``v1/core/kv_cache_utils.py`` lines 2486-2528);
+    #: 0: not projectable, planned on one stage only
+    layer_page_bytes: int = 0
+
+    def page_on(self, rank_layers: range | set[int] | None) -> int:
+        """This group's page on the stage of ``rank_layers`` (the whole page when None)."""
+        if rank_layers is None or not self.layer_page_bytes:
+            return self.page_size_bytes
+        return self.layer_page_bytes * sum(1 for i in self.layer_indices if i in rank_layers)
 
     @property
     def kind(self) -> VllmKind:

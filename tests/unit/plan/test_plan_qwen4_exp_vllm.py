@@ -184,6 +184,23 @@ def test_calc_vllm_layout_counts_every_cache(tmp_path: Path) -> None:
     assert layout.total_bytes == (4 * 4608 + RING_PAGE + 3 * 4096) * 2 == 61_952
 
 
+def test_calc_vllm_layout_splits_the_groups_by_stage(tmp_path: Path) -> None:
+    """``calc --engine vllm --pp 2`` on 8 layers (groups of test_eight_layers_put_two_states_in_a
+    _group, each projected onto a stage: ``_project_kv_cache_groups_to_worker``, lines
+    2486-2528): stage 0 (layers 0-3) holds GDN 0, 1, 2 (4,096 B each), ring 3 (256 B) and K/V 3
+    (4,608 B per block); stage 1 (4-7) the same; 2 sequences of 100 tokens: (4 x 4,608 + 256 +
+    3 x 4,096) x 2 = 61,952 B per stage."""
+    spec = resolve_model(_config(tmp_path, num_hidden_layers=8)).spec
+    assert spec is not None
+    layout = vllm_layout(spec, tokens=100, seqs=2, pp=2)
+    assert [(s.layer_start, s.layer_end, s.bytes_per_rank) for s in layout.stages] == [
+        (0, 4, 61_952),
+        (4, 8, 61_952),
+    ]
+    kinds = [(g.kind, list(g.layer_indices)) for g in layout.stages[1].groups]
+    assert kinds == [("mamba", [4]), ("mamba", [5]), ("mamba", [6]), ("ring", [7]), ("full", [7])]
+
+
 def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     """``Qwen4ExpForConditionalGeneration`` keeps M-RoPE (``mrope_section``): each ring row is the
     key rounded to 4 bf16 plus 3 int64 positions (``qsa_cache.py`` lines 814-829): (32 + 12) x 2
@@ -203,19 +220,145 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     assert [s.page_size_bytes for s in specs if s.role == "ring"] == [(32 + 12) * 2 * 4]
 
 
+def test_pipeline_stages_project_the_whole_model_groups(tmp_path: Path) -> None:
+    """pp 2 on 8 layers (LLLQ LLLQ; no ple_layer_ids, so vLLM 0.32 takes PP: ``SupportsPP``,
+    ``make_layers``, ``nvidia/model.py`` lines 446-448, 693-699): vLLM groups the merged specs of
+    every worker as one model, then projects each group onto a worker's layers
+    (``v1/core/kv_cache_utils.py`` ``get_kv_cache_configs`` lines 2566-2603,
+    ``_project_kv_cache_groups_to_worker`` lines 2486-2528): the groups are pp 1's; stage 0 holds
+    layers 0-3 (``distributed/utils.py`` ``get_pp_indices``: 8 / 2 = 4 each), so its widest
+    projected group is K/V 4,096 + compressed 512 = 4,608 (GDN {0, 4} -> layer 0 only: 4,096):
+    1 GiB // 4,608 = 233,016 blocks, stage 1 the same; every worker allocates the smallest
+    (lines 2662-2678). Per request the scheduler counts every global group (lines 2276-2297,
+    1195-1227): none 256 + 1 + 3 = 260, 896.2154."""
+    result = _plan(_config(tmp_path, num_hidden_layers=8), mamba_cache_mode="none", pp=2)
+    got = [(g.kind, list(g.layer_indices), g.page_size_bytes) for g in result.groups]
+    assert got[:3] == [("mamba", [0, 4], 8192), ("mamba", [1, 5], 8192), ("mamba", [2, 6], 8192)]
+    assert [(r.num_blocks, r.kv_pool_bytes) for r in result.ranks] == [
+        (233_016, 233_016 * 4608),
+        (233_016, 233_016 * 4608),
+    ]
+    assert result.num_blocks == 233_016
+    assert result.max_concurrency == pytest.approx(233_016 / 260)
+
+
+def test_each_stage_is_checked_on_its_own_projected_groups(tmp_path: Path) -> None:
+    """vLLM 0.32 checks every worker's memory against its projected groups
+    (``v1/core/kv_cache_utils.py`` lines 2638-2647; ``_max_memory_usage_bytes_from_groups``
+    lines 2337-2366: bytes per block x the blocks a max-length request needs). 8 layers, 2,000,000
+    B per GPU, mode none, 260 blocks per request: pp 1 needs 9,216 x 260 = 2,396,160 B, more than
+    it has; pp 2 needs 4,608 x 260 = 1,198,080 B per stage, and holds 2,000,000 // 4,608 = 434
+    blocks: 434 / 260 = 1.669 requests."""
+    config = _config(tmp_path, num_hidden_layers=8)
+    one = _plan(config, mamba_cache_mode="none", kv_cache_memory_bytes=2_000_000)
+    assert not one.fits
+    assert one.needed_bytes == 9216 * 260 == 2_396_160
+    two = _plan(config, mamba_cache_mode="none", kv_cache_memory_bytes=2_000_000, pp=2)
+    assert two.fits
+    assert two.needed_bytes == 4608 * 260 == 1_198_080
+    assert two.num_blocks == 434
+    assert two.max_concurrency == pytest.approx(434 / 260)
+
+
+def test_an_uneven_stage_holds_more_blocks_but_allocates_the_common_count(
+    tmp_path: Path,
+) -> None:
+    """pp 3 on 8 layers: ``get_pp_indices`` gives [2, 2, 2] plus the remainder 2 on partitions
+    -2 and -3 (``distributed/utils.py`` lines 154-158): [3, 3, 2], layers 0-2 | 3-5 | 6-7. Stage 0
+    (GDN 0, 1, 2 only): widest 4,096, 1 GiB // 4,096 = 262,144 blocks; stage 1 (QSA 3, GDN 4, 5)
+    and stage 2 (GDN 6, QSA 7): 4,608, 233,016; all allocate 233,016 (lines 2662-2678), stage 0
+    re-planned at 233,016 x 4,096 B."""
+    result = _plan(_config(tmp_path, num_hidden_layers=8), mamba_cache_mode="none", pp=3)
+    assert [r.num_layers for r in result.ranks] == [3, 3, 2]
+    assert [r.kv_pool_bytes for r in result.ranks] == [
+        233_016 * 4096,
+        233_016 * 4608,
+        233_016 * 4608,
+    ]
+    assert result.num_blocks == 233_016
+
+
+NGRAM_2 = '{"method": "ngram", "num_speculative_tokens": 2}'
+
+
+def test_ngram_widens_the_ring_and_the_states(tmp_path: Path) -> None:
+    """n-gram with 2 speculative tokens (no drafter layers): GDN conv ``[128, 3 + 2 = 5]``
+    (``nvidia/model.py`` lines 829-848, ``mamba_utils.py`` lines 280-300): (640 + 1,024) x 2 =
+    3,328 B, B = 16 x cdiv(3,328, 2,048) = 32, padded to 4,096; ring 4 x cdiv(4 + 2, 4) = 8 rows
+    (``qsa_cache.py`` lines 850-851) x 32 x 2 = 512 B; each GDN spec 2 speculative blocks
+    (``mamba/abstract.py`` lines 79-83). Widest page still 4,608: 233,016 blocks. Per request
+    (``v1/kv_cache_interface.py`` lines 1076-1082): none 256 + 1 + 3 x (1 + 2) = 266, 876.0,
+    876 x 8,192 = 7,176,192 tokens; align 256 + 1 + 3 x (2 + 2) = 269: 233,016 x 8,192 / 269 =
+    7,096,160.1 tokens."""
+    spec = resolve_model(_config(tmp_path)).spec
+    assert spec is not None
+    block, specs = qwen4_layer_specs(spec, num_speculative_tokens=2)
+    got = [(s.layer_index, s.role, s.block_size, s.page_size_bytes) for s in specs]
+    assert block == 32
+    assert got == [
+        *[(i, "gdn", 32, 4096) for i in range(3)],
+        (3, "ring", 8, 8 * 32 * 2),
+        (3, "compressed", 32, 512),
+        (3, "attention", 32, 4096),
+    ]
+    assert [s.num_speculative_blocks for s in specs if s.role == "gdn"] == [2, 2, 2]
+    none = _plan(_config(tmp_path), mamba_cache_mode="none", speculative_config=NGRAM_2)
+    pages = [(g.kind, list(g.layer_indices), g.page_size_bytes) for g in none.groups]
+    assert pages == [
+        *[("mamba", [i], 4096) for i in range(3)],
+        ("ring", [3], 512),
+        ("full", [3], 4608),
+    ]
+    assert none.num_blocks == 233_016
+    assert none.max_concurrency == pytest.approx(233_016 / 266) == 876.0
+    assert none.kv_cache_tokens == 7_176_192
+    align = _plan(_config(tmp_path), speculative_config=NGRAM_2)
+    assert align.max_concurrency == pytest.approx(233_016 / 269)
+    assert align.kv_cache_tokens == 7_096_160
+
+
+def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
+    """PLE on layers 0 and 2 with 2 speculative tokens: ``[256, 9 + 2 = 11]`` bf16 = 5,632 B
+    (``model.py`` lines 797-816, ``short_conv_state_shape`` lines 257-266) > GDN 3,328: B = 16 x
+    cdiv(5,632, 2,048) = 48, page 6,144; ring 8 rows (48 % 8 = 0). Widest 6,144 + 768 = 6,912:
+    155,344 blocks; align: 171 + 1 + 5 x (2 + 2) = 192 per request: 809.08."""
+    config = _config(tmp_path, ple_layer_ids=[1, 3], eos_token_id=1)
+    spec = resolve_model(config).spec
+    assert spec is not None
+    block, specs = qwen4_layer_specs(spec, num_speculative_tokens=2)
+    assert block == 48
+    assert {s.page_size_bytes for s in specs if s.role in ("ple", "gdn")} == {6144}
+    result = _plan(config, speculative_config=NGRAM_2)
+    assert result.num_blocks == GiB // 6912 == 155_344
+    assert result.max_concurrency == pytest.approx(155_344 / 192)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         ({"kv_dtype": "fp8_e5m2"}, r"^kv_dtype: fp8_e5m2 for Qwen4-Exp.*qsa.py lines 356-364"),
-        ({"pp": 2}, r"^pp: Qwen4-Exp's packed vLLM groups.*--pp 1"),
+        (
+            {"pp": 2, "model_changes": {"ple_layer_ids": [1, 3], "eos_token_id": 1}},
+            r"^pp: Qwen4-Exp with ple_layer_ids; vLLM 0.32 raises 'Qwen4Exp N-gram PLE .*941-946",
+        ),
         ({"tp": 8}, r"^tp: 8 does not divide Qwen4-Exp's GDN heads \(2 key, 4 value\)"),
         (
-            {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}'},
-            r"^speculative_config: method 'ngram' with Qwen4-Exp.*qsa_cache.py lines 850-851",
+            {"speculative_config": '{"method": "ngram", "prompt_lookup_max": 3}'},
+            r"^speculative_config: num_speculative_tokens None with Qwen4-Exp.*set it$",
         ),
         (
             {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 1}'},
-            r"^speculative_config: method 'mtp' with Qwen4-Exp is not modelled",
+            r"^speculative_config: method 'mtp' with Qwen4-Exp is not modelled.*drafter",
+        ),
+        (
+            {"speculative_config": '{"method": "ngram_gpu", "num_speculative_tokens": 1}'},
+            r"^speculative_config: method 'ngram_gpu' with Qwen4-Exp is not modelled",
+        ),
+        (
+            # ring 4 x cdiv(4 + 5, 4) = 12 rows; B = 16 x cdiv((128 x 8 + 1,024) x 2, 2,048) = 32,
+            # and 32 % 12 != 0: vLLM asserts (qsa_cache.py lines 852-855)
+            {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 5}'},
+            r"^block_size: 32 for Qwen4-Exp; vLLM 0.32 asserts the QSA ring capacity 12 ",
         ),
         (
             {"speculative_config": '{"method": "suffix"}'},
@@ -224,8 +367,10 @@ def test_multimodal_ring_keeps_mrope_positions(tmp_path: Path) -> None:
     ],
 )
 def test_refusals_are_one_line(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
+    extra = dict(extra)
+    changes = extra.pop("model_changes", {})
     with pytest.raises((ConfigError, LayoutNotApplicable), match=message):
-        _plan(_config(tmp_path), **extra)
+        _plan(_config(tmp_path, **changes), **extra)
 
 
 def test_a_ratio_the_block_does_not_divide_is_refused(tmp_path: Path) -> None:

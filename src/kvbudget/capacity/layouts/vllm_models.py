@@ -248,15 +248,21 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "multiple of 16 (--block-size 24 is served as 32), states padded to that page; vLLM's packed groups (K/V + compressed keys one group, rings one, "
         "GDN / PLE buckets split by _approximate_gcd repeats and the states one block holds); "
         "bf16 model, KV auto / bf16 / fp8 only; --block-size a multiple of the ratio; "
-        "speculative decoding and pp > 1 not modelled",
+        "--speculative-config ngram: its num_speculative_tokens widen both conv states and the "
+        "ring and add as many speculative blocks per GDN / PLE group (mtp, ngram_gpu refused); "
+        "pp > 1: the whole model's groups projected onto each stage's layers, every worker at "
+        "the smallest block count (refused with ple_layer_ids, as vLLM refuses it)",
         "models/qwen4_exp/__init__.py 22-47; models/qwen4_exp/nvidia/model.py 93, 217-263, "
-        "787-907; models/qwen4_exp/nvidia/qsa.py 188-191, 353-396, 460-468, 543-551; "
+        "446-448, 693-699, 787-907; models/qwen4_exp/nvidia/model_state.py 35-41; "
+        "models/qwen4_exp/nvidia/qsa.py 188-191, 353-396, 460-468, 543-551; "
         "models/qwen4_exp/nvidia/indexer_qsa.py 115-181; models/qwen4_exp/nvidia/ple_layer.py "
         "165-187; models/qwen4_exp/common/qsa_cache.py 753-756, 773-780, 811-876; "
-        "model_executor/layers/mamba/abstract.py 65-84; model_executor/models/config.py 853-878, 894-967; "
+        "model_executor/layers/mamba/abstract.py 65-84; model_executor/layers/mamba/mamba_utils.py "
+        "257-300; model_executor/models/config.py 853-878, 894-967; "
         "platforms/interface.py 750-795, 939-1122; v1/attention/backends/utils.py 208-244; "
         "v1/kv_cache_interface.py 227-234, 541-561, 686-756, 909-945, 1035-1107, 1253-1300; "
-        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1627, 1825-1994, 2159-2211",
+        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1627, 1825-1994, 2159-2211, 2276-2297, "
+        "2486-2528, 2566-2678; distributed/utils.py 126-169",
         "tests/unit/plan/test_plan_qwen4_exp_vllm.py (by hand; no CPU pool: the model is CUDA "
         "and ROCm only; scripts/check_qwen4_exp_vllm_groups.py runs vLLM's own grouping on "
         "those specs)",

@@ -33,6 +33,10 @@ Per layer (``models/qwen4_exp/nvidia/model.py`` lines 217-263; ``_QSA_LAYER_TYPE
     868-876; ``indexer_qsa.py`` lines 157-181): ``block / ratio`` rows per block
     (``v1/kv_cache_interface.py`` lines 227-234, 549-553).
 
+An n-gram ``--speculative-config`` (``num_speculative_tokens`` S) widens both conv states by S
+columns (``mamba_utils.py`` lines 257-300, ``model.py`` lines 797-848), the ring as above, and
+gives each GDN / PLE ``MambaSpec`` S speculative blocks (``mamba/abstract.py`` lines 79-83).
+
 Block size (``platforms/interface.py`` ``_align_hybrid_block_size`` lines 939-1122): the largest
 of the GDN and PLE pages (lines 1044-1050, ``get_mamba_specs_from_config``) sets
 ``B = a x cdiv(mamba_page, a x attention_page_per_token)`` with ``a = max(16, --block-size)``,
@@ -43,13 +47,15 @@ both state pages are padded to ``B x attention_page_per_token`` (lines 1105-1116
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import (
     LayoutNotApplicable,
     LayoutResult,
+    get_pp_indices,
 )
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
@@ -59,6 +65,7 @@ from kvbudget.capacity.layouts.vllm_specs import (
     packed_layout,
 )
 from kvbudget.errors import ConfigError
+from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.state_layers import StateLayer
@@ -99,6 +106,9 @@ class Qwen4Spec:
     #: block size and, for states, ``tp_replicated`` (``v1/kv_cache_interface.py`` lines
     #: 1096-1107, 1281-1295)
     bucket: str
+    #: ``MambaSpec.num_speculative_blocks`` (``model_executor/layers/mamba/abstract.py`` lines
+    #: 79-83: ``num_speculative_tokens``): the extra state blocks a GDN / PLE group holds per request
+    num_speculative_blocks: int = 0
 
     @property
     def is_state(self) -> bool:
@@ -213,8 +223,16 @@ def qwen4_layer_specs(
     block_size: int | None = None,
     mamba_state_bytes: int | None = None,
     mamba_ssm_state_bytes: int | None = None,
+    num_speculative_tokens: int = 0,
 ) -> tuple[int, list[Qwen4Spec]]:
-    """``(block size, every spec in registration order)`` of Qwen4-Exp on one TP rank."""
+    """``(block size, every spec in registration order)`` of Qwen4-Exp on one TP rank.
+
+    ``num_speculative_tokens`` (an n-gram proposer's, ``pool_qwen4.qwen4_speculative_tokens``)
+    widens the GDN conv state by that many columns (``nvidia/model.py`` lines 829-848,
+    ``mamba_utils.py`` ``gated_delta_net_state_shape`` lines 280-300), the PLE conv state too
+    (``model.py`` lines 797-816, ``short_conv_state_shape`` lines 257-266), the QSA ring to
+    ``ratio x cdiv(ratio + spec, ratio)`` rows (``qsa_cache.py`` lines 844-862), and gives each
+    GDN / PLE spec that many speculative blocks (``mamba/abstract.py`` lines 79-83)."""
     check_qwen4(spec, kv_dtype=kv_dtype, tp=tp, block_size=block_size)
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
     ratio = compress_ratio(spec)
@@ -224,8 +242,21 @@ def qwen4_layer_specs(
     attns = [x for x in layers if isinstance(x, FullAttention)]
     states = [x for x in layers if isinstance(x, StateLayer)]
     per_token = attention_page_bytes(attns[0], dtype, tp, 1) if attns else 0
-    gdn_page = max((mamba_page_bytes(x, conv, tp, ssm) for x in states), default=0)
-    ple_page = max((x.aux_conv_elements() * conv for x in states), default=0)
+    spec_tokens = num_speculative_tokens
+
+    def gdn_bytes(layer: StateLayer) -> int:
+        if not spec_tokens:
+            return mamba_page_bytes(layer, conv, tp, ssm)
+        widened = math.prod(layer.conv_shape(tp, num_speculative_tokens=spec_tokens))
+        return widened * conv + layer.ssm_elements(tp) * ssm
+
+    def ple_bytes(layer: StateLayer) -> int:
+        if not layer.aux_conv_elements():
+            return 0
+        return layer.aux_conv_channels * (layer.aux_conv_window + spec_tokens) * conv
+
+    gdn_page = max((gdn_bytes(x) for x in states), default=0)
+    ple_page = max((ple_bytes(x) for x in states), default=0)
     mamba_page = max(gdn_page, ple_page)
     block = block_size or DEFAULT_BLOCK_SIZE
     if mamba_page and per_token:
@@ -244,7 +275,7 @@ def qwen4_layer_specs(
             field="block_size",
         )
     padded = block * per_token if per_token and block * per_token != mamba_page else 0
-    ring_rows = ratio * cdiv(ratio, ratio)  # no speculative tokens (check_qwen4_request)
+    ring_rows = ratio * cdiv(ratio + spec_tokens, ratio)
     if block % ring_rows:
         raise ConfigError(
             f"block_size: {block} for Qwen4-Exp; vLLM 0.32 asserts the QSA ring capacity "
@@ -257,10 +288,10 @@ def qwen4_layer_specs(
         i = layer.layer_index
         if isinstance(layer, StateLayer):
             if layer.aux_conv_elements():
-                ple = padded or layer.aux_conv_elements() * conv
-                out.append(Qwen4Spec(i, "ple", block, ple, "mamba replicated"))
-            page = padded or mamba_page_bytes(layer, conv, tp, ssm)
-            out.append(Qwen4Spec(i, "gdn", block, page, "mamba"))
+                ple = padded or ple_bytes(layer)
+                out.append(Qwen4Spec(i, "ple", block, ple, "mamba replicated", spec_tokens))
+            page = padded or gdn_bytes(layer)
+            out.append(Qwen4Spec(i, "gdn", block, page, "mamba", spec_tokens))
         elif isinstance(layer, FullAttention):
             index_dim = layer.index_head_dim
             ring = ring_rows * ring_width(spec, index_dim) * RING_BYTES
@@ -293,6 +324,20 @@ def qwen4_layout(
         spec, kv_dtype=kv_dtype, tp=tp, block_size=block_size, pp=pp,
         mamba_cache_mode=mamba_cache_mode,
     )  # fmt: skip
+    stage_groups = []
+    for rank in range(pp if pp > 1 else 0):  # each stage: the groups projected onto its layers
+        start, end = get_pp_indices(spec.num_layers, rank, pp)
+        on_stage = range(start, end)
+        projected = [
+            replace(
+                g,
+                spec=replace(g.spec, page_size_bytes=g.page_on(on_stage)),
+                layer_indices=LayerIndices.of([i for i in g.layer_indices if i in on_stage]),
+            )
+            for g in packed
+            if any(i in on_stage for i in g.layer_indices)
+        ]
+        stage_groups.append((start, end, projected))
     return packed_layout(
         packed,
         kv_dtype_name=get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype).name,
@@ -307,5 +352,7 @@ def qwen4_layout(
         "(one row per indexer_compress_ratio tokens, bf16) in one group; the indexer's raw-key "
         "ring (one page per sequence), the GDN states and the PLE conv states (padded to the "
         "attention page) in groups of their own, packed side by side in each block "
-        "(kv_cache_utils.py _get_packed_kv_cache_groups)",
+        "(kv_cache_utils.py _get_packed_kv_cache_groups); with pp > 1 each stage holds its "
+        "layers' share of every group (_project_kv_cache_groups_to_worker)",
+        stage_groups=stage_groups,
     )

@@ -286,11 +286,16 @@ def packed_layout(
     dp: int,
     block_size: int,
     note: str,
+    stage_groups: Sequence[tuple[int, int, Iterable[PackedGroup]]] = (),
 ) -> LayoutResult:
     """The vLLM layout of a packed-group model (Dots3-Note, Qwen4-Exp): one stage of
-    :func:`packed_group_bytes`, ``note`` saying what its groups hold, and the last block's
-    padding when ``tokens`` is not a multiple of ``block_size``."""
-    stage = StageBytes(0, 0, num_layers, tuple(packed_group_bytes(groups, tokens, seqs)))
+    :func:`packed_group_bytes` (or, with ``stage_groups``, each stage's ``(first layer, end,
+    its projected groups)``), ``note`` saying what its groups hold, and the last block's padding
+    when ``tokens`` is not a multiple of ``block_size``."""
+    stages = tuple(
+        StageBytes(p, start, end, tuple(packed_group_bytes(projected, tokens, seqs)))
+        for p, (start, end, projected) in enumerate(stage_groups or [(0, num_layers, groups)])
+    )
     return LayoutResult(
         "vllm",
         kv_dtype_name,
@@ -299,7 +304,7 @@ def packed_layout(
         tp,
         pp,
         dp,
-        (stage,),
+        stages,
         block_size=block_size,
         notes=(note,),
         padding=(

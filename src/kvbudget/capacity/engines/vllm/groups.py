@@ -17,7 +17,11 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dots3 import check_dots3_request, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
-from kvbudget.capacity.pool_qwen4 import check_qwen4_request, qwen4_groups
+from kvbudget.capacity.pool_qwen4 import (
+    check_qwen4_request,
+    qwen4_groups,
+    qwen4_speculative_tokens,
+)
 from kvbudget.capacity.versions import VllmBehaviour
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
@@ -84,6 +88,7 @@ def vllm_groups(
             mamba_ssm_state_bytes=mamba_dtype_bytes(
                 request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
             ),
+            num_speculative_tokens=qwen4_speculative_tokens(request.speculative_config),
         )
         return kv_dtype, None, groups
     dsv4 = is_deepseek_v4(model)
@@ -164,7 +169,7 @@ def per_token_bytes(
 ) -> int:
     """KV bytes one token adds on the stage of ``rank_layers`` (one rank)."""
     if specs is None:  # packed groups (DeepSeek-V4, Dots3-Note, Qwen4-Exp): token groups grow
-        return dsv4_bytes_per_token(groups)
+        return dsv4_bytes_per_token(groups, rank_layers)
     return sum(
         s.bytes_per_token * len(LayerIndices([indices]).split(rank_layers.start, rank_layers.stop))
         for s, indices in specs.runs()

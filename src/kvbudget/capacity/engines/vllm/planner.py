@@ -9,7 +9,12 @@ from dataclasses import dataclass
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.engines.vllm.groups import vllm_groups
-from kvbudget.capacity.engines.vllm.stages import common_blocks, plan_stages, sampler_after_capture
+from kvbudget.capacity.engines.vllm.stages import (
+    common_blocks,
+    plan_stages,
+    sampler_after_capture,
+    stage_layers,
+)
 from kvbudget.capacity.engines.vllm.start import (
     EngineSettings,
     memory_notes,
@@ -84,12 +89,16 @@ def _fit(
     num_blocks: int,
     draft_block_bytes: int,
     refusal: str | None,
+    rank_layers: range | None = None,
 ) -> _Fit:
     """vLLM's check that one request of ``max_model_len`` fits (its error text and estimate
-    when not), the knobs that would make it fit, and a refusal's words over all of it."""
+    when not), the knobs that would make it fit, and a refusal's words over all of it;
+    ``rank_layers``: ``tightest``'s layers, its groups projected onto them (Qwen4-Exp's)."""
     request, behaviour, max_model_len = engine.request, engine.behaviour, engine.max_model_len
     per_layer = behaviour.error_style == "v09"  # ~v0.9 summed real layers (no padding)
-    needed = vpool.needed_bytes(groups, max_model_len, in_flight, mode, per_layer=per_layer)
+    needed = vpool.needed_bytes(
+        groups, max_model_len, in_flight, mode, per_layer=per_layer, rank_layers=rank_layers
+    )
     if draft_block_bytes and groups:
         needed += draft_block_bytes * -(-max_model_len // groups[0].block_size)
     error: str | None = None
@@ -99,8 +108,9 @@ def _fit(
         fits = False
         avail = max(0, tightest.available_kv_bytes)
         estimated = vpool.estimate_max_model_len(
-            avail, groups, max_model_len, in_flight, mode, per_layer=per_layer
-        )
+            avail, groups, max_model_len, in_flight, mode, per_layer=per_layer,
+            rank_layers=rank_layers,
+        )  # fmt: skip
         error = vpool.fit_error_text(
             behaviour,
             available_bytes=tightest.available_kv_bytes,
@@ -168,11 +178,27 @@ def make_vllm_plan(
     conc = vpool.max_concurrency(behaviour, num_blocks, groups, max_model_len, in_flight, mode)
     tokens = vpool.kv_cache_tokens(behaviour, num_blocks, groups, conc, max_model_len)
     tightest = min(ranks, key=lambda r: r.available_kv_bytes)
+    stage: range | None = None
+    if request.pp > 1 and groups and all(g.layer_page_bytes for g in groups):
+        # vLLM 0.32 checks each worker on its projected groups (v1/core/kv_cache_utils.py lines
+        # 2638-2647): the stage whose memory is shortest of its own need
+        def short_of(r: RankMemory) -> int:
+            layers = stage_layers(model.num_layers, groups, r.pp_rank, request.pp)
+            need = vpool.needed_bytes(groups, max_model_len, in_flight, mode, rank_layers=layers)
+            return need - r.available_kv_bytes
+
+        tightest = max(ranks, key=short_of)
+        stage = stage_layers(model.num_layers, groups, tightest.pp_rank, request.pp)
     fit = _fit(
         engine, weights, kv_dtype, groups, tightest, in_flight, mode, num_blocks,
-        draft_block_bytes, refusal,
+        draft_block_bytes, refusal, stage,
     )  # fmt: skip
-    if request.pp > 1:
+    if request.pp > 1 and stage is not None:
+        notes.append(
+            "fit check per stage on the whole model's groups projected onto its layers, as "
+            "vLLM 0.32 checks each worker (v1/core/kv_cache_utils.py lines 2638-2647)"
+        )
+    elif request.pp > 1:
         notes.append(
             "fit check counts every layer of the model against one stage's memory, as the engine "
             "log of issue vllm#34076 shows; num_blocks is min over stages of avail // page // layers_on_stage"

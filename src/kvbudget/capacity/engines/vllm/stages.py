@@ -46,12 +46,10 @@ def plan_stages(
     ranks: list[RankMemory] = []
     per_token_rank = 0
     per_token_replica = 0
-    # an MTP drafter's layers (indices past the target's) sit on the last stage
-    drafted = max((g.layer_indices[len(g.layer_indices) - 1] + 1 for g in groups), default=0)
     for p in range(request.pp):
         last_stage = p == request.pp - 1
         start, end = get_pp_indices(model.num_layers, p, request.pp)
-        rank_layers = range(start, max(end, drafted) if last_stage else end)
+        rank_layers = stage_layers(model.num_layers, groups, p, request.pp)
         w, act, non_torch, graphs = plan_terms(
             request, model, weights, p, t_b, max_seqs, behaviour.version
         )
@@ -104,6 +102,16 @@ def plan_stages(
     return Stages(ranks, per_token_rank, per_token_replica, refusal)
 
 
+def stage_layers(num_layers: int, groups: list[vpool.KvCacheGroup], p: int, pp: int) -> range:
+    """The layer indices of stage ``p``: vLLM's ``get_pp_indices``, and on the last stage an MTP
+    drafter's layers (indices past the target's)."""
+    start, end = get_pp_indices(num_layers, p, pp)
+    if p < pp - 1:
+        return range(start, end)
+    drafted = max((g.layer_indices[len(g.layer_indices) - 1] + 1 for g in groups), default=0)
+    return range(start, max(end, drafted))
+
+
 def common_blocks(
     engine: EngineSettings, ranks: list[RankMemory], groups: list[vpool.KvCacheGroup]
 ) -> tuple[int, list[RankMemory]]:
@@ -116,14 +124,16 @@ def common_blocks(
         num_blocks = override
     page_bytes = groups[0].page_size_bytes if groups else 0
     uniform = any(g.uniform_type for g in groups)  # packed pages: one block = the widest group
-    return num_blocks, [
-        replace(
-            r,
-            kv_pool_bytes=num_blocks
-            * (vpool.bytes_per_block(groups) if uniform else page_bytes * r.group_size),
-        )
-        for r in ranks
-    ]
+    pp, num_layers = engine.request.pp, engine.model.num_layers
+
+    def block_bytes(r: RankMemory) -> int:
+        if not uniform:
+            return page_bytes * r.group_size
+        # each worker re-planned at the common count of its own projected groups' blocks
+        # (v1/core/kv_cache_utils.py get_kv_cache_configs, lines 2662-2678)
+        return vpool.bytes_per_block(groups, stage_layers(num_layers, groups, r.pp_rank, pp))
+
+    return num_blocks, [replace(r, kv_pool_bytes=num_blocks * block_bytes(r)) for r in ranks]
 
 
 def sampler_after_capture(engine: EngineSettings, last: RankMemory) -> str | None:
