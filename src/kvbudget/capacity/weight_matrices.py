@@ -43,6 +43,9 @@ class Matrix:
     #: a K / V projection's own KV heads (its layer's: MiMo-V2-Flash's sliding layers have 8,
     #: its full layers 4); 0 = the ``kv_heads`` :meth:`rank_shape` is given
     kv_heads: int = 0
+    #: bytes per element when the engine stores this (unquantized) matrix in its own dtype
+    #: (MiMo-V2-Flash's fp32 router under vLLM); 0 = the model dtype
+    dtype_bytes: int = 0
 
     def rank_shape(self, tp: int, kv_heads: int = 0) -> tuple[int, int]:
         """One rank's ``(in, out)``; a ``kv`` split keeps ``max(1, heads // tp)`` whole heads
@@ -148,6 +151,55 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
     return [], False
 
 
+#: MiMo-V2 model types built by vLLM 0.32.0 ``model_executor/models/mimo_v2.py``
+MIMO_V2_TYPES = frozenset({"mimo_v2_flash", "mimo_v2"})
+
+#: ``moe_router_dtype`` names vLLM 0.32.0 knows (``config/model.py`` lines 2366-2376
+#: ``_STR_DTYPE_TO_TORCH_DTYPE``) and their bytes; any other name gives None: the model dtype
+_ROUTER_DTYPE_BYTES = {"half": 2, "float16": 2, "float": 4, "float32": 4, "bfloat16": 2}
+
+
+def _mimo_v2_router(spec: ModelSpec, h: int, experts: int) -> list[Matrix]:
+    """MiMo-V2's router under vLLM 0.32.0 (``mimo_v2.py`` lines 158-170): ``GateLinear``, a
+    ``ReplicatedLinear`` (``fused_moe/router/gate_linear.py`` line 21), whole on every rank,
+    unquantized (no ``quant_config``), ``params_dtype`` ``moe_router_dtype`` (default "float32");
+    and the fp32 ``e_score_correction_bias`` (``out_dtype`` float32), one per routed expert."""
+    name = _raw(spec, "moe_router_dtype", "float32")
+    size = _ROUTER_DTYPE_BYTES.get(name, 0) if isinstance(name, str) else 0
+    return [
+        Matrix("router", h, experts, split="rep", quantizable=False, dtype_bytes=size),
+        Matrix(
+            "router.e_score_correction_bias",
+            1,
+            experts,
+            split="rep",
+            quantizable=False,
+            dtype_bytes=4,
+        ),
+    ]
+
+
+def _mimo_v2_sinks(spec: ModelSpec, index: int) -> list[Matrix]:
+    """MiMo-V2's per-head attention sink bias under vLLM 0.32.0: a sliding layer
+    (``hybrid_layer_pattern[i] == 1``, ``mimo_v2.py`` lines 380-400) with
+    ``add_swa_attention_sink_bias`` holds ``torch.empty(num_heads)`` of its local
+    ``swa_num_attention_heads // tp`` heads (lines 246, 292-296) in the default dtype, which the
+    loader sets to the model dtype (``model_loader/base_loader.py`` line 73); each rank loads its
+    own slice (lines 851-858). The full layers get none (``add_full_attention_sink_bias`` is not
+    read: lines 402-418)."""
+    pattern = _raw(spec, "hybrid_layer_pattern")
+    if (
+        spec.model_type not in MIMO_V2_TYPES
+        or not _raw(spec, "add_swa_attention_sink_bias", False)
+        or not isinstance(pattern, list)
+        or not 0 <= index < len(pattern)
+        or pattern[index] != 1
+    ):
+        return []
+    heads = int(_raw(spec, "swa_num_attention_heads", spec.num_attention_heads or 0))
+    return [Matrix("attention_sink_bias", 1, heads, quantizable=False)] if heads else []
+
+
 def _mlp_matrices(spec: ModelSpec, index: int, h: int, moe: bool | None = None) -> list[Matrix]:
     if is_moe_layer(spec, index) if moe is None else moe:
         assert spec.num_experts is not None
@@ -155,8 +207,11 @@ def _mlp_matrices(spec: ModelSpec, index: int, h: int, moe: bool | None = None) 
         out = [
             Matrix("experts.gate_up", h, 2 * moe_inter, count=spec.num_experts, expert=True),
             Matrix("experts.down", moe_inter, h, count=spec.num_experts, split="row", expert=True),
-            Matrix("router", h, spec.num_experts, split="rep", quantizable=False),
         ]
+        if spec.model_type in MIMO_V2_TYPES:
+            out += _mimo_v2_router(spec, h, spec.num_experts)
+        else:
+            out.append(Matrix("router", h, spec.num_experts, split="rep", quantizable=False))
         shared_inter = spec.shared_expert_intermediate_size or (
             (spec.num_shared_experts or 0) * moe_inter
         )
@@ -186,7 +241,8 @@ def layer_matrices(
             field="hidden_size",
         )
     mixer, approx = _attention_matrices(spec.layers[index] if layer is None else layer, spec, h)
-    return mixer + _mlp_matrices(spec, index, h, moe), approx
+    sinks = _mimo_v2_sinks(spec, index) if layer is None else []
+    return mixer + sinks + _mlp_matrices(spec, index, h, moe), approx
 
 
 def _quant_int(quant: dict[str, Any], key: str, default: Any, minimum: int) -> int:
@@ -207,7 +263,7 @@ def _matrix_bytes(
     """Bytes of one copy of ``m`` on one rank with shape ``(in, out)``."""
     n_in, n_out = shape
     if not quant or not m.quantizable:
-        return n_in * n_out * dtype_bytes
+        return n_in * n_out * (m.dtype_bytes or dtype_bytes)
     method = vllm_quant_name(quant)
     if method == "modelopt_fp4":
         # ModelOptNvFp4LinearMethod / its fused MoE (vLLM 0.32.0 modelopt.py): the weight packed

@@ -24,7 +24,9 @@ scale and a packed ``bits``-bit zero (GPTQ ``desc_act`` adds an int32 ``g_idx`` 
 excluded modules in the model dtype, the figure ``estimated`` only when a pattern names nothing
 kvbudget can place; ``compressed-tensors`` = the
 first config group's ``num_bits`` (8: one fp32 scale per output channel; 4: an fp16 scale per group). Embeddings, lm_head, norms and
-routers stay in the model dtype. Tensor parallel divides projections and experts by ``tp``
+routers stay in the model dtype (MiMo-V2's router: ``moe_router_dtype``, default fp32, plus its
+fp32 ``e_score_correction_bias``, and its sliding layers' per-head sink bias, as vLLM 0.32 builds
+them: :mod:`kvbudget.capacity.weight_matrices`). Tensor parallel divides projections and experts by ``tp``
 (KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
 parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first stage, lm_head
 (again, even when tied) and the final norm on the last.

@@ -15,9 +15,20 @@
   (12)``, the words SGLang's copy of this loader printed for MiMo-V2-Flash at TP 8,
   sgl-project/sglang#21102). At TP 4 two heads are 384 rows = 3 whole blocks: shards 0-3 take
   rows 0-11.
+* The router (``mimo_v2.py`` lines 158-170): ``GateLinear`` (a ``ReplicatedLinear``,
+  ``fused_moe/router/gate_linear.py`` line 21, no ``quant_config``) of ``params_dtype =
+  str_dtype_to_torch_dtype(getattr(config, "moe_router_dtype", "float32"))``: the config has no
+  ``moe_router_dtype``, so a whole fp32 4096 x 256 matrix on every rank, plus the fp32
+  ``e_score_correction_bias`` of 256 (``out_dtype=torch.float32``).
+* The sink bias (lines 292-296): ``torch.empty(self.num_heads)``, ``num_heads =
+  swa_num_attention_heads // tp`` (line 246), only on the sliding layers
+  (``add_swa_attention_sink_bias``; the full layers' call, lines 402-418, passes none), in the
+  loader's default dtype = the model dtype bf16 (``model_loader/base_loader.py`` line 73).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -25,7 +36,7 @@ from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.weight_matrices import layer_matrices
-from kvbudget.capacity.weights import layer_rank_bytes
+from kvbudget.capacity.weights import compute_weights, layer_rank_bytes
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 
@@ -90,3 +101,52 @@ def test_fp8_checkpoint_at_tp8_refused_with_the_loaders_words(tp: int) -> None:
     text = str(info.value)
     assert "start (12) + length (2) exceeds dimension size (12)" in text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_router_fp32_and_replicated(tp: int) -> None:
+    """4096 x 256 x 4 B = 4,194,304 and 256 x 4 B = 1,024 on every rank at any TP (before: the
+    router in bf16, 2,097,152, and no e_score_correction_bias)."""
+    spec = _spec()
+    mats, _ = layer_matrices(spec, SLIDING)
+    router = [m for m in mats if m.name.startswith("router")]
+    assert layer_rank_bytes(spec, router, tp=tp, moe_ranks=tp) == 2 * 4096 * 2 + 4_194_304 + 1_024
+
+
+@pytest.mark.parametrize(("tp", "sink_bytes"), [(1, 64 * 2), (4, 16 * 2)])
+def test_sink_bias_on_sliding_layers_only(tp: int, sink_bytes: int) -> None:
+    """64 // tp heads x 2 B on a sliding layer (TP 1: 128 B, TP 4: 32 B); none on a full layer."""
+    spec = _spec()
+    norms = 2 * 4096 * 2
+    for index, want in ((SLIDING, sink_bytes), (FULL, 0)):
+        mats, _ = layer_matrices(spec, index)
+        sinks = [m for m in mats if m.name == "attention_sink_bias"]
+        assert layer_rank_bytes(spec, sinks, tp=tp, moe_ranks=tp) == norms + want
+
+
+def test_sliding_moe_layer_bytes_at_tp4() -> None:
+    """Layer 1 (sliding, MoE) on one rank of TP 4, by hand:
+    attention and norms 23,615,104 (test_sliding_attention_bytes_at_tp4), sinks 16 x 2 = 32;
+    each of the 256 experts: gate_up 4096 x (2 x 2048 / 4 = 1024) e4m3 + 4 B x (8 x 32 blocks)
+    = 4,195,328, down (2048 / 4 = 512) x 4096 + 4 x (32 x 4) = 2,097,664: 256 x 6,292,992 =
+    1,611,005,952; router 4,194,304 + e_score_correction_bias 1,024."""
+    spec = _spec()
+    mats, _ = layer_matrices(spec, SLIDING)
+    want = 23_615_104 + 32 + 256 * (4_195_328 + 2_097_664) + 4_194_304 + 1_024
+    assert want == 1_638_816_416
+    assert layer_rank_bytes(spec, mats, tp=4, moe_ranks=4) == want
+
+
+def test_whole_model_router_dtype_and_sinks_at_tp4() -> None:
+    """The whole rank at TP 4 against the same config with ``moe_router_dtype: bfloat16`` and no
+    sink bias: moe_layer_freq has 47 MoE layers (all but layer 0), hybrid_layer_pattern 39
+    sliding ones (48 less the 9 zeros at 0, 5, 11, 17, 23, 29, 35, 41, 47); the difference is
+    47 x 4096 x 256 x (4 - 2) B + 39 x 16 x 2 B = 98,566,144 + 1,248."""
+    spec = _spec()
+    assert sum(spec.raw_config["moe_layer_freq"]) == 47
+    assert spec.raw_config["hybrid_layer_pattern"].count(1) == 39
+    raw = {**spec.raw_config, "moe_router_dtype": "bfloat16", "add_swa_attention_sink_bias": False}
+    bf16_router = dataclasses.replace(spec, raw_config=raw)
+    ours = compute_weights(spec, tp=4).per_rank_bytes[0]
+    theirs = compute_weights(bf16_router, tp=4).per_rank_bytes[0]
+    assert ours - theirs == 47 * 4096 * 256 * 2 + 39 * 16 * 2 == 98_567_392

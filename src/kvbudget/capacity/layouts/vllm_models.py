@@ -284,13 +284,17 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "KV heads split max(1, heads // tp) per rank (8 sliding, 4 full; one replicated head when "
         "tp >= heads), in the pages and in the K / V projections' weights; the fp8 checkpoint at "
         "a TP whose sliding K heads per rank are no whole 128-row blocks (TP 8, 16) refused with "
-        "the loader's words ('start (12) + length (2) exceeds dimension size (12)')",
-        "model_executor/models/mimo_v2.py 241-271, 298, 325-337, 380-418; "
+        "the loader's words ('start (12) + length (2) exceeds dimension size (12)'); weights: "
+        "the router (GateLinear) whole on every rank in moe_router_dtype (default float32) plus "
+        "its fp32 e_score_correction_bias, and on each sliding layer one attention_sink_bias per "
+        "local head (swa_num_attention_heads // tp) in the model dtype",
+        "model_executor/models/mimo_v2.py 158-170, 241-271, 292-298, 325-337, 380-418, 851-858; "
+        "model_executor/layers/fused_moe/router/gate_linear.py 21; "
         "model_executor/layers/linear.py 84-93, 1050-1063, 1184-1193; "
         "model_executor/parameter.py 175-197",
         "tests/unit/spec/test_new_architectures.py; tests/unit/plan/test_plan_mimo_v2_vllm.py "
         "(by hand: K / V per rank at TP 1-8, a sliding layer's attention bytes and the pages at "
-        "TP 4, the TP 8 refusal)",
+        "TP 4, the TP 8 refusal, the fp32 router and the sink bias per rank)",
     ),
     "zamba2": (
         "each 'hybrid' layer: its own Attention (every query head a KV head, attention_head_dim) "
