@@ -29,6 +29,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +152,80 @@ def test_whole_model_router_dtype_and_sinks_at_tp4() -> None:
     ours = compute_weights(spec, tp=4).per_rank_bytes[0]
     theirs = compute_weights(bf16_router, tp=4).per_rank_bytes[0]
     assert ours - theirs == 47 * 4096 * 256 * 2 + 39 * 16 * 2 == 98_567_392
+
+
+#: a tiny MiMo-V2-Flash (the catalog config shrunk, no quantization_config) that vLLM 0.32.0 CPU
+#: built with dummy weights (``scripts/vllm_target_bytes.py``, 2026-12-03); ``layer_types`` added
+#: here only, for kvbudget's check that transformers' layer kinds agree with hybrid_layer_pattern
+TINY = {
+    "architectures": ["MiMoV2FlashForCausalLM"],
+    "model_type": "mimo_v2_flash",
+    "num_hidden_layers": 4,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "v_head_dim": 32,
+    "intermediate_size": 512,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "rope_theta": 5000000,
+    "swa_rope_theta": 10000,
+    "partial_rotary_factor": 0.334,
+    "sliding_window": 128,
+    "sliding_window_size": 128,
+    "attention_chunk_size": 128,
+    "swa_num_attention_heads": 8,
+    "swa_num_key_value_heads": 4,
+    "swa_head_dim": 64,
+    "swa_v_head_dim": 32,
+    "hybrid_layer_pattern": [0, 1, 1, 0],
+    "moe_layer_freq": [0, 1, 1, 1],
+    "moe_intermediate_size": 128,
+    "n_routed_experts": 8,
+    "n_shared_experts": None,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+    "scoring_func": "sigmoid",
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "routed_scaling_factor": None,
+    "hidden_act": "silu",
+    "layernorm_epsilon": 1e-05,
+    "attention_dropout": 0.0,
+    "attention_bias": False,
+    "attention_value_scale": 0.707,
+    "add_swa_attention_sink_bias": True,
+    "add_full_attention_sink_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+}
+
+#: what that run reported per layer (KVB_PROBE): ``attention_sink_bias [8] bfloat16 16`` on layers
+#: 1 and 2 only; ``mlp.gate`` a GateLinear 256 -> 8 (UnquantizedLinearMethod) whose ``weight``
+#: is torch.float32 (the CPU build repacks linear weights to shape [0], so the module's sizes are
+#: the record: 256 x 8 x 4 = 8,192 B) and ``e_score_correction_bias [8] float32 32`` on layers 1-3
+VLLM_CPU = {
+    0: {},
+    1: {"attention_sink_bias": 16, "router": 8192, "router.e_score_correction_bias": 32},
+    2: {"attention_sink_bias": 16, "router": 8192, "router.e_score_correction_bias": 32},
+    3: {"router": 8192, "router.e_score_correction_bias": 32},
+}
+
+
+def test_tiny_router_and_sinks_as_vllm_cpu_built_them(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY), encoding="utf-8")
+    spec = resolve_model(str(tmp_path)).spec
+    assert spec is not None
+    norms = 2 * 256 * 2
+    for index, want in VLLM_CPU.items():
+        mats, _ = layer_matrices(spec, index)
+        got = {
+            m.name: layer_rank_bytes(spec, [m], tp=1, moe_ranks=1) - norms
+            for m in mats
+            if m.name.startswith("router") or m.name == "attention_sink_bias"
+        }
+        assert got == want, index

@@ -294,7 +294,8 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "model_executor/parameter.py 175-197",
         "tests/unit/spec/test_new_architectures.py; tests/unit/plan/test_plan_mimo_v2_vllm.py "
         "(by hand: K / V per rank at TP 1-8, a sliding layer's attention bytes and the pages at "
-        "TP 4, the TP 8 refusal, the fp32 router and the sink bias per rank)",
+        "TP 4, the TP 8 refusal, the fp32 router and the sink bias per rank; a tiny "
+        "mimo_v2_flash's router and sinks as vLLM CPU built them)",
     ),
     "zamba2": (
         "each 'hybrid' layer: its own Attention (every query head a KV head, attention_head_dim) "
