@@ -149,13 +149,47 @@ def max_total_num_tokens(
 def split_hybrid_swa(
     max_total: int, *, full_bytes: int, swa_bytes: int, num_full: int, num_swa: int, ratio: float
 ) -> tuple[int, int]:
-    """SGLang ``set_num_tokens_hybrid_swa`` (§7.1): ``(full_tokens, swa_tokens)``.
+    """SGLang 0.5.4's hybrid SWA split (§7.1): ``(full_tokens, swa_tokens)``.
 
-    ``full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa)``; ``swa = full * r``.
+    ``full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa)``; ``swa = full * r``
+    (0.5.4 ``model_executor/model_runner.py`` ``set_num_token_hybrid`` lines 1557-1575, with
+    ``F = S``: ``full = int(max_total * n_layers / (r*n_swa + n_full))``). From
+    :data:`HYBRID_SWA_CONFIGURATOR_VERSION` see :func:`hybrid_swa_max_total_tokens`.
     """
     denominator = full_bytes * num_full + ratio * swa_bytes * num_swa
     full = int(max_total * (full_bytes * num_full + swa_bytes * num_swa) / denominator)
     return full, int(full * ratio)
+
+
+#: from this version (the 0.5.23 wheel kvbudget read; 0.5.4 splits after sizing, above) SGLang
+#: sizes a hybrid SWA pool with ``HybridSWAPoolConfigurator`` (0.5.23
+#: ``model_executor/pool_configurator.py`` lines 656-921, chosen for every ``is_hybrid_swa``
+#: model but DeepSeek-V4 at lines 1715-1725): :func:`hybrid_swa_max_total_tokens` then
+#: :func:`hybrid_swa_pools`
+HYBRID_SWA_CONFIGURATOR_VERSION = (0, 5, 23)
+
+
+def hybrid_swa_max_total_tokens(
+    rest_bytes: int, full_bytes: int, swa_bytes: int, ratio: float
+) -> int:
+    """0.5.23 ``HybridSWAPoolConfigurator.calculate_pool_sizes`` before alignment
+    (``pool_configurator.py`` lines 786-803, 907-916): ``int(rest // (F + r x S))`` full tokens,
+    ``F`` / ``S`` the bytes per token of the rank's full / sliding layers (all-sliding, ``F = 0``:
+    ``rest // S`` sliding tokens, ratio not applied, lines 789-796)."""
+    cell = full_bytes + ratio * swa_bytes if full_bytes else swa_bytes
+    return int(max(0, rest_bytes) // cell) if cell else 0
+
+
+def hybrid_swa_pools(
+    max_total: int, ratio: float, page_size: int, *, all_swa: bool
+) -> tuple[int, int]:
+    """0.5.23 ``_solve_pool_sizes`` (``pool_configurator.py`` lines 859-893) on the constrained
+    ``max_total`` (``--max-total-tokens`` and the PP minimum, ``kv_cache_configurator.py``
+    lines 3090-3117, 3212-3227): ``(full, sliding)`` tokens, each floored to the page size."""
+    if all_swa:
+        return 0, max_total // page_size * page_size
+    full = max_total // page_size * page_size
+    return full, int(full * ratio) // page_size * page_size
 
 
 #: SGLang ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` (``kv_cache_configurator.py`` line 227):

@@ -31,7 +31,11 @@ from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.sglang_pool import SglangDefaults, sglang_defaults
+from kvbudget.capacity.sglang_pool import (
+    HYBRID_SWA_CONFIGURATOR_VERSION,
+    SglangDefaults,
+    sglang_defaults,
+)
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, Version, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
@@ -40,8 +44,14 @@ from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
 
-#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1)
+#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1;
+#: 0.5.4 ``server_args.py`` lines 959, 982, 988)
 NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
+#: 0.5.23 no longer turns it off for gpt-oss (``arg_groups/model_overrides/gpt_oss.py`` sets no
+#: ``disable_hybrid_swa_memory``; ``GptOssForCausalLM`` is in ``SWA_SINK_ARCHS``,
+#: ``configs/model_config.py`` lines 88-90, a hybrid SWA arch, lines 2651-2690); Gemma-2/3 and
+#: Olmo2 keep it (``model_overrides/gemma2_gemma3.py`` line 26, ``olmo2.py`` line 23)
+NO_HYBRID_SWA_MODEL_TYPES_0523 = NO_HYBRID_SWA_MODEL_TYPES - {"gpt_oss"}
 
 #: an attention layer's spec at one token per page and the layers it covers
 AttnRun = tuple[VllmLayerSpec, range]
@@ -91,6 +101,18 @@ class SglangSetup:
         """The family's cells come from SGLang's own rule, one group over every layer."""
         return (
             self.msa or self.dsv4 is not None or self.inkling is not None or self.qwen4 is not None
+        )
+
+    @property
+    def swa_configurator(self) -> bool:
+        """0.5.23's ``HybridSWAPoolConfigurator`` sizes this generic hybrid SWA pool
+        (``sglang_pool.HYBRID_SWA_CONFIGURATOR_VERSION``); 0.5.4 splits the pool after sizing."""
+        return (
+            self.version >= HYBRID_SWA_CONFIGURATOR_VERSION
+            and bool(self.sliding)
+            and self.swa_full_tokens_ratio is not None
+            and self.inkling is None
+            and self.dsv4 is None
         )
 
     @property
@@ -202,7 +224,7 @@ def sglang_setup(
     notes.extend(mamba.notes)
     sliding = [(s, r) for s, r in attn if s.windowed]
     ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
-    _check_swa_ratio(model, sliding, ratio, notes)
+    _check_swa_ratio(model, sliding, ratio, notes, version)
     return SglangSetup(
         request, model, gpu, weights, version_text, version, rule, frac, page_size, kv_dtype,
         defaults, notes, msa, dsa, raw_fp8, dsv4, inkling, qwen4, draft, mamba, attn, sliding,
@@ -227,10 +249,19 @@ def _attention_runs(request: PlanRequest, model: ModelSpec, *, own_cells: bool) 
 
 
 def _check_swa_ratio(
-    model: ModelSpec, sliding: list[AttnRun], ratio: float | None, notes: list[str]
+    model: ModelSpec,
+    sliding: list[AttnRun],
+    ratio: float | None,
+    notes: list[str],
+    version: Version,
 ) -> None:
     """A ratio SGLang would ignore is refused; sliding layers without one count as full."""
-    if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
+    off = (
+        NO_HYBRID_SWA_MODEL_TYPES_0523
+        if version >= HYBRID_SWA_CONFIGURATOR_VERSION
+        else NO_HYBRID_SWA_MODEL_TYPES
+    )
+    if sliding and ratio is not None and model.model_type in off:
         raise ConfigError(
             f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
             f"{model.model_type} (reference §7.1), so {ratio} would be ignored and sliding layers "
@@ -240,5 +271,6 @@ def _check_swa_ratio(
     if sliding and ratio is None:
         notes.append(
             "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. "
-            "gpt-oss); pass --swa-full-tokens-ratio to model SGLang's hybrid SWA pool"
+            "Gemma-2/3; gpt-oss up to 0.5.4); pass --swa-full-tokens-ratio to model SGLang's "
+            "hybrid SWA pool"
         )

@@ -26,7 +26,12 @@ from kvbudget.capacity.memory import (
     estimate_non_torch_bytes,
     flag_term,
 )
-from kvbudget.capacity.sglang_pool import mamba_state_pool, max_total_num_tokens, rest_memory_bytes
+from kvbudget.capacity.sglang_pool import (
+    hybrid_swa_max_total_tokens,
+    mamba_state_pool,
+    max_total_num_tokens,
+    rest_memory_bytes,
+)
 from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 
@@ -157,7 +162,25 @@ def _stage_tokens(
         return st.inkling.max_tokens(token_rest, start, end, cap)
     if st.draft is not None and st.legacy_draft:
         return st.draft.legacy_tokens(token_rest, cell - draft_cell, st.page_size, cap)
+    if st.swa_configurator:  # 0.5.23: full tokens of int(rest // (F + r x S)), then the cap
+        assert st.swa_full_tokens_ratio is not None
+        full, swa = swa_cells(st, start, end)
+        # a drafter's layers priced on the full side (kvbudget's assumption: 0.5.23 adds its
+        # full layers there, its sliding ones beside the ratio, pool_configurator.py 786-803)
+        tokens = hybrid_swa_max_total_tokens(
+            token_rest, full + draft_cell, swa, st.swa_full_tokens_ratio
+        )
+        return (tokens if cap is None else min(tokens, cap)) // st.page_size * st.page_size
     return max_total_num_tokens(token_rest, cell, page_size=st.page_size, max_total_tokens=cap)
+
+
+def swa_cells(st: SglangSetup, start: int, end: int) -> tuple[int, int]:
+    """Bytes per token of the full and of the sliding layers in ``[start, end)`` on one rank
+    (0.5.23 ``HybridSWAPoolConfigurator``: per-layer bytes x this stage's layer count,
+    ``pool_configurator.py`` lines 665-666, 772-784)."""
+    full = sum(s.page_size_bytes * layers_in(r, start, end) for s, r in st.attn if not s.windowed)
+    swa = sum(s.page_size_bytes * layers_in(r, start, end) for s, r in st.sliding)
+    return full, swa
 
 
 def dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype, raw_fp8: bool) -> int:
