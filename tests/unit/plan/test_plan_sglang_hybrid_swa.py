@@ -113,3 +113,12 @@ def test_gpt_oss_ratio_refused_by_054_taken_by_0523() -> None:
         _plan("0.5.4", REST, 64, model=model)
     r = _plan("0.5.23", REST, 64, model=model)
     assert r.sglang is not None and r.sglang.full_tokens == 9984  # as the first test
+
+
+def test_0523_plan_takes_the_0523_default_fraction() -> None:
+    # the non-MLA H100 TP 1 default worked in test_plan_sglang_mem_fraction_0523.py: 0.83
+    r = make_plan(
+        PlanRequest(model="hybrid-swa", gpu="H100", engine="sglang", engine_version="0.5.23"),
+        _model(),
+    )
+    assert r.sglang is not None and r.sglang.mem_fraction_static == 0.83

@@ -6,6 +6,7 @@ and the attention layers' specs with the hybrid SWA ratio."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang import dsv4 as v4
@@ -40,7 +41,7 @@ from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, Version, parse_ve
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
 
@@ -133,6 +134,28 @@ def plain_checkpoint_kv(model: ModelSpec, kv_dtype: str, version: Version) -> Ch
     return None if own_rule else sglang_checkpoint_kv(model, kv_dtype, version)
 
 
+class GraphReserveInputs(TypedDict):
+    mla: bool
+    prefill_graph: bool
+    max_running_requests: int | None
+    chunked_prefill_size: int | None
+    max_total_tokens: int | None
+
+
+def graph_reserve_inputs(request: PlanRequest, model: ModelSpec) -> GraphReserveInputs:
+    """What 0.5.23's default ``mem_fraction_static`` reads besides the GPU, TP and PP
+    (``sglang_pool.GRAPH_RESERVE_VERSION``): an MLA model (``use_mla_backend``,
+    ``arg_groups/model_override_base.py`` lines 185-189), the prefill CUDA graph (off for
+    DeepSeek-V4, ``arg_groups/cuda_graph_hook.py`` lines 192-201), and the flags given."""
+    return {
+        "mla": any(isinstance(x, MLA) for x in model.layer_seq.distinct()),
+        "prefill_graph": not is_sglang_dsv4(model),
+        "max_running_requests": request.max_num_seqs,
+        "chunked_prefill_size": request.max_num_batched_tokens,
+        "max_total_tokens": request.max_total_tokens,
+    }
+
+
 def sglang_setup(
     request: PlanRequest, model: ModelSpec, gpu: GpuSpec, weights: WeightsEstimate
 ) -> SglangSetup:
@@ -150,7 +173,11 @@ def sglang_setup(
             else f"{DEFAULT_SGLANG_VERSION} (kvbudget default)"
         )
     rule = sglang_defaults(
-        version, gpu_memory_mib=gpu.memory_bytes / MiB, tp=request.tp, pp=request.pp
+        version,
+        gpu_memory_mib=gpu.memory_bytes / MiB,
+        tp=request.tp,
+        pp=request.pp,
+        **graph_reserve_inputs(request, model),
     )
     frac = request.mem_fraction_static or rule.mem_fraction_static
     if request.mem_fraction_static is None:
