@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from kvbudget.capacity.layouts.base import PpSplit
 from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.model_dtype import vllm_quant_name
 from kvbudget.capacity.modelopt_exclude import Exclusion, exclude_patterns, resolve_exclusion
@@ -139,7 +140,12 @@ def layer_rank_bytes(
 
 
 def compute_weights(
-    spec: ModelSpec, *, tp: int = 1, pp: int = 1, moe_ranks: int | None = None
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    moe_ranks: int | None = None,
+    pp_split: PpSplit = get_pp_indices,
 ) -> WeightsEstimate:
     """Weight bytes from the architecture (no snapshot): whole model and per pipeline stage.
 
@@ -171,7 +177,7 @@ def compute_weights(
     norm = h * dtype_bytes
     exclusion = _exclusion(spec)
     for p in range(pp):
-        start, end = get_pp_indices(spec.num_layers, p, pp)
+        start, end = pp_split(spec.num_layers, p, pp)  # the engine's split (vLLM's default)
         for layer, indices in spec.layer_seq[start:end].runs():
             for moe, count, excluded in _layer_groups(spec, indices, exclusion):
                 mats, approx = layer_matrices(spec, layer.layer_index, moe)
@@ -312,9 +318,10 @@ def estimate_weights(
     snapshot: Path | None = None,
     weights_bytes: int | None = None,
     moe_ranks: int | None = None,
+    pp_split: PpSplit = get_pp_indices,
 ) -> WeightsEstimate:
     """Weight bytes by the strongest source available (flag > snapshot > architecture);
-    ``moe_ranks`` as :func:`compute_weights`."""
+    ``moe_ranks`` and ``pp_split`` (the engine's layer split) as :func:`compute_weights`."""
     if weights_bytes is not None:
         return WeightsEstimate(
             total_bytes=weights_bytes * tp * pp,
@@ -324,7 +331,7 @@ def estimate_weights(
             num_params=None,
             quantization=vllm_quant_name(spec.quantization_config),
         )
-    computed = compute_weights(spec, tp=tp, pp=pp, moe_ranks=moe_ranks)
+    computed = compute_weights(spec, tp=tp, pp=pp, moe_ranks=moe_ranks, pp_split=pp_split)
     if snapshot is not None and not snapshot.is_dir():
         raise ConfigError(
             f"snapshot: {snapshot} is not a directory; pass the model snapshot folder "

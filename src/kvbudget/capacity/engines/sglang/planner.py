@@ -20,7 +20,6 @@ from kvbudget.capacity.engines.sglang.stages import (
     swa_cells,
 )
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
-from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
@@ -80,7 +79,7 @@ def _split(st: SglangSetup, tokens: int) -> _Split:
         )
     dsv4_pool = None
     if st.dsv4 is not None:
-        end0 = get_pp_indices(st.model.num_layers, 0, st.request.pp)[1]
+        end0 = st.pp_indices(0)[1]
         dsv4_pool = v4.rank_pool(st.model, 0, end0, tokens, st.dsv4)
         full_tokens, swa_tokens, ratio = (
             dsv4_pool.full_tokens,
@@ -93,7 +92,7 @@ def _split(st: SglangSetup, tokens: int) -> _Split:
 
 def _swa_pool_bytes(st: SglangSetup, pp_rank: int, split: _Split) -> int:
     """0.5.23's hybrid SWA pools of one PP rank: full tokens x full cell + sliding x sliding."""
-    start, end = get_pp_indices(st.model.num_layers, pp_rank, st.request.pp)
+    start, end = st.pp_indices(pp_rank)
     full, swa = swa_cells(st, start, end)
     return (split.full_tokens or 0) * full + (split.swa_tokens or 0) * swa
 
@@ -158,7 +157,7 @@ def _log_line(st: SglangSetup, stages: SglangStages, tokens: int, split: _Split)
     latent), or DeepSeek-V4's own pool line."""
     if split.dsv4_pool is not None:
         return split.dsv4_pool.log_line()
-    end0 = get_pp_indices(st.model.num_layers, 0, st.request.pp)[1]
+    end0 = st.pp_indices(0)[1]
     k_per_token = (
         stages.cell_max - stages.draft_max
         if st.mla

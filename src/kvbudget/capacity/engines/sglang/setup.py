@@ -15,7 +15,7 @@ from kvbudget.capacity.engines.sglang.mamba import MambaSetup, mamba_setup
 from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION, Qwen4Plan, qwen4_plan
 from kvbudget.capacity.engines.sglang.speculative import SglangDraft, sglang_draft
 from kvbudget.capacity.kv_checkpoint import CheckpointKv, sglang_checkpoint_kv
-from kvbudget.capacity.layouts.base import refuse_indexer
+from kvbudget.capacity.layouts.base import refuse_indexer, sglang_pp_split
 from kvbudget.capacity.layouts.sglang import (
     DSA_PAGE_SIZE,
     MINIMAX_M3_PAGE_SIZE,
@@ -103,6 +103,11 @@ class SglangSetup:
         return (
             self.msa or self.dsv4 is not None or self.inkling is not None or self.qwen4 is not None
         )
+
+    def pp_indices(self, pp_rank: int) -> tuple[int, int]:
+        """``[start, end)`` of stage ``pp_rank``: SGLang's split at this version
+        (``layouts.base.sglang_pp_split``)."""
+        return sglang_pp_split(self.version)(self.model.num_layers, pp_rank, self.request.pp)
 
     @property
     def swa_configurator(self) -> bool:

@@ -18,7 +18,6 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_dsa_cell_bytes,
     sglang_minimax_m3_cell_bytes,
 )
-from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -83,7 +82,7 @@ def plan_stages(st: SglangSetup) -> SglangStages:
     cell_max = draft_max = rest_min = replica_per_token = 0
     mamba_size: int | None = None
     for p in range(request.pp):
-        start, end = get_pp_indices(model.num_layers, p, request.pp)
+        start, end = st.pp_indices(p)
         cell = stage_cell(st, start, end)
         draft_cell = 0
         if draft is not None and draft.num_layers:  # the draft's layers priced into the cell
