@@ -195,7 +195,8 @@ def test_plan_pipeline_stages_take_the_smaller_pool() -> None:
     # 179.25 x 11 + 6.75 x 11 = 3,685.0; rings 33,152 x 4,096 x 11 = 1,493,696,512;
     # (10,737,418,240 - 1,493,696,512) / 3,685 = 2,508,472.6 -> // 256 x 256 = 2,508,288.
     # Stage 0 (21 layers, ratio 4 x 10, 128 x 9: 1,548.5 + 1,792.5 + 60.75 = 3,401.75 B per
-    # token, rings x 9) holds 2,797,178: MIN is stage 1.
+    # token, rings x 9) holds 2,797,178.6 -> 2,797,056: MIN is stage 1. SGLang's own
+    # DSV4PoolConfigurator prints both (scripts/check_sglang_dsv4_pool.py, stages 0 and 1).
     plan = _plan(pp=2)
     assert plan.sglang is not None
     assert plan.sglang.max_total_num_tokens == 2_508_288

@@ -4,7 +4,9 @@ and splits it after (``model_executor/model_runner.py`` lines 1557-1575); 0.5.23
 pools to the page (``model_executor/pool_configurator.py`` lines 786-803, 859-893, 907-916), and
 refuses a sliding pool at or below ``sliding_window + page_size`` (lines 197-216).
 
-Expected values are worked by hand from those lines (rest given with ``kv_cache_memory_bytes``)."""
+Expected values are worked by hand from those lines (rest given with ``kv_cache_memory_bytes``);
+SGLang 0.5.23's own configurator prints the same (``scripts/check_sglang_hybrid_swa_pool.py``:
+full 9,984, swa 7,936; the 4,000-token sliding pool's ValueError)."""
 
 from __future__ import annotations
 
