@@ -224,6 +224,58 @@ def add_llama_bpe_tokenizer(writer: Any, reader: Any) -> None:
     writer.add_chat_template(CHAT_TEMPLATE)
 
 
+class TinyGguf:
+    """One tiny random-weight GGUF being written (the DSA, Dots3-Note and DeepSeek-V4 builders):
+    gguf-py and the Llama-3 vocab from :func:`llamacpp_cache_dir`, f16 ``weight`` arrays drawn
+    from one RNG seeded ``seed`` in call order, and ``writer`` on a temporary file beside
+    ``out_path`` that :meth:`finish` moves into place with the model's HF config."""
+
+    def __init__(self, out_path: Path, *, arch: str, seed: int) -> None:
+        cache = llamacpp_cache_dir()
+        self.gguf = _import_gguf(cache / "gguf-py")
+        self.reader = self.gguf.GGUFReader(str(cache / "models" / "ggml-vocab-llama-bpe.gguf"))
+        self.vocab_size = len(_field(self.reader, "tokenizer.ggml.tokens"))
+        self.rng = np.random.default_rng(seed)
+        self.out_path = Path(out_path)
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_path = self.out_path.with_name(self.out_path.name + f".tmp{os.getpid()}")
+        self.writer = self.gguf.GGUFWriter(str(self.tmp_path), arch=arch)
+        self.writer.add_name(f"kvbudget-tiny-{arch}-random-seed{seed}")
+
+    def weight(self, *shape: int) -> np.ndarray[Any, Any]:
+        """N(0, 0.02) f16 weights; numpy's shape is ggml's reversed: (ne2, ne1, ne0)."""
+        return (self.rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
+
+    @staticmethod
+    def f32(value: float, *shape: int) -> np.ndarray[Any, Any]:
+        """An f32 tensor of ``value`` (norms: 1.0; biases, sinks: 0.0)."""
+        return np.full(shape, value, dtype=np.float32)
+
+    def add_vocab(self) -> None:
+        """The vocabulary size, the f16 file type and the Llama-3 tokenizer."""
+        self.writer.add_vocab_size(self.vocab_size)
+        self.writer.add_file_type(self.gguf.LlamaFileType.MOSTLY_F16)
+        add_llama_bpe_tokenizer(self.writer, self.reader)
+
+    def add_embeddings(self, hidden_size: int) -> None:
+        """``token_embd``, ``output_norm`` and an untied ``output``."""
+        self.writer.add_tensor("token_embd.weight", self.weight(self.vocab_size, hidden_size))
+        self.writer.add_tensor("output_norm.weight", self.f32(1.0, hidden_size))
+        self.writer.add_tensor("output.weight", self.weight(self.vocab_size, hidden_size))
+
+    def finish(self, config: dict[str, Any]) -> Path:
+        """Write the file, move it to ``out_path`` and ``config`` to ``OUT.config.json``."""
+        w = self.writer
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        self.tmp_path.replace(self.out_path)
+        config_path = self.out_path.with_suffix(".config.json")
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        return self.out_path
+
+
 def build_tiny_gguf(
     out_path: Path,
     *,

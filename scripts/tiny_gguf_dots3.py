@@ -12,7 +12,8 @@ every layer has a dense FFN (``leading_dense_block_count`` = layers), no NextN l
 
 Next to ``OUT.gguf`` it writes ``OUT.config.json``, the same model as the checkpoint's flat config
 (``model_type`` dots3_note), so ``kvbudget calc --model OUT.config.json --engine llamacpp`` sizes
-what the server allocates. Tokenizer, writer and cache directory are ``scripts/tiny_gguf.py``'s.
+what the server allocates. Tokenizer, writer and cache directory are ``scripts/tiny_gguf.py``'s;
+the MLA keys and tensors, indexer and dense FFN ``scripts/tiny_gguf_dsa.py``'s.
 
 Usage::
 
@@ -22,35 +23,30 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_gguf  # a sibling script, not a package
+from tiny_gguf_dsa import (
+    MlaDims,
+    add_ffn_tensors,
+    add_indexer_tensors,
+    add_mla_params,
+    add_mla_tensors,
+)
 
 
 @dataclass(frozen=True, slots=True)
-class Dots3Dims:
-    hidden_size: int = 256
-    num_heads: int = 4  # both kinds (Dots3 asserts query heads == KV heads per kind)
-    q_lora_rank: int = 64
-    kv_lora_rank: int = 128  # full (DSA) layers
-    swa_kv_lora_rank: int = 256  # sliding layers
-    qk_rope_head_dim: int = 32  # shared by both kinds (conversion/dots3.py lines 63-65)
-    qk_nope_head_dim: int = 32
-    v_head_dim: int = 32
+class Dots3Dims(MlaDims):
+    """``MlaDims`` (the full, DSA layers; ``num_heads`` for both kinds: Dots3 asserts query heads
+    == KV heads per kind, ``qk_rope_head_dim`` shared, ``conversion/dots3.py`` lines 63-65) and
+    the sliding layers' own latent and window."""
+
+    swa_kv_lora_rank: int = 256
     sliding_window: int = 64
-    index_head_dim: int = 64
-    index_n_heads: int = 2
-    index_topk: int = 16
-    ffn_size: int = 512
-    context_length: int = 4096
 
 
 #: full (F) and sliding (S) layers: Dots3NoteTextConfig's default pattern for 6 layers (full on
@@ -109,100 +105,32 @@ def build_tiny_dots3_gguf(
     d = dims or Dots3Dims()
     n = len(layer_types)
     sliding = [c == "S" for c in layer_types]
-    cache = tiny_gguf.llamacpp_cache_dir()
-    gguf = tiny_gguf._import_gguf(cache / "gguf-py")
-    reader = gguf.GGUFReader(str(cache / "models" / "ggml-vocab-llama-bpe.gguf"))
-    tokens = tiny_gguf._field(reader, "tokenizer.ggml.tokens")
-    vocab_size = len(tokens)
-    rng = np.random.default_rng(seed)
-
-    def weight(*shape: int) -> np.ndarray[Any, Any]:
-        # numpy shape is ggml's reversed: (ne2, ne1, ne0)
-        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
-
-    def ones(size: int) -> np.ndarray[Any, Any]:
-        return np.ones(size, dtype=np.float32)
-
-    rope, nope, v = d.qk_rope_head_dim, d.qk_nope_head_dim, d.v_head_dim
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
-    w = gguf.GGUFWriter(str(tmp_path), arch="dots3note")
-    w.add_name(f"kvbudget-tiny-dots3note-random-seed{seed}")
-    w.add_block_count(n)
-    w.add_context_length(d.context_length)
-    w.add_embedding_length(d.hidden_size)
-    w.add_feed_forward_length(d.ffn_size)
-    w.add_head_count(d.num_heads)
-    w.add_head_count_kv(1)  # conversion/deepseek.py line 326: MLA as MQA
-    w.add_key_length(d.kv_lora_rank + rope)  # conversion/deepseek.py lines 349-352
-    w.add_value_length(d.kv_lora_rank)
-    w.add_key_length_mla(nope + rope)
-    w.add_value_length_mla(v)
-    w.add_q_lora_rank(d.q_lora_rank)
-    w.add_kv_lora_rank(d.kv_lora_rank)
+    t = tiny_gguf.TinyGguf(out_path, arch="dots3note", seed=seed)
+    add_mla_params(t, d, n)
     # the sliding layers' geometry (conversion/dots3.py lines 124-132)
+    w, rope = t.writer, d.qk_rope_head_dim
     w.add_sliding_window(d.sliding_window)
     w.add_sliding_window_pattern(sliding)
     w.add_kv_lora_rank_swa(d.swa_kv_lora_rank)
     w.add_key_length_swa(d.swa_kv_lora_rank + rope)
     w.add_value_length_swa(d.swa_kv_lora_rank)
-    w.add_key_length_mla_swa(nope + rope)
-    w.add_value_length_mla_swa(v)
-    w.add_rope_dimension_count(rope)
-    w.add_rope_freq_base(10000.0)
+    w.add_key_length_mla_swa(d.qk_nope_head_dim + rope)
+    w.add_value_length_mla_swa(d.v_head_dim)
     w.add_rope_freq_base_swa(10000.0)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_leading_dense_block_count(n)
-    w.add_expert_feed_forward_length(128)
-    w.add_expert_shared_count(1)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     # the DSA indexer on the full layers (conversion/dots3.py lines 140-143)
-    w.add_indexer_head_count(d.index_n_heads)
-    w.add_indexer_key_length(d.index_head_dim)
-    w.add_indexer_top_k(d.index_topk)
     w.add_indexer_types([not s for s in sliding])
-    w.add_vocab_size(vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    tiny_gguf.add_llama_bpe_tokenizer(w, reader)
+    t.add_vocab()
 
-    h, heads = d.hidden_size, d.num_heads
-    w.add_tensor("token_embd.weight", weight(vocab_size, h))
-    w.add_tensor("output_norm.weight", ones(h))
-    w.add_tensor("output.weight", weight(vocab_size, h))
+    t.add_embeddings(d.hidden_size)
     for i in range(n):
         p = f"blk.{i}."
-        rank = d.swa_kv_lora_rank if sliding[i] else d.kv_lora_rank
-        w.add_tensor(p + "attn_norm.weight", ones(h))
-        w.add_tensor(p + "attn_q_a_norm.weight", ones(d.q_lora_rank))
-        w.add_tensor(p + "attn_kv_a_norm.weight", ones(rank))
-        w.add_tensor(p + "attn_k_norm.weight", ones(rope))
-        w.add_tensor(p + "attn_q_a.weight", weight(d.q_lora_rank, h))
-        w.add_tensor(p + "attn_q_b.weight", weight(heads * (nope + rope), d.q_lora_rank))
-        w.add_tensor(p + "attn_kv_a_mqa.weight", weight(rank + rope, h))
-        w.add_tensor(p + "attn_k_b.weight", weight(heads, rank, nope))
-        w.add_tensor(p + "attn_v_b.weight", weight(heads, v, rank))
-        w.add_tensor(p + "attn_output.weight", weight(h, heads * v))
-        w.add_tensor(p + "attn_gate.weight", weight(heads, h))
-        w.add_tensor(p + "ffn_norm.weight", ones(h))
+        add_mla_tensors(t, p, d, d.swa_kv_lora_rank if sliding[i] else d.kv_lora_rank)
+        w.add_tensor(p + "attn_k_norm.weight", t.f32(1.0, rope))
+        w.add_tensor(p + "attn_gate.weight", t.weight(d.num_heads, d.hidden_size))
         if not sliding[i]:
-            w.add_tensor(p + "indexer.k_norm.weight", ones(d.index_head_dim))
-            w.add_tensor(p + "indexer.k_norm.bias", np.zeros(d.index_head_dim, dtype=np.float32))
-            w.add_tensor(p + "indexer.proj.weight", weight(d.index_n_heads, h))
-            w.add_tensor(p + "indexer.attn_k.weight", weight(d.index_head_dim, h))
-            index_q = d.index_n_heads * d.index_head_dim
-            w.add_tensor(p + "indexer.attn_q_b.weight", weight(index_q, d.q_lora_rank))
-        w.add_tensor(p + "ffn_gate.weight", weight(d.ffn_size, h))
-        w.add_tensor(p + "ffn_up.weight", weight(d.ffn_size, h))
-        w.add_tensor(p + "ffn_down.weight", weight(h, d.ffn_size))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp_path.replace(out_path)
-    config = hf_config(layer_types, d)
-    out_path.with_suffix(".config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return out_path
+            add_indexer_tensors(t, p, d)
+        add_ffn_tensors(t, p, d)
+    return t.finish(hf_config(layer_types, d))
 
 
 def main(argv: list[str] | None = None) -> int:

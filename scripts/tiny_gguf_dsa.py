@@ -21,22 +21,20 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_gguf  # a sibling script, not a package
 
 
 @dataclass(frozen=True, slots=True)
-class DsaDims:
-    num_layers: int = 4
+class MlaDims:
+    """The MLA attention, DSA indexer and dense FFN dims of a tiny DeepseekV2-shaped model (the
+    DSA models here; Dots3-Note's full layers, ``scripts/tiny_gguf_dots3.py``)."""
+
     hidden_size: int = 256
     num_heads: int = 4
     q_lora_rank: int = 64
@@ -49,6 +47,11 @@ class DsaDims:
     index_topk: int = 16
     ffn_size: int = 512
     context_length: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class DsaDims(MlaDims):
+    num_layers: int = 4
 
 
 ARCHS = {"deepseek32": "deepseek_v32", "glm-dsa": "glm_moe_dsa"}
@@ -101,32 +104,33 @@ def build_tiny_dsa_gguf(
         arch != "glm-dsa" or len(indexer_types) != d.num_layers or set(indexer_types) - {"F", "S"}
     ):
         raise SystemExit(f"tiny_gguf_dsa: --indexer-types needs glm-dsa and {d.num_layers} of F/S")
-    cache = tiny_gguf.llamacpp_cache_dir()
-    gguf = tiny_gguf._import_gguf(cache / "gguf-py")
-    reader = gguf.GGUFReader(str(cache / "models" / "ggml-vocab-llama-bpe.gguf"))
-    tokens = tiny_gguf._field(reader, "tokenizer.ggml.tokens")
-    vocab_size = len(tokens)
-    rng = np.random.default_rng(seed)
+    t = tiny_gguf.TinyGguf(out_path, arch=arch, seed=seed)
+    add_mla_params(t, d, d.num_layers)
+    if indexer_types is not None:
+        t.writer.add_indexer_types([c == "F" for c in indexer_types])
+    t.add_vocab()
 
-    def weight(*shape: int) -> np.ndarray[Any, Any]:
-        # numpy shape is ggml's reversed: (ne2, ne1, ne0)
-        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
+    t.add_embeddings(d.hidden_size)
+    for i in range(d.num_layers):
+        p = f"blk.{i}."
+        add_mla_tensors(t, p, d, d.kv_lora_rank)
+        add_indexer_tensors(t, p, d)
+        add_ffn_tensors(t, p, d)
+    return t.finish(hf_config(arch, indexer_types, d))
 
-    def ones(n: int) -> np.ndarray[Any, Any]:
-        return np.ones(n, dtype=np.float32)
 
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
-    w = gguf.GGUFWriter(str(tmp_path), arch=arch)
-    w.add_name(f"kvbudget-tiny-{arch}-random-seed{seed}")
-    w.add_block_count(d.num_layers)
+def add_mla_params(t: tiny_gguf.TinyGguf, d: MlaDims, num_layers: int) -> None:
+    """The keys ``DeepseekV2Model.set_gguf_parameters`` writes (``conversion/deepseek.py``):
+    MLA stored as MQA, a dense FFN on every layer (``leading_dense_block_count`` = layers), the
+    DSA indexer's heads."""
+    w = t.writer
+    w.add_block_count(num_layers)
     w.add_context_length(d.context_length)
     w.add_embedding_length(d.hidden_size)
     w.add_feed_forward_length(d.ffn_size)
     w.add_head_count(d.num_heads)
     w.add_head_count_kv(1)  # conversion/deepseek.py line 326: MLA as MQA
-    w.add_key_length(d.kv_lora_rank + d.qk_rope_head_dim)
+    w.add_key_length(d.kv_lora_rank + d.qk_rope_head_dim)  # conversion/deepseek.py lines 349-352
     w.add_value_length(d.kv_lora_rank)
     w.add_key_length_mla(d.qk_nope_head_dim + d.qk_rope_head_dim)
     w.add_value_length_mla(d.v_head_dim)
@@ -135,53 +139,48 @@ def build_tiny_dsa_gguf(
     w.add_rope_dimension_count(d.qk_rope_head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_leading_dense_block_count(d.num_layers)
+    w.add_leading_dense_block_count(num_layers)
     w.add_expert_feed_forward_length(128)
     w.add_expert_shared_count(1)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_gating_func(t.gguf.ExpertGatingFuncType.SIGMOID)
     w.add_indexer_head_count(d.index_n_heads)
     w.add_indexer_key_length(d.index_head_dim)
     w.add_indexer_top_k(d.index_topk)
-    if indexer_types is not None:
-        w.add_indexer_types([c == "F" for c in indexer_types])
-    w.add_vocab_size(vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    tiny_gguf.add_llama_bpe_tokenizer(w, reader)
 
-    h, heads = d.hidden_size, d.num_heads
-    w.add_tensor("token_embd.weight", weight(vocab_size, h))
-    w.add_tensor("output_norm.weight", ones(h))
-    w.add_tensor("output.weight", weight(vocab_size, h))
-    for i in range(d.num_layers):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", ones(h))
-        w.add_tensor(p + "attn_q_a_norm.weight", ones(d.q_lora_rank))
-        w.add_tensor(p + "attn_kv_a_norm.weight", ones(d.kv_lora_rank))
-        w.add_tensor(p + "attn_q_a.weight", weight(d.q_lora_rank, h))
-        q_dim = heads * (d.qk_nope_head_dim + d.qk_rope_head_dim)
-        w.add_tensor(p + "attn_q_b.weight", weight(q_dim, d.q_lora_rank))
-        w.add_tensor(p + "attn_kv_a_mqa.weight", weight(d.kv_lora_rank + d.qk_rope_head_dim, h))
-        w.add_tensor(p + "attn_k_b.weight", weight(heads, d.kv_lora_rank, d.qk_nope_head_dim))
-        w.add_tensor(p + "attn_v_b.weight", weight(heads, d.v_head_dim, d.kv_lora_rank))
-        w.add_tensor(p + "attn_output.weight", weight(h, heads * d.v_head_dim))
-        w.add_tensor(p + "ffn_norm.weight", ones(h))
-        w.add_tensor(p + "indexer.k_norm.weight", ones(d.index_head_dim))
-        w.add_tensor(p + "indexer.k_norm.bias", np.zeros(d.index_head_dim, dtype=np.float32))
-        w.add_tensor(p + "indexer.proj.weight", weight(d.index_n_heads, h))
-        w.add_tensor(p + "indexer.attn_k.weight", weight(d.index_head_dim, h))
-        index_q = d.index_n_heads * d.index_head_dim
-        w.add_tensor(p + "indexer.attn_q_b.weight", weight(index_q, d.q_lora_rank))
-        w.add_tensor(p + "ffn_gate.weight", weight(d.ffn_size, h))
-        w.add_tensor(p + "ffn_up.weight", weight(d.ffn_size, h))
-        w.add_tensor(p + "ffn_down.weight", weight(h, d.ffn_size))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp_path.replace(out_path)
-    config = hf_config(arch, indexer_types, d)
-    out_path.with_suffix(".config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return out_path
+
+def add_mla_tensors(t: tiny_gguf.TinyGguf, p: str, d: MlaDims, rank: int) -> None:
+    """Layer ``p``'s MLA attention with a latent of ``rank`` (``kv_lora_rank``)."""
+    w, h, heads = t.writer, d.hidden_size, d.num_heads
+    rope, nope, v = d.qk_rope_head_dim, d.qk_nope_head_dim, d.v_head_dim
+    w.add_tensor(p + "attn_norm.weight", t.f32(1.0, h))
+    w.add_tensor(p + "attn_q_a_norm.weight", t.f32(1.0, d.q_lora_rank))
+    w.add_tensor(p + "attn_kv_a_norm.weight", t.f32(1.0, rank))
+    w.add_tensor(p + "attn_q_a.weight", t.weight(d.q_lora_rank, h))
+    w.add_tensor(p + "attn_q_b.weight", t.weight(heads * (nope + rope), d.q_lora_rank))
+    w.add_tensor(p + "attn_kv_a_mqa.weight", t.weight(rank + rope, h))
+    w.add_tensor(p + "attn_k_b.weight", t.weight(heads, rank, nope))
+    w.add_tensor(p + "attn_v_b.weight", t.weight(heads, v, rank))
+    w.add_tensor(p + "attn_output.weight", t.weight(h, heads * v))
+
+
+def add_indexer_tensors(t: tiny_gguf.TinyGguf, p: str, d: MlaDims) -> None:
+    """Layer ``p``'s lightning indexer (its keys are what llama.cpp's indexer cache holds)."""
+    w = t.writer
+    w.add_tensor(p + "indexer.k_norm.weight", t.f32(1.0, d.index_head_dim))
+    w.add_tensor(p + "indexer.k_norm.bias", t.f32(0.0, d.index_head_dim))
+    w.add_tensor(p + "indexer.proj.weight", t.weight(d.index_n_heads, d.hidden_size))
+    w.add_tensor(p + "indexer.attn_k.weight", t.weight(d.index_head_dim, d.hidden_size))
+    index_q = d.index_n_heads * d.index_head_dim
+    w.add_tensor(p + "indexer.attn_q_b.weight", t.weight(index_q, d.q_lora_rank))
+
+
+def add_ffn_tensors(t: tiny_gguf.TinyGguf, p: str, d: MlaDims) -> None:
+    """Layer ``p``'s dense FFN and its norm."""
+    w, h = t.writer, d.hidden_size
+    w.add_tensor(p + "ffn_norm.weight", t.f32(1.0, h))
+    w.add_tensor(p + "ffn_gate.weight", t.weight(d.ffn_size, h))
+    w.add_tensor(p + "ffn_up.weight", t.weight(d.ffn_size, h))
+    w.add_tensor(p + "ffn_down.weight", t.weight(h, d.ffn_size))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,13 +20,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_gguf  # a sibling script, not a package
@@ -89,26 +85,9 @@ def hf_config() -> dict[str, Any]:
 
 def build_tiny_dsv4_gguf(out_path: Path, *, seed: int = 0) -> Path:
     """Write the model to ``out_path`` (atomically) and its HF config beside it."""
-    cache = tiny_gguf.llamacpp_cache_dir()
-    gguf = tiny_gguf._import_gguf(cache / "gguf-py")
-    reader = gguf.GGUFReader(str(cache / "models" / "ggml-vocab-llama-bpe.gguf"))
-    tokens = tiny_gguf._field(reader, "tokenizer.ggml.tokens")
-    vocab_size = len(tokens)
-    rng = np.random.default_rng(seed)
-
-    def weight(*shape: int) -> np.ndarray[Any, Any]:
-        # numpy shape is ggml's reversed: (ne2, ne1, ne0)
-        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
-
-    def f32(value: float, *shape: int) -> np.ndarray[Any, Any]:
-        return np.full(shape, value, dtype=np.float32)
-
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
+    t = tiny_gguf.TinyGguf(out_path, arch="deepseek4", seed=seed)
+    w, weight, f32 = t.writer, t.weight, t.f32
     layers = len(COMPRESS_RATIOS)
-    w = gguf.GGUFWriter(str(tmp_path), arch="deepseek4")
-    w.add_name(f"kvbudget-tiny-deepseek4-random-seed{seed}")
     w.add_block_count(layers)
     w.add_context_length(CONTEXT_LENGTH)
     w.add_embedding_length(HIDDEN)
@@ -142,15 +121,11 @@ def build_tiny_dsv4_gguf(out_path: Path, *, seed: int = 0) -> Path:
     w.add_hyper_connection_epsilon(1e-6)
     w.add_hash_layer_count(0)
     w.add_embedding_length_out(HIDDEN * HC_MULT)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SQRTSOFTPLUS)
-    w.add_vocab_size(vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    tiny_gguf.add_llama_bpe_tokenizer(w, reader)
+    w.add_expert_gating_func(t.gguf.ExpertGatingFuncType.SQRTSOFTPLUS)
+    t.add_vocab()
 
     hc_dim, mix = HC_MULT * HIDDEN, (2 + HC_MULT) * HC_MULT
-    w.add_tensor("token_embd.weight", weight(vocab_size, HIDDEN))
-    w.add_tensor("output_norm.weight", f32(1.0, HIDDEN))
-    w.add_tensor("output.weight", weight(vocab_size, HIDDEN))
+    t.add_embeddings(HIDDEN)
     w.add_tensor("output_hc_fn.weight", weight(HC_MULT, hc_dim))
     w.add_tensor("output_hc_base.weight", f32(1.0, HC_MULT))
     w.add_tensor("output_hc_scale.weight", f32(1.0, 1))
@@ -194,13 +169,7 @@ def build_tiny_dsv4_gguf(out_path: Path, *, seed: int = 0) -> Path:
         w.add_tensor(p + "ffn_gate_shexp.weight", weight(EXPERT_FFN, HIDDEN))
         w.add_tensor(p + "ffn_up_shexp.weight", weight(EXPERT_FFN, HIDDEN))
         w.add_tensor(p + "ffn_down_shexp.weight", weight(HIDDEN, EXPERT_FFN))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp_path.replace(out_path)
-    out_path.with_suffix(".config.json").write_text(json.dumps(hf_config(), indent=2) + "\n")
-    return out_path
+    return t.finish(hf_config())
 
 
 def main(argv: list[str] | None = None) -> int:

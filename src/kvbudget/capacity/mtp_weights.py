@@ -166,21 +166,10 @@ def _dsv4_sizes(model: ModelSpec) -> dict[str, int] | None:
 def deepseek_v4_mtp_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
     """The part of DeepSeek-V4's MTP drafter vLLM 0.32 builds in a way kvbudget cannot pin down
     for this config (one line), or None when :func:`deepseek_v4_mtp_bytes` prices all of it."""
-    raw = model.raw_config
     quant = model.quantization_config or {}
-    sizes = _dsv4_sizes(model)
-    if sizes is None:
+    if _dsv4_sizes(model) is None:
         return "a size the drafter's modules need (hidden_size, hc_mult, o_groups, ...) is missing"
-    block = quant.get("weight_block_size")
-    if str(quant.get("quant_method", "")).lower() not in ("fp8", "deepseek_v4_fp8") or block != [
-        DSV4_FP8_BLOCK,
-        DSV4_FP8_BLOCK,
-    ]:
-        return (
-            "its linears' quantization: vLLM's DeepseekV4FP8Config (fp8 blocks of 128 x 128, "
-            "models/deepseek_v4/quant_config.py lines 149-157) is the only one read"
-        )
-    if quant.get("moe_quant_algo"):
+    if quant.get("moe_quant_algo") and _dsv4_fp8_read(quant):
         return (
             "its routed experts: with quantization_config.moe_quant_algo "
             f"{quant['moe_quant_algo']!r} vLLM 0.32 builds every routed-expert layer, the "
@@ -189,11 +178,36 @@ def deepseek_v4_mtp_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> st
             "checkpoint's ignore list that names mtp.*, quantization/fp8.py lines 159-175), while "
             "the checkpoint leaves mtp.* out of NVFP4: what loads there is not pinned down"
         )
+    return deepseek_v4_linear_unpriced(model, tp=tp, moe_ranks=moe_ranks)
+
+
+def _dsv4_fp8_read(quant: dict[str, Any]) -> bool:
+    """Whether vLLM reads ``quant`` as ``DeepseekV4FP8Config`` with 128 x 128 blocks."""
+    method = str(quant.get("quant_method", "")).lower()
+    block = quant.get("weight_block_size")
+    return method in ("fp8", "deepseek_v4_fp8") and block == [DSV4_FP8_BLOCK, DSV4_FP8_BLOCK]
+
+
+def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
+    """What of a DeepSeek-V4 decoder layer under ``DeepseekV4FP8Config`` (linears, experts,
+    attention split) kvbudget does not price for this config and split, in one line, or None;
+    the drafter (:func:`deepseek_v4_mtp_unpriced`) and the target
+    (:mod:`kvbudget.capacity.weights_dsv4`) share it."""
+    raw = model.raw_config
+    quant = model.quantization_config or {}
+    sizes = _dsv4_sizes(model)
+    if sizes is None:
+        return "a size the decoder layers need (hidden_size, hc_mult, o_groups, ...) is missing"
+    if not _dsv4_fp8_read(quant):
+        return (
+            "its linears' quantization: vLLM's DeepseekV4FP8Config (fp8 blocks of 128 x 128, "
+            "models/deepseek_v4/quant_config.py lines 149-157) is the only one read"
+        )
     if raw.get("expert_dtype", "fp4") != "fp4":
         return (
-            f"its routed experts: expert_dtype {raw.get('expert_dtype')!r} (Fp8MoEMethod) is not "
-            "priced for the drafter, only fp4 (Mxfp4MoEMethod, models/deepseek_v4/quant_config.py "
-            "lines 186-196)"
+            f"its routed experts: expert_dtype {raw.get('expert_dtype')!r} (Fp8MoEMethod, fp32 "
+            "block scales) is not priced, only fp4 (Mxfp4MoEMethod or, with moe_quant_algo "
+            "NVFP4, ModelOptNvFp4FusedMoE: models/deepseek_v4/quant_config.py lines 186-196)"
         )
     heads, h = sizes["num_attention_heads"], sizes["hidden_size"]
     if heads % tp or sizes["o_groups"] % tp or heads // tp > 128:

@@ -25,35 +25,26 @@ backends declaring nothing else: ``models/dots3_note/nvidia/attention.py`` lines
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from kvbudget.capacity.draft import NO_KV_METHODS, draft_method, parse_speculative_config
+from kvbudget.capacity.draft import NO_KV_METHODS
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dots3 import (
-    Dots3Spec,
     dots3_block_alignment,
     dots3_layer_specs,
 )
-from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.pool_dsv4 import packed_groups
+from kvbudget.capacity.pool_packed import (
+    PackedRequest,
+    check_packed_request,
+    packed_kv_group,
+    refuse_unmodelled_speculation,
+)
 from kvbudget.capacity.pool_types import KvCacheGroup
-from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
 
 __all__ = ["check_dots3_device", "check_dots3_request", "dots3_groups"]
 
 #: the vLLM version whose Dots3-Note source these rules were read from
 DOTS3_READ_FROM = (0, 32, 0)
-
-
-class Dots3Request(Protocol):
-    """What :func:`check_dots3_request` reads of a ``PlanRequest``."""
-
-    @property
-    def speculative_config(self) -> str | None: ...
-
-    @property
-    def disable_hybrid_kv_cache_manager(self) -> bool: ...
 
 
 def dots3_groups(
@@ -71,44 +62,39 @@ def dots3_groups(
     align = dots3_block_alignment(specs)
     out: list[KvCacheGroup] = []
     for members in packed_groups(specs):
-        out.append(_group(len(out), members, align))
+        first = members[0]
+        out.append(
+            packed_kv_group(
+                len(out),
+                members,
+                kind=first.kind,
+                sliding_window=first.sliding_window,
+                block_stride_alignment=align,
+            )
+        )
     return out
 
 
-def _group(group_id: int, members: list[Dots3Spec], align: int) -> KvCacheGroup:
-    first = members[0]
-    indices = LayerIndices.of(sorted({s.layer_index for s in members}))
-    spec = VllmLayerSpec(
-        layer_index=indices[0],
-        kind=first.kind,
-        block_size=first.block_size,
-        page_size_bytes=sum(s.page_size_bytes for s in members),
-        sliding_window=first.sliding_window,
-        block_stride_alignment=align,
-    )
-    return KvCacheGroup(group_id, spec, indices, uniform_type=True)
-
-
-def check_dots3_request(request: Dots3Request, version: tuple[int, int, int]) -> None:
+def check_dots3_request(request: PackedRequest, version: tuple[int, int, int]) -> None:
     """Refuse, in one line naming the field, what the Dots3-Note rule does not model."""
-    if version < DOTS3_READ_FROM:
-        raise LayoutNotApplicable(
-            f"engine_version: {'.'.join(map(str, version))} for Dots3-Note: kvbudget read its vLLM "
-            "KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
-        )
-    if request.speculative_config is not None:
-        method = draft_method(parse_speculative_config(request.speculative_config))
-        if method not in NO_KV_METHODS:
-            raise LayoutNotApplicable(
-                f"speculative_config: method {method or 'unknown'!r} with Dots3-Note is not "
-                "modelled in the vllm layout (its MTP drafter's pages are not read; ngram and "
-                "suffix add no KV); plan without it, or measure"
-            )
-    if request.disable_hybrid_kv_cache_manager:
-        raise LayoutNotApplicable(
-            "disable_hybrid_kv_cache_manager: not modelled for Dots3-Note (vLLM 0.32 would unify "
-            "its sliding and DSA specs); plan without it, or measure"
-        )
+    check_packed_request(
+        request,
+        version,
+        read_from=DOTS3_READ_FROM,
+        model="Dots3-Note",
+        groups_read="its vLLM KV groups",
+        refuse_speculation=_refuse_dots3_speculation,
+        unified_note="vLLM 0.32 would unify its sliding and DSA specs",
+    )
+
+
+def _refuse_dots3_speculation(speculative_config: str) -> None:
+    refuse_unmodelled_speculation(
+        speculative_config,
+        model="Dots3-Note",
+        modelled=NO_KV_METHODS,
+        note="its MTP drafter's pages are not read; ngram and suffix add no KV",
+    )
 
 
 def check_dots3_device(compute_capability_major: int | None) -> None:

@@ -31,19 +31,18 @@ so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
 
-from kvbudget.capacity.draft import (
-    MTP_METHODS,
-    NO_KV_METHODS,
-    draft_method,
-    parse_speculative_config,
-)
+from kvbudget.capacity.draft import MTP_METHODS, NO_KV_METHODS
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layer_specs
-from kvbudget.capacity.layouts.vllm_specs import PackedSpec, VllmLayerSpec
+from kvbudget.capacity.layouts.vllm_specs import PackedSpec
 from kvbudget.capacity.pool import KvCacheGroup
-from kvbudget.spec.layer_indices import LayerIndices
+from kvbudget.capacity.pool_packed import (
+    PackedRequest,
+    check_packed_request,
+    packed_kv_group,
+    refuse_unmodelled_speculation,
+)
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -54,17 +53,6 @@ __all__ = [
     "dsv4_groups",
     "packed_groups",
 ]
-
-
-class Dsv4Request(Protocol):
-    """What :func:`check_dsv4_request` reads of a ``PlanRequest`` (the pool does not import the
-    plan's types, which look engines up in the registry)."""
-
-    @property
-    def speculative_config(self) -> str | None: ...
-
-    @property
-    def disable_hybrid_kv_cache_manager(self) -> bool: ...
 
 
 #: the vLLM version whose DeepSeek-V4 source these rules were read from
@@ -124,44 +112,32 @@ def dsv4_groups(spec: ModelSpec, *, pp: int = 1, mtp_layers: int = 0) -> list[Kv
     out: list[KvCacheGroup] = []
     for members in packed_groups(dsv4_layer_specs(spec, mtp_layers=mtp_layers)):
         first = members[0]
-        indices = LayerIndices.of(sorted({s.layer_index for s in members}))
         out.append(
-            KvCacheGroup(
-                len(out),
-                VllmLayerSpec(
-                    layer_index=indices[0],
-                    kind=first.kind,
-                    block_size=first.block_size,
-                    page_size_bytes=sum(s.page_size_bytes for s in members),
-                    sliding_window=first.sliding_window,
-                ),
-                indices,
-                uniform_type=True,
-            )
+            packed_kv_group(len(out), members, kind=first.kind, sliding_window=first.sliding_window)
         )
     return out
 
 
-def check_dsv4_request(request: Dsv4Request, version: tuple[int, int, int]) -> None:
+def check_dsv4_request(request: PackedRequest, version: tuple[int, int, int]) -> None:
     """Refuse, in one line naming the field, what the DeepSeek-V4 rule does not model."""
-    if version < DSV4_READ_FROM:
-        raise LayoutNotApplicable(
-            f"engine_version: {'.'.join(map(str, version))} for deepseek_v4: kvbudget read "
-            "DeepSeek-V4's vLLM KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
-        )
-    if request.speculative_config is not None:
-        method = draft_method(parse_speculative_config(request.speculative_config))
-        if method not in MTP_METHODS and method not in NO_KV_METHODS:
-            raise LayoutNotApplicable(
-                f"speculative_config: method {method or 'unknown'!r} with deepseek_v4 is not "
-                "modelled in the vllm layout (its MTP drafter, method mtp, is; ngram and suffix "
-                "add no KV); plan without it, or measure"
-            )
-    if request.disable_hybrid_kv_cache_manager:
-        raise LayoutNotApplicable(
-            "disable_hybrid_kv_cache_manager: not modelled for deepseek_v4 (vLLM 0.32 would unify "
-            "its sliding and compressed specs); plan without it, or measure"
-        )
+    check_packed_request(
+        request,
+        version,
+        read_from=DSV4_READ_FROM,
+        model="deepseek_v4",
+        groups_read="DeepSeek-V4's vLLM KV groups",
+        refuse_speculation=_refuse_dsv4_speculation,
+        unified_note="vLLM 0.32 would unify its sliding and compressed specs",
+    )
+
+
+def _refuse_dsv4_speculation(speculative_config: str) -> None:
+    refuse_unmodelled_speculation(
+        speculative_config,
+        model="deepseek_v4",
+        modelled=MTP_METHODS.union(NO_KV_METHODS),
+        note="its MTP drafter, method mtp, is; ngram and suffix add no KV",
+    )
 
 
 def dsv4_bytes_per_token(groups: list[KvCacheGroup]) -> int:

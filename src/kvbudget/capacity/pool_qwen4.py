@@ -25,15 +25,18 @@ other backends declare none, ``v1/attention/backends/utils.py`` lines 208-244), 
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from kvbudget.capacity.draft import draft_method, parse_speculative_config
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_qwen4 import Qwen4Spec, qwen4_layer_specs
-from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind, VllmLayerSpec
+from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind
 from kvbudget.capacity.pool_dsv4 import approximate_gcd
+from kvbudget.capacity.pool_packed import (
+    PackedRequest,
+    check_packed_request,
+    packed_kv_group,
+    refuse_unmodelled_speculation,
+)
 from kvbudget.capacity.pool_types import KvCacheGroup
-from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -48,16 +51,6 @@ __all__ = [
 QWEN4_READ_FROM = (0, 32, 0)
 
 _KIND: dict[str, VllmKind] = {"gdn": "mamba", "ple": "mamba", "ring": "ring"}
-
-
-class Qwen4Request(Protocol):
-    """What :func:`check_qwen4_request` reads of a ``PlanRequest``."""
-
-    @property
-    def speculative_config(self) -> str | None: ...
-
-    @property
-    def disable_hybrid_kv_cache_manager(self) -> bool: ...
 
 
 def packed_qwen4_groups(specs: list[Qwen4Spec]) -> list[list[Qwen4Spec]]:
@@ -129,33 +122,22 @@ def qwen4_groups(
     )
     out: list[KvCacheGroup] = []
     for members in packed_qwen4_groups(specs):
-        first = members[0]
-        indices = LayerIndices.of(sorted({s.layer_index for s in members}))
-        group_spec = VllmLayerSpec(
-            layer_index=indices[0],
-            kind=_KIND.get(first.role, "full"),
-            block_size=first.block_size,
-            page_size_bytes=sum(s.page_size_bytes for s in members),
-            mamba_cache_mode=mamba_cache_mode,
-        )
-        out.append(KvCacheGroup(len(out), group_spec, indices, uniform_type=True))
+        kind = _KIND.get(members[0].role, "full")
+        out.append(packed_kv_group(len(out), members, kind=kind, mamba_cache_mode=mamba_cache_mode))
     return out
 
 
-def check_qwen4_request(request: Qwen4Request, version: tuple[int, int, int]) -> None:
+def check_qwen4_request(request: PackedRequest, version: tuple[int, int, int]) -> None:
     """Refuse, in one line naming the field, what the Qwen4-Exp rule does not model."""
-    if version < QWEN4_READ_FROM:
-        raise LayoutNotApplicable(
-            f"engine_version: {'.'.join(map(str, version))} for Qwen4-Exp: kvbudget read its vLLM "
-            "KV groups from 0.32.0's source only; pass --engine-version 0.32.0"
-        )
-    if request.speculative_config is not None:
-        refuse_qwen4_speculation(request.speculative_config)
-    if request.disable_hybrid_kv_cache_manager:
-        raise LayoutNotApplicable(
-            "disable_hybrid_kv_cache_manager: not modelled for Qwen4-Exp (its QSA rings and "
-            "states are not full attention); plan without it, or measure"
-        )
+    check_packed_request(
+        request,
+        version,
+        read_from=QWEN4_READ_FROM,
+        model="Qwen4-Exp",
+        groups_read="its vLLM KV groups",
+        refuse_speculation=refuse_qwen4_speculation,
+        unified_note="its QSA rings and states are not full attention",
+    )
 
 
 #: the proposers vLLM 0.32 takes for Qwen4-Exp (``model_executor/models/config.py`` lines 950-959)
@@ -173,8 +155,10 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
             "proposers' (model_executor/models/config.py lines 950-959); use mtp or ngram, or "
             "plan without it"
         )
-    raise LayoutNotApplicable(
-        f"speculative_config: method {method!r} with Qwen4-Exp is not modelled in the vllm layout "
-        "(num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py lines "
-        "850-851, and its GDN/PLE conv states and mamba blocks); plan without it, or measure"
+    refuse_unmodelled_speculation(
+        speculative_config,
+        model="Qwen4-Exp",
+        modelled=(),
+        note="num_speculative_tokens widens its QSA ring, models/qwen4_exp/common/qsa_cache.py "
+        "lines 850-851, and its GDN/PLE conv states and mamba blocks",
     )

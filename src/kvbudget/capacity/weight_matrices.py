@@ -40,15 +40,22 @@ class Matrix:
     split: Split = "col"
     quantizable: bool = True
     expert: bool = False
+    #: a K / V projection's own KV heads (its layer's: MiMo-V2-Flash's sliding layers have 8,
+    #: its full layers 4); 0 = the ``kv_heads`` :meth:`rank_shape` is given
+    kv_heads: int = 0
 
     def rank_shape(self, tp: int, kv_heads: int = 0) -> tuple[int, int]:
+        """One rank's ``(in, out)``; a ``kv`` split keeps ``max(1, heads // tp)`` whole heads
+        (vLLM 0.32 ``QKVParallelLinear``, ``model_executor/layers/linear.py`` lines 1050-1063:
+        one replicated head per rank when ``tp >= heads``)."""
+        heads = self.kv_heads or kv_heads
         if self.split == "col":
             return self.in_features, cdiv(self.out_features, tp)
         if self.split == "row":
             return cdiv(self.in_features, tp), self.out_features
-        if self.split == "kv" and kv_heads:
-            per_head = self.out_features // kv_heads
-            return self.in_features, max(1, kv_heads // tp) * per_head
+        if self.split == "kv" and heads:
+            per_head = self.out_features // heads
+            return self.in_features, max(1, heads // tp) * per_head
         return self.in_features, self.out_features
 
 
@@ -78,8 +85,8 @@ def _attention_matrices(layer: LayerSpec, spec: ModelSpec, h: int) -> tuple[list
         d, dv, kv = layer.head_dim, layer.v_dim, layer.num_kv_heads
         return [
             Matrix("q_proj", h, n_heads * d),
-            Matrix("k_proj", h, kv * d, split="kv"),
-            Matrix("v_proj", h, kv * dv, split="kv"),
+            Matrix("k_proj", h, kv * d, split="kv", kv_heads=kv),
+            Matrix("v_proj", h, kv * dv, split="kv", kv_heads=kv),
             Matrix("o_proj", n_heads * dv, h, split="row"),
         ], False
     if isinstance(layer, StateLayer):

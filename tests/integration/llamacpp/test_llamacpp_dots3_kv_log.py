@@ -27,9 +27,11 @@ import pytest
 
 from tests.integration.llamacpp.test_llamacpp_kv_log import (
     Case,
+    assert_serves_completion,
     calc_llamacpp,
     calc_llamacpp_kv,
     hand_cells,
+    pad,
     printed,
 )
 from tests.repo_scripts import load_script
@@ -53,10 +55,6 @@ CASES = [
 ]
 
 
-def _pad256(value: int) -> int:
-    return -(-value // 256) * 256
-
-
 @pytest.fixture(scope="module")
 def dots3_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = load_script("scripts/tiny_gguf_dots3.py").build_tiny_dots3_gguf
@@ -72,7 +70,7 @@ def test_dots3_kv_log_matches_hand_rules_and_calculator(
     lines = server.kv_lines()
     assert len(lines) == 3, f"expected the MLA, indexer and SWA caches, got {lines}"
     cells, streams = hand_cells(case)
-    swa_cells = _pad256(min(cells, WINDOW * (case.num_slots if case.unified else 1) + N_UBATCH))
+    swa_cells = pad(min(cells, WINDOW * (case.num_slots if case.unified else 1) + N_UBATCH), 256)
     want = [
         (cells, FULL_LAYERS, FULL_LAYERS * cells * streams * ROW[case.ctk][LATENT]),
         (cells, FULL_LAYERS, FULL_LAYERS * cells * streams * ROW[case.ctk][INDEX]),
@@ -83,10 +81,7 @@ def test_dots3_kv_log_matches_hand_rules_and_calculator(
         assert (line.k_type, line.k_mib, line.v_mib) == (case.ctk, printed(k_bytes), "0.00")
     total = sum(k for _, _, k in want)
     if case.num_slots == 1 and case.ctk == "f16":  # the model really serves (indexer and all)
-        answer = server.post_json(
-            "/v1/completions", {"prompt": "word " * 40, "max_tokens": 4, "ignore_eos": True}
-        )
-        assert answer["usage"]["completion_tokens"] == 4
+        assert_serves_completion(server)
 
     # the calculator against the engine
     result = calc_llamacpp(dots3_model, case)(case.ctk, case.ctv)

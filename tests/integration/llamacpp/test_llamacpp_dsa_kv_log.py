@@ -27,6 +27,7 @@ import pytest
 
 from tests.integration.llamacpp.test_llamacpp_kv_log import (
     Case,
+    assert_serves_completion,
     calc_llamacpp,
     calc_llamacpp_kv,
     hand_cells,
@@ -84,10 +85,7 @@ def test_dsa_kv_log_matches_hand_rules_and_calculator(
         assert (line.k_type, line.k_mib, line.v_mib) == (case.ctk, printed(k_bytes), "0.00")
         assert line.total_mib == printed(k_bytes)
     if case.num_slots == 1 and case.ctk == "f16":  # the model really serves (indexer and all)
-        answer = server.post_json(
-            "/v1/completions", {"prompt": "word " * 40, "max_tokens": 4, "ignore_eos": True}
-        )
-        assert answer["usage"]["completion_tokens"] == 4
+        assert_serves_completion(server)
 
     # the calculator against the engine
     result = calc_llamacpp(model, case)(case.ctk, case.ctv)

@@ -27,6 +27,7 @@ import pytest
 
 from tests.integration.llamacpp.test_llamacpp_kv_log import (
     Case,
+    assert_serves_completion,
     calc_llamacpp,
     calc_llamacpp_kv,
     pad,
@@ -97,10 +98,7 @@ def test_dsv4_kv_log_matches_hand_rules_and_calculator(
         assert (int(states[name]["streams"]), int(states[name]["rs"])) == (streams, 0)
         assert states[name]["mib"] == printed(nbytes)
     if case.num_slots == 2 and not case.unified:  # the model really serves
-        answer = server.post_json(
-            "/v1/completions", {"prompt": "word " * 40, "max_tokens": 4, "ignore_eos": True}
-        )
-        assert answer["usage"]["completion_tokens"] == 4
+        assert_serves_completion(server)
 
     # the calculator against the engine: every cache and state, to the byte of the hand rules
     result = calc_llamacpp(dsv4_model, case)(case.ctk, case.ctv)

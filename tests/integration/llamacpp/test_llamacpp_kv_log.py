@@ -43,6 +43,14 @@ def printed(nbytes: int) -> str:
     return f"{float(value):.2f}"
 
 
+def assert_serves_completion(server: Any) -> None:
+    """The tiny model really serves: four tokens of a completion (random weights, so gibberish)."""
+    answer = server.post_json(
+        "/v1/completions", {"prompt": "word " * 40, "max_tokens": 4, "ignore_eos": True}
+    )
+    assert answer["usage"]["completion_tokens"] == 4
+
+
 @dataclass(frozen=True)
 class Case:
     ctk: str

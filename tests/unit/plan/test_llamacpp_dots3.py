@@ -23,7 +23,6 @@ f16 per cell: full 3 x (576 x 2 + 128 x 2) = 3,456 + 768 = 4,224 B; sliding 5 x 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +33,14 @@ from kvbudget.capacity.layouts.llamacpp import llamacpp_kv_split, llamacpp_layou
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
+from tests.unit.config_files import write_config
 from tests.unit.plan.test_plan_dots3_vllm import DOTS3 as VLLM_DOTS3
 
 DOTS3: dict[str, Any] = {**VLLM_DOTS3, "swa_v_head_dim": 128, "swa_q_lora_rank": 1024}
 
 
 def _spec(tmp_path: Path, **changes: Any) -> ModelSpec:
-    config = {k: v for k, v in {**DOTS3, **changes}.items() if v is not None}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    spec = resolve_model(str(path)).spec
+    spec = resolve_model(write_config(tmp_path, DOTS3, **changes)).spec
     assert spec is not None
     return spec
 

@@ -32,7 +32,6 @@ and ``_get_kv_cache_bytes_per_block`` on specs built from those lines
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.pool_dsv4 import approximate_gcd
 from kvbudget.errors import ConfigError
 from kvbudget.units import GiB
+from tests.unit.config_files import write_config
 
 ROW = (1024 + 64) * 2  # 2,176 B: one sliding row, and one padded DSA latent row
 PAGE = 64 * ROW  # 139,264
@@ -83,10 +83,7 @@ DOTS3: dict[str, Any] = {
 
 def _config(tmp_path: Path, **changes: Any) -> str:
     """The tiny config with ``changes`` (a key given ``None`` is left out)."""
-    config = {k: v for k, v in {**DOTS3, **changes}.items() if v is not None}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return str(path)
+    return write_config(tmp_path, DOTS3, **changes)
 
 
 def _plan(model: str, **extra: Any) -> PlanResult:

@@ -53,6 +53,7 @@ from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import ConfigError
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
+from tests.unit.config_files import write_config
 from tests.unit.spec.test_dots3_qwen4 import _qwen4
 
 #: the tiny Qwen4-Exp of the hf-layout test (its QSA indexer fields set), one config for both
@@ -65,10 +66,7 @@ LEN = 8192
 
 
 def _config(tmp_path: Path, **changes: Any) -> str:
-    config = {k: v for k, v in {**QWEN4, **changes}.items() if v is not None}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return str(path)
+    return write_config(tmp_path, QWEN4, **changes)
 
 
 def _plan(model: str, **extra: Any) -> PlanResult:

@@ -32,7 +32,6 @@ worked by hand from the sglang 0.5.23 wheel (``pip download sglang==0.5.23 --no-
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from kvbudget.capacity.planner import make_plan
 from kvbudget.capacity.sglang_pool import rest_memory_bytes
 from kvbudget.errors import ConfigError, KvbudgetError
 from kvbudget.units import GiB, MiB
+from tests.unit.config_files import write_config
 from tests.unit.plan.test_plan_dots3_vllm import DOTS3 as VLLM_DOTS3
 
 #: SGLang asserts equal query and KV heads on both kinds (modeling.py lines 586-589); the vLLM
@@ -58,10 +58,7 @@ KV = 1 * GiB  # 1,073,741,824
 
 
 def _config(tmp_path: Path, **changes: Any) -> str:
-    config = {k: v for k, v in {**DOTS3, **changes}.items() if v is not None}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return str(path)
+    return write_config(tmp_path, DOTS3, **changes)
 
 
 def _plan(model: str, **extra: Any) -> PlanResult:

@@ -32,7 +32,6 @@ from PyPI (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``, paths under 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -42,6 +41,8 @@ from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import ConfigError
 from kvbudget.units import GiB
+from tests.unit.config_files import write_config
+from tests.unit.spec.test_new_architectures import HY_V4
 
 KV_BYTES = 10 * GiB  # 10,737,418,240
 INDEXER = 128 + 128 // 128 * 4  # 132 B per token per top-k layer
@@ -160,28 +161,7 @@ def test_pipeline_stages_take_the_larger_stage() -> None:
 
 def test_learnable_sinks_refuse_fp8_in_sglangs_words(tmp_path: Path) -> None:
     # overrides.py lines 526-531: hy_v4's learnable sinks (configs/hy_v4.py line 44) take bf16 only
-    raw = {
-        "model_type": "hy_v4",
-        "architectures": ["HYV4ForCausalLM"],
-        "num_hidden_layers": 6,
-        "hidden_size": 256,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "q_lora_rank": 64,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 64,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 64,
-        "index_head_dim": 128,
-        "index_n_heads": 4,
-        "index_topk": 64,
-        "vocab_size": 1024,
-        "intermediate_size": 512,
-        "moe_intermediate_size": 128,
-        "torch_dtype": "bfloat16",
-    }
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(raw), encoding="utf-8")
+    path = write_config(tmp_path, HY_V4)
     with pytest.raises(ConfigError, match="Learnable DSA attention sinks require a bfloat16"):
-        _plan(str(path), gpu="B200", kv_dtype="fp8_e4m3")
-    assert _plan(str(path), gpu="B200").kv_dtype == "bfloat16"
+        _plan(path, gpu="B200", kv_dtype="fp8_e4m3")
+    assert _plan(path, gpu="B200").kv_dtype == "bfloat16"

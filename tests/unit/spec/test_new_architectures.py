@@ -142,6 +142,29 @@ def test_sglang_dsa_latent_plus_indexer_keys() -> None:
     assert result.total_bytes == 61 * ((512 + 64) * 2 + 128 + 4) * pages
 
 
+#: a tiny Hunyuan v4 (DSA with learnable sinks): 6 layers, indexer on the "full" layers 0, 1, 5
+HY_V4: dict[str, Any] = {
+    "model_type": "hy_v4",
+    "architectures": ["HYV4ForCausalLM"],
+    "num_hidden_layers": 6,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "q_lora_rank": 64,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 64,
+    "index_head_dim": 128,
+    "index_n_heads": 4,
+    "index_topk": 64,
+    "vocab_size": 1024,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 128,
+    "torch_dtype": "bfloat16",
+}
+
+
 def _write(tmp_path: Path, raw: dict[str, Any]) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw), encoding="utf-8")
@@ -301,27 +324,7 @@ def test_hy_v4_latent_plus_indexer_keys_on_full_indexer_layers(tmp_path: Path) -
     latent (512 + 64) and the full-indexer layers the indexer key (128) too; vLLM 0.32's HYV4
     indexer is a DeepseekV32IndexerCache of 128 + 4 bytes per token (models/hy_v4/nvidia/
     attention.py lines 179-189), one UniformType group, block 64."""
-    raw = {
-        "model_type": "hy_v4",
-        "architectures": ["HYV4ForCausalLM"],
-        "num_hidden_layers": 6,
-        "hidden_size": 256,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "q_lora_rank": 64,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 64,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 64,
-        "index_head_dim": 128,
-        "index_n_heads": 4,
-        "index_topk": 64,
-        "vocab_size": 1024,
-        "intermediate_size": 512,
-        "moe_intermediate_size": 128,
-        "torch_dtype": "bfloat16",
-    }
-    spec = _spec(_write(tmp_path, raw))
+    spec = _spec(_write(tmp_path, HY_V4))
     assert [getattr(x, "index_head_dim", None) for x in spec.layers] == [128, 128, 0, 0, 0, 128]
     expected = 6 * (512 + 64) * 2 * T + 3 * 128 * 2 * T
     assert hf_layout(spec, tokens=T, seqs=1, kv_dtype="bfloat16").total_bytes == expected == 768_000

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.base import GroupBytes, LayoutNotApplicable
 from kvbudget.spec.layer_indices import LayerIndices
+from kvbudget.spec.layer_kinds import has_compressed_attention
 from kvbudget.spec.layers import CompressedAttention, CompressedSparseAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -48,7 +49,7 @@ F32_BYTES = 4
 
 def is_llamacpp_dsv4(spec: ModelSpec) -> bool:
     """A model with DeepSeek-V4's compressed attention layers."""
-    return any(isinstance(x, CompressedAttention) for x in spec.layer_seq.distinct())
+    return has_compressed_attention(spec.layer_seq)
 
 
 def _pad(value: int) -> int:

@@ -58,6 +58,13 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3, sglang_dots3_layout
+from kvbudget.capacity.layouts.sglang_dsa import (
+    DSA_INDEX_KEY_BYTES,
+    DSA_QUANT_BLOCK,
+    DSA_SINK_MODEL_TYPES,
+    dsa_latent_bytes,
+    sglang_dsa_dtype,
+)
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4, sglang_qwen4_layout
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
@@ -72,19 +79,9 @@ from kvbudget.spec.traits import MINIMAX_M3_TYPES
 #: temporal float32 (``--mamba-ssm-dtype`` default)
 SGLANG_CONV_STATE_BYTES = 2
 SGLANG_TEMPORAL_STATE_BYTES = 4
-#: ``DSATokenToKVPool.quant_block_size`` (sglang 0.5.23 ``srt/mem_cache/memory_pool.py`` line 5280)
-DSA_QUANT_BLOCK = 128
-#: the indexer's fp8 key plus one float32 scale per quant block (``index_k_with_scale_buffer_dtype
-#: = torch.uint8``, line 5281): 1 byte per element
-DSA_SCALE_BYTES = 4
-#: ``rope_storage_dtype = torch.bfloat16`` (line 5282): the fp8 latent keeps its rope part in bf16
-DSA_ROPE_BYTES = 2
 #: DSA page on CUDA: ``page_size = 64 * index_kpool`` (``arg_groups/model_overrides/deepseek_v2.py``
 #: lines 162-173); ``index_kpool`` defaults to 1 (``configs/model_config.py`` line 530)
 DSA_PAGE_SIZE = 64
-#: model types whose config defaults ``learnable_sink=True`` (sglang ``configs/hy_v4.py`` line 44):
-#: SGLang's DSA dtype default stays bfloat16 for them on every GPU
-DSA_SINK_MODEL_TYPES = frozenset({"hy_v4"})
 #: kvbudget's MiniMax-M3 text types (as capacity.layouts.vllm_minimax_m3 reads them)
 SGLANG_MINIMAX_M3_TYPES = MINIMAX_M3_TYPES
 #: MiniMax-M3's page on CUDA: 128 tokens (``arg_groups/model_overrides/minimax_m3.py`` lines
@@ -96,31 +93,6 @@ def is_sglang_dsa(spec: ModelSpec) -> bool:
     """MLA layers with a lightning indexer: SGLang's ``is_deepseek_dsa`` models (DeepSeek-V3.2,
     GLM-5, Hunyuan v4; ``configs/model_config.py`` lines 191-212), served by ``DSATokenToKVPool``."""
     return any(isinstance(x, MLA) and x.index_head_dim for x in spec.layer_seq.distinct())
-
-
-def sglang_dsa_dtype(kv_dtype: str, model_type: str, *, sm100: bool = False) -> KvDtype:
-    """SGLang's DSA KV dtype (``arg_groups/overrides.py`` ``_dsa_kv_cache_dtype_default``, lines
-    490-546): ``auto`` is ``fp8_e4m3`` on compute capability 10+ without learnable sinks, else
-    ``bfloat16`` (whatever the model dtype); only ``bfloat16`` and ``fp8_e4m3`` are accepted."""
-    key = kv_dtype.strip().lower()
-    if model_type in DSA_SINK_MODEL_TYPES and key not in ("auto", "bf16", "bfloat16"):
-        raise ConfigError(
-            f"kv_dtype: {kv_dtype!r} is refused by SGLang for {model_type} ('Learnable DSA "
-            "attention sinks require a bfloat16 KV cache', arg_groups/overrides.py lines "
-            "526-531); pass --kv-cache-dtype bfloat16",
-            field="kv_dtype",
-        )
-    if key == "auto":
-        key = "fp8_e4m3" if sm100 and model_type not in DSA_SINK_MODEL_TYPES else "bfloat16"
-    dtype = get_kv_dtype(key, engine="sglang")
-    if dtype.name not in ("bfloat16", "fp8_e4m3", "fp8"):
-        raise ConfigError(
-            f"kv_dtype: {kv_dtype!r} is not accepted by SGLang for DSA model {model_type} "
-            '("DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype", '
-            "arg_groups/overrides.py line 544); pass --kv-cache-dtype bfloat16 or fp8_e4m3",
-            field="kv_dtype",
-        )
-    return dtype
 
 
 def sglang_dsa_raw_fp8(model_type: str, cc_major: int) -> bool:
@@ -147,26 +119,19 @@ def sglang_dsa_cell_bytes(layer: MLA, dtype: KvDtype, *, raw_fp8: bool = False) 
       (``dsa_layer_skips_topk``: GLM-5.2's ``indexer_types`` "shared" layers hold none, their
       ``index_head_dim`` is 0 here).
     """
-    if dtype.block_bytes == 1 and not raw_fp8:
-        if layer.kv_lora_rank % DSA_QUANT_BLOCK:
-            raise LayoutNotApplicable(
-                f"SGLang's fp8 DSA latent needs kv_lora_rank a multiple of {DSA_QUANT_BLOCK}; "
-                f"got {layer.kv_lora_rank}"
-            )
-        latent = (
-            layer.kv_lora_rank
-            + layer.kv_lora_rank // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
-            + layer.qk_rope_head_dim * DSA_ROPE_BYTES
-        )
-    else:
-        latent = dtype.row_bytes(layer.latent_dim)
+    latent = dsa_latent_bytes(
+        layer.kv_lora_rank,
+        layer.qk_rope_head_dim,
+        dtype,
+        scaled_fp8=dtype.block_bytes == 1 and not raw_fp8,
+    )
     if not layer.index_head_dim:
         return latent
     if layer.index_head_dim != DSA_QUANT_BLOCK:
         raise LayoutNotApplicable(
             f"SGLang's DSATokenToKVPool asserts index_head_dim == 128; got {layer.index_head_dim}"
         )
-    indexer = layer.index_head_dim + layer.index_head_dim // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+    indexer = DSA_INDEX_KEY_BYTES  # index_head_dim is 128 (checked above)
     return latent + indexer
 
 

@@ -50,6 +50,12 @@ from kvbudget.capacity.layouts.base import (
     StageBytes,
     check_load,
 )
+from kvbudget.capacity.layouts.sglang_dsa import (
+    DSA_INDEX_KEY_BYTES,
+    DSA_QUANT_BLOCK,
+    dsa_latent_bytes,
+    sglang_dsa_dtype,
+)
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_kinds import has_sliding_latent
@@ -83,11 +89,6 @@ DOTS3_PAGE_SIZE = 64
 DOTS3_SWA_FULL_TOKENS_RATIO = 0.8
 #: ``SGLANG_SWA_EVICTION_INTERVAL`` default (``environ.py`` line 730)
 SWA_EVICTION_INTERVAL = 128
-#: ``DSATokenToKVPool.quant_block_size`` (``memory_pool.py`` line 5280)
-QUANT_BLOCK = 128
-#: indexer key bytes per token per full layer: 128 fp8 + one float32 scale
-#: (``pool_configurator.py`` lines 690-699; ``DSATokenToKVPool`` asserts 128, line 5346)
-INDEX_KEY_BYTES = QUANT_BLOCK + 4
 #: SGLang's names for the two layer kinds (``configs/model_config.py`` lines 2716-2722)
 SLIDING, FULL = "sliding_attention", "full_attention"
 DOTS3_TYPES = frozenset({"dots3_note", "dots3_note_text"})
@@ -209,7 +210,7 @@ def sglang_dots3(
                 "indexer (models/dots3_common/modeling.py lines 612-617; configs/model_config.py "
                 "lines 191-212) on an MLA pool kvbudget has not modelled; use --engine hf"
             )
-    if raw.get("index_head_dim") != QUANT_BLOCK:
+    if raw.get("index_head_dim") != DSA_QUANT_BLOCK:
         raise LayoutNotApplicable(
             f"index_head_dim: {raw.get('index_head_dim')!r}; SGLang 0.5.23's DSATokenToKVPool "
             "asserts index_head_dim == 128 (mem_cache/memory_pool.py line 5346); fix config.json"
@@ -223,28 +224,17 @@ def sglang_dots3(
             "dots_hybrid_backend.py lines 367-371); drop index_kpool from config.json"
         )
     _check_heads(raw, tp)
-    from kvbudget.capacity.layouts.sglang import sglang_dsa_dtype  # (sglang imports this module)
-
     dtype = sglang_dsa_dtype(kv_dtype, spec.model_type, sm100=sm100)  # a DSA model's rule
     rank = _raw(raw, "kv_lora_rank")
     rope = _raw(raw, "qk_rope_head_dim")
-    if dtype.block_bytes == 1 and not sm100:
-        # Hopper's default flashmla_kv: fp8 nope, float32 scale per 128, bf16 rope
-        if rank % QUANT_BLOCK:
-            raise LayoutNotApplicable(
-                f"kv_lora_rank: {rank} is not a multiple of {QUANT_BLOCK}; SGLang asserts it for "
-                "the fp8 DSA latent (mem_cache/kv_cache_configurator.py lines 3465-3467); use "
-                "--kv-cache-dtype bfloat16"
-            )
-        latent = rank + rank // QUANT_BLOCK * 4 + rope * 2
-    else:
-        latent = dtype.row_bytes(rank + rope)
+    # Hopper's default flashmla_kv scales the fp8 latent; SM100's DSA backends keep it raw
+    latent = dsa_latent_bytes(rank, rope, dtype, scaled_fp8=dtype.block_bytes == 1 and not sm100)
     swa_row = dtype.row_bytes(_raw(raw, "swa_kv_lora_rank") + _raw(raw, "swa_qk_rope_head_dim"))
     return SglangDots3(
         dtype=dtype,
         full_layers=LayerIndices.of(full),
         swa_layers=LayerIndices.of(swa),
-        full_bytes=latent + INDEX_KEY_BYTES,
+        full_bytes=latent + DSA_INDEX_KEY_BYTES,
         swa_bytes=swa_row,
         window=_raw(raw, "sliding_window_size") - 1,
         multimodal=not raw.get("language_model_only", False),

@@ -41,6 +41,7 @@ from kvbudget.capacity.layouts.base import (
 )
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
+from kvbudget.spec.layer_kinds import has_compressed_attention
 from kvbudget.spec.layers import CompressedAttention, CompressedSparseAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -77,7 +78,7 @@ HCA_RATIO = 128
 
 def is_sglang_dsv4(spec: ModelSpec) -> bool:
     """A model with DeepSeek-V4 compressed attention layers."""
-    return any(isinstance(x, CompressedAttention) for x in spec.layer_seq.distinct())
+    return has_compressed_attention(spec.layer_seq)
 
 
 def v4_page_bytes(rows: int) -> int:

@@ -70,6 +70,7 @@ from kvbudget.capacity.layouts.vllm_models import (
     VLLM_MLA_AS_ATTENTION,
     VLLM_SOURCE_RULES,
     as_vllm_pages,
+    check_mimo_v2_fp8_tp,
     check_sconv,
     vllm_parts,
 )
@@ -145,6 +146,7 @@ def vllm_layer_specs(
     max(min kernel block, cache_config.block_size)``), not of 16.
     """
     check_sconv(spec, tp)
+    check_mimo_v2_fp8_tp(spec, tp)
     refuse_compressed(
         spec,
         "vllm",

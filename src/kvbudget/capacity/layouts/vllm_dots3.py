@@ -55,8 +55,8 @@ from math import lcm
 from typing import Any, Literal
 
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
-from kvbudget.capacity.layouts.vllm_specs import PackedSpec, packed_group_bytes
+from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult
+from kvbudget.capacity.layouts.vllm_specs import PackedSpec, packed_layout
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_kinds import has_sliding_latent
 from kvbudget.spec.layers import MLA
@@ -226,26 +226,17 @@ def dots3_layout(
 
     name = dots3_kv_dtype(spec, kv_dtype)
     packed = dots3_groups(spec, kv_dtype=name, block_size=block_size, pp=pp)
-    groups = packed_group_bytes(packed, tokens, seqs)
-    block = packed[0].block_size if packed else DOTS3_BLOCK_SIZE
-    return LayoutResult(
-        "vllm",
-        name,
-        tokens,
-        seqs,
-        tp,
-        pp,
-        dp,
-        (StageBytes(0, 0, spec.num_layers, tuple(groups)),),
-        block_size=block,
-        notes=(
-            "Dots3-Note in vLLM 0.32: vLLM's packed groups (sliding-window MLA pages; DSA latents "
-            "padded to the sliding rows, with the indexer's keys), the same on every TP rank; the "
-            "bytes held by each group, not the packed block's alignment padding",
-        ),
-        padding=(
-            f"last block of each sequence is partly empty ({tokens} tokens, block {block})"
-            if tokens % block
-            else ""
-        ),
+    return packed_layout(
+        packed,
+        kv_dtype_name=name,
+        num_layers=spec.num_layers,
+        tokens=tokens,
+        seqs=seqs,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        block_size=packed[0].block_size if packed else DOTS3_BLOCK_SIZE,
+        note="Dots3-Note in vLLM 0.32: vLLM's packed groups (sliding-window MLA pages; DSA latents "
+        "padded to the sliding rows, with the indexer's keys), the same on every TP rank; the "
+        "bytes held by each group, not the packed block's alignment padding",
     )

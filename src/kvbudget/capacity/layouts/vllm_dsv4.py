@@ -40,6 +40,7 @@ from typing import Literal
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
 from kvbudget.capacity.layouts.vllm_specs import PackedSpec, packed_group_bytes
+from kvbudget.spec.layer_kinds import has_compressed_attention
 from kvbudget.spec.layers import CompressedAttention, NoAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -82,7 +83,7 @@ def _page(block_size: int, tokens_per_state: int, state_bytes: int) -> int:
 
 def is_deepseek_v4(spec: ModelSpec) -> bool:
     """A model whose layers include DeepSeek-V4 compressed attention."""
-    return any(isinstance(x, CompressedAttention) for x in spec.layer_seq.distinct())
+    return has_compressed_attention(spec.layer_seq)
 
 
 def dsv4_kv_dtype(kv_dtype: str) -> str:

@@ -23,6 +23,7 @@ from kvbudget.spec.layers import (
     cache_parts,
 )
 from kvbudget.spec.model import ModelSpec
+from kvbudget.units import cdiv
 
 #: model types whose vLLM 0.32 implementation pages their MLA layers as plain attention:
 #: ``vllm/model_executor/models/minicpm3.py`` builds ``Attention(num_local_heads, qk_head_dim,
@@ -69,6 +70,41 @@ def check_sconv(spec: ModelSpec, tp: int) -> None:
                     f"{layer.layer_index}: vLLM 0.32's Inkling conv state needs tp <= KV heads "
                     "(sconv_swa_attn.py line 142); choose a smaller --tp"
                 )
+
+
+def check_mimo_v2_fp8_tp(spec: ModelSpec, tp: int) -> None:
+    """MiMo-V2-Flash's fp8 checkpoint at a TP vLLM 0.32 cannot load: the checkpoint ships
+    ``k_proj`` with one block scale per 128 rows of its ``swa_num_key_value_heads x swa_head_dim``
+    rows (8 x 192 = 1,536: 12 scale rows) and ``QKVParallelLinear.weight_loader_v2`` hands each
+    rank ``cdiv(heads per rank x head_dim, 128)`` of them starting at its head shard times that
+    (``model_executor/layers/linear.py`` lines 84-93, 1050-1063, 1184-1193;
+    ``model_executor/parameter.py`` lines 175-197, ``loaded_weight.narrow``): at TP 8 one 192-row
+    head takes 2 scale rows and the 7th shard starts at row 12 of 12, which torch refuses
+    (SGLang's copy of this loader failed so on MiMo-V2-Flash at TP 8: sgl-project/sglang#21102).
+    The sliding layers only: vLLM's own MiMo-V2-Flash example serves TP 4 (PR #30836), whose
+    full-attention layers would overrun so if their K scales were laid out the same way."""
+    if spec.model_type != "mimo_v2_flash":
+        return
+    quant = spec.quantization_config or {}
+    block = quant.get("weight_block_size")
+    if str(quant.get("quant_method", "")).lower() != "fp8" or not isinstance(block, list):
+        return
+    raw = spec.raw_config
+    heads, head_dim = raw.get("swa_num_key_value_heads"), raw.get("swa_head_dim")
+    if not isinstance(heads, int) or not isinstance(head_dim, int) or heads < 1 or tp < 1:
+        return
+    block_rows = int(block[0])
+    per_rank = max(1, heads // tp)
+    size, total = cdiv(per_rank * head_dim, block_rows), cdiv(heads * head_dim, block_rows)
+    shard = next((r for r in range(heads // per_rank) if (r + 1) * size > total), None)
+    if shard is not None:
+        raise LayoutNotApplicable(
+            f"tp: {tp} with MiMo-V2-Flash's fp8 checkpoint: vLLM 0.32 fails loading a sliding "
+            f"layer's k_proj block scales (start ({shard * size}) + length ({size}) exceeds "
+            f"dimension size ({total}): {per_rank} head(s) of {head_dim} rows per rank are no "
+            f"whole {block_rows}-row blocks; model_executor/parameter.py lines 175-197); choose "
+            "--tp 1, 2 or 4"
+        )
 
 
 def vllm_parts(layer: LayerSpec) -> tuple[CacheLayer, ...]:
@@ -158,14 +194,26 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "pages padded to 576 B; specs bucketed by block size, type and window, balanced buckets "
         "split by _approximate_gcd repeats, each block one page of every group side by side "
         "(bytes per block = the widest group); block 256 whatever --block-size; --kv-cache-dtype "
-        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused",
-        "models/deepseek_v4/attention.py 93-126, 233, 298, 345, 366, 856-880, 907-920, 1012-1022; "
+        "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused. "
+        "Weights (plan): the target module by module - fp8 linears with one e8m0 byte per 128 x "
+        "128 block, MXFP4 routed experts (NVFP4 with moe_quant_algo NVFP4), bf16 compressor "
+        "fused_wkv_wgate / indexer weights_proj, fp32 mHC, sinks and ape, int32 hash tables, the "
+        "shared expert padded to 128-blocks per rank; per stage fp32 rotary caches (one per "
+        "get_rope key: ratio-1 and compressed layers) and the max_num_batched_tokens x index_topk "
+        "int32 topk_indices_buffer; expert_dtype fp8 and other quantizations refused",
+        "models/deepseek_v4/attention.py 93-126, 195-317, 233, 298, 345, 366, 856-880, 907-920, "
+        "974-1031; models/deepseek_v4/nvidia/model.py 133-176, 661-896, 1061-1141, 1287-1389, "
+        "1818-1843; models/deepseek_v4/quant_config.py 80-84, 139-199; models/deepseek_v4/common/"
+        "rope.py 9-52; rotary_embedding/deepseek_scaling_rope.py 224-255; quantization/fp8.py "
+        "312-339; quantization/mxfp4.py 659-731; quantization/modelopt.py 892-1006; "
         "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
         "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
         "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
         "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
-        "tests/peer/test_vllm_pool_oracle.py)",
+        "tests/peer/test_vllm_pool_oracle.py); tests/unit/plan/test_plan_dsv4_weights_vllm.py "
+        "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4; the tiny target's "
+        "modules and buffers as vLLM CPU built them, scripts/vllm_target_bytes.py)",
     ),
     "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
         "sliding layers: a SlidingWindowMLASpec of swa_kv_lora_rank + swa_qk_rope_head_dim per "
@@ -226,9 +274,17 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
     ),
     "mimo_v2_flash": (
         "sliding window = sliding_window_size (transformers attends one token more); sliding "
-        "layers swa_num_key_value_heads x (swa_head_dim K + swa_v_head_dim V)",
-        "model_executor/models/mimo_v2.py 298, 325-337, 380-390",
-        "tests/unit/spec/test_new_architectures.py",
+        "layers swa_num_key_value_heads x (swa_head_dim K + swa_v_head_dim V); each layer's own "
+        "KV heads split max(1, heads // tp) per rank (8 sliding, 4 full; one replicated head when "
+        "tp >= heads), in the pages and in the K / V projections' weights; the fp8 checkpoint at "
+        "a TP whose sliding K heads per rank are no whole 128-row blocks (TP 8, 16) refused with "
+        "the loader's words ('start (12) + length (2) exceeds dimension size (12)')",
+        "model_executor/models/mimo_v2.py 241-271, 298, 325-337, 380-418; "
+        "model_executor/layers/linear.py 84-93, 1050-1063, 1184-1193; "
+        "model_executor/parameter.py 175-197",
+        "tests/unit/spec/test_new_architectures.py; tests/unit/plan/test_plan_mimo_v2_vllm.py "
+        "(by hand: K / V per rank at TP 1-8, a sliding layer's attention bytes and the pages at "
+        "TP 4, the TP 8 refusal)",
     ),
     "zamba2": (
         "each 'hybrid' layer: its own Attention (every query head a KV head, attention_head_dim) "

@@ -48,17 +48,15 @@ from typing import Literal
 
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import (
-    GroupBytes,
     LayoutNotApplicable,
     LayoutResult,
-    StageBytes,
 )
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
     MambaCacheMode,
     attention_page_bytes,
-    blocks_held,
     mamba_page_bytes,
+    packed_layout,
 )
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import FullAttention
@@ -295,47 +293,19 @@ def qwen4_layout(
         spec, kv_dtype=kv_dtype, tp=tp, block_size=block_size, pp=pp,
         mamba_cache_mode=mamba_cache_mode,
     )  # fmt: skip
-    groups: list[GroupBytes] = []
-    for group in packed:
-        g = group.spec
-        held = blocks_held(g, tokens)
-        per_seq = held * g.page_size_bytes
-        tokens_kept = held * g.block_size if g.holds_tokens else 0
-        groups.append(
-            GroupBytes(
-                g.kind,
-                group.layer_indices,
-                tokens_kept,
-                g.bytes_per_token,
-                per_seq,
-                per_seq * seqs,
-                f"{held} block(s) of {g.block_size} tokens per sequence"
-                if g.holds_tokens
-                else f"{held} state page(s) per sequence",
-            )
-        )
-    block = next((g.block_size for g in packed if g.spec.holds_tokens), DEFAULT_BLOCK_SIZE)
-    name = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype).name
-    return LayoutResult(
-        "vllm",
-        name,
-        tokens,
-        seqs,
-        tp,
-        pp,
-        dp,
-        (StageBytes(0, 0, spec.num_layers, tuple(groups)),),
-        block_size=block,
-        notes=(
-            "Qwen4-Exp in vLLM 0.32: each QSA layer's K/V with its indexer's compressed keys "
-            "(one row per indexer_compress_ratio tokens, bf16) in one group; the indexer's raw-key "
-            "ring (one page per sequence), the GDN states and the PLE conv states (padded to the "
-            "attention page) in groups of their own, packed side by side in each block "
-            "(kv_cache_utils.py _get_packed_kv_cache_groups)",
-        ),
-        padding=(
-            f"last block of each sequence is partly empty ({tokens} tokens, block {block})"
-            if tokens % block
-            else ""
-        ),
+    return packed_layout(
+        packed,
+        kv_dtype_name=get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype).name,
+        num_layers=spec.num_layers,
+        tokens=tokens,
+        seqs=seqs,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        block_size=next((g.block_size for g in packed if g.spec.holds_tokens), DEFAULT_BLOCK_SIZE),
+        note="Qwen4-Exp in vLLM 0.32: each QSA layer's K/V with its indexer's compressed keys "
+        "(one row per indexer_compress_ratio tokens, bf16) in one group; the indexer's raw-key "
+        "ring (one page per sequence), the GDN states and the PLE conv states (padded to the "
+        "attention page) in groups of their own, packed side by side in each block "
+        "(kv_cache_utils.py _get_packed_kv_cache_groups)",
     )

@@ -16,6 +16,8 @@ from typing import Literal, Protocol
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.layouts.base import (
     GroupBytes,
+    LayoutResult,
+    StageBytes,
     heads_per_rank,
 )
 from kvbudget.capacity.layouts.vllm_kinds import kind_rule
@@ -246,9 +248,10 @@ class PackedGroup(Protocol):
 
 
 def packed_group_bytes(groups: Iterable[PackedGroup], tokens: int, seqs: int) -> list[GroupBytes]:
-    """The bytes of vLLM 0.32's packed groups (DeepSeek-V4, Dots3-Note: ``uniform_type``, the
-    page the sum of the members' pages): each sequence holds :func:`blocks_held` blocks of its
-    page; the specs have ``max_tp_shards = 1``, so every TP rank holds the same."""
+    """The bytes of vLLM 0.32's packed groups (DeepSeek-V4, Dots3-Note, Qwen4-Exp:
+    ``uniform_type``, the page the sum of the members' pages): each sequence holds
+    :func:`blocks_held` blocks of its page (a state group: its state pages, no tokens kept); the
+    specs have ``max_tp_shards = 1``, so every TP rank holds the same."""
     out = []
     for group in groups:
         spec = group.spec
@@ -258,12 +261,50 @@ def packed_group_bytes(groups: Iterable[PackedGroup], tokens: int, seqs: int) ->
             GroupBytes(
                 spec.kind,
                 group.layer_indices,
-                held * spec.block_size,
-                spec.page_size_bytes // spec.block_size,
+                held * spec.block_size if spec.holds_tokens else 0,
+                spec.bytes_per_token,
                 per_seq,
                 per_seq * seqs,
                 f"{held} block(s) of {spec.block_size} tokens per sequence"
-                + WINDOW_KEPT.get(spec.kind, ""),
+                + WINDOW_KEPT.get(spec.kind, "")
+                if spec.holds_tokens
+                else f"{held} state page(s) per sequence",
             )
         )
     return out
+
+
+def packed_layout(
+    groups: Iterable[PackedGroup],
+    *,
+    kv_dtype_name: str,
+    num_layers: int,
+    tokens: int,
+    seqs: int,
+    tp: int,
+    pp: int,
+    dp: int,
+    block_size: int,
+    note: str,
+) -> LayoutResult:
+    """The vLLM layout of a packed-group model (Dots3-Note, Qwen4-Exp): one stage of
+    :func:`packed_group_bytes`, ``note`` saying what its groups hold, and the last block's
+    padding when ``tokens`` is not a multiple of ``block_size``."""
+    stage = StageBytes(0, 0, num_layers, tuple(packed_group_bytes(groups, tokens, seqs)))
+    return LayoutResult(
+        "vllm",
+        kv_dtype_name,
+        tokens,
+        seqs,
+        tp,
+        pp,
+        dp,
+        (stage,),
+        block_size=block_size,
+        notes=(note,),
+        padding=(
+            f"last block of each sequence is partly empty ({tokens} tokens, block {block_size})"
+            if tokens % block_size
+            else ""
+        ),
+    )

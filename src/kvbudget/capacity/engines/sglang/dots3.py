@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvbudget.capacity.engines.sglang.setup import graph_reserve_inputs
+from kvbudget.capacity.engines.sglang.stages import stage_memory, stage_rest
 from kvbudget.capacity.layouts.sglang_dots3 import (
     DOTS3_PAGE_SIZE,
     DOTS3_SWA_FULL_TOKENS_RATIO,
@@ -35,21 +36,10 @@ from kvbudget.capacity.layouts.sglang_dots3 import (
     sglang_pp_indices,
 )
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
-from kvbudget.capacity.memory import (
-    CUDA_CONTEXT_BYTES,
-    MemoryTerm,
-    RankMemory,
-    estimate_non_torch_bytes,
-    flag_term,
-)
+from kvbudget.capacity.memory import RankMemory
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
-from kvbudget.capacity.sglang_pool import (
-    SglangDefaults,
-    SglangPool,
-    rest_memory_bytes,
-    sglang_defaults,
-)
+from kvbudget.capacity.sglang_pool import SglangDefaults, SglangPool, sglang_defaults
 from kvbudget.capacity.versions import parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
@@ -126,7 +116,6 @@ def make_dots3_sglang_plan(
             "100 MiB reserved out of the KV budget for multimodal buffers "
             "(SGLANG_VLM_CACHE_SIZE_MB; config without language_model_only)"
         )
-    total_free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     cells: list[tuple[int, int]] = []  # (full, swa) bytes per token of each stage
     ranks: list[RankMemory] = []
     per_rank_tokens: list[int] = []
@@ -135,42 +124,26 @@ def make_dots3_sglang_plan(
         n_full, n_swa = d3.counts(start, end)
         full_cell, swa_cell = n_full * d3.full_bytes, n_swa * d3.swa_bytes
         cells.append((full_cell, swa_cell))
-        other = (
-            flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
-            if request.non_torch_bytes is not None
-            else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
-        )
-        w = weights.per_rank_bytes[p]
-        rest = (
-            request.kv_cache_memory_bytes
-            if request.kv_cache_memory_bytes is not None
-            else rest_memory_bytes(
-                total_free_bytes=total_free,
-                weights_bytes=w,
-                other_bytes=other.num_bytes,
-                mem_fraction_static=frac,
-            )
-            - (VLM_CACHE_BYTES if d3.multimodal else 0)
+        other, rest = stage_rest(
+            request,
+            weights_bytes=weights.per_rank_bytes[p],
+            mem_fraction_static=frac,
+            gpu=gpu,
+            reserved_bytes=VLM_CACHE_BYTES if d3.multimodal else 0,
         )
         cell = full_cell + ratio * swa_cell  # pool_configurator.py lines 798-803
         tokens = int(max(rest, 0) // cell) // page * page if cell else 0
         per_rank_tokens.append(tokens)
-        inside = "not a separate term in SGLang: it lives in the (1 - mem_fraction_static) share"
         ranks.append(
-            RankMemory(
-                pp_rank=p,
-                total_bytes=gpu.memory_bytes,
-                gpu_memory_utilization=frac,
-                requested_bytes=int(total_free * frac),
-                weights=MemoryTerm("weights", w, weights.source, weights.method),
-                activation=MemoryTerm("activation", 0, "computed", inside),
+            stage_memory(
+                request,
+                gpu,
+                weights,
+                p,
+                mem_fraction_static=frac,
                 non_torch=other,
-                cudagraph=MemoryTerm("cudagraph", 0, "computed", inside),
-                cudagraph_subtracted=False,
-                kv_cache_memory_override=request.kv_cache_memory_bytes is not None,
-                available_kv_bytes=rest,
+                rest=rest,
                 num_layers=end - start,
-                group_size=1,
                 num_blocks=0,
                 kv_pool_bytes=0,
             )

@@ -22,10 +22,10 @@ from kvbudget.capacity.layouts.sglang import (
     is_sglang_dsa,
     is_sglang_minimax_m3,
     refuse_unmodelled_sglang,
-    sglang_dsa_dtype,
     sglang_dsa_raw_fp8,
     sglang_minimax_m3_dtype,
 )
+from kvbudget.capacity.layouts.sglang_dsa import sglang_dsa_dtype
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.sglang_inkling import is_sglang_inkling
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4

@@ -25,12 +25,15 @@ from kvbudget.capacity.memory import (
     estimate_non_torch_bytes,
     flag_term,
 )
+from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.sglang_pool import (
     hybrid_swa_max_total_tokens,
     mamba_state_pool,
     max_total_num_tokens,
     rest_memory_bytes,
 )
+from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 
@@ -72,7 +75,6 @@ def stage_cell(st: SglangSetup, start: int, end: int) -> int:
 def plan_stages(st: SglangSetup) -> SglangStages:
     """Per pipeline stage: the cell, the rest, the state pool, the tokens, its memory terms."""
     request, model, gpu, draft, mamba = st.request, st.model, st.gpu, st.draft, st.mamba
-    total_free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     st.notes.append(
         "free memory before weights taken as device memory minus 512 MiB CUDA context (estimate)"
     )
@@ -93,21 +95,12 @@ def plan_stages(st: SglangSetup) -> SglangStages:
         cell_max = max(cell_max, cell)
         replica_per_token += cell * request.tp
         w = st.weights.per_rank_bytes[p]
-        other = (
-            flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
-            if request.non_torch_bytes is not None
-            else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
-        )
-        rest = (
-            request.kv_cache_memory_bytes
-            if request.kv_cache_memory_bytes is not None
-            else rest_memory_bytes(
-                total_free_bytes=total_free,
-                weights_bytes=w - (draft.weights_bytes if draft and st.legacy_draft else 0),
-                other_bytes=other.num_bytes,
-                mem_fraction_static=st.mem_fraction_static,
-            )
-            - (st.qwen4.reserved_bytes if st.qwen4 is not None else 0)
+        other, rest = stage_rest(
+            request,
+            weights_bytes=w - (draft.weights_bytes if draft and st.legacy_draft else 0),
+            mem_fraction_static=st.mem_fraction_static,
+            gpu=gpu,
+            reserved_bytes=st.qwen4.reserved_bytes if st.qwen4 is not None else 0,
         )
         token_rest = rest
         state_bytes = 0
@@ -123,22 +116,16 @@ def plan_stages(st: SglangSetup) -> SglangStages:
         tokens = _stage_tokens(st, token_rest, start, end, cell, draft_cell)
         pool_tokens.append(tokens)
         rest_min = rest if p == 0 else min(rest_min, rest)
-        inside = "not a separate term in SGLang: it lives in the (1 - mem_fraction_static) share"
         ranks.append(
-            RankMemory(
-                pp_rank=p,
-                total_bytes=gpu.memory_bytes,
-                gpu_memory_utilization=st.mem_fraction_static,
-                requested_bytes=int(total_free * st.mem_fraction_static),
-                weights=MemoryTerm("weights", w, st.weights.source, st.weights.method),
-                activation=MemoryTerm("activation", 0, "computed", inside),
+            stage_memory(
+                request,
+                gpu,
+                st.weights,
+                p,
+                mem_fraction_static=st.mem_fraction_static,
                 non_torch=other,
-                cudagraph=MemoryTerm("cudagraph", 0, "computed", inside),
-                cudagraph_subtracted=False,
-                kv_cache_memory_override=request.kv_cache_memory_bytes is not None,
-                available_kv_bytes=rest,
+                rest=rest,
                 num_layers=end - start,
-                group_size=1,
                 num_blocks=tokens // st.page_size,
                 kv_pool_bytes=tokens * cell,
             )
@@ -147,6 +134,69 @@ def plan_stages(st: SglangSetup) -> SglangStages:
         ranks, pool_tokens, state_pool_bytes, cell_max, draft_max, rest_min, replica_per_token,
         mamba_size,
     )  # fmt: skip
+
+
+def stage_rest(
+    request: PlanRequest,
+    *,
+    weights_bytes: int,
+    mem_fraction_static: float,
+    gpu: GpuSpec,
+    reserved_bytes: int = 0,
+) -> tuple[MemoryTerm, int]:
+    """One stage's non-torch term and the bytes its pools get (``rest``): the
+    ``--kv-cache-memory-bytes`` given, else SGLang's ``rest_memory_bytes`` after
+    ``weights_bytes`` less ``reserved_bytes`` (Dots3-Note's multimodal buffers)."""
+    other = (
+        flag_term("non_torch", request.non_torch_bytes, "--non-torch-bytes")
+        if request.non_torch_bytes is not None
+        else estimate_non_torch_bytes(tp=request.tp, pp=request.pp)
+    )
+    if request.kv_cache_memory_bytes is not None:
+        return other, request.kv_cache_memory_bytes
+    rest = rest_memory_bytes(
+        total_free_bytes=gpu.memory_bytes - CUDA_CONTEXT_BYTES,
+        weights_bytes=weights_bytes,
+        other_bytes=other.num_bytes,
+        mem_fraction_static=mem_fraction_static,
+    )
+    return other, rest - reserved_bytes
+
+
+def stage_memory(
+    request: PlanRequest,
+    gpu: GpuSpec,
+    weights: WeightsEstimate,
+    pp_rank: int,
+    *,
+    mem_fraction_static: float,
+    non_torch: MemoryTerm,
+    rest: int,
+    num_layers: int,
+    num_blocks: int,
+    kv_pool_bytes: int,
+) -> RankMemory:
+    """One stage's memory terms as SGLang splits them: weights, the non-torch term, and
+    activations and CUDA graphs inside the ``(1 - mem_fraction_static)`` share."""
+    inside = "not a separate term in SGLang: it lives in the (1 - mem_fraction_static) share"
+    w = weights.per_rank_bytes[pp_rank]
+    return RankMemory(
+        pp_rank=pp_rank,
+        total_bytes=gpu.memory_bytes,
+        gpu_memory_utilization=mem_fraction_static,
+        requested_bytes=int((gpu.memory_bytes - CUDA_CONTEXT_BYTES) * mem_fraction_static),
+        weights=MemoryTerm("weights", w, weights.source, weights.method),
+        activation=MemoryTerm("activation", 0, "computed", inside),
+        non_torch=non_torch,
+        cudagraph=MemoryTerm("cudagraph", 0, "computed", inside),
+        cudagraph_subtracted=False,
+        kv_cache_memory_override=request.kv_cache_memory_bytes is not None,
+        available_kv_bytes=rest,
+        num_layers=num_layers,
+        group_size=1,
+        num_blocks=num_blocks,
+        kv_pool_bytes=kv_pool_bytes,
+    )
 
 
 def _stage_tokens(

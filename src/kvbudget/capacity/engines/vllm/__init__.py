@@ -22,6 +22,7 @@ from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draf
 from kvbudget.capacity.engines.vllm.start import resolve_engine
 from kvbudget.capacity.kv_checkpoint import CheckpointKv, vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import vllm_layout
+from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_text import format_gib_new
@@ -32,6 +33,7 @@ from kvbudget.capacity.versions import (
     parse_version,
 )
 from kvbudget.capacity.weights import with_rope_cache
+from kvbudget.capacity.weights_dsv4 import deepseek_v4_weights
 
 if TYPE_CHECKING:
     from kvbudget.capacity.layouts.base import LayoutResult
@@ -86,7 +88,21 @@ class VllmPlanner:
         snapshot = request_snapshot(request)
         if snapshot is not None and (draft is None or not draft.is_mtp):
             weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
-        weights = with_rope_cache(weights, model)
+        if is_deepseek_v4(model):  # its own modules, rotary caches and top-k buffer
+            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
+            dp = request.data_parallel_size
+            weights = deepseek_v4_weights(
+                weights,
+                model,
+                tp=request.tp,
+                pp=request.pp,
+                moe_ranks=request.tp * dp if dp > 1 and model.num_experts else request.tp,
+                max_num_batched_tokens=engine.max_num_batched_tokens,
+                compute_capability_major=gpu.compute_capability_major,
+                measured=request.kv_cache_memory_bytes is not None,
+            )
+        else:
+            weights = with_rope_cache(weights, model)
         # an MTP drafter's weights are already in an engine log's figure (flag) and in a
         # snapshot's total_size (read: the checkpoint ships the MTP layers' tensors)
         held = draft is not None and draft.is_mtp and weights.source in ("flag", "read")
