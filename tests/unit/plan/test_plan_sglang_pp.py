@@ -67,3 +67,16 @@ def test_plan_stages_follow_sglangs_split() -> None:
         # weights differ only by layer count (0.5.4: 2 and 2; 0.5.23: 2 and 3; vLLM's: 3 and 3)
         w = r.weights.per_rank_bytes
         assert (w[2] > w[1]) if version == "0.5.23" else (w[2] == w[1])
+
+
+def test_calc_layout_takes_the_default_releases_split() -> None:
+    # calc takes no version: the default release's (0.5.4) split, 2, 2, 2 and 4 layers
+    from kvbudget.capacity.layouts.sglang import sglang_layout
+
+    layout = sglang_layout(_model(), tokens=1024, seqs=1, kv_dtype="auto", tp=1, pp=4, dp=1)
+    assert [(s.layer_start, s.layer_end) for s in layout.stages] == [
+        (0, 2),
+        (2, 4),
+        (4, 6),
+        (6, 10),
+    ]
