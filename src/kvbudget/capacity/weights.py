@@ -26,7 +26,9 @@ kvbudget can place; ``compressed-tensors`` = the
 first config group's ``num_bits`` (8: one fp32 scale per output channel; 4: an fp16 scale per group). Embeddings, lm_head, norms and
 routers stay in the model dtype. Tensor parallel divides projections and experts by ``tp``
 (KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
-parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first stage, lm_head
+parallel places layers by the engine's split (``pp_split``: vLLM's ``get_pp_indices`` unless
+the engine's planner gives its own, SGLang's ``layouts.base.sglang_pp_split``), embeddings on the
+first stage, lm_head
 (again, even when tied) and the final norm on the last.
 """
 
