@@ -243,8 +243,9 @@ def main() -> None:
         ("Pro", "deepseek-ai--DeepSeek-V4-Pro", 0, 61, 256, 0.1, 10 * GiB),
         ("Flash, 64 requests", "deepseek-ai--DeepSeek-V4-Flash", 0, 43, 64, 0.1, 10 * GiB),
         ("Flash, ratio 0.2", "deepseek-ai--DeepSeek-V4-Flash", 0, 43, 256, 0.2, 10 * GiB),
-        ("Flash, PP stage 0", "deepseek-ai--DeepSeek-V4-Flash", 0, 22, 256, 0.1, 10 * GiB),
-        ("Flash, PP stage 1", "deepseek-ai--DeepSeek-V4-Flash", 22, 43, 256, 0.1, 10 * GiB),
+        # SGLang's split of 43 layers over 2 (distributed/utils.py lines 137-148): [0, 21), [21, 43)
+        ("Flash, PP stage 0", "deepseek-ai--DeepSeek-V4-Flash", 0, 21, 256, 0.1, 10 * GiB),
+        ("Flash, PP stage 1", "deepseek-ai--DeepSeek-V4-Flash", 21, 43, 256, 0.1, 10 * GiB),
     ]
     for name, model, start, end, running, ratio, available in cases:
         schedule.max_running_requests, schedule.swa_full_tokens_ratio = running, ratio

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from kvbudget.capacity.engines.registry import engine_planner
 from kvbudget.capacity.engines.vllm.settings import batch_defaults, stage_profile
+from kvbudget.capacity.layouts.base import PpSplit, get_pp_indices
 from kvbudget.capacity.model_dtype import with_dtype, with_quantization
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult, request_snapshot
@@ -78,6 +79,13 @@ def resolve_gpu(request: PlanRequest) -> GpuSpec:
     return base
 
 
+def _pp_split(planner: object, request: PlanRequest, model: ModelSpec) -> PpSplit:
+    """The engine's layer split over ``--pp`` (its planner's optional ``pp_split``), else vLLM's."""
+    own = getattr(planner, "pp_split", None)
+    split: PpSplit = own(request, model) if own is not None else get_pp_indices
+    return split
+
+
 def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult:
     """Plan one replica; ``spec`` skips model resolution (tests, callers that already have it)."""
     planner = engine_planner(request.engine)
@@ -117,6 +125,7 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
         snapshot=snapshot,
         weights_bytes=request.weights_bytes,
         moe_ranks=request.tp * dp if dp > 1 and model.num_experts else None,
+        pp_split=_pp_split(planner, request, model),
     )
     result = planner.plan(request, model, gpu, weights, max_model_len, device_given)
     ignored = tuple(message for _, message in engine_flag_conflicts(request))

@@ -28,7 +28,9 @@ routers stay in the model dtype (MiMo-V2's router: ``moe_router_dtype``, default
 fp32 ``e_score_correction_bias``, and its sliding layers' per-head sink bias, as vLLM 0.32 builds
 them: :mod:`kvbudget.capacity.weight_matrices`). Tensor parallel divides projections and experts by ``tp``
 (KV projections by ``max(1, kv_heads // tp)`` heads, MLA down-projections replicated); pipeline
-parallel places layers as vLLM's ``get_pp_indices``, embeddings on the first stage, lm_head
+parallel places layers by the engine's split (``pp_split``: vLLM's ``get_pp_indices`` unless
+the engine's planner gives its own, SGLang's ``layouts.base.sglang_pp_split``), embeddings on the
+first stage, lm_head
 (again, even when tied) and the final norm on the last.
 """
 
@@ -40,6 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from kvbudget.capacity.layouts.base import PpSplit
 from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.model_dtype import vllm_quant_name
 from kvbudget.capacity.modelopt_exclude import Exclusion, exclude_patterns, resolve_exclusion
@@ -141,7 +144,12 @@ def layer_rank_bytes(
 
 
 def compute_weights(
-    spec: ModelSpec, *, tp: int = 1, pp: int = 1, moe_ranks: int | None = None
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    moe_ranks: int | None = None,
+    pp_split: PpSplit = get_pp_indices,
 ) -> WeightsEstimate:
     """Weight bytes from the architecture (no snapshot): whole model and per pipeline stage.
 
@@ -173,7 +181,7 @@ def compute_weights(
     norm = h * dtype_bytes
     exclusion = _exclusion(spec)
     for p in range(pp):
-        start, end = get_pp_indices(spec.num_layers, p, pp)
+        start, end = pp_split(spec.num_layers, p, pp)  # the engine's split (vLLM's default)
         for layer, indices in spec.layer_seq[start:end].runs():
             for moe, count, excluded in _layer_groups(spec, indices, exclusion):
                 mats, approx = layer_matrices(spec, layer.layer_index, moe)
@@ -314,9 +322,10 @@ def estimate_weights(
     snapshot: Path | None = None,
     weights_bytes: int | None = None,
     moe_ranks: int | None = None,
+    pp_split: PpSplit = get_pp_indices,
 ) -> WeightsEstimate:
     """Weight bytes by the strongest source available (flag > snapshot > architecture);
-    ``moe_ranks`` as :func:`compute_weights`."""
+    ``moe_ranks`` and ``pp_split`` (the engine's layer split) as :func:`compute_weights`."""
     if weights_bytes is not None:
         return WeightsEstimate(
             total_bytes=weights_bytes * tp * pp,
@@ -326,7 +335,7 @@ def estimate_weights(
             num_params=None,
             quantization=vllm_quant_name(spec.quantization_config),
         )
-    computed = compute_weights(spec, tp=tp, pp=pp, moe_ranks=moe_ranks)
+    computed = compute_weights(spec, tp=tp, pp=pp, moe_ranks=moe_ranks, pp_split=pp_split)
     if snapshot is not None and not snapshot.is_dir():
         raise ConfigError(
             f"snapshot: {snapshot} is not a directory; pass the model snapshot folder "

@@ -187,15 +187,20 @@ def test_plan_caps_and_page_size_override() -> None:
 
 
 def test_plan_pipeline_stages_take_the_smaller_pool() -> None:
-    # 43 layers over 2 stages: [0, 22) and [22, 43) (get_pp_indices). Stage 1: 21 layers, ratio 4
-    # at 22..42 (11), ratio 128 at 23..41 (10): per SWA token 585 x 21 + 320 x 11 = 15,805;
-    # per full token 1,580.5 + 179.25 x 11 + 6.75 x 10 = 3,619.75; rings 33,152 x 4,096 x 10 =
-    # 1,357,905,920; (10,737,418,240 - 1,357,905,920) / 3,619.75 = 2,591,204.9 -> 2,590,976.
-    # Stage 0 (ratio 4 x 10, 128 x 10, 22 layers: 3,467 B per token) holds more: MIN is stage 1.
+    # 43 layers over 2 stages by SGLang's split (0.5.23 distributed/utils.py lines 137-148: the
+    # last 43 % 2 = 1 stage takes the extra layer; 0.5.4's lines 86-91 give the same here):
+    # [0, 21) and [21, 43). Until this commit the test used vLLM's split ([0, 22), [22, 43)),
+    # wrong for SGLang. Stage 1: 22 layers, ratio 4 at 22..42 (11), ratio 128 at 21..41 (11):
+    # per SWA token 585 x 22 + 320 x 11 = 16,390; per full token 0.1 x 16,390 = 1,639 +
+    # 179.25 x 11 + 6.75 x 11 = 3,685.0; rings 33,152 x 4,096 x 11 = 1,493,696,512;
+    # (10,737,418,240 - 1,493,696,512) / 3,685 = 2,508,472.6 -> // 256 x 256 = 2,508,288.
+    # Stage 0 (21 layers, ratio 4 x 10, 128 x 9: 1,548.5 + 1,792.5 + 60.75 = 3,401.75 B per
+    # token, rings x 9) holds 2,797,178.6 -> 2,797,056: MIN is stage 1. SGLang's own
+    # DSV4PoolConfigurator prints both (scripts/check_sglang_dsv4_pool.py, stages 0 and 1).
     plan = _plan(pp=2)
     assert plan.sglang is not None
-    assert plan.sglang.max_total_num_tokens == 2_590_976
-    assert plan.sglang.cell_size_bytes == 3_620
+    assert plan.sglang.max_total_num_tokens == 2_508_288
+    assert plan.sglang.cell_size_bytes == 3_685
 
 
 def test_swa_pool_too_small_is_sglangs_error() -> None:

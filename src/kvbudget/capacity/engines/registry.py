@@ -64,7 +64,8 @@ class EnginePlanner(Protocol):
 
     ``make_plan`` resolves the model, the device, ``max_model_len`` and the weights, then hands
     them here; what differs between engines (defaults, memory terms, the pool, the log lines)
-    is the planner's.
+    is the planner's. An optional ``pp_split(request, model)`` returns how the engine splits
+    the layers over ``--pp`` (``layouts.base.PpSplit``; vLLM's ``get_pp_indices`` without it).
     """
 
     #: ``--kv-cache-memory`` sizes the pool without a device (vLLM); else a device is required

@@ -8,7 +8,7 @@ split or replicated evenly), so a stage is described once and multiplied by ``tp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -173,6 +173,36 @@ def refuse_indexer(spec: ModelSpec, engine: Layout) -> None:
             f"{spec.model_type}: its sparse-attention indexer keeps its own key cache, which the "
             f"{engine} layout does not model yet; {HF_HINT}"
         )
+
+
+#: a pipeline split: ``(num_layers, pp_rank, pp_size) -> [start, end)``
+PpSplit: TypeAlias = Callable[[int, int, int], tuple[int, int]]
+
+#: from this version SGLang gives the remainder to the last stages (0.5.23
+#: ``distributed/utils.py`` ``get_pp_indices`` lines 110-150); 0.5.4's (same file, lines 63-93)
+#: gives it all to the last stage. The release between them it changed in is not known: assumed
+#: 0.5.23, the one kvbudget read
+SGLANG_PP_TAIL_SPLIT_VERSION = (0, 5, 23)
+
+
+def sglang_pp_split(version: tuple[int, ...]) -> PpSplit:
+    """SGLang's ``get_pp_indices`` of ``version`` (``SGLANG_PP_LAYER_PARTITION`` not modelled):
+    ``L // pp`` layers a stage; 0.5.23 adds one to each of the last ``L % pp`` stages, 0.5.4
+    puts the whole remainder on the last stage."""
+    tail = tuple(version) >= SGLANG_PP_TAIL_SPLIT_VERSION
+
+    def split(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
+        get_pp_indices(num_layers, pp_rank, pp_size)  # the same refusals as vLLM's
+        base, remainder = divmod(num_layers, pp_size)
+        if not tail:  # lines 86-91
+            start = pp_rank * base
+            return start, num_layers if pp_rank == pp_size - 1 else start + base
+        if pp_rank >= pp_size - remainder:  # lines 137-144
+            start = pp_rank * (base + 1) - (pp_size - remainder)
+            return start, start + base + 1
+        return pp_rank * base, pp_rank * base + base  # lines 145-148
+
+    return split
 
 
 def get_pp_indices(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:

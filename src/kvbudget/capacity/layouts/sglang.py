@@ -51,10 +51,10 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     StageBytes,
     check_load,
-    get_pp_indices,
     heads_per_rank,
     refuse_indexer,
     refuse_sliding_latent,
+    sglang_pp_split,
 )
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3, sglang_dots3_layout
@@ -68,6 +68,7 @@ from kvbudget.capacity.layouts.sglang_dsa import (
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4, sglang_qwen4_layout
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
+from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
@@ -264,7 +265,10 @@ def sglang_layout(
         )
     stages: list[StageBytes] = []
     for rank in range(pp):
-        start, end = get_pp_indices(spec.num_layers, rank, pp)
+        # SGLang's split at the default release (calc takes no version; layouts.base)
+        start, end = sglang_pp_split(parse_version(DEFAULT_SGLANG_VERSION))(
+            spec.num_layers, rank, pp
+        )
         groups: list[GroupBytes] = []
         for (kind, _w), layers in group_by_kind(spec.layers[start:end]):
             first = layers.first

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.base import (
+    SGLANG_PP_TAIL_SPLIT_VERSION,
     GroupBytes,
     LayoutNotApplicable,
     LayoutResult,
     StageBytes,
-    get_pp_indices,
+    sglang_pp_split,
 )
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
@@ -293,7 +294,8 @@ def sglang_dsv4_layout(
     name = sglang_dsv4_dtype(kv_dtype)
     stages: list[StageBytes] = []
     for rank in range(pp):
-        start, end = get_pp_indices(spec.num_layers, rank, pp)
+        # SGLang's split (0.5.23, where kvbudget read DeepSeek-V4's pools; layouts.base)
+        start, end = sglang_pp_split(SGLANG_PP_TAIL_SPLIT_VERSION)(spec.num_layers, rank, pp)
         groups = dsv4_groups(dsv4_stage(spec, start, end), tokens=tokens, seqs=seqs)
         stages.append(StageBytes(rank, start, end, tuple(groups)))
     return LayoutResult(

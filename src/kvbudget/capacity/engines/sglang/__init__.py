@@ -16,9 +16,14 @@ from kvbudget.capacity.engines.registry import (
     refuse_llamacpp_knobs,
     register_engine,
 )
+from kvbudget.capacity.engines.sglang.dots3 import DOTS3_SGLANG_VERSION
 from kvbudget.capacity.engines.sglang.planner import make_sglang_plan
+from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION
 from kvbudget.capacity.engines.sglang.setup import plain_checkpoint_kv
+from kvbudget.capacity.layouts.base import PpSplit, sglang_pp_split
 from kvbudget.capacity.layouts.sglang import sglang_layout
+from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
+from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.errors import ConfigError
 
@@ -83,6 +88,19 @@ class SglangPlanner:
         device_given: bool,
     ) -> PlanResult:
         return make_sglang_plan(request, model, gpu, weights, max_model_len)
+
+    def pp_split(self, request: PlanRequest, model: ModelSpec) -> PpSplit:
+        """SGLang's ``get_pp_indices`` at the version planned (``layouts.base.sglang_pp_split``),
+        for the weights of each stage; the pool's stages use the same (``setup.SglangSetup``)."""
+        if request.engine_version is not None:
+            version = parse_version(request.engine_version)
+        elif is_sglang_dots3(model):
+            version = parse_version(DOTS3_SGLANG_VERSION)
+        elif is_sglang_qwen4(model):
+            version = parse_version(QWEN4_SGLANG_VERSION)
+        else:
+            version = parse_version(DEFAULT_SGLANG_VERSION)
+        return sglang_pp_split(version)
 
     def flag_conflicts(self, request: PlanRequest) -> list[tuple[str, str]]:
         out = [

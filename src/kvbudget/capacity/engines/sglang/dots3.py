@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvbudget.capacity.engines.sglang.setup import graph_reserve_inputs
 from kvbudget.capacity.engines.sglang.stages import stage_memory, stage_rest
 from kvbudget.capacity.layouts.sglang_dots3 import (
     DOTS3_PAGE_SIZE,
@@ -82,7 +83,11 @@ def make_dots3_sglang_plan(
     sm100 = (gpu.compute_capability_major or 0) >= 10
     d3 = sglang_dots3(model, request.kv_dtype, tp=request.tp, sm100=sm100)
     rule = sglang_defaults(
-        version, gpu_memory_mib=gpu.memory_bytes / MiB, tp=request.tp, pp=request.pp
+        version,
+        gpu_memory_mib=gpu.memory_bytes / MiB,
+        tp=request.tp,
+        pp=request.pp,
+        **graph_reserve_inputs(request, model),
     )
     frac = request.mem_fraction_static or rule.mem_fraction_static
     if request.mem_fraction_static is None:

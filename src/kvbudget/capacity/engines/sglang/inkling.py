@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 from kvbudget.capacity.dtypes import KvDtype
 from kvbudget.capacity.engines.sglang.mamba import MambaSetup
-from kvbudget.capacity.layouts.base import LayoutNotApplicable, get_pp_indices
+from kvbudget.capacity.layouts.base import (
+    SGLANG_PP_TAIL_SPLIT_VERSION,
+    LayoutNotApplicable,
+    sglang_pp_split,
+)
 from kvbudget.capacity.layouts.sglang_inkling import (
     INKLING_MAMBA_FULL_MEMORY_RATIO,
     INKLING_SM100_PAGE_SIZE,
@@ -27,6 +31,9 @@ from kvbudget.spec.model import ModelSpec
 
 #: the first SGLang release whose Inkling pools kvbudget read (the 0.5.4 wheel has no Inkling)
 INKLING_VERSION = (0, 5, 23)
+
+#: SGLang's stage split (Inkling is planned from 0.5.23 only)
+_PP_SPLIT = sglang_pp_split(SGLANG_PP_TAIL_SPLIT_VERSION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,7 @@ class InklingPlan:
 
     def pool_bytes(self, pp_rank: int, full_tokens: int, swa_tokens: int) -> int:
         """The token pools of one PP rank: full tokens x full cell + sliding tokens x sliding."""
-        start, end = get_pp_indices(self.num_layers, pp_rank, self.pp)
+        start, end = _PP_SPLIT(self.num_layers, pp_rank, self.pp)
         full, swa = self.cells(start, end)
         return full_tokens * full + swa_tokens * swa
 
@@ -114,7 +121,7 @@ def inkling_plan(
         stage_max = max(
             end - start
             for start, end in (
-                get_pp_indices(model.num_layers, p, request.pp) for p in range(request.pp)
+                _PP_SPLIT(model.num_layers, p, request.pp) for p in range(request.pp)
             )
         )
         per_req = int(per_req * (stage_max / model.num_layers))

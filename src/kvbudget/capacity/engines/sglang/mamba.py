@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvbudget.capacity.layouts.base import PpSplit, get_pp_indices, sglang_pp_split
 from kvbudget.capacity.layouts.sglang import SGLANG_CONV_STATE_BYTES, SGLANG_TEMPORAL_STATE_BYTES
-from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.sglang_pool import (
     DEFAULT_MAMBA_FULL_MEMORY_RATIO,
@@ -49,7 +49,7 @@ def mamba_setup(
     padded = version >= MAMBA_PADDING_SLOT_VERSION
     ssm_name, ssm_bytes = _ssm_dtype(request.mamba_ssm_cache_dtype)
     state_per_req, state_kinds_unread = _state_bytes_per_request(
-        model, request.tp, request.pp if padded else 1, ssm_bytes
+        model, request.tp, request.pp if padded else 1, ssm_bytes, sglang_pp_split(version)
     )
     if state_kinds_unread:
         notes.append(
@@ -116,7 +116,11 @@ def _ssm_dtype(name: str) -> tuple[str, int]:
 
 
 def _state_bytes_per_request(
-    model: ModelSpec, tp: int, pp: int, temporal_bytes: int = SGLANG_TEMPORAL_STATE_BYTES
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    temporal_bytes: int = SGLANG_TEMPORAL_STATE_BYTES,
+    pp_split: PpSplit = get_pp_indices,
 ) -> tuple[int, list[str]]:
     """SGLang ``mamba_cache_per_req`` (``configs/mamba_utils.py`` lines 116-125: one layer's conv
     and temporal elements times their dtype sizes, times the state layers) scaled to the largest
@@ -143,6 +147,6 @@ def _state_bytes_per_request(
         return per_req, []
     stage_max = max(
         sum(layers_in(r, start, end) for _, r in states)
-        for start, end in (get_pp_indices(model.num_layers, p, pp) for p in range(pp))
+        for start, end in (pp_split(model.num_layers, p, pp) for p in range(pp))
     )
     return int(per_req * (stage_max / num_states)), []

@@ -13,15 +13,20 @@ from kvbudget.capacity.engines.sglang import dsv4 as v4
 from kvbudget.capacity.engines.sglang.dots3 import make_dots3_sglang_plan
 from kvbudget.capacity.engines.sglang.mamba import layers_in
 from kvbudget.capacity.engines.sglang.setup import SglangSetup, sglang_setup
-from kvbudget.capacity.engines.sglang.stages import SglangStages, msa_cell, plan_stages
+from kvbudget.capacity.engines.sglang.stages import (
+    SglangStages,
+    msa_cell,
+    plan_stages,
+    swa_cells,
+)
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
-from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.sglang_pool import (
     HALF_POOL_CAP_VERSION,
     SglangPool,
+    hybrid_swa_pools,
     kv_allocated_line,
     max_running_requests,
     split_hybrid_swa,
@@ -53,7 +58,11 @@ def _split(st: SglangSetup, tokens: int) -> _Split:
     if st.inkling is not None:
         full_tokens, swa_tokens = st.inkling.split(tokens)
         swa_error = st.inkling.swa_error(swa_tokens)
-    elif st.sliding and ratio is not None:
+    elif st.swa_configurator and ratio is not None:  # 0.5.23 HybridSWAPoolConfigurator
+        all_swa = not any(not s.windowed for s, _ in st.attn)
+        full_tokens, swa_tokens = hybrid_swa_pools(tokens, ratio, st.page_size, all_swa=all_swa)
+        swa_error = _swa_floor_error(st, swa_tokens)
+    elif st.sliding and ratio is not None:  # 0.5.4: the sized pool split after
         full_layers = [(s, r) for s, r in st.attn if not s.windowed]
         full_tokens, swa_tokens = split_hybrid_swa(
             tokens,
@@ -70,7 +79,7 @@ def _split(st: SglangSetup, tokens: int) -> _Split:
         )
     dsv4_pool = None
     if st.dsv4 is not None:
-        end0 = get_pp_indices(st.model.num_layers, 0, st.request.pp)[1]
+        end0 = st.pp_indices(0)[1]
         dsv4_pool = v4.rank_pool(st.model, 0, end0, tokens, st.dsv4)
         full_tokens, swa_tokens, ratio = (
             dsv4_pool.full_tokens,
@@ -79,6 +88,28 @@ def _split(st: SglangSetup, tokens: int) -> _Split:
         )
         swa_error = dsv4_pool.error()  # its too-small sliding pool (dsv4.py)
     return _Split(full_tokens, swa_tokens, swa_error, ratio, dsv4_pool)
+
+
+def _swa_pool_bytes(st: SglangSetup, pp_rank: int, split: _Split) -> int:
+    """0.5.23's hybrid SWA pools of one PP rank: full tokens x full cell + sliding x sliding."""
+    start, end = st.pp_indices(pp_rank)
+    full, swa = swa_cells(st, start, end)
+    return (split.full_tokens or 0) * full + (split.swa_tokens or 0) * swa
+
+
+def _swa_floor_error(st: SglangSetup, swa_tokens: int) -> str | None:
+    """0.5.23 ``validate_swa_pool_size`` (``pool_configurator.py`` lines 197-216, called at line
+    884): the sliding pool must hold more than ``sliding_window_size + page_size`` tokens
+    (a chunked-attention model has no ``sliding_window``: not checked,
+    ``configs/model_config.py`` lines 1961-1966)."""
+    window = st.sliding[0][0].sliding_window
+    if window is None or window + st.page_size < swa_tokens:
+        return None
+    return (
+        f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission "
+        f"floor is sliding_window_size ({window}) + page_size ({st.page_size}). Increase "
+        "--swa-full-tokens-ratio or the total KV budget."
+    )
 
 
 def _max_running(st: SglangSetup, capacity: int, context_len: int, mamba_size: int | None) -> int:
@@ -126,7 +157,7 @@ def _log_line(st: SglangSetup, stages: SglangStages, tokens: int, split: _Split)
     latent), or DeepSeek-V4's own pool line."""
     if split.dsv4_pool is not None:
         return split.dsv4_pool.log_line()
-    end0 = get_pp_indices(st.model.num_layers, 0, st.request.pp)[1]
+    end0 = st.pp_indices(0)[1]
     k_per_token = (
         stages.cell_max - stages.draft_max
         if st.mla
@@ -195,6 +226,8 @@ def make_sglang_plan(
             + (
                 st.inkling.pool_bytes(r.pp_rank, tokens, split.swa_tokens or 0)
                 if st.inkling is not None
+                else _swa_pool_bytes(st, r.pp_rank, split)
+                if st.swa_configurator
                 else tokens * (r.kv_pool_bytes // t if t else 0)
             ),
         )

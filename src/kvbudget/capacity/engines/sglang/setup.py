@@ -6,6 +6,7 @@ and the attention layers' specs with the hybrid SWA ratio."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.engines.sglang import dsv4 as v4
@@ -14,7 +15,7 @@ from kvbudget.capacity.engines.sglang.mamba import MambaSetup, mamba_setup
 from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION, Qwen4Plan, qwen4_plan
 from kvbudget.capacity.engines.sglang.speculative import SglangDraft, sglang_draft
 from kvbudget.capacity.kv_checkpoint import CheckpointKv, sglang_checkpoint_kv
-from kvbudget.capacity.layouts.base import refuse_indexer
+from kvbudget.capacity.layouts.base import refuse_indexer, sglang_pp_split
 from kvbudget.capacity.layouts.sglang import (
     DSA_PAGE_SIZE,
     MINIMAX_M3_PAGE_SIZE,
@@ -31,17 +32,27 @@ from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.sglang_pool import SglangDefaults, sglang_defaults
+from kvbudget.capacity.sglang_pool import (
+    HYBRID_SWA_CONFIGURATOR_VERSION,
+    SglangDefaults,
+    sglang_defaults,
+)
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, Version, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
-from kvbudget.spec.layers import FullAttention
+from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
 
-#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1)
+#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1;
+#: 0.5.4 ``server_args.py`` lines 959, 982, 988)
 NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
+#: 0.5.23 no longer turns it off for gpt-oss (``arg_groups/model_overrides/gpt_oss.py`` sets no
+#: ``disable_hybrid_swa_memory``; ``GptOssForCausalLM`` is in ``SWA_SINK_ARCHS``,
+#: ``configs/model_config.py`` lines 88-90, a hybrid SWA arch, lines 2651-2690); Gemma-2/3 and
+#: Olmo2 keep it (``model_overrides/gemma2_gemma3.py`` line 26, ``olmo2.py`` line 23)
+NO_HYBRID_SWA_MODEL_TYPES_0523 = NO_HYBRID_SWA_MODEL_TYPES - {"gpt_oss"}
 
 #: an attention layer's spec at one token per page and the layers it covers
 AttnRun = tuple[VllmLayerSpec, range]
@@ -93,6 +104,23 @@ class SglangSetup:
             self.msa or self.dsv4 is not None or self.inkling is not None or self.qwen4 is not None
         )
 
+    def pp_indices(self, pp_rank: int) -> tuple[int, int]:
+        """``[start, end)`` of stage ``pp_rank``: SGLang's split at this version
+        (``layouts.base.sglang_pp_split``)."""
+        return sglang_pp_split(self.version)(self.model.num_layers, pp_rank, self.request.pp)
+
+    @property
+    def swa_configurator(self) -> bool:
+        """0.5.23's ``HybridSWAPoolConfigurator`` sizes this generic hybrid SWA pool
+        (``sglang_pool.HYBRID_SWA_CONFIGURATOR_VERSION``); 0.5.4 splits the pool after sizing."""
+        return (
+            self.version >= HYBRID_SWA_CONFIGURATOR_VERSION
+            and bool(self.sliding)
+            and self.swa_full_tokens_ratio is not None
+            and self.inkling is None
+            and self.dsv4 is None
+        )
+
     @property
     def mla(self) -> bool:
         return any(s.kind == "mla" for s, _ in self.attn)
@@ -109,6 +137,28 @@ def plain_checkpoint_kv(model: ModelSpec, kv_dtype: str, version: Version) -> Ch
         or is_sglang_inkling(model)
     )
     return None if own_rule else sglang_checkpoint_kv(model, kv_dtype, version)
+
+
+class GraphReserveInputs(TypedDict):
+    mla: bool
+    prefill_graph: bool
+    max_running_requests: int | None
+    chunked_prefill_size: int | None
+    max_total_tokens: int | None
+
+
+def graph_reserve_inputs(request: PlanRequest, model: ModelSpec) -> GraphReserveInputs:
+    """What 0.5.23's default ``mem_fraction_static`` reads besides the GPU, TP and PP
+    (``sglang_pool.GRAPH_RESERVE_VERSION``): an MLA model (``use_mla_backend``,
+    ``arg_groups/model_override_base.py`` lines 185-189), the prefill CUDA graph (off for
+    DeepSeek-V4, ``arg_groups/cuda_graph_hook.py`` lines 192-201), and the flags given."""
+    return {
+        "mla": any(isinstance(x, MLA) for x in model.layer_seq.distinct()),
+        "prefill_graph": not is_sglang_dsv4(model),
+        "max_running_requests": request.max_num_seqs,
+        "chunked_prefill_size": request.max_num_batched_tokens,
+        "max_total_tokens": request.max_total_tokens,
+    }
 
 
 def sglang_setup(
@@ -128,7 +178,11 @@ def sglang_setup(
             else f"{DEFAULT_SGLANG_VERSION} (kvbudget default)"
         )
     rule = sglang_defaults(
-        version, gpu_memory_mib=gpu.memory_bytes / MiB, tp=request.tp, pp=request.pp
+        version,
+        gpu_memory_mib=gpu.memory_bytes / MiB,
+        tp=request.tp,
+        pp=request.pp,
+        **graph_reserve_inputs(request, model),
     )
     frac = request.mem_fraction_static or rule.mem_fraction_static
     if request.mem_fraction_static is None:
@@ -202,7 +256,7 @@ def sglang_setup(
     notes.extend(mamba.notes)
     sliding = [(s, r) for s, r in attn if s.windowed]
     ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
-    _check_swa_ratio(model, sliding, ratio, notes)
+    _check_swa_ratio(model, sliding, ratio, notes, version)
     return SglangSetup(
         request, model, gpu, weights, version_text, version, rule, frac, page_size, kv_dtype,
         defaults, notes, msa, dsa, raw_fp8, dsv4, inkling, qwen4, draft, mamba, attn, sliding,
@@ -227,10 +281,19 @@ def _attention_runs(request: PlanRequest, model: ModelSpec, *, own_cells: bool) 
 
 
 def _check_swa_ratio(
-    model: ModelSpec, sliding: list[AttnRun], ratio: float | None, notes: list[str]
+    model: ModelSpec,
+    sliding: list[AttnRun],
+    ratio: float | None,
+    notes: list[str],
+    version: Version,
 ) -> None:
     """A ratio SGLang would ignore is refused; sliding layers without one count as full."""
-    if sliding and ratio is not None and model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
+    off = (
+        NO_HYBRID_SWA_MODEL_TYPES_0523
+        if version >= HYBRID_SWA_CONFIGURATOR_VERSION
+        else NO_HYBRID_SWA_MODEL_TYPES
+    )
+    if sliding and ratio is not None and model.model_type in off:
         raise ConfigError(
             f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
             f"{model.model_type} (reference §7.1), so {ratio} would be ignored and sliding layers "
@@ -240,5 +303,6 @@ def _check_swa_ratio(
     if sliding and ratio is None:
         notes.append(
             "sliding/chunked layers counted as full (models with disable_hybrid_swa_memory, e.g. "
-            "gpt-oss); pass --swa-full-tokens-ratio to model SGLang's hybrid SWA pool"
+            "Gemma-2/3; gpt-oss up to 0.5.4); pass --swa-full-tokens-ratio to model SGLang's "
+            "hybrid SWA pool"
         )

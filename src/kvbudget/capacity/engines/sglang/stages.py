@@ -18,7 +18,6 @@ from kvbudget.capacity.layouts.sglang import (
     sglang_dsa_cell_bytes,
     sglang_minimax_m3_cell_bytes,
 )
-from kvbudget.capacity.layouts.vllm import get_pp_indices
 from kvbudget.capacity.memory import (
     CUDA_CONTEXT_BYTES,
     MemoryTerm,
@@ -27,7 +26,12 @@ from kvbudget.capacity.memory import (
     flag_term,
 )
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.sglang_pool import mamba_state_pool, max_total_num_tokens, rest_memory_bytes
+from kvbudget.capacity.sglang_pool import (
+    hybrid_swa_max_total_tokens,
+    mamba_state_pool,
+    max_total_num_tokens,
+    rest_memory_bytes,
+)
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layers import MLA, FullAttention
@@ -80,7 +84,7 @@ def plan_stages(st: SglangSetup) -> SglangStages:
     cell_max = draft_max = rest_min = replica_per_token = 0
     mamba_size: int | None = None
     for p in range(request.pp):
-        start, end = get_pp_indices(model.num_layers, p, request.pp)
+        start, end = st.pp_indices(p)
         cell = stage_cell(st, start, end)
         draft_cell = 0
         if draft is not None and draft.num_layers:  # the draft's layers priced into the cell
@@ -207,7 +211,25 @@ def _stage_tokens(
         return st.inkling.max_tokens(token_rest, start, end, cap)
     if st.draft is not None and st.legacy_draft:
         return st.draft.legacy_tokens(token_rest, cell - draft_cell, st.page_size, cap)
+    if st.swa_configurator:  # 0.5.23: full tokens of int(rest // (F + r x S)), then the cap
+        assert st.swa_full_tokens_ratio is not None
+        full, swa = swa_cells(st, start, end)
+        # a drafter's layers priced on the full side (kvbudget's assumption: 0.5.23 adds its
+        # full layers there, its sliding ones beside the ratio, pool_configurator.py 786-803)
+        tokens = hybrid_swa_max_total_tokens(
+            token_rest, full + draft_cell, swa, st.swa_full_tokens_ratio
+        )
+        return (tokens if cap is None else min(tokens, cap)) // st.page_size * st.page_size
     return max_total_num_tokens(token_rest, cell, page_size=st.page_size, max_total_tokens=cap)
+
+
+def swa_cells(st: SglangSetup, start: int, end: int) -> tuple[int, int]:
+    """Bytes per token of the full and of the sliding layers in ``[start, end)`` on one rank
+    (0.5.23 ``HybridSWAPoolConfigurator``: per-layer bytes x this stage's layer count,
+    ``pool_configurator.py`` lines 665-666, 772-784)."""
+    full = sum(s.page_size_bytes * layers_in(r, start, end) for s, r in st.attn if not s.windowed)
+    swa = sum(s.page_size_bytes * layers_in(r, start, end) for s, r in st.sliding)
+    return full, swa
 
 
 def dsa_cell(model: ModelSpec, start: int, end: int, kv_dtype: KvDtype, raw_fp8: bool) -> int:

@@ -1,0 +1,126 @@
+"""SGLang's generic hybrid SWA pool by version: 0.5.4 sizes the pool as if every layer were full
+and splits it after (``model_executor/model_runner.py`` lines 1557-1575); 0.5.23's
+``HybridSWAPoolConfigurator`` sizes full tokens as ``int(rest // (F + r x S))`` and floors both
+pools to the page (``model_executor/pool_configurator.py`` lines 786-803, 859-893, 907-916), and
+refuses a sliding pool at or below ``sliding_window + page_size`` (lines 197-216).
+
+Expected values are worked by hand from those lines (rest given with ``kv_cache_memory_bytes``);
+SGLang 0.5.23's own configurator prints the same (``scripts/check_sglang_hybrid_swa_pool.py``:
+full 9,984, swa 7,936; the 4,000-token sliding pool's ValueError)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbudget.capacity.plan_types import PlanRequest, PlanResult
+from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import FullAttention, SlidingWindow
+from kvbudget.spec.model import ModelSpec
+
+#: 8 KV heads x (256 + 256) x 2 B = 8192 B per token per layer, full and sliding alike
+LAYER_BYTES = 8192
+
+
+def _model(model_type: str = "hybrid_swa", window: int = 4096) -> ModelSpec:
+    """21 sliding + 21 full layers (odd indices full)."""
+    layers: list[FullAttention] = [
+        FullAttention(i, 8, 256) if i % 2 else SlidingWindow(i, 8, 256, sliding_window=window)
+        for i in range(42)
+    ]
+    return ModelSpec(
+        model_id=f"test/{model_type}",
+        architecture="HybridSwaForCausalLM",
+        model_type=model_type,
+        layers=tuple(layers),
+        hidden_size=3584,
+        num_attention_heads=16,
+        vocab_size=256000,
+        intermediate_size=14336,
+        max_position_embeddings=8192,
+        torch_dtype="bfloat16",
+    )
+
+
+def _plan(
+    version: str, rest: int, page_size: int, max_len: int = 8192, model: ModelSpec | None = None
+) -> PlanResult:
+    return make_plan(
+        PlanRequest(
+            model="hybrid-swa",
+            gpu="H100",
+            engine="sglang",
+            engine_version=version,
+            kv_cache_memory_bytes=rest,
+            swa_full_tokens_ratio=0.8,
+            page_size=page_size,
+            max_model_len=max_len,
+        ),
+        model or _model(),
+    )
+
+
+# rest: 10,000 x (F + 0.8 x S) + 1000 B, F = S = 21 x 8192 = 172,032 B (the +1000 keeps the
+# float floor off a tie): 10,000 x 309,657.6 + 1000 = 3,096,577,000 B
+REST = 10_000 * 21 * LAYER_BYTES * 18 // 10 + 1000
+
+
+def test_0523_sizes_full_tokens_then_floors_both_pools() -> None:
+    r = _plan("0.5.23", REST, 64)
+    assert r.sglang is not None
+    # pool_configurator.py 907-916: int(3,096,577,000 // 309,657.6) = 10,000 (10,000.003)
+    # 859-893: full = 10,000 // 64 x 64 = 9,984; swa = int(9,984 x 0.8) = int(7,987.2) = 7,987
+    # -> 7,987 // 64 x 64 = 7,936
+    assert r.sglang.full_tokens == 9984
+    assert r.sglang.swa_tokens == 7936
+    assert r.sglang.max_total_num_tokens == 9984
+    assert r.kv_cache_tokens == 9984
+    # pool bytes on the one rank: 9,984 x 172,032 + 7,936 x 172,032 = 17,920 x 172,032
+    # = 3,082,813,440 B
+    assert r.ranks[0].kv_pool_bytes == 17_920 * 172_032
+    assert r.fits
+
+
+def test_054_keeps_its_split_after_sizing() -> None:
+    r = _plan("0.5.4", REST, 64)
+    assert r.sglang is not None
+    # max_total = 3,096,577,000 // (42 x 8192 = 344,064) = 9,000 (9,000.003) -> 9,000 // 64 x 64
+    # = 8,960; model_runner.py 1561-1575: full = int(8,960 x 42 / (0.8 x 21 + 21)) =
+    # int(9,955.56) = 9,955; swa = int(9,955 x 0.8) = int(7,964.0) = 7,964
+    assert r.sglang.max_total_num_tokens == 8960
+    assert r.sglang.full_tokens == 9955
+    assert r.sglang.swa_tokens == 7964
+
+
+def test_0523_refuses_a_sliding_pool_below_the_window() -> None:
+    # rest 5,000 x 309,657.6 + 1000 = 1,548,289,000 B -> full int(5,000.003) = 5,000 (page 1),
+    # swa = int(5,000 x 0.8) = 4,000 <= 4,096 + 1: validate_swa_pool_size raises (lines 209-216)
+    rest = 5_000 * 21 * LAYER_BYTES * 18 // 10 + 1000
+    r = _plan("0.5.23", rest, 1, max_len=4096)
+    assert r.sglang is not None and r.sglang.swa_tokens == 4000
+    assert not r.fits
+    assert r.error is not None and r.error.startswith("SWA pool (4000 tokens) cannot hold")
+    # 0.5.4 has no such check: max_total 1,548,289,000 // 344,064 = 4,500; full =
+    # int(4,500 x 42 / 37.8) = 5,000 (or 4,999 by float rounding) >= 4,096: fits
+    old = _plan("0.5.4", rest, 1, max_len=4096)
+    assert old.fits and old.sglang is not None and old.sglang.full_tokens in (4999, 5000)
+
+
+def test_gpt_oss_ratio_refused_by_054_taken_by_0523() -> None:
+    # 0.5.4 server_args.py line 959 sets disable_hybrid_swa_memory for GPT-OSS; 0.5.23's
+    # model_overrides/gpt_oss.py does not, and GptOssForCausalLM is a hybrid SWA arch
+    # (configs/model_config.py lines 88-90, 2651-2690)
+    model = _model("gpt_oss", window=128)
+    with pytest.raises(ConfigError):
+        _plan("0.5.4", REST, 64, model=model)
+    r = _plan("0.5.23", REST, 64, model=model)
+    assert r.sglang is not None and r.sglang.full_tokens == 9984  # as the first test
+
+
+def test_0523_plan_takes_the_0523_default_fraction() -> None:
+    # the non-MLA H100 TP 1 default worked in test_plan_sglang_mem_fraction_0523.py: 0.83
+    r = make_plan(
+        PlanRequest(model="hybrid-swa", gpu="H100", engine="sglang", engine_version="0.5.23"),
+        _model(),
+    )
+    assert r.sglang is not None and r.sglang.mem_fraction_static == 0.83
