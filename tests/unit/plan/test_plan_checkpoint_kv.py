@@ -33,6 +33,7 @@ from kvbudget.capacity.kvbytes import calc_model
 from kvbudget.capacity.model_dtype import vllm_quant_name
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
+from kvbudget.errors import ConfigError
 from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
@@ -100,6 +101,19 @@ def test_tensor_parallel_splits_the_fp8_token() -> None:
     assert plan.kv_bytes_per_token_per_rank == FP8_TOKEN_BYTES // 2 == 81_920
 
 
+def test_a_draft_model_shares_the_targets_resolved_kv_dtype() -> None:
+    """A separate draft model shares the target's CacheConfig, whose cache_dtype vLLM resolved
+    from the target checkpoint (arg_utils.py line 2256), so ``auto`` prices the draft's layers in
+    fp8 too. Llama-3.2-1B-Instruct: 16 layers, 8 KV heads of 64. Per rank at TP 4 (2 KV heads a
+    rank), one fp8 token: target 80 x 2 x 2 x 128 x 1 = 40,960 B + draft 16 x 2 x 2 x 64 x 1 =
+    4,096 B = 45,056 B; a 16-token block 720,896 B; 10 GiB / 720,896 = 14,894 blocks (in
+    bfloat16 the draft's half would make it 13,653)."""
+    draft = '{"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 3}'
+    auto = _vllm("0.32.0", tp=4, speculative_config=draft)
+    fp8 = _vllm("0.32.0", tp=4, speculative_config=draft, kv_dtype="fp8_e4m3")
+    assert auto.num_blocks == fp8.num_blocks == 10 * GiB // (16 * (40_960 + 4_096))  # 14,894
+
+
 def test_vllm_0_13_keeps_the_model_dtype_and_says_why() -> None:
     plan = _vllm("0.13.0")
     assert plan.kv_dtype == "bfloat16"
@@ -129,6 +143,28 @@ def test_nvfp4_kv_from_0_20(tmp_path: Path) -> None:
     old = _vllm("0.19.0", model=model)
     assert old.kv_dtype == "bfloat16"
     assert any("vLLM 0.19.0 does not map" in n and "NVFP4" in n for n in old.notes)
+
+
+def test_a_checkpoint_kv_dtype_kvbudget_cannot_size_is_said_as_the_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """DeepSeek-V3 (MLA) with an hf_quant_config.json whose kv_cache_quant_algo is NVFP4: vLLM
+    0.32 turns ``auto`` into nvfp4, which kvbudget does not size for MLA layers; the one line
+    says the user's ``auto`` became nvfp4 because of the checkpoint's field, and the fix."""
+    config = json.loads((MODELS_DIR / "deepseek-ai--DeepSeek-V3.json").read_text("utf-8"))
+    del config["quantization_config"]  # the hf_quant_config.json is read only without one
+    (tmp_path / "config.json").write_text(json.dumps(config), "utf-8")
+    quant = {
+        "producer": {"name": "modelopt"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"},
+    }
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(quant), "utf-8")
+    with pytest.raises(ConfigError) as caught:
+        _vllm("0.32.0", model=str(tmp_path), tp=8)
+    line = caught.value.one_line()
+    assert line.startswith("ConfigError: kv_dtype: auto on this checkpoint is nvfp4 (")
+    assert "kv_cache_quant_algo" in line and "pass --kv-cache-dtype bfloat16 or fp8" in line
+    assert caught.value.field == "kv_dtype"
 
 
 def test_a_snapshot_directory_reads_the_file_beside_config_json(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from kvbudget.capacity.engines.vllm.stages import (
 )
 from kvbudget.capacity.engines.vllm.start import (
     EngineSettings,
+    checkpoint_kv_refusal,
     memory_notes,
     resolve_block_size,
     resolve_engine,
@@ -33,6 +34,7 @@ from kvbudget.capacity.remedies import fit_remedies
 from kvbudget.capacity.versions import Version, vllm_async_scheduling, vllm_concurrent_batches
 from kvbudget.capacity.vllm_startup import max_len_refusal
 from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.model import ModelSpec
 
@@ -165,9 +167,12 @@ def make_vllm_plan(
     mode = resolve_mamba_mode(engine)
     if is_dots3_note(model):
         check_dots3_device(gpu.compute_capability_major)
-    kv_dtype, all_specs, groups = vllm_groups(
-        request, model, behaviour, engine.version_text, kv_dtype, block_size, mode, notes
-    )
+    try:
+        kv_dtype, all_specs, groups = vllm_groups(
+            request, model, behaviour, engine.version_text, kv_dtype, block_size, mode, notes
+        )
+    except ConfigError as exc:
+        raise checkpoint_kv_refusal(engine, exc) from None
     stages = plan_stages(engine, weights, all_specs, groups, draft_block_bytes, refusal)
     num_blocks, ranks = common_blocks(engine, stages.ranks, groups)
     refusal = stages.refusal

@@ -15,6 +15,7 @@ from kvbudget.capacity.draft import (
     draft_method,
     parse_speculative_config,
 )
+from kvbudget.capacity.kv_checkpoint import vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, get_pp_indices
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.memory import (
@@ -31,6 +32,7 @@ from kvbudget.capacity.mtp_draft import mtp_draft
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_qwen4 import refuse_qwen4_speculation
+from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
@@ -165,16 +167,30 @@ def default_mamba_cache_mode(model: ModelSpec, version: tuple[int, int, int]) ->
     return "align" if hybrid and version >= ALIGN_DEFAULT_SINCE else "none"
 
 
+def with_target_checkpoint_kv(request: PlanRequest, target: ModelSpec) -> PlanRequest:
+    """``request`` with ``--kv-cache-dtype auto`` resolved from the target checkpoint's KV
+    quantization as the version does (``capacity.kv_checkpoint``), else unchanged."""
+    version = parse_version(request.engine_version or DEFAULT_VLLM_VERSION)
+    found = vllm_checkpoint_kv(target, request.kv_dtype, version)
+    if found is None or found.name is None:
+        return request
+    return request.model_copy(update={"kv_dtype": found.name})
+
+
 def speculative_draft(
     request: PlanRequest, target: ModelSpec, gpu: GpuSpec | None = None
 ) -> DraftCost | None:
     """``--speculative-config``: the draft model's cost (an MTP drafter's: capacity.mtp_draft,
     which reads ``gpu``'s compute capability), None for methods without KV layers."""
-    if request.speculative_config is None:
+    speculative_config = request.speculative_config
+    if speculative_config is None:
         return None
+    # the draft shares the target's CacheConfig, whose cache_dtype vLLM resolved from the target
+    # checkpoint before building it (engine/arg_utils.py line 2256)
+    request = with_target_checkpoint_kv(request, target)
     if is_qwen4_exp(target):  # before any draft is sized: its proposers change its own pages
-        refuse_qwen4_speculation(request.speculative_config)
-    config = parse_speculative_config(request.speculative_config)
+        refuse_qwen4_speculation(speculative_config)
+    config = parse_speculative_config(speculative_config)
     method = draft_method(config)
     if method in NO_KV_METHODS:
         return None

@@ -26,6 +26,7 @@ from kvbudget.capacity.versions import (
     vllm_behaviour,
 )
 from kvbudget.capacity.vllm_startup import vllm_total_bytes
+from kvbudget.errors import ConfigError, without_kind
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import GiB
@@ -123,6 +124,20 @@ def with_checkpoint_kv_dtype(engine: EngineSettings) -> EngineSettings:
         return engine
     engine.defaults["kv_dtype"] = found.reason
     return replace(engine, request=engine.request.model_copy(update={"kv_dtype": found.name}))
+
+
+def checkpoint_kv_refusal(engine: EngineSettings, exc: ConfigError) -> ConfigError:
+    """A KV dtype refusal said as the checkpoint's: the user left ``auto``, and
+    :func:`with_checkpoint_kv_dtype` took the dtype from the checkpoint's field."""
+    source = engine.defaults.get("kv_dtype")
+    if exc.field != "kv_dtype" or source is None:
+        return exc
+    why = without_kind(str(exc)).split(";")[0]
+    return ConfigError(
+        f"kv_dtype: auto on this checkpoint is {engine.request.kv_dtype} ({source}), which "
+        f"kvbudget cannot size here ({why}); pass --kv-cache-dtype bfloat16 or fp8",
+        field="kv_dtype",
+    )
 
 
 def resolve_kv_dtype(engine: EngineSettings) -> KvDtype:
