@@ -61,8 +61,21 @@ def test_plan_matches_the_pool_vllm_logged(tmp_path: Path) -> None:
     assert rec["kv_cache_tokens"] == GiB // (4 * 2 * 32 * 2 * 1) == 2_097_152  # by hand
 
 
-def test_fp8_weights_are_refused_on_cpu_after_the_kv_dtype_is_resolved() -> None:
+def test_fp8_weights_resolve_the_kv_dtype_as_vllm_logged(tmp_path: Path) -> None:
+    """The checkpoint with ModelOpt FP8 weights too: vLLM resolved its KV dtype the same way
+    before the CPU build refused the weights; kvbudget's plan (which prices the weights, as a GPU
+    loads them) resolves it to the dtype that log line names."""
     rec = DATA["cases"]["fp8_weights"]
-    assert DATA["vllm_version"] == "0.32.0"
-    assert rec["kv_cache_dtype_line"] == "Using fp8_e4m3 data type to store kv cache"
     assert "static_scaled_fp8_quant" in rec["error"] and "engine_final" not in rec
+    plan = make_plan(
+        PlanRequest(
+            model=_checkpoint(tmp_path, rec),
+            engine="vllm",
+            engine_version=DATA["vllm_version"],
+            gpu_memory_bytes=64 * GiB,
+            kv_cache_memory_bytes=1 * GiB,
+            max_model_len=4096,
+        )
+    )
+    logged = rec["kv_cache_dtype_line"].removeprefix("Using ").split(" data type")[0]
+    assert (plan.kv_dtype, logged) == ("fp8_e4m3", "fp8_e4m3")

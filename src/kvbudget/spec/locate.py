@@ -97,7 +97,12 @@ def _read(path: Path, model_id: str, origin: Origin) -> ConfigSource:
         ) from None
     except json.JSONDecodeError as exc:
         raise SpecError(
-            f"model: {path} is not valid JSON (line {exc.lineno}: {exc.msg}); pass a Hugging Face config.json",
+            f"model: {path} is not valid JSON (line {exc.lineno}: {exc.msg}); "
+            + (
+                "fix or remove it (vLLM reads it as the quantization config)"
+                if path.name == HF_QUANT_CONFIG
+                else "pass a Hugging Face config.json"
+            ),
             field="model",
         ) from None
     if not isinstance(raw, dict):

@@ -33,7 +33,7 @@ from kvbudget.capacity.kvbytes import calc_model
 from kvbudget.capacity.model_dtype import vllm_quant_name
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
-from kvbudget.errors import ConfigError
+from kvbudget.errors import ConfigError, SpecError
 from kvbudget.spec.catalog import MODELS_DIR
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
@@ -249,3 +249,13 @@ def test_calc_layouts(engine: str, token_bytes: int, source: str) -> None:
     assert entry.source == source
     if source == "config":
         assert entry.value == "fp8_e4m3" and f"{FIELD} = FP8" in entry.note
+
+
+def test_a_malformed_hf_quant_config_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    shutil.copy(CONFIG, tmp_path / "config.json")
+    (tmp_path / "hf_quant_config.json").write_text("{not json", "utf-8")
+    with pytest.raises(SpecError) as caught:
+        _vllm("0.32.0", model=str(tmp_path))
+    line = caught.value.one_line()
+    assert "hf_quant_config.json is not valid JSON (line 1" in line
+    assert line.endswith("fix or remove it (vLLM reads it as the quantization config)")
