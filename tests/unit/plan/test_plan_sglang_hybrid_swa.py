@@ -37,7 +37,7 @@ def _model(model_type: str = "hybrid_swa", window: int = 4096) -> ModelSpec:
     ]
     return ModelSpec(
         model_id=f"test/{model_type}",
-        architecture="HybridSwaForCausalLM",
+        architecture="GptOssForCausalLM" if model_type == "gpt_oss" else "HybridSwaForCausalLM",
         model_type=model_type,
         layers=tuple(layers),
         hidden_size=3584,
@@ -207,3 +207,13 @@ def test_no_default_pool_outside_sglangs_hybrid_archs() -> None:
         assert r.sglang is not None and r.sglang.swa_tokens is None
         assert r.sglang.max_total_num_tokens == 9000
         assert r.defaults_applied["swa_full_tokens_ratio"].startswith("none (")
+
+
+def test_a_given_ratio_outside_sglangs_hybrid_models_is_noted() -> None:
+    # HybridSwaForCausalLM: no hybrid SWA arch (0.5.23) and no 0.5.4 model class with
+    # get_attention_sliding_window_size; gpt-oss is one at 0.5.23 (model_config.py 88-96)
+    for version in ("0.5.23", "0.5.4"):
+        notes = _plan(version, REST, 64).notes
+        assert any(n.startswith("--swa-full-tokens-ratio 0.8: SGLang") for n in notes)
+    gpt_oss = _plan("0.5.23", REST, 64, model=_model("gpt_oss", window=128)).notes
+    assert not any(n.startswith("--swa-full-tokens-ratio") for n in gpt_oss)

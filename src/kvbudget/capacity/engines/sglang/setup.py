@@ -326,7 +326,9 @@ def _check_swa_ratio(
     notes: list[str],
     version: Version,
 ) -> None:
-    """A ratio SGLang would ignore is refused; sliding layers without one count as full."""
+    """A ratio SGLang would ignore for a model that sets ``disable_hybrid_swa_memory`` is
+    refused; one given for a model outside SGLang's hybrid SWA models is applied with a note (the
+    split models the pool as if SGLang served it; see :func:`_default_swa_ratio` for which)."""
     off = (
         NO_HYBRID_SWA_MODEL_TYPES_0523
         if version >= HYBRID_SWA_CONFIGURATOR_VERSION
@@ -339,6 +341,22 @@ def _check_swa_ratio(
             "count as full; drop --swa-full-tokens-ratio",
             field="swa_full_tokens_ratio",
         )
+    if sliding and ratio is not None and not _sglang_hybrid_swa(model, version):
+        notes.append(
+            f"--swa-full-tokens-ratio {ratio}: SGLang {'.'.join(map(str, version))} does not "
+            f"run {model.architecture} with its hybrid SWA pool by default (see "
+            "defaults_applied without the flag); the split models the pool as if it did"
+        )
+
+
+def _sglang_hybrid_swa(model: ModelSpec, version: Version) -> bool:
+    """SGLang runs this model with its hybrid SWA pool (0.5.23: a listed architecture that does
+    not turn it off; 0.5.4: none kvbudget plans, see :func:`_default_swa_ratio`)."""
+    return (
+        version >= HYBRID_SWA_CONFIGURATOR_VERSION
+        and model.architecture in HYBRID_SWA_ARCHS_0523
+        and model.model_type not in NO_HYBRID_SWA_MODEL_TYPES_0523
+    )
 
 
 def _default_swa_ratio(
@@ -357,11 +375,7 @@ def _default_swa_ratio(
     ``--hybrid-kvcache-ratio`` (``configs/model_config.py`` lines 156-167, 975-990), which
     kvbudget does not model."""
     off_0523 = NO_HYBRID_SWA_MODEL_TYPES_0523
-    if (
-        version >= HYBRID_SWA_CONFIGURATOR_VERSION
-        and model.architecture in HYBRID_SWA_ARCHS_0523
-        and model.model_type not in off_0523
-    ):
+    if _sglang_hybrid_swa(model, version):
         defaults["swa_full_tokens_ratio"] = (
             f"{DEFAULT_SWA_FULL_TOKENS_RATIO} (SGLang's fallback, arg_groups/fields/schedule.py "
             f"lines 150-161: {model.architecture} runs with SGLang's hybrid SWA pool, "
