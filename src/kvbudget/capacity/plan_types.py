@@ -249,7 +249,9 @@ class PlanRequest(BaseModel):
         gt=0,
         le=1,
         description="SGLang hybrid SWA pool: sliding-window tokens per full-attention token "
-        "(off: sliding layers count as full; Dots3-Note's pool is always split, 0.8 by default).",
+        "(unset: SGLang's 0.8 where SGLang runs the hybrid pool by default, from 0.5.23 e.g. "
+        "gpt-oss, Llama-4, MiMo-V2-Flash; else sliding layers count as full; Dots3-Note's pool "
+        "is always split, 0.8 by default).",
     )
     headroom_fraction: float = Field(
         default=0.03,

@@ -4,6 +4,13 @@ and splits it after (``model_executor/model_runner.py`` lines 1557-1575); 0.5.23
 pools to the page (``model_executor/pool_configurator.py`` lines 786-803, 859-893, 907-916), and
 refuses a sliding pool at or below ``sliding_window + page_size`` (lines 197-216).
 
+Without ``--swa-full-tokens-ratio`` SGLang takes 0.8 (0.5.23 ``arg_groups/fields/schedule.py``
+lines 150-161; 0.5.4 ``server_args.py`` line 235) for the models it runs with the hybrid pool:
+0.5.23's ``is_hybrid_swa_model`` architectures (``configs/model_config.py`` lines 2651-2697)
+unless ``disable_hybrid_swa_memory`` (Gemma-2/3, Olmo2); 0.5.4 none of these (gpt-oss sets
+``disable_hybrid_swa_memory``, ``server_args.py`` line 959; Llama-4 needs
+``--hybrid-kvcache-ratio``, ``model_runner.py`` lines 392-400).
+
 Expected values are worked by hand from those lines (rest given with ``kv_cache_memory_bytes``);
 SGLang 0.5.23's own configurator prints the same (``scripts/check_sglang_hybrid_swa_pool.py``:
 full 9,984, swa 7,936; the 4,000-token sliding pool's ValueError)."""
@@ -30,7 +37,7 @@ def _model(model_type: str = "hybrid_swa", window: int = 4096) -> ModelSpec:
     ]
     return ModelSpec(
         model_id=f"test/{model_type}",
-        architecture="HybridSwaForCausalLM",
+        architecture="GptOssForCausalLM" if model_type == "gpt_oss" else "HybridSwaForCausalLM",
         model_type=model_type,
         layers=tuple(layers),
         hidden_size=3584,
@@ -124,3 +131,89 @@ def test_0523_plan_takes_the_0523_default_fraction() -> None:
         _model(),
     )
     assert r.sglang is not None and r.sglang.mem_fraction_static == 0.83
+
+
+#: gpt-oss-120b (catalog ``openai--gpt-oss-120b.json``): 36 layers alternating sliding (window
+#: 128) and full, 8 KV heads x 64, bf16 K and V: 8 x 64 x 2 x 2 = 2,048 B per layer per token;
+#: F = S = 18 x 2,048 = 36,864 B
+GPT_OSS_HALF_BYTES = 18 * 2048
+#: rest 10,000 x (F + 0.8 x S) + 1000 = 10,000 x 66,355.2 + 1000 = 663,553,000 B
+GPT_OSS_REST = 10_000 * GPT_OSS_HALF_BYTES * 18 // 10 + 1000
+
+
+def _gpt_oss(version: str) -> PlanResult:
+    from kvbudget.spec.resolve import resolve_model
+
+    spec = resolve_model("openai/gpt-oss-120b").spec
+    assert spec is not None
+    return make_plan(
+        PlanRequest(
+            model="openai/gpt-oss-120b",
+            gpu="H200",
+            engine="sglang",
+            engine_version=version,
+            kv_cache_memory_bytes=GPT_OSS_REST,
+            max_model_len=8192,
+        ),
+        spec,
+    )
+
+
+def test_gpt_oss_0523_default_hybrid_pool_at_0_8() -> None:
+    r = _gpt_oss("0.5.23")
+    assert r.sglang is not None
+    # GptOssForCausalLM is in SWA_SINK_ARCHS (model_config.py lines 88-96), a hybrid SWA arch
+    # (2651-2697), gpt_oss.py sets no disable_hybrid_swa_memory: ratio 0.8 (schedule.py 150-161)
+    assert r.sglang.swa_full_tokens_ratio == 0.8
+    assert r.defaults_applied["swa_full_tokens_ratio"].startswith("0.8 (SGLang's fallback")
+    # pool_configurator.py 907-916: int(663,553,000 // 66,355.2) = int(10,000.015) = 10,000 full
+    # tokens; page 1: swa = int(10,000 x 0.8) = 8,000 (> 128 + 1, lines 197-216)
+    assert r.sglang.full_tokens == 10_000
+    assert r.sglang.swa_tokens == 8000
+    assert r.sglang.max_total_num_tokens == 10_000
+    assert r.kv_cache_tokens == 10_000
+    # pool bytes: 10,000 x 36,864 + 8,000 x 36,864 = 663,552,000 B
+    assert r.ranks[0].kv_pool_bytes == 663_552_000
+
+
+def test_gpt_oss_054_default_keeps_the_full_pool() -> None:
+    r = _gpt_oss("0.5.4")
+    assert r.sglang is not None
+    # server_args.py line 959: disable_hybrid_swa_memory for GPT-OSS; every layer full:
+    # cell 36 x 2,048 = 73,728 B; 663,553,000 // 73,728 = 9,000 (9,000.01)
+    assert r.sglang.swa_full_tokens_ratio is None and r.sglang.swa_tokens is None
+    assert r.sglang.cell_size_bytes == 73_728
+    assert r.sglang.max_total_num_tokens == 9000
+    said = r.defaults_applied["swa_full_tokens_ratio"]
+    assert said.startswith("none (SGLang sets disable_hybrid_swa_memory for model_type gpt_oss")
+
+
+def test_no_default_pool_outside_sglangs_hybrid_archs() -> None:
+    # HybridSwaForCausalLM is no hybrid SWA arch at 0.5.23 (model_config.py 2651-2697) and has
+    # no get_attention_sliding_window_size at 0.5.4 (model_runner.py 921-928): every layer full,
+    # cell 42 x 8,192 = 344,064 B; 3,096,577,000 // 344,064 = 9,000 (9,000.003)
+    for version in ("0.5.23", "0.5.4"):
+        r = make_plan(
+            PlanRequest(
+                model="hybrid-swa",
+                gpu="H100",
+                engine="sglang",
+                engine_version=version,
+                kv_cache_memory_bytes=REST,
+                max_model_len=8192,
+            ),
+            _model(),
+        )
+        assert r.sglang is not None and r.sglang.swa_tokens is None
+        assert r.sglang.max_total_num_tokens == 9000
+        assert r.defaults_applied["swa_full_tokens_ratio"].startswith("none (")
+
+
+def test_a_given_ratio_outside_sglangs_hybrid_models_is_noted() -> None:
+    # HybridSwaForCausalLM: no hybrid SWA arch (0.5.23) and no 0.5.4 model class with
+    # get_attention_sliding_window_size; gpt-oss is one at 0.5.23 (model_config.py 88-96)
+    for version in ("0.5.23", "0.5.4"):
+        notes = _plan(version, REST, 64).notes
+        assert any(n.startswith("--swa-full-tokens-ratio 0.8: SGLang") for n in notes)
+    gpt_oss = _plan("0.5.23", REST, 64, model=_model("gpt_oss", window=128)).notes
+    assert not any(n.startswith("--swa-full-tokens-ratio") for n in gpt_oss)

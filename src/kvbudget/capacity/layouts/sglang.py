@@ -9,9 +9,11 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * ``page_size`` is 1 token for most backends, so a sequence of T tokens takes exactly T cells.
 * Dots3-Note (sliding-window MLA + DSA layers): SGLang's ``SWAKVPool`` of a ``DSATokenToKVPool``
   and an MLA sliding pool, see :mod:`kvbudget.capacity.layouts.sglang_dots3`.
-* Sliding-window layers: SGLang's hybrid SWA pool (split by ``--swa-full-tokens-ratio``) is not
-  modelled; they are counted at full length, which is what SGLang does for the models that set
-  ``disable_hybrid_swa_memory`` (GptOss, Gemma2/3, Olmo2). Chunked layers likewise.
+* Sliding-window layers: this cell counts them at full length, which is what SGLang does for the
+  models that set ``disable_hybrid_swa_memory`` (Gemma2/3, Olmo2; GptOss up to 0.5.4) and the
+  models outside its hybrid SWA list. SGLang's hybrid SWA pool (``--swa-full-tokens-ratio``, 0.8
+  by default for the models SGLang runs with it) is split by the planner
+  (``engines/sglang/setup.py``). Chunked layers likewise.
 * Mamba-hybrid models keep a separate per-request state pool; here its size is the state shapes of
   vLLM's calculator in SGLang's default state dtypes, bfloat16 (conv, whatever the model dtype)
   and float32 (temporal state; ``--mamba-ssm-dtype`` default), split by TP.
