@@ -521,3 +521,39 @@ def test_sliding_window_groups_say_what_they_keep_and_what_is_charged(
     assert decode[0].startswith(f"{blocks / (64 * n_sliding + 512 * n_full):.2f}")
     conc = pool["maximum concurrency"][0]
     assert conc.startswith(f"{blocks / (513 * n_sliding + 512 * n_full):.2f}x")
+
+
+def test_auto_length_on_an_engine_without_auto_fit_names_the_one_that_has_it(
+    page: tuple[Any, PageLog],
+) -> None:
+    """SGLang has no auto-fit (``--context-length`` takes a number): the field names vLLM's."""
+    p, log = page
+    _llama_8b_on(p, "H100-SXM", max_model_len="auto")
+    p.select_option("#engine", "sglang")
+    before = len(log.requests)
+    p.click("#model-submit")
+    p.wait_for_selector("#err-max_model_len:not(:empty)")
+    error = p.text_content("#err-max_model_len") or ""
+    assert "pick engine vLLM" in error and "type a number of tokens" in error, error
+    assert len(log.requests) == before, "invalid input must not be sent"
+
+
+def test_auto_length_when_no_registered_engine_auto_fits(page: tuple[Any, PageLog]) -> None:
+    """The menu and its checks come from ``/api/meta``: with no engine marked ``auto_fit`` the
+    field says so instead of naming an empty list."""
+    p, _ = page
+
+    def no_auto_fit(route: Any) -> None:
+        meta = route.fetch().json()
+        for engine in meta["engine_choices"]:
+            engine["auto_fit"] = False
+        route.fulfill(json=meta)
+
+    p.route("**/api/meta", no_auto_fit)
+    p.reload()
+    p.wait_for_selector("body[data-ready='true']", timeout=15_000)
+    _llama_8b_on(p, "H100-SXM", max_model_len="auto")
+    p.click("#model-submit")
+    p.wait_for_selector("#err-max_model_len:not(:empty)")
+    error = p.text_content("#err-max_model_len") or ""
+    assert "no registered engine has one" in error, error

@@ -115,7 +115,10 @@ async function submitModel(event) {
     // "auto" (or -1) is vLLM's auto-fit; the server computes the length (make_plan)
     if (name === "max_model_len" && /^\s*(auto|-1)\s*$/i.test(raw)) {
       const fitting = engineChoices.filter((e) => e.auto_fit);
-      if (!fitting.some((e) => e.id === body.engine)) {
+      if (fitting.length === 0) {
+        fieldError(form, name, `Max model length: "auto" is an engine's auto-fit and no registered engine has one; type a number of tokens.`);
+        bad = true;
+      } else if (!fitting.some((e) => e.id === body.engine)) {
         fieldError(form, name, `Max model length: "auto" is ${labels(fitting)}'s auto-fit; pick engine ${labels(fitting)} or type a number of tokens.`);
         bad = true;
       }
