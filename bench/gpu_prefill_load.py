@@ -20,6 +20,18 @@ prefilled fewer tokens than ``C`` fresh prompts need (prefix-cache hits, a clien
 keep ``C`` requests in flight). It is a consistency check of the row against the tables: it
 changes no model, fits nothing, and runs only on rows the simulator ran with measured timing.
 
+The second floor adds the decode steps' KV reads (``busy_floor``). Each completed request also
+decodes ``Ō - 1`` tokens, the ``j``-th of them attending ``I + j`` tokens, and every decode step
+pays the tables' generation attention for its sequences
+(:meth:`~kvbudget.sim.measured.MeasuredTiming.decode_attention_time_s`, the term the simulator
+adds to a step's shared GEMMs). Priced low: the step of the most sequences one engine runs (its
+share of ``C``: the cheapest per sequence), each at the shortest mean context (the shortest
+prompt plus half the shortest output), and no GEMM work for the decodes. With the mean output
+``Ō`` unknown between the client's shortest and longest draws, the busy fraction
+``C / (TTFT + (Ō - 1) TPOT) x (prefill + (Ō - 1) x attention per token)`` is monotone in ``Ō``,
+so the floor is the lower of its two ends. Above 1, the row's measured figures cannot hold at the
+tables' prices for the prefill and the KV reads together.
+
     python bench/gpu_prefill_load.py     # -> bench/results/gpu_prefill_load.json
     python scripts/render_accuracy.py    # docs/accuracy.md's floor table from both raw files
 """
@@ -72,16 +84,34 @@ def row_load(row: dict[str, str], result: dict[str, Any]) -> dict[str, Any]:
         _request(row), timing_model="measured", expert_parallel=_int(row, "moe_ep_size") > 1
     )
     measured = result["measured"]
-    e2e_s = (measured["mean_ttft_ms"] + (osl - 1) * measured["mean_tpot_ms"]) / 1e3
-    per_engine = c / e2e_s / _int(row, "attention_dp_size")  # the clients split over DP engines
+    ttft_s, tpot_s = measured["mean_ttft_ms"] / 1e3, measured["mean_tpot_ms"] / 1e3
+    dp = _int(row, "attention_dp_size")
+    per_engine = c / (ttft_s + (osl - 1) * tpot_s) / dp  # the clients split over DP engines
     one = prefill_s(built.timing, prompt, built.config.max_num_batched_tokens)
     prefill_busy = per_engine * one
+    # the decode steps' KV reads: one engine's share of C, the shortest mean context
+    shortest_output = int(osl * INFERENCEX_RANGE_RATIO) if kind == "inferencex" else osl
+    seqs = max(1, c // dp)
+    step_s = built.timing.decode_attention_time_s(seqs, prompt + shortest_output // 2)
+    per_token_s = step_s / seqs
+
+    def busy(output: int) -> float:
+        rate = c / (ttft_s + (output - 1) * tpot_s) / dp
+        return rate * (one + (output - 1) * per_token_s)
+
     return {
         "id": row["id"],
         "prompt_tokens": prompt,
         "prefill_ms": round(one * 1e3, 3),
         "requests_per_s_per_engine": round(per_engine, 3),
         "prefill_busy_floor": round(prefill_busy, 4),
+        "decode_attention_ms_per_step": round(step_s * 1e3, 3),
+        "decode_seqs_per_step": seqs,
+        # the whole decode-only step of that shape (GEMMs too), for reading a row against its TPOT
+        "decode_step_ms": round(
+            built.timing.decode_time_s(seqs, seqs * (prompt + shortest_output // 2)) * 1e3, 3
+        ),
+        "busy_floor": round(min(busy(shortest_output), busy(osl)), 4),
         "timing_model": built.timing_name,
     }
 
@@ -102,10 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             continue  # the row ran on the roofline: no measured tables to price it with
         out.append(row_load(row, result))
     doc = {
-        "what": "floor of the prefill busy fraction each silicon row's measured mean TTFT and "
-        "TPOT imply for a closed loop of fresh prompts, each prompt's prefill priced by "
-        "aiconfigurator-core's tables as kvbudget sim prices it (a consistency check of the "
-        "validation rows against the tables; nothing fitted, no model changed)",
+        "what": "floor of the prefill busy fraction (prefill_busy_floor), and of the prefill "
+        "plus the decode steps' attention (busy_floor), each silicon row's measured mean TTFT "
+        "and TPOT imply for a closed loop of fresh prompts, priced by aiconfigurator-core's "
+        "tables as kvbudget sim prices them (a consistency check of the validation rows "
+        "against the tables; nothing fitted, no model changed)",
         "accuracy_file": str(args.accuracy.relative_to(ROOT)),
         "commit": _git_commit(),
         "wall_s": round(time.time() - started, 1),
@@ -113,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     over = sum(1 for r in out if r["prefill_busy_floor"] > 1)
-    print(f"{len(out)} rows, {over} with a floor above 1 -> {args.out}")
+    both = sum(1 for r in out if r["busy_floor"] > 1)
+    print(
+        f"{len(out)} rows, {over} with a prefill floor above 1, {both} with prefill and decode "
+        f"attention -> {args.out}"
+    )
     return 0
 
 

@@ -216,21 +216,25 @@ def misses(name: str = "gpu_accuracy.json") -> str:
 
 
 def prefill_floor(name: str = "gpu_prefill_load.json") -> str:
-    """Per model: the rows whose own measured TTFT and TPOT imply more prefill than the tables
-    can price into a second (``bench/gpu_prefill_load.py``: floor above 1), and their misses."""
+    """Per model: the rows whose own measured TTFT and TPOT imply more work than the tables can
+    price into a second (``bench/gpu_prefill_load.py``): the prefill alone, then the prefill and
+    the decode steps' attention together; and their misses."""
     accuracy = {r["id"]: r for r in _rows("gpu_accuracy.json")}
     groups: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(list)
     for load in _rows(name):
         row = accuracy[load["id"]]
         groups[row["model"]].append((load, row))
-    head = ["model", "rows priced", "floor above 1", "highest floor"]
-    head += ["of those: TTFT too high", "of those: TPOT too high", "other rows: TPOT too high"]
+    head = ["model", "rows priced", "prefill floor above 1", "highest prefill floor"]
+    head += ["of those: TTFT too high", "of those: TPOT too high"]
+    head += ["prefill + decode attention above 1", "of those: TPOT too high"]
+    head += ["other rows: TPOT too high"]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for model in sorted(groups):
         pairs = groups[model]
         kind = "dense" if model in DENSE else "MoE"
         over = [row for load, row in pairs if load["prefill_busy_floor"] > 1]
-        rest = [row for load, row in pairs if load["prefill_busy_floor"] <= 1]
+        busy = [row for load, row in pairs if load["busy_floor"] > 1]
+        rest = [row for load, row in pairs if load["busy_floor"] <= 1]
 
         def high(rows: list[dict[str, Any]], metric: str, k: str = kind) -> int:
             bound = TARGETS[(k, metric)]
@@ -239,6 +243,7 @@ def prefill_floor(name: str = "gpu_prefill_load.json") -> str:
         top = max(load["prefill_busy_floor"] for load, _row in pairs)
         cells = [model, str(len(pairs)), str(len(over)), f"{top:.2f}"]
         cells += [str(high(over, "mean_ttft_ms")), str(high(over, "mean_tpot_ms"))]
+        cells += [str(len(busy)), str(high(busy, "mean_tpot_ms"))]
         cells.append(str(high(rest, "mean_tpot_ms")))
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)

@@ -190,6 +190,15 @@ class MeasuredTiming:
         """A pure decode step of ``num_seqs`` sequences attending ``context_tokens`` in all."""
         return self.step_time_s(decode_shape(num_seqs, context_tokens))
 
+    def decode_attention_time_s(self, num_seqs: int, context_tokens_per_seq: int) -> float:
+        """The generation-attention part alone of a decode step of ``num_seqs`` sequences, each
+        attending ``context_tokens_per_seq`` tokens: the term :meth:`price` adds to a step's
+        shared GEMMs for its decodes (the KV reads), unbucketed."""
+        if num_seqs <= 0:
+            return 0.0
+        part = self._breakdown(0, num_seqs, max(context_tokens_per_seq - 1, 1), 0)[3]
+        return part / 1e3
+
     def prefill_time_s(self, num_tokens: int, context_tokens: int = 0) -> float:
         """A lone prefill of ``num_tokens`` after ``context_tokens`` cached ones."""
         return self.step_time_s(prefill_shape(num_tokens, context_tokens))

@@ -117,6 +117,17 @@ def test_a_prefill_only_step_has_no_decode_attention() -> None:
     assert [c[1] for c in engine.calls] == [(512, 0, 512, 1, 0)]
 
 
+def test_decode_attention_alone_is_the_breakdowns_decode_part() -> None:
+    engine = FakeEngine()
+    timing = MeasuredTiming(engine, name="measured (test)")
+    # 48 sequences of 8,250 tokens each: the fourth part (2 ms) of the breakdown the mixed step
+    # asks for its decodes, at s = 8,250 -> isl 8,249; no GEMM part, unbucketed
+    assert timing.decode_attention_time_s(48, 8250) == pytest.approx(2.0 / 1e3)
+    assert engine.calls == [("mixed", (0, 48, 8249, 1, 0))]
+    assert timing.decode_attention_time_s(0, 8250) == 0.0
+    assert len(engine.calls) == 1
+
+
 def test_each_bucket_is_priced_once() -> None:
     engine = FakeEngine()
     timing = MeasuredTiming(engine, name="measured (test)")
