@@ -298,6 +298,30 @@ def test_fp8_experts_flash_base_worked_by_hand(tmp_path: Any) -> None:
         assert _weights(path, tp) == want, tp
 
 
+#: vLLM 0.32.0's own code run on the CPU (``scripts/check_vllm_dsv4_fp8_experts.py``: the
+#: model itself does not build on a CPU without AMX tiles): with expert_dtype fp8,
+#: ``is_scale_e8m0`` False and a 4096 -> 1536 fp8 linear's scale float32, 1,536 B for its 384
+#: blocks; ``Fp8MoEMethod.create_weights`` for 256 experts of H 4096 made w13 (256, 4096, 4096)
+#: + w2 (256, 4096, 2048) e4m3 and w13 (256, 32, 32) + w2 (256, 32, 16) float32 scales at 2048
+#: rows (TP 1), (256, 512, 4096) + (256, 4096, 256) and (256, 4, 32) + (256, 32, 2) at 256 (TP 8)
+VLLM_FP8_SCALE_BYTES = 1536 // 384
+VLLM_FP8_EXPERTS = {1: 6_444_023_808, 8: 805_502_976}
+
+
+@pytest.mark.parametrize(
+    ("tp", "rows", "blocks"), [(1, 2048, FLASH_BLOCKS_TP1), (8, 256, FLASH_BLOCKS_TP8)]
+)
+def test_fp8_experts_as_vllms_own_code_builds_them(
+    tmp_path: Any, tp: int, rows: int, blocks: int
+) -> None:
+    """The same difference with the expert and scale bytes vLLM's own code made (above)."""
+    assert _fp8_experts(rows) == VLLM_FP8_EXPERTS[tp]
+    fp4 = _weights("deepseek-ai/DeepSeek-V4-Flash", tp)
+    extra = (VLLM_FP8_SCALE_BYTES - 1) * (43 * blocks + 21 * INDEXER_BLOCKS)
+    extra += 43 * (VLLM_FP8_EXPERTS[tp] - _mxfp4_experts(rows))
+    assert _weights(_flash_with(tmp_path, expert_dtype="fp8"), tp) == fp4 + extra
+
+
 def test_fp8_experts_ignore_moe_quant_algo(tmp_path: Any) -> None:
     """With expert_dtype fp8 DeepseekV4FP8Config never reaches the NVFP4 branch (quant_config.py
     lines 186-199): moe_quant_algo changes nothing."""

@@ -217,7 +217,8 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
         "tests/peer/test_vllm_pool_oracle.py); tests/unit/plan/test_plan_dsv4_weights_vllm.py "
         "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4, Flash with expert_dtype "
-        "fp8; the tiny target's "
+        "fp8, whose fp8 experts and float32 scales vLLM's own create_weights made on the CPU, "
+        "scripts/check_vllm_dsv4_fp8_experts.py (the model needs AMX fp8 kernels there); the tiny target's "
         "modules and buffers as vLLM CPU built them, scripts/vllm_target_bytes.py)",
     ),
     "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
