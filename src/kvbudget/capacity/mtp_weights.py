@@ -213,6 +213,15 @@ def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) ->
             f"DeepSeek V4 expert_dtype={raw.get('expert_dtype')!r}; expected one of "
             f"{DSV4_EXPERT_DTYPES}.' (models/deepseek_v4/quant_config.py lines 66-71)"
         )
+    nested = quant.get("expert_dtype")
+    if nested is not None and nested != expert_dtype:
+        return (
+            f"expert_dtype: quantization_config says {nested!r}, the config's top level "
+            f"{expert_dtype!r}; vLLM 0.32 reads only the top level for deepseek_v4 "
+            "(models/deepseek_v4/quant_config.py lines 57-78; transformers_utils/configs/"
+            "deepseek_v4.py does not lift it, unlike deepseek_v41.py lines 46-50), so the "
+            "experts it builds would not match the checkpoint; set expert_dtype at the top level"
+        )
     heads, h = sizes["num_attention_heads"], sizes["hidden_size"]
     if heads % tp or sizes["o_groups"] % tp or heads // tp > 128:
         return (

@@ -353,6 +353,19 @@ def _flash_config() -> dict[str, Any]:
         # 1920 / 8 = 240 rows per rank, not whole 128-blocks: Fp8MoEMethod refines the scale
         # blocks or pads by backend (fused_moe/oracle/fp8.py lines 288-386)
         ({"expert_dtype": "fp8", "moe_intermediate_size": 1920}, "fp8 experts' blocks"),
+        # V4.1's place for it, which vLLM's deepseek_v4 config does not read (DeepseekV41Config
+        # lifts it, transformers_utils/configs/deepseek_v41.py lines 46-50; deepseek_v4.py not)
+        (
+            {
+                "quantization_config": {
+                    "quant_method": "fp8",
+                    "activation_scheme": "dynamic",
+                    "weight_block_size": [128, 128],
+                    "expert_dtype": "fp8",
+                }
+            },
+            "quantization_config says 'fp8', the config's top level 'fp4'",
+        ),
     ],
 )
 def test_unpriced_target_refused_in_one_line(
