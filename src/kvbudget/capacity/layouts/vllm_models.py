@@ -372,19 +372,21 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "drafter weights join it too (per layer three norms, fp8 e_proj / h_proj with ue8m0 "
         "block scales, fp32 hc_head and mHC parameters, a ratio-1 attention with fp8 "
         "fused_wqa_wkv / wq_b / wo_a / wo_b and padded fp32 sinks, a bf16 gate, fp32 routing "
-        "bias, the shared expert and MXFP4 routed experts; an fp32 rotary cache of its own when "
+        "bias, the shared expert and MXFP4 routed experts, or with expert_dtype fp8 float32 "
+        "block scales and fp8 routed experts (Fp8MoEMethod); an fp32 rotary cache of its own when "
         "no target layer has ratio 1; the target's max_num_batched_tokens x hc_mult x hidden "
         "hidden-state buffer); the NVFP4 checkpoints' drafter experts are refused by name",
         "models/deepseek_v4/nvidia/mtp.py 83-148, 221-253; models/deepseek_v4/attention.py "
         "229-284; models/deepseek_v4/nvidia/model.py 133-176, 724-795, 849-896, 1061-1141, "
-        "1378-1389; models/deepseek_v4/quant_config.py 80-84, 186-196; quantization/mxfp4.py "
-        "659-731; v1/spec_decode/llm_base_proposer.py 1466-1472, 1545-1590; "
+        "1378-1389; models/deepseek_v4/quant_config.py 80-84, 186-199; quantization/mxfp4.py "
+        "659-731; quantization/fp8.py 538-662; v1/spec_decode/llm_base_proposer.py 1466-1472, 1545-1590; "
         "models/minimax_m3/nvidia/mtp.py 42-67, 100-112; models/minimax_m3/nvidia/model.py "
         "195-270, 392-490, 678-763; model_executor/layers/linear.py 1352-1420; "
         "config/speculative.py 38-66, "
         "1141-1145; v1/core/kv_cache_utils.py 1997-2012, 2583-2590",
         "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py, "
         "tests/unit/plan/test_plan_mtp_weights_vllm.py (worked by hand, DeepSeek-V4-Flash / Pro at "
-        "TP 1 and 8; vLLM CPU does not run DeepSeek-V4's MTP: cpu/mtp.py line 18)",
+        "TP 1 and 8, Flash with expert_dtype fp8; vLLM CPU does not run DeepSeek-V4's MTP: "
+        "cpu/mtp.py line 18)",
     ),
 }
