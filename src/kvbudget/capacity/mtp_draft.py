@@ -78,10 +78,11 @@ What one MTP layer keeps of its own:
 
 * DeepSeek-V4 (``models/deepseek_v4/nvidia/mtp.py`` lines 83-148): per layer ``enorm``,
   ``hnorm``, ``shared_head.norm``, fp8 ``e_proj`` / ``h_proj`` (``ReplicatedLinear`` with the
-  checkpoint's quant_config, ue8m0 block scales), the fp32 ``hc_head`` parameters and a
-  ``DeepseekV4DecoderLayer`` at compress ratio 1 (fp32 mHC parameters, padded fp32 sinks, the
-  fp8 ``fused_wqa_wkv`` / ``wq_b`` / ``wo_a`` / ``wo_b``, a bf16 gate, an fp32 routing bias, the
-  shared expert and MXFP4 routed experts), sized tensor by tensor in
+  checkpoint's quant_config, ue8m0 block scales, float32 ones with ``expert_dtype`` fp8), the
+  fp32 ``hc_head`` parameters and a ``DeepseekV4DecoderLayer`` at compress ratio 1 (fp32 mHC
+  parameters, padded fp32 sinks, the fp8 ``fused_wqa_wkv`` / ``wq_b`` / ``wo_a`` / ``wo_b``, a
+  bf16 gate, an fp32 routing bias, the shared expert and MXFP4 routed experts, fp8 ones with
+  ``expert_dtype`` fp8), sized tensor by tensor in
   :mod:`kvbudget.capacity.mtp_weights`; plus its own fp32 rotary cache when no target layer has
   compress ratio 1 (Pro), and the target's ``_mtp_hidden_buffer`` (``max_num_batched_tokens x
   hc_mult x hidden``, model dtype), which vLLM allocates only with a drafter

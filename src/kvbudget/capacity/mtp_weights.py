@@ -30,19 +30,20 @@ The embedding and the head are the target's (the proposer shares them with an MT
   experts' ranks) and, with ``n_shared_experts``, a shared ``MiniMaxM3MLP`` of ``intermediate_size
   x n_shared_experts``.
 * DeepSeek-V4, per layer (``models/deepseek_v4/nvidia/mtp.py`` lines 83-148), for checkpoints
-  vLLM reads as ``DeepseekV4FP8Config`` (fp8 blocks of 128 x 128, ``expert_dtype`` fp4, no
-  ``moe_quant_algo``: ``models/deepseek_v4/quant_config.py`` lines 29-199): ``enorm``, ``hnorm``,
-  ``shared_head.norm``; ``e_proj`` and ``h_proj`` ``ReplicatedLinear(hidden, hidden)`` in fp8
-  with one float8_e8m0fnu scale per block (``quantization/fp8.py`` line 336, the
-  ``is_scale_e8m0`` of fp4-expert checkpoints); ``hc_head_fn`` ``(hc_mult, hc_mult x hidden)``,
-  ``hc_head_base`` ``(hc_mult)``, ``hc_head_scale`` ``(1)`` in fp32; a ``DeepseekV4DecoderLayer``
+  vLLM reads as ``DeepseekV4FP8Config`` (fp8 blocks of 128 x 128, ``expert_dtype`` fp4 without
+  ``moe_quant_algo``, or fp8: ``models/deepseek_v4/quant_config.py`` lines 29-199): ``enorm``,
+  ``hnorm``, ``shared_head.norm``; ``e_proj`` and ``h_proj`` ``ReplicatedLinear(hidden, hidden)``
+  in fp8 with one scale per block, float8_e8m0fnu for fp4 experts and float32 for fp8 ones
+  (``quantization/fp8.py`` line 336, ``is_scale_e8m0``); ``hc_head_fn`` ``(hc_mult, hc_mult x
+  hidden)``, ``hc_head_base`` ``(hc_mult)``, ``hc_head_scale`` ``(1)`` in fp32; a ``DeepseekV4DecoderLayer``
   (``nvidia/model.py`` lines 1061-1141): two norms, ``hc_{attn,ffn}_fn`` ``((2 + hc_mult) x
   hc_mult, hc_mult x hidden)``, ``_base`` and 3-element ``_scale`` in fp32; its attention at
   compress ratio 1 (``attention.py`` lines 232-284: no compressor, no indexer) with the fp32
   ``attn_sink`` padded to the backend's head count, ``fused_wqa_wkv`` (whole), ``wq_b`` and
   ``wo_a`` (column-split), ``wo_b`` (row-split), ``q_norm`` and ``kv_norm``; its
   ``DeepseekV4MoE`` (lines 661-896): the bf16 gate, the fp32 ``e_score_correction_bias``, the
-  fp8 shared expert (intermediate padded to whole 128-blocks per rank) and MXFP4 routed experts.
+  fp8 shared expert (intermediate padded to whole 128-blocks per rank) and the routed experts,
+  MXFP4 or (``expert_dtype`` fp8) fp8 blocks with float32 scales (``Fp8MoEMethod``).
   What is not counted: the re-layouts after loading (DeepGEMM turns each fp8 linear's e8m0 scales
   into its own layout, fp32 on Hopper: at most 3 B more per 128 x 128 block; the MoE backend
   shuffles or swizzles the experts), as for the target.
@@ -146,6 +147,8 @@ DSV4_FP8_BLOCK = 128
 #: the MXFP4 experts' scale group (``Mxfp4MoEMethod.create_weights``, ``quantization/mxfp4.py``
 #: line 671: ``mxfp4_block = 32``)
 MXFP4_GROUP = 32
+#: ``_DEEPSEEK_V4_EXPERT_DTYPES`` (``models/deepseek_v4/quant_config.py`` line 21)
+DSV4_EXPERT_DTYPES = ("fp4", "fp8")
 
 
 def _dsv4_sizes(model: ModelSpec) -> dict[str, int] | None:
@@ -169,7 +172,7 @@ def deepseek_v4_mtp_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> st
     quant = model.quantization_config or {}
     if _dsv4_sizes(model) is None:
         return "a size the drafter's modules need (hidden_size, hc_mult, o_groups, ...) is missing"
-    if quant.get("moe_quant_algo") and _dsv4_fp8_read(quant):
+    if quant.get("moe_quant_algo") and _dsv4_fp8_read(quant) and dsv4_expert_dtype(model) == "fp4":
         return (
             "its routed experts: with quantization_config.moe_quant_algo "
             f"{quant['moe_quant_algo']!r} vLLM 0.32 builds every routed-expert layer, the "
@@ -203,11 +206,21 @@ def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) ->
             "its linears' quantization: vLLM's DeepseekV4FP8Config (fp8 blocks of 128 x 128, "
             "models/deepseek_v4/quant_config.py lines 149-157) is the only one read"
         )
-    if raw.get("expert_dtype", "fp4") != "fp4":
+    expert_dtype = dsv4_expert_dtype(model)
+    if expert_dtype not in DSV4_EXPERT_DTYPES:
         return (
-            f"its routed experts: expert_dtype {raw.get('expert_dtype')!r} (Fp8MoEMethod, fp32 "
-            "block scales) is not priced, only fp4 (Mxfp4MoEMethod or, with moe_quant_algo "
-            "NVFP4, ModelOptNvFp4FusedMoE: models/deepseek_v4/quant_config.py lines 186-196)"
+            f"expert_dtype {raw.get('expert_dtype')!r}, which vLLM 0.32 refuses: 'Unsupported "
+            f"DeepSeek V4 expert_dtype={raw.get('expert_dtype')!r}; expected one of "
+            f"{DSV4_EXPERT_DTYPES}.' (models/deepseek_v4/quant_config.py lines 66-71)"
+        )
+    nested = quant.get("expert_dtype")
+    if nested is not None and nested != expert_dtype:
+        return (
+            f"expert_dtype: quantization_config says {nested!r}, the config's top level "
+            f"{expert_dtype!r}; vLLM 0.32 reads only the top level for deepseek_v4 "
+            "(models/deepseek_v4/quant_config.py lines 57-78; transformers_utils/configs/"
+            "deepseek_v4.py does not lift it, unlike deepseek_v41.py lines 46-50), so the "
+            "experts it builds would not match the checkpoint; set expert_dtype at the top level"
         )
     heads, h = sizes["num_attention_heads"], sizes["hidden_size"]
     if heads % tp or sizes["o_groups"] % tp or heads // tp > 128:
@@ -217,7 +230,14 @@ def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) ->
             "211-220; nvidia/flashmla.py lines 78-85)"
         )
     inter = sizes["moe_intermediate_size"]
-    if inter % moe_ranks or (inter // moe_ranks) % 128 or h % 256:
+    if expert_dtype == "fp8" and (inter % moe_ranks or (inter // moe_ranks) % DSV4_FP8_BLOCK):
+        return (
+            f"its fp8 experts' blocks: {inter} intermediate rows over {moe_ranks} rank(s) is no "
+            "whole number of 128-row blocks per rank, which Fp8MoEMethod refines to finer scale "
+            "blocks or pads to whole blocks by MoE backend (model_executor/layers/fused_moe/"
+            "oracle/fp8.py lines 288-386)"
+        )
+    if expert_dtype == "fp4" and (inter % moe_ranks or (inter // moe_ranks) % 128 or h % 256):
         return (
             f"its MXFP4 experts' padding: {inter // moe_ranks} intermediate rows per rank or "
             f"hidden {h} not a multiple of 128 / 256, which the MoE backend rounds up its own way "
@@ -236,6 +256,39 @@ def _dsv4_fp8(n_in: int, n_out: int, scale_bytes: int) -> int:
     (``Fp8LinearMethod.create_weights``, ``quantization/fp8.py`` lines 312-339;
     ``create_fp8_scale_parameter``, ``quantization/utils/fp8_utils.py`` lines 1412-1425)."""
     return n_in * n_out + scale_bytes * cdiv(n_out, DSV4_FP8_BLOCK) * cdiv(n_in, DSV4_FP8_BLOCK)
+
+
+def dsv4_expert_dtype(model: ModelSpec) -> str:
+    """``expert_dtype`` as vLLM 0.32 reads it for deepseek_v4: the config's top-level field, fp4
+    when absent (``DeepseekV4FP8Config.expert_dtype``, ``models/deepseek_v4/quant_config.py``
+    lines 57-78; ``nvidia/model.py`` line 1823)."""
+    value = model.raw_config.get("expert_dtype", "fp4")
+    return value if isinstance(value, str) else repr(value)
+
+
+def dsv4_scale_bytes(model: ModelSpec) -> int:
+    """Bytes of one fp8 linear's block scale: float8_e8m0fnu (1 B) for fp4-expert checkpoints,
+    float32 (4 B) for fp8-expert ones (``is_scale_e8m0``, ``quant_config.py`` lines 80-84;
+    ``quantization/fp8.py`` line 336; ``quantization/utils/fp8_utils.py`` line 1405)."""
+    return 1 if dsv4_expert_dtype(model) == "fp4" else 4
+
+
+def dsv4_routed_experts(model: ModelSpec, experts: int, rows: int, h: int) -> int:
+    """``experts`` fp8-checkpoint routed experts of ``rows`` intermediate rows each on one rank:
+    MXFP4 for ``expert_dtype`` fp4 (``Mxfp4MoEMethod.create_weights``, ``quantization/mxfp4.py``
+    lines 659-731: uint8 weights two values a byte, one uint8 scale per 32 inputs), fp8 blocks
+    for fp8 (``Fp8MoEMethod.create_weights``, ``quantization/fp8.py`` lines 538, 564-587,
+    616-628: e4m3 ``w13_weight (E, 2I, H)`` and ``w2_weight (E, H, I)``, one float32
+    ``weight_scale_inv`` per 128 x 128 block; no input scales, block quantization being dynamic,
+    lines 646-662); ``rows`` in whole 128-blocks (:func:`deepseek_v4_linear_unpriced`)."""
+    if dsv4_expert_dtype(model) == "fp8":
+        blocks_h, blocks_i = cdiv(h, DSV4_FP8_BLOCK), cdiv(rows, DSV4_FP8_BLOCK)
+        w13 = 2 * rows * h + 4 * 2 * blocks_i * blocks_h
+        w2 = h * rows + 4 * blocks_h * blocks_i
+        return experts * (w13 + w2)
+    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
+    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
+    return experts * (w13 + w2)
 
 
 def _dsv4_padded_heads(local_heads: int, compute_capability_major: int | None) -> int:
@@ -260,8 +313,9 @@ def deepseek_v4_mtp_bytes(
     hc_dim = s["hc_mult"] * h
     mix = (2 + s["hc_mult"]) * s["hc_mult"]
     dtype_bytes = model.dtype_bytes or 2
-    # fp4 experts' checkpoints keep the fp8 linears' scales in e8m0 (quant_config.py lines 80-84)
-    scale = 1
+    # fp4 experts' checkpoints keep the fp8 linears' scales in e8m0, fp8 ones in fp32
+    # (quant_config.py lines 80-84)
+    scale = dsv4_scale_bytes(model)
     total = 3 * h * dtype_bytes  # enorm, hnorm, shared_head.norm (mtp.py lines 102-103, 140)
     total += 2 * _dsv4_fp8(h, h, scale)  # e_proj, h_proj (mtp.py lines 107-122)
     total += (s["hc_mult"] * hc_dim + s["hc_mult"] + 1) * 4  # hc_head_* (mtp.py lines 127-138)
@@ -284,12 +338,8 @@ def deepseek_v4_mtp_bytes(
     shared = cdiv(inter * s["n_shared_experts"] // DSV4_FP8_BLOCK, tp) * DSV4_FP8_BLOCK
     if shared:
         total += _dsv4_fp8(h, 2 * shared, scale) + _dsv4_fp8(shared, h, scale)
-    # MXFP4 experts (Mxfp4MoEMethod.create_weights, quantization/mxfp4.py lines 659-731): uint8
-    # weights two values a byte, one uint8 scale per 32 inputs
-    rows = inter // moe_ranks
-    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
-    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
-    return total + experts * (w13 + w2)
+    # the routed experts: MXFP4 or fp8 blocks by expert_dtype (quant_config.py lines 186-199)
+    return total + dsv4_routed_experts(model, experts, inter // moe_ranks, h)
 
 
 def deepseek_v4_mtp_rope_bytes(model: ModelSpec) -> int:

@@ -6,9 +6,13 @@ fp32 block scales; vLLM reads the fp8 checkpoints (``quant_method`` ``fp8``, blo
 as ``DeepseekV4FP8Config`` (``models/deepseek_v4/quant_config.py`` lines 139-157) and builds:
 
 * each fp8 linear as the e4m3 weight and one scale per 128 x 128 block, the scale a 1-byte
-  float8_e8m0fnu when ``expert_dtype`` is fp4 (``is_scale_e8m0``, lines 80-84;
-  ``quantization/fp8.py`` lines 312-339);
-* the routed experts (``get_quant_method``, lines 178-196) as MXFP4 (``Mxfp4MoEMethod``,
+  float8_e8m0fnu when ``expert_dtype`` is fp4, a float32 when it is fp8 (DeepSeek-V4-Flash-Base;
+  ``is_scale_e8m0``, lines 80-84; ``quantization/fp8.py`` lines 312-339);
+* the routed experts (``get_quant_method``, lines 178-199) with ``expert_dtype`` fp8 as fp8
+  blocks (``Fp8MoEMethod``, ``quantization/fp8.py`` lines 538-662: e4m3 weights, one float32
+  scale per 128 x 128 block; a rank's rows not a whole number of blocks are refused, the backend
+  then refines or pads them, ``fused_moe/oracle/fp8.py`` lines 288-386); with fp4 as MXFP4
+  (``Mxfp4MoEMethod``,
   ``quantization/mxfp4.py`` lines 659-731: uint8 weights two values a byte and one uint8 scale
   per 32 inputs), or as ModelOpt NVFP4 when ``quantization_config.moe_quant_algo`` is NVFP4
   (the nvidia ``-NVFP4`` checkpoints; ``ModelOptNvFp4FusedMoE.create_weights``,
@@ -68,12 +72,14 @@ from typing import Any
 from kvbudget.capacity.layouts.base import get_pp_indices
 from kvbudget.capacity.mtp_weights import (
     DSV4_FP8_BLOCK,
-    MXFP4_GROUP,
     _dsv4_fp8,
     _dsv4_padded_heads,
     _dsv4_sizes,
     _positive,
     deepseek_v4_linear_unpriced,
+    dsv4_expert_dtype,
+    dsv4_routed_experts,
+    dsv4_scale_bytes,
 )
 from kvbudget.capacity.weights import WeightsEstimate, with_rope_cache
 from kvbudget.errors import ConfigError
@@ -120,7 +126,8 @@ def _ratios(model: ModelSpec, num_layers: int) -> list[int] | None:
 
 def _nvfp4_experts(model: ModelSpec) -> bool:
     quant = model.quantization_config or {}
-    return str(quant.get("moe_quant_algo") or "").upper() == "NVFP4"
+    nvfp4 = str(quant.get("moe_quant_algo") or "").upper() == "NVFP4"
+    return nvfp4 and dsv4_expert_dtype(model) == "fp4"  # quant_config.py lines 186-199
 
 
 def deepseek_v4_target_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
@@ -153,7 +160,7 @@ def _linear(model: ModelSpec, n_in: int, n_out: int) -> int:
     """One rank's ``n_in x n_out`` linear built with the checkpoint's ``quant_config``."""
     if not model.quantization_config:
         return n_in * n_out * (model.dtype_bytes or 2)
-    return _dsv4_fp8(n_in, n_out, 1)  # fp4-expert checkpoints: e8m0 scales (module doc)
+    return _dsv4_fp8(n_in, n_out, dsv4_scale_bytes(model))  # e8m0 or fp32 scales (module doc)
 
 
 def _compressor(model: ModelSpec, head_dim: int, ratio: int) -> int:
@@ -171,9 +178,7 @@ def _experts(model: ModelSpec, experts: int, rows: int, h: int) -> int:
         w13 = 2 * rows * (h // 2 + h // NVFP4_GROUP)
         w2 = h * (rows // 2 + rows // NVFP4_GROUP)
         return experts * (w13 + w2 + (2 + 1) * 4 + (2 + 1) * 4)  # weight_scale_2, input_scale
-    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
-    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
-    return experts * (w13 + w2)
+    return dsv4_routed_experts(model, experts, rows, h)  # MXFP4 or fp8 blocks
 
 
 def _layer_bytes(
@@ -351,12 +356,13 @@ def deepseek_v4_weights(
         )
         for p in range(pp)
     ]
-    experts = "NVFP4" if _nvfp4_experts(model) else "MXFP4"
-    kind = (
-        "model dtype throughout"
-        if not model.quantization_config
-        else f"fp8 linears with e8m0 block scales, {experts} routed experts"
-    )
+    if not model.quantization_config:
+        kind = "model dtype throughout"
+    elif dsv4_expert_dtype(model) == "fp8":
+        kind = "fp8 linears and routed experts with fp32 block scales"
+    else:
+        experts = "NVFP4" if _nvfp4_experts(model) else "MXFP4"
+        kind = f"fp8 linears with e8m0 block scales, {experts} routed experts"
     said = (
         f"{buffers[-1]:,} B of buffers on the last stage (fp32 rotary caches; the "
         f"{max_num_batched_tokens} x {s['index_topk']} int32 topk_indices_buffer)"

@@ -144,10 +144,13 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
         model, overrides=parse_overrides(list(overrides)) if overrides else None
     )
     if resolved.spec is None:
-        missing = ", ".join(resolved.missing) or "unknown fields"
+        fix = (
+            f"; supply {', '.join(resolved.missing)} with --set key=value or pass a config.json"
+            if resolved.missing
+            else ""  # a model type kvbudget knows it does not model (spec/not_modelled.py)
+        )
         raise SpecError(
-            f"model: {model!r} is {resolved.status}: {resolved.reason or 'cannot be mapped'}; "
-            f"supply {missing} with --set key=value or pass a config.json",
+            f"model: {model!r} is {resolved.status}: {resolved.reason or 'cannot be mapped'}{fix}",
             field="model",
         )
     return resolved.spec

@@ -228,22 +228,157 @@ def test_flash_nvfp4_experts_worked_by_hand() -> None:
     assert _weights("nvidia/DeepSeek-V4-Flash-NVFP4", 1) - fp8 == 43 * (nvfp4 - mxfp4)
 
 
-def test_unpriced_target_refused_in_one_line(tmp_path: Any) -> None:
-    """expert_dtype fp8 (Flash-Base: Fp8MoEMethod) is not priced: one line naming it, unless the
-    pool is given (--kv-cache-memory), when the generic count stays with a note."""
+def _flash_with(tmp_path: Any, **change: Any) -> str:
+    """DeepSeek-V4-Flash's catalog config with ``change`` applied, written to ``tmp_path``."""
+    import json
+
+    config = _flash_config()
+    config.update(change)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return str(path)
+
+
+# --- expert_dtype fp8 (DeepSeek-V4-Flash-Base): DeepseekV4FP8Config's is_scale_e8m0 is False
+# (quant_config.py lines 80-84), so every fp8 linear keeps a float32 scale per 128 x 128 block
+# (fp8.py line 336 -> fp8_utils.py line 1405: 4 B, not 1: 3 B more per block), and the routed
+# experts fall through to Fp8MoEMethod (quant_config.py lines 197-199; fp8.py lines 202-211):
+# e4m3 w13_weight (E, 2I, H) and w2_weight (E, H, I) (fp8.py lines 538, 564-587), float32
+# w13_weight_scale_inv (E, 2 x I/128, H/128) and w2_weight_scale_inv (E, H/128, I/128) (lines
+# 616-628), no input scales (dynamic activations, lines 646-662).
+
+#: one rank's 128 x 128 blocks of one layer's fp8 linears (in blocks x out blocks)
+FLASH_BLOCKS_TP1 = (
+    32 * 12  # fused_wqa_wkv: 4096 in, 1536 out
+    + 8 * 256  # wq_b: 1024 in, 32768 out
+    + 32 * 64  # wo_a: 4096 in, 8192 out
+    + 64 * 32  # wo_b: 8192 in, 4096 out
+    + 32 * 32  # shared gate_up: 4096 in, 4096 out
+    + 16 * 32  # shared down: 2048 in, 4096 out
+)
+FLASH_BLOCKS_TP8 = (
+    32 * 12  # fused_wqa_wkv, replicated
+    + 8 * 32  # wq_b: 1024 in, 4096 out
+    + 32 * 8  # wo_a: 4096 in, 1024 out
+    + 8 * 32  # wo_b: 1024 in, 4096 out
+    + 32 * 4  # shared gate_up: 4096 in, 2 x 256 out
+    + 2 * 32  # shared down: 256 in, 4096 out
+)
+INDEXER_BLOCKS = 8 * 64  # the 21 ratio-4 layers' indexer wq_b: 1024 in, 8192 out, replicated
+
+
+def _fp8_experts(rows: int) -> int:
+    """256 Fp8MoEMethod experts of ``rows`` rows (a multiple of 128) at H 4096 (32 blocks)."""
+    w13 = 2 * rows * 4096 + 4 * (2 * rows // 128) * 32
+    w2 = 4096 * rows + 4 * 32 * (rows // 128)
+    return 256 * (w13 + w2)
+
+
+def _mxfp4_experts(rows: int) -> int:
+    return 256 * (2 * rows * (2048 + 128) + 4096 * (rows // 2 + rows // 32))
+
+
+def test_fp8_experts_flash_base_worked_by_hand(tmp_path: Any) -> None:
+    """Flash with expert_dtype fp8 against the fp4 checkpoint worked above: 3 B more per block of
+    every fp8 linear, and each layer's experts fp8 instead of MXFP4. At TP 1 one expert is
+    16,777,216 + 4 x 32 x 32 (w13) + 8,388,608 + 4 x 32 x 16 (w2) = 25,171,968 B against MXFP4's
+    13,369,344."""
+    assert _fp8_experts(2048) == 256 * 25_171_968
+    path = _flash_with(tmp_path, expert_dtype="fp8")
+    for tp, rows, blocks, fp4 in (
+        (1, 2048, FLASH_BLOCKS_TP1, _flash_tp1),
+        (8, 256, FLASH_BLOCKS_TP8, _flash_tp8),
+    ):
+        want = (
+            fp4()
+            + 3 * (43 * blocks + 21 * INDEXER_BLOCKS)
+            + 43 * (_fp8_experts(rows) - _mxfp4_experts(rows))
+        )
+        assert _weights(path, tp) == want, tp
+
+
+#: vLLM 0.32.0's own code run on the CPU (``scripts/check_vllm_dsv4_fp8_experts.py``: the
+#: model itself does not build on a CPU without AMX tiles): with expert_dtype fp8,
+#: ``is_scale_e8m0`` False and a 4096 -> 1536 fp8 linear's scale float32, 1,536 B for its 384
+#: blocks; ``Fp8MoEMethod.create_weights`` for 256 experts of H 4096 made w13 (256, 4096, 4096)
+#: + w2 (256, 4096, 2048) e4m3 and w13 (256, 32, 32) + w2 (256, 32, 16) float32 scales at 2048
+#: rows (TP 1), (256, 512, 4096) + (256, 4096, 256) and (256, 4, 32) + (256, 32, 2) at 256 (TP 8)
+VLLM_FP8_SCALE_BYTES = 1536 // 384
+VLLM_FP8_EXPERTS = {1: 6_444_023_808, 8: 805_502_976}
+
+
+@pytest.mark.parametrize(
+    ("tp", "rows", "blocks"), [(1, 2048, FLASH_BLOCKS_TP1), (8, 256, FLASH_BLOCKS_TP8)]
+)
+def test_fp8_experts_as_vllms_own_code_builds_them(
+    tmp_path: Any, tp: int, rows: int, blocks: int
+) -> None:
+    """The same difference with the expert and scale bytes vLLM's own code made (above)."""
+    assert _fp8_experts(rows) == VLLM_FP8_EXPERTS[tp]
+    fp4 = _weights("deepseek-ai/DeepSeek-V4-Flash", tp)
+    extra = (VLLM_FP8_SCALE_BYTES - 1) * (43 * blocks + 21 * INDEXER_BLOCKS)
+    extra += 43 * (VLLM_FP8_EXPERTS[tp] - _mxfp4_experts(rows))
+    assert _weights(_flash_with(tmp_path, expert_dtype="fp8"), tp) == fp4 + extra
+
+
+def test_fp8_experts_ignore_moe_quant_algo(tmp_path: Any) -> None:
+    """With expert_dtype fp8 DeepseekV4FP8Config never reaches the NVFP4 branch (quant_config.py
+    lines 186-199): moe_quant_algo changes nothing."""
+    import json
+
+    quant = json.loads(json.dumps(_flash_config()["quantization_config"]))
+    quant["moe_quant_algo"] = "NVFP4"
+    plain = _weights(_flash_with(tmp_path / "a", expert_dtype="fp8"), 8)
+    nvfp4 = _weights(_flash_with(tmp_path / "b", expert_dtype="fp8", quantization_config=quant), 8)
+    assert plain == nvfp4
+
+
+def _flash_config() -> dict[str, Any]:
     import json
 
     from kvbudget.spec.catalog import MODELS_DIR
 
-    config = json.loads((MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8"))
-    config["expert_dtype"] = "fp8"
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(ConfigError, match="expert_dtype 'fp8'") as info:
-        _weights(str(path), 1)
+    data: dict[str, Any] = json.loads(
+        (MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8")
+    )
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        # vLLM's own words (quant_config.py lines 66-71)
+        ({"expert_dtype": "int4"}, "Unsupported DeepSeek V4 expert_dtype='int4'"),
+        # 1920 / 8 = 240 rows per rank, not whole 128-blocks: Fp8MoEMethod refines the scale
+        # blocks or pads by backend (fused_moe/oracle/fp8.py lines 288-386)
+        ({"expert_dtype": "fp8", "moe_intermediate_size": 1920}, "fp8 experts' blocks"),
+        # V4.1's place for it, which vLLM's deepseek_v4 config does not read (DeepseekV41Config
+        # lifts it, transformers_utils/configs/deepseek_v41.py lines 46-50; deepseek_v4.py not)
+        (
+            {
+                "quantization_config": {
+                    "quant_method": "fp8",
+                    "activation_scheme": "dynamic",
+                    "weight_block_size": [128, 128],
+                    "expert_dtype": "fp8",
+                }
+            },
+            "quantization_config says 'fp8', the config's top level 'fp4'",
+        ),
+    ],
+)
+def test_unpriced_target_refused_in_one_line(
+    tmp_path: Any, change: dict[str, Any], words: str
+) -> None:
+    """A part vLLM builds in a way not pinned down here is refused in one line naming it, unless
+    the pool is given (--kv-cache-memory), when the generic count stays with a note."""
+    path = _flash_with(tmp_path, **change)
+    with pytest.raises(ConfigError, match=words) as info:
+        _weights(path, 8)
     assert "\n" not in str(info.value)
     request = PlanRequest(
-        model=str(path), engine="vllm", engine_version="0.32.0", kv_cache_memory_bytes=2**30
+        model=path, engine="vllm", engine_version="0.32.0", tp=8, kv_cache_memory_bytes=2**30
     )
     result = make_plan(request)
     assert any("generic fp8 count" in note for note in result.weights.notes)

@@ -337,6 +337,16 @@ def _fp8_e8m0(n_in: int, n_out: int) -> int:
     return n_in * n_out + -(-n_out // 128) * -(-n_in // 128)
 
 
+def _fp8_experts(experts: int, hidden: int, rows: int) -> int:
+    """``experts`` Fp8MoEMethod experts (``expert_dtype`` fp8) of ``rows`` rows on one rank:
+    e4m3 ``w13_weight (2 x I, H)``, ``w2_weight (H, I)`` (``quantization/fp8.py`` lines 538,
+    564-587) and float32 ``w13_weight_scale_inv (2 x I / 128, H / 128)``, ``w2_weight_scale_inv
+    (H / 128, I / 128)`` (lines 616-628); ``rows`` and ``hidden`` multiples of 128 here."""
+    w13 = 2 * rows * hidden + 4 * (2 * rows // 128) * (hidden // 128)
+    w2 = hidden * rows + 4 * (hidden // 128) * (rows // 128)
+    return experts * (w13 + w2)
+
+
 def _mxfp4_experts(experts: int, hidden: int, rows: int) -> int:
     """``experts`` MXFP4 experts of ``rows`` intermediate rows on one rank."""
     w13 = 2 * rows * (hidden // 2) + 2 * rows * (hidden // 32)
@@ -354,9 +364,30 @@ def _dsv4_mtp_layer(
     inter: int,
     tp: int,
     padded_heads: int,
+    expert_dtype: str = "fp4",
 ) -> int:
-    """One MTP layer (head_dim 512, o_lora_rank 1024, hc_mult 4, one shared expert)."""
+    """One MTP layer (head_dim 512, o_lora_rank 1024, hc_mult 4, one shared expert). With
+    ``expert_dtype`` fp8 (DeepSeek-V4-Flash-Base) every fp8 linear's block scale is a 4-byte
+    float32, not a 1-byte e8m0 (``quant_config.py`` lines 80-84: 3 B more per block), and the
+    routed experts are Fp8MoEMethod (``quant_config.py`` lines 197-199)."""
     hc_dim, mix = 4 * h, (2 + 4) * 4  # hc_mult x hidden; (2 + hc_mult) x hc_mult (model.py 1097)
+    if expert_dtype == "fp8":
+        return (
+            _dsv4_mtp_layer(
+                h=h,
+                heads=heads,
+                q_lora=q_lora,
+                groups=groups,
+                experts=experts,
+                inter=inter,
+                tp=tp,
+                padded_heads=padded_heads,
+            )
+            - _mxfp4_experts(experts, h, inter // tp)
+            + _fp8_experts(experts, h, inter // tp)
+            + 3
+            * _dsv4_mtp_blocks(h=h, heads=heads, q_lora=q_lora, groups=groups, inter=inter, tp=tp)
+        )
     return (
         3 * h * 2  # enorm, hnorm (mtp.py 102-103), shared_head.norm (deepseek_mtp.py 61), bf16
         + 2 * _fp8_e8m0(h, h)  # e_proj, h_proj: ReplicatedLinear, quant_config (mtp.py 107-122)
@@ -378,6 +409,21 @@ def _dsv4_mtp_layer(
         + _fp8_e8m0(inter // tp, h)  # shared expert down_proj, row-split (168-176)
         + _mxfp4_experts(experts, h, inter // tp)  # routed experts (849-896)
     )
+
+
+def _dsv4_mtp_blocks(*, h: int, heads: int, q_lora: int, groups: int, inter: int, tp: int) -> int:
+    """The 128 x 128 blocks of the MTP layer's fp8 linears on one rank (as listed above)."""
+    shards = [
+        (h, h),  # e_proj
+        (h, h),  # h_proj
+        (h, q_lora + 512),  # fused_wqa_wkv
+        (q_lora, heads * 512 // tp),  # wq_b
+        (heads * 512 // groups, groups * 1024 // tp),  # wo_a
+        (groups * 1024 // tp, h),  # wo_b
+        (h, 2 * inter // tp),  # shared gate_up
+        (inter // tp, h),  # shared down
+    ]
+    return sum(-(-n_in // 128) * -(-n_out // 128) for n_in, n_out in shards)
 
 
 # Flash: hidden 4096, 64 heads, q_lora 1024, 8 output groups, 256 experts of 2048; on a FlashMLA
@@ -492,10 +538,45 @@ def test_deepseek_v4_nvfp4_drafter_experts_are_refused_by_name(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
+    ("tp", "blocks"), [(1, 2 * 1024 + 384 + 2048 + 2048 + 2048 + 1536), (8, 3392)]
+)
+def test_deepseek_v4_fp8_expert_drafter_by_hand(tmp_path: Path, tp: int, blocks: int) -> None:
+    """Flash with ``expert_dtype`` fp8 (Flash-Base): the drafter built like the target, fp32
+    block scales and Fp8MoEMethod experts. At TP 8 the layer's fp8 linears hold 2 x 32 x 32
+    (e_proj, h_proj) + 32 x 12 + 8 x 32 + 32 x 8 + 8 x 32 + 32 x 4 + 2 x 32 = 3,392 blocks (3 B
+    more each), and one expert 2 x 256 x 4096 + 4 x 4 x 32 + 4096 x 256 + 4 x 32 x 2 = 3,146,496
+    B against MXFP4's 1,671,168."""
+    assert _dsv4_mtp_blocks(h=4096, heads=64, q_lora=1024, groups=8, inter=2048, tp=tp) == blocks
+    if tp == 8:
+        assert _fp8_experts(1, 4096, 256) == 3_146_496
+    path = _write(tmp_path, {**_catalog("deepseek-ai--DeepSeek-V4-Flash"), "expert_dtype": "fp8"})
+    common: dict[str, Any] = {
+        "gpu": "H200",
+        "tp": tp,
+        "max_model_len": 8192,
+        "max_num_batched_tokens": 8192,
+    }
+    without = _plan(path, **common)
+    with_mtp = _plan(path, speculative_config=MTP, **common)
+    layer = _dsv4_mtp_layer(**FLASH, tp=tp, padded_heads=64, expert_dtype="fp8")
+    assert with_mtp.weights_bytes - without.weights_bytes == layer + FLASH_HIDDEN_BUFFER
+
+
+def test_deepseek_v4_fp8_expert_drafter_ignores_moe_quant_algo(tmp_path: Path) -> None:
+    """With ``expert_dtype`` fp8 vLLM never reaches the NVFP4 branch (``quant_config.py`` lines
+    186-199), so ``moe_quant_algo`` is no reason to refuse the drafter."""
+    raw = _catalog("deepseek-ai--DeepSeek-V4-Flash")
+    quant = {**raw["quantization_config"], "moe_quant_algo": "NVFP4"}
+    path = _write(tmp_path, {**raw, "expert_dtype": "fp8", "quantization_config": quant})
+    plan = _plan(path, gpu="H200", tp=8, max_model_len=8192, speculative_config=MTP)
+    assert "(MTP, 1 layer(s))" in plan.weights.method
+
+
+@pytest.mark.parametrize(
     ("change", "part"),
     [
-        # DeepseekV4FP8Config sends fp8 experts to Fp8MoEMethod (quant_config.py lines 196-199)
-        ({"expert_dtype": "fp8"}, "expert_dtype 'fp8'"),
+        # vLLM's own refusal (quant_config.py lines 66-71)
+        ({"expert_dtype": "fp16"}, "Unsupported DeepSeek V4 expert_dtype='fp16'"),
         # 1536 / 8 = 192 rows per rank: the MXFP4 backends round that up to 256 or not at all
         # (fused_moe/oracle/mxfp4.py lines 816-896), which one runs is not known here
         ({"moe_intermediate_size": 1536}, "MXFP4 experts' padding"),

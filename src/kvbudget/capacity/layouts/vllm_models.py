@@ -196,23 +196,29 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "(bytes per block = the widest group); block 256 whatever --block-size; --kv-cache-dtype "
         "auto / fp8* -> fp8_ds_mla, anything else refused (as vLLM does); deepseek_ref refused. "
         "Weights (plan): the target module by module - fp8 linears with one e8m0 byte per 128 x "
-        "128 block, MXFP4 routed experts (NVFP4 with moe_quant_algo NVFP4), bf16 compressor "
+        "128 block, MXFP4 routed experts (NVFP4 with moe_quant_algo NVFP4); with expert_dtype fp8 "
+        "(Flash-Base) a float32 scale per block and fp8 routed experts (Fp8MoEMethod, float32 "
+        "block scales; a rank's rows not whole 128-blocks refused); bf16 compressor "
         "fused_wkv_wgate / indexer weights_proj, fp32 mHC, sinks and ape, int32 hash tables, the "
         "shared expert padded to 128-blocks per rank; per stage fp32 rotary caches (one per "
         "get_rope key: ratio-1 and compressed layers) and the max_num_batched_tokens x index_topk "
-        "int32 topk_indices_buffer; expert_dtype fp8 and other quantizations refused",
+        "int32 topk_indices_buffer; other quantizations refused, an expert_dtype other than fp4 "
+        "/ fp8 in vLLM's words",
         "models/deepseek_v4/attention.py 93-126, 195-317, 233, 298, 345, 366, 856-880, 907-920, "
         "974-1031; models/deepseek_v4/nvidia/model.py 133-176, 661-896, 1061-1141, 1287-1389, "
-        "1818-1843; models/deepseek_v4/quant_config.py 80-84, 139-199; models/deepseek_v4/common/"
-        "rope.py 9-52; rotary_embedding/deepseek_scaling_rope.py 224-255; quantization/fp8.py "
-        "312-339; quantization/mxfp4.py 659-731; quantization/modelopt.py 892-1006; "
+        "1818-1843; models/deepseek_v4/quant_config.py 21, 57-84, 139-199; "
+        "models/deepseek_v4/common/rope.py 9-52; rotary_embedding/deepseek_scaling_rope.py "
+        "224-255; quantization/fp8.py 312-339, 538-662; fused_moe/oracle/fp8.py 288-386; "
+        "quantization/mxfp4.py 659-731; quantization/modelopt.py 892-1006; "
         "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
         "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
         "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
         "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
         "tests/peer/test_vllm_pool_oracle.py); tests/unit/plan/test_plan_dsv4_weights_vllm.py "
-        "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4; the tiny target's "
+        "(target weights by hand: Flash / Pro at TP 1 and 8, Flash-NVFP4, Flash with expert_dtype "
+        "fp8, whose fp8 experts and float32 scales vLLM's own create_weights made on the CPU, "
+        "scripts/check_vllm_dsv4_fp8_experts.py (the model needs AMX fp8 kernels there); the tiny target's "
         "modules and buffers as vLLM CPU built them, scripts/vllm_target_bytes.py)",
     ),
     "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
@@ -366,19 +372,21 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "drafter weights join it too (per layer three norms, fp8 e_proj / h_proj with ue8m0 "
         "block scales, fp32 hc_head and mHC parameters, a ratio-1 attention with fp8 "
         "fused_wqa_wkv / wq_b / wo_a / wo_b and padded fp32 sinks, a bf16 gate, fp32 routing "
-        "bias, the shared expert and MXFP4 routed experts; an fp32 rotary cache of its own when "
+        "bias, the shared expert and MXFP4 routed experts, or with expert_dtype fp8 float32 "
+        "block scales and fp8 routed experts (Fp8MoEMethod); an fp32 rotary cache of its own when "
         "no target layer has ratio 1; the target's max_num_batched_tokens x hc_mult x hidden "
         "hidden-state buffer); the NVFP4 checkpoints' drafter experts are refused by name",
         "models/deepseek_v4/nvidia/mtp.py 83-148, 221-253; models/deepseek_v4/attention.py "
         "229-284; models/deepseek_v4/nvidia/model.py 133-176, 724-795, 849-896, 1061-1141, "
-        "1378-1389; models/deepseek_v4/quant_config.py 80-84, 186-196; quantization/mxfp4.py "
-        "659-731; v1/spec_decode/llm_base_proposer.py 1466-1472, 1545-1590; "
+        "1378-1389; models/deepseek_v4/quant_config.py 80-84, 186-199; quantization/mxfp4.py "
+        "659-731; quantization/fp8.py 538-662; v1/spec_decode/llm_base_proposer.py 1466-1472, 1545-1590; "
         "models/minimax_m3/nvidia/mtp.py 42-67, 100-112; models/minimax_m3/nvidia/model.py "
         "195-270, 392-490, 678-763; model_executor/layers/linear.py 1352-1420; "
         "config/speculative.py 38-66, "
         "1141-1145; v1/core/kv_cache_utils.py 1997-2012, 2583-2590",
         "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py, "
         "tests/unit/plan/test_plan_mtp_weights_vllm.py (worked by hand, DeepSeek-V4-Flash / Pro at "
-        "TP 1 and 8; vLLM CPU does not run DeepSeek-V4's MTP: cpu/mtp.py line 18)",
+        "TP 1 and 8, Flash with expert_dtype fp8; vLLM CPU does not run DeepSeek-V4's MTP: "
+        "cpu/mtp.py line 18)",
     ),
 }
