@@ -1,7 +1,9 @@
 """``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's own layers in the KV pool.
 
 kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2, GLM-5
-(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo and MiMo-V2-Flash. Facts, vLLM 0.32.0
+(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo, MiMo-V2-Flash and Dots3-Note (its KV only: the
+layers of :func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types` join its packed
+groups, :mod:`kvbudget.capacity.pool_dots3`; its drafter's weights are not sized). Facts, vLLM 0.32.0
 (``site-packages/vllm``):
 
 * A method in ``MTPModelTypes`` (``deepseek_mtp``, ``mimo_mtp``, ...) is renamed ``mtp``
@@ -105,6 +107,7 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.vllm_dots3 import dots3_mtp_layer_types, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
@@ -133,6 +136,7 @@ __all__ = [
     "MTP_SNAPSHOT_NOTE",
     "MTP_WEIGHTS_NOTE",
     "SPEC_MTP_TYPES",
+    "dots3_mtp_layers",
     "mtp_draft",
     "mtp_layers_requested",
     "mtp_pool_layers",
@@ -211,6 +215,13 @@ def mtp_pool_layers(request: PlanRequest, model: ModelSpec) -> tuple[LayerSpec, 
     return layers
 
 
+def dots3_mtp_layers(request: PlanRequest, model: ModelSpec) -> tuple[str, ...]:
+    """Dots3-Note's MTP layer kinds for this request (``()`` without an MTP
+    ``--speculative-config``): :func:`~kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`."""
+    config = _mtp_config(request)
+    return () if config is None else dots3_mtp_layer_types(model, config)
+
+
 def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     """How many MTP layers vLLM 0.32 adds to ``model``'s pool for this request (0 without an MTP
     ``--speculative-config``); refuses model types whose drafter kvbudget has not read."""
@@ -235,7 +246,9 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
         return _field("num_mtp_modules", value, model.model_type)
     if model.model_type in SPEC_MTP_TYPES:
         return len(mtp_pool_layers(request, model))
-    priced = ", ".join(sorted({"deepseek_v4", "minimax_m3", *SPEC_MTP_TYPES}))
+    if is_dots3_note(model):
+        return len(dots3_mtp_layer_types(model, config))
+    priced = ", ".join(sorted({"deepseek_v4", "dots3_note", "minimax_m3", *SPEC_MTP_TYPES}))
     raise ConfigError(
         f"speculative_config: method mtp is priced for {priced} only, not "
         f"{model.model_type!r} (kvbudget has not read its drafter's vLLM specs); pass "

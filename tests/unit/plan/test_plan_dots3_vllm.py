@@ -196,7 +196,7 @@ def test_calc_holds_the_blocks_each_group_keeps(tmp_path: Path) -> None:
         ({}, {"disable_hybrid_kv_cache_manager": True}, "disable_hybrid_kv_cache_manager"),
         (
             {},
-            {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 1}'},
+            {"speculative_config": '{"method": "eagle3", "model": "x/y"}'},
             "speculative_config",
         ),
         ({"model_type": "dots3_note_text"}, {}, "model_type"),

@@ -38,6 +38,9 @@ Backends (worker ``get_kv_cache_spec``, ``v1/worker/gpu_model_runner.py`` lines 
   one 64-token indexer page (``64 x 132`` B) at a larger block
   (``KVCacheSpec.get_block_stride_alignment``, ``v1/kv_cache_interface.py`` lines 183-193).
 
+With ``--speculative-config`` method ``mtp`` the drafter's layers follow, each one of the two
+kinds above (:func:`dots3_mtp_layer_types`).
+
 Block size: without ``--block-size``, the smallest size every backend takes
 (``platforms/interface.py`` lines 699-747, 771-781): 64. A ``--block-size`` that is not a multiple
 of 64 fails at worker setup (``select_common_block_size``, ``v1/worker/utils.py`` lines 515-561).
@@ -51,6 +54,7 @@ flash attention extensions"), so no CPU pool is recorded: these rules are worked
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import lcm
 from typing import Any, Literal
 
@@ -69,6 +73,7 @@ __all__ = [
     "dots3_kv_dtype",
     "dots3_layer_specs",
     "dots3_layout",
+    "dots3_mtp_layer_types",
     "is_dots3_note",
 ]
 
@@ -112,6 +117,54 @@ def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
     return dtype.name
 
 
+#: ``Dots3NoteConfig``'s default ``num_nextn_predict_layers`` (``configs/dots3_note.py`` line 24)
+DOTS3_DEFAULT_MTP_LAYERS = 1
+
+
+def dots3_mtp_layer_types(spec: ModelSpec, speculative: dict[str, Any]) -> tuple[str, ...]:
+    """The MTP drafter's layer kinds for ``--speculative-config`` method ``mtp`` (``speculative``,
+    parsed): vLLM 0.32 appends ``mtp_layer_types`` (default ``num_nextn_predict_layers`` x
+    ``sliding_attention``) to the drafter's ``layer_types`` (``config/speculative.py`` lines
+    664-678), and ``Dots3NoteMultiTokenPredictor`` builds a ``Dots3NoteDecoderLayer`` at each
+    ``num_hidden_layers + k`` (``models/dots3_note/nvidia/mtp.py`` lines 103-120, 53-57), whose
+    kind that list picks (``model.py`` lines 524-528): a sliding layer registers the target's
+    sliding spec, a DSA layer an indexer (always, for a layer past ``num_hidden_layers``:
+    ``deepseek_v2.py`` lines 1158-1168) and a padded latent."""
+    raw = spec.raw_config
+    n = raw.get("num_nextn_predict_layers", DOTS3_DEFAULT_MTP_LAYERS)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(
+            f"speculative_config: method mtp for Dots3-Note needs num_nextn_predict_layers >= 1 "
+            f"in the config (found {n!r}): vLLM builds that many MTP layers "
+            "(models/dots3_note/nvidia/mtp.py lines 108-120); without them run no MTP",
+            field="speculative_config",
+        )
+    types = raw.get("mtp_layer_types")
+    if types is None:
+        types = ["sliding_attention"] * n
+    if not isinstance(types, list) or len(types) != n:
+        got = len(types) if isinstance(types, list) else types
+        raise ConfigError(
+            "speculative_config: vLLM 0.32 refuses this Dots3-Note drafter: 'mtp_layer_types "
+            f"must have one entry per MTP layer: got {got} for {n} layers' "
+            "(config/speculative.py lines 669-673); fix mtp_layer_types in config.json",
+            field="speculative_config",
+        )
+    tokens = speculative.get("num_speculative_tokens") or n  # speculative.py lines 1490-1492
+    target = raw.get("layer_types")
+    sliding = "sliding_attention" in [*(target if isinstance(target, list) else []), *types]
+    if sliding and isinstance(tokens, int) and min(n, tokens) > 1:
+        raise ConfigError(
+            f"speculative_config: {n} MTP modules with num_speculative_tokens {tokens} for "
+            "Dots3-Note: vLLM 0.32 then keeps num_speculative_tokens - 1 more tokens in every "
+            "sliding window (extra_retained_tokens, v1/core/kv_cache_utils.py lines 2583-2590; "
+            "config/vllm.py lines 644-662; config/speculative.py lines 1982-1988), not modelled; "
+            "pass num_speculative_tokens 1, or measure",
+            field="speculative_config",
+        )
+    return tuple(str(t) for t in types)
+
+
 def _raw_int(raw: dict[str, Any], key: str, why: str) -> int:
     value = raw.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -141,10 +194,18 @@ def _check_format(spec: ModelSpec) -> None:
         )
 
 
-def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None) -> list[Dots3Spec]:
+def dots3_layer_specs(
+    spec: ModelSpec,
+    *,
+    kv_dtype: str,
+    block_size: int | None,
+    mtp_layer_types: Sequence[str] = (),
+) -> list[Dots3Spec]:
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
 
-    ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64."""
+    ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64.
+    ``mtp_layer_types``: the MTP drafter's layers (:func:`dots3_mtp_layer_types`), registered
+    after every target layer at ``num_hidden_layers + k``."""
     _check_format(spec)
     element = 2  # bfloat16 / float16 (dots3_kv_dtype)
     dots3_kv_dtype(spec, kv_dtype)
@@ -170,7 +231,7 @@ def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None)
     row = width * element  # one latent row, padded or sliding
     out: list[Dots3Spec] = []
     window: int | None = None
-    for i, name in enumerate(types):
+    for i, name in enumerate([*types, *mtp_layer_types]):
         if name == "sliding_attention":
             if window is None:
                 window = _raw_int(raw, "sliding_window_size", "model.py line 480")
@@ -180,7 +241,7 @@ def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None)
             continue
         _raw_int(raw, "index_topk", "model.py line 587; deepseek_v2.py line 1138")
         index_dim = _raw_int(raw, "index_head_dim", "deepseek_v2.py line 699")
-        latent = _dsa_latent(spec, i)
+        latent = _dsa_latent(spec, i) if i < len(types) else _mtp_latent(raw)
         if latent > width:
             raise LayoutNotApplicable(
                 f"kv_lora_rank: layer {i}'s latent ({latent}) is wider than the sliding rows it is "
@@ -194,6 +255,13 @@ def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None)
         )
         out.append(Dots3Spec(i, "dsa", "mla", block, block * row, block_stride_alignment=row))
     return out
+
+
+def _mtp_latent(raw: dict[str, Any]) -> int:
+    """A DSA drafter layer's own latent row: its ``Dots3NoteFullAttention`` reads the config's
+    ``kv_lora_rank + qk_rope_head_dim`` (``models/dots3_note/nvidia/model.py`` lines 262-274)."""
+    why = "models/dots3_note/nvidia/model.py lines 262-274"
+    return _raw_int(raw, "kv_lora_rank", why) + _raw_int(raw, "qk_rope_head_dim", why)
 
 
 def _dsa_latent(spec: ModelSpec, index: int) -> int:

@@ -223,16 +223,28 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "latents + keys one group, sliding layers split by _approximate_gcd repeats), bytes per "
         "block = the widest group rounded up to the lcm of the DSA row (and, above block 64, the "
         "64-token indexer page); the same on every TP rank; compute capability 12 refused (auto "
-        "becomes fp8_ds_mla there: mla_attention.py 358-375, 522-528; platforms/cuda.py 132-136)",
-        "models/dots3_note/nvidia/model.py 227-239, 306, 352-483, 524-534, 587; "
+        "becomes fp8_ds_mla there: mla_attention.py 358-375, 522-528; platforms/cuda.py 132-136); "
+        "--speculative-config mtp: num_nextn_predict_layers (default 1) drafter layers of the "
+        "mtp_layer_types kinds (default sliding) after the target's, each the target's spec of "
+        "that kind (DSA: always an indexer), in the packed groups; more than one module with "
+        "num_speculative_tokens > 1 refused (every sliding window keeps k - 1 more tokens); the "
+        "drafter's weights not sized; --disable-hybrid-kv-cache-manager with sliding and DSA "
+        "layers refused with vLLM's TypeError (replace_as passes SlidingWindowMLASpec's "
+        "bounded_replay to MLAAttentionSpec), the same pool with one layer kind",
+        "models/dots3_note/nvidia/model.py 227-239, 262-274, 306, 352-483, 524-534, 587; "
+        "models/dots3_note/nvidia/mtp.py 53-57, 103-120; config/speculative.py 664-678, "
+        "1490-1492, 1982-1988; config/vllm.py 644-662; transformers_utils/configs/dots3_note.py "
+        "24; "
         "models/dots3_note/nvidia/attention.py 434-452, 693-709; model_executor/models/"
         "deepseek_v2.py 658-666, 723-736, 1138-1189; model_executor/layers/attention/"
         "mla_attention.py 1350-1373; v1/attention/backends/mla/flashattn_mla_sparse.py 38-50, "
         "93-96; sparse_utils.py 44-47; indexer.py 283-285; v1/worker/utils.py 476-486, 515-561; "
         "v1/kv_cache_interface.py 183-193, 545-560, 949-966, 1253, 1282-1295; "
-        "v1/core/kv_cache_utils.py 1520-1551, 1825-1994, 2159-2211; platforms/interface.py "
-        "699-781; transformers_utils/config.py 94",
-        "tests/unit/plan/test_plan_dots3_vllm.py (by hand; no CPU pool: the model imports "
+        "v1/core/kv_cache_utils.py 1520-1551, 1690-1821, 1825-1994, 2159-2211, 2583-2590; "
+        "v1/kv_cache_interface.py 119-138, 956; platforms/interface.py 699-781; "
+        "transformers_utils/config.py 94",
+        "tests/unit/plan/test_plan_dots3_vllm.py, test_plan_dots3_mtp_vllm.py (by hand; no CPU "
+        "pool: the model imports "
         "vllm_flash_attn, CUDA only; scripts/check_dots3_vllm_groups.py runs vLLM's own grouping "
         "on those specs)",
     ),

@@ -1,0 +1,152 @@
+"""Dots3-Note in vLLM 0.32 with ``--speculative-config`` method ``mtp`` and with
+``--disable-hybrid-kv-cache-manager``, worked by hand from vLLM 0.32.0's source
+(``site-packages/vllm/``; the pages, rows and alignments are those of
+``tests/unit/plan/test_plan_dots3_vllm.py``):
+
+* the drafter: ``SpeculativeConfig.hf_config_override`` appends ``mtp_layer_types`` (default
+  ``num_nextn_predict_layers`` x ``sliding_attention``; ``Dots3NoteConfig`` defaults
+  ``num_nextn_predict_layers`` to 1, ``transformers_utils/configs/dots3_note.py`` line 24) to the
+  drafter's ``layer_types`` (``config/speculative.py`` lines 664-678), and
+  ``Dots3NoteMultiTokenPredictor`` builds one ``Dots3NoteDecoderLayer`` per MTP layer at
+  ``num_hidden_layers + k`` (``models/dots3_note/nvidia/mtp.py`` lines 103-120, 53-57), its kind
+  picked by that list (``model.py`` lines 524-528): a sliding layer registers the target's
+  ``SlidingWindowMLASpec``, a DSA layer an indexer (always, past ``num_hidden_layers``:
+  ``model_executor/models/deepseek_v2.py`` lines 1158-1168) and a padded latent. They register
+  after every target layer and are grouped with them (``v1/core/kv_cache_utils.py`` lines
+  1860-1994; ``_annotate_eagle_groups``, lines 2029-2085, only flags a group);
+* with one MTP module (or ``num_speculative_tokens`` 1) no sliding spec keeps extra tokens:
+  ``extra_retained_tokens = num_prefill_lookahead_tokens - 1`` = 0 (``kv_cache_utils.py`` lines
+  2583-2590; ``config/vllm.py`` lines 644-662: 1 unless ``use_multi_module_mtp``,
+  ``config/speculative.py`` lines 1982-1988);
+* with the hybrid manager off ``unify_hybrid_kv_cache_specs`` (lines 1799-1821) rebuilds each
+  ``SlidingWindowMLASpec`` as an ``MLAAttentionSpec`` via ``replace_as`` (lines 1746-1753;
+  ``v1/kv_cache_interface.py`` lines 119-138), passing ``bounded_replay`` (line 956), a field
+  ``MLAAttentionSpec`` lacks: a ``TypeError``. Without a sliding layer nothing is promoted
+  (lines 1700-1703).
+
+vLLM's own ``_get_packed_kv_cache_groups``, ``_get_kv_cache_bytes_per_block`` and
+``get_kv_cache_groups`` give the same groups, bytes per block and the same ``TypeError``
+(``scripts/check_dots3_vllm_groups.py``, the "+ MTP" and "hybrid manager off" lines).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.capacity.pool_dsv4 import approximate_gcd
+from kvbudget.errors import ConfigError
+from kvbudget.units import GiB
+from tests.unit.plan.test_plan_dots3_vllm import INDEXER_PAGE, PAGE, ROW, _config, _plan
+
+MTP = '{"method": "mtp", "num_speculative_tokens": 1}'
+
+
+def test_the_default_drafter_layer_fills_the_sliding_padding(tmp_path: Path) -> None:
+    """One sliding MTP layer (index 8): 3 DSA, 6 sliding layers; approximate_gcd([3, 6], 3) = 3
+    (no padding), the sliding bucket splits into cdiv(6, 3) = 2 strided groups (2, 4, 7 and 3,
+    6, 8), each 3 x 139,264 = 417,792 B: the DSA group (443,136 B) stays the widest, so the pool
+    is the one without the drafter: 204 rows a block, 2,418 blocks, 64 + 2 x 65 per request."""
+    assert approximate_gcd([3, 6], 3) == 3
+    result = _plan(_config(tmp_path), speculative_config=MTP)
+    assert [list(g.layer_indices) for g in result.groups] == [[0, 1, 5], [2, 4, 7], [3, 6, 8]]
+    assert [g.page_size_bytes for g in result.groups] == [
+        3 * (PAGE + INDEXER_PAGE),
+        3 * PAGE,
+        3 * PAGE,
+    ]
+    assert 3 * PAGE == 417_792
+    assert result.num_blocks == 1 * GiB // (204 * ROW) == 2_418
+    assert result.kv_cache_tokens == 2_418 * 4096 // (64 + 2 * 65) == 51_052
+
+
+def test_two_sliding_drafter_layers_widen_the_block(tmp_path: Path) -> None:
+    """num_nextn_predict_layers 2, num_speculative_tokens 1 (one module used: no extra window):
+    7 sliding layers; approximate_gcd([3, 7], 3) = 4 (d=3 pads 0 + 2, d=4 pads 1 + 1: a tie, to
+    the larger); cdiv(7, 4) = 2 sliding groups, 2, 4, 7, 9 and 3, 6, 8; the widest 4 x 139,264 =
+    557,056 B = 256 rows exactly; 1 GiB // 557,056 = 1,927 blocks; 64 + 2 x 65 per request."""
+    assert approximate_gcd([3, 7], 3) == 4
+    result = _plan(_config(tmp_path, num_nextn_predict_layers=2), speculative_config=MTP)
+    assert [list(g.layer_indices) for g in result.groups] == [[0, 1, 5], [2, 4, 7, 9], [3, 6, 8]]
+    assert [g.page_size_bytes for g in result.groups] == [
+        3 * (PAGE + INDEXER_PAGE),
+        4 * PAGE,
+        3 * PAGE,
+    ]
+    assert 4 * PAGE == 256 * ROW == 557_056
+    assert result.num_blocks == 1 * GiB // 557_056 == 1_927
+    assert result.kv_cache_tokens == 1_927 * 4096 // (64 + 2 * 65) == 40_685
+
+
+def test_a_dsa_drafter_layer_joins_the_dsa_group(tmp_path: Path) -> None:
+    """mtp_layer_types ["full_attention"]: layer 8 holds an indexer and a padded latent; 4 DSA, 5
+    sliding: approximate_gcd([4, 5], 4) = 5 (d=4 pads 3, d=5 pads 1): one DSA group of 4 x
+    147,712 = 590,848 B and one sliding group of 5 x 139,264 = 696,320 B = 320 rows; 1 GiB //
+    696,320 = 1,542 blocks; a request holds 64 + 65 = 129, int(1,542 / 129 x 4,096) tokens."""
+    assert approximate_gcd([4, 5], 4) == 5
+    result = _plan(
+        _config(tmp_path, mtp_layer_types=["full_attention"]),
+        speculative_config='{"method": "mtp"}',
+    )
+    assert [list(g.layer_indices) for g in result.groups] == [[0, 1, 5, 8], [2, 3, 4, 6, 7]]
+    assert [g.page_size_bytes for g in result.groups] == [4 * (PAGE + INDEXER_PAGE), 5 * PAGE]
+    assert 5 * PAGE == 320 * ROW
+    assert result.num_blocks == 1 * GiB // 696_320 == 1_542
+    assert result.kv_cache_tokens == int(1_542 / 129 * 4096) == 48_961
+
+
+@pytest.mark.parametrize(
+    ("changes", "speculative", "words"),
+    [
+        # use_multi_module_mtp: min(2, 2) > 1, so every sliding spec keeps 1 more token
+        ({"num_nextn_predict_layers": 2}, '{"method": "mtp"}', "num_speculative_tokens - 1 more"),
+        # vLLM's own ValueError, config/speculative.py lines 669-673
+        (
+            {"mtp_layer_types": ["sliding_attention"] * 2},
+            MTP,
+            "'mtp_layer_types must have one entry per MTP layer: got 2 for 1 layers'",
+        ),
+        ({"num_nextn_predict_layers": 0}, MTP, "num_nextn_predict_layers >= 1"),
+        ({}, '{"method": "eagle3", "model": "x/y"}', "method 'eagle3'"),
+    ],
+)
+def test_drafters_not_modelled_are_refused_in_one_line(
+    tmp_path: Path, changes: dict[str, Any], speculative: str, words: str
+) -> None:
+    with pytest.raises((ConfigError, LayoutNotApplicable)) as info:
+        _plan(_config(tmp_path, **changes), speculative_config=speculative)
+    message = str(info.value)
+    assert message.startswith("speculative_config: ") and "\n" not in message
+    assert words in message
+
+
+def test_the_drafter_weights_are_not_estimated(tmp_path: Path) -> None:
+    """Without --kv-cache-memory or --weights-bytes the drafter's weights are needed, and not
+    sized for Dots3-Note: refused in one line."""
+    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
+        _plan(_config(tmp_path), speculative_config=MTP, kv_cache_memory_bytes=None, gpu="H100")
+
+
+def test_hybrid_manager_off_fails_in_vllm_with_a_sliding_layer(tmp_path: Path) -> None:
+    for changes, extra in (
+        ({}, {}),
+        ({"layer_types": ["full_attention"] * 8}, {"speculative_config": MTP}),
+    ):
+        with pytest.raises(LayoutNotApplicable) as info:
+            _plan(_config(tmp_path, **changes), disable_hybrid_kv_cache_manager=True, **extra)
+        message = str(info.value)
+        assert message.startswith("disable_hybrid_kv_cache_manager: ") and "\n" not in message
+        assert "unexpected keyword argument 'bounded_replay'" in message
+
+
+def test_hybrid_manager_off_without_a_sliding_layer_is_the_same_pool(tmp_path: Path) -> None:
+    """All DSA: nothing to promote, one uniform-type group as with the manager on:
+    8 x 147,712 = 1,181,696 B rounded up to 544 rows; 1 GiB // (544 x 2,176) = 907 blocks."""
+    result = _plan(
+        _config(tmp_path, layer_types=["full_attention"] * 8), disable_hybrid_kv_cache_manager=True
+    )
+    assert [g.page_size_bytes for g in result.groups] == [8 * (PAGE + INDEXER_PAGE)]
+    assert result.num_blocks == 1 * GiB // (544 * ROW) == 907
