@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from kvbudget.capacity.draft import MTP_METHODS, NO_KV_METHODS
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dots3 import (
+    DSA_KV_REFUSAL,
     dots3_block_alignment,
     dots3_layer_specs,
 )
@@ -136,17 +137,21 @@ def _refuse_dots3_speculation(speculative_config: str) -> None:
     )
 
 
-def check_dots3_device(compute_capability_major: int | None) -> None:
-    """On compute capability 12 vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers
-    (``platforms/cuda.py`` lines 132-136), which turns ``auto`` into ``fp8_ds_mla`` for the whole
-    cache config (``mla_attention.py`` lines 358-375, 522-528) before Dots3-Note swaps in its own
-    backend; the sliding layers are then fp8 (``models/dots3_note/nvidia/model.py`` lines
-    434-436). That pool is not modelled: refuse it in one line."""
-    if compute_capability_major == 12:
+def check_dots3_device(compute_capability_major: int | None, *, has_dsa: bool = True) -> None:
+    """On compute capability 12 vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers'
+    inner attention (``platforms/cuda.py`` lines 132-136), which turns ``auto`` into
+    ``fp8_ds_mla`` for the whole cache config (``mla_attention.py`` lines 358-375, 522-528)
+    before Dots3-Note swaps in its own backend, whose impl then raises
+    (:data:`~kvbudget.capacity.layouts.vllm_dots3.DSA_KV_REFUSAL`): refused in vLLM's words.
+    ``has_dsa``: whether any layer (the target's or an MTP drafter's) is a DSA layer; without one
+    no sparse backend is picked and the cache stays in the model dtype."""
+    if compute_capability_major == 12 and has_dsa:
         raise LayoutNotApplicable(
-            "gpu: compute capability 12 for Dots3-Note: vLLM 0.32 serves its cache there as "
-            "fp8_ds_mla (DSA) and fp8 (sliding) even with --kv-cache-dtype auto "
-            "(model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
-            "models/dots3_note/nvidia/model.py lines 434-436), which kvbudget has not modelled; "
-            "plan for a compute capability 9 or 10 GPU, or measure"
+            "gpu: compute capability 12 for Dots3-Note: vLLM 0.32 does not serve its DSA layers "
+            "there; the sparse MLA backend it picks on that GPU (FLASHINFER_MLA_SPARSE_SM120, "
+            "platforms/cuda.py lines 132-136) turns --kv-cache-dtype auto into fp8_ds_mla "
+            "(model_executor/layers/attention/mla_attention.py lines 358-375, 522-528), and "
+            f"Dots3-Note's own DSA impl then raises {DSA_KV_REFUSAL}; plan for the compute "
+            "capability 9 GPUs its DSA backend declares (flashattn_mla_sparse.py lines 77-78), "
+            "or measure"
         )

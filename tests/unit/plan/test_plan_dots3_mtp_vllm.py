@@ -150,3 +150,22 @@ def test_hybrid_manager_off_without_a_sliding_layer_is_the_same_pool(tmp_path: P
     )
     assert [g.page_size_bytes for g in result.groups] == [8 * (PAGE + INDEXER_PAGE)]
     assert result.num_blocks == 1 * GiB // (544 * ROW) == 907
+
+
+def test_compute_capability_12_with_a_dsa_drafter_layer_is_refused(tmp_path: Path) -> None:
+    """Every target layer sliding, the drafter's a DSA layer: with the drafter the DSA impl is
+    built, so vLLM 0.32 raises on compute capability 12 as for the target's own DSA layers."""
+    config = _config(
+        tmp_path, layer_types=["sliding_attention"] * 8, mtp_layer_types=["full_attention"]
+    )
+    with pytest.raises(LayoutNotApplicable, match=r"^gpu: compute capability 12 for Dots3-Note"):
+        _plan(config, gpu="RTX-PRO-6000", speculative_config=MTP)
+
+
+def test_compute_capability_12_without_a_dsa_layer_is_planned(tmp_path: Path) -> None:
+    """Every layer sliding and no drafter: no sparse backend is picked (the sliding layers force
+    Dots3NoteTritonMLABackend, models/dots3_note/nvidia/model.py lines 467-482, which
+    _canonicalize_sparse_mla_kv_cache_dtype leaves alone, mla_attention.py lines 358-375), so
+    auto stays bfloat16 and nothing raises."""
+    config = _config(tmp_path, layer_types=["sliding_attention"] * 8)
+    assert _plan(config, gpu="RTX-PRO-6000").kv_dtype == "bfloat16"

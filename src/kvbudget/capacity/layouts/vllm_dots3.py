@@ -68,8 +68,10 @@ from kvbudget.spec.model import ModelSpec
 
 __all__ = [
     "DOTS3_BLOCK_SIZE",
+    "DSA_KV_REFUSAL",
     "Dots3Spec",
     "dots3_block_alignment",
+    "dots3_has_dsa",
     "dots3_kv_dtype",
     "dots3_layer_specs",
     "dots3_layout",
@@ -100,21 +102,44 @@ def is_dots3_note(spec: ModelSpec) -> bool:
     return spec.model_type in DOTS3_TYPES or has_sliding_latent(spec.layer_seq)
 
 
+#: what vLLM 0.32 raises when a Dots3-Note DSA layer is built with any other cache dtype: its
+#: ``Dots3NotePaddedSparseImpl`` is a ``FlashAttnMLASparseImpl``
+DSA_KV_REFUSAL = (
+    "'FlashAttnMLASparseImpl currently supports only FP16/BF16 KV cache.' "
+    "(v1/attention/backends/mla/flashattn_mla_sparse.py lines 178-181)"
+)
+
+
+def dots3_has_dsa(spec: ModelSpec, mtp_layer_types: Sequence[str] = ()) -> bool:
+    """Whether any layer (the target's ``layer_types``, then the drafter's) is a DSA layer."""
+    types = spec.raw_config.get("layer_types")
+    kinds = [*(types if isinstance(types, list) else []), *mtp_layer_types]
+    return any(kind != "sliding_attention" for kind in kinds)
+
+
 def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
     """The KV dtype name vLLM 0.32 serves Dots3-Note in (``auto`` is the model dtype, a float32
-    model served in bfloat16); the DSA backend takes half-precision KV only."""
+    model served in bfloat16). Any other dtype reaches the DSA layers' own impl, which raises
+    (:data:`DSA_KV_REFUSAL`): the layer reads ``cache_config.cache_dtype`` (``mla_attention.py``
+    lines 487-490), as given or as ``fp8_ds_mla`` once the sparse backend vLLM picks for the
+    replaced inner attention rewrote it (lines 358-375, 522-528), and the forced
+    ``Dots3NotePaddedSparseBackend`` (``models/dots3_note/nvidia/attention.py`` lines 693-709,
+    ``model.py`` lines 227-231) never rewrites it back."""
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
-    if dtype.name not in ("bfloat16", "float16"):
+    if dtype.name in ("bfloat16", "float16"):
+        return dtype.name
+    if dots3_has_dsa(spec):
         raise LayoutNotApplicable(
-            f"kv_dtype: {dtype.name} for Dots3-Note is not modelled: its DSA backend "
-            "(Dots3NotePaddedSparseBackend, a FlashAttnMLASparseBackend) declares auto, float16 or "
-            "bfloat16 KV only (v1/attention/backends/mla/flashattn_mla_sparse.py lines 38-42, "
-            "93-96), and a quantized KV may be switched to fp8_ds_mla by the sparse backend vLLM "
-            "first picks (model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
-            "the sliding layers then fp8, models/dots3_note/nvidia/model.py lines 434-436); pass "
+            f"kv_dtype: {dtype.name} for Dots3-Note: vLLM 0.32 does not serve it; its DSA layers "
+            f"(Dots3NotePaddedSparseImpl, models/dots3_note/nvidia/attention.py lines 712-717) "
+            f"raise {DSA_KV_REFUSAL}, given the dtype as is or as fp8_ds_mla "
+            "(model_executor/layers/attention/mla_attention.py lines 358-375, 522-528); pass "
             "--kv-cache-dtype auto"
         )
-    return dtype.name
+    raise LayoutNotApplicable(
+        f"kv_dtype: {dtype.name} for a Dots3-Note without DSA layers is not modelled (its "
+        "sliding layers' quantized pages were not read); pass --kv-cache-dtype auto, or measure"
+    )
 
 
 #: ``Dots3NoteConfig``'s default ``num_nextn_predict_layers`` (``configs/dots3_note.py`` line 24)
