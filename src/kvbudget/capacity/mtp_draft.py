@@ -1,9 +1,8 @@
 """``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's own layers in the KV pool.
 
 kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2, GLM-5
-(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo, MiMo-V2-Flash and Dots3-Note (its KV only: the
-layers of :func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types` join its packed
-groups, :mod:`kvbudget.capacity.pool_dots3`; its drafter's weights are not sized). Facts, vLLM 0.32.0
+(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo, MiMo-V2-Flash and Dots3-Note (KV only:
+:func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`). Facts, vLLM 0.32.0
 (``site-packages/vllm``):
 
 * A method in ``MTPModelTypes`` (``deepseek_mtp``, ``mimo_mtp``, ...) is renamed ``mtp``
@@ -107,7 +106,11 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.vllm_dots3 import dots3_mtp_layer_types, is_dots3_note
+from kvbudget.capacity.layouts.vllm_dots3 import (
+    DOTS3_MTP_WEIGHTS_UNPRICED,
+    dots3_mtp_layer_types,
+    is_dots3_note,
+)
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
@@ -216,8 +219,7 @@ def mtp_pool_layers(request: PlanRequest, model: ModelSpec) -> tuple[LayerSpec, 
 
 
 def dots3_mtp_layers(request: PlanRequest, model: ModelSpec) -> tuple[str, ...]:
-    """Dots3-Note's MTP layer kinds for this request (``()`` without an MTP
-    ``--speculative-config``): :func:`~kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`."""
+    """Dots3-Note's MTP layer kinds for this request; ``()`` without an MTP drafter."""
     config = _mtp_config(request)
     return () if config is None else dots3_mtp_layer_types(model, config)
 
@@ -342,6 +344,8 @@ def mtp_draft(
         part = (
             deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request, model))
             if model.model_type == "deepseek_v4"
+            else DOTS3_MTP_WEIGHTS_UNPRICED
+            if is_dots3_note(model)
             else None
         )
         what = (

@@ -125,9 +125,11 @@ def test_drafters_not_modelled_are_refused_in_one_line(
 
 def test_the_drafter_weights_are_not_estimated(tmp_path: Path) -> None:
     """Without --kv-cache-memory or --weights-bytes the drafter's weights are needed, and not
-    sized for Dots3-Note: refused in one line."""
-    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights"):
+    sized for Dots3-Note: its own embed_tokens is dropped only when equal to the target's
+    (llm_base_proposer.py lines 1436-1463), which the config cannot tell. Refused in one line."""
+    with pytest.raises(ConfigError, match=r"^speculative_config: the MTP drafter's weights") as e:
         _plan(_config(tmp_path), speculative_config=MTP, kv_cache_memory_bytes=None, gpu="H100")
+    assert "has_own_embed_tokens" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_hybrid_manager_off_fails_in_vllm_with_a_sliding_layer(tmp_path: Path) -> None:

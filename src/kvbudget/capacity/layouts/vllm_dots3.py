@@ -68,6 +68,7 @@ from kvbudget.spec.model import ModelSpec
 
 __all__ = [
     "DOTS3_BLOCK_SIZE",
+    "DOTS3_MTP_WEIGHTS_UNPRICED",
     "DSA_KV_REFUSAL",
     "Dots3Spec",
     "dots3_block_alignment",
@@ -140,6 +141,15 @@ def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
         f"kv_dtype: {dtype.name} for a Dots3-Note without DSA layers is not modelled (its "
         "sliding layers' quantized pages were not read); pass --kv-cache-dtype auto, or measure"
     )
+
+
+#: why kvbudget does not size Dots3-Note's MTP drafter's weights
+DOTS3_MTP_WEIGHTS_UNPRICED = (
+    "its drafter keeps an embed_tokens of its own (Dots3NoteMTP.has_own_embed_tokens, "
+    "models/dots3_note/nvidia/mtp.py lines 121-125, 158), which vLLM swaps for the target's only "
+    "when the two tensors are equal (v1/spec_decode/llm_base_proposer.py lines 1436-1463), what "
+    "the checkpoint's weights tell, not its config"
+)
 
 
 #: ``Dots3NoteConfig``'s default ``num_nextn_predict_layers`` (``configs/dots3_note.py`` line 24)
