@@ -112,6 +112,27 @@ def run(name: str, types: list[str], block: int, mtp: bool = False) -> None:
     )
 
 
+def retained(extra: int, max_num_batched_tokens: int, max_model_len: int) -> None:
+    """One sliding spec's admission blocks with ``extra_retained_tokens`` (several MTP modules:
+    ``num_speculative_tokens - 1``, tagged in ``kv_cache_utils.py`` lines 2583-2590)."""
+    for tokens in (0, extra):
+        spec = SlidingWindowMLASpec(
+            block_size=64,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=SWA_WIDTH,
+            dtype=torch.bfloat16,
+            cache_dtype_str="auto",
+            sliding_window=WINDOW,
+            extra_retained_tokens=tokens,
+        )
+        blocks = spec.max_admission_blocks_per_request(max_num_batched_tokens, max_model_len)
+        print(
+            f"sliding spec, extra_retained_tokens {tokens}, T_b {max_num_batched_tokens}, "
+            f"L {max_model_len}: {blocks} blocks per request"
+        )
+
+
 def run_unified(name: str, types: list[str], block: int) -> None:
     """``get_kv_cache_groups`` with the hybrid manager off: the groups, or what vLLM raises."""
     try:
@@ -133,6 +154,8 @@ def main() -> None:
     run("tiny + 1 MTP (S)", [*tiny, "S"], 64, mtp=True)  # 443,136 / 417,792 x 2; 443,904; 2,418
     run("tiny + 2 MTP (S, S)", [*tiny, "S", "S"], 64, mtp=True)  # 557,056 widest; 1,927
     run("tiny + 1 MTP (F)", [*tiny, "F"], 64, mtp=True)  # 590,848 / 696,320; 1,542
+    run("tiny + 3 MTP (S, S, S)", [*tiny, "S", "S", "S"], 64, mtp=True)  # 557,056 x 2; 1,927
+    retained(2, 1024, 4096)  # 20 blocks (19 with none kept)
     run_unified("tiny", tiny, 64)  # TypeError: ... unexpected keyword argument 'bounded_replay'
     run_unified("no sliding layer", ["F"] * 8, 64)  # 1 group, 1,181,696
 

@@ -2,7 +2,7 @@
 
 kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2, GLM-5
 (``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo, MiMo-V2-Flash and Dots3-Note (KV only:
-:func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`). Facts, vLLM 0.32.0
+:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`). Facts, vLLM 0.32.0
 (``site-packages/vllm``):
 
 * A method in ``MTPModelTypes`` (``deepseek_mtp``, ``mimo_mtp``, ...) is renamed ``mtp``
@@ -106,11 +106,7 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import get_kv_dtype
-from kvbudget.capacity.layouts.vllm_dots3 import (
-    DOTS3_MTP_WEIGHTS_UNPRICED,
-    dots3_mtp_layer_types,
-    is_dots3_note,
-)
+from kvbudget.capacity.layouts.vllm_dots3 import is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
@@ -119,6 +115,7 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
+from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_hidden_buffer_bytes_per_token,
     deepseek_v4_mtp_bytes,
@@ -139,7 +136,6 @@ __all__ = [
     "MTP_SNAPSHOT_NOTE",
     "MTP_WEIGHTS_NOTE",
     "SPEC_MTP_TYPES",
-    "dots3_mtp_layers",
     "mtp_draft",
     "mtp_layers_requested",
     "mtp_pool_layers",
@@ -216,12 +212,6 @@ def mtp_pool_layers(request: PlanRequest, model: ModelSpec) -> tuple[LayerSpec, 
             model.model_type,
         )
     return layers
-
-
-def dots3_mtp_layers(request: PlanRequest, model: ModelSpec) -> tuple[str, ...]:
-    """Dots3-Note's MTP layer kinds for this request; ``()`` without an MTP drafter."""
-    config = _mtp_config(request)
-    return () if config is None else dots3_mtp_layer_types(model, config)
 
 
 def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:

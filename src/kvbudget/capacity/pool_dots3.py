@@ -61,19 +61,25 @@ def dots3_groups(
     block_size: int | None,
     pp: int = 1,
     mtp_layer_types: Sequence[str] = (),
+    extra_retained_tokens: int = 0,
 ) -> list[KvCacheGroup]:
     """Dots3-Note's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
     ``uniform_type``: its page is the sum of its members' pages); every group carries the
     model's block-stride alignment, which :func:`kvbudget.capacity.pool.bytes_per_block` applies.
     ``mtp_layer_types``: the MTP drafter's layers, whose specs join the target's buckets
-    (:func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`)."""
+    (:func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`), and its
+    ``extra_retained_tokens`` widen every sliding window as kept (``dots3_layer_specs``)."""
     if pp > 1:
         raise LayoutNotApplicable(
             "pp: Dots3-Note's packed vLLM groups are planned on one pipeline stage only; plan "
             "with --pp 1"
         )
     specs = dots3_layer_specs(
-        spec, kv_dtype=kv_dtype, block_size=block_size, mtp_layer_types=mtp_layer_types
+        spec,
+        kv_dtype=kv_dtype,
+        block_size=block_size,
+        mtp_layer_types=mtp_layer_types,
+        extra_retained_tokens=extra_retained_tokens,
     )
     align = dots3_block_alignment(specs)
     out: list[KvCacheGroup] = []

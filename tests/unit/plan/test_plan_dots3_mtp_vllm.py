@@ -14,10 +14,12 @@
   ``model_executor/models/deepseek_v2.py`` lines 1158-1168) and a padded latent. They register
   after every target layer and are grouped with them (``v1/core/kv_cache_utils.py`` lines
   1860-1994; ``_annotate_eagle_groups``, lines 2029-2085, only flags a group);
-* with one MTP module (or ``num_speculative_tokens`` 1) no sliding spec keeps extra tokens:
-  ``extra_retained_tokens = num_prefill_lookahead_tokens - 1`` = 0 (``kv_cache_utils.py`` lines
-  2583-2590; ``config/vllm.py`` lines 644-662: 1 unless ``use_multi_module_mtp``,
-  ``config/speculative.py`` lines 1982-1988);
+* every sliding spec keeps ``extra_retained_tokens = num_prefill_lookahead_tokens - 1`` more
+  tokens (``kv_cache_utils.py`` lines 2583-2590): 0 with one MTP module or
+  ``num_speculative_tokens`` 1, else ``num_speculative_tokens - 1`` (``config/vllm.py`` lines
+  644-662, ``use_multi_module_mtp``: ``config/speculative.py`` lines 1982-1988); the spec then
+  admits ``cdiv(min(W - 1 + extra + T_b, L), B) + 1`` blocks (``v1/kv_cache_interface.py`` lines
+  859-884);
 * with the hybrid manager off ``unify_hybrid_kv_cache_specs`` (lines 1799-1821) rebuilds each
   ``SlidingWindowMLASpec`` as an ``MLAAttentionSpec`` via ``replace_as`` (lines 1746-1753;
   ``v1/kv_cache_interface.py`` lines 119-138), passing ``bounded_replay`` (line 956), a field
@@ -98,11 +100,41 @@ def test_a_dsa_drafter_layer_joins_the_dsa_group(tmp_path: Path) -> None:
     assert result.kv_cache_tokens == int(1_542 / 129 * 4096) == 48_961
 
 
+def test_several_modules_keep_more_tokens_in_every_window(tmp_path: Path) -> None:
+    """num_nextn_predict_layers 3, num_speculative_tokens 3: use_multi_module_mtp (min(3, 3) >
+    1), num_prefill_lookahead_tokens = 3, so every sliding spec keeps extra_retained_tokens = 2
+    (kv_cache_utils.py lines 2583-2590). 8 sliding layers: approximate_gcd([3, 8], 3) = 4 (d=3
+    and d=4 both pad 1: the larger), two sliding groups 2, 4, 7, 9 and 3, 6, 8, 10 of 4 x
+    139,264 = 557,056 B: 1,927 blocks. With max_num_batched_tokens 1,024 a sliding group holds
+    cdiv(min(128 - 1 + 2 + 1,024, 4,096), 64) + 1 = cdiv(1,153, 64) + 1 = 20 blocks
+    (kv_cache_interface.py lines 859-884), not the 19 of cdiv(1,151, 64) + 1: 64 + 2 x 20 = 104
+    a request."""
+    assert approximate_gcd([3, 8], 3) == 4
+    config = _config(tmp_path, num_nextn_predict_layers=3)
+    result = _plan(config, speculative_config='{"method": "mtp"}', max_num_batched_tokens=1024)
+    assert [list(g.layer_indices) for g in result.groups] == [
+        [0, 1, 5],
+        [2, 4, 7, 9],
+        [3, 6, 8, 10],
+    ]
+    assert [g.page_size_bytes for g in result.groups] == [
+        3 * (PAGE + INDEXER_PAGE),
+        4 * PAGE,
+        4 * PAGE,
+    ]
+    assert result.num_blocks == 1 * GiB // (4 * PAGE) == 1_927
+    assert result.kv_cache_tokens == 1_927 * 4096 // (64 + 2 * 20) == 75_894
+
+
 @pytest.mark.parametrize(
     ("changes", "speculative", "words"),
     [
-        # use_multi_module_mtp: min(2, 2) > 1, so every sliding spec keeps 1 more token
-        ({"num_nextn_predict_layers": 2}, '{"method": "mtp"}', "num_speculative_tokens - 1 more"),
+        # config/speculative.py lines 1493-1501
+        (
+            {"num_nextn_predict_layers": 2},
+            '{"method": "mtp", "num_speculative_tokens": 3}',
+            "'num_speculative_tokens:3 must be divisible by n_predict=2'",
+        ),
         # vLLM's own ValueError, config/speculative.py lines 669-673
         (
             {"mtp_layer_types": ["sliding_attention"] * 2},

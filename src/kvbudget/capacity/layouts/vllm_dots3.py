@@ -39,7 +39,7 @@ Backends (worker ``get_kv_cache_spec``, ``v1/worker/gpu_model_runner.py`` lines 
   (``KVCacheSpec.get_block_stride_alignment``, ``v1/kv_cache_interface.py`` lines 183-193).
 
 With ``--speculative-config`` method ``mtp`` the drafter's layers follow, each one of the two
-kinds above (:func:`dots3_mtp_layer_types`).
+kinds above (:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`).
 
 Block size: without ``--block-size``, the smallest size every backend takes
 (``platforms/interface.py`` lines 699-747, 771-781): 64. A ``--block-size`` that is not a multiple
@@ -68,7 +68,6 @@ from kvbudget.spec.model import ModelSpec
 
 __all__ = [
     "DOTS3_BLOCK_SIZE",
-    "DOTS3_MTP_WEIGHTS_UNPRICED",
     "DSA_KV_REFUSAL",
     "Dots3Spec",
     "dots3_block_alignment",
@@ -76,7 +75,6 @@ __all__ = [
     "dots3_kv_dtype",
     "dots3_layer_specs",
     "dots3_layout",
-    "dots3_mtp_layer_types",
     "is_dots3_note",
 ]
 
@@ -143,63 +141,6 @@ def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
     )
 
 
-#: why kvbudget does not size Dots3-Note's MTP drafter's weights
-DOTS3_MTP_WEIGHTS_UNPRICED = (
-    "its drafter keeps an embed_tokens of its own (Dots3NoteMTP.has_own_embed_tokens, "
-    "models/dots3_note/nvidia/mtp.py lines 121-125, 158), which vLLM swaps for the target's only "
-    "when the two tensors are equal (v1/spec_decode/llm_base_proposer.py lines 1436-1463), what "
-    "the checkpoint's weights tell, not its config"
-)
-
-
-#: ``Dots3NoteConfig``'s default ``num_nextn_predict_layers`` (``configs/dots3_note.py`` line 24)
-DOTS3_DEFAULT_MTP_LAYERS = 1
-
-
-def dots3_mtp_layer_types(spec: ModelSpec, speculative: dict[str, Any]) -> tuple[str, ...]:
-    """The MTP drafter's layer kinds for ``--speculative-config`` method ``mtp`` (``speculative``,
-    parsed): vLLM 0.32 appends ``mtp_layer_types`` (default ``num_nextn_predict_layers`` x
-    ``sliding_attention``) to the drafter's ``layer_types`` (``config/speculative.py`` lines
-    664-678), and ``Dots3NoteMultiTokenPredictor`` builds a ``Dots3NoteDecoderLayer`` at each
-    ``num_hidden_layers + k`` (``models/dots3_note/nvidia/mtp.py`` lines 103-120, 53-57), whose
-    kind that list picks (``model.py`` lines 524-528): a sliding layer registers the target's
-    sliding spec, a DSA layer an indexer (always, for a layer past ``num_hidden_layers``:
-    ``deepseek_v2.py`` lines 1158-1168) and a padded latent."""
-    raw = spec.raw_config
-    n = raw.get("num_nextn_predict_layers", DOTS3_DEFAULT_MTP_LAYERS)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(
-            f"speculative_config: method mtp for Dots3-Note needs num_nextn_predict_layers >= 1 "
-            f"in the config (found {n!r}): vLLM builds that many MTP layers "
-            "(models/dots3_note/nvidia/mtp.py lines 108-120); without them run no MTP",
-            field="speculative_config",
-        )
-    types = raw.get("mtp_layer_types")
-    if types is None:
-        types = ["sliding_attention"] * n
-    if not isinstance(types, list) or len(types) != n:
-        got = len(types) if isinstance(types, list) else types
-        raise ConfigError(
-            "speculative_config: vLLM 0.32 refuses this Dots3-Note drafter: 'mtp_layer_types "
-            f"must have one entry per MTP layer: got {got} for {n} layers' "
-            "(config/speculative.py lines 669-673); fix mtp_layer_types in config.json",
-            field="speculative_config",
-        )
-    tokens = speculative.get("num_speculative_tokens") or n  # speculative.py lines 1490-1492
-    target = raw.get("layer_types")
-    sliding = "sliding_attention" in [*(target if isinstance(target, list) else []), *types]
-    if sliding and isinstance(tokens, int) and min(n, tokens) > 1:
-        raise ConfigError(
-            f"speculative_config: {n} MTP modules with num_speculative_tokens {tokens} for "
-            "Dots3-Note: vLLM 0.32 then keeps num_speculative_tokens - 1 more tokens in every "
-            "sliding window (extra_retained_tokens, v1/core/kv_cache_utils.py lines 2583-2590; "
-            "config/vllm.py lines 644-662; config/speculative.py lines 1982-1988), not modelled; "
-            "pass num_speculative_tokens 1, or measure",
-            field="speculative_config",
-        )
-    return tuple(str(t) for t in types)
-
-
 def _raw_int(raw: dict[str, Any], key: str, why: str) -> int:
     value = raw.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -235,12 +176,14 @@ def dots3_layer_specs(
     kv_dtype: str,
     block_size: int | None,
     mtp_layer_types: Sequence[str] = (),
+    extra_retained_tokens: int = 0,
 ) -> list[Dots3Spec]:
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
 
     ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64.
     ``mtp_layer_types``: the MTP drafter's layers (:func:`dots3_mtp_layer_types`), registered
-    after every target layer at ``num_hidden_layers + k``."""
+    after every target layer at ``num_hidden_layers + k``; ``extra_retained_tokens``
+    (:func:`dots3_extra_retained_tokens`) widen every sliding spec's window as kept in the pool."""
     _check_format(spec)
     element = 2  # bfloat16 / float16 (dots3_kv_dtype)
     dots3_kv_dtype(spec, kv_dtype)
@@ -270,6 +213,7 @@ def dots3_layer_specs(
         if name == "sliding_attention":
             if window is None:
                 window = _raw_int(raw, "sliding_window_size", "model.py line 480")
+                window += extra_retained_tokens
             out.append(
                 Dots3Spec(i, "sliding", "sliding", block, block * row, sliding_window=window)
             )
