@@ -67,7 +67,7 @@ def dots3_groups(
     ``uniform_type``: its page is the sum of its members' pages); every group carries the
     model's block-stride alignment, which :func:`kvbudget.capacity.pool.bytes_per_block` applies.
     ``mtp_layer_types``: the MTP drafter's layers, whose specs join the target's buckets
-    (:func:`kvbudget.capacity.layouts.vllm_dots3.dots3_mtp_layer_types`), and its
+    (:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`), and its
     ``extra_retained_tokens`` widen every sliding window as kept (``dots3_layer_specs``)."""
     if pp > 1:
         raise LayoutNotApplicable(

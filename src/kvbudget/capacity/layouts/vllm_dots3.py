@@ -181,9 +181,11 @@ def dots3_layer_specs(
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
 
     ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64.
-    ``mtp_layer_types``: the MTP drafter's layers (:func:`dots3_mtp_layer_types`), registered
-    after every target layer at ``num_hidden_layers + k``; ``extra_retained_tokens``
-    (:func:`dots3_extra_retained_tokens`) widen every sliding spec's window as kept in the pool."""
+    ``mtp_layer_types``: the MTP drafter's layers
+    (:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`), registered after every target
+    layer at ``num_hidden_layers + k``; ``extra_retained_tokens``
+    (:func:`kvbudget.capacity.mtp_dots3.dots3_extra_retained_tokens`) widen every sliding spec's
+    window as kept in the pool."""
     _check_format(spec)
     element = 2  # bfloat16 / float16 (dots3_kv_dtype)
     dots3_kv_dtype(spec, kv_dtype)
