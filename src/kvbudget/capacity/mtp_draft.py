@@ -1,7 +1,8 @@
 """``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's own layers in the KV pool.
 
 kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2, GLM-5
-(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo and MiMo-V2-Flash. Facts, vLLM 0.32.0
+(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo, MiMo-V2-Flash and Dots3-Note (KV only:
+:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`). Facts, vLLM 0.32.0
 (``site-packages/vllm``):
 
 * A method in ``MTPModelTypes`` (``deepseek_mtp``, ``mimo_mtp``, ...) is renamed ``mtp``
@@ -106,6 +107,7 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import get_kv_dtype
+from kvbudget.capacity.layouts.vllm_dots3 import is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
@@ -114,6 +116,7 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
+from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_hidden_buffer_bytes_per_token,
     deepseek_v4_mtp_bytes,
@@ -236,7 +239,9 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
         return _field("num_mtp_modules", value, model.model_type)
     if model.model_type in SPEC_MTP_TYPES:
         return len(mtp_pool_layers(request, model))
-    priced = ", ".join(sorted({"deepseek_v4", "minimax_m3", *SPEC_MTP_TYPES}))
+    if is_dots3_note(model):
+        return len(dots3_mtp_layer_types(model, config))
+    priced = ", ".join(sorted({"deepseek_v4", "dots3_note", "minimax_m3", *SPEC_MTP_TYPES}))
     raise ConfigError(
         f"speculative_config: method mtp is priced for {priced} only, not "
         f"{model.model_type!r} (kvbudget has not read its drafter's vLLM specs); pass "
@@ -330,6 +335,8 @@ def mtp_draft(
         part = (
             deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request, model))
             if model.model_type == "deepseek_v4"
+            else DOTS3_MTP_WEIGHTS_UNPRICED
+            if is_dots3_note(model)
             else None
         )
         what = (

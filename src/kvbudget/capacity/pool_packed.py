@@ -58,12 +58,12 @@ def check_packed_request(
     model: str,
     groups_read: str,
     refuse_speculation: Callable[[str], None],
-    unified_note: str,
+    unified_note: str | None,
 ) -> None:
     """Refuse, in one line naming the field, what a packed-group rule does not model: a vLLM
     older than ``read_from`` (``groups_read``: whose groups kvbudget read from that source), any
     ``--speculative-config`` that ``refuse_speculation`` refuses, and the hybrid manager turned
-    off (``unified_note``: why that pool is not modelled)."""
+    off (``unified_note``: why that pool is not modelled; None: the family rules on it)."""
     if version < read_from:
         read = ".".join(map(str, read_from))
         raise LayoutNotApplicable(
@@ -72,7 +72,7 @@ def check_packed_request(
         )
     if request.speculative_config is not None:
         refuse_speculation(request.speculative_config)
-    if request.disable_hybrid_kv_cache_manager:
+    if request.disable_hybrid_kv_cache_manager and unified_note is not None:
         raise LayoutNotApplicable(
             f"disable_hybrid_kv_cache_manager: not modelled for {model} ({unified_note}); plan "
             "without it, or measure"

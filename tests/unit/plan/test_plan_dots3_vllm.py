@@ -196,7 +196,7 @@ def test_calc_holds_the_blocks_each_group_keeps(tmp_path: Path) -> None:
         ({}, {"disable_hybrid_kv_cache_manager": True}, "disable_hybrid_kv_cache_manager"),
         (
             {},
-            {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 1}'},
+            {"speculative_config": '{"method": "eagle3", "model": "x/y"}'},
             "speculative_config",
         ),
         ({"model_type": "dots3_note_text"}, {}, "model_type"),
@@ -219,9 +219,23 @@ def test_block_size_not_a_multiple_of_64_is_refused(tmp_path: Path) -> None:
 
 
 def test_compute_capability_12_is_refused(tmp_path: Path) -> None:
-    """RTX PRO 6000 (12.0): vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers
-    (platforms/cuda.py lines 132-136), which turns auto into fp8_ds_mla (mla_attention.py lines
-    358-375, 522-528): not the pool modelled here. An H100 (9.0) keeps bfloat16."""
-    with pytest.raises(LayoutNotApplicable, match=r"^gpu: compute capability 12 for Dots3-Note"):
+    """RTX PRO 6000 (12.0): vLLM 0.32 picks FLASHINFER_MLA_SPARSE_SM120 for the DSA layers'
+    inner attention (platforms/cuda.py lines 132-136), which turns auto into fp8_ds_mla for the
+    shared cache config (mla_attention.py lines 358-375, 522-528); the padded DSA layer then
+    reads fp8_ds_mla (lines 487-490) and its FlashAttnMLASparseImpl raises
+    (flashattn_mla_sparse.py lines 178-181): refused in those words. An H100 (9.0) keeps
+    bfloat16."""
+    with pytest.raises(
+        LayoutNotApplicable, match=r"^gpu: compute capability 12 for Dots3-Note"
+    ) as e:
         _plan(_config(tmp_path), gpu="RTX-PRO-6000")
+    assert "'FlashAttnMLASparseImpl currently supports only FP16/BF16 KV cache.'" in str(e.value)
     assert _plan(_config(tmp_path), gpu="H100").kv_dtype == "bfloat16"
+
+
+def test_a_quantized_cache_is_refused_in_vllms_words(tmp_path: Path) -> None:
+    """--kv-cache-dtype fp8: the DSA layer gets fp8 (or fp8_ds_mla from the inner attention's
+    sparse backend) and FlashAttnMLASparseImpl raises (flashattn_mla_sparse.py lines 178-181)."""
+    with pytest.raises(LayoutNotApplicable, match=r"^kv_dtype: fp8 for Dots3-Note") as e:
+        _plan(_config(tmp_path), kv_dtype="fp8")
+    assert "'FlashAttnMLASparseImpl currently supports only FP16/BF16 KV cache.'" in str(e.value)

@@ -38,6 +38,9 @@ Backends (worker ``get_kv_cache_spec``, ``v1/worker/gpu_model_runner.py`` lines 
   one 64-token indexer page (``64 x 132`` B) at a larger block
   (``KVCacheSpec.get_block_stride_alignment``, ``v1/kv_cache_interface.py`` lines 183-193).
 
+With ``--speculative-config`` method ``mtp`` the drafter's layers follow, each one of the two
+kinds above (:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`).
+
 Block size: without ``--block-size``, the smallest size every backend takes
 (``platforms/interface.py`` lines 699-747, 771-781): 64. A ``--block-size`` that is not a multiple
 of 64 fails at worker setup (``select_common_block_size``, ``v1/worker/utils.py`` lines 515-561).
@@ -51,6 +54,7 @@ flash attention extensions"), so no CPU pool is recorded: these rules are worked
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import lcm
 from typing import Any, Literal
 
@@ -64,8 +68,10 @@ from kvbudget.spec.model import ModelSpec
 
 __all__ = [
     "DOTS3_BLOCK_SIZE",
+    "DSA_KV_REFUSAL",
     "Dots3Spec",
     "dots3_block_alignment",
+    "dots3_has_dsa",
     "dots3_kv_dtype",
     "dots3_layer_specs",
     "dots3_layout",
@@ -95,21 +101,44 @@ def is_dots3_note(spec: ModelSpec) -> bool:
     return spec.model_type in DOTS3_TYPES or has_sliding_latent(spec.layer_seq)
 
 
+#: what vLLM 0.32 raises when a Dots3-Note DSA layer is built with any other cache dtype: its
+#: ``Dots3NotePaddedSparseImpl`` is a ``FlashAttnMLASparseImpl``
+DSA_KV_REFUSAL = (
+    "'FlashAttnMLASparseImpl currently supports only FP16/BF16 KV cache.' "
+    "(v1/attention/backends/mla/flashattn_mla_sparse.py lines 178-181)"
+)
+
+
+def dots3_has_dsa(spec: ModelSpec, mtp_layer_types: Sequence[str] = ()) -> bool:
+    """Whether any layer (the target's ``layer_types``, then the drafter's) is a DSA layer."""
+    types = spec.raw_config.get("layer_types")
+    kinds = [*(types if isinstance(types, list) else []), *mtp_layer_types]
+    return any(kind != "sliding_attention" for kind in kinds)
+
+
 def dots3_kv_dtype(spec: ModelSpec, kv_dtype: str) -> str:
     """The KV dtype name vLLM 0.32 serves Dots3-Note in (``auto`` is the model dtype, a float32
-    model served in bfloat16); the DSA backend takes half-precision KV only."""
+    model served in bfloat16). Any other dtype reaches the DSA layers' own impl, which raises
+    (:data:`DSA_KV_REFUSAL`): the layer reads ``cache_config.cache_dtype`` (``mla_attention.py``
+    lines 487-490), as given or as ``fp8_ds_mla`` once the sparse backend vLLM picks for the
+    replaced inner attention rewrote it (lines 358-375, 522-528), and the forced
+    ``Dots3NotePaddedSparseBackend`` (``models/dots3_note/nvidia/attention.py`` lines 693-709,
+    ``model.py`` lines 227-231) never rewrites it back."""
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
-    if dtype.name not in ("bfloat16", "float16"):
+    if dtype.name in ("bfloat16", "float16"):
+        return dtype.name
+    if dots3_has_dsa(spec):
         raise LayoutNotApplicable(
-            f"kv_dtype: {dtype.name} for Dots3-Note is not modelled: its DSA backend "
-            "(Dots3NotePaddedSparseBackend, a FlashAttnMLASparseBackend) declares auto, float16 or "
-            "bfloat16 KV only (v1/attention/backends/mla/flashattn_mla_sparse.py lines 38-42, "
-            "93-96), and a quantized KV may be switched to fp8_ds_mla by the sparse backend vLLM "
-            "first picks (model_executor/layers/attention/mla_attention.py lines 358-375, 522-528; "
-            "the sliding layers then fp8, models/dots3_note/nvidia/model.py lines 434-436); pass "
+            f"kv_dtype: {dtype.name} for Dots3-Note: vLLM 0.32 does not serve it; its DSA layers "
+            f"(Dots3NotePaddedSparseImpl, models/dots3_note/nvidia/attention.py lines 712-717) "
+            f"raise {DSA_KV_REFUSAL}, given the dtype as is or as fp8_ds_mla "
+            "(model_executor/layers/attention/mla_attention.py lines 358-375, 522-528); pass "
             "--kv-cache-dtype auto"
         )
-    return dtype.name
+    raise LayoutNotApplicable(
+        f"kv_dtype: {dtype.name} for a Dots3-Note without DSA layers is not modelled (its "
+        "sliding layers' quantized pages were not read); pass --kv-cache-dtype auto, or measure"
+    )
 
 
 def _raw_int(raw: dict[str, Any], key: str, why: str) -> int:
@@ -141,10 +170,22 @@ def _check_format(spec: ModelSpec) -> None:
         )
 
 
-def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None) -> list[Dots3Spec]:
+def dots3_layer_specs(
+    spec: ModelSpec,
+    *,
+    kv_dtype: str,
+    block_size: int | None,
+    mtp_layer_types: Sequence[str] = (),
+    extra_retained_tokens: int = 0,
+) -> list[Dots3Spec]:
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
 
-    ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64."""
+    ``kv_dtype`` is vLLM's name (``auto`` allowed); ``block_size=None`` is vLLM's default, 64.
+    ``mtp_layer_types``: the MTP drafter's layers
+    (:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`), registered after every target
+    layer at ``num_hidden_layers + k``; ``extra_retained_tokens``
+    (:func:`kvbudget.capacity.mtp_dots3.dots3_extra_retained_tokens`) widen every sliding spec's
+    window as kept in the pool."""
     _check_format(spec)
     element = 2  # bfloat16 / float16 (dots3_kv_dtype)
     dots3_kv_dtype(spec, kv_dtype)
@@ -170,17 +211,18 @@ def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None)
     row = width * element  # one latent row, padded or sliding
     out: list[Dots3Spec] = []
     window: int | None = None
-    for i, name in enumerate(types):
+    for i, name in enumerate([*types, *mtp_layer_types]):
         if name == "sliding_attention":
             if window is None:
                 window = _raw_int(raw, "sliding_window_size", "model.py line 480")
+                window += extra_retained_tokens
             out.append(
                 Dots3Spec(i, "sliding", "sliding", block, block * row, sliding_window=window)
             )
             continue
         _raw_int(raw, "index_topk", "model.py line 587; deepseek_v2.py line 1138")
         index_dim = _raw_int(raw, "index_head_dim", "deepseek_v2.py line 699")
-        latent = _dsa_latent(spec, i)
+        latent = _dsa_latent(spec, i) if i < len(types) else _mtp_latent(raw)
         if latent > width:
             raise LayoutNotApplicable(
                 f"kv_lora_rank: layer {i}'s latent ({latent}) is wider than the sliding rows it is "
@@ -194,6 +236,13 @@ def dots3_layer_specs(spec: ModelSpec, *, kv_dtype: str, block_size: int | None)
         )
         out.append(Dots3Spec(i, "dsa", "mla", block, block * row, block_stride_alignment=row))
     return out
+
+
+def _mtp_latent(raw: dict[str, Any]) -> int:
+    """A DSA drafter layer's own latent row: its ``Dots3NoteFullAttention`` reads the config's
+    ``kv_lora_rank + qk_rope_head_dim`` (``models/dots3_note/nvidia/model.py`` lines 262-274)."""
+    why = "models/dots3_note/nvidia/model.py lines 262-274"
+    return _raw_int(raw, "kv_lora_rank", why) + _raw_int(raw, "qk_rope_head_dim", why)
 
 
 def _dsa_latent(spec: ModelSpec, index: int) -> int:

@@ -12,9 +12,10 @@ from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
+from kvbudget.capacity.mtp_dots3 import dots3_mtp
 from kvbudget.capacity.mtp_draft import mtp_layers_requested, mtp_pool_layers
 from kvbudget.capacity.plan_types import PlanRequest
-from kvbudget.capacity.pool_dots3 import check_dots3_request, dots3_groups
+from kvbudget.capacity.pool_dots3 import check_dots3_request, check_dots3_unified, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
 from kvbudget.capacity.pool_qwen4 import (
@@ -59,7 +60,37 @@ def vllm_groups(
             "each block (kv_cache_utils.py _get_packed_kv_cache_groups); worked from the source, "
             "not recorded (the model does not import on vLLM's CPU build)"
         )
-        groups = dots3_groups(model, kv_dtype=kv_name, block_size=request.block_size, pp=request.pp)
+        drafter = dots3_mtp(request.speculative_config, model)
+        if drafter.layer_types:
+            notes.append(
+                f"--speculative-config mtp: {len(drafter.layer_types)} MTP layer(s) after the "
+                f"target's ({', '.join(drafter.layer_types)}: mtp_layer_types, default "
+                "sliding_attention), each the target's own spec of that kind, packed with the "
+                "target's groups (config/speculative.py lines 664-678; "
+                "models/dots3_note/nvidia/mtp.py lines 103-120)"
+            )
+        if drafter.extra_retained_tokens:
+            notes.append(
+                f"--speculative-config mtp: several MTP modules, so every sliding spec keeps "
+                f"{drafter.extra_retained_tokens} more tokens below its window "
+                "(num_speculative_tokens - 1: extra_retained_tokens, v1/core/kv_cache_utils.py "
+                "lines 2583-2590); the sliding groups show the window as kept"
+            )
+        if request.disable_hybrid_kv_cache_manager:
+            check_dots3_unified(model, drafter.layer_types)
+            notes.append(
+                "--disable-hybrid-kv-cache-manager: Dots3-Note's layers are all of one kind, so "
+                "vLLM's unification leaves its specs as they are, the same groups "
+                "(v1/core/kv_cache_utils.py lines 1700-1703)"
+            )
+        groups = dots3_groups(
+            model,
+            kv_dtype=kv_name,
+            block_size=request.block_size,
+            pp=request.pp,
+            mtp_layer_types=drafter.layer_types,
+            extra_retained_tokens=drafter.extra_retained_tokens,
+        )
         kv = get_kv_dtype(kv_name, engine="vllm", model_dtype=model.torch_dtype)
         return kv, None, groups
     if is_qwen4_exp(model):

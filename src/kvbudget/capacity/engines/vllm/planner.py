@@ -26,8 +26,9 @@ from kvbudget.capacity.engines.vllm.start import (
     with_checkpoint_kv_dtype,
 )
 from kvbudget.capacity.layouts.vllm import MambaCacheMode
-from kvbudget.capacity.layouts.vllm_dots3 import is_dots3_note
+from kvbudget.capacity.layouts.vllm_dots3 import dots3_has_dsa, is_dots3_note
 from kvbudget.capacity.memory import RankMemory
+from kvbudget.capacity.mtp_dots3 import dots3_mtp
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.pool_dots3 import check_dots3_device
 from kvbudget.capacity.remedies import fit_remedies
@@ -166,7 +167,8 @@ def make_vllm_plan(
     memory_notes(engine)
     mode = resolve_mamba_mode(engine)
     if is_dots3_note(model):
-        check_dots3_device(gpu.compute_capability_major)
+        has_dsa = dots3_has_dsa(model, dots3_mtp(request.speculative_config, model).layer_types)
+        check_dots3_device(gpu.compute_capability_major, has_dsa=has_dsa)
     try:
         kv_dtype, all_specs, groups = vllm_groups(
             request, model, behaviour, engine.version_text, kv_dtype, block_size, mode, notes
