@@ -57,6 +57,7 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     get_pp_indices,
 )
+from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_specs, ring_row_bytes
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
     MambaCacheMode,
@@ -224,6 +225,7 @@ def qwen4_layer_specs(
     mamba_state_bytes: int | None = None,
     mamba_ssm_state_bytes: int | None = None,
     num_speculative_tokens: int = 0,
+    mtp_layers: int = 0,
 ) -> tuple[int, list[Qwen4Spec]]:
     """``(block size, every spec in registration order)`` of Qwen4-Exp on one TP rank.
 
@@ -232,7 +234,10 @@ def qwen4_layer_specs(
     ``mamba_utils.py`` ``gated_delta_net_state_shape`` lines 280-300), the PLE conv state too
     (``model.py`` lines 797-816, ``short_conv_state_shape`` lines 257-266), the QSA ring to
     ``ratio x cdiv(ratio + spec, ratio)`` rows (``qsa_cache.py`` lines 844-862), and gives each
-    GDN / PLE spec that many speculative blocks (``mamba/abstract.py`` lines 79-83)."""
+    GDN / PLE spec that many speculative blocks (``mamba/abstract.py`` lines 79-83), whatever the
+    proposer (``vllm_config.num_speculative_tokens``, ``config/vllm.py`` lines 601-606).
+    ``mtp_layers``: the MTP drafter's QSA layers, after the target's
+    (:mod:`kvbudget.capacity.layouts.vllm_qwen4_mtp`)."""
     check_qwen4(spec, kv_dtype=kv_dtype, tp=tp, block_size=block_size)
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
     ratio = compress_ratio(spec)
@@ -300,6 +305,10 @@ def qwen4_layer_specs(
             out.append(Qwen4Spec(i, "compressed", block, compressed, f"full {block}"))
             page = attention_page_bytes(layer, dtype, tp, block)
             out.append(Qwen4Spec(i, "attention", block, page, f"full {block}"))
+    if mtp_layers:
+        index_dim = next(x.index_head_dim for x in attns if x.index_head_dim)
+        row = ring_row_bytes(spec, index_dim, RING_BYTES)
+        out.extend(qwen4_mtp_specs(spec, out, mtp_layers, row))
     return block, out
 
 

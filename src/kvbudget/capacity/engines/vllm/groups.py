@@ -88,8 +88,15 @@ def vllm_groups(
             mamba_ssm_state_bytes=mamba_dtype_bytes(
                 request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
             ),
-            num_speculative_tokens=qwen4_speculative_tokens(request.speculative_config),
+            num_speculative_tokens=qwen4_speculative_tokens(request.speculative_config, model),
+            mtp_layers=(mtp := mtp_layers_requested(request, model)),
         )
+        if mtp:
+            notes.append(
+                f"--speculative-config mtp: {mtp} MTP drafter layer(s) after the target's, each a "
+                "QSA layer with the target's K/V, raw-key ring and compressed-key pages, packed "
+                "with the target's groups (models/qwen4_exp/nvidia/mtp.py lines 189-230)"
+            )
         return kv_dtype, None, groups
     dsv4 = is_deepseek_v4(model)
     if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)
