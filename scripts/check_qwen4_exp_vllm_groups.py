@@ -70,6 +70,7 @@ def specs(
     align: bool,
     spec_tokens: int = 0,
     mtp: int = 0,
+    indexer_fp8: bool = False,
 ) -> tuple[int, dict[str, KVCacheSpec]]:
     # num_speculative_tokens widens both conv states (mamba_utils.py lines 257-300) and the ring
     # (qsa_cache.py lines 850-851), and is each MambaSpec's num_speculative_blocks (abstract.py
@@ -120,9 +121,10 @@ def specs(
             block_size=rows, num_kv_heads=1, head_size=m.index_dim, head_size_v=0,
             dtype=torch.bfloat16,
         )  # fmt: skip
+        # --attention-config indexer_kv_dtype fp8: float8_e4m3fn keys (indexer_qsa.py 152-163)
         out[f"layers.{i}.self_attn.indexer.compressed_key_cache"] = MLAAttentionSpec(
-            block_size=b, num_kv_heads=1, head_size=m.index_dim, dtype=torch.bfloat16,
-            tokens_per_state=m.ratio,
+            block_size=b, num_kv_heads=1, head_size=m.index_dim,
+            dtype=torch.float8_e4m3fn if indexer_fp8 else torch.bfloat16, tokens_per_state=m.ratio,
         )  # fmt: skip
         out[f"layers.{i}.self_attn.attn"] = FullAttentionSpec(
             block_size=b,
@@ -147,6 +149,7 @@ def run(
     spec_tokens: int = 0,
     pp: int = 1,
     mtp: int = 0,
+    indexer_fp8: bool = False,
 ) -> None:
     b, layer_specs = specs(
         m,
@@ -157,6 +160,7 @@ def run(
         align=align,
         spec_tokens=spec_tokens,
         mtp=mtp,
+        indexer_fp8=indexer_fp8,
     )
     # method mtp: vLLM's _annotate_eagle_groups / _uses_trailing_mtp_layers read these
     # (kv_cache_utils.py lines 1997-2085); any other proposer adds no layer
@@ -260,6 +264,8 @@ def main() -> None:
         align=True)  # fmt: skip
     run("40 layers, tp 2, 10 GiB, 32k, mtp 1, align", big, tp=2, avail=10 * GiB, max_len=32768,
         align=True, spec_tokens=1, mtp=1)  # fmt: skip
+    run("tiny, fp8 indexer", tiny, indexer_fp8=True)
+    run("tiny, fp8 KV and indexer", tiny, fp8=True, indexer_fp8=True)
 
 
 if __name__ == "__main__":

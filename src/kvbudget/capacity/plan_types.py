@@ -221,6 +221,12 @@ class PlanRequest(BaseModel):
         "and GLM-5 by SGLang's own rules (0.5.23: its layer and weights in the target's budget; "
         "0.5.4: a raised pool, the draft outside it); other drafts refused.",
     )
+    attention_config: str | None = Field(
+        default=None,
+        description="vLLM --attention-config JSON; kvbudget reads its indexer_kv_dtype only "
+        "(Qwen4-Exp: bf16 or fp8 compressed index keys; other models refuse a value other than "
+        "auto, and any other key is refused).",
+    )
     allow_long_max_model_len: bool = Field(
         default=False,
         description="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: a max_model_len past the config's limit",

@@ -112,6 +112,7 @@ def qwen4_groups(
     mamba_ssm_state_bytes: int | None = None,
     num_speculative_tokens: int = 0,
     mtp_layers: int = 0,
+    indexer_kv_dtype: str = "auto",
 ) -> list[KvCacheGroup]:
     """Qwen4-Exp's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
     ``uniform_type``: its page is the sum of its members' pages); ``mtp_layers`` MTP drafter
@@ -132,6 +133,7 @@ def qwen4_groups(
         mamba_ssm_state_bytes=mamba_ssm_state_bytes,
         num_speculative_tokens=num_speculative_tokens,
         mtp_layers=mtp_layers,
+        indexer_kv_dtype=indexer_kv_dtype,
     )
     out: list[KvCacheGroup] = []
     for members in packed_qwen4_groups(specs):

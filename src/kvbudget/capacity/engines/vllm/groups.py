@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
+from kvbudget.capacity.attention_config import indexer_kv_dtype
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
@@ -23,6 +24,7 @@ from kvbudget.capacity.pool_qwen4 import (
     qwen4_speculative_tokens,
 )
 from kvbudget.capacity.versions import VllmBehaviour
+from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.model import ModelSpec
@@ -44,6 +46,13 @@ def vllm_groups(
     (its packed groups), whose cache dtype is ``fp8_ds_mla``, and for Dots3-Note (its packed
     groups, ``capacity.pool_dots3``). Appends its notes to ``notes``."""
     kv_name = request.kv_dtype
+    indexer = indexer_kv_dtype(request.attention_config)
+    if indexer != "auto" and not is_qwen4_exp(model):
+        raise ConfigError(
+            f"attention_config: indexer_kv_dtype {indexer!r} for {model.model_type}: not modelled "
+            "(kvbudget reads it for Qwen4-Exp's QSA indexer only); plan without it, or measure",
+            field="attention_config",
+        )
     if is_dots3_note(model):
         check_dots3_request(request, behaviour.version)
         kv_name = dots3_kv_dtype(model, kv_name)
@@ -90,6 +99,7 @@ def vllm_groups(
             ),
             num_speculative_tokens=qwen4_speculative_tokens(request.speculative_config, model),
             mtp_layers=(mtp := mtp_layers_requested(request, model)),
+            indexer_kv_dtype=indexer,
         )
         if mtp:
             notes.append(
