@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from kvbudget.capacity.checkpoint_mtp import is_skipped_mtp_tensor
 from kvbudget.capacity.layouts.vllm_qwen4 import qwen4_layer_specs
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
@@ -198,3 +199,15 @@ def test_ngram_gpu_is_ngrams_pool(tmp_path: Path) -> None:
     assert result.num_blocks == 233_016
     assert result.max_concurrency == pytest.approx(233_016 / 266) == 876.0
     assert result.kv_cache_tokens == 7_176_192
+
+
+def test_without_the_drafter_the_target_skips_the_mtp_tensors(tmp_path: Path) -> None:
+    """Without method mtp a snapshot's ``total_size`` over-counts the drafter: the target's loader
+    maps every name holding ``mtp.`` to None (``nvidia/model.py`` lines 923-926 for
+    ``Qwen4ExpForCausalLM``, 1126-1129 for the multimodal model), so kvbudget takes those
+    tensors' bytes off (``capacity.checkpoint_mtp``)."""
+    spec = resolve_model(_config(tmp_path, mtp_num_hidden_layers=1)).spec
+    assert spec is not None
+    assert is_skipped_mtp_tensor(spec, "mtp.layers.0.self_attn.qkv_proj.weight")
+    assert is_skipped_mtp_tensor(spec, "model.language_model.mtp.fc_hidden.weight")
+    assert not is_skipped_mtp_tensor(spec, "model.language_model.layers.3.self_attn.o_proj.weight")
