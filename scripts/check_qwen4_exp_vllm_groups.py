@@ -259,6 +259,7 @@ def main() -> None:
     run("tiny, 8 layers, pp 3", Model(layers=8), pp=3)
     run("tiny, mtp 1 layer, 1 token", tiny, spec_tokens=1, mtp=1)
     run("tiny, mtp 1 layer, 1 token, align", tiny, spec_tokens=1, mtp=1, align=True)
+    run("tiny, mtp 1 layer, 2 tokens", tiny, spec_tokens=2, mtp=1)
     run("tiny, mtp 3 layers, 3 tokens", tiny, spec_tokens=3, mtp=3)
     run("tiny, PLE 1 3, mtp 1 layer, 2 tokens, align", Model(ple={1, 3}), spec_tokens=2, mtp=1,
         align=True)  # fmt: skip

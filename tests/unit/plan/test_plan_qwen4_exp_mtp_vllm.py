@@ -22,13 +22,16 @@ spec's ``num_speculative_blocks`` (``mamba/abstract.py`` lines 79-83).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvbudget.capacity.checkpoint_mtp import is_skipped_mtp_tensor
+from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_qwen4 import qwen4_layer_specs
+from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
 from tests.unit.config_files import write_config
@@ -98,6 +101,20 @@ def test_the_deprecated_method_name_is_the_same_drafter(tmp_path: Path) -> None:
         config, mamba_cache_mode="none", speculative_config='{"method": "qwen4_exp_mtp"}'
     )
     assert result.max_concurrency == pytest.approx(116_508 / 261)
+
+
+def test_num_nextn_predict_layers_sets_the_tokens_not_the_layers(tmp_path: Path) -> None:
+    """No ``mtp_num_hidden_layers``, ``num_nextn_predict_layers`` 2: vLLM builds
+    ``getattr(config, "mtp_num_hidden_layers", 1)`` = 1 layer (``nvidia/mtp.py`` line 190) but
+    ``n_predict`` = 2 (``config/speculative.py`` lines 849-853), so 2 speculative tokens: GDN conv
+    ``[128, 5]``, (640 + 1,024) x 2 = 3,328 B, B = 32; ring 8 rows. The groups of the one-layer
+    case; none: 256 + 1 + 2 x (1 + 2) = 263 per request: 116,508 / 263 = 442.996."""
+    config = _config(tmp_path, num_nextn_predict_layers=2)
+    result = _plan(config, mamba_cache_mode="none", speculative_config=MTP)
+    got = [(g.kind, list(g.layer_indices), g.page_size_bytes) for g in result.groups]
+    assert got[-2:] == [("ring", [3, 4], 1024), ("full", [3, 4], 9216)]
+    assert result.num_blocks == 116_508
+    assert result.max_concurrency == pytest.approx(116_508 / 263)
 
 
 def test_three_drafter_layers(tmp_path: Path) -> None:
@@ -211,3 +228,45 @@ def test_without_the_drafter_the_target_skips_the_mtp_tensors(tmp_path: Path) ->
     assert is_skipped_mtp_tensor(spec, "mtp.layers.0.self_attn.qkv_proj.weight")
     assert is_skipped_mtp_tensor(spec, "model.language_model.mtp.fc_hidden.weight")
     assert not is_skipped_mtp_tensor(spec, "model.language_model.layers.3.self_attn.o_proj.weight")
+
+
+def _multimodal(tmp_path: Path, architecture: str) -> ModelSpec:
+    text = {
+        **QWEN4,
+        "mtp_num_hidden_layers": 1,
+        "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6]},
+    }
+    wrapper = {
+        "model_type": "qwen4_exp",
+        "architectures": [architecture],
+        "text_config": text,
+        "vision_config": {},
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(wrapper), encoding="utf-8")
+    spec = resolve_model(str(path)).spec
+    assert spec is not None
+    return spec
+
+
+def test_a_multimodal_drafter_ring_keeps_mrope_positions(tmp_path: Path) -> None:
+    """``Qwen4ExpMTPConfig`` keeps M-RoPE when the checkpoint has a ``vision_config``
+    (``models/config.py`` lines 970-978), as the multimodal target does: both rings hold 8 rows of
+    (32 + 12) bf16 (``qsa_cache.py`` lines 814-829): 704 B each."""
+    spec = _multimodal(tmp_path, "Qwen4ExpForConditionalGeneration")
+    _block, specs = qwen4_layer_specs(spec, num_speculative_tokens=1, mtp_layers=1)
+    assert [(s.layer_index, s.page_size_bytes) for s in specs if s.role == "ring"] == [
+        (3, 8 * (32 + 12) * 2),
+        (4, 8 * (32 + 12) * 2),
+    ]
+
+
+def test_rings_of_two_widths_are_refused(tmp_path: Path) -> None:
+    """``Qwen4ExpForCausalLM`` strips M-RoPE from the target (``models/config.py`` lines 962-967)
+    while its drafter keeps it beside a ``vision_config`` (lines 970-978): two ring widths, not
+    modelled."""
+    spec = _multimodal(tmp_path, "Qwen4ExpForCausalLM")
+    with pytest.raises(
+        LayoutNotApplicable, match=r"^speculative_config: method mtp .*rings differ"
+    ):
+        qwen4_layer_specs(spec, num_speculative_tokens=1, mtp_layers=1)
