@@ -198,14 +198,15 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
 def qwen4_speculative_tokens(speculative_config: str | None, spec: ModelSpec | None = None) -> int:
     """``num_speculative_tokens`` of a ``--speculative-config`` (0 without one): vLLM 0.32 sizes
     Qwen4-Exp's ring and states by ``vllm_config.num_speculative_tokens`` (``config/vllm.py``
-    lines 601-606). An n-gram proposer must set it; the MTP drafter's defaults to its layer count
+    lines 601-606). An n-gram proposer must set it; the MTP drafter's may default to its n_predict
     (:func:`kvbudget.capacity.layouts.vllm_qwen4_mtp.qwen4_mtp_speculative_tokens`, which needs
     ``spec``)."""
     if speculative_config is None:
         return 0
-    tokens = parse_speculative_config(speculative_config).get("num_speculative_tokens")
+    config = parse_speculative_config(speculative_config)
+    tokens = config.get("num_speculative_tokens")
     if qwen4_method(speculative_config) == "mtp" and spec is not None:
-        return qwen4_mtp_speculative_tokens(spec, tokens)
+        return qwen4_mtp_speculative_tokens(spec, config)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise LayoutNotApplicable(
             f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; it sizes "

@@ -37,7 +37,9 @@ from kvbudget.units import GiB
 from tests.unit.config_files import write_config
 from tests.unit.plan.test_plan_qwen4_exp_vllm import QWEN4, QWEN4_40, _plan
 
-MTP = '{"method": "mtp"}'
+#: no num_speculative_tokens: a "model" (the target's checkpoint, as vLLM sets it for mtp) builds
+#: the draft config, whose n_predict sets it (``config/speculative.py`` lines 1274, 1477-1492)
+MTP = '{"method": "mtp", "model": "Qwen/Qwen4-Exp"}'
 MTP_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
 
 
@@ -98,7 +100,9 @@ def test_the_deprecated_method_name_is_the_same_drafter(tmp_path: Path) -> None:
     ``mtp`` (lines 1141-1145) before Qwen4-Exp's check (``models/config.py`` lines 950-959)."""
     config = _config(tmp_path, mtp_num_hidden_layers=1)
     result = _plan(
-        config, mamba_cache_mode="none", speculative_config='{"method": "qwen4_exp_mtp"}'
+        config,
+        mamba_cache_mode="none",
+        speculative_config='{"method": "qwen4_exp_mtp", "num_speculative_tokens": 1}',
     )
     assert result.max_concurrency == pytest.approx(116_508 / 261)
 

@@ -334,6 +334,7 @@ def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
 
 
 _EIGHT = {"num_hidden_layers": 8}
+_MTP_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
 
 
 @pytest.mark.parametrize(
@@ -366,12 +367,17 @@ _EIGHT = {"num_hidden_layers": 8}
             r"vLLM 0.32 raises 'num_speculative_tokens:3 must be divisible by n_predict=2'",
         ),
         (
-            {"speculative_config": '{"method": "mtp"}', "kv_cache_memory_bytes": None},
+            {"speculative_config": '{"method": "mtp"}'},
+            r"^speculative_config: num_speculative_tokens None with Qwen4-Exp's MTP; vLLM 0.32 "
+            r"raises 'num_speculative_tokens must be provided with speculative model unless",
+        ),
+        (
+            {"speculative_config": _MTP_1, "kv_cache_memory_bytes": None},
             r"^speculative_config: the MTP drafter's weights \(1 decoder layer\(s\) of "
             r"qwen4_exp_text\) are not estimated by kvbudget; pass --weights-bytes",
         ),
         (
-            {"speculative_config": '{"method": "mtp"}', "pp": 2, "model_changes": _EIGHT},
+            {"speculative_config": _MTP_1, "pp": 2, "model_changes": _EIGHT},
             r"^speculative_config: an MTP drafter with --pp > 1 is not priced",
         ),
         (

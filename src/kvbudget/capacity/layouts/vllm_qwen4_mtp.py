@@ -5,9 +5,10 @@ Facts, vLLM 0.32.0 (``site-packages/vllm/``):
 
 * ``config/speculative.py`` lines 845-865: a ``qwen4_exp`` / ``qwen4_exp_text`` checkpoint's
   drafter is ``Qwen4ExpMTP`` with ``n_predict = mtp_num_hidden_layers`` (else
-  ``num_nextn_predict_layers``); ``num_speculative_tokens`` defaults to ``n_predict`` and, when
-  larger, must be a multiple of it (lines 1489-1501: "num_speculative_tokens:S must be divisible
-  by n_predict=N").
+  ``num_nextn_predict_layers``); ``num_speculative_tokens`` defaults to ``n_predict`` where the
+  speculative config names a ``model`` (else it must be set, lines 1819-1824) and, when larger,
+  must be a multiple of it (lines 1489-1501: "num_speculative_tokens:S must be divisible by
+  n_predict=N").
 * ``models/qwen4_exp/nvidia/mtp.py`` lines 189-230: ``getattr(config, "mtp_num_hidden_layers",
   1)`` ``Qwen4ExpDecoderLayer`` s, ``layer_type="qwen_sparse_attention"``, at layer index
   ``num_hidden_layers + k``, built with the target's text config and ``cache_config``
@@ -66,21 +67,23 @@ def qwen4_mtp_layers(spec: ModelSpec) -> int:
     return _positive("mtp_num_hidden_layers", raw.get("mtp_num_hidden_layers", DEFAULT_MTP_LAYERS))
 
 
-def qwen4_mtp_speculative_tokens(spec: ModelSpec, num_speculative_tokens: Any) -> int:
-    """``num_speculative_tokens`` as vLLM 0.32 resolves it for the Qwen4-Exp drafter: absent, its
-    ``n_predict`` (``config/speculative.py`` lines 1489-1492); refused where vLLM raises."""
+def qwen4_mtp_speculative_tokens(spec: ModelSpec, speculative: dict[str, Any]) -> int:
+    """``num_speculative_tokens`` as vLLM 0.32 resolves it for the Qwen4-Exp drafter: absent, the
+    drafter's ``n_predict`` where a ``model`` builds its config (``config/speculative.py`` lines
+    1274, 1489-1492; without one vLLM raises, lines 1819-1824); refused where vLLM raises."""
     raw = spec.raw_config
     n_predict = raw.get("mtp_num_hidden_layers", raw.get("num_nextn_predict_layers"))
-    if num_speculative_tokens is None:
-        if n_predict is None:
+    tokens = speculative.get("num_speculative_tokens")
+    if tokens is None:
+        if n_predict is None or not speculative.get("model"):
             raise LayoutNotApplicable(
-                "speculative_config: num_speculative_tokens None with Qwen4-Exp's MTP and no "
-                "mtp_num_hidden_layers / num_nextn_predict_layers in the config; vLLM 0.32 raises "
-                "'A speculative model was provided, but `num_speculative_tokens` was not "
-                "provided' (config/speculative.py lines 1503-1507); set it"
+                "speculative_config: num_speculative_tokens None with Qwen4-Exp's MTP; vLLM 0.32 "
+                "raises 'num_speculative_tokens must be provided with speculative model unless "
+                "the draft model config contains an n_predict parameter.' (config/speculative.py "
+                "lines 1819-1824; n_predict is read only from a 'model', lines 1274, 1477-1492, "
+                "and from mtp_num_hidden_layers / num_nextn_predict_layers, lines 849-853); set it"
             )
         return _positive("mtp_num_hidden_layers", n_predict)
-    tokens = num_speculative_tokens
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise LayoutNotApplicable(
             f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; vLLM 0.32 "
