@@ -39,6 +39,7 @@ def test_fp8_indexer_halves_the_compressed_keys(tmp_path: Path) -> None:
     assert result.num_blocks == GiB // 4352 == 246_723
     assert result.max_concurrency == pytest.approx(246_723 / 260)
     assert result.kv_cache_tokens == 7_773_672
+    assert any("one fp8 row per indexer_compress_ratio tokens" in n for n in result.notes)
 
 
 def test_fp8_indexer_with_an_fp8_kv_cache(tmp_path: Path) -> None:

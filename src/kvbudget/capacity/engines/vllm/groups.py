@@ -80,7 +80,8 @@ def vllm_groups(
             )
         notes.append(
             "Qwen4-Exp in vLLM 0.32: each QSA layer's K/V plus its indexer's compressed keys "
-            "(one bf16 row per indexer_compress_ratio tokens) in one group; the indexer's raw-key "
+            f"(one {'fp8' if indexer == 'fp8' else 'bf16'} row per indexer_compress_ratio tokens) "
+            "in one group; the indexer's raw-key "
             "ring (one page per request), GDN and PLE states (padded to the attention page) in "
             "groups of their own, packed side by side in each block (kv_cache_utils.py "
             "_get_packed_kv_cache_groups); worked from the source, not recorded (the model does "
