@@ -69,6 +69,8 @@ def specs(
     block: int | None,
     align: bool,
     spec_tokens: int = 0,
+    mtp: int = 0,
+    indexer_fp8: bool = False,
 ) -> tuple[int, dict[str, KVCacheSpec]]:
     # num_speculative_tokens widens both conv states (mamba_utils.py lines 257-300) and the ring
     # (qsa_cache.py lines 850-851), and is each MambaSpec's num_speculative_blocks (abstract.py
@@ -90,8 +92,10 @@ def specs(
     mamba_block = b if align else max_len  # align: mamba_block_size = block_size (line 1103)
     mode = "align" if align else "none"
     out: dict[str, KVCacheSpec] = {}
-    for i in range(m.layers):
-        if i + 1 in m.ple:
+    # an MTP drafter's layers (models/qwen4_exp/nvidia/mtp.py lines 189-230): `mtp` QSA layers at
+    # index layers + k, registered after every target layer, the target's specs
+    for i in [*range(m.layers), *range(m.layers, m.layers + mtp)]:
+        if i < m.layers and i + 1 in m.ple:
             out[f"layers.{i}.ple"] = MambaSpec(
                 shapes=(ple_shape,),
                 dtypes=(torch.bfloat16,),
@@ -101,7 +105,7 @@ def specs(
                 mamba_cache_mode=mode,
                 num_speculative_blocks=spec_tokens,
             )
-        if (i + 1) % m.interval:
+        if i < m.layers and (i + 1) % m.interval:
             out[f"layers.{i}.linear_attn"] = MambaSpec(
                 shapes=(conv_shape, temporal),
                 dtypes=(torch.bfloat16, torch.bfloat16),
@@ -117,9 +121,10 @@ def specs(
             block_size=rows, num_kv_heads=1, head_size=m.index_dim, head_size_v=0,
             dtype=torch.bfloat16,
         )  # fmt: skip
+        # --attention-config indexer_kv_dtype fp8: float8_e4m3fn keys (indexer_qsa.py 152-163)
         out[f"layers.{i}.self_attn.indexer.compressed_key_cache"] = MLAAttentionSpec(
-            block_size=b, num_kv_heads=1, head_size=m.index_dim, dtype=torch.bfloat16,
-            tokens_per_state=m.ratio,
+            block_size=b, num_kv_heads=1, head_size=m.index_dim,
+            dtype=torch.float8_e4m3fn if indexer_fp8 else torch.bfloat16, tokens_per_state=m.ratio,
         )  # fmt: skip
         out[f"layers.{i}.self_attn.attn"] = FullAttentionSpec(
             block_size=b,
@@ -143,9 +148,31 @@ def run(
     align: bool = False,
     spec_tokens: int = 0,
     pp: int = 1,
+    mtp: int = 0,
+    indexer_fp8: bool = False,
 ) -> None:
     b, layer_specs = specs(
-        m, tp=tp, fp8=fp8, max_len=max_len, block=block, align=align, spec_tokens=spec_tokens
+        m,
+        tp=tp,
+        fp8=fp8,
+        max_len=max_len,
+        block=block,
+        align=align,
+        spec_tokens=spec_tokens,
+        mtp=mtp,
+        indexer_fp8=indexer_fp8,
+    )
+    # method mtp: vLLM's _annotate_eagle_groups / _uses_trailing_mtp_layers read these
+    # (kv_cache_utils.py lines 1997-2085); any other proposer adds no layer
+    speculative = (
+        SimpleNamespace(
+            method="mtp",
+            num_speculative_tokens=spec_tokens,
+            use_eagle=lambda: True,
+            use_eagle_block_drop=lambda: True,
+        )
+        if mtp
+        else None
     )
     config = SimpleNamespace(
         cache_config=SimpleNamespace(
@@ -155,7 +182,7 @@ def run(
             num_gpu_blocks_override=None,
         ),
         scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False),
-        speculative_config=None,
+        speculative_config=speculative,
         attention_config=SimpleNamespace(hisparse_config=None),
         model_config=SimpleNamespace(
             hf_config=SimpleNamespace(model_type="qwen4_exp_text"),
@@ -199,7 +226,7 @@ def run(
         layers = sorted({int(n.split(".")[1]) for n in g.layer_names})
         print(
             f"  {type(s.first_spec).__name__:>20} layers {layers} page {s.page_size_bytes} "
-            f"blocks/request {need}"
+            f"blocks/request {need}" + (" (eagle group)" if g.is_eagle_group else "")
         )
     print(
         f"  bytes per block {bpb}, num_blocks {cfg.num_blocks}, concurrency {conc}, "
@@ -230,6 +257,16 @@ def main() -> None:
     run("tiny, PLE, ngram 2, align", Model(ple={1, 3}), spec_tokens=2, align=True)
     run("tiny, 8 layers, pp 2", Model(layers=8), pp=2)
     run("tiny, 8 layers, pp 3", Model(layers=8), pp=3)
+    run("tiny, mtp 1 layer, 1 token", tiny, spec_tokens=1, mtp=1)
+    run("tiny, mtp 1 layer, 1 token, align", tiny, spec_tokens=1, mtp=1, align=True)
+    run("tiny, mtp 1 layer, 2 tokens", tiny, spec_tokens=2, mtp=1)
+    run("tiny, mtp 3 layers, 3 tokens", tiny, spec_tokens=3, mtp=3)
+    run("tiny, PLE 1 3, mtp 1 layer, 2 tokens, align", Model(ple={1, 3}), spec_tokens=2, mtp=1,
+        align=True)  # fmt: skip
+    run("40 layers, tp 2, 10 GiB, 32k, mtp 1, align", big, tp=2, avail=10 * GiB, max_len=32768,
+        align=True, spec_tokens=1, mtp=1)  # fmt: skip
+    run("tiny, fp8 indexer", tiny, indexer_fp8=True)
+    run("tiny, fp8 KV and indexer", tiny, fp8=True, indexer_fp8=True)
 
 
 if __name__ == "__main__":

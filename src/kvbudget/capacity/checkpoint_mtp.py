@@ -15,6 +15,8 @@ vLLM 0.32.0 does not load them (``site-packages/vllm``):
 * DeepSeek-V4: any name holding ``mtp.`` (``models/deepseek_v4/nvidia/model.py`` line 1753, mapped
   to None).
 * MiniMax-M3: any name holding ``mtp.`` (``models/minimax_m3/nvidia/model.py`` lines 969-971).
+* Qwen4-Exp: any name holding ``mtp.`` (``models/qwen4_exp/nvidia/model.py`` lines 923-926,
+  1126-1129: ``orig_to_new_substr={"mtp.": None}``).
 
 Their bytes are read from the shards' safetensors headers (8-byte little-endian header length,
 then a JSON map of tensor name to ``data_offsets``: the tensor's bytes are ``end - start``), the
@@ -32,6 +34,7 @@ from typing import Any
 
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import VLLM_MINIMAX_M3_TYPES
+from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
@@ -62,7 +65,7 @@ def is_skipped_mtp_tensor(model: ModelSpec, name: str) -> bool:
         return name.startswith("model.mtp_layers.")
     if model_type == "mimo_v2_flash":
         return "mtp" in name
-    if model_type in VLLM_MINIMAX_M3_TYPES or is_deepseek_v4(model):
+    if model_type in VLLM_MINIMAX_M3_TYPES or is_deepseek_v4(model) or is_qwen4_exp(model):
         return "mtp." in name
     return False
 

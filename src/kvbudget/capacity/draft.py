@@ -42,6 +42,7 @@ MTP_METHODS = frozenset(
         "mimo_mtp",
         "mimo_v2_mtp",
         "glm4_moe_mtp",
+        "qwen4_exp_mtp",
     }
 )
 

@@ -114,6 +114,8 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     check_minimax_m3,
     minimax_m3_index_page_bytes,
 )
+from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
+from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_layers
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
 from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
@@ -234,6 +236,8 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
                 field="speculative_config",
             )
         return n
+    if is_qwen4_exp(model):
+        return qwen4_mtp_layers(model)
     if model.model_type in VLLM_MINIMAX_M3_TYPES:
         value = raw.get("num_mtp_modules", MINIMAX_M3_DEFAULT_MTP_MODULES)
         return _field("num_mtp_modules", value, model.model_type)
@@ -241,7 +245,9 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
         return len(mtp_pool_layers(request, model))
     if is_dots3_note(model):
         return len(dots3_mtp_layer_types(model, config))
-    priced = ", ".join(sorted({"deepseek_v4", "dots3_note", "minimax_m3", *SPEC_MTP_TYPES}))
+    priced = ", ".join(
+        sorted({"deepseek_v4", "dots3_note", "minimax_m3", "qwen4_exp", *SPEC_MTP_TYPES})
+    )
     raise ConfigError(
         f"speculative_config: method mtp is priced for {priced} only, not "
         f"{model.model_type!r} (kvbudget has not read its drafter's vLLM specs); pass "

@@ -215,10 +215,17 @@ class PlanRequest(BaseModel):
         description='vLLM --speculative-config JSON; a draft model ({"model": ID, '
         '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool; method '
         "mtp (DeepSeek-V3/V3.2/V4, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash, MiniMax-M3) adds the MTP "
-        "layers' pages and the drafter's weights (DeepSeek-V4's NVFP4 drafter experts refused). "
+        "layers' pages and the drafter's weights (DeepSeek-V4's NVFP4 drafter experts refused; "
+        "Qwen4-Exp: its QSA drafter layers' pages, weights from --weights-bytes). "
         "With --engine sglang method mtp is SGLang's NEXTN drafter for DeepSeek-V3/V3.2, GLM-4.5 "
         "and GLM-5 by SGLang's own rules (0.5.23: its layer and weights in the target's budget; "
         "0.5.4: a raised pool, the draft outside it); other drafts refused.",
+    )
+    attention_config: str | None = Field(
+        default=None,
+        description="vLLM --attention-config JSON; kvbudget reads its indexer_kv_dtype only "
+        "(Qwen4-Exp: bf16 or fp8 compressed index keys; other models refuse a value other than "
+        "auto, and any other key is refused).",
     )
     allow_long_max_model_len: bool = Field(
         default=False,

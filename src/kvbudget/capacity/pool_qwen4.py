@@ -20,7 +20,7 @@ other backends declare none, ``v1/attention/backends/utils.py`` lines 208-244), 
    1627); a max-length request needs ``cdiv(L, B)`` attention blocks and one block per state
    group (two per mamba group with ``--mamba-cache-mode align``: ``MambaSpec``
    ``max_memory_usage_bytes``, lines 1076-1082; ``CircularBufferSpec``, lines 923-926), plus
-   ``num_speculative_tokens`` per mamba group with an n-gram proposer (``num_speculative_blocks``);
+   ``num_speculative_tokens`` per mamba group with any proposer (``num_speculative_blocks``);
    the "Maximum concurrency" is ``num_blocks`` over their sum (lines 1195-1227).
 5. ``--pp`` > 1 (no ``ple_layer_ids``): the whole model's groups, each projected onto a stage's
    layers (``get_kv_cache_configs`` lines 2566-2603, ``_project_kv_cache_groups_to_worker``
@@ -30,16 +30,16 @@ other backends declare none, ``v1/attention/backends/utils.py`` lines 208-244), 
 
 from __future__ import annotations
 
-from kvbudget.capacity.draft import draft_method, parse_speculative_config
+from kvbudget.capacity.draft import MTP_METHODS, draft_method, parse_speculative_config
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_qwen4 import Qwen4Spec, qwen4_layer_specs
+from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_speculative_tokens
 from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind
 from kvbudget.capacity.pool_dsv4 import approximate_gcd
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
     packed_kv_group,
-    refuse_unmodelled_speculation,
 )
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.model import ModelSpec
@@ -49,6 +49,7 @@ __all__ = [
     "check_qwen4_request",
     "packed_qwen4_groups",
     "qwen4_groups",
+    "qwen4_method",
     "qwen4_speculative_tokens",
     "refuse_qwen4_speculation",
 ]
@@ -110,9 +111,12 @@ def qwen4_groups(
     mamba_state_bytes: int | None = None,
     mamba_ssm_state_bytes: int | None = None,
     num_speculative_tokens: int = 0,
+    mtp_layers: int = 0,
+    indexer_kv_dtype: str = "auto",
 ) -> list[KvCacheGroup]:
     """Qwen4-Exp's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
-    ``uniform_type``: its page is the sum of its members' pages)."""
+    ``uniform_type``: its page is the sum of its members' pages); ``mtp_layers`` MTP drafter
+    layers join them (:mod:`kvbudget.capacity.layouts.vllm_qwen4_mtp`)."""
     if pp > 1 and spec.raw_config.get("ple_layer_ids"):
         raise LayoutNotApplicable(
             "pp: Qwen4-Exp with ple_layer_ids; vLLM 0.32 raises 'Qwen4Exp N-gram PLE embedding "
@@ -128,6 +132,8 @@ def qwen4_groups(
         mamba_state_bytes=mamba_state_bytes,
         mamba_ssm_state_bytes=mamba_ssm_state_bytes,
         num_speculative_tokens=num_speculative_tokens,
+        mtp_layers=mtp_layers,
+        indexer_kv_dtype=indexer_kv_dtype,
     )
     out: list[KvCacheGroup] = []
     for members in packed_qwen4_groups(specs):
@@ -157,18 +163,27 @@ def check_qwen4_request(request: PackedRequest, version: tuple[int, int, int]) -
     )
 
 
-#: the proposers vLLM 0.32 takes for Qwen4-Exp (``model_executor/models/config.py`` lines 950-959)
+#: the proposers vLLM 0.32 takes for Qwen4-Exp (``model_executor/models/config.py`` lines 950-959),
+#: after an ``MTPModelTypes`` name is renamed ``mtp`` (``config/speculative.py`` lines 1141-1145)
 QWEN4_SPEC_METHODS = frozenset({"mtp", "ngram", "ngram_gpu"})
-#: the ones kvbudget prices: the n-gram proposer has no drafter layers, only its
-#: ``num_speculative_tokens`` widen the target's own specs (``vllm_qwen4.qwen4_layer_specs``)
-QWEN4_MODELLED_METHODS = ("ngram",)
+#: the n-gram proposers: no drafter layers, only their ``num_speculative_tokens`` widen the
+#: target's own specs (``vllm_qwen4.qwen4_layer_specs``); ``ngram_gpu`` registers no KV layer
+#: either (its ``NgramGPUKernel`` runs in a ``VllmConfig`` of its own,
+#: ``v1/spec_decode/ngram_proposer_gpu.py`` lines 240-258), so its pool is ``ngram``'s
+NGRAM_METHODS = ("ngram", "ngram_gpu")
+
+
+def qwen4_method(speculative_config: str) -> str:
+    """The proposer as vLLM 0.32 names it once renamed (an MTP model type is ``mtp``)."""
+    method = draft_method(parse_speculative_config(speculative_config)) or "unknown"
+    return "mtp" if method in MTP_METHODS else method
 
 
 def refuse_qwen4_speculation(speculative_config: str) -> None:
     """``--speculative-config`` with Qwen4-Exp, in one line: vLLM 0.32 refuses every proposer but
-    its MTP and n-gram ones; kvbudget prices ``ngram`` (its widened target specs) and refuses the
-    MTP drafter's layers and ``ngram_gpu``, not modelled."""
-    method = draft_method(parse_speculative_config(speculative_config)) or "unknown"
+    its MTP and n-gram ones (all three priced: the n-gram ones widen the target's specs, the MTP
+    drafter adds its QSA layers, :mod:`kvbudget.capacity.layouts.vllm_qwen4_mtp`)."""
+    method = qwen4_method(speculative_config)
     if method not in QWEN4_SPEC_METHODS:
         raise LayoutNotApplicable(
             f"speculative_config: method {method!r} with Qwen4-Exp; vLLM 0.32 raises 'Qwen4Exp "
@@ -176,25 +191,22 @@ def refuse_qwen4_speculation(speculative_config: str) -> None:
             "proposers' (model_executor/models/config.py lines 950-959); use mtp or ngram, or "
             "plan without it"
         )
-    refuse_unmodelled_speculation(
-        speculative_config,
-        model="Qwen4-Exp",
-        modelled=QWEN4_MODELLED_METHODS,
-        note="ngram is; mtp adds mtp_num_hidden_layers QSA drafter layers, each with its K/V, "
-        "ring and compressed-key specs joining the target's packed buckets "
-        "(models/qwen4_exp/nvidia/mtp.py lines 189-230), plus the drafter's weights and eagle "
-        "groups (v1/core/kv_cache_utils.py lines 2029-2085), not read; ngram_gpu is not priced",
-    )
-    qwen4_speculative_tokens(speculative_config)
+    if method in NGRAM_METHODS:
+        qwen4_speculative_tokens(speculative_config)
 
 
-def qwen4_speculative_tokens(speculative_config: str | None) -> int:
-    """``num_speculative_tokens`` of an n-gram ``--speculative-config`` (0 without one): vLLM 0.32
-    sizes Qwen4-Exp's ring and states by ``vllm_config.num_speculative_tokens``
-    (``config/vllm.py`` lines 601-606); refused where absent."""
+def qwen4_speculative_tokens(speculative_config: str | None, spec: ModelSpec | None = None) -> int:
+    """``num_speculative_tokens`` of a ``--speculative-config`` (0 without one): vLLM 0.32 sizes
+    Qwen4-Exp's ring and states by ``vllm_config.num_speculative_tokens`` (``config/vllm.py``
+    lines 601-606). An n-gram proposer must set it; the MTP drafter's may default to its n_predict
+    (:func:`kvbudget.capacity.layouts.vllm_qwen4_mtp.qwen4_mtp_speculative_tokens`, which needs
+    ``spec``)."""
     if speculative_config is None:
         return 0
-    tokens = parse_speculative_config(speculative_config).get("num_speculative_tokens")
+    config = parse_speculative_config(speculative_config)
+    tokens = config.get("num_speculative_tokens")
+    if qwen4_method(speculative_config) == "mtp" and spec is not None:
+        return qwen4_mtp_speculative_tokens(spec, config)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise LayoutNotApplicable(
             f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; it sizes "

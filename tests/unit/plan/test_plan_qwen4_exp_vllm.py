@@ -333,6 +333,10 @@ def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
     assert result.max_concurrency == pytest.approx(155_344 / 192)
 
 
+_EIGHT = {"num_hidden_layers": 8}
+_MTP_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -347,12 +351,34 @@ def test_ngram_widens_the_ple_state(tmp_path: Path) -> None:
             r"^speculative_config: num_speculative_tokens None with Qwen4-Exp.*set it$",
         ),
         (
-            {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 1}'},
-            r"^speculative_config: method 'mtp' with Qwen4-Exp is not modelled.*drafter",
+            {
+                "speculative_config": '{"method": "ngram_gpu", "num_speculative_tokens": 1}',
+                "kv_cache_memory_bytes": None,
+            },
+            r"^speculative_config: method ngram_gpu with Qwen4-Exp: its pool is ngram's.*"
+            r"gpu_model_runner.py lines 617-633.*--kv-cache-memory",
         ),
         (
-            {"speculative_config": '{"method": "ngram_gpu", "num_speculative_tokens": 1}'},
-            r"^speculative_config: method 'ngram_gpu' with Qwen4-Exp is not modelled",
+            {
+                "speculative_config": '{"method": "mtp", "num_speculative_tokens": 3}',
+                "model_changes": {"mtp_num_hidden_layers": 2},
+            },
+            r"^speculative_config: num_speculative_tokens 3 with Qwen4-Exp's 2 MTP layer\(s\); "
+            r"vLLM 0.32 raises 'num_speculative_tokens:3 must be divisible by n_predict=2'",
+        ),
+        (
+            {"speculative_config": '{"method": "mtp"}'},
+            r"^speculative_config: num_speculative_tokens None with Qwen4-Exp's MTP; vLLM 0.32 "
+            r"raises 'num_speculative_tokens must be provided with speculative model unless",
+        ),
+        (
+            {"speculative_config": _MTP_1, "kv_cache_memory_bytes": None},
+            r"^speculative_config: the MTP drafter's weights \(1 decoder layer\(s\) of "
+            r"qwen4_exp_text\) are not estimated by kvbudget; pass --weights-bytes",
+        ),
+        (
+            {"speculative_config": _MTP_1, "pp": 2, "model_changes": _EIGHT},
+            r"^speculative_config: an MTP drafter with --pp > 1 is not priced",
         ),
         (
             # ring 4 x cdiv(4 + 5, 4) = 12 rows; B = 16 x cdiv((128 x 8 + 1,024) x 2, 2,048) = 32,

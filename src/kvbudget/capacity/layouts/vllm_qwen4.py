@@ -29,9 +29,10 @@ Per layer (``models/qwen4_exp/nvidia/model.py`` lines 217-263; ``_QSA_LAYER_TYPE
     positions after the key, rounded up to 4 bf16: ``cdiv(indexer_head_dim, 4) x 4 + 12``
     (``qsa_cache.py`` lines 814-829; ``indexer_qsa.py`` line 168);
   - the compressed keys, an ``MLAAttentionSpec(block_size, 1 head, indexer_head_dim,
-    tokens_per_state = ratio)`` in ``indexer_kv_dtype`` (default bf16) (``qsa_cache.py`` lines
-    868-876; ``indexer_qsa.py`` lines 157-181): ``block / ratio`` rows per block
-    (``v1/kv_cache_interface.py`` lines 227-234, 549-553).
+    tokens_per_state = ratio)`` in ``--attention-config``'s ``indexer_kv_dtype`` (bf16 by
+    default, fp8 e4m3 one byte) (``qsa_cache.py`` lines 868-876; ``indexer_qsa.py`` lines
+    150-181): ``block / ratio`` rows per block (``v1/kv_cache_interface.py`` lines 227-234,
+    549-553).
 
 An n-gram ``--speculative-config`` (``num_speculative_tokens`` S) widens both conv states by S
 columns (``mamba_utils.py`` lines 257-300, ``model.py`` lines 797-848), the ring as above, and
@@ -57,6 +58,7 @@ from kvbudget.capacity.layouts.base import (
     LayoutResult,
     get_pp_indices,
 )
+from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_specs, ring_row_bytes
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
     MambaCacheMode,
@@ -87,9 +89,9 @@ QWEN4_TYPES = frozenset({"qwen4_exp", "qwen4_exp_text"})
 QSA_KERNEL_BLOCK = 16
 #: bytes of a raw index key element: the ring is always bfloat16 (``indexer_qsa.py`` line 167)
 RING_BYTES = 2
-#: bytes of a compressed index key element: ``indexer_kv_dtype`` bf16 by default
-#: (``indexer_qsa.py`` lines 157-164)
-COMPRESSED_BYTES = 2
+#: bytes of a compressed index key element per ``indexer_kv_dtype`` (``auto`` is bf16):
+#: bfloat16 or float8_e4m3fn (``indexer_qsa.py`` lines 152-163)
+COMPRESSED_BYTES = {"auto": 2, "bf16": 2, "fp8": 1}
 
 Role = Literal["gdn", "ple", "ring", "compressed", "attention"]
 
@@ -198,6 +200,21 @@ def check_qwen4(spec: ModelSpec, *, kv_dtype: str, tp: int, block_size: int | No
         )
 
 
+def compressed_key_bytes(indexer_kv_dtype: str) -> int:
+    """Bytes of a compressed index key element: ``--attention-config``'s ``indexer_kv_dtype``,
+    ``auto`` read as bf16, fp8 stored as plain e4m3 without scales (``indexer_qsa.py`` lines
+    150-163); vLLM refuses the rest there."""
+    if indexer_kv_dtype not in COMPRESSED_BYTES:
+        raise _refuse(
+            "attention_config",
+            f"indexer_kv_dtype {indexer_kv_dtype!r} for Qwen4-Exp; vLLM 0.32 raises "
+            f'"indexer_kv_dtype={indexer_kv_dtype!r} is not supported by the Qwen4Exp QSA indexer '
+            "(only 'bf16' or 'fp8').\" (models/qwen4_exp/nvidia/indexer_qsa.py lines 155-163); "
+            "choose bf16 or fp8",
+        )
+    return COMPRESSED_BYTES[indexer_kv_dtype]
+
+
 def _gcd(a: int, b: int) -> int:
     while b:
         a, b = b, a % b
@@ -224,6 +241,8 @@ def qwen4_layer_specs(
     mamba_state_bytes: int | None = None,
     mamba_ssm_state_bytes: int | None = None,
     num_speculative_tokens: int = 0,
+    mtp_layers: int = 0,
+    indexer_kv_dtype: str = "auto",
 ) -> tuple[int, list[Qwen4Spec]]:
     """``(block size, every spec in registration order)`` of Qwen4-Exp on one TP rank.
 
@@ -232,8 +251,13 @@ def qwen4_layer_specs(
     ``mamba_utils.py`` ``gated_delta_net_state_shape`` lines 280-300), the PLE conv state too
     (``model.py`` lines 797-816, ``short_conv_state_shape`` lines 257-266), the QSA ring to
     ``ratio x cdiv(ratio + spec, ratio)`` rows (``qsa_cache.py`` lines 844-862), and gives each
-    GDN / PLE spec that many speculative blocks (``mamba/abstract.py`` lines 79-83)."""
+    GDN / PLE spec that many speculative blocks (``mamba/abstract.py`` lines 79-83), whatever the
+    proposer (``vllm_config.num_speculative_tokens``, ``config/vllm.py`` lines 601-606).
+    ``mtp_layers``: the MTP drafter's QSA layers, after the target's
+    (:mod:`kvbudget.capacity.layouts.vllm_qwen4_mtp`). ``indexer_kv_dtype``: ``--attention-config``'s
+    (:func:`compressed_key_bytes`)."""
     check_qwen4(spec, kv_dtype=kv_dtype, tp=tp, block_size=block_size)
+    compressed_bytes = compressed_key_bytes(indexer_kv_dtype)
     dtype = get_kv_dtype(kv_dtype, engine="vllm", model_dtype=spec.torch_dtype)
     ratio = compress_ratio(spec)
     conv = mamba_state_bytes or 2  # the model dtype: bfloat16 (check_qwen4)
@@ -296,10 +320,14 @@ def qwen4_layer_specs(
             index_dim = layer.index_head_dim
             ring = ring_rows * ring_width(spec, index_dim) * RING_BYTES
             out.append(Qwen4Spec(i, "ring", ring_rows, ring, "ring"))
-            compressed = block // ratio * index_dim * COMPRESSED_BYTES
+            compressed = block // ratio * index_dim * compressed_bytes
             out.append(Qwen4Spec(i, "compressed", block, compressed, f"full {block}"))
             page = attention_page_bytes(layer, dtype, tp, block)
             out.append(Qwen4Spec(i, "attention", block, page, f"full {block}"))
+    if mtp_layers:
+        index_dim = next(x.index_head_dim for x in attns if x.index_head_dim)
+        row = ring_row_bytes(spec, index_dim, RING_BYTES)
+        out.extend(qwen4_mtp_specs(spec, out, mtp_layers, row))
     return block, out
 
 

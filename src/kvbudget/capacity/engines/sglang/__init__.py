@@ -108,6 +108,13 @@ class SglangPlanner:
             for name in VLLM_ONLY
             if getattr(request, name) not in (None, False)
         ]
+        if request.attention_config is not None:
+            out.append(
+                (
+                    "attention_config",
+                    "attention_config: vLLM's --attention-config, ignored with --engine sglang",
+                )
+            )
         return out  # --speculative-config is priced (or refused): engines/sglang/speculative.py
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kvbudget.capacity import pool as vpool
 from kvbudget.capacity import pool_templates
+from kvbudget.capacity.attention_config import indexer_kv_dtype
 from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
@@ -24,6 +25,7 @@ from kvbudget.capacity.pool_qwen4 import (
     qwen4_speculative_tokens,
 )
 from kvbudget.capacity.versions import VllmBehaviour
+from kvbudget.errors import ConfigError
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.spec.layer_parts import PartRuns
 from kvbudget.spec.model import ModelSpec
@@ -45,6 +47,13 @@ def vllm_groups(
     (its packed groups), whose cache dtype is ``fp8_ds_mla``, and for Dots3-Note (its packed
     groups, ``capacity.pool_dots3``). Appends its notes to ``notes``."""
     kv_name = request.kv_dtype
+    indexer = indexer_kv_dtype(request.attention_config)
+    if indexer != "auto" and not is_qwen4_exp(model):
+        raise ConfigError(
+            f"attention_config: indexer_kv_dtype {indexer!r} for {model.model_type}: not modelled "
+            "(kvbudget reads it for Qwen4-Exp's QSA indexer only); plan without it, or measure",
+            field="attention_config",
+        )
     if is_dots3_note(model):
         check_dots3_request(request, behaviour.version)
         kv_name = dots3_kv_dtype(model, kv_name)
@@ -102,7 +111,8 @@ def vllm_groups(
             )
         notes.append(
             "Qwen4-Exp in vLLM 0.32: each QSA layer's K/V plus its indexer's compressed keys "
-            "(one bf16 row per indexer_compress_ratio tokens) in one group; the indexer's raw-key "
+            f"(one {'fp8' if indexer == 'fp8' else 'bf16'} row per indexer_compress_ratio tokens) "
+            "in one group; the indexer's raw-key "
             "ring (one page per request), GDN and PLE states (padded to the attention page) in "
             "groups of their own, packed side by side in each block (kv_cache_utils.py "
             "_get_packed_kv_cache_groups); worked from the source, not recorded (the model does "
@@ -119,8 +129,16 @@ def vllm_groups(
             mamba_ssm_state_bytes=mamba_dtype_bytes(
                 request.mamba_ssm_cache_dtype, "mamba_ssm_cache_dtype"
             ),
-            num_speculative_tokens=qwen4_speculative_tokens(request.speculative_config),
+            num_speculative_tokens=qwen4_speculative_tokens(request.speculative_config, model),
+            mtp_layers=(mtp := mtp_layers_requested(request, model)),
+            indexer_kv_dtype=indexer,
         )
+        if mtp:
+            notes.append(
+                f"--speculative-config mtp: {mtp} MTP drafter layer(s) after the target's, each a "
+                "QSA layer with the target's K/V, raw-key ring and compressed-key pages, packed "
+                "with the target's groups (models/qwen4_exp/nvidia/mtp.py lines 189-230)"
+            )
         return kv_dtype, None, groups
     dsv4 = is_deepseek_v4(model)
     if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)

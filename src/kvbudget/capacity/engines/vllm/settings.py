@@ -188,10 +188,13 @@ def speculative_draft(
     # the draft shares the target's CacheConfig, whose cache_dtype vLLM resolved from the target
     # checkpoint before building it (engine/arg_utils.py line 2256)
     request = with_target_checkpoint_kv(request, target)
-    if is_qwen4_exp(target):  # before any draft is sized: its proposers change its own pages
-        refuse_qwen4_speculation(speculative_config)
     config = parse_speculative_config(speculative_config)
     method = draft_method(config)
+    if is_qwen4_exp(target):  # before any draft is sized: its proposers change its own pages
+        refuse_qwen4_speculation(speculative_config)
+        if method == "ngram_gpu":
+            _refuse_ngram_gpu_buffers(request)
+            return None
     if method in NO_KV_METHODS:
         return None
     if method in MTP_METHODS:
@@ -213,6 +216,22 @@ def speculative_draft(
     )
     kv = request.kv_dtype
     return draft_cost(config, target=target, draft=draft, kv_dtype=kv, tp=request.tp)
+
+
+def _refuse_ngram_gpu_buffers(request: PlanRequest) -> None:
+    """``ngram_gpu`` with Qwen4-Exp: the pool is ``ngram``'s (``capacity.pool_qwen4``), but vLLM
+    0.32's runner also keeps a ``max_num_seqs x max_model_len`` int32 token copy on the GPU
+    (``v1/worker/gpu_model_runner.py`` lines 617-633) and runs the kernel on dummy batches of that
+    size (``v1/spec_decode/ngram_proposer_gpu.py`` lines 254-300) before the KV cache is sized
+    (``v1/worker/gpu_worker.py`` lines 534, 679-742): memory kvbudget's profile does not hold."""
+    if request.kv_cache_memory_bytes is None:
+        raise ConfigError(
+            "speculative_config: method ngram_gpu with Qwen4-Exp: its pool is ngram's, but vLLM "
+            "0.32 also holds a max_num_seqs x max_model_len int32 token buffer on the GPU "
+            "(v1/worker/gpu_model_runner.py lines 617-633) that kvbudget's non-KV estimate does "
+            "not count; pass --kv-cache-memory from the engine log, or use method ngram",
+            field="speculative_config",
+        )
 
 
 def with_draft_weights(
