@@ -69,6 +69,7 @@ from kvbudget.capacity.layouts.sglang_dsa import (
 )
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4, sglang_qwen4_layout
+from kvbudget.capacity.layouts.sglang_shared import has_shared_kv, sglang_pool_layers
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.errors import ConfigError
@@ -234,6 +235,8 @@ def sglang_layout(
             spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
         )
     refuse_unmodelled_sglang(spec)
+    shared = has_shared_kv(spec)
+    spec = sglang_pool_layers(spec)  # KV-shared layers: rows of their own (sglang_shared)
     if is_sglang_dsv4(spec):  # DeepSeek-V4's own pools: layouts/sglang_dsv4.py
         return sglang_dsv4_layout(
             spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
@@ -254,6 +257,11 @@ def sglang_layout(
     model_bytes = 2 if spec.dtype_bytes in (None, 4) else int(spec.dtype_bytes or 2)
     k_only = minimax_m3_k_only_layers(spec) if msa else frozenset()
     notes: list[str] = []
+    if shared:
+        notes.append(
+            "KV-shared layers hold rows of their own in SGLang's pool, sized as the layer they "
+            "read (capacity/layouts/sglang_shared.py)"
+        )
     if msa:
         notes.append(
             f"SGLang MiniMaxSparseKVPool: every layer's K/V plus the sparse layers' indexer key "

@@ -29,6 +29,7 @@ from kvbudget.capacity.layouts.sglang_dsa import sglang_dsa_dtype
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.sglang_inkling import is_sglang_inkling
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
+from kvbudget.capacity.layouts.sglang_shared import sglang_pool_layers
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
@@ -312,7 +313,11 @@ def _attention_runs(request: PlanRequest, model: ModelSpec, *, own_cells: bool) 
     specs = [
         (s, indices)
         for s, indices in vllm_layer_specs(
-            model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
+            sglang_pool_layers(model),  # KV-shared layers hold their own rows in SGLang's pool
+            kv_dtype=request.kv_dtype,
+            tp=request.tp,
+            pp=1,
+            block_size=1,
         ).runs()
         if s.holds_cache
     ]  # one entry per run of layers (two for a parallel hybrid run), never per layer
