@@ -96,3 +96,25 @@ def test_kv_shared_gemma4_layers_still_hold_sglang_rows(tmp_path: Path, tp: int)
 def test_gemma3n_shared_layers_cost_sglang_not_vllm(engine: str, token_bytes: int) -> None:
     result = calc_model("google/gemma-3n-E4B-text", engine=engine, tokens=1, seqs=1)
     assert result.bytes_per_token == token_bytes
+
+
+@pytest.mark.parametrize(
+    ("model", "token_bytes", "hybrid"),
+    [
+        # Gemma-4 26B-A4B: 5 x 2 x 1024 x 2 + 25 x 8 x 512 x 2 = 20,480 + 204,800 B
+        (MODEL, 225_280, True),
+        # Gemma-2-9B: 42 layers x 8 x (256 + 256) x 2 B; disable_hybrid_swa_memory
+        # (model_overrides/gemma2_gemma3.py line 26)
+        ("google/gemma-2-9b", 344_064, False),
+    ],
+)
+def test_calc_counts_sliding_layers_at_full_length_and_says_which_pool(
+    model: str, token_bytes: int, hybrid: bool
+) -> None:
+    """calc prices the default release's pool (0.5.4: every layer's row of every token); for a
+    model 0.5.23 runs with its hybrid SWA pool it says that pool is plan's to size."""
+    result = calc_model(model, engine="sglang", tokens=8192, seqs=1)
+    assert result.bytes_per_token == token_bytes
+    [line] = [n for n in result.notes if n.startswith("sliding layers counted at full length")]
+    assert ("--engine-version 0.5.23" in line) is hybrid
+    assert ("no hybrid SWA pool" in line) is not hybrid

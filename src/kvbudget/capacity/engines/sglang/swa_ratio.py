@@ -3,56 +3,19 @@ ratio it takes (given, or its fallback 0.8), and a given ratio SGLang ignores.""
 
 from __future__ import annotations
 
+from kvbudget.capacity.layouts.sglang_swa import (
+    NO_HYBRID_SWA_MODEL_TYPES,
+    NO_HYBRID_SWA_MODEL_TYPES_0523,
+    sglang_hybrid_swa,
+)
 from kvbudget.capacity.sglang_pool import HYBRID_SWA_CONFIGURATOR_VERSION
 from kvbudget.capacity.versions import Version
 from kvbudget.spec.model import ModelSpec
-
-#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1;
-#: 0.5.4 ``server_args.py`` lines 959, 982, 988)
-NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
-#: 0.5.23 no longer turns it off for gpt-oss (``arg_groups/model_overrides/gpt_oss.py`` sets no
-#: ``disable_hybrid_swa_memory``; ``GptOssForCausalLM`` is in ``SWA_SINK_ARCHS``,
-#: ``configs/model_config.py`` lines 88-90, a hybrid SWA arch, lines 2651-2690); Gemma-2/3 and
-#: Olmo2 keep it (``model_overrides/gemma2_gemma3.py`` line 26, ``olmo2.py`` line 23)
-NO_HYBRID_SWA_MODEL_TYPES_0523 = NO_HYBRID_SWA_MODEL_TYPES - {"gpt_oss"}
 
 #: SGLang's ``--swa-full-tokens-ratio`` when not given: 0.5.4 ``server_args.py`` line 235
 #: (``swa_full_tokens_ratio: float = 0.8``); 0.5.23 ``arg_groups/fields/schedule.py`` lines
 #: 150-161 (``fallback=0.8``)
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
-#: 0.5.23's hybrid SWA architectures (``configs/model_config.py`` ``is_hybrid_swa_model``, lines
-#: 2651-2697, with ``SWA_SINK_ARCHS`` lines 88-96 and ``MIMO_V2_MODEL_ARCHS`` lines 74-77):
-#: ``ModelConfig.is_hybrid_swa`` holds for them unless ``disable_hybrid_swa_memory`` (lines
-#: 1213-1218), and the pool is ``HybridSWAPoolConfigurator``'s (``pool_configurator.py`` lines
-#: 1715-1725). The families with their own pools (DeepSeek-V4, Inkling) are planned apart.
-HYBRID_SWA_ARCHS_0523 = frozenset(
-    {
-        "BeamForCausalLM",
-        "Llama4ForConditionalGeneration",
-        "GptOssForCausalLM",
-        "GraniteSWAForCausalLM",
-        "GraniteMoeSWAForCausalLM",
-        "IQuestQ1ForCausalLM",
-        "IQuestQ1MTP",
-        "MiMoV2ForCausalLM",
-        "MiMoV2FlashForCausalLM",
-        "MiMoV2MTP",
-        "Step3p5ForCausalLM",
-        "Step3p5MTP",
-        "Step3p7ForConditionalGeneration",
-        "Gemma4ForCausalLM",
-        "Gemma4ForConditionalGeneration",
-        "EmbeddingGemma2Model",
-        "Gemma4UnifiedForConditionalGeneration",
-        "DiffusionGemmaForBlockDiffusion",
-        "LagunaForCausalLM",
-        "MellumForCausalLM",
-        "MuseGlimmerForCausalLM",
-        "MuseGlimmerForConditionalGeneration",
-        "UnlimitedOCRForCausalLM",
-    }
-)
-
 #: the SGLang release before 0.5.23 whose hybrid SWA rule kvbudget has read
 SGLANG_054: Version = (0, 5, 4)
 
@@ -72,7 +35,7 @@ def _given_swa_ratio(
     (``model_executor/model_runner.py`` lines 1715-1716; ``is_hybrid``: lines 392-400). Between
     0.5.4 and 0.5.23 kvbudget has not read which models run the pool: the ratio is applied, with
     a note."""
-    if _sglang_hybrid_swa(model, version):
+    if sglang_hybrid_swa(model, version):
         return ratio
     v = ".".join(map(str, version))
     read = version == SGLANG_054 or version >= HYBRID_SWA_CONFIGURATOR_VERSION
@@ -104,16 +67,6 @@ def _given_swa_ratio(
     return None
 
 
-def _sglang_hybrid_swa(model: ModelSpec, version: Version) -> bool:
-    """SGLang runs this model with its hybrid SWA pool (0.5.23: a listed architecture that does
-    not turn it off; 0.5.4: none kvbudget plans, see :func:`_default_swa_ratio`)."""
-    return (
-        version >= HYBRID_SWA_CONFIGURATOR_VERSION
-        and model.architecture in HYBRID_SWA_ARCHS_0523
-        and model.model_type not in NO_HYBRID_SWA_MODEL_TYPES_0523
-    )
-
-
 def _default_swa_ratio(
     model: ModelSpec, version: Version, defaults: dict[str, str], notes: list[str]
 ) -> float | None:
@@ -130,7 +83,7 @@ def _default_swa_ratio(
     ``--hybrid-kvcache-ratio`` (``configs/model_config.py`` lines 156-167, 975-990), which
     kvbudget does not model."""
     off_0523 = NO_HYBRID_SWA_MODEL_TYPES_0523
-    if _sglang_hybrid_swa(model, version):
+    if sglang_hybrid_swa(model, version):
         defaults["swa_full_tokens_ratio"] = (
             f"{DEFAULT_SWA_FULL_TOKENS_RATIO} (SGLang's fallback, arg_groups/fields/schedule.py "
             f"lines 150-161: {model.architecture} runs with SGLang's hybrid SWA pool, "
