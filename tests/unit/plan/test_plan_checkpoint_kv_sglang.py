@@ -19,6 +19,12 @@ SGLang 0.5.4: only ``model_executor/model_runner.py`` lines 1610-1622 read ``kv_
 (``getattr(quant_config, "kv_cache_quant_algo", None)``) and neither class defines it (``grep``
 of 0.5.4's ``layers/quantization``: only ``modelopt_quant.py``), so ``auto`` is the model dtype.
 
+SGLang's own code, run on the CPU, gives the same dtypes (``scripts/check_sglang_checkpoint_kv.py``:
+0.5.23's ``configure_kv_cache_dtype`` on its ``Fp8Config`` / ``CompressedTensorsConfig``: static
+per-tensor fp8 scheme -> fp8_e4m3, 1 B; ``attn_head`` or dynamic scheme -> bfloat16, 2 B;
+``kv_cache_quant_algo`` ``FP8`` / ``fp8`` -> fp8_e4m3; 0.5.4's two classes name no
+``kv_cache_quant_algo``).
+
 The model: nvidia/Llama-3.1-70B-Instruct's config.json (80 layers, 8 KV heads of 128, bfloat16)
 with its ``quantization_config`` replaced. One SGLang token: 80 x 8 x 128 x 2 (K, V) x 1 B =
 163,840 B in fp8, 327,680 B in bfloat16; a ``--kv-cache-memory`` of 3,000 fp8 tokens holds 3,000
