@@ -80,7 +80,12 @@ def _scheme_name(value: object, four_bit: bool) -> str | None:
 
 
 def _where(model: ModelSpec, field: str, value: object) -> str:
-    shown = value if isinstance(value, str) else str(value)[:60]
+    if isinstance(value, dict):  # a scheme: its keys as written, without quotes
+        shown = "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    else:
+        shown = str(value)
+    if len(shown) > 90:
+        shown = shown[:87] + "..."
     return f"the checkpoint's {model.quantization_file} {field} = {shown}"
 
 

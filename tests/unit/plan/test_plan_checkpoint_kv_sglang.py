@@ -102,7 +102,9 @@ def test_compressed_tensors_static_fp8_kv_scheme_is_fp8_on_0_5_23(tmp_path: Path
     plan = _sglang("0.5.23", model)
     assert _tokens(plan) == ("fp8_e4m3", FP8_TOKEN_BYTES, 3_000)
     said = plan.defaults_applied["kv_dtype"]
-    assert "config.json kv_cache_scheme" in said and "CompressedTensorsConfig" in said
+    assert "CompressedTensorsConfig" in said
+    shown = "{num_bits: 8, type: float, strategy: tensor, dynamic: False, symmetric: True}"
+    assert f"config.json kv_cache_scheme = {shown}" in said  # the scheme as written
     bf16 = _sglang("0.5.23", model, kv_dtype="bfloat16")  # an explicit dtype wins
     assert _tokens(bf16) == ("bfloat16", BF16_TOKEN_BYTES, 1_500)
     assert "kv_dtype" not in bf16.defaults_applied
