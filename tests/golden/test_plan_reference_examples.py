@@ -285,8 +285,10 @@ def test_activation_rule_within_35_percent_of_the_two_logged_examples() -> None:
 
 
 def test_s7_1_sglang_hybrid_swa_split() -> None:
-    # §7.1: full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa); swa = full * r.
-    # A hybrid-SWA model (not one of the disable_hybrid_swa_memory types): 21 sliding + 21 full
+    # §7.1: full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa); swa = full * r
+    # (SGLang 0.5.4's split; planned for a release before 0.5.23 whose hybrid SWA models kvbudget
+    # has not read, which takes the given ratio: 0.5.4 itself runs no model kvbudget plans with
+    # the pool). A hybrid-SWA model (not one of the disable_hybrid_swa_memory types): 21 sliding + 21 full
     # layers, 8 KV heads x 256 -> 8192 B per token per layer (F = S); cell = 42 x 8192.
     # With rest = 9000 cells and r = 0.8: full = 9000 x 42 / (21 + 0.8 x 21) = 10000; swa = 8000
     from kvbudget.spec.layers import SlidingWindow
@@ -314,6 +316,7 @@ def test_s7_1_sglang_hybrid_swa_split() -> None:
             model="hybrid-swa",
             gpu="H100",
             engine="sglang",
+            engine_version="0.5.22",
             kv_cache_memory_bytes=9000 * 42 * 8192,
             swa_full_tokens_ratio=0.8,
             max_model_len=8192,
@@ -335,8 +338,8 @@ def test_s7_1_sglang_hybrid_swa_split() -> None:
     ],
 )
 def test_s7_1_sglang_no_split_for_disable_hybrid_swa_models(model_id: str, cell: int) -> None:
-    # §7.1: GptOss, Gemma2/3 and Olmo2 set disable_hybrid_swa_memory; a ratio would be ignored
-    from kvbudget.errors import ConfigError
+    # §7.1: GptOss, Gemma2/3 and Olmo2 set disable_hybrid_swa_memory; a ratio is ignored (SGLang
+    # 0.5.4, the default release, reads it only when is_hybrid: model_runner.py 1715-1716)
     from kvbudget.spec.resolve import resolve_model
 
     spec = resolve_model(model_id).spec
@@ -344,9 +347,10 @@ def test_s7_1_sglang_no_split_for_disable_hybrid_swa_models(model_id: str, cell:
     request = PlanRequest(
         model=model_id, gpu="H100", engine="sglang", swa_full_tokens_ratio=0.8, max_model_len=8192
     )
-    with pytest.raises(ConfigError, match=r"^swa_full_tokens_ratio: SGLang sets disable_hybrid"):
-        make_plan(request, spec)
-    # without the ratio the sliding layers count as full: cell = every layer's K+V bytes
+    given = make_plan(request, spec)
+    assert any(n.startswith("--swa-full-tokens-ratio 0.8 ignored, as SGLang") for n in given.notes)
+    # with or without the ratio the sliding layers count as full: cell = every layer's K+V bytes
     plain = make_plan(request.model_copy(update={"swa_full_tokens_ratio": None}), spec)
-    assert plain.sglang is not None and plain.sglang.swa_tokens is None
-    assert plain.sglang.cell_size_bytes == cell
+    for r in (given, plain):
+        assert r.sglang is not None and r.sglang.swa_tokens is None
+        assert r.sglang.cell_size_bytes == cell

@@ -17,7 +17,9 @@ the model dtype, when the KV dtype is left ``auto``; an explicit ``--kv-cache-dt
   ``float8_e4m3fn`` when the ModelOpt config's ``kv_cache_quant_algo`` is ``FP8`` (any case),
   else the model dtype. The ModelOpt config reads it from ``quantization.kv_cache_quant_algo``
   (``hf_quant_config.json``), or flat from a ``kv_cache_scheme`` of 8-bit floats
-  (``layers/quantization/modelopt_quant.py``, 0.5.4 lines 175-207).
+  (``layers/quantization/modelopt_quant.py``, 0.5.4 lines 175-207). SGLang 0.5.23's
+  compressed-tensors and ``Fp8Config`` checkpoints answer ``kv_cache_quant_algo`` too
+  (:func:`sglang_quant_config_kv`; 0.5.4's do not).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kvbudget.capacity.model_dtype import is_modelopt
 from kvbudget.capacity.versions import (
     SGLANG_FLAT_KV_ALGO_SINCE,
     SGLANG_KV_FROM_CHECKPOINT_READ,
+    SGLANG_QUANT_CONFIG_KV_SINCE,
     VLLM_KV_FROM_CHECKPOINT_SINCE,
     VLLM_NVFP4_KV_FROM_CHECKPOINT_SINCE,
     Version,
@@ -77,7 +80,12 @@ def _scheme_name(value: object, four_bit: bool) -> str | None:
 
 
 def _where(model: ModelSpec, field: str, value: object) -> str:
-    shown = value if isinstance(value, str) else str(value)[:60]
+    if isinstance(value, dict):  # a scheme: its keys as written, without quotes
+        shown = "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    else:
+        shown = str(value)
+    if len(shown) > 90:
+        shown = shown[:87] + "..."
     return f"the checkpoint's {model.quantization_file} {field} = {shown}"
 
 
@@ -118,11 +126,13 @@ def vllm_checkpoint_kv(model: ModelSpec, kv_dtype: str, version: Version) -> Che
 
 
 def sglang_checkpoint_kv(model: ModelSpec, kv_dtype: str, version: Version) -> CheckpointKv | None:
-    """SGLang ``version``'s ``auto`` KV dtype on ``model``'s ModelOpt config; ``None`` when there
-    is nothing to say."""
+    """SGLang ``version``'s ``auto`` KV dtype on ``model``'s ModelOpt, compressed-tensors or
+    ``Fp8Config`` quant config; ``None`` when there is nothing to say."""
     quant = model.quantization_config
-    if kv_dtype.strip().lower() != "auto" or not quant or not is_modelopt(quant):
+    if kv_dtype.strip().lower() != "auto" or not quant:
         return None
+    if not is_modelopt(quant):
+        return sglang_quant_config_kv(model, quant, version)
     nested = quant.get("quantization")
     if isinstance(nested, dict):
         field, value = "quantization.kv_cache_quant_algo", nested.get("kv_cache_quant_algo")
@@ -158,3 +168,76 @@ def sglang_checkpoint_kv(model: ModelSpec, kv_dtype: str, version: Version) -> C
 def _flat_fp8(value: Mapping[str, object]) -> bool:
     """SGLang's flat ``kv_cache_scheme`` test: 8-bit floats, whatever ``dynamic`` says."""
     return value.get("type") == "float" and value.get("num_bits") == 8
+
+
+#: SGLang 0.5.23's ``QUANTIZATION_METHODS`` entries whose class is ``Fp8Config``
+#: (``layers/quantization/__init__.py`` lines 64-65)
+SGLANG_FP8_CONFIG_METHODS = frozenset({"fp8", "mxfp8"})
+
+
+def _ct_fp8(scheme: object) -> bool:
+    """SGLang 0.5.23 ``CompressedTensorsKVCacheMethod.is_supported_scheme``
+    (``compressed_tensors.py`` lines 1275-1285): static symmetric per-tensor 8-bit floats."""
+    return (
+        isinstance(scheme, dict)
+        and scheme.get("type") == "float"
+        and scheme.get("num_bits") == 8
+        and scheme.get("strategy") == "tensor"
+        and bool(scheme.get("symmetric", True))
+        and not scheme.get("dynamic", False)
+    )
+
+
+def sglang_quant_config_kv(
+    model: ModelSpec, quant: Mapping[str, object], version: Version
+) -> CheckpointKv | None:
+    """``auto`` on a compressed-tensors or ``Fp8Config`` (``quant_method`` ``fp8`` / ``mxfp8``)
+    checkpoint: ``configure_kv_cache_dtype`` (0.5.23 ``mem_cache/kv_cache_dtype.py`` lines 49-59)
+    takes ``float8_e4m3fn`` when the quant config's ``kv_cache_quant_algo`` is ``FP8``.
+    ``CompressedTensorsConfig.kv_cache_quant_algo`` (``compressed_tensors.py`` lines 142-151) is
+    ``FP8`` for a supported ``kv_cache_scheme`` (read flat, line 314), else ``None`` (the
+    attention layers log "Ignoring compressed-tensors kv_cache_scheme ...: only static symmetric
+    per-tensor FP8 scales are supported.", lines 212-224); ``Fp8Config.from_config`` takes the
+    config's flat ``kv_cache_quant_algo`` (``fp8.py`` lines 366-368). ``None`` when the config
+    names no KV quantization."""
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "compressed-tensors":
+        field, value, cls = (
+            "kv_cache_scheme",
+            quant.get("kv_cache_scheme"),
+            "CompressedTensorsConfig",
+        )
+        fp8 = _ct_fp8(value)
+    elif method in SGLANG_FP8_CONFIG_METHODS:
+        field, value, cls = "kv_cache_quant_algo", quant.get("kv_cache_quant_algo"), "Fp8Config"
+        fp8 = isinstance(value, str) and value.upper() == "FP8"
+    else:
+        return None
+    if value is None:
+        return None
+    where, v = _where(model, field, value), format_version(version)
+    if version < SGLANG_QUANT_CONFIG_KV_SINCE:
+        return CheckpointKv(
+            None,
+            f"--kv-cache-dtype auto is the model dtype: SGLang {v}'s {cls} has no "
+            f"kv_cache_quant_algo, so {where} is not read (SGLang 0.5.23 takes its FP8; the "
+            "cut-off between 0.5.4 and 0.5.23 is assumed); pass --kv-cache-dtype fp8_e4m3 for it",
+        )
+    unread = "" if version == SGLANG_QUANT_CONFIG_KV_SINCE else "; rule read in SGLang 0.5.23"
+    if not fp8:
+        said = (
+            " (SGLang logs 'Ignoring compressed-tensors kv_cache_scheme ...: only static "
+            "symmetric per-tensor FP8 scales are supported.')"
+            if cls == "CompressedTensorsConfig"
+            else ""
+        )
+        return CheckpointKv(
+            None,
+            f"--kv-cache-dtype auto is the model dtype: SGLang {v} takes only FP8 from {where}"
+            f"{said}{unread}",
+        )
+    return CheckpointKv(
+        "fp8_e4m3",
+        f"fp8_e4m3: --kv-cache-dtype auto follows {where} (SGLang {v} {cls}.kv_cache_quant_algo "
+        f"FP8, configure_kv_cache_dtype; pass --kv-cache-dtype to choose another{unread})",
+    )

@@ -257,8 +257,9 @@ class PlanRequest(BaseModel):
         le=1,
         description="SGLang hybrid SWA pool: sliding-window tokens per full-attention token "
         "(unset: SGLang's 0.8 where SGLang runs the hybrid pool by default, from 0.5.23 e.g. "
-        "gpt-oss, Llama-4, MiMo-V2-Flash; else sliding layers count as full; Dots3-Note's pool "
-        "is always split, 0.8 by default).",
+        "gpt-oss, Llama-4, MiMo-V2-Flash; else sliding layers count as full, and a given ratio is "
+        "ignored with a note, as SGLang ignores it; Dots3-Note's pool is always split, 0.8 by "
+        "default).",
     )
     headroom_fraction: float = Field(
         default=0.03,

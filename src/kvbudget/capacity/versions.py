@@ -154,6 +154,14 @@ SGLANG_KV_FROM_CHECKPOINT_READ: tuple[Version, ...] = ((0, 5, 4), (0, 5, 23))
 #: ``kv_cache_scheme`` dict (``layers/quantization/modelopt_quant.py`` lines 478-490); 0.5.4's
 #: reads only ``kv_cache_scheme`` in the flat form (lines 186-197). Cut-off *assumed* at 0.5.23
 SGLANG_FLAT_KV_ALGO_SINCE: Version = (0, 5, 23)
+#: SGLang's compressed-tensors and ``Fp8Config`` quant configs answer ``kv_cache_quant_algo`` too:
+#: 0.5.23 ``CompressedTensorsConfig.kv_cache_quant_algo`` is ``"FP8"`` for a static symmetric
+#: per-tensor 8-bit float ``kv_cache_scheme`` (``layers/quantization/compressed_tensors/
+#: compressed_tensors.py`` lines 142-151, 1275-1285) and ``Fp8Config.from_config`` reads the
+#: config's ``kv_cache_quant_algo`` (``layers/quantization/fp8.py`` lines 366-368, 384-386);
+#: 0.5.4's two classes have no such attribute (``getattr(..., None)``: ``auto`` is the model
+#: dtype). Read in 0.5.4 and 0.5.23 only; the cut-off between them is *assumed* at 0.5.23
+SGLANG_QUANT_CONFIG_KV_SINCE: Version = (0, 5, 23)
 
 
 #: vLLM's ``--async-scheduling`` default: off up to 0.13.0 (``SchedulerConfig.async_scheduling:

@@ -54,7 +54,7 @@ QUANTIZATION_HELP = (
 KV_DTYPE_HELP = (
     "KV cache dtype: auto, bfloat16, fp8, fp8_ds_mla, ... (default auto: the model dtype, or "
     "the dtype a ModelOpt checkpoint's kv_cache_quant_algo names, as vLLM >= 0.14 and SGLang "
-    "resolve it)."
+    "resolve it; SGLang 0.5.23 also takes the FP8 KV of compressed-tensors and fp8 configs)."
 )
 PP_HELP = "Pipeline-parallel size (default 1)."
 DP_HELP = (

@@ -11,17 +11,23 @@ unless ``disable_hybrid_swa_memory`` (Gemma-2/3, Olmo2); 0.5.4 none of these (gp
 ``disable_hybrid_swa_memory``, ``server_args.py`` line 959; Llama-4 needs
 ``--hybrid-kvcache-ratio``, ``model_runner.py`` lines 392-400).
 
+A ratio given for a model SGLang runs without the pool is ignored, as SGLang ignores it (0.5.23
+only range-checks it, ``arg_groups/kv_cache_hook.py`` lines 427-428, and a model that is not
+``is_hybrid_swa`` gets ``DefaultPoolConfigurator``, ``pool_configurator.py`` lines 1716-1725;
+0.5.4 reads it in ``set_num_token_hybrid`` only when ``is_hybrid``, ``model_runner.py`` lines
+1715-1716). Between 0.5.4 and 0.5.23 (not read) a given ratio is applied with 0.5.4's split.
+
+The test model is a 0.5.23 hybrid SWA architecture (``LagunaForCausalLM``, ``model_config.py``
+lines 2651-2697) unless a test says otherwise.
+
 Expected values are worked by hand from those lines (rest given with ``kv_cache_memory_bytes``);
 SGLang 0.5.23's own configurator prints the same (``scripts/check_sglang_hybrid_swa_pool.py``:
 full 9,984, swa 7,936; the 4,000-token sliding pool's ValueError)."""
 
 from __future__ import annotations
 
-import pytest
-
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
-from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import FullAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 
@@ -29,7 +35,17 @@ from kvbudget.spec.model import ModelSpec
 LAYER_BYTES = 8192
 
 
-def _model(model_type: str = "hybrid_swa", window: int = 4096) -> ModelSpec:
+#: a 0.5.23 hybrid SWA architecture (``configs/model_config.py`` lines 2651-2697)
+HYBRID_ARCH = "LagunaForCausalLM"
+#: no hybrid SWA architecture of 0.5.23, no 0.5.4 model class
+NOT_HYBRID_ARCH = "HybridSwaForCausalLM"
+#: an SGLang release between 0.5.4 and 0.5.23, whose hybrid SWA models kvbudget has not read
+UNREAD = "0.5.22"
+
+
+def _model(
+    model_type: str = "hybrid_swa", window: int = 4096, architecture: str = HYBRID_ARCH
+) -> ModelSpec:
     """21 sliding + 21 full layers (odd indices full)."""
     layers: list[FullAttention] = [
         FullAttention(i, 8, 256) if i % 2 else SlidingWindow(i, 8, 256, sliding_window=window)
@@ -37,7 +53,7 @@ def _model(model_type: str = "hybrid_swa", window: int = 4096) -> ModelSpec:
     ]
     return ModelSpec(
         model_id=f"test/{model_type}",
-        architecture="GptOssForCausalLM" if model_type == "gpt_oss" else "HybridSwaForCausalLM",
+        architecture="GptOssForCausalLM" if model_type == "gpt_oss" else architecture,
         model_type=model_type,
         layers=tuple(layers),
         hidden_size=3584,
@@ -88,8 +104,11 @@ def test_0523_sizes_full_tokens_then_floors_both_pools() -> None:
     assert r.fits
 
 
-def test_054_keeps_its_split_after_sizing() -> None:
-    r = _plan("0.5.4", REST, 64)
+def test_before_0523_the_054_split_after_sizing() -> None:
+    """An unread release before the configurator: the given ratio, 0.5.4's split
+    (``model_runner.py`` lines 1557-1575), with a note that kvbudget has not read the release."""
+    r = _plan(UNREAD, REST, 64)
+    assert any("is not read (0.5.4 and 0.5.23 are)" in n for n in r.notes)
     assert r.sglang is not None
     # max_total = 3,096,577,000 // (42 x 8192 = 344,064) = 9,000 (9,000.003) -> 9,000 // 64 x 64
     # = 8,960; model_runner.py 1561-1575: full = int(8,960 x 42 / (0.8 x 21 + 21)) =
@@ -107,19 +126,25 @@ def test_0523_refuses_a_sliding_pool_below_the_window() -> None:
     assert r.sglang is not None and r.sglang.swa_tokens == 4000
     assert not r.fits
     assert r.error is not None and r.error.startswith("SWA pool (4000 tokens) cannot hold")
-    # 0.5.4 has no such check: max_total 1,548,289,000 // 344,064 = 4,500; full =
+    # 0.5.4's split has no such check: max_total 1,548,289,000 // 344,064 = 4,500; full =
     # int(4,500 x 42 / 37.8) = 5,000 (or 4,999 by float rounding) >= 4,096: fits
-    old = _plan("0.5.4", rest, 1, max_len=4096)
+    old = _plan(UNREAD, rest, 1, max_len=4096)
     assert old.fits and old.sglang is not None and old.sglang.full_tokens in (4999, 5000)
 
 
-def test_gpt_oss_ratio_refused_by_054_taken_by_0523() -> None:
-    # 0.5.4 server_args.py line 959 sets disable_hybrid_swa_memory for GPT-OSS; 0.5.23's
-    # model_overrides/gpt_oss.py does not, and GptOssForCausalLM is a hybrid SWA arch
+def test_gpt_oss_ratio_ignored_by_054_taken_by_0523() -> None:
+    # 0.5.4 server_args.py line 959 sets disable_hybrid_swa_memory for GPT-OSS, so is_hybrid is
+    # off and set_num_token_hybrid never reads the ratio (model_runner.py 392-400, 1715-1716):
+    # every layer full, 3,096,577,000 // (42 x 8,192) = 9,000 (9,000.003) -> 8,960 (page 64);
+    # 0.5.23's model_overrides/gpt_oss.py does not, and GptOssForCausalLM is a hybrid SWA arch
     # (configs/model_config.py lines 88-90, 2651-2690)
     model = _model("gpt_oss", window=128)
-    with pytest.raises(ConfigError):
-        _plan("0.5.4", REST, 64, model=model)
+    old = _plan("0.5.4", REST, 64, model=model)
+    assert old.sglang is not None and old.sglang.swa_tokens is None
+    assert old.sglang.max_total_num_tokens == 8960
+    [line] = [n for n in old.notes if n.startswith("--swa-full-tokens-ratio")]
+    assert line.startswith("--swa-full-tokens-ratio 0.8 ignored, as SGLang 0.5.4 ignores it: ")
+    assert "disable_hybrid_swa_memory for model_type gpt_oss" in line
     r = _plan("0.5.23", REST, 64, model=model)
     assert r.sglang is not None and r.sglang.full_tokens == 9984  # as the first test
 
@@ -202,18 +227,31 @@ def test_no_default_pool_outside_sglangs_hybrid_archs() -> None:
                 kv_cache_memory_bytes=REST,
                 max_model_len=8192,
             ),
-            _model(),
+            _model(architecture=NOT_HYBRID_ARCH),
         )
         assert r.sglang is not None and r.sglang.swa_tokens is None
         assert r.sglang.max_total_num_tokens == 9000
         assert r.defaults_applied["swa_full_tokens_ratio"].startswith("none (")
 
 
-def test_a_given_ratio_outside_sglangs_hybrid_models_is_noted() -> None:
-    # HybridSwaForCausalLM: no hybrid SWA arch (0.5.23) and no 0.5.4 model class with
-    # get_attention_sliding_window_size; gpt-oss is one at 0.5.23 (model_config.py 88-96)
-    for version in ("0.5.23", "0.5.4"):
-        notes = _plan(version, REST, 64).notes
-        assert any(n.startswith("--swa-full-tokens-ratio 0.8: SGLang") for n in notes)
+def test_a_given_ratio_outside_sglangs_hybrid_models_is_ignored_as_sglang_does() -> None:
+    """HybridSwaForCausalLM: no 0.5.23 hybrid SWA arch, no 0.5.4 model class. SGLang sizes every
+    layer as full whatever the ratio: 3,096,577,000 // 344,064 = 9,000 (9,000.003) -> 8,960 at
+    64-token pages; an unread release in between applies it (0.5.4's split, as above)."""
+    model = _model(architecture=NOT_HYBRID_ARCH)
+    for version, where in (
+        ("0.5.23", "pool_configurator.py lines 1716-1725"),
+        ("0.5.4", "model_runner.py lines 1715-1716"),
+    ):
+        r = _plan(version, REST, 64, model=model)
+        assert r.sglang is not None and r.sglang.swa_tokens is None
+        assert r.sglang.swa_full_tokens_ratio is None
+        assert r.sglang.max_total_num_tokens == 8960
+        [line] = [n for n in r.notes if n.startswith("--swa-full-tokens-ratio")]
+        assert line.startswith(f"--swa-full-tokens-ratio 0.8 ignored, as SGLang {version} ")
+        assert f"does not run {NOT_HYBRID_ARCH} with its hybrid SWA pool" in line
+        assert where in line
+    unread = _plan(UNREAD, REST, 64, model=model)
+    assert unread.sglang is not None and unread.sglang.swa_tokens is not None
     gpt_oss = _plan("0.5.23", REST, 64, model=_model("gpt_oss", window=128)).notes
     assert not any(n.startswith("--swa-full-tokens-ratio") for n in gpt_oss)

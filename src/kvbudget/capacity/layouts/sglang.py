@@ -10,10 +10,14 @@ Source: ``engines-kv-accounting.md`` §7.1 (sglang ``model_runner_kv_cache_mixin
 * Dots3-Note (sliding-window MLA + DSA layers): SGLang's ``SWAKVPool`` of a ``DSATokenToKVPool``
   and an MLA sliding pool, see :mod:`kvbudget.capacity.layouts.sglang_dots3`.
 * Sliding-window layers: this cell counts them at full length, which is what SGLang does for the
-  models that set ``disable_hybrid_swa_memory`` (Gemma2/3, Olmo2; GptOss up to 0.5.4) and the
-  models outside its hybrid SWA list. SGLang's hybrid SWA pool (``--swa-full-tokens-ratio``, 0.8
-  by default for the models SGLang runs with it) is split by the planner
-  (``engines/sglang/setup.py``). Chunked layers likewise.
+  models that set ``disable_hybrid_swa_memory`` (Gemma2/3, Olmo2; GptOss up to 0.5.4), the
+  models outside its hybrid SWA list, and at 0.5.4 (this layout's release) for every model
+  kvbudget plans. SGLang 0.5.23's hybrid SWA pool (``--swa-full-tokens-ratio``, 0.8 by default
+  for the models it runs with it) holds no fixed count of sliding rows per sequence; the planner
+  sizes it (``engines/sglang/swa_ratio.py``, ``stages.py``) and a note says so here
+  (:func:`kvbudget.capacity.layouts.sglang_swa.sglang_windowed_note`). Chunked layers likewise.
+* KV-shared layers (Gemma-3n, Gemma-4 E2B/E4B) hold rows of their own, sized as the layer they
+  read (:mod:`kvbudget.capacity.layouts.sglang_shared`).
 * Mamba-hybrid models keep a separate per-request state pool; here its size is the state shapes of
   vLLM's calculator in SGLang's default state dtypes, bfloat16 (conv, whatever the model dtype)
   and float32 (temporal state; ``--mamba-ssm-dtype`` default), split by TP.
@@ -69,6 +73,8 @@ from kvbudget.capacity.layouts.sglang_dsa import (
 )
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4, sglang_dsv4_layout
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4, sglang_qwen4_layout
+from kvbudget.capacity.layouts.sglang_shared import has_shared_kv, sglang_pool_layers
+from kvbudget.capacity.layouts.sglang_swa import sglang_windowed_note
 from kvbudget.capacity.layouts.vllm_minimax_m3 import refuse_unlisted_sparse_layers
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.errors import ConfigError
@@ -234,6 +240,8 @@ def sglang_layout(
             spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
         )
     refuse_unmodelled_sglang(spec)
+    shared = has_shared_kv(spec)
+    spec = sglang_pool_layers(spec)  # KV-shared layers: rows of their own (sglang_shared)
     if is_sglang_dsv4(spec):  # DeepSeek-V4's own pools: layouts/sglang_dsv4.py
         return sglang_dsv4_layout(
             spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp
@@ -254,6 +262,11 @@ def sglang_layout(
     model_bytes = 2 if spec.dtype_bytes in (None, 4) else int(spec.dtype_bytes or 2)
     k_only = minimax_m3_k_only_layers(spec) if msa else frozenset()
     notes: list[str] = []
+    if shared:
+        notes.append(
+            "KV-shared layers hold rows of their own in SGLang's pool, sized as the layer they "
+            "read (capacity/layouts/sglang_shared.py)"
+        )
     if msa:
         notes.append(
             f"SGLang MiniMaxSparseKVPool: every layer's K/V plus the sparse layers' indexer key "
@@ -287,13 +300,10 @@ def sglang_layout(
                         else 0
                     )
                 )
-                note = (
-                    "counted at full length (SWA pool not modelled)"
-                    if kind in ("sliding", "chunked")
-                    else ""
-                )
-                if note and note not in notes:
-                    notes.append(f"{kind} layers {note}")
+                note = "counted at full length" if kind in ("sliding", "chunked") else ""
+                said = sglang_windowed_note(spec, kind) if note else ""
+                if said and said not in notes:
+                    notes.append(said)
                 groups.append(
                     GroupBytes(
                         kind,

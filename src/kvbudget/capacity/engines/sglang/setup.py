@@ -14,6 +14,7 @@ from kvbudget.capacity.engines.sglang.inkling import InklingPlan, inkling_plan
 from kvbudget.capacity.engines.sglang.mamba import MambaSetup, mamba_setup
 from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION, Qwen4Plan, qwen4_plan
 from kvbudget.capacity.engines.sglang.speculative import SglangDraft, sglang_draft
+from kvbudget.capacity.engines.sglang.swa_ratio import swa_ratio
 from kvbudget.capacity.kv_checkpoint import CheckpointKv, sglang_checkpoint_kv
 from kvbudget.capacity.layouts.base import refuse_indexer, sglang_pp_split
 from kvbudget.capacity.layouts.sglang import (
@@ -29,6 +30,7 @@ from kvbudget.capacity.layouts.sglang_dsa import sglang_dsa_dtype
 from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.sglang_inkling import is_sglang_inkling
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
+from kvbudget.capacity.layouts.sglang_shared import sglang_pool_layers
 from kvbudget.capacity.layouts.vllm import vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_specs import VllmLayerSpec
 from kvbudget.capacity.plan_types import PlanRequest
@@ -39,57 +41,10 @@ from kvbudget.capacity.sglang_pool import (
 )
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, Version, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
-from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
 from kvbudget.spec.layers import MLA, FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import MiB
-
-#: models for which SGLang turns the hybrid SWA pool off (``disable_hybrid_swa_memory``, §7.1;
-#: 0.5.4 ``server_args.py`` lines 959, 982, 988)
-NO_HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "gemma2", "gemma3", "gemma3_text", "olmo2"})
-#: 0.5.23 no longer turns it off for gpt-oss (``arg_groups/model_overrides/gpt_oss.py`` sets no
-#: ``disable_hybrid_swa_memory``; ``GptOssForCausalLM`` is in ``SWA_SINK_ARCHS``,
-#: ``configs/model_config.py`` lines 88-90, a hybrid SWA arch, lines 2651-2690); Gemma-2/3 and
-#: Olmo2 keep it (``model_overrides/gemma2_gemma3.py`` line 26, ``olmo2.py`` line 23)
-NO_HYBRID_SWA_MODEL_TYPES_0523 = NO_HYBRID_SWA_MODEL_TYPES - {"gpt_oss"}
-
-#: SGLang's ``--swa-full-tokens-ratio`` when not given: 0.5.4 ``server_args.py`` line 235
-#: (``swa_full_tokens_ratio: float = 0.8``); 0.5.23 ``arg_groups/fields/schedule.py`` lines
-#: 150-161 (``fallback=0.8``)
-DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
-#: 0.5.23's hybrid SWA architectures (``configs/model_config.py`` ``is_hybrid_swa_model``, lines
-#: 2651-2697, with ``SWA_SINK_ARCHS`` lines 88-96 and ``MIMO_V2_MODEL_ARCHS`` lines 74-77):
-#: ``ModelConfig.is_hybrid_swa`` holds for them unless ``disable_hybrid_swa_memory`` (lines
-#: 1213-1218), and the pool is ``HybridSWAPoolConfigurator``'s (``pool_configurator.py`` lines
-#: 1715-1725). The families with their own pools (DeepSeek-V4, Inkling) are planned apart.
-HYBRID_SWA_ARCHS_0523 = frozenset(
-    {
-        "BeamForCausalLM",
-        "Llama4ForConditionalGeneration",
-        "GptOssForCausalLM",
-        "GraniteSWAForCausalLM",
-        "GraniteMoeSWAForCausalLM",
-        "IQuestQ1ForCausalLM",
-        "IQuestQ1MTP",
-        "MiMoV2ForCausalLM",
-        "MiMoV2FlashForCausalLM",
-        "MiMoV2MTP",
-        "Step3p5ForCausalLM",
-        "Step3p5MTP",
-        "Step3p7ForConditionalGeneration",
-        "Gemma4ForCausalLM",
-        "Gemma4ForConditionalGeneration",
-        "EmbeddingGemma2Model",
-        "Gemma4UnifiedForConditionalGeneration",
-        "DiffusionGemmaForBlockDiffusion",
-        "LagunaForCausalLM",
-        "MellumForCausalLM",
-        "MuseGlimmerForCausalLM",
-        "MuseGlimmerForConditionalGeneration",
-        "UnlimitedOCRForCausalLM",
-    }
-)
 
 #: an attention layer's spec at one token per page and the layers it covers
 AttnRun = tuple[VllmLayerSpec, range]
@@ -293,9 +248,8 @@ def sglang_setup(
     notes.extend(mamba.notes)
     sliding = [(s, r) for s, r in attn if s.windowed]
     ratio = inkling.ratio if inkling else request.swa_full_tokens_ratio
-    _check_swa_ratio(model, sliding, ratio, notes, version)
-    if ratio is None and sliding:
-        ratio = _default_swa_ratio(model, version, defaults, notes)
+    if sliding:  # taken, ignored as SGLang ignores it, or SGLang's default (swa_ratio.py)
+        ratio = swa_ratio(model, ratio, version, defaults, notes)
     return SglangSetup(
         request, model, gpu, weights, version_text, version, rule, frac, page_size, kv_dtype,
         defaults, notes, msa, dsa, raw_fp8, dsv4, inkling, qwen4, draft, mamba, attn, sliding,
@@ -312,97 +266,12 @@ def _attention_runs(request: PlanRequest, model: ModelSpec, *, own_cells: bool) 
     specs = [
         (s, indices)
         for s, indices in vllm_layer_specs(
-            model, kv_dtype=request.kv_dtype, tp=request.tp, pp=1, block_size=1
+            sglang_pool_layers(model),  # KV-shared layers hold their own rows in SGLang's pool
+            kv_dtype=request.kv_dtype,
+            tp=request.tp,
+            pp=1,
+            block_size=1,
         ).runs()
         if s.holds_cache
     ]  # one entry per run of layers (two for a parallel hybrid run), never per layer
     return [(s.with_block_size(1), r) for s, r in specs if s.holds_tokens]
-
-
-def _check_swa_ratio(
-    model: ModelSpec,
-    sliding: list[AttnRun],
-    ratio: float | None,
-    notes: list[str],
-    version: Version,
-) -> None:
-    """A ratio SGLang would ignore for a model that sets ``disable_hybrid_swa_memory`` is
-    refused; one given for a model outside SGLang's hybrid SWA models is applied with a note (the
-    split models the pool as if SGLang served it; see :func:`_default_swa_ratio` for which)."""
-    off = (
-        NO_HYBRID_SWA_MODEL_TYPES_0523
-        if version >= HYBRID_SWA_CONFIGURATOR_VERSION
-        else NO_HYBRID_SWA_MODEL_TYPES
-    )
-    if sliding and ratio is not None and model.model_type in off:
-        raise ConfigError(
-            f"swa_full_tokens_ratio: SGLang sets disable_hybrid_swa_memory for model_type "
-            f"{model.model_type} (reference §7.1), so {ratio} would be ignored and sliding layers "
-            "count as full; drop --swa-full-tokens-ratio",
-            field="swa_full_tokens_ratio",
-        )
-    if sliding and ratio is not None and not _sglang_hybrid_swa(model, version):
-        notes.append(
-            f"--swa-full-tokens-ratio {ratio}: SGLang {'.'.join(map(str, version))} does not "
-            f"run {model.architecture} with its hybrid SWA pool by default (see "
-            "defaults_applied without the flag); the split models the pool as if it did"
-        )
-
-
-def _sglang_hybrid_swa(model: ModelSpec, version: Version) -> bool:
-    """SGLang runs this model with its hybrid SWA pool (0.5.23: a listed architecture that does
-    not turn it off; 0.5.4: none kvbudget plans, see :func:`_default_swa_ratio`)."""
-    return (
-        version >= HYBRID_SWA_CONFIGURATOR_VERSION
-        and model.architecture in HYBRID_SWA_ARCHS_0523
-        and model.model_type not in NO_HYBRID_SWA_MODEL_TYPES_0523
-    )
-
-
-def _default_swa_ratio(
-    model: ModelSpec, version: Version, defaults: dict[str, str], notes: list[str]
-) -> float | None:
-    """SGLang's hybrid SWA pool when ``--swa-full-tokens-ratio`` is not given: ratio 0.8 for the
-    models SGLang runs with it, None (sliding layers counted as full) for the rest, said either
-    way in ``defaults``.
-
-    0.5.23: the architectures of :data:`HYBRID_SWA_ARCHS_0523` unless the model sets
-    ``disable_hybrid_swa_memory`` (:data:`NO_HYBRID_SWA_MODEL_TYPES_0523`). 0.5.4: none of the
-    models kvbudget plans; its pool is hybrid only when the model class has
-    ``get_attention_sliding_window_size`` (``model_executor/model_runner.py`` lines 392-400,
-    921-928; gpt-oss, Gemma-2/3/3n and Olmo2, which all set ``disable_hybrid_swa_memory``,
-    ``server_args.py`` lines 959, 982, 988), and Llama-4's chunked pool needs
-    ``--hybrid-kvcache-ratio`` (``configs/model_config.py`` lines 156-167, 975-990), which
-    kvbudget does not model."""
-    off_0523 = NO_HYBRID_SWA_MODEL_TYPES_0523
-    if _sglang_hybrid_swa(model, version):
-        defaults["swa_full_tokens_ratio"] = (
-            f"{DEFAULT_SWA_FULL_TOKENS_RATIO} (SGLang's fallback, arg_groups/fields/schedule.py "
-            f"lines 150-161: {model.architecture} runs with SGLang's hybrid SWA pool, "
-            "configs/model_config.py lines 2651-2697)"
-        )
-        return DEFAULT_SWA_FULL_TOKENS_RATIO
-    if version >= HYBRID_SWA_CONFIGURATOR_VERSION:
-        why = (
-            f"SGLang sets disable_hybrid_swa_memory for model_type {model.model_type}"
-            if model.model_type in off_0523
-            else f"{model.architecture} is not one of SGLang's hybrid SWA architectures "
-            "(configs/model_config.py lines 2651-2697)"
-        )
-    elif model.model_type in NO_HYBRID_SWA_MODEL_TYPES:
-        why = (
-            f"SGLang sets disable_hybrid_swa_memory for model_type {model.model_type} "
-            "(server_args.py lines 959, 982, 988)"
-        )
-    else:
-        why = (
-            "SGLang 0.5.4 uses its hybrid SWA pool only for model classes with "
-            "get_attention_sliding_window_size, all of which turn it off, and for Llama-4 with "
-            "--hybrid-kvcache-ratio (model_runner.py lines 392-400, 921-928)"
-        )
-    defaults["swa_full_tokens_ratio"] = f"none ({why}): sliding/chunked layers counted as full"
-    notes.append(
-        f"sliding/chunked layers counted as full: {why}; --swa-full-tokens-ratio models "
-        "SGLang's hybrid SWA pool"
-    )
-    return None
