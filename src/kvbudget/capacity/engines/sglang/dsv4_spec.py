@@ -1,0 +1,97 @@
+"""``--speculative-config`` method ``mtp`` for DeepSeek-V4 with ``--engine sglang``: SGLang's
+NEXTN (EAGLE) drafter, read in the sglang 0.5.23 source (paths under ``sglang/srt/``; DeepSeek-V4
+is read there whatever ``--engine-version`` says, as its pools are).
+
+* The drafter: vLLM's MTP methods are ``--speculative-algorithm NEXTN``, run as ``EAGLE``
+  (``arg_groups/speculative_hook.py`` lines 109-115), its draft taken from the target's
+  checkpoint (lines 1120-1157 list ``DeepseekV4ForCausalLM``). SGLang allows only EAGLE (and
+  DSPARK) with top-k 1 for it (``arg_groups/deepseek_v4_hook.py`` lines 148-159); kvbudget
+  maps ``num_speculative_tokens`` k to ``--speculative-num-steps k --speculative-eagle-topk 1``,
+  so ``speculative_num_draft_tokens = k + 1`` (``speculative_hook.py`` lines 1255-1268), and
+  without it SGLang's auto choice for DeepSeek-V4, ``(3, 1, 4)`` (lines 1159-1172, 1430-1461).
+* Its layer: ``DeepseekV4ModelNextN`` builds one ``DeepseekV4DecoderLayer`` with
+  ``compress_ratio_override=COMPRESS_RATIO_NEXTN_LAYER`` = 0 (``models/deepseek_v4_nextn.py``
+  lines 53, 104-121): a sliding window only, no compressor, no indexer. The draft worker's own
+  ``DeepSeekV4TokenToKVPool`` takes ratio 0 for each of its layers and the target's
+  ``memory_pool_config`` (``mem_cache/kv_cache_configurator.py`` lines 470-474, 2072-2081) with
+  the c4 / c128 / state sizes zeroed (lines 546-556): one SWA pool of the target's
+  ``swa_max_total_num_tokens``, ``swa // 256 + 1`` pages of 149,760 B
+  (``_num_dsv4_physical_kv_pages``, ``deepseek_v4_memory_pool.py`` lines 165-169, 279-291).
+* What the target budgets (``model_executor/pool_configurator.py``): with a drafter the
+  compressor-state rings are 16 rows (ratio 4) and 256 (ratio 128) instead of 8 and 128
+  (``get_compress_state_ring_size``, ``deepseek_v4_memory_pool.py`` lines 60-91), and the
+  draft is reserved by inflating ``bytes_per_full_token`` by ``(layers + 1) / layers``, one
+  draft layer whatever the checkpoint says (lines 1250-1257): more than the one ratio-0 layer
+  the draft pool holds. The rings must serve the draft tokens (lines 1194-1198, 1291-1307:
+  ``ring - window + 2``, 10 for ratio 4 and 130 for ratio 128, ``get_compress_state_write_pad``
+  lines 118-122); more is SGLang's assertion, quoted.
+* ``max_running_requests``: the DeepSeek-V4 hook declares 256 (``deepseek_v4_hook.py`` lines
+  137-146, run from ``arg_groups/model_hook.py`` lines 258-265) before the speculative hook
+  (``arg_groups/pipeline.py`` lines 225, 306) whose reset to 48 applies only when none is set
+  (``speculative_hook.py`` lines 1086-1094): 256 stands.
+* Its weights are loaded before the target's pool is sized (as for the other NextN drafters,
+  :mod:`kvbudget.capacity.engines.sglang.speculative`): its own ``embed_tokens`` and
+  ``lm_head`` (``deepseek_v4_nextn.py`` lines 67-72, 275-281), each ``vocab / tp x hidden``,
+  plus the layer and its ``e_proj`` / ``h_proj`` / ``hc_head`` / norms (lines 74-122), sized by
+  kvbudget's DeepSeek-V4 MTP estimate (:func:`kvbudget.capacity.mtp_draft.mtp_weights_bytes`,
+  the modules vLLM 0.32 builds under the same names, at compress ratio 1 there).
+"""
+
+from __future__ import annotations
+
+from kvbudget.capacity.layouts.sglang_dsv4 import CSA_RATIO, HCA_RATIO
+from kvbudget.errors import ConfigError
+from kvbudget.spec.layers import CompressedAttention, CompressedSparseAttention
+from kvbudget.spec.model import ModelSpec
+
+#: SGLang's auto ``(steps, topk, draft tokens)`` for DeepSeek-V4 (``speculative_hook.py``
+#: lines 1460-1461: the fallback branch)
+DSV4_AUTO_STEPS = (3, 1, 4)
+#: ``get_compress_state_write_pad(ratio, ring)`` with the speculative rings 16 / 256:
+#: ``ring - ratio * (2 if ratio == 4 else 1) + 2`` (``deepseek_v4_memory_pool.py`` 118-122)
+DSV4_MAX_DRAFT_TOKENS = {CSA_RATIO: 16 - 8 + 2, HCA_RATIO: 256 - 128 + 2}
+DSV4_SPEC_RINGS = {CSA_RATIO: 16, HCA_RATIO: 256}
+
+
+def dsv4_draft_tokens(model: ModelSpec, config: dict[str, object]) -> tuple[int, int, int]:
+    """``(steps, topk, draft tokens)`` SGLang runs DeepSeek-V4's drafter with; refuses, in
+    SGLang's words, a draft count its compressor-state rings cannot serve."""
+    k = config.get("num_speculative_tokens")
+    steps = (
+        (k, 1, k + 1) if isinstance(k, int) and not isinstance(k, bool) and k >= 1 else None
+    ) or DSV4_AUTO_STEPS
+    draft_tokens = steps[2]
+    ratios = {
+        x.compress_rate
+        for x in model.layer_seq.distinct()
+        if isinstance(x, CompressedAttention | CompressedSparseAttention)
+    }
+    for ratio in (CSA_RATIO, HCA_RATIO):
+        most = DSV4_MAX_DRAFT_TOKENS[ratio]
+        if ratio in ratios and draft_tokens > most:
+            raise ConfigError(
+                f"speculative_config: num_speculative_tokens {k} for deepseek_v4 under SGLang "
+                f"0.5.23: 'speculative_num_draft_tokens={draft_tokens} exceeds what the "
+                f"c{ratio} compress state ring can keep resident (ring_size="
+                f"{DSV4_SPEC_RINGS[ratio]} serves at most {most} draft tokens). Lower the "
+                "draft count, or grow the ring in get_compress_state_ring_size().' "
+                "(model_executor/pool_configurator.py lines 1291-1307); pass "
+                f"num_speculative_tokens {most - 1} or fewer",
+                field="speculative_config",
+            )
+    return steps
+
+
+def dsv4_draft_note(steps: tuple[int, int, int]) -> str:
+    """The plan's note on what SGLang runs and budgets for DeepSeek-V4's drafter."""
+    s, topk, draft_tokens = steps
+    return (
+        f"speculative_config: SGLang NEXTN (EAGLE) for DeepSeek-V4, steps {s}, topk {topk}, "
+        f"{draft_tokens} draft tokens; the drafter is one ratio-0 layer (sliding window only, "
+        "models/deepseek_v4_nextn.py line 53) whose own pool holds SWA pages for the target's "
+        "swa tokens and no c4 / c128 / state pools (kv_cache_configurator.py lines 546-556, "
+        "2072-2081); the target budgets it as bytes_per_full_token x (layers + 1) / layers "
+        "and keeps compressor-state rings of 16 (c4) and 256 (c128) rows "
+        "(pool_configurator.py lines 1250-1257; deepseek_v4_memory_pool.py lines 60-91); "
+        "max_running_requests keeps DeepSeek-V4's 256, declared before the speculative hook's 48"
+    )
