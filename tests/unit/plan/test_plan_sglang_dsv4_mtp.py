@@ -119,14 +119,28 @@ def test_too_many_draft_tokens_is_sglangs_assertion() -> None:
     assert nine.sglang is not None and nine.sglang.max_total_num_tokens == 669_440
 
 
-def test_drafter_weights_join_the_target_before_sizing() -> None:
-    """The drafter loads before the pool is sized: its own embed_tokens and lm_head,
-    2 x ceil(129,280 / 8) x 4,096 x 2 = 264,765,440 B, plus its layer, 488,947,500 B at TP 8
-    as ``test_plan_mtp_weights_vllm.test_deepseek_v4_mtp_weights_by_hand`` works it out (the
-    modules SGLang's DeepseekV4ModelNextN builds under the same names; Flash has ratio-0
-    layers, so no rotary cache of its own)."""
-    without = _plan(speculative=None, kv_cache_memory_bytes=None)
-    with_draft = _plan(kv_cache_memory_bytes=None)
+@pytest.mark.parametrize(
+    ("model_id", "drafter"),
+    [
+        # 2 x ceil(129,280 / 8) x 4,096 x 2 = 264,765,440 (embed_tokens, lm_head) + 488,947,500
+        (FLASH, 264_765_440 + 488_947_500),
+        # 2 x 16,160 x 7,168 x 2 = 463,339,520 + the layer, 2,595,640,932 - 268,435,456 (rope)
+        # - 469,762,048 (vLLM's hidden buffer) = 1,857,443,428 + its own rotary table
+        # 1,048,576 x 32 complex64 = 268,435,456
+        (PRO, 463_339_520 + 1_857_443_428 + 268_435_456),
+    ],
+)
+def test_drafter_weights_join_the_target_before_sizing(model_id: str, drafter: int) -> None:
+    """The drafter loads before the pool is sized: its own embed_tokens and lm_head
+    (``models/deepseek_v4_nextn.py`` lines 67-72, 275-281), each ``ceil(vocab / 8) x hidden x
+    2``, plus its layer at TP 8 as ``test_plan_mtp_weights_vllm.test_deepseek_v4_mtp_weights_by_
+    hand`` works it out (the modules SGLang's DeepseekV4ModelNextN builds under the same names).
+    Pro has no ratio-0 target layer, so the drafter's ``freqs_cis`` (``precompute_freqs_cis``
+    behind ``lru_cache(2)``, ``kernels/ops/attention/dsv4/rope.py`` lines 27-68; registered at
+    ``models/deepseek_v4.py`` lines 1171-1200) is a table of its own; Flash's layers 0 and 1
+    already built that one."""
+    without = _plan(model_id, speculative=None, kv_cache_memory_bytes=None)
+    with_draft = _plan(model_id, kv_cache_memory_bytes=None)
     extra = with_draft.weights.per_rank_bytes[0] - without.weights.per_rank_bytes[0]
-    assert extra == 264_765_440 + 488_947_500
+    assert extra == drafter
     assert with_draft.available_kv_bytes == without.available_kv_bytes - extra

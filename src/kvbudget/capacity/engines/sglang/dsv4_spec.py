@@ -34,7 +34,14 @@ is read there whatever ``--engine-version`` says, as its pools are).
   ``lm_head`` (``deepseek_v4_nextn.py`` lines 67-72, 275-281), each ``vocab / tp x hidden``,
   plus the layer and its ``e_proj`` / ``h_proj`` / ``hc_head`` / norms (lines 74-122), sized by
   kvbudget's DeepSeek-V4 MTP estimate (:func:`kvbudget.capacity.mtp_draft.mtp_weights_bytes`,
-  the modules vLLM 0.32 builds under the same names, at compress ratio 1 there).
+  the modules vLLM 0.32 builds under the same names, at compress ratio 1 there; SGLang's fp8
+  ``wo_a`` and fused ``wqkv_a`` by default, ``models/deepseek_v4.py`` lines 276-287,
+  1062-1166, match). Its ``freqs_cis`` table (``precompute_freqs_cis`` behind ``lru_cache(2)``,
+  ``kernels/ops/attention/dsv4/rope.py`` lines 27-68; ``models/deepseek_v4.py`` lines
+  1171-1200) is the target's ratio-0 one when the target has ratio-0 layers (Flash), else its
+  own ``max_position_embeddings x 32`` complex64, the same bytes as the vLLM estimate's rotary
+  cache (Pro). Not added: SGLang keeps all ``num_attention_heads`` fp32 sinks where vLLM pads
+  the local heads (256 B more for Pro at TP 8).
 """
 
 from __future__ import annotations
