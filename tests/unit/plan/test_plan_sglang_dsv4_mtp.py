@@ -27,11 +27,16 @@ assertion at 11 draft tokens).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import ConfigError
+from kvbudget.spec.catalog import MODELS_DIR
+from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
@@ -144,3 +149,49 @@ def test_drafter_weights_join_the_target_before_sizing(model_id: str, drafter: i
     extra = with_draft.weights.per_rank_bytes[0] - without.weights.per_rank_bytes[0]
     assert extra == drafter
     assert with_draft.available_kv_bytes == without.available_kv_bytes - extra
+
+
+def _config_plan(tmp_path: Path, **fields: object) -> PlanResult:
+    raw = json.loads((MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**raw, **fields}), encoding="utf-8")
+    resolved = resolve_model(str(path))
+    assert resolved.spec is not None, resolved.reason
+    request = PlanRequest(
+        model=str(path),
+        engine="sglang",
+        gpu="H200",
+        tp=8,
+        max_model_len=8192,
+        kv_cache_memory_bytes=10 * GiB,
+        speculative_config=MTP,
+    )
+    return make_plan(request, resolved.spec)
+
+
+def test_one_draft_layer_whatever_the_checkpoint_says(tmp_path: Path) -> None:
+    """SGLang rewrites the draft config to DeepseekV4ForCausalLMNextN with
+    num_nextn_predict_layers 1 (configs/model_config.py lines 1041-1061) and inflates by one
+    layer (pool_configurator.py line 1253): 2 gives Flash's 669,440 tokens; 0 has no mtp.0."""
+    two = _config_plan(tmp_path, num_nextn_predict_layers=2)
+    assert two.sglang is not None
+    assert two.sglang.max_total_num_tokens == 669_440
+    with pytest.raises(ConfigError, match=r"num_nextn_predict_layers 0.*mtp\.0 layer"):
+        _config_plan(tmp_path, num_nextn_predict_layers=0)
+
+
+def test_unsized_drafter_part_is_named() -> None:
+    """The NVFP4 checkpoint's drafter experts are a part kvbudget's DeepSeek-V4 MTP estimate
+    does not size: refused in one line naming them (a --weights-bytes figure is taken as is)."""
+    with pytest.raises(ConfigError) as info:
+        _plan("nvidia/DeepSeek-V4-Flash-NVFP4", kv_cache_memory_bytes=None)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "its routed experts" in message
+    held = _plan("nvidia/DeepSeek-V4-Flash-NVFP4", weights_bytes=100 * GiB)
+    assert held.sglang is not None
+    # --kv-cache-memory sets the pool: the same 669,440 tokens as Flash, the drafter left out
+    # of the weights shown (said in a note)
+    pool = _plan("nvidia/DeepSeek-V4-Flash-NVFP4")
+    assert pool.sglang is not None and pool.sglang.max_total_num_tokens == 669_440
+    assert any("weights leave the NextN drafter out" in note for note in pool.notes)

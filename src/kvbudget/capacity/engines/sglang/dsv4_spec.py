@@ -47,6 +47,12 @@ is read there whatever ``--engine-version`` says, as its pools are).
 from __future__ import annotations
 
 from kvbudget.capacity.layouts.sglang_dsv4 import CSA_RATIO, HCA_RATIO
+from kvbudget.capacity.mtp_weights import (
+    deepseek_v4_mtp_bytes,
+    deepseek_v4_mtp_rope_bytes,
+    deepseek_v4_mtp_unpriced,
+)
+from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import CompressedAttention, CompressedSparseAttention
 from kvbudget.spec.model import ModelSpec
@@ -102,3 +108,38 @@ def dsv4_draft_note(steps: tuple[int, int, int]) -> str:
         "(pool_configurator.py lines 1250-1257; deepseek_v4_memory_pool.py lines 60-91); "
         "max_running_requests keeps DeepSeek-V4's 256, declared before the speculative hook's 48"
     )
+
+
+def dsv4_draft_layers(num_nextn_predict_layers: object) -> int:
+    """SGLang's drafter has one layer whatever ``num_nextn_predict_layers`` says (the draft config
+    is rewritten to ``DeepseekV4ForCausalLMNextN`` with 1, ``configs/model_config.py`` lines
+    1041-1061); a checkpoint without an MTP layer has no ``mtp.0`` weights to load: refused."""
+    n = num_nextn_predict_layers
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(
+            f"speculative_config: method mtp for deepseek_v4 with num_nextn_predict_layers {n!r}: "
+            "SGLang's NextN drafter loads the checkpoint's mtp.0 layer (models/deepseek_v4_nextn.py "
+            "lines 244-255), which this config does not declare; plan without --speculative-config",
+            field="speculative_config",
+        )
+    return 1
+
+
+def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
+    dp = request.data_parallel_size or 1
+    return request.tp * dp if dp > 1 and model.num_experts else request.tp
+
+
+def dsv4_unpriced(request: PlanRequest, model: ModelSpec) -> str | None:
+    """The drafter part :func:`deepseek_v4_mtp_unpriced` cannot size here (None: all sized)."""
+    return deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request, model))
+
+
+def dsv4_drafter_layer_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
+    """One GPU's bytes of the drafter's layer, projections, norms and (Pro) rotary table (module
+    doc); None where :func:`dsv4_unpriced` names a part kvbudget cannot size."""
+    moe_ranks = _moe_ranks(request, model)
+    if dsv4_unpriced(request, model) is not None:
+        return None
+    layer = deepseek_v4_mtp_bytes(model, tp=request.tp, moe_ranks=moe_ranks)
+    return layer + deepseek_v4_mtp_rope_bytes(model)

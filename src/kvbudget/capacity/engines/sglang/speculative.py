@@ -64,7 +64,13 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import KvDtype
-from kvbudget.capacity.engines.sglang.dsv4_spec import dsv4_draft_note, dsv4_draft_tokens
+from kvbudget.capacity.engines.sglang.dsv4_spec import (
+    dsv4_draft_layers,
+    dsv4_draft_note,
+    dsv4_draft_tokens,
+    dsv4_drafter_layer_bytes,
+    dsv4_unpriced,
+)
 from kvbudget.capacity.layouts.sglang import sglang_dsa_cell_bytes
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, mtp_weights_bytes
 from kvbudget.capacity.plan_types import PlanRequest
@@ -194,10 +200,12 @@ def sglang_draft(
             f"method mtp for {model.model_type!r}: SGLang 0.5.23 takes the NextN draft from the "
             "target's checkpoint only for DeepSeek-V3/V3.2/V4, GLM-4.5, GLM-5 and a few others "
             "(arg_groups/speculative_hook.py lines 1120-1157); kvbudget prices deepseek_v3, "
-            "deepseek_v32, deepseek_v4, glm4_moe and glm_moe_dsa; plan without --speculative-config and pass "
-            "--kv-cache-memory from the server log"
+            "deepseek_v32, deepseek_v4, glm4_moe and glm_moe_dsa; plan without "
+            "--speculative-config and pass --kv-cache-memory from the server log"
         )
     n = model.raw_config.get("num_nextn_predict_layers")
+    if model.model_type == "deepseek_v4":
+        n = dsv4_draft_layers(n)  # SGLang builds one whatever the checkpoint says
     if not isinstance(n, int) or isinstance(n, bool) or n != 1:
         raise _refuse(
             f"method mtp for {model.model_type} with num_nextn_predict_layers {n!r}: SGLang's "
@@ -234,15 +242,31 @@ def sglang_draft(
             "(add the draft worker's 'Load weight end' figure to the target's)"
         )
     else:
-        layers = mtp_weights_bytes(request, model)
-        if layers is None:
-            raise _refuse(
-                f"the NextN drafter's weights of {model.model_type} are not estimated here (a "
-                "ModelOpt exclude list); pass --weights-bytes or --kv-cache-memory"
+        layers = (
+            dsv4_drafter_layer_bytes(request, model)
+            if model.model_type == "deepseek_v4"
+            else mtp_weights_bytes(request, model)
+        )
+        if layers is None and request.kv_cache_memory_bytes is not None:
+            notes.append(  # the pool is the flag's: only the weights shown leave it out
+                "speculative_config: weights leave the NextN drafter out (not estimated for "
+                "this checkpoint); --kv-cache-memory sets the pool"
             )
-        vocab = model.vocab_size or 0
-        embed = -(-vocab // request.tp) * (model.hidden_size or 0) * (model.dtype_bytes or 2)
-        draft_weights = layers + 2 * embed  # its own embed_tokens and lm_head at sizing time
+        elif layers is None:
+            why = (
+                "kvbudget's DeepSeek-V4 MTP estimate, read in vLLM 0.32, cannot size "
+                + str(dsv4_unpriced(request, model))
+                if model.model_type == "deepseek_v4"
+                else "a ModelOpt exclude list"
+            )
+            raise _refuse(
+                f"the NextN drafter's weights of {model.model_type} are not estimated here "
+                f"({why}); pass --weights-bytes or --kv-cache-memory"
+            )
+        else:
+            vocab = model.vocab_size or 0
+            embed = -(-vocab // request.tp) * (model.hidden_size or 0) * (model.dtype_bytes or 2)
+            draft_weights = layers + 2 * embed  # its own embed_tokens and lm_head at sizing time
     dsa = any(isinstance(x, MLA) and x.index_head_dim for x in model.layer_seq.distinct())
     if dsv4_steps is not None:  # DeepSeek-V4's 256 running requests stand (dsv4_spec.py)
         return SglangDraft(
