@@ -10,8 +10,10 @@ path of ``test_plan_sglang_dsv4.py`` (its constants: 585 B per SWA row, 45,888 B
   SWA one) times ``(layers + 1) / layers``, one draft layer; lines 1291-1307: the rings must
   serve ``speculative_num_draft_tokens`` (``ring - 8 + 2`` = 10 for ratio 4,
   ``get_compress_state_write_pad`` lines 118-122), else SGLang's assertion.
-* ``arg_groups/speculative_hook.py`` lines 1255-1268, 1430-1461: ``num_speculative_tokens`` k is
-  ``--speculative-num-steps k`` with top-k 1, ``k + 1`` draft tokens; ``(3, 1, 4)`` by default.
+* ``arg_groups/deepseek_v4_hook.py`` lines 148-158 and ``arg_groups/speculative_hook.py`` lines
+  1159-1163, 1255-1268: SGLang runs it as EAGLE with ``--speculative-eagle-topk 1`` given, so
+  with ``--speculative-num-steps``; ``num_speculative_tokens`` k is ``k`` steps, ``k + 1`` draft
+  tokens.
   ``arg_groups/deepseek_v4_hook.py`` lines 137-146 declare ``max_running_requests`` 256 before
   the speculative hook (``arg_groups/pipeline.py`` lines 225, 306), whose 48 applies only when
   none is set (``speculative_hook.py`` lines 1086-1094).
@@ -100,13 +102,22 @@ def test_requested_running_requests_with_the_drafter() -> None:
     assert plan.sglang.log_line.endswith("c4_state=7344, c128_state=0")  # 459 SWA pages x 16
 
 
-def test_default_steps_and_any_engine_version() -> None:
-    """Without num_speculative_tokens SGLang picks (3, 1, 4) for DeepSeek-V4 (the fallback of
-    _auto_choose_speculative_params); DeepSeek-V4 is read in 0.5.23 whatever the version."""
-    plan = _plan(speculative='{"method": "mtp"}', engine_version="0.5.4")
+def test_any_engine_version_and_no_default_steps() -> None:
+    """DeepSeek-V4 is read in 0.5.23 whatever the version. Without num_speculative_tokens there
+    is no launch to read: SGLang's DeepSeek-V4 hook asserts top-k 1 (deepseek_v4_hook.py lines
+    148-158) before the speculative hook would pick (3, 1, 4), and a top-k needs the steps."""
+    plan = _plan(engine_version="0.5.4")
     assert plan.sglang is not None
     assert plan.sglang.max_total_num_tokens == 669_440
-    assert any("steps 3, topk 1, 4 draft tokens" in note for note in plan.notes)
+    assert any("--speculative-num-steps 3 --speculative-eagle-topk 1" in n for n in plan.notes)
+    with pytest.raises(ConfigError) as info:
+        _plan(speculative='{"method": "mtp"}')
+    message = str(info.value)
+    assert "\n" not in message
+    assert (
+        "'Only EAGLE speculative algorithm with topk == 1 is supported for "
+        "DeepseekV4ForCausalLM'" in message
+    )
 
 
 def test_too_many_draft_tokens_is_sglangs_assertion() -> None:

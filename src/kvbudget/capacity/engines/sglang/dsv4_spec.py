@@ -2,13 +2,17 @@
 NEXTN (EAGLE) drafter, read in the sglang 0.5.23 source (paths under ``sglang/srt/``; DeepSeek-V4
 is read there whatever ``--engine-version`` says, as its pools are).
 
-* The drafter: vLLM's MTP methods are ``--speculative-algorithm NEXTN``, run as ``EAGLE``
-  (``arg_groups/speculative_hook.py`` lines 109-115), its draft taken from the target's
-  checkpoint (lines 1120-1157 list ``DeepseekV4ForCausalLM``). SGLang allows only EAGLE (and
-  DSPARK) with top-k 1 for it (``arg_groups/deepseek_v4_hook.py`` lines 148-159); kvbudget
-  maps ``num_speculative_tokens`` k to ``--speculative-num-steps k --speculative-eagle-topk 1``,
-  so ``speculative_num_draft_tokens = k + 1`` (``speculative_hook.py`` lines 1255-1268), and
-  without it SGLang's auto choice for DeepSeek-V4, ``(3, 1, 4)`` (lines 1159-1172, 1430-1461).
+* The drafter: vLLM's MTP methods are SGLang's NextN drafter, taken from the target's
+  checkpoint (``arg_groups/speculative_hook.py`` lines 1120-1157 list
+  ``DeepseekV4ForCausalLM``). For DeepSeek-V4 it must be launched as ``--speculative-algorithm
+  EAGLE --speculative-eagle-topk 1``: the DeepSeek-V4 hook asserts both
+  (``arg_groups/deepseek_v4_hook.py`` lines 148-158) and runs (``arg_groups/pipeline.py`` line
+  225) before the speculative hook (line 306) turns NEXTN into EAGLE (``speculative_hook.py``
+  lines 109-115, 150-159) or picks the top-k (lines 1159-1172; the fields default to None,
+  ``arg_groups/fields/spec.py`` lines 58-69). A top-k given needs the steps too (lines
+  1159-1163), so kvbudget maps ``num_speculative_tokens`` k to ``--speculative-num-steps k
+  --speculative-eagle-topk 1``, ``speculative_num_draft_tokens = k + 1`` (lines 1255-1268), and
+  refuses a config without it in SGLang's words.
 * Its layer: ``DeepseekV4ModelNextN`` builds one ``DeepseekV4DecoderLayer`` with
   ``compress_ratio_override=COMPRESS_RATIO_NEXTN_LAYER`` = 0 (``models/deepseek_v4_nextn.py``
   lines 53, 104-121): a sliding window only, no compressor, no indexer. The draft worker's own
@@ -57,9 +61,6 @@ from kvbudget.errors import ConfigError
 from kvbudget.spec.layers import CompressedAttention, CompressedSparseAttention
 from kvbudget.spec.model import ModelSpec
 
-#: SGLang's auto ``(steps, topk, draft tokens)`` for DeepSeek-V4 (``speculative_hook.py``
-#: lines 1460-1461: the fallback branch)
-DSV4_AUTO_STEPS = (3, 1, 4)
 #: ``get_compress_state_write_pad(ratio, ring)`` with the speculative rings 16 / 256:
 #: ``ring - ratio * (2 if ratio == 4 else 1) + 2`` (``deepseek_v4_memory_pool.py`` 118-122)
 DSV4_MAX_DRAFT_TOKENS = {CSA_RATIO: 16 - 8 + 2, HCA_RATIO: 256 - 128 + 2}
@@ -68,11 +69,20 @@ DSV4_SPEC_RINGS = {CSA_RATIO: 16, HCA_RATIO: 256}
 
 def dsv4_draft_tokens(model: ModelSpec, config: dict[str, object]) -> tuple[int, int, int]:
     """``(steps, topk, draft tokens)`` SGLang runs DeepSeek-V4's drafter with; refuses, in
-    SGLang's words, a draft count its compressor-state rings cannot serve."""
+    SGLang's words, a launch without top-k 1 and a draft count its rings cannot serve."""
     k = config.get("num_speculative_tokens")
-    steps = (
-        (k, 1, k + 1) if isinstance(k, int) and not isinstance(k, bool) and k >= 1 else None
-    ) or DSV4_AUTO_STEPS
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ConfigError(
+            f"speculative_config: num_speculative_tokens {k!r} for deepseek_v4 under SGLang "
+            "0.5.23: without --speculative-eagle-topk 1 its DeepSeek-V4 hook stops with 'Only "
+            "EAGLE speculative algorithm with topk == 1 is supported for DeepseekV4ForCausalLM' "
+            "(arg_groups/deepseek_v4_hook.py lines 155-158: it runs before the speculative hook "
+            "picks a top-k), and a top-k needs the steps; pass num_speculative_tokens k (kvbudget "
+            "reads --speculative-algorithm EAGLE --speculative-num-steps k "
+            "--speculative-eagle-topk 1)",
+            field="speculative_config",
+        )
+    steps = (k, 1, k + 1)
     draft_tokens = steps[2]
     ratios = {
         x.compress_rate
@@ -99,8 +109,10 @@ def dsv4_draft_note(steps: tuple[int, int, int]) -> str:
     """The plan's note on what SGLang runs and budgets for DeepSeek-V4's drafter."""
     s, topk, draft_tokens = steps
     return (
-        f"speculative_config: SGLang NEXTN (EAGLE) for DeepSeek-V4, steps {s}, topk {topk}, "
-        f"{draft_tokens} draft tokens; the drafter is one ratio-0 layer (sliding window only, "
+        f"speculative_config: SGLang --speculative-algorithm EAGLE --speculative-num-steps {s} "
+        f"--speculative-eagle-topk {topk} for DeepSeek-V4 ({draft_tokens} draft tokens; NEXTN "
+        "and other top-k fail its DeepSeek-V4 hook, deepseek_v4_hook.py lines 148-158); the "
+        "drafter is one ratio-0 layer (sliding window only, "
         "models/deepseek_v4_nextn.py line 53) whose own pool holds SWA pages for the target's "
         "swa tokens and no c4 / c128 / state pools (kv_cache_configurator.py lines 546-556, "
         "2072-2081); the target budgets it as bytes_per_full_token x (layers + 1) / layers "
