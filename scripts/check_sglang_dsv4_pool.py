@@ -8,7 +8,7 @@ rule, unchanged) and every ``Env*`` default of ``srt/environ.py`` (read from the
 runtime context is stubbed, with the default server settings for ``deepseek_v4`` on CUDA that
 ``tests/unit/plan/test_plan_sglang_dsv4.py`` cites: flashmla backend, no HiSparse, no PD,
 ``max_running_requests`` 256, ``swa_full_tokens_ratio`` 0.1 (set), page 256, fp8_e4m3; without
-speculative decoding, then with SGLang's EAGLE (NEXTN) at 4 draft tokens (and 11, which SGLang's
+speculative decoding, then with SGLang's EAGLE (the NextN drafter) at 4 draft tokens (and 11, which SGLang's
 ring assertion refuses) for ``tests/unit/plan/test_plan_sglang_dsv4_mtp.py``. It prints
 ``calculate_pool_sizes`` for the figures those tests work by hand.
 
@@ -268,7 +268,8 @@ def main() -> None:
         c.calculate_pool_sizes(2_715_811_840 + 4_096 * 7_087, 256)
     except ValueError as error:
         print(f"Flash, small budget: ValueError: {error}")
-    # EAGLE (NEXTN), steps 3 / topk 1 / 4 draft tokens: SGLang's auto choice for DeepSeek-V4
+    # EAGLE with --speculative-num-steps 3 --speculative-eagle-topk 1: 4 draft tokens (what
+    # kvbudget reads for num_speculative_tokens 3)
     spec.speculative_algorithm, spec.speculative_num_draft_tokens = "EAGLE", 4
     speculative = [
         ("Flash, EAGLE", "deepseek-ai--DeepSeek-V4-Flash", 256, 0.1),
