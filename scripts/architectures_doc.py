@@ -180,7 +180,11 @@ HCA and indexer caches and f32 compressor states, one stream per sequence even w
 ratio-128 compressed rows in the 584-byte v4 layout with pages padded to 576 bytes, the ratio-4
 indexer keys and float32 compressor states, sized by `DSV4PoolConfigurator`; worked by hand from
 the sglang 0.5.23 source in `tests/unit/plan/test_plan_sglang_dsv4.py`, and SGLang's own
-configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`); sglang models
+configurator gives the same token counts in `scripts/check_sglang_dsv4_pool.py`; with
+`--speculative-config` mtp, SGLang's NEXTN drafter: 16- and 256-row compressor rings, the budget
+times `(layers + 1) / layers`, the drafter's one ratio-0 SWA pool, in
+`tests/unit/plan/test_plan_sglang_dsv4_mtp.py`, the same script running the configurator with
+EAGLE); sglang models
 Inkling's default pools (a hybrid SWA token pool beside six bfloat16 conv states per layer;
 `tests/unit/plan/test_plan_sglang_inkling.py`) and Qwen4-Exp's (SGLang's `QSATokenToKVPool`: each QSA
 layer's K/V plus its compressed index key per token, 64-token pages, beside the GDN state pool,

@@ -6,9 +6,11 @@ helpers of ``srt/mem_cache/deepseek_v4_memory_pool.py`` (their ``def`` statement
 file and run as written), ``kernels/ops/attention/dsv4/kv_layout.py`` (the ``KVLayout`` page
 rule, unchanged) and every ``Env*`` default of ``srt/environ.py`` (read from the file). Only the
 runtime context is stubbed, with the default server settings for ``deepseek_v4`` on CUDA that
-``tests/unit/plan/test_plan_sglang_dsv4.py`` cites: flashmla backend, no HiSparse, no
-speculative decoding, no PD, ``max_running_requests`` 256, ``swa_full_tokens_ratio`` 0.1 (set),
-page 256, fp8_e4m3. It prints ``calculate_pool_sizes`` for the figures that test works by hand.
+``tests/unit/plan/test_plan_sglang_dsv4.py`` cites: flashmla backend, no HiSparse, no PD,
+``max_running_requests`` 256, ``swa_full_tokens_ratio`` 0.1 (set), page 256, fp8_e4m3; without
+speculative decoding, then with SGLang's EAGLE (the NextN drafter) at 4 draft tokens (and 11, which SGLang's
+ring assertion refuses) for ``tests/unit/plan/test_plan_sglang_dsv4_mtp.py``. It prints
+``calculate_pool_sizes`` for the figures those tests work by hand.
 
 Run with a Python that has torch (``/work/main/.venv/bin/python``), the wheel unpacked:
 ``python scripts/check_sglang_dsv4_pool.py /tmp/sgl`` (a folder holding ``sglang/srt`` and
@@ -128,14 +130,14 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def setup(root: Path, schedule: SimpleNamespace) -> types.ModuleType:
-    """Load the configurator with the runtime context stubbed; ``schedule`` is ``get_schedule()``."""
+def setup(root: Path, schedule: SimpleNamespace, spec: SimpleNamespace) -> types.ModuleType:
+    """Load the configurator with the runtime context stubbed; ``schedule`` is ``get_schedule()``,
+    ``spec`` is ``get_spec()`` (``speculative_algorithm``, ``speculative_num_draft_tokens``)."""
     sglang = root / "sglang"
     sys.meta_path.append(_StubFinder())
     for package in ("sglang", "sglang.srt", "sglang.kernels", "sglang.srt.mem_cache"):
         _stub(package).__path__ = []  # type: ignore[attr-defined]
     envs = _env_defaults(sglang / "srt/environ.py")
-    spec = SimpleNamespace(speculative_algorithm=None, speculative_num_draft_tokens=None)
     context = {
         "get_exec": lambda: SimpleNamespace(
             kernel=SimpleNamespace(
@@ -149,7 +151,8 @@ def setup(root: Path, schedule: SimpleNamespace) -> types.ModuleType:
         "get_disagg": lambda: SimpleNamespace(
             disaggregation_mode="null", disaggregation_decode_extra_slots=0
         ),
-        "max_speculative_num_draft_tokens": lambda: None,
+        # runtime_context.py lines 1982-2000: the largest draft-token count (no adaptive tiers)
+        "max_speculative_num_draft_tokens": lambda: spec.speculative_num_draft_tokens,
     }
     _stub("sglang.srt.runtime_context", **context)
     _stub("sglang.srt.environ", envs=envs)
@@ -201,7 +204,7 @@ def setup(root: Path, schedule: SimpleNamespace) -> types.ModuleType:
     )
 
 
-def _kvc(model: str, start: int, end: int) -> SimpleNamespace:
+def _kvc(model: str, start: int, end: int, eagle: bool = False) -> SimpleNamespace:
     raw = json.loads((CATALOG / f"{model}.json").read_text())
     cfg = SimpleNamespace(
         qk_rope_head_dim=raw["qk_rope_head_dim"],
@@ -213,7 +216,7 @@ def _kvc(model: str, start: int, end: int) -> SimpleNamespace:
         hf_config=SimpleNamespace(kv_source_layer_ids=[]),  # configs/deepseek_v4.py line 106
     )
     algorithm = SimpleNamespace(
-        is_dspark=lambda: False, is_none=lambda: True, is_eagle=lambda: False
+        is_dspark=lambda: False, is_none=lambda: not eagle, is_eagle=lambda: eagle
     )
     return SimpleNamespace(
         kv_cache_dtype_str="fp8_e4m3",
@@ -237,7 +240,8 @@ def main() -> None:
         chunked_prefill_size=8192,
         swa_prefix_tails=None,
     )
-    configurator = setup(root, schedule)
+    spec = SimpleNamespace(speculative_algorithm=None, speculative_num_draft_tokens=None)
+    configurator = setup(root, schedule, spec)
     cases = [
         ("Flash", "deepseek-ai--DeepSeek-V4-Flash", 0, 43, 256, 0.1, 10 * GiB),
         ("Pro", "deepseek-ai--DeepSeek-V4-Pro", 0, 61, 256, 0.1, 10 * GiB),
@@ -264,6 +268,33 @@ def main() -> None:
         c.calculate_pool_sizes(2_715_811_840 + 4_096 * 7_087, 256)
     except ValueError as error:
         print(f"Flash, small budget: ValueError: {error}")
+    # EAGLE with --speculative-num-steps 3 --speculative-eagle-topk 1: 4 draft tokens (what
+    # kvbudget reads for num_speculative_tokens 3)
+    spec.speculative_algorithm, spec.speculative_num_draft_tokens = "EAGLE", 4
+    speculative = [
+        ("Flash, EAGLE", "deepseek-ai--DeepSeek-V4-Flash", 256, 0.1),
+        ("Pro, EAGLE", "deepseek-ai--DeepSeek-V4-Pro", 256, 0.1),
+        ("Flash, EAGLE, 64 requests", "deepseek-ai--DeepSeek-V4-Flash", 64, 0.1),
+    ]
+    for name, model, running, ratio in speculative:
+        schedule.max_running_requests, schedule.swa_full_tokens_ratio = running, ratio
+        layers = json.loads((CATALOG / f"{model}.json").read_text())["num_hidden_layers"]
+        c = configurator.DSV4PoolConfigurator(_kvc(model, 0, layers, eagle=True))
+        config = c.calculate_pool_sizes(10 * GiB, 256)
+        print(
+            f"{name}: rings={c.ring_sizes} spec_infl={c._spec_infl} "
+            f"bytes_per_full_token={c.bytes_per_full_token} "
+            f"c128_state_fixed={c._get_c128_state_fixed_bytes(running)} "
+            f"full={config.max_total_num_tokens} swa={config.swa_max_total_num_tokens} "
+            f"c4={config.c4_max_total_num_tokens} c128={config.c128_max_total_num_tokens} "
+            f"c4_state={config.c4_state_pool_size}"
+        )
+    schedule.max_running_requests = 256
+    spec.speculative_num_draft_tokens = 11
+    try:
+        configurator.DSV4PoolConfigurator(_kvc("deepseek-ai--DeepSeek-V4-Flash", 0, 43, True))
+    except AssertionError as error:
+        print(f"Flash, EAGLE, 11 draft tokens: AssertionError: {error}")
 
 
 if __name__ == "__main__":

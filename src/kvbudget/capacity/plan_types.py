@@ -217,8 +217,8 @@ class PlanRequest(BaseModel):
         "mtp (DeepSeek-V3/V3.2/V4, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash, MiniMax-M3) adds the MTP "
         "layers' pages and the drafter's weights (DeepSeek-V4's NVFP4 drafter experts refused; "
         "Qwen4-Exp: its QSA drafter layers' pages, weights from --weights-bytes). "
-        "With --engine sglang method mtp is SGLang's NEXTN drafter for DeepSeek-V3/V3.2, GLM-4.5 "
-        "and GLM-5 by SGLang's own rules (0.5.23: its layer and weights in the target's budget; "
+        "With --engine sglang method mtp is SGLang's NEXTN drafter for DeepSeek-V3/V3.2/V4, "
+        "GLM-4.5 and GLM-5 by SGLang's own rules (0.5.23: its layer and weights in the target's budget; "
         "0.5.4: a raised pool, the draft outside it); other drafts refused.",
     )
     attention_config: str | None = Field(

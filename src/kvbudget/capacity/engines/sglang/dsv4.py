@@ -56,6 +56,10 @@ from kvbudget.units import cdiv
 DSV4_SWA_RATIO = 0.1
 #: ``max_running_requests`` declared for DeepSeek-V4 (``deepseek_v4_hook.py`` lines 137-146)
 DSV4_MAX_RUNNING_REQUESTS = 256
+#: compressor-state rings with speculative decoding (``get_compress_state_ring_size``,
+#: ``deepseek_v4_memory_pool.py`` lines 76-77)
+C4_SPEC_RING = 16
+C128_SPEC_RING = 256
 
 
 @dataclass(slots=True)
@@ -68,6 +72,19 @@ class Dsv4Setup:
     max_running_requests: int
     default_running: bool  # no --max-num-seqs: SGLang's DeepSeek-V4 default
     page_size: int = DSV4_PAGE_SIZE
+    #: ``speculative_num_draft_tokens`` of a NextN (EAGLE) drafter, 0 without one (dsv4_spec.py)
+    draft_tokens: int = 0
+
+    @property
+    def c4_ring(self) -> int:
+        """``get_compress_state_ring_size(4, draft_tokens)``: 16 rows with a drafter, else 8
+        (``deepseek_v4_memory_pool.py`` lines 60-80)."""
+        return C4_SPEC_RING if self.draft_tokens else C4_RING
+
+    @property
+    def c128_ring(self) -> int:
+        """``get_compress_state_ring_size(128, draft_tokens)``: 256 rows with a drafter, else 128."""
+        return C128_SPEC_RING if self.draft_tokens else C128_RING
 
 
 def dsv4_setup(request: PlanRequest, notes: list[str], defaults: dict[str, str]) -> Dsv4Setup:
@@ -94,8 +111,9 @@ def dsv4_setup(request: PlanRequest, notes: list[str], defaults: dict[str, str])
         "SGLang DeepSeek-V4 pools (DSV4PoolConfigurator): the full index is priced at "
         "bytes_per_full_token (SWA share by swa_full_tokens_ratio, c4 rows + indexer keys, c128 "
         "rows); the c128 compressor-state rings of max_running_requests + 1 slots are fixed "
-        "bytes taken first; the default CUDA path (flashmla backend, v4 KV layout, no "
-        "speculative decoding), as read in sglang 0.5.23 whatever --engine-version says"
+        "bytes taken first; the default CUDA path (flashmla backend, v4 KV layout; a drafter as "
+        "its speculative_config note says), as read in sglang 0.5.23 whatever --engine-version "
+        "says"
     )
     return setup
 
@@ -112,16 +130,20 @@ def max_running(setup: Dsv4Setup, full_tokens: int, defaults: dict[str, str]) ->
     return running
 
 
-def bytes_per_swa_token(stage: Dsv4Stage, page_size: int) -> float:
+def bytes_per_swa_token(stage: Dsv4Stage, page_size: int, c4_ring: int = C4_RING) -> float:
     """``_get_bytes_per_swa_token`` (lines 1372-1388), in SGLang's float arithmetic."""
-    c4_state_ratio = C4_RING / page_size
+    c4_state_ratio = c4_ring / page_size
     paged = v4_page_bytes(page_size) / page_size
     return paged * len(stage.layers) + (c4_state_ratio * c4_state_row_bytes(stage) * len(stage.csa))
 
 
-def bytes_per_full_token(stage: Dsv4Stage, page_size: int, swa_ratio: float) -> float:
-    """``_get_bytes_per_full_token`` (lines 1437-1446) with ratio sizing."""
-    total = swa_ratio * bytes_per_swa_token(stage, page_size)
+def bytes_per_full_token(
+    stage: Dsv4Stage, page_size: int, swa_ratio: float, draft_tokens: int = 0
+) -> float:
+    """``_get_bytes_per_full_token`` (lines 1437-1446) with ratio sizing; with a drafter its
+    c4 ring of 16 and the ``(layers + 1) / layers`` inflation (lines 1250-1257)."""
+    c4_ring = C4_SPEC_RING if draft_tokens else C4_RING
+    total = swa_ratio * bytes_per_swa_token(stage, page_size, c4_ring)
     if stage.csa:  # ratio 4 first: ``collect_sources_by_ratio`` walks (4, 128, 1, 2)
         rows = page_size // CSA_RATIO
         c4 = 1 / (4 * 1) * (v4_page_bytes(rows) / rows) + 1 / 4 * index_row_bytes(
@@ -131,15 +153,20 @@ def bytes_per_full_token(stage: Dsv4Stage, page_size: int, swa_ratio: float) -> 
     if stage.hca:
         rows = page_size // HCA_RATIO
         total += 1 / 128 * (v4_page_bytes(rows) / rows) * len(stage.hca)
+    if draft_tokens:  # ``_spec_infl``: one draft layer whatever the drafter has
+        total *= (len(stage.layers) + 1) / len(stage.layers)
     return total
 
 
-def c128_state_fixed_bytes(stage: Dsv4Stage, max_running_requests: int) -> int:
-    """``_get_c128_state_fixed_bytes`` (lines 1509-1530): a 128-row ring per request slot."""
+def c128_state_fixed_bytes(
+    stage: Dsv4Stage, max_running_requests: int, ring: int = C128_RING
+) -> int:
+    """``_get_c128_state_fixed_bytes`` (lines 1509-1530): a ``ring``-row ring per request slot
+    (128 rows, 256 with a drafter)."""
     if not stage.hca:
         return 0
     slots = max_running_requests + 1  # ``_get_num_req_slots`` (lines 1504-1507)
-    rows = cdiv(slots * C128_RING + C128_RING + 1, 128) * 128
+    rows = cdiv(slots * ring + ring + 1, 128) * 128
     return rows * c128_state_row_bytes(stage) * len(stage.hca)
 
 
@@ -154,6 +181,7 @@ class Dsv4Pool:
     page_size: int
     window: int
     ratio: float
+    c4_ring: int = C4_RING
 
     @property
     def c4_tokens(self) -> int:
@@ -165,13 +193,20 @@ class Dsv4Pool:
 
     @property
     def c4_state_pool_size(self) -> int:
-        return self.swa_tokens // self.page_size * C4_RING
+        return self.swa_tokens // self.page_size * self.c4_ring
 
     @property
     def pool_bytes(self) -> int:
         """What the configurator budgets: the full index at ``bytes_per_full_token`` plus the
         fixed c128 state rings."""
         return int(self.full_tokens * self.bytes_per_full_token) + self.fixed_bytes
+
+    @property
+    def draft_pool_bytes(self) -> int:
+        """The NextN drafter's own pool: one ratio-0 layer's SWA pages for ``swa_tokens``,
+        ``swa // page + 1`` of them (``_num_dsv4_physical_kv_pages``,
+        ``deepseek_v4_memory_pool.py`` lines 165-169, 279-291); no compressed or state pools."""
+        return (self.swa_tokens // self.page_size + 1) * v4_page_bytes(self.page_size)
 
     def error(self) -> str | None:
         """SGLang's ``validate_swa_pool_size`` (lines 198-219) refusal, or None."""
@@ -196,9 +231,9 @@ class Dsv4Pool:
 def dsv4_full_tokens(stage: Dsv4Stage, available_bytes: int, setup: Dsv4Setup) -> int:
     """``calculate_pool_sizes`` (lines 1638-1669): the full index's token count of one stage."""
     page = setup.page_size
-    fixed = c128_state_fixed_bytes(stage, setup.max_running_requests)
+    fixed = c128_state_fixed_bytes(stage, setup.max_running_requests, setup.c128_ring)
     left = max(available_bytes - fixed, 0)
-    full = int(left / bytes_per_full_token(stage, page, setup.swa_ratio))
+    full = int(left / bytes_per_full_token(stage, page, setup.swa_ratio, setup.draft_tokens))
     return max(full // page * page, 0)
 
 
@@ -210,18 +245,21 @@ def dsv4_pool(stage: Dsv4Stage, full_tokens: int, setup: Dsv4Setup) -> Dsv4Pool:
     return Dsv4Pool(
         full,
         swa,
-        bytes_per_full_token(stage, page, setup.swa_ratio),
-        c128_state_fixed_bytes(stage, setup.max_running_requests),
+        bytes_per_full_token(stage, page, setup.swa_ratio, setup.draft_tokens),
+        c128_state_fixed_bytes(stage, setup.max_running_requests, setup.c128_ring),
         page,
         stage.window,
         setup.swa_ratio,
+        setup.c4_ring,
     )
 
 
 def rank_cell_bytes(model: ModelSpec, start: int, end: int, setup: Dsv4Setup) -> int:
     """``bytes_per_full_token`` of the stage, rounded up to a whole byte (for reporting)."""
     return math.ceil(
-        bytes_per_full_token(dsv4_stage(model, start, end), setup.page_size, setup.swa_ratio)
+        bytes_per_full_token(
+            dsv4_stage(model, start, end), setup.page_size, setup.swa_ratio, setup.draft_tokens
+        )
     )
 
 
@@ -238,7 +276,9 @@ def rank_tokens(
 
 def rank_fixed_bytes(model: ModelSpec, start: int, end: int, setup: Dsv4Setup) -> int:
     """The stage's c128 state rings (fixed bytes beside the token-priced pools)."""
-    return c128_state_fixed_bytes(dsv4_stage(model, start, end), setup.max_running_requests)
+    return c128_state_fixed_bytes(
+        dsv4_stage(model, start, end), setup.max_running_requests, setup.c128_ring
+    )
 
 
 def rank_pool(model: ModelSpec, start: int, end: int, tokens: int, setup: Dsv4Setup) -> Dsv4Pool:

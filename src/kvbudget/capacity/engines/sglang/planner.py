@@ -87,6 +87,12 @@ def _split(st: SglangSetup, tokens: int) -> _Split:
             dsv4_pool.ratio,
         )
         swa_error = dsv4_pool.error()  # its too-small sliding pool (dsv4.py)
+        if st.dsv4.draft_tokens:
+            st.notes.append(
+                f"the NextN drafter's own pool: {dsv4_pool.draft_pool_bytes:,} B per GPU (one "
+                f"ratio-0 layer, {dsv4_pool.swa_tokens // dsv4_pool.page_size + 1} SWA pages), "
+                "inside what the target's inflated bytes_per_full_token reserved"
+            )
     return _Split(full_tokens, swa_tokens, swa_error, ratio, dsv4_pool)
 
 

@@ -32,6 +32,10 @@ Read from the sglang 0.5.23 wheel (paths under ``sglang/srt/``):
   ``arg_groups/pipeline.py`` lines 218 and 306). ``max_running_requests`` defaults to 48 with
   EAGLE / NEXTN and NGRAM (``arg_groups/speculative_hook.py`` lines 1086-1094, 1294-1298), then
   ``min(48, tokens // 2)`` (``mem_cache/kv_cache_configurator.py`` lines 3127-3131).
+* DeepSeek-V4 (read in 0.5.23 whatever the version, as its pools are) prices its drafter in its
+  own configurator: 16 / 256-row compressor rings, ``bytes_per_full_token x (layers + 1) /
+  layers``, SGLang's draft-token assertion, its 256 running requests kept
+  (:mod:`kvbudget.capacity.engines.sglang.dsv4_spec`).
 
 sglang 0.5.4 (the wheel; kvbudget's rule for releases before 0.5.23, the change not pinned), for
 DeepSeek-V3 and GLM-4.5 (``server_args.py`` lines 1314-1327 default their draft to the target):
@@ -60,6 +64,13 @@ from kvbudget.capacity.draft import (
     parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import KvDtype
+from kvbudget.capacity.engines.sglang.dsv4_spec import (
+    dsv4_draft_layers,
+    dsv4_draft_note,
+    dsv4_draft_tokens,
+    dsv4_drafter_layer_bytes,
+    dsv4_unpriced,
+)
 from kvbudget.capacity.layouts.sglang import sglang_dsa_cell_bytes
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, mtp_weights_bytes
 from kvbudget.capacity.plan_types import PlanRequest
@@ -74,7 +85,7 @@ from kvbudget.spec.state_layers import StateLayer
 SPECULATIVE_VERSION = (0, 5, 23)
 #: model types whose NextN draft SGLang 0.5.23 takes from the target's checkpoint
 #: (``arg_groups/speculative_hook.py`` lines 1120-1157) and kvbudget prices
-SGLANG_NEXTN_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe"}
+SGLANG_NEXTN_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "deepseek_v4"}
 
 SPEC = "speculative_config"
 #: ``max_running_requests`` reset for EAGLE / NEXTN and NGRAM: 0.5.23 ``arg_groups/
@@ -101,6 +112,8 @@ class SglangDraft:
     reserve_mib: int = 0
     #: ``max_running_requests`` by default with a drafter or NGRAM (both versions)
     max_running: int | None = SPEC_MAX_RUNNING
+    #: DeepSeek-V4's ``speculative_num_draft_tokens`` (its pools price the draft: dsv4_spec.py)
+    dsv4_draft_tokens: int = 0
 
     def legacy_tokens(self, rest_bytes: int, cell: int, page_size: int, cap: int | None) -> int:
         """0.5.4: ``rest // cell + extra``, capped by ``--max-total-tokens``, page-floored."""
@@ -172,23 +185,27 @@ def sglang_draft(
             "--speculative-draft-model-path, STANDALONE) is a checkpoint kvbudget does not take; "
             "plan without --speculative-config and pass --kv-cache-memory from the server log"
         )
-    legacy = version < SPECULATIVE_VERSION
+    # DeepSeek-V4 is read in 0.5.23 whatever the version (its pools too: dsv4.py)
+    legacy = version < SPECULATIVE_VERSION and model.model_type != "deepseek_v4"
     if legacy and (version < LEGACY_FROM or model.model_type not in LEGACY_TYPES):
         raise _refuse(
             f"method mtp for {model.model_type} with SGLang {'.'.join(map(str, version))}: "
             "kvbudget reads 0.5.4's rule (draft_runner_cache_size, model_executor/model_runner.py "
             "lines 1667-1687) for deepseek_v3 and glm4_moe from 0.5.3 on, and 0.5.23's for "
-            "deepseek_v3, deepseek_v32, glm4_moe, glm_moe_dsa; pass --engine-version 0.5.23"
+            "deepseek_v3, deepseek_v32, deepseek_v4, glm4_moe, glm_moe_dsa; pass --engine-version "
+            "0.5.23"
         )
     if model.model_type not in SGLANG_NEXTN_TYPES:
         raise _refuse(
             f"method mtp for {model.model_type!r}: SGLang 0.5.23 takes the NextN draft from the "
             "target's checkpoint only for DeepSeek-V3/V3.2/V4, GLM-4.5, GLM-5 and a few others "
             "(arg_groups/speculative_hook.py lines 1120-1157); kvbudget prices deepseek_v3, "
-            "deepseek_v32, glm4_moe and glm_moe_dsa; plan without --speculative-config and pass "
-            "--kv-cache-memory from the server log"
+            "deepseek_v32, deepseek_v4, glm4_moe and glm_moe_dsa; plan without "
+            "--speculative-config and pass --kv-cache-memory from the server log"
         )
     n = model.raw_config.get("num_nextn_predict_layers")
+    if model.model_type == "deepseek_v4":
+        n = dsv4_draft_layers(n)  # SGLang builds one whatever the checkpoint says
     if not isinstance(n, int) or isinstance(n, bool) or n != 1:
         raise _refuse(
             f"method mtp for {model.model_type} with num_nextn_predict_layers {n!r}: SGLang's "
@@ -210,6 +227,9 @@ def sglang_draft(
         "mem_fraction_static has no speculative term in 0.5.23; num_speculative_tokens (SGLang's "
         "--speculative-num-steps) does not change the pools"
     ]
+    dsv4_steps = dsv4_draft_tokens(model, config) if model.model_type == "deepseek_v4" else None
+    if dsv4_steps is not None:
+        notes = [dsv4_draft_note(dsv4_steps)]
     if legacy:
         notes = [_legacy_note(request, model, config, n)]
     held = weights.source in ("flag", "read")
@@ -222,16 +242,36 @@ def sglang_draft(
             "(add the draft worker's 'Load weight end' figure to the target's)"
         )
     else:
-        layers = mtp_weights_bytes(request, model)
-        if layers is None:
-            raise _refuse(
-                f"the NextN drafter's weights of {model.model_type} are not estimated here (a "
-                "ModelOpt exclude list); pass --weights-bytes or --kv-cache-memory"
+        layers = (
+            dsv4_drafter_layer_bytes(request, model)
+            if model.model_type == "deepseek_v4"
+            else mtp_weights_bytes(request, model)
+        )
+        if layers is None and request.kv_cache_memory_bytes is not None:
+            notes.append(  # the pool is the flag's: only the weights shown leave it out
+                "speculative_config: weights leave the NextN drafter out (not estimated for "
+                "this checkpoint); --kv-cache-memory sets the pool"
             )
-        vocab = model.vocab_size or 0
-        embed = -(-vocab // request.tp) * (model.hidden_size or 0) * (model.dtype_bytes or 2)
-        draft_weights = layers + 2 * embed  # its own embed_tokens and lm_head at sizing time
+        elif layers is None:
+            why = (
+                "kvbudget's DeepSeek-V4 MTP estimate, read in vLLM 0.32, cannot size "
+                + str(dsv4_unpriced(request, model))
+                if model.model_type == "deepseek_v4"
+                else "a ModelOpt exclude list"
+            )
+            raise _refuse(
+                f"the NextN drafter's weights of {model.model_type} are not estimated here "
+                f"({why}); pass --weights-bytes or --kv-cache-memory"
+            )
+        else:
+            vocab = model.vocab_size or 0
+            embed = -(-vocab // request.tp) * (model.hidden_size or 0) * (model.dtype_bytes or 2)
+            draft_weights = layers + 2 * embed  # its own embed_tokens and lm_head at sizing time
     dsa = any(isinstance(x, MLA) and x.index_head_dim for x in model.layer_seq.distinct())
+    if dsv4_steps is not None:  # DeepSeek-V4's 256 running requests stand (dsv4_spec.py)
+        return SglangDraft(
+            n, draft_weights, False, tuple(notes), max_running=None, dsv4_draft_tokens=dsv4_steps[2]
+        )
     if not legacy:
         return SglangDraft(n, draft_weights, dsa, tuple(notes))
     steps, topk, draft_tokens = _legacy_steps(model, config)

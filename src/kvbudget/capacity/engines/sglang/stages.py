@@ -87,7 +87,8 @@ def plan_stages(st: SglangSetup) -> SglangStages:
         start, end = st.pp_indices(p)
         cell = stage_cell(st, start, end)
         draft_cell = 0
-        if draft is not None and draft.num_layers:  # the draft's layers priced into the cell
+        # the draft's layers priced into the cell (DeepSeek-V4's own rule prices it: dsv4.py)
+        if draft is not None and draft.num_layers and st.dsv4 is None:
             latent = dsa_latent_cell(model, st.kv_dtype) if draft.dsa else 0
             draft_cell = draft.cell_bytes(cell, end - start, latent)
             draft_max = max(draft_max, draft_cell)
