@@ -40,7 +40,12 @@ from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
-__all__ = ["check_dsv41_request", "dsv41_groups", "packed_dsv41_groups"]
+__all__ = [
+    "check_dsv41_device",
+    "check_dsv41_request",
+    "dsv41_groups",
+    "packed_dsv41_groups",
+]
 
 
 def _widest(per_page: dict[int, list[Dsv41Spec]], n: int) -> int:
@@ -116,6 +121,19 @@ class Dsv41Request(PackedRequest, Protocol):
     def kv_cache_memory_bytes(self) -> int | None: ...
 
 
+class Dsv41Device(Protocol):
+    """What :func:`check_dsv41_device` reads of a ``GpuSpec``."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def vendor(self) -> str: ...
+
+    @property
+    def compute_capability_major(self) -> int | None: ...
+
+
 #: the vLLM version whose DeepSeek-V4.1 source these rules were read from
 DSV41_READ_FROM = (0, 32, 0)
 
@@ -144,6 +162,24 @@ def check_dsv41_request(request: Dsv41Request, version: tuple[int, int, int]) ->
             "Engram tables, rotary caches, top-k and candidate-block buffers; models/deepseek_v41/"
             "nvidia/model.py) is not priced by kvbudget; pass --kv-cache-memory from vLLM's log "
             "('Available KV cache memory') to plan its KV pool"
+        )
+
+
+def check_dsv41_device(gpu: Dsv41Device, device_given: bool) -> None:
+    """Refuse a device other than a Hopper (SM90) GPU: vLLM 0.32 writes another record there (the
+    V4.1 MXFP8 record of 528 bytes in 512-byte pages and kernel block 128 on SM100,
+    ``attention.py`` lines 122-129, 512-522, ``sparse_mla.py`` line 90; FlashInfer's plain rows
+    on SM120; AITER on ROCm), which kvbudget does not model. Without a device (``--kv-cache-memory``
+    alone) the Hopper layout is planned, as the vLLM note says."""
+    if not device_given:
+        return
+    major = gpu.compute_capability_major
+    if gpu.vendor != "nvidia" or major != 9:
+        raise LayoutNotApplicable(
+            f"gpu: {gpu.id} for deepseek_v41: only a Hopper GPU (compute capability 9.x) is "
+            "modelled; vLLM 0.32 lays DeepSeek-V4.1 out otherwise on SM100 (528-byte MXFP8 rows, "
+            "block 128: models/deepseek_v41/attention.py lines 122-129, 512-522; sparse_mla.py "
+            "line 90) and other devices; plan with --gpu H100 / H200, or measure"
         )
 
 

@@ -185,3 +185,15 @@ def test_nested_text_config_plans_alike(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(nested), encoding="utf-8")
     assert _plan(str(path)).num_blocks == 12_104
+
+
+@pytest.mark.parametrize("gpu", ["B200", "MI300X"])
+def test_only_hopper_is_modelled(tmp_path: Path, gpu: str) -> None:
+    """SM100 writes the V4.1 MXFP8 record (528 B, 512-byte pages, block 128: attention.py lines
+    122-129, 512-522; sparse_mla.py line 90); ROCm runs AITER: neither is modelled."""
+    with pytest.raises(LayoutNotApplicable, match=r"^gpu: .* for deepseek_v41: only a Hopper"):
+        _plan(_config(tmp_path), gpu=gpu)
+
+
+def test_without_a_device_the_hopper_layout_is_planned(tmp_path: Path) -> None:
+    assert _plan(_config(tmp_path), gpu=None).num_blocks == 12_104

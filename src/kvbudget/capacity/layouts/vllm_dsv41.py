@@ -181,7 +181,7 @@ def dsv41_layout(
         pp,
         dp,
         (stage,),
-        block_size=min(g.block_size for g in groups),
+        block_size=DSV41_BLOCK_SIZE,  # cache_config.block_size (the windows 32, rings 8)
         notes=(
             "DeepSeek-V4.1 in vLLM 0.32 on a Hopper GPU (SM90): vLLM's packed groups (compressed "
             "MLA and indexer-key pages on kv sources only, a 584-byte sliding window on every "
@@ -189,3 +189,29 @@ def dsv41_layout(
             "64), the same on every TP rank",
         ),
     )
+
+
+#: the row docs/architectures.md renders (``vllm_models.VLLM_SOURCE_RULES``): rule, source lines,
+#: the test that works the numbers by hand
+DSV41_SOURCE_RULE = (
+    "vLLM 0.32's reading of the config (nested text_config or flat; no transformers class): per "
+    "layer a sliding-window page (block 32, 584 B per token fp8_ds_mla); only on "
+    "kv_source_layer_ids a compressed-MLA page (block 64, 64 / ratio states of 584 B, ratio 1 or "
+    "2), with the indexer's keys (132 B per state) where also an index source, and at ratio 2 a "
+    "float32 compressor ring (CircularBufferSpec, 8 rows of 2 x head_dim); the other compressed "
+    "layers read their source's caches and register only their window; pages padded to 576 B; "
+    "vLLM's packed groups (the sliding windows and rings split as state buckets to fit the widest "
+    "group); Hopper (SM90) only (plan refuses another GPU): block 64 (plan refuses another "
+    "--block-size), --kv-cache-dtype auto / fp8 -> fp8_ds_mla, others refused; no --pp, no speculative decoding. Weights and "
+    "non-KV terms not priced: plan takes --weights-bytes and --kv-cache-memory. hf, sglang, "
+    "llamacpp refused (capacity/dsv41_engines.py)",
+    "transformers_utils/configs/deepseek_v41.py 8-50; models/deepseek_v41/attention.py 92-100, "
+    "122-165, 303-351, 423-459, 504-585, 586-603, 1138-1164, 1206-1241; models/deepseek_v41/"
+    "compressor.py 136-172, 196-214; models/deepseek_v41/sparse_mla.py 88-90; v1/attention/"
+    "backends/mla/indexer.py 345-372; v1/attention/backends/mla/sparse_swa.py 74-140; "
+    "platforms/interface.py 699-740; v1/kv_cache_interface.py 676-683, 859-896, 909-946; "
+    "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1860-1994; config/vllm.py 577-598",
+    "tests/unit/plan/test_plan_dsv41_vllm.py (by hand; vLLM's own grouping run on the specs: "
+    "scripts/check_dsv41_vllm_groups.py); tests/unit/spec/test_deepseek_v41.py (a small test "
+    "config: no V4.1 config is published)",
+)

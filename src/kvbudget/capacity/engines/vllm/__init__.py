@@ -26,7 +26,7 @@ from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_dsv41 import is_deepseek_v41
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
-from kvbudget.capacity.pool_dsv41 import check_dsv41_request
+from kvbudget.capacity.pool_dsv41 import check_dsv41_device, check_dsv41_request
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
@@ -89,6 +89,7 @@ class VllmPlanner:
         if is_deepseek_v41(model):  # refused before DeepSeek-V4's drafters and modules
             version = parse_version(request.engine_version or DEFAULT_VLLM_VERSION)
             check_dsv41_request(request, version)
+            check_dsv41_device(gpu, device_given)
         draft = speculative_draft(request, model, gpu)
         snapshot = request_snapshot(request)
         if snapshot is not None and (draft is None or not draft.is_mtp):
