@@ -5,7 +5,7 @@ DeepSeek-V4.1 has no CPU model in vLLM 0.32 (``models/deepseek_v41/`` holds ``nv
 specs each decoder layer registers, as ``models/deepseek_v41/attention.py`` builds them on a
 Hopper GPU (SM90: the V4 ``fp8_ds_mla`` record of 584 bytes in 576-byte pages, lines 122-129,
 512-522; the FlashMLA sparse and indexer backends' kernel block 64, ``sparse_mla.py`` line 90,
-``v1/attention/backends/mla/indexer.py`` line 372, so ``platforms/interface.py`` lines 699-740
+``v1/attention/backends/mla/indexer.py`` line 372, so ``platforms/interface.py`` lines 700-774
 pick block 64), in their registration order (``static_forward_context``):
 
 1. kv-source layers: the attention's compressed cache (lines 426-427, 1138-1164):

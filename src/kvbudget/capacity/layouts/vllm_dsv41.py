@@ -7,7 +7,7 @@ in pages rounded up to 576 bytes (``_use_v41_mxfp8_kv_record`` is false off SM10
 122-129, 512-522), and kernel block 64 for the FlashMLA sparse attention and the V4.1 indexer
 (``sparse_mla.py`` lines 88-90, ``v1/attention/backends/mla/indexer.py`` lines 370-372; the SWA
 and compressor backends take any multiple of 32 and 1), so ``platforms/interface.py`` lines
-699-740 set ``cache_config.block_size`` to 64. Per layer, in registration order
+700-774 set ``cache_config.block_size`` to 64. Per layer, in registration order
 (``static_forward_context``; the attention layer registers itself first, lines 423-427):
 
 1. a kv source (``i`` in ``kv_source_layer_ids``, ratio 1 or 2): its compressed cache (lines
@@ -209,7 +209,7 @@ DSV41_SOURCE_RULE = (
     "122-165, 303-351, 423-459, 504-585, 586-603, 1138-1164, 1206-1241; models/deepseek_v41/"
     "compressor.py 136-172, 196-214; models/deepseek_v41/sparse_mla.py 88-90; v1/attention/"
     "backends/mla/indexer.py 345-372; v1/attention/backends/mla/sparse_swa.py 74-140; "
-    "platforms/interface.py 699-740; v1/kv_cache_interface.py 676-683, 859-896, 909-946; "
+    "platforms/interface.py 700-774; v1/kv_cache_interface.py 676-683, 859-896, 909-946; "
     "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1860-1994; config/vllm.py 577-598",
     "tests/unit/plan/test_plan_dsv41_vllm.py (by hand; vLLM's own grouping run on the specs: "
     "scripts/check_dsv41_vllm_groups.py); tests/unit/spec/test_deepseek_v41.py (a small test "
