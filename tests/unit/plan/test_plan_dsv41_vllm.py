@@ -146,13 +146,16 @@ def test_calc_vllm_layout_counts_every_cache(tmp_path: Path) -> None:
         ({"pp": 2}, "pp"),
         ({"kv_dtype": "bfloat16"}, "kv_dtype"),
         ({"engine": "sglang"}, "engine"),
+        ({"qk_rope_head_dim": 32}, "qk_rope_head_dim"),
+        ({"head_dim": 256}, "head_dim"),
     ],
 )
 def test_what_is_not_modelled_is_refused_in_one_line(
     tmp_path: Path, extra: dict[str, Any], field: str
 ) -> None:
+    config = {k: extra.pop(k) for k in ("qk_rope_head_dim", "head_dim") if k in extra}
     with pytest.raises((LayoutNotApplicable, ConfigError)) as caught:
-        _plan(_config(tmp_path), **extra)
+        _plan(_config(tmp_path, **config), **extra)
     assert str(caught.value).startswith(f"{field}: ") and "\n" not in str(caught.value)
 
 

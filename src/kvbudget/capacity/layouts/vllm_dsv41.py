@@ -124,6 +124,13 @@ def dsv41_layer_specs(spec: ModelSpec) -> list[Dsv41Spec]:
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring)."""
     out: list[Dsv41Spec] = []
     b = DSV41_BLOCK_SIZE
+    rope = spec.raw_config.get("qk_rope_head_dim")
+    if any(isinstance(x, CompressedAttention) for x in spec.layers) and rope != 64:
+        raise LayoutNotApplicable(
+            f"qk_rope_head_dim: {rope!r} for deepseek_v41: vLLM 0.32's compressor takes 64 only "
+            "(models/deepseek_v41/compressor.py line 214: assert self.head_dim == 512 and "
+            "self.rope_head_dim == 64); use the checkpoint's 64"
+        )
     for layer in spec.layers:
         i = layer.layer_index
         if isinstance(layer, CompressedAttention):
