@@ -127,7 +127,7 @@ def run(name: str, m: Model, *, max_len: int = 8192, avail: int = GiB, batched: 
         s = g.kv_cache_spec
         need = cdiv(s.max_memory_usage_bytes(config), s.page_size_bytes)
         print(
-            f"  {type(s.first_spec).__name__:>20} {g.layer_names} page {s.page_size_bytes} "
+            f"  {type(getattr(s, 'first_spec', s)).__name__:>20} {g.layer_names} page {s.page_size_bytes} "
             f"blocks/request {need}"
         )
     print(
@@ -148,6 +148,9 @@ def main() -> None:
         max_len=32768,
         avail=10 * GiB,
     )
+    # no compressed layer: one page size, so _get_packed_kv_cache_groups returns None (lines
+    # 1876-1879) and the plain grouping takes the layers as one group
+    run("4 sliding layers", Model(ratios=[0, 0, 0, 0], kv_sources=(), index_sources=()))
 
 
 if __name__ == "__main__":

@@ -53,7 +53,11 @@ def _widest(per_page: dict[int, list[Dsv41Spec]], n: int) -> int:
 
 
 def packed_dsv41_groups(specs: Sequence[Dsv41Spec]) -> list[list[Dsv41Spec]]:
-    """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group."""
+    """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group. One page
+    size (no compressed layer: every layer's window alone) is not packed (lines 1876-1879): the
+    plain grouping takes the uniform specs as one group."""
+    if len({s.page_size_bytes for s in specs}) <= 1:
+        return [list(specs)]
     buckets: dict[tuple[object, ...], list[Dsv41Spec]] = {}
     for spec in specs:
         buckets.setdefault(spec.bucket_key, []).append(spec)

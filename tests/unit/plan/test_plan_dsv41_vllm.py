@@ -120,6 +120,24 @@ def test_twelve_layers_at_32k(tmp_path: Path) -> None:
     assert result.max_concurrency == pytest.approx(65_870 / 1_547)
 
 
+def test_without_compressed_layers_one_group(tmp_path: Path) -> None:
+    """Four sliding layers: one page size, so vLLM does not pack (``_get_packed_kv_cache_groups``
+    returns None, lines 1876-1879) and the four windows are one group: 4 x 19,008 = 76,032 B a
+    block, 257 blocks a request (vLLM's own grouping printed 14,122 blocks, 54.949...)."""
+    model = _config(
+        tmp_path,
+        num_hidden_layers=4,
+        compress_ratios=None,
+        kv_source_layer_ids=None,
+        index_source_layer_ids=None,
+        index_head_dim=None,
+        index_n_heads=None,
+    )
+    result = _plan(model)
+    assert result.num_blocks == GiB // 76_032 == 14_122
+    assert result.max_concurrency == pytest.approx(14_122 / 257)
+
+
 def test_calc_vllm_layout_counts_every_cache(tmp_path: Path) -> None:
     spec = resolve_model(_config(tmp_path)).spec
     assert spec is not None
