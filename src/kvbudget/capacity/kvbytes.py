@@ -18,6 +18,7 @@ from kvbudget.capacity.assumptions import (
     model_assumptions,
     status_from,
 )
+from kvbudget.capacity.dsv41_engines import refuse_dsv41_engine
 from kvbudget.capacity.dtypes import dtype_from_element_bytes, get_kv_dtype
 from kvbudget.capacity.engines.registry import LayoutLoad, engine_entry, parse_layout
 from kvbudget.capacity.layouts.base import (
@@ -171,7 +172,9 @@ def run_layout(
         ctx_size=ctx_size,
         unified=unified,
     )
-    return engine_entry(engine).layout(spec, load)
+    entry = engine_entry(engine)
+    refuse_dsv41_engine(spec, entry.name)
+    return entry.layout(spec, load)
 
 
 def _layout_tables(layout: LayoutResult) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

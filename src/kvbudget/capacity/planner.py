@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvbudget.capacity.engines.registry import engine_planner
+from kvbudget.capacity.dsv41_engines import refuse_dsv41_engine
+from kvbudget.capacity.engines.registry import engine_entry, engine_planner
 from kvbudget.capacity.engines.vllm.settings import batch_defaults, stage_profile
 from kvbudget.capacity.layouts.base import PpSplit, get_pp_indices
 from kvbudget.capacity.model_dtype import with_dtype, with_quantization
@@ -90,6 +91,7 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
     """Plan one replica; ``spec`` skips model resolution (tests, callers that already have it)."""
     planner = engine_planner(request.engine)
     model = resolve_spec(request, spec)
+    refuse_dsv41_engine(model, engine_entry(request.engine).name)  # V4.1: vLLM only
     if request.pp > model.num_layers:
         raise ConfigError(
             f"pp: {request.pp} stages for {model.num_layers} layers; choose --pp <= {model.num_layers}",

@@ -160,6 +160,13 @@ def compute_weights(
     tensor-sharded otherwise: the same bytes per GPU), while attention and dense layers stay
     split over ``tp`` within each engine.
     """
+    if spec.model_type in ("deepseek_v41", "deepseek_v41_text"):
+        raise ConfigError(
+            f"weights: {spec.model_type} (DeepSeek-V4.1) is not priced: its modules, Engram tables "
+            "and quantization differ from DeepSeek-V4's (vLLM 0.32 models/deepseek_v41/nvidia/"
+            "model.py, common/engram.py, quant_config.py); pass --weights-bytes from the engine's log",
+            field="weights_bytes",
+        )
     experts_over = moe_ranks or tp
     h = spec.hidden_size or 0
     vocab = spec.vocab_size

@@ -182,4 +182,5 @@ WRAPPER_TEXT_TYPES = {
     "gemma4_unified": "gemma4_unified_text",
     "dots3_note": "dots3_note_text",
     "qwen4_exp": "qwen4_exp_text",
+    "deepseek_v41": "deepseek_v41_text",
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvbudget.spec.arch_dsv41 import DSV41_SOURCE, build_deepseek_v41
 from kvbudget.spec.arch_hybrid import (
     build_gemma3n,
     build_jamba,
@@ -386,6 +387,10 @@ ARCHITECTURES: dict[str, Traits] = {
     "qwen3_next": Traits(source_of("qwen3_next"), builder=build_qwen3_next),
     "minimax": Traits(source_of("minimax"), builder=build_minimax),
     "gemma3n_text": Traits(source_of("gemma3n"), builder=build_gemma3n),
+    # DeepSeek-V4.1: vLLM 0.32's reading (no transformers class: a structural reference); its
+    # DeepseekV41Config flattens text_config, so the nested and the flat config read alike
+    "deepseek_v41": Traits(DSV41_SOURCE, builder=build_deepseek_v41, verified=False),
+    "deepseek_v41_text": Traits(DSV41_SOURCE, builder=build_deepseek_v41, verified=False),
     # no transformers class to check it against: a structural reference, never ``exact``
     "nemotron-nas": Traits(
         "vllm/model_executor/models/nemotron_nas.py", builder=build_nemotron_nas, verified=False

@@ -228,29 +228,3 @@ def test_quantized_copies_keep_the_layout(copy: str, original: str) -> None:
     assert [x.kind for x in spec.layers] == _kinds(original)
     assert _hf(copy, 100) == _hf(original, 100)
     assert spec.rules_verified is (not copy.startswith("sgl-project"))
-
-
-@pytest.mark.parametrize("nested", [True, False])
-def test_deepseek_v41_refused_by_name(tmp_path: Path, nested: bool) -> None:
-    """DeepSeek-V4.1 (``deepseek_v41``; its ``text_config`` is ``deepseek_v41_text``, SGLang
-    0.5.23 ``srt/configs/deepseek_v41.py`` lines 43-77) is served by vLLM 0.32 (``models/
-    deepseek_v41``) and SGLang 0.5.23 but is not DeepSeek-V4 (compress ratios 1 / 2 on
-    kv_source layers, Engram; transformers 5.24 has no model for it): one line saying so, not the
-    generic reading's advice to supply layer_types."""
-    config = json.loads((MODELS_DIR / f"{FLASH.replace('/', '--')}.json").read_text("utf-8"))
-    if nested:
-        raw = {
-            "architectures": ["DeepseekV41ForCausalLM"],
-            "model_type": "deepseek_v41",
-            "text_config": {**config, "model_type": "deepseek_v41_text"},
-        }
-    else:
-        raw = {**config, "model_type": "deepseek_v41"}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(raw), encoding="utf-8")
-    resolved = resolve_model(str(path))
-    assert resolved.spec is None and resolved.status == "not_applicable"
-    reason = resolved.reason or ""
-    assert "is DeepSeek-V4.1, which kvbudget does not model yet" in reason
-    assert "kv_source_layer_ids" in reason and "layer_types" not in reason
-    assert "\n" not in reason and resolved.missing == ()

@@ -59,6 +59,7 @@ from kvbudget.capacity.layouts.base import (
 from kvbudget.capacity.layouts.grouping import group_by_kind
 from kvbudget.capacity.layouts.vllm_dots3 import dots3_layout, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layout, is_deepseek_v4
+from kvbudget.capacity.layouts.vllm_dsv41 import dsv41_layout, is_deepseek_v41
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
     check_minimax_m3,
@@ -317,6 +318,8 @@ def vllm_layout(
     partly empty; sliding/chunked layers free skipped blocks; mamba layers hold one padded page).
     """
     check_load(tokens, seqs, tp, pp, dp)
+    if is_deepseek_v41(spec):
+        return dsv41_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
     if is_deepseek_v4(spec):
         return dsv4_layout(spec, tokens=tokens, seqs=seqs, kv_dtype=kv_dtype, tp=tp, pp=pp, dp=dp)
     if is_dots3_note(spec):

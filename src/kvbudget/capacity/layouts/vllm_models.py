@@ -12,6 +12,7 @@ from dataclasses import replace
 from kvbudget.capacity.layouts.base import (
     LayoutNotApplicable,
 )
+from kvbudget.capacity.layouts.vllm_dsv41 import DSV41_SOURCE_RULE
 from kvbudget.spec.layer_runs import LayerSeq
 from kvbudget.spec.layers import (
     MLA,
@@ -221,6 +222,7 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "scripts/check_vllm_dsv4_fp8_experts.py (the model needs AMX fp8 kernels there); the tiny target's "
         "modules and buffers as vLLM CPU built them, scripts/vllm_target_bytes.py)",
     ),
+    "deepseek_v41, deepseek_v41_text": DSV41_SOURCE_RULE,
     "dots3_note (the checkpoint's flat format; transformers' wrapper and dots3_note_text refused)": (
         "sliding layers: a SlidingWindowMLASpec of swa_kv_lora_rank + swa_qk_rope_head_dim per "
         "token (window sliding_window_size); DSA layers: the indexer's keys (index_head_dim + "

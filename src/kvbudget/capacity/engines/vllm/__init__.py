@@ -23,8 +23,10 @@ from kvbudget.capacity.engines.vllm.start import resolve_engine
 from kvbudget.capacity.kv_checkpoint import CheckpointKv, vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
+from kvbudget.capacity.layouts.vllm_dsv41 import is_deepseek_v41
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
+from kvbudget.capacity.pool_dsv41 import check_dsv41_device, check_dsv41_request
 from kvbudget.capacity.pool_text import format_gib_new
 from kvbudget.capacity.versions import (
     DEFAULT_VLLM_VERSION,
@@ -84,11 +86,15 @@ class VllmPlanner:
     ) -> PlanResult:
         """The rotary cache and a draft model join the weights; ``--max-model-len auto`` plans
         again at the longest length that fits (vLLM's ``max_model_len=-1``)."""
+        if is_deepseek_v41(model):  # refused before DeepSeek-V4's drafters and modules
+            version = parse_version(request.engine_version or DEFAULT_VLLM_VERSION)
+            check_dsv41_request(request, version)
+            check_dsv41_device(gpu, device_given)
         draft = speculative_draft(request, model, gpu)
         snapshot = request_snapshot(request)
         if snapshot is not None and (draft is None or not draft.is_mtp):
             weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
-        if is_deepseek_v4(model):  # its own modules, rotary caches and top-k buffer
+        if is_deepseek_v4(model) and not is_deepseek_v41(model):  # its modules, rotary, top-k
             engine = resolve_engine(request, model, gpu, max_model_len, device_given)
             dp = request.data_parallel_size
             weights = deepseek_v4_weights(

@@ -11,6 +11,7 @@ from kvbudget.capacity.dtypes import KvDtype, get_kv_dtype
 from kvbudget.capacity.layouts.vllm import MambaCacheMode, VllmLayerSpec, vllm_layer_specs
 from kvbudget.capacity.layouts.vllm_dots3 import dots3_kv_dtype, is_dots3_note
 from kvbudget.capacity.layouts.vllm_dsv4 import DSV4_BLOCK_SIZE, dsv4_kv_dtype, is_deepseek_v4
+from kvbudget.capacity.layouts.vllm_dsv41 import dsv41_kv_dtype, is_deepseek_v41
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
 from kvbudget.capacity.mtp_dots3 import dots3_mtp
@@ -19,6 +20,7 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dots3 import check_dots3_request, check_dots3_unified, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
 from kvbudget.capacity.pool_dsv4 import dsv4_groups as packed_dsv4_groups
+from kvbudget.capacity.pool_dsv41 import check_dsv41_request, dsv41_groups
 from kvbudget.capacity.pool_qwen4 import (
     check_qwen4_request,
     qwen4_groups,
@@ -140,6 +142,25 @@ def vllm_groups(
                 "with the target's groups (models/qwen4_exp/nvidia/mtp.py lines 189-230)"
             )
         return kv_dtype, None, groups
+    if is_deepseek_v41(model):  # DeepSeek-V4.1: its own specs and packing (capacity.pool_dsv41)
+        kv_dtype = get_kv_dtype(
+            dsv41_kv_dtype(kv_name), engine="vllm", model_dtype=model.torch_dtype
+        )
+        check_dsv41_request(request, behaviour.version)
+        if behaviour.version != (0, 32, 0):
+            notes.append(
+                f"DeepSeek-V4.1's vLLM groups were read from 0.32.0's source, not re-read for "
+                f"{version_text}"
+            )
+        notes.append(
+            "DeepSeek-V4.1 in vLLM 0.32 on a Hopper GPU: per layer a 32-token sliding-window page; "
+            "on kv_source_layer_ids a 64-token compressed-MLA page (ratio 1 or 2), with the "
+            "indexer's keys where also an index source, and at ratio 2 a float32 compressor "
+            "ring; the other compressed layers read their source's cache; fp8_ds_mla rows "
+            "padded to 576 B, groups packed side by side in each block (kv_cache_utils.py "
+            "_get_packed_kv_cache_groups)"
+        )
+        return kv_dtype, None, dsv41_groups(model, pp=request.pp)
     dsv4 = is_deepseek_v4(model)
     if dsv4:  # DeepSeek-V4: its own specs and vLLM's packed groups (capacity.pool_dsv4)
         kv_name = dsv4_kv_dtype(kv_name)
