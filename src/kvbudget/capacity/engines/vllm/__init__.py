@@ -113,7 +113,8 @@ class VllmPlanner:
                 pp=request.pp,
                 moe_ranks=request.tp * dp if dp > 1 else request.tp,
                 max_num_batched_tokens=engine.max_num_batched_tokens,
-                mtp=draft is not None and draft.is_mtp,
+                # a snapshot holds the drafter; else its hidden buffer comes with its weights
+                mtp=draft is not None and draft.is_mtp and weights.source == "read",
             )
         else:
             weights = with_rope_cache(weights, model)
