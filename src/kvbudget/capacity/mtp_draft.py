@@ -94,6 +94,11 @@ What one MTP layer keeps of its own:
   it: such plans take ``--weights-bytes`` (the engine log's figure includes the drafter) or
   ``--kv-cache-memory`` (then the weights shown leave the drafter out, and say so:
   :data:`MTP_WEIGHTS_NOTE`).
+* Qwen4-Exp (``models/qwen4_exp/nvidia/mtp.py`` lines 172-259), unquantized:
+  ``fc_embedding`` / ``fc_hidden``, two norms, the hyper-connection mixer and
+  ``mtp_num_hidden_layers`` QSA decoder layers, plus per batched token their top-k buffers and
+  the target's ``_mtp_hidden_buffer`` (:mod:`kvbudget.capacity.mtp_qwen4`); a quantized
+  checkpoint's drafter is not sized.
 """
 
 from __future__ import annotations

@@ -50,8 +50,11 @@ MTP drafter the last stage's ``_mtp_hidden_buffer``
 
 Not counted: tensors freed while building (the unfused ``qkv_proj`` and ``index_qk_proj``,
 ``qsa.py`` line 507), the attention metadata builders' buffers (built with the KV cache, after the
-profile), the PLE table kept in pinned host memory (``engram_config.cpu_offload``), which
-kvbudget has no flag for, and sequence parallel (``enable_hc_sp`` / sequence-parallel MoE).
+profile), the PLE n-gram tables, which vLLM's default ``EngramConfig`` (``cpu_offload`` True,
+``config/engram.py`` line 37; made for any ``ple_layer_ids`` model, ``config/vllm.py`` lines
+1405-1408) keeps in pinned host memory (the GPU keeps the int64 ``_prefetch_ids``; with
+``--engram-config '{"cpu_offload": false}'``, which kvbudget has no flag for, they would be on the
+device: ``ple_table``), and sequence parallel (``enable_hc_sp`` / sequence-parallel MoE).
 """
 
 from __future__ import annotations
