@@ -197,3 +197,18 @@ def test_quantized_checkpoint_keeps_the_generic_count_with_a_note(tmp_path: Path
     quant = {"quant_method": "fp8", "weight_block_size": [128, 128]}
     weights = _weights(_config(tmp_path, quantization_config=quant), 1)
     assert any("generic count" in note for note in weights.notes)
+
+
+def test_snapshot_split_by_vllms_shares_tables_off(tmp_path: Path) -> None:
+    """A snapshot's total_size is split by the shares of the parameters with the PLE tables (the
+    checkpoint holds them), buffers off; the GPU then gives the tables back and keeps its
+    buffers. TP 1: buffers 5,120 (top-k) + 16 (KV scales) + 2 x 88 (n-gram layouts) + 4,096
+    (rotary) = 9,408; the parameters 1,068,648 - 9,408 = 1,059,240 (the whole); with
+    total_size 2 x 1,059,240: 2 x 1,059,240 + 9,408 - (2 x 8,192 - 2 x 2,048) = 2,115,600."""
+    folder = Path(_config(tmp_path))
+    index = {"metadata": {"total_size": 2 * 1_059_240}, "weight_map": {}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    weights = _weights(str(folder), 1)
+    assert weights.source == "read"
+    assert weights.total_bytes == 2 * 1_059_240
+    assert weights.per_rank_bytes == (2_115_600,)
