@@ -159,6 +159,7 @@ def test_target_per_rank_as_vllm_builds_it(tmp_path: Path, tp: int, expected: in
     weights = _weights(_config(tmp_path), tp)
     assert weights.source == "computed"
     assert weights.per_rank_bytes == (expected,)
+    assert not any("approximated" in note or "q/k norms" in note for note in weights.notes)
 
 
 #: what vLLM 0.32 built for Qwen4ExpMTP, without embed_tokens, lm_head and the rotary cache
