@@ -22,6 +22,9 @@ sets the draft's quant config, lines 126-160); its ``embed_tokens``, ``lm_head``
 are the target's once vLLM's proposer has loaded it (module doc of
 ``kvbudget.capacity.mtp_qwen4``), so the test takes them off.
 
+``target-pp`` builds the target without ``ple_layer_ids`` (vLLM refuses PLE under pipeline
+parallel) on two pipeline stages: its ``totals`` are each stage's.
+
 Prints one ``KVB_Q4W {...}`` line per model and TP size: the bytes of each named parameter and
 buffer on rank 0 and each rank's total.
 
@@ -123,14 +126,19 @@ def rank_main(model_dir: str, tp: int, rank: int, init: str, which: str) -> None
             max_num_seqs=8,
         ),
         cache_config=CacheConfig(block_size=32),
-        engram_config=EngramConfig(cpu_offload=False),
-        parallel_config=ParallelConfig(tensor_parallel_size=tp),
+        # vLLM refuses an EngramConfig without PLE layers (the pipeline-parallel model has none)
+        engram_config=None if which == "target-pp" else EngramConfig(cpu_offload=False),
+        parallel_config=(
+            ParallelConfig(pipeline_parallel_size=tp)
+            if which == "target-pp"
+            else ParallelConfig(tensor_parallel_size=tp)
+        ),
     )
     init_distributed_environment(
         world_size=tp, rank=rank, local_rank=rank, distributed_init_method=init, backend="gloo"
     )
     with set_current_vllm_config(config):
-        initialize_model_parallel(tp, 1)
+        initialize_model_parallel(*((1, tp) if which == "target-pp" else (tp, 1)))
         import vllm.models.qwen4_exp.nvidia.mtp as mtp
         import vllm.models.qwen4_exp.nvidia.qsa as qsa
         from vllm.models.qwen4_exp.nvidia.model import Qwen4ExpForCausalLM
@@ -149,14 +157,20 @@ def rank_main(model_dir: str, tp: int, rank: int, init: str, which: str) -> None
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "config.json").write_text(json.dumps(CONFIG))
+        # pipeline parallel: vLLM refuses it with ple_layer_ids, so the same model without them
+        Path(tmp, "pp").mkdir()
+        no_ple = {k: v for k, v in CONFIG.items() if k != "ple_layer_ids"}
+        Path(tmp, "pp", "config.json").write_text(json.dumps(no_ple))
         Path(tmp, "site").mkdir()
         Path(tmp, "site", "sitecustomize.py").write_text(STUBS)
         env = {**os.environ, "PYTHONPATH": str(Path(tmp, "site")), "VLLM_DIST_IDENT": "kvbq4w"}
-        for which, tp in (("target", 1), ("target", 2), ("mtp", 1), ("mtp", 2)):
+        runs = (("target", 1), ("target", 2), ("mtp", 1), ("mtp", 2), ("target-pp", 2))
+        for which, tp in runs:
+            model_dir = str(Path(tmp, "pp")) if which == "target-pp" else tmp
             init = f"file://{tmp}/init-{which}{tp}"
             procs = [
                 subprocess.Popen(
-                    [sys.executable, __file__, tmp, str(tp), str(rank), init, which],
+                    [sys.executable, __file__, model_dir, str(tp), str(rank), init, which],
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,

@@ -213,3 +213,19 @@ def test_snapshot_split_by_vllms_shares_tables_off(tmp_path: Path) -> None:
     assert weights.source == "read"
     assert weights.total_bytes == 2 * 1_059_240
     assert weights.per_rank_bytes == (2_115_600,)
+
+
+def test_pipeline_stages_each_hold_embedding_and_head(tmp_path: Path) -> None:
+    """Without ``ple_layer_ids`` (vLLM refuses PLE under pipeline parallel), ``--pp 2``: layers
+    [0, 2) and [2, 4) (``get_pp_indices``); ``embed_tokens`` and ``lm_head`` are built on every
+    stage (``nvidia/model.py`` lines 436, 737-741: neither is a ``PPMissingLayer``), the mixer
+    and the rotary cache on the last (its QSA layer). Stage 0: 2 x (25,600 + 117,888 + 34,872) +
+    262,144 = 618,864; stage 1: 25,600 + 117,888 + 34,872 + 25,600 + 117,888 + 50,448 + 262,144
+    + 8,704 + 4,096 = 647,240: what vLLM built on two CPU pipeline ranks
+    (``scripts/check_vllm_qwen4_exp_weights.py``, ``target-pp``)."""
+    stage0 = 2 * (HC + MOE[1] + GDN[1]) + EMBED[1]
+    stage1 = 2 * HC + 2 * MOE[1] + GDN[1] + QSA[1] + EMBED[1] + MIXER + ROPE
+    assert (stage0, stage1) == (618_864, 647_240)
+    config = _config(tmp_path, ple_layer_ids=[])
+    weights = _weights(config, 1, pp=2, kv_cache_memory_bytes=GiB)
+    assert weights.per_rank_bytes == (stage0, stage1)
