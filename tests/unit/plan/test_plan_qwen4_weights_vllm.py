@@ -36,7 +36,7 @@ bfloat16 (2 B); ``max_num_batched_tokens`` 64. Per rank at TP 1 / TP 2:
   ``_prefetch_ids`` 64 x 4 x 8 = 2,048 instead; int64 buffers (3 + 4 + 4) x 8 = 88; kv_proj 32 x
   320 x 2 = 20,480; three norms 3 x 256 x 2 = 1,536; conv1d 256 x 4 x 2 = 2,048: 26,200 on the
   host-table default (32,344 / 28,248 with the table on the device).
-* per stage (``nvidia/model.py`` lines 436, 453-478, 737-741): embed_tokens and lm_head 1,024 /
+* per stage (``nvidia/model.py`` lines 436, 460-475, 737-741): embed_tokens and lm_head 1,024 /
   512 rows x 64 x 2 each = 262,144 / 131,072; the mixer 8,704; rotary cache 256 x 8 x 2 = 4,096
   (``rotary_embedding/__init__.py`` lines 63-72).
 
