@@ -94,6 +94,11 @@ What one MTP layer keeps of its own:
   it: such plans take ``--weights-bytes`` (the engine log's figure includes the drafter) or
   ``--kv-cache-memory`` (then the weights shown leave the drafter out, and say so:
   :data:`MTP_WEIGHTS_NOTE`).
+* Qwen4-Exp (``models/qwen4_exp/nvidia/mtp.py`` lines 172-259), unquantized:
+  ``fc_embedding`` / ``fc_hidden``, two norms, the hyper-connection mixer and
+  ``mtp_num_hidden_layers`` QSA decoder layers, plus per batched token their top-k buffers and
+  the target's ``_mtp_hidden_buffer`` (:mod:`kvbudget.capacity.mtp_qwen4`); a quantized
+  checkpoint's drafter is not sized.
 """
 
 from __future__ import annotations
@@ -119,6 +124,10 @@ from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_layers
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
 from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
+from kvbudget.capacity.mtp_qwen4 import (
+    qwen4_exp_mtp_bytes,
+    qwen4_exp_mtp_bytes_per_batched_token,
+)
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_hidden_buffer_bytes_per_token,
     deepseek_v4_mtp_bytes,
@@ -271,9 +280,11 @@ def mtp_weights_bytes(
     drafter's module names) and for a DeepSeek-V4 part :func:`deepseek_v4_mtp_unpriced` names.
     ``compute_capability_major``: the GPU's (DeepSeek-V4's attention backend pads its sinks by
     it); None is read as a FlashMLA device (Hopper, datacenter Blackwell)."""
+    moe_ranks = _moe_ranks(request, model)
+    if is_qwen4_exp(model):
+        return qwen4_exp_mtp_bytes(model, tp=request.tp, moe_ranks=moe_ranks)
     if model.model_type not in MTP_WEIGHTS_TYPES:
         return None
-    moe_ranks = _moe_ranks(request, model)
     if model.model_type == "deepseek_v4":
         if deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=moe_ranks) is not None:
             return None
@@ -384,6 +395,8 @@ def mtp_draft(
     per_token = 0
     if model.model_type == "deepseek_v4" and weights_bytes is not None:
         per_token = deepseek_v4_hidden_buffer_bytes_per_token(model)
+    if is_qwen4_exp(model) and weights_bytes is not None:
+        per_token = qwen4_exp_mtp_bytes_per_batched_token(model)
     config = _mtp_config(request) or {}
     return DraftCost(
         model_id=f"{model.model_id} (MTP, {n} layer(s))",

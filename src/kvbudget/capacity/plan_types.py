@@ -216,7 +216,7 @@ class PlanRequest(BaseModel):
         '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool; method '
         "mtp (DeepSeek-V3/V3.2/V4, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash, MiniMax-M3) adds the MTP "
         "layers' pages and the drafter's weights (DeepSeek-V4's NVFP4 drafter experts refused; "
-        "Qwen4-Exp: its QSA drafter layers' pages, weights from --weights-bytes). "
+        "Qwen4-Exp: its QSA drafter layers' pages and, unquantized, its weights). "
         "With --engine sglang method mtp is SGLang's NEXTN drafter for DeepSeek-V3/V3.2/V4, "
         "GLM-4.5 and GLM-5 by SGLang's own rules (0.5.23: its layer and weights in the target's budget; "
         "0.5.4: a raised pool, the draft outside it); other drafts refused.",

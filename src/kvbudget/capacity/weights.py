@@ -58,6 +58,10 @@ from kvbudget.units import cdiv
 
 WeightsSource = Literal["flag", "read", "computed", "estimated"]
 
+#: the count's notes on what it leaves out (a module-by-module pricer drops them)
+APPROX_NOTE = "state-space / linear-attention / KV-shared projections are approximated"
+NORMS_NOTE = "the language model's biases and q/k norms are not counted"
+
 
 @dataclass(frozen=True, slots=True)
 class WeightsEstimate:
@@ -246,8 +250,8 @@ def compute_weights(
             "does (ModelOptQuantConfigBase.is_layer_excluded); excluded modules in the model dtype"
         )
     if approx_any:
-        notes.append("state-space / linear-attention / KV-shared projections are approximated")
-    notes.append("the language model's biases and q/k norms are not counted")
+        notes.append(APPROX_NOTE)
+    notes.append(NORMS_NOTE)
     method = f"parameter count from the architecture ({params:,} parameters), quantization {qname}"
     tower = vision_tower(spec.wrapper_config, text_hidden=h, tp=tp)
     if tower is not None:

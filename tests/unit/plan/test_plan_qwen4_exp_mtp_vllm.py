@@ -196,11 +196,11 @@ def test_forty_layers_with_one_drafter_layer_at_tp2(tmp_path: Path) -> None:
 
 
 def test_drafter_weights_from_the_engine_log(tmp_path: Path) -> None:
-    """kvbudget does not size the Qwen4-Exp drafter's weights (a MoE QSA layer with hyper-
-    connections, ``fc_embedding`` / ``fc_hidden``, norms and mixer: ``nvidia/mtp.py`` lines
-    195-259): without --kv-cache-memory it takes a --weights-bytes figure, which the engine log
-    gives with the drafter in it (``capacity.mtp_draft``); the pool is the same 116,508 blocks'
-    page per block, its size set by that budget."""
+    """A --weights-bytes figure from the engine log (the drafter in it: a MoE QSA layer with
+    hyper-connections, ``fc_embedding`` / ``fc_hidden``, norms and mixer, ``nvidia/mtp.py`` lines
+    172-259) is taken as is; kvbudget sizes the drafter itself too
+    (``test_plan_qwen4_weights_vllm.py``); the pool is the same 116,508 blocks' page per block,
+    its size set by that budget."""
     config = _config(tmp_path, mtp_num_hidden_layers=1)
     result = _plan(config, speculative_config=MTP, kv_cache_memory_bytes=None, weights_bytes=GiB)
     assert result.groups[-1].page_size_bytes == 9216

@@ -372,7 +372,12 @@ _MTP_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
             r"raises 'num_speculative_tokens must be provided with speculative model unless",
         ),
         (
-            {"speculative_config": _MTP_1, "kv_cache_memory_bytes": None},
+            # a quantized checkpoint's drafter is not sized (kvbudget.capacity.mtp_qwen4)
+            {
+                "speculative_config": _MTP_1,
+                "kv_cache_memory_bytes": None,
+                "model_changes": {"quantization_config": {"quant_method": "fp8"}},
+            },
             r"^speculative_config: the MTP drafter's weights \(1 decoder layer\(s\) of "
             r"qwen4_exp_text\) are not estimated by kvbudget; pass --weights-bytes",
         ),

@@ -276,8 +276,9 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "--speculative-config ngram / ngram_gpu / mtp: num_speculative_tokens widen both conv "
         "states and the ring and add as many speculative blocks per GDN / PLE group; mtp adds "
         "mtp_num_hidden_layers (default 1) QSA drafter layers at num_hidden_layers + k, each "
-        "the target QSA layer's three specs, packed with the target's groups (weights from "
-        "--weights-bytes; ngram_gpu's GPU token buffer needs --kv-cache-memory); "
+        "the target QSA layer's three specs, packed with the target's groups (unquantized, its "
+        "weights as vLLM builds them, kvbudget.capacity.mtp_qwen4; ngram_gpu's GPU token buffer "
+        "needs --kv-cache-memory); "
         "pp > 1: the whole model's groups projected onto each stage's layers, every worker at "
         "the smallest block count (refused with ple_layer_ids, as vLLM refuses it)",
         "models/qwen4_exp/__init__.py 22-47; models/qwen4_exp/nvidia/mtp.py 126-230; "
@@ -293,7 +294,9 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "v1/kv_cache_interface.py 227-234, 541-561, 686-756, 909-945, 1035-1107, 1253-1300; "
         "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1627, 1825-2085, 2159-2211, 2276-2297, "
         "2486-2528, 2566-2678; distributed/utils.py 126-169",
-        "tests/unit/plan/test_plan_qwen4_exp_vllm.py, test_plan_qwen4_exp_mtp_vllm.py (by hand; "
+        "tests/unit/plan/test_plan_qwen4_exp_vllm.py, test_plan_qwen4_exp_mtp_vllm.py, "
+        "test_plan_qwen4_weights_vllm.py (by hand; scripts/check_vllm_qwen4_exp_weights.py "
+        "builds vLLM's target and drafter modules on the meta device; "
         "no CPU pool: the model is CUDA "
         "and ROCm only; scripts/check_qwen4_exp_vllm_groups.py runs vLLM's own grouping on "
         "those specs)",

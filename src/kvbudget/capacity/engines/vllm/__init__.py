@@ -24,6 +24,7 @@ from kvbudget.capacity.kv_checkpoint import CheckpointKv, vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_dsv41 import is_deepseek_v41
+from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_dsv41 import check_dsv41_device, check_dsv41_request
@@ -36,6 +37,7 @@ from kvbudget.capacity.versions import (
 )
 from kvbudget.capacity.weights import with_rope_cache
 from kvbudget.capacity.weights_dsv4 import deepseek_v4_weights
+from kvbudget.capacity.weights_qwen4 import qwen4_exp_weights
 
 if TYPE_CHECKING:
     from kvbudget.capacity.layouts.base import LayoutResult
@@ -106,6 +108,19 @@ class VllmPlanner:
                 max_num_batched_tokens=engine.max_num_batched_tokens,
                 compute_capability_major=gpu.compute_capability_major,
                 measured=request.kv_cache_memory_bytes is not None,
+            )
+        elif is_qwen4_exp(model):  # hyper-connections, QSA indexers, PLE layers, top-k buffers
+            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
+            dp = request.data_parallel_size
+            weights = qwen4_exp_weights(
+                weights,
+                model,
+                tp=request.tp,
+                pp=request.pp,
+                moe_ranks=request.tp * dp if dp > 1 else request.tp,
+                max_num_batched_tokens=engine.max_num_batched_tokens,
+                # a snapshot holds the drafter; else its hidden buffer comes with its weights
+                mtp=draft is not None and draft.is_mtp and weights.source == "read",
             )
         else:
             weights = with_rope_cache(weights, model)
