@@ -278,7 +278,8 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "states and the ring and add as many speculative blocks per GDN / PLE group; mtp adds "
         "mtp_num_hidden_layers (default 1) QSA drafter layers at num_hidden_layers + k, each "
         "the target QSA layer's three specs, packed with the target's groups (weights from "
-        "--weights-bytes; ngram_gpu's GPU token buffer needs --kv-cache-memory); "
+        "--weights-bytes; ngram and ngram_gpu's GPU token copy and speculator buffers join "
+        "the non-KV memory, as for every model: capacity.ngram_buffers); "
         "pp > 1: the whole model's groups projected onto each stage's layers, every worker at "
         "the smallest block count (refused with ple_layer_ids, as vLLM refuses it)",
         "models/qwen4_exp/__init__.py 22-47; models/qwen4_exp/nvidia/mtp.py 126-230; "
