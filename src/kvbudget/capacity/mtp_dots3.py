@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from kvbudget.capacity.draft import MTP_METHODS, draft_method, parse_speculative_config
+from kvbudget.capacity.mtp_tokens import extra_retained_tokens, mtp_speculative_tokens
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 
@@ -80,25 +81,15 @@ class Dots3Mtp(NamedTuple):
 def dots3_extra_retained_tokens(spec: ModelSpec, speculative: dict[str, Any]) -> int:
     """``extra_retained_tokens`` vLLM 0.32 tags every ``SlidingWindowSpec`` with
     (``v1/core/kv_cache_utils.py`` lines 2583-2590): ``num_prefill_lookahead_tokens - 1``, where
-    that is ``num_speculative_tokens`` (default ``num_nextn_predict_layers``,
-    ``config/speculative.py`` lines 1490-1492) when ``min(num_nextn_predict_layers,
-    num_speculative_tokens) > 1`` (``use_multi_module_mtp``, lines 1982-1988) and 1 otherwise
+    that is ``num_speculative_tokens`` (vLLM's default ``num_nextn_predict_layers`` only where the
+    config names a ``model``: :func:`kvbudget.capacity.mtp_tokens.mtp_speculative_tokens`) when
+    ``min(num_nextn_predict_layers, num_speculative_tokens) > 1`` (``use_multi_module_mtp``,
+    ``config/speculative.py`` lines 1982-1988) and 1 otherwise
     (``config/vllm.py`` lines 644-662). Such a spec admits and keeps blocks exactly as one of
     window ``W + extra`` (``v1/kv_cache_interface.py`` lines 859-884;
     ``v1/core/single_type_kv_cache_manager.py`` line 1169), which is how kvbudget prices it."""
-    n = spec.raw_config.get("num_nextn_predict_layers", DOTS3_DEFAULT_MTP_LAYERS)
-    tokens = speculative.get("num_speculative_tokens") or n
-    if not isinstance(n, int) or not isinstance(tokens, int) or isinstance(tokens, bool):
-        return 0
-    if tokens > n and tokens % n:
-        raise ConfigError(
-            f"speculative_config: vLLM 0.32 refuses it for this Dots3-Note: "
-            f"'num_speculative_tokens:{tokens} must be divisible by n_predict={n}' "
-            "(config/speculative.py lines 1493-1501); pass a multiple of "
-            "num_nextn_predict_layers, or at most that many",
-            field="speculative_config",
-        )
-    return tokens - 1 if min(n, tokens) > 1 else 0
+    n = len(dots3_mtp_layer_types(spec, speculative))
+    return extra_retained_tokens(mtp_speculative_tokens(speculative, n, "Dots3-Note"), n)
 
 
 def dots3_mtp(speculative_config: str | None, spec: ModelSpec) -> Dots3Mtp:

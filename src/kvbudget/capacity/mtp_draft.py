@@ -31,8 +31,14 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
   not run it (``models/deepseek_v4/cpu/mtp.py`` line 18: "DeepSeek-V4 speculative decoding (MTP)
   is not implemented on CPU"). With more than one MTP module and ``num_speculative_tokens`` > 1,
   every sliding spec keeps ``num_speculative_tokens - 1`` more tokens (``kv_cache_utils.py`` lines
-  2583-2590; ``config/vllm.py`` lines 644-664, ``config/speculative.py`` lines 1982-1988): not
-  modelled, refused.
+  2583-2590; ``config/vllm.py`` lines 644-664, ``config/speculative.py`` lines 1982-1988), its
+  sliding-window pages and its compressor states alike (all ``SlidingWindowMLASpec``, no
+  ``bounded_replay``): priced as windows of ``W + k - 1``
+  (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`, :mod:`kvbudget.capacity.pool_dsv4`).
+* ``num_speculative_tokens`` is vLLM's for every drafter
+  (:func:`kvbudget.capacity.mtp_tokens.mtp_speculative_tokens`): without a ``model`` in the
+  speculative config it must be given (vLLM raises otherwise, ``config/speculative.py`` lines
+  1819-1824); with one it defaults to the drafter's ``n_predict``.
 * MiniMax-M3 (``models/minimax_m3/nvidia/mtp.py`` lines 58-64, 100-112): ``num_mtp_modules``
   layers (default 1, ``transformers_utils/configs/minimax_m3.py`` line 50; the VL checkpoint's
   text config is promoted, ``config/speculative.py`` lines 1030-1045), each a
@@ -120,7 +126,10 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     minimax_m3_index_page_bytes,
 )
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
-from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_layers
+from kvbudget.capacity.layouts.vllm_qwen4_mtp import (
+    qwen4_mtp_layers,
+    qwen4_mtp_speculative_tokens,
+)
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
 from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
@@ -128,6 +137,7 @@ from kvbudget.capacity.mtp_qwen4 import (
     qwen4_exp_mtp_bytes,
     qwen4_exp_mtp_bytes_per_batched_token,
 )
+from kvbudget.capacity.mtp_tokens import extra_retained_tokens, mtp_speculative_tokens
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_hidden_buffer_bytes_per_token,
     deepseek_v4_mtp_bytes,
@@ -149,6 +159,7 @@ __all__ = [
     "MTP_WEIGHTS_NOTE",
     "SPEC_MTP_TYPES",
     "mtp_draft",
+    "mtp_extra_retained_tokens",
     "mtp_layers_requested",
     "mtp_pool_layers",
     "mtp_weights_bytes",
@@ -233,27 +244,22 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     if config is None:
         return 0
     raw = model.raw_config
+    if is_qwen4_exp(model):  # its tokens: vllm_qwen4_mtp.qwen4_mtp_speculative_tokens
+        return qwen4_mtp_layers(model)
     if is_deepseek_v4(model):
         n = _field("num_nextn_predict_layers", raw.get("num_nextn_predict_layers"), "deepseek_v4")
-        k = config.get("num_speculative_tokens") or n
-        if min(n, int(k)) > 1:
-            raise ConfigError(
-                f"speculative_config: {n} MTP modules with num_speculative_tokens {k} for "
-                "deepseek_v4: vLLM 0.32 then keeps num_speculative_tokens - 1 more tokens in every "
-                "sliding window (v1/core/kv_cache_utils.py lines 2583-2590), not modelled; pass "
-                "num_speculative_tokens 1, or measure",
-                field="speculative_config",
-            )
-        return n
-    if is_qwen4_exp(model):
-        return qwen4_mtp_layers(model)
-    if model.model_type in VLLM_MINIMAX_M3_TYPES:
+    elif model.model_type in VLLM_MINIMAX_M3_TYPES:
         value = raw.get("num_mtp_modules", MINIMAX_M3_DEFAULT_MTP_MODULES)
-        return _field("num_mtp_modules", value, model.model_type)
-    if model.model_type in SPEC_MTP_TYPES:
-        return len(mtp_pool_layers(request, model))
-    if is_dots3_note(model):
-        return len(dots3_mtp_layer_types(model, config))
+        n = _field("num_mtp_modules", value, model.model_type)
+    elif model.model_type in SPEC_MTP_TYPES:
+        n = len(mtp_pool_layers(request, model))
+    elif is_dots3_note(model):
+        n = len(dots3_mtp_layer_types(model, config))
+    else:
+        n = 0
+    if n:  # n_predict is the layer count for these drafters (mtp_tokens module doc)
+        mtp_speculative_tokens(config, n, model.model_type)
+        return n
     priced = ", ".join(
         sorted({"deepseek_v4", "dots3_note", "minimax_m3", "qwen4_exp", *SPEC_MTP_TYPES})
     )
@@ -263,6 +269,18 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
         "--kv-cache-memory and --weights-bytes from the engine log",
         field="speculative_config",
     )
+
+
+def mtp_extra_retained_tokens(request: PlanRequest, model: ModelSpec) -> int:
+    """Tokens every sliding spec keeps below its window for this request's MTP drafter (0
+    without one): ``num_speculative_tokens - 1`` with several MTP modules and several tokens
+    (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`; the drafter's
+    ``num_nextn_predict_layers`` is its layer count)."""
+    config = _mtp_config(request)
+    if config is None:
+        return 0
+    n = mtp_layers_requested(request, model)
+    return extra_retained_tokens(mtp_speculative_tokens(config, n, model.model_type), n)
 
 
 def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
@@ -398,12 +416,17 @@ def mtp_draft(
     if is_qwen4_exp(model) and weights_bytes is not None:
         per_token = qwen4_exp_mtp_bytes_per_batched_token(model)
     config = _mtp_config(request) or {}
+    tokens = (
+        qwen4_mtp_speculative_tokens(model, config)
+        if is_qwen4_exp(model)
+        else mtp_speculative_tokens(config, n, model.model_type)
+    )
     return DraftCost(
         model_id=f"{model.model_id} (MTP, {n} layer(s))",
         num_layers=n,
         block_bytes=block_bytes,
         weights_bytes=weights_bytes or 0,
-        num_speculative_tokens=int(config.get("num_speculative_tokens") or n),
+        num_speculative_tokens=tokens,
         is_mtp=True,
         weights_bytes_per_batched_token=per_token,
     )

@@ -100,17 +100,22 @@ def packed_groups(specs: list[PackedSpec]) -> list[list[PackedSpec]]:
     return groups
 
 
-def dsv4_groups(spec: ModelSpec, *, pp: int = 1, mtp_layers: int = 0) -> list[KvCacheGroup]:
+def dsv4_groups(
+    spec: ModelSpec, *, pp: int = 1, mtp_layers: int = 0, extra_retained_tokens: int = 0
+) -> list[KvCacheGroup]:
     """DeepSeek-V4's vLLM 0.32 groups as kvbudget's :class:`KvCacheGroup` (one per vLLM group,
     ``uniform_type``: its page is the sum of its members' pages); ``mtp_layers`` MTP drafter
-    layers join them (:func:`kvbudget.capacity.layouts.vllm_dsv4.dsv4_layer_specs`)."""
+    layers join them, and several MTP modules' ``extra_retained_tokens`` widen every sliding
+    window as kept (:func:`kvbudget.capacity.layouts.vllm_dsv4.dsv4_layer_specs`)."""
     if pp > 1:
         raise LayoutNotApplicable(
             "pp: DeepSeek-V4's packed vLLM groups are planned on one pipeline stage only; plan "
             "with --pp 1"
         )
     out: list[KvCacheGroup] = []
-    for members in packed_groups(dsv4_layer_specs(spec, mtp_layers=mtp_layers)):
+    for members in packed_groups(
+        dsv4_layer_specs(spec, mtp_layers=mtp_layers, extra_retained_tokens=extra_retained_tokens)
+    ):
         first = members[0]
         out.append(
             packed_kv_group(len(out), members, kind=first.kind, sliding_window=first.sliding_window)
@@ -127,8 +132,28 @@ def check_dsv4_request(request: PackedRequest, version: tuple[int, int, int]) ->
         model="deepseek_v4",
         groups_read="DeepSeek-V4's vLLM KV groups",
         refuse_speculation=_refuse_dsv4_speculation,
-        unified_note="vLLM 0.32 would unify its sliding and compressed specs",
+        unified_note=None,  # below: vLLM's own TypeError
     )
+    if request.disable_hybrid_kv_cache_manager:
+        raise LayoutNotApplicable(DSV4_UNIFIED_REFUSAL)
+
+
+#: ``--disable-hybrid-kv-cache-manager``: ``get_kv_cache_groups`` first calls
+#: ``unify_hybrid_kv_cache_specs`` (``v1/core/kv_cache_utils.py`` lines 2173-2174, 1799-1821);
+#: every DeepSeek-V4 layer has a ``SlidingWindowMLASpec`` (its SWA cache) and every compressed
+#: one an ``MLAAttentionSpec``, so ``_promote_local_kv_cache_specs`` (lines 1690-1762) rebuilds
+#: each sliding spec as an ``MLAAttentionSpec`` with ``replace_as`` (lines 1746-1753;
+#: ``v1/kv_cache_interface.py`` lines 119-138), passing its ``bounded_replay`` (line 956), which
+#: ``MLAAttentionSpec`` does not take: vLLM 0.32's own code raises it on these specs
+#: (``scripts/check_dsv4_vllm_mtp.py``)
+DSV4_UNIFIED_REFUSAL = (
+    "disable_hybrid_kv_cache_manager: vLLM 0.32 fails on DeepSeek-V4 with the hybrid manager "
+    "off: unify_hybrid_kv_cache_specs rebuilds each SlidingWindowMLASpec (its sliding-window "
+    "caches and compressor states) as an MLAAttentionSpec (v1/core/kv_cache_utils.py lines "
+    '1746-1753, 1813), which raises "TypeError: MLAAttentionSpec.__init__() got an unexpected '
+    "keyword argument 'bounded_replay'\" (v1/kv_cache_interface.py lines 119-138, 956); plan "
+    "without --disable-hybrid-kv-cache-manager"
+)
 
 
 def _refuse_dsv4_speculation(speculative_config: str) -> None:

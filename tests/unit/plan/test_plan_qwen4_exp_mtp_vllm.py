@@ -35,7 +35,7 @@ from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.resolve import resolve_model
 from kvbudget.units import GiB
 from tests.unit.config_files import write_config
-from tests.unit.plan.test_plan_qwen4_exp_vllm import QWEN4, QWEN4_40, _plan
+from tests.unit.plan.test_plan_qwen4_exp_vllm import NGRAM_2, QWEN4, QWEN4_40, _plan
 
 #: no num_speculative_tokens: a "model" (the target's checkpoint, as vLLM sets it for mtp) builds
 #: the draft config, whose n_predict sets it (``config/speculative.py`` lines 1274, 1477-1492)
@@ -220,6 +220,31 @@ def test_ngram_gpu_is_ngrams_pool(tmp_path: Path) -> None:
     assert result.num_blocks == 233_016
     assert result.max_concurrency == pytest.approx(233_016 / 266) == 876.0
     assert result.kv_cache_tokens == 7_176_192
+
+
+def test_ngram_gpu_buffers_join_the_non_kv_memory(tmp_path: Path) -> None:
+    """Without --kv-cache-memory: vLLM 0.32's V2 runner keeps ``all_token_ids`` dense on the GPU
+    for ``ngram`` and ``ngram_gpu`` alike (``v1/worker/gpu/model_runner.py`` lines 273-289;
+    ``states.py`` lines 32-42): 16 x 8,192 int32 = 524,288 B, plus the speculator's ``scratch``
+    16 x cdiv(8,192, 256) int64 = 4,096 B and ``drafts`` 16 x 2 int64 = 256 B
+    (``spec_decode/ngram/speculator.py`` lines 184-207): 528,640 B more than the same weights
+    without a proposer; both methods leave the same KV memory (the same pool too)."""
+    common: dict[str, Any] = {
+        "mamba_cache_mode": "none",
+        "kv_cache_memory_bytes": None,
+        "weights_bytes": GiB,
+        "max_num_seqs": 16,
+    }
+    gpu = _plan(
+        _config(tmp_path),
+        speculative_config='{"method": "ngram_gpu", "num_speculative_tokens": 2}',
+        **common,
+    )
+    cpu = _plan(_config(tmp_path), speculative_config=NGRAM_2, **common)
+    plain = _plan(_config(tmp_path), **common)
+    added = gpu.ranks[0].weights.num_bytes - plain.ranks[0].weights.num_bytes
+    assert added == 16 * 8192 * 4 + 16 * 32 * 8 + 16 * 2 * 8 == 528_640
+    assert gpu.available_kv_bytes == cpu.available_kv_bytes == plain.available_kv_bytes - added
 
 
 def test_without_the_drafter_the_target_skips_the_mtp_tensors(tmp_path: Path) -> None:

@@ -352,14 +352,6 @@ _MTP_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
         ),
         (
             {
-                "speculative_config": '{"method": "ngram_gpu", "num_speculative_tokens": 1}',
-                "kv_cache_memory_bytes": None,
-            },
-            r"^speculative_config: method ngram_gpu with Qwen4-Exp: its pool is ngram's.*"
-            r"gpu_model_runner.py lines 617-633.*--kv-cache-memory",
-        ),
-        (
-            {
                 "speculative_config": '{"method": "mtp", "num_speculative_tokens": 3}',
                 "model_changes": {"mtp_num_hidden_layers": 2},
             },

@@ -76,3 +76,46 @@ def test_newer_than_modelled_says_which_rules_apply() -> None:
     spec = _plan(engine_version="0.34.0")
     assert spec.num_blocks == 5120
     assert any("newer than the newest version kvbudget models (0.33.0)" in n for n in spec.notes)
+
+
+@pytest.mark.parametrize("method", ["ngram", "ngram_gpu"])
+def test_vllm_032_ngram_buffers_come_off_the_kv_cache(method: str) -> None:
+    """vLLM 0.32.0 on a GPU runs the V2 model runner (``config/vllm.py`` lines 702-738); with
+    either n-gram method (``use_ngram()``) it keeps ``all_token_ids`` dense on the GPU:
+    ``max_num_seqs x max_model_len`` int32 (``v1/worker/gpu/model_runner.py`` lines 273-289,
+    ``v1/worker/gpu/states.py`` lines 32-42) = 64 x 8,192 x 4 = 2,097,152 B; and the last rank's
+    ``NgramGPUSpeculator`` (``v1/worker/gpu/spec_decode/ngram/speculator.py`` lines 184-207)
+    ``scratch`` 64 x cdiv(8,192, 256) int64 = 16,384 B and ``drafts`` 64 x 3 int64 = 1,536 B.
+    All are allocated when the runner is built, after the start-up snapshot, so they come off the
+    KV cache: 2,115,072 B less than without them."""
+    base = {
+        "engine_version": "0.32.0",
+        "kv_cache_memory_bytes": None,
+        "gpu_memory_utilization": 0.9,
+        "max_num_seqs": 64,
+    }
+    config = json.dumps({"method": method, "num_speculative_tokens": 3})
+    plain = _plan(**base)
+    spec = _plan(**base, speculative_config=config)
+    added = spec.ranks[0].weights.num_bytes - plain.ranks[0].weights.num_bytes
+    assert added == 64 * 8192 * 4 + 64 * 32 * 8 + 64 * 3 * 8 == 2_115_072
+    assert spec.available_kv_bytes == plain.available_kv_bytes - added
+    assert "n-gram buffers" in spec.weights.method
+
+
+def test_ngram_before_032_keeps_no_buffer_and_ngram_gpu_is_refused() -> None:
+    """Only 0.32.0's runner was read (kvbudget.capacity.ngram_buffers)."""
+    base = {"kv_cache_memory_bytes": None, "gpu_memory_utilization": 0.9}
+    ngram = _plan(**base, speculative_config='{"method": "ngram", "num_speculative_tokens": 3}')
+    assert ngram.available_kv_bytes == _plan(**base).available_kv_bytes
+    with pytest.raises(ConfigError, match=r"^speculative_config: method ngram_gpu with vLLM 0.19"):
+        _plan(speculative_config='{"method": "ngram_gpu", "num_speculative_tokens": 3}')
+
+
+def test_ngram_without_tokens_is_refused_in_vllms_words() -> None:
+    with pytest.raises(ConfigError, match=r"'num_speculative_tokens must be provided with spec"):
+        _plan(
+            engine_version="0.32.0",
+            kv_cache_memory_bytes=None,
+            speculative_config='{"method": "ngram"}',
+        )

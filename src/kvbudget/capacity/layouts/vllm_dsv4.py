@@ -99,7 +99,9 @@ def dsv4_kv_dtype(kv_dtype: str) -> str:
     )
 
 
-def dsv4_layer_specs(spec: ModelSpec, *, mtp_layers: int = 0) -> list[Dsv4Spec]:
+def dsv4_layer_specs(
+    spec: ModelSpec, *, mtp_layers: int = 0, extra_retained_tokens: int = 0
+) -> list[Dsv4Spec]:
     """Every cache spec of every decoder layer, in vLLM's registration order (module docstring).
 
     ``mtp_layers``: the MTP drafter's layers, built only with ``--speculative-config`` method
@@ -108,6 +110,16 @@ def dsv4_layer_specs(spec: ModelSpec, *, mtp_layers: int = 0) -> list[Dsv4Spec]:
     ``v1/core/kv_cache_utils.py`` lines 1997-2012). Their index is past ``compress_ratios``, so
     their ratio is 1 (``attention.py`` lines 229-235, "MTP layer is not included in the compress
     ratio list"): one sliding-window cache each, the target's window.
+
+    ``extra_retained_tokens``: what several MTP modules make every ``SlidingWindowSpec`` keep
+    below its window (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`; all three
+    sliding kinds here are ``SlidingWindowMLASpec`` with ``bounded_replay`` False,
+    ``sparse_swa.py`` line 86, ``compressor.py`` lines 184-192; ``SlidingWindowManager`` runs
+    them, ``v1/core/single_type_kv_cache_manager.py`` lines 2664-2668). Such a spec admits
+    ``cdiv(min(W - 1 + extra + T_b, L), B) + 1`` blocks (``v1/kv_cache_interface.py`` lines
+    859-884) and frees below ``W + extra`` (``v1/core/single_type_kv_cache_manager.py`` lines
+    1166-1169): a window of ``W + extra``, as kvbudget gives it; every sliding spec keeps the
+    same count, so vLLM's buckets (one window each) are unchanged.
     """
     if spec.model_type != "deepseek_v4":
         raise LayoutNotApplicable(
@@ -162,7 +174,14 @@ def dsv4_layer_specs(spec: ModelSpec, *, mtp_layers: int = 0) -> list[Dsv4Spec]:
             )
             state = 2 * 2 * index_dim * FLOAT32_BYTES
             out.append(
-                Dsv4Spec(i, "indexer_state", "sliding", 4, _page(4, 1, state), sliding_window=8)
+                Dsv4Spec(
+                    i,
+                    "indexer_state",
+                    "sliding",
+                    4,
+                    _page(4, 1, state),
+                    sliding_window=8 + extra_retained_tokens,
+                )
             )
         out.append(
             Dsv4Spec(
@@ -171,7 +190,7 @@ def dsv4_layer_specs(spec: ModelSpec, *, mtp_layers: int = 0) -> list[Dsv4Spec]:
                 "sliding",
                 SWA_BLOCK_SIZE,
                 _page(SWA_BLOCK_SIZE, 1, FP8_DS_MLA_BYTES_PER_STATE),
-                sliding_window=window,
+                sliding_window=window + extra_retained_tokens,
             )
         )
         if ratio > 1:
@@ -195,7 +214,7 @@ def dsv4_layer_specs(spec: ModelSpec, *, mtp_layers: int = 0) -> list[Dsv4Spec]:
                     "sliding",
                     block,
                     _page(block, 1, state),
-                    sliding_window=coff * ratio,
+                    sliding_window=coff * ratio + extra_retained_tokens,
                 )
             )
     if mtp_layers:

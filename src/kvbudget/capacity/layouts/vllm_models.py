@@ -204,7 +204,9 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "shared expert padded to 128-blocks per rank; per stage fp32 rotary caches (one per "
         "get_rope key: ratio-1 and compressed layers) and the max_num_batched_tokens x index_topk "
         "int32 topk_indices_buffer; other quantizations refused, an expert_dtype other than fp4 "
-        "/ fp8 in vLLM's words",
+        "/ fp8 in vLLM's words; --disable-hybrid-kv-cache-manager refused with vLLM's own "
+        "TypeError (its unification rebuilds each SlidingWindowMLASpec as an MLAAttentionSpec, "
+        "which has no bounded_replay)",
         "models/deepseek_v4/attention.py 93-126, 195-317, 233, 298, 345, 366, 856-880, 907-920, "
         "974-1031; models/deepseek_v4/nvidia/model.py 133-176, 661-896, 1061-1141, 1287-1389, "
         "1818-1843; models/deepseek_v4/quant_config.py 21, 57-84, 139-199; "
@@ -212,8 +214,9 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "224-255; quantization/fp8.py 312-339, 538-662; fused_moe/oracle/fp8.py 288-386; "
         "quantization/mxfp4.py 659-731; quantization/modelopt.py 892-1006; "
         "models/deepseek_v4/compressor.py 140-193, 261, 283; v1/attention/backends/mla/"
-        "sparse_swa.py 74-140; v1/kv_cache_interface.py 210-235, 545-565, 676-683, 1225-1293; "
-        "v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1825-1994, 2159-2205, 2300-2308; "
+        "sparse_swa.py 74-140; v1/kv_cache_interface.py 119-138, 210-235, 545-565, 676-683, "
+        "956, 1225-1293; v1/core/kv_cache_utils.py 1195-1227, 1520-1551, 1690-1821, 1825-1994, "
+        "2159-2205, 2300-2308; "
         "models/deepseek_v4/sparse_mla.py 61; platforms/cpu.py 282-291",
         "tests/unit/plan/test_plan_dsv4_vllm.py (by hand, and 2 recorded CPU pools: "
         "tests/peer/test_vllm_pool_oracle.py); tests/unit/plan/test_plan_dsv4_weights_vllm.py "
@@ -277,8 +280,9 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "states and the ring and add as many speculative blocks per GDN / PLE group; mtp adds "
         "mtp_num_hidden_layers (default 1) QSA drafter layers at num_hidden_layers + k, each "
         "the target QSA layer's three specs, packed with the target's groups (unquantized, its "
-        "weights as vLLM builds them, kvbudget.capacity.mtp_qwen4; ngram_gpu's GPU token buffer "
-        "needs --kv-cache-memory); "
+        "weights as vLLM builds them, kvbudget.capacity.mtp_qwen4; ngram and ngram_gpu's GPU "
+        "token copy and speculator buffers join the non-KV memory, as for every model: "
+        "capacity.ngram_buffers); "
         "pp > 1: the whole model's groups projected onto each stage's layers, every worker at "
         "the smallest block count (refused with ple_layer_ids, as vLLM refuses it)",
         "models/qwen4_exp/__init__.py 22-47; models/qwen4_exp/nvidia/mtp.py 126-230; "
@@ -393,7 +397,9 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
     "MTP drafters priced in the pool (deepseek_v4, minimax_m3)": (
         "--speculative-config method mtp: deepseek_v4's num_nextn_predict_layers layers at "
         "compress ratio 1 (one 64-token sliding page each, packed with the target's sliding "
-        "groups); minimax_m3's num_mtp_modules sparse layers (K/V + bf16 indexer page) in the one "
+        "groups; with several modules and num_speculative_tokens k > 1 every sliding spec, "
+        "sliding pages and compressor states, keeps k - 1 more tokens: extra_retained_tokens); "
+        "minimax_m3's num_mtp_modules sparse layers (K/V + bf16 indexer page) in the one "
         "uniform-type group; minimax_m3's drafter weights join the last stage (per module three "
         "norms, eh_proj 2 x hidden x hidden quantized as the checkpoint, one sparse MoE layer "
         "with its indexer q/k projections, fp32 router and shared expert); deepseek_v4's "
@@ -411,10 +417,12 @@ VLLM_SOURCE_RULES: dict[str, tuple[str, str, str]] = {
         "models/minimax_m3/nvidia/mtp.py 42-67, 100-112; models/minimax_m3/nvidia/model.py "
         "195-270, 392-490, 678-763; model_executor/layers/linear.py 1352-1420; "
         "config/speculative.py 38-66, "
-        "1141-1145; v1/core/kv_cache_utils.py 1997-2012, 2583-2590",
+        "1141-1145, 1489-1501, 1982-1988; config/vllm.py 644-662; v1/core/kv_cache_utils.py "
+        "1997-2012, 2583-2590",
         "tests/unit/plan/test_plan_dsv4_vllm.py, tests/unit/plan/test_plan_minimax_m3_vllm.py, "
         "tests/unit/plan/test_plan_mtp_weights_vllm.py (worked by hand, DeepSeek-V4-Flash / Pro at "
         "TP 1 and 8, Flash with expert_dtype fp8; vLLM CPU does not run DeepSeek-V4's MTP: "
-        "cpu/mtp.py line 18)",
+        "cpu/mtp.py line 18; vLLM's own grouping and admission of the tiny model's specs with "
+        "two MTP modules: scripts/check_dsv4_vllm_mtp.py)",
     ),
 }

@@ -18,7 +18,11 @@ from kvbudget.capacity.engines.registry import (
     register_engine,
 )
 from kvbudget.capacity.engines.vllm.planner import make_vllm_plan
-from kvbudget.capacity.engines.vllm.settings import speculative_draft, with_draft_weights
+from kvbudget.capacity.engines.vllm.settings import (
+    speculative_draft,
+    with_draft_weights,
+    with_ngram_buffers,
+)
 from kvbudget.capacity.engines.vllm.start import resolve_engine
 from kvbudget.capacity.kv_checkpoint import CheckpointKv, vllm_checkpoint_kv
 from kvbudget.capacity.layouts.vllm import vllm_layout
@@ -134,6 +138,9 @@ class VllmPlanner:
             weights = replace(weights, notes=(*weights.notes, MTP_WEIGHTS_NOTE))
         if held and weights.source == "read":
             weights = replace(weights, notes=(*weights.notes, MTP_SNAPSHOT_NOTE))
+        if request.speculative_config is not None:  # ngram / ngram_gpu: 0.32's GPU buffers
+            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
+            weights = with_ngram_buffers(weights, request, engine.max_num_seqs, max_model_len)
         extra = draft.block_bytes if draft is not None else 0
         result = make_vllm_plan(request, model, gpu, weights, max_model_len, device_given, extra)
         if request.auto_fit_max_model_len and not result.fits and result.estimated_max_model_len:

@@ -15,7 +15,11 @@ from kvbudget.capacity.layouts.vllm_dsv41 import dsv41_kv_dtype, is_deepseek_v41
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
 from kvbudget.capacity.mtp_dots3 import dots3_mtp
-from kvbudget.capacity.mtp_draft import mtp_layers_requested, mtp_pool_layers
+from kvbudget.capacity.mtp_draft import (
+    mtp_extra_retained_tokens,
+    mtp_layers_requested,
+    mtp_pool_layers,
+)
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_dots3 import check_dots3_request, check_dots3_unified, dots3_groups
 from kvbudget.capacity.pool_dsv4 import check_dsv4_request, dsv4_bytes_per_token
@@ -213,12 +217,23 @@ def vllm_groups(
     )
     if all_specs is None:
         mtp = mtp_layers_requested(request, model)
-        groups = packed_dsv4_groups(model, pp=request.pp, mtp_layers=mtp)
+        extra = mtp_extra_retained_tokens(request, model)
+        groups = packed_dsv4_groups(
+            model, pp=request.pp, mtp_layers=mtp, extra_retained_tokens=extra
+        )
         if mtp:
             notes.append(
                 f"--speculative-config mtp: {mtp} MTP layer(s) at compress ratio 1, one 64-token "
                 "sliding-window page each, packed with the target's sliding groups "
                 "(models/deepseek_v4/nvidia/mtp.py lines 221-247; attention.py lines 229-235)"
+            )
+        if extra:
+            notes.append(
+                f"--speculative-config mtp: several MTP modules, so every sliding spec (the "
+                f"sliding-window pages and the compressor states) keeps {extra} more tokens below "
+                "its window (num_speculative_tokens - 1: extra_retained_tokens, "
+                "v1/core/kv_cache_utils.py lines 2583-2590); the sliding groups show the window "
+                "as kept"
             )
     else:
         pool_layers = pool_templates.raise_attention_block_for_mamba(all_specs)

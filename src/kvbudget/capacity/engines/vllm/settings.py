@@ -29,10 +29,11 @@ from kvbudget.capacity.memory import (
 )
 from kvbudget.capacity.model_dtype import with_dtype
 from kvbudget.capacity.mtp_draft import mtp_draft
+from kvbudget.capacity.ngram_buffers import NGRAM_GPU_METHODS, ngram_buffers
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.pool_qwen4 import refuse_qwen4_speculation
-from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, parse_version
+from kvbudget.capacity.versions import DEFAULT_VLLM_VERSION, format_version, parse_version
 from kvbudget.capacity.weights import WeightsEstimate
 from kvbudget.errors import ConfigError
 from kvbudget.spec.hardware import GpuSpec
@@ -177,6 +178,10 @@ def with_target_checkpoint_kv(request: PlanRequest, target: ModelSpec) -> PlanRe
     return request.model_copy(update={"kv_dtype": found.name})
 
 
+#: the vLLM release whose n-gram GPU buffers kvbudget read (capacity.ngram_buffers)
+NGRAM_BUFFERS_READ_FROM = (0, 32, 0)
+
+
 def speculative_draft(
     request: PlanRequest, target: ModelSpec, gpu: GpuSpec | None = None
 ) -> DraftCost | None:
@@ -192,10 +197,17 @@ def speculative_draft(
     method = draft_method(config)
     if is_qwen4_exp(target):  # before any draft is sized: its proposers change its own pages
         refuse_qwen4_speculation(speculative_config)
-        if method == "ngram_gpu":
-            _refuse_ngram_gpu_buffers(request)
-            return None
     if method in NO_KV_METHODS:
+        return None
+    if method == "ngram_gpu":  # no KV either; its buffers: ngram_buffers (0.32's source only)
+        version = parse_version(request.engine_version or DEFAULT_VLLM_VERSION)
+        if version < NGRAM_BUFFERS_READ_FROM:
+            raise ConfigError(
+                f"speculative_config: method ngram_gpu with vLLM {format_version(version)}: "
+                "kvbudget read its GPU buffers from vLLM 0.32.0's source only; pass "
+                "--engine-version 0.32.0, or --kv-cache-memory from the engine log",
+                field="speculative_config",
+            )
         return None
     if method in MTP_METHODS:
         return mtp_draft(request, target, gpu.compute_capability_major if gpu is not None else None)
@@ -218,20 +230,28 @@ def speculative_draft(
     return draft_cost(config, target=target, draft=draft, kv_dtype=kv, tp=request.tp)
 
 
-def _refuse_ngram_gpu_buffers(request: PlanRequest) -> None:
-    """``ngram_gpu`` with Qwen4-Exp: the pool is ``ngram``'s (``capacity.pool_qwen4``), but vLLM
-    0.32's runner also keeps a ``max_num_seqs x max_model_len`` int32 token copy on the GPU
-    (``v1/worker/gpu_model_runner.py`` lines 617-633) and runs the kernel on dummy batches of that
-    size (``v1/spec_decode/ngram_proposer_gpu.py`` lines 254-300) before the KV cache is sized
-    (``v1/worker/gpu_worker.py`` lines 534, 679-742): memory kvbudget's profile does not hold."""
-    if request.kv_cache_memory_bytes is None:
-        raise ConfigError(
-            "speculative_config: method ngram_gpu with Qwen4-Exp: its pool is ngram's, but vLLM "
-            "0.32 also holds a max_num_seqs x max_model_len int32 token buffer on the GPU "
-            "(v1/worker/gpu_model_runner.py lines 617-633) that kvbudget's non-KV estimate does "
-            "not count; pass --kv-cache-memory from the engine log, or use method ngram",
-            field="speculative_config",
-        )
+def with_ngram_buffers(
+    weights: WeightsEstimate, request: PlanRequest, max_num_seqs: int, max_model_len: int
+) -> WeightsEstimate:
+    """An ``ngram`` / ``ngram_gpu`` ``--speculative-config`` with vLLM 0.32 or later: its GPU
+    buffers (:mod:`kvbudget.capacity.ngram_buffers`) join every stage's non-KV memory (the
+    token copy) and the last stage's (the speculator's scratch and drafts); else unchanged."""
+    if request.speculative_config is None:
+        return weights
+    config = parse_speculative_config(request.speculative_config)
+    version = parse_version(request.engine_version or DEFAULT_VLLM_VERSION)
+    if draft_method(config) not in NGRAM_GPU_METHODS or version < NGRAM_BUFFERS_READ_FROM:
+        return weights
+    buffers = ngram_buffers(config, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+    per_rank = [b + buffers.every_rank_bytes for b in weights.per_rank_bytes]
+    per_rank[-1] += buffers.last_stage_bytes
+    added = buffers.every_rank_bytes * len(per_rank) + buffers.last_stage_bytes
+    return replace(
+        weights,
+        per_rank_bytes=tuple(per_rank),
+        total_bytes=weights.total_bytes + added * request.tp,
+        method=f"{weights.method}; {buffers.describe(max_num_seqs, max_model_len)}",
+    )
 
 
 def with_draft_weights(
