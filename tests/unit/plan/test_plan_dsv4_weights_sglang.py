@@ -40,8 +40,12 @@ The old figure was the generic count, every expert fp8: 67.97 GiB per GPU at TP 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
+from kvbudget.spec.catalog import MODELS_DIR
 
 ROPE = 1_048_576 * 64 * 4  # one table: 268,435,456 B
 
@@ -102,7 +106,25 @@ def test_flash_tp4_worked_by_hand() -> None:
 def test_flash_tp1_worked_by_hand() -> None:
     weights = make_plan(_request(1)).weights
     assert weights.per_rank_bytes == (_flash(1),)
-    assert weights.total_bytes == _flash(1)
+    assert weights.total_bytes == _flash(1) - 4 * ROPE  # the parameters, no rotary tables
+
+
+def test_flash_snapshot_split_by_sglangs_shares(tmp_path: Path) -> None:
+    """A snapshot's total_size stays the total; each GPU holds its share of the parameters (TP 4
+    over TP 1, rotary tables off both) plus its own four rotary tables."""
+    total = 160_000_000_000
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    index = {"metadata": {"total_size": total}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    config = (MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8")
+    (snapshot / "config.json").write_text(config, encoding="utf-8")
+    request = _request(4).model_copy(update={"model": str(snapshot)})
+    weights = make_plan(request).weights
+    share, whole = _flash(4) - 4 * ROPE, _flash(1) - 4 * ROPE
+    assert weights.source == "read"
+    assert weights.total_bytes == total
+    assert weights.per_rank_bytes == (int(total * share / whole) + 4 * ROPE,)
 
 
 def test_unsplit_attention_keeps_the_generic_count_said() -> None:

@@ -41,6 +41,9 @@ CUDA, ``rotary_embedding/base.py`` lines 115-120) of ``max_position_embeddings x
 (ratio 0) or ``original_max_position_embeddings x factor x rope_dim`` (``deepseek_yarn``,
 ``rope_variant.py`` lines 406-417). No ``topk_indices_buffer`` is built with the model.
 
+``expert_dtype`` absent is fp4, as SGLang's ``SGLANG_DSV4_FP4_EXPERTS`` default (``environ.py``
+line 1731) when no safetensors header is at hand.
+
 Not counted: the re-layouts after loading (DeepGEMM's ue8m0 scales, the MoE backend's shuffles).
 """
 
@@ -229,10 +232,10 @@ def sglang_dsv4_weights(
     compute_capability_major: int | None,
 ) -> WeightsEstimate:
     """``weights`` with DeepSeek-V4's target as SGLang 0.5.23 builds it: a count from the
-    architecture replaced by :func:`sglang_dsv4_stage_bytes`; an engine log's or a snapshot's
-    figure kept. Where :func:`sglang_dsv4_unpriced` names a part, the generic count stays, said
-    in a note."""
-    if weights.source in ("flag", "read"):
+    architecture replaced by :func:`sglang_dsv4_stage_bytes`; a snapshot's total split by its
+    shares, plus each stage's rotary tables; an engine log's figure kept. Where
+    :func:`sglang_dsv4_unpriced` names a part, the generic count stays, said in a note."""
+    if weights.source == "flag":
         return weights
     part = sglang_dsv4_unpriced(model, tp=tp)
     if part is not None:  # the generic count stays, as before SGLang's modules were read
@@ -244,9 +247,17 @@ def sglang_dsv4_weights(
     stages = sglang_dsv4_stage_bytes(
         model, tp=tp, pp=pp, split=split, compute_capability_major=compute_capability_major
     )
+    s = _target_sizes(model)
+    ratios = _ratios(model, s["num_hidden_layers"]) if s is not None else None
+    assert s is not None and ratios is not None
+    tables = [
+        _rope_bytes(model, s, ratios[slice(*split(s["num_hidden_layers"], p, pp))])
+        for p in range(pp)
+    ]
+    # the whole model's parameters (one GPU, no rotary tables): a snapshot's shares, the total
     whole = sglang_dsv4_stage_bytes(
         model, tp=1, pp=1, split=split, compute_capability_major=compute_capability_major
-    )[0]
+    )[0] - _rope_bytes(model, s, ratios)
     if not model.quantization_config:
         kind = "model dtype throughout"
     elif dsv4_expert_dtype(model) == "fp8":
@@ -254,9 +265,21 @@ def sglang_dsv4_weights(
     else:
         scale = "e8m0" if compute_capability_major in (9, 12) else "fp32"
         kind = f"fp8 linears with fp32 block scales, MXFP4 routed experts with {scale} scales"
+    if weights.source == "read":
+        per_rank = tuple(
+            int(weights.total_bytes * (b - t) / whole) + t
+            for b, t in zip(stages, tables, strict=True)
+        )
+        method = (
+            f"{weights.method}; split by DeepSeek-V4's shares as SGLang 0.5.23 builds it "
+            f"({kind}); + {tables[-1]:,} B of fp32 freqs_cis and cos_sin_cache rotary tables on "
+            "the last stage"
+        )
+        return replace(weights, per_rank_bytes=per_rank, method=method)
     method = (
-        f"DeepSeek-V4 as SGLang 0.5.23 builds it, module by module ({kind}; fp32 freqs_cis and "
-        "cos_sin_cache rotary tables; kvbudget.capacity.engines.sglang.dsv4_weights)"
+        f"DeepSeek-V4 as SGLang 0.5.23 builds it, module by module ({kind}; "
+        f"kvbudget.capacity.engines.sglang.dsv4_weights), {tables[-1]:,} B of fp32 freqs_cis "
+        "and cos_sin_cache rotary tables on the last stage"
     )
     return replace(
         weights, per_rank_bytes=stages, source="computed", method=method, total_bytes=whole
