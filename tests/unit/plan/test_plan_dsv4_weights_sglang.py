@@ -50,11 +50,12 @@ from kvbudget.spec.catalog import MODELS_DIR
 ROPE = 1_048_576 * 64 * 4  # one table: 268,435,456 B
 
 
-def _request(tp: int, **extra: object) -> PlanRequest:
+def _request(tp: int, model: str = "deepseek-ai/DeepSeek-V4-Flash", gpu: str = "H200",
+             **extra: object) -> PlanRequest:  # fmt: skip
     return PlanRequest(
-        model="deepseek-ai/DeepSeek-V4-Flash",
+        model=model,
         engine="sglang",
-        gpu="H200",
+        gpu=gpu,
         tp=tp,
         max_model_len=65536,
         **extra,  # type: ignore[arg-type]
@@ -87,12 +88,18 @@ ROUTING = 3 * 129280 * 6 * 4 + 40 * 256 * 4  # 3 hash tables, 40 routing biases
 LAST = 4096 * 2 + (4 * 16384 + 4 + 1) * 4  # norm, hc_head_*
 
 
+def _mxfp4(rows: int, scale_bytes: int = 1) -> int:
+    """256 MXFP4 experts of ``rows`` rows: int8 weights two values a byte, a scale per 32."""
+    return 256 * (
+        2 * rows * (2048 + scale_bytes * 128) + 4096 * (rows // 2 + scale_bytes * rows // 32)
+    )
+
+
 def _flash(tp: int) -> int:
     rows = 2048 // tp
     attention = _fp8(1024, 32768 // tp) + _fp8(4096, 8192 // tp) + _fp8(8192 // tp, 4096)
     shared = _fp8(4096, 2 * rows) + _fp8(rows, 4096)
-    experts = 256 * (2 * rows * (2048 + 128) + 4096 * (rows // 2 + rows // 32))
-    layer = COMMON + attention + shared + experts
+    layer = COMMON + attention + shared + _mxfp4(rows)
     embed = 129280 // tp * 4096 * 2
     return 43 * layer + 21 * C4 + 20 * C128 + ROUTING + LAST + 4 * ROPE + 2 * embed
 
@@ -136,3 +143,47 @@ def test_unsplit_attention_keeps_the_generic_count_said() -> None:
 def test_weights_flag_kept() -> None:
     weights = make_plan(_request(4, weights_bytes=40 * 2**30)).weights
     assert weights.per_rank_bytes == (40 * 2**30,)
+
+
+#: SGLang 0.5.23's own code run on the CPU, tensors on meta (``scripts/check_sglang_dsv4_weights.py
+#: /tmp/sglq4``: ``create_fp8_weight_``, ``create_fp8_moe_weight_``, ``precompute_freqs_cis``
+#: taken from its source as written), Flash at TP 4
+SGLANG_OWN = {
+    "wqkv_a": 6_292_992, "wq_b": 8_390_656, "wo_a": 8_390_656, "wo_b": 8_390_656,
+    "indexer.wq_b": 8_390_656, "shared.gate_up": 4_195_328, "shared.down": 2_097_664,
+    "experts.mxfp4_e8m0": 855_638_016, "experts.mxfp4_default": 1_006_632_960,
+    "experts.fp8": 1_611_005_952, "freqs_cis": 268_435_456,
+}  # fmt: skip
+
+
+def test_pieces_as_sglangs_own_code_builds_them() -> None:
+    assert _fp8(4096, 1536) == SGLANG_OWN["wqkv_a"]
+    assert _fp8(1024, 8192) == SGLANG_OWN["wq_b"] == SGLANG_OWN["indexer.wq_b"]
+    assert _fp8(4096, 2048) == SGLANG_OWN["wo_a"]
+    assert _fp8(2048, 4096) == SGLANG_OWN["wo_b"]
+    assert _fp8(4096, 1024) == SGLANG_OWN["shared.gate_up"]
+    assert _fp8(512, 4096) == SGLANG_OWN["shared.down"]
+    assert _mxfp4(512) == SGLANG_OWN["experts.mxfp4_e8m0"]
+    assert _mxfp4(512, scale_bytes=4) == SGLANG_OWN["experts.mxfp4_default"]
+    assert SGLANG_OWN["freqs_cis"] == ROPE
+
+
+def test_b200_keeps_float32_expert_scales() -> None:
+    """On SM100 ``flashinfer_mxfp4`` is the TRT-LLM method, whose scales are float32
+    (``mxfp4_flashinfer_trtllm_moe.py`` lines 212-230)."""
+    weights = make_plan(_request(4, gpu="B200")).weights
+    extra = 43 * (SGLANG_OWN["experts.mxfp4_default"] - SGLANG_OWN["experts.mxfp4_e8m0"])
+    assert weights.per_rank_bytes == (_flash(4) + extra,)
+
+
+def test_fp8_experts(tmp_path: Path) -> None:
+    """``expert_dtype`` fp8 (Flash-Base; SGLang reads F8_E4M3 experts from the header): e4m3
+    ``w13 (256, 1024, 4096)`` + ``w2 (256, 4096, 512)`` and float32 block scales."""
+    config = json.loads((MODELS_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text("utf-8"))
+    config["expert_dtype"] = "fp8"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    fp8 = 256 * (3 * 512 * 4096 + 4 * (2 * 4 * 32 + 32 * 4))
+    assert fp8 == SGLANG_OWN["experts.fp8"]
+    weights = make_plan(_request(4, model=str(path))).weights
+    assert weights.per_rank_bytes == (_flash(4) + 43 * (fp8 - _mxfp4(512)),)
