@@ -168,12 +168,18 @@ def test_pieces_as_sglangs_own_code_builds_them() -> None:
     assert SGLANG_OWN["freqs_cis"] == ROPE
 
 
-def test_b200_keeps_float32_expert_scales() -> None:
-    """On SM100 ``flashinfer_mxfp4`` is the TRT-LLM method, whose scales are float32
-    (``mxfp4_flashinfer_trtllm_moe.py`` lines 212-230)."""
-    weights = make_plan(_request(4, gpu="B200")).weights
-    extra = 43 * (SGLANG_OWN["experts.mxfp4_default"] - SGLANG_OWN["experts.mxfp4_e8m0"])
-    assert weights.per_rank_bytes == (_flash(4) + extra,)
+def test_b200_keeps_e8m0_expert_scales_after_loading() -> None:
+    """On SM100 ``flashinfer_mxfp4`` is the TRT-LLM method: it stages float32 scales (the
+    ``mxfp4_default`` figure above) and turns them e8m0 after loading
+    (``mxfp4_flashinfer_trtllm_moe.py`` lines 261-269), before the pool is sized."""
+    assert make_plan(_request(4, gpu="B200")).weights.per_rank_bytes == (_flash(4),)
+
+
+def test_other_gpus_keep_the_generic_count_said() -> None:
+    """Compute capability 8: no flashinfer_mxfp4 (``model_overrides/deepseek_v4.py`` lines
+    76-87), Fp8MoEMethod's float32 scales: not priced, the note says why."""
+    weights = make_plan(_request(4, gpu="A100-80GB")).weights
+    assert any("MXFP4 routed experts on compute capability 8" in n for n in weights.notes)
 
 
 def test_fp8_experts(tmp_path: Path) -> None:

@@ -13,11 +13,13 @@ The fp8 checkpoints (``quant_method`` ``fp8``, blocks of 128 x 128) load as ``Fp
 * the routed experts in the checkpoint's layout (SGLang probes the safetensors header,
   ``configs/model_config.py`` lines 745-760; kvbudget reads ``expert_dtype``): fp8 blocks with
   float32 scales as vLLM (``create_fp8_moe_weight_``, ``fp8.py`` lines 1545-1760), or MXFP4, int8
-  weights two values a byte and one scale per 32 inputs (lines 1609-1700), the scale
-  float8_e8m0fnu under ``flashinfer_mxfp4`` on SM90 / SM120 (``Mxfp4FlashinferCutlassMoEMethod``,
-  ``mxfp4_flashinfer_cutlass_moe.py`` lines 58-84; picked for fp4 experts on SM90 / SM100 /
-  SM120, ``arg_groups/model_overrides/deepseek_v4.py`` lines 66-87), float32 on SM100
-  (``mxfp4_flashinfer_trtllm_moe.py`` lines 176-230) and elsewhere (``fp8.py`` lines 1700-1705).
+  weights two values a byte and one float8_e8m0fnu scale per 32 inputs (lines 1609-1700) under
+  ``flashinfer_mxfp4``, which SGLang picks for fp4 experts on SM90 / SM100 / SM120
+  (``arg_groups/model_overrides/deepseek_v4.py`` lines 66-87): the cutlass method (SM90 / SM120)
+  creates them e8m0 (``mxfp4_flashinfer_cutlass_moe.py`` lines 75-84), the TRT-LLM one (SM100)
+  stages float32 and keeps e8m0 after loading (``mxfp4_flashinfer_trtllm_moe.py`` lines 212-230,
+  261-269; the pool is sized after ``empty_cache``, ``utils/common.py`` lines 427-447). Other
+  compute capabilities keep ``Fp8MoEMethod``'s float32 scales through loading: not priced.
 
 Per decoder layer, what differs from vLLM: ``attn_sink`` holds all ``num_attention_heads`` fp32,
 not the local heads padded (``deepseek_v4.py`` line 1092); the compressors' ``norm`` is fp32
@@ -79,7 +81,9 @@ def _ratios(model: ModelSpec, num_layers: int) -> list[int] | None:
     return list(ratios[:num_layers])
 
 
-def sglang_dsv4_unpriced(model: ModelSpec, *, tp: int) -> str | None:
+def sglang_dsv4_unpriced(
+    model: ModelSpec, *, tp: int, compute_capability_major: int | None = None
+) -> str | None:
     """What of DeepSeek-V4's target SGLang 0.5.23 builds in a way this module does not price (one
     line), or None."""
     s = _target_sizes(model)
@@ -99,6 +103,13 @@ def sglang_dsv4_unpriced(model: ModelSpec, *, tp: int) -> str | None:
         return "its NVFP4 routed experts (configs/model_config.py lines 773-791)"
     if quant and dsv4_expert_dtype(model) not in ("fp4", "fp8"):
         return f"expert_dtype {model.raw_config.get('expert_dtype')!r} (fp4 or fp8 are priced)"
+    cc = compute_capability_major
+    if quant and dsv4_expert_dtype(model) == "fp4" and cc is not None and cc not in (9, 10, 12):
+        return (
+            f"its MXFP4 routed experts on compute capability {cc}: SGLang picks flashinfer_mxfp4 "
+            "(e8m0 scales) on SM90 / SM100 / SM120 only (arg_groups/model_overrides/"
+            "deepseek_v4.py lines 76-87); elsewhere Fp8MoEMethod's float32 scales"
+        )
     heads, groups = s["num_attention_heads"], s["o_groups"]
     inter, shared = s["moe_intermediate_size"], s["moe_intermediate_size"] * s["n_shared_experts"]
     if heads % tp or groups % tp:
@@ -132,22 +143,20 @@ def _compressor(model: ModelSpec, head_dim: int, ratio: int) -> int:
     )
 
 
-def _experts(model: ModelSpec, experts: int, rows: int, h: int, cc_major: int | None) -> int:
+def _experts(model: ModelSpec, experts: int, rows: int, h: int) -> int:
     """``experts`` routed experts of ``rows`` rows each on one rank (module doc)."""
     if not model.quantization_config:
         return experts * 3 * rows * h * (model.dtype_bytes or 2)
     if dsv4_expert_dtype(model) == "fp8":
         blocks_h, blocks_i = cdiv(h, DSV4_FP8_BLOCK), cdiv(rows, DSV4_FP8_BLOCK)
         return experts * (3 * rows * h + FP32_SCALE * 3 * blocks_i * blocks_h)
-    scale = 1 if cc_major in (9, 12) else 4  # e8m0 under flashinfer_mxfp4's cutlass path
-    w13 = 2 * rows * (h // 2 + scale * (h // MXFP4_GROUP))
-    w2 = h * (rows // 2 + scale * (rows // MXFP4_GROUP))
+    # one e8m0 byte per 32 under flashinfer_mxfp4 (module doc)
+    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
+    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
     return experts * (w13 + w2)
 
 
-def _layer(
-    model: ModelSpec, s: dict[str, int], index: int, ratio: int, tp: int, cc: int | None
-) -> int:
+def _layer(model: ModelSpec, s: dict[str, int], index: int, ratio: int, tp: int) -> int:
     h, heads, d = s["hidden_size"], s["num_attention_heads"], s["head_dim"]
     q_lora, o_lora, groups = s["q_lora_rank"], s["o_lora_rank"], s["o_groups"]
     dtype_bytes = model.dtype_bytes or 2
@@ -176,7 +185,7 @@ def _layer(
     shared = inter * s["n_shared_experts"] // tp
     if shared:
         total += _linear(model, h, 2 * shared) + _linear(model, shared, h)
-    return total + _experts(model, experts, inter // tp, h, cc)
+    return total + _experts(model, experts, inter // tp, h)
 
 
 def _rope_bytes(model: ModelSpec, s: dict[str, int], ratios: list[int]) -> int:
@@ -196,7 +205,7 @@ def _rope_bytes(model: ModelSpec, s: dict[str, int], ratios: list[int]) -> int:
 
 
 def sglang_dsv4_stage_bytes(
-    model: ModelSpec, *, tp: int, pp: int, split: PpSplit, compute_capability_major: int | None
+    model: ModelSpec, *, tp: int, pp: int, split: PpSplit
 ) -> tuple[int, ...]:
     """Each pipeline stage's bytes on one GPU (module doc); call :func:`sglang_dsv4_unpriced`
     first."""
@@ -209,9 +218,7 @@ def sglang_dsv4_stage_bytes(
     stages = []
     for p in range(pp):
         start, end = split(s["num_hidden_layers"], p, pp)
-        total = sum(
-            _layer(model, s, i, ratios[i], tp, compute_capability_major) for i in range(start, end)
-        )
+        total = sum(_layer(model, s, i, ratios[i], tp) for i in range(start, end))
         total += _rope_bytes(model, s, ratios[start:end])
         if p == 0:
             total += vocab_rank * h * dtype_bytes  # embed_tokens
@@ -237,16 +244,14 @@ def sglang_dsv4_weights(
     :func:`sglang_dsv4_unpriced` names a part, the generic count stays, said in a note."""
     if weights.source == "flag":
         return weights
-    part = sglang_dsv4_unpriced(model, tp=tp)
+    part = sglang_dsv4_unpriced(model, tp=tp, compute_capability_major=compute_capability_major)
     if part is not None:  # the generic count stays, as before SGLang's modules were read
         note = (
             f"DeepSeek-V4's target weights are the generic fp8 count, not SGLang's: {part}; pass "
             "--weights-bytes (the engine log's 'Load weight end. ... mem usage=X GB')"
         )
         return replace(weights, notes=(*weights.notes, note))
-    stages = sglang_dsv4_stage_bytes(
-        model, tp=tp, pp=pp, split=split, compute_capability_major=compute_capability_major
-    )
+    stages = sglang_dsv4_stage_bytes(model, tp=tp, pp=pp, split=split)
     s = _target_sizes(model)
     ratios = _ratios(model, s["num_hidden_layers"]) if s is not None else None
     assert s is not None and ratios is not None
@@ -255,16 +260,15 @@ def sglang_dsv4_weights(
         for p in range(pp)
     ]
     # the whole model's parameters (one GPU, no rotary tables): a snapshot's shares, the total
-    whole = sglang_dsv4_stage_bytes(
-        model, tp=1, pp=1, split=split, compute_capability_major=compute_capability_major
-    )[0] - _rope_bytes(model, s, ratios)
+    whole = sglang_dsv4_stage_bytes(model, tp=1, pp=1, split=split)[0] - _rope_bytes(
+        model, s, ratios
+    )
     if not model.quantization_config:
         kind = "model dtype throughout"
     elif dsv4_expert_dtype(model) == "fp8":
         kind = "fp8 linears and routed experts with fp32 block scales"
     else:
-        scale = "e8m0" if compute_capability_major in (9, 12) else "fp32"
-        kind = f"fp8 linears with fp32 block scales, MXFP4 routed experts with {scale} scales"
+        kind = "fp8 linears with fp32 block scales, MXFP4 routed experts with e8m0 scales"
     if weights.source == "read":
         per_rank = tuple(
             int(weights.total_bytes * (b - t) / whole) + t
