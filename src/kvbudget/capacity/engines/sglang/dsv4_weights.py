@@ -66,7 +66,12 @@ from kvbudget.capacity.weights_dsv4 import VOCAB_PADDING, _target_sizes
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
-__all__ = ["sglang_dsv4_stage_bytes", "sglang_dsv4_unpriced", "sglang_dsv4_weights"]
+__all__ = [
+    "sglang_dsv4_nextn_bytes",
+    "sglang_dsv4_stage_bytes",
+    "sglang_dsv4_unpriced",
+    "sglang_dsv4_weights",
+]
 
 #: SGLang's fp8 block scale (``fp8.py`` lines 674-680)
 FP32_SCALE = 4
@@ -227,6 +232,25 @@ def sglang_dsv4_stage_bytes(
             total += (hc * hc * h + hc + 1) * 4
         stages.append(total)
     return tuple(stages)
+
+
+def sglang_dsv4_nextn_bytes(model: ModelSpec, *, tp: int) -> int:
+    """The NextN drafter's layer, projections, norms, ``hc_head`` and rotary tables on one GPU
+    (``models/deepseek_v4_nextn.py`` lines 74-122), its embedding and head aside: ``enorm``,
+    ``hnorm``, ``shared_head.norm``; fp8 ``e_proj`` / ``h_proj`` (``hidden x hidden``,
+    replicated); fp32 ``hc_head_*``; one decoder layer at ratio 0 built as the target's, never a
+    hash layer (``models/deepseek_v2.py`` line 712: not for a V4 NextN layer); and, when no target
+    layer has ratio 0 (Pro), its own ratio-0 ``freqs_cis`` and ``cos_sin_cache``. Call
+    :func:`sglang_dsv4_unpriced` first."""
+    s = _target_sizes(model)
+    ratios = _ratios(model, s["num_hidden_layers"]) if s is not None else None
+    assert s is not None and ratios is not None
+    h, hc, dtype_bytes = s["hidden_size"], s["hc_mult"], model.dtype_bytes or 2
+    total = _layer(model, s, s["num_hash_layers"], 0, tp)
+    total += 2 * _linear(model, h, h) + 3 * h * dtype_bytes + (hc * hc * h + hc + 1) * 4
+    if 0 not in ratios:
+        total += _rope_bytes(model, s, [0])
+    return total
 
 
 def sglang_dsv4_weights(
