@@ -9,7 +9,7 @@ Rules read from the source (on an H200, compute capability 9):
   fp8); ``wo_a`` is fp8 too (``SGLANG_OPT_FP8_WO_A_GEMM`` default True, ``environ.py`` line
   1871; ``models/deepseek_v4.py`` lines 280-287, 1077-1135), ``wqkv_a`` fused (line 1885 there;
   ``deepseek_v4.py`` lines 1094-1101);
-* MXFP4 routed experts (``fp8.py`` lines 1609-1700; on SM90 ``flashinfer_mxfp4``'s cutlass
+* MXFP4 routed experts (``fp8.py`` lines 1604-1719; on SM90 ``flashinfer_mxfp4``'s cutlass
   method keeps the scales float8_e8m0fnu, ``mxfp4_flashinfer_cutlass_moe.py`` lines 75-84,
   picked by ``arg_groups/model_overrides/deepseek_v4.py`` lines 66-87): per expert with ``I``
   rows per rank, ``w13 = 2I x (H/2 + H/32)``, ``w2 = H x (I/2 + I/32)`` bytes;

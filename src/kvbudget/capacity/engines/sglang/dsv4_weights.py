@@ -13,7 +13,7 @@ The fp8 checkpoints (``quant_method`` ``fp8``, blocks of 128 x 128) load as ``Fp
 * the routed experts in the checkpoint's layout (SGLang probes the safetensors header,
   ``configs/model_config.py`` lines 745-760; kvbudget reads ``expert_dtype``): fp8 blocks with
   float32 scales as vLLM (``create_fp8_moe_weight_``, ``fp8.py`` lines 1545-1760), or MXFP4, int8
-  weights two values a byte and one float8_e8m0fnu scale per 32 inputs (lines 1609-1700) under
+  weights two values a byte and one float8_e8m0fnu scale per 32 inputs (lines 1604-1719) under
   ``flashinfer_mxfp4``, which SGLang picks for fp4 experts on SM90 / SM100 / SM120
   (``arg_groups/model_overrides/deepseek_v4.py`` lines 66-87): the cutlass method (SM90 / SM120)
   creates them e8m0 (``mxfp4_flashinfer_cutlass_moe.py`` lines 75-84), the TRT-LLM one (SM100)
@@ -125,7 +125,7 @@ def sglang_dsv4_unpriced(
             f"its routed experts at TP {tp}: {inter} rows is no whole number of 128-row blocks per "
             "rank, which SGLang refuses ('The output_size of gate's and up's weight = ... is not "
             "divisible by weight quantization block_n = 128.', layers/quantization/fp8.py "
-            "lines 1579-1591)"
+            "lines 1585-1603)"
         )
     if quant and (shared // tp) % DSV4_FP8_BLOCK:
         return f"its shared expert at TP {tp}: {shared // tp} rows per rank, no whole 128-blocks"
