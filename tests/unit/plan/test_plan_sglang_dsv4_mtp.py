@@ -138,19 +138,27 @@ def test_too_many_draft_tokens_is_sglangs_assertion() -> None:
 @pytest.mark.parametrize(
     ("model_id", "drafter"),
     [
-        # 2 x ceil(129,280 / 8) x 4,096 x 2 = 264,765,440 (embed_tokens, lm_head) + 488,947,500
-        (FLASH, 264_765_440 + 488_947_500),
-        # 2 x 16,160 x 7,168 x 2 = 463,339,520 + the layer, 2,595,640,932 - 268,435,456 (rope)
-        # - 469,762,048 (vLLM's hidden buffer) = 1,857,443,428 + its own rotary table
-        # 1,048,576 x 32 complex64 = 268,435,456
-        (PRO, 463_339_520 + 1_857_443_428 + 268_435_456),
+        # 2 x ceil(129,280 / 8) x 4,096 x 2 = 264,765,440 (embed_tokens, lm_head) + vLLM's
+        # layer 488,947,500 + SGLang's float32 block scales, 3 B more for each of the 3,392
+        # 128 x 128 blocks of its fp8 linears (fp8.py lines 674-680): wqkv_a 32 x 12, wq_b 8 x 32,
+        # wo_a 32 x 8, wo_b 8 x 32, shared 32 x 4 + 2 x 32, e_proj / h_proj 2 x 32 x 32
+        (FLASH, 264_765_440 + 488_947_500 + 3 * 3_392),
+        # 2 x 16,160 x 7,168 x 2 = 463,339,520 + vLLM's layer, 2,595,640,932 - 268,435,456
+        # (rope) - 469,762,048 (vLLM's hidden buffer) = 1,857,443,428; + 3 B for each of 9,848
+        # blocks (wqkv_a 56 x 16, wq_b 12 x 64, wo_a 32 x 16, wo_b 16 x 56, shared 56 x 6 + 3 x
+        # 56, e_proj / h_proj 2 x 56 x 56); + 256 B of sinks (all 128 heads, deepseek_v4.py line
+        # 1092, where vLLM pads 16 to 64); + its own ratio-0 freqs_cis, 1,048,576 x 32 complex64,
+        # and get_rope cos_sin_cache, 1,048,576 x 64 fp32: 2 x 268,435,456
+        (PRO, 463_339_520 + 1_857_443_428 + 3 * 9_848 + 256 + 2 * 268_435_456),
     ],
 )
 def test_drafter_weights_join_the_target_before_sizing(model_id: str, drafter: int) -> None:
     """The drafter loads before the pool is sized: its own embed_tokens and lm_head
     (``models/deepseek_v4_nextn.py`` lines 67-72, 275-281), each ``ceil(vocab / 8) x hidden x
     2``, plus its layer at TP 8 as ``test_plan_mtp_weights_vllm.test_deepseek_v4_mtp_weights_by_
-    hand`` works it out (the modules SGLang's DeepseekV4ModelNextN builds under the same names).
+    hand`` works it out (the modules SGLang's DeepseekV4ModelNextN builds under the same names),
+    with SGLang's differences (``test_plan_dsv4_weights_sglang``: float32 block scales, every
+    head's sink, the ``get_rope`` table).
     Pro has no ratio-0 target layer, so the drafter's ``freqs_cis`` (``precompute_freqs_cis``
     behind ``lru_cache(2)``, ``kernels/ops/attention/dsv4/rope.py`` lines 27-68; registered at
     ``models/deepseek_v4.py`` lines 1171-1200) is a table of its own; Flash's layers 0 and 1

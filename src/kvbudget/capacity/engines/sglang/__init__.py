@@ -17,12 +17,14 @@ from kvbudget.capacity.engines.registry import (
     register_engine,
 )
 from kvbudget.capacity.engines.sglang.dots3 import DOTS3_SGLANG_VERSION
+from kvbudget.capacity.engines.sglang.dsv4_weights import sglang_dsv4_weights
 from kvbudget.capacity.engines.sglang.planner import make_sglang_plan
 from kvbudget.capacity.engines.sglang.qwen4 import QWEN4_SGLANG_VERSION
 from kvbudget.capacity.engines.sglang.setup import plain_checkpoint_kv
 from kvbudget.capacity.layouts.base import PpSplit, sglang_pp_split
 from kvbudget.capacity.layouts.sglang import sglang_layout
 from kvbudget.capacity.layouts.sglang_dots3 import is_sglang_dots3
+from kvbudget.capacity.layouts.sglang_dsv4 import is_sglang_dsv4
 from kvbudget.capacity.layouts.sglang_qwen4 import is_sglang_qwen4
 from kvbudget.capacity.versions import DEFAULT_SGLANG_VERSION, parse_version
 from kvbudget.errors import ConfigError
@@ -87,6 +89,16 @@ class SglangPlanner:
         max_model_len: int,
         device_given: bool,
     ) -> PlanResult:
+        """DeepSeek-V4's target weights are SGLang's own modules (``dsv4_weights``)."""
+        if is_sglang_dsv4(model):
+            weights = sglang_dsv4_weights(
+                weights,
+                model,
+                tp=request.tp,
+                pp=request.pp,
+                split=self.pp_split(request, model),
+                compute_capability_major=gpu.compute_capability_major,
+            )
         return make_sglang_plan(request, model, gpu, weights, max_model_len)
 
     def pp_split(self, request: PlanRequest, model: ModelSpec) -> PpSplit:

@@ -36,20 +36,23 @@ is read there whatever ``--engine-version`` says, as its pools are).
 * Its weights are loaded before the target's pool is sized (as for the other NextN drafters,
   :mod:`kvbudget.capacity.engines.sglang.speculative`): its own ``embed_tokens`` and
   ``lm_head`` (``deepseek_v4_nextn.py`` lines 67-72, 275-281), each ``vocab / tp x hidden``,
-  plus the layer and its ``e_proj`` / ``h_proj`` / ``hc_head`` / norms (lines 74-122), sized by
-  kvbudget's DeepSeek-V4 MTP estimate (:func:`kvbudget.capacity.mtp_draft.mtp_weights_bytes`,
-  the modules vLLM 0.32 builds under the same names, at compress ratio 1 there; SGLang's fp8
-  ``wo_a`` and fused ``wqkv_a`` by default, ``models/deepseek_v4.py`` lines 276-287,
-  1062-1166, match). Its ``freqs_cis`` table (``precompute_freqs_cis`` behind ``lru_cache(2)``,
+  plus the layer and its ``e_proj`` / ``h_proj`` / ``hc_head`` / norms (lines 74-122), as SGLang
+  builds them (:func:`kvbudget.capacity.engines.sglang.dsv4_weights.sglang_dsv4_nextn_bytes`:
+  float32 block scales, every head's sink, the target's decoder layer at ratio 0); its
+  ``freqs_cis`` table (``precompute_freqs_cis`` behind ``lru_cache(2)``,
   ``kernels/ops/attention/dsv4/rope.py`` lines 27-68; ``models/deepseek_v4.py`` lines
-  1171-1200) is the target's ratio-0 one when the target has ratio-0 layers (Flash), else its
-  own ``max_position_embeddings x 32`` complex64, the same bytes as the vLLM estimate's rotary
-  cache (Pro). Not added: SGLang keeps all ``num_attention_heads`` fp32 sinks where vLLM pads
-  the local heads (256 B more for Pro at TP 8).
+  1171-1200) and ``get_rope`` ``cos_sin_cache`` are the target's ratio-0 ones when the target
+  has ratio-0 layers (Flash), else its own (Pro). Where SGLang's target modules are not priced
+  (``sglang_dsv4_unpriced``), kvbudget's vLLM DeepSeek-V4 MTP estimate
+  (:func:`kvbudget.capacity.mtp_draft.mtp_weights_bytes`) stands in.
 """
 
 from __future__ import annotations
 
+from kvbudget.capacity.engines.sglang.dsv4_weights import (
+    sglang_dsv4_nextn_bytes,
+    sglang_dsv4_unpriced,
+)
 from kvbudget.capacity.layouts.sglang_dsv4 import CSA_RATIO, HCA_RATIO
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_mtp_bytes,
@@ -153,5 +156,7 @@ def dsv4_drafter_layer_bytes(request: PlanRequest, model: ModelSpec) -> int | No
     moe_ranks = _moe_ranks(request, model)
     if dsv4_unpriced(request, model) is not None:
         return None
+    if sglang_dsv4_unpriced(model, tp=request.tp) is None:  # SGLang's own modules
+        return sglang_dsv4_nextn_bytes(model, tp=request.tp)
     layer = deepseek_v4_mtp_bytes(model, tp=request.tp, moe_ranks=moe_ranks)
     return layer + deepseek_v4_mtp_rope_bytes(model)
