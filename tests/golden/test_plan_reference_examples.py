@@ -284,11 +284,24 @@ def test_activation_rule_within_35_percent_of_the_two_logged_examples() -> None:
         assert abs(est.num_bytes / GiB / logged - 1) <= 0.35
 
 
-def test_s7_1_sglang_hybrid_swa_split() -> None:
-    # §7.1: full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa); swa = full * r
-    # (SGLang 0.5.4's split; planned for a release before 0.5.23 whose hybrid SWA models kvbudget
-    # has not read, which takes the given ratio: 0.5.4 itself runs no model kvbudget plans with
-    # the pool). A hybrid-SWA model (not one of the disable_hybrid_swa_memory types): 21 sliding + 21 full
+@pytest.mark.parametrize(
+    ("engine_version", "architecture", "max_total"),
+    [
+        # SGLang 0.5.4's split, planned for a release before 0.5.23 whose hybrid SWA models
+        # kvbudget has not read, which takes the given ratio (0.5.4 itself runs no model kvbudget
+        # plans with the pool)
+        # (max_total_num_tokens: every layer counted full, 9000)
+        ("0.5.22", "HybridSwaForCausalLM", 9000),
+        # 0.5.23's HybridSWAPoolConfigurator, int(rest // (F + r x S)), for an architecture its
+        # is_hybrid_swa_model lists: the same split (max_total_num_tokens is the full pool's)
+        ("0.5.23", "LagunaForCausalLM", 10000),
+    ],
+)
+def test_s7_1_sglang_hybrid_swa_split(
+    engine_version: str, architecture: str, max_total: int
+) -> None:
+    # §7.1: full = max_total * (F*n_full + S*n_swa) / (F*n_full + r*S*n_swa); swa = full * r.
+    # A hybrid-SWA model (not one of the disable_hybrid_swa_memory types): 21 sliding + 21 full
     # layers, 8 KV heads x 256 -> 8192 B per token per layer (F = S); cell = 42 x 8192.
     # With rest = 9000 cells and r = 0.8: full = 9000 x 42 / (21 + 0.8 x 21) = 10000; swa = 8000
     from kvbudget.spec.layers import SlidingWindow
@@ -301,7 +314,7 @@ def test_s7_1_sglang_hybrid_swa_split() -> None:
             layers.append(SlidingWindow(i, 8, 256, sliding_window=4096))
     spec = ModelSpec(
         model_id="test/hybrid-swa",
-        architecture="HybridSwaForCausalLM",
+        architecture=architecture,
         model_type="hybrid_swa",
         layers=tuple(layers),
         hidden_size=3584,
@@ -316,7 +329,7 @@ def test_s7_1_sglang_hybrid_swa_split() -> None:
             model="hybrid-swa",
             gpu="H100",
             engine="sglang",
-            engine_version="0.5.22",
+            engine_version=engine_version,
             kv_cache_memory_bytes=9000 * 42 * 8192,
             swa_full_tokens_ratio=0.8,
             max_model_len=8192,
@@ -324,7 +337,7 @@ def test_s7_1_sglang_hybrid_swa_split() -> None:
         spec,
     )
     assert r.sglang is not None
-    assert r.sglang.max_total_num_tokens == 9000
+    assert r.sglang.max_total_num_tokens == max_total
     assert r.sglang.full_tokens is not None and abs(r.sglang.full_tokens - 10000) <= 1
     assert r.sglang.swa_tokens is not None and abs(r.sglang.swa_tokens - 8000) <= 1
     assert r.kv_cache_tokens == r.sglang.full_tokens

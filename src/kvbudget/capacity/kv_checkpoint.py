@@ -217,11 +217,13 @@ def sglang_quant_config_kv(
         return None
     where, v = _where(model, field, value), format_version(version)
     if version < SGLANG_QUANT_CONFIG_KV_SINCE:
+        # 0.5.4 was read; a release between 0.5.4 and 0.5.23 is assumed to be 0.5.4's
+        cutoff = "" if v == "0.5.4" else "; the cut-off between 0.5.4 and 0.5.23 is assumed"
         return CheckpointKv(
             None,
             f"--kv-cache-dtype auto is the model dtype: SGLang {v}'s {cls} has no "
-            f"kv_cache_quant_algo, so {where} is not read (SGLang 0.5.23 takes its FP8; the "
-            "cut-off between 0.5.4 and 0.5.23 is assumed); pass --kv-cache-dtype fp8_e4m3 for it",
+            f"kv_cache_quant_algo, so {where} is not read (SGLang 0.5.23 takes its FP8{cutoff}); "
+            "pass --kv-cache-dtype fp8_e4m3 for it",
         )
     unread = "" if version == SGLANG_QUANT_CONFIG_KV_SINCE else "; rule read in SGLang 0.5.23"
     if not fp8:

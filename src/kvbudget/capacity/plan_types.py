@@ -215,13 +215,16 @@ class PlanRequest(BaseModel):
         description='vLLM --speculative-config JSON; a draft model ({"model": ID, '
         '"num_speculative_tokens": K}) adds its weights and its KV layers to the pool; method '
         "mtp (DeepSeek-V3/V3.2/V4, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash, MiniMax-M3) adds the MTP "
-        "layers' pages and the drafter's weights (DeepSeek-V4's NVFP4 drafter experts refused; "
-        "Qwen4-Exp: its QSA drafter layers' pages and, unquantized, its weights); "
-        "num_speculative_tokens as vLLM requires it; ngram / ngram_gpu add no KV, but from vLLM "
-        "0.32 their GPU token buffers (max_num_seqs x max_model_len int32) join the non-KV memory. "
-        "With --engine sglang method mtp is SGLang's NEXTN drafter for DeepSeek-V3/V3.2/V4, "
-        "GLM-4.5 and GLM-5 by SGLang's own rules (0.5.23: its layer and weights in the target's budget; "
-        "0.5.4: a raised pool, the draft outside it); other drafts refused.",
+        "layers' pages and the drafter's weights (under vLLM DeepSeek-V4's NVFP4 drafter experts "
+        "refused; Qwen4-Exp: its QSA drafter layers' pages and, unquantized, its weights; "
+        "Dots3-Note: its drafter layers' pages, weights from --weights-bytes); "
+        "num_speculative_tokens as vLLM requires it; ngram / ngram_gpu add no KV (Qwen4-Exp: "
+        "widened states and ring), but from vLLM 0.32 their GPU token buffers (max_num_seqs x "
+        "max_model_len int32) join the non-KV memory. With --engine sglang method mtp is "
+        "SGLang's NEXTN drafter for DeepSeek-V3/V3.2/V4, GLM-4.5 and GLM-5 by SGLang's own rules "
+        "(0.5.23: its layer and weights in the target's budget, DeepSeek-V4's NVFP4 drafter "
+        "experts left unsized with a note; 0.5.4: a raised pool, the draft outside it); other "
+        "drafts refused.",
     )
     attention_config: str | None = Field(
         default=None,

@@ -144,13 +144,17 @@ def resolve_spec(model: str, overrides: tuple[str, ...]) -> ModelSpec:
         model, overrides=parse_overrides(list(overrides)) if overrides else None
     )
     if resolved.spec is None:
-        fix = (
-            f"; supply {', '.join(resolved.missing)} with --set key=value or pass a config.json"
-            if resolved.missing
-            else ""  # a model type kvbudget knows it does not model (spec/not_modelled.py)
-        )
+        reason = resolved.reason or "cannot be mapped"
+        if "--set" in reason:
+            fix = ""  # the reason already names the fix
+        elif resolved.missing:
+            fix = (
+                f"; supply {', '.join(resolved.missing)} with --set key=value or pass a config.json"
+            )
+        else:
+            fix = "; pass a config.json, or use the explicit mode (--layers/--kv-heads/--head-dim)"
         raise SpecError(
-            f"model: {model!r} is {resolved.status}: {resolved.reason or 'cannot be mapped'}{fix}",
+            f"model: {model!r} is {resolved.status}: {reason}{fix}",
             field="model",
         )
     return resolved.spec

@@ -25,7 +25,6 @@ from kvbudget.spec.fields import FieldReader
 from kvbudget.spec.locate import ConfigSource, locate_config
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.normalise import normalise
-from kvbudget.spec.not_modelled import NOT_MODELLED
 from kvbudget.spec.provenance import LedgerEntry
 from kvbudget.spec.traits import GENERIC, Traits
 from kvbudget.spec.validate import check_config_fields
@@ -201,9 +200,6 @@ def resolve_config(
             note="transformers' config class applies these on load (kvbudget.spec.normalise)",
         )
     traits = ARCHITECTURES.get(str(model_type))
-    if traits is None and str(model_type) in NOT_MODELLED:
-        reason = NOT_MODELLED[str(model_type)].format(model_type=str(model_type))
-        return _not_applicable(source, reader, [], reason)
     builder = traits.builder if traits is not None else None
     verified = traits is not None and traits.verified
     try:

@@ -123,6 +123,12 @@ def test_0_5_4_keeps_the_model_dtype_and_says_why(tmp_path: Path) -> None:
     [line] = [n for n in plan.notes if "kv_cache_scheme" in n]
     assert "SGLang 0.5.4's CompressedTensorsConfig has no kv_cache_quant_algo" in line
     assert "pass --kv-cache-dtype fp8_e4m3" in line
+    assert "assumed" not in line  # 0.5.4 itself was read
+    between = _sglang(
+        "0.5.10", _snapshot(tmp_path, {**CT_FP8_WEIGHTS, "kv_cache_scheme": STATIC_FP8})
+    )
+    [line] = [n for n in between.notes if "kv_cache_scheme" in n]
+    assert "the cut-off between 0.5.4 and 0.5.23 is assumed" in line
 
 
 def test_an_unsupported_kv_scheme_keeps_the_model_dtype_in_sglangs_words(tmp_path: Path) -> None:

@@ -233,3 +233,15 @@ def test_uncached_model_error_names_a_flag_that_exists(
     assert "--download" not in {
         n for p in plan.params if isinstance(p, click.Option) for n in p.opts
     }
+
+
+def test_an_incomplete_config_names_its_fix_once(tmp_path: Path) -> None:
+    """A config lacking the structure fields: the one line names them and the --set fix once."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama"}))
+    result = CliRunner().invoke(plan, ["--model", str(config), "--gpu", "H100"])
+    assert result.exit_code != 0
+    line = str(result.exception)  # the SpecError the entry point prints as one line
+    assert "is not_applicable" in line
+    assert "num_hidden_layers" in line and "--set num_hidden_layers=..." in line
+    assert line.count("supply") == 1, line

@@ -69,13 +69,13 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 from kvbudget.capacity.layouts.vllm_models import (
     VLLM_MHA_HYBRID,
     VLLM_MLA_AS_ATTENTION,
-    VLLM_SOURCE_RULES,
     as_vllm_pages,
     check_mimo_v2_fp8_tp,
     check_sconv,
     vllm_parts,
 )
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp, qwen4_layout
+from kvbudget.capacity.layouts.vllm_source_rules import VLLM_SOURCE_RULES
 from kvbudget.capacity.layouts.vllm_specs import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MLA_BLOCK_SIZE,

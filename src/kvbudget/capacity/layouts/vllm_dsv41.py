@@ -198,7 +198,7 @@ def dsv41_layout(
     )
 
 
-#: the row docs/architectures.md renders (``vllm_models.VLLM_SOURCE_RULES``): rule, source lines,
+#: the row docs/architectures.md renders (``vllm_source_rules.VLLM_SOURCE_RULES``): rule, source lines,
 #: the test that works the numbers by hand
 DSV41_SOURCE_RULE = (
     "vLLM 0.32's reading of the config (nested text_config or flat; no transformers class): per "

@@ -195,7 +195,7 @@ def check_qwen4(spec: ModelSpec, *, kv_dtype: str, tp: int, block_size: int | No
             f"block_size: {start} for Qwen4-Exp with indexer_compress_ratio {ratio}; vLLM 0.32 "
             "raises 'QSA cache block size must be divisible by the compression ratio' "
             "(models/qwen4_exp/common/qsa_cache.py lines 777-780); choose a --block-size that "
-            f"is a multiple of {ratio * QSA_KERNEL_BLOCK // _gcd(ratio, QSA_KERNEL_BLOCK)}",
+            f"is a multiple of {math.lcm(ratio, QSA_KERNEL_BLOCK)}",
             field="block_size",
         )
 
@@ -213,12 +213,6 @@ def compressed_key_bytes(indexer_kv_dtype: str) -> int:
             "choose bf16 or fp8",
         )
     return COMPRESSED_BYTES[indexer_kv_dtype]
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def ring_width(spec: ModelSpec, index_head_dim: int) -> int:
