@@ -38,10 +38,10 @@ from kvbudget.capacity.layouts.vllm_dots3 import (
     dots3_block_alignment,
     dots3_layer_specs,
 )
-from kvbudget.capacity.pool_dsv4 import packed_groups
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
+    packed_groups,
     packed_kv_group,
     refuse_unmodelled_speculation,
 )
@@ -83,7 +83,7 @@ def dots3_groups(
     )
     align = dots3_block_alignment(specs)
     out: list[KvCacheGroup] = []
-    for members in packed_groups(specs):
+    for members in packed_groups(specs) or [specs]:
         first = members[0]
         out.append(
             packed_kv_group(
