@@ -42,8 +42,7 @@ from kvbudget.capacity.pool_packed import (
     PackedRequest,
     approximate_gcd,
     check_packed_request,
-    packed_groups,
-    packed_kv_group,
+    packed_spec_groups,
     refuse_unmodelled_speculation,
 )
 from kvbudget.spec.model import ModelSpec
@@ -75,13 +74,7 @@ def dsv4_groups(
     specs = dsv4_layer_specs(
         spec, mtp_layers=mtp_layers, extra_retained_tokens=extra_retained_tokens
     )
-    out: list[KvCacheGroup] = []
-    for members in packed_groups(specs) or [specs]:
-        first = members[0]
-        out.append(
-            packed_kv_group(len(out), members, kind=first.kind, sliding_window=first.sliding_window)
-        )
-    return out
+    return packed_spec_groups(specs)
 
 
 def check_dsv4_request(request: PackedRequest, version: tuple[int, int, int]) -> None:

@@ -31,8 +31,7 @@ from kvbudget.capacity.layouts.vllm_dsv41 import DSV41_BLOCK_SIZE, dsv41_layer_s
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
-    packed_groups,
-    packed_kv_group,
+    packed_spec_groups,
     refuse_unmodelled_speculation,
 )
 from kvbudget.capacity.pool_types import KvCacheGroup
@@ -56,15 +55,9 @@ def dsv41_groups(spec: ModelSpec, *, pp: int = 1) -> list[KvCacheGroup]:
             "596-601); plan with --pp 1"
         )
     specs = dsv41_layer_specs(spec)
-    out: list[KvCacheGroup] = []
     # one page size (no compressed layer: every layer's window alone) is not packed (lines
     # 1876-1879): the plain grouping takes the uniform specs as one group
-    for members in packed_groups(specs) or [specs]:
-        first = members[0]
-        out.append(
-            packed_kv_group(len(out), members, kind=first.kind, sliding_window=first.sliding_window)
-        )
-    return out
+    return packed_spec_groups(specs)
 
 
 class Dsv41Request(PackedRequest, Protocol):

@@ -16,7 +16,12 @@ from typing import Protocol, TypeVar
 
 from kvbudget.capacity.draft import draft_method, parse_speculative_config
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
-from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind, VllmLayerSpec
+from kvbudget.capacity.layouts.vllm_specs import (
+    MambaCacheMode,
+    PackedSpec,
+    VllmKind,
+    VllmLayerSpec,
+)
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.layer_indices import LayerIndices
 from kvbudget.units import cdiv
@@ -28,6 +33,7 @@ __all__ = [
     "check_packed_request",
     "packed_groups",
     "packed_kv_group",
+    "packed_spec_groups",
     "refuse_unmodelled_speculation",
 ]
 
@@ -244,3 +250,24 @@ def packed_kv_group(
     pages = set(per_layer.values())
     layer_page = pages.pop() if per_stage and len(pages) == 1 else 0
     return KvCacheGroup(group_id, spec, indices, uniform_type=True, layer_page_bytes=layer_page)
+
+
+def packed_spec_groups(
+    specs: Sequence[PackedSpec], *, block_stride_alignment: int = 1
+) -> list[KvCacheGroup]:
+    """The groups of a DeepSeek-V4, Dots3-Note or DeepSeek-V4.1 model's specs: vLLM's packed
+    groups (:func:`packed_groups`), or one page size (vLLM does not pack it) all specs as one
+    uniform group; each group keeps its first member's kind and window."""
+    out: list[KvCacheGroup] = []
+    for members in packed_groups(specs) or [list(specs)]:
+        first = members[0]
+        out.append(
+            packed_kv_group(
+                len(out),
+                members,
+                kind=first.kind,
+                sliding_window=first.sliding_window,
+                block_stride_alignment=block_stride_alignment,
+            )
+        )
+    return out
