@@ -155,6 +155,17 @@ def packed_groups(specs: Sequence[S]) -> list[list[S]] | None:
         if num_groups == 1:
             groups.append(bucket)
             continue
+        repeats = min(len(v) for v in page_size_layers.values())  # zip's pattern repeats
+        if not balanced or num_groups > repeats:
+            # vLLM's unchecked ``zip`` (line 1975) drops the unmatched layers, or an empty group
+            # fails ``UniformTypeKVCacheSpecs.from_specs`` (lines 1982-1983); no model kvbudget
+            # reads here builds such a state bucket
+            raise LayoutNotApplicable(
+                f"layers: vLLM 0.32 cannot split a state bucket of {len(bucket)} specs, pages "
+                f"{sorted(page_size_layers)} B in {repeats} pattern repeats, into {num_groups} "
+                "groups (v1/core/kv_cache_utils.py lines 1961-1985: it drops layers or fails); "
+                "not modelled, measure"
+            )
         pattern_repeats = list(zip(*page_size_layers.values(), strict=True))
         groups.extend(
             [s for repeat in pattern_repeats[i::num_groups] for s in repeat]
