@@ -38,11 +38,10 @@ from kvbudget.capacity.layouts.vllm_dots3 import (
     dots3_block_alignment,
     dots3_layer_specs,
 )
-from kvbudget.capacity.pool_dsv4 import packed_groups
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
-    packed_kv_group,
+    packed_spec_groups,
     refuse_unmodelled_speculation,
 )
 from kvbudget.capacity.pool_types import KvCacheGroup
@@ -81,20 +80,7 @@ def dots3_groups(
         mtp_layer_types=mtp_layer_types,
         extra_retained_tokens=extra_retained_tokens,
     )
-    align = dots3_block_alignment(specs)
-    out: list[KvCacheGroup] = []
-    for members in packed_groups(specs):
-        first = members[0]
-        out.append(
-            packed_kv_group(
-                len(out),
-                members,
-                kind=first.kind,
-                sliding_window=first.sliding_window,
-                block_stride_alignment=align,
-            )
-        )
-    return out
+    return packed_spec_groups(specs, block_stride_alignment=dots3_block_alignment(specs))
 
 
 def check_dots3_request(request: PackedRequest, version: tuple[int, int, int]) -> None:

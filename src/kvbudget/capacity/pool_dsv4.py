@@ -12,8 +12,12 @@ so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
    ``repeats_per_group = _approximate_gcd`` (lines 1825-1857) of the balanced buckets' layers
    per page size, at least the largest such count among balanced buckets that mix page sizes
    (lines 1902-1921); a balanced bucket splits into ``cdiv(layers per page size, repeats)``
-   groups, strided over its layer pattern (lines 1968-1985), any other bucket stays whole (no
-   mamba, circular-buffer or unsplit sliding buckets here, so no state-bucket cap applies);
+   groups, strided over its layer pattern (lines 1968-1985), any other bucket stays whole. A
+   ratio-4 layer's indexer and compressor states make such a mixed bucket; without one (ratios 1
+   and 128 only) nothing repeats, so each sliding bucket is a state bucket (lines 1938-1946) and
+   splits into as many groups as the widest group's page leaves it (lines 1948-1966), as vLLM
+   0.32's own ``_get_packed_kv_cache_groups`` splits them
+   (:func:`kvbudget.capacity.pool_packed.packed_groups`);
 3. each group is a ``UniformTypeKVCacheSpecs`` whose page is the sum of its layers' pages (line
    1253); one block of the pool holds one page of EVERY group side by side, so
    ``bytes_per_block = max over groups of that sum`` (``_get_kv_cache_bytes_per_block``, lines
@@ -30,74 +34,29 @@ so ``get_kv_cache_groups`` (``v1/core/kv_cache_utils.py`` lines 2159-2205) takes
 
 from __future__ import annotations
 
-from collections import Counter
-
 from kvbudget.capacity.draft import MTP_METHODS, NO_KV_METHODS
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_dsv4 import dsv4_layer_specs
-from kvbudget.capacity.layouts.vllm_specs import PackedSpec
 from kvbudget.capacity.pool import KvCacheGroup
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
+    approximate_gcd,
     check_packed_request,
-    packed_kv_group,
+    packed_spec_groups,
     refuse_unmodelled_speculation,
 )
 from kvbudget.spec.model import ModelSpec
-from kvbudget.units import cdiv
 
 __all__ = [
     "approximate_gcd",
     "check_dsv4_request",
     "dsv4_bytes_per_token",
     "dsv4_groups",
-    "packed_groups",
 ]
 
 
 #: the vLLM version whose DeepSeek-V4 source these rules were read from
 DSV4_READ_FROM = (0, 32, 0)
-
-
-def approximate_gcd(values: list[int], lower_bound: int) -> int:
-    """vLLM ``_approximate_gcd`` (``kv_cache_utils.py`` lines 1825-1857): the chunk in
-    ``[lower_bound, max(values)]`` with the least upward padding, ties to the larger."""
-    low = max(1, lower_bound)
-    if low > max(values):
-        return low
-    best, best_pad = low, -1
-    for d in range(low, max(values) + 1):
-        pad = sum((d - x % d) % d for x in values)
-        if best_pad < 0 or pad <= best_pad:
-            best, best_pad = d, pad
-    return best
-
-
-def packed_groups(specs: list[PackedSpec]) -> list[list[PackedSpec]]:
-    """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group, in
-    vLLM's group order (no mamba, circular-buffer or unsplit sliding buckets: refused before)."""
-    buckets: dict[tuple[object, ...], list[PackedSpec]] = {}
-    for spec in specs:
-        buckets.setdefault(spec.bucket_key, []).append(spec)
-    info = []
-    for members in buckets.values():
-        per_page: dict[int, list[PackedSpec]] = {}
-        for spec in members:
-            per_page.setdefault(spec.page_size_bytes, []).append(spec)
-        balanced = len({len(v) for v in per_page.values()}) == 1
-        most = Counter(s.page_size_bytes for s in members).most_common(1)[0][1]
-        info.append((members, per_page, balanced, most))
-    floor = max((most for _, pages, bal, most in info if bal and len(pages) > 1), default=0)
-    repeats = approximate_gcd([most for *_, bal, most in info if bal], floor) if floor else None
-    groups: list[list[PackedSpec]] = []
-    for members, per_page, balanced, most in info:
-        n = cdiv(most, repeats) if balanced and repeats is not None else 1
-        if n == 1:
-            groups.append(members)
-            continue
-        pattern = list(zip(*per_page.values(), strict=True))
-        groups.extend([s for repeat in pattern[i::n] for s in repeat] for i in range(n))
-    return groups
 
 
 def dsv4_groups(
@@ -112,15 +71,10 @@ def dsv4_groups(
             "pp: DeepSeek-V4's packed vLLM groups are planned on one pipeline stage only; plan "
             "with --pp 1"
         )
-    out: list[KvCacheGroup] = []
-    for members in packed_groups(
-        dsv4_layer_specs(spec, mtp_layers=mtp_layers, extra_retained_tokens=extra_retained_tokens)
-    ):
-        first = members[0]
-        out.append(
-            packed_kv_group(len(out), members, kind=first.kind, sliding_window=first.sliding_window)
-        )
-    return out
+    specs = dsv4_layer_specs(
+        spec, mtp_layers=mtp_layers, extra_retained_tokens=extra_retained_tokens
+    )
+    return packed_spec_groups(specs)
 
 
 def check_dsv4_request(request: PackedRequest, version: tuple[int, int, int]) -> None:

@@ -24,76 +24,24 @@ block-outermost layouts only, ``v1/attention/backends/mla/indexer.py`` lines 345
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
-from kvbudget.capacity.layouts.vllm_dsv41 import DSV41_BLOCK_SIZE, Dsv41Spec, dsv41_layer_specs
-from kvbudget.capacity.pool_dsv4 import approximate_gcd
+from kvbudget.capacity.layouts.vllm_dsv41 import DSV41_BLOCK_SIZE, dsv41_layer_specs
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
-    packed_kv_group,
+    packed_spec_groups,
     refuse_unmodelled_speculation,
 )
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.model import ModelSpec
-from kvbudget.units import cdiv
 
 __all__ = [
     "check_dsv41_device",
     "check_dsv41_request",
     "dsv41_groups",
-    "packed_dsv41_groups",
 ]
-
-
-def _widest(per_page: dict[int, list[Dsv41Spec]], n: int) -> int:
-    return sum(cdiv(len(v), n) * page for page, v in per_page.items())
-
-
-def packed_dsv41_groups(specs: Sequence[Dsv41Spec]) -> list[list[Dsv41Spec]]:
-    """``_get_packed_kv_cache_groups`` on these specs: the member specs of each group. One page
-    size (no compressed layer: every layer's window alone) is not packed (lines 1876-1879): the
-    plain grouping takes the uniform specs as one group."""
-    if len({s.page_size_bytes for s in specs}) <= 1:
-        return [list(specs)]
-    buckets: dict[tuple[object, ...], list[Dsv41Spec]] = {}
-    for spec in specs:
-        buckets.setdefault(spec.bucket_key, []).append(spec)
-    info = []
-    for members in buckets.values():
-        per_page: dict[int, list[Dsv41Spec]] = {}
-        for spec in members:
-            per_page.setdefault(spec.page_size_bytes, []).append(spec)
-        balanced = len({len(v) for v in per_page.values()}) == 1
-        most = max(len(v) for v in per_page.values())
-        info.append((members, per_page, balanced, most))
-    floor = max((most for _, pages, bal, most in info if bal and len(pages) > 1), default=0)
-    repeats = approximate_gcd([most for *_, bal, most in info if bal], floor) if floor else None
-
-    def num_groups_for(balanced: bool, most: int) -> int:
-        return cdiv(most, repeats) if balanced and repeats is not None else 1
-
-    def is_state(members: list[Dsv41Spec]) -> bool:
-        return members[0].is_ring or (repeats is None and members[0].kind == "sliding")
-
-    anchor = max(
-        _widest(per_page, len(members) if is_state(members) else num_groups_for(bal, most))
-        for members, per_page, bal, most in info
-    )
-    groups: list[list[Dsv41Spec]] = []
-    for members, per_page, balanced, most in info:
-        n = num_groups_for(balanced, most)
-        if is_state(members):
-            per_block = max(anchor // members[0].page_size_bytes, 1)
-            n = max(n, cdiv(len(members), per_block))
-        if n == 1:
-            groups.append(members)
-            continue
-        pattern = list(zip(*per_page.values(), strict=True))
-        groups.extend([s for repeat in pattern[i::n] for s in repeat] for i in range(n))
-    return groups
 
 
 def dsv41_groups(spec: ModelSpec, *, pp: int = 1) -> list[KvCacheGroup]:
@@ -106,13 +54,10 @@ def dsv41_groups(spec: ModelSpec, *, pp: int = 1) -> list[KvCacheGroup]:
             "kv-sharing group are not supported.', models/deepseek_v41/attention.py lines "
             "596-601); plan with --pp 1"
         )
-    out: list[KvCacheGroup] = []
-    for members in packed_dsv41_groups(dsv41_layer_specs(spec)):
-        first = members[0]
-        out.append(
-            packed_kv_group(len(out), members, kind=first.kind, sliding_window=first.sliding_window)
-        )
-    return out
+    specs = dsv41_layer_specs(spec)
+    # one page size (no compressed layer: every layer's window alone) is not packed (lines
+    # 1876-1879): the plain grouping takes the uniform specs as one group
+    return packed_spec_groups(specs)
 
 
 class Dsv41Request(PackedRequest, Protocol):

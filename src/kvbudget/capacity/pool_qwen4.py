@@ -32,22 +32,20 @@ from __future__ import annotations
 
 from kvbudget.capacity.draft import MTP_METHODS, draft_method, parse_speculative_config
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
-from kvbudget.capacity.layouts.vllm_qwen4 import Qwen4Spec, qwen4_layer_specs
+from kvbudget.capacity.layouts.vllm_qwen4 import qwen4_layer_specs
 from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_speculative_tokens
 from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind
-from kvbudget.capacity.pool_dsv4 import approximate_gcd
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
+    packed_groups,
     packed_kv_group,
 )
 from kvbudget.capacity.pool_types import KvCacheGroup
 from kvbudget.spec.model import ModelSpec
-from kvbudget.units import cdiv
 
 __all__ = [
     "check_qwen4_request",
-    "packed_qwen4_groups",
     "qwen4_groups",
     "qwen4_method",
     "qwen4_speculative_tokens",
@@ -58,46 +56,6 @@ __all__ = [
 QWEN4_READ_FROM = (0, 32, 0)
 
 _KIND: dict[str, VllmKind] = {"gdn": "mamba", "ple": "mamba", "ring": "ring"}
-
-
-def packed_qwen4_groups(specs: list[Qwen4Spec]) -> list[list[Qwen4Spec]]:
-    """``_get_packed_kv_cache_groups`` on Qwen4-Exp's specs: the member specs of each group."""
-    buckets: dict[str, list[Qwen4Spec]] = {}
-    for spec in specs:
-        buckets.setdefault(spec.bucket, []).append(spec)
-    info = []
-    for members in buckets.values():
-        per_page: dict[int, list[Qwen4Spec]] = {}
-        for spec in members:
-            per_page.setdefault(spec.page_size_bytes, []).append(spec)
-        balanced = len({len(v) for v in per_page.values()}) == 1
-        most = max(len(v) for v in per_page.values())
-        info.append((members, per_page, balanced, most))
-    floor = max((most for _, pages, bal, most in info if bal and len(pages) > 1), default=0)
-    repeats = approximate_gcd([most for *_, bal, most in info if bal], floor) if floor else None
-
-    def num_groups_for(balanced: bool, most: int) -> int:
-        return cdiv(most, repeats) if balanced and repeats is not None else 1
-
-    def widest(per_page: dict[int, list[Qwen4Spec]], n: int) -> int:
-        return sum(cdiv(len(names), n) * page for page, names in per_page.items())
-
-    anchor = max(
-        widest(per_page, len(members) if members[0].is_state else num_groups_for(bal, most))
-        for members, per_page, bal, most in info
-    )
-    groups: list[list[Qwen4Spec]] = []
-    for members, per_page, balanced, most in info:
-        n = num_groups_for(balanced, most)
-        if members[0].is_state:
-            per_block = max(anchor // members[0].page_size_bytes, 1)
-            n = max(n, cdiv(len(members), per_block))
-        if n == 1:
-            groups.append(members)
-            continue
-        pattern = list(zip(*per_page.values(), strict=True))
-        groups.extend([s for repeat in pattern[i::n] for s in repeat] for i in range(n))
-    return groups
 
 
 def qwen4_groups(
@@ -136,7 +94,7 @@ def qwen4_groups(
         indexer_kv_dtype=indexer_kv_dtype,
     )
     out: list[KvCacheGroup] = []
-    for members in packed_qwen4_groups(specs):
+    for members in packed_groups(specs) or [specs]:
         kind = _KIND.get(members[0].role, "full")
         group = packed_kv_group(
             len(out),

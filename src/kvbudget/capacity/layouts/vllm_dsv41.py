@@ -32,8 +32,6 @@ rank (one shared K=V head, ``max_tp_shards = 1``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvbudget.capacity.layouts.base import LayoutNotApplicable, LayoutResult, StageBytes
 from kvbudget.capacity.layouts.vllm_dsv4 import (
     FLOAT32_BYTES,
@@ -41,7 +39,7 @@ from kvbudget.capacity.layouts.vllm_dsv4 import (
     FP8_DS_MLA_BYTES_PER_STATE,
     INDEXER_QUANT_BLOCK,
 )
-from kvbudget.capacity.layouts.vllm_specs import VllmKind, packed_group_bytes
+from kvbudget.capacity.layouts.vllm_specs import PackedSpec, packed_group_bytes
 from kvbudget.spec.layers import CompressedAttention, CompressedSparseAttention, SlidingWindow
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -67,26 +65,9 @@ SWA_BLOCK_SIZE = 32
 RING_BLOCK_SIZE = 8
 
 
-@dataclass(frozen=True, slots=True)
-class Dsv41Spec:
-    """One cache spec a DeepSeek-V4.1 layer registers (the module docstring's four roles)."""
-
-    layer_index: int
-    role: str  # compressed | indexer_keys | swa | compressor_state
-    kind: VllmKind  # mla | sliding | ring
-    block_size: int
-    page_size_bytes: int
-    sliding_window: int | None = None
-
-    @property
-    def bucket_key(self) -> tuple[object, ...]:
-        """``UniformTypeKVCacheSpecs.is_uniform_type`` (``v1/kv_cache_interface.py`` lines
-        1280-1295): one spec type, one block size, one window."""
-        return (self.kind, self.block_size, self.sliding_window)
-
-    @property
-    def is_ring(self) -> bool:
-        return self.kind == "ring"
+#: one cache spec a DeepSeek-V4.1 layer registers (the module docstring's four roles: ``compressed``,
+#: ``indexer_keys``, ``swa``, ``compressor_state``; kinds ``mla``, ``sliding``, ``ring``)
+Dsv41Spec = PackedSpec
 
 
 def is_deepseek_v41(spec: ModelSpec) -> bool:

@@ -107,7 +107,7 @@ class Qwen4Spec:
     #: what vLLM buckets on (``UniformTypeKVCacheSpecs.is_uniform_type``): the spec type, its
     #: block size and, for states, ``tp_replicated`` (``v1/kv_cache_interface.py`` lines
     #: 1096-1107, 1281-1295)
-    bucket: str
+    bucket_key: str
     #: ``MambaSpec.num_speculative_blocks`` (``model_executor/layers/mamba/abstract.py`` lines
     #: 79-83: ``num_speculative_tokens``): the extra state blocks a GDN / PLE group holds per request
     num_speculative_blocks: int = 0
@@ -116,6 +116,11 @@ class Qwen4Spec:
     def is_state(self) -> bool:
         """A mamba or circular-buffer spec: one page per request whatever its length."""
         return self.role in ("gdn", "ple", "ring")
+
+    @property
+    def is_sliding(self) -> bool:
+        """No Qwen4-Exp spec is a ``SlidingWindowSpec``."""
+        return False
 
 
 def is_qwen4_exp(spec: ModelSpec) -> bool:

@@ -213,14 +213,18 @@ def blocks_held(spec: VllmLayerSpec, num_tokens: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class PackedSpec:
-    """One cache spec a layer of a packed-group model (DeepSeek-V4, Dots3-Note) registers in
-    vLLM 0.32; vLLM packs these side by side per block (``_get_packed_kv_cache_groups``)."""
+    """One cache spec a layer of a packed-group model (DeepSeek-V4, Dots3-Note, DeepSeek-V4.1)
+    registers in vLLM 0.32; vLLM packs these side by side per block
+    (``_get_packed_kv_cache_groups``, :func:`kvbudget.capacity.pool_packed.packed_groups`)."""
 
     layer_index: int
     #: what the spec holds (DeepSeek-V4: ``indexer_keys``, ``indexer_state``, ``swa``,
-    #: ``compressed``, ``compressor_state``; Dots3-Note: ``indexer``, ``dsa``, ``sliding``)
+    #: ``compressed``, ``compressor_state``; Dots3-Note: ``indexer``, ``dsa``, ``sliding``;
+    #: DeepSeek-V4.1: ``compressed``, ``indexer_keys``, ``swa``, ``compressor_state``)
     role: str
-    kind: Literal["mla", "sliding"]
+    #: ``mla``: an ``MLAAttentionSpec``; ``sliding``: a ``SlidingWindowMLASpec`` (a
+    #: ``SlidingWindowSpec``); ``ring``: a ``CircularBufferSpec`` (DeepSeek-V4.1's rings)
+    kind: Literal["mla", "sliding", "ring"]
     block_size: int
     page_size_bytes: int
     sliding_window: int | None = None
@@ -235,6 +239,16 @@ class PackedSpec:
         lines 1280-1295): one block size, one spec type (``MLAAttentionSpec`` vs
         ``SlidingWindowMLASpec`` of one window)."""
         return (self.kind, self.block_size, self.sliding_window)
+
+    @property
+    def is_state(self) -> bool:
+        """A ``CircularBufferSpec``: a state bucket whatever the repeats."""
+        return self.kind == "ring"
+
+    @property
+    def is_sliding(self) -> bool:
+        """A ``SlidingWindowSpec``: a state bucket when nothing repeats."""
+        return self.kind == "sliding"
 
 
 class PackedGroup(Protocol):
