@@ -36,7 +36,7 @@ kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2,
   ``bounded_replay``): priced as windows of ``W + k - 1``
   (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`, :mod:`kvbudget.capacity.pool_dsv4`).
 * ``num_speculative_tokens`` is vLLM's for every drafter
-  (:func:`kvbudget.capacity.mtp_tokens.mtp_speculative_tokens`): without a ``model`` in the
+  (:func:`kvbudget.capacity.mtp_tokens.vllm_num_speculative_tokens`): without a ``model`` in the
   speculative config it must be given (vLLM raises otherwise, ``config/speculative.py`` lines
   1819-1824); with one it defaults to the drafter's ``n_predict``.
 * MiniMax-M3 (``models/minimax_m3/nvidia/mtp.py`` lines 58-64, 100-112): ``num_mtp_modules``
@@ -137,7 +137,7 @@ from kvbudget.capacity.mtp_qwen4 import (
     qwen4_exp_mtp_bytes,
     qwen4_exp_mtp_bytes_per_batched_token,
 )
-from kvbudget.capacity.mtp_tokens import extra_retained_tokens, mtp_speculative_tokens
+from kvbudget.capacity.mtp_tokens import extra_retained_tokens, vllm_num_speculative_tokens
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_hidden_buffer_bytes_per_token,
     deepseek_v4_mtp_bytes,
@@ -258,7 +258,7 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     else:
         n = 0
     if n:  # n_predict is the layer count for these drafters (mtp_tokens module doc)
-        mtp_speculative_tokens(config, n, model.model_type)
+        vllm_num_speculative_tokens(config, n, model.model_type)
         return n
     priced = ", ".join(
         sorted({"deepseek_v4", "dots3_note", "minimax_m3", "qwen4_exp", *SPEC_MTP_TYPES})
@@ -280,7 +280,7 @@ def mtp_extra_retained_tokens(request: PlanRequest, model: ModelSpec) -> int:
     if config is None:
         return 0
     n = mtp_layers_requested(request, model)
-    return extra_retained_tokens(mtp_speculative_tokens(config, n, model.model_type), n)
+    return extra_retained_tokens(vllm_num_speculative_tokens(config, n, model.model_type), n)
 
 
 def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
@@ -419,7 +419,7 @@ def mtp_draft(
     tokens = (
         qwen4_mtp_speculative_tokens(model, config)
         if is_qwen4_exp(model)
-        else mtp_speculative_tokens(config, n, model.model_type)
+        else vllm_num_speculative_tokens(config, n, model.model_type)
     )
     return DraftCost(
         model_id=f"{model.model_id} (MTP, {n} layer(s))",
