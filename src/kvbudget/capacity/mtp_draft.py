@@ -271,16 +271,32 @@ def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
     )
 
 
+def _draft_nextn_predict_layers(model: ModelSpec) -> int:
+    """The draft config's ``num_nextn_predict_layers``, the field ``use_multi_module_mtp`` reads
+    (``config/speculative.py`` lines 1982-1988, default 1): MiMo-V2-Flash's override sets it to
+    its one layer (lines 761-775); MiniMax-M3's sets only ``n_predict`` from ``num_mtp_modules``
+    (lines 1030-1058), so the checkpoint's own field stands (1 where it has none, as published);
+    DeepSeek-V4's and the others' drafts keep the checkpoint's."""
+    if model.model_type == "mimo_v2_flash":
+        return 1
+    value = model.raw_config.get("num_nextn_predict_layers", 1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return _field("num_nextn_predict_layers", value, model.model_type)  # refuses it
+
+
 def mtp_extra_retained_tokens(request: PlanRequest, model: ModelSpec) -> int:
     """Tokens every sliding spec keeps below its window for this request's MTP drafter (0
-    without one): ``num_speculative_tokens - 1`` with several MTP modules and several tokens
-    (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`; the drafter's
-    ``num_nextn_predict_layers`` is its layer count)."""
+    without one): ``num_speculative_tokens - 1`` where the draft config's
+    ``num_nextn_predict_layers`` (:func:`_draft_nextn_predict_layers`, not the drafter's layer
+    count) and the tokens are both above 1
+    (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`)."""
     config = _mtp_config(request)
     if config is None:
         return 0
     n = mtp_layers_requested(request, model)
-    return extra_retained_tokens(vllm_num_speculative_tokens(config, n, model.model_type), n)
+    tokens = vllm_num_speculative_tokens(config, n, model.model_type)
+    return extra_retained_tokens(tokens, _draft_nextn_predict_layers(model))
 
 
 def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:

@@ -12,13 +12,18 @@ integer", for ``None`` and ``[3]`` "Input should be a valid integer".
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvbudget.capacity.mtp_draft import mtp_extra_retained_tokens
 from kvbudget.capacity.mtp_tokens import vllm_num_speculative_tokens
 from kvbudget.capacity.ngram_buffers import ngram_buffers
+from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.errors import ConfigError
+from kvbudget.spec.resolve import resolve_model
 
 
 @pytest.mark.parametrize(
@@ -83,3 +88,36 @@ def test_ngram_buffers_take_a_string_count_as_vllm_does() -> None:
     )
     scratch = 4 * 1 * 8  # block_l 64 for 64 tokens: cdiv(64, 64) = 1 int64 per request
     assert buffers.last_stage_bytes == scratch + 4 * 3 * 8 == 128
+
+
+CATALOG = Path(__file__).resolve().parents[3] / "src" / "kvbudget" / "spec" / "catalog" / "models"
+
+
+def _extra(tmp_path: Path, name: str, tokens: int, **changes: Any) -> int:
+    raw = {**json.loads((CATALOG / f"{name}.json").read_text("utf-8")), **changes}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    resolved = resolve_model(str(path))
+    assert resolved.spec is not None, resolved.reason
+    speculative = json.dumps({"method": "mtp", "num_speculative_tokens": tokens})
+    request = PlanRequest(model=str(path), engine="vllm", speculative_config=speculative)
+    return mtp_extra_retained_tokens(request, resolved.spec)
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "extra"),
+    [
+        # DeepSeek-V4's draft config keeps num_nextn_predict_layers 2: min(2, 2) > 1, 2 - 1 = 1
+        ("deepseek-ai--DeepSeek-V4-Flash", {"num_nextn_predict_layers": 2}, 1),
+        # MiniMax-M3's override sets only n_predict = num_mtp_modules (config/speculative.py
+        # lines 1044-1058); use_multi_module_mtp reads num_nextn_predict_layers, absent: 1
+        # (lines 1982-1988), and min(1, 2) is not above 1: lookahead 1, nothing kept
+        ("MiniMaxAI--MiniMax-M3", {"num_mtp_modules": 2}, 0),
+        # ... unless the checkpoint has the field itself: min(2, 2) > 1, 2 - 1 = 1
+        ("MiniMaxAI--MiniMax-M3", {"num_mtp_modules": 2, "num_nextn_predict_layers": 2}, 1),
+    ],
+)
+def test_multi_module_mtp_reads_the_draft_configs_nextn_layers(
+    tmp_path: Path, name: str, changes: dict[str, Any], extra: int
+) -> None:
+    assert _extra(tmp_path, name, 2, **changes) == extra
