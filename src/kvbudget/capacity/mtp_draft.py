@@ -132,6 +132,7 @@ from kvbudget.capacity.layouts.vllm_qwen4_mtp import (
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
+from kvbudget.capacity.moe_ranks import vllm_moe_ranks
 from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
 from kvbudget.capacity.mtp_qwen4 import (
     qwen4_exp_mtp_bytes,
@@ -300,8 +301,7 @@ def mtp_extra_retained_tokens(request: PlanRequest, model: ModelSpec) -> int:
 
 
 def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
-    dp = request.data_parallel_size or 1
-    return request.tp * dp if dp > 1 and model.num_experts else request.tp
+    return vllm_moe_ranks(request, model) or request.tp
 
 
 def mtp_weights_bytes(
