@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kvbudget.capacity.mtp_draft import mtp_extra_retained_tokens
+from kvbudget.capacity.mtp_layers import mtp_extra_retained_tokens
 from kvbudget.capacity.mtp_tokens import vllm_num_speculative_tokens
 from kvbudget.capacity.ngram_buffers import ngram_buffers
 from kvbudget.capacity.plan_types import PlanRequest
