@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from kvbudget.capacity.draft import MTP_METHODS, draft_method, parse_speculative_config
-from kvbudget.capacity.mtp_tokens import extra_retained_tokens, mtp_speculative_tokens
+from kvbudget.capacity.mtp_tokens import extra_retained_tokens, vllm_num_speculative_tokens
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 
@@ -82,14 +82,14 @@ def dots3_extra_retained_tokens(spec: ModelSpec, speculative: dict[str, Any]) ->
     """``extra_retained_tokens`` vLLM 0.32 tags every ``SlidingWindowSpec`` with
     (``v1/core/kv_cache_utils.py`` lines 2583-2590): ``num_prefill_lookahead_tokens - 1``, where
     that is ``num_speculative_tokens`` (vLLM's default ``num_nextn_predict_layers`` only where the
-    config names a ``model``: :func:`kvbudget.capacity.mtp_tokens.mtp_speculative_tokens`) when
+    config names a ``model``: :func:`kvbudget.capacity.mtp_tokens.vllm_num_speculative_tokens`) when
     ``min(num_nextn_predict_layers, num_speculative_tokens) > 1`` (``use_multi_module_mtp``,
     ``config/speculative.py`` lines 1982-1988) and 1 otherwise
     (``config/vllm.py`` lines 644-662). Such a spec admits and keeps blocks exactly as one of
     window ``W + extra`` (``v1/kv_cache_interface.py`` lines 859-884;
     ``v1/core/single_type_kv_cache_manager.py`` line 1169), which is how kvbudget prices it."""
     n = len(dots3_mtp_layer_types(spec, speculative))
-    return extra_retained_tokens(mtp_speculative_tokens(speculative, n, "Dots3-Note"), n)
+    return extra_retained_tokens(vllm_num_speculative_tokens(speculative, n, "Dots3-Note"), n)
 
 
 def dots3_mtp(speculative_config: str | None, spec: ModelSpec) -> Dots3Mtp:

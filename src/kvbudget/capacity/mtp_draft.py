@@ -1,51 +1,6 @@
-"""``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's own layers in the KV pool.
-
-kvbudget prices the MTP drafters of DeepSeek-V4, MiniMax-M3, DeepSeek-V3 / V3.2, GLM-5
-(``glm_moe_dsa``), GLM-4.5 (``glm4_moe``), MiMo, MiMo-V2-Flash and Dots3-Note (KV only:
-:func:`kvbudget.capacity.mtp_dots3.dots3_mtp_layer_types`). Facts, vLLM 0.32.0
-(``site-packages/vllm``):
-
-* A method in ``MTPModelTypes`` (``deepseek_mtp``, ``mimo_mtp``, ...) is renamed ``mtp``
-  (``config/speculative.py`` lines 38-66, 1141-1145). The drafter is built in the same
-  ``VllmConfig``; its attention layers register after every target layer and join the same
-  pool (``v1/core/kv_cache_utils.py`` lines 1997-2012 ``_uses_trailing_mtp_layers``;
-  ``_annotate_eagle_groups``, lines 2029-2085, only flags the group for prefix-cache block drops).
-  The drafter's model class sees the target's ``model_config`` (``v1/spec_decode/
-  llm_base_proposer.py`` lines 1304-1317, ``model_loader/utils.py`` lines 74-95) and the same
-  ``cache_config`` (so the same KV dtype and block size) unless the speculative config sets its
-  own ``kv_cache_dtype`` (lines 1293-1300: refused here).
-* DeepSeek-V3 / V3.2, GLM-5, GLM-4.5, MiMo, MiMo-V2-Flash: the layers of
-  :func:`kvbudget.spec.mtp.vllm_mtp_layers` (its module doc cites the model files) join the
-  target's layer specs (:func:`mtp_pool_layers`), so vLLM's grouping of the whole list prices
-  them: one more page per block per layer in a single-group model, one more sliding layer in
-  MiMo-V2-Flash's sliding buckets. Their number is the checkpoint's ``num_nextn_predict_layers``
-  (MiMo-V2-Flash: one), whatever ``num_speculative_tokens`` says (the drafter steps through its
-  layers modulo their number, ``models/deepseek_mtp.py`` lines 217, 231). None of them has a
-  sliding layer that multi-module MTP would widen (``kv_cache_utils.py`` lines 2583-2590 touch
-  only ``SlidingWindowSpec``; MiMo-V2-Flash's draft config says ``num_nextn_predict_layers`` 1,
-  ``config/speculative.py`` lines 761-775, so ``use_multi_module_mtp`` is False, lines 1982-1988).
-* DeepSeek-V4 (``models/deepseek_v4/nvidia/mtp.py`` lines 143-148, 221-247):
-  ``num_nextn_predict_layers`` ``DeepseekV4DecoderLayer`` at ``num_hidden_layers + k``, ratio 1
-  (``attention.py`` lines 229-235): one sliding-window page each, which joins the target's
-  sliding bucket and its packed groups (:mod:`kvbudget.capacity.pool_dsv4`). The CPU build does
-  not run it (``models/deepseek_v4/cpu/mtp.py`` line 18: "DeepSeek-V4 speculative decoding (MTP)
-  is not implemented on CPU"). With more than one MTP module and ``num_speculative_tokens`` > 1,
-  every sliding spec keeps ``num_speculative_tokens - 1`` more tokens (``kv_cache_utils.py`` lines
-  2583-2590; ``config/vllm.py`` lines 644-664, ``config/speculative.py`` lines 1982-1988), its
-  sliding-window pages and its compressor states alike (all ``SlidingWindowMLASpec``, no
-  ``bounded_replay``): priced as windows of ``W + k - 1``
-  (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`, :mod:`kvbudget.capacity.pool_dsv4`).
-* ``num_speculative_tokens`` is vLLM's for every drafter
-  (:func:`kvbudget.capacity.mtp_tokens.mtp_speculative_tokens`): without a ``model`` in the
-  speculative config it must be given (vLLM raises otherwise, ``config/speculative.py`` lines
-  1819-1824); with one it defaults to the drafter's ``n_predict``.
-* MiniMax-M3 (``models/minimax_m3/nvidia/mtp.py`` lines 58-64, 100-112): ``num_mtp_modules``
-  layers (default 1, ``transformers_utils/configs/minimax_m3.py`` line 50; the VL checkpoint's
-  text config is promoted, ``config/speculative.py`` lines 1030-1045), each a
-  ``MiniMaxM3DecoderLayer(force_sparse_attn=True)``: the target's K/V page plus the indexer's
-  bf16 key page (``models/minimax_m3/nvidia/model.py`` lines 707-716). They join the one
-  uniform-type group, so each block holds ``num_mtp_modules`` more sparse-layer pages
-  (:mod:`kvbudget.capacity.layouts.vllm_minimax_m3`).
+"""``--speculative-config`` method ``mtp`` in vLLM 0.32: the drafter's weights, per GPU, and its
+:class:`~kvbudget.capacity.draft.DraftCost` (the drafter's layers in the KV pool, how many, and
+its tokens: :mod:`kvbudget.capacity.mtp_layers`, whose module doc states vLLM's facts).
 
 The drafter's weights (:func:`mtp_weights_bytes`), per GPU, join the last stage's (a
 ``--weights-bytes`` figure from the engine log and a snapshot's ``total_size``, which holds the
@@ -109,17 +64,11 @@ What one MTP layer keeps of its own:
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvbudget.capacity.draft import (
-    MTP_METHODS,
     DraftCost,
-    draft_method,
-    parse_speculative_config,
 )
 from kvbudget.capacity.dtypes import get_kv_dtype
 from kvbudget.capacity.layouts.vllm_dots3 import is_dots3_note
-from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_minimax_m3 import (
     VLLM_MINIMAX_M3_TYPES,
     check_minimax_m3,
@@ -127,17 +76,18 @@ from kvbudget.capacity.layouts.vllm_minimax_m3 import (
 )
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.layouts.vllm_qwen4_mtp import (
-    qwen4_mtp_layers,
     qwen4_mtp_speculative_tokens,
 )
 from kvbudget.capacity.layouts.vllm_specs import attention_page_bytes
 from kvbudget.capacity.modelopt_exclude import exclude_patterns
-from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED, dots3_mtp_layer_types
+from kvbudget.capacity.moe_ranks import vllm_moe_ranks
+from kvbudget.capacity.mtp_dots3 import DOTS3_MTP_WEIGHTS_UNPRICED
+from kvbudget.capacity.mtp_layers import mtp_config, mtp_layers_requested, mtp_pool_layers
 from kvbudget.capacity.mtp_qwen4 import (
     qwen4_exp_mtp_bytes,
     qwen4_exp_mtp_bytes_per_batched_token,
 )
-from kvbudget.capacity.mtp_tokens import extra_retained_tokens, mtp_speculative_tokens
+from kvbudget.capacity.mtp_tokens import vllm_num_speculative_tokens
 from kvbudget.capacity.mtp_weights import (
     deepseek_v4_hidden_buffer_bytes_per_token,
     deepseek_v4_mtp_bytes,
@@ -150,32 +100,23 @@ from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.weight_matrices import layer_matrices
 from kvbudget.capacity.weights import layer_rank_bytes
 from kvbudget.errors import ConfigError
-from kvbudget.spec.layers import FullAttention, LayerSpec
+from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
-from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES, vllm_mtp_layers
+from kvbudget.spec.mtp import DEEPSEEK_MTP_TYPES
 
 __all__ = [
     "MTP_SNAPSHOT_NOTE",
     "MTP_WEIGHTS_NOTE",
-    "SPEC_MTP_TYPES",
     "mtp_draft",
-    "mtp_extra_retained_tokens",
-    "mtp_layers_requested",
-    "mtp_pool_layers",
     "mtp_weights_bytes",
 ]
 
-#: model types whose MTP layers (kvbudget.spec.mtp) join the target's vLLM layer specs
-SPEC_MTP_TYPES = DEEPSEEK_MTP_TYPES | {"glm4_moe", "mimo", "mimo_v2_flash"}
 #: model types whose drafter's weights :func:`mtp_weights_bytes` sizes (module doc)
 MTP_WEIGHTS_TYPES = (
     DEEPSEEK_MTP_TYPES
     | {"deepseek_v4", "glm4_moe", "mimo", "mimo_v2_flash"}
     | VLLM_MINIMAX_M3_TYPES
 )
-
-#: MiniMaxM3TextConfig's default ``num_mtp_modules`` (configs/minimax_m3.py line 50)
-MINIMAX_M3_DEFAULT_MTP_MODULES = 1
 
 MTP_SNAPSHOT_NOTE = (
     "the snapshot's total_size holds the checkpoint's MTP layer(s) (spread over the ranks by "
@@ -188,104 +129,8 @@ MTP_WEIGHTS_NOTE = (
 )
 
 
-def _field(field: str, value: Any, model_type: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(
-            f"speculative_config: method mtp for {model_type} needs {field} >= 1 in the config "
-            f"(found {value!r}): vLLM builds that many MTP layers; without them run no MTP",
-            field="speculative_config",
-        )
-    return value
-
-
-def _mtp_config(request: PlanRequest) -> dict[str, Any] | None:
-    if request.speculative_config is None:
-        return None
-    config = parse_speculative_config(request.speculative_config)
-    if draft_method(config) not in MTP_METHODS:
-        return None
-    draft_kv = config.get("kv_cache_dtype")
-    if draft_kv is not None and str(draft_kv).strip().lower() != request.kv_dtype.strip().lower():
-        raise ConfigError(
-            f"speculative_config: kv_cache_dtype {draft_kv!r} for the MTP drafter: vLLM 0.32 then "
-            "gives the drafter its own cache dtype (v1/spec_decode/llm_base_proposer.py lines "
-            "1293-1300), pages kvbudget has not modelled; drop it (the drafter follows "
-            "--kv-cache-dtype) or measure",
-            field="speculative_config",
-        )
-    return config
-
-
-def mtp_pool_layers(request: PlanRequest, model: ModelSpec) -> tuple[LayerSpec, ...]:
-    """The MTP layers that join ``model``'s vLLM layer specs for this request (module doc): ``()``
-    without an MTP ``--speculative-config`` and for DeepSeek-V4 / MiniMax-M3 (priced otherwise)."""
-    if model.model_type not in SPEC_MTP_TYPES or _mtp_config(request) is None:
-        return ()
-    layers = vllm_mtp_layers(model, model.raw_config)
-    if layers is None:
-        raise ConfigError(
-            f"speculative_config: method mtp for {model.model_type}: kvbudget cannot read the MTP "
-            "layer from this config (no latent / full-attention layer to repeat); measure",
-            field="speculative_config",
-        )
-    if not layers:
-        _field(
-            "num_nextn_predict_layers",
-            model.raw_config.get("num_nextn_predict_layers"),
-            model.model_type,
-        )
-    return layers
-
-
-def mtp_layers_requested(request: PlanRequest, model: ModelSpec) -> int:
-    """How many MTP layers vLLM 0.32 adds to ``model``'s pool for this request (0 without an MTP
-    ``--speculative-config``); refuses model types whose drafter kvbudget has not read."""
-    config = _mtp_config(request)
-    if config is None:
-        return 0
-    raw = model.raw_config
-    if is_qwen4_exp(model):  # its tokens: vllm_qwen4_mtp.qwen4_mtp_speculative_tokens
-        return qwen4_mtp_layers(model)
-    if is_deepseek_v4(model):
-        n = _field("num_nextn_predict_layers", raw.get("num_nextn_predict_layers"), "deepseek_v4")
-    elif model.model_type in VLLM_MINIMAX_M3_TYPES:
-        value = raw.get("num_mtp_modules", MINIMAX_M3_DEFAULT_MTP_MODULES)
-        n = _field("num_mtp_modules", value, model.model_type)
-    elif model.model_type in SPEC_MTP_TYPES:
-        n = len(mtp_pool_layers(request, model))
-    elif is_dots3_note(model):
-        n = len(dots3_mtp_layer_types(model, config))
-    else:
-        n = 0
-    if n:  # n_predict is the layer count for these drafters (mtp_tokens module doc)
-        mtp_speculative_tokens(config, n, model.model_type)
-        return n
-    priced = ", ".join(
-        sorted({"deepseek_v4", "dots3_note", "minimax_m3", "qwen4_exp", *SPEC_MTP_TYPES})
-    )
-    raise ConfigError(
-        f"speculative_config: method mtp is priced for {priced} only, not "
-        f"{model.model_type!r} (kvbudget has not read its drafter's vLLM specs); pass "
-        "--kv-cache-memory and --weights-bytes from the engine log",
-        field="speculative_config",
-    )
-
-
-def mtp_extra_retained_tokens(request: PlanRequest, model: ModelSpec) -> int:
-    """Tokens every sliding spec keeps below its window for this request's MTP drafter (0
-    without one): ``num_speculative_tokens - 1`` with several MTP modules and several tokens
-    (:func:`kvbudget.capacity.mtp_tokens.extra_retained_tokens`; the drafter's
-    ``num_nextn_predict_layers`` is its layer count)."""
-    config = _mtp_config(request)
-    if config is None:
-        return 0
-    n = mtp_layers_requested(request, model)
-    return extra_retained_tokens(mtp_speculative_tokens(config, n, model.model_type), n)
-
-
 def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
-    dp = request.data_parallel_size or 1
-    return request.tp * dp if dp > 1 and model.num_experts else request.tp
+    return vllm_moe_ranks(request, model) or request.tp
 
 
 def mtp_weights_bytes(
@@ -415,11 +260,11 @@ def mtp_draft(
         per_token = deepseek_v4_hidden_buffer_bytes_per_token(model)
     if is_qwen4_exp(model) and weights_bytes is not None:
         per_token = qwen4_exp_mtp_bytes_per_batched_token(model)
-    config = _mtp_config(request) or {}
+    config = mtp_config(request) or {}
     tokens = (
         qwen4_mtp_speculative_tokens(model, config)
         if is_qwen4_exp(model)
-        else mtp_speculative_tokens(config, n, model.model_type)
+        else vllm_num_speculative_tokens(config, n, model.model_type)
     )
     return DraftCost(
         model_id=f"{model.model_id} (MTP, {n} layer(s))",

@@ -51,8 +51,18 @@ The embedding and the head are the target's (the proposer shares them with an MT
 
 from __future__ import annotations
 
-from typing import Any
-
+from kvbudget.capacity.dsv4_modules import (
+    DSV4_EXPERT_DTYPES,
+    DSV4_FP8_BLOCK,
+    dsv4_expert_dtype,
+    dsv4_fp8_linear_bytes,
+    dsv4_fp8_read,
+    dsv4_padded_heads,
+    dsv4_routed_experts,
+    dsv4_scale_bytes,
+    dsv4_sizes,
+    positive_int,
+)
 from kvbudget.capacity.weight_matrices import Matrix, _matrix_bytes
 from kvbudget.spec.layers import FullAttention, LayerSpec
 from kvbudget.spec.model import ModelSpec
@@ -68,18 +78,12 @@ __all__ = [
 ]
 
 
-def _positive(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
-
-
 def mimo_v2_mtp_bytes(model: ModelSpec, swa: LayerSpec, tp: int) -> int | None:
     """MiMo-V2-Flash's one MTP layer on one GPU of ``tp`` (module doc); ``swa`` is the drafter's
     sliding layer (:func:`kvbudget.spec.mtp.vllm_mtp_layers`). None when the config lacks a size."""
     raw = model.raw_config
-    heads = _positive(raw.get("swa_num_attention_heads"))
-    inter = _positive(model.intermediate_size)
+    heads = positive_int(raw.get("swa_num_attention_heads"))
+    inter = positive_int(model.intermediate_size)
     h = model.hidden_size or 0
     if not isinstance(swa, FullAttention) or heads is None or inter is None or not h:
         return None
@@ -105,17 +109,17 @@ def minimax_m3_mtp_bytes(model: ModelSpec, *, tp: int, moe_ranks: int) -> int | 
     raw = model.raw_config
     sparse = raw.get("sparse_attention_config")
     sparse = sparse if isinstance(sparse, dict) else {}
-    h = _positive(model.hidden_size)
-    heads = _positive(raw.get("num_attention_heads"))
-    kv = _positive(raw.get("num_key_value_heads"))
-    head_dim = _positive(raw.get("head_dim"))
-    index_dim = _positive(sparse.get("sparse_index_dim"))
-    experts = _positive(raw.get("num_local_experts"))
-    inter = _positive(raw.get("intermediate_size"))
+    h = positive_int(model.hidden_size)
+    heads = positive_int(raw.get("num_attention_heads"))
+    kv = positive_int(raw.get("num_key_value_heads"))
+    head_dim = positive_int(raw.get("head_dim"))
+    index_dim = positive_int(sparse.get("sparse_index_dim"))
+    experts = positive_int(raw.get("num_local_experts"))
+    inter = positive_int(raw.get("intermediate_size"))
     if None in (h, heads, kv, head_dim, index_dim, experts, inter):
         return None
     assert h and heads and kv and head_dim and index_dim and experts and inter
-    shared = _positive(raw.get("n_shared_experts")) or 0
+    shared = positive_int(raw.get("n_shared_experts")) or 0
     dtype_bytes, quant = model.dtype_bytes or 2, model.quantization_config
     local_kv = max(1, kv // tp)
     qkv_out = (heads // tp) * head_dim + 2 * local_kv * head_dim + local_kv * index_dim + index_dim
@@ -142,37 +146,14 @@ def minimax_m3_mtp_bytes(model: ModelSpec, *, tp: int, moe_ranks: int) -> int | 
 
 # --- DeepSeek-V4 (vLLM 0.32.0 ``models/deepseek_v4``) ---------------------------------------
 
-#: an fp8 linear's block (``weight_block_size``) the DeepSeek-V4 checkpoints ship
-DSV4_FP8_BLOCK = 128
-#: the MXFP4 experts' scale group (``Mxfp4MoEMethod.create_weights``, ``quantization/mxfp4.py``
-#: line 671: ``mxfp4_block = 32``)
-MXFP4_GROUP = 32
-#: ``_DEEPSEEK_V4_EXPERT_DTYPES`` (``models/deepseek_v4/quant_config.py`` line 21)
-DSV4_EXPERT_DTYPES = ("fp4", "fp8")
-
-
-def _dsv4_sizes(model: ModelSpec) -> dict[str, int] | None:
-    raw = model.raw_config
-    keys = (
-        "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank", "o_lora_rank",
-        "o_groups", "moe_intermediate_size", "n_routed_experts", "hc_mult", "qk_rope_head_dim",
-        "max_position_embeddings", "num_hidden_layers",
-    )  # fmt: skip
-    sizes = {k: _positive(raw.get(k)) for k in keys}
-    if any(v is None for v in sizes.values()):
-        return None
-    out = {k: v for k, v in sizes.items() if v is not None}
-    out["n_shared_experts"] = _positive(raw.get("n_shared_experts")) or 0
-    return out
-
 
 def deepseek_v4_mtp_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
     """The part of DeepSeek-V4's MTP drafter vLLM 0.32 builds in a way kvbudget cannot pin down
     for this config (one line), or None when :func:`deepseek_v4_mtp_bytes` prices all of it."""
     quant = model.quantization_config or {}
-    if _dsv4_sizes(model) is None:
+    if dsv4_sizes(model) is None:
         return "a size the drafter's modules need (hidden_size, hc_mult, o_groups, ...) is missing"
-    if quant.get("moe_quant_algo") and _dsv4_fp8_read(quant) and dsv4_expert_dtype(model) == "fp4":
+    if quant.get("moe_quant_algo") and dsv4_fp8_read(quant) and dsv4_expert_dtype(model) == "fp4":
         return (
             "its routed experts: with quantization_config.moe_quant_algo "
             f"{quant['moe_quant_algo']!r} vLLM 0.32 builds every routed-expert layer, the "
@@ -184,13 +165,6 @@ def deepseek_v4_mtp_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> st
     return deepseek_v4_linear_unpriced(model, tp=tp, moe_ranks=moe_ranks)
 
 
-def _dsv4_fp8_read(quant: dict[str, Any]) -> bool:
-    """Whether vLLM reads ``quant`` as ``DeepseekV4FP8Config`` with 128 x 128 blocks."""
-    method = str(quant.get("quant_method", "")).lower()
-    block = quant.get("weight_block_size")
-    return method in ("fp8", "deepseek_v4_fp8") and block == [DSV4_FP8_BLOCK, DSV4_FP8_BLOCK]
-
-
 def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
     """What of a DeepSeek-V4 decoder layer under ``DeepseekV4FP8Config`` (linears, experts,
     attention split) kvbudget does not price for this config and split, in one line, or None;
@@ -198,10 +172,10 @@ def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) ->
     (:mod:`kvbudget.capacity.weights_dsv4`) share it."""
     raw = model.raw_config
     quant = model.quantization_config or {}
-    sizes = _dsv4_sizes(model)
+    sizes = dsv4_sizes(model)
     if sizes is None:
         return "a size the decoder layers need (hidden_size, hc_mult, o_groups, ...) is missing"
-    if not _dsv4_fp8_read(quant):
+    if not dsv4_fp8_read(quant):
         return (
             "its linears' quantization: vLLM's DeepseekV4FP8Config (fp8 blocks of 128 x 128, "
             "models/deepseek_v4/quant_config.py lines 149-157) is the only one read"
@@ -251,62 +225,13 @@ def deepseek_v4_linear_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) ->
     return None
 
 
-def _dsv4_fp8(n_in: int, n_out: int, scale_bytes: int) -> int:
-    """One rank's fp8 linear ``n_in x n_out``: the e4m3 weight and one scale per 128 x 128 block
-    (``Fp8LinearMethod.create_weights``, ``quantization/fp8.py`` lines 312-339;
-    ``create_fp8_scale_parameter``, ``quantization/utils/fp8_utils.py`` lines 1412-1425)."""
-    return n_in * n_out + scale_bytes * cdiv(n_out, DSV4_FP8_BLOCK) * cdiv(n_in, DSV4_FP8_BLOCK)
-
-
-def dsv4_expert_dtype(model: ModelSpec) -> str:
-    """``expert_dtype`` as vLLM 0.32 reads it for deepseek_v4: the config's top-level field, fp4
-    when absent (``DeepseekV4FP8Config.expert_dtype``, ``models/deepseek_v4/quant_config.py``
-    lines 57-78; ``nvidia/model.py`` line 1823)."""
-    value = model.raw_config.get("expert_dtype", "fp4")
-    return value if isinstance(value, str) else repr(value)
-
-
-def dsv4_scale_bytes(model: ModelSpec) -> int:
-    """Bytes of one fp8 linear's block scale: float8_e8m0fnu (1 B) for fp4-expert checkpoints,
-    float32 (4 B) for fp8-expert ones (``is_scale_e8m0``, ``quant_config.py`` lines 80-84;
-    ``quantization/fp8.py`` line 336; ``quantization/utils/fp8_utils.py`` line 1405)."""
-    return 1 if dsv4_expert_dtype(model) == "fp4" else 4
-
-
-def dsv4_routed_experts(model: ModelSpec, experts: int, rows: int, h: int) -> int:
-    """``experts`` fp8-checkpoint routed experts of ``rows`` intermediate rows each on one rank:
-    MXFP4 for ``expert_dtype`` fp4 (``Mxfp4MoEMethod.create_weights``, ``quantization/mxfp4.py``
-    lines 659-731: uint8 weights two values a byte, one uint8 scale per 32 inputs), fp8 blocks
-    for fp8 (``Fp8MoEMethod.create_weights``, ``quantization/fp8.py`` lines 538, 564-587,
-    616-628: e4m3 ``w13_weight (E, 2I, H)`` and ``w2_weight (E, H, I)``, one float32
-    ``weight_scale_inv`` per 128 x 128 block; no input scales, block quantization being dynamic,
-    lines 646-662); ``rows`` in whole 128-blocks (:func:`deepseek_v4_linear_unpriced`)."""
-    if dsv4_expert_dtype(model) == "fp8":
-        blocks_h, blocks_i = cdiv(h, DSV4_FP8_BLOCK), cdiv(rows, DSV4_FP8_BLOCK)
-        w13 = 2 * rows * h + 4 * 2 * blocks_i * blocks_h
-        w2 = h * rows + 4 * blocks_h * blocks_i
-        return experts * (w13 + w2)
-    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
-    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
-    return experts * (w13 + w2)
-
-
-def _dsv4_padded_heads(local_heads: int, compute_capability_major: int | None) -> int:
-    """The attention sink's padded head count (``attention.py`` lines 240-246): FlashMLA's 64 or
-    128 (``nvidia/flashmla.py`` lines 78-85), FlashInfer's next of 8 ... 128 on compute capability
-    12 (``nvidia/model.py`` lines 1042-1044; ``nvidia/flashinfer_sparse.py`` lines 78-88)."""
-    if compute_capability_major == 12:
-        return next(n for n in (8, 16, 32, 64, 128) if local_heads <= n)
-    return 64 if local_heads <= 64 else 128
-
-
 def deepseek_v4_mtp_bytes(
     model: ModelSpec, *, tp: int, moe_ranks: int, compute_capability_major: int | None = None
 ) -> int:
     """One DeepSeek-V4 MTP layer on one GPU of ``tp`` (routed experts over ``moe_ranks``), as
     vLLM 0.32 builds it (module doc of :mod:`kvbudget.capacity.mtp_draft`); call
     :func:`deepseek_v4_mtp_unpriced` first."""
-    s = _dsv4_sizes(model)
+    s = dsv4_sizes(model)
     assert s is not None
     h, heads, d = s["hidden_size"], s["num_attention_heads"], s["head_dim"]
     q_lora, o_lora, groups = s["q_lora_rank"], s["o_lora_rank"], s["o_groups"]
@@ -317,17 +242,19 @@ def deepseek_v4_mtp_bytes(
     # (quant_config.py lines 80-84)
     scale = dsv4_scale_bytes(model)
     total = 3 * h * dtype_bytes  # enorm, hnorm, shared_head.norm (mtp.py lines 102-103, 140)
-    total += 2 * _dsv4_fp8(h, h, scale)  # e_proj, h_proj (mtp.py lines 107-122)
+    total += 2 * dsv4_fp8_linear_bytes(h, h, scale)  # e_proj, h_proj (mtp.py lines 107-122)
     total += (s["hc_mult"] * hc_dim + s["hc_mult"] + 1) * 4  # hc_head_* (mtp.py lines 127-138)
     # the decoder layer (nvidia/model.py lines 1091-1141): two norms, the mHC parameters in fp32
     total += 2 * h * dtype_bytes + 2 * (mix * hc_dim + mix + 3) * 4
     # its attention at compress ratio 1 (attention.py lines 232-284): no compressor, no indexer
-    total += _dsv4_padded_heads(heads // tp, compute_capability_major) * 4  # attn_sink, fp32
-    total += _dsv4_fp8(h, q_lora + d, scale)  # fused_wqa_wkv, replicated
+    total += dsv4_padded_heads(heads // tp, compute_capability_major) * 4  # attn_sink, fp32
+    total += dsv4_fp8_linear_bytes(h, q_lora + d, scale)  # fused_wqa_wkv, replicated
     total += (q_lora + d) * dtype_bytes  # q_norm, kv_norm
-    total += _dsv4_fp8(q_lora, heads * d // tp, scale)  # wq_b, column-split
-    total += _dsv4_fp8(heads * d // groups, groups * o_lora // tp, scale)  # wo_a, column-split
-    total += _dsv4_fp8(groups * o_lora // tp, h, scale)  # wo_b, row-split
+    total += dsv4_fp8_linear_bytes(q_lora, heads * d // tp, scale)  # wq_b, column-split
+    total += dsv4_fp8_linear_bytes(
+        heads * d // groups, groups * o_lora // tp, scale
+    )  # wo_a, column-split
+    total += dsv4_fp8_linear_bytes(groups * o_lora // tp, h, scale)  # wo_b, row-split
     # DeepseekV4MoE (nvidia/model.py lines 724-795): the bf16 gate, the fp32 routing bias
     experts, inter = s["n_routed_experts"], s["moe_intermediate_size"]
     total += h * experts * dtype_bytes
@@ -337,7 +264,9 @@ def deepseek_v4_mtp_bytes(
     # per rank, rounded up (lines 152-159)
     shared = cdiv(inter * s["n_shared_experts"] // DSV4_FP8_BLOCK, tp) * DSV4_FP8_BLOCK
     if shared:
-        total += _dsv4_fp8(h, 2 * shared, scale) + _dsv4_fp8(shared, h, scale)
+        total += dsv4_fp8_linear_bytes(h, 2 * shared, scale) + dsv4_fp8_linear_bytes(
+            shared, h, scale
+        )
     # the routed experts: MXFP4 or fp8 blocks by expert_dtype (quant_config.py lines 186-199)
     return total + dsv4_routed_experts(model, experts, inter // moe_ranks, h)
 
@@ -349,7 +278,7 @@ def deepseek_v4_mtp_rope_bytes(model: ModelSpec) -> int:
     compress ratio 0 or 1 (DeepSeek-V4-Pro); then ``max_position_embeddings x rope_dim`` fp32
     (``rotary_embedding/deepseek_scaling_rope.py`` lines 237-256, factor 1)."""
     raw = model.raw_config
-    s = _dsv4_sizes(model)
+    s = dsv4_sizes(model)
     ratios = raw.get("compress_ratios")
     if s is None or not isinstance(ratios, list):
         return 0
@@ -365,5 +294,5 @@ def deepseek_v4_hidden_buffer_bytes_per_token(model: ModelSpec) -> int:
     only when ``speculative_config.use_eagle()`` (method ``mtp`` among them:
     ``config/speculative.py`` line 1948), built with the model (``nvidia/model.py`` lines
     1378-1389), so it is in "Model loading took"."""
-    s = _dsv4_sizes(model)
+    s = dsv4_sizes(model)
     return 0 if s is None else s["hc_mult"] * s["hidden_size"] * (model.dtype_bytes or 2)

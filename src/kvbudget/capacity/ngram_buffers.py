@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbudget.errors import ConfigError
+from kvbudget.capacity.mtp_tokens import vllm_num_speculative_tokens
 from kvbudget.units import cdiv
 
 __all__ = ["NGRAM_GPU_METHODS", "NgramBuffers", "ngram_buffers"]
@@ -72,22 +72,9 @@ def ngram_buffers(
 ) -> NgramBuffers:
     """The n-gram buffers of this speculative config (parsed; method ``ngram`` or
     ``ngram_gpu``) for ``max_num_seqs`` requests of ``max_model_len`` tokens (module doc).
-    Without ``num_speculative_tokens`` vLLM 0.32 raises (``config/speculative.py`` lines
-    1819-1824): refused in its words."""
-    tokens = speculative.get("num_speculative_tokens")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        words = (
-            "'num_speculative_tokens must be provided with speculative model unless the draft "
-            "model config contains an n_predict parameter.' (config/speculative.py lines "
-            "1819-1824)"
-            if tokens is None
-            else "'Expected num_speculative_tokens to be greater than zero' (lines 1826-1830)"
-        )
-        raise ConfigError(
-            f"speculative_config: num_speculative_tokens {tokens!r} with method "
-            f"{speculative.get('method')}: vLLM 0.32 raises {words}; set a positive integer",
-            field="speculative_config",
-        )
+    Its ``num_speculative_tokens`` as vLLM 0.32 takes it, refused in vLLM's words
+    (:func:`kvbudget.capacity.mtp_tokens.vllm_num_speculative_tokens`)."""
+    tokens = vllm_num_speculative_tokens(speculative, None, "this model")
     every = max_num_seqs * max_model_len * INT32_BYTES
     scratch = max_num_seqs * cdiv(max_model_len, _block_l(max_model_len)) * INT64_BYTES
     drafts = max_num_seqs * tokens * INT64_BYTES

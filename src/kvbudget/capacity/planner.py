@@ -15,6 +15,7 @@ from kvbudget.capacity.engines.registry import engine_entry, engine_planner
 from kvbudget.capacity.engines.vllm.settings import batch_defaults, stage_profile
 from kvbudget.capacity.layouts.base import PpSplit, get_pp_indices
 from kvbudget.capacity.model_dtype import with_dtype, with_quantization
+from kvbudget.capacity.moe_ranks import vllm_moe_ranks
 from kvbudget.capacity.plan_model import resolve_spec
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult, request_snapshot
 from kvbudget.capacity.weights import estimate_weights
@@ -126,7 +127,7 @@ def make_plan(request: PlanRequest, spec: ModelSpec | None = None) -> PlanResult
         pp=request.pp,
         snapshot=snapshot,
         weights_bytes=request.weights_bytes,
-        moe_ranks=request.tp * dp if dp > 1 and model.num_experts else None,
+        moe_ranks=vllm_moe_ranks(request, model),
         pp_split=_pp_split(planner, request, model),
     )
     result = planner.plan(request, model, gpu, weights, max_model_len, device_given)

@@ -69,18 +69,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kvbudget.capacity.layouts.base import get_pp_indices
-from kvbudget.capacity.mtp_weights import (
+from kvbudget.capacity.dsv4_modules import (
     DSV4_FP8_BLOCK,
-    _dsv4_fp8,
-    _dsv4_padded_heads,
-    _dsv4_sizes,
-    _positive,
-    deepseek_v4_linear_unpriced,
     dsv4_expert_dtype,
+    dsv4_fp8_linear_bytes,
+    dsv4_padded_heads,
     dsv4_routed_experts,
     dsv4_scale_bytes,
+    dsv4_target_sizes,
+    positive_int,
 )
+from kvbudget.capacity.layouts.base import get_pp_indices
+from kvbudget.capacity.mtp_weights import deepseek_v4_linear_unpriced
 from kvbudget.capacity.weights import WeightsEstimate, with_rope_cache
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
@@ -98,21 +98,6 @@ __all__ = [
 NVFP4_GROUP = 16
 #: ``VocabParallelEmbedding``'s ``DEFAULT_VOCAB_PADDING_SIZE``
 VOCAB_PADDING = 64
-
-
-def _target_sizes(model: ModelSpec) -> dict[str, int] | None:
-    sizes = _dsv4_sizes(model)
-    raw = model.raw_config
-    extra = {k: _positive(raw.get(k)) for k in ("index_n_heads", "index_head_dim", "index_topk")}
-    vocab = _positive(model.vocab_size)
-    if sizes is None or vocab is None or any(v is None for v in extra.values()):
-        return None
-    out = dict(sizes)
-    out.update({k: v for k, v in extra.items() if v is not None})
-    out["vocab_size"] = vocab
-    hash_layers = raw.get("num_hash_layers", 0)
-    out["num_hash_layers"] = hash_layers if isinstance(hash_layers, int) else 0
-    return out
 
 
 def _ratios(model: ModelSpec, num_layers: int) -> list[int] | None:
@@ -133,7 +118,7 @@ def _nvfp4_experts(model: ModelSpec) -> bool:
 def deepseek_v4_target_unpriced(model: ModelSpec, *, tp: int, moe_ranks: int) -> str | None:
     """The part of DeepSeek-V4's target vLLM 0.32 builds in a way this module does not price
     (one line), or None when :func:`deepseek_v4_target_stage_bytes` prices all of it."""
-    sizes = _target_sizes(model)
+    sizes = dsv4_target_sizes(model)
     if sizes is None:
         return (
             "a size its modules need (hidden_size, hc_mult, o_groups, index_topk, vocab_size, "
@@ -160,7 +145,9 @@ def _linear(model: ModelSpec, n_in: int, n_out: int) -> int:
     """One rank's ``n_in x n_out`` linear built with the checkpoint's ``quant_config``."""
     if not model.quantization_config:
         return n_in * n_out * (model.dtype_bytes or 2)
-    return _dsv4_fp8(n_in, n_out, dsv4_scale_bytes(model))  # e8m0 or fp32 scales (module doc)
+    return dsv4_fp8_linear_bytes(
+        n_in, n_out, dsv4_scale_bytes(model)
+    )  # e8m0 or fp32 scales (module doc)
 
 
 def _compressor(model: ModelSpec, head_dim: int, ratio: int) -> int:
@@ -172,13 +159,11 @@ def _compressor(model: ModelSpec, head_dim: int, ratio: int) -> int:
 
 def _experts(model: ModelSpec, experts: int, rows: int, h: int) -> int:
     """``experts`` routed experts of ``rows`` intermediate rows each on one rank (module doc)."""
-    if not model.quantization_config:
-        return experts * 3 * rows * h * (model.dtype_bytes or 2)
-    if _nvfp4_experts(model):
+    if model.quantization_config and _nvfp4_experts(model):
         w13 = 2 * rows * (h // 2 + h // NVFP4_GROUP)
         w2 = h * (rows // 2 + rows // NVFP4_GROUP)
         return experts * (w13 + w2 + (2 + 1) * 4 + (2 + 1) * 4)  # weight_scale_2, input_scale
-    return dsv4_routed_experts(model, experts, rows, h)  # MXFP4 or fp8 blocks
+    return dsv4_routed_experts(model, experts, rows, h)  # model dtype, MXFP4 or fp8 blocks
 
 
 def _layer_bytes(
@@ -197,7 +182,7 @@ def _layer_bytes(
     dtype_bytes = model.dtype_bytes or 2
     hc_dim, mix = s["hc_mult"] * h, (2 + s["hc_mult"]) * s["hc_mult"]
     total = 2 * h * dtype_bytes + 2 * (mix * hc_dim + mix + 3) * 4
-    total += _dsv4_padded_heads(heads // tp, compute_capability_major) * 4  # attn_sink
+    total += dsv4_padded_heads(heads // tp, compute_capability_major) * 4  # attn_sink
     total += _linear(model, h, q_lora + d)  # fused_wqa_wkv
     total += (q_lora + d) * dtype_bytes  # q_norm, kv_norm
     total += _linear(model, q_lora, heads * d // tp)  # wq_b
@@ -213,7 +198,7 @@ def _layer_bytes(
     experts, inter = s["n_routed_experts"], s["moe_intermediate_size"]
     total += h * experts * dtype_bytes  # gate
     if index < s["num_hash_layers"]:
-        top_k = _positive(model.raw_config.get("num_experts_per_tok")) or 0
+        top_k = positive_int(model.raw_config.get("num_experts_per_tok")) or 0
         total += s["vocab_size"] * top_k * 4  # tid2eid, int32
     elif model.raw_config.get("topk_method") == "noaux_tc":
         total += experts * 4  # e_score_correction_bias
@@ -253,7 +238,7 @@ def _rope_keys(model: ModelSpec, s: dict[str, int], ratios: list[int]) -> dict[A
 
 def deepseek_v4_rope_bytes(model: ModelSpec, layers: range) -> int:
     """The fp32 rotary caches of the target's ``layers`` (module doc)."""
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     ratios = None if s is None else _ratios(model, s["num_hidden_layers"])
     if s is None or ratios is None:
         return 0
@@ -271,7 +256,7 @@ def deepseek_v4_target_stage_bytes(
 ) -> tuple[int, ...]:
     """Each pipeline stage's bytes on one GPU (module doc); call
     :func:`deepseek_v4_target_unpriced` first."""
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     assert s is not None
     ratios = _ratios(model, s["num_hidden_layers"])
     assert ratios is not None
@@ -305,7 +290,7 @@ def deepseek_v4_target_stage_bytes(
 
 def _buffers(model: ModelSpec, layers: range, max_num_batched_tokens: int) -> int:
     """A stage's rotary caches and ``topk_indices_buffer`` (module doc)."""
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     assert s is not None
     return deepseek_v4_rope_bytes(model, layers) + max_num_batched_tokens * s["index_topk"] * 4
 
@@ -340,7 +325,7 @@ def deepseek_v4_weights(
             )
         note = f"DeepSeek-V4's target weights are the generic fp8 count, not vLLM's: {part}"
         return replace(with_rope_cache(weights, model), notes=(*weights.notes, note))
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     assert s is not None
     stages = deepseek_v4_target_stage_bytes(
         model,

@@ -414,7 +414,8 @@ def test_a_named_model_defaults_the_tokens_to_n_predict(tmp_path: Path) -> None:
         # config/speculative.py lines 1493-1501: 3 tokens over MiniMax-M3's 7 modules' n_predict
         # would pass; 9 is above 7 and no multiple of it
         ('{"method": "mtp", "num_speculative_tokens": 9}', "'num_speculative_tokens:9 must be "),
-        ('{"method": "mtp", "num_speculative_tokens": 0}', "greater than zero"),
+        # line 393's pydantic Field(gt=0) (scripts/check_vllm_mtp_tokens.py)
+        ('{"method": "mtp", "num_speculative_tokens": 0}', "'Input should be greater than 0'"),
     ],
 )
 def test_tokens_vllm_refuses_are_refused(tmp_path: Path, config: str, words: str) -> None:

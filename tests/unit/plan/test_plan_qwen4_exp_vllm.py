@@ -360,8 +360,8 @@ _MTP_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
         ),
         (
             {"speculative_config": '{"method": "mtp"}'},
-            r"^speculative_config: num_speculative_tokens None with Qwen4-Exp's MTP; vLLM 0.32 "
-            r"raises 'num_speculative_tokens must be provided with speculative model unless",
+            r"^speculative_config: method mtp for Qwen4-Exp without num_speculative_tokens: vLLM "
+            r"0.32 raises 'num_speculative_tokens must be provided with speculative model unless",
         ),
         (
             # a quantized checkpoint's drafter is not sized (kvbudget.capacity.mtp_qwen4)

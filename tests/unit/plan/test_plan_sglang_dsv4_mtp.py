@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from kvbudget.capacity.engines.sglang.dsv4_spec import dsv4_drafter_layer_bytes
 from kvbudget.capacity.plan_types import PlanRequest, PlanResult
 from kvbudget.capacity.planner import make_plan
 from kvbudget.errors import ConfigError
@@ -214,3 +215,18 @@ def test_unsized_drafter_part_is_named() -> None:
     pool = _plan("nvidia/DeepSeek-V4-Flash-NVFP4")
     assert pool.sglang is not None and pool.sglang.max_total_num_tokens == 669_440
     assert any("weights leave the NextN drafter out" in note for note in pool.notes)
+
+
+def test_the_drafters_experts_split_over_tp_as_the_targets() -> None:
+    """SGLang's FusedMoE splits the routed experts' rows over ``moe_tp_size = tp_size //
+    moe_ep_size // moe_dp_size`` (``runtime_context.py`` line 154; ``layers/moe/fused_moe_triton/
+    layer.py`` lines 390-392, 427-428) for the NextN layer as for the target's, not over vLLM's
+    ``tp x dp``: at TP 8 a data-parallel 4 request gives Flash's drafter layer the same
+    2,048 / 8 = 256 rows per rank, the bytes worked out in
+    ``test_drafter_weights_join_the_target_before_sizing`` (vLLM's layer 488,947,500 + 3 B for
+    each of its 3,392 fp8 blocks), where ``tp x dp`` = 32 would leave 64 rows, no whole
+    128-row MXFP4 block (an unsized part)."""
+    model = resolve_model(FLASH).spec
+    assert model is not None
+    request = PlanRequest(model=FLASH, engine="sglang", tp=8, data_parallel_size=4)
+    assert dsv4_drafter_layer_bytes(request, model) == 488_947_500 + 3 * 3_392 == 488_957_676

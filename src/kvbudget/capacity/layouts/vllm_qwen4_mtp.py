@@ -39,6 +39,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.capacity.layouts.base import LayoutNotApplicable
+from kvbudget.capacity.mtp_tokens import vllm_num_speculative_tokens
+from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -68,35 +70,19 @@ def qwen4_mtp_layers(spec: ModelSpec) -> int:
 
 
 def qwen4_mtp_speculative_tokens(spec: ModelSpec, speculative: dict[str, Any]) -> int:
-    """``num_speculative_tokens`` as vLLM 0.32 resolves it for the Qwen4-Exp drafter: absent, the
-    drafter's ``n_predict`` where a ``model`` builds its config (``config/speculative.py`` lines
-    1274, 1489-1492; without one vLLM raises, lines 1819-1824); refused where vLLM raises."""
+    """``num_speculative_tokens`` as vLLM 0.32 resolves it for the Qwen4-Exp drafter, whose draft
+    config's ``n_predict`` is ``mtp_num_hidden_layers`` / ``num_nextn_predict_layers``
+    (``config/speculative.py`` lines 845-865): vLLM's one rule,
+    :func:`kvbudget.capacity.mtp_tokens.vllm_num_speculative_tokens`, its refusals raised as
+    this layout's."""
     raw = spec.raw_config
     n_predict = raw.get("mtp_num_hidden_layers", raw.get("num_nextn_predict_layers"))
-    tokens = speculative.get("num_speculative_tokens")
-    if tokens is None:
-        if n_predict is None or not speculative.get("model"):
-            raise LayoutNotApplicable(
-                "speculative_config: num_speculative_tokens None with Qwen4-Exp's MTP; vLLM 0.32 "
-                "raises 'num_speculative_tokens must be provided with speculative model unless "
-                "the draft model config contains an n_predict parameter.' (config/speculative.py "
-                "lines 1819-1824; n_predict is read only from a 'model', lines 1274, 1477-1492, "
-                "and from mtp_num_hidden_layers / num_nextn_predict_layers, lines 849-853); set it"
-            )
-        return _positive("mtp_num_hidden_layers", n_predict)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise LayoutNotApplicable(
-            f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; vLLM 0.32 "
-            "takes a positive integer (config/speculative.py line 393); set it"
-        )
-    if isinstance(n_predict, int) and n_predict > 0 and tokens > n_predict and tokens % n_predict:
-        raise LayoutNotApplicable(
-            f"speculative_config: num_speculative_tokens {tokens} with Qwen4-Exp's "
-            f"{n_predict} MTP layer(s); vLLM 0.32 raises 'num_speculative_tokens:{tokens} must "
-            f"be divisible by n_predict={n_predict}' (config/speculative.py lines 1493-1501); "
-            f"choose a multiple of {n_predict}, or at most {n_predict}"
-        )
-    return tokens
+    if n_predict is not None and (isinstance(n_predict, bool) or not isinstance(n_predict, int)):
+        _positive("mtp_num_hidden_layers", n_predict)  # refuses it
+    try:
+        return vllm_num_speculative_tokens(speculative, n_predict, "Qwen4-Exp")
+    except ConfigError as error:
+        raise LayoutNotApplicable(str(error)) from error
 
 
 def _draft_keeps_mrope(spec: ModelSpec) -> bool:

@@ -140,20 +140,23 @@ def dsv4_draft_layers(num_nextn_predict_layers: object) -> int:
     return 1
 
 
-def _moe_ranks(request: PlanRequest, model: ModelSpec) -> int:
-    dp = request.data_parallel_size or 1
-    return request.tp * dp if dp > 1 and model.num_experts else request.tp
+def _moe_ranks(request: PlanRequest) -> int:
+    """SGLang splits the drafter's experts as the target's, over ``--tp`` (``moe_tp_size =
+    tp_size // moe_ep_size // moe_dp_size``, ``runtime_context.py`` line 154; ``FusedMoE``,
+    ``layers/moe/fused_moe_triton/layer.py`` lines 390-392, 427-428), DP attention or not:
+    vLLM's ``tp x dp`` (:mod:`kvbudget.capacity.moe_ranks`) is not SGLang's."""
+    return request.tp
 
 
 def dsv4_unpriced(request: PlanRequest, model: ModelSpec) -> str | None:
     """The drafter part :func:`deepseek_v4_mtp_unpriced` cannot size here (None: all sized)."""
-    return deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request, model))
+    return deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request))
 
 
 def dsv4_drafter_layer_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
     """One GPU's bytes of the drafter's layer, projections, norms and (Pro) rotary table (module
     doc); None where :func:`dsv4_unpriced` names a part kvbudget cannot size."""
-    moe_ranks = _moe_ranks(request, model)
+    moe_ranks = _moe_ranks(request)
     if dsv4_unpriced(request, model) is not None:
         return None
     if sglang_dsv4_unpriced(model, tp=request.tp) is None:  # SGLang's own modules

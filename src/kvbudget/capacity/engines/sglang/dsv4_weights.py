@@ -53,16 +53,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvbudget.capacity.layouts.base import PpSplit
-from kvbudget.capacity.mtp_weights import (
+from kvbudget.capacity.dsv4_modules import (
     DSV4_FP8_BLOCK,
-    MXFP4_GROUP,
-    _dsv4_fp8,
-    _dsv4_fp8_read,
     dsv4_expert_dtype,
+    dsv4_fp8_linear_bytes,
+    dsv4_fp8_read,
+    dsv4_routed_experts,
+    dsv4_target_sizes,
 )
+from kvbudget.capacity.layouts.base import PpSplit
 from kvbudget.capacity.weights import WeightsEstimate
-from kvbudget.capacity.weights_dsv4 import VOCAB_PADDING, _target_sizes
+from kvbudget.capacity.weights_dsv4 import VOCAB_PADDING
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
 
@@ -91,7 +92,7 @@ def sglang_dsv4_unpriced(
 ) -> str | None:
     """What of DeepSeek-V4's target SGLang 0.5.23 builds in a way this module does not price (one
     line), or None."""
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     if s is None:
         return (
             "a size its modules need (hidden_size, hc_mult, o_groups, index_topk, ...) is missing"
@@ -102,7 +103,7 @@ def sglang_dsv4_unpriced(
             "DeepSeek-V4.1's, models/deepseek_v4.py lines 1049-1058, 1473-1490)"
         )
     quant = model.quantization_config or {}
-    if quant and not _dsv4_fp8_read(quant):
+    if quant and not dsv4_fp8_read(quant):
         return "its quantization: only fp8 blocks of 128 x 128 (SGLang's Fp8Config) are priced"
     if str(quant.get("moe_quant_algo") or "").upper() == "NVFP4":
         return "its NVFP4 routed experts (configs/model_config.py lines 773-791)"
@@ -135,7 +136,7 @@ def sglang_dsv4_unpriced(
 def _linear(model: ModelSpec, n_in: int, n_out: int) -> int:
     if not model.quantization_config:
         return n_in * n_out * (model.dtype_bytes or 2)
-    return _dsv4_fp8(n_in, n_out, FP32_SCALE)
+    return dsv4_fp8_linear_bytes(n_in, n_out, FP32_SCALE)
 
 
 def _compressor(model: ModelSpec, head_dim: int, ratio: int) -> int:
@@ -146,19 +147,6 @@ def _compressor(model: ModelSpec, head_dim: int, ratio: int) -> int:
         + (model.hidden_size or 0) * 2 * coff * head_dim * 2
         + (head_dim * 4)
     )
-
-
-def _experts(model: ModelSpec, experts: int, rows: int, h: int) -> int:
-    """``experts`` routed experts of ``rows`` rows each on one rank (module doc)."""
-    if not model.quantization_config:
-        return experts * 3 * rows * h * (model.dtype_bytes or 2)
-    if dsv4_expert_dtype(model) == "fp8":
-        blocks_h, blocks_i = cdiv(h, DSV4_FP8_BLOCK), cdiv(rows, DSV4_FP8_BLOCK)
-        return experts * (3 * rows * h + FP32_SCALE * 3 * blocks_i * blocks_h)
-    # one e8m0 byte per 32 under flashinfer_mxfp4 (module doc)
-    w13 = 2 * rows * (h // 2 + h // MXFP4_GROUP)
-    w2 = h * (rows // 2 + rows // MXFP4_GROUP)
-    return experts * (w13 + w2)
 
 
 def _layer(model: ModelSpec, s: dict[str, int], index: int, ratio: int, tp: int) -> int:
@@ -190,7 +178,8 @@ def _layer(model: ModelSpec, s: dict[str, int], index: int, ratio: int, tp: int)
     shared = inter * s["n_shared_experts"] // tp
     if shared:
         total += _linear(model, h, 2 * shared) + _linear(model, shared, h)
-    return total + _experts(model, experts, inter // tp, h)
+    # float32 fp8 block scales or MXFP4's e8m0 bytes, as vLLM's (module doc)
+    return total + dsv4_routed_experts(model, experts, inter // tp, h)
 
 
 def _rope_bytes(model: ModelSpec, s: dict[str, int], ratios: list[int]) -> int:
@@ -214,7 +203,7 @@ def sglang_dsv4_stage_bytes(
 ) -> tuple[int, ...]:
     """Each pipeline stage's bytes on one GPU (module doc); call :func:`sglang_dsv4_unpriced`
     first."""
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     assert s is not None
     ratios = _ratios(model, s["num_hidden_layers"])
     assert ratios is not None
@@ -242,7 +231,7 @@ def sglang_dsv4_nextn_bytes(model: ModelSpec, *, tp: int) -> int:
     hash layer (``models/deepseek_v2.py`` line 712: not for a V4 NextN layer); and, when no target
     layer has ratio 0 (Pro), its own ratio-0 ``freqs_cis`` and ``cos_sin_cache``. Call
     :func:`sglang_dsv4_unpriced` first."""
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     ratios = _ratios(model, s["num_hidden_layers"]) if s is not None else None
     assert s is not None and ratios is not None
     h, hc, dtype_bytes = s["hidden_size"], s["hc_mult"], model.dtype_bytes or 2
@@ -276,7 +265,7 @@ def sglang_dsv4_weights(
         )
         return replace(weights, notes=(*weights.notes, note))
     stages = sglang_dsv4_stage_bytes(model, tp=tp, pp=pp, split=split)
-    s = _target_sizes(model)
+    s = dsv4_target_sizes(model)
     ratios = _ratios(model, s["num_hidden_layers"]) if s is not None else None
     assert s is not None and ratios is not None
     tables = [

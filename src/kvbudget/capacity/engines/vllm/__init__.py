@@ -29,6 +29,7 @@ from kvbudget.capacity.layouts.vllm import vllm_layout
 from kvbudget.capacity.layouts.vllm_dsv4 import is_deepseek_v4
 from kvbudget.capacity.layouts.vllm_dsv41 import is_deepseek_v41
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
+from kvbudget.capacity.moe_ranks import vllm_moe_ranks
 from kvbudget.capacity.mtp_draft import MTP_SNAPSHOT_NOTE, MTP_WEIGHTS_NOTE
 from kvbudget.capacity.plan_types import request_snapshot
 from kvbudget.capacity.pool_dsv41 import check_dsv41_device, check_dsv41_request
@@ -102,26 +103,24 @@ class VllmPlanner:
             weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
         if is_deepseek_v4(model) and not is_deepseek_v41(model):  # its modules, rotary, top-k
             engine = resolve_engine(request, model, gpu, max_model_len, device_given)
-            dp = request.data_parallel_size
             weights = deepseek_v4_weights(
                 weights,
                 model,
                 tp=request.tp,
                 pp=request.pp,
-                moe_ranks=request.tp * dp if dp > 1 and model.num_experts else request.tp,
+                moe_ranks=vllm_moe_ranks(request, model) or request.tp,
                 max_num_batched_tokens=engine.max_num_batched_tokens,
                 compute_capability_major=gpu.compute_capability_major,
                 measured=request.kv_cache_memory_bytes is not None,
             )
         elif is_qwen4_exp(model):  # hyper-connections, QSA indexers, PLE layers, top-k buffers
             engine = resolve_engine(request, model, gpu, max_model_len, device_given)
-            dp = request.data_parallel_size
             weights = qwen4_exp_weights(
                 weights,
                 model,
                 tp=request.tp,
                 pp=request.pp,
-                moe_ranks=request.tp * dp if dp > 1 else request.tp,
+                moe_ranks=vllm_moe_ranks(request, model) or request.tp,
                 max_num_batched_tokens=engine.max_num_batched_tokens,
                 # a snapshot holds the drafter; else its hidden buffer comes with its weights
                 mtp=draft is not None and draft.is_mtp and weights.source == "read",

@@ -15,7 +15,7 @@ from kvbudget.capacity.layouts.vllm_dsv41 import dsv41_kv_dtype, is_deepseek_v41
 from kvbudget.capacity.layouts.vllm_qwen4 import is_qwen4_exp
 from kvbudget.capacity.model_dtype import mamba_dtype_bytes
 from kvbudget.capacity.mtp_dots3 import dots3_mtp
-from kvbudget.capacity.mtp_draft import (
+from kvbudget.capacity.mtp_layers import (
     mtp_extra_retained_tokens,
     mtp_layers_requested,
     mtp_pool_layers,
