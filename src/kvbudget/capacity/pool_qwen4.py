@@ -35,6 +35,7 @@ from kvbudget.capacity.layouts.base import LayoutNotApplicable
 from kvbudget.capacity.layouts.vllm_qwen4 import qwen4_layer_specs
 from kvbudget.capacity.layouts.vllm_qwen4_mtp import qwen4_mtp_speculative_tokens
 from kvbudget.capacity.layouts.vllm_specs import MambaCacheMode, VllmKind
+from kvbudget.capacity.mtp_tokens import vllm_num_speculative_tokens
 from kvbudget.capacity.pool_packed import (
     PackedRequest,
     check_packed_request,
@@ -42,6 +43,7 @@ from kvbudget.capacity.pool_packed import (
     packed_kv_group,
 )
 from kvbudget.capacity.pool_types import KvCacheGroup
+from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 
 __all__ = [
@@ -162,14 +164,9 @@ def qwen4_speculative_tokens(speculative_config: str | None, spec: ModelSpec | N
     if speculative_config is None:
         return 0
     config = parse_speculative_config(speculative_config)
-    tokens = config.get("num_speculative_tokens")
     if qwen4_method(speculative_config) == "mtp" and spec is not None:
         return qwen4_mtp_speculative_tokens(spec, config)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise LayoutNotApplicable(
-            f"speculative_config: num_speculative_tokens {tokens!r} with Qwen4-Exp; it sizes "
-            "the QSA ring and the GDN / PLE states (models/qwen4_exp/common/qsa_cache.py lines "
-            "850-851), and vLLM 0.32 takes a positive integer (config/speculative.py line 393); "
-            "set it"
-        )
-    return tokens
+    try:  # an n-gram proposer has no draft config: vLLM requires the count (mtp_tokens)
+        return vllm_num_speculative_tokens(config, None, "Qwen4-Exp")
+    except ConfigError as error:
+        raise LayoutNotApplicable(str(error)) from error

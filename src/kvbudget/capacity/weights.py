@@ -63,6 +63,13 @@ APPROX_NOTE = "state-space / linear-attention / KV-shared projections are approx
 NORMS_NOTE = "the language model's biases and q/k norms are not counted"
 
 
+def without_count_notes(weights: WeightsEstimate) -> WeightsEstimate:
+    """``weights`` without the parameter count's notes on what it approximates: for a pricer
+    that sizes every module itself (DeepSeek-V4, Qwen4-Exp), they no longer hold."""
+    notes = tuple(n for n in weights.notes if n not in (APPROX_NOTE, NORMS_NOTE))
+    return replace(weights, notes=notes)
+
+
 @dataclass(frozen=True, slots=True)
 class WeightsEstimate:
     """Weight bytes: ``per_rank_bytes[pp_rank]`` is one GPU of that pipeline stage."""

@@ -81,7 +81,7 @@ from kvbudget.capacity.dsv4_modules import (
 )
 from kvbudget.capacity.layouts.base import get_pp_indices
 from kvbudget.capacity.mtp_weights import deepseek_v4_linear_unpriced
-from kvbudget.capacity.weights import WeightsEstimate, with_rope_cache
+from kvbudget.capacity.weights import WeightsEstimate, with_rope_cache, without_count_notes
 from kvbudget.errors import ConfigError
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -325,6 +325,7 @@ def deepseek_v4_weights(
             )
         note = f"DeepSeek-V4's target weights are the generic fp8 count, not vLLM's: {part}"
         return replace(with_rope_cache(weights, model), notes=(*weights.notes, note))
+    weights = without_count_notes(weights)  # every module is priced here
     s = dsv4_target_sizes(model)
     assert s is not None
     stages = deepseek_v4_target_stage_bytes(

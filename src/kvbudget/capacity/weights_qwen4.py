@@ -63,12 +63,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvbudget.capacity.layouts.base import get_pp_indices
-from kvbudget.capacity.weights import (
-    APPROX_NOTE,
-    NORMS_NOTE,
-    WeightsEstimate,
-    with_rope_cache,
-)
+from kvbudget.capacity.weights import WeightsEstimate, with_rope_cache, without_count_notes
 from kvbudget.spec.layers import FullAttention
 from kvbudget.spec.model import ModelSpec
 from kvbudget.spec.state_layers import StateLayer
@@ -326,9 +321,7 @@ def qwen4_exp_weights(
         note = f"Qwen4-Exp's target weights are the generic count, not vLLM's modules: {part}"
         return replace(with_rope_cache(weights, model), notes=(*weights.notes, note))
     n_layers = len(model.layers)
-    # every module is priced here: the count's notes on what it approximates no longer hold
-    notes = tuple(n for n in weights.notes if n not in (APPROX_NOTE, NORMS_NOTE))
-    weights = replace(weights, notes=notes)
+    weights = without_count_notes(weights)  # every module is priced here
     args: dict[str, Any] = {
         "tp": tp,
         "pp": pp,

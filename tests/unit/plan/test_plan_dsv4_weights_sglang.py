@@ -193,3 +193,20 @@ def test_fp8_experts(tmp_path: Path) -> None:
     assert fp8 == SGLANG_OWN["experts.fp8"]
     weights = make_plan(_request(4, model=str(path))).weights
     assert weights.per_rank_bytes == (_flash(4) + 43 * (fp8 - _mxfp4(512)),)
+
+
+def test_module_priced_weights_drop_the_counts_notes() -> None:
+    """Every module is priced (q/k norms included), so the parameter count's notes on what it
+    approximates or leaves out are not shown, under SGLang and vLLM alike."""
+    from kvbudget.capacity.weights import APPROX_NOTE, NORMS_NOTE
+
+    for engine in ("sglang", "vllm"):
+        request = PlanRequest(
+            model="deepseek-ai/DeepSeek-V4-Flash",
+            engine=engine,
+            gpu="H200",
+            tp=4,
+            max_model_len=65536,
+        )
+        notes = make_plan(request).notes
+        assert APPROX_NOTE not in notes and NORMS_NOTE not in notes, engine

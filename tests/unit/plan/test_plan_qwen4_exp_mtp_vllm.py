@@ -299,3 +299,12 @@ def test_rings_of_two_widths_are_refused(tmp_path: Path) -> None:
         LayoutNotApplicable, match=r"^speculative_config: method mtp .*rings differ"
     ):
         qwen4_layer_specs(spec, num_speculative_tokens=1, mtp_layers=1)
+
+
+def test_ngram_takes_a_count_vllm_coerces() -> None:
+    """vLLM's pydantic field takes ``"3"`` as 3 (``scripts/check_vllm_mtp_tokens.py`` ran it):
+    the n-gram path reads the count through the same rule as the drafters."""
+    from kvbudget.capacity.pool_qwen4 import qwen4_speculative_tokens
+
+    assert qwen4_speculative_tokens('{"method": "ngram", "num_speculative_tokens": "3"}') == 3
+    assert qwen4_speculative_tokens('{"method": "ngram", "num_speculative_tokens": 3}') == 3

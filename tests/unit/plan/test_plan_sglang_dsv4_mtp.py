@@ -51,11 +51,10 @@ def _plan(model_id: str = FLASH, speculative: str | None = MTP, **extra: object)
     request = PlanRequest(
         model=model_id,
         engine="sglang",
-        gpu="H200",
         tp=8,
         max_model_len=8192,
         speculative_config=speculative,
-        **{"kv_cache_memory_bytes": 10 * GiB, **extra},  # type: ignore[arg-type]
+        **{"gpu": "H200", "kv_cache_memory_bytes": 10 * GiB, **extra},  # type: ignore[arg-type]
     )
     return make_plan(request)
 
@@ -230,3 +229,19 @@ def test_the_drafters_experts_split_over_tp_as_the_targets() -> None:
     assert model is not None
     request = PlanRequest(model=FLASH, engine="sglang", tp=8, data_parallel_size=4)
     assert dsv4_drafter_layer_bytes(request, model) == 488_947_500 + 3 * 3_392 == 488_957_676
+
+
+def test_the_drafters_mxfp4_experts_follow_the_gpu_as_the_targets() -> None:
+    """On compute capability 8 (A100) SGLang builds MXFP4 experts with Fp8MoEMethod's float32
+    scales, not flashinfer_mxfp4's e8m0 (arg_groups/model_overrides/deepseek_v4.py lines 76-87):
+    the target keeps the generic count with a note, and the drafter is not sized either, so a
+    plan without the pool or the weights given is refused naming it; on an H200 it is sized."""
+    with pytest.raises(ConfigError) as info:
+        _plan(gpu="A100-80GB", kv_cache_memory_bytes=None)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "MXFP4 routed experts on compute capability 8" in message
+    pool = _plan(gpu="A100-80GB")
+    assert any("weights leave the NextN drafter out" in note for note in pool.notes)
+    h200 = _plan()
+    assert not any("weights leave the NextN drafter out" in note for note in h200.notes)

@@ -52,6 +52,7 @@ from __future__ import annotations
 from kvbudget.capacity.engines.sglang.dsv4_weights import (
     sglang_dsv4_nextn_bytes,
     sglang_dsv4_unpriced,
+    sglang_mxfp4_scales_unpriced,
 )
 from kvbudget.capacity.layouts.sglang_dsv4 import CSA_RATIO, HCA_RATIO
 from kvbudget.capacity.mtp_weights import (
@@ -148,18 +149,29 @@ def _moe_ranks(request: PlanRequest) -> int:
     return request.tp
 
 
-def dsv4_unpriced(request: PlanRequest, model: ModelSpec) -> str | None:
-    """The drafter part :func:`deepseek_v4_mtp_unpriced` cannot size here (None: all sized)."""
-    return deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request))
+def dsv4_unpriced(
+    request: PlanRequest, model: ModelSpec, compute_capability_major: int | None = None
+) -> str | None:
+    """The drafter part kvbudget cannot size here (None: all sized): what
+    :func:`deepseek_v4_mtp_unpriced` cannot, and MXFP4 experts on a GPU where SGLang keeps
+    float32 scales (:func:`sglang_mxfp4_scales_unpriced`, as for the target)."""
+    part = deepseek_v4_mtp_unpriced(model, tp=request.tp, moe_ranks=_moe_ranks(request))
+    return part or sglang_mxfp4_scales_unpriced(model, compute_capability_major)
 
 
-def dsv4_drafter_layer_bytes(request: PlanRequest, model: ModelSpec) -> int | None:
+def dsv4_drafter_layer_bytes(
+    request: PlanRequest, model: ModelSpec, compute_capability_major: int | None = None
+) -> int | None:
     """One GPU's bytes of the drafter's layer, projections, norms and (Pro) rotary table (module
-    doc); None where :func:`dsv4_unpriced` names a part kvbudget cannot size."""
+    doc); None where :func:`dsv4_unpriced` names a part kvbudget cannot size (with this GPU's
+    compute capability)."""
     moe_ranks = _moe_ranks(request)
-    if dsv4_unpriced(request, model) is not None:
+    if dsv4_unpriced(request, model, compute_capability_major) is not None:
         return None
-    if sglang_dsv4_unpriced(model, tp=request.tp) is None:  # SGLang's own modules
+    own = sglang_dsv4_unpriced(
+        model, tp=request.tp, compute_capability_major=compute_capability_major
+    )
+    if own is None:  # SGLang's own modules
         return sglang_dsv4_nextn_bytes(model, tp=request.tp)
     layer = deepseek_v4_mtp_bytes(model, tp=request.tp, moe_ranks=moe_ranks)
     return layer + deepseek_v4_mtp_rope_bytes(model)

@@ -62,7 +62,7 @@ from kvbudget.capacity.dsv4_modules import (
     dsv4_target_sizes,
 )
 from kvbudget.capacity.layouts.base import PpSplit
-from kvbudget.capacity.weights import WeightsEstimate
+from kvbudget.capacity.weights import WeightsEstimate, without_count_notes
 from kvbudget.capacity.weights_dsv4 import VOCAB_PADDING
 from kvbudget.spec.model import ModelSpec
 from kvbudget.units import cdiv
@@ -72,6 +72,7 @@ __all__ = [
     "sglang_dsv4_stage_bytes",
     "sglang_dsv4_unpriced",
     "sglang_dsv4_weights",
+    "sglang_mxfp4_scales_unpriced",
 ]
 
 #: SGLang's fp8 block scale (``fp8.py`` lines 674-680)
@@ -85,6 +86,23 @@ def _ratios(model: ModelSpec, num_layers: int) -> list[int] | None:
     if not all(isinstance(r, int) and r in (0, 4, 128) for r in ratios[:num_layers]):
         return None
     return list(ratios[:num_layers])
+
+
+def sglang_mxfp4_scales_unpriced(
+    model: ModelSpec, compute_capability_major: int | None
+) -> str | None:
+    """Why SGLang's MXFP4 routed experts are not priced on this GPU (None: they are, or the GPU
+    is not known): SGLang picks ``flashinfer_mxfp4`` (e8m0 scales) on SM90 / SM100 / SM120
+    only."""
+    cc = compute_capability_major
+    quant = model.quantization_config or {}
+    if quant and dsv4_expert_dtype(model) == "fp4" and cc is not None and cc not in (9, 10, 12):
+        return (
+            f"its MXFP4 routed experts on compute capability {cc}: SGLang picks flashinfer_mxfp4 "
+            "(e8m0 scales) on SM90 / SM100 / SM120 only (arg_groups/model_overrides/"
+            "deepseek_v4.py lines 76-87); elsewhere Fp8MoEMethod's float32 scales"
+        )
+    return None
 
 
 def sglang_dsv4_unpriced(
@@ -109,13 +127,9 @@ def sglang_dsv4_unpriced(
         return "its NVFP4 routed experts (configs/model_config.py lines 773-791)"
     if quant and dsv4_expert_dtype(model) not in ("fp4", "fp8"):
         return f"expert_dtype {model.raw_config.get('expert_dtype')!r} (fp4 or fp8 are priced)"
-    cc = compute_capability_major
-    if quant and dsv4_expert_dtype(model) == "fp4" and cc is not None and cc not in (9, 10, 12):
-        return (
-            f"its MXFP4 routed experts on compute capability {cc}: SGLang picks flashinfer_mxfp4 "
-            "(e8m0 scales) on SM90 / SM100 / SM120 only (arg_groups/model_overrides/"
-            "deepseek_v4.py lines 76-87); elsewhere Fp8MoEMethod's float32 scales"
-        )
+    scales = sglang_mxfp4_scales_unpriced(model, compute_capability_major)
+    if scales is not None:
+        return scales
     heads, groups = s["num_attention_heads"], s["o_groups"]
     inter, shared = s["moe_intermediate_size"], s["moe_intermediate_size"] * s["n_shared_experts"]
     if heads % tp or groups % tp:
@@ -264,6 +278,7 @@ def sglang_dsv4_weights(
             "--weights-bytes (the engine log's 'Load weight end. ... mem usage=X GB')"
         )
         return replace(weights, notes=(*weights.notes, note))
+    weights = without_count_notes(weights)  # every module is priced here
     stages = sglang_dsv4_stage_bytes(model, tp=tp, pp=pp, split=split)
     s = dsv4_target_sizes(model)
     ratios = _ratios(model, s["num_hidden_layers"]) if s is not None else None

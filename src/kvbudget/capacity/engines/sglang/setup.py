@@ -224,7 +224,9 @@ def sglang_setup(
             )
         page_size = DSA_PAGE_SIZE
     inkling = inkling_plan(request, model, gpu, version, kv_dtype, defaults)  # None: not Inkling
-    draft = sglang_draft(request, model, version, weights)  # engines/sglang/speculative.py
+    draft = sglang_draft(  # engines/sglang/speculative.py
+        request, model, version, weights, compute_capability_major=gpu.compute_capability_major
+    )
     if draft is not None and dsv4 is not None:  # the drafter's rings and inflation (dsv4_spec.py)
         dsv4.draft_tokens = draft.dsv4_draft_tokens
     if draft is not None:

@@ -154,9 +154,15 @@ DSA_INDEXER_ROW_BYTES = 132
 
 
 def sglang_draft(
-    request: PlanRequest, model: ModelSpec, version: tuple[int, int, int], weights: WeightsEstimate
+    request: PlanRequest,
+    model: ModelSpec,
+    version: tuple[int, int, int],
+    weights: WeightsEstimate,
+    *,
+    compute_capability_major: int | None = None,
 ) -> SglangDraft | None:
-    """The drafter ``--speculative-config`` asks SGLang for (None: none, or one without KV)."""
+    """The drafter ``--speculative-config`` asks SGLang for (None: none, or one without KV);
+    ``compute_capability_major``: the GPU's, which decides how SGLang builds some experts."""
     if request.speculative_config is None:
         return None
     config = parse_speculative_config(request.speculative_config)
@@ -243,7 +249,7 @@ def sglang_draft(
         )
     else:
         layers = (
-            dsv4_drafter_layer_bytes(request, model)
+            dsv4_drafter_layer_bytes(request, model, compute_capability_major)
             if model.model_type == "deepseek_v4"
             else mtp_weights_bytes(request, model)
         )
@@ -255,7 +261,7 @@ def sglang_draft(
         elif layers is None:
             why = (
                 "kvbudget's DeepSeek-V4 MTP estimate, read in vLLM 0.32, cannot size "
-                + str(dsv4_unpriced(request, model))
+                + str(dsv4_unpriced(request, model, compute_capability_major))
                 if model.model_type == "deepseek_v4"
                 else "a ModelOpt exclude list"
             )
