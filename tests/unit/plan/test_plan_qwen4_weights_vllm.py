@@ -61,27 +61,12 @@ import pytest
 from kvbudget.capacity.plan_types import PlanRequest
 from kvbudget.capacity.planner import make_plan
 from kvbudget.units import GiB
+from tests.unit.spec.test_dots3_qwen4 import _qwen4
 
-#: the tiny Qwen4-Exp of scripts/check_vllm_qwen4_exp_weights.py
+#: the tiny Qwen4-Exp of scripts/check_vllm_qwen4_exp_weights.py: the spec tests' config plus
+#: the fields the weights read
 CONFIG: dict[str, Any] = {
-    "model_type": "qwen4_exp_text",
-    "architectures": ["Qwen4ExpForCausalLM"],
-    "hidden_size": 64,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "linear_conv_kernel_dim": 4,
-    "linear_num_key_heads": 2,
-    "linear_num_value_heads": 4,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "indexer_n_heads": 2,
-    "indexer_kv_heads": 1,
-    "indexer_head_dim": 32,
-    "indexer_budget": 16,
-    "indexer_compress_ratio": 4,
-    "torch_dtype": "bfloat16",
+    **_qwen4(),
     "output_gate_type": "silu",
     "vocab_size": 1000,
     "num_experts": 8,
