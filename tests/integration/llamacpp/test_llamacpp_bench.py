@@ -22,12 +22,16 @@ NUM_REQUESTS = 12
 CONCURRENCY = 6  # more than the server's 4 slots: 2 requests wait ("deferred") most of the run
 NUM_SLOTS = 4
 PROMPT_TOKENS = 64
-OUTPUT_TOKENS = 16
+OUTPUT_TOKENS = 32
+#: the scrape interval of this test's runs: the run lasts about a second on a tiny model, and the
+#: runner's default 0.25 s took 5 samples, which could all miss the deferred requests
+SCRAPE_INTERVAL_S = "0.05"
 
 
 def run_bench(server: Any, out_dir: Path, *extra: str) -> dict[str, Any]:
     args = ["--concurrency", str(CONCURRENCY), "--num-requests", str(NUM_REQUESTS)]
     args += ["--prompt-tokens", str(PROMPT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS)]
+    args += ["--scrape-interval", SCRAPE_INTERVAL_S]  # the last one given wins (click)
     return run_kvbudget_bench(server, "tiny-llama", out_dir, *args, *extra)
 
 
@@ -88,7 +92,7 @@ def test_bench_accounts_every_request_and_maps_llamacpp_metrics(
     assert sm["prompt_tokens"]["delta"] == evaluated
     assert sm["prefix_cache_hits_tokens"]["delta"] == cached
     # requests_processing / requests_deferred: never more running than slots; with 6 in flight
-    # on 4 slots the 0.25 s scrapes see requests waiting.
+    # on 4 slots the 0.05 s scrapes see requests waiting.
     assert sm["requests_running"]["max"] == NUM_SLOTS
     assert sm["requests_waiting"]["min"] >= 0
     assert sm["requests_waiting"]["max"] >= 1
