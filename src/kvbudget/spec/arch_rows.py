@@ -183,4 +183,7 @@ WRAPPER_TEXT_TYPES = {
     "dots3_note": "dots3_note_text",
     "qwen4_exp": "qwen4_exp_text",
     "deepseek_v41": "deepseek_v41_text",
+    # MiniMax-M3's VL wrapper (NVIDIA's NVFP4 export saves a text_config without model_type):
+    # transformers' MiniMaxM3VLTextConfig (configuration_minimax_m3_vl.py line 55)
+    "minimax_m3_vl": "minimax_m3_vl_text",
 }

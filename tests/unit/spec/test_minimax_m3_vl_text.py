@@ -95,3 +95,21 @@ def test_engines_refuse_sparse_layers_named_only_in_layer_types(
     with pytest.raises(LayoutNotApplicable, match=r"^sparse_attention_config: ") as info:
         layout(spec, tokens=T, seqs=1)
     assert "\n" not in str(info.value)
+
+
+def test_vl_wrapper_whose_text_config_names_no_model_type(tmp_path: Path) -> None:
+    """NVIDIA's NVFP4 export (aiconfigurator-core 0.12.0 ``model_configs/
+    nvidia--MiniMax-M3-NVFP4_config.json``) saves the ``minimax_m3_vl`` wrapper with a
+    ``text_config`` that names no ``model_type``: transformers reads it as
+    ``MiniMaxM3VLTextConfig`` (``minimax_m3_vl_text``), the published decoder (13,747,200 B at 100
+    tokens, worked above). Before, its ``sparse_attention_config`` made it not_applicable."""
+    text = {k: v for k, v in _published().items() if k not in ("model_type", "architectures")}
+    wrapper = {
+        "architectures": ["MiniMaxM3VLForConditionalGeneration"],
+        "model_type": "minimax_m3_vl",
+        "text_config": text,
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from_config(tmp_path, wrapper)
+    assert spec.model_type == "minimax_m3_vl_text"
+    assert _hf(spec) == 13_747_200
