@@ -38,10 +38,12 @@ def spec_of(model_id: str) -> ModelSpec:
 
 def test_catalog_ships_every_reference_config() -> None:
     ids = {e.model_id for e in list_catalog()}
-    # 22 reference configs + 6 built from transformers defaults + 19 from aiconfigurator-core 0.12.0
+    # 22 reference configs + 6 built from transformers defaults + 30 from aiconfigurator-core 0.12.0
     # (MiMo-V2-Flash, Step-3.7-Flash and six DeepSeek-V4 configs added for issue #34; the ModelOpt
-    # FP8 checkpoint nvidia/Llama-3.1-70B-Instruct-FP8 with its hf_quant_config.json)
-    assert len(ids) == 47
+    # FP8 checkpoint nvidia/Llama-3.1-70B-Instruct-FP8 with its hf_quant_config.json; Qwen3.5 x4,
+    # Qwen3.6 x2, GLM-5.1 / 5.3, Nemotron-3-Super, Nemotron-3.5-Lightning and Gemma-4-31B, the
+    # issue's families, each checked against transformers' cache by tests/peer/test_calc_hf_peer.py)
+    assert len(ids) == 58
     assert "meta-llama/Llama-3.1-8B" in ids
     assert all(e.status != "unknown" for e in list_catalog())
 
