@@ -155,7 +155,7 @@ def test_tokens_above_max_position_is_flagged() -> None:
 def test_models_lists_catalog() -> None:
     code, out, _ = run(["models", "--json"])
     doc = json.loads(out)
-    assert code == 0 and len(doc["models"]) == 47
+    assert code == 0 and len(doc["models"]) == 58  # test_calc_resolve says which
     gemma = next(m for m in doc["models"] if m["model_id"] == "google/gemma-3-1b-it")
     assert gemma["layer_kinds"] == {"sliding": 22, "full": 4}
 
