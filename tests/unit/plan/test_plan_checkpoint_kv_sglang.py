@@ -37,13 +37,14 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from kvbudget.capacity.plan_types import PlanRequest, PlanResult
-from kvbudget.capacity.planner import make_plan
-from kvbudget.spec.catalog import MODELS_DIR
+from kvbudget.capacity.plan_types import PlanResult
+from tests.unit.plan.test_plan_checkpoint_kv import (
+    BF16_TOKEN_BYTES,
+    CONFIG,
+    FP8_TOKEN_BYTES,
+    _sglang,
+)
 
-CONFIG = MODELS_DIR / "nvidia--Llama-3.1-70B-Instruct-FP8.json"
-FP8_TOKEN_BYTES = 80 * 8 * 128 * 2 * 1  # 163,840
-BF16_TOKEN_BYTES = 80 * 8 * 128 * 2 * 2  # 327,680
 #: llm-compressor's FP8-KV recipe: static symmetric per-tensor 8-bit floats
 STATIC_FP8 = {
     "num_bits": 8,
@@ -76,20 +77,6 @@ def _snapshot(tmp_path: Path, quant: Mapping[str, object]) -> str:
     config["quantization_config"] = dict(quant)
     (tmp_path / "config.json").write_text(json.dumps(config), "utf-8")
     return str(tmp_path)
-
-
-def _sglang(version: str, model: str, **extra: object) -> PlanResult:
-    return make_plan(
-        PlanRequest(
-            model=model,
-            engine="sglang",
-            engine_version=version,
-            gpu="H200",
-            kv_cache_memory_bytes=3_000 * FP8_TOKEN_BYTES,
-            max_model_len=2048,
-            **extra,
-        )
-    )
 
 
 def _tokens(plan: PlanResult) -> tuple[str, int, int]:

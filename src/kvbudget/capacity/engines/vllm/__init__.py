@@ -101,27 +101,29 @@ class VllmPlanner:
         snapshot = request_snapshot(request)
         if snapshot is not None and (draft is None or not draft.is_mtp):
             weights = without_mtp_tensors(weights, snapshot, model)  # vLLM skips them
-        if is_deepseek_v4(model) and not is_deepseek_v41(model):  # its modules, rotary, top-k
-            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
+        dsv4 = is_deepseek_v4(model) and not is_deepseek_v41(model)
+        if dsv4 or is_qwen4_exp(model):  # priced module by module, as vLLM builds them
+            shape: dict[str, int] = {
+                "tp": request.tp,
+                "pp": request.pp,
+                "moe_ranks": vllm_moe_ranks(request, model) or request.tp,
+                "max_num_batched_tokens": resolve_engine(
+                    request, model, gpu, max_model_len, device_given
+                ).max_num_batched_tokens,
+            }
+        if dsv4:  # its modules, rotary caches, top-k buffer
             weights = deepseek_v4_weights(
                 weights,
                 model,
-                tp=request.tp,
-                pp=request.pp,
-                moe_ranks=vllm_moe_ranks(request, model) or request.tp,
-                max_num_batched_tokens=engine.max_num_batched_tokens,
+                **shape,
                 compute_capability_major=gpu.compute_capability_major,
                 measured=request.kv_cache_memory_bytes is not None,
             )
         elif is_qwen4_exp(model):  # hyper-connections, QSA indexers, PLE layers, top-k buffers
-            engine = resolve_engine(request, model, gpu, max_model_len, device_given)
             weights = qwen4_exp_weights(
                 weights,
                 model,
-                tp=request.tp,
-                pp=request.pp,
-                moe_ranks=vllm_moe_ranks(request, model) or request.tp,
-                max_num_batched_tokens=engine.max_num_batched_tokens,
+                **shape,
                 # a snapshot holds the drafter; else its hidden buffer comes with its weights
                 mtp=draft is not None and draft.is_mtp and weights.source == "read",
             )
