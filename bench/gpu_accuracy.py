@@ -188,6 +188,36 @@ def _nvfp4_standin(model_ref: str) -> str:
     return str(path)
 
 
+#: the vLLM server flags InferenceX's script set for each of its rows (read from InferenceX's
+#: history by scripts/inferencex_server_flags.py; the rows' procedure, not their latencies)
+SERVER_FLAGS = ROOT / "bench" / "inferencex_server_flags.json"
+
+
+def server_flags(row: dict[str, str]) -> dict[str, Any]:
+    """The PlanRequest fields the row's own ``vllm serve`` set (``{}``: none known), with
+    InferenceX's formulas resolved for the row (``$CONC``, ``$((ISL * 2))``)."""
+    known = _server_flags().get(row["id"]) or {}
+    out: dict[str, Any] = {}
+    for field, value in (known.get("flags") or {}).items():
+        if value == "concurrency":
+            value = int(row["batch_size"])
+        elif isinstance(value, str) and value.endswith(" x isl"):
+            value = int(value.split()[0]) * int(row["isl"])
+        if isinstance(value, dict):  # a value the reader could not parse: not applied
+            continue
+        out[field] = value
+    return out
+
+
+_FLAGS_CACHE: dict[str, Any] = {}
+
+
+def _server_flags() -> dict[str, Any]:
+    if not _FLAGS_CACHE:
+        _FLAGS_CACHE.update(json.loads(SERVER_FLAGS.read_text(encoding="utf-8"))["rows"])
+    return _FLAGS_CACHE
+
+
 def _request(row: dict[str, str]) -> PlanRequest:
     quant = None if _own_quant(row) else PRECISIONS.get(row["precision"])
     model = _model_ref(row["model_path"])
@@ -204,7 +234,22 @@ def _request(row: dict[str, str]) -> PlanRequest:
         quantization=quant,
         engine_version=version if version[:1].isdigit() else None,
         max_model_len=int(row["isl"]) + int(row["osl"]),
+        **server_flags(row),
     )
+
+
+def _server_record(row: dict[str, str]) -> dict[str, Any]:
+    """Where the row's server flags came from, and what was applied (``{}``: not an InferenceX
+    row)."""
+    known = _server_flags().get(row["id"])
+    if known is None:
+        return {}
+    if not known.get("flags"):
+        return {"applied": {}, "reason": known.get("reason", "")}
+    return {
+        "applied": server_flags(row),
+        "script": f"{known['script']}@{known['commit'][:10]}",
+    }
 
 
 def _mean(values: list[float]) -> float | None:
@@ -302,6 +347,7 @@ def run_row(row: dict[str, str]) -> dict[str, Any]:
         "isl": int(row["isl"]),
         "osl": int(row["osl"]),
         "client": client(row),
+        "server": _server_record(row),
         "measured": {
             "mean_ttft_ms": float(row["silicon_ttft_ms"]),
             "mean_tpot_ms": float(row["silicon_tpot_ms"]),

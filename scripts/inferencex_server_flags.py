@@ -1,0 +1,167 @@
+"""The vLLM server flags InferenceX ran each of its silicon_sample.csv rows with.
+
+aiconfigurator-core 0.12.0's ``systems/silicon_sample.csv`` holds 1,116 vLLM rows taken from
+SemiAnalysis' InferenceX (``db-dump/...`` records and dated exports, each naming the time it was
+``measured=``). InferenceX starts ``vllm serve`` from one script per model, precision and GPU
+(``benchmarks/70b_fp8_h100_slurm.sh``, later ``benchmarks/single_node/<model>_<precision>_<gpu>.sh``),
+and those scripts set engine flags that change the pool and the step times: ``--kv-cache-dtype
+fp8`` (Llama-3.1-70B's, gpt-oss's on B200 and MiniMax-M2.5's later scripts),
+``--gpu-memory-utilization``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size``.
+
+For each InferenceX row this reads the script of its model, precision and GPU on InferenceX's
+main branch at the row's ``measured=`` time (a date without a time: the state at the start and
+at the end of that day, which must agree) and writes the flags it sets to
+``bench/inferencex_server_flags.json``, with the script's path and commit. A flag set twice with
+different values (a shell branch) is kept out and named; a row whose script is not on main at
+that time (a run from a branch) gets none. These are the rows' measuring procedure, read from
+their source, like the client's length distribution: nothing in them comes from the rows'
+measured latencies.
+
+Needs a clone of https://github.com/SemiAnalysisAI/InferenceX (``--repo``); the JSON it writes
+is kept in the repository, so ``bench/gpu_accuracy.py`` does not need the clone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import subprocess
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "inferencex_server_flags.json"
+#: silicon_sample.csv model -> InferenceX's script-name prefix
+ALIASES = {
+    "meta-llama/Llama-3.1-70B": "70b",
+    "openai/gpt-oss-120b": "gptoss",
+    "MiniMaxAI/MiniMax-M2.5": "minimaxm2.5",
+    "moonshotai/Kimi-K2.5": "kimik2.5",
+}
+#: scripts of other engines or other scenarios beside the plain vLLM one
+NOT_VLLM = re.compile(
+    r"trt|sglang|mtp|atom|dynamo|agentic|speedbench|power|triattn|deprecated|multi_node|eagle"
+)
+#: vLLM flag -> PlanRequest field; CLI (``--flag v``, ``--flag=v``) or --config YAML (``flag: v``)
+FLAGS = {
+    "kv-cache-dtype": "kv_dtype",
+    "gpu-memory-utilization": "gpu_memory_utilization",
+    "max-num-seqs": "max_num_seqs",
+    "max-num-batched-tokens": "max_num_batched_tokens",
+    "block-size": "block_size",
+}
+MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)(T\d\d:\d\d:\d\d(?:\.\d+)?Z)?")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _value(raw: str) -> Any:
+    """A flag's value as the row will use it: a number, a name, or a formula of the row."""
+    text = raw.strip().strip("\"'")
+    if text == "$CONC":
+        return "concurrency"
+    formula = re.fullmatch(r"\$\(\(\s*ISL\s*\*\s*(\d+)\s*\)\)", text)
+    if formula:
+        return f"{formula.group(1)} x isl"
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    if re.fullmatch(r"\d*\.\d+", text):
+        return float(text)
+    if re.fullmatch(r"[a-z0-9_]+", text):
+        return text
+    return {"unparsed": text}
+
+
+def flags_of(script: str) -> tuple[dict[str, Any], list[str]]:
+    """The PlanRequest fields a script's ``vllm serve`` sets, and the flags set ambiguously."""
+    lines = [
+        line.split(" #")[0] for line in script.splitlines() if not line.lstrip().startswith("#")
+    ]
+    text = "\n".join(lines)
+    found: dict[str, Any] = {}
+    ambiguous: list[str] = []
+    for flag, field in FLAGS.items():
+        pattern = rf"(?:--{flag}[ =]|^\s*{flag}:\s*)(\"[^\"]*\"|'[^']*'|[^\s\\]+)"
+        values = {json.dumps(_value(v)) for v in re.findall(pattern, text, flags=re.M)}
+        if len(values) == 1:
+            found[field] = json.loads(values.pop())
+        elif values:
+            ambiguous.append(flag)
+    return found, ambiguous
+
+
+def _script_at(repo: Path, when: str, prefix: str) -> tuple[str, str, str] | None:
+    commit = _git(repo, "rev-list", "-1", f"--before={when}", "HEAD").strip()
+    names = _git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks").split()
+    found = sorted(
+        n for n in names if n.rsplit("/", 1)[-1].startswith(prefix) and not NOT_VLLM.search(n)
+    )
+    if not found:
+        return None
+    # the single_node layout replaced the flat one; where docker and slurm copies both exist
+    # they are compared below like any two readings
+    return commit, found[-1], "\n".join(_git(repo, "show", f"{commit}:{n}") for n in found)
+
+
+def row_flags(repo: Path, row: dict[str, str]) -> dict[str, Any] | None:
+    alias = ALIASES.get(row["model_path"])
+    measured = MEASURED.search(row["silicon_data_source"])
+    if alias is None or measured is None:
+        return None
+    prefix = f"{alias}_{row['precision']}_{row['system'].split('_')[0]}"
+    day, time_of_day = measured.group(1), measured.group(2)
+    truncated = time_of_day is None or time_of_day.startswith("T00:00:00")
+    times = [f"{day}T00:00:00Z", f"{day}T23:59:59Z"] if truncated else [day + time_of_day]
+    readings = [(t, _script_at(repo, t, prefix)) for t in times]
+    if any(found is None for _, found in readings):
+        return {"script": None, "reason": f"no {prefix} vLLM script on main at {times[-1]}"}
+    parsed = [(t, found, *flags_of(found[2])) for t, found in readings if found is not None]
+    first = parsed[0]
+    if any(p[2] != first[2] for p in parsed[1:]):
+        return {"script": first[1][1], "reason": f"its flags changed during {day}"}
+    return {
+        "script": first[1][1],
+        "commit": first[1][0],
+        "at": first[0],
+        "flags": first[2],
+        "ambiguous": sorted({a for p in parsed for a in p[3]}),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", type=Path, required=True, help="a clone of SemiAnalysisAI/InferenceX")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    path = resources.files("aiconfigurator_core") / "systems" / "silicon_sample.csv"
+    rows = csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"), newline=""))
+    result: dict[str, Any] = {}
+    for row in rows:
+        if row["backend"] == "vllm" and row["mode"] == "agg":
+            flags = row_flags(args.repo, row)
+            if flags is not None:
+                result[row["id"]] = flags
+    head = _git(args.repo, "rev-parse", "HEAD").strip()
+    doc = {
+        "what": "vLLM server flags of InferenceX's script for each InferenceX row of "
+        "aiconfigurator-core 0.12.0's silicon_sample.csv, on InferenceX's main branch at the "
+        "row's measured time (scripts/inferencex_server_flags.py)",
+        "source": f"https://github.com/SemiAnalysisAI/InferenceX at {head}",
+        "rows": result,
+    }
+    args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    applied = sum(1 for v in result.values() if v.get("flags"))
+    print(f"{len(result)} rows, {applied} with flags -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
