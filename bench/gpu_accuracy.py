@@ -225,7 +225,10 @@ def _request(row: dict[str, str]) -> PlanRequest:
         quant = PRECISIONS.get(row["precision"])  # the bf16 config stands in: quantize it
     if quant == "modelopt_fp4":
         model = _nvfp4_standin(model)
-    version = row["backend_version"]
+    # a row that names no version: the vLLM image its InferenceX workflow named, where known
+    version = row["backend_version"] or str(
+        _server_flags().get(row["id"], {}).get("engine_version", "")
+    )
     return PlanRequest(
         model=model,
         gpu=SYSTEMS[row["system"]],
@@ -248,7 +251,12 @@ def _server_record(row: dict[str, str]) -> dict[str, Any]:
         return {"applied": {}, "reason": known.get("reason", "")}
     return {
         "applied": server_flags(row),
-        "script": f"{known['script']}@{known['commit'][:10]}",
+        "script": known["script"],
+        "commit": "+".join(c[:10] for c in known["commit"].split("+")),
+        **({"engine_version": known["engine_version"]} if "engine_version" in known else {}),
+        "not_applied": sorted(
+            set(known.get("ambiguous", [])) | set(known.get("changed_during_day", []))
+        ),
     }
 
 

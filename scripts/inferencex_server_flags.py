@@ -42,6 +42,13 @@ ALIASES = {
     "MiniMaxAI/MiniMax-M2.5": "minimaxm2.5",
     "moonshotai/Kimi-K2.5": "kimik2.5",
 }
+#: what InferenceX's workflow configuration names each model (``model:``) contains
+MODEL_NAMES = {
+    "70b": "70B",
+    "gptoss": "gpt-oss",
+    "minimaxm2.5": "MiniMax-M2.5",
+    "kimik2.5": "Kimi-K2.5",
+}
 #: scripts of other engines or other scenarios beside the plain vLLM one
 NOT_VLLM = re.compile(
     r"trt|sglang|mtp|atom|dynamo|agentic|speedbench|power|triattn|deprecated|multi_node|eagle"
@@ -95,7 +102,55 @@ def flags_of(script: str) -> tuple[dict[str, Any], list[str]]:
             found[field] = json.loads(values.pop())
         elif values:
             ambiguous.append(flag)
+    switch = re.findall(
+        r"(--no-async-scheduling\b|--async-scheduling\b|^\s*async-scheduling:\s*(\w+))",
+        text,
+        flags=re.M,
+    )
+    states = {
+        not whole.startswith("--no") and (yaml_value or "true").lower() == "true"
+        for whole, yaml_value in switch
+    }
+    if len(states) == 1:
+        found["async_scheduling"] = states.pop()
+    elif states:
+        ambiguous.append("async-scheduling")
     return found, ambiguous
+
+
+def image_version(repo: Path, commit: str, row: dict[str, str]) -> str | None:
+    """The vLLM version of the image InferenceX's workflow configuration named for the row's
+    model, precision and GPU at ``commit`` (``vllm/vllm-openai:v0.10.2`` -> ``0.10.2``), or None
+    when no single one is named."""
+    import yaml
+
+    gpu = row["system"].split("_")[0]
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            image = str(node.get("image", ""))
+            if (
+                image.startswith("vllm/vllm-openai:v")
+                and MODEL_NAMES[ALIASES[row["model_path"]]] in str(node.get("model", ""))
+                and str(node.get("precision")) == row["precision"]
+                and str(node.get("runner", "")).startswith(gpu)
+            ):
+                found.add(image.split(":v", 1)[1])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    names = _git(repo, "ls-tree", "-r", "--name-only", commit, ".github").split()
+    for name in names:
+        if name.endswith((".yml", ".yaml")):
+            try:
+                walk(yaml.safe_load(_git(repo, "show", f"{commit}:{name}")))
+            except yaml.YAMLError:
+                continue
+    return found.pop() if len(found) == 1 else None
 
 
 def _script_at(repo: Path, when: str, prefix: str) -> tuple[str, str, str] | None:
@@ -125,15 +180,22 @@ def row_flags(repo: Path, row: dict[str, str]) -> dict[str, Any] | None:
         return {"script": None, "reason": f"no {prefix} vLLM script on main at {times[-1]}"}
     parsed = [(t, found, *flags_of(found[2])) for t, found in readings if found is not None]
     first = parsed[0]
-    if any(p[2] != first[2] for p in parsed[1:]):
-        return {"script": first[1][1], "reason": f"its flags changed during {day}"}
-    return {
+    # a flag whose value changed during the day is not applied, and named
+    keys = {k for p in parsed for k in p[2]}
+    changed = {k for k in keys if any(p[2].get(k) != first[2].get(k) for p in parsed[1:])}
+    out: dict[str, Any] = {
         "script": first[1][1],
-        "commit": first[1][0],
-        "at": first[0],
-        "flags": first[2],
+        "commit": "+".join(dict.fromkeys(p[1][0] for p in parsed)),
+        "at": "/".join(p[0] for p in parsed),
+        "flags": {k: v for k, v in first[2].items() if k not in changed},
         "ambiguous": sorted({a for p in parsed for a in p[3]}),
+        "changed_during_day": sorted(changed),
     }
+    if not row["backend_version"]:  # the row names no version: the image its workflow ran
+        versions = {image_version(repo, found[0], row) for _, found, *_ in parsed}
+        if len(versions) == 1 and None not in versions:
+            out["engine_version"] = versions.pop()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
