@@ -292,7 +292,8 @@ def build_replica(
     with the replica's KV bytes per token (all ranks: vLLM's CPU offload allocates
     ``cpu_bytes_to_use`` for every worker's copy, see docs/engine-facts.md).
     ``async_scheduling`` (vLLM ``--async-scheduling`` / ``--no-async-scheduling``; ``None``:
-    the planned vLLM version's default) sets ``ReplicaConfig.async_scheduling`` through
+    ``request.async_scheduling``, the same flag as the plan reads it, and when that is ``None``
+    too the planned vLLM version's default) sets ``ReplicaConfig.async_scheduling`` through
     :func:`kvbudget.capacity.versions.vllm_async_scheduling`, which refuses the combinations
     the planned version refuses (``--async-scheduling`` with pipeline parallel before 0.32.0).
     """
@@ -304,9 +305,8 @@ def build_replica(
     config = replica_config_from_plan(
         plan, enable_prefix_caching=enable_prefix_caching, policy=policy
     )
-    asynchronous = vllm_async_scheduling(
-        parse_version(plan.engine_version), plan.pp, async_scheduling
-    )
+    flag = request.async_scheduling if async_scheduling is None else async_scheduling
+    asynchronous = vllm_async_scheduling(parse_version(plan.engine_version), plan.pp, flag)
     if asynchronous.enabled:
         config = config.model_copy(update={"async_scheduling": True})
     timing: StepTimeModel

@@ -258,3 +258,27 @@ def test_serve_gpu_takes_the_flag() -> None:
     out = CliRunner().invoke(cli, ["serve", "--model", "m", "--async-scheduling"])
     assert isinstance(out.exception, ConfigError)
     assert "--async-scheduling True: only used to plan the replica with --gpu" in str(out.exception)
+
+
+def test_build_replica_reads_the_flag_from_its_plan_request() -> None:
+    """One flag, one owner: ``PlanRequest.async_scheduling`` (what ``plan`` reads) is what the
+    built replica schedules with when ``build_replica`` is given no separate value. vLLM 0.13.0
+    is off by default (``async_scheduling: bool = False``), so only the request's flag turns it
+    on; an explicit argument still wins."""
+    from kvbudget.capacity.plan_types import PlanRequest
+    from kvbudget.sim.fromplan import build_replica
+
+    def built(flag: bool | None, argument: bool | None = None) -> bool:
+        request = PlanRequest(
+            model="meta-llama/Llama-3.1-8B",
+            gpu="H100-SXM",
+            engine_version="0.13.0",
+            max_model_len=4096,
+            async_scheduling=flag,
+        )
+        replica = build_replica(request, timing_model="roofline", async_scheduling=argument)
+        return replica.config.async_scheduling
+
+    assert built(None) is False
+    assert built(True) is True
+    assert built(True, argument=False) is False
