@@ -1,0 +1,123 @@
+"""The vLLM server flags of InferenceX's scripts, as ``scripts/inferencex_server_flags.py`` reads
+them and ``bench/gpu_accuracy.py`` applies them to a silicon row.
+
+The script texts below are excerpts of InferenceX's own scripts (SemiAnalysisAI/InferenceX):
+``benchmarks/70b_fp8_h200_slurm.sh`` at 9596d23d7 (a ``--config`` YAML plus CLI flags) and
+``benchmarks/single_node/minimaxm2.5_fp8_b200.sh`` at 235b232d2 (CLI flags only, a formula of
+``ISL``). Expected values by hand from those lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[2]
+
+LLAMA_H200 = """\
+cat > config.yaml << EOF
+kv-cache-dtype: fp8
+async-scheduling: true
+no-enable-prefix-caching: true
+max-num-batched-tokens: 8192
+max-model-len: $CALCULATED_MAX_MODEL_LEN
+EOF
+# --max-num-seqs 4 would be a comment
+PYTHONNOUSERSITE=1 vllm serve $MODEL --host 0.0.0.0 --port $PORT --config config.yaml \\
+ --gpu-memory-utilization 0.9 --tensor-parallel-size $TP --max-num-seqs $CONC  \\
+ --disable-log-requests > $SERVER_LOG 2>&1 &
+"""
+
+MINIMAX_B200 = """\
+vllm serve $MODEL --port $PORT \\
+--tensor-parallel-size=$TP \\
+$EP \\
+--gpu-memory-utilization 0.90 \\
+--max-model-len $MAX_MODEL_LEN \\
+--block-size=32 \\
+--kv-cache-dtype fp8 \\
+--max-cudagraph-capture-size 2048 \\
+--max-num-batched-tokens "$((ISL * 2 ))" \\
+--stream-interval 20 --no-enable-prefix-caching \\
+--trust-remote-code > $SERVER_LOG 2>&1 &
+"""
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flags_of_a_config_yaml_and_cli_script() -> None:
+    reader = _load(REPO / "scripts" / "inferencex_server_flags.py", "inferencex_server_flags")
+    flags, ambiguous = reader.flags_of(LLAMA_H200)
+    assert flags == {
+        "kv_dtype": "fp8",
+        "gpu_memory_utilization": 0.9,
+        "max_num_seqs": "concurrency",
+        "max_num_batched_tokens": 8192,
+        "async_scheduling": True,
+    }
+    assert ambiguous == []
+
+
+def test_flags_of_a_cli_script_with_a_formula() -> None:
+    reader = _load(REPO / "scripts" / "inferencex_server_flags.py", "inferencex_server_flags")
+    flags, ambiguous = reader.flags_of(MINIMAX_B200)
+    assert flags == {
+        "kv_dtype": "fp8",
+        "gpu_memory_utilization": 0.9,
+        "max_num_batched_tokens": "2 x isl",
+        "block_size": 32,
+    }
+    assert ambiguous == []
+
+
+def test_a_flag_set_two_ways_is_ambiguous_and_left_out() -> None:
+    reader = _load(REPO / "scripts" / "inferencex_server_flags.py", "inferencex_server_flags")
+    branches = 'if [ "$TP" = 8 ]; then\n  KV="--kv-cache-dtype fp8"\nelse\n  KV="--kv-cache-dtype auto"\nfi\n'
+    flags, ambiguous = reader.flags_of(branches + MINIMAX_B200.replace("--kv-cache-dtype fp8 ", ""))
+    assert "kv_dtype" not in flags
+    assert ambiguous == ["kv-cache-dtype"]
+
+
+def test_a_row_gets_its_flags_with_the_formulas_resolved(tmp_path: Path) -> None:
+    """``$CONC`` is the row's concurrency, ``$((ISL * 2))`` twice its input length; a row that
+    names no vLLM version takes its workflow's image version; a row without a script keeps
+    kvbudget's defaults."""
+    bench = _load(REPO / "bench" / "gpu_accuracy.py", "gpu_accuracy")
+    flags = {
+        "rows": {
+            "llama": {
+                "script": "benchmarks/70b_fp8_h200_slurm.sh",
+                "commit": "9596d23d74e9e1e4f4bcdb27572c87cafb746a02",
+                "flags": {"kv_dtype": "fp8", "max_num_seqs": "concurrency"},
+                "engine_version": "0.10.2",
+            },
+            "minimax": {
+                "script": "benchmarks/single_node/minimaxm2.5_fp8_b200.sh",
+                "commit": "235b232d2",
+                "flags": {"max_num_batched_tokens": "2 x isl", "block_size": 32},
+                "changed_during_day": ["kv_dtype"],
+            },
+            "branch": {"script": None, "reason": "no script on main"},
+        }
+    }
+    path = tmp_path / "flags.json"
+    path.write_text(json.dumps(flags), encoding="utf-8")
+    bench.SERVER_FLAGS = path
+    bench._FLAGS_CACHE.clear()
+    llama = {"id": "llama", "batch_size": "64", "isl": "8192"}
+    minimax = {"id": "minimax", "batch_size": "256", "isl": "8192"}
+    assert bench.server_flags(llama) == {"kv_dtype": "fp8", "max_num_seqs": 64}
+    assert bench.server_flags(minimax) == {"max_num_batched_tokens": 16384, "block_size": 32}
+    assert bench.server_flags({"id": "branch", "batch_size": "4", "isl": "1024"}) == {}
+    assert bench.server_flags({"id": "qwen", "batch_size": "4", "isl": "1024"}) == {}
+    record = bench._server_record(minimax)
+    assert record["not_applied"] == ["kv_dtype"]
+    assert bench._server_record(llama)["engine_version"] == "0.10.2"
+    bench._FLAGS_CACHE.clear()
