@@ -249,6 +249,48 @@ def prefill_floor(name: str = "gpu_prefill_load.json") -> str:
     return "\n".join(out)
 
 
+#: a measured mean TTFT at or above this is called exploded (``docs/accuracy.md`` says so)
+EXPLODED_TTFT_MS = 5000.0
+
+
+def exploded(name: str = "gpu_accuracy.json") -> str:
+    """The rows whose measured mean TTFT exploded (at least :data:`EXPLODED_TTFT_MS`) and what
+    kvbudget's own pool said of them; then the rows kvbudget calls KV-limited that did not."""
+    done = [r for r in _rows(name) if r["status"] == "simulated"]
+    big = [r for r in done if r["measured"]["mean_ttft_ms"] >= EXPLODED_TTFT_MS]
+    limited = [r for r in big if r["regime"] == "kv-limited"]
+    calm = [r for r in done if r["regime"] == "kv-limited" and r not in big]
+    head = ["model", "GPU", "TP", "input / output", "concurrency", "measured TTFT"]
+    head += ["kvbudget regime", "pool tokens / demand", "simulated TTFT", "KV dtype"]
+    head += ["decoding at once (measured)", "pool holds (sequences)"]
+    out = [
+        f"{len(big)} simulated rows have a measured mean TTFT of "
+        f"{EXPLODED_TTFT_MS / 1000:.0f} s or more; kvbudget's own pool calls {len(limited)} of "
+        f"them KV-limited. {len(calm)} rows it calls KV-limited stayed below "
+        f"{EXPLODED_TTFT_MS / 1000:.0f} s.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---|---|---:|---|---:|---:|---|---:|---:|---|---:|---:|",
+    ]
+    for r in sorted(big, key=lambda r: (r["model"], r["system"], r["tp"], r["isl"], r["osl"])):
+        sim = r["kvbudget_measured"] if "error" not in r["kvbudget_measured"] else None
+        used = sim or r["kvbudget_roofline"]
+        label = "" if sim else " (roofline)"
+        demand = r["concurrency"] * (r["isl"] + r["osl"])
+        applied = (r.get("server") or {}).get("applied") or {}
+        cells = [r["model"], r["system"], str(r["tp"])]
+        cells += [f"{r['isl']} / {r['osl']}", str(r["concurrency"])]
+        cells += [f"{r['measured']['mean_ttft_ms'] / 1000:.1f} s", r["regime"]]
+        cells += [f"{used['pool_tokens']:,} / {demand:,}"]
+        cells += [f"{used['mean_ttft_ms'] / 1000:.1f} s{label}", applied.get("kv_dtype", "auto")]
+        # Little's law on the measured means: of C requests in flight, the share decoding
+        decode_ms = (r["osl"] - 1) * r["measured"]["mean_tpot_ms"]
+        busy = r["concurrency"] * decode_ms / (r["measured"]["mean_ttft_ms"] + decode_ms)
+        cells += [f"{busy:.0f}", f"{used['pool_tokens'] // (r['isl'] + r['osl']):,}"]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def _rows(name: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = json.loads((RESULTS / name).read_text(encoding="utf-8"))["rows"]
     return rows
@@ -258,6 +300,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-accuracy": latency,
     "gpu-accuracy-misses": misses,
     "gpu-prefill-floor": prefill_floor,
+    "gpu-accuracy-exploded": exploded,
 }
 
 
