@@ -291,6 +291,25 @@ def exploded(name: str = "gpu_accuracy.json") -> str:
     return "\n".join(out)
 
 
+def version_gap(name: str = "aic_version_gap.json") -> str:
+    """aiconfigurator-core's vLLM 0.19.0 MoE tables against its 0.24.0 ones, same shapes
+    (``bench/aic_version_gap.py``)."""
+    head = ["model (MoE shape)", "GPU", "table dtype", "shapes in both"]
+    head += ["decode-sized: 0.19.0 / 0.24.0", "prefill-sized: 0.19.0 / 0.24.0"]
+    out = ["| " + " | ".join(head) + " |", "|---|---|---|---:|---:|---:|"]
+    for r in _rows(name):
+        cells = [r["model"], r["system"], r["moe_dtype"], str(r["num_points"])]
+        for part in ("decode", "prefill"):
+            q = r[part]
+            cells.append(
+                f"{q['median']:.2f} ({q['p10']:.2f}-{q['p90']:.2f}, {q['num_points']})"
+                if q["num_points"]
+                else "—"
+            )
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def _rows(name: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = json.loads((RESULTS / name).read_text(encoding="utf-8"))["rows"]
     return rows
@@ -301,6 +320,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-accuracy-misses": misses,
     "gpu-prefill-floor": prefill_floor,
     "gpu-accuracy-exploded": exploded,
+    "gpu-version-gap": version_gap,
 }
 
 
