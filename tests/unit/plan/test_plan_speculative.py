@@ -103,6 +103,20 @@ def test_vllm_032_ngram_buffers_come_off_the_kv_cache(method: str) -> None:
     assert "n-gram buffers" in spec.weights.method
 
 
+def test_ngram_buffers_after_032_are_said_to_be_assumed() -> None:
+    """Only vLLM 0.32.0's V2 runner was read: 0.33.0 keeps the same bytes and says it assumed
+    them; 0.32.0 says nothing of the kind."""
+    base = {"kv_cache_memory_bytes": None, "gpu_memory_utilization": 0.9, "max_num_seqs": 64}
+    config = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+    read = _plan(**base, engine_version="0.32.0", speculative_config=config)
+    later = _plan(**base, engine_version="0.33.0", speculative_config=config)
+    assert "not re-read" not in read.weights.method
+    assert "vLLM 0.33.0: assumed the same (not re-read)" in later.weights.method
+    plain = _plan(**base, engine_version="0.33.0")
+    added = later.ranks[0].weights.num_bytes - plain.ranks[0].weights.num_bytes
+    assert added == 64 * 8192 * 4 + 64 * 32 * 8 + 64 * 3 * 8
+
+
 def test_ngram_before_032_keeps_no_buffer_and_ngram_gpu_is_refused() -> None:
     """Only 0.32.0's runner was read (kvbudget.capacity.ngram_buffers)."""
     base = {"kv_cache_memory_bytes": None, "gpu_memory_utilization": 0.9}

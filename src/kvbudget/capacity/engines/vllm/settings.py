@@ -243,6 +243,9 @@ def with_ngram_buffers(
     if draft_method(config) not in NGRAM_GPU_METHODS or version < NGRAM_BUFFERS_READ_FROM:
         return weights
     buffers = ngram_buffers(config, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+    described = buffers.describe(max_num_seqs, max_model_len)
+    if version[:2] > NGRAM_BUFFERS_READ_FROM[:2]:  # only 0.32.0's runner was read
+        described += f"; vLLM {format_version(version)}: assumed the same (not re-read)"
     per_rank = [b + buffers.every_rank_bytes for b in weights.per_rank_bytes]
     per_rank[-1] += buffers.last_stage_bytes
     added = buffers.every_rank_bytes * len(per_rank) + buffers.last_stage_bytes
@@ -250,7 +253,7 @@ def with_ngram_buffers(
         weights,
         per_rank_bytes=tuple(per_rank),
         total_bytes=weights.total_bytes + added * request.tp,
-        method=f"{weights.method}; {buffers.describe(max_num_seqs, max_model_len)}",
+        method=f"{weights.method}; {described}",
     )
 
 
