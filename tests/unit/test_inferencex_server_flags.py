@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 LLAMA_H200 = """\
@@ -52,28 +54,35 @@ def _load(path: Path, name: str) -> ModuleType:
     return module
 
 
-def test_flags_of_a_config_yaml_and_cli_script() -> None:
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (  # a --config YAML and CLI flags
+            LLAMA_H200,
+            {
+                "kv_dtype": "fp8",
+                "gpu_memory_utilization": 0.9,
+                "max_num_seqs": "concurrency",
+                "max_num_batched_tokens": 8192,
+                "async_scheduling": True,
+            },
+        ),
+        (  # CLI flags only, one a formula of ISL
+            MINIMAX_B200,
+            {
+                "kv_dtype": "fp8",
+                "gpu_memory_utilization": 0.9,
+                "max_num_batched_tokens": "2 x isl",
+                "block_size": 32,
+            },
+        ),
+    ],
+    ids=["llama-h200", "minimax-b200"],
+)
+def test_flags_of_a_script(script: str, expected: dict[str, object]) -> None:
     reader = _load(REPO / "scripts" / "inferencex_server_flags.py", "inferencex_server_flags")
-    flags, ambiguous = reader.flags_of(LLAMA_H200)
-    assert flags == {
-        "kv_dtype": "fp8",
-        "gpu_memory_utilization": 0.9,
-        "max_num_seqs": "concurrency",
-        "max_num_batched_tokens": 8192,
-        "async_scheduling": True,
-    }
-    assert ambiguous == []
-
-
-def test_flags_of_a_cli_script_with_a_formula() -> None:
-    reader = _load(REPO / "scripts" / "inferencex_server_flags.py", "inferencex_server_flags")
-    flags, ambiguous = reader.flags_of(MINIMAX_B200)
-    assert flags == {
-        "kv_dtype": "fp8",
-        "gpu_memory_utilization": 0.9,
-        "max_num_batched_tokens": "2 x isl",
-        "block_size": 32,
-    }
+    flags, ambiguous = reader.flags_of(script)
+    assert flags == expected
     assert ambiguous == []
 
 
