@@ -18,7 +18,11 @@ offline) is kept in the raw file with the reason. Expert-parallel rows run with 
 The simulated client is the one that measured the row where its source names it
 (:func:`client`): InferenceX's ``bench_serving`` draws each length uniformly from ``[int(0.8
 L), L]``; rows whose source names no client run fixed lengths. Both send ``10 x concurrency``
-requests.
+requests. An InferenceX row also runs with the vLLM server flags its own InferenceX script set
+when it was measured (:func:`server_flags`: ``--kv-cache-dtype``, ``--gpu-memory-utilization``,
+``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size``, ``--async-scheduling``, and
+the image's vLLM version for a row that names none), read from InferenceX's history by
+``scripts/inferencex_server_flags.py`` into ``bench/inferencex_server_flags.json``.
 
     python bench/gpu_accuracy.py                 # every row -> bench/results/gpu_accuracy.json
     python bench/gpu_accuracy.py --limit 20      # the first 20 rows (a quick look)
