@@ -387,7 +387,12 @@ def run_row(row: dict[str, str]) -> dict[str, Any]:
         out["reason"] = sim["error"]
         return out
     ok = sim if "error" not in sim else out["kvbudget_roofline"]
-    demand = out["concurrency"] * (out["isl"] + out["osl"])  # the longest lengths drawn
+    # the longest lengths drawn, for one engine's share of the concurrency: with attention data
+    # parallel each of the dp engines has its own pool (``pool_tokens``) and the router spreads
+    # the clients evenly (least outstanding)
+    share = -(-out["concurrency"] // _int(row, "attention_dp_size"))
+    out["data_parallel_size"] = _int(row, "attention_dp_size")
+    demand = share * (out["isl"] + out["osl"])
     out["regime"] = "kv-limited" if demand > ok["pool_tokens"] else "below-knee"
     out["status"] = "simulated"
     return out

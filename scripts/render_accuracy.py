@@ -276,17 +276,20 @@ def exploded(name: str = "gpu_accuracy.json") -> str:
         sim = r["kvbudget_measured"] if "error" not in r["kvbudget_measured"] else None
         used = sim or r["kvbudget_roofline"]
         label = "" if sim else " (roofline)"
+        # the deployment's totals: dp engines (attention data parallel), each its own pool
+        dp = r.get("data_parallel_size", 1)
+        pool = used["pool_tokens"] * dp
         demand = r["concurrency"] * (r["isl"] + r["osl"])
         applied = (r.get("server") or {}).get("applied") or {}
         cells = [r["model"], r["system"], str(r["tp"])]
         cells += [f"{r['isl']} / {r['osl']}", str(r["concurrency"])]
         cells += [f"{r['measured']['mean_ttft_ms'] / 1000:.1f} s", r["regime"]]
-        cells += [f"{used['pool_tokens']:,} / {demand:,}"]
+        cells += [f"{pool:,} / {demand:,}"]
         cells += [f"{used['mean_ttft_ms'] / 1000:.1f} s{label}", applied.get("kv_dtype", "auto")]
         # Little's law on the measured means: of C requests in flight, the share decoding
         decode_ms = (r["osl"] - 1) * r["measured"]["mean_tpot_ms"]
         busy = r["concurrency"] * decode_ms / (r["measured"]["mean_ttft_ms"] + decode_ms)
-        cells += [f"{busy:.0f}", f"{used['pool_tokens'] // (r['isl'] + r['osl']):,}"]
+        cells += [f"{busy:.0f}", f"{pool // (r['isl'] + r['osl']):,}"]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
