@@ -50,11 +50,19 @@ def _table(system: str, version: str) -> Any:
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
+    """Median, p10 and p90, each interpolated between the two nearest ranks (position ``(n - 1)
+    q``), as docs/accuracy.md's other tables compute them (``render_accuracy._quantile``)."""
+    if len(values) == 1:
+        return {
+            "median": round(values[0], 3),
+            "p10": round(values[0], 3),
+            "p90": round(values[0], 3),
+        }
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
     return {
-        "median": round(statistics.median(ordered), 3),
-        "p10": round(ordered[int(0.1 * (len(ordered) - 1))], 3),
-        "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 3),
+        "median": round(statistics.median(values), 3),
+        "p10": round(deciles[0], 3),
+        "p90": round(deciles[8], 3),
     }
 
 

@@ -251,17 +251,17 @@ def _server_record(row: dict[str, str]) -> dict[str, Any]:
     known = _server_flags().get(row["id"])
     if known is None:
         return {}
-    if not known.get("flags"):
-        return {"applied": {}, "reason": known.get("reason", "")}
-    return {
-        "applied": server_flags(row),
-        "script": known["script"],
-        "commit": "+".join(c[:10] for c in known["commit"].split("+")),
-        **({"engine_version": known["engine_version"]} if "engine_version" in known else {}),
-        "not_applied": sorted(
-            set(known.get("ambiguous", [])) | set(known.get("changed_during_day", []))
-        ),
-    }
+    out: dict[str, Any] = {"applied": server_flags(row), "script": known.get("script")}
+    if "commit" in known:
+        out["commit"] = "+".join(c[:10] for c in known["commit"].split("+"))
+    if "engine_version" in known:
+        out["engine_version"] = known["engine_version"]
+    out["not_applied"] = sorted(
+        set(known.get("ambiguous", [])) | set(known.get("changed_during_day", []))
+    )
+    if known.get("reason"):  # no flags read: why
+        out["reason"] = known["reason"]
+    return out
 
 
 def _mean(values: list[float]) -> float | None:
@@ -387,15 +387,21 @@ def run_row(row: dict[str, str]) -> dict[str, Any]:
         out["reason"] = sim["error"]
         return out
     ok = sim if "error" not in sim else out["kvbudget_roofline"]
-    # the longest lengths drawn, for one engine's share of the concurrency: with attention data
-    # parallel each of the dp engines has its own pool (``pool_tokens``) and the router spreads
-    # the clients evenly (least outstanding)
-    share = -(-out["concurrency"] // _int(row, "attention_dp_size"))
     out["data_parallel_size"] = _int(row, "attention_dp_size")
-    demand = share * (out["isl"] + out["osl"])
-    out["regime"] = "kv-limited" if demand > ok["pool_tokens"] else "below-knee"
+    out["regime"] = regime(
+        out["concurrency"], out["isl"] + out["osl"], out["data_parallel_size"], ok["pool_tokens"]
+    )
     out["status"] = "simulated"
     return out
+
+
+def regime(concurrency: int, request_tokens: int, data_parallel_size: int, pool_tokens: int) -> str:
+    """``kv-limited`` when one engine's share of the clients, each at the longest lengths drawn
+    (``request_tokens``), does not fit that engine's pool, else ``below-knee``. With attention
+    data parallel each of the dp engines has its own pool and vLLM's router spreads the clients
+    evenly (fewest requests in flight), so an engine holds at most ``ceil(C / dp)`` of them."""
+    share = -(-concurrency // data_parallel_size)
+    return "kv-limited" if share * request_tokens > pool_tokens else "below-knee"
 
 
 def _git_commit() -> str:

@@ -9,11 +9,15 @@ fp8`` (Llama-3.1-70B's, gpt-oss's on B200 and MiniMax-M2.5's later scripts),
 ``--gpu-memory-utilization``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--block-size``.
 
 For each InferenceX row this reads the script of its model, precision and GPU on InferenceX's
-main branch at the row's ``measured=`` time (a date without a time: the state at the start and
-at the end of that day, which must agree) and writes the flags it sets to
-``bench/inferencex_server_flags.json``, with the script's path and commit. A flag set twice with
-different values (a shell branch) is kept out and named; a row whose script is not on main at
-that time (a run from a branch) gets none. These are the rows' measuring procedure, read from
+main branch (first parents) at the row's ``measured=`` time (a date without a time: the state
+at the start and at the end of that day; a flag whose value differs between the two is left out
+and named in ``changed_during_day``) and writes the flags it sets, ``--async-scheduling``
+included, to ``bench/inferencex_server_flags.json``, with the script's path and commit. A flag
+set twice with different values (a shell branch) is left out and named in ``ambiguous``. A row
+whose script was not on main at that time (a run from a branch), or was added to main during
+that day (the run may predate it), gets none. A row that names no vLLM version gets the image
+its workflow configuration named, where one image is named all day (else
+``changed_during_day`` names ``engine_version``). These are the rows' measuring procedure, read from
 their source, like the client's length distribution: nothing in them comes from the rows'
 measured latencies.
 
@@ -154,7 +158,7 @@ def image_version(repo: Path, commit: str, row: dict[str, str]) -> str | None:
 
 
 def _script_at(repo: Path, when: str, prefix: str) -> tuple[str, str, str] | None:
-    commit = _git(repo, "rev-list", "-1", f"--before={when}", "HEAD").strip()
+    commit = _git(repo, "rev-list", "-1", "--first-parent", f"--before={when}", "HEAD").strip()
     names = _git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks").split()
     found = sorted(
         n for n in names if n.rsplit("/", 1)[-1].startswith(prefix) and not NOT_VLLM.search(n)
@@ -176,8 +180,14 @@ def row_flags(repo: Path, row: dict[str, str]) -> dict[str, Any] | None:
     truncated = time_of_day is None or time_of_day.startswith("T00:00:00")
     times = [f"{day}T00:00:00Z", f"{day}T23:59:59Z"] if truncated else [day + time_of_day]
     readings = [(t, _script_at(repo, t, prefix)) for t in times]
-    if any(found is None for _, found in readings):
+    if readings[-1][1] is None:
         return {"script": None, "reason": f"no {prefix} vLLM script on main at {times[-1]}"}
+    if readings[0][1] is None:  # on main by the end of the day, not at its start
+        return {
+            "script": readings[-1][1][1],
+            "reason": f"{prefix}'s vLLM script was added to main during {day}: the run may "
+            "predate it",
+        }
     parsed = [(t, found, *flags_of(found[2])) for t, found in readings if found is not None]
     first = parsed[0]
     # a flag whose value changed during the day is not applied, and named
@@ -195,6 +205,8 @@ def row_flags(repo: Path, row: dict[str, str]) -> dict[str, Any] | None:
         versions = {image_version(repo, found[0], row) for _, found, *_ in parsed}
         if len(versions) == 1 and None not in versions:
             out["engine_version"] = versions.pop()
+        elif len(versions - {None}) > 1:
+            out["changed_during_day"] = sorted([*changed, "engine_version"])
     return out
 
 

@@ -259,10 +259,11 @@ def exploded(name: str = "gpu_accuracy.json") -> str:
     done = [r for r in _rows(name) if r["status"] == "simulated"]
     big = [r for r in done if r["measured"]["mean_ttft_ms"] >= EXPLODED_TTFT_MS]
     limited = [r for r in big if r["regime"] == "kv-limited"]
-    calm = [r for r in done if r["regime"] == "kv-limited" and r not in big]
+    exploded_ids = {r["id"] for r in big}
+    calm = [r for r in done if r["regime"] == "kv-limited" and r["id"] not in exploded_ids]
     head = ["model", "GPU", "TP", "input / output", "concurrency", "measured TTFT"]
-    head += ["kvbudget regime", "pool tokens / demand", "simulated TTFT", "KV dtype"]
-    head += ["decoding at once (measured)", "pool holds (sequences)"]
+    head += ["kvbudget regime", "pool tokens / demand", "simulated TTFT", "KV dtype simulated"]
+    head += ["decoding at once (from the measured means)", "pool holds (sequences)"]
     out = [
         f"{len(big)} simulated rows have a measured mean TTFT of "
         f"{EXPLODED_TTFT_MS / 1000:.0f} s or more; kvbudget's own pool calls {len(limited)} of "
@@ -280,14 +281,22 @@ def exploded(name: str = "gpu_accuracy.json") -> str:
         dp = r.get("data_parallel_size", 1)
         pool = used["pool_tokens"] * dp
         demand = r["concurrency"] * (r["isl"] + r["osl"])
-        applied = (r.get("server") or {}).get("applied") or {}
+        server = r.get("server") or {}
+        applied = server.get("applied") or {}
+        kv = applied.get("kv_dtype", "auto")
+        if "kv_dtype" in server.get("not_applied", []):
+            kv += " (its script's KV dtype changed that day)"
         cells = [r["model"], r["system"], str(r["tp"])]
         cells += [f"{r['isl']} / {r['osl']}", str(r["concurrency"])]
         cells += [f"{r['measured']['mean_ttft_ms'] / 1000:.1f} s", r["regime"]]
         cells += [f"{pool:,} / {demand:,}"]
-        cells += [f"{used['mean_ttft_ms'] / 1000:.1f} s{label}", applied.get("kv_dtype", "auto")]
-        # Little's law on the measured means: of C requests in flight, the share decoding
-        decode_ms = (r["osl"] - 1) * r["measured"]["mean_tpot_ms"]
+        cells += [f"{used['mean_ttft_ms'] / 1000:.1f} s{label}", kv]
+        # Little's law on the measured means: of C requests in flight, the share decoding, with
+        # the client's mean output length (InferenceX draws it from [int(0.8 O), O])
+        mean_output = (
+            (int(0.8 * r["osl"]) + r["osl"]) / 2 if r["client"] == "inferencex" else r["osl"]
+        )
+        decode_ms = (mean_output - 1) * r["measured"]["mean_tpot_ms"]
         busy = r["concurrency"] * decode_ms / (r["measured"]["mean_ttft_ms"] + decode_ms)
         cells += [f"{busy:.0f}", f"{pool // (r['isl'] + r['osl']):,}"]
         out.append("| " + " | ".join(cells) + " |")
@@ -297,7 +306,7 @@ def exploded(name: str = "gpu_accuracy.json") -> str:
 def version_gap(name: str = "aic_version_gap.json") -> str:
     """aiconfigurator-core's vLLM 0.19.0 MoE tables against its 0.24.0 ones, same shapes
     (``bench/aic_version_gap.py``)."""
-    head = ["model (MoE shape)", "GPU", "table dtype", "shapes in both"]
+    head = ["model (MoE shape)", "GPU", "table dtype", "points in both"]
     head += ["decode-sized: 0.19.0 / 0.24.0", "prefill-sized: 0.19.0 / 0.24.0"]
     out = ["| " + " | ".join(head) + " |", "|---|---|---|---:|---:|---:|"]
     for r in _rows(name):
