@@ -38,12 +38,13 @@ def test_exploded_rows_by_hand(tmp_path: Path) -> None:
     render = _renderer()
     sim = {"pool_tokens": 14_193_072, "mean_ttft_ms": 200.0}
     big = {
+        "id": "big", "client": "fixed",
         "status": "simulated", "model": "m", "system": "h100_sxm", "tp": 8, "isl": 1024,
         "osl": 8192, "concurrency": 512, "regime": "below-knee",
         "measured": {"mean_ttft_ms": 117_800.0, "mean_tpot_ms": 3.6},
         "kvbudget_measured": sim, "kvbudget_roofline": sim, "server": {},
     }  # fmt: skip
-    small = {**big, "measured": {"mean_ttft_ms": 4_900.0, "mean_tpot_ms": 3.6}}
+    small = {**big, "id": "small", "measured": {"mean_ttft_ms": 4_900.0, "mean_tpot_ms": 3.6}}
     (tmp_path / "acc.json").write_text(json.dumps({"rows": [big, small]}), encoding="utf-8")
     render.RESULTS = tmp_path
     table = render.exploded("acc.json")
@@ -77,3 +78,41 @@ def test_version_gap_by_hand() -> None:
     assert entry["model"] == "openai/gpt-oss-120b" and entry["num_points"] == 2
     assert entry["decode"] == {"num_points": 1, "median": 2.0, "p10": 2.0, "p90": 2.0}
     assert entry["prefill"] == {"num_points": 1, "median": 3.0, "p10": 3.0, "p90": 3.0}
+
+
+def test_version_gap_quantiles_interpolate_by_hand() -> None:
+    """Eleven ratios 1.0, 1.1, ... 2.0: p10 at position 10 x 0.1 = 1 (1.1), the median the 6th
+    (1.5), p90 at position 9 (1.9); five ratios 1, 2, 3, 4, 10: p90 at position 3.6, 0.6 of
+    the way from 4 to 10 (7.6), as render_accuracy._quantile places it."""
+    bench = load_script("bench/aic_version_gap.py")
+    eleven = [1.0 + i / 10 for i in range(11)]
+    assert bench._quantiles(eleven) == {"median": 1.5, "p10": 1.1, "p90": 1.9}
+    assert bench._quantiles([1.0, 2.0, 3.0, 4.0, 10.0])["p90"] == 7.6
+    render = _renderer()
+    assert abs(render._quantile([1.0, 2.0, 3.0, 4.0, 10.0], 0.9) - 7.6) < 1e-12
+
+
+def test_exploded_rows_of_a_data_parallel_inferencex_deployment(tmp_path: Path) -> None:
+    """Two engines, each a pool of 1,000,000 tokens: the deployment holds 2,000,000, 217 requests
+    of 9,216 tokens. InferenceX's outputs average (int(0.8 x 1,024) + 1,024) / 2 = 921.5 tokens,
+    so a request decodes 920.5 x 50 = 46,025 ms of 46,025 + 10,000: 256 x 46,025 / 56,025 =
+    210.3 at once. The script's KV dtype changed that day, so the one simulated is said so."""
+    import json
+
+    render = _renderer()
+    sim = {"pool_tokens": 1_000_000, "mean_ttft_ms": 900.0}
+    row = {
+        "id": "dp", "client": "inferencex", "status": "simulated", "model": "m",
+        "system": "b200_sxm", "tp": 2, "isl": 8192, "osl": 1024, "concurrency": 256,
+        "regime": "below-knee", "data_parallel_size": 2,
+        "measured": {"mean_ttft_ms": 10_000.0, "mean_tpot_ms": 50.0},
+        "kvbudget_measured": sim, "kvbudget_roofline": sim,
+        "server": {"applied": {"block_size": 32}, "not_applied": ["kv_dtype"]},
+    }  # fmt: skip
+    (tmp_path / "acc.json").write_text(json.dumps({"rows": [row]}), encoding="utf-8")
+    render.RESULTS = tmp_path
+    line = render.exploded("acc.json").splitlines()[-1]
+    assert (
+        "| 2,000,000 / 2,359,296 | 0.9 s | auto (its script's KV dtype changed that day) |" in line
+    )
+    assert line.endswith("| 210 | 217 |")

@@ -130,3 +130,43 @@ def test_a_row_gets_its_flags_with_the_formulas_resolved(tmp_path: Path) -> None
     assert record["not_applied"] == ["kv_dtype"]
     assert bench._server_record(llama)["engine_version"] == "0.10.2"
     bench._FLAGS_CACHE.clear()
+
+
+def test_a_rows_plan_request_carries_its_flags_and_version(tmp_path: Path) -> None:
+    """What the simulator is given for a Llama-3.1-70B row that names no vLLM version: the
+    script's fp8 KV cache, ``$CONC`` as max_num_seqs, its async scheduling, and the image's
+    vLLM 0.10.2 (bench/gpu_accuracy.py ``_request``)."""
+    bench = _load(REPO / "bench" / "gpu_accuracy.py", "gpu_accuracy")
+    record = {
+        "script": "benchmarks/70b_fp8_h200_slurm.sh",
+        "commit": "9596d23d74e9e1e4f4bcdb27572c87cafb746a02",
+        "flags": {"kv_dtype": "fp8", "max_num_seqs": "concurrency", "async_scheduling": True},
+        "engine_version": "0.10.2",
+    }
+    path = tmp_path / "flags.json"
+    path.write_text(json.dumps({"rows": {"llama": record}}), encoding="utf-8")
+    bench.SERVER_FLAGS = path
+    bench._FLAGS_CACHE.clear()
+    row = {
+        "id": "llama", "model_path": "meta-llama/Llama-3.1-70B", "precision": "fp8",
+        "system": "h200_sxm", "tp_size": "1", "attention_dp_size": "1", "backend_version": "",
+        "isl": "8192", "osl": "1024", "batch_size": "64",
+    }  # fmt: skip
+    request = bench._request(row)
+    assert request.engine_version == "0.10.2"
+    assert (request.kv_dtype, request.max_num_seqs, request.async_scheduling) == ("fp8", 64, True)
+    assert request.quantization == "fp8" and request.max_model_len == 8192 + 1024
+    # a row that names its version keeps it, whatever the image
+    assert bench._request({**row, "backend_version": "0.19.0"}).engine_version == "0.19.0"
+    bench._FLAGS_CACHE.clear()
+
+
+def test_the_regime_of_one_engines_share() -> None:
+    """By hand: 256 clients of 9,216 tokens need 2,359,296 tokens; two data-parallel engines
+    take 128 each, 1,179,648 tokens, against each engine's own pool."""
+    bench = _load(REPO / "bench" / "gpu_accuracy.py", "gpu_accuracy")
+    assert bench.regime(256, 9216, 1, 2_359_295) == "kv-limited"
+    assert bench.regime(256, 9216, 1, 2_359_296) == "below-knee"
+    assert bench.regime(256, 9216, 2, 1_179_648) == "below-knee"
+    assert bench.regime(256, 9216, 2, 1_179_647) == "kv-limited"
+    assert bench.regime(5, 100, 2, 299) == "kv-limited"  # ceil(5 / 2) = 3 clients on one engine
