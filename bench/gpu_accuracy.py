@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import os
@@ -213,13 +214,15 @@ def server_flags(row: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-_FLAGS_CACHE: dict[str, Any] = {}
-
-
 def _server_flags() -> dict[str, Any]:
-    if not _FLAGS_CACHE:
-        _FLAGS_CACHE.update(json.loads(SERVER_FLAGS.read_text(encoding="utf-8"))["rows"])
-    return _FLAGS_CACHE
+    """The rows of :data:`SERVER_FLAGS` (read once per path)."""
+    return _read_flags(SERVER_FLAGS)
+
+
+@functools.cache
+def _read_flags(path: Path) -> dict[str, Any]:
+    rows: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    return rows
 
 
 def _request(row: dict[str, str]) -> PlanRequest:

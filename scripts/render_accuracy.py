@@ -249,6 +249,9 @@ def prefill_floor(name: str = "gpu_prefill_load.json") -> str:
     return "\n".join(out)
 
 
+#: InferenceX's RANDOM_RANGE_RATIO, as bench/gpu_accuracy.py's INFERENCEX_RANGE_RATIO draws it
+#: (tests/unit/test_accuracy_doc.py checks the two agree)
+INFERENCEX_RANGE_RATIO = 0.8
 #: a measured mean TTFT at or above this is called exploded (``docs/accuracy.md`` says so)
 EXPLODED_TTFT_MS = 5000.0
 
@@ -293,9 +296,8 @@ def exploded(name: str = "gpu_accuracy.json") -> str:
         cells += [f"{used['mean_ttft_ms'] / 1000:.1f} s{label}", kv]
         # Little's law on the measured means: of C requests in flight, the share decoding, with
         # the client's mean output length (InferenceX draws it from [int(0.8 O), O])
-        mean_output = (
-            (int(0.8 * r["osl"]) + r["osl"]) / 2 if r["client"] == "inferencex" else r["osl"]
-        )
+        low = int(INFERENCEX_RANGE_RATIO * r["osl"])
+        mean_output = (low + r["osl"]) / 2 if r["client"] == "inferencex" else r["osl"]
         decode_ms = (mean_output - 1) * r["measured"]["mean_tpot_ms"]
         busy = r["concurrency"] * decode_ms / (r["measured"]["mean_ttft_ms"] + decode_ms)
         cells += [f"{busy:.0f}", f"{pool // (r['isl'] + r['osl']):,}"]

@@ -116,3 +116,8 @@ def test_exploded_rows_of_a_data_parallel_inferencex_deployment(tmp_path: Path) 
         "| 2,000,000 / 2,359,296 | 0.9 s | auto (its script's KV dtype changed that day) |" in line
     )
     assert line.endswith("| 210 | 217 |")
+
+
+def test_the_renderer_draws_inferencex_lengths_as_the_bench_does() -> None:
+    bench = load_script("bench/gpu_accuracy.py")
+    assert _renderer().INFERENCEX_RANGE_RATIO == bench.INFERENCEX_RANGE_RATIO

@@ -119,7 +119,6 @@ def test_a_row_gets_its_flags_with_the_formulas_resolved(tmp_path: Path) -> None
     path = tmp_path / "flags.json"
     path.write_text(json.dumps(flags), encoding="utf-8")
     bench.SERVER_FLAGS = path
-    bench._FLAGS_CACHE.clear()
     llama = {"id": "llama", "batch_size": "64", "isl": "8192"}
     minimax = {"id": "minimax", "batch_size": "256", "isl": "8192"}
     assert bench.server_flags(llama) == {"kv_dtype": "fp8", "max_num_seqs": 64}
@@ -129,7 +128,6 @@ def test_a_row_gets_its_flags_with_the_formulas_resolved(tmp_path: Path) -> None
     record = bench._server_record(minimax)
     assert record["not_applied"] == ["kv_dtype"]
     assert bench._server_record(llama)["engine_version"] == "0.10.2"
-    bench._FLAGS_CACHE.clear()
 
 
 def test_a_rows_plan_request_carries_its_flags_and_version(tmp_path: Path) -> None:
@@ -146,7 +144,6 @@ def test_a_rows_plan_request_carries_its_flags_and_version(tmp_path: Path) -> No
     path = tmp_path / "flags.json"
     path.write_text(json.dumps({"rows": {"llama": record}}), encoding="utf-8")
     bench.SERVER_FLAGS = path
-    bench._FLAGS_CACHE.clear()
     row = {
         "id": "llama", "model_path": "meta-llama/Llama-3.1-70B", "precision": "fp8",
         "system": "h200_sxm", "tp_size": "1", "attention_dp_size": "1", "backend_version": "",
@@ -158,7 +155,6 @@ def test_a_rows_plan_request_carries_its_flags_and_version(tmp_path: Path) -> No
     assert request.quantization == "fp8" and request.max_model_len == 8192 + 1024
     # a row that names its version keeps it, whatever the image
     assert bench._request({**row, "backend_version": "0.19.0"}).engine_version == "0.19.0"
-    bench._FLAGS_CACHE.clear()
 
 
 def test_the_regime_of_one_engines_share() -> None:
